@@ -1,0 +1,11 @@
+"""Fault kinds: the names faults are counted, recorded and scripted by."""
+from __future__ import annotations
+
+CRASH_BEFORE_CALL = "crash-before-call"  # the process dies before the store call
+ACK_LOST = "ack-lost"                    # the call committed; the process dies before the reply
+FAILPOINT_CRASH = "failpoint-crash"      # the process dies at a named model failpoint
+NODE_KILL = "node-kill"                  # kill -9 from outside, at an arbitrary await point
+DUPLICATE_WAKE = "duplicate-wake"        # an alarm delivered twice (at-least-once timers)
+
+PORT_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST)
+ALL_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE)

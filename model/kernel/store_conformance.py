@@ -1,0 +1,562 @@
+"""Conformance suite for ``ExecutionStore`` adapters.
+
+Every adapter — the in-memory and SQLite stores here, and yours — must pass
+the same named checks, one per rule of the port (``store.py``). Each check
+gets a fresh store, so the checks are independent and a failure names the
+rule that broke.
+
+Running it against your own adapter::
+
+    import trio
+    from model.kernel.store_conformance import run_execution_store_conformance
+
+    def make_store():
+        # A *fresh, empty* store per call: a new database/schema/namespace.
+        return MyPostgresExecutionStore(fresh_test_database())
+
+    def test_my_store_conforms():
+        passed = trio.run(run_execution_store_conformance, make_store)
+        assert passed  # names of the checks that ran
+
+``make_store`` is a zero-argument callable returning the store or an
+awaitable of it (``async def make_store(): ...`` works too). The suite only
+awaits the store's own methods, so any async driver can run it: ``trio.run``,
+``asyncio.run``, or the simulator. The suite never closes stores; if yours
+hold connections, close them in your fixture's teardown.
+
+All checks run even when some fail; at the end a ``ConformanceFailure`` (an
+``AssertionError``, so pytest reports it as a plain failure) lists every
+failing check with its reason, and carries them as ``.failures``.
+``checks=("start-idempotent-by-run-id", ...)`` runs a subset while you work
+on one rule. ``CONFORMANCE_CHECKS`` is the ordered tuple of all names.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import traceback
+from typing import Any, Awaitable, Callable, Iterable
+
+from .records import (
+    COMPLETED,
+    EFFECT_INDOUBT,
+    EVENT_EMITTED,
+    FAILED,
+    PARKED,
+    RUNNING,
+    STEP_COMPLETED,
+    STEP_STARTED,
+    ExecutionNotRunning,
+    ExecutionRecord,
+    FinishConflict,
+    StartOutcome,
+    StepRecord,
+    StepSequenceConflict,
+    UnknownExecution,
+)
+
+
+class ConformanceFailure(AssertionError):
+    """One or more conformance checks failed; ``failures`` is a tuple of
+    ``(check_name, reason)`` in suite order."""
+
+    def __init__(self, failures: Iterable[tuple[str, str]]) -> None:
+        self.failures = tuple(failures)
+        lines = [f"{len(self.failures)} execution store conformance check(s) failed:"]
+        for name, reason in self.failures:
+            lines.append(f"  - {name}: {reason}")
+        super().__init__("\n".join(lines))
+
+    @property
+    def failed_checks(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.failures)
+
+
+_Check = Callable[[Any], Awaitable[None]]
+_CHECKS: list[tuple[str, _Check]] = []
+
+
+def _check(name: str) -> Callable[[_Check], _Check]:
+    def register(fn: _Check) -> _Check:
+        assert name not in {n for n, _ in _CHECKS}, name
+        _CHECKS.append((name, fn))
+        return fn
+
+    return register
+
+
+async def _raises(exc_type: type[BaseException], awaitable: Awaitable[Any], what: str) -> BaseException:
+    try:
+        result = await awaitable
+    except exc_type as exc:
+        return exc
+    except BaseException as exc:  # noqa: BLE001 - reported as the failure
+        raise AssertionError(f"{what}: expected {exc_type.__name__}, got {type(exc).__name__}: {exc}") from None
+    raise AssertionError(f"{what}: expected {exc_type.__name__}, returned {result!r}")
+
+
+def _eq(actual: object, expected: object, what: str) -> None:
+    if actual != expected:
+        raise AssertionError(f"{what}: expected {expected!r}, got {actual!r}")
+
+
+async def _start(store, run_id: str, schedule_id: str | None = "sched", occurrence_ms: int | None = 1_000, **overrides):
+    args = dict(
+        schedule_id=schedule_id,
+        occurrence_ms=occurrence_ms,
+        flow_version=1,
+        input={"n": 1},
+        started_at_ms=occurrence_ms if occurrence_ms is not None else 0,
+    )
+    args.update(overrides)
+    return await store.start_execution(run_id, **args)
+
+
+async def _started(store, run_id: str, **kwargs) -> ExecutionRecord:
+    outcome = await _start(store, run_id, **kwargs)
+    if not isinstance(outcome, StartOutcome) or outcome.record is None or outcome.replayed:
+        raise AssertionError(f"fresh start of {run_id!r} did not create it: {outcome!r}")
+    return outcome.record
+
+
+async def _finished(store, run_id: str, finished_at_ms: int, *, status: str = COMPLETED, **kwargs) -> ExecutionRecord:
+    await _started(store, run_id, **kwargs)
+    return await store.finish_execution(run_id, status=status, output={"ok": True}, finished_at_ms=finished_at_ms)
+
+
+# --- start_execution ---------------------------------------------------------------
+
+
+@_check("start-creates-running")
+async def _(store) -> None:
+    outcome = await store.start_execution(
+        "sched@1000", schedule_id="sched", occurrence_ms=1_000, flow_version=3,
+        input={"k": [1, "two", None]}, started_at_ms=1_005,
+    )
+    expected = ExecutionRecord(
+        run_id="sched@1000", schedule_id="sched", occurrence_ms=1_000, flow_version=3,
+        input={"k": [1, "two", None]}, status=RUNNING, started_at_ms=1_005,
+        finished_at_ms=None, output=None,
+    )
+    _eq(outcome, StartOutcome(expected, replayed=False), "start outcome")
+    _eq(await store.load_execution("sched@1000"), expected, "load_execution after start")
+    unscheduled = await store.start_execution(
+        "adhoc-1", schedule_id=None, occurrence_ms=None, flow_version=1, input=None, started_at_ms=7,
+    )
+    _eq(
+        unscheduled,
+        StartOutcome(ExecutionRecord("adhoc-1", None, None, 1, None, RUNNING, 7, None, None), False),
+        "unscheduled start outcome",
+    )
+
+
+@_check("start-idempotent-by-run-id")
+async def _(store) -> None:
+    first = await _started(store, "sched@1000", input={"v": 1})
+    again = await store.start_execution(
+        "sched@1000", schedule_id="other", occurrence_ms=5_000, flow_version=9,
+        input={"v": 2}, started_at_ms=9_999,
+    )
+    _eq(again, StartOutcome(first, replayed=True), "second start with different arguments")
+    _eq(await store.load_execution("sched@1000"), first, "stored execution after second start")
+    _eq(await store.schedule_high_water_ms("other"), None, "high-water of the replayed start's schedule")
+    _eq(await store.schedule_high_water_ms("sched"), 1_000, "high-water after replayed start")
+    # Idempotent in every state: parked and finished runs replay too.
+    await store.park_execution("sched@1000")
+    parked = await _start(store, "sched@1000")
+    _eq((parked.replayed, parked.record.status), (True, PARKED), "start of a parked run")
+    done = await store.finish_execution("sched@1000", status=FAILED, output="boom", finished_at_ms=2_000)
+    _eq(await _start(store, "sched@1000"), StartOutcome(done, True), "start of a finished run")
+    _eq(store.counts()["executions"], 1, "executions after repeated starts")
+
+
+@_check("start-high-water-mark")
+async def _(store) -> None:
+    _eq(await store.schedule_high_water_ms("sched"), None, "high-water of an unknown schedule")
+    await _started(store, "sched@1000", occurrence_ms=1_000)
+    _eq(await store.schedule_high_water_ms("sched"), 1_000, "high-water after first start")
+    await _started(store, "sched@3000", occurrence_ms=3_000)
+    _eq(await store.schedule_high_water_ms("sched"), 3_000, "high-water after a later start")
+    # Below and at the mark, a run that does not exist is retired.
+    for run_id, occurrence_ms in (("sched@2000", 2_000), ("sched@3000-dup", 3_000)):
+        outcome = await _start(store, run_id, occurrence_ms=occurrence_ms)
+        _eq(outcome, StartOutcome(None, replayed=True), f"start of {run_id!r} at occurrence {occurrence_ms}")
+        _eq(await store.load_execution(run_id), None, f"retired {run_id!r} must not be created")
+    _eq(await store.schedule_high_water_ms("sched"), 3_000, "high-water after retired starts")
+    # Marks are per schedule.
+    await _started(store, "other@500", schedule_id="other", occurrence_ms=500)
+    _eq(await store.schedule_high_water_ms("other"), 500, "high-water of a second schedule")
+    _eq(await store.schedule_high_water_ms("sched"), 3_000, "first schedule's mark after a second schedule")
+    _eq(store.counts()["executions"], 3, "executions held")
+
+
+@_check("start-retired-after-purge")
+async def _(store) -> None:
+    await _finished(store, "sched@1000", 1_500, occurrence_ms=1_000)
+    _eq(await store.purge_finished(10_000), 1, "purged")
+    _eq(await store.load_execution("sched@1000"), None, "purged execution")
+    _eq(await store.schedule_high_water_ms("sched"), 1_000, "high-water survives purge")
+    _eq(await _start(store, "sched@1000"), StartOutcome(None, True), "restart of a purged occurrence")
+    _eq(await store.load_execution("sched@1000"), None, "retired run must not be re-created")
+    await _started(store, "sched@2000", occurrence_ms=2_000)
+
+
+@_check("start-unscheduled-has-no-high-water")
+async def _(store) -> None:
+    await _finished(store, "adhoc", 10, schedule_id=None, occurrence_ms=None)
+    await _started(store, "adhoc-with-time", schedule_id=None, occurrence_ms=50)
+    _eq(await store.purge_finished(11), 1, "purged")
+    # No schedule, no mark: a purged unscheduled run id starts afresh.
+    again = await _start(store, "adhoc", schedule_id=None, occurrence_ms=None)
+    _eq((again.replayed, again.record is not None), (False, True), "restart of a purged unscheduled run")
+
+
+# --- append_step / load_steps -----------------------------------------------------
+
+
+@_check("append-step-sequence")
+async def _(store) -> None:
+    await _started(store, "r")
+    step = await store.append_step("r", 1, "fetch", STEP_COMPLETED, {"rows": 3})
+    _eq(step, StepRecord("r", 1, "fetch", STEP_COMPLETED, {"rows": 3}), "returned step")
+    await store.append_step("r", 2, "send", STEP_STARTED, None)
+    for bad_seq, what in ((4, "a gap"), (2, "a duplicate"), (1, "a rewrite of step 1"), (0, "seq 0"), (-1, "a negative seq")):
+        exc = await _raises(StepSequenceConflict, store.append_step("r", bad_seq, "x", STEP_COMPLETED, 1), f"append with {what}")
+        _eq((exc.run_id, exc.expected_seq, exc.actual_next_seq), ("r", bad_seq, 3), f"conflict fields for {what}")
+    _eq(len(await store.load_steps("r")), 2, "steps after refused appends")
+    await store.append_step("r", 3, "send", STEP_COMPLETED, "sent")
+    _eq(store.counts()["steps"], 3, "steps counted")
+
+
+@_check("append-unknown-execution")
+async def _(store) -> None:
+    exc = await _raises(UnknownExecution, store.append_step("nope", 1, "a", STEP_COMPLETED, 1), "append to unknown run")
+    _eq(exc.run_id, "nope", "UnknownExecution.run_id")
+    _eq(await store.load_execution("nope"), None, "append must not create an execution")
+    _eq(store.counts(), {"executions": 0, "steps": 0}, "counts")
+
+
+@_check("append-to-finished-refused")
+async def _(store) -> None:
+    for run_id, status in (("done", COMPLETED), ("dead", FAILED)):
+        await _started(store, run_id, schedule_id=None, occurrence_ms=None)
+        await store.append_step(run_id, 1, "a", STEP_COMPLETED, 1)
+        await store.finish_execution(run_id, status=status, output=None, finished_at_ms=5)
+        exc = await _raises(
+            ExecutionNotRunning, store.append_step(run_id, 2, "b", STEP_COMPLETED, 2), f"append to a {status} run"
+        )
+        _eq((exc.run_id, exc.status), (run_id, status), "ExecutionNotRunning fields")
+        _eq(len(await store.load_steps(run_id)), 1, f"steps of the {status} run")
+
+
+@_check("append-to-parked-allowed")
+async def _(store) -> None:
+    await _started(store, "r")
+    await store.append_step("r", 1, "charge", STEP_STARTED, None)
+    await store.append_step("r", 2, "charge", EFFECT_INDOUBT, None)
+    await store.park_execution("r")
+    step = await store.append_step("r", 3, "charge", STEP_COMPLETED, {"resolved_by": "operator"})
+    _eq(step.seq, 3, "seq appended to a parked run")
+    _eq((await store.load_execution("r")).status, PARKED, "status after append (append does not unpark)")
+
+
+@_check("load-steps-ordered")
+async def _(store) -> None:
+    _eq(await store.load_steps("unknown"), (), "steps of an unknown run")
+    await _started(store, "a", occurrence_ms=1)
+    await _started(store, "b", occurrence_ms=2)
+    _eq(await store.load_steps("a"), (), "steps of a run without steps")
+    kinds = (STEP_STARTED, STEP_COMPLETED, EVENT_EMITTED, EFFECT_INDOUBT)
+    for seq in range(1, 13):
+        # Interleave two runs: each has its own sequence starting at 1.
+        await store.append_step("a", seq, f"s{seq}", kinds[seq % 4], {"seq": seq})
+        if seq <= 3:
+            await store.append_step("b", seq, f"b{seq}", STEP_COMPLETED, [seq])
+    steps = await store.load_steps("a")
+    _eq(type(steps), tuple, "load_steps type")
+    _eq(
+        steps,
+        tuple(StepRecord("a", seq, f"s{seq}", kinds[seq % 4], {"seq": seq}) for seq in range(1, 13)),
+        "steps of run a in seq order",
+    )
+    _eq(
+        await store.load_steps("b"),
+        tuple(StepRecord("b", seq, f"b{seq}", STEP_COMPLETED, [seq]) for seq in range(1, 4)),
+        "steps of run b",
+    )
+
+
+@_check("load-execution-unknown-is-none")
+async def _(store) -> None:
+    _eq(await store.load_execution("missing"), None, "load of an unknown run")
+
+
+# --- park / finish ----------------------------------------------------------------
+
+
+@_check("park-execution")
+async def _(store) -> None:
+    started = await _started(store, "r")
+    parked = await store.park_execution("r")
+    expected = ExecutionRecord(
+        started.run_id, started.schedule_id, started.occurrence_ms, started.flow_version,
+        started.input, PARKED, started.started_at_ms, None, None,
+    )
+    _eq(parked, expected, "parked record")
+    _eq(await store.park_execution("r"), expected, "parking again (idempotent)")
+    _eq(await store.load_execution("r"), expected, "stored parked record")
+    exc = await _raises(UnknownExecution, store.park_execution("nope"), "park of an unknown run")
+    _eq(exc.run_id, "nope", "UnknownExecution.run_id")
+    for run_id, status in (("done", COMPLETED), ("dead", FAILED)):
+        await _finished(store, run_id, 9, status=status, schedule_id=None, occurrence_ms=None)
+        exc = await _raises(ExecutionNotRunning, store.park_execution(run_id), f"park of a {status} run")
+        _eq((exc.run_id, exc.status), (run_id, status), "ExecutionNotRunning fields")
+        _eq((await store.load_execution(run_id)).status, status, "status after refused park")
+
+
+@_check("finish-execution")
+async def _(store) -> None:
+    started = await _started(store, "r")
+    done = await store.finish_execution("r", status=COMPLETED, output={"result": [1, 2]}, finished_at_ms=4_000)
+    expected = ExecutionRecord(
+        started.run_id, started.schedule_id, started.occurrence_ms, started.flow_version,
+        started.input, COMPLETED, started.started_at_ms, 4_000, {"result": [1, 2]},
+    )
+    _eq(done, expected, "finished record")
+    _eq(await store.load_execution("r"), expected, "stored finished record")
+    # A parked run can be finished (operator resolution), as FAILED here.
+    await _started(store, "p", occurrence_ms=2_000)
+    await store.park_execution("p")
+    failed = await store.finish_execution("p", status=FAILED, output="abandoned", finished_at_ms=4_500)
+    _eq((failed.status, failed.output, failed.finished_at_ms), (FAILED, "abandoned", 4_500), "finish of a parked run")
+
+
+@_check("finish-requires-terminal-status")
+async def _(store) -> None:
+    await _started(store, "r")
+    for status in (RUNNING, PARKED, "succeeded"):
+        await _raises(
+            ValueError, store.finish_execution("r", status=status, output=None, finished_at_ms=1), f"finish as {status!r}"
+        )
+    _eq((await store.load_execution("r")).status, RUNNING, "status after refused finishes")
+
+
+@_check("finish-idempotent")
+async def _(store) -> None:
+    await _started(store, "r")
+    first = await store.finish_execution("r", status=COMPLETED, output={"a": 1, "b": [True, None]}, finished_at_ms=100)
+    # Same status, canonically equal output (other key order), later time.
+    again = await store.finish_execution("r", status=COMPLETED, output={"b": [True, None], "a": 1}, finished_at_ms=999)
+    _eq(again, first, "repeated finish returns the stored record unchanged")
+    _eq((await store.load_execution("r")).finished_at_ms, 100, "finished_at_ms after repeated finish")
+
+
+@_check("finish-conflict")
+async def _(store) -> None:
+    await _started(store, "r")
+    first = await store.finish_execution("r", status=COMPLETED, output={"x": 1}, finished_at_ms=100)
+    exc = await _raises(
+        FinishConflict, store.finish_execution("r", status=FAILED, output={"x": 1}, finished_at_ms=200), "finish with another status"
+    )
+    _eq((exc.run_id, exc.existing_status, exc.attempted_status), ("r", COMPLETED, FAILED), "FinishConflict fields")
+    for other in ({"x": 2}, {"x": 1.0}, {"x": True}, {"x": 1, "y": None}, None):
+        exc = await _raises(
+            FinishConflict, store.finish_execution("r", status=COMPLETED, output=other, finished_at_ms=200), f"finish with output {other!r}"
+        )
+        _eq((exc.existing_status, exc.attempted_status), (COMPLETED, COMPLETED), "FinishConflict fields (output differs)")
+    _eq(await store.load_execution("r"), first, "record after refused finishes")
+
+
+@_check("finish-unknown-execution")
+async def _(store) -> None:
+    exc = await _raises(
+        UnknownExecution, store.finish_execution("nope", status=COMPLETED, output=None, finished_at_ms=1), "finish of unknown run"
+    )
+    _eq(exc.run_id, "nope", "UnknownExecution.run_id")
+    _eq(await store.load_execution("nope"), None, "finish must not create an execution")
+
+
+# --- live set, retention, counts -----------------------------------------------------
+
+
+@_check("live-executions-by-schedule")
+async def _(store) -> None:
+    _eq(await store.live_executions("sched"), (), "live set of an unknown schedule")
+    # Started out of occurrence order; the live set comes back ordered.
+    await _started(store, "sched@3000", occurrence_ms=3_000)
+    await _start(store, "sched@1000", occurrence_ms=1_000)  # retired: below the mark
+    await _started(store, "sched@5000", occurrence_ms=5_000)
+    await _started(store, "sched@7000", occurrence_ms=7_000)
+    await _started(store, "other@2000", schedule_id="other", occurrence_ms=2_000)
+    await _started(store, "adhoc", schedule_id=None, occurrence_ms=None)
+    await store.park_execution("sched@5000")
+    await store.finish_execution("sched@7000", status=COMPLETED, output=None, finished_at_ms=8_000)
+    live = await store.live_executions("sched")
+    _eq(type(live), tuple, "live_executions type")
+    _eq(
+        [(r.run_id, r.status) for r in live],
+        [("sched@3000", RUNNING), ("sched@5000", PARKED)],
+        "live executions of sched (running and parked, by occurrence)",
+    )
+    _eq(live[0], await store.load_execution("sched@3000"), "live record equals stored record")
+    _eq([r.run_id for r in await store.live_executions("other")], ["other@2000"], "live executions of other")
+    await store.finish_execution("sched@3000", status=FAILED, output=None, finished_at_ms=9_000)
+    await store.finish_execution("sched@5000", status=COMPLETED, output=None, finished_at_ms=9_000)
+    _eq(await store.live_executions("sched"), (), "live set after every run finished")
+
+
+@_check("purge-finished")
+async def _(store) -> None:
+    # Finished out of time order, to catch adapters that assume it.
+    await _finished(store, "sched@1000", 5_000, occurrence_ms=1_000)
+    await _finished(store, "sched@2000", 3_000, occurrence_ms=2_000, status=FAILED)
+    await _finished(store, "sched@3000", 6_000, occurrence_ms=3_000)
+    await _started(store, "sched@4000", occurrence_ms=4_000)  # live, started long ago
+    await _started(store, "parked@1", schedule_id="p", occurrence_ms=1)
+    await store.park_execution("parked@1")
+    await store.append_step("sched@4000", 1, "x", STEP_COMPLETED, 0)
+    _eq(await store.purge_finished(3_000), 0, "purge before any finish time (strictly less)")
+    _eq(await store.purge_finished(5_001), 2, "purge of runs finished before 5001")
+    _eq(await store.load_execution("sched@1000"), None, "purged run")
+    _eq(await store.load_execution("sched@2000"), None, "purged run")
+    _eq((await store.load_execution("sched@3000")).finished_at_ms, 6_000, "run finished at the cutoff or later stays")
+    _eq((await store.load_execution("sched@4000")).status, RUNNING, "live run is never purged")
+    _eq((await store.load_execution("parked@1")).status, PARKED, "parked run is never purged")
+    _eq(await store.purge_finished(5_001), 0, "purge again")
+    _eq(await store.purge_finished(10**15), 1, "purge everything finished")
+    _eq(await store.schedule_high_water_ms("sched"), 4_000, "high-water after purge")
+    _eq(store.counts(), {"executions": 2, "steps": 1}, "counts after purge")
+
+
+@_check("purge-deletes-steps")
+async def _(store) -> None:
+    for run_id, occurrence_ms in (("sched@1", 1), ("sched@2", 2)):
+        await _started(store, run_id, occurrence_ms=occurrence_ms)
+        for seq in range(1, 4):
+            await store.append_step(run_id, seq, "s", STEP_COMPLETED, seq)
+    await store.finish_execution("sched@1", status=COMPLETED, output=None, finished_at_ms=10)
+    _eq(store.counts(), {"executions": 2, "steps": 6}, "counts before purge")
+    _eq(await store.purge_finished(11), 1, "purged")
+    _eq(await store.load_steps("sched@1"), (), "steps of a purged run")
+    _eq(len(await store.load_steps("sched@2")), 3, "steps of a live run")
+    _eq(store.counts(), {"executions": 1, "steps": 3}, "counts after purge")
+
+
+@_check("counts")
+async def _(store) -> None:
+    counts = store.counts()
+    _eq(counts, {"executions": 0, "steps": 0}, "counts of an empty store")
+    await _started(store, "a", occurrence_ms=1)
+    await _started(store, "b", occurrence_ms=2)
+    await store.append_step("a", 1, "s", STEP_COMPLETED, None)
+    await _start(store, "a", occurrence_ms=1)  # replay adds nothing
+    await _start(store, "z", occurrence_ms=0)  # retired adds nothing
+    await _raises(StepSequenceConflict, store.append_step("a", 1, "s", STEP_COMPLETED, None), "duplicate append")
+    _eq(store.counts(), {"executions": 2, "steps": 1}, "counts")
+
+
+# --- JSON values ------------------------------------------------------------------
+
+
+_ROUND_TRIP_VALUES = (
+    None, True, False, 0, -7, 2**53 + 1, 1.5, -0.25, 1e300, "", "plain", "ünïcödé ✓ 𝄞", "quote\" and \\ and \n",
+    [], {}, [1, [2, [3, {"deep": [None]}]]], {"z": 1, "a": {"m": [True, 2.5, "s"]}},
+)
+
+
+@_check("json-values-round-trip")
+async def _(store) -> None:
+    for index, value in enumerate(_ROUND_TRIP_VALUES, 1):
+        run_id = f"v{index}"
+        record = await _started(store, run_id, schedule_id=None, occurrence_ms=None, input=value)
+        _eq(record.input, value, f"input {value!r} as returned by start")
+        _eq((await store.load_execution(run_id)).input, value, f"input {value!r} as loaded")
+        step = await store.append_step(run_id, 1, "s", STEP_COMPLETED, value)
+        _eq(step.output, value, f"step output {value!r} as returned by append")
+        _eq((await store.load_steps(run_id))[0].output, value, f"step output {value!r} as loaded")
+        done = await store.finish_execution(run_id, status=COMPLETED, output=value, finished_at_ms=1)
+        _eq(done.output, value, f"execution output {value!r} as returned by finish")
+        _eq((await store.load_execution(run_id)).output, value, f"execution output {value!r} as loaded")
+    # JSON has no tuples: a tuple comes back as a list, like any JSON round trip.
+    record = await _started(store, "tuple", schedule_id=None, occurrence_ms=None, input={"t": (1, 2)})
+    _eq(record.input, {"t": [1, 2]}, "tuple input")
+
+
+@_check("json-values-copied")
+async def _(store) -> None:
+    value = {"list": [1, 2], "nested": {"k": "v"}}
+    record = await _started(store, "r", input=value)
+    value["list"].append(3)
+    value["nested"]["k"] = "changed"
+    record.input["list"].append(99)
+    _eq((await store.load_execution("r")).input, {"list": [1, 2], "nested": {"k": "v"}}, "input after caller mutations")
+    output = {"rows": [1]}
+    step = await store.append_step("r", 1, "s", STEP_COMPLETED, output)
+    output["rows"].append(2)
+    step.output["rows"].append(3)
+    (await store.load_steps("r"))[0].output["rows"].append(4)
+    _eq((await store.load_steps("r"))[0].output, {"rows": [1]}, "step output after caller mutations")
+    result = {"done": [1]}
+    finished = await store.finish_execution("r", status=COMPLETED, output=result, finished_at_ms=5)
+    result["done"].append(2)
+    finished.output["done"].append(3)
+    (await store.load_execution("r")).output["done"].append(4)
+    (await store.live_executions("sched"))  # must not hand out shared state either
+    _eq((await store.load_execution("r")).output, {"done": [1]}, "execution output after caller mutations")
+    # The idempotent repeat compares against the stored value, not a mutated alias.
+    await store.finish_execution("r", status=COMPLETED, output={"done": [1]}, finished_at_ms=6)
+
+
+@_check("json-invalid-values-refused")
+async def _(store) -> None:
+    for bad in (math.nan, math.inf, {"x": [-math.inf]}):
+        await _raises(ValueError, _start(store, "bad", input=bad), f"start with input {bad!r}")
+    await _raises(TypeError, _start(store, "bad", input={"x": object()}), "start with a non-JSON input")
+    _eq(await store.load_execution("bad"), None, "refused start must create nothing")
+    _eq(await store.schedule_high_water_ms("sched"), None, "refused start must not move the high-water mark")
+    await _started(store, "r")
+    await _raises(ValueError, store.append_step("r", 1, "s", STEP_COMPLETED, math.nan), "append with NaN output")
+    await _raises(TypeError, store.append_step("r", 1, "s", STEP_COMPLETED, {1, 2}), "append with a set output")
+    _eq(await store.load_steps("r"), (), "refused appends must append nothing")
+    await _raises(
+        ValueError, store.finish_execution("r", status=COMPLETED, output=math.inf, finished_at_ms=1), "finish with inf output"
+    )
+    _eq((await store.load_execution("r")).status, RUNNING, "refused finish must not finish")
+
+
+CONFORMANCE_CHECKS: tuple[str, ...] = tuple(name for name, _ in _CHECKS)
+
+
+async def run_execution_store_conformance(
+    make_store: Callable[[], Any], *, checks: Iterable[str] | None = None
+) -> list[str]:
+    """Run the conformance checks, each on a fresh store from ``make_store``.
+
+    Returns the names of the checks that ran (all passed); raises
+    ``ConformanceFailure`` naming every failing check otherwise.
+    """
+    if checks is None:
+        selected = list(_CHECKS)
+    else:
+        wanted = list(checks)
+        unknown = [name for name in wanted if name not in CONFORMANCE_CHECKS]
+        if unknown:
+            raise ValueError(f"unknown conformance checks {unknown}; known: {CONFORMANCE_CHECKS}")
+        selected = [(name, fn) for name, fn in _CHECKS if name in wanted]
+    failures: list[tuple[str, str]] = []
+    for name, fn in selected:
+        try:
+            store = make_store()
+            if inspect.isawaitable(store):
+                store = await store
+            await fn(store)
+        except AssertionError as exc:
+            failures.append((name, str(exc) or "assertion failed"))
+        except Exception as exc:  # noqa: BLE001 - an unexpected error fails the check, not the suite
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            failures.append(
+                (name, f"unexpected {type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})")
+            )
+    if failures:
+        raise ConformanceFailure(failures)
+    return [name for name, _ in selected]

@@ -1,0 +1,126 @@
+"""``contract-safety``: no run proceeds on state its contract does not accept.
+
+The oracle carries its own reference implementation of the load rule (walk
+the registered migrations from the stored version to the reader's version,
+then validate; future versions, gaps, throwing migrations and invalid results
+are the four typed mismatch kinds). It never calls the model's contract code,
+so a bug there cannot hide from it. For every load:
+
+- the store's answer (``ds.load`` event) gives the stored envelope;
+- the model's verdict (``ds.loaded`` or ``ds.load.rejected``) must match the
+  oracle: same payload and migration record on success, same mismatch kind on
+  rejection.
+For every committed save: the written version is a version the oracle knows,
+its payload validates under that version, and versions never go backwards.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from model.canonical import canonical_equal
+from model.durable_state.contracts import (
+    FUTURE_VERSION,
+    MIGRATION_FAILED,
+    NO_MIGRATION_PATH,
+    VALIDATION_FAILED,
+    StateContract,
+)
+from sim.invariants import Checker
+
+ContractsForKey = Callable[[str], Mapping[int, StateContract]]
+
+
+def expected_load(contracts: Mapping[int, StateContract], reader_version: int,
+                  stored_version: int, payload: Any) -> tuple[str, Any]:
+    """The oracle: ``("ok", payload)`` or ``("rejected", kind)``."""
+    reader = contracts.get(reader_version)
+    if reader is None:
+        return ("rejected", NO_MIGRATION_PATH)
+    if stored_version > reader_version:
+        return ("rejected", FUTURE_VERSION)
+    for version in range(stored_version, reader_version):
+        step = reader.migrations.get(version)
+        if step is None:
+            return ("rejected", NO_MIGRATION_PATH)
+        try:
+            payload = step(payload)
+        except Exception:  # noqa: BLE001 - any failure of a migration is the typed kind
+            return ("rejected", MIGRATION_FAILED)
+    if reader.validate(payload) is not None:
+        return ("rejected", VALIDATION_FAILED)
+    return ("ok", payload)
+
+
+class ContractSafety(Checker):
+    name = "contract-safety"
+    kinds = ("ds.load", "ds.loaded", "ds.load.rejected", "ds.save")
+
+    def __init__(self, contracts_for_key: ContractsForKey) -> None:
+        super().__init__()
+        self._contracts_for_key = contracts_for_key
+        self._pending: dict[str, tuple[str, int, Any]] = {}  # node -> (key, stored version, payload)
+        self._versions: dict[str, int] = {}  # key -> last committed version
+        self.migrations = 0
+        self.rejections = 0
+
+    def on_event(self, event: tuple) -> None:
+        kind = event[3]
+        node = event[2]
+        fields = event[4]
+        if kind == "ds.load":
+            if fields.get("found"):
+                self._pending[node] = (fields["key"], fields["version"], fields["payload"])
+            else:
+                self._pending.pop(node, None)
+        elif kind == "ds.save":
+            if "revision" in fields:
+                self._check_save(fields)
+        else:
+            self._check_load(node, kind, fields)
+
+    def _check_load(self, node: str, kind: str, fields: dict) -> None:
+        pending = self._pending.pop(node, None)
+        if not fields.get("found", True):
+            return
+        self.checks += 1
+        key = fields["key"]
+        if pending is None or pending[0] != key:
+            self.fail(f"{key}: model reported a load the store never answered", (key,))
+            return
+        _, stored_version, stored_payload = pending
+        verdict, value = expected_load(self._contracts_for_key(key), fields["current"], stored_version, stored_payload)
+        if kind == "ds.loaded":
+            if fields.get("migrated"):
+                self.migrations += 1
+            if verdict != "ok":
+                self.fail(f"{key}: load of v{stored_version} under v{fields['current']} succeeded; "
+                          f"the contract demands {value}", (key,))
+            elif not canonical_equal(value, fields["payload"]):
+                self.fail(f"{key}: load of v{stored_version} under v{fields['current']} returned "
+                          f"{fields['payload']!r}, migrations and validation give {value!r}", (key,))
+            elif fields.get("migrated") != (stored_version != fields["current"]):
+                self.fail(f"{key}: migration from v{stored_version} to v{fields['current']} "
+                          "not recorded as migrated", (key,))
+        else:
+            self.rejections += 1
+            if verdict == "ok":
+                self.fail(f"{key}: load of v{stored_version} under v{fields['current']} rejected as "
+                          f"{fields['mismatch']}, but the contract accepts it", (key,))
+            elif value != fields["mismatch"]:
+                self.fail(f"{key}: load rejected as {fields['mismatch']}, the contract says {value}", (key,))
+
+    def _check_save(self, fields: dict) -> None:
+        self.checks += 1
+        key = fields["key"]
+        version = fields["version"]
+        contract = self._contracts_for_key(key).get(version)
+        if contract is None:
+            self.fail(f"{key}: committed at unknown contract version v{version}", (key,))
+            return
+        problem = contract.validate(fields["payload"])
+        if problem is not None:
+            self.fail(f"{key}: committed a payload invalid under v{version}: {problem}", (key,))
+        last = self._versions.get(key, 0)
+        if version < last:
+            self.fail(f"{key}: committed v{version} after v{last} (version went backwards)", (key,))
+        self._versions[key] = max(last, version)

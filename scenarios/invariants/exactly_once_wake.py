@@ -1,0 +1,131 @@
+"""``exactly-once-wake``: started runs = due occurrences under the catch-up policy.
+
+Online, per schedule, from the execution store's own commits
+(``kernel.start_execution`` events with ``created``):
+
+- a created run is an occurrence of its schedule, never one started before
+  (no duplicate ``scheduleId@occurrenceMs``, even after the first was purged);
+- every occurrence between the previous accounted one and this one was
+  recorded as skipped (``wake.skipped``) — nothing vanishes silently;
+- under the ``latest`` policy the started occurrence is the latest one due at
+  the instant it starts;
+- at most one occurrence of a schedule is live at a time.
+
+Audit: started + skipped equals the number of occurrences due before the
+schedule's end, and no run is left live (liveness after the faults stop).
+Memory: a few integers per schedule.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from model.schedules import Schedule
+from sim.invariants import Checker
+
+
+class _ScheduleState:
+    __slots__ = ("last_started_ms", "accounted_ms", "live_run", "started", "skipped")
+
+    def __init__(self) -> None:
+        self.last_started_ms: int | None = None
+        self.accounted_ms: int | None = None
+        self.live_run: str | None = None
+        self.started = 0
+        self.skipped = 0
+
+
+class ExactlyOnceWake(Checker):
+    name = "exactly-once-wake"
+    kinds = ("kernel.start_execution", "wake.skipped", "kernel.finish_execution")
+
+    def __init__(self, schedules: Mapping[str, Schedule], *, end_ms: int) -> None:
+        super().__init__()
+        self.schedules = dict(schedules)
+        self.end_ms = end_ms
+        self._state = {sid: _ScheduleState() for sid in self.schedules}
+        self._live_runs: dict[str, str] = {}  # run id -> schedule id
+
+    @property
+    def started(self) -> int:
+        return sum(s.started for s in self._state.values())
+
+    @property
+    def skipped(self) -> int:
+        return sum(s.skipped for s in self._state.values())
+
+    def on_event(self, event: tuple) -> None:
+        kind = event[3]
+        fields = event[4]
+        if kind == "kernel.start_execution":
+            if fields.get("created"):
+                self._started(event[1], fields)
+        elif kind == "wake.skipped":
+            self._skipped(fields)
+        elif "final_status" in fields:
+            schedule_id = self._live_runs.pop(fields["run"], None)
+            if schedule_id is not None and self._state[schedule_id].live_run == fields["run"]:
+                self._state[schedule_id].live_run = None
+
+    def _started(self, now_ms: int, fields: dict) -> None:
+        self.checks += 1
+        run_id = fields["run"]
+        schedule_id = fields["schedule"]
+        schedule = self.schedules.get(schedule_id)
+        if schedule is None:
+            self.fail(f"{run_id}: started for unknown schedule {schedule_id!r}", (run_id,))
+            return
+        state = self._state[schedule_id]
+        occurrence_ms = fields["occurrence_ms"]
+        if not schedule.is_occurrence(occurrence_ms):
+            self.fail(f"{run_id}: {occurrence_ms} is not an occurrence of {schedule_id}", (run_id,))
+        elif state.last_started_ms is not None and occurrence_ms <= state.last_started_ms:
+            self.fail(f"{run_id}: occurrence started twice (latest start was {state.last_started_ms})", (run_id,))
+        else:
+            expected_ms = schedule.first_ms if state.accounted_ms is None else state.accounted_ms + schedule.every_ms
+            if occurrence_ms != expected_ms:
+                self.fail(f"{run_id}: occurrences {expected_ms}..{occurrence_ms - schedule.every_ms} "
+                          "were neither started nor recorded as skipped", (run_id, schedule_id))
+            latest_ms = schedule.latest_due_at(now_ms)
+            if latest_ms != occurrence_ms:
+                self.fail(f"{run_id}: catch-up policy {schedule.catch_up!r} starts the latest due "
+                          f"occurrence ({latest_ms}), not {occurrence_ms}", (run_id,))
+        if state.live_run is not None:
+            self.fail(f"{run_id}: started while {state.live_run} is still live", (run_id, state.live_run))
+        state.live_run = run_id
+        self._live_runs[run_id] = schedule_id
+        state.last_started_ms = occurrence_ms
+        state.accounted_ms = occurrence_ms if state.accounted_ms is None else max(state.accounted_ms, occurrence_ms)
+        state.started += 1
+
+    def _skipped(self, fields: dict) -> None:
+        self.checks += 1
+        schedule_id = fields["schedule"]
+        schedule = self.schedules[schedule_id]
+        state = self._state[schedule_id]
+        first_ms, last_ms = fields["first_ms"], fields["last_ms"]
+        if state.accounted_ms is not None and last_ms <= state.accounted_ms:
+            return  # re-announced after a crash before the start: already counted
+        expected_first = schedule.first_ms if state.accounted_ms is None else state.accounted_ms + schedule.every_ms
+        if first_ms > expected_first:
+            self.fail(f"{schedule_id}: skip starts at {first_ms}, but {expected_first} was never accounted",
+                      (schedule_id,))
+        start_ms = max(first_ms, expected_first)
+        state.skipped += (last_ms - start_ms) // schedule.every_ms + 1
+        state.accounted_ms = last_ms
+
+    def audit(self, world: Any) -> None:
+        for schedule_id, schedule in sorted(self.schedules.items()):
+            self.checks += 1
+            state = self._state[schedule_id]
+            due = schedule.due_count(self.end_ms if schedule.end_ms is None else min(self.end_ms, schedule.end_ms))
+            if state.started + state.skipped != due:
+                self.fail(f"{schedule_id}: {due} occurrences due, {state.started} started + "
+                          f"{state.skipped} skipped", (schedule_id,))
+            live = world.live_runs(schedule_id)
+            if live:
+                self.fail(f"{schedule_id}: runs still live after the faults stopped: {', '.join(live)}",
+                          (schedule_id, *live))
+            stored_ms = world.schedule_high_water_ms(schedule_id)
+            if stored_ms != state.last_started_ms:
+                self.fail(f"{schedule_id}: store's high-water {stored_ms} != last started {state.last_started_ms}",
+                          (schedule_id,))

@@ -1,0 +1,268 @@
+"""The face: ``loomsim`` (also ``python -m sim``).
+
+Exit codes: 0 every invariant held, 1 an invariant was violated, 2 usage
+error (unknown scenario, malformed seed/duration/flag, unusable database or
+trace path). Usage errors are one line on stderr, never a traceback.
+
+This module and ``sim/bench.py`` are the only places in ``sim/`` that read
+the wall clock, and only to report how long a run took.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sqlite3
+import sys
+import time
+from typing import Any, NoReturn, Sequence
+
+from sim.clock import DurationError, format_calendar, format_duration_ms, parse_duration_ms
+from sim.runner import RunResult, run
+from sim.scenario import STORES, ScenarioOptions
+from sim.trace import event_json
+
+EXIT_PASS = 0
+EXIT_VIOLATION = 1
+EXIT_USAGE = 2
+SEED_MAX = 2**63 - 1
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected a whole number, e.g. --seed 1") from None
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: must be between 0 and 2**63-1")
+    return value
+
+
+def _duration(text: str) -> int:
+    try:
+        return parse_duration_ms(text)
+    except DurationError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _count(text: str) -> int:
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected a whole number") from None
+
+
+def build_parser() -> _Parser:
+    parser = _Parser(prog="loomsim", description="Deterministic simulation testing for durable agent runtimes.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.add_parser("list", help="list the scenarios")
+    run_p = sub.add_parser("run", help="run one scenario with one seed")
+    run_p.add_argument("scenario", help="scenario name (see `loomsim list`)")
+    run_p.add_argument("--seed", type=_seed, required=True, help="the seed: the handle to the whole run")
+    run_p.add_argument("--duration", type=_duration, default=None,
+                       help="simulated duration: 90s, 5m, 36h, 30d, 12mo (default: the scenario's)")
+    run_p.add_argument("--store", choices=STORES, default="memory", help="store backend (default: memory)")
+    run_p.add_argument("--db", default=None, metavar="PATH", help="SQLite file to use (implies --store sqlite)")
+    run_p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    run_p.add_argument("--trace", default=None, metavar="FILE", help="stream every trace event as JSON lines")
+    run_p.add_argument("--repro-dir", default=".", metavar="DIR",
+                       help="where a failing run writes its repro file (default: current directory)")
+    run_p.add_argument("--sentinels", type=_count, default=None, help="sentinel-year: number of sentinels")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except UsageError as error:
+        print(f"loomsim: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("loomsim: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str]) -> int:
+    from scenarios import registry
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    if args.command == "list":
+        for scenario in registry.all_scenarios():
+            print(f"{scenario.name:<16} {scenario.description} (default {format_duration_ms(scenario.default_duration_ms)})")
+        return EXIT_PASS
+    try:
+        scenario = registry.get(args.scenario)
+    except registry.UnknownScenario as error:
+        raise UsageError(str(error)) from None
+    return _run(scenario, args, argv)
+
+
+def _scenario_params(scenario: Any, args: argparse.Namespace) -> dict[str, int]:
+    params = scenario.param_defaults()
+    for spec in scenario.params:
+        value = getattr(args, spec.name, None)
+        if value is not None:
+            if not spec.minimum <= value <= spec.maximum:
+                raise UsageError(f"--{spec.name} must be between {spec.minimum} and {spec.maximum}, got {value}")
+            params[spec.name] = value
+    known = {p.name for p in scenario.params}
+    for name in ("sentinels",):
+        if getattr(args, name, None) is not None and name not in known:
+            raise UsageError(f"--{name} does not apply to scenario {scenario.name!r}")
+    return params
+
+
+def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
+    store = "sqlite" if args.db else args.store
+    if args.db:
+        parent = os.path.dirname(os.path.abspath(args.db))
+        if not os.path.isdir(parent):
+            raise UsageError(f"--db {args.db!r}: directory {parent!r} does not exist")
+    opts = ScenarioOptions(seed=args.seed, duration_ms=args.duration or scenario.default_duration_ms,
+                           store=store, db_path=args.db, params=_scenario_params(scenario, args))
+    trace_file = None
+    if args.trace:
+        try:
+            trace_file = open(args.trace, "w", encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"--trace {args.trace!r}: {error.strerror or error}") from None
+    if not args.json:
+        _print_config(scenario, opts)
+    try:
+        result = run(scenario, opts, trace_stream=trace_file, wall_clock=time.perf_counter)
+    except sqlite3.DatabaseError as error:
+        raise UsageError(f"database {args.db or '(temporary)'}: {error}") from None
+    finally:
+        if trace_file is not None:
+            trace_file.close()
+    command = repro_command(scenario.name, opts, explicit_duration=args.duration is not None)
+    repro_path = None
+    if not result.passed:
+        repro_path = write_repro(result, command, args.repro_dir)
+    if args.json:
+        print(json.dumps(result_json(result, command, repro_path), ensure_ascii=False))
+    else:
+        _print_result(result, command, repro_path)
+    return EXIT_PASS if result.passed else EXIT_VIOLATION
+
+
+def repro_command(name: str, opts: ScenarioOptions, *, explicit_duration: bool = True) -> str:
+    parts = ["loomsim", "run", name, "--seed", str(opts.seed), "--duration", format_duration_ms(opts.duration_ms)]
+    if opts.db_path:
+        parts += ["--db", opts.db_path]
+    elif opts.store != "memory":
+        parts += ["--store", opts.store]
+    for key, value in sorted(opts.params.items()):
+        parts += [f"--{key}", str(value)]
+    return shlex.join(parts)
+
+
+def result_json(result: RunResult, command: str, repro_path: str | None) -> dict[str, Any]:
+    return {
+        "scenario": result.scenario,
+        "seed": result.seed,
+        "store": result.store,
+        "status": result.status,
+        "trace_digest": result.trace_digest,
+        "simulated_ms": result.simulated_ms,
+        "wall_s": result.wall_s,
+        "wakes": result.wakes,
+        "events": result.events,
+        "faults": result.faults,
+        "invariants": result.invariants,
+        "violations": [
+            {"name": v.invariant, "message": v.message, "simulated_ms": v.time_ms,
+             "simulated_time": format_calendar(v.time_ms)}
+            for v in result.violations
+        ],
+        "stats": result.stats,
+        "config": result.config,
+        "repro_command": command,
+        "repro_file": repro_path,
+    }
+
+
+def write_repro(result: RunResult, command: str, directory: str) -> str | None:
+    """Write the failure's repro file; on failure to write, say so and go on."""
+    path = os.path.join(directory, f"loomsim-repro-{result.scenario}-{result.seed}.json")
+    body = {
+        "format": "loomsim-repro/1",
+        "config": result.config,
+        "command": command,
+        "trace_digest": result.trace_digest,
+        "violations": [{"name": v.invariant, "message": v.message, "simulated_ms": v.time_ms}
+                       for v in result.violations],
+        "fault_script": [{"time_ms": f.time_ms, "node": f.node, "site": f.site, "kind": f.kind, "hit": f.hit}
+                         for f in result.fault_script],
+        "excerpt": [json.loads(event_json(e)) for e in result.excerpt],
+    }
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(body, handle, ensure_ascii=False, indent=1)
+    except OSError as error:
+        print(f"loomsim: warning: could not write repro file {path!r}: {error.strerror or error}", file=sys.stderr)
+        return None
+    return path
+
+
+def _print_config(scenario: Any, opts: ScenarioOptions) -> None:
+    params = " ".join(f"{k}={v}" for k, v in sorted(opts.params.items()))
+    print(f"loomsim {scenario.name}  seed={opts.seed}  duration={format_duration_ms(opts.duration_ms)}  "
+          f"store={opts.store}{'  ' + params if params else ''}")
+
+
+def _print_result(result: RunResult, command: str, repro_path: str | None) -> None:
+    stats = result.stats
+    print(f"simulated {format_duration_ms(result.simulated_ms)} in {result.wall_s:.2f}s wall: "
+          f"{result.wakes} wakes, {result.events} events")
+    faults = ", ".join(f"{k}={v}" for k, v in result.faults.items()) or "none"
+    print(f"faults: {faults}")
+    interesting = ("worker_crashes", "adopted_saves", "save_conflicts", "migrations_applied", "runs_failed",
+                   "wakes_skipped", "operator_edits")
+    shown = ", ".join(f"{k}={stats[k]}" for k in interesting if k in stats)
+    if shown:
+        print(f"system: {shown}")
+    checks = ", ".join(f"{k}={v}" for k, v in result.invariants.items())
+    print(f"invariant checks: {checks}")
+    print(f"trace digest: {result.trace_digest}")
+    if result.passed:
+        print("PASS: every invariant held")
+        return
+    first = result.violations[0]
+    print()
+    print(f"FAIL: invariant {first.invariant} violated at {format_calendar(first.time_ms)}")
+    print(f"  {first.message}")
+    if result.excerpt:
+        print("related trace events:")
+        for seq, t_ms, node, kind, fields in result.excerpt[-25:]:
+            detail = " ".join(f"{k}={_short(v)}" for k, v in fields.items())
+            print(f"  {format_calendar(t_ms)}  #{seq:<8} {node:<12} {kind:<28} {detail}")
+    for extra in result.violations[1:5]:
+        print(f"also: {extra.invariant} at {format_calendar(extra.time_ms)}: {extra.message}")
+    print()
+    print(f"reproduce: {command}")
+    if repro_path:
+        print(f"repro file: {repro_path}")
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=repr, separators=(",", ":"))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

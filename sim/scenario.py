@@ -1,0 +1,60 @@
+"""What the engine needs from a scenario: a name, a build function, options.
+
+A scenario's ``build(world, options)`` wires stores, nodes, faults and
+checkers into the world and returns a ``Setup``: how long to run, and a view
+of the stores for the end-of-run audit. Scenarios live in ``scenarios/``;
+the engine sees only this interface.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Protocol
+
+import attrs
+
+STORES = ("memory", "sqlite")
+
+
+@attrs.frozen
+class Param:
+    """A scenario-specific option (``--sentinels 10``)."""
+
+    name: str
+    default: int
+    help: str
+    minimum: int = 1
+    maximum: int = 10_000
+
+
+@attrs.frozen
+class ScenarioOptions:
+    seed: int
+    duration_ms: int
+    store: str = "memory"
+    db_path: str | None = None
+    params: Mapping[str, int] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        assert self.store in STORES, self.store
+        assert self.duration_ms > 0
+
+
+class Setup(Protocol):
+    end_ms: int
+
+    def audit_view(self) -> Any: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+@attrs.frozen
+class Scenario:
+    name: str
+    description: str
+    build: Callable[[Any, ScenarioOptions], Setup]
+    default_duration_ms: int
+    params: tuple[Param, ...] = ()
+
+    def param_defaults(self) -> dict[str, int]:
+        return {p.name: p.default for p in self.params}

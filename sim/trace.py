@@ -1,0 +1,110 @@
+"""The trace: every event of a run, folded into one rolling sha256.
+
+An event is a plain tuple ``(seq, time_ms, node, kind, fields)``; ``fields``
+is a dict of plain data in the order the emitter wrote it. Each event feeds
+``repr`` of its tuple into the rolling digest — ``repr`` of str/int/bool/None,
+tuples, lists and insertion-ordered dicts is a pure function of the values,
+independent of ``PYTHONHASHSEED`` (sets are never allowed in fields).
+
+The digest covers what the system did and saw — store calls with digests of
+their arguments and results, recorded steps, faults, scheduling deviations —
+not only the scheduler's own events.
+
+Memory is bounded: only the last ``ring_size`` events stay in memory (for
+failure excerpts); ``stream_to`` writes every event as one JSON line.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import deque
+from typing import Any, Callable, Iterable, TextIO
+
+Event = tuple  # (seq, time_ms, node, kind, fields)
+
+RING_SIZE_DEFAULT = 4_096
+
+
+class Trace:
+    __slots__ = ("_clock", "_digest", "_ring", "_stream", "_subscribers", "_wildcard", "events", "counts")
+
+    def __init__(self, clock: Callable[[], int], *, ring_size: int = RING_SIZE_DEFAULT,
+                 stream_to: TextIO | None = None) -> None:
+        assert ring_size >= 16
+        self._clock = clock
+        self._digest = hashlib.sha256()
+        self._ring: deque[Event] = deque(maxlen=ring_size)
+        self._stream = stream_to
+        self._subscribers: dict[str, list[Callable[[Event], None]]] = {}
+        self._wildcard: list[Callable[[Event], None]] = []
+        self.events = 0
+        self.counts: dict[str, int] = {}
+
+    def subscribe(self, kinds: Iterable[str] | None, callback: Callable[[Event], None]) -> None:
+        """Call ``callback(event)`` for each event of ``kinds`` (None: every event)."""
+        if kinds is None:
+            self._wildcard.append(callback)
+            return
+        for kind in kinds:
+            self._subscribers.setdefault(kind, []).append(callback)
+
+    def emit(self, node: str, kind: str, fields: dict[str, Any]) -> Event:
+        self.events += 1
+        event = (self.events, self._clock(), node, kind, fields)
+        self._digest.update(repr(event).encode("utf-8", "surrogatepass"))
+        self._ring.append(event)
+        counts = self.counts
+        counts[kind] = counts.get(kind, 0) + 1
+        if self._stream is not None:
+            self._stream.write(event_json(event))
+            self._stream.write("\n")
+        callbacks = self._subscribers.get(kind)
+        if callbacks is not None:
+            for callback in callbacks:
+                callback(event)
+        for callback in self._wildcard:
+            callback(event)
+        return event
+
+    @property
+    def digest(self) -> str:
+        return self._digest.copy().hexdigest()
+
+    def recent(self) -> list[Event]:
+        return list(self._ring)
+
+    def related(self, needles: Iterable[str], limit: int = 40) -> list[Event]:
+        """The most recent ring events whose fields mention any of ``needles``."""
+        wanted = tuple(n for n in needles if n)
+        if not wanted:
+            return list(self._ring)[-limit:]
+        picked = [e for e in self._ring if _mentions(e, wanted)]
+        return picked[-limit:]
+
+
+def _mentions(event: Event, needles: tuple[str, ...]) -> bool:
+    text = repr(event[4])
+    return any(n in text for n in needles)
+
+
+def event_json(event: Event) -> str:
+    seq, time_ms, node, kind, fields = event
+    return json.dumps({"seq": seq, "t_ms": time_ms, "node": node, "kind": kind, **_jsonable(fields)},
+                      ensure_ascii=False, separators=(",", ":"), default=repr)
+
+
+def _jsonable(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in fields.items()}
+
+
+class NodeProbe:
+    """``model.probe.Probe`` for one node: model events go to the trace."""
+
+    __slots__ = ("_trace", "_node")
+
+    def __init__(self, trace: Trace, node_label: str) -> None:
+        self._trace = trace
+        self._node = node_label
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        self._trace.emit(self._node, kind, fields)

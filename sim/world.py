@@ -1,0 +1,131 @@
+"""The world of one run: clock, streams, trace, nodes, invariants, counters.
+
+Scenarios build on a ``World``: they add nodes with a start function (what a
+fresh process of that node runs), schedule harness actions in simulated time,
+attach checkers, and let the runner drive it. The world knows nothing of the
+model; stores and ports are wired by scenarios and faults.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Coroutine, TextIO
+
+import attrs
+
+from sim.invariants import InvariantSet, Violation
+from sim.node import Node
+from sim.rng import Streams
+from sim.runtime import SimRuntime
+from sim.trace import NodeProbe, Trace
+
+HARNESS_NODE = "harness"
+# Fault events kept verbatim for the run's fault script; beyond this only
+# the per-kind counts grow (memory must not grow with simulated time).
+FAULT_EVENTS_MAX = 100_000
+
+
+@attrs.frozen
+class FaultEvent:
+    """One fired fault: when, where, what, and the per-site hit index."""
+
+    time_ms: int
+    node: str
+    site: str
+    kind: str
+    hit: int
+
+
+class World:
+    def __init__(self, seed: int, *, shuffle_ties: bool = False, trace_stream: TextIO | None = None,
+                 stop_on_violation: bool = True) -> None:
+        self.seed = seed
+        self.streams = Streams(seed)
+        self.runtime = SimRuntime(self.streams["scheduling"], shuffle_ties=shuffle_ties)
+        self.trace = Trace(self.runtime.now_ms, stream_to=trace_stream)
+        self.stop_on_violation = stop_on_violation
+        self.invariants = InvariantSet(self.trace, self.runtime.now_ms, on_violation=self._on_violation)
+        self.counters: dict[str, int] = {}
+        self.fault_counts: dict[str, int] = {}
+        self.fault_events: list[FaultEvent] = []
+        self.nodes: dict[str, Node] = {}
+        self._starters: dict[str, Callable[[Node], None]] = {}
+        self.harness = Node(HARNESS_NODE, role="harness")
+        self.end_ms = 0
+
+    # -- observation -------------------------------------------------------
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + n
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        self.trace.emit(HARNESS_NODE, kind, fields)
+
+    def probe_for(self, node: Node) -> NodeProbe:
+        return NodeProbe(self.trace, node.label)
+
+    def check(self, *checkers: Any) -> None:
+        self.invariants.add(*checkers)
+
+    def _on_violation(self, violation: Violation) -> None:
+        self.trace.emit(HARNESS_NODE, "violation", {"invariant": violation.invariant, "message": violation.message})
+        if self.stop_on_violation:
+            self.runtime.stop_requested = True
+
+    # -- nodes and faults --------------------------------------------------
+
+    def add_node(self, name: str, start: Callable[[Node], None], *, role: str = "worker") -> Node:
+        assert name not in self.nodes, f"node {name} exists"
+        node = Node(name, role=role)
+        self.nodes[name] = node
+        self._starters[name] = start
+        self.trace.emit(node.label, "node.start", {"incarnation": node.incarnation})
+        start(node)
+        return node
+
+    def record_fault(self, node: Node, site: str, kind: str, hit: int) -> FaultEvent:
+        event = FaultEvent(self.runtime.now_ms(), node.label, site, kind, hit)
+        self.fault_counts[kind] = self.fault_counts.get(kind, 0) + 1
+        if len(self.fault_events) < FAULT_EVENTS_MAX:
+            self.fault_events.append(event)
+        self.trace.emit(node.label, "fault", {"site": site, "kind": kind, "hit": hit})
+        return event
+
+    def crash(self, node: Node, *, restart_after_ms: int | None) -> None:
+        """Crash ``node`` now; restart it after ``restart_after_ms`` (None: never).
+
+        If called from one of the node's own tasks this raises ``NodeCrashed``.
+        """
+        if not node.alive:
+            return
+        self.count("node.crashes")
+        if restart_after_ms is not None:
+            self.after(restart_after_ms, lambda: self.restart(node.name), label=f"restart {node.name}")
+        self.trace.emit(node.label, "node.crash", {"restart_after_ms": restart_after_ms})
+        self.runtime.crash_node(node)
+
+    def restart(self, name: str) -> Node:
+        old = self.nodes[name]
+        assert not old.alive, f"restart of live node {name}"
+        node = Node(name, role=old.role, incarnation=old.incarnation + 1)
+        self.nodes[name] = node
+        self.count("node.restarts")
+        self.trace.emit(node.label, "node.start", {"incarnation": node.incarnation})
+        self._starters[name](node)
+        return node
+
+    # -- harness timers ------------------------------------------------------
+
+    def after(self, delay_ms: int, action: Callable[[], Any], *, label: str = "") -> None:
+        self.at(self.runtime.now_ms() + delay_ms, action, label=label)
+
+    def at(self, t_ms: int, action: Callable[[], Any], *, label: str = "") -> None:
+        """Run ``action()`` (sync) on the harness node at simulated time ``t_ms``."""
+        async def timer() -> None:
+            action()
+
+        self.runtime.spawn_on(self.harness, label or "timer", timer(), at_ms=t_ms)
+
+    def spawn_harness(self, name: str, coro: Coroutine[Any, Any, Any]) -> None:
+        self.runtime.spawn_on(self.harness, name, coro)
+
+    def run_until(self, t_ms: int) -> None:
+        self.runtime.run(t_ms)
