@@ -53,6 +53,11 @@ def _append(args: tuple, kwargs: dict, step: Any) -> dict:
     return {"run": run_id, "seq": seq, "step": step_id, "step_kind": kind, "output": output}
 
 
+def _append_batch(args: tuple, kwargs: dict, records: Any) -> dict:
+    run_id, first_seq, steps = args
+    return {"run": run_id, "first_seq": first_seq, "steps": tuple(steps)}
+
+
 def _load_steps(args: tuple, kwargs: dict, steps: Any) -> dict:
     fields: dict[str, Any] = {"run": args[0]}
     if steps is not None:
@@ -65,7 +70,8 @@ def _run_only(args: tuple, kwargs: dict, result: Any) -> dict:
 
 
 def _finish(args: tuple, kwargs: dict, record: Any) -> dict:
-    fields = {"run": args[0], "status": kwargs.get("status"), "output": kwargs.get("output")}
+    fields = {"run": args[0], "status": kwargs.get("status"), "output": kwargs.get("output"),
+              "first_seq": kwargs.get("first_seq"), "steps": tuple(kwargs.get("steps", ()))}
     if record is not None:
         fields["final_status"] = record.status
     return fields
@@ -89,6 +95,7 @@ def _purge(args: tuple, kwargs: dict, count: Any) -> dict:
 KERNEL_DESCRIBERS = {
     "start_execution": _start,
     "append_step": _append,
+    "append_steps": _append_batch,
     "load_steps": _load_steps,
     "load_execution": _run_only,
     "park_execution": _run_only,

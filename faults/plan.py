@@ -1,9 +1,12 @@
 """The fault plan: which fault fires where, drawn from the ``faults`` stream.
 
-Each (site, kind) has a probability per hit; a site is a port method
-(``ds.save``) or a failpoint name. Every hit draws from the ``faults`` stream
-and compares against a precomputed integer threshold, so a run's faults are a
-pure function of (seed, the order of hits) and cost one comparison per kind.
+Each (site, kind) has a rate per hit; a site is a port method (``ds.save``)
+or a failpoint name. Rather than a coin flip per hit, each (site, kind) draws
+the gap to its next firing (uniform, mean ``1/rate`` hits) from the
+``faults`` stream, so a run's faults are a pure function of (seed, order of
+hits) and cost one integer comparison per hit. Uniform gaps are not
+memoryless like per-hit coins, which does not matter for finding bugs and
+keeps the draw integer-exact on every platform.
 After ``heal_at_ms`` nothing fires: the run then shows it recovers.
 """
 from __future__ import annotations
@@ -28,33 +31,42 @@ class FaultPlan:
         self.rates = dict(rates)
         self.heal_at_ms = heal_at_ms
         self._site_filter = site_filter
-        self._thresholds = {kind: Stream.threshold(rate) for kind, rate in self.rates.items() if rate > 0}
+        # Mean hits between firings of each kind (0: never fires).
+        self._mean_gap = {kind: max(1, round(1.0 / rate)) for kind, rate in self.rates.items() if rate > 0}
         self._hits: dict[str, int] = {}
+        self._next_fire: dict[str, list[list]] = {}  # site -> [[hit index, kind], ...]
+
+    def _gap(self, kind: str) -> int:
+        # Uniform on [1, 2*mean - 1]: mean ``1/rate`` hits between firings,
+        # one draw per firing instead of one per hit, integer-exact.
+        mean = self._mean_gap[kind]
+        return 1 + self._stream.below(2 * mean - 1) if mean > 1 else 1
 
     def draw(self, site: str, kinds: tuple[str, ...]) -> tuple[int, str | None]:
-        """Count one hit of ``site`` and decide which of ``kinds`` (if any) fires.
+        """Count one hit of ``site``; return ``(hit index, kind that fires or None)``.
 
-        One draw per hit: the kinds' probabilities are laid side by side on
-        [0, 2**64), so at most one fires and the stream advances once.
-        Returns ``(hit index, kind or None)``.
+        Each (site, kind) holds the hit index of its next firing, so the hot
+        path is a dict lookup and an integer comparison per kind. At most one
+        kind fires per hit; a coinciding kind is rescheduled.
         """
         n = self._hits.get(site, 0) + 1
         self._hits[site] = n
-        if self._clock() >= self.heal_at_ms:
+        schedule = self._next_fire.get(site)
+        if schedule is None:
+            if self._site_filter is not None and not self._site_filter(site):
+                schedule = []
+            else:
+                schedule = [[n - 1 + self._gap(kind), kind] for kind in kinds if kind in self._mean_gap]
+            self._next_fire[site] = schedule
+        fired = None
+        for entry in schedule:
+            if entry[0] == n:
+                entry[0] = n + self._gap(entry[1])
+                if fired is None:
+                    fired = entry[1]
+        if fired is not None and self._clock() >= self.heal_at_ms:
             return n, None
-        if self._site_filter is not None and not self._site_filter(site):
-            return n, None
-        value = self._stream.next_u64()
-        for kind in kinds:
-            threshold = self._thresholds.get(kind)
-            if threshold is not None:
-                if value < threshold:
-                    return n, kind
-                value -= threshold
-        return n, None
+        return n, fired
 
     def hits(self) -> dict[str, int]:
         return dict(sorted(self._hits.items()))
-
-
-__all__ = ["FaultPlan", "CRASH_BEFORE_CALL", "ACK_LOST", "FAILPOINT_CRASH"]

@@ -2,12 +2,12 @@
 
 Digests are taken over the bytes produced here -- for example the log
 digest chain elsewhere in loomsim links batches as
-``sha256(canonical({"batch": ..., "previousTailDigest": ...}))`` (with
-:data:`ZERO_DIGEST` before the first batch), and compare-and-set uses
-:func:`canonical_equal` to recognise its own earlier write.  Two runs, two
-processes or a non-Python peer holding equal JSON values must therefore
-produce byte-identical text, independent of dict insertion order.  We follow
-the JSON Canonicalization Scheme (JCS, RFC 8785):
+``sha256(canonical({"batch": ..., "previousTailDigest": ...}))``
+(:data:`ZERO_DIGEST` is the all-zero placeholder digest), and
+compare-and-set uses :func:`canonical_equal` to recognise its own earlier
+write.  Two runs, two processes or a non-Python peer holding equal JSON
+values must therefore produce byte-identical text, independent of dict
+insertion order.  We follow the JSON Canonicalization Scheme (JCS, RFC 8785):
 
 * **No whitespace**; separators are exactly ``,`` and ``:``.
 * **Object members are sorted by the UTF-16 code units of their names**, not
@@ -520,3 +520,43 @@ def decode(
             max_items if check_items else None,
         )
     return value
+
+
+def json_equal(a: object, b: object) -> bool:
+    """``canonical_equal`` without encoding: for hot-path oracles.
+
+    Compares JSON values structurally: dict key order is ignored, ``1`` equals
+    ``1.0`` (both print as ``1``), but ``True`` never equals ``1`` and tuples
+    equal lists (both are arrays). It agrees with :func:`canonical_equal` for
+    every value whose strings hold no surrogate code points; those rare values
+    (which canonical JSON may join into one character) are compared exactly
+    by falling back to :func:`canonical_equal`.
+    """
+    ta = type(a)
+    tb = type(b)
+    if ta is dict:
+        if tb is not dict or len(a) != len(b):  # type: ignore[arg-type]
+            return False
+        for key, value in a.items():  # type: ignore[union-attr]
+            if key not in b or not json_equal(value, b[key]):  # type: ignore[operator,index]
+                return False
+        return True
+    if ta is list or ta is tuple:
+        if (tb is not list and tb is not tuple) or len(a) != len(b):  # type: ignore[arg-type]
+            return False
+        return all(json_equal(x, y) for x, y in zip(a, b))  # type: ignore[call-overload]
+    if ta is str:
+        if tb is not str:
+            return False
+        if a == b:
+            return True
+        if _SURROGATE.search(a) or _SURROGATE.search(b):  # type: ignore[arg-type]
+            return canonical_equal(a, b)
+        return False
+    if ta is bool or tb is bool:
+        return ta is tb and a == b
+    if a is None or b is None:
+        return a is b
+    if ta in (int, float) and tb in (int, float):
+        return a == b
+    return canonical_equal(a, b)

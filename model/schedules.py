@@ -14,6 +14,7 @@ gains nothing by replaying an hour of stale wakes.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import attrs
@@ -25,14 +26,25 @@ from model.runtime import Runtime
 CATCH_UP_LATEST = "latest"
 CATCH_UP_POLICIES = (CATCH_UP_LATEST,)
 
+WAKE_RAN = "ran"
+WAKE_DUPLICATE = "duplicate"
+WAKE_BUSY = "busy"
+WAKE_REJECTED = "rejected"
+# How long a driver waits before retrying a wake that found its schedule busy.
+BUSY_RETRY_MS = 1_000
+
 
 def run_id_for(schedule_id: str, occurrence_ms: int) -> str:
     return f"{schedule_id}@{occurrence_ms}"
 
 
+_OCCURRENCE_RE = re.compile(r"0|[1-9][0-9]*")
+
+
 def parse_run_id(run_id: str) -> tuple[str, int]:
+    """Inverse of ``run_id_for``: only ids it could have produced parse."""
     schedule_id, _, occurrence = run_id.rpartition("@")
-    if not schedule_id or not occurrence.isdigit():
+    if not schedule_id or _OCCURRENCE_RE.fullmatch(occurrence) is None:
         raise ValueError(f"not a schedule run id: {run_id!r}")
     return schedule_id, int(occurrence)
 
@@ -87,23 +99,47 @@ class ScheduleDriver:
         self.input_for = input_for
         self.probe = probe
         self.wakes = 0
+        self._busy = False          # a run of this schedule is in progress here
+        self._parked = False        # a parked run holds the live slot
+        self._high_water_ms: int | None = None
 
     async def recover(self) -> int | None:
-        """Finish any live run of this schedule; return the high-water occurrence."""
+        """Finish any running run of this schedule; return the high-water occurrence.
+
+        A parked run (``EFFECT_INDOUBT``) keeps the schedule's single live
+        slot until an operator resolves it: the driver then starts nothing.
+        """
         store = self.kernel.store
         schedule_id = self.schedule.schedule_id
         live = await store.live_executions(schedule_id)
-        assert len(live) <= 1, f"{schedule_id}: {len(live)} live occurrences"
+        if len(live) > 1:
+            raise AssertionError(f"{schedule_id}: {len(live)} live occurrences: "
+                                 f"{', '.join(r.run_id for r in live)}")
+        self._parked = False
         for record in live:
             if record.status == "running":
-                await self._run(record)
-        return await store.schedule_high_water_ms(schedule_id)
+                self._busy = True
+                try:
+                    outcome = await self._run(record)
+                finally:
+                    self._busy = False
+                self._parked = outcome.status == "parked"
+            else:
+                self._parked = True
+        self._high_water_ms = await store.schedule_high_water_ms(schedule_id)
+        return self._high_water_ms
 
     async def run_forever(self) -> None:
         schedule = self.schedule
         runtime = self.runtime
-        high_water_ms = await self.recover()
+        await self.recover()
         while True:
+            if self._parked:
+                # Blocked behind a parked run; look again once per cadence.
+                await runtime.sleep_ms(schedule.every_ms)
+                await self.recover()
+                continue
+            high_water_ms = self._high_water_ms
             next_ms = schedule.first_ms if high_water_ms is None else high_water_ms + schedule.every_ms
             if schedule.end_ms is not None and next_ms >= schedule.end_ms:
                 return
@@ -115,32 +151,50 @@ class ScheduleDriver:
             if schedule.end_ms is not None and occurrence_ms >= schedule.end_ms:
                 occurrence_ms = schedule.latest_due_at(schedule.end_ms - 1)
             assert occurrence_ms is not None and occurrence_ms >= next_ms
-            if occurrence_ms > next_ms:
-                skipped = (occurrence_ms - next_ms) // schedule.every_ms
-                self.probe.emit("wake.skipped", schedule=schedule.schedule_id, first_ms=next_ms,
-                                last_ms=occurrence_ms - schedule.every_ms, count=skipped,
-                                policy=schedule.catch_up)
-            await self.wake(occurrence_ms)
-            high_water_ms = occurrence_ms
+            if await self.wake(occurrence_ms) == WAKE_BUSY:
+                await runtime.sleep_ms(BUSY_RETRY_MS)
 
-    async def wake(self, occurrence_ms: int) -> RunOutcome | None:
-        """Start (idempotently) and run the occurrence; None if it already ran."""
-        schedule_id = self.schedule.schedule_id
-        run_id = run_id_for(schedule_id, occurrence_ms)
-        outcome = await self.kernel.store.start_execution(
-            run_id, schedule_id=schedule_id, occurrence_ms=occurrence_ms,
-            flow_version=self.deployed_version(), input=self.input_for(schedule_id, occurrence_ms),
-            started_at_ms=self.runtime.now_ms())
-        if outcome.replayed:
-            # A duplicate delivery (at-least-once alarms): the run exists or
-            # existed. If it is still live, recovery or its owner finishes it.
-            return None
-        record = outcome.record
-        self.wakes += 1
-        return await self._run(record, fresh=True)
+    async def wake(self, occurrence_ms: int) -> str:
+        """Deliver the alarm for ``occurrence_ms``: start it (idempotently) and run it.
+
+        Returns ``WAKE_RAN``, ``WAKE_DUPLICATE`` (the occurrence was started
+        before: at-least-once alarms), ``WAKE_BUSY`` (a run of this schedule is
+        in progress or parked: one live occurrence at a time) or
+        ``WAKE_REJECTED`` (not a due occurrence of this schedule).
+        """
+        schedule = self.schedule
+        schedule_id = schedule.schedule_id
+        now_ms = self.runtime.now_ms()
+        if (not schedule.is_occurrence(occurrence_ms) or occurrence_ms > now_ms
+                or (schedule.end_ms is not None and occurrence_ms >= schedule.end_ms)):
+            self.probe.emit("wake.rejected", schedule=schedule_id, occurrence_ms=occurrence_ms)
+            return WAKE_REJECTED
+        if self._busy or self._parked:
+            return WAKE_BUSY
+        high_water_ms = self._high_water_ms
+        next_ms = schedule.first_ms if high_water_ms is None else high_water_ms + schedule.every_ms
+        if occurrence_ms > next_ms:
+            # Catch-up policy ``latest``: the occurrences in between are
+            # skipped, on the record.
+            self.probe.emit("wake.skipped", schedule=schedule_id, first_ms=next_ms,
+                            last_ms=occurrence_ms - schedule.every_ms,
+                            count=(occurrence_ms - next_ms) // schedule.every_ms, policy=schedule.catch_up)
+        self._busy = True
+        try:
+            outcome = await self.kernel.store.start_execution(
+                run_id_for(schedule_id, occurrence_ms), schedule_id=schedule_id, occurrence_ms=occurrence_ms,
+                flow_version=self.deployed_version(), input=self.input_for(schedule_id, occurrence_ms),
+                started_at_ms=now_ms)
+            if high_water_ms is None or occurrence_ms > high_water_ms:
+                self._high_water_ms = occurrence_ms
+            if outcome.replayed:
+                return WAKE_DUPLICATE
+            self.wakes += 1
+            result = await self._run(outcome.record, fresh=True)
+            self._parked = result.status == "parked"
+            return WAKE_RAN
+        finally:
+            self._busy = False
 
     async def _run(self, record: Any, *, fresh: bool = False) -> RunOutcome:
-        result = await self.kernel.run(record, self.flow_for(record.flow_version), fresh=fresh)
-        self.probe.emit("run.settled", run=record.run_id, status=result.status,
-                        replayed=result.steps_replayed, executed=result.steps_executed)
-        return result
+        return await self.kernel.run(record, self.flow_for(record.flow_version), fresh=fresh)

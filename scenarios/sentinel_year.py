@@ -17,6 +17,7 @@ Phases, FoundationDB style: setup -> run with faults -> heal -> settle -> audit.
 from __future__ import annotations
 
 import os
+import sqlite3
 import tempfile
 from typing import Any
 
@@ -39,7 +40,7 @@ from scenarios.invariants import AdoptOwnWrite, CasLinear, ContractSafety, Exact
 from scenarios.registry import scenario
 from sim.clock import MS_PER_DAY, MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND
 from sim.node import Node
-from sim.scenario import Param, ScenarioOptions
+from sim.scenario import Param, ScenarioOptions, SetupError
 from sim.world import World
 
 WAKE_EVERY_MS = 5 * MS_PER_MINUTE
@@ -61,22 +62,33 @@ DEFAULT_RATES = {CRASH_BEFORE_CALL: 1e-4, ACK_LOST: 1e-4, FAILPOINT_CRASH: 2e-4}
 
 # -- the application: contracts and the sentinel flow --------------------------
 
+def _counters_ok(payload: dict) -> bool:
+    wakes, total, last = payload["wakes"], payload["total"], payload["last"]
+    return (type(wakes) is int and type(total) is int and type(last) is int
+            and wakes >= 0 and total >= 0 and last >= 0)
+
+
 def _validate_v1(payload: Any) -> str | None:
-    if not isinstance(payload, dict) or sorted(payload) != ["last", "total", "wakes"]:
+    if type(payload) is not dict or len(payload) != 3 or not ("wakes" in payload and "total" in payload
+                                                              and "last" in payload):
         return "v1 state is {wakes, total, last}"
-    if not all(type(payload[k]) is int and payload[k] >= 0 for k in ("wakes", "total", "last")):
+    if not _counters_ok(payload):
         return "v1 fields are non-negative integers"
     return None
 
 
 def _validate_v2(payload: Any) -> str | None:
-    if not isinstance(payload, dict) or sorted(payload) != ["last", "total", "wakes", "window"]:
+    if type(payload) is not dict or len(payload) != 4 or not ("wakes" in payload and "total" in payload
+                                                              and "last" in payload and "window" in payload):
         return "v2 state is {wakes, total, last, window}"
-    if not all(type(payload[k]) is int and payload[k] >= 0 for k in ("wakes", "total", "last")):
+    if not _counters_ok(payload):
         return "v2 counters are non-negative integers"
     window = payload["window"]
-    if not isinstance(window, list) or len(window) > WINDOW_MAX or not all(type(r) is int for r in window):
+    if type(window) is not list or len(window) > WINDOW_MAX:
         return f"v2 window is a list of at most {WINDOW_MAX} readings"
+    for reading in window:
+        if type(reading) is not int:
+            return f"v2 window is a list of at most {WINDOW_MAX} readings"
     return None
 
 
@@ -109,7 +121,7 @@ def make_flow(state: SentinelState, version: int, observe_for: Any):
     async def sentinel_flow(ctx: Any, flow_input: Any) -> dict:
         loaded = await state.load(ctx)
         revision, payload = (0, _initial(version)) if loaded is None else (loaded["revision"], loaded["payload"])
-        observation = await ctx.execute("observe", observe_for(ctx.run_id), idempotent=True)
+        observation = await ctx.execute("observe", observe_for(ctx.run_id), idempotent=True, writes=False)
         saved = await state.save(ctx, _advance(version, payload, observation), revision)
         return {"revision": saved["revision"], "wakes": payload["wakes"] + 1}
 
@@ -140,6 +152,25 @@ class _ReplayGuardStore:
 
 
 # -- the world -----------------------------------------------------------------
+
+LOOMSIM_TABLES = frozenset({"durable_state", "kernel_executions", "kernel_steps", "kernel_schedules"})
+
+
+def _refuse_foreign_database(path: str) -> None:
+    """Never turn someone else's SQLite file into a loomsim store (WAL, new tables)."""
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        names = sorted(row[0] for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"))
+    finally:
+        conn.close()
+    foreign = [name for name in names if name not in LOOMSIM_TABLES]
+    if foreign:
+        raise SetupError(f"database {path!r} is not a loomsim database (it has tables {', '.join(foreign)}); "
+                         "choose a new --db path")
+
 
 def _run_sync(coro: Any) -> Any:
     """Drive a store coroutine that never suspends (audit reads)."""
@@ -208,9 +239,18 @@ class SentinelYear:
         if path is None:
             self._tempdir = tempfile.TemporaryDirectory(prefix="loomsim-")
             path = os.path.join(self._tempdir.name, "sentinel-year.db")
+        else:
+            _refuse_foreign_database(path)
         self._conn = open_database(path)
         self.ds_store = SqliteDurableStateStore(self._conn)
         self.kernel_store = SqliteExecutionStore(self._conn)
+        if len(self.ds_store) or any(self.kernel_store.counts().values()) or self._has_schedules():
+            self.close()
+            raise SetupError(f"database {path!r} already holds a run's state; a run starts from empty "
+                             "stores (delete the file or choose a new --db path)")
+
+    def _has_schedules(self) -> bool:
+        return self._conn.execute("SELECT 1 FROM kernel_schedules LIMIT 1").fetchone() is not None
 
     def close(self) -> None:
         if self._conn is not None:

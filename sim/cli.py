@@ -20,7 +20,7 @@ from typing import Any, NoReturn, Sequence
 
 from sim.clock import DurationError, format_calendar, format_duration_ms, parse_duration_ms
 from sim.runner import RunResult, run
-from sim.scenario import STORES, ScenarioOptions
+from sim.scenario import STORES, ScenarioOptions, SetupError
 from sim.trace import event_json
 
 EXIT_PASS = 0
@@ -66,6 +66,10 @@ def build_parser() -> _Parser:
     parser = _Parser(prog="loomsim", description="Deterministic simulation testing for durable agent runtimes.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.add_parser("list", help="list the scenarios")
+    bench_p = sub.add_parser("bench", help="measure the performance budgets (DESIGN §8) in one run")
+    bench_p.add_argument("--quick", action="store_true", help="short runs (30d/3d) for a smoke check")
+    bench_p.add_argument("--seed", type=_seed, default=1)
+    bench_p.add_argument("--json", action="store_true", help="print the figures as JSON")
     run_p = sub.add_parser("run", help="run one scenario with one seed")
     run_p.add_argument("scenario", help="scenario name (see `loomsim list`)")
     run_p.add_argument("--seed", type=_seed, required=True, help="the seed: the handle to the whole run")
@@ -100,6 +104,12 @@ def _main(argv: list[str]) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    if args.command == "bench":
+        from sim.bench import bench, render
+
+        figures = bench(quick=args.quick, seed=args.seed)
+        print(json.dumps(figures) if args.json else render(figures))
+        return EXIT_PASS
     if args.command == "list":
         for scenario in registry.all_scenarios():
             print(f"{scenario.name:<16} {scenario.description} (default {format_duration_ms(scenario.default_duration_ms)})")
@@ -146,6 +156,8 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
         result = run(scenario, opts, trace_stream=trace_file, wall_clock=time.perf_counter)
     except sqlite3.DatabaseError as error:
         raise UsageError(f"database {args.db or '(temporary)'}: {error}") from None
+    except SetupError as error:
+        raise UsageError(str(error)) from None
     finally:
         if trace_file is not None:
             trace_file.close()
@@ -191,9 +203,20 @@ def result_json(result: RunResult, command: str, repro_path: str | None) -> dict
         ],
         "stats": result.stats,
         "config": result.config,
+        "peak_rss_mb": _peak_rss_mb(),
         "repro_command": command,
         "repro_file": repro_path,
     }
+
+
+def _peak_rss_mb() -> float | None:
+    try:
+        import resource
+    except ImportError:  # not on every platform
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports KiB, macOS bytes.
+    return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
 
 
 def write_repro(result: RunResult, command: str, directory: str) -> str | None:

@@ -48,8 +48,17 @@ class Stream:
             return 0
         # Rejection sampling on the smallest power-of-two mask covering bound.
         bits = (bound - 1).bit_length()
+        if bits <= 64:
+            while True:
+                value = self.next_u64() >> (64 - bits)
+                if value < bound:
+                    return value
+        words = (bits + 63) // 64
         while True:
-            value = self.next_u64() >> (64 - bits)
+            value = 0
+            for _ in range(words):
+                value = (value << 64) | self.next_u64()
+            value >>= words * 64 - bits
             if value < bound:
                 return value
 

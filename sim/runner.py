@@ -71,6 +71,7 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
             world.invariants.audit(setup.audit_view())
         stats = setup.stats()
     finally:
+        world.shutdown()
         setup.close()
     violations = tuple(world.invariants.violations)
     first = violations[0] if violations else None

@@ -126,11 +126,16 @@ class SimRuntime:
                 continue  # a running coroutine can't be closed; it unwinds below
             # Run the dying task's finally blocks now, at a deterministic
             # instant, with the node already dead so any store call they make
-            # is refused. Errors inside them die with the node.
+            # is refused — and as the current task, so a spawn() from them
+            # lands on the dead node and is refused too. Errors inside them
+            # die with the node.
+            self._current = task
             try:
                 task.coro.close()
             except BaseException:  # noqa: BLE001 - a dead node's errors are moot
                 pass
+            finally:
+                self._current = current
         node.tasks.clear()
         if current is not None and current.node is node:
             raise NodeCrashed(node.label)
@@ -187,13 +192,35 @@ class SimRuntime:
                 raise TaskFailed(task.name, node.label, self._now_ms, error) from error
             else:
                 if type(trap) is not _Trap:
+                    task.alive = False
+                    node.tasks.pop(task, None)
+                    task.coro.close()
                     raise TaskFailed(task.name, node.label, self._now_ms,
-                                     TypeError(f"task awaited a foreign awaitable: {trap!r}"))
+                                     TypeError(f"task awaited a foreign awaitable: {type(trap).__name__}"))
                 push(trap.wake_ms, task)
             finally:
                 self._current = None
         if until_ms > self._now_ms and not self.stop_requested:
             self._now_ms = until_ms
+
+    def shutdown(self) -> None:
+        """End the run: close every pending coroutine now, in heap order.
+
+        Without this, unfinished coroutines would be closed by the garbage
+        collector at some later, unpredictable moment, running their
+        ``finally`` blocks outside simulated time. Callers mark nodes dead
+        first so nothing a closing task does can reach a store.
+        """
+        heap = sorted(self._heap, key=lambda entry: (entry[0], entry[1]))
+        self._heap = []
+        for _, _, task in heap:
+            if task.alive:
+                task.alive = False
+                task.node.tasks.pop(task, None)
+                try:
+                    task.coro.close()
+                except BaseException:  # noqa: BLE001 - the run is over
+                    pass
 
     def idle(self) -> bool:
         return not any(task.alive for _, _, task in self._heap)

@@ -14,6 +14,13 @@ import attrs
 STORES = ("memory", "sqlite")
 
 
+class SetupError(Exception):
+    """A scenario cannot start with these options (e.g. a non-empty --db).
+
+    The face reports it as a usage error: one line, exit 2.
+    """
+
+
 @attrs.frozen
 class Param:
     """A scenario-specific option (``--sentinels 10``)."""

@@ -129,3 +129,10 @@ class World:
 
     def run_until(self, t_ms: int) -> None:
         self.runtime.run(t_ms)
+
+    def shutdown(self) -> None:
+        """Stop every process (no port accepts a call any more) and close tasks."""
+        for node in self.nodes.values():
+            node.alive = False
+        self.harness.alive = False
+        self.runtime.shutdown()

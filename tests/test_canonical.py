@@ -331,7 +331,11 @@ def test_utf16_order_differs_from_code_point_order() -> None:
     assert sorted([emoji, ligature]) == [ligature, emoji]
     text = canonical_json({ligature: 1, emoji: 2})
     assert text == '{"\U0001f600":2,"\ufb01":1}'
-    assert text != "{" + ",".join(f'"{k}":{v}' for k, v in sorted({ligature: 1, emoji: 2}.items())) + "}"
+    # What a code-point sort (json.dumps(sort_keys=True)) would give instead:
+    code_point = json.dumps({emoji: 2, ligature: 1}, sort_keys=True,
+                            separators=(",", ":"), ensure_ascii=False)
+    assert code_point == '{"\ufb01":1,"\U0001f600":2}'
+    assert text != code_point
     # Same result whatever the insertion order.
     assert canonical_json({emoji: 2, ligature: 1}) == text
 
@@ -787,3 +791,30 @@ def test_decode_rejects_non_text() -> None:
 def test_decode_round_trips_canonical_bytes(value: object) -> None:
     data = canonical_bytes(value)
     assert canonical_bytes(decode(data)) == data
+
+
+# -- json_equal: the encoding-free fast path used by oracles -----------------
+
+from model.canonical import json_equal  # noqa: E402
+
+
+@given(json_values, json_values)
+def test_json_equal_agrees_with_canonical_equal(a, b):
+    assert json_equal(a, b) == canonical_equal(a, b)
+
+
+@given(json_values)
+def test_json_equal_is_reflexive_and_order_independent(v):
+    assert json_equal(v, v)
+    if isinstance(v, dict):
+        assert json_equal(v, dict(reversed(list(v.items()))))
+
+
+def test_json_equal_distinguishes_bool_from_int_but_not_int_from_float():
+    assert not json_equal(True, 1)
+    assert not json_equal({"a": [1]}, {"a": [True]})
+    assert json_equal({"a": 1}, {"a": 1.0})
+    assert json_equal([1, 2], (1, 2))
+    assert not json_equal(None, 0)
+    assert not json_equal({"a": 1}, {"a": 1, "b": 2})
+    assert json_equal("\ud83d\ude00", "\U0001F600") == canonical_equal("\ud83d\ude00", "\U0001F600")

@@ -45,7 +45,7 @@ class DurableState:
 
     async def load(self, ctx: Any) -> dict | None:
         """``{revision, contractVersion, payload[, migrated]}`` or None if absent."""
-        return await ctx.execute(self.load_step, self._load_effect, idempotent=True)
+        return await ctx.execute(self.load_step, self._load_effect, idempotent=True, writes=False)
 
     async def save(self, ctx: Any, payload: Any, expected_revision: int) -> dict:
         """``{revision, contractVersion, adopted}`` after a CAS at ``expected_revision``."""
@@ -95,7 +95,7 @@ class DurableState:
 
     async def _adopt_own_write(self, conflict: Any, write: DurableStateWrite,
                                expected_revision: int, run_id: str) -> dict | None:
-        if conflict.actual != expected_revision + 1:
+        if getattr(conflict, "actual", None) != expected_revision + 1:
             return None
         stored = await self.store.load(self.key)
         if stored is None or stored.revision != expected_revision + 1:
@@ -130,7 +130,8 @@ class SentinelState(DurableState):
     def __init__(self, schedule_id: str, contract: StateContract, store: DurableStateStore, *,
                  probe: Probe = NULL_PROBE, failpoints: Failpoints = NO_FAILPOINTS) -> None:
         contract_id, key = sentinel_state(schedule_id)
-        assert contract.contract_id == contract_id, (
-            f"sentinel contract for {schedule_id} must be named {contract_id!r}, got {contract.contract_id!r}")
+        if contract.contract_id != contract_id:
+            raise ValueError(f"sentinel contract for {schedule_id} must be named {contract_id!r}, "
+                             f"got {contract.contract_id!r}")
         super().__init__(contract, key, store, probe=probe, failpoints=failpoints)
         self.schedule_id = schedule_id

@@ -14,6 +14,7 @@ run at ``EFFECT_INDOUBT`` for an operator rather than guess.
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Awaitable, Callable
 
 import attrs
@@ -27,6 +28,7 @@ from model.kernel.records import (
     STEP_COMPLETED,
     STEP_STARTED,
     ExecutionRecord,
+    ExecutionStoreError,
     StepRecord,
 )
 from model.probe import NULL_PROBE, Probe
@@ -86,14 +88,18 @@ class RunOutcome:
 
 def error_output(error: BaseException) -> dict[str, str]:
     """The settled shape of a failure: exactly ``{errorTag, message}``."""
-    tag = getattr(type(error), "name", None) or type(error).__name__
-    return {"errorTag": str(tag), "message": str(error)}
+    tag = getattr(type(error), "name", None)
+    if not isinstance(tag, str) or not tag:
+        # Built-ins such as AttributeError have a ``name`` *descriptor*.
+        tag = type(error).__name__
+    return {"errorTag": tag, "message": str(error)}
 
 
 class ExecutionContext:
     """What a flow sees: ``execute`` for effects, ``emit`` for app events."""
 
-    __slots__ = ("run_id", "record", "_kernel", "_log", "_cursor", "_replay_only", "replayed", "executed")
+    __slots__ = ("run_id", "record", "_kernel", "_log", "_cursor", "_replay_only", "_pending",
+                 "replayed", "executed")
 
     def __init__(self, kernel: "Kernel | None", record: ExecutionRecord,
                  log: tuple[StepRecord, ...], *, replay_only: bool) -> None:
@@ -103,6 +109,7 @@ class ExecutionContext:
         self._log = log
         self._cursor = 0  # index into _log of the next recorded step to fold
         self._replay_only = replay_only
+        self._pending: list[tuple[str, str, Any]] = []  # (step_id, kind, output) not yet durable
         self.replayed = 0
         self.executed = 0
 
@@ -110,52 +117,100 @@ class ExecutionContext:
     def replaying(self) -> bool:
         return self._cursor < len(self._log)
 
-    def _next_seq(self) -> int:
-        return self._cursor + 1
+    async def execute(self, step_id: str, effect: EffectFn, *, idempotent: bool = True,
+                      writes: bool = True) -> Any:
+        """Run ``effect`` at least once and record its output; fold it on replay.
 
-    async def execute(self, step_id: str, effect: EffectFn, *, idempotent: bool = True) -> Any:
+        ``idempotent``: safe to re-run after a crash (K9). If False, an intent
+        is recorded first, so a crash between effect and record parks the run
+        at ``EFFECT_INDOUBT`` instead of running it twice.
+
+        ``writes``: the effect changes the world (default). Records of earlier
+        steps are made durable *before* such an effect runs — otherwise a
+        re-run after a crash could re-read state the write already changed.
+        Read-only effects (``writes=False``) skip that flush, so their records
+        ride along with the next flush: group commit of step records. The
+        record of an idempotent effect may itself wait for the next flush (at
+        worst it re-runs after a crash, which K9 allows); a non-idempotent
+        effect's completion is flushed at once.
+        """
         log = self._log
         if self._cursor < len(log):
-            step = log[self._cursor]
-            if step.step_id != step_id:
-                raise ReplayDivergence(self.run_id, step.seq, step.step_id, step_id)
-            if step.kind == STEP_COMPLETED:
-                self._cursor += 1
-                self.replayed += 1
-                return step.output
-            if step.kind in (STEP_STARTED, EFFECT_INDOUBT):
-                nxt = log[self._cursor + 1] if self._cursor + 1 < len(log) else None
-                if nxt is not None and nxt.step_id == step_id and nxt.kind == STEP_COMPLETED:
-                    self._cursor += 2
-                    self.replayed += 1
-                    return nxt.output
-                if self._replay_only:
-                    raise EffectInDoubt(self.run_id, step_id)
-                kernel = self._kernel
-                assert kernel is not None
-                if step.kind == STEP_STARTED:
-                    await kernel.store.append_step(self.run_id, step.seq + 1, step_id, EFFECT_INDOUBT, None)
-                await kernel.store.park_execution(self.run_id)
-                kernel.probe.emit("kernel.indoubt", run=self.run_id, step=step_id)
-                raise EffectInDoubt(self.run_id, step_id)
-            raise ReplayDivergence(self.run_id, step.seq, f"{step.kind}:{step.step_id}", step_id)
+            return await self._fold(step_id)
         if self._replay_only:
             raise ReplayIncomplete(self.run_id, step_id)
         kernel = self._kernel
         assert kernel is not None
-        seq = len(log) + 1
+        pending = self._pending
+        seq = len(log) + len(pending) + 1
         assert seq <= STEPS_PER_RUN_MAX, f"{self.run_id}: more than {STEPS_PER_RUN_MAX} steps"
         if not idempotent:
-            intent = await kernel.store.append_step(self.run_id, seq, step_id, STEP_STARTED, None)
-            log = self._log = log + (intent,)
-            seq += 1
+            pending.append((step_id, STEP_STARTED, None))
+            await self.flush()
+        elif writes and pending:
+            await self.flush()
         output = await effect()
         kernel.failpoints.hit(KERNEL_EFFECT_DONE_BEFORE_RECORD)
-        record = await kernel.store.append_step(self.run_id, seq, step_id, STEP_COMPLETED, output)
-        self._log = log + (record,)
-        self._cursor = len(self._log)
+        # The flow gets what replay will get (the JSON value, e.g. a list for
+        # a tuple), as its own copy: mutating it cannot rewrite the pending
+        # record. A non-JSON output fails here, loudly.
+        text = json.dumps(output, allow_nan=False)
+        self._pending.append((step_id, STEP_COMPLETED, json.loads(text)))
+        if not idempotent:
+            await self.flush()
         self.executed += 1
-        return record.output
+        return json.loads(text)
+
+    async def _fold(self, step_id: str) -> Any:
+        log = self._log
+        step = log[self._cursor]
+        if step.step_id != step_id:
+            raise ReplayDivergence(self.run_id, step.seq, step.step_id, step_id)
+        if step.kind == STEP_COMPLETED:
+            self._cursor += 1
+            self.replayed += 1
+            return step.output
+        if step.kind == STEP_STARTED:
+            # An intent: look past it (and past an EFFECT_INDOUBT marker an
+            # earlier recovery left) for a completion recorded by the effect
+            # itself or by an operator resolving the doubt.
+            index = self._cursor + 1
+            marked = index < len(log) and log[index].step_id == step_id and log[index].kind == EFFECT_INDOUBT
+            if marked:
+                index += 1
+            if index < len(log) and log[index].step_id == step_id and log[index].kind == STEP_COMPLETED:
+                self._cursor = index + 1
+                self.replayed += 1
+                return log[index].output
+            if self._replay_only:
+                raise EffectInDoubt(self.run_id, step_id)
+            kernel = self._kernel
+            assert kernel is not None
+            if not marked:
+                await kernel.store.append_step(self.run_id, step.seq + 1, step_id, EFFECT_INDOUBT, None)
+            await kernel.store.park_execution(self.run_id)
+            kernel.probe.emit("kernel.indoubt", run=self.run_id, step=step_id)
+            raise EffectInDoubt(self.run_id, step_id)
+        raise ReplayDivergence(self.run_id, step.seq, f"{step.kind}:{step.step_id}", step_id)
+
+    @property
+    def pending_steps(self) -> tuple[tuple[str, str, Any], ...]:
+        return tuple(self._pending)
+
+    @property
+    def next_durable_seq(self) -> int:
+        return len(self._log) + 1
+
+    async def flush(self) -> None:
+        """Make every pending step record durable, in one store call."""
+        if not self._pending:
+            return
+        kernel = self._kernel
+        assert kernel is not None
+        records = await kernel.store.append_steps(self.run_id, len(self._log) + 1, tuple(self._pending))
+        self._pending.clear()
+        self._log = self._log + tuple(records)
+        self._cursor = len(self._log)
 
     async def emit(self, event_type: str, payload: Any) -> None:
         """An application event (e.g. a finding), recorded in the run's log."""
@@ -163,7 +218,7 @@ class ExecutionContext:
         async def record_event() -> Any:
             return {"type": event_type, "payload": payload}
 
-        await self.execute(f"emit:{event_type}", record_event)
+        await self.execute(f"emit:{event_type}", record_event, writes=False)
 
 
 class Kernel:
@@ -188,15 +243,20 @@ class Kernel:
             output = await flow(ctx, record.input)
         except EffectInDoubt:
             return RunOutcome(record.run_id, "parked", None, ctx.replayed, ctx.executed)
-        except ReplayDivergence:
+        except (ReplayDivergence, ExecutionStoreError):
+            # Not the flow's failure: the kernel's own store refused a rule.
+            # Settling the run would hide that; the worker task fails loudly.
             raise
         except Exception as error:  # a flow's typed failure settles the run as failed
-            final = await self.store.finish_execution(
-                record.run_id, status=FAILED, output=error_output(error), finished_at_ms=self.runtime.now_ms())
-            return RunOutcome(record.run_id, final.status, final.output, ctx.replayed, ctx.executed)
+            return await self._finish(ctx, FAILED, error_output(error))
+        return await self._finish(ctx, COMPLETED, output)
+
+    async def _finish(self, ctx: ExecutionContext, status: str, output: Any) -> RunOutcome:
+        # The last pending step records and the terminal status commit together.
         final = await self.store.finish_execution(
-            record.run_id, status=COMPLETED, output=output, finished_at_ms=self.runtime.now_ms())
-        return RunOutcome(record.run_id, final.status, final.output, ctx.replayed, ctx.executed)
+            ctx.run_id, status=status, output=output, finished_at_ms=self.runtime.now_ms(),
+            steps=ctx.pending_steps, first_seq=ctx.next_durable_seq)
+        return RunOutcome(ctx.run_id, final.status, final.output, ctx.replayed, ctx.executed)
 
 
 async def replay(record: ExecutionRecord, log: tuple[StepRecord, ...], flow: Flow) -> Any:

@@ -38,10 +38,12 @@ from .store import (
     decide_start,
     decode_json,
     encode_json,
+    encode_steps,
     require_int,
     require_str,
     validate_append_args,
     validate_finish_args,
+    validate_first_seq,
     validate_start_args,
 )
 
@@ -136,14 +138,29 @@ class InMemoryExecutionStore:
     async def append_step(self, run_id: str, seq: int, step_id: str, kind: str, output: object) -> StepRecord:
         validate_append_args(run_id, seq, step_id, kind)
         output_json = encode_json(output)
+        self._append(run_id, seq, ((step_id, kind, output_json),))
+        return StepRecord(run_id, seq, step_id, kind, decode_json(output_json))
+
+    async def append_steps(
+        self, run_id: str, first_seq: int, steps: tuple[tuple[str, str, object], ...]
+    ) -> tuple[StepRecord, ...]:
+        require_str("run_id", run_id)
+        require_int("first_seq", first_seq)
+        encoded = encode_steps(steps)
+        self._append(run_id, first_seq, encoded)
+        return tuple(
+            StepRecord(run_id, seq, step_id, kind, decode_json(output_json))
+            for seq, (step_id, kind, output_json) in enumerate(encoded, first_seq)
+        )
+
+    def _append(self, run_id: str, first_seq: int, encoded: tuple[tuple[str, str, str], ...]) -> None:
         row = self._executions.get(run_id)
         if row is None:
-            check_append(run_id, None, 0, seq)
+            check_append(run_id, None, 0, first_seq)
         steps = row.steps
-        check_append(run_id, row.status, len(steps), seq)
-        steps.append((step_id, kind, output_json))
-        self._step_count += 1
-        return StepRecord(run_id, seq, step_id, kind, decode_json(output_json))
+        check_append(run_id, row.status, len(steps), first_seq)
+        steps.extend(encoded)
+        self._step_count += len(encoded)
 
     async def park_execution(self, run_id: str) -> ExecutionRecord:
         require_str("run_id", run_id)
@@ -153,14 +170,29 @@ class InMemoryExecutionStore:
         return row.record()
 
     async def finish_execution(
-        self, run_id: str, *, status: str, output: object, finished_at_ms: int
+        self,
+        run_id: str,
+        *,
+        status: str,
+        output: object,
+        finished_at_ms: int,
+        steps: tuple[tuple[str, str, object], ...] = (),
+        first_seq: int | None = None,
     ) -> ExecutionRecord:
         validate_finish_args(run_id, status, finished_at_ms)
         output_json = encode_json(output)
+        encoded = encode_steps(steps)
+        validate_first_seq(first_seq, encoded)
         row = self._executions.get(run_id)
         if row is None:
             decide_finish(run_id, None, NULL_JSON, status, output_json)
-        if decide_finish(run_id, row.status, row.output_json, status, output_json):
+        if decide_finish(
+            run_id, row.status, row.output_json, status, output_json,
+            len(row.steps), first_seq if encoded else 1, len(encoded),
+        ):
+            if encoded:
+                row.steps.extend(encoded)
+                self._step_count += len(encoded)
             row.status = status
             row.output_json = output_json
             row.finished_at_ms = finished_at_ms

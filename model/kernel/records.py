@@ -138,19 +138,26 @@ class ExecutionNotRunning(ExecutionStoreError):
 class FinishConflict(ExecutionStoreError):
     """``finish_execution`` on a finished execution with a different result.
 
-    When ``existing_status == attempted_status`` the outputs differ
-    (compared as canonical JSON text).
+    When ``existing_status == attempted_status`` and ``detail`` is None the
+    outputs differ (compared as canonical JSON text). ``detail`` explains any
+    other conflict: a repeated finish carrying steps the stored log does not
+    hold.
     """
 
-    def __init__(self, run_id: str, existing_status: str, attempted_status: str) -> None:
+    def __init__(
+        self, run_id: str, existing_status: str, attempted_status: str, detail: str | None = None
+    ) -> None:
         self.run_id = run_id
         self.existing_status = existing_status
         self.attempted_status = attempted_status
-        if existing_status == attempted_status:
-            detail = f"already {existing_status!r} with a different output"
+        self.detail = detail
+        if detail is not None:
+            message = f"already {existing_status!r}, but {detail}"
+        elif existing_status == attempted_status:
+            message = f"already {existing_status!r} with a different output"
         else:
-            detail = f"already {existing_status!r}, cannot finish as {attempted_status!r}"
-        super().__init__(f"finish conflict on execution {run_id!r}: {detail}")
+            message = f"already {existing_status!r}, cannot finish as {attempted_status!r}"
+        super().__init__(f"finish conflict on execution {run_id!r}: {message}")
 
     def __reduce__(self):
-        return (type(self), (self.run_id, self.existing_status, self.attempted_status))
+        return (type(self), (self.run_id, self.existing_status, self.attempted_status, self.detail))

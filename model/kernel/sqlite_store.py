@@ -4,17 +4,50 @@ Shares one database file (and usually one connection from
 ``model.sqlite_db.open_database``) with the other stores; it owns only the
 ``kernel_*`` tables and creates them idempotently.
 
-Every write is one ``write_transaction`` (``BEGIN IMMEDIATE``): the rows a rule
-needs are read, the shared rule (``store.py``) decides, and the write happens
-in that same transaction, so a concurrent writer on another connection can
-never slip between check and write. Reads are single statements (SQLite gives
-each statement a consistent snapshot) and take no write lock.
+Every write is one ``write_transaction`` (``BEGIN IMMEDIATE``), so a
+concurrent writer on another connection can never slip between a check and
+its write. Reads are single statements (SQLite gives each statement a
+consistent snapshot) and take no write lock.
 
-This sits on the hot path of a benchmark (~600k write transactions), so each
-call is one transaction with as few statements as its rule allows, and the
-SQL strings are module constants (the sqlite3 statement cache keys on the
-string). ``append_step`` is the hottest: one probe that reads status and the
-last seq together, one INSERT.
+Hot path: guarded writes, diagnosed only on refusal
+----------------------------------------------------
+A simulated year runs ~105k executions through here, and each is a handful
+of write transactions; their cost is the budget. So the happy path does not
+read the rows and then write: each write carries the rule's "may I?" in its
+own WHERE clause and ``rowcount`` (or RETURNING) says whether it applied —
+
+- start: the INSERT is guarded by the high-water mark and does nothing on a
+  run id conflict; only a created run raises the mark;
+- append: one UPDATE claims the seqs — it applies only to a live run whose
+  ``step_count`` is ``first_seq - 1`` and sets the new count — then the steps
+  are inserted (``executemany`` for a batch);
+- finish: one UPDATE ... RETURNING applies only to a live run (and, with
+  steps, claims their seqs like append), returning the finished record.
+
+When a guard does not apply, the same transaction reads the rows and hands
+them to the shared rule in ``store.py``, which raises the typed error (or
+says "replay"/"retired"/"idempotent repeat"). So the SQL guards restate the
+rules' *happy* condition, nothing more: every error, and every decision off
+the happy path, is still made by the one pure rule, and a guard that refused
+something the rule accepts is an ``AssertionError``, not a silent divergence.
+That restatement is the price of the speed (one statement instead of a
+SELECT plus a write); the conformance suite and the memory-vs-SQLite
+property test (``tests/test_kernel_store.py``) prove both adapters give
+identical results and errors.
+
+``step_count`` on ``kernel_executions`` is the length of the run's step log,
+kept in the transaction that appends (the log is 1..n: primary key plus the
+sequence rule), so the sequence check is a compare on a row the write touches
+anyway instead of a probe of ``kernel_steps``. (A guard that reads
+``kernel_steps`` inside an ``INSERT INTO kernel_steps ... SELECT`` makes
+SQLite stage the row through a temporary table, which measured slower than
+this.) A database created before the column existed is migrated on open.
+
+Measured cost (``/tmp/kbench2.py`` in the change that introduced this): the
+per-transaction price is dominated by WAL frames — every page a transaction
+dirties is written whole at commit — so the schema keeps the pages a write
+touches few: ``kernel_executions`` is ``WITHOUT ROWID`` (no separate run_id
+index to update at every start).
 """
 from __future__ import annotations
 
@@ -25,16 +58,16 @@ from model.sqlite_db import open_database, write_transaction
 from .records import (
     PARKED,
     RUNNING,
+    StepSequenceConflict,
     ExecutionRecord,
     StartOutcome,
     StepRecord,
-    StepSequenceConflict,
 )
 from .store import (
     NULL_JSON,
     RETIRED_OUTCOME,
-    START_CREATE,
     START_REPLAY,
+    START_RETIRED,
     check_append,
     check_step_log,
     decide_finish,
@@ -42,18 +75,20 @@ from .store import (
     decide_start,
     decode_json,
     encode_json,
+    encode_steps,
     require_int,
     require_str,
     validate_append_args,
     validate_finish_args,
+    validate_first_seq,
     validate_start_args,
 )
 
 # --- schema -------------------------------------------------------------------
 #
-# kernel_steps is WITHOUT ROWID: rows live in the (run_id, seq) primary-key
-# b-tree itself, so an append writes one b-tree instead of table + index, and
-# "last seq of a run" is one seek at the end of the run's key range.
+# kernel_executions and kernel_steps are WITHOUT ROWID: rows live in the
+# primary-key b-tree itself, so a write touches one b-tree instead of table +
+# index, and a step seq is one seek in the run's key range.
 #
 # Two partial indexes keep the live set and the purge candidates small no
 # matter how many executions a year leaves behind: live executions by
@@ -72,7 +107,7 @@ _SCHEMA: tuple[str, ...] = (
         finished_at_ms INTEGER,
         output_json TEXT NOT NULL,
         CHECK ((finished_at_ms IS NULL) = (status IN ('running', 'parked')))
-    )""",
+    ) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS kernel_steps (
         run_id TEXT NOT NULL,
         seq INTEGER NOT NULL CHECK (seq >= 1),
@@ -98,30 +133,20 @@ _EXECUTION_COLUMNS = (
     "status, started_at_ms, finished_at_ms, output_json"
 )
 
+# The run's step count is its last seq: the log is 1..n (PRIMARY KEY + the
+# sequence rule). "ORDER BY seq DESC LIMIT 1" is one seek to the end of the
+# run's key range.
+_LAST_SEQ = "coalesce((SELECT seq FROM kernel_steps WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1), 0)"
+
 _SELECT_EXECUTION = f"SELECT {_EXECUTION_COLUMNS} FROM kernel_executions WHERE run_id = ?"
+# A finish carrying steps also needs the step count: one statement, not two.
+_SELECT_EXECUTION_AND_LAST_SEQ = (
+    f"SELECT {_EXECUTION_COLUMNS}, {_LAST_SEQ} FROM kernel_executions WHERE run_id = ?1"
+)
+# Status and step count in one probe; an unknown run returns no row.
+_PROBE_APPEND = f"SELECT status, {_LAST_SEQ} FROM kernel_executions WHERE run_id = ?1"
 _SELECT_HIGH_WATER = "SELECT high_water_ms FROM kernel_schedules WHERE schedule_id = ?"
-_INSERT_EXECUTION = (
-    f"INSERT INTO kernel_executions ({_EXECUTION_COLUMNS}) "
-    "VALUES (?, ?, ?, ?, ?, 'running', ?, NULL, 'null')"
-)
-# decide_start already established occurrence_ms > high_water_ms (or no mark).
-_UPSERT_HIGH_WATER = (
-    "INSERT INTO kernel_schedules (schedule_id, high_water_ms) VALUES (?1, ?2) "
-    "ON CONFLICT (schedule_id) DO UPDATE SET high_water_ms = ?2"
-)
-# Status and step count in one probe; an unknown run returns no row. The
-# count is the last seq: the log is 1..n (PRIMARY KEY + the sequence rule).
-# "ORDER BY seq DESC LIMIT 1" is one seek to the end of the run's key range.
-_PROBE_APPEND = (
-    "SELECT status, coalesce("
-    "(SELECT seq FROM kernel_steps WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1), 0) "
-    "FROM kernel_executions WHERE run_id = ?1"
-)
-_LAST_SEQ = "SELECT coalesce((SELECT seq FROM kernel_steps WHERE run_id = ? ORDER BY seq DESC LIMIT 1), 0)"
-_INSERT_STEP = "INSERT INTO kernel_steps (run_id, seq, step_id, kind, output_json) VALUES (?, ?, ?, ?, ?)"
 _SELECT_STEPS = "SELECT seq, step_id, kind, output_json FROM kernel_steps WHERE run_id = ? ORDER BY seq"
-_PARK = "UPDATE kernel_executions SET status = 'parked' WHERE run_id = ?"
-_FINISH = "UPDATE kernel_executions SET status = ?, output_json = ?, finished_at_ms = ? WHERE run_id = ?"
 # The WHERE clause repeats the partial index's predicate verbatim so the
 # planner can use kernel_executions_live (tests/test_kernel_store.py checks).
 _SELECT_LIVE = (
@@ -129,16 +154,41 @@ _SELECT_LIVE = (
     "WHERE schedule_id = ? AND status IN ('running', 'parked') "
     "ORDER BY occurrence_ms, run_id"
 )
+_COUNT_EXECUTIONS = "SELECT count(*) FROM kernel_executions"
+_COUNT_STEPS = "SELECT count(*) FROM kernel_steps"
+
+# Start: create unless the run id exists (ON CONFLICT DO NOTHING) or, for a
+# scheduled run, the occurrence is at or below the schedule's high-water mark
+# (decide_start's START_CREATE condition). rowcount 1 = created.
+_START_SCHEDULED = (
+    f"INSERT INTO kernel_executions ({_EXECUTION_COLUMNS}) "
+    "SELECT ?1, ?2, ?3, ?4, ?5, 'running', ?6, NULL, 'null' "
+    "WHERE NOT EXISTS "
+    "(SELECT 1 FROM kernel_schedules WHERE schedule_id = ?2 AND high_water_ms >= ?3) "
+    "ON CONFLICT (run_id) DO NOTHING"
+)
+_START_UNSCHEDULED = (
+    f"INSERT INTO kernel_executions ({_EXECUTION_COLUMNS}) "
+    "VALUES (?1, NULL, ?2, ?3, ?4, 'running', ?5, NULL, 'null') "
+    "ON CONFLICT (run_id) DO NOTHING"
+)
+# Only after a create, which established occurrence_ms > high_water_ms.
+_RAISE_HIGH_WATER = (
+    "INSERT INTO kernel_schedules (schedule_id, high_water_ms) VALUES (?1, ?2) "
+    "ON CONFLICT (schedule_id) DO UPDATE SET high_water_ms = excluded.high_water_ms"
+)
+_INSERT_STEP = "INSERT INTO kernel_steps (run_id, seq, step_id, kind, output_json) VALUES (?, ?, ?, ?, ?)"
+_PARK = "UPDATE kernel_executions SET status = 'parked' WHERE run_id = ?"
+_FINISH = "UPDATE kernel_executions SET status = ?, output_json = ?, finished_at_ms = ? WHERE run_id = ?"
 _PURGE_STEPS = (
     "DELETE FROM kernel_steps WHERE run_id IN "
     "(SELECT run_id FROM kernel_executions WHERE finished_at_ms < ?)"
 )
 _PURGE_EXECUTIONS = "DELETE FROM kernel_executions WHERE finished_at_ms < ?"
-_COUNT_EXECUTIONS = "SELECT count(*) FROM kernel_executions"
-_COUNT_STEPS = "SELECT count(*) FROM kernel_steps"
 
 
 def _record(row: tuple) -> ExecutionRecord:
+    """The ExecutionRecord of a row's first 9 columns (_EXECUTION_COLUMNS)."""
     return ExecutionRecord(
         row[0],
         row[1],
@@ -203,25 +253,19 @@ class SqliteExecutionStore:
         input_json = encode_json(input)
         conn = self._conn
         with write_transaction(conn):
-            existing = conn.execute(_SELECT_EXECUTION, (run_id,)).fetchone()
-            if existing is not None:
-                high_water_ms = None  # not needed: an existing run is replayed
-            elif schedule_id is not None:
-                hw_row = conn.execute(_SELECT_HIGH_WATER, (schedule_id,)).fetchone()
-                high_water_ms = None if hw_row is None else hw_row[0]
+            if schedule_id is None:
+                created = conn.execute(
+                    _START_UNSCHEDULED, (run_id, occurrence_ms, flow_version, input_json, started_at_ms)
+                ).rowcount
             else:
-                high_water_ms = None
-            decision = decide_start(existing is not None, schedule_id, occurrence_ms, high_water_ms)
-            if decision == START_REPLAY:
-                return StartOutcome(_record(existing), True)
-            if decision != START_CREATE:
-                return RETIRED_OUTCOME
-            conn.execute(
-                _INSERT_EXECUTION,
-                (run_id, schedule_id, occurrence_ms, flow_version, input_json, started_at_ms),
-            )
-            if schedule_id is not None:
-                conn.execute(_UPSERT_HIGH_WATER, (schedule_id, occurrence_ms))
+                created = conn.execute(
+                    _START_SCHEDULED,
+                    (run_id, schedule_id, occurrence_ms, flow_version, input_json, started_at_ms),
+                ).rowcount
+                if created:
+                    conn.execute(_RAISE_HIGH_WATER, (schedule_id, occurrence_ms))
+            if not created:
+                return self._diagnose_start(run_id, schedule_id, occurrence_ms)
         return StartOutcome(
             ExecutionRecord(
                 run_id, schedule_id, occurrence_ms, flow_version, decode_json(input_json),
@@ -230,24 +274,75 @@ class SqliteExecutionStore:
             False,
         )
 
+    def _diagnose_start(self, run_id: str, schedule_id: str | None, occurrence_ms: int | None) -> StartOutcome:
+        conn = self._conn
+        existing = conn.execute(_SELECT_EXECUTION, (run_id,)).fetchone()
+        high_water_ms = None
+        if existing is None and schedule_id is not None:
+            hw_row = conn.execute(_SELECT_HIGH_WATER, (schedule_id,)).fetchone()
+            high_water_ms = None if hw_row is None else hw_row[0]
+        decision = decide_start(existing is not None, schedule_id, occurrence_ms, high_water_ms)
+        if decision == START_REPLAY:
+            return StartOutcome(_record(existing), True)
+        if decision == START_RETIRED:
+            return RETIRED_OUTCOME
+        raise AssertionError(
+            f"start of {run_id!r} created nothing, but the rule says create: the guard in "
+            "_START_SCHEDULED and decide_start disagree"
+        )
+
     async def append_step(self, run_id: str, seq: int, step_id: str, kind: str, output: object) -> StepRecord:
         validate_append_args(run_id, seq, step_id, kind)
         output_json = encode_json(output)
-        conn = self._conn
-        with write_transaction(conn):
-            probe = conn.execute(_PROBE_APPEND, (run_id,)).fetchone()
-            if probe is None:
-                check_append(run_id, None, 0, seq)
-            check_append(run_id, probe[0], probe[1], seq)
-            try:
-                conn.execute(_INSERT_STEP, (run_id, seq, step_id, kind, output_json))
-            except sqlite3.IntegrityError:
-                # Unreachable while every writer takes BEGIN IMMEDIATE; if a
-                # writer ever raced in anyway, the primary key still refuses
-                # the duplicate and the caller sees the typed conflict.
-                last_seq = conn.execute(_LAST_SEQ, (run_id,)).fetchone()[0]
-                raise StepSequenceConflict(run_id, seq, last_seq + 1) from None
+        with write_transaction(self._conn):
+            self._append(run_id, seq, ((step_id, kind, output_json),))
         return StepRecord(run_id, seq, step_id, kind, decode_json(output_json))
+
+    async def append_steps(
+        self, run_id: str, first_seq: int, steps: tuple[tuple[str, str, object], ...]
+    ) -> tuple[StepRecord, ...]:
+        require_str("run_id", run_id)
+        require_int("first_seq", first_seq)
+        encoded = encode_steps(steps)
+        if not encoded:
+            # Nothing to write: the probe alone is one consistent read.
+            self._append(run_id, first_seq, ())
+            return ()
+        with write_transaction(self._conn):
+            self._append(run_id, first_seq, encoded)
+        return tuple(
+            StepRecord(run_id, seq, step_id, kind, decode_json(output_json))
+            for seq, (step_id, kind, output_json) in enumerate(encoded, first_seq)
+        )
+
+    def _append(self, run_id: str, first_seq: int, encoded: tuple[tuple[str, str, str], ...]) -> None:
+        conn = self._conn
+        probe = conn.execute(_PROBE_APPEND, (run_id,)).fetchone()
+        if probe is None:
+            check_append(run_id, None, 0, first_seq)
+        check_append(run_id, probe[0], probe[1], first_seq)
+        if encoded:
+            self._insert_steps(run_id, first_seq, encoded)
+
+    def _insert_steps(self, run_id: str, first_seq: int, encoded: tuple[tuple[str, str, str], ...]) -> None:
+        """Insert steps the rule accepted at ``first_seq`` (same transaction)."""
+        conn = self._conn
+        try:
+            if len(encoded) == 1:
+                step_id, kind, output_json = encoded[0]
+                conn.execute(_INSERT_STEP, (run_id, first_seq, step_id, kind, output_json))
+            else:
+                conn.executemany(
+                    _INSERT_STEP,
+                    [(run_id, seq, step_id, kind, output_json)
+                     for seq, (step_id, kind, output_json) in enumerate(encoded, first_seq)],
+                )
+        except sqlite3.IntegrityError:
+            # Unreachable while every writer takes BEGIN IMMEDIATE; if a
+            # writer ever raced in anyway, the primary key still refuses
+            # the duplicate and the caller sees the typed conflict.
+            last_seq = conn.execute(_PROBE_APPEND, (run_id,)).fetchone()[1]
+            raise StepSequenceConflict(run_id, first_seq, last_seq + 1) from None
 
     async def park_execution(self, run_id: str) -> ExecutionRecord:
         require_str("run_id", run_id)
@@ -260,16 +355,36 @@ class SqliteExecutionStore:
         return _record(row)
 
     async def finish_execution(
-        self, run_id: str, *, status: str, output: object, finished_at_ms: int
+        self,
+        run_id: str,
+        *,
+        status: str,
+        output: object,
+        finished_at_ms: int,
+        steps: tuple[tuple[str, str, object], ...] = (),
+        first_seq: int | None = None,
     ) -> ExecutionRecord:
         validate_finish_args(run_id, status, finished_at_ms)
         output_json = encode_json(output)
+        encoded = encode_steps(steps)
+        validate_first_seq(first_seq, encoded)
         conn = self._conn
         with write_transaction(conn):
-            row = conn.execute(_SELECT_EXECUTION, (run_id,)).fetchone()
-            if row is None:
-                decide_finish(run_id, None, NULL_JSON, status, output_json)
-            if decide_finish(run_id, row[5], row[8], status, output_json):
+            if encoded:
+                row = conn.execute(_SELECT_EXECUTION_AND_LAST_SEQ, (run_id,)).fetchone()
+                if row is None:
+                    decide_finish(run_id, None, NULL_JSON, status, output_json)
+                write = decide_finish(
+                    run_id, row[5], row[8], status, output_json, row[9], first_seq, len(encoded)
+                )
+                if write:
+                    self._insert_steps(run_id, first_seq, encoded)
+            else:
+                row = conn.execute(_SELECT_EXECUTION, (run_id,)).fetchone()
+                if row is None:
+                    decide_finish(run_id, None, NULL_JSON, status, output_json)
+                write = decide_finish(run_id, row[5], row[8], status, output_json)
+            if write:
                 conn.execute(_FINISH, (status, output_json, finished_at_ms, run_id))
                 row = row[:5] + (status, row[6], finished_at_ms, output_json)
         return _record(row)

@@ -8,10 +8,12 @@ write transaction is atomic for other connections.
 
 The rules themselves (start idempotency and the high-water mark, the step
 sequence, park and finish transitions) are written once, below, as pure
-functions over the rows a call needs (h11 style, DESIGN §9). Each adapter
-fetches those rows — inside its write transaction for SQLite — calls the rule,
-and writes what the rule decided. No rule is written twice, once in Python and
-again in SQL.
+functions over the rows a call needs (h11 style, DESIGN §9). The memory store
+reads its rows and applies them. The SQLite store's hot path is a guarded
+write that can only succeed where the rule says "write" (see its module
+docstring); whenever the guard does not fire it reads the rows and lets the
+same rule say why, so every error is decided here. The conformance suite and
+the memory-vs-SQLite property test pin the two adapters to identical results.
 
 JSON values (``input``, ``output``) cross the boundary as canonical text made
 by ``encode_json``: both adapters store that text and decode it on every read.
@@ -80,6 +82,19 @@ class ExecutionStore(Protocol):
         """
         ...
 
+    async def append_steps(
+        self, run_id: str, first_seq: int, steps: tuple[tuple[str, str, object], ...]
+    ) -> tuple[StepRecord, ...]:
+        """Append ``steps`` (``(step_id, kind, output)`` each) atomically as
+        seqs ``first_seq``, ``first_seq + 1``, ...; returns their records.
+
+        Same rules and errors as ``append_step`` for ``first_seq``, all or
+        nothing: a refused batch appends no step. Empty ``steps`` appends
+        nothing and returns ``()``, but still raises what a non-empty batch
+        at ``first_seq`` would (a cheap "is my view of the log current?").
+        """
+        ...
+
     async def load_steps(self, run_id: str) -> tuple[StepRecord, ...]:
         """All steps ordered by seq; ``()`` for an unknown run."""
         ...
@@ -91,13 +106,30 @@ class ExecutionStore(Protocol):
         ...
 
     async def finish_execution(
-        self, run_id: str, *, status: str, output: object, finished_at_ms: int
+        self,
+        run_id: str,
+        *,
+        status: str,
+        output: object,
+        finished_at_ms: int,
+        steps: tuple[tuple[str, str, object], ...] = (),
+        first_seq: int | None = None,
     ) -> ExecutionRecord:
         """Finish as COMPLETED or FAILED (from RUNNING or PARKED).
 
         Idempotent: finishing again with the same status and a canonically
         equal output returns the stored record unchanged (its original
         ``finished_at_ms``); anything else is ``FinishConflict``.
+
+        With ``steps`` (``first_seq`` then required), the steps are appended
+        as by ``append_steps`` and the run finished in one atomic step: both
+        or neither. On a live run a wrong ``first_seq`` is
+        ``StepSequenceConflict``. On a finished run the finish rule comes
+        first: an idempotent repeat appends nothing and returns the stored
+        record (the first, identical finish committed the steps), provided
+        the stored log holds at least ``first_seq - 1 + len(steps)`` steps —
+        otherwise ``FinishConflict``. Without ``steps``, ``first_seq`` is
+        ignored (it must be None or an int).
         """
         ...
 
@@ -235,6 +267,33 @@ def validate_finish_args(run_id: object, status: object, finished_at_ms: object)
     require_int("finished_at_ms", finished_at_ms)
 
 
+def encode_steps(steps: object) -> tuple[tuple[str, str, str], ...]:
+    """Validate a batch of ``(step_id, kind, output)`` and encode each output:
+    ``(step_id, kind, output_json)`` per step. Raises before anything changes."""
+    if type(steps) is not tuple and type(steps) is not list:
+        raise TypeError(f"steps must be a tuple of (step_id, kind, output), got {type(steps).__name__}")
+    encoded = []
+    for index, step in enumerate(steps):
+        if (type(step) is not tuple and type(step) is not list) or len(step) != 3:
+            raise TypeError(f"steps[{index}] must be a (step_id, kind, output) tuple, got {step!r:.80}")
+        step_id, kind, output = step
+        require_str(f"steps[{index}] step_id", step_id)
+        require_str(f"steps[{index}] kind", kind)
+        if kind not in STEP_KINDS:
+            raise ValueError(f"unknown step kind {kind!r} in steps[{index}]; expected one of {STEP_KINDS}")
+        encoded.append((step_id, kind, encode_json(output)))
+    return tuple(encoded)
+
+
+def validate_first_seq(first_seq: object, steps: tuple) -> None:
+    """``finish_execution``'s ``first_seq``: an int with steps; None or an
+    int (ignored) without."""
+    if first_seq is None and steps:
+        raise TypeError("first_seq is required with steps")
+    if first_seq is not None:
+        require_int("first_seq", first_seq)
+
+
 # --- the rules ---------------------------------------------------------------
 #
 # Pure functions of the rows a call reads. ``status is None`` means "no such
@@ -280,17 +339,37 @@ def decide_park(run_id: str, status: str | None) -> bool:
 
 
 def decide_finish(
-    run_id: str, existing_status: str | None, existing_output_json: str, status: str, output_json: str
+    run_id: str,
+    existing_status: str | None,
+    existing_output_json: str,
+    status: str,
+    output_json: str,
+    step_count: int = 0,
+    first_seq: int = 1,
+    n_steps: int = 0,
 ) -> bool:
-    """True if the finish must be written; False for an idempotent repeat."""
+    """True if the finish (and its ``n_steps`` steps from ``first_seq``) must
+    be written; False for an idempotent repeat, which writes nothing.
+
+    ``step_count`` is the run's stored log length; it matters only with
+    steps: a live run needs ``first_seq == step_count + 1``, and a repeat of a
+    finish that carried steps needs them in the log already.
+    """
     if existing_status is None:
         raise UnknownExecution(run_id)
     if existing_status == RUNNING or existing_status == PARKED:
+        if n_steps and first_seq != step_count + 1:
+            raise StepSequenceConflict(run_id, first_seq, step_count + 1)
         return True
     assert existing_status in TERMINAL_STATUSES, existing_status
-    if existing_status == status and existing_output_json == output_json:
-        return False
-    raise FinishConflict(run_id, existing_status, status)
+    if existing_status != status or existing_output_json != output_json:
+        raise FinishConflict(run_id, existing_status, status)
+    if step_count < first_seq - 1 + n_steps:
+        raise FinishConflict(
+            run_id, existing_status, status,
+            detail=f"it holds {step_count} steps, fewer than the {first_seq - 1 + n_steps} this finish implies",
+        )
+    return False
 
 
 def check_step_log(run_id: str, steps_seq_last: int, step_count: int) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from model.canonical import canonical_equal
+from model.canonical import json_equal
 from model.durable_state.contracts import (
     FUTURE_VERSION,
     MIGRATION_FAILED,
@@ -95,7 +95,7 @@ class ContractSafety(Checker):
             if verdict != "ok":
                 self.fail(f"{key}: load of v{stored_version} under v{fields['current']} succeeded; "
                           f"the contract demands {value}", (key,))
-            elif not canonical_equal(value, fields["payload"]):
+            elif not json_equal(value, fields["payload"]):
                 self.fail(f"{key}: load of v{stored_version} under v{fields['current']} returned "
                           f"{fields['payload']!r}, migrations and validation give {value!r}", (key,))
             elif fields.get("migrated") != (stored_version != fields["current"]):

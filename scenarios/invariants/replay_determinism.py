@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from model.canonical import canonical_equal
+from model.canonical import json_equal
 from model.kernel.kernel import ExecutionContext, ReplayIncomplete, error_output
 from model.kernel.records import ExecutionRecord, StepRecord
 from sim.invariants import Checker
@@ -23,7 +23,7 @@ from sim.invariants import Checker
 
 class ReplayDeterminism(Checker):
     name = "replay-determinism"
-    kinds = ("kernel.start_execution", "kernel.append_step", "kernel.finish_execution")
+    kinds = ("kernel.start_execution", "kernel.append_step", "kernel.append_steps", "kernel.finish_execution")
 
     def __init__(self, replay_flow_for: Callable[[ExecutionRecord], Any], replay_store_calls: Callable[[], int]) -> None:
         super().__init__()
@@ -49,10 +49,27 @@ class ReplayDeterminism(Checker):
             run = self._runs.get(run_id)
             if run is not None:
                 run[1].append(StepRecord(run_id, fields["seq"], fields["step"], fields["step_kind"], fields["output"]))
+        elif kind == "kernel.append_steps":
+            self._append_batch(run_id, fields["first_seq"], fields["steps"])
         elif "final_status" in fields:
             run = self._runs.pop(run_id, None)
             if run is not None:
-                self._check(run[0], tuple(run[1]), fields["final_status"], fields["output"])
+                log = run[1]
+                if fields["steps"] and len(log) == fields["first_seq"] - 1:
+                    log.extend(StepRecord(run_id, fields["first_seq"] + i, step_id, step_kind, output)
+                               for i, (step_id, step_kind, output) in enumerate(fields["steps"]))
+                self._check(run[0], tuple(log), fields["final_status"], fields["output"])
+
+    def _append_batch(self, run_id: str, first_seq: int, steps: tuple) -> None:
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        log = run[1]
+        if len(log) != first_seq - 1:
+            self.fail(f"{run_id}: the store accepted steps at seq {first_seq} after {len(log)} steps", (run_id,))
+            return
+        log.extend(StepRecord(run_id, first_seq + i, step_id, step_kind, output)
+                   for i, (step_id, step_kind, output) in enumerate(steps))
 
     def _check(self, record: ExecutionRecord, log: tuple[StepRecord, ...], status: str, output: Any) -> None:
         self.checks += 1
@@ -79,7 +96,7 @@ class ReplayDeterminism(Checker):
             self.fail(f"{run_id}: replay made {calls} store call(s); it must fold recorded values only", (run_id,))
             return
         if status == "completed":
-            if outcome[0] != "completed" or not canonical_equal(outcome[1], output):
+            if outcome[0] != "completed" or not json_equal(outcome[1], output):
                 self.fail(f"{run_id}: replay gave {outcome!r}, the run settled with {output!r}", (run_id,))
         elif outcome[0] == "completed":
             self.fail(f"{run_id}: run failed ({output!r}) but its replay completed", (run_id,))

@@ -1,0 +1,125 @@
+"""``loomsim bench``: the performance figures of DESIGN §8, side by side.
+
+Every figure comes from this one invocation on this machine, so ratios
+compare like with like. Runs that measure memory go to fresh subprocesses
+(peak RSS is per process). Wall-clock reads are confined to this module and
+the CLI; nothing simulated sees them.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from sim.runtime import SimRuntime
+from sim.node import Node
+
+BARE_SLEEPS = 105_120
+
+
+def _run_child(args: list[str]) -> dict[str, Any]:
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "sim", "run", *args, "--json"], capture_output=True,
+                          text=True, env=env, check=False)
+    elapsed = time.perf_counter() - started
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"bench child failed ({proc.returncode}): {proc.stderr.strip()}")
+    result = json.loads(proc.stdout)
+    result["process_s"] = round(elapsed, 3)
+    return result
+
+
+def _bare_floor(sleeps: int) -> float:
+    """A minimal heap-of-coroutines loop: the floor the scheduler is held to."""
+    class Sleep:
+        __slots__ = ("t",)
+
+        def __init__(self, t: int) -> None:
+            self.t = t
+
+        def __await__(self):
+            yield self
+
+    async def sleeper() -> None:
+        t = 0
+        for _ in range(sleeps):
+            t += 300_000
+            await Sleep(t)
+
+    started = time.perf_counter()
+    heap = [(0, 0, sleeper())]
+    seq = 0
+    while heap:
+        _, _, coro = heapq.heappop(heap)
+        try:
+            trap = coro.send(None)
+        except StopIteration:
+            continue
+        seq += 1
+        heapq.heappush(heap, (trap.t, seq, coro))
+    return time.perf_counter() - started
+
+
+def _bare_sim(sleeps: int) -> float:
+    runtime = SimRuntime()
+    node = Node("bench")
+
+    async def sleeper() -> None:
+        for _ in range(sleeps):
+            await runtime.sleep_ms(300_000)
+
+    runtime.spawn_on(node, "sleeper", sleeper())
+    started = time.perf_counter()
+    runtime.run(sleeps * 300_000 + 1)
+    return time.perf_counter() - started
+
+
+def bench(*, quick: bool = False, seed: int = 1) -> dict[str, Any]:
+    year = "30d" if quick else "365d"
+    month = "3d" if quick else "30d"
+    figures: dict[str, Any] = {"seed": seed, "quick": quick}
+    floor_s = _bare_floor(BARE_SLEEPS)
+    sim_s = _bare_sim(BARE_SLEEPS)
+    figures["scheduler"] = {"sleeps": BARE_SLEEPS, "floor_s": round(floor_s, 4), "simruntime_s": round(sim_s, 4),
+                            "ratio": round(sim_s / floor_s, 2), "budget_ratio": 1.5}
+    runs = {}
+    for label, args, budget_s in (
+        (f"memory {year}", ["sentinel-year", "--seed", str(seed), "--duration", year], 10.0),
+        (f"sqlite {year}", ["sentinel-year", "--seed", str(seed), "--duration", year, "--store", "sqlite"], 30.0),
+        (f"memory {month}", ["sentinel-year", "--seed", str(seed), "--duration", month], None),
+    ):
+        result = _run_child(args)
+        runs[label] = {"status": result["status"], "wall_s": result["wall_s"], "wakes": result["wakes"],
+                       "us_per_wake": round(result["wall_s"] / max(1, result["wakes"]) * 1e6, 1),
+                       "peak_rss_mb": result.get("peak_rss_mb"), "budget_s": budget_s if not quick else None}
+    figures["runs"] = runs
+    year_rss = runs[f"memory {year}"]["peak_rss_mb"]
+    month_rss = runs[f"memory {month}"]["peak_rss_mb"]
+    if year_rss and month_rss:
+        figures["memory_flatness"] = {"month_rss_mb": month_rss, "year_rss_mb": year_rss,
+                                      "ratio": round(year_rss / month_rss, 3), "budget_ratio": 1.3,
+                                      "budget_mb": 300}
+    return figures
+
+
+def render(figures: dict[str, Any]) -> str:
+    lines = [f"loomsim bench (seed {figures['seed']}{', quick' if figures['quick'] else ''})"]
+    sched = figures["scheduler"]
+    lines.append(f"  scheduler, {sched['sleeps']} sleeps of one task: SimRuntime {sched['simruntime_s']:.3f}s vs "
+                 f"bare heap loop {sched['floor_s']:.3f}s = {sched['ratio']}x (budget <= {sched['budget_ratio']}x)")
+    for label, run in figures["runs"].items():
+        budget = f" (budget {run['budget_s']:.0f}s)" if run["budget_s"] else ""
+        lines.append(f"  sentinel-year {label}: {run['wall_s']:.2f}s wall{budget}, {run['wakes']} wakes, "
+                     f"{run['us_per_wake']} us/wake, peak RSS {run['peak_rss_mb']} MB, {run['status']}")
+    flat = figures.get("memory_flatness")
+    if flat:
+        lines.append(f"  memory flatness: peak RSS {flat['year_rss_mb']} MB (year) / {flat['month_rss_mb']} MB "
+                     f"(month) = {flat['ratio']}x (budget <= {flat['budget_ratio']}x and <= {flat['budget_mb']} MB)")
+    return "\n".join(lines)
