@@ -532,6 +532,8 @@ def json_equal(a: object, b: object) -> bool:
     (which canonical JSON may join into one character) are compared exactly
     by falling back to :func:`canonical_equal`.
     """
+    if a is b:
+        return True
     ta = type(a)
     tb = type(b)
     if ta is dict:

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any, NoReturn, Sequence
 
-from sim.clock import DurationError, format_calendar, format_duration_ms, parse_duration_ms
+from sim.clock import DurationError, format_calendar, format_duration_ms, format_span_ms, parse_duration_ms
 from sim.runner import RunResult, run
 from sim.scenario import STORES, ScenarioOptions, SetupError
 from sim.trace import event_json
@@ -250,7 +250,7 @@ def _print_config(scenario: Any, opts: ScenarioOptions) -> None:
 
 def _print_result(result: RunResult, command: str, repro_path: str | None) -> None:
     stats = result.stats
-    print(f"simulated {format_duration_ms(result.simulated_ms)} in {result.wall_s:.2f}s wall: "
+    print(f"simulated {format_span_ms(result.simulated_ms)} in {result.wall_s:.2f}s wall: "
           f"{result.wakes} wakes, {result.events} events")
     faults = ", ".join(f"{k}={v}" for k, v in result.faults.items()) or "none"
     print(f"faults: {faults}")

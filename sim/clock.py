@@ -74,6 +74,20 @@ def format_duration_ms(duration_ms: int) -> str:
     return f"{duration_ms}ms"
 
 
+def format_span_ms(duration_ms: int) -> str:
+    """Human rendering of a span: ``365d 1h``, ``2h 30m``, ``1.875s``."""
+    assert duration_ms >= 0
+    parts = []
+    rest_ms = duration_ms
+    for unit, size in (("d", MS_PER_DAY), ("h", MS_PER_HOUR), ("m", MS_PER_MINUTE)):
+        if rest_ms >= size:
+            parts.append(f"{rest_ms // size}{unit}")
+            rest_ms %= size
+    if rest_ms or not parts:
+        parts.append(f"{rest_ms // MS_PER_SECOND}s" if rest_ms % MS_PER_SECOND == 0 else f"{rest_ms / 1000:g}s")
+    return " ".join(parts)
+
+
 def _civil_from_days(days: int) -> tuple[int, int, int]:
     # Howard Hinnant's days_from_civil inverse, on the proleptic Gregorian
     # calendar, shifted so day 0 is 1970-01-01.

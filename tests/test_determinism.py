@@ -133,3 +133,16 @@ def test_a_stopped_run_leaves_no_coroutine_to_the_garbage_collector(monkeypatch)
         gc.collect()
     leaked = [str(w.message) for w in caught if "never awaited" in str(w.message)]
     assert leaked == []
+
+
+def test_memory_and_sqlite_backends_produce_the_same_history():
+    """A differential check for free: both backends must make the system see
+    and do exactly the same things, so the trace digests are equal. A backend
+    that differs in any observable result (a revision, an error, an order)
+    breaks this."""
+    scenario = registry.get("sentinel-year")
+    memory = run(scenario, ScenarioOptions(seed=11, duration_ms=parse_duration_ms("2d")))
+    sqlite = run(scenario, ScenarioOptions(seed=11, duration_ms=parse_duration_ms("2d"), store="sqlite"))
+    assert memory.passed and sqlite.passed
+    assert memory.trace_digest == sqlite.trace_digest
+    assert memory.stats == sqlite.stats

@@ -42,6 +42,12 @@ CID = "agent.state"
 # --- harness -------------------------------------------------------------------
 
 
+
+def adoptions(probe):
+    """The ``ds.saved`` events that adopted an earlier write, without the flag."""
+    return [{k: v for k, v in fields.items() if k != "adopted"}
+            for fields in probe.of("ds.saved") if fields["adopted"]]
+
 def drive(coro: Any) -> Any:
     """Run a coroutine that must never suspend; return its value."""
     try:
@@ -447,7 +453,7 @@ def test_adopt_own_write_on_create_after_crash_before_step_completed():
     assert counting.saves_committed == 1
     # The load was folded from the log: only the first attempt read the store to load.
     assert counting.calls == ["load", "save", "save", "load"]
-    assert probe.of("ds.adopted") == [{"key": KEY, "run": record.run_id, "revision": 1, "digest": digest(payload)}]
+    assert adoptions(probe) == [{"key": KEY, "run": record.run_id, "revision": 1, "digest": digest(payload)}]
 
 
 def test_adopt_own_write_at_a_later_revision():
@@ -505,7 +511,7 @@ def test_a_genuinely_concurrent_writer_at_expected_plus_one_is_a_loud_conflict()
     assert (error.key, error.expected, error.actual) == (KEY, 1, 2)
     assert outcome.status == FAILED and outcome.output["errorTag"] == "RevisionConflictError"
     assert w.stored() == DurableStateRecord(2, 2, {"count": 100, "tags": ["operator"]})  # theirs, kept
-    assert probe.of("ds.adopted") == []
+    assert adoptions(probe) == []
     assert [s[0] for s in w.steps(record)] == [f"{CID}.load"]
 
 
@@ -544,7 +550,7 @@ def test_conflict_at_expected_plus_two_stays_a_conflict_even_with_equal_content(
     (error,) = seen
     assert isinstance(error, RevisionConflictError) and (error.expected, error.actual) == (0, 2)
     assert outcome.status == FAILED
-    assert probe.of("ds.adopted") == []
+    assert adoptions(probe) == []
     assert w.stored().revision == 2
 
 
@@ -558,7 +564,7 @@ def test_conflict_with_equal_payload_but_a_different_stored_version_is_not_adopt
     (error,) = seen
     assert isinstance(error, RevisionConflictError) and (error.expected, error.actual) == (0, 1)
     assert outcome.status == FAILED
-    assert probe.of("ds.adopted") == []
+    assert adoptions(probe) == []
     assert w.stored() == DurableStateRecord(1, 1, payload)
 
 
@@ -633,7 +639,7 @@ def test_third_party_conflict_matched_by_name_is_adopted_after_a_crash():
     assert outcome.status == COMPLETED
     assert outcome.output["saved"] == {"revision": 1, "contractVersion": 2, "adopted": True}
     assert w.stored() == DurableStateRecord(2, 1, payload)
-    assert len(probe.of("ds.adopted")) == 1
+    assert len(adoptions(probe)) == 1
 
 
 def test_third_party_conflict_that_is_not_ours_is_re_raised_as_is():
@@ -725,8 +731,9 @@ def test_probe_sees_loaded_rejected_and_adopted():
     record = _crash_after_store_write(w, handle, flow)
     w.run(flow, record)
     kinds = [k for k, _ in probe.events]
-    assert kinds == ["ds.loaded", "ds.adopted"]  # the re-run's load is folded, not re-emitted
-    assert probe.events[1][1] == {"key": KEY, "run": record.run_id, "revision": 2, "digest": digest({"count": 3})}
+    assert kinds == ["ds.loaded", "ds.saved"]  # the re-run's load is folded, not re-emitted
+    assert probe.events[1][1] == {"key": KEY, "run": record.run_id, "revision": 2, "adopted": True,
+                                  "digest": digest({"count": 3})}
 
 
 def test_clear_is_a_recorded_step_and_a_create_works_again_afterwards():

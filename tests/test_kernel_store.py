@@ -135,14 +135,16 @@ class PurgeForgetsHighWater(InMemoryExecutionStore):
 class FinishOverwrites(InMemoryExecutionStore):
     """Last finish wins: no idempotency, no conflict."""
 
-    async def finish_execution(self, run_id, *, status, output, finished_at_ms):
+    async def finish_execution(self, run_id, *, status, output, finished_at_ms, **steps):
         row = self._executions.get(run_id)
         if row is not None and row.finished_at_ms is not None:
             row.status = PARKED if row.schedule_id is None else RUNNING
             row.finished_at_ms = None
             if row.schedule_id is not None:
                 self._live.setdefault(row.schedule_id, {})[run_id] = row
-        return await super().finish_execution(run_id, status=status, output=output, finished_at_ms=finished_at_ms)
+        return await super().finish_execution(
+            run_id, status=status, output=output, finished_at_ms=finished_at_ms, **steps
+        )
 
 
 class SharesInputReference(InMemoryExecutionStore):
@@ -163,14 +165,35 @@ class SharesInputReference(InMemoryExecutionStore):
         return record
 
 
+class LoopingAppendSteps(InMemoryExecutionStore):
+    """A batch as a loop of single appends: a bad step midway leaves the
+    steps before it behind."""
+
+    async def append_steps(self, run_id, first_seq, steps):
+        return tuple([await self.append_step(run_id, seq, *step) for seq, step in enumerate(steps, first_seq)])
+
+
+class FinishAppendsThenFinishes(InMemoryExecutionStore):
+    """Finish with steps as two calls: append, then finish. A repeat of a
+    committed finish fails on the append instead of being idempotent."""
+
+    async def finish_execution(self, run_id, *, status, output, finished_at_ms, steps=(), first_seq=None):
+        if steps:
+            await self.append_steps(run_id, first_seq, steps)
+        return await super().finish_execution(run_id, status=status, output=output, finished_at_ms=finished_at_ms)
+
+
 @pytest.mark.parametrize(
     "broken_store, failing_check",
     [
+        (LoopingAppendSteps, "append-steps-all-or-nothing"),
+        (FinishAppendsThenFinishes, "finish-with-steps-idempotent"),
         (NonIdempotentStart, "start-idempotent-by-run-id"),
         (GapAcceptingAppend, "append-step-sequence"),
         (PurgeForgetsHighWater, "start-retired-after-purge"),
         (FinishOverwrites, "finish-idempotent"),
         (FinishOverwrites, "finish-conflict"),
+        (FinishOverwrites, "finish-with-steps-idempotent"),
         (SharesInputReference, "json-values-copied"),
     ],
 )
@@ -381,6 +404,109 @@ def test_sqlite_shares_a_connection_with_other_stores(tmp_path):
     conn.close()
 
 
+# The kernel tables as the first version of this adapter made them: a rowid
+# kernel_executions (this version makes it WITHOUT ROWID) and an IN-list CHECK.
+_FIRST_SCHEMA = (
+    """CREATE TABLE kernel_executions (
+        run_id TEXT PRIMARY KEY NOT NULL, schedule_id TEXT, occurrence_ms INTEGER,
+        flow_version INTEGER NOT NULL, input_json TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('running', 'parked', 'completed', 'failed')),
+        started_at_ms INTEGER NOT NULL, finished_at_ms INTEGER, output_json TEXT NOT NULL,
+        CHECK ((finished_at_ms IS NULL) = (status IN ('running', 'parked'))))""",
+    """CREATE TABLE kernel_steps (
+        run_id TEXT NOT NULL, seq INTEGER NOT NULL CHECK (seq >= 1), step_id TEXT NOT NULL,
+        kind TEXT NOT NULL, output_json TEXT NOT NULL, PRIMARY KEY (run_id, seq)) WITHOUT ROWID""",
+    """CREATE TABLE kernel_schedules (
+        schedule_id TEXT PRIMARY KEY NOT NULL, high_water_ms INTEGER NOT NULL) WITHOUT ROWID""",
+    """CREATE INDEX kernel_executions_live ON kernel_executions (schedule_id, occurrence_ms, run_id)
+        WHERE status IN ('running', 'parked')""",
+    """CREATE INDEX kernel_executions_finished ON kernel_executions (finished_at_ms)
+        WHERE finished_at_ms IS NOT NULL""",
+)
+
+
+def test_sqlite_works_on_a_database_made_by_the_first_schema(tmp_path):
+    """Schema creation is CREATE ... IF NOT EXISTS: a file made before the
+    schema changed keeps its tables, and every statement works on them."""
+    path = str(tmp_path / "first.db")
+    conn = open_database(path)
+    for statement in _FIRST_SCHEMA:
+        conn.execute(statement)
+    conn.execute(
+        "INSERT INTO kernel_executions VALUES ('s@500', 's', 500, 1, 'null', 'running', 500, NULL, 'null')"
+    )
+    conn.execute("INSERT INTO kernel_steps VALUES ('s@500', 1, 'old', 'STEP_COMPLETED', '1')")
+    conn.execute("INSERT INTO kernel_schedules VALUES ('s', 500)")
+    conn.close()
+
+    async def main():
+        memory = InMemoryExecutionStore()
+        await memory.start_execution("s@500", schedule_id="s", occurrence_ms=500, flow_version=1, input=None, started_at_ms=500)
+        await memory.append_step("s@500", 1, "old", STEP_COMPLETED, 1)
+        store = SqliteExecutionStore.open(path)
+        for each in (memory, store):
+            await _populate(each)
+            await each.finish_execution(
+                "s@500", status=COMPLETED, output=None, finished_at_ms=1_600,
+                steps=(("new", STEP_COMPLETED, 2),), first_seq=2,
+            )
+        assert await _snapshot(store) == await _snapshot(memory)
+        assert len(await store.load_steps("s@500")) == 2
+        store.close()
+
+    run(main)
+
+
+def test_sqlite_refused_batches_roll_back_and_leave_no_transaction_open(tmp_path):
+    store = SqliteExecutionStore.open(str(tmp_path / "k.db"))
+
+    async def main():
+        await store.start_execution("r", schedule_id=None, occurrence_ms=None, flow_version=1, input=None, started_at_ms=0)
+        two = (("a", STEP_COMPLETED, 1), ("b", STEP_COMPLETED, 2))
+        for _ in range(3):
+            with pytest.raises(StepSequenceConflict):
+                await store.append_steps("r", 2, two)
+            with pytest.raises(StepSequenceConflict):
+                await store.finish_execution("r", status=COMPLETED, output=None, finished_at_ms=1, steps=two, first_seq=5)
+            with pytest.raises(UnknownExecution):
+                await store.finish_execution("nope", status=COMPLETED, output=None, finished_at_ms=1, steps=two, first_seq=1)
+            assert not store.connection.in_transaction
+        assert await store.load_steps("r") == ()
+        assert (await store.load_execution("r")).status == RUNNING
+        await store.finish_execution("r", status=COMPLETED, output=None, finished_at_ms=1, steps=two, first_seq=1)
+        assert len(await store.load_steps("r")) == 2
+
+    run(main)
+    assert not store.connection.in_transaction
+    store.close()
+
+
+def test_sqlite_two_connections_race_to_finish_with_steps(tmp_path):
+    """Two workers finishing the same run with the same steps: one commits,
+    the other sees the idempotent repeat; a worker behind on the log gets
+    the typed conflict, not a gap or a duplicate."""
+    path = str(tmp_path / "race.db")
+    a = SqliteExecutionStore.open(path)
+    b = SqliteExecutionStore.open(path)
+
+    async def main():
+        await a.start_execution("r", schedule_id="s", occurrence_ms=1, flow_version=1, input=None, started_at_ms=0)
+        await a.start_execution("q", schedule_id="s", occurrence_ms=2, flow_version=1, input=None, started_at_ms=0)
+        steps = (("x", STEP_COMPLETED, "done"),)
+        first = await a.finish_execution("r", status=COMPLETED, output=1, finished_at_ms=5, steps=steps, first_seq=1)
+        assert await b.finish_execution("r", status=COMPLETED, output=1, finished_at_ms=6, steps=steps, first_seq=1) == first
+        await a.append_steps("q", 1, steps)
+        with pytest.raises(StepSequenceConflict) as info:
+            await b.finish_execution("q", status=COMPLETED, output=1, finished_at_ms=6, steps=steps, first_seq=1)
+        assert (info.value.expected_seq, info.value.actual_next_seq) == (1, 2)
+        assert await b.load_steps("r") == (StepRecord("r", 1, "x", STEP_COMPLETED, "done"),)
+        assert (await b.load_execution("q")).status == RUNNING
+
+    run(main)
+    a.close()
+    b.close()
+
+
 def test_sqlite_refuses_a_connection_with_implicit_transactions(tmp_path):
     conn = sqlite3.connect(str(tmp_path / "x.db"))
     with pytest.raises(ValueError, match="isolation_level"):
@@ -473,12 +599,25 @@ _APPEND = st.tuples(
     st.sampled_from(("x", "y")), st.sampled_from((STEP_STARTED, STEP_COMPLETED, EFFECT_INDOUBT, EVENT_EMITTED)),
     JSON_VALUES,
 )
+_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(("x", "y")), st.sampled_from((STEP_STARTED, STEP_COMPLETED, EFFECT_INDOUBT, EVENT_EMITTED)),
+        JSON_VALUES,
+    ),
+    max_size=3,
+).map(tuple)
+_APPEND_STEPS = st.tuples(
+    st.just("append_steps"), st.sampled_from(RUN_IDS), st.sampled_from((0, 0, 0, -1, 1, -2)), _STEPS,
+)
+# Finish with steps half the time; the seq offsets include the ones a repeat
+# of a committed finish would carry (behind the end of the log).
 _FINISH = st.tuples(
     st.just("finish"), st.sampled_from(RUN_IDS), st.sampled_from((COMPLETED, FAILED)),
     st.sampled_from((None, 1, {"k": [1]}, {"k": [1.0]})), st.integers(0, 30),
+    st.sampled_from((0, 0, -1, -2, 1)), st.one_of(st.just(()), _STEPS),
 )
 OPERATIONS = st.one_of(
-    _START, _START, _APPEND, _APPEND, _APPEND, _FINISH,
+    _START, _START, _APPEND, _APPEND, _APPEND_STEPS, _FINISH, _FINISH,
     st.tuples(st.just("park"), st.sampled_from(RUN_IDS)),
     st.tuples(st.just("purge"), st.integers(0, 35)),
 )
@@ -500,11 +639,17 @@ async def _apply(store, op, next_seq):
         if name == "append":
             run_id, seq_offset, step_id, kind, value = args
             return await store.append_step(run_id, next_seq + seq_offset, step_id, kind, value)
+        if name == "append_steps":
+            run_id, seq_offset, steps = args
+            return await store.append_steps(run_id, next_seq + seq_offset, steps)
         if name == "park":
             return await store.park_execution(*args)
         if name == "finish":
-            run_id, status, output, finished_at_ms = args
-            return await store.finish_execution(run_id, status=status, output=output, finished_at_ms=finished_at_ms)
+            run_id, status, output, finished_at_ms, seq_offset, steps = args
+            return await store.finish_execution(
+                run_id, status=status, output=output, finished_at_ms=finished_at_ms,
+                steps=steps, first_seq=next_seq + seq_offset if steps else None,
+            )
         return await store.purge_finished(*args)
     except (StepSequenceConflict, UnknownExecution, ExecutionNotRunning, FinishConflict) as exc:
         return (type(exc).__name__, vars(exc))
@@ -528,7 +673,8 @@ def test_memory_and_sqlite_agree_on_random_histories(operations):
         sqlite_store = SqliteExecutionStore.open(":memory:")
         try:
             for op in operations:
-                next_seq = len(await memory.load_steps(op[1])) + 1 if op[0] == "append" else 0
+                with_seq = op[0] in ("append", "append_steps", "finish")
+                next_seq = len(await memory.load_steps(op[1])) + 1 if with_seq else 0
                 expected = await _apply(memory, op, next_seq)
                 actual = await _apply(sqlite_store, op, next_seq)
                 assert actual == expected, op

@@ -60,7 +60,7 @@ def test_adopt_without_content_check_is_caught(monkeypatch):
             return None
         stored = await self.store.load(self.key)
         from model.canonical import digest
-        self.probe.emit("ds.adopted", key=self.key, run=run_id, revision=stored.revision,
+        self.probe.emit("ds.saved", key=self.key, run=run_id, revision=stored.revision, adopted=True,
                         digest=digest(write.payload))
         return {"revision": stored.revision, "contractVersion": stored.contract_version, "adopted": True}
 

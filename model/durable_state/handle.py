@@ -91,6 +91,7 @@ class DurableState:
                 raise
             return adopted
         self.failpoints.hit(DURABLE_STATE_SAVE_AFTER_STORE_WRITE)
+        self.probe.emit("ds.saved", key=self.key, run=run_id, revision=record.revision, adopted=False)
         return {"revision": record.revision, "contractVersion": record.contract_version, "adopted": False}
 
     async def _adopt_own_write(self, conflict: Any, write: DurableStateWrite,
@@ -104,7 +105,7 @@ class DurableState:
             return None
         if not canonical_equal(stored.payload, write.payload):
             return None
-        self.probe.emit("ds.adopted", key=self.key, run=run_id, revision=stored.revision,
+        self.probe.emit("ds.saved", key=self.key, run=run_id, revision=stored.revision, adopted=True,
                         digest=digest(write.payload))
         return {"revision": stored.revision, "contractVersion": stored.contract_version, "adopted": True}
 

@@ -93,7 +93,8 @@ class ExecutionStoreError(Exception):
 
 
 class StepSequenceConflict(ExecutionStoreError):
-    """``append_step`` at a seq other than (number of steps) + 1.
+    """``append_step`` at a seq other than (number of steps) + 1 — or
+    ``append_steps`` / ``finish_execution(steps=...)`` at such a ``first_seq``.
 
     ``expected_seq`` is the seq the caller asked for (the seq it expected to
     be next); ``actual_next_seq`` is the seq the store would have accepted.

@@ -7,47 +7,43 @@ Shares one database file (and usually one connection from
 Every write is one ``write_transaction`` (``BEGIN IMMEDIATE``), so a
 concurrent writer on another connection can never slip between a check and
 its write. Reads are single statements (SQLite gives each statement a
-consistent snapshot) and take no write lock.
+consistent snapshot) and take no write lock. The SQL strings are module
+constants (the sqlite3 statement cache keys on the string).
 
-Hot path: guarded writes, diagnosed only on refusal
-----------------------------------------------------
-A simulated year runs ~105k executions through here, and each is a handful
-of write transactions; their cost is the budget. So the happy path does not
-read the rows and then write: each write carries the rule's "may I?" in its
-own WHERE clause and ``rowcount`` (or RETURNING) says whether it applied —
+Where the time goes, and what this adapter does about it
+---------------------------------------------------------
+A simulated year runs ~105k executions through here, a few write
+transactions each. Measured (``/tmp/kbench2.py`` and friends, in the change
+that added ``append_steps``), a write transaction costs a fixed BEGIN/COMMIT,
+plus ~10 µs per *page* it dirtied (each is written whole to the WAL at
+commit), plus each statement. So:
 
-- start: the INSERT is guarded by the high-water mark and does nothing on a
-  run id conflict; only a created run raises the mark;
-- append: one UPDATE claims the seqs — it applies only to a live run whose
-  ``step_count`` is ``first_seq - 1`` and sets the new count — then the steps
-  are inserted (``executemany`` for a batch);
-- finish: one UPDATE ... RETURNING applies only to a live run (and, with
-  steps, claims their seqs like append), returning the finished record.
+- Fewer transactions: ``append_steps`` and ``finish_execution(steps=...)``
+  write a batch, or a batch and the finish, in one transaction (one probe,
+  one ``executemany``).
+- start is a guarded write, not read-then-write: ``INSERT ... SELECT ... WHERE
+  NOT EXISTS (a high-water mark at or above the occurrence) ON CONFLICT
+  (run_id) DO NOTHING``; ``rowcount`` 1 means created (then the mark is
+  raised). Only when it did not apply are the rows read, and
+  ``decide_start`` says replay or retired. That saves two SELECTs per start,
+  at the price of restating ``decide_start``'s *create* condition in SQL —
+  the one rule condition written twice. Every decision off the happy path is
+  still the rule's, a guard/rule disagreement is an ``AssertionError`` rather
+  than a silent divergence, and the conformance suite plus the
+  memory-vs-SQLite property test (``tests/test_kernel_store.py``) pin the two
+  adapters to identical results and errors.
+- append and finish stay h11-style (one read, the rule, the write) because
+  every guarded variant measured slower: an ``INSERT INTO kernel_steps ...
+  SELECT`` guarded on the log's last seq reads its own target table, which
+  SQLite stages through an ephemeral table; a ``step_count`` column claimed by
+  an UPDATE dirties the execution's page on every append (a WAL frame costs
+  more than the probe it saves); ``UPDATE ... RETURNING`` buffers its row in
+  an ephemeral table and costs more than SELECT + UPDATE.
+- Fewer pages and no per-write temp tables in the schema (below).
 
-When a guard does not apply, the same transaction reads the rows and hands
-them to the shared rule in ``store.py``, which raises the typed error (or
-says "replay"/"retired"/"idempotent repeat"). So the SQL guards restate the
-rules' *happy* condition, nothing more: every error, and every decision off
-the happy path, is still made by the one pure rule, and a guard that refused
-something the rule accepts is an ``AssertionError``, not a silent divergence.
-That restatement is the price of the speed (one statement instead of a
-SELECT plus a write); the conformance suite and the memory-vs-SQLite
-property test (``tests/test_kernel_store.py``) prove both adapters give
-identical results and errors.
-
-``step_count`` on ``kernel_executions`` is the length of the run's step log,
-kept in the transaction that appends (the log is 1..n: primary key plus the
-sequence rule), so the sequence check is a compare on a row the write touches
-anyway instead of a probe of ``kernel_steps``. (A guard that reads
-``kernel_steps`` inside an ``INSERT INTO kernel_steps ... SELECT`` makes
-SQLite stage the row through a temporary table, which measured slower than
-this.) A database created before the column existed is migrated on open.
-
-Measured cost (``/tmp/kbench2.py`` in the change that introduced this): the
-per-transaction price is dominated by WAL frames — every page a transaction
-dirties is written whole at commit — so the schema keeps the pages a write
-touches few: ``kernel_executions`` is ``WITHOUT ROWID`` (no separate run_id
-index to update at every start).
+What is left is mostly SQLite and the file system: BEGIN/COMMIT, WAL frames,
+and checkpoints (``synchronous``/``wal_autocheckpoint`` are the connection's,
+set in ``model/sqlite_db.py``).
 """
 from __future__ import annotations
 
@@ -58,10 +54,10 @@ from model.sqlite_db import open_database, write_transaction
 from .records import (
     PARKED,
     RUNNING,
-    StepSequenceConflict,
     ExecutionRecord,
     StartOutcome,
     StepRecord,
+    StepSequenceConflict,
 )
 from .store import (
     NULL_JSON,
@@ -88,7 +84,16 @@ from .store import (
 #
 # kernel_executions and kernel_steps are WITHOUT ROWID: rows live in the
 # primary-key b-tree itself, so a write touches one b-tree instead of table +
-# index, and a step seq is one seek in the run's key range.
+# index (one page less at every start), and a step seq is one seek in the
+# run's key range.
+#
+# The status CHECK is spelled with = and OR: an IN list of more than two
+# constants is compiled into an ephemeral table, built again on every INSERT
+# and UPDATE of the row (~5 µs each).
+#
+# Tables are created IF NOT EXISTS, so a file made by an earlier version keeps
+# its tables (a rowid kernel_executions, an IN-list CHECK); every statement
+# below works on both.
 #
 # Two partial indexes keep the live set and the purge candidates small no
 # matter how many executions a year leaves behind: live executions by
@@ -101,8 +106,9 @@ _SCHEMA: tuple[str, ...] = (
         occurrence_ms INTEGER,
         flow_version INTEGER NOT NULL,
         input_json TEXT NOT NULL,
-        status TEXT NOT NULL
-            CHECK (status IN ('running', 'parked', 'completed', 'failed')),
+        status TEXT NOT NULL CHECK (
+            status = 'running' OR status = 'parked' OR status = 'completed' OR status = 'failed'
+        ),
         started_at_ms INTEGER NOT NULL,
         finished_at_ms INTEGER,
         output_json TEXT NOT NULL,

@@ -8,12 +8,14 @@ write transaction is atomic for other connections.
 
 The rules themselves (start idempotency and the high-water mark, the step
 sequence, park and finish transitions) are written once, below, as pure
-functions over the rows a call needs (h11 style, DESIGN §9). The memory store
-reads its rows and applies them. The SQLite store's hot path is a guarded
-write that can only succeed where the rule says "write" (see its module
-docstring); whenever the guard does not fire it reads the rows and lets the
-same rule say why, so every error is decided here. The conformance suite and
-the memory-vs-SQLite property test pin the two adapters to identical results.
+functions over the rows a call needs (h11 style, DESIGN §9). Each adapter
+fetches those rows — inside its write transaction for SQLite — calls the rule,
+and writes what the rule decided. One exception, for speed: the SQLite start
+is a write guarded by the rule's *create* condition, and only when the guard
+does not apply does it read the rows and let ``decide_start`` decide (see
+``sqlite_store``). Every error and every decision off that happy path is made
+here; the conformance suite and the memory-vs-SQLite property test pin the
+two adapters to identical results.
 
 JSON values (``input``, ``output``) cross the boundary as canonical text made
 by ``encode_json``: both adapters store that text and decode it on every read.

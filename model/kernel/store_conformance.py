@@ -291,6 +291,81 @@ async def _(store) -> None:
     _eq(await store.load_execution("missing"), None, "load of an unknown run")
 
 
+# --- append_steps (batch) ---------------------------------------------------------
+
+
+async def _no_change(store, run_id: str, steps_before: int, what: str, status: str = RUNNING) -> None:
+    _eq(len(await store.load_steps(run_id)), steps_before, f"steps after {what} (all or nothing)")
+    _eq((await store.load_execution(run_id)).status, status, f"status after {what}")
+
+
+@_check("append-steps-batch")
+async def _(store) -> None:
+    await _started(store, "r")
+    batch = (("charge", STEP_STARTED, None), ("charge", STEP_COMPLETED, {"id": "ch_1"}), ("note", EVENT_EMITTED, [1]))
+    records = await store.append_steps("r", 1, batch)
+    expected = (
+        StepRecord("r", 1, "charge", STEP_STARTED, None),
+        StepRecord("r", 2, "charge", STEP_COMPLETED, {"id": "ch_1"}),
+        StepRecord("r", 3, "note", EVENT_EMITTED, [1]),
+    )
+    _eq(records, expected, "returned steps")
+    _eq(type(records), tuple, "append_steps type")
+    _eq(await store.load_steps("r"), expected, "stored steps")
+    # Batches and single appends share one sequence.
+    await store.append_step("r", 4, "single", STEP_COMPLETED, 4)
+    _eq(
+        await store.append_steps("r", 5, [("one", STEP_COMPLETED, 5)]),
+        (StepRecord("r", 5, "one", STEP_COMPLETED, 5),),
+        "a one-step batch (a list is accepted too)",
+    )
+    # An empty batch appends nothing and only checks first_seq.
+    _eq(await store.append_steps("r", 6, ()), (), "empty batch at the next seq")
+    _eq(store.counts(), {"executions": 1, "steps": 5}, "counts after batches")
+    # A parked run accepts a batch, and stays parked.
+    await store.park_execution("r")
+    await store.append_steps("r", 6, (("resolve", STEP_COMPLETED, "ok"),))
+    _eq(((await store.load_execution("r")).status, len(await store.load_steps("r"))), (PARKED, 6), "batch on a parked run")
+
+
+@_check("append-steps-all-or-nothing")
+async def _(store) -> None:
+    await _started(store, "r")
+    await store.append_step("r", 1, "a", STEP_COMPLETED, 1)
+    two = (("b", STEP_COMPLETED, 2), ("c", STEP_COMPLETED, 3))
+    for first_seq, what in ((3, "a gap"), (1, "a duplicate"), (0, "seq 0"), (-5, "a negative seq")):
+        for steps in (two, ()):
+            exc = await _raises(
+                StepSequenceConflict, store.append_steps("r", first_seq, steps), f"batch of {len(steps)} at {what}"
+            )
+            _eq((exc.run_id, exc.expected_seq, exc.actual_next_seq), ("r", first_seq, 2), f"conflict fields for {what}")
+        await _no_change(store, "r", 1, f"a batch at {what}")
+    # A bad value anywhere in the batch refuses all of it, before anything is written.
+    bad_batches = (
+        (ValueError, (("b", STEP_COMPLETED, 2), ("c", STEP_COMPLETED, math.nan)), "NaN in the last step"),
+        (TypeError, (("b", STEP_COMPLETED, 2), ("c", STEP_COMPLETED, {1, 2})), "a set in the last step"),
+        (ValueError, (("b", STEP_COMPLETED, 2), ("c", "STEP_DONE", 3)), "an unknown kind in the last step"),
+        (TypeError, (("b", STEP_COMPLETED, 2), ("c", STEP_COMPLETED)), "a 2-tuple step"),
+        (TypeError, (("b", STEP_COMPLETED, 2), (7, STEP_COMPLETED, 3)), "a non-str step id"),
+        (TypeError, "bad", "steps that are a str"),
+    )
+    for exc_type, steps, what in bad_batches:
+        await _raises(exc_type, store.append_steps("r", 2, steps), f"batch with {what}")
+        await _no_change(store, "r", 1, f"a batch with {what}")
+    await _raises(TypeError, store.append_steps("r", True, two), "batch with a bool first_seq")
+    # Unknown and finished runs, with the same precedence as append_step.
+    for steps in (two, ()):
+        exc = await _raises(UnknownExecution, store.append_steps("nope", 1, steps), f"batch of {len(steps)} on an unknown run")
+        _eq(exc.run_id, "nope", "UnknownExecution.run_id")
+    _eq(await store.load_execution("nope"), None, "a batch must not create an execution")
+    await store.finish_execution("r", status=COMPLETED, output=None, finished_at_ms=5)
+    for steps in (two, ()):
+        exc = await _raises(ExecutionNotRunning, store.append_steps("r", 2, steps), f"batch of {len(steps)} on a finished run")
+        _eq((exc.run_id, exc.status), ("r", COMPLETED), "ExecutionNotRunning fields")
+    await _no_change(store, "r", 1, "a batch on a finished run", status=COMPLETED)
+    _eq(store.counts(), {"executions": 1, "steps": 1}, "counts after refused batches")
+
+
 # --- park / finish ----------------------------------------------------------------
 
 
@@ -374,6 +449,127 @@ async def _(store) -> None:
     )
     _eq(exc.run_id, "nope", "UnknownExecution.run_id")
     _eq(await store.load_execution("nope"), None, "finish must not create an execution")
+
+
+@_check("finish-with-steps")
+async def _(store) -> None:
+    started = await _started(store, "r")
+    await store.append_step("r", 1, "fetch", STEP_COMPLETED, {"rows": 2})
+    done = await store.finish_execution(
+        "r", status=COMPLETED, output={"sent": 1}, finished_at_ms=4_000,
+        steps=(("send", STEP_COMPLETED, "sent"), ("finding", EVENT_EMITTED, {"n": 1})), first_seq=2,
+    )
+    _eq(
+        done,
+        ExecutionRecord(
+            started.run_id, started.schedule_id, started.occurrence_ms, started.flow_version,
+            started.input, COMPLETED, started.started_at_ms, 4_000, {"sent": 1},
+        ),
+        "record finished with steps",
+    )
+    _eq(
+        await store.load_steps("r"),
+        (
+            StepRecord("r", 1, "fetch", STEP_COMPLETED, {"rows": 2}),
+            StepRecord("r", 2, "send", STEP_COMPLETED, "sent"),
+            StepRecord("r", 3, "finding", EVENT_EMITTED, {"n": 1}),
+        ),
+        "steps appended by the finish",
+    )
+    _eq(await store.live_executions("sched"), (), "live set after finishing with steps")
+    # Operator resolution of a parked run: record the outcome and finish at once.
+    await _started(store, "p", occurrence_ms=2_000)
+    await store.append_steps("p", 1, (("charge", STEP_STARTED, None), ("charge", EFFECT_INDOUBT, None)))
+    await store.park_execution("p")
+    failed = await store.finish_execution(
+        "p", status=FAILED, output="refunded", finished_at_ms=5_000,
+        steps=(("charge", STEP_COMPLETED, {"resolved_by": "operator"}),), first_seq=3,
+    )
+    _eq((failed.status, len(await store.load_steps("p"))), (FAILED, 3), "finish of a parked run with steps")
+    # steps=() is a plain finish; its first_seq, if given, is not checked.
+    await _started(store, "q", occurrence_ms=3_000)
+    plain = await store.finish_execution("q", status=COMPLETED, output=None, finished_at_ms=6_000, steps=(), first_seq=99)
+    _eq((plain.status, await store.load_steps("q")), (COMPLETED, ()), "finish with steps=() and a first_seq")
+    _eq(store.counts(), {"executions": 3, "steps": 6}, "counts")
+
+
+@_check("finish-with-steps-all-or-nothing")
+async def _(store) -> None:
+    await _started(store, "r")
+    await store.append_step("r", 1, "a", STEP_COMPLETED, 1)
+    step = (("b", STEP_COMPLETED, 2),)
+    for first_seq, what in ((3, "a gap"), (1, "a duplicate"), (0, "seq 0")):
+        exc = await _raises(
+            StepSequenceConflict,
+            store.finish_execution("r", status=COMPLETED, output=None, finished_at_ms=9, steps=step, first_seq=first_seq),
+            f"finish with steps at {what}",
+        )
+        _eq((exc.run_id, exc.expected_seq, exc.actual_next_seq), ("r", first_seq, 2), f"conflict fields for {what}")
+        await _no_change(store, "r", 1, f"a finish with steps at {what}")
+    bad = (
+        (TypeError, dict(steps=step), "steps without first_seq"),
+        (TypeError, dict(steps=step, first_seq="2"), "a str first_seq"),
+        (TypeError, dict(steps=(), first_seq=2.0), "a float first_seq"),
+        (ValueError, dict(steps=(("b", STEP_COMPLETED, 2), ("c", STEP_COMPLETED, math.inf)), first_seq=2), "inf in a step"),
+        (ValueError, dict(steps=(("b", "NOPE", 2),), first_seq=2), "an unknown step kind"),
+        (TypeError, dict(steps=[["b", STEP_COMPLETED]], first_seq=2), "a 2-item step"),
+    )
+    for exc_type, kwargs, what in bad:
+        await _raises(
+            exc_type, store.finish_execution("r", status=COMPLETED, output=None, finished_at_ms=9, **kwargs), f"finish with {what}"
+        )
+        await _no_change(store, "r", 1, f"a finish with {what}")
+    exc = await _raises(
+        UnknownExecution,
+        store.finish_execution("nope", status=COMPLETED, output=None, finished_at_ms=9, steps=step, first_seq=1),
+        "finish with steps of an unknown run",
+    )
+    _eq(exc.run_id, "nope", "UnknownExecution.run_id")
+    _eq(store.counts(), {"executions": 1, "steps": 1}, "counts after refused finishes")
+
+
+@_check("finish-with-steps-idempotent")
+async def _(store) -> None:
+    await _started(store, "r")
+    steps = (("a", STEP_COMPLETED, 1), ("b", STEP_COMPLETED, {"x": [1]}))
+    first = await store.finish_execution(
+        "r", status=COMPLETED, output={"k": 1}, finished_at_ms=100, steps=steps, first_seq=1
+    )
+    logged = await store.load_steps("r")
+    # The identical call again (an ack lost after commit): the stored record,
+    # nothing appended — the first call committed the steps.
+    again = await store.finish_execution(
+        "r", status=COMPLETED, output={"k": 1}, finished_at_ms=999, steps=steps, first_seq=1
+    )
+    _eq(again, first, "repeated finish with steps returns the stored record")
+    _eq(await store.load_steps("r"), logged, "steps after a repeated finish with steps")
+    # Also idempotent without steps, or with a tail the log already holds.
+    _eq(await store.finish_execution("r", status=COMPLETED, output={"k": 1}, finished_at_ms=5), first, "repeat without steps")
+    _eq(
+        await store.finish_execution(
+            "r", status=COMPLETED, output={"k": 1}, finished_at_ms=5, steps=steps[1:], first_seq=2
+        ),
+        first,
+        "repeat with the last step only",
+    )
+    # A repeat implying steps the log does not hold is a conflict, not a repeat.
+    exc = await _raises(
+        FinishConflict,
+        store.finish_execution("r", status=COMPLETED, output={"k": 1}, finished_at_ms=5, steps=steps, first_seq=2),
+        "repeat implying a third step",
+    )
+    _eq((exc.run_id, exc.existing_status, exc.attempted_status), ("r", COMPLETED, COMPLETED), "FinishConflict fields")
+    # The finish rule comes first on a finished run: another result is a
+    # FinishConflict, not a sequence or not-running error.
+    for status, output, first_seq in ((COMPLETED, {"k": 2}, 1), (FAILED, {"k": 1}, 1), (FAILED, {"k": 1}, 7)):
+        exc = await _raises(
+            FinishConflict,
+            store.finish_execution("r", status=status, output=output, finished_at_ms=5, steps=steps, first_seq=first_seq),
+            f"finish as {status} with output {output!r} at seq {first_seq}",
+        )
+        _eq((exc.existing_status, exc.attempted_status), (COMPLETED, status), "FinishConflict fields")
+    _eq(await store.load_execution("r"), first, "record after repeats and conflicts")
+    _eq(await store.load_steps("r"), logged, "steps after repeats and conflicts")
 
 
 # --- live set, retention, counts -----------------------------------------------------
@@ -496,6 +692,11 @@ async def _(store) -> None:
     step.output["rows"].append(3)
     (await store.load_steps("r"))[0].output["rows"].append(4)
     _eq((await store.load_steps("r"))[0].output, {"rows": [1]}, "step output after caller mutations")
+    batch_output = {"rows": [5]}
+    (batch_step,) = await store.append_steps("r", 2, (("t", STEP_COMPLETED, batch_output),))
+    batch_output["rows"].append(6)
+    batch_step.output["rows"].append(7)
+    _eq((await store.load_steps("r"))[1].output, {"rows": [5]}, "batch step output after caller mutations")
     result = {"done": [1]}
     finished = await store.finish_execution("r", status=COMPLETED, output=result, finished_at_ms=5)
     result["done"].append(2)
