@@ -34,7 +34,7 @@ from model.kernel.kernel import Kernel
 from model.kernel.memory_store import InMemoryExecutionStore
 from model.kernel.records import ExecutionRecord
 from model.kernel.sqlite_store import SqliteExecutionStore
-from model.schedules import Schedule, ScheduleDriver
+from model.schedules import Schedule, ScheduleDriver, run_id_for
 from model.sqlite_db import open_database
 from scenarios.invariants import AdoptOwnWrite, CasLinear, ContractSafety, ExactlyOnceWake, ReplayDeterminism
 from scenarios.registry import scenario
@@ -407,6 +407,20 @@ class SentinelYear:
 
     def schedule_high_water_ms(self, schedule_id: str) -> int | None:
         return _run_sync(self.kernel_store.schedule_high_water_ms(schedule_id))
+
+    def retained_runs(self):
+        """(record, log) of every run retention has not purged yet, read from the store."""
+        retained_ms = RETENTION_KEEP_MS + MS_PER_DAY + SETTLE_MS
+        for schedule_id, schedule in sorted(self.schedules.items()):
+            last_ms = self.schedule_high_water_ms(schedule_id)
+            if last_ms is None:
+                continue
+            start_ms = schedule.latest_due_at(max(schedule.first_ms, last_ms - retained_ms))
+            assert start_ms is not None
+            for occurrence_ms in range(start_ms, last_ms + 1, schedule.every_ms):
+                record = _run_sync(self.kernel_store.load_execution(run_id_for(schedule_id, occurrence_ms)))
+                if record is not None:
+                    yield record, _run_sync(self.kernel_store.load_steps(record.run_id))
 
     def stats(self) -> dict[str, Any]:
         counters = self.world.counters

@@ -27,6 +27,7 @@ EXIT_PASS = 0
 EXIT_VIOLATION = 1
 EXIT_USAGE = 2
 SEED_MAX = 2**63 - 1
+EXCERPT_LINES = 14  # the full excerpt is in the repro file
 
 
 class UsageError(Exception):
@@ -271,7 +272,7 @@ def _print_result(result: RunResult, command: str, repro_path: str | None) -> No
     print(f"  {first.message}")
     if result.excerpt:
         print("related trace events:")
-        for seq, t_ms, node, kind, fields in result.excerpt[-25:]:
+        for seq, t_ms, node, kind, fields in result.excerpt[-EXCERPT_LINES:]:
             detail = " ".join(f"{k}={_short(v)}" for k, v in fields.items())
             print(f"  {format_calendar(t_ms)}  #{seq:<8} {node:<12} {kind:<28} {detail}")
     for extra in result.violations[1:5]:

@@ -89,12 +89,19 @@ class Trace:
         return list(self._ring)
 
     def related(self, needles: Iterable[str], limit: int = 40) -> list[Event]:
-        """The most recent ring events whose fields mention any of ``needles``."""
+        """The most recent ring events that mention any of ``needles``.
+
+        Faults and process starts/crashes are always included: they are the
+        usual cause of what happened to the key or run that failed.
+        """
         wanted = tuple(n for n in needles if n)
         if not wanted:
             return list(self._ring)[-limit:]
-        picked = [e for e in self._ring if _mentions(e, wanted)]
+        picked = [e for e in self._ring if e[3] in _CONTEXT_KINDS or _mentions(e, wanted)]
         return picked[-limit:]
+
+
+_CONTEXT_KINDS = frozenset({"fault", "node.crash", "node.start", "deploy", "violation"})
 
 
 def _mentions(event: Event, needles: tuple[str, ...]) -> bool:

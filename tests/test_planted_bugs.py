@@ -7,6 +7,7 @@ doing, not noise.
 """
 from __future__ import annotations
 
+import attrs
 import pytest
 
 import model.durable_state.memory_store as ds_memory
@@ -116,3 +117,22 @@ def test_lost_update_is_caught(monkeypatch):
 
     monkeypatch.setattr(ds_memory, "next_revision", blind_next_revision)
     assert_caught(first_caught(), "cas-linear")
+
+
+def test_the_audit_replays_what_the_store_retains(monkeypatch):
+    """Corrupt the store's copy of a finished run's output after the fact: the
+    online checks saw the true value, the end-of-run audit reads the store
+    itself and catches the mismatch."""
+    from scenarios.sentinel_year import SentinelYear
+
+    real_retained = SentinelYear.retained_runs
+
+    def tampered(self):
+        for index, (record, log) in enumerate(real_retained(self)):
+            if index == 3 and record.status == "completed":
+                record = attrs.evolve(record, output={"revision": -1, "wakes": -1})
+            yield record, log
+
+    monkeypatch.setattr(SentinelYear, "retained_runs", tampered)
+    result = run_sentinel(0, "2d")
+    assert_caught(result, "replay-determinism")

@@ -109,6 +109,21 @@ class ContractSafety(Checker):
             elif value != fields["mismatch"]:
                 self.fail(f"{key}: load rejected as {fields['mismatch']}, the contract says {value}", (key,))
 
+    def audit(self, world: Any) -> None:
+        """Every stored envelope validates under the version it claims."""
+        for key in sorted(self._versions):
+            self.checks += 1
+            stored = world.durable_state_snapshot(key)
+            if stored is None:
+                continue
+            contract = self._contracts_for_key(key).get(stored.contract_version)
+            if contract is None or contract.validate(stored.payload) is not None:
+                self.fail(f"{key}: the store holds v{stored.contract_version} state that does not validate "
+                          "under that version", (key,))
+            elif stored.contract_version != self._versions[key]:
+                self.fail(f"{key}: the store holds v{stored.contract_version}, the last commit wrote "
+                          f"v{self._versions[key]}", (key,))
+
     def _check_save(self, fields: dict) -> None:
         self.checks += 1
         key = fields["key"]

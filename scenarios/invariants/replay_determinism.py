@@ -9,7 +9,8 @@ state handles bound to a store that counts every call. It must:
 - touch no store (the counter stays put) — replay folds recorded values,
 - return the settled output (completed runs), or stop exactly at the end of
   the log or with the same error tag (failed runs).
-Memory: the logs of live runs only.
+Memory: the logs of live runs only. The audit replays every run the store
+still retains, reading its log and outcome from the store itself.
 """
 from __future__ import annotations
 
@@ -70,6 +71,12 @@ class ReplayDeterminism(Checker):
             return
         log.extend(StepRecord(run_id, first_seq + i, step_id, step_kind, output)
                    for i, (step_id, step_kind, output) in enumerate(steps))
+
+    def audit(self, world: Any) -> None:
+        """Replay the runs the store still holds, from the store's own logs."""
+        for record, log in world.retained_runs():
+            if record.status in ("completed", "failed"):
+                self._check(record, log, record.status, record.output)
 
     def _check(self, record: ExecutionRecord, log: tuple[StepRecord, ...], status: str, output: Any) -> None:
         self.checks += 1
