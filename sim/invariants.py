@@ -38,17 +38,15 @@ class Checker:
         self.checks = 0
         self._sink: Callable[[Violation], None] | None = None
         self._clock: Callable[[], int] = lambda: 0
-        self._last_seq = 0
+        self._trace: Trace | None = None
 
     def attach(self, trace: Trace, clock: Callable[[], int], sink: Callable[[Violation], None]) -> None:
         self._sink = sink
         self._clock = clock
+        self._trace = trace
         if self.kinds:
-            trace.subscribe(self.kinds, self._dispatch)
-
-    def _dispatch(self, event: Event) -> None:
-        self._last_seq = event[0]
-        self.on_event(event)
+            # on_event directly, no wrapper: this runs for every event.
+            trace.subscribe(self.kinds, self.on_event)
 
     def on_event(self, event: Event) -> None:  # pragma: no cover - default
         raise NotImplementedError
@@ -58,7 +56,8 @@ class Checker:
 
     def fail(self, message: str, related: Iterable[str] = ()) -> None:
         assert self._sink is not None, "checker not attached"
-        self._sink(Violation(self.name, message, self._clock(), tuple(str(r) for r in related), self._last_seq))
+        seq = self._trace.events if self._trace is not None else 0
+        self._sink(Violation(self.name, message, self._clock(), tuple(str(r) for r in related), seq))
 
 
 class InvariantSet:

@@ -14,7 +14,6 @@ run at ``EFFECT_INDOUBT`` for an operator rather than guess.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Awaitable, Callable
 
 import attrs
@@ -31,6 +30,7 @@ from model.kernel.records import (
     ExecutionStoreError,
     StepRecord,
 )
+from model.kernel.store import decode_json, encode_json
 from model.probe import NULL_PROBE, Probe
 from model.runtime import Runtime
 
@@ -154,12 +154,12 @@ class ExecutionContext:
         # The flow gets what replay will get (the JSON value, e.g. a list for
         # a tuple), as its own copy: mutating it cannot rewrite the pending
         # record. A non-JSON output fails here, loudly.
-        text = json.dumps(output, allow_nan=False)
-        self._pending.append((step_id, STEP_COMPLETED, json.loads(text)))
+        text = encode_json(output)
+        self._pending.append((step_id, STEP_COMPLETED, decode_json(text)))
         if not idempotent:
             await self.flush()
         self.executed += 1
-        return json.loads(text)
+        return decode_json(text)
 
     async def _fold(self, step_id: str) -> Any:
         log = self._log
