@@ -1,0 +1,330 @@
+"""Conformance suite for ``ConversationStore`` adapters (persistence §6, §7,
+STORE-010/013).
+
+Every adapter — the in-memory and SQLite stores here, and yours — must pass
+the same named checks, one per rule. Each check gets a fresh store, so a
+failure names the rule that broke.
+
+Running it against your own adapter::
+
+    import trio
+    from model.conversation.conformance import run_conversation_store_conformance
+
+    def make_store():
+        return MyConversationStore(fresh_test_database())  # fresh and empty
+
+    def test_my_store_conforms():
+        assert trio.run(run_conversation_store_conformance, make_store)
+
+``make_store`` is a zero-argument callable returning the store or an
+awaitable of it. The store must provide ``materialize``, ``append``,
+``inspect_tail``, ``read``, ``lookup_batch`` and ``digest_at`` as in
+``memory_store.InMemoryConversationStore``, raising the typed errors of
+``records``. All checks run even when some fail; then one
+``ConformanceFailure`` (an ``AssertionError``) lists every failing check and
+carries them as ``.failures``. ``checks=(...)`` runs a subset;
+``CONFORMANCE_CHECKS`` is the ordered tuple of all names.
+
+The digest chain is pinned here independently of ``rules.py``:
+``digest({"batch": {"batchId", "firstSeq", "records": [envelope JSON]},
+"previousTailDigest": previous})`` from ``ZERO_DIGEST``.
+"""
+from __future__ import annotations
+
+import inspect
+import traceback
+from typing import Any, Awaitable, Callable, Iterable
+
+from model.canonical import ZERO_DIGEST, digest
+
+from .records import (
+    PAGE_SIZE_MAX,
+    AppendConflict,
+    AppendResult,
+    CanonicalRecord,
+    ConversationTail,
+    FenceRejected,
+    FencedAppendRequest,
+    NotMaterialized,
+    RecordEnvelope,
+    UnsupportedSchemaVersion,
+)
+
+
+class ConformanceFailure(AssertionError):
+    def __init__(self, failures: Iterable[tuple[str, str]]) -> None:
+        self.failures = tuple(failures)
+        lines = [f"{len(self.failures)} conversation store conformance check(s) failed:"]
+        lines += [f"  - {name}: {reason}" for name, reason in self.failures]
+        super().__init__("\n".join(lines))
+
+    @property
+    def failed_checks(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.failures)
+
+
+_CHECKS: list[tuple[str, Callable[[Any], Awaitable[None]]]] = []
+
+
+def _check(name: str):
+    def register(fn):
+        assert name not in {n for n, _ in _CHECKS}, name
+        _CHECKS.append((name, fn))
+        return fn
+
+    return register
+
+
+async def _raises(exc_type, awaitable, what: str):
+    try:
+        result = await awaitable
+    except exc_type as exc:
+        return exc
+    except BaseException as exc:  # noqa: BLE001
+        raise AssertionError(f"{what}: expected {exc_type.__name__}, got {type(exc).__name__}: {exc}") from None
+    raise AssertionError(f"{what}: expected {exc_type.__name__}, returned {result!r}")
+
+
+def _eq(actual, expected, what: str) -> None:
+    if actual != expected:
+        raise AssertionError(f"{what}: expected {expected!r}, got {actual!r}")
+
+
+def envelope(record_id: str, producer_id: str = "p1", epoch: int = 1, payload: object = None, **kw) -> RecordEnvelope:
+    return RecordEnvelope(
+        record_id, kw.get("family", "input"), kw.get("schema_version", 1), kw.get("created_at_ms", 1_000),
+        "dep-1", {"text": record_id} if payload is None else payload, producer_id, epoch,
+    )
+
+
+def request(cid, batch_id, tail_seq, tail_digest, record_ids, producer_id="p1", epoch=1) -> FencedAppendRequest:
+    return FencedAppendRequest(
+        cid, batch_id, producer_id, epoch, tail_seq, tail_digest,
+        tuple(envelope(r, producer_id, epoch) for r in record_ids),
+    )
+
+
+def expected_chain(previous: str, batch_id: str, first_seq: int, envelopes) -> str:
+    return digest(
+        {
+            "batch": {"batchId": batch_id, "firstSeq": first_seq, "records": [e.to_json() for e in envelopes]},
+            "previousTailDigest": previous,
+        }
+    )
+
+
+async def _tail(store, cid="c1") -> ConversationTail:
+    return await store.inspect_tail(cid)
+
+
+async def _append(store, batch_id, record_ids, cid="c1", producer_id="p1", epoch=1) -> AppendResult:
+    tail = await store.inspect_tail(cid)
+    return await store.append(request(cid, batch_id, tail.tail_seq, tail.tail_digest, record_ids, producer_id, epoch))
+
+
+async def _unchanged(store, before: ConversationTail, records_before: int, what: str, cid="c1") -> None:
+    _eq((await store.inspect_tail(cid)).tail_seq, before.tail_seq, f"{what}: tail seq")
+    _eq((await store.inspect_tail(cid)).tail_digest, before.tail_digest, f"{what}: tail digest")
+    _eq(len(await store.read(cid, 0, PAGE_SIZE_MAX)), records_before, f"{what}: records held")
+
+
+@_check("materialize-creates-empty-log")
+async def _(store) -> None:
+    await store.materialize("c1", "p1", 1)
+    _eq(await store.inspect_tail("c1"), ConversationTail(0, ZERO_DIGEST, 1), "tail of a new conversation")
+    _eq(await store.read("c1", 0, 10), (), "records of a new conversation")
+
+
+@_check("materialize-idempotent-and-fenced")
+async def _(store) -> None:
+    await store.materialize("c1", "p1", 2)
+    await store.materialize("c1", "p1", 2)
+    await _append(store, "b1", ["r1"], producer_id="p1", epoch=2)
+    await store.materialize("c1", "p1", 2)
+    _eq((await store.inspect_tail("c1")).tail_seq, 1, "same-epoch materialize keeps the log")
+    exc = await _raises(FenceRejected, store.materialize("c1", "p0", 1), "materialize with a lower epoch")
+    _eq(exc.actual_epoch, 2, "FenceRejected.actual_epoch")
+    await _raises(FenceRejected, store.materialize("c1", "p9", 2), "same epoch, other producer")
+    await store.materialize("c1", "p3", 3)
+    _eq(await store.inspect_tail("c1"), ConversationTail(1, (await store.inspect_tail("c1")).tail_digest, 3), "takeover")
+
+
+@_check("not-materialized")
+async def _(store) -> None:
+    await _raises(NotMaterialized, store.inspect_tail("nope"), "inspect_tail")
+    await _raises(NotMaterialized, store.read("nope", 0, 1), "read")
+    await _raises(NotMaterialized, store.append(request("nope", "b", 0, ZERO_DIGEST, ["r"])), "append")
+    await store.materialize("c1", "p1", 1)
+    await _raises(NotMaterialized, store.inspect_tail("nope"), "other conversation after materialize")
+
+
+@_check("append-gap-free-seqs-and-digest-chain")
+async def _(store) -> None:
+    await store.materialize("c1", "p1", 1)
+    previous = ZERO_DIGEST
+    next_seq = 1
+    for index, ids in enumerate((["a"], ["b", "c", "d"], ["e"])):
+        result = await _append(store, f"b{index}", ids)
+        want = expected_chain(previous, f"b{index}", next_seq, [envelope(r) for r in ids])
+        _eq((result.first_seq, result.last_seq, result.tail_digest, result.replayed),
+            (next_seq, next_seq + len(ids) - 1, want, False), f"result of batch {index}")
+        _eq(await store.digest_at("c1", result.last_seq), want, f"digest_at({result.last_seq})")
+        previous = want
+        next_seq += len(ids)
+    _eq(await store.inspect_tail("c1"), ConversationTail(5, previous, 1), "tail")
+    records = await store.read("c1", 0, 10)
+    _eq([(r.seq, r.batch_id, r.envelope) for r in records],
+        [(1, "b0", envelope("a")), (2, "b1", envelope("b")), (3, "b1", envelope("c")),
+         (4, "b1", envelope("d")), (5, "b2", envelope("e"))], "records")
+    _eq(await store.digest_at("c1", 0), ZERO_DIGEST, "digest_at(0)")
+    _eq(await store.digest_at("c1", 3), None, "digest_at inside a batch")
+    _eq(await store.digest_at("c1", 6), None, "digest_at beyond the tail")
+
+
+@_check("append-replay-returns-original")
+async def _(store) -> None:
+    await store.materialize("c1", "p1", 1)
+    first = await store.append(request("c1", "b1", 0, ZERO_DIGEST, ["r1", "r2"]))
+    again = await store.append(request("c1", "b1", 0, ZERO_DIGEST, ["r1", "r2"]))
+    _eq(again, AppendResult(first.first_seq, first.last_seq, first.tail_digest, first.batch_digest, True), "replay")
+    _eq((await store.inspect_tail("c1")).tail_seq, 2, "replay appends nothing")
+    batch = await store.lookup_batch("c1", "b1")
+    _eq((batch.first_seq, batch.last_seq, batch.tail_digest, batch.batch_digest, batch.previous_tail_digest),
+        (1, 2, first.tail_digest, first.batch_digest, ZERO_DIGEST), "lookup_batch")
+    _eq(await store.lookup_batch("c1", "missing"), None, "lookup of an unknown batch")
+
+
+@_check("append-batch-digest-conflict")
+async def _(store) -> None:
+    await store.materialize("c1", "p1", 1)
+    await store.append(request("c1", "b1", 0, ZERO_DIGEST, ["r1"]))
+    before = await store.inspect_tail("c1")
+    exc = await _raises(AppendConflict, store.append(request("c1", "b1", 0, ZERO_DIGEST, ["r9"])), "same batch id, other content")
+    _eq(exc.kind, "batch-digest", "conflict kind")
+    await _unchanged(store, before, 1, "after batch-digest conflict")
+
+
+@_check("append-record-identity")
+async def _(store) -> None:
+    await store.materialize("c1", "p1", 1)
+    exc = await _raises(AppendConflict, store.append(request("c1", "b1", 0, ZERO_DIGEST, ["x", "y", "x"])), "id twice in one batch")
+    _eq((exc.kind, exc.record_id), ("record-identity", "x"), "in-batch conflict")
+    await _unchanged(store, ConversationTail(0, ZERO_DIGEST, 1), 0, "after in-batch reuse")
+    await _append(store, "b2", ["x"])
+    before = await store.inspect_tail("c1")
+    exc = await _raises(AppendConflict, _append(store, "b3", ["z", "x"]), "id reused across batches")
+    _eq((exc.kind, exc.record_id), ("record-identity", "x"), "cross-batch conflict")
+    await _unchanged(store, before, 1, "after cross-batch reuse")
+    await store.materialize("c2", "p1", 1)
+    await _append(store, "b2", ["x"], cid="c2")  # ids and batch ids are per conversation
+
+
+@_check("append-tail-conflict-carries-actual-tail")
+async def _(store) -> None:
+    await store.materialize("c1", "p1", 1)
+    result = await store.append(request("c1", "b1", 0, ZERO_DIGEST, ["r1"]))
+    for seq, dig in ((0, ZERO_DIGEST), (1, ZERO_DIGEST), (2, result.tail_digest)):
+        exc = await _raises(AppendConflict, store.append(request("c1", f"x{seq}", seq, dig, [f"n{seq}"])), f"stale tail {seq}")
+        _eq((exc.kind, exc.actual_tail_seq, exc.actual_tail_digest), ("tail", 1, result.tail_digest), "tail conflict")
+    await _unchanged(store, ConversationTail(1, result.tail_digest, 1), 1, "after tail conflicts")
+
+
+@_check("append-stale-epoch-fenced")
+async def _(store) -> None:
+    await store.materialize("c1", "p1", 1)
+    await _append(store, "b1", ["r1"])
+    await store.materialize("c1", "p2", 2)
+    before = await store.inspect_tail("c1")
+    exc = await _raises(FenceRejected, _append(store, "b2", ["r2"]), "append at a stale epoch")
+    _eq((exc.attempted_epoch, exc.actual_epoch), (1, 2), "FenceRejected epochs")
+    await _raises(FenceRejected, _append(store, "b3", ["r3"], producer_id="p9", epoch=2), "same epoch, other producer")
+    await _unchanged(store, before, 1, "after fenced appends")
+    await _append(store, "b4", ["r4"], producer_id="p2", epoch=2)
+    # A higher epoch takes over with its append.
+    await _append(store, "b5", ["r5"], producer_id="p3", epoch=5)
+    _eq((await store.inspect_tail("c1")).epoch, 5, "epoch after a higher-epoch append")
+    await _raises(FenceRejected, _append(store, "b6", ["r6"], producer_id="p2", epoch=2), "old owner after takeover")
+
+
+@_check("append-all-or-nothing-and-bounds")
+async def _(store) -> None:
+    await store.materialize("c1", "p1", 1)
+    await _raises(ValueError, store.append(FencedAppendRequest("c1", "b", "p1", 1, 0, ZERO_DIGEST, ())), "empty batch")
+    big = tuple(envelope(f"r{i}") for i in range(PAGE_SIZE_MAX + 1))
+    await _raises(ValueError, store.append(FencedAppendRequest("c1", "b", "p1", 1, 0, ZERO_DIGEST, big)), "oversized batch")
+    bad_version = (envelope("ok"), envelope("v", schema_version=99))
+    await _raises(UnsupportedSchemaVersion, store.append(FencedAppendRequest("c1", "b", "p1", 1, 0, ZERO_DIGEST, bad_version)), "unsupported version")
+    nan = (envelope("ok"), envelope("n", payload={"x": float("nan")}))
+    await _raises(ValueError, store.append(FencedAppendRequest("c1", "b", "p1", 1, 0, ZERO_DIGEST, nan)), "NaN payload")
+    foreign = (envelope("ok"), envelope("f", producer_id="p2"))
+    await _raises(ValueError, store.append(FencedAppendRequest("c1", "b", "p1", 1, 0, ZERO_DIGEST, foreign)), "other producer's record")
+    await _unchanged(store, ConversationTail(0, ZERO_DIGEST, 1), 0, "after refused batches")
+    _eq(await store.lookup_batch("c1", "b"), None, "refused batch id stays free")
+    result = await store.append(FencedAppendRequest("c1", "b", "p1", 1, 0, ZERO_DIGEST, big[:PAGE_SIZE_MAX]))
+    _eq((result.first_seq, result.last_seq), (1, PAGE_SIZE_MAX), "a full batch")
+
+
+@_check("read-bounded-forward-pages")
+async def _(store) -> None:
+    await store.materialize("c1", "p1", 1)
+    await _append(store, "b1", [f"r{i}" for i in range(1, 8)])
+    _eq([r.seq for r in await store.read("c1", 0, 3)], [1, 2, 3], "first page")
+    _eq([r.seq for r in await store.read("c1", 3, 3)], [4, 5, 6], "second page")
+    _eq([r.seq for r in await store.read("c1", 6, 3)], [7], "short last page at the tail")
+    _eq(await store.read("c1", 7, 3), (), "read after the tail")
+    for bad in ((0, 0), (0, PAGE_SIZE_MAX + 1), (-1, 1)):
+        await _raises(ValueError, store.read("c1", *bad), f"read{bad}")
+    _eq(all(isinstance(r, CanonicalRecord) for r in await store.read("c1", 0, 7)), True, "record type")
+
+
+@_check("read-returns-copies")
+async def _(store) -> None:
+    await store.materialize("c1", "p1", 1)
+    payload = {"list": [1, 2]}
+    env = envelope("r1", payload=payload)
+    await store.append(FencedAppendRequest("c1", "b1", "p1", 1, 0, ZERO_DIGEST, (env,)))
+    payload["list"].append(3)
+    (await store.read("c1", 0, 1))[0].envelope.payload["list"].append(4)
+    _eq((await store.read("c1", 0, 1))[0].envelope.payload, {"list": [1, 2]}, "payload after caller mutations")
+
+
+@_check("conversations-isolated")
+async def _(store) -> None:
+    await store.materialize("c1", "p1", 1)
+    await store.materialize("c2", "p2", 7)
+    await _append(store, "b1", ["r1", "r2"])
+    _eq(await store.inspect_tail("c2"), ConversationTail(0, ZERO_DIGEST, 7), "other conversation's tail")
+    _eq(await store.read("c2", 0, 5), (), "other conversation's records")
+
+
+CONFORMANCE_CHECKS: tuple[str, ...] = tuple(name for name, _ in _CHECKS)
+
+
+async def run_conversation_store_conformance(
+    make_store: Callable[[], Any], *, checks: Iterable[str] | None = None
+) -> list[str]:
+    """Run the checks, each on a fresh store; return the names that ran (all
+    passed) or raise ``ConformanceFailure`` naming every failing check."""
+    if checks is None:
+        selected = list(_CHECKS)
+    else:
+        wanted = list(checks)
+        unknown = [name for name in wanted if name not in CONFORMANCE_CHECKS]
+        if unknown:
+            raise ValueError(f"unknown conformance checks {unknown}; known: {CONFORMANCE_CHECKS}")
+        selected = [(name, fn) for name, fn in _CHECKS if name in wanted]
+    failures: list[tuple[str, str]] = []
+    for name, fn in selected:
+        try:
+            store = make_store()
+            if inspect.isawaitable(store):
+                store = await store
+            await fn(store)
+        except AssertionError as exc:
+            failures.append((name, str(exc) or "assertion failed"))
+        except Exception as exc:  # noqa: BLE001
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            failures.append((name, f"unexpected {type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})"))
+    if failures:
+        raise ConformanceFailure(failures)
+    return [name for name, _ in selected]

@@ -1,0 +1,264 @@
+"""Records and typed errors of the conversation log (persistence §2.1, §4, §6).
+
+A *conversation* is an append-only log of canonical records numbered 1, 2,
+3, ... with no gaps, written in atomic *batches* by a fenced producer. These
+are the only shapes that cross the store boundary; the memory and SQLite
+adapters (and any user adapter) return exactly these classes.
+
+Payloads are JSON values. A store never hands out what it holds: every read
+is a fresh decode of the stored canonical text.
+"""
+from __future__ import annotations
+
+import attrs
+
+# --- record families and the schema versions this build reads and writes ------
+#
+# Persistence §11: records carry versions, unsupported versions fail before
+# mutation, no migrations. Every family is at version 1.
+RECORD_FAMILIES: tuple[str, ...] = (
+    "conversation-created",
+    "conversation-closed",
+    "input",
+    "run-started",
+    "model-request",
+    "model-output",
+    "tool-call",
+    "compaction",
+    "subagent",
+    "run-warning",
+    "run-failure",
+    "abort-requested",
+    "terminal-outcome",
+    "submission-settled",
+    "repair-annotation",
+)
+SUPPORTED_SCHEMA_VERSIONS: dict[str, frozenset[int]] = {family: frozenset({1}) for family in RECORD_FAMILIES}
+
+#: Largest page a forward read returns, and the recovery page size (§7).
+PAGE_SIZE_MAX = 1024
+#: Most records one batch may carry.
+BATCH_RECORDS_MAX = 1024
+#: Largest canonical JSON (UTF-8 bytes) of one batch's envelopes.
+BATCH_BYTES_MAX = 8 * 1024 * 1024
+
+
+@attrs.frozen
+class RecordEnvelope:
+    """Persistence §4. ``producer_id``/``epoch`` are set on producer-written
+    records (every record that goes through a fenced append)."""
+
+    record_id: str
+    family: str
+    schema_version: int
+    created_at_ms: int
+    deployment_id: str
+    payload: object
+    producer_id: str | None = None
+    epoch: int | None = None
+
+    def to_json(self) -> dict:
+        """The envelope as a JSON object (the form that is stored and digested).
+        ``producerId``/``epoch`` are present only when set."""
+        value = {
+            "recordId": self.record_id,
+            "family": self.family,
+            "schemaVersion": self.schema_version,
+            "createdAtMs": self.created_at_ms,
+            "deploymentId": self.deployment_id,
+            "payload": self.payload,
+        }
+        if self.producer_id is not None:
+            value["producerId"] = self.producer_id
+        if self.epoch is not None:
+            value["epoch"] = self.epoch
+        return value
+
+
+@attrs.frozen
+class CanonicalRecord:
+    """One record of the log at ``seq``, written by batch ``batch_id``.
+
+    ``batch_id`` is kept on every record so a reader can regroup batches and
+    recompute the digest chain from records alone (recovery, verify_on_open).
+    """
+
+    conversation_id: str
+    seq: int
+    batch_id: str
+    envelope: RecordEnvelope
+
+
+@attrs.frozen
+class FencedAppendRequest:
+    conversation_id: str
+    batch_id: str
+    producer_id: str
+    epoch: int
+    expected_tail_seq: int
+    expected_tail_digest: str
+    records: tuple[RecordEnvelope, ...]
+
+
+@attrs.frozen
+class AppendResult:
+    first_seq: int
+    last_seq: int
+    tail_digest: str
+    batch_digest: str
+    replayed: bool
+
+
+@attrs.frozen
+class ConversationTail:
+    tail_seq: int
+    tail_digest: str
+    epoch: int
+
+
+@attrs.frozen
+class BatchRecord:
+    """What batch lookup by id returns (and what a replay is answered from)."""
+
+    conversation_id: str
+    batch_id: str
+    producer_id: str
+    epoch: int
+    first_seq: int
+    last_seq: int
+    batch_digest: str
+    previous_tail_digest: str
+    tail_digest: str
+
+
+# --- errors -------------------------------------------------------------------
+#
+# Structured fields as attributes; __reduce__ re-calls __init__ with the same
+# arguments so errors survive pickling (sweep workers send them across
+# processes).
+
+
+class ConversationStoreError(Exception):
+    """Base class of the conversation store's typed errors. ``cause`` carries
+    an underlying typed error (e.g. ``SqliteWriteContention``, retryable)."""
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        self.cause = cause
+        self._args = (message, cause)
+        super().__init__(message)
+
+    @property
+    def retryable(self) -> bool:
+        return self.cause is not None and type(self.cause).__name__ == "SqliteWriteContention"
+
+    def __reduce__(self):
+        return (type(self), self._args)
+
+
+class NotMaterialized(ConversationStoreError):
+    def __init__(self, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(f"conversation {conversation_id!r} is not materialized")
+        self._args = (conversation_id,)
+
+
+class FenceRejected(ConversationStoreError):
+    """A write by a stale producer: ``attempted_epoch`` is below the
+    conversation's ``actual_epoch``, or equal to it from another producer."""
+
+    def __init__(self, conversation_id: str, attempted_epoch: int, actual_epoch: int, detail: str = "") -> None:
+        self.conversation_id = conversation_id
+        self.attempted_epoch = attempted_epoch
+        self.actual_epoch = actual_epoch
+        self.detail = detail
+        super().__init__(
+            f"fenced on conversation {conversation_id!r}: epoch {attempted_epoch} "
+            f"is stale (current epoch {actual_epoch}){': ' + detail if detail else ''}"
+        )
+        self._args = (conversation_id, attempted_epoch, actual_epoch, detail)
+
+
+APPEND_CONFLICT_KINDS: tuple[str, ...] = ("batch-digest", "record-identity", "tail")
+
+
+class AppendConflict(ConversationStoreError):
+    """§6. ``kind`` is one of APPEND_CONFLICT_KINDS. A ``tail`` conflict carries
+    the actual committed tail (``actual_tail_seq``/``actual_tail_digest``) as
+    a resume hint; ``record-identity`` names the reused ``record_id``."""
+
+    def __init__(
+        self,
+        conversation_id: str,
+        kind: str,
+        batch_id: str,
+        *,
+        record_id: str | None = None,
+        actual_tail_seq: int | None = None,
+        actual_tail_digest: str | None = None,
+    ) -> None:
+        assert kind in APPEND_CONFLICT_KINDS, kind
+        self.conversation_id = conversation_id
+        self.kind = kind
+        self.batch_id = batch_id
+        self.record_id = record_id
+        self.actual_tail_seq = actual_tail_seq
+        self.actual_tail_digest = actual_tail_digest
+        extra = ""
+        if record_id is not None:
+            extra = f", record id {record_id!r} already used"
+        if actual_tail_seq is not None:
+            extra = f", actual tail {actual_tail_seq} {actual_tail_digest}"
+        super().__init__(f"append conflict ({kind}) on conversation {conversation_id!r}, batch {batch_id!r}{extra}")
+        self._args = (conversation_id, kind, batch_id)
+        self._kwargs = dict(record_id=record_id, actual_tail_seq=actual_tail_seq, actual_tail_digest=actual_tail_digest)
+
+    def __reduce__(self):
+        return (_rebuild_append_conflict, (self._args, self._kwargs))
+
+
+def _rebuild_append_conflict(args, kwargs):
+    return AppendConflict(*args, **kwargs)
+
+
+class UnsupportedSchemaVersion(ConversationStoreError):
+    """A record (written or read) whose family/version this build does not
+    support (§11): refused before any mutation, or reported on read."""
+
+    def __init__(self, family: str, schema_version: object) -> None:
+        self.family = family
+        self.schema_version = schema_version
+        super().__init__(f"unsupported schema version {schema_version!r} for record family {family!r}")
+        self._args = (family, schema_version)
+
+
+class HistoryCorrupted(ConversationStoreError):
+    """Stored history is not what the log guarantees: a short page or a gap
+    (``expected_seq`` was due, ``got`` arrived — None for nothing), a row that
+    does not decode, a spilled payload whose digest does not match, or a
+    digest chain that does not recompute."""
+
+    def __init__(self, conversation_id: str, expected_seq: int | None, got: int | None, detail: str = "") -> None:
+        self.conversation_id = conversation_id
+        self.expected_seq = expected_seq
+        self.got = got
+        self.detail = detail
+        super().__init__(
+            f"history of conversation {conversation_id!r} is corrupted: expected seq {expected_seq!r}, "
+            f"got {got!r}{': ' + detail if detail else ''}"
+        )
+        self._args = (conversation_id, expected_seq, got, detail)
+
+
+class StorageVersionMismatch(ConversationStoreError):
+    """Opening a database whose conversation tables are missing or carry a
+    storage version other than this build's."""
+
+    def __init__(self, expected: int, found: object, detail: str = "") -> None:
+        self.expected = expected
+        self.found = found
+        self.detail = detail
+        super().__init__(
+            f"conversation storage version mismatch: expected {expected}, found {found!r}"
+            f"{': ' + detail if detail else ''}"
+        )
+        self._args = (expected, found, detail)

@@ -1,0 +1,60 @@
+"""The recovery read (persistence §7, STORE-015).
+
+Capture the strongly consistent tail T with one ``inspect_tail``, then read
+exactly the prefix 1..T in ceil(T / 1024) pages of PAGE_SIZE_MAX (page i
+asks for seqs i*1024+1 .. min((i+1)*1024, T), so appends racing the pass are
+never read into it). Pagination is fail-closed: a page with fewer (or more)
+records than asked, or a record out of sequence, is ``HistoryCorrupted`` —
+never a shorter "complete" history. The prefix's digest chain must then
+recompute to the captured tail digest (records carry ``batch_id``, which is
+all the chain needs; see ``rules``).
+
+Nothing is cached: the caller owns the one conversation's prefix and drops
+it after its recovery group.
+"""
+from __future__ import annotations
+
+import attrs
+
+from .records import PAGE_SIZE_MAX, CanonicalRecord, ConversationTail, HistoryCorrupted
+from .rules import recompute_chain
+
+
+@attrs.frozen
+class RecoveryPrefix:
+    tail: ConversationTail
+    records: tuple[CanonicalRecord, ...]
+    #: Store calls made: 1 + ceil(tail.tail_seq / PAGE_SIZE_MAX).
+    request_count: int
+
+
+def recovery_page_count(tail_seq: int) -> int:
+    return -(-tail_seq // PAGE_SIZE_MAX)
+
+
+async def read_recovery_prefix(store, conversation_id: str) -> RecoveryPrefix:
+    tail = await store.inspect_tail(conversation_id)
+    requests = 1
+    total = tail.tail_seq
+    records: list[CanonicalRecord] = []
+    for page in range(recovery_page_count(total)):
+        after_seq = page * PAGE_SIZE_MAX
+        want = min(PAGE_SIZE_MAX, total - after_seq)
+        got = await store.read(conversation_id, after_seq, want)
+        requests += 1
+        for offset, record in enumerate(got[:want]):
+            expected = after_seq + offset + 1
+            if record.seq != expected:
+                raise HistoryCorrupted(conversation_id, expected, record.seq, "non-contiguous page")
+        if len(got) != want:
+            expected = after_seq + len(got) + 1
+            raise HistoryCorrupted(
+                conversation_id, expected if len(got) < want else after_seq + want + 1,
+                None if len(got) < want else got[want].seq,
+                f"page after seq {after_seq} returned {len(got)} records, expected {want}",
+            )
+        records.extend(got)
+    recomputed = recompute_chain(conversation_id, records)
+    if recomputed != tail.tail_digest:
+        raise HistoryCorrupted(conversation_id, total, total, "digest chain does not recompute to the tail digest")
+    return RecoveryPrefix(tail, tuple(records), requests)

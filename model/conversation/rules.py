@@ -1,0 +1,378 @@
+"""The conversation log's rules, written once (h11 style, DESIGN §9).
+
+Each rule is a pure function over the rows a call needs. Both adapters fetch
+those rows (SQLite: inside its ``BEGIN IMMEDIATE`` transaction), call the
+rule, and write what it returns; no rule is restated in SQL.
+
+Digests (all via ``model.canonical``, RFC 8785 canonical JSON + sha256)
+------------------------------------------------------------------------
+Envelope JSON (``RecordEnvelope.to_json``)::
+
+    {"recordId", "family", "schemaVersion", "createdAtMs", "deploymentId",
+     "payload", "producerId", "epoch"}
+
+Batch digest (the idempotency key's content check, ``AppendResult.batch_digest``)::
+
+    digest({"conversationId": c, "batchId": b, "producerId": p, "epoch": e,
+            "records": [envelope JSON, ...]})
+
+It deliberately leaves out the expected tail, so a retry is recognised by
+its content alone.
+
+Digest chain (``tail_digest``), per batch, from ``ZERO_DIGEST``::
+
+    tail_digest = digest({"batch": {"batchId": b, "firstSeq": f,
+                                    "records": [envelope JSON, ...]},
+                          "previousTailDigest": previous_tail_digest})
+
+The chained batch holds only what every stored record carries (its batch id,
+its seq, its envelope — producer and epoch are inside each envelope), so the
+chain can be recomputed from a forward read alone: records are regrouped into
+batches by consecutive equal ``batch_id`` (a batch id is used once per
+conversation, so equal neighbours are always one batch).
+"""
+from __future__ import annotations
+
+import attrs
+
+from model.canonical import ZERO_DIGEST, CanonicalDecodeError, CanonicalEncodingError, canonical_json, decode, digest
+
+from .records import (
+    BATCH_BYTES_MAX,
+    BATCH_RECORDS_MAX,
+    PAGE_SIZE_MAX,
+    SUPPORTED_SCHEMA_VERSIONS,
+    AppendConflict,
+    AppendResult,
+    BatchRecord,
+    CanonicalRecord,
+    FenceRejected,
+    FencedAppendRequest,
+    HistoryCorrupted,
+    NotMaterialized,
+    RecordEnvelope,
+    UnsupportedSchemaVersion,
+)
+
+#: Decode caps for one stored envelope (persistence §10: cap before decode).
+ENVELOPE_DECODE_CAPS = dict(max_bytes=BATCH_BYTES_MAX, max_depth=64, max_string_length=BATCH_BYTES_MAX, max_items=1_000_000)
+
+_HEX = frozenset("0123456789abcdef")
+
+
+# --- argument validation (the public boundary) ---------------------------------
+
+
+def require_str(name: str, value: object) -> None:
+    if type(value) is not str:
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+
+
+def require_int(name: str, value: object) -> None:
+    if type(value) is not int:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+
+
+def require_digest(name: str, value: object) -> None:
+    require_str(name, value)
+    if len(value) != 64 or not set(value) <= _HEX:
+        raise ValueError(f"{name} must be 64 lowercase hex digits, got {value!r:.80}")
+
+
+def validate_materialize_args(conversation_id: object, producer_id: object, epoch: object) -> None:
+    require_str("conversation_id", conversation_id)
+    require_str("producer_id", producer_id)
+    require_int("epoch", epoch)
+    if epoch < 1:
+        raise ValueError(f"epoch must be >= 1, got {epoch}")
+
+
+def validate_read_args(conversation_id: object, after_seq: object, limit: object) -> None:
+    require_str("conversation_id", conversation_id)
+    require_int("after_seq", after_seq)
+    require_int("limit", limit)
+    if after_seq < 0:
+        raise ValueError(f"after_seq must be >= 0, got {after_seq}")
+    if not 1 <= limit <= PAGE_SIZE_MAX:
+        raise ValueError(f"limit must be in 1..{PAGE_SIZE_MAX}, got {limit}")
+
+
+def check_schema_version(family: str, schema_version: object) -> None:
+    supported = SUPPORTED_SCHEMA_VERSIONS.get(family)
+    if supported is None or type(schema_version) is not int or schema_version not in supported:
+        raise UnsupportedSchemaVersion(family, schema_version)
+
+
+def envelope_from_json(value: object) -> RecordEnvelope:
+    """Validate a decoded envelope object; ValueError if malformed,
+    UnsupportedSchemaVersion if its family/version is not supported."""
+    if type(value) is not dict:
+        raise ValueError("envelope is not a JSON object")
+    required = ("recordId", "family", "schemaVersion", "createdAtMs", "deploymentId", "payload")
+    allowed = set(required) | {"producerId", "epoch"}
+    if not set(required) <= value.keys() or not value.keys() <= allowed:
+        raise ValueError(f"envelope has members {sorted(value)}")
+    for key in ("recordId", "family", "deploymentId"):
+        if type(value[key]) is not str:
+            raise ValueError(f"envelope {key} is not a string")
+    if type(value["createdAtMs"]) is not int:
+        raise ValueError("envelope createdAtMs is not an integer")
+    check_schema_version(value["family"], value["schemaVersion"])
+    producer_id = value.get("producerId")
+    epoch = value.get("epoch")
+    if producer_id is not None and type(producer_id) is not str:
+        raise ValueError("envelope producerId is not a string")
+    if epoch is not None and type(epoch) is not int:
+        raise ValueError("envelope epoch is not an integer")
+    return RecordEnvelope(
+        value["recordId"], value["family"], value["schemaVersion"], value["createdAtMs"],
+        value["deploymentId"], value["payload"], producer_id, epoch,
+    )
+
+
+@attrs.frozen
+class PreparedBatch:
+    """A validated request: envelope JSON values and texts, its digest."""
+
+    envelope_values: tuple[dict, ...]
+    envelope_texts: tuple[str, ...]
+    record_ids: tuple[str, ...]
+    batch_digest: str
+
+
+def prepare_append(request: object) -> PreparedBatch:
+    """Validate a ``FencedAppendRequest`` and encode it. Raises TypeError /
+    ValueError / UnsupportedSchemaVersion before anything is read or written.
+
+    Each record must carry the request's producer id and epoch (records of a
+    fenced append are producer-written, §4), 1..BATCH_RECORDS_MAX records,
+    canonical JSON within BATCH_BYTES_MAX, and decodable within
+    ``ENVELOPE_DECODE_CAPS`` (so every stored row can be read back).
+    """
+    if not isinstance(request, FencedAppendRequest):
+        raise TypeError(f"append expects a FencedAppendRequest, got {type(request).__name__}")
+    require_str("conversation_id", request.conversation_id)
+    require_str("batch_id", request.batch_id)
+    require_str("producer_id", request.producer_id)
+    require_int("epoch", request.epoch)
+    require_int("expected_tail_seq", request.expected_tail_seq)
+    require_digest("expected_tail_digest", request.expected_tail_digest)
+    if request.epoch < 1:
+        raise ValueError(f"epoch must be >= 1, got {request.epoch}")
+    if request.expected_tail_seq < 0:
+        raise ValueError(f"expected_tail_seq must be >= 0, got {request.expected_tail_seq}")
+    records = request.records
+    if type(records) is not tuple:
+        raise TypeError(f"records must be a tuple of RecordEnvelope, got {type(records).__name__}")
+    if not 1 <= len(records) <= BATCH_RECORDS_MAX:
+        raise ValueError(f"a batch holds 1..{BATCH_RECORDS_MAX} records, got {len(records)}")
+    values = []
+    texts = []
+    total_bytes = 0
+    for index, record in enumerate(records):
+        if not isinstance(record, RecordEnvelope):
+            raise TypeError(f"records[{index}] must be a RecordEnvelope, got {type(record).__name__}")
+        require_str(f"records[{index}].record_id", record.record_id)
+        require_str(f"records[{index}].family", record.family)
+        require_int(f"records[{index}].created_at_ms", record.created_at_ms)
+        require_str(f"records[{index}].deployment_id", record.deployment_id)
+        check_schema_version(record.family, record.schema_version)
+        if record.producer_id != request.producer_id or record.epoch != request.epoch:
+            raise ValueError(
+                f"records[{index}] carries producer {record.producer_id!r} epoch {record.epoch!r}, "
+                f"not the request's {request.producer_id!r} epoch {request.epoch!r}"
+            )
+        value = record.to_json()
+        try:
+            text = canonical_json(value)
+        except CanonicalEncodingError as exc:
+            raise ValueError(f"records[{index}] payload is not canonical JSON: {exc}") from None
+        total_bytes += len(text.encode("utf-8"))
+        if total_bytes > BATCH_BYTES_MAX:
+            raise ValueError(f"batch exceeds {BATCH_BYTES_MAX} bytes of canonical JSON")
+        try:
+            # Store only what reads can decode; and the decoded value is the
+            # one we keep (a private copy: tuples become lists, as stored).
+            value = decode(text, **ENVELOPE_DECODE_CAPS)
+        except CanonicalDecodeError as exc:
+            raise ValueError(f"records[{index}] exceeds the decode caps: {exc}") from None
+        values.append(value)
+        texts.append(text)
+    batch_digest = digest(
+        {
+            "conversationId": request.conversation_id,
+            "batchId": request.batch_id,
+            "producerId": request.producer_id,
+            "epoch": request.epoch,
+            "records": values,
+        }
+    )
+    return PreparedBatch(tuple(values), tuple(texts), tuple(r.record_id for r in records), batch_digest)
+
+
+# --- the digest chain ------------------------------------------------------------
+
+
+def chain_digest(previous_tail_digest: str, batch_id: str, first_seq: int, envelope_values) -> str:
+    """The tail digest after a batch (module docstring)."""
+    return digest(
+        {
+            "batch": {"batchId": batch_id, "firstSeq": first_seq, "records": list(envelope_values)},
+            "previousTailDigest": previous_tail_digest,
+        }
+    )
+
+
+def recompute_chain(conversation_id: str, records, first_seq: int = 1, previous_tail_digest: str = ZERO_DIGEST) -> str:
+    """Recompute the chain over ``records`` (CanonicalRecord, contiguous from
+    ``first_seq``, starting and ending on batch boundaries) and return the
+    resulting tail digest. Raises HistoryCorrupted on a gap."""
+    tail = previous_tail_digest
+    expected = first_seq
+    batch_id = None
+    batch_first = first_seq
+    batch_values: list = []
+    for record in records:
+        if record.seq != expected:
+            raise HistoryCorrupted(conversation_id, expected, record.seq, "sequence gap")
+        if record.batch_id != batch_id:
+            if batch_values:
+                tail = chain_digest(tail, batch_id, batch_first, batch_values)
+            batch_id = record.batch_id
+            batch_first = record.seq
+            batch_values = []
+        batch_values.append(record.envelope.to_json())
+        expected += 1
+    if batch_values:
+        tail = chain_digest(tail, batch_id, batch_first, batch_values)
+    return tail
+
+
+# --- the rules ---------------------------------------------------------------------
+
+MATERIALIZE_CREATE = "create"
+MATERIALIZE_TAKEOVER = "takeover"
+MATERIALIZE_NOOP = "noop"
+
+
+def decide_materialize(
+    conversation_id: str, current: tuple[str, int] | None, producer_id: str, epoch: int
+) -> str:
+    """``current`` is (producer_id, epoch) of an existing conversation."""
+    if current is None:
+        return MATERIALIZE_CREATE
+    current_producer, current_epoch = current
+    if epoch > current_epoch:
+        return MATERIALIZE_TAKEOVER
+    if epoch < current_epoch:
+        raise FenceRejected(conversation_id, epoch, current_epoch)
+    if producer_id != current_producer:
+        raise FenceRejected(conversation_id, epoch, current_epoch, f"epoch held by producer {current_producer!r}")
+    return MATERIALIZE_NOOP
+
+
+@attrs.frozen
+class ConversationRow:
+    producer_id: str
+    epoch: int
+    tail_seq: int
+    tail_digest: str
+
+
+@attrs.frozen
+class AppendPlan:
+    """Write these records at first_seq.., the batch row, and the new
+    conversation row (producer/epoch possibly taken over)."""
+
+    first_seq: int
+    last_seq: int
+    previous_tail_digest: str
+    tail_digest: str
+    batch_digest: str
+
+    def result(self) -> AppendResult:
+        return AppendResult(self.first_seq, self.last_seq, self.tail_digest, self.batch_digest, False)
+
+
+def replay_result(batch: BatchRecord) -> AppendResult:
+    return AppendResult(batch.first_seq, batch.last_seq, batch.tail_digest, batch.batch_digest, True)
+
+
+def decide_append(
+    request: FencedAppendRequest,
+    prepared: PreparedBatch,
+    conversation: ConversationRow | None,
+    existing_batch: BatchRecord | None,
+    reused_record_ids,
+) -> AppendResult | AppendPlan:
+    """The append rule (§6), in this order of precedence:
+
+    1. unmaterialized conversation -> NotMaterialized;
+    2. batch id already committed: same batch digest -> the original result
+       (``replayed=True``; answered even to a since-fenced producer, because
+       it only reports a committed fact), else ``batch-digest`` conflict;
+    3. epoch below the conversation's, or equal from another producer ->
+       FenceRejected (a higher epoch takes over, recorded with the batch);
+    4. a record id twice in the batch, or already in the log ->
+       ``record-identity`` (``reused_record_ids``: the request's ids already
+       stored, in request order);
+    5. expected tail (seq and digest) not the committed tail -> ``tail``,
+       carrying the actual tail.
+
+    Returns an AppendResult for a replay or the AppendPlan to write.
+    """
+    cid = request.conversation_id
+    if conversation is None:
+        raise NotMaterialized(cid)
+    if existing_batch is not None:
+        if existing_batch.batch_digest == prepared.batch_digest:
+            return replay_result(existing_batch)
+        raise AppendConflict(cid, "batch-digest", request.batch_id)
+    if request.epoch < conversation.epoch:
+        raise FenceRejected(cid, request.epoch, conversation.epoch)
+    if request.epoch == conversation.epoch and request.producer_id != conversation.producer_id:
+        raise FenceRejected(cid, request.epoch, conversation.epoch, f"epoch held by producer {conversation.producer_id!r}")
+    seen: set[str] = set()
+    for record_id in prepared.record_ids:
+        if record_id in seen:
+            raise AppendConflict(cid, "record-identity", request.batch_id, record_id=record_id)
+        seen.add(record_id)
+    for record_id in reused_record_ids:
+        raise AppendConflict(cid, "record-identity", request.batch_id, record_id=record_id)
+    if request.expected_tail_seq != conversation.tail_seq or request.expected_tail_digest != conversation.tail_digest:
+        raise AppendConflict(
+            cid, "tail", request.batch_id,
+            actual_tail_seq=conversation.tail_seq, actual_tail_digest=conversation.tail_digest,
+        )
+    first_seq = conversation.tail_seq + 1
+    last_seq = conversation.tail_seq + len(prepared.envelope_values)
+    tail_digest = chain_digest(conversation.tail_digest, request.batch_id, first_seq, prepared.envelope_values)
+    return AppendPlan(first_seq, last_seq, conversation.tail_digest, tail_digest, prepared.batch_digest)
+
+
+def decode_record(
+    conversation_id: str, seq: int, batch_id: str, envelope_text: str, payload_text: str | None = None
+) -> CanonicalRecord:
+    """A stored row as a CanonicalRecord (fresh objects); a row that does not
+    decode is HistoryCorrupted, an unsupported version UnsupportedSchemaVersion.
+    ``payload_text`` (a spilled payload, already digest-verified) replaces the
+    envelope's placeholder payload."""
+    try:
+        value = decode(envelope_text, **ENVELOPE_DECODE_CAPS)
+        if payload_text is not None:
+            if type(value) is not dict or value.get("payload", 0) is not None:
+                raise ValueError("a spilled record's stored envelope must hold a null payload")
+            value["payload"] = decode(payload_text, **ENVELOPE_DECODE_CAPS)
+        envelope = envelope_from_json(value)
+    except (CanonicalDecodeError, ValueError, TypeError) as exc:
+        raise HistoryCorrupted(conversation_id, seq, seq, f"record row does not decode: {exc}") from None
+    return CanonicalRecord(conversation_id, seq, batch_id, envelope)
+
+
+def check_page(conversation_id: str, after_seq: int, records) -> None:
+    """A page must be after_seq+1, after_seq+2, ... without gaps."""
+    expected = after_seq + 1
+    for record in records:
+        if record.seq != expected:
+            raise HistoryCorrupted(conversation_id, expected, record.seq, "sequence gap in stored log")
+        expected += 1
