@@ -33,14 +33,75 @@ def open_database(path: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS_DEFAULT) 
     return conn
 
 
+class SqliteWriteContention(sqlite3.OperationalError):
+    """The write lock could not be taken (or kept) within the busy timeout.
+
+    Typed and retryable (persistence §9.2): another connection held the
+    database's single write lock for longer than ``busy_timeout_ms``. Nothing
+    was written by the refused transaction. A subclass of
+    ``sqlite3.OperationalError`` so callers that already handled the raw
+    "database is locked" error keep working; the original error is the
+    ``__cause__``.
+    """
+
+    name = "SqliteWriteContention"
+    retryable = True
+
+    def __init__(self, busy_timeout_ms: int | None, detail: str) -> None:
+        self.busy_timeout_ms = busy_timeout_ms
+        self.detail = detail
+        super().__init__(
+            f"SqliteWriteContention: write lock not acquired within busy timeout "
+            f"{busy_timeout_ms!r} ms ({detail})"
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.busy_timeout_ms, self.detail))
+
+
+# SQLITE_BUSY and SQLITE_LOCKED (primary codes; extended codes keep them in
+# the low byte).
+_CONTENTION_CODES = (5, 6)
+
+
+def _is_contention(exc: BaseException) -> bool:
+    if not isinstance(exc, sqlite3.OperationalError) or isinstance(exc, SqliteWriteContention):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and (code & 0xFF) in _CONTENTION_CODES:
+        return True
+    message = str(exc).lower()
+    return "database is locked" in message or "database is busy" in message
+
+
+def _contention(conn: sqlite3.Connection, exc: BaseException) -> SqliteWriteContention:
+    try:
+        busy_timeout_ms = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+    except sqlite3.Error:  # pragma: no cover - a closed or broken connection
+        busy_timeout_ms = None
+    return SqliteWriteContention(busy_timeout_ms, str(exc))
+
+
 @contextmanager
 def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``; ``ROLLBACK`` on any exception."""
-    conn.execute("BEGIN IMMEDIATE")
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``; ``ROLLBACK`` on any exception.
+
+    A "database is locked/busy" error — from ``BEGIN IMMEDIATE`` once the busy
+    timeout expired, or from a statement or ``COMMIT`` inside — is raised as
+    ``SqliteWriteContention`` (from the original error), after the rollback.
+    """
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if _is_contention(exc):
+            raise _contention(conn, exc) from exc
+        raise
     try:
         yield conn
         conn.execute("COMMIT")
-    except BaseException:
+    except BaseException as exc:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
+        if _is_contention(exc):
+            raise _contention(conn, exc) from exc
         raise

@@ -1,0 +1,501 @@
+"""Conformance suite for Submission Ledger adapters (STORE-010, STORE-013).
+
+Every adapter — the in-memory and SQLite ledgers here, and yours — must pass
+the same named checks, one per rule of the port (``rules.py``). Each check
+gets a fresh ledger, so the checks are independent and a failure names the
+rule that broke.
+
+Running it against your own adapter::
+
+    import trio
+    from model.ledger.conformance import run_ledger_conformance
+
+    def make_store():
+        # A *fresh, empty* ledger per call: a new database/schema/namespace.
+        return MyDurableObjectLedger(fresh_test_namespace())
+
+    def test_my_ledger_conforms():
+        passed = trio.run(run_ledger_conformance, make_store)
+        assert passed  # names of the checks that ran
+
+``make_store`` is a zero-argument callable returning the ledger or an
+awaitable of it (``async def make_store(): ...`` works too). The suite only
+awaits the ledger's own methods, so ``trio.run``, ``asyncio.run`` or the
+simulator can drive it. It never closes ledgers; close yours in the
+fixture's teardown.
+
+All checks run even when some fail; at the end a ``ConformanceFailure`` (an
+``AssertionError``, so pytest shows a plain failure) lists every failing
+check with its reason and carries them as ``.failures``.
+``checks=("claim-fifo-head-only", ...)`` runs a subset while you work on one
+rule. ``CONFORMANCE_CHECKS`` is the ordered tuple of all names.
+"""
+from __future__ import annotations
+
+import inspect
+import traceback
+from typing import Any, Awaitable, Callable, Iterable
+
+from .records import (
+    AbortConflict,
+    AbortIntent,
+    AdmissionConflict,
+    AdmissionResult,
+    Claim,
+    InvalidSettlement,
+    OwnershipLost,
+    ReservedSettlement,
+    Settlement,
+    SettlementConflict,
+    UnknownSubmission,
+)
+
+
+class ConformanceFailure(AssertionError):
+    """One or more conformance checks failed; ``failures`` is a tuple of
+    ``(check_name, reason)`` in suite order."""
+
+    def __init__(self, failures: Iterable[tuple[str, str]]) -> None:
+        self.failures = tuple(failures)
+        lines = [f"{len(self.failures)} submission ledger conformance check(s) failed:"]
+        for name, reason in self.failures:
+            lines.append(f"  - {name}: {reason}")
+        super().__init__("\n".join(lines))
+
+    @property
+    def failed_checks(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.failures)
+
+
+_Check = Callable[[Any], Awaitable[None]]
+_CHECKS: list[tuple[str, _Check]] = []
+
+
+def _check(name: str) -> Callable[[_Check], _Check]:
+    def register(fn: _Check) -> _Check:
+        assert name not in {n for n, _ in _CHECKS}, name
+        _CHECKS.append((name, fn))
+        return fn
+
+    return register
+
+
+async def _raises(exc_type: type[BaseException], awaitable: Awaitable[Any], what: str) -> BaseException:
+    try:
+        result = await awaitable
+    except exc_type as exc:
+        return exc
+    except BaseException as exc:  # noqa: BLE001 - reported as the failure
+        raise AssertionError(f"{what}: expected {exc_type.__name__}, got {type(exc).__name__}: {exc}") from None
+    raise AssertionError(f"{what}: expected {exc_type.__name__}, returned {result!r}")
+
+
+def _eq(actual: object, expected: object, what: str) -> None:
+    if actual != expected:
+        raise AssertionError(f"{what}: expected {expected!r}, got {actual!r}")
+
+
+def _true(condition: bool, what: str) -> None:
+    if not condition:
+        raise AssertionError(what)
+
+
+COMPLETED_RECORD = {"outcome": "completed", "result": {"text": "done"}}
+FAILED_RECORD = {"outcome": "failed", "diagnostic": {"errorTag": "ToolError", "message": "boom"}}
+ABORTED_RECORD = {"outcome": "aborted", "diagnostic": {"reason": "user"}}
+
+
+async def _admitted(ledger, conversation_id="c1", key="k1", input=None, *, ready=True, principal_id="p1", now_ms=0):
+    result = await ledger.admit(conversation_id, principal_id, key, {"text": key} if input is None else input, now_ms)
+    if not isinstance(result, AdmissionResult) or result.replayed:
+        raise AssertionError(f"fresh admit of {key!r} did not create a submission: {result!r}")
+    if ready:
+        await ledger.mark_ready(result.submission_id)
+    return result
+
+
+async def _claimed(ledger, conversation_id="c1", owner_id="o1", lease_ms=1_000, now_ms=100) -> Claim:
+    claim = await ledger.claim(conversation_id, owner_id, lease_ms, now_ms)
+    if not isinstance(claim, Claim):
+        raise AssertionError(f"claim of {conversation_id!r} by {owner_id!r} at {now_ms} returned {claim!r}")
+    return claim
+
+
+# --- admission -----------------------------------------------------------------------
+
+
+@_check("admit-creates")
+async def _(ledger) -> None:
+    result = await ledger.admit("c1", "p1", "k1", {"text": "hi"}, 5)
+    _eq(result.replayed, False, "first admit replayed")
+    _eq(result.queue_seq, 1, "first queue_seq")
+    record = await ledger.get(result.submission_id)
+    _true(record is not None, "admitted submission not found by get")
+    _eq((record.input, record.input_digest, record.receipt, record.ready, record.settled_at_ms),
+        ({"text": "hi"}, result.input_digest, result.receipt, False, None), "admitted record")
+    _eq(await ledger.get("sub-nope"), None, "get of an unknown id")
+
+
+@_check("admit-replays-exact-retry")
+async def _(ledger) -> None:
+    first = await ledger.admit("c1", "p1", "k1", {"a": 1, "b": [1, 2]}, 5)
+    again = await ledger.admit("c1", "p1", "k1", {"b": [1, 2], "a": 1}, 9)  # same canonical input
+    _eq(again.replayed, True, "exact retry replayed")
+    _eq((again.submission_id, again.receipt, again.queue_seq, again.input_digest),
+        (first.submission_id, first.receipt, first.queue_seq, first.input_digest), "replayed identity")
+    _eq(len(await ledger.scan_nonterminal()), 1, "a replay must not create a second submission")
+
+
+@_check("admit-conflict-different-input")
+async def _(ledger) -> None:
+    first = await ledger.admit("c1", "p1", "k1", {"text": "one"}, 5)
+    exc = await _raises(AdmissionConflict, ledger.admit("c1", "p1", "k1", {"text": "two"}, 6), "same key, new input")
+    _eq(exc.existing_digest, first.input_digest, "conflict existing_digest")
+    _true(exc.attempted_digest != first.input_digest, "conflict attempted_digest must be the new input's")
+    _eq(exc.name, "AdmissionConflict", "error name")
+    _eq(len(await ledger.scan_nonterminal()), 1, "a conflict must create nothing")
+
+
+@_check("admit-key-scoped-to-conversation-and-principal")
+async def _(ledger) -> None:
+    a = await ledger.admit("c1", "p1", "k", {"x": 1}, 0)
+    b = await ledger.admit("c1", "p2", "k", {"x": 2}, 0)
+    c = await ledger.admit("c2", "p1", "k", {"x": 3}, 0)
+    _eq([r.replayed for r in (a, b, c)], [False, False, False], "same key under other scopes is a new admission")
+    _eq(len({a.submission_id, b.submission_id, c.submission_id}), 3, "distinct submission ids")
+    found = await ledger.get_by_idempotency_key("c1", "p2", "k")
+    _eq(found.submission_id if found else None, b.submission_id, "lookup by idempotency key")
+    _eq(await ledger.get_by_idempotency_key("c2", "p2", "k"), None, "lookup of an unused key")
+
+
+@_check("admit-queue-seq-increasing")
+async def _(ledger) -> None:
+    seqs = [(await ledger.admit("c1", "p1", f"k{i}", i, i)).queue_seq for i in range(5)]
+    _true(all(a < b for a, b in zip(seqs, seqs[1:])), f"queue_seq not strictly increasing: {seqs}")
+    other = await ledger.admit("c2", "p1", "k0", 0, 0)
+    _eq(other.queue_seq, 1, "queue_seq is per conversation")
+
+
+# --- readiness and claim --------------------------------------------------------------
+
+
+@_check("mark-ready-idempotent")
+async def _(ledger) -> None:
+    result = await _admitted(ledger, ready=False)
+    await ledger.mark_ready(result.submission_id)
+    await ledger.mark_ready(result.submission_id)
+    _eq((await ledger.get(result.submission_id)).ready, True, "ready after mark_ready")
+    await _raises(UnknownSubmission, ledger.mark_ready("sub-none-1"), "mark_ready of an unknown id")
+
+
+@_check("claim-fifo-head-only")
+async def _(ledger) -> None:
+    first = await _admitted(ledger, key="k1", ready=False)
+    second = await _admitted(ledger, key="k2", ready=True)
+    _eq(await ledger.claim("c1", "o1", 1_000, 100), None, "a ready submission behind an unready head")
+    await ledger.mark_ready(first.submission_id)
+    claim = await _claimed(ledger)
+    _eq(claim.submission_id, first.submission_id, "claim takes the lowest unsettled queue_seq")
+    await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    await ledger.finalize_settlement(first.submission_id, 200)
+    nxt = await _claimed(ledger, owner_id="o2", now_ms=300)
+    _eq(nxt.submission_id, second.submission_id, "after settlement the next one is the head")
+    _eq(await ledger.claim("c-empty", "o1", 1_000, 100), None, "claim on an empty conversation")
+
+
+@_check("claim-requires-ready")
+async def _(ledger) -> None:
+    result = await _admitted(ledger, ready=False)
+    _eq(await ledger.claim("c1", "o1", 1_000, 100), None, "an unready head without abort intent")
+    await ledger.mark_ready(result.submission_id)
+    _eq((await _claimed(ledger)).submission_id, result.submission_id, "claimable once ready")
+
+
+@_check("claim-unready-head-with-abort-intent")
+async def _(ledger) -> None:
+    result = await _admitted(ledger, ready=False)
+    await ledger.request_abort(result.submission_id, "user:1", "cancelled")
+    claim = await _claimed(ledger)
+    _eq(claim.submission_id, result.submission_id, "unknown head with abort intent is claimable")
+    await ledger.reserve_settlement(claim, ABORTED_RECORD)
+    settled = await ledger.finalize_settlement(result.submission_id, 500)
+    _eq(settled.outcome, "aborted", "cleanup settles as aborted")
+
+
+@_check("claim-respects-live-lease")
+async def _(ledger) -> None:
+    await _admitted(ledger)
+    first = await _claimed(ledger, owner_id="o1", lease_ms=1_000, now_ms=100)
+    _eq(first.lease_expires_ms, 1_100, "lease expiry = now + lease")
+    _eq(await ledger.claim("c1", "o2", 1_000, 1_099), None, "another owner during a live lease")
+    second = await _claimed(ledger, owner_id="o2", lease_ms=1_000, now_ms=1_100)
+    _eq(second.owner_id, "o2", "claim after expiry")
+    snapshot = await ledger.load_recovery_snapshot("c1")
+    _eq(snapshot.submissions[0].owner_id, "o2", "owner after takeover")
+
+
+@_check("claim-epoch-increasing")
+async def _(ledger) -> None:
+    await _admitted(ledger)
+    epochs = []
+    for i in range(4):
+        claim = await _claimed(ledger, owner_id=f"o{i}", lease_ms=10, now_ms=100 + 10 * i)
+        epochs.append(claim.epoch)
+    _true(all(a < b for a, b in zip(epochs, epochs[1:])), f"epochs not strictly increasing: {epochs}")
+    _eq((await ledger.load_recovery_snapshot("c1")).epoch, epochs[-1], "snapshot carries the current epoch")
+
+
+# --- ownership ---------------------------------------------------------------------
+
+
+@_check("renew-never-shortens")
+async def _(ledger) -> None:
+    await _admitted(ledger)
+    claim = await _claimed(ledger, lease_ms=1_000, now_ms=100)
+    renewal = await ledger.renew_ownership(claim, 10, 200)
+    _eq(renewal.lease_expires_ms, 1_100, "a short renewal keeps the longer lease")
+    renewal = await ledger.renew_ownership(claim, 2_000, 500)
+    _eq(renewal.lease_expires_ms, 2_500, "a long renewal extends")
+    _eq((renewal.epoch, renewal.owner_id), (claim.epoch, claim.owner_id), "renewal keeps epoch and owner")
+    _eq((await ledger.get(claim.submission_id)).lease_expires_ms, 2_500, "stored lease")
+    await _raises(OwnershipLost, ledger.renew_ownership(claim, 100, 2_500), "renew after the lease lapsed")
+
+
+@_check("release-ownership")
+async def _(ledger) -> None:
+    await _admitted(ledger)
+    claim = await _claimed(ledger, lease_ms=10_000, now_ms=100)
+    await ledger.release_ownership(claim)
+    await ledger.release_ownership(claim)  # idempotent for the releasing token
+    record = await ledger.get(claim.submission_id)
+    _eq((record.owner_id, record.lease_expires_ms), (None, None), "released ownership")
+    await _raises(OwnershipLost, ledger.mark_input_applied(claim), "token used after release")
+    other = await _claimed(ledger, owner_id="o2", now_ms=200)
+    _true(other.epoch > claim.epoch, "claim after release gets a higher epoch")
+
+
+@_check("mark-input-applied-idempotent")
+async def _(ledger) -> None:
+    await _admitted(ledger)
+    claim = await _claimed(ledger)
+    _eq((await ledger.get(claim.submission_id)).input_applied, False, "not applied before the marker")
+    await ledger.mark_input_applied(claim)
+    await ledger.mark_input_applied(claim)
+    _eq((await ledger.get(claim.submission_id)).input_applied, True, "applied after the marker")
+
+
+@_check("abort-idempotent-first-author")
+async def _(ledger) -> None:
+    result = await _admitted(ledger)
+    first = await ledger.request_abort(result.submission_id, "alice", "first")
+    again = await ledger.request_abort(result.submission_id, "bob", "second")
+    _eq(first, AbortIntent(result.submission_id, "alice", "first"), "first intent")
+    _eq(again, first, "a repeat returns the first intent")
+    record = await ledger.get(result.submission_id)
+    _eq((record.abort_author, record.abort_reason), ("alice", "first"), "stored intent")
+    await _raises(UnknownSubmission, ledger.request_abort("sub-none-1", "a", "r"), "abort of an unknown id")
+
+
+@_check("abort-settled-conflict")
+async def _(ledger) -> None:
+    result = await _admitted(ledger)
+    claim = await _claimed(ledger)
+    await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    await ledger.finalize_settlement(result.submission_id, 300)
+    exc = await _raises(AbortConflict, ledger.request_abort(result.submission_id, "alice", "late"), "abort after settlement")
+    _eq(exc.outcome, "completed", "conflict names the settled outcome")
+    _eq((await ledger.get(result.submission_id)).abort_author, None, "a refused abort writes nothing")
+
+
+# --- settlement ---------------------------------------------------------------------
+
+
+@_check("reserve-idempotent")
+async def _(ledger) -> None:
+    await _admitted(ledger)
+    claim = await _claimed(ledger)
+    first = await ledger.reserve_settlement(claim, FAILED_RECORD)
+    again = await ledger.reserve_settlement(claim, dict(reversed(list(FAILED_RECORD.items()))))
+    _true(isinstance(first, ReservedSettlement), f"reserve returned {first!r}")
+    _eq(again, first, "same record reserved again")
+    record = await ledger.get(claim.submission_id)
+    _eq((record.reserved_record, record.reserved_digest), (FAILED_RECORD, first.record_digest), "stored reservation")
+
+
+@_check("reserve-conflict")
+async def _(ledger) -> None:
+    await _admitted(ledger)
+    claim = await _claimed(ledger)
+    first = await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    exc = await _raises(SettlementConflict, ledger.reserve_settlement(claim, FAILED_RECORD), "a different record")
+    _eq(exc.existing_digest, first.record_digest, "conflict existing_digest")
+    _true(exc.attempted_digest not in (None, first.record_digest), "conflict attempted_digest")
+    _eq((await ledger.get(claim.submission_id)).reserved_digest, first.record_digest, "reservation unchanged")
+
+
+@_check("reserve-shape-rules")
+async def _(ledger) -> None:
+    await _admitted(ledger)
+    claim = await _claimed(ledger)
+    bad_records = (
+        {"outcome": "failed"},
+        {"outcome": "failed", "diagnostic": {"errorTag": "E"}},
+        {"outcome": "failed", "diagnostic": {"errorTag": "E", "message": "m", "stack": "..."}},
+        {"outcome": "failed", "diagnostic": {"errorTag": "E", "message": "m"}, "cause": "x"},
+        {"outcome": "aborted", "result": None},
+        {"outcome": "aborted", "result": {"text": "partial"}},
+        {"outcome": "maybe"},
+        ["outcome", "completed"],
+    )
+    for bad in bad_records:
+        await _raises(InvalidSettlement, ledger.reserve_settlement(claim, bad), f"reserve {bad!r}")
+    _eq((await ledger.get(claim.submission_id)).reserved_digest, None, "refused records reserve nothing")
+    # A joined completion may carry no independent result.
+    await ledger.reserve_settlement(claim, {"outcome": "completed"})
+
+
+@_check("finalize-idempotent")
+async def _(ledger) -> None:
+    result = await _admitted(ledger)
+    claim = await _claimed(ledger)
+    reserved = await ledger.reserve_settlement(claim, FAILED_RECORD)
+    first = await ledger.finalize_settlement(result.submission_id, 400)
+    again = await ledger.finalize_settlement(result.submission_id, 900)
+    _true(isinstance(first, Settlement), f"finalize returned {first!r}")
+    _eq((first.outcome, first.record_digest, first.settled_at_ms), ("failed", reserved.record_digest, 400), "settlement")
+    _eq(first.diagnostic, FAILED_RECORD["diagnostic"], "failed diagnostic projected from the reserved record")
+    _eq(again, first, "a second finalize returns the same settlement (same settled_at_ms)")
+    record = await ledger.get(result.submission_id)
+    _eq((record.outcome, record.settled_at_ms), ("failed", 400), "stored settlement")
+    _eq(await ledger.scan_nonterminal(), (), "a settled submission is terminal")
+
+
+@_check("finalize-unreserved-conflict")
+async def _(ledger) -> None:
+    result = await _admitted(ledger)
+    await _raises(SettlementConflict, ledger.finalize_settlement(result.submission_id, 100), "finalize unreserved")
+    _eq((await ledger.get(result.submission_id)).settled_at_ms, None, "nothing settled")
+    await _raises(UnknownSubmission, ledger.finalize_settlement("sub-none-1", 100), "finalize unknown id")
+
+
+@_check("stale-token-fenced")
+async def _(ledger) -> None:
+    await _admitted(ledger)
+    stale = await _claimed(ledger, owner_id="o1", lease_ms=100, now_ms=100)
+    fresh = await _claimed(ledger, owner_id="o2", lease_ms=10_000, now_ms=300)
+    before = await ledger.get(stale.submission_id)
+    calls = (
+        ("renew", lambda: ledger.renew_ownership(stale, 100, 300)),
+        ("release", lambda: ledger.release_ownership(stale)),
+        ("mark_input_applied", lambda: ledger.mark_input_applied(stale)),
+        ("reserve", lambda: ledger.reserve_settlement(stale, COMPLETED_RECORD)),
+    )
+    for what, call in calls:
+        exc = await _raises(OwnershipLost, call(), f"{what} with a stale token")
+        _eq((exc.submission_id, exc.actual_epoch), (stale.submission_id, fresh.epoch), f"{what}: OwnershipLost fields")
+    _eq(await ledger.get(stale.submission_id), before, "stale-token calls must write nothing")
+    await ledger.mark_input_applied(fresh)  # the fresh token still works
+
+
+# --- reads --------------------------------------------------------------------------
+
+
+@_check("recovery-snapshot")
+async def _(ledger) -> None:
+    a = await _admitted(ledger, key="k1")
+    b = await _admitted(ledger, key="k2", ready=False)
+    await ledger.request_abort(b.submission_id, "ops", "stuck")
+    claim = await _claimed(ledger, lease_ms=500, now_ms=100)
+    await ledger.mark_input_applied(claim)
+    reserved = await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    snapshot = await ledger.load_recovery_snapshot("c1")
+    _eq((snapshot.conversation_id, snapshot.epoch), ("c1", claim.epoch), "snapshot header")
+    _eq([s.submission_id for s in snapshot.submissions], [a.submission_id, b.submission_id], "nonterminal by queue_seq")
+    head, tail = snapshot.submissions
+    _eq((head.owner_id, head.epoch, head.lease_expires_ms, head.input_applied, head.reserved_digest, head.settled),
+        ("o1", claim.epoch, 600, True, reserved.record_digest, False), "head ownership facts")
+    _eq((tail.ready, tail.abort_requested, tail.abort_author, tail.owner_id), (False, True, "ops", None), "tail facts")
+    _true(
+        not any(isinstance(getattr(s, f, None), Claim) for s in snapshot.submissions for f in dir(s) if not f.startswith("_")),
+        "snapshot must not carry a live token",
+    )
+    await ledger.finalize_settlement(a.submission_id, 700)
+    after = await ledger.load_recovery_snapshot("c1")
+    _eq([s.submission_id for s in after.submissions], [b.submission_id], "settled ones leave the snapshot")
+    empty = await ledger.load_recovery_snapshot("c-none")
+    _eq((empty.epoch, empty.submissions), (0, ()), "snapshot of an unknown conversation")
+
+
+@_check("scan-nonterminal-ordered")
+async def _(ledger) -> None:
+    made = []
+    for conversation_id in ("c2", "c1", "c3"):
+        for key in ("k1", "k2"):
+            made.append(await _admitted(ledger, conversation_id=conversation_id, key=key))
+    scanned = await ledger.scan_nonterminal()
+    _eq([(r.conversation_id, r.queue_seq) for r in scanned],
+        [(c, s) for c in ("c1", "c2", "c3") for s in (1, 2)], "order by (conversation_id, queue_seq)")
+    claim = await _claimed(ledger, conversation_id="c2")
+    await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    await ledger.finalize_settlement(claim.submission_id, 900)
+    _true(claim.submission_id not in [r.submission_id for r in await ledger.scan_nonterminal()], "settled excluded")
+
+
+@_check("capabilities")
+async def _(ledger) -> None:
+    caps = ledger.capabilities()
+    _true(isinstance(caps, dict), f"capabilities must be a dict, got {caps!r}")
+    for key in ("durable", "atomic_admission", "fencing"):
+        _true(key in caps, f"capabilities lacks {key!r}")
+    _true(isinstance(caps["durable"], bool), "capabilities['durable'] must be a bool")
+    _eq((caps["atomic_admission"], caps["fencing"]), (True, "epoch"), "declared contract")
+
+
+@_check("json-values-copied")
+async def _(ledger) -> None:
+    value = {"list": [1, 2]}
+    result = await ledger.admit("c1", "p1", "k1", value, 0)
+    value["list"].append(3)
+    (await ledger.get(result.submission_id)).input["list"].append(4)
+    _eq((await ledger.get(result.submission_id)).input, {"list": [1, 2]}, "input after caller mutations")
+    await ledger.mark_ready(result.submission_id)
+    claim = await _claimed(ledger)
+    record = {"outcome": "completed", "result": {"rows": [1]}}
+    await ledger.reserve_settlement(claim, record)
+    record["result"]["rows"].append(2)
+    _eq((await ledger.get(result.submission_id)).reserved_record, {"outcome": "completed", "result": {"rows": [1]}},
+        "reserved record after caller mutations")
+
+
+CONFORMANCE_CHECKS: tuple[str, ...] = tuple(name for name, _ in _CHECKS)
+
+
+async def run_ledger_conformance(make_store: Callable[[], Any], *, checks: Iterable[str] | None = None) -> list[str]:
+    """Run the conformance checks, each on a fresh ledger from ``make_store``.
+
+    Returns the names of the checks that ran (all passed); raises
+    ``ConformanceFailure`` naming every failing check otherwise.
+    """
+    if checks is None:
+        selected = list(_CHECKS)
+    else:
+        wanted = list(checks)
+        unknown = [name for name in wanted if name not in CONFORMANCE_CHECKS]
+        if unknown:
+            raise ValueError(f"unknown conformance checks {unknown}; known: {CONFORMANCE_CHECKS}")
+        selected = [(name, fn) for name, fn in _CHECKS if name in wanted]
+    failures: list[tuple[str, str]] = []
+    for name, fn in selected:
+        try:
+            store = make_store()
+            if inspect.isawaitable(store):
+                store = await store
+            await fn(store)
+        except AssertionError as exc:
+            failures.append((name, str(exc) or "assertion failed"))
+        except Exception as exc:  # noqa: BLE001 - an unexpected error fails the check, not the suite
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            failures.append((name, f"unexpected {type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})"))
+    if failures:
+        raise ConformanceFailure(failures)
+    return [name for name, _ in selected]

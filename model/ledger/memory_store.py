@@ -1,0 +1,176 @@
+"""In-memory Submission Ledger: deterministic, no durability claim (§9.1).
+
+Holds the same immutable rows the SQLite adapter stores and applies the same
+rules (``rules.py``); every method fetches its rows, calls the rule, and
+stores what it returned. Methods are ``async`` but never await, so a call is
+one atomic step in the simulator.
+"""
+from __future__ import annotations
+
+from .records import (
+    AbortIntent,
+    AdmissionResult,
+    Claim,
+    OwnershipRenewal,
+    RecoverySnapshot,
+    ReservedSettlement,
+    Settlement,
+    SubmissionRecord,
+)
+from .rules import (
+    ConversationRow,
+    SubmissionRow,
+    capabilities,
+    decide_abort,
+    decide_admit,
+    decide_claim,
+    decide_finalize,
+    decide_input_applied,
+    decide_mark_ready,
+    decide_release,
+    decide_renew,
+    decide_reserve,
+    encode_input,
+    encode_settlement,
+    recovery_snapshot,
+    require_str,
+    require_token,
+    row_to_record,
+    validate_abort,
+    validate_admit,
+    validate_claim,
+    validate_finalize,
+    validate_renew,
+)
+
+
+class InMemorySubmissionLedger:
+    def __init__(self) -> None:
+        self._conversations: dict[str, ConversationRow] = {}
+        self._submissions: dict[str, SubmissionRow] = {}
+        self._by_key: dict[tuple[str, str, str], str] = {}
+        # conversation_id -> submission ids in queue_seq order (admission order).
+        self._queues: dict[str, list[str]] = {}
+
+    def _put(self, row: SubmissionRow) -> None:
+        self._submissions[row.submission_id] = row
+
+    def _nonterminal(self, conversation_id: str) -> list[SubmissionRow]:
+        rows = (self._submissions[sid] for sid in self._queues.get(conversation_id, ()))
+        return [row for row in rows if row.settled_at_ms is None]
+
+    # --- writes ---------------------------------------------------------------
+
+    async def admit(
+        self, conversation_id: str, principal_id: str, idempotency_key: str, input: object, now_ms: int
+    ) -> AdmissionResult:
+        validate_admit(conversation_id, principal_id, idempotency_key, now_ms)
+        input_json, input_digest = encode_input(input)
+        key = (conversation_id, principal_id, idempotency_key)
+        existing_id = self._by_key.get(key)
+        decision = decide_admit(
+            conversation_id, principal_id, idempotency_key, input_json, input_digest, now_ms,
+            self._conversations.get(conversation_id),
+            None if existing_id is None else self._submissions[existing_id],
+        )
+        if decision.submission is not None:
+            row = decision.submission
+            self._conversations[conversation_id] = decision.conversation
+            self._put(row)
+            self._by_key[key] = row.submission_id
+            self._queues.setdefault(conversation_id, []).append(row.submission_id)
+        return decision.result
+
+    async def mark_ready(self, submission_id: str) -> None:
+        require_str("submission_id", submission_id)
+        row = decide_mark_ready(submission_id, self._submissions.get(submission_id))
+        if row is not None:
+            self._put(row)
+
+    async def claim(self, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int) -> Claim | None:
+        validate_claim(conversation_id, owner_id, lease_ms, now_ms)
+        nonterminal = self._nonterminal(conversation_id)
+        decision = decide_claim(
+            self._conversations.get(conversation_id),
+            nonterminal[0] if nonterminal else None,
+            owner_id, lease_ms, now_ms,
+        )
+        if decision.claim is not None:
+            self._conversations[conversation_id] = decision.conversation
+            self._put(decision.submission)
+        return decision.claim
+
+    async def renew_ownership(self, token: Claim, lease_ms: int, now_ms: int) -> OwnershipRenewal:
+        validate_renew(token, lease_ms, now_ms)
+        renewal, row = decide_renew(self._submissions.get(token.submission_id), token, lease_ms, now_ms)
+        if row is not None:
+            self._put(row)
+        return renewal
+
+    async def release_ownership(self, token: Claim) -> None:
+        require_token(token)
+        row = decide_release(self._submissions.get(token.submission_id), token)
+        if row is not None:
+            self._put(row)
+
+    async def mark_input_applied(self, token: Claim) -> None:
+        require_token(token)
+        row = decide_input_applied(self._submissions.get(token.submission_id), token)
+        if row is not None:
+            self._put(row)
+
+    async def request_abort(self, submission_id: str, author: str, reason: str) -> AbortIntent:
+        validate_abort(submission_id, author, reason)
+        intent, row = decide_abort(submission_id, self._submissions.get(submission_id), author, reason)
+        if row is not None:
+            self._put(row)
+        return intent
+
+    async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:
+        require_token(token)
+        record_json, record_digest = encode_settlement(token.submission_id, record)
+        reserved, row = decide_reserve(self._submissions.get(token.submission_id), token, record_json, record_digest)
+        if row is not None:
+            self._put(row)
+        return reserved
+
+    async def finalize_settlement(self, submission_id: str, now_ms: int) -> Settlement:
+        validate_finalize(submission_id, now_ms)
+        settlement, row = decide_finalize(submission_id, self._submissions.get(submission_id), now_ms)
+        if row is not None:
+            self._put(row)
+        return settlement
+
+    # --- reads ----------------------------------------------------------------
+
+    async def get(self, submission_id: str) -> SubmissionRecord | None:
+        require_str("submission_id", submission_id)
+        row = self._submissions.get(submission_id)
+        return None if row is None else row_to_record(row)
+
+    async def get_by_idempotency_key(
+        self, conversation_id: str, principal_id: str, idempotency_key: str
+    ) -> SubmissionRecord | None:
+        require_str("conversation_id", conversation_id)
+        require_str("principal_id", principal_id)
+        require_str("idempotency_key", idempotency_key)
+        submission_id = self._by_key.get((conversation_id, principal_id, idempotency_key))
+        return None if submission_id is None else row_to_record(self._submissions[submission_id])
+
+    async def load_recovery_snapshot(self, conversation_id: str) -> RecoverySnapshot:
+        require_str("conversation_id", conversation_id)
+        return recovery_snapshot(
+            conversation_id, self._conversations.get(conversation_id), self._nonterminal(conversation_id)
+        )
+
+    async def scan_nonterminal(self) -> tuple[SubmissionRecord, ...]:
+        # Same order as SQLite's ORDER BY conversation_id, queue_seq (BINARY
+        # collation compares UTF-8 bytes, which orders like code points).
+        return tuple(
+            row_to_record(row)
+            for conversation_id in sorted(self._queues)
+            for row in self._nonterminal(conversation_id)
+        )
+
+    def capabilities(self) -> dict:
+        return capabilities(durable=False, adapter="memory")

@@ -1,0 +1,266 @@
+"""Records and typed errors of the Submission Ledger (persistence §3).
+
+The ledger tracks each submission's operational obligations: admission under
+an idempotency key, readiness, FIFO ownership with a lease and a producer
+epoch, the canonical-input marker, abort intent, and the two-step settlement
+(reserve the exact canonical record, then finalize). These are the only
+shapes that cross the ledger boundary; both adapters (memory, SQLite) and any
+third-party adapter return exactly these classes.
+
+JSON values (``input``, settlement records) cross the boundary as canonical
+text (``model.canonical``): what goes in is encoded, what comes out is a
+fresh decode, so a caller mutating a dict cannot rewrite the ledger.
+"""
+from __future__ import annotations
+
+import attrs
+
+# Settlement outcomes (the canonical SubmissionSettled families).
+COMPLETED = "completed"
+FAILED = "failed"
+ABORTED = "aborted"
+OUTCOMES: tuple[str, ...] = (COMPLETED, FAILED, ABORTED)
+
+SCHEMA_VERSION = 1
+
+
+@attrs.frozen
+class AdmissionResult:
+    """What ``admit`` returned. ``replayed=True``: an exact retry of an
+    earlier admission under the same idempotency key; every other field is
+    the original's."""
+
+    submission_id: str
+    receipt: str
+    queue_seq: int
+    replayed: bool
+    input_digest: str
+
+
+@attrs.frozen
+class Claim:
+    """The live ownership token. Only the claimer holds it; the recovery
+    snapshot shows ownership without it."""
+
+    submission_id: str
+    owner_id: str
+    epoch: int
+    lease_expires_ms: int
+
+
+@attrs.frozen
+class OwnershipRenewal:
+    submission_id: str
+    owner_id: str
+    epoch: int
+    lease_expires_ms: int
+
+
+@attrs.frozen
+class AbortIntent:
+    """The durable abort intent: the FIRST author and reason, always."""
+
+    submission_id: str
+    author: str
+    reason: str
+
+
+@attrs.frozen
+class ReservedSettlement:
+    submission_id: str
+    record_digest: str
+
+
+@attrs.frozen
+class Settlement:
+    """A finalized settlement. ``diagnostic`` is the failed record's exact
+    ``{errorTag, message}`` projected from the reserved record (None for the
+    other outcomes), so a replayed finalize returns the same value."""
+
+    submission_id: str
+    outcome: str
+    record_digest: str
+    settled_at_ms: int
+    diagnostic: object = None
+
+
+@attrs.frozen
+class SubmissionRecord:
+    """Everything the ledger holds about one submission (``get``)."""
+
+    submission_id: str
+    conversation_id: str
+    principal_id: str
+    idempotency_key: str
+    queue_seq: int
+    input: object
+    input_digest: str
+    receipt: str
+    admitted_at_ms: int
+    ready: bool
+    owner_id: str | None
+    epoch: int | None
+    lease_expires_ms: int | None
+    input_applied: bool
+    abort_author: str | None
+    abort_reason: str | None
+    reserved_record: object
+    reserved_digest: str | None
+    outcome: str | None
+    settled_at_ms: int | None
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def settled(self) -> bool:
+        return self.settled_at_ms is not None
+
+
+@attrs.frozen
+class SubmissionOwnership:
+    """One nonterminal submission in a recovery snapshot: ownership facts
+    WITHOUT the live token (a recovering producer must claim anew)."""
+
+    submission_id: str
+    queue_seq: int
+    ready: bool
+    owner_id: str | None
+    epoch: int | None
+    lease_expires_ms: int | None
+    input_applied: bool
+    abort_requested: bool
+    abort_author: str | None
+    abort_reason: str | None
+    reserved_digest: str | None
+    settled: bool
+
+
+@attrs.frozen
+class RecoverySnapshot:
+    """``epoch`` is the conversation's current producer epoch (0 before the
+    first claim); ``submissions`` are its nonterminal ones by queue_seq."""
+
+    conversation_id: str
+    epoch: int
+    submissions: tuple[SubmissionOwnership, ...]
+
+
+# --- errors -----------------------------------------------------------------
+#
+# Structured fields as attributes, a ``name`` matching the specification, and
+# ``__reduce__`` so they survive pickling (sweep workers ship failures across
+# processes).
+
+
+class LedgerError(Exception):
+    """Base class of the Submission Ledger's typed errors."""
+
+    name = "LedgerError"
+
+
+class UnknownSubmission(LedgerError):
+    name = "UnknownSubmission"
+
+    def __init__(self, submission_id: str) -> None:
+        self.submission_id = submission_id
+        super().__init__(f"no submission {submission_id!r}")
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id,))
+
+
+class AdmissionConflict(LedgerError):
+    """The idempotency key was already used for a different input."""
+
+    name = "AdmissionConflict"
+
+    def __init__(
+        self, conversation_id: str, principal_id: str, idempotency_key: str,
+        existing_digest: str, attempted_digest: str,
+    ) -> None:
+        self.conversation_id = conversation_id
+        self.principal_id = principal_id
+        self.idempotency_key = idempotency_key
+        self.existing_digest = existing_digest
+        self.attempted_digest = attempted_digest
+        super().__init__(
+            f"admission conflict on key {idempotency_key!r} (conversation {conversation_id!r}, "
+            f"principal {principal_id!r}): admitted input digest {existing_digest}, "
+            f"attempted {attempted_digest}"
+        )
+
+    def __reduce__(self):
+        return (type(self), (
+            self.conversation_id, self.principal_id, self.idempotency_key,
+            self.existing_digest, self.attempted_digest,
+        ))
+
+
+class OwnershipLost(LedgerError):
+    """The token is stale: a later claim holds a higher epoch, the owner
+    released, or the lease lapsed. Nothing was written. ``actual_epoch`` is
+    the submission's current epoch (None if never claimed)."""
+
+    name = "OwnershipLost"
+
+    def __init__(self, submission_id: str, actual_epoch: int | None, detail: str = "") -> None:
+        self.submission_id = submission_id
+        self.actual_epoch = actual_epoch
+        self.detail = detail
+        super().__init__(
+            f"ownership of {submission_id!r} lost (current epoch {actual_epoch!r})"
+            + (f": {detail}" if detail else "")
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.actual_epoch, self.detail))
+
+
+class SettlementConflict(LedgerError):
+    """Reserve with a record other than the reserved one (both digests), or
+    finalize of a submission with no reservation (``existing_digest`` None)."""
+
+    name = "SettlementConflict"
+
+    def __init__(self, submission_id: str, existing_digest: str | None, attempted_digest: str | None) -> None:
+        self.submission_id = submission_id
+        self.existing_digest = existing_digest
+        self.attempted_digest = attempted_digest
+        if existing_digest is None:
+            message = "no settlement is reserved"
+        else:
+            message = f"reserved record digest {existing_digest}, attempted {attempted_digest}"
+        super().__init__(f"settlement conflict on {submission_id!r}: {message}")
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.existing_digest, self.attempted_digest))
+
+
+class AbortConflict(LedgerError):
+    """Abort requested for a submission already settled (with no earlier
+    abort intent to replay)."""
+
+    name = "AbortConflict"
+
+    def __init__(self, submission_id: str, outcome: str) -> None:
+        self.submission_id = submission_id
+        self.outcome = outcome
+        super().__init__(f"cannot abort {submission_id!r}: already settled as {outcome!r}")
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.outcome))
+
+
+class InvalidSettlement(LedgerError):
+    """A settlement record violating the family shape rules (persistence
+    §10), refused before anything is written, or a stored one found corrupt
+    at finalize."""
+
+    name = "InvalidSettlement"
+
+    def __init__(self, submission_id: str, reason: str) -> None:
+        self.submission_id = submission_id
+        self.reason = reason
+        super().__init__(f"invalid settlement record for {submission_id!r}: {reason}")
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.reason))

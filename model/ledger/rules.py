@@ -1,0 +1,498 @@
+"""The Submission Ledger's rules, written once (h11 style, DESIGN §9).
+
+Every rule is a pure function over the rows a call needs: a
+``ConversationRow`` (queue and epoch counters) and/or a ``SubmissionRow``
+(``None`` = no such row). It raises the typed error or returns the decision:
+the value to hand back and the new rows to write (``None`` = write nothing).
+Each adapter fetches those rows — inside its ``BEGIN IMMEDIATE`` transaction
+for SQLite — calls the rule, and writes what it returned. No rule is
+restated in SQL; the conformance suite and the memory-vs-SQLite property test
+pin the adapters to identical results.
+
+Rows hold JSON values as canonical text (``model.canonical``), so rows are
+plain immutable data, digests are over exactly what is stored, and every
+read is a fresh decode.
+
+Decisions where the specification is silent (all in one place, here):
+
+- Submission ids are ``sub-{conversation_id}-{queue_seq}`` (unique: the seq is
+  the last dash-separated integer); receipts are ``rcpt-`` + the digest of
+  ``{submissionId, inputDigest}``. No randomness anywhere.
+- ``claim``: the same owner may claim again while its own lease is live; it
+  gets a fresh epoch, fencing its previous incarnation's token. Any other
+  owner's live lease (``lease_expires_ms > now_ms``) blocks the claim.
+- A token is valid while the submission's row still carries its owner and
+  epoch. ``renew`` also needs the lease unexpired at ``now_ms`` (a lapsed
+  owner must claim anew, at a new epoch). ``release``, ``mark_input_applied``
+  and ``reserve_settlement`` take no clock and are fenced by owner + epoch:
+  until another owner actually claims (a higher epoch), a lapsed owner's
+  writes are still the only ones possible, so they are safe.
+- ``release`` of a token already released by itself (owner cleared, same
+  epoch) is an idempotent no-op.
+- ``request_abort`` on a submission that already has an intent returns the
+  first intent unchanged, even after settlement; on a settled submission
+  without one it raises ``AbortConflict`` (a new error, not
+  ``SettlementConflict``: nothing about the settlement record conflicts).
+- Settlement shape (§10): ``outcome`` in completed/failed/aborted; failed
+  carries ``diagnostic`` = exactly ``{errorTag: str, message: str}`` and no
+  ``result``, ``cause`` or ``stack``; aborted carries no ``result`` key (not
+  even null). ``completed`` may omit ``result`` (a joined completion).
+- Finalize of an unknown id is ``UnknownSubmission``; of a known id with no
+  reservation, ``SettlementConflict(existing_digest=None)``. Finalize leaves
+  the ownership columns as they were (the row is terminal; nothing claims it).
+"""
+from __future__ import annotations
+
+import attrs
+
+from model.canonical import canonical_json, decode, digest
+
+from .records import (
+    ABORTED,
+    COMPLETED,
+    FAILED,
+    OUTCOMES,
+    SCHEMA_VERSION,
+    AbortConflict,
+    AbortIntent,
+    AdmissionConflict,
+    AdmissionResult,
+    Claim,
+    InvalidSettlement,
+    OwnershipLost,
+    OwnershipRenewal,
+    RecoverySnapshot,
+    ReservedSettlement,
+    Settlement,
+    SettlementConflict,
+    SubmissionOwnership,
+    SubmissionRecord,
+    UnknownSubmission,
+)
+
+# --- rows ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class ConversationRow:
+    conversation_id: str
+    last_queue_seq: int  # 0 before the first admission
+    epoch: int  # the conversation's producer epoch; 0 before the first claim
+
+
+@attrs.frozen
+class SubmissionRow:
+    submission_id: str
+    conversation_id: str
+    principal_id: str
+    idempotency_key: str
+    queue_seq: int
+    input_json: str
+    input_digest: str
+    receipt: str
+    admitted_at_ms: int
+    ready: bool = False
+    owner_id: str | None = None
+    epoch: int | None = None
+    lease_expires_ms: int | None = None
+    input_applied: bool = False
+    abort_author: str | None = None
+    abort_reason: str | None = None
+    reserved_json: str | None = None
+    reserved_digest: str | None = None
+    outcome: str | None = None
+    settled_at_ms: int | None = None
+    schema_version: int = SCHEMA_VERSION
+
+
+# Column order shared by the SQLite adapter (and its row <-> SubmissionRow mapping).
+SUBMISSION_FIELDS: tuple[str, ...] = tuple(field.name for field in attrs.fields(SubmissionRow))
+
+
+def row_to_record(row: SubmissionRow) -> SubmissionRecord:
+    if row.schema_version != SCHEMA_VERSION:
+        # Private development promises no migration (§11): fail clearly.
+        raise ValueError(
+            f"submission {row.submission_id!r} has unsupported schema version {row.schema_version!r}"
+        )
+    return SubmissionRecord(
+        submission_id=row.submission_id,
+        conversation_id=row.conversation_id,
+        principal_id=row.principal_id,
+        idempotency_key=row.idempotency_key,
+        queue_seq=row.queue_seq,
+        input=decode(row.input_json),
+        input_digest=row.input_digest,
+        receipt=row.receipt,
+        admitted_at_ms=row.admitted_at_ms,
+        ready=row.ready,
+        owner_id=row.owner_id,
+        epoch=row.epoch,
+        lease_expires_ms=row.lease_expires_ms,
+        input_applied=row.input_applied,
+        abort_author=row.abort_author,
+        abort_reason=row.abort_reason,
+        reserved_record=None if row.reserved_json is None else decode(row.reserved_json),
+        reserved_digest=row.reserved_digest,
+        outcome=row.outcome,
+        settled_at_ms=row.settled_at_ms,
+        schema_version=row.schema_version,
+    )
+
+
+def row_to_ownership(row: SubmissionRow) -> SubmissionOwnership:
+    return SubmissionOwnership(
+        submission_id=row.submission_id,
+        queue_seq=row.queue_seq,
+        ready=row.ready,
+        owner_id=row.owner_id,
+        epoch=row.epoch,
+        lease_expires_ms=row.lease_expires_ms,
+        input_applied=row.input_applied,
+        abort_requested=row.abort_author is not None,
+        abort_author=row.abort_author,
+        abort_reason=row.abort_reason,
+        reserved_digest=row.reserved_digest,
+        settled=row.settled_at_ms is not None,
+    )
+
+
+def recovery_snapshot(
+    conversation_id: str, conversation: ConversationRow | None, nonterminal: list[SubmissionRow]
+) -> RecoverySnapshot:
+    """``nonterminal``: the conversation's unsettled rows by queue_seq."""
+    return RecoverySnapshot(
+        conversation_id,
+        0 if conversation is None else conversation.epoch,
+        tuple(row_to_ownership(row) for row in nonterminal),
+    )
+
+
+# --- argument validation (the public boundary) ----------------------------------
+
+
+def require_str(name: str, value: object) -> None:
+    if type(value) is not str:
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+
+
+def require_int(name: str, value: object) -> None:
+    if type(value) is not int:  # bool is an int subclass and always a bug here
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+
+
+def require_positive_ms(name: str, value: object) -> None:
+    require_int(name, value)
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+
+
+def require_token(token: object) -> None:
+    if not isinstance(token, Claim):
+        raise TypeError(f"token must be a Claim, got {type(token).__name__}")
+
+
+def encode_input(value: object) -> tuple[str, str]:
+    """``(canonical_json, digest)`` of an admission input; ``ValueError`` /
+    ``CanonicalEncodingError`` if it is not JSON."""
+    text = canonical_json(value)
+    return text, digest(value)
+
+
+# --- identities -----------------------------------------------------------------
+
+
+def submission_id_for(conversation_id: str, queue_seq: int) -> str:
+    return f"sub-{conversation_id}-{queue_seq}"
+
+
+def receipt_for(submission_id: str, input_digest: str) -> str:
+    return "rcpt-" + digest({"inputDigest": input_digest, "submissionId": submission_id})
+
+
+# --- admission --------------------------------------------------------------------
+
+
+@attrs.frozen
+class AdmitDecision:
+    result: AdmissionResult
+    conversation: ConversationRow | None  # write (upsert) if not None
+    submission: SubmissionRow | None  # insert if not None
+
+
+def decide_admit(
+    conversation_id: str,
+    principal_id: str,
+    idempotency_key: str,
+    input_json: str,
+    input_digest: str,
+    now_ms: int,
+    conversation: ConversationRow | None,
+    existing: SubmissionRow | None,
+) -> AdmitDecision:
+    """``existing``: the row under (conversation, principal, key), if any."""
+    if existing is not None:
+        if existing.input_digest != input_digest:
+            raise AdmissionConflict(
+                conversation_id, principal_id, idempotency_key, existing.input_digest, input_digest
+            )
+        return AdmitDecision(
+            AdmissionResult(existing.submission_id, existing.receipt, existing.queue_seq, True, input_digest),
+            None,
+            None,
+        )
+    last_queue_seq = 0 if conversation is None else conversation.last_queue_seq
+    epoch = 0 if conversation is None else conversation.epoch
+    queue_seq = last_queue_seq + 1
+    submission_id = submission_id_for(conversation_id, queue_seq)
+    receipt = receipt_for(submission_id, input_digest)
+    row = SubmissionRow(
+        submission_id=submission_id,
+        conversation_id=conversation_id,
+        principal_id=principal_id,
+        idempotency_key=idempotency_key,
+        queue_seq=queue_seq,
+        input_json=input_json,
+        input_digest=input_digest,
+        receipt=receipt,
+        admitted_at_ms=now_ms,
+    )
+    return AdmitDecision(
+        AdmissionResult(submission_id, receipt, queue_seq, False, input_digest),
+        ConversationRow(conversation_id, queue_seq, epoch),
+        row,
+    )
+
+
+def decide_mark_ready(submission_id: str, row: SubmissionRow | None) -> SubmissionRow | None:
+    if row is None:
+        raise UnknownSubmission(submission_id)
+    if row.ready:
+        return None
+    return attrs.evolve(row, ready=True)
+
+
+# --- claim --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ClaimDecision:
+    claim: Claim | None
+    conversation: ConversationRow | None
+    submission: SubmissionRow | None
+
+
+NO_CLAIM = ClaimDecision(None, None, None)
+
+
+def decide_claim(
+    conversation: ConversationRow | None,
+    head: SubmissionRow | None,
+    owner_id: str,
+    lease_ms: int,
+    now_ms: int,
+) -> ClaimDecision:
+    """``head``: the conversation's unsettled submission with the lowest
+    queue_seq (FIFO: nothing behind it is ever claimable)."""
+    if head is None:
+        return NO_CLAIM
+    assert conversation is not None and head.settled_at_ms is None, (conversation, head)
+    if not head.ready and head.abort_author is None:
+        # An unready head is an unknown one: claimable only for cleanup, once
+        # its durable abort intent exists.
+        return NO_CLAIM
+    if (
+        head.owner_id is not None
+        and head.owner_id != owner_id
+        and head.lease_expires_ms is not None
+        and head.lease_expires_ms > now_ms
+    ):
+        return NO_CLAIM
+    epoch = conversation.epoch + 1
+    lease_expires_ms = now_ms + lease_ms
+    return ClaimDecision(
+        Claim(head.submission_id, owner_id, epoch, lease_expires_ms),
+        attrs.evolve(conversation, epoch=epoch),
+        attrs.evolve(head, owner_id=owner_id, epoch=epoch, lease_expires_ms=lease_expires_ms),
+    )
+
+
+# --- fenced ownership operations ------------------------------------------------------
+
+
+def check_token(row: SubmissionRow | None, token: Claim, now_ms: int | None = None) -> SubmissionRow:
+    """The row, if ``token`` still owns it; else ``OwnershipLost``."""
+    if row is None:
+        raise UnknownSubmission(token.submission_id)
+    if row.epoch != token.epoch:
+        raise OwnershipLost(row.submission_id, row.epoch, f"token epoch {token.epoch}")
+    if row.owner_id != token.owner_id:
+        raise OwnershipLost(row.submission_id, row.epoch, "ownership was released")
+    if now_ms is not None and (row.lease_expires_ms is None or row.lease_expires_ms <= now_ms):
+        raise OwnershipLost(row.submission_id, row.epoch, f"lease expired at {row.lease_expires_ms}")
+    return row
+
+
+def decide_renew(
+    row: SubmissionRow | None, token: Claim, lease_ms: int, now_ms: int
+) -> tuple[OwnershipRenewal, SubmissionRow | None]:
+    row = check_token(row, token, now_ms)
+    lease_expires_ms = max(row.lease_expires_ms, now_ms + lease_ms)  # never shortens
+    renewal = OwnershipRenewal(row.submission_id, row.owner_id, row.epoch, lease_expires_ms)
+    if lease_expires_ms == row.lease_expires_ms:
+        return renewal, None
+    return renewal, attrs.evolve(row, lease_expires_ms=lease_expires_ms)
+
+
+def decide_release(row: SubmissionRow | None, token: Claim) -> SubmissionRow | None:
+    if row is not None and row.owner_id is None and row.epoch == token.epoch:
+        return None  # this token already released it
+    row = check_token(row, token)
+    return attrs.evolve(row, owner_id=None, lease_expires_ms=None)
+
+
+def decide_input_applied(row: SubmissionRow | None, token: Claim) -> SubmissionRow | None:
+    row = check_token(row, token)
+    if row.input_applied:
+        return None
+    return attrs.evolve(row, input_applied=True)
+
+
+def decide_abort(
+    submission_id: str, row: SubmissionRow | None, author: str, reason: str
+) -> tuple[AbortIntent, SubmissionRow | None]:
+    if row is None:
+        raise UnknownSubmission(submission_id)
+    if row.abort_author is not None:
+        return AbortIntent(submission_id, row.abort_author, row.abort_reason), None
+    if row.settled_at_ms is not None:
+        raise AbortConflict(submission_id, row.outcome)
+    return AbortIntent(submission_id, author, reason), attrs.evolve(row, abort_author=author, abort_reason=reason)
+
+
+# --- settlement ---------------------------------------------------------------------
+
+
+_DIAGNOSTIC_KEYS = frozenset(("errorTag", "message"))
+
+
+def check_settlement_shape(submission_id: str, record: object) -> None:
+    """Persistence §10 family rules; ``InvalidSettlement`` on a violation."""
+    if not isinstance(record, dict):
+        raise InvalidSettlement(submission_id, f"record must be a JSON object, got {type(record).__name__}")
+    outcome = record.get("outcome")
+    if outcome not in OUTCOMES:
+        raise InvalidSettlement(submission_id, f"outcome must be one of {OUTCOMES}, got {outcome!r}")
+    if outcome == FAILED:
+        diagnostic = record.get("diagnostic")
+        if (
+            not isinstance(diagnostic, dict)
+            or set(diagnostic) != _DIAGNOSTIC_KEYS
+            or type(diagnostic["errorTag"]) is not str
+            or type(diagnostic["message"]) is not str
+        ):
+            raise InvalidSettlement(
+                submission_id, f"a failed record carries exactly {{errorTag, message}} strings, got {diagnostic!r:.200}"
+            )
+        extra = sorted({"result", "cause", "stack"} & set(record))
+        if extra:
+            raise InvalidSettlement(submission_id, f"a failed record carries no {extra}")
+    elif outcome == ABORTED:
+        if "result" in record:
+            raise InvalidSettlement(submission_id, "an aborted record carries no result")
+    else:
+        assert outcome == COMPLETED
+
+
+def encode_settlement(submission_id: str, record: object) -> tuple[str, str]:
+    """Validate the record's shape and return ``(canonical_json, digest)``."""
+    check_settlement_shape(submission_id, record)
+    try:
+        text = canonical_json(record)
+    except ValueError as exc:
+        raise InvalidSettlement(submission_id, f"not canonical JSON: {exc}") from None
+    return text, digest(record)
+
+
+def decide_reserve(
+    row: SubmissionRow | None, token: Claim, record_json: str, record_digest: str
+) -> tuple[ReservedSettlement, SubmissionRow | None]:
+    row = check_token(row, token)
+    reserved = ReservedSettlement(row.submission_id, record_digest)
+    if row.reserved_digest is None:
+        return reserved, attrs.evolve(row, reserved_json=record_json, reserved_digest=record_digest)
+    if row.reserved_digest != record_digest:
+        raise SettlementConflict(row.submission_id, row.reserved_digest, record_digest)
+    return reserved, None
+
+
+def decide_finalize(
+    submission_id: str, row: SubmissionRow | None, now_ms: int
+) -> tuple[Settlement, SubmissionRow | None]:
+    if row is None:
+        raise UnknownSubmission(submission_id)
+    if row.reserved_json is None:
+        raise SettlementConflict(submission_id, None, None)
+    # Validate what was stored, even though we wrote it (§10): a corrupt
+    # reservation fails clearly rather than settling.
+    record = decode(row.reserved_json)
+    check_settlement_shape(submission_id, record)
+    if digest(record) != row.reserved_digest:
+        raise InvalidSettlement(submission_id, "stored record does not match its reserved digest")
+    outcome = record["outcome"]
+    diagnostic = record["diagnostic"] if outcome == FAILED else None
+    if row.settled_at_ms is not None:
+        assert row.outcome == outcome, (row.outcome, outcome)
+        return Settlement(submission_id, outcome, row.reserved_digest, row.settled_at_ms, diagnostic), None
+    settlement = Settlement(submission_id, outcome, row.reserved_digest, now_ms, diagnostic)
+    return settlement, attrs.evolve(row, outcome=outcome, settled_at_ms=now_ms)
+
+
+# --- declared capabilities ---------------------------------------------------------
+
+
+def capabilities(*, durable: bool, adapter: str) -> dict:
+    return {
+        "adapter": adapter,
+        "durable": durable,
+        "atomic_admission": True,
+        "atomic_settlement_transitions": True,
+        "fencing": "epoch",
+        "claim_order": "fifo",
+        "strongly_consistent_reads": True,
+        "schema_version": SCHEMA_VERSION,
+    }
+
+
+# --- per-method argument checks (both adapters call these first) ---------------------
+
+
+def validate_admit(conversation_id: object, principal_id: object, idempotency_key: object, now_ms: object) -> None:
+    require_str("conversation_id", conversation_id)
+    require_str("principal_id", principal_id)
+    require_str("idempotency_key", idempotency_key)
+    require_int("now_ms", now_ms)
+
+
+def validate_claim(conversation_id: object, owner_id: object, lease_ms: object, now_ms: object) -> None:
+    require_str("conversation_id", conversation_id)
+    require_str("owner_id", owner_id)
+    require_positive_ms("lease_ms", lease_ms)
+    require_int("now_ms", now_ms)
+
+
+def validate_renew(token: object, lease_ms: object, now_ms: object) -> None:
+    require_token(token)
+    require_positive_ms("lease_ms", lease_ms)
+    require_int("now_ms", now_ms)
+
+
+def validate_abort(submission_id: object, author: object, reason: object) -> None:
+    require_str("submission_id", submission_id)
+    require_str("author", author)
+    require_str("reason", reason)
+
+
+def validate_finalize(submission_id: object, now_ms: object) -> None:
+    require_str("submission_id", submission_id)
+    require_int("now_ms", now_ms)

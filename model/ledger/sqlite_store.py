@@ -1,0 +1,311 @@
+"""SQLite Submission Ledger (§9.2).
+
+Owns only the ``ledger_*`` tables (created idempotently), so it can share a
+database file and connection with the other stores. Every write is one
+``write_transaction`` (``BEGIN IMMEDIATE``): the rows a rule needs are read
+inside it, the rule (``rules.py``) decides, and what it returned is written
+before COMMIT — so the producer epoch is allocated inside the transaction and
+no other connection can slip between a check and its write. A write lock held
+past the busy timeout surfaces as ``SqliteWriteContention``, with nothing
+written. Methods never await: a call is atomic in the simulator.
+"""
+from __future__ import annotations
+
+import sqlite3
+
+from model.sqlite_db import open_database, write_transaction
+
+from .records import (
+    AbortIntent,
+    AdmissionResult,
+    Claim,
+    OwnershipRenewal,
+    RecoverySnapshot,
+    ReservedSettlement,
+    Settlement,
+    SubmissionRecord,
+)
+from .rules import (
+    SUBMISSION_FIELDS,
+    ConversationRow,
+    SubmissionRow,
+    capabilities,
+    decide_abort,
+    decide_admit,
+    decide_claim,
+    decide_finalize,
+    decide_input_applied,
+    decide_mark_ready,
+    decide_release,
+    decide_renew,
+    decide_reserve,
+    encode_input,
+    encode_settlement,
+    recovery_snapshot,
+    require_str,
+    require_token,
+    row_to_record,
+    validate_abort,
+    validate_admit,
+    validate_claim,
+    validate_finalize,
+    validate_renew,
+)
+
+_SCHEMA: tuple[str, ...] = (
+    """CREATE TABLE IF NOT EXISTS ledger_conversations (
+        conversation_id TEXT PRIMARY KEY NOT NULL,
+        last_queue_seq INTEGER NOT NULL CHECK (last_queue_seq >= 0),
+        epoch INTEGER NOT NULL CHECK (epoch >= 0)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS ledger_submissions (
+        submission_id TEXT PRIMARY KEY NOT NULL,
+        conversation_id TEXT NOT NULL,
+        principal_id TEXT NOT NULL,
+        idempotency_key TEXT NOT NULL,
+        queue_seq INTEGER NOT NULL CHECK (queue_seq >= 1),
+        input_json TEXT NOT NULL,
+        input_digest TEXT NOT NULL,
+        receipt TEXT NOT NULL,
+        admitted_at_ms INTEGER NOT NULL,
+        ready INTEGER NOT NULL,
+        owner_id TEXT,
+        epoch INTEGER,
+        lease_expires_ms INTEGER,
+        input_applied INTEGER NOT NULL,
+        abort_author TEXT,
+        abort_reason TEXT,
+        reserved_json TEXT,
+        reserved_digest TEXT,
+        outcome TEXT,
+        settled_at_ms INTEGER,
+        schema_version INTEGER NOT NULL,
+        UNIQUE (conversation_id, principal_id, idempotency_key),
+        UNIQUE (conversation_id, queue_seq)
+    ) WITHOUT ROWID""",
+    # The FIFO head, the recovery snapshot and scan_nonterminal read only
+    # unsettled rows; settled ones pile up behind them.
+    """CREATE INDEX IF NOT EXISTS ledger_submissions_nonterminal
+        ON ledger_submissions (conversation_id, queue_seq)
+        WHERE settled_at_ms IS NULL""",
+)
+
+_COLUMNS = ", ".join(SUBMISSION_FIELDS)
+_SELECT_BY_ID = f"SELECT {_COLUMNS} FROM ledger_submissions WHERE submission_id = ?"
+_SELECT_BY_KEY = (
+    f"SELECT {_COLUMNS} FROM ledger_submissions "
+    "WHERE conversation_id = ? AND principal_id = ? AND idempotency_key = ?"
+)
+_SELECT_NONTERMINAL_OF = (
+    f"SELECT {_COLUMNS} FROM ledger_submissions "
+    "WHERE conversation_id = ? AND settled_at_ms IS NULL ORDER BY queue_seq"
+)
+_SELECT_HEAD = _SELECT_NONTERMINAL_OF + " LIMIT 1"
+_SELECT_NONTERMINAL = (
+    f"SELECT {_COLUMNS} FROM ledger_submissions WHERE settled_at_ms IS NULL "
+    "ORDER BY conversation_id, queue_seq"
+)
+_SELECT_CONVERSATION = (
+    "SELECT conversation_id, last_queue_seq, epoch FROM ledger_conversations WHERE conversation_id = ?"
+)
+_UPSERT_CONVERSATION = (
+    "INSERT INTO ledger_conversations (conversation_id, last_queue_seq, epoch) VALUES (?, ?, ?) "
+    "ON CONFLICT (conversation_id) DO UPDATE SET "
+    "last_queue_seq = excluded.last_queue_seq, epoch = excluded.epoch"
+)
+_INSERT_SUBMISSION = (
+    f"INSERT INTO ledger_submissions ({_COLUMNS}) VALUES ({', '.join('?' for _ in SUBMISSION_FIELDS)})"
+)
+# Rules return whole rows; the write replaces every mutable column.
+_UPDATE_SUBMISSION = (
+    "UPDATE ledger_submissions SET "
+    + ", ".join(f"{name} = ?" for name in SUBMISSION_FIELDS[1:])
+    + " WHERE submission_id = ?"
+)
+
+_BOOL_FIELDS = frozenset(("ready", "input_applied"))
+_BOOL_INDEXES = tuple(i for i, name in enumerate(SUBMISSION_FIELDS) if name in _BOOL_FIELDS)
+
+
+def _row(values: tuple | None) -> SubmissionRow | None:
+    if values is None:
+        return None
+    values = list(values)
+    for i in _BOOL_INDEXES:
+        values[i] = bool(values[i])
+    return SubmissionRow(*values)
+
+
+def _params(row: SubmissionRow) -> list:
+    values = [getattr(row, name) for name in SUBMISSION_FIELDS]
+    for i in _BOOL_INDEXES:
+        values[i] = int(values[i])
+    return values
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    with write_transaction(conn):
+        for statement in _SCHEMA:
+            conn.execute(statement)
+
+
+class SqliteSubmissionLedger:
+    """``SubmissionLedger`` over a connection from ``open_database``."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        if conn.isolation_level is not None:
+            raise ValueError("SqliteSubmissionLedger needs a connection from open_database (isolation_level=None)")
+        self._conn = conn
+        self._owns_connection = False
+        create_schema(conn)
+
+    @classmethod
+    def open(cls, path: str, *, busy_timeout_ms: int | None = None) -> "SqliteSubmissionLedger":
+        conn = open_database(path) if busy_timeout_ms is None else open_database(path, busy_timeout_ms=busy_timeout_ms)
+        store = cls(conn)
+        store._owns_connection = True
+        return store
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        return self._conn
+
+    def close(self) -> None:
+        if self._owns_connection:
+            self._conn.close()
+
+    # --- row access (inside the caller's transaction for writes) ----------------
+
+    def _submission(self, submission_id: str) -> SubmissionRow | None:
+        return _row(self._conn.execute(_SELECT_BY_ID, (submission_id,)).fetchone())
+
+    def _conversation(self, conversation_id: str) -> ConversationRow | None:
+        values = self._conn.execute(_SELECT_CONVERSATION, (conversation_id,)).fetchone()
+        return None if values is None else ConversationRow(*values)
+
+    def _write_conversation(self, row: ConversationRow) -> None:
+        self._conn.execute(_UPSERT_CONVERSATION, (row.conversation_id, row.last_queue_seq, row.epoch))
+
+    def _update(self, row: SubmissionRow) -> None:
+        params = _params(row)
+        changed = self._conn.execute(_UPDATE_SUBMISSION, params[1:] + params[:1]).rowcount
+        assert changed == 1, (row.submission_id, changed)
+
+    # --- writes ---------------------------------------------------------------
+
+    async def admit(
+        self, conversation_id: str, principal_id: str, idempotency_key: str, input: object, now_ms: int
+    ) -> AdmissionResult:
+        validate_admit(conversation_id, principal_id, idempotency_key, now_ms)
+        input_json, input_digest = encode_input(input)
+        conn = self._conn
+        with write_transaction(conn):
+            existing = _row(conn.execute(_SELECT_BY_KEY, (conversation_id, principal_id, idempotency_key)).fetchone())
+            decision = decide_admit(
+                conversation_id, principal_id, idempotency_key, input_json, input_digest, now_ms,
+                self._conversation(conversation_id), existing,
+            )
+            if decision.submission is not None:
+                self._write_conversation(decision.conversation)
+                conn.execute(_INSERT_SUBMISSION, _params(decision.submission))
+        return decision.result
+
+    async def mark_ready(self, submission_id: str) -> None:
+        require_str("submission_id", submission_id)
+        with write_transaction(self._conn):
+            row = decide_mark_ready(submission_id, self._submission(submission_id))
+            if row is not None:
+                self._update(row)
+
+    async def claim(self, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int) -> Claim | None:
+        validate_claim(conversation_id, owner_id, lease_ms, now_ms)
+        conn = self._conn
+        with write_transaction(conn):
+            head = _row(conn.execute(_SELECT_HEAD, (conversation_id,)).fetchone())
+            decision = decide_claim(self._conversation(conversation_id), head, owner_id, lease_ms, now_ms)
+            if decision.claim is not None:
+                self._write_conversation(decision.conversation)
+                self._update(decision.submission)
+        return decision.claim
+
+    async def renew_ownership(self, token: Claim, lease_ms: int, now_ms: int) -> OwnershipRenewal:
+        validate_renew(token, lease_ms, now_ms)
+        with write_transaction(self._conn):
+            renewal, row = decide_renew(self._submission(token.submission_id), token, lease_ms, now_ms)
+            if row is not None:
+                self._update(row)
+        return renewal
+
+    async def release_ownership(self, token: Claim) -> None:
+        require_token(token)
+        with write_transaction(self._conn):
+            row = decide_release(self._submission(token.submission_id), token)
+            if row is not None:
+                self._update(row)
+
+    async def mark_input_applied(self, token: Claim) -> None:
+        require_token(token)
+        with write_transaction(self._conn):
+            row = decide_input_applied(self._submission(token.submission_id), token)
+            if row is not None:
+                self._update(row)
+
+    async def request_abort(self, submission_id: str, author: str, reason: str) -> AbortIntent:
+        validate_abort(submission_id, author, reason)
+        with write_transaction(self._conn):
+            intent, row = decide_abort(submission_id, self._submission(submission_id), author, reason)
+            if row is not None:
+                self._update(row)
+        return intent
+
+    async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:
+        require_token(token)
+        record_json, record_digest = encode_settlement(token.submission_id, record)
+        with write_transaction(self._conn):
+            reserved, row = decide_reserve(self._submission(token.submission_id), token, record_json, record_digest)
+            if row is not None:
+                self._update(row)
+        return reserved
+
+    async def finalize_settlement(self, submission_id: str, now_ms: int) -> Settlement:
+        validate_finalize(submission_id, now_ms)
+        with write_transaction(self._conn):
+            settlement, row = decide_finalize(submission_id, self._submission(submission_id), now_ms)
+            if row is not None:
+                self._update(row)
+        return settlement
+
+    # --- reads (single statements: each is one consistent snapshot) ------------
+
+    async def get(self, submission_id: str) -> SubmissionRecord | None:
+        require_str("submission_id", submission_id)
+        row = self._submission(submission_id)
+        return None if row is None else row_to_record(row)
+
+    async def get_by_idempotency_key(
+        self, conversation_id: str, principal_id: str, idempotency_key: str
+    ) -> SubmissionRecord | None:
+        require_str("conversation_id", conversation_id)
+        require_str("principal_id", principal_id)
+        require_str("idempotency_key", idempotency_key)
+        row = _row(self._conn.execute(_SELECT_BY_KEY, (conversation_id, principal_id, idempotency_key)).fetchone())
+        return None if row is None else row_to_record(row)
+
+    async def load_recovery_snapshot(self, conversation_id: str) -> RecoverySnapshot:
+        require_str("conversation_id", conversation_id)
+        conn = self._conn
+        # Two statements: read them in one transaction so the epoch and the
+        # rows come from the same snapshot (a deferred read transaction).
+        conn.execute("BEGIN")
+        try:
+            conversation = self._conversation(conversation_id)
+            rows = [_row(values) for values in conn.execute(_SELECT_NONTERMINAL_OF, (conversation_id,))]
+        finally:
+            conn.execute("COMMIT")
+        return recovery_snapshot(conversation_id, conversation, rows)
+
+    async def scan_nonterminal(self) -> tuple[SubmissionRecord, ...]:
+        return tuple(row_to_record(_row(values)) for values in self._conn.execute(_SELECT_NONTERMINAL))
+
+    def capabilities(self) -> dict:
+        return capabilities(durable=True, adapter="sqlite")
