@@ -83,8 +83,11 @@ def validate_materialize_args(conversation_id: object, producer_id: object, epoc
     require_str("conversation_id", conversation_id)
     require_str("producer_id", producer_id)
     require_int("epoch", epoch)
-    if epoch < 1:
-        raise ValueError(f"epoch must be >= 1, got {epoch}")
+    # Epoch 0 is admission's materialization (persistence §3: admit ->
+    # materialize -> mark ready), before any producer has claimed: the first
+    # claimed owner (ledger epochs start at 1) takes over from it.
+    if epoch < 0:
+        raise ValueError(f"epoch must be >= 0, got {epoch}")
 
 
 def validate_read_args(conversation_id: object, after_seq: object, limit: object) -> None:
