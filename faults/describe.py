@@ -104,3 +104,120 @@ KERNEL_DESCRIBERS = {
     "schedule_high_water_ms": _high_water,
     "purge_finished": _purge,
 }
+
+
+# -- submission ledger --------------------------------------------------------
+
+def _token_fields(token: Any) -> dict:
+    return {"submission": token.submission_id, "owner": token.owner_id, "epoch": token.epoch}
+
+
+def _admit(args: tuple, kwargs: dict, result: Any) -> dict:
+    conversation_id, principal_id, key, request, now_ms = args
+    fields: dict[str, Any] = {"conversation": conversation_id, "principal": principal_id, "key": key}
+    if result is not None:
+        fields.update(submission=result.submission_id, queue_seq=result.queue_seq, replayed=result.replayed)
+    return fields
+
+
+def _submission_arg(args: tuple, kwargs: dict, result: Any) -> dict:
+    return {"submission": args[0]}
+
+
+def _claim(args: tuple, kwargs: dict, claim: Any) -> dict:
+    conversation_id, owner_id, lease_ms, now_ms = args
+    fields: dict[str, Any] = {"conversation": conversation_id, "owner": owner_id}
+    if claim is not None:
+        fields.update(submission=claim.submission_id, epoch=claim.epoch, lease_expires_ms=claim.lease_expires_ms)
+    return fields
+
+
+def _token_only(args: tuple, kwargs: dict, result: Any) -> dict:
+    return _token_fields(args[0])
+
+
+def _reserve(args: tuple, kwargs: dict, reserved: Any) -> dict:
+    fields = _token_fields(args[0])
+    fields["record"] = args[1]
+    if reserved is not None:
+        fields["digest"] = reserved.record_digest
+    return fields
+
+
+def _finalize(args: tuple, kwargs: dict, settlement: Any) -> dict:
+    fields: dict[str, Any] = {"submission": args[0]}
+    if settlement is not None:
+        fields.update(outcome=settlement.outcome, digest=settlement.record_digest,
+                      settled_at_ms=settlement.settled_at_ms)
+    return fields
+
+
+def _scan(args: tuple, kwargs: dict, records: Any) -> dict:
+    return {} if records is None else {"nonterminal": tuple(r.submission_id for r in records)}
+
+
+LEDGER_DESCRIBERS = {
+    "admit": _admit,
+    "mark_ready": _submission_arg,
+    "claim": _claim,
+    "renew_ownership": _token_only,
+    "release_ownership": _token_only,
+    "mark_input_applied": _token_only,
+    "request_abort": _submission_arg,
+    "reserve_settlement": _reserve,
+    "finalize_settlement": _finalize,
+    "get": _submission_arg,
+    "scan_nonterminal": _scan,
+}
+
+
+# -- conversation log ---------------------------------------------------------
+
+def _materialize(args: tuple, kwargs: dict, result: Any) -> dict:
+    conversation_id, producer_id, epoch = args
+    return {"conversation": conversation_id, "producer": producer_id, "epoch": epoch}
+
+
+def _log_append(args: tuple, kwargs: dict, result: Any) -> dict:
+    request = args[0]
+    fields: dict[str, Any] = {
+        "conversation": request.conversation_id, "batch": request.batch_id, "producer": request.producer_id,
+        "epoch": request.epoch, "expected_tail_seq": request.expected_tail_seq,
+        "record_ids": tuple(r.record_id for r in request.records),
+        "envelopes": tuple(r.to_json() for r in request.records),
+    }
+    if result is not None:
+        fields.update(first_seq=result.first_seq, last_seq=result.last_seq, tail_digest=result.tail_digest,
+                      replayed=result.replayed)
+    return fields
+
+
+def _inspect_tail(args: tuple, kwargs: dict, tail: Any) -> dict:
+    fields: dict[str, Any] = {"conversation": args[0]}
+    if tail is not None:
+        fields.update(tail_seq=tail.tail_seq, tail_digest=tail.tail_digest, epoch=tail.epoch)
+    return fields
+
+
+def _log_read(args: tuple, kwargs: dict, records: Any) -> dict:
+    conversation_id, after_seq, limit = args
+    fields: dict[str, Any] = {"conversation": conversation_id, "after_seq": after_seq, "limit": limit}
+    if records is not None:
+        fields["seqs"] = tuple(r.seq for r in records)
+    return fields
+
+
+def _lookup_batch(args: tuple, kwargs: dict, batch: Any) -> dict:
+    fields: dict[str, Any] = {"conversation": args[0], "batch": args[1]}
+    if batch is not None:
+        fields.update(first_seq=batch.first_seq, last_seq=batch.last_seq)
+    return fields
+
+
+LOG_DESCRIBERS = {
+    "materialize": _materialize,
+    "append": _log_append,
+    "inspect_tail": _inspect_tail,
+    "read": _log_read,
+    "lookup_batch": _lookup_batch,
+}

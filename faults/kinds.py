@@ -6,6 +6,10 @@ ACK_LOST = "ack-lost"                    # the call committed; the process dies 
 FAILPOINT_CRASH = "failpoint-crash"      # the process dies at a named model failpoint
 NODE_KILL = "node-kill"                  # kill -9 from outside, at an arbitrary await point
 DUPLICATE_WAKE = "duplicate-wake"        # an alarm delivered twice (at-least-once timers)
+NODE_PAUSE = "node-pause"                # a GC pause / VM stall longer than a lease
+SHORT_PAGE = "short-page"                # a read answer missing its last record
+SEQUENCE_GAP = "sequence-gap"            # a read answer missing a record in the middle
 
 PORT_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST)
-ALL_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE)
+ALL_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE,
+                   SHORT_PAGE, SEQUENCE_GAP)

@@ -69,7 +69,8 @@ class BoundPort:
                 result = await fn(*args, **kwargs)
             except Exception as error:
                 fields = describe(args, kwargs, None)
-                fields["error"] = getattr(type(error), "name", None) or type(error).__name__
+                name = getattr(type(error), "name", None)
+                fields["error"] = name if isinstance(name, str) and name else type(error).__name__
                 fields["detail"] = str(error)
                 trace.emit(label, site, fields)
                 raise

@@ -105,7 +105,7 @@ class SubmissionWorker:
 
     def __init__(self, ledger: Any, log: Any, owner_id: str, *, lease_ms: int, now_ms: Callable[[], int],
                  work: Work, steps: int = 2, failpoints: Failpoints = NO_FAILPOINTS,
-                 probe: Probe = NULL_PROBE) -> None:
+                 probe: Probe = NULL_PROBE, step_delay: Callable[[str, int], Any] | None = None) -> None:
         assert lease_ms > 0 and steps >= 0
         self.ledger = ledger
         self.log = log
@@ -116,6 +116,9 @@ class SubmissionWorker:
         self.steps = steps
         self.failpoints = failpoints
         self.probe = probe
+        # ``step_delay(submission_id, index)`` -> an awaitable: the time an
+        # effect takes (a model call). The lease is renewed before it.
+        self.step_delay = step_delay
 
     async def process_next(self, conversation_id: str) -> ProcessOutcome | None:
         """Claim and settle the conversation's head, if one is claimable now."""
@@ -148,6 +151,12 @@ class SubmissionWorker:
                 # re-run the effect (its second answer could differ).
                 outputs.append(recorded["output"])
                 continue
+            if self.step_delay is not None:
+                # Renew, then spend the effect's time. A pause longer than the
+                # lease lands here: the owner wakes and writes with its old
+                # epoch, and the log and ledger must fence it.
+                await self.ledger.renew_ownership(claim, self.lease_ms, self.now_ms())
+                await self.step_delay(submission_id, index)
             output = self.work(record.input, index)
             self.failpoints.hit(STEP_DONE_BEFORE_RECORD)
             await self._append_once(conversation_id, claim, batch_id,
@@ -202,3 +211,78 @@ class SubmissionWorker:
         return await self.log.append(FencedAppendRequest(
             conversation_id=conversation_id, batch_id=batch_id, producer_id=self.owner_id, epoch=claim.epoch,
             expected_tail_seq=tail.tail_seq, expected_tail_digest=tail.tail_digest, records=envelopes))
+
+
+# -- a worker process --------------------------------------------------------
+
+# Errors that mean "this owner lost the submission" (another owner holds it
+# now): drop the work and look again. Matched by name, like every typed error
+# crossing a port.
+LOST_OWNERSHIP_ERRORS = ("OwnershipLost", "FenceRejected")
+# Errors a retry can clear: a transient read fault caught by the fail-closed
+# recovery read, a busy SQLite writer.
+RETRYABLE_ERRORS = ("HistoryCorrupted", "SqliteWriteContention", "ConversationStoreError")
+
+
+def error_name(error: BaseException) -> str:
+    name = getattr(type(error), "name", None)
+    return name if isinstance(name, str) and name else type(error).__name__
+
+
+async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE) -> int:
+    """Verify the prefix of every conversation with nonterminal work.
+
+    One conversation's prefix in memory at a time (persistence §7, STORE-015).
+    Returns how many conversations were verified; raises ``HistoryCorrupted``
+    on a short page, a gap or a broken chain — never returns a partial history.
+    """
+    from model.conversation.recovery import read_recovery_prefix
+
+    conversations = []
+    for record in await ledger.scan_nonterminal():
+        if record.conversation_id not in conversations:
+            conversations.append(record.conversation_id)
+    for conversation_id in conversations:
+        try:
+            prefix = await read_recovery_prefix(log, conversation_id)
+        except NotMaterialized:
+            continue  # admitted, not materialized yet: nothing to verify
+        probe.emit("recovery.read", conversation=conversation_id, tail_seq=prefix.tail.tail_seq,
+                   records=len(prefix.records), requests=prefix.request_count)
+        del prefix
+    return len(conversations)
+
+
+async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, retry_ms: int) -> None:
+    """What a worker process runs: recover, then claim and settle forever."""
+    assert poll_ms > 0 and retry_ms > 0
+    probe = worker.probe
+    while True:
+        try:
+            await recovery_pass(worker.log, worker.ledger, probe)
+            break
+        except Exception as error:
+            if error_name(error) not in RETRYABLE_ERRORS:
+                raise
+            probe.emit("recovery.failed", owner=worker.owner_id, error=error_name(error))
+            await runtime.sleep_ms(retry_ms)
+    while True:
+        # One strongly consistent scan tells where work is; claim only there.
+        waiting: list[str] = []
+        for record in await worker.ledger.scan_nonterminal():
+            if record.conversation_id not in waiting:
+                waiting.append(record.conversation_id)
+        for conversation_id in waiting:
+            try:
+                await worker.process_next(conversation_id)
+            except Exception as error:
+                name = error_name(error)
+                if name in LOST_OWNERSHIP_ERRORS:
+                    probe.emit("submission.abandoned", owner=worker.owner_id, conversation=conversation_id,
+                               error=name)
+                elif name in RETRYABLE_ERRORS:
+                    probe.emit("submission.retry", owner=worker.owner_id, conversation=conversation_id,
+                               error=name)
+                else:
+                    raise
+        await runtime.sleep_ms(poll_ms)

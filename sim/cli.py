@@ -83,6 +83,8 @@ def build_parser() -> _Parser:
     run_p.add_argument("--repro-dir", default=".", metavar="DIR",
                        help="where a failing run writes its repro file (default: current directory)")
     run_p.add_argument("--sentinels", type=_count, default=None, help="sentinel-year: number of sentinels")
+    run_p.add_argument("--conversations", type=_count, default=None, help="ledger-storm: number of conversations")
+    run_p.add_argument("--workers", type=_count, default=None, help="ledger-storm: number of worker processes")
     return parser
 
 
@@ -131,7 +133,7 @@ def _scenario_params(scenario: Any, args: argparse.Namespace) -> dict[str, int]:
                 raise UsageError(f"--{spec.name} must be between {spec.minimum} and {spec.maximum}, got {value}")
             params[spec.name] = value
     known = {p.name for p in scenario.params}
-    for name in ("sentinels",):
+    for name in ("sentinels", "conversations", "workers"):
         if getattr(args, name, None) is not None and name not in known:
             raise UsageError(f"--{name} does not apply to scenario {scenario.name!r}")
     return params

@@ -49,15 +49,23 @@ class InMemorySubmissionLedger:
         self._conversations: dict[str, ConversationRow] = {}
         self._submissions: dict[str, SubmissionRow] = {}
         self._by_key: dict[tuple[str, str, str], str] = {}
-        # conversation_id -> submission ids in queue_seq order (admission order).
+        # conversation_id -> ids of submissions not known to be settled, in
+        # queue_seq order. Settled ones are pruned lazily, so a scan costs the
+        # open work, not the whole (indefinitely retained) history.
         self._queues: dict[str, list[str]] = {}
 
     def _put(self, row: SubmissionRow) -> None:
         self._submissions[row.submission_id] = row
 
     def _nonterminal(self, conversation_id: str) -> list[SubmissionRow]:
-        rows = (self._submissions[sid] for sid in self._queues.get(conversation_id, ()))
-        return [row for row in rows if row.settled_at_ms is None]
+        queue = self._queues.get(conversation_id)
+        if not queue:
+            return []
+        rows = [self._submissions[sid] for sid in queue]
+        open_rows = [row for row in rows if row.settled_at_ms is None]
+        if len(open_rows) != len(rows):
+            self._queues[conversation_id] = [row.submission_id for row in open_rows]
+        return open_rows
 
     # --- writes ---------------------------------------------------------------
 

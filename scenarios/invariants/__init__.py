@@ -2,7 +2,14 @@
 from scenarios.invariants.adopt_own_write import AdoptOwnWrite
 from scenarios.invariants.cas_linear import CasLinear
 from scenarios.invariants.contract_safety import ContractSafety
+from scenarios.invariants.exactly_once_settlement import ExactlyOnceSettlement
 from scenarios.invariants.exactly_once_wake import ExactlyOnceWake
+from scenarios.invariants.fail_closed_pagination import FailClosedPagination
+from scenarios.invariants.fencing import Fencing
+from scenarios.invariants.liveness import Liveness
+from scenarios.invariants.log_chain import LogChain
+from scenarios.invariants.queue_order import QueueOrder
 from scenarios.invariants.replay_determinism import ReplayDeterminism
 
-__all__ = ["AdoptOwnWrite", "CasLinear", "ContractSafety", "ExactlyOnceWake", "ReplayDeterminism"]
+__all__ = ["AdoptOwnWrite", "CasLinear", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
+           "FailClosedPagination", "Fencing", "Liveness", "LogChain", "QueueOrder", "ReplayDeterminism"]

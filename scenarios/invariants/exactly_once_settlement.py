@@ -1,0 +1,89 @@
+"""``exactly-once-settlement``: each admitted submission ends with exactly one
+canonical settlement record; the ledger's outcome equals it; outcomes never change.
+
+Online, from what the stores committed: a reservation's digest never changes;
+the log holds at most one settlement record per submission and it is the
+reserved record; finalize comes only after that record is in the log, and a
+repeated finalize reports the same outcome, digest and settlement time.
+Audit, from the stores: every finalized submission has exactly one
+settlement record in its conversation's log, equal to the ledger's digest.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from model.canonical import digest
+from sim.invariants import Checker
+
+
+class ExactlyOnceSettlement(Checker):
+    name = "exactly-once-settlement"
+    kinds = ("ledger.reserve_settlement", "log.append", "ledger.finalize_settlement")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._reserved: dict[str, str] = {}   # submission -> reserved digest
+        self._in_log: dict[str, str] = {}     # submission -> digest of its settlement record in the log
+        self._final: dict[str, tuple] = {}    # submission -> (outcome, digest, settled_at_ms)
+        self.settled = 0
+
+    def on_event(self, event: tuple) -> None:
+        kind = event[3]
+        fields = event[4]
+        if "error" in fields:
+            return
+        if kind == "ledger.reserve_settlement":
+            self.checks += 1
+            submission = fields["submission"]
+            first = self._reserved.setdefault(submission, fields["digest"])
+            if first != fields["digest"]:
+                self.fail(f"{submission}: reservation changed from {first[:12]} to {fields['digest'][:12]}",
+                          (submission,))
+        elif kind == "log.append":
+            if fields.get("replayed"):
+                return
+            for envelope in fields["envelopes"]:
+                if envelope["family"] != "submission-settled":
+                    continue
+                self.checks += 1
+                submission = envelope["payload"]["submissionId"]
+                record_digest = digest(envelope["payload"]["record"])
+                if submission in self._in_log:
+                    self.fail(f"{submission}: a second settlement record was appended", (submission,))
+                    continue
+                self._in_log[submission] = record_digest
+                reserved = self._reserved.get(submission)
+                if reserved is not None and reserved != record_digest:
+                    self.fail(f"{submission}: the log's settlement record is not the reserved one", (submission,))
+        else:
+            self.checks += 1
+            submission = fields["submission"]
+            final = (fields["outcome"], fields["digest"], fields["settled_at_ms"])
+            if submission not in self._in_log:
+                self.fail(f"{submission}: finalized before its settlement record was in the log", (submission,))
+            elif self._in_log[submission] != fields["digest"]:
+                self.fail(f"{submission}: ledger outcome digest differs from the canonical record", (submission,))
+            previous = self._final.setdefault(submission, final)
+            if previous == final and previous is final:
+                self.settled += 1
+            elif previous != final:
+                self.fail(f"{submission}: settlement changed from {previous} to {final}", (submission,))
+
+    def audit(self, world: Any) -> None:
+        for conversation_id in world.conversation_ids():
+            per_submission: dict[str, list[str]] = {}
+            for record in world.log_records(conversation_id):
+                if record.envelope.family == "submission-settled":
+                    payload = record.envelope.payload
+                    per_submission.setdefault(payload["submissionId"], []).append(digest(payload["record"]))
+            for submission in world.submissions(conversation_id):
+                self.checks += 1
+                records = per_submission.get(submission.submission_id, [])
+                if submission.outcome is None:
+                    continue  # liveness reports unsettled work
+                if len(records) != 1:
+                    self.fail(f"{submission.submission_id}: {len(records)} settlement records in the log",
+                              (submission.submission_id,))
+                elif records[0] != submission.reserved_digest:
+                    self.fail(f"{submission.submission_id}: the ledger's digest is not the log's record",
+                              (submission.submission_id,))

@@ -1,0 +1,43 @@
+"""``fail-closed-pagination``: a recovery read is one tail inspection plus
+exactly ceil(T/1024) pages, and an injected short page or sequence gap
+always ends in a typed corruption failure, never in a "complete" history.
+"""
+from __future__ import annotations
+
+from sim.invariants import Checker
+
+PAGE_SIZE = 1024
+
+
+class FailClosedPagination(Checker):
+    name = "fail-closed-pagination"
+    kinds = ("fault", "recovery.read", "recovery.failed")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._damaged: dict[str, int] = {}  # node -> damaged reads not yet answered by a failure
+        self.caught = 0
+
+    def on_event(self, event: tuple) -> None:
+        kind = event[3]
+        node = event[2]
+        fields = event[4]
+        if kind == "fault":
+            if fields["kind"] in ("short-page", "sequence-gap"):
+                self._damaged[node] = self._damaged.get(node, 0) + 1
+            return
+        self.checks += 1
+        if kind == "recovery.failed":
+            if self._damaged.pop(node, 0):
+                self.caught += 1
+            return
+        if self._damaged.get(node):
+            self.fail(f"{fields['conversation']}: recovery accepted a history read through a damaged page",
+                      (fields["conversation"],))
+            return
+        tail_seq = fields["tail_seq"]
+        expected_requests = 1 + -(-tail_seq // PAGE_SIZE)
+        if fields["requests"] != expected_requests or fields["records"] != tail_seq:
+            self.fail(f"{fields['conversation']}: recovery read of {tail_seq} records made "
+                      f"{fields['requests']} requests for {fields['records']} records "
+                      f"(expected {expected_requests} for {tail_seq})", (fields["conversation"],))

@@ -1,0 +1,19 @@
+"""``liveness``: after the faults stop, every admitted submission settles
+within the settle window — nothing is left nonterminal in the ledger."""
+from __future__ import annotations
+
+from typing import Any
+
+from sim.invariants import Checker
+
+
+class Liveness(Checker):
+    name = "liveness"
+    kinds = ()
+
+    def audit(self, world: Any) -> None:
+        self.checks += 1
+        stuck = world.nonterminal_submissions()
+        if stuck:
+            self.fail(f"{len(stuck)} submission(s) not settled after the faults stopped: "
+                      f"{', '.join(stuck[:5])}", tuple(stuck[:5]))

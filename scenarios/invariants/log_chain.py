@@ -1,0 +1,80 @@
+"""``log-chain``: logs are gap-free, batches atomic, record ids unique, and the
+tail digest recomputes from the chain.
+
+The oracle has its own copy of the chain construction (not the store's):
+``sha256(canonical({"batch": {"batchId", "firstSeq", "records"},
+"previousTailDigest"}))`` from 64 zeros. Online, every committed append must
+start right after the previous tail, cover exactly its records and produce
+the digest the oracle computes. Audit: read every log back from the store
+and recompute the whole chain; record ids must be unique.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from model.canonical import ZERO_DIGEST, digest
+from sim.invariants import Checker
+
+
+def oracle_chain_step(previous: str, batch_id: str, first_seq: int, envelopes: list) -> str:
+    return digest({"batch": {"batchId": batch_id, "firstSeq": first_seq, "records": list(envelopes)},
+                   "previousTailDigest": previous})
+
+
+class LogChain(Checker):
+    name = "log-chain"
+    kinds = ("log.append",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tail: dict[str, tuple[int, str]] = {}  # conversation -> (tail seq, tail digest)
+
+    def on_event(self, event: tuple) -> None:
+        fields = event[4]
+        if "error" in fields or fields.get("replayed"):
+            return
+        self.checks += 1
+        conversation = fields["conversation"]
+        tail_seq, tail_digest = self._tail.get(conversation, (0, ZERO_DIGEST))
+        count = len(fields["envelopes"])
+        if fields["first_seq"] != tail_seq + 1:
+            self.fail(f"{conversation}: batch {fields['batch']} starts at {fields['first_seq']}, "
+                      f"tail was {tail_seq}", (conversation,))
+        elif fields["last_seq"] - fields["first_seq"] + 1 != count:
+            self.fail(f"{conversation}: batch {fields['batch']} of {count} records covers "
+                      f"{fields['first_seq']}..{fields['last_seq']}", (conversation,))
+        else:
+            expected = oracle_chain_step(tail_digest, fields["batch"], fields["first_seq"], fields["envelopes"])
+            if expected != fields["tail_digest"]:
+                self.fail(f"{conversation}: tail digest after batch {fields['batch']} does not recompute",
+                          (conversation,))
+        self._tail[conversation] = (fields["last_seq"], fields["tail_digest"])
+
+    def audit(self, world: Any) -> None:
+        for conversation_id in world.conversation_ids():
+            self.checks += 1
+            records = world.log_records(conversation_id)
+            tail = world.log_tail(conversation_id)
+            seen: set[str] = set()
+            chain = ZERO_DIGEST
+            batch: list = []
+            batch_id = None
+            batch_first = 1
+            for expected_seq, record in enumerate(records, 1):
+                if record.seq != expected_seq:
+                    self.fail(f"{conversation_id}: gap at {expected_seq}", (conversation_id,))
+                    return
+                if record.envelope.record_id in seen:
+                    self.fail(f"{conversation_id}: record id {record.envelope.record_id} reused", (conversation_id,))
+                    return
+                seen.add(record.envelope.record_id)
+                if record.batch_id != batch_id:
+                    if batch:
+                        chain = oracle_chain_step(chain, batch_id, batch_first, batch)
+                    batch_id, batch_first, batch = record.batch_id, record.seq, []
+                batch.append(record.envelope.to_json())
+            if batch:
+                chain = oracle_chain_step(chain, batch_id, batch_first, batch)
+            if tail is not None and (len(records), chain) != (tail.tail_seq, tail.tail_digest):
+                self.fail(f"{conversation_id}: the chain over {len(records)} records does not recompute "
+                          "to the stored tail", (conversation_id,))

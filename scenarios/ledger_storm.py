@@ -1,0 +1,312 @@
+"""ledger-storm: many conversations, several workers under leases, crashes and pauses.
+
+The world: a Submission Ledger and a Conversation Log (memory, or one SQLite
+file) that outlive every crash; a client admitting work at least once (it
+retries with the same idempotency key until it sees a receipt); workers that
+recover (a fail-closed read of every conversation with nonterminal work) and
+then claim, process and settle submissions under leases.
+
+Faults: crashes before store calls and after commits (lost acks), crashes at
+every named crash point of the submission lifecycle, kill -9 of workers,
+pauses longer than a lease (the paused owner wakes and writes with its old
+epoch: the stores must fence it), and damaged read answers (short pages,
+sequence gaps) that the recovery read must turn into a typed failure.
+
+Phases: setup -> storm (faults on) -> heal (faults and new work stop) ->
+settle -> audit.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from faults.describe import LEDGER_DESCRIBERS, LOG_DESCRIBERS
+from faults.kinds import (
+    ACK_LOST,
+    CRASH_BEFORE_CALL,
+    FAILPOINT_CRASH,
+    NODE_KILL,
+    NODE_PAUSE,
+    SEQUENCE_GAP,
+    SHORT_PAGE,
+)
+from faults.plan import FaultPlan
+from faults.ports import BoundPort, PortStats, SimFailpoints
+from faults.reads import DamagedReads
+from model.conversation.memory_store import InMemoryConversationStore
+from model.conversation.records import NotMaterialized
+from model.conversation.sqlite_store import SqliteConversationStore
+from model.ledger.memory_store import InMemorySubmissionLedger
+from model.ledger.sqlite_store import SqliteSubmissionLedger
+from model.sqlite_db import open_database
+from model.submissions import SubmissionClient, SubmissionWorker, worker_loop
+from scenarios.invariants import (
+    ExactlyOnceSettlement,
+    FailClosedPagination,
+    Fencing,
+    Liveness,
+    LogChain,
+    QueueOrder,
+)
+from scenarios.registry import scenario
+from sim.clock import MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND
+from sim.node import Node
+from sim.scenario import Param, ScenarioOptions, SetupError
+from sim.world import World
+
+LEASE_MS = 20 * MS_PER_SECOND
+POLL_MS = 2 * MS_PER_SECOND
+RETRY_MS = 2 * MS_PER_SECOND
+STEP_DELAY_MS = (50, 3 * MS_PER_SECOND)
+SUBMIT_EVERY_MS = (1 * MS_PER_SECOND, 40 * MS_PER_SECOND)
+RESTART_DELAY_MS = (1 * MS_PER_SECOND, 30 * MS_PER_SECOND)
+NODE_KILL_EVERY_MS = (10 * MS_PER_MINUTE, 3 * MS_PER_HOUR)
+NODE_PAUSE_EVERY_MS = (10 * MS_PER_MINUTE, 2 * MS_PER_HOUR)
+# Half the pauses end just after the lease (the owner wakes while its
+# successor is mid-way: its old-epoch writes must be fenced), half much later.
+PAUSE_MS = ((LEASE_MS + MS_PER_SECOND, LEASE_MS + 8 * MS_PER_SECOND), (LEASE_MS + MS_PER_SECOND, 4 * LEASE_MS))
+HEAL_MS_MAX = MS_PER_HOUR
+# A conversation lives this long before the client moves on to a new one, so
+# a log's length (and what a recovery read has to read) does not grow with
+# the length of the run.
+CONVERSATION_LIFETIME_MS = MS_PER_HOUR
+SETTLE_MS = MS_PER_HOUR
+
+RATES = {
+    CRASH_BEFORE_CALL: 2e-4,
+    ACK_LOST: 2e-4,
+    FAILPOINT_CRASH: 2e-3,
+    SHORT_PAGE: 0.05,
+    SEQUENCE_GAP: 0.05,
+}
+
+
+def _work(request: Any, index: int) -> Any:
+    return {"step": index, "echo": request}
+
+
+class LedgerStorm:
+    def __init__(self, world: World, opts: ScenarioOptions) -> None:
+        self.world = world
+        runtime = world.runtime
+        self.duration_ms = opts.duration_ms
+        self.heal_at_ms = opts.duration_ms - min(HEAL_MS_MAX, opts.duration_ms // 10)
+        self.end_ms = opts.duration_ms + SETTLE_MS
+        self.slots = opts.params.get("conversations", 8)
+        self.conversations: list[str] = []  # every conversation the client ever used, in order
+        self.worker_names = tuple(f"worker-{i + 1}" for i in range(opts.params.get("workers", 3)))
+        self._open_stores(opts)
+        self.plan = FaultPlan(world.streams["faults"], runtime.now_ms, rates=RATES, heal_at_ms=self.heal_at_ms)
+        self.stats_ports = PortStats()
+        self.chaos = world.streams["chaos"]
+        self.workload = world.streams["workload"]
+        self.settlement = ExactlyOnceSettlement()
+        self.fencing = Fencing()
+        self.pagination = FailClosedPagination()
+        world.check(self.settlement, self.fencing, LogChain(), self.pagination, QueueOrder(), Liveness())
+        self.pending: list[tuple[str, str, Any]] = []  # the outside world's unreceipted requests
+        self._known: set[str] = set()
+        self._owners: dict[str, str] = {}  # owner (node label) -> submission it claimed, until settled
+        world.trace.subscribe(("ledger.claim", "ledger.finalize_settlement"), self._track_owners)
+        self.submitted = 0
+
+        for name in self.worker_names:
+            world.add_node(name, self._start_worker)
+        world.add_node("client", self._start_client, role="client")
+        world.spawn_harness("chaos:node-kill", self._node_kills())
+        world.spawn_harness("chaos:node-pause", self._node_pauses())
+
+    # -- stores ----------------------------------------------------------
+
+    def _open_stores(self, opts: ScenarioOptions) -> None:
+        self._tempdir = None
+        self._conn = None
+        if opts.store == "memory":
+            self.ledger: Any = InMemorySubmissionLedger()
+            self.log: Any = InMemoryConversationStore()
+            return
+        path = opts.db_path
+        if path is None:
+            self._tempdir = tempfile.TemporaryDirectory(prefix="loomsim-")
+            path = os.path.join(self._tempdir.name, "ledger-storm.db")
+        elif os.path.exists(path) and os.path.getsize(path) > 0:
+            raise SetupError(f"database {path!r} is not empty; a run starts from empty stores "
+                             "(delete the file or choose a new --db path)")
+        self._conn = open_database(path)
+        self.ledger = SqliteSubmissionLedger(self._conn)
+        self.log = SqliteConversationStore(self._conn)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._tempdir is not None:
+            self._tempdir.cleanup()
+            self._tempdir = None
+
+    # -- processes -------------------------------------------------------
+
+    def _restart_delay_ms(self) -> int:
+        return self.chaos.between(*RESTART_DELAY_MS)
+
+    def _ports(self, node: Node) -> tuple[Any, Any, Any]:
+        world = self.world
+        ledger = BoundPort(world, node, "ledger", self.ledger, self.plan, LEDGER_DESCRIBERS, self.stats_ports,
+                           self._restart_delay_ms)
+        log = BoundPort(world, node, "log", DamagedReads(self.log, world, node, self.plan), self.plan,
+                        LOG_DESCRIBERS, self.stats_ports, self._restart_delay_ms)
+        failpoints = SimFailpoints(world, node, self.plan, self._restart_delay_ms)
+        return ledger, log, failpoints
+
+    def _start_worker(self, node: Node) -> None:
+        world = self.world
+        runtime = world.runtime
+        ledger, log, failpoints = self._ports(node)
+        workload = world.streams
+
+        async def step_delay(submission_id: str, index: int) -> None:
+            rng = workload.fork(f"workload/{submission_id}/{index}")
+            await runtime.sleep_ms(rng.between(*STEP_DELAY_MS))
+
+        worker = SubmissionWorker(ledger, log, node.label, lease_ms=LEASE_MS, now_ms=runtime.now_ms, work=_work,
+                                  steps=2, failpoints=failpoints, probe=world.probe_for(node),
+                                  step_delay=step_delay)
+        runtime.spawn_on(node, "worker", worker_loop(worker, runtime, poll_ms=POLL_MS, retry_ms=RETRY_MS))
+
+    def _start_client(self, node: Node) -> None:
+        runtime = self.world.runtime
+        ledger, log, failpoints = self._ports(node)
+        client = SubmissionClient(ledger, log, now_ms=runtime.now_ms, failpoints=failpoints,
+                                  probe=self.world.probe_for(node))
+        runtime.spawn_on(node, "client", self._client_loop(client))
+
+    async def _client_loop(self, client: SubmissionClient) -> None:
+        runtime = self.world.runtime
+        while True:
+            # Requests the client sent but never saw a receipt for: again,
+            # with the same idempotency key (at-least-once callers).
+            while self.pending:
+                conversation_id, key, request = self.pending[0]
+                await client.submit(conversation_id, "client", key, request)
+                self.pending.pop(0)
+            await runtime.sleep_ms(self.workload.between(*SUBMIT_EVERY_MS))
+            if runtime.now_ms() >= self.heal_at_ms:
+                return
+            self.submitted += 1
+            generation = runtime.now_ms() // CONVERSATION_LIFETIME_MS
+            conversation_id = f"conv-{self.workload.below(self.slots)}-g{generation}"
+            if conversation_id not in self._known:
+                self._known.add(conversation_id)
+                self.conversations.append(conversation_id)
+            self.pending.append((conversation_id, f"req-{self.submitted}", {"n": self.submitted}))
+
+    # -- chaos -----------------------------------------------------------
+
+    async def _node_kills(self) -> None:
+        runtime = self.world.runtime
+        kills = 0
+        while True:
+            await runtime.sleep_ms(self.chaos.between(*NODE_KILL_EVERY_MS))
+            if runtime.now_ms() >= self.heal_at_ms:
+                return
+            node = self.world.nodes[self.chaos.choice(self.worker_names)]
+            if node.alive:
+                kills += 1
+                self.world.record_fault(node, "process", NODE_KILL, kills)
+                self.world.crash(node, restart_after_ms=self._restart_delay_ms())
+
+    async def _node_pauses(self) -> None:
+        runtime = self.world.runtime
+        pauses = 0
+        while True:
+            await runtime.sleep_ms(self.chaos.between(*NODE_PAUSE_EVERY_MS))
+            if runtime.now_ms() >= self.heal_at_ms:
+                return
+            # A stall under load: prefer a worker that holds a claim right now.
+            busy = [name for name in self.worker_names
+                    if self.world.nodes[name].alive and self.world.nodes[name].label in self._owners]
+            node = self.world.nodes[self.chaos.choice(busy or list(self.worker_names))]
+            if node.alive:
+                pauses += 1
+                self.world.record_fault(node, "process", NODE_PAUSE, pauses)
+                pause_ms = self.chaos.between(*self.chaos.choice(PAUSE_MS))
+                runtime.pause_node(node, runtime.now_ms() + pause_ms)
+
+    def _track_owners(self, event: tuple) -> None:
+        fields = event[4]
+        if "error" in fields:
+            return
+        if event[3] == "ledger.claim":
+            if "submission" in fields:
+                self._owners[fields["owner"]] = fields["submission"]
+        else:
+            for owner in [o for o, sid in self._owners.items() if sid == fields["submission"]]:
+                del self._owners[owner]
+
+    # -- audit view and results --------------------------------------------
+
+    def audit_view(self) -> "LedgerStorm":
+        return self
+
+    def conversation_ids(self) -> tuple[str, ...]:
+        return tuple(self.conversations)
+
+    def log_records(self, conversation_id: str) -> tuple:
+        records: list = []
+        after = 0
+        while True:
+            try:
+                page = _run_sync(self.log.read(conversation_id, after, 1024))
+            except NotMaterialized:
+                return ()
+            records.extend(page)
+            if len(page) < 1024:
+                return tuple(records)
+            after += len(page)
+
+    def log_tail(self, conversation_id: str) -> Any:
+        try:
+            return _run_sync(self.log.inspect_tail(conversation_id))
+        except NotMaterialized:
+            return None
+
+    def submissions(self, conversation_id: str) -> list:
+        found = []
+        seq = 1
+        while True:
+            record = _run_sync(self.ledger.get(f"sub-{conversation_id}-{seq}"))
+            if record is None:
+                return found
+            found.append(record)
+            seq += 1
+
+    def nonterminal_submissions(self) -> list[str]:
+        return [r.submission_id for r in _run_sync(self.ledger.scan_nonterminal())]
+
+    def stats(self) -> dict[str, Any]:
+        counters = self.world.counters
+        return {
+            "submitted": self.submitted,
+            "settled": self.settlement.settled,
+            "stale_writes_fenced": self.fencing.fenced,
+            "damaged_reads_caught": self.pagination.caught,
+            "worker_crashes": counters.get("node.crashes", 0),
+            "store_calls": self.stats_ports.calls,
+        }
+
+
+def _run_sync(coro: Any) -> Any:
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise RuntimeError("store call suspended during audit")
+
+
+@scenario("ledger-storm", "conversations under leases: claims, fencing, crashes, pauses, damaged reads",
+          duration="1d", params=(Param("conversations", 8, "number of conversations", 1, 1_000),
+                                 Param("workers", 3, "number of worker processes", 1, 64)))
+def build(world: World, opts: ScenarioOptions) -> LedgerStorm:
+    return LedgerStorm(world, opts)

@@ -1,0 +1,135 @@
+"""ledger-storm: clean seeds pass on both stores; each of its invariants
+catches a planted bug (a realistic one-line mistake in the model)."""
+from __future__ import annotations
+
+import itertools
+
+import attrs
+import pytest
+
+import model.conversation.memory_store as log_memory
+import model.conversation.recovery as recovery
+import model.ledger.memory_store as ledger_memory
+import model.submissions as submissions
+from model.conversation.recovery import RecoveryPrefix
+from model.conversation.rules import chain_digest
+from scenarios import registry
+from sim.clock import parse_duration_ms
+from sim.runner import run
+from sim.scenario import ScenarioOptions
+
+SEEDS = range(4)
+
+
+def storm(seed: int, duration: str = "6h", store: str = "memory"):
+    return run(registry.get("ledger-storm"),
+               ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), store=store))
+
+
+def first_caught(duration: str = "6h"):
+    result = None
+    for seed in SEEDS:
+        result = storm(seed, duration)
+        if not result.passed:
+            return result
+    return result
+
+
+def assert_caught(result, invariant: str) -> None:
+    assert result is not None and not result.passed, "the planted bug went unnoticed"
+    assert result.violations[0].invariant == invariant, result.violations
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_clean_storm_passes_and_is_not_quiet(store):
+    result = storm(1, "6h", store)
+    assert result.passed, result.violations
+    assert result.stats["settled"] == result.stats["submitted"] > 100
+    assert result.faults.get("failpoint-crash", 0) > 0 and result.faults.get("node-pause", 0) > 0
+    assert result.faults.get("short-page", 0) + result.faults.get("sequence-gap", 0) > 0
+    assert all(count > 0 for count in result.invariants.values()), result.invariants
+
+
+def test_memory_and_sqlite_storms_are_the_same_history():
+    assert storm(2, "2h", "memory").trace_digest == storm(2, "2h", "sqlite").trace_digest
+
+
+def test_second_settlement_record_is_caught(monkeypatch):
+    """The settlement batch id is per attempt, not per submission: a new owner
+    cannot find the earlier owner's record and appends a second one."""
+    attempt = itertools.count()
+    monkeypatch.setattr(submissions, "settle_batch_id", lambda sid: f"settle:{sid}:{next(attempt)}")
+    assert_caught(first_caught(), "exactly-once-settlement")
+
+
+def test_stale_token_accepted_is_caught(monkeypatch):
+    """The ledger checks only the owner, not the epoch: an owner that stalled
+    past its lease wakes up and reserves with its superseded token."""
+    import model.ledger.rules as ledger_rules
+
+    real = ledger_rules.check_token
+
+    def owner_only(row, token, now_ms=None):
+        if row is not None and row.epoch != token.epoch:
+            token = attrs.evolve(token, epoch=row.epoch, owner_id=row.owner_id)
+        return real(row, token, now_ms)
+
+    monkeypatch.setattr(ledger_rules, "check_token", owner_only)
+    assert_caught(first_caught("1d"), "fencing")
+
+
+def test_broken_digest_chain_is_caught(monkeypatch):
+    """The chain link forgets the previous tail digest."""
+    import model.conversation.rules as rules
+
+    monkeypatch.setattr(rules, "chain_digest",
+                        lambda previous, batch_id, first_seq, values: chain_digest("0" * 64, batch_id, first_seq,
+                                                                                   values))
+    monkeypatch.setattr(log_memory, "chain_digest", rules.chain_digest, raising=False)
+    assert_caught(first_caught("1h"), "log-chain")
+
+
+def test_fail_open_pagination_is_caught(monkeypatch):
+    """The recovery read takes a short page for the end of history."""
+    async def fail_open(store, conversation_id):
+        tail = await store.inspect_tail(conversation_id)
+        records, requests, after = [], 1, 0
+        while after < tail.tail_seq:
+            want = min(1024, tail.tail_seq - after)
+            page = await store.read(conversation_id, after, want)
+            requests += 1
+            records.extend(page)
+            if len(page) < want:
+                break  # "no more records"
+            after += want
+        return RecoveryPrefix(tail, tuple(records), requests)
+
+    monkeypatch.setattr(recovery, "read_recovery_prefix", fail_open)
+    assert_caught(first_caught("1d"), "fail-closed-pagination")
+
+
+def test_claim_out_of_fifo_order_is_caught(monkeypatch):
+    """Claim picks the newest ready submission instead of the queue head."""
+    real = ledger_memory.InMemorySubmissionLedger._nonterminal
+
+    def newest_first(self, conversation_id):
+        return list(reversed(real(self, conversation_id)))
+
+    monkeypatch.setattr(ledger_memory.InMemorySubmissionLedger, "_nonterminal", newest_first)
+    assert_caught(first_caught(), "fifo-one-active")
+
+
+def test_lease_that_never_expires_is_caught(monkeypatch):
+    """Claims ignore lease expiry: a crashed owner's submission is never taken
+    over, so work stops for good (liveness, checked after the faults stop)."""
+    from model.ledger.rules import NO_CLAIM
+
+    real = ledger_memory.decide_claim
+
+    def sticky(conversation, head, owner_id, lease_ms, now_ms):
+        if head is not None and head.owner_id is not None and head.owner_id != owner_id:
+            return NO_CLAIM
+        return real(conversation, head, owner_id, lease_ms, now_ms)
+
+    monkeypatch.setattr(ledger_memory, "decide_claim", sticky)
+    assert_caught(first_caught("2h"), "liveness")
