@@ -17,8 +17,6 @@ settle -> audit.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import Any
 
 from faults.describe import LEDGER_DESCRIBERS, LOG_DESCRIBERS
@@ -39,7 +37,6 @@ from model.conversation.records import NotMaterialized
 from model.conversation.sqlite_store import SqliteConversationStore
 from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.sqlite_store import SqliteSubmissionLedger
-from model.sqlite_db import open_database
 from model.submissions import SubmissionClient, SubmissionWorker, worker_loop
 from scenarios.invariants import (
     ExactlyOnceSettlement,
@@ -50,9 +47,10 @@ from scenarios.invariants import (
     QueueOrder,
 )
 from scenarios.registry import scenario
+from scenarios.storage import RunDatabase, run_sync
 from sim.clock import MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND
 from sim.node import Node
-from sim.scenario import Param, ScenarioOptions, SetupError
+from sim.scenario import Param, ScenarioOptions
 from sim.world import World
 
 LEASE_MS = 20 * MS_PER_SECOND
@@ -120,30 +118,18 @@ class LedgerStorm:
     # -- stores ----------------------------------------------------------
 
     def _open_stores(self, opts: ScenarioOptions) -> None:
-        self._tempdir = None
-        self._conn = None
+        self._database: RunDatabase | None = None
         if opts.store == "memory":
             self.ledger: Any = InMemorySubmissionLedger()
             self.log: Any = InMemoryConversationStore()
             return
-        path = opts.db_path
-        if path is None:
-            self._tempdir = tempfile.TemporaryDirectory(prefix="loomsim-")
-            path = os.path.join(self._tempdir.name, "ledger-storm.db")
-        elif os.path.exists(path) and os.path.getsize(path) > 0:
-            raise SetupError(f"database {path!r} is not empty; a run starts from empty stores "
-                             "(delete the file or choose a new --db path)")
-        self._conn = open_database(path)
-        self.ledger = SqliteSubmissionLedger(self._conn)
-        self.log = SqliteConversationStore(self._conn)
+        self._database = RunDatabase(opts.db_path, file_name="ledger-storm.db")
+        self.ledger = SqliteSubmissionLedger(self._database.conn)
+        self.log = SqliteConversationStore(self._database.conn)
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        if self._tempdir is not None:
-            self._tempdir.cleanup()
-            self._tempdir = None
+        if self._database is not None:
+            self._database.close()
 
     # -- processes -------------------------------------------------------
 
@@ -257,7 +243,7 @@ class LedgerStorm:
         after = 0
         while True:
             try:
-                page = _run_sync(self.log.read(conversation_id, after, 1024))
+                page = run_sync(self.log.read(conversation_id, after, 1024))
             except NotMaterialized:
                 return ()
             records.extend(page)
@@ -267,7 +253,7 @@ class LedgerStorm:
 
     def log_tail(self, conversation_id: str) -> Any:
         try:
-            return _run_sync(self.log.inspect_tail(conversation_id))
+            return run_sync(self.log.inspect_tail(conversation_id))
         except NotMaterialized:
             return None
 
@@ -275,14 +261,14 @@ class LedgerStorm:
         found = []
         seq = 1
         while True:
-            record = _run_sync(self.ledger.get(f"sub-{conversation_id}-{seq}"))
+            record = run_sync(self.ledger.get(f"sub-{conversation_id}-{seq}"))
             if record is None:
                 return found
             found.append(record)
             seq += 1
 
     def nonterminal_submissions(self) -> list[str]:
-        return [r.submission_id for r in _run_sync(self.ledger.scan_nonterminal())]
+        return [r.submission_id for r in run_sync(self.ledger.scan_nonterminal())]
 
     def stats(self) -> dict[str, Any]:
         counters = self.world.counters
@@ -294,15 +280,6 @@ class LedgerStorm:
             "worker_crashes": counters.get("node.crashes", 0),
             "store_calls": self.stats_ports.calls,
         }
-
-
-def _run_sync(coro: Any) -> Any:
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        return stop.value
-    coro.close()
-    raise RuntimeError("store call suspended during audit")
 
 
 @scenario("ledger-storm", "conversations under leases: claims, fencing, crashes, pauses, damaged reads",

@@ -16,9 +16,6 @@ Phases, FoundationDB style: setup -> run with faults -> heal -> settle -> audit.
 """
 from __future__ import annotations
 
-import os
-import sqlite3
-import tempfile
 from typing import Any
 
 from faults.describe import DURABLE_STATE_DESCRIBERS, KERNEL_DESCRIBERS
@@ -35,12 +32,12 @@ from model.kernel.memory_store import InMemoryExecutionStore
 from model.kernel.records import ExecutionRecord
 from model.kernel.sqlite_store import SqliteExecutionStore
 from model.schedules import Schedule, ScheduleDriver, run_id_for
-from model.sqlite_db import open_database
 from scenarios.invariants import AdoptOwnWrite, CasLinear, ContractSafety, ExactlyOnceWake, ReplayDeterminism
 from scenarios.registry import scenario
+from scenarios.storage import RunDatabase, run_sync
 from sim.clock import MS_PER_DAY, MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND
 from sim.node import Node
-from sim.scenario import Param, ScenarioOptions, SetupError
+from sim.scenario import Param, ScenarioOptions
 from sim.world import World
 
 WAKE_EVERY_MS = 5 * MS_PER_MINUTE
@@ -153,35 +150,6 @@ class _ReplayGuardStore:
 
 # -- the world -----------------------------------------------------------------
 
-LOOMSIM_TABLES = frozenset({"durable_state", "kernel_executions", "kernel_steps", "kernel_schedules"})
-
-
-def _refuse_foreign_database(path: str) -> None:
-    """Never turn someone else's SQLite file into a loomsim store (WAL, new tables)."""
-    if not os.path.exists(path) or os.path.getsize(path) == 0:
-        return
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        names = sorted(row[0] for row in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"))
-    finally:
-        conn.close()
-    foreign = [name for name in names if name not in LOOMSIM_TABLES]
-    if foreign:
-        raise SetupError(f"database {path!r} is not a loomsim database (it has tables {', '.join(foreign)}); "
-                         "choose a new --db path")
-
-
-def _run_sync(coro: Any) -> Any:
-    """Drive a store coroutine that never suspends (audit reads)."""
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        return stop.value
-    coro.close()
-    raise RuntimeError("store call suspended during audit")
-
-
 class SentinelYear:
     def __init__(self, world: World, opts: ScenarioOptions) -> None:
         self.world = world
@@ -229,36 +197,18 @@ class SentinelYear:
     # -- stores ------------------------------------------------------------
 
     def _open_stores(self, opts: ScenarioOptions) -> None:
-        self._tempdir = None
-        self._conn = None
+        self._database: RunDatabase | None = None
         if opts.store == "memory":
             self.ds_store: Any = InMemoryDurableStateStore()
             self.kernel_store: Any = InMemoryExecutionStore()
             return
-        path = opts.db_path
-        if path is None:
-            self._tempdir = tempfile.TemporaryDirectory(prefix="loomsim-")
-            path = os.path.join(self._tempdir.name, "sentinel-year.db")
-        else:
-            _refuse_foreign_database(path)
-        self._conn = open_database(path)
-        self.ds_store = SqliteDurableStateStore(self._conn)
-        self.kernel_store = SqliteExecutionStore(self._conn)
-        if len(self.ds_store) or any(self.kernel_store.counts().values()) or self._has_schedules():
-            self.close()
-            raise SetupError(f"database {path!r} already holds a run's state; a run starts from empty "
-                             "stores (delete the file or choose a new --db path)")
-
-    def _has_schedules(self) -> bool:
-        return self._conn.execute("SELECT 1 FROM kernel_schedules LIMIT 1").fetchone() is not None
+        self._database = RunDatabase(opts.db_path, file_name="sentinel-year.db")
+        self.ds_store = SqliteDurableStateStore(self._database.conn)
+        self.kernel_store = SqliteExecutionStore(self._database.conn)
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        if self._tempdir is not None:
-            self._tempdir.cleanup()
-            self._tempdir = None
+        if self._database is not None:
+            self._database.close()
 
     # -- processes -----------------------------------------------------------
 
@@ -400,13 +350,13 @@ class SentinelYear:
         return self
 
     def durable_state_snapshot(self, key: str) -> Any:
-        return _run_sync(self.ds_store.load(key))
+        return run_sync(self.ds_store.load(key))
 
     def live_runs(self, schedule_id: str) -> tuple[str, ...]:
-        return tuple(r.run_id for r in _run_sync(self.kernel_store.live_executions(schedule_id)))
+        return tuple(r.run_id for r in run_sync(self.kernel_store.live_executions(schedule_id)))
 
     def schedule_high_water_ms(self, schedule_id: str) -> int | None:
-        return _run_sync(self.kernel_store.schedule_high_water_ms(schedule_id))
+        return run_sync(self.kernel_store.schedule_high_water_ms(schedule_id))
 
     def retained_runs(self):
         """(record, log) of every run retention has not purged yet, read from the store."""
@@ -418,9 +368,9 @@ class SentinelYear:
             start_ms = schedule.latest_due_at(max(schedule.first_ms, last_ms - retained_ms))
             assert start_ms is not None
             for occurrence_ms in range(start_ms, last_ms + 1, schedule.every_ms):
-                record = _run_sync(self.kernel_store.load_execution(run_id_for(schedule_id, occurrence_ms)))
+                record = run_sync(self.kernel_store.load_execution(run_id_for(schedule_id, occurrence_ms)))
                 if record is not None:
-                    yield record, _run_sync(self.kernel_store.load_steps(record.run_id))
+                    yield record, run_sync(self.kernel_store.load_steps(record.run_id))
 
     def stats(self) -> dict[str, Any]:
         counters = self.world.counters
