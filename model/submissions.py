@@ -47,6 +47,8 @@ from model.ledger.records import AdmissionResult, Claim, Settlement
 from model.probe import NULL_PROBE, Probe
 
 ADMISSION_PRODUCER = "admission"
+# A failed settlement's diagnostic is bounded (durability §12).
+DIAGNOSTIC_MESSAGE_MAX = 1_000
 DEPLOYMENT_ID = "loomsim"
 
 # What a submission's work is: ``steps`` deterministic outputs, computed from
@@ -139,11 +141,15 @@ class SubmissionWorker:
         self.failpoints.hit(CLAIMED_BEFORE_INPUT)
         if not record.input_applied:
             await self._append_once(conversation_id, claim, input_batch_id(submission_id),
-                                    [("input", {"submissionId": submission_id, "input": record.input})])
+                                    [("input", {"submissionId": submission_id, "input": record.input,
+                                                "principalId": record.principal_id,
+                                                "idempotencyKey": record.idempotency_key,
+                                                "queueSeq": record.queue_seq})])
             self.failpoints.hit(INPUT_APPENDED_BEFORE_MARKER)
             await self.ledger.mark_input_applied(claim)
-        outputs = []
-        for index in range(self.steps):
+        outputs: list = []
+        failure: dict | None = None
+        for index in range(0 if record.abort_author is not None else self.steps):
             batch_id = step_batch_id(submission_id, index)
             recorded = await self._recorded_payload(conversation_id, batch_id)
             if recorded is not None:
@@ -157,13 +163,17 @@ class SubmissionWorker:
                 # epoch, and the log and ledger must fence it.
                 await self.ledger.renew_ownership(claim, self.lease_ms, self.now_ms())
                 await self.step_delay(submission_id, index)
-            output = self.work(record.input, index)
+            try:
+                output = self.work(record.input, index)
+            except Exception as error:  # the work failed: settle as failed, no retry
+                failure = {"errorTag": error_name(error), "message": str(error)[:DIAGNOSTIC_MESSAGE_MAX]}
+                break
             self.failpoints.hit(STEP_DONE_BEFORE_RECORD)
             await self._append_once(conversation_id, claim, batch_id,
                                     [("model-output", {"submissionId": submission_id, "step": index,
                                                        "output": output})])
             outputs.append(output)
-        settlement_record = await self._settlement_record(conversation_id, submission_id, record, outputs)
+        settlement_record = await self._settlement_record(conversation_id, submission_id, record, outputs, failure)
         reserved = await self.ledger.reserve_settlement(claim, settlement_record)
         self.failpoints.hit(RESERVED_BEFORE_APPEND)
         await self._append_once(conversation_id, claim, settle_batch_id(submission_id),
@@ -178,7 +188,7 @@ class SubmissionWorker:
         return ProcessOutcome(submission_id, settlement, claim.epoch)
 
     async def _settlement_record(self, conversation_id: str, submission_id: str, record: Any,
-                                 outputs: list) -> Any:
+                                 outputs: list, failure: dict | None) -> Any:
         """The canonical record wins: the log's, else the reserved one, else new."""
         settled = await self._recorded_payload(conversation_id, settle_batch_id(submission_id))
         if settled is not None:
@@ -186,7 +196,9 @@ class SubmissionWorker:
         if record.reserved_record is not None:
             return record.reserved_record
         if record.abort_author is not None:
-            return {"outcome": "aborted"}
+            return {"outcome": "aborted"}  # no result (persistence §10)
+        if failure is not None:
+            return {"outcome": "failed", "diagnostic": failure}  # exactly {errorTag, message}
         return {"outcome": "completed", "result": {"outputs": outputs}}
 
     async def _recorded_payload(self, conversation_id: str, batch_id: str) -> Any:

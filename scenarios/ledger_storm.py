@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from faults.chaos import kill_nodes
 from faults.describe import LEDGER_DESCRIBERS, LOG_DESCRIBERS
 from faults.kinds import (
     ACK_LOST,
     CRASH_BEFORE_CALL,
     FAILPOINT_CRASH,
-    NODE_KILL,
     NODE_PAUSE,
     SEQUENCE_GAP,
     SHORT_PAGE,
@@ -37,6 +37,7 @@ from model.conversation.records import NotMaterialized
 from model.conversation.sqlite_store import SqliteConversationStore
 from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.sqlite_store import SqliteSubmissionLedger
+from model.repair import rebuild_ledger
 from model.submissions import SubmissionClient, SubmissionWorker, worker_loop
 from scenarios.invariants import (
     ExactlyOnceSettlement,
@@ -80,7 +81,19 @@ RATES = {
 }
 
 
+class WorkFailed(Exception):
+    name = "WorkFailed"
+
+
+# Every 20th request fails in its second step (settled as failed, with exactly
+# {errorTag, message}); every 25th is aborted by the client right after admission.
+FAIL_EVERY = 20
+ABORT_EVERY = 25
+
+
 def _work(request: Any, index: int) -> Any:
+    if request["n"] % FAIL_EVERY == 7 and index == 1:
+        raise WorkFailed(f"request {request['n']} cannot be served")
     return {"step": index, "echo": request}
 
 
@@ -112,7 +125,9 @@ class LedgerStorm:
         for name in self.worker_names:
             world.add_node(name, self._start_worker)
         world.add_node("client", self._start_client, role="client")
-        world.spawn_harness("chaos:node-kill", self._node_kills())
+        world.spawn_harness("chaos:node-kill", kill_nodes(
+            world, self.chaos, every_ms=NODE_KILL_EVERY_MS, pick=lambda: self.chaos.choice(self.worker_names),
+            restart_after_ms=self._restart_delay_ms, until_ms=self.heal_at_ms))
         world.spawn_harness("chaos:node-pause", self._node_pauses())
 
     # -- stores ----------------------------------------------------------
@@ -174,7 +189,9 @@ class LedgerStorm:
             # with the same idempotency key (at-least-once callers).
             while self.pending:
                 conversation_id, key, request = self.pending[0]
-                await client.submit(conversation_id, "client", key, request)
+                admission = await client.submit(conversation_id, "client", key, request)
+                if request["n"] % ABORT_EVERY == 3:
+                    await self._abort(client, admission.submission_id)
                 self.pending.pop(0)
             await runtime.sleep_ms(self.workload.between(*SUBMIT_EVERY_MS))
             if runtime.now_ms() >= self.heal_at_ms:
@@ -187,20 +204,14 @@ class LedgerStorm:
                 self.conversations.append(conversation_id)
             self.pending.append((conversation_id, f"req-{self.submitted}", {"n": self.submitted}))
 
-    # -- chaos -----------------------------------------------------------
+    async def _abort(self, client: SubmissionClient, submission_id: str) -> None:
+        try:
+            await client.ledger.request_abort(submission_id, "client", "no longer needed")
+        except Exception as error:
+            if getattr(type(error), "name", None) != "AbortConflict":
+                raise  # already settled: too late to abort, which is fine
 
-    async def _node_kills(self) -> None:
-        runtime = self.world.runtime
-        kills = 0
-        while True:
-            await runtime.sleep_ms(self.chaos.between(*NODE_KILL_EVERY_MS))
-            if runtime.now_ms() >= self.heal_at_ms:
-                return
-            node = self.world.nodes[self.chaos.choice(self.worker_names)]
-            if node.alive:
-                kills += 1
-                self.world.record_fault(node, "process", NODE_KILL, kills)
-                self.world.crash(node, restart_after_ms=self._restart_delay_ms())
+    # -- chaos -----------------------------------------------------------
 
     async def _node_pauses(self) -> None:
         runtime = self.world.runtime
@@ -267,6 +278,27 @@ class LedgerStorm:
             found.append(record)
             seq += 1
 
+    def rebuild_mismatches(self) -> list[str]:
+        """Rebuild a fresh ledger from the log; the submissions it disagrees on."""
+        rebuilt = InMemorySubmissionLedger()
+        run_sync(rebuild_ledger(self.log, rebuilt,
+                                [c for c in self.conversations if self.log_tail(c) is not None], self.end_ms))
+        mismatches = []
+        for conversation_id in self.conversations:
+            for original in self.submissions(conversation_id):
+                copy = run_sync(rebuilt.get(original.submission_id))
+                if copy is None:
+                    if original.input_applied:
+                        mismatches.append(original.submission_id)
+                    continue
+                # Unsettled work may hold a reservation the log has not seen
+                # yet; only what the log settled is canonical.
+                settled = original.outcome is not None
+                if (copy.queue_seq, copy.outcome, copy.reserved_digest if settled else None) != (
+                        original.queue_seq, original.outcome, original.reserved_digest if settled else None):
+                    mismatches.append(original.submission_id)
+        return mismatches
+
     def nonterminal_submissions(self) -> list[str]:
         return [r.submission_id for r in run_sync(self.ledger.scan_nonterminal())]
 
@@ -275,6 +307,7 @@ class LedgerStorm:
         return {
             "submitted": self.submitted,
             "settled": self.settlement.settled,
+            "outcomes": self.settlement.outcomes(),
             "stale_writes_fenced": self.fencing.fenced,
             "damaged_reads_caught": self.pagination.caught,
             "worker_crashes": counters.get("node.crashes", 0),

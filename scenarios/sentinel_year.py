@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from faults.chaos import kill_nodes
 from faults.describe import DURABLE_STATE_DESCRIBERS, KERNEL_DESCRIBERS
-from faults.kinds import ACK_LOST, CRASH_BEFORE_CALL, DUPLICATE_WAKE, FAILPOINT_CRASH, NODE_KILL
+from faults.kinds import ACK_LOST, CRASH_BEFORE_CALL, DUPLICATE_WAKE, FAILPOINT_CRASH
 from faults.plan import FaultPlan
 from faults.ports import BoundPort, PortStats, SimFailpoints
 from model.durable_state.contracts import StateContract
@@ -188,7 +189,9 @@ class SentinelYear:
         self._operator_ds = BoundPort(world, self.operator, "ds", self.ds_store, None,
                                       DURABLE_STATE_DESCRIBERS, PortStats(), lambda: 0)
         # Phase: run with faults (each stops at heal_at_ms).
-        world.spawn_harness("chaos:node-kill", self._node_kills())
+        world.spawn_harness("chaos:node-kill", kill_nodes(
+            world, self.chaos, every_ms=NODE_KILL_EVERY_MS, pick=lambda: "worker-1",
+            restart_after_ms=self._restart_delay_ms, until_ms=self.heal_at_ms))
         world.spawn_harness("chaos:duplicate-wake", self._duplicate_wakes())
         self._plan_operator_edits()
         deploy_at_ms = self.chaos.between(opts.duration_ms // 4, opts.duration_ms * 13 // 20)
@@ -277,19 +280,6 @@ class SentinelYear:
         return observe
 
     # -- faults and the outside world ---------------------------------------
-
-    async def _node_kills(self) -> None:
-        runtime = self.world.runtime
-        kills = 0
-        while True:
-            await runtime.sleep_ms(self.chaos.between(*NODE_KILL_EVERY_MS))
-            if runtime.now_ms() >= self.heal_at_ms:
-                return
-            node = self.world.nodes["worker-1"]
-            if node.alive:
-                kills += 1
-                self.world.record_fault(node, "process", NODE_KILL, kills)
-                self.world.crash(node, restart_after_ms=self._restart_delay_ms())
 
     async def _duplicate_wakes(self) -> None:
         runtime = self.world.runtime

@@ -19,6 +19,7 @@ from model.failpoints import SUBMISSION_CRASH_POINTS
 from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.sqlite_db import open_database
+from model.repair import rebuild_ledger
 from model.submissions import SubmissionClient, SubmissionWorker, settle_batch_id
 
 LEASE_MS = 30_000
@@ -88,7 +89,13 @@ class Work:
 
     def __call__(self, request, index):
         self.calls += 1
+        if request == FAILING_REQUEST and index == 1:
+            raise ValueError("the model refused")
         return {"echo": request, "step": index, "call": self.calls}
+
+
+FAILING_REQUEST = {"n": 1, "c": "c2"}   # its second step fails: settled as failed
+ABORTED_SUBMISSION = "sub-c1-3"         # an operator aborts it before it runs
 
 
 def run_lifecycle(ledger, log, failpoints) -> int:
@@ -104,6 +111,7 @@ def run_lifecycle(ledger, log, failpoints) -> int:
                     break
                 except Crash:
                     crashes += 1
+    drive(ledger.request_abort(ABORTED_SUBMISSION, "operator", "no longer needed"))
     incarnation = 1
     work = Work()
     for _ in range(100):  # bounded: every round settles or recovers
@@ -123,6 +131,12 @@ def run_lifecycle(ledger, log, failpoints) -> int:
     raise AssertionError("the lifecycle did not settle in 100 rounds")
 
 
+def expected_outcome(submission_id, request) -> str:
+    if submission_id == ABORTED_SUBMISSION:
+        return "aborted"
+    return "failed" if request == FAILING_REQUEST else "completed"
+
+
 def check_invariants(ledger, log) -> None:
     assert drive(ledger.scan_nonterminal()) == ()
     for conversation_id in CONVERSATIONS:
@@ -136,7 +150,7 @@ def check_invariants(ledger, log) -> None:
         assert ids == expected_ids, "FIFO: settled in queue order, each exactly once"
         for record in settled:
             submission = drive(ledger.get(record.envelope.payload["submissionId"]))
-            assert submission.outcome == "completed"
+            assert submission.outcome == expected_outcome(submission.submission_id, submission.input)
             assert submission.reserved_digest == record.envelope.payload["recordDigest"]
             assert digest(record.envelope.payload["record"]) == submission.reserved_digest
             batch = drive(log.lookup_batch(conversation_id, settle_batch_id(submission.submission_id)))
@@ -149,8 +163,15 @@ def check_invariants(ledger, log) -> None:
             if r.envelope.family == "model-output":
                 steps.setdefault(r.envelope.payload["submissionId"], []).append(r.envelope.payload["output"])
         for record in settled:
-            result = record.envelope.payload["record"]["result"]
-            assert result["outputs"] == steps[record.envelope.payload["submissionId"]]
+            settlement = record.envelope.payload["record"]
+            if settlement["outcome"] == "completed":
+                assert settlement["result"]["outputs"] == steps[record.envelope.payload["submissionId"]]
+            elif settlement["outcome"] == "failed":
+                assert settlement == {"outcome": "failed",
+                                      "diagnostic": {"errorTag": "ValueError", "message": "the model refused"}}
+            else:
+                assert settlement == {"outcome": "aborted"}  # no result, no steps ran
+                assert record.envelope.payload["submissionId"] not in steps
         inputs = [r for r in records if r.envelope.family == "input"]
         assert [r.envelope.payload["submissionId"] for r in inputs] == expected_ids
         for previous, following in zip(settled, inputs[1:]):
@@ -180,3 +201,29 @@ def test_a_crash_at_each_point_recovers_to_every_invariant(kind, point, nth, tmp
     assert run_lifecycle(ledger, log, armed) == 1
     assert armed.fired
     check_invariants(ledger, log)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("point", [SUBMISSION_CRASH_POINTS[0], SUBMISSION_CRASH_POINTS[-2]])
+def test_the_ledger_rebuilt_from_the_log_matches_the_original(kind, point, tmp_path):
+    """The log is canonical: an empty ledger fed from it gets every submission
+    back with the same id, queue position, outcome and settlement digest."""
+    ledger, log = stores(kind, tmp_path)
+    run_lifecycle(ledger, log, Armed(point, 2))
+    check_invariants(ledger, log)
+    rebuilt = InMemorySubmissionLedger() if kind == "memory" else SqliteSubmissionLedger(
+        open_database(str(tmp_path / "rebuilt.db")))
+    report = drive(rebuild_ledger(log, rebuilt, CONVERSATIONS, now_ms=10**9))
+    total = len(CONVERSATIONS) * SUBMISSIONS_PER_CONVERSATION
+    assert (report.conversations, report.submissions, report.settled) == (len(CONVERSATIONS), total, total)
+    for conversation_id in CONVERSATIONS:
+        for n in range(1, SUBMISSIONS_PER_CONVERSATION + 1):
+            original = drive(ledger.get(f"sub-{conversation_id}-{n}"))
+            copy = drive(rebuilt.get(f"sub-{conversation_id}-{n}"))
+            assert (copy.queue_seq, copy.idempotency_key, copy.input, copy.outcome, copy.reserved_digest) == (
+                original.queue_seq, original.idempotency_key, original.input, original.outcome,
+                original.reserved_digest)
+    assert drive(rebuilt.scan_nonterminal()) == ()
+    # An at-least-once retry against the rebuilt ledger is a replay, not new work.
+    again = drive(rebuilt.admit("c1", "alice", "key-0", {"n": 0, "c": "c1"}, 10**9))
+    assert again.replayed and again.submission_id == "sub-c1-1"

@@ -133,3 +133,26 @@ def test_lease_that_never_expires_is_caught(monkeypatch):
 
     monkeypatch.setattr(ledger_memory, "decide_claim", sticky)
     assert_caught(first_caught("2h"), "liveness")
+
+
+def test_log_that_cannot_rebuild_the_ledger_is_caught(monkeypatch):
+    """The input record forgets the idempotency key: the log is no longer
+    enough to rebuild the ledger, which the settlement audit checks."""
+    real = submissions.SubmissionWorker._append_once
+
+    async def forgetful(self, conversation_id, claim, batch_id, records):
+        records = [(family, {k: v for k, v in payload.items() if k != "idempotencyKey"})
+                   if family == "input" else (family, payload) for family, payload in records]
+        return await real(self, conversation_id, claim, batch_id, records)
+
+    monkeypatch.setattr(submissions.SubmissionWorker, "_append_once", forgetful)
+    result = storm(0, "1h")
+    assert_caught(result, "exactly-once-settlement")
+    assert "rebuilding the ledger" in result.violations[0].message
+
+
+def test_failed_and_aborted_settlements_have_their_exact_shapes():
+    result = storm(3, "3h")
+    assert result.passed, result.violations
+    outcomes = result.stats["outcomes"]
+    assert outcomes.get("failed", 0) > 0 and outcomes.get("aborted", 0) > 0 and outcomes.get("completed", 0) > 0

@@ -63,7 +63,9 @@ class InMemorySubmissionLedger:
             return []
         rows = [self._submissions[sid] for sid in queue]
         open_rows = [row for row in rows if row.settled_at_ms is None]
-        if len(open_rows) != len(rows):
+        if not open_rows:
+            del self._queues[conversation_id]  # a scan costs the conversations with open work
+        elif len(open_rows) != len(rows):
             self._queues[conversation_id] = [row.submission_id for row in open_rows]
         return open_rows
 

@@ -6,7 +6,9 @@ the log holds at most one settlement record per submission and it is the
 reserved record; finalize comes only after that record is in the log, and a
 repeated finalize reports the same outcome, digest and settlement time.
 Audit, from the stores: every finalized submission has exactly one
-settlement record in its conversation's log, equal to the ledger's digest.
+settlement record in its conversation's log, equal to the ledger's digest;
+and a ledger rebuilt from the log alone agrees on every submission that
+reached the log (the log is canonical).
 """
 from __future__ import annotations
 
@@ -69,6 +71,12 @@ class ExactlyOnceSettlement(Checker):
             elif previous != final:
                 self.fail(f"{submission}: settlement changed from {previous} to {final}", (submission,))
 
+    def outcomes(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for outcome, _, _ in self._final.values():
+            counts[outcome] = counts.get(outcome, 0) + 1
+        return dict(sorted(counts.items()))
+
     def audit(self, world: Any) -> None:
         for conversation_id in world.conversation_ids():
             per_submission: dict[str, list[str]] = {}
@@ -87,3 +95,12 @@ class ExactlyOnceSettlement(Checker):
                 elif records[0] != submission.reserved_digest:
                     self.fail(f"{submission.submission_id}: the ledger's digest is not the log's record",
                               (submission.submission_id,))
+        self.checks += 1
+        try:
+            mismatches = world.rebuild_mismatches()
+        except Exception as error:  # the log could not rebuild a ledger at all
+            self.fail(f"rebuilding the ledger from the log failed: {type(error).__name__}: {error}")
+            return
+        if mismatches:
+            self.fail(f"a ledger rebuilt from the log disagrees on {len(mismatches)} submission(s): "
+                      f"{', '.join(mismatches[:5])}", tuple(mismatches[:5]))
