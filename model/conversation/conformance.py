@@ -31,9 +31,9 @@ The digest chain is pinned here independently of ``rules.py``:
 """
 from __future__ import annotations
 
-import inspect
-import traceback
 from typing import Any, Awaitable, Callable, Iterable
+
+from model import conformance_kit as _kit
 
 from model.canonical import ZERO_DIGEST, digest
 
@@ -51,43 +51,14 @@ from .records import (
 )
 
 
-class ConformanceFailure(AssertionError):
-    def __init__(self, failures: Iterable[tuple[str, str]]) -> None:
-        self.failures = tuple(failures)
-        lines = [f"{len(self.failures)} conversation store conformance check(s) failed:"]
-        lines += [f"  - {name}: {reason}" for name, reason in self.failures]
-        super().__init__("\n".join(lines))
-
-    @property
-    def failed_checks(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.failures)
+class ConformanceFailure(_kit.ConformanceFailure):
+    subject = "conversation store"
 
 
-_CHECKS: list[tuple[str, Callable[[Any], Awaitable[None]]]] = []
-
-
-def _check(name: str):
-    def register(fn):
-        assert name not in {n for n, _ in _CHECKS}, name
-        _CHECKS.append((name, fn))
-        return fn
-
-    return register
-
-
-async def _raises(exc_type, awaitable, what: str):
-    try:
-        result = await awaitable
-    except exc_type as exc:
-        return exc
-    except BaseException as exc:  # noqa: BLE001
-        raise AssertionError(f"{what}: expected {exc_type.__name__}, got {type(exc).__name__}: {exc}") from None
-    raise AssertionError(f"{what}: expected {exc_type.__name__}, returned {result!r}")
-
-
-def _eq(actual, expected, what: str) -> None:
-    if actual != expected:
-        raise AssertionError(f"{what}: expected {expected!r}, got {actual!r}")
+_SUITE = _kit.CheckSuite(ConformanceFailure)
+_check = _SUITE.check
+_raises = _kit.expect_raises
+_eq = _kit.expect_eq
 
 
 def envelope(record_id: str, producer_id: str = "p1", epoch: int = 1, payload: object = None, **kw) -> RecordEnvelope:
@@ -297,34 +268,13 @@ async def _(store) -> None:
     _eq(await store.read("c2", 0, 5), (), "other conversation's records")
 
 
-CONFORMANCE_CHECKS: tuple[str, ...] = tuple(name for name, _ in _CHECKS)
+CONFORMANCE_CHECKS: tuple[str, ...] = _SUITE.names()
 
 
-async def run_conversation_store_conformance(
-    make_store: Callable[[], Any], *, checks: Iterable[str] | None = None
-) -> list[str]:
-    """Run the checks, each on a fresh store; return the names that ran (all
-    passed) or raise ``ConformanceFailure`` naming every failing check."""
-    if checks is None:
-        selected = list(_CHECKS)
-    else:
-        wanted = list(checks)
-        unknown = [name for name in wanted if name not in CONFORMANCE_CHECKS]
-        if unknown:
-            raise ValueError(f"unknown conformance checks {unknown}; known: {CONFORMANCE_CHECKS}")
-        selected = [(name, fn) for name, fn in _CHECKS if name in wanted]
-    failures: list[tuple[str, str]] = []
-    for name, fn in selected:
-        try:
-            store = make_store()
-            if inspect.isawaitable(store):
-                store = await store
-            await fn(store)
-        except AssertionError as exc:
-            failures.append((name, str(exc) or "assertion failed"))
-        except Exception as exc:  # noqa: BLE001
-            where = traceback.extract_tb(exc.__traceback__)[-1]
-            failures.append((name, f"unexpected {type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})"))
-    if failures:
-        raise ConformanceFailure(failures)
-    return [name for name, _ in selected]
+async def run_conversation_store_conformance(make_store: Callable[[], Any], *, checks: Iterable[str] | None = None) -> list[str]:
+    """Run the conformance checks, each on a fresh store from ``make_store``.
+
+    Returns the names of the checks that ran (all passed); raises
+    ``ConformanceFailure`` naming every failing check otherwise.
+    """
+    return await _SUITE.run(make_store, checks)

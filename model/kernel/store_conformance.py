@@ -32,10 +32,10 @@ on one rule. ``CONFORMANCE_CHECKS`` is the ordered tuple of all names.
 """
 from __future__ import annotations
 
-import inspect
 import math
-import traceback
 from typing import Any, Awaitable, Callable, Iterable
+
+from model import conformance_kit as _kit
 
 from .records import (
     COMPLETED,
@@ -56,48 +56,14 @@ from .records import (
 )
 
 
-class ConformanceFailure(AssertionError):
-    """One or more conformance checks failed; ``failures`` is a tuple of
-    ``(check_name, reason)`` in suite order."""
-
-    def __init__(self, failures: Iterable[tuple[str, str]]) -> None:
-        self.failures = tuple(failures)
-        lines = [f"{len(self.failures)} execution store conformance check(s) failed:"]
-        for name, reason in self.failures:
-            lines.append(f"  - {name}: {reason}")
-        super().__init__("\n".join(lines))
-
-    @property
-    def failed_checks(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.failures)
+class ConformanceFailure(_kit.ConformanceFailure):
+    subject = "execution store"
 
 
-_Check = Callable[[Any], Awaitable[None]]
-_CHECKS: list[tuple[str, _Check]] = []
-
-
-def _check(name: str) -> Callable[[_Check], _Check]:
-    def register(fn: _Check) -> _Check:
-        assert name not in {n for n, _ in _CHECKS}, name
-        _CHECKS.append((name, fn))
-        return fn
-
-    return register
-
-
-async def _raises(exc_type: type[BaseException], awaitable: Awaitable[Any], what: str) -> BaseException:
-    try:
-        result = await awaitable
-    except exc_type as exc:
-        return exc
-    except BaseException as exc:  # noqa: BLE001 - reported as the failure
-        raise AssertionError(f"{what}: expected {exc_type.__name__}, got {type(exc).__name__}: {exc}") from None
-    raise AssertionError(f"{what}: expected {exc_type.__name__}, returned {result!r}")
-
-
-def _eq(actual: object, expected: object, what: str) -> None:
-    if actual != expected:
-        raise AssertionError(f"{what}: expected {expected!r}, got {actual!r}")
+_SUITE = _kit.CheckSuite(ConformanceFailure)
+_check = _SUITE.check
+_raises = _kit.expect_raises
+_eq = _kit.expect_eq
 
 
 async def _start(store, run_id: str, schedule_id: str | None = "sched", occurrence_ms: int | None = 1_000, **overrides):
@@ -725,39 +691,13 @@ async def _(store) -> None:
     _eq((await store.load_execution("r")).status, RUNNING, "refused finish must not finish")
 
 
-CONFORMANCE_CHECKS: tuple[str, ...] = tuple(name for name, _ in _CHECKS)
+CONFORMANCE_CHECKS: tuple[str, ...] = _SUITE.names()
 
 
-async def run_execution_store_conformance(
-    make_store: Callable[[], Any], *, checks: Iterable[str] | None = None
-) -> list[str]:
+async def run_execution_store_conformance(make_store: Callable[[], Any], *, checks: Iterable[str] | None = None) -> list[str]:
     """Run the conformance checks, each on a fresh store from ``make_store``.
 
     Returns the names of the checks that ran (all passed); raises
     ``ConformanceFailure`` naming every failing check otherwise.
     """
-    if checks is None:
-        selected = list(_CHECKS)
-    else:
-        wanted = list(checks)
-        unknown = [name for name in wanted if name not in CONFORMANCE_CHECKS]
-        if unknown:
-            raise ValueError(f"unknown conformance checks {unknown}; known: {CONFORMANCE_CHECKS}")
-        selected = [(name, fn) for name, fn in _CHECKS if name in wanted]
-    failures: list[tuple[str, str]] = []
-    for name, fn in selected:
-        try:
-            store = make_store()
-            if inspect.isawaitable(store):
-                store = await store
-            await fn(store)
-        except AssertionError as exc:
-            failures.append((name, str(exc) or "assertion failed"))
-        except Exception as exc:  # noqa: BLE001 - an unexpected error fails the check, not the suite
-            where = traceback.extract_tb(exc.__traceback__)[-1]
-            failures.append(
-                (name, f"unexpected {type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})")
-            )
-    if failures:
-        raise ConformanceFailure(failures)
-    return [name for name, _ in selected]
+    return await _SUITE.run(make_store, checks)
