@@ -105,3 +105,17 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         if _is_contention(exc):
             raise _contention(conn, exc) from exc
         raise
+
+
+def require_autocommit(conn: sqlite3.Connection, adapter: str) -> None:
+    """Adapters need ``isolation_level=None``: otherwise the sqlite3 module
+    opens transactions behind their back and ``BEGIN IMMEDIATE`` fails."""
+    if conn.isolation_level is not None:
+        raise ValueError(f"{adapter} needs a connection from open_database (isolation_level=None)")
+
+
+def create_schema(conn: sqlite3.Connection, statements: tuple[str, ...] | list[str]) -> None:
+    """Run idempotent ``CREATE ... IF NOT EXISTS`` statements in one write transaction."""
+    with write_transaction(conn):
+        for statement in statements:
+            conn.execute(statement)

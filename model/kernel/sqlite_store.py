@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from model.sqlite_db import open_database, write_transaction
+from model.sqlite_db import create_schema as _create_schema, open_database, require_autocommit, write_transaction
 
 from .records import (
     PARKED,
@@ -209,20 +209,15 @@ def _record(row: tuple) -> ExecutionRecord:
 
 
 def create_schema(conn: sqlite3.Connection) -> None:
-    """Create the kernel tables and indexes if missing (idempotent)."""
-    with write_transaction(conn):
-        for statement in _SCHEMA:
-            conn.execute(statement)
+    """Create the tables and indexes if missing (idempotent)."""
+    _create_schema(conn, _SCHEMA)
 
 
 class SqliteExecutionStore:
     """``ExecutionStore`` over a SQLite connection from ``open_database``."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
-        if conn.isolation_level is not None:
-            # The sqlite3 module would open transactions behind our back and
-            # BEGIN IMMEDIATE would fail inside them (model/sqlite_db.py).
-            raise ValueError("SqliteExecutionStore needs a connection from open_database (isolation_level=None)")
+        require_autocommit(conn, "SqliteExecutionStore")
         self._conn = conn
         self._owns_connection = False
         create_schema(conn)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from model.sqlite_db import open_database, write_transaction
+from model.sqlite_db import create_schema as _create_schema, open_database, require_autocommit, write_transaction
 
 from .records import (
     AbortIntent,
@@ -144,17 +144,15 @@ def _params(row: SubmissionRow) -> list:
 
 
 def create_schema(conn: sqlite3.Connection) -> None:
-    with write_transaction(conn):
-        for statement in _SCHEMA:
-            conn.execute(statement)
+    """Create the tables and indexes if missing (idempotent)."""
+    _create_schema(conn, _SCHEMA)
 
 
 class SqliteSubmissionLedger:
     """``SubmissionLedger`` over a connection from ``open_database``."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
-        if conn.isolation_level is not None:
-            raise ValueError("SqliteSubmissionLedger needs a connection from open_database (isolation_level=None)")
+        require_autocommit(conn, "SqliteSubmissionLedger")
         self._conn = conn
         self._owns_connection = False
         create_schema(conn)
