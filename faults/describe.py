@@ -156,7 +156,21 @@ def _scan(args: tuple, kwargs: dict, records: Any) -> dict:
     return {} if records is None else {"nonterminal": tuple(r.submission_id for r in records)}
 
 
+def _by_key(args: tuple, kwargs: dict, record: Any) -> dict:
+    fields: dict[str, Any] = {"conversation": args[0], "principal": args[1], "key": args[2]}
+    if record is not None:
+        fields.update(submission=record.submission_id, outcome=record.outcome, ready=record.ready,
+                      input_applied=record.input_applied)
+    return fields
+
+
+def _purge_conversation(args: tuple, kwargs: dict, count: Any) -> dict:
+    return {"conversation": args[0], "purged": count}
+
+
 LEDGER_DESCRIBERS = {
+    "get_by_idempotency_key": _by_key,
+    "purge_conversation": _purge_conversation,
     "admit": _admit,
     "mark_ready": _submission_arg,
     "claim": _claim,
@@ -214,10 +228,41 @@ def _lookup_batch(args: tuple, kwargs: dict, batch: Any) -> dict:
     return fields
 
 
+def _delete_conversation(args: tuple, kwargs: dict, deleted: Any) -> dict:
+    return {"conversation": args[0], "deleted": deleted}
+
+
 LOG_DESCRIBERS = {
+    "delete_conversation": _delete_conversation,
     "materialize": _materialize,
     "append": _log_append,
     "inspect_tail": _inspect_tail,
     "read": _log_read,
     "lookup_batch": _lookup_batch,
 }
+
+
+# -- schedule cursors and the run archive ---------------------------------------
+
+def _cursor(args: tuple, kwargs: dict, cursor: Any) -> dict:
+    fields: dict[str, Any] = {"schedule": args[0]}
+    if cursor is not None:
+        fields.update(high_water_ms=cursor.high_water_ms, archived_through_ms=cursor.archived_through_ms,
+                      archived_runs=cursor.archived_runs)
+    return fields
+
+
+def _advance(args: tuple, kwargs: dict, result: Any) -> dict:
+    return {"schedule": args[0], "occurrence_ms": args[1]}
+
+
+def _retire(args: tuple, kwargs: dict, retired: Any) -> dict:
+    return {"schedule": args[0], "occurrence_ms": args[1], "run": args[2], "summary": args[3],
+            "hold": kwargs.get("hold", False), "retired": retired}
+
+
+def _release(args: tuple, kwargs: dict, released: Any) -> dict:
+    return {"schedule": args[0], "run": args[1], "summary": args[2], "released": released}
+
+
+SCHEDULE_DESCRIBERS = {"cursor": _cursor, "advance": _advance, "retire": _retire, "release": _release}

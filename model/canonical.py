@@ -309,6 +309,21 @@ def digest(value: object) -> str:
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
 
 
+def digest_text(text: str) -> str:
+    """:func:`digest` of a value whose canonical text is already at hand."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def compose_object(members: "list[tuple[str, str]]") -> str:
+    """The canonical text of an object whose member values are already
+    canonical texts (``[(name, value_text), ...]``, names ASCII and given in
+    sorted order) — so a digest over a structure that embeds large encoded
+    parts need not encode them again."""
+    for (a, _), (b, _) in zip(members, members[1:]):
+        assert a.isascii() and a < b, (a, b)
+    return "{" + ",".join(f'"{name}":{text}' for name, text in members) + "}"
+
+
 def canonical_equal(a: object, b: object) -> bool:
     """True when ``a`` and ``b`` have the same canonical JSON text.
 

@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 import attrs
 
-from model.kernel.kernel import Flow, Kernel, RunOutcome
+from model.kernel.kernel import Flow, Kernel, MigrationMissing, RunOutcome, error_output
+from model.kernel.records import FAILED
 from model.probe import NULL_PROBE, Probe
 from model.runtime import Runtime
 
@@ -82,9 +83,10 @@ class Schedule:
 class ScheduleDriver:
     """Fires a schedule's occurrences on one node, resuming its live run first.
 
-    ``flow_for`` maps an execution's ``flow_version`` to the flow code, so a
-    run resumed after a deploy continues on the code it started on (every
-    *new* occurrence starts on the currently deployed version).
+    ``flow_for`` maps a flow version to its code. Every run — new or resumed —
+    runs on the currently deployed version (K11: code is versioned by deploy);
+    a resumed run started on another version crosses over only through the
+    kernel's registered transforms (K11.5).
     """
 
     def __init__(self, schedule: Schedule, kernel: Kernel, runtime: Runtime, *,
@@ -197,4 +199,15 @@ class ScheduleDriver:
             self._busy = False
 
     async def _run(self, record: Any, *, fresh: bool = False) -> RunOutcome:
-        return await self.kernel.run(record, self.flow_for(record.flow_version), fresh=fresh)
+        """Run (or resume) on the deployed code. A run started on older code
+        continues on the new version only through a registered K11.5
+        transform; without one it is failed, explicitly and on the record."""
+        version = self.deployed_version()
+        try:
+            return await self.kernel.run(record, self.flow_for(version), fresh=fresh, flow_version=version)
+        except MigrationMissing as missing:
+            self.probe.emit("run.migration_missing", run=record.run_id, from_version=missing.from_version,
+                            to_version=missing.to_version)
+            final = await self.kernel.store.finish_execution(
+                record.run_id, status=FAILED, output=error_output(missing), finished_at_ms=self.runtime.now_ms())
+            return RunOutcome(record.run_id, final.status, final.output, 0, 0)

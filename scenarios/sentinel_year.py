@@ -1,16 +1,24 @@
-"""sentinel-year: sentinels waking every 5 minutes for a simulated year.
+"""sentinel-year: sentinels waking every 5 minutes for a simulated year, on the whole system.
 
 The world: durable stores (memory, or one SQLite file) that outlive every
-crash; one worker process running a schedule driver per sentinel; an
-operator who now and then edits a sentinel's state by hand (a genuinely
-concurrent writer: DS-4's tripwire must fire, never adopt); a deploy that
-bumps the state contract v1 -> v2 with a migration part-way through.
+crash — durable state, the submission ledger, the conversation logs, the
+schedule cursors and run archive, the content store with its pin index, and
+the findings projection; one worker process running a schedule driver per
+sentinel, a findings projector and daily retention; an operator who now and
+then edits a sentinel's state by hand (a genuinely concurrent writer: DS-4's
+tripwire must fire, never adopt); deploys that evolve the state contract
+v1 -> v2 -> v3, one of them deliberately broken and then fixed.
 
-Each wake is a bounded run: load carry state, observe (deterministic
-telemetry drawn from the workload stream, taking simulated time), save with
-CAS. Faults: crashes before store calls, lost acks after commits, crashes at
-model failpoints, kill -9 at arbitrary moments, duplicate alarm deliveries.
-They stop for the last day (heal) so the run shows it settles.
+Each wake (``scenarios.sentinel_app``) is admitted to the ledger with its
+run id as idempotency key, claimed under a lease, run as a bounded flow
+whose steps are fenced appends to its own conversation log, and settled by
+reserve -> append -> finalize (``model.runs``). Large telemetry goes through
+the claim-check middleware; findings cite evidence refs; retention archives
+old runs and reclaims blobs except what live findings pin.
+
+Faults: crashes before store calls, lost acks after commits, crashes at
+every model failpoint, kill -9 at arbitrary moments, duplicate alarm
+deliveries. They stop for the last day (heal) so the run shows it settles.
 
 Phases, FoundationDB style: setup -> run with faults -> heal -> settle -> audit.
 """
@@ -19,21 +27,44 @@ from __future__ import annotations
 from typing import Any
 
 from faults.chaos import kill_nodes
-from faults.describe import DURABLE_STATE_DESCRIBERS, KERNEL_DESCRIBERS
+from faults.describe import DURABLE_STATE_DESCRIBERS, KERNEL_DESCRIBERS, LEDGER_DESCRIBERS, LOG_DESCRIBERS, \
+    SCHEDULE_DESCRIBERS
 from faults.kinds import ACK_LOST, CRASH_BEFORE_CALL, DUPLICATE_WAKE, FAILPOINT_CRASH
 from faults.plan import FaultPlan
 from faults.ports import BoundPort, PortStats, SimFailpoints
-from model.durable_state.contracts import StateContract
+from model.claimcheck import ClaimCheck
+from model.conversation.content_store import InMemoryContentStore, SqliteContentStore
+from model.conversation.memory_store import InMemoryConversationStore
+from model.conversation.sqlite_store import SqliteConversationStore
 from model.durable_state.handle import SentinelState, sentinel_state
 from model.durable_state.memory_store import InMemoryDurableStateStore
 from model.durable_state.sqlite_store import SqliteDurableStateStore
 from model.durable_state.store import DurableStateWrite, RevisionConflictError
+from model.findings import InMemoryFindingsProjection, SqliteFindingsProjection
 from model.kernel.kernel import Kernel
-from model.kernel.memory_store import InMemoryExecutionStore
 from model.kernel.records import ExecutionRecord
-from model.kernel.sqlite_store import SqliteExecutionStore
-from model.schedules import Schedule, ScheduleDriver, run_id_for
-from scenarios.invariants import AdoptOwnWrite, CasLinear, ContractSafety, ExactlyOnceWake, ReplayDeterminism
+from model.ledger.memory_store import InMemorySubmissionLedger
+from model.ledger.sqlite_store import SqliteSubmissionLedger
+from model.pins import InMemoryPinIndex, SqlitePinIndex
+from model.repair import rebuild_ledger
+from model.retention import Retention, RetentionPolicy
+from model.runs import SETTLED_FAMILY, STEP_FAMILY, LedgerRuns
+from model.schedule_store import InMemoryScheduleStore, SqliteScheduleStore
+from model.schedules import Schedule, ScheduleDriver, parse_run_id, run_id_for
+from scenarios import sentinel_app as app
+from scenarios.invariants import (
+    AdoptOwnWrite,
+    BoundedRun,
+    BrokenDeploys,
+    CasLinear,
+    ClaimCheckInvariant,
+    ContractSafety,
+    ExactlyOnceSettlement,
+    ExactlyOnceWake,
+    Liveness,
+    PinsSurvive,
+    ReplayDeterminism,
+)
 from scenarios.registry import scenario
 from scenarios.storage import RunDatabase, run_sync
 from sim.clock import MS_PER_DAY, MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND
@@ -42,88 +73,20 @@ from sim.scenario import Param, ScenarioOptions
 from sim.world import World
 
 WAKE_EVERY_MS = 5 * MS_PER_MINUTE
-OBSERVE_LATENCY_MS = (20, 2_000)
-READING_MAX = 1_000
-WINDOW_MAX = 8
 HEAL_MS_MAX = MS_PER_DAY
 SETTLE_MS = MS_PER_HOUR
-RESTART_DELAY_MS = (1 * MS_PER_SECOND, 60 * MS_PER_SECOND)  # < one cadence: no wake is missed
+RESTART_DELAY_MS = (1 * MS_PER_SECOND, 60 * MS_PER_SECOND)
 NODE_KILL_EVERY_MS = (6 * MS_PER_HOUR, 6 * MS_PER_DAY)
 DUPLICATE_WAKE_EVERY_MS = (2 * MS_PER_HOUR, 3 * MS_PER_DAY)
 OPERATOR_EDITS_PER_YEAR = 12
-RETENTION_KEEP_MS = MS_PER_DAY
+LEASE_MS = 30 * MS_PER_SECOND
+PROJECT_EVERY_MS = MS_PER_MINUTE
+RETENTION = RetentionPolicy(run_ttl_ms=MS_PER_DAY, blob_ttl_ms=2 * MS_PER_DAY, finding_ttl_ms=7 * MS_PER_DAY)
+BROKEN_WINDOW_MS = (MS_PER_HOUR, 6 * MS_PER_HOUR)
 
-# Per-hit probabilities of the default fault mix. ~7 port calls per wake
-# make ~75 crashes of each kind in a year: a busy year, not a quiet one.
-DEFAULT_RATES = {CRASH_BEFORE_CALL: 1e-4, ACK_LOST: 1e-4, FAILPOINT_CRASH: 2e-4}
-
-
-# -- the application: contracts and the sentinel flow --------------------------
-
-def _counters_ok(payload: dict) -> bool:
-    wakes, total, last = payload["wakes"], payload["total"], payload["last"]
-    return (type(wakes) is int and type(total) is int and type(last) is int
-            and wakes >= 0 and total >= 0 and last >= 0)
-
-
-def _validate_v1(payload: Any) -> str | None:
-    if type(payload) is not dict or len(payload) != 3 or not ("wakes" in payload and "total" in payload
-                                                              and "last" in payload):
-        return "v1 state is {wakes, total, last}"
-    if not _counters_ok(payload):
-        return "v1 fields are non-negative integers"
-    return None
-
-
-def _validate_v2(payload: Any) -> str | None:
-    if type(payload) is not dict or len(payload) != 4 or not ("wakes" in payload and "total" in payload
-                                                              and "last" in payload and "window" in payload):
-        return "v2 state is {wakes, total, last, window}"
-    if not _counters_ok(payload):
-        return "v2 counters are non-negative integers"
-    window = payload["window"]
-    if type(window) is not list or len(window) > WINDOW_MAX:
-        return f"v2 window is a list of at most {WINDOW_MAX} readings"
-    for reading in window:
-        if type(reading) is not int:
-            return f"v2 window is a list of at most {WINDOW_MAX} readings"
-    return None
-
-
-def _migrate_1_to_2(payload: dict) -> dict:
-    return {**payload, "window": [payload["last"]] if payload["wakes"] else []}
-
-
-def sentinel_contracts(schedule_id: str) -> dict[int, StateContract]:
-    contract_id, _ = sentinel_state(schedule_id)
-    return {
-        1: StateContract(contract_id, 1, _validate_v1),
-        2: StateContract(contract_id, 2, _validate_v2, {1: _migrate_1_to_2}),
-    }
-
-
-def _initial(version: int) -> dict:
-    state = {"wakes": 0, "total": 0, "last": 0}
-    return state if version == 1 else {**state, "window": []}
-
-
-def _advance(version: int, payload: dict, observation: dict) -> dict:
-    reading = observation["reading"]
-    state = {"wakes": payload["wakes"] + 1, "total": payload["total"] + reading, "last": reading}
-    if version >= 2:
-        state["window"] = (payload["window"] + [reading])[-WINDOW_MAX:]
-    return state
-
-
-def make_flow(state: SentinelState, version: int, observe_for: Any):
-    async def sentinel_flow(ctx: Any, flow_input: Any) -> dict:
-        loaded = await state.load(ctx)
-        revision, payload = (0, _initial(version)) if loaded is None else (loaded["revision"], loaded["payload"])
-        observation = await ctx.execute("observe", observe_for(ctx.run_id), idempotent=True, writes=False)
-        saved = await state.save(ctx, _advance(version, payload, observation), revision)
-        return {"revision": saved["revision"], "wakes": payload["wakes"] + 1}
-
-    return sentinel_flow
+# Per-hit probabilities of the default fault mix: ~20 port calls per wake
+# make a few hundred crashes of each kind in a year.
+DEFAULT_RATES = {CRASH_BEFORE_CALL: 2e-5, ACK_LOST: 2e-5, FAILPOINT_CRASH: 1e-4}
 
 
 class ReplayTouchedStore(Exception):
@@ -149,7 +112,35 @@ class _ReplayGuardStore:
         raise ReplayTouchedStore(f"replay called clear({key!r})")
 
 
-# -- the world -----------------------------------------------------------------
+RUNS_DESCRIBERS = {name: fn for name, fn in KERNEL_DESCRIBERS.items() if name != "purge_finished"}
+CONTENT_DESCRIBERS = {
+    "put": lambda args, kwargs, ref: {"size": len(args[0]), "ref": ref},
+    "get": lambda args, kwargs, data: {"ref": args[0]},
+    "has": lambda args, kwargs, found: {"ref": args[0], "found": found},
+    "delete": lambda args, kwargs, deleted: {"ref": args[0], "deleted": deleted},
+}
+PIN_DESCRIBERS = {
+    "record_blob": lambda args, kwargs, _: {"ref": args[0], "size": args[1], "stored_at_ms": kwargs["stored_at_ms"]},
+    "pin": lambda args, kwargs, new: {"ref": args[0], "holder": args[1], "new": new},
+    "unpin": lambda args, kwargs, gone: {"ref": args[0], "holder": args[1], "removed": gone},
+    "is_pinned": lambda args, kwargs, pinned: {"ref": args[0], "pinned": pinned},
+    "pinned_refs": lambda args, kwargs, refs: {"refs": None if refs is None else len(refs)},
+    "holders": lambda args, kwargs, holders: {"ref": args[0], "holders": holders},
+    "expired_unpinned": lambda args, kwargs, refs: {"before_ms": args[0], "refs": refs},
+    "blob": lambda args, kwargs, blob: {"ref": args[0], "found": blob is not None},
+    "forget": lambda args, kwargs, gone: {"ref": args[0], "forgotten": gone},
+}
+FINDINGS_DESCRIBERS = {
+    "apply_run": lambda args, kwargs, n: {"schedule": args[0], "occurrence_ms": args[1], "run": args[2],
+                                          "findings": len(args[3]), "opened": n},
+    "checkpoint": lambda args, kwargs, cp: {"schedule": args[0], "checkpoint_ms": cp},
+    "advance_checkpoint": lambda args, kwargs, _: {"schedule": args[0], "occurrence_ms": args[1]},
+    "close_expired": lambda args, kwargs, closed: {"before_ms": args[0],
+                                                   "closed": None if closed is None else len(closed)},
+    "live_findings": lambda args, kwargs, live: {"live": None if live is None else len(live)},
+    "live_for_run": lambda args, kwargs, live: {"run": args[0], "live": None if live is None else len(live)},
+}
+
 
 class SentinelYear:
     def __init__(self, world: World, opts: ScenarioOptions) -> None:
@@ -165,23 +156,43 @@ class SentinelYear:
         self.port_stats = PortStats()
         self.chaos = world.streams["chaos"]
         self.workload = world.streams["workload"]
+        self.validate_inputs = bool(opts.params.get("validate_inputs", 1))
         count = opts.params.get("sentinels", 1)
         self.schedules = {
             f"sentinel-{i}": Schedule(f"sentinel-{i}", WAKE_EVERY_MS, end_ms=opts.duration_ms) for i in range(count)
         }
-        self.contracts = {sid: sentinel_contracts(sid) for sid in self.schedules}
-        self._contracts_by_key = {sentinel_state(sid)[1]: c for sid, c in self.contracts.items()}
-        self.deployed_version = 1
+        self.build = app.BUILD_V1
+        self.builds_deployed: list[str] = [self.build.name]
         self.drivers: dict[str, ScheduleDriver] = {}
+        self.claim_checks: list[ClaimCheck] = []
         self.replay_guard = _ReplayGuardStore()
         self._replay_flows: dict[tuple[str, int], Any] = {}
+        self._chains = {(sid, b.name): app.contract_chain(sid, b.version, drop_migration=b.drop_migration)
+                        for sid in self.schedules
+                        for b in (app.BUILD_V1, app.BUILD_V2, app.BUILD_V3, app.BUILD_V3_NO_MIGRATION)}
+        self._schedule_of_key = {sentinel_state(sid)[1]: sid for sid in self.schedules}
         self.wake_checker = ExactlyOnceWake(self.schedules, end_ms=opts.duration_ms)
         self.adopt_checker = AdoptOwnWrite()
-        self.contract_checker = ContractSafety(self._contracts_by_key.__getitem__)
-        self.replay_checker = ReplayDeterminism(self._replay_flow_for, lambda: self.replay_guard.calls)
-        world.check(CasLinear(), self.adopt_checker, self.wake_checker, self.replay_checker, self.contract_checker)
+        self.contract_checker = ContractSafety(self._deployed_contracts)
+        self.replay_checker = ReplayDeterminism(self._replay_flow_for, lambda: self.replay_guard.calls,
+                                                transforms_for=self._transforms_for)
+        self.deploy_checker = BrokenDeploys()
+        self.claim_checker = ClaimCheckInvariant(self._content_now, {"stats": app.stats_digest},
+                                                 cap_bytes=16_384)
+        self.pins_checker = PinsSurvive(self._live_evidence, self._content_has, self._expired_unpinned_blobs,
+                                        blob_ttl_ms=RETENTION.blob_ttl_ms)
+        self.bounded_checker = BoundedRun(records_max=16)
+        self.settlement_checker = ExactlyOnceSettlement()
+        # The deploy gate first: a broken build's load or save is its finding,
+        # before contract-safety's more general one about the same event.
+        world.check(self.deploy_checker, CasLinear(), self.adopt_checker, self.wake_checker, self.replay_checker,
+                    self.contract_checker, self.claim_checker, self.pins_checker, self.bounded_checker,
+                    self.settlement_checker, Liveness())
         self.runs_failed = 0
-        world.trace.subscribe(("kernel.finish_execution",), self._on_finish)
+        self.system_counts: dict[str, int] = {}
+        world.trace.subscribe(("ledger.finalize_settlement",), self._on_settled)
+        world.trace.subscribe(("run.migration_missing", "kernel.input_rejected", "kernel.migrated",
+                               "log.delete_conversation", "content.delete"), self._on_system_event)
 
         # Phase: setup. Durable stores first, then processes.
         world.add_node("worker-1", self._start_worker)
@@ -194,8 +205,7 @@ class SentinelYear:
             restart_after_ms=self._restart_delay_ms, until_ms=self.heal_at_ms))
         world.spawn_harness("chaos:duplicate-wake", self._duplicate_wakes())
         self._plan_operator_edits()
-        deploy_at_ms = self.chaos.between(opts.duration_ms // 4, opts.duration_ms * 13 // 20)
-        world.at(deploy_at_ms, self._deploy_v2, label="deploy v2")
+        self._plan_deploys()
 
     # -- stores ------------------------------------------------------------
 
@@ -203,11 +213,22 @@ class SentinelYear:
         self._database: RunDatabase | None = None
         if opts.store == "memory":
             self.ds_store: Any = InMemoryDurableStateStore()
-            self.kernel_store: Any = InMemoryExecutionStore()
+            self.ledger: Any = InMemorySubmissionLedger()
+            self.log: Any = InMemoryConversationStore()
+            self.schedule_store: Any = InMemoryScheduleStore()
+            self.content: Any = InMemoryContentStore()
+            self.pins: Any = InMemoryPinIndex()
+            self.findings: Any = InMemoryFindingsProjection()
             return
         self._database = RunDatabase(opts.db_path, file_name="sentinel-year.db")
-        self.ds_store = SqliteDurableStateStore(self._database.conn)
-        self.kernel_store = SqliteExecutionStore(self._database.conn)
+        conn = self._database.conn
+        self.ds_store = SqliteDurableStateStore(conn)
+        self.ledger = SqliteSubmissionLedger(conn)
+        self.log = SqliteConversationStore(conn)
+        self.schedule_store = SqliteScheduleStore(conn)
+        self.content = SqliteContentStore(conn)
+        self.pins = SqlitePinIndex(conn)
+        self.findings = SqliteFindingsProjection(conn)
 
     def close(self) -> None:
         if self._database is not None:
@@ -218,66 +239,158 @@ class SentinelYear:
     def _restart_delay_ms(self) -> int:
         return self.chaos.between(*RESTART_DELAY_MS)
 
+    def _port(self, node: Node, name: str, target: Any, describers: dict, *, faults: bool = True) -> BoundPort:
+        return BoundPort(self.world, node, name, target, self.plan if faults else None, describers,
+                         self.port_stats, self._restart_delay_ms)
+
     def _start_worker(self, node: Node) -> None:
         world = self.world
         runtime = world.runtime
         probe = world.probe_for(node)
+        build = self.build
         failpoints = SimFailpoints(world, node, self.plan, self._restart_delay_ms)
-        ds = BoundPort(world, node, "ds", self.ds_store, self.plan, DURABLE_STATE_DESCRIBERS,
-                       self.port_stats, self._restart_delay_ms)
-        ks = BoundPort(world, node, "kernel", self.kernel_store, self.plan, KERNEL_DESCRIBERS,
-                       self.port_stats, self._restart_delay_ms)
-        kernel = Kernel(runtime, ks, probe=probe, failpoints=failpoints)
+        ds = self._port(node, "ds", self.ds_store, DURABLE_STATE_DESCRIBERS)
+        ledger = self._port(node, "ledger", self.ledger, LEDGER_DESCRIBERS)
+        log = self._port(node, "log", self.log, LOG_DESCRIBERS)
+        schedules = self._port(node, "schedules", self.schedule_store, SCHEDULE_DESCRIBERS)
+        content = self._port(node, "content", self.content, CONTENT_DESCRIBERS)
+        pins = self._port(node, "pins", self.pins, PIN_DESCRIBERS)
+        findings = self._port(node, "findings", self.findings, FINDINGS_DESCRIBERS)
+        runs = LedgerRuns(ledger, log, schedules, node.label, lease_ms=LEASE_MS, now_ms=runtime.now_ms,
+                          sleep_ms=runtime.sleep_ms, failpoints=failpoints, probe=probe)
+        # The kernel sees the runs through a traced (fault-free) port: the
+        # faults fire in the ledger, log and cursor calls underneath.
+        kernel_port = self._port(node, "kernel", runs, RUNS_DESCRIBERS, faults=False)
+        claim_check = ClaimCheck(content, pins, now_ms=runtime.now_ms, digests={app.STATS_TOOL: app.stats_digest})
+        self.claim_checks.append(claim_check)
+        input_schemas = {build.version: app.validate_input} if self.validate_inputs else None
         for schedule_id, schedule in self.schedules.items():
-            flows = {
-                version: make_flow(SentinelState(schedule_id, contract, ds, probe=probe, failpoints=failpoints),
-                                   version, self._observe_for)
-                for version, contract in self.contracts[schedule_id].items()
-            }
-            driver = ScheduleDriver(schedule, kernel, runtime, flow_for=flows.__getitem__,
-                                    deployed_version=lambda: self.deployed_version, probe=probe)
+            chain = self._chains[(schedule_id, self._chain_build(build).name)]
+            state = SentinelState(schedule_id, chain[build.version], ds, probe=probe, failpoints=failpoints)
+            flow = app.make_flow(state, build.version, self._effects)
+            transforms = {(v, build.version): t for v in (1, 2, 3)
+                          if v != build.version and (t := app.load_transform(chain, v, build.version)) is not None}
+            kernel = Kernel(runtime, kernel_port, probe=probe, failpoints=failpoints, middleware=(claim_check,),
+                            transforms=transforms, input_schemas=input_schemas)
+            driver = ScheduleDriver(schedule, kernel, runtime, flow_for=lambda version, f=flow: f,
+                                    deployed_version=lambda v=build.version: v, input_for=app.run_input,
+                                    probe=probe)
             self.drivers[schedule_id] = driver
             runtime.spawn_on(node, f"schedule:{schedule_id}", driver.run_forever())
-        runtime.spawn_on(node, "retention", self._retention(ks))
+        retention = Retention(ledger=ledger, log=log, schedules=schedules, findings=findings, pins=pins,
+                              content=content, policy=RETENTION, probe=probe)
+        runtime.spawn_on(node, "projector", self._project_forever(ledger, findings, pins))
+        runtime.spawn_on(node, "retention", self._retention(retention, runs))
 
-    def _observe_for(self, run_id: str):
+    @staticmethod
+    def _chain_build(build: app.Build) -> app.Build:
+        return app.BUILD_V1 if build is app.BUILD_V1_ROLLBACK else build
+
+    def _effects(self, run_id: str):
         runtime = self.world.runtime
         streams = self.world.streams
 
-        async def observe() -> dict:
-            # Drawn from the run's own workload stream: a re-run after a
-            # crash observes the same telemetry, so the effect is idempotent.
+        # Drawn from the run's own workload stream: a re-run after a crash
+        # observes the same telemetry, so the effects are idempotent.
+        async def stats() -> dict:
             rng = streams.fork(f"workload/{run_id}")
-            latency_ms = rng.between(*OBSERVE_LATENCY_MS)
-            await runtime.sleep_ms(latency_ms)
-            return {"reading": rng.between(0, READING_MAX), "latency_ms": latency_ms}
+            await runtime.sleep_ms(rng.between(*app.STATS_LATENCY_MS))
+            return app.stats_payload(rng, run_id)
 
-        return observe
+        async def explain() -> dict:
+            rng = streams.fork(f"workload/{run_id}/explain")
+            await runtime.sleep_ms(rng.between(*app.EXPLAIN_LATENCY_MS))
+            return app.explain_payload(rng, run_id)
 
-    async def _retention(self, kernel_store: Any) -> None:
+        async def publish() -> dict:
+            rng = streams.fork(f"workload/{run_id}/publish")
+            await runtime.sleep_ms(rng.between(*app.PUBLISH_LATENCY_MS))
+            return {"published": True}
+
+        return stats, explain, publish
+
+    async def _project_forever(self, ledger: Any, findings: Any, pins: Any) -> None:
+        """The findings projector: a consumer of settled runs, with its own
+        checkpoint; pins each finding's evidence before projecting it."""
+        runtime = self.world.runtime
+        while True:
+            for schedule_id, schedule in sorted(self.schedules.items()):
+                checkpoint_ms = await findings.checkpoint(schedule_id)
+                occurrence_ms = schedule.first_ms if checkpoint_ms is None else checkpoint_ms + schedule.every_ms
+                high_ms = schedule.latest_due_at(runtime.now_ms())
+                while high_ms is not None and occurrence_ms <= high_ms:
+                    run_id = run_id_for(schedule_id, occurrence_ms)
+                    record = await ledger.get_by_idempotency_key(run_id, schedule_id, run_id)
+                    if record is None:
+                        if occurrence_ms + schedule.every_ms > high_ms:
+                            break  # the latest occurrence may not be admitted yet
+                        await findings.advance_checkpoint(schedule_id, occurrence_ms)  # skipped
+                    elif record.outcome is None:
+                        break  # not settled: projected in order, so wait
+                    else:
+                        result = record.reserved_record.get("result") if record.outcome == "completed" else None
+                        found = (result or {}).get("findings", [])
+                        for finding in found:
+                            for ref in finding["evidence"]:
+                                await pins.pin(ref, finding["id"])
+                        await findings.apply_run(schedule_id, occurrence_ms, run_id, found,
+                                                 settled_at_ms=record.settled_at_ms)
+                    occurrence_ms += schedule.every_ms
+            await runtime.sleep_ms(PROJECT_EVERY_MS)
+
+    async def _retention(self, retention: Retention, runs: LedgerRuns) -> None:
         runtime = self.world.runtime
         while True:
             next_midnight_ms = (runtime.now_ms() // MS_PER_DAY + 1) * MS_PER_DAY
             await runtime.sleep_until_ms(next_midnight_ms)
-            await kernel_store.purge_finished(runtime.now_ms() - RETENTION_KEEP_MS)
+            await retention.run_pass([s for _, s in sorted(self.schedules.items())], runtime.now_ms())
+            for schedule_id in self.schedules:
+                cursor = await retention.schedules.cursor(schedule_id)
+                if cursor.archived_through_ms is not None:
+                    runs.note_retired(schedule_id, cursor.archived_through_ms)
 
-    def _replay_flow_for(self, record: ExecutionRecord) -> Any:
-        key = (record.schedule_id, record.flow_version)
+    # -- what the oracles may read directly (never through a node) ----------
+
+    def _deployed_contracts(self, key: str):
+        return self._chains[(self._schedule_of_key[key], self._chain_build(self.build).name)]
+
+    def _transforms_for(self, schedule_id: str):
+        chain = self._chains[(schedule_id, app.BUILD_V3.name)]
+        return {(a, b): t for a in (1, 2, 3) for b in (1, 2, 3)
+                if a < b and (t := app.load_transform(chain, a, b)) is not None}
+
+    def _replay_flow_for(self, record: ExecutionRecord, version: int) -> Any:
+        key = (record.schedule_id, version)
         flow = self._replay_flows.get(key)
         if flow is None:
-            contract = self.contracts[record.schedule_id][record.flow_version]
+            contract = self._chains[(record.schedule_id, app.BUILD_V3.name)][version]
             state = SentinelState(record.schedule_id, contract, self.replay_guard)
-            flow = self._replay_flows[key] = make_flow(state, record.flow_version, self._observe_in_replay)
+            flow = self._replay_flows[key] = app.make_flow(state, version, self._effects_in_replay)
         return flow
 
-    def _observe_in_replay(self, run_id: str):
+    def _effects_in_replay(self, run_id: str):
         guard = self.replay_guard
 
-        async def observe() -> dict:
+        async def refuse() -> dict:
             guard.calls += 1
-            raise ReplayTouchedStore(f"replay re-ran the observe effect of {run_id}")
+            raise ReplayTouchedStore(f"replay re-ran an effect of {run_id}")
 
-        return observe
+        return refuse, refuse, refuse
+
+    def _content_now(self, ref: str) -> bytes | None:
+        try:
+            return run_sync(self.content.get(ref))
+        except Exception:  # noqa: BLE001 - missing or corrupt: the oracle reports it
+            return None
+
+    def _content_has(self, ref: str) -> bool:
+        return run_sync(self.content.has(ref))
+
+    def _live_evidence(self) -> list[tuple[str, str]]:
+        return [(f.finding_id, ref) for f in run_sync(self.findings.live_findings()) for ref in f.evidence]
+
+    def _expired_unpinned_blobs(self, stored_before_ms: int) -> tuple[str, ...]:
+        return run_sync(self.pins.expired_unpinned(stored_before_ms, 1_000))
 
     # -- faults and the outside world ---------------------------------------
 
@@ -303,8 +416,8 @@ class SentinelYear:
         for _ in range(edits):
             schedule_id = self.chaos.choice(schedule_ids)
             wake = self.chaos.below(max(1, self.heal_at_ms // WAKE_EVERY_MS))
-            # Inside the observe window of that wake: between its load and save.
-            at_ms = wake * WAKE_EVERY_MS + self.chaos.between(1, OBSERVE_LATENCY_MS[1] * 3 // 4)
+            # Inside the stats window of that wake: between its load and save.
+            at_ms = wake * WAKE_EVERY_MS + self.chaos.between(1, app.STATS_LATENCY_MS[1] * 3 // 4)
             self.world.at(at_ms, lambda sid=schedule_id: self._operator_edit(sid), label="operator edit")
 
     def _operator_edit(self, schedule_id: str) -> None:
@@ -321,19 +434,53 @@ class SentinelYear:
             return
         self.world.count("operator.edits")
 
-    def _deploy_v2(self) -> None:
-        """A deploy: new code (contract v2) and a rolling restart of the worker."""
-        self.deployed_version = 2
+    def _plan_deploys(self) -> None:
+        """v2 in the first third, a broken build mid-year and its fix, v3 late.
+
+        Each deploy lands inside a wake (just after its state was saved, while
+        it publishes), so a run is in flight on the old code: the restarted
+        worker resumes it on the new code through a K11.5 transform, or fails
+        it explicitly when the build has none."""
+        d = self.duration_ms
+        chaos = self.chaos
+        v2_ms = self._inside_a_wake(chaos.between(d // 10, d * 3 // 10))
+        broken = chaos.choice((app.BUILD_V3_NO_MIGRATION, app.BUILD_V1_ROLLBACK))
+        broken_ms = self._inside_a_wake(chaos.between(d * 4 // 10, d * 6 // 10))
+        fixed_ms = broken_ms + chaos.between(*BROKEN_WINDOW_MS)
+        fix = app.BUILD_V3 if broken is app.BUILD_V3_NO_MIGRATION else app.BUILD_V2
+        plan = [(v2_ms, app.BUILD_V2), (broken_ms, broken), (fixed_ms, fix)]
+        if fix is not app.BUILD_V3:
+            plan.append((self._inside_a_wake(chaos.between(d * 7 // 10, d * 8 // 10)), app.BUILD_V3))
+        for at_ms, build in plan:
+            if at_ms < self.heal_at_ms:
+                self.world.at(at_ms, lambda b=build: self._deploy(b), label=f"deploy {build.name}")
+
+    def _inside_a_wake(self, t_ms: int) -> int:
+        """A moment in the publish step of the wake at or before ``t_ms``."""
+        occurrence_ms = t_ms // WAKE_EVERY_MS * WAKE_EVERY_MS
+        rng = self.world.streams.fork(f"workload/{run_id_for('sentinel-0', occurrence_ms)}")
+        return occurrence_ms + rng.between(*app.STATS_LATENCY_MS) + 1
+
+    def _deploy(self, build: app.Build) -> None:
+        """A deploy: new code, and a rolling restart of the worker."""
+        self.build = build
+        self.builds_deployed.append(build.name)
         self.world.count("deploys")
-        self.world.emit("deploy", version=2)
+        self.world.emit("deploy", build=build.name, version=build.version, broken=build.broken)
         node = self.world.nodes["worker-1"]
         if node.alive:
             self.world.crash(node, restart_after_ms=self._restart_delay_ms())
 
     # -- results -----------------------------------------------------------
 
-    def _on_finish(self, event: tuple) -> None:
-        if event[4].get("final_status") == "failed":
+    def _on_system_event(self, event: tuple) -> None:
+        kind, fields = event[3], event[4]
+        if "error" in fields or fields.get("deleted") is False:
+            return
+        self.system_counts[kind] = self.system_counts.get(kind, 0) + 1
+
+    def _on_settled(self, event: tuple) -> None:
+        if event[4].get("outcome") == "failed":
             self.runs_failed += 1
 
     def audit_view(self) -> "SentinelYear":
@@ -342,28 +489,82 @@ class SentinelYear:
     def durable_state_snapshot(self, key: str) -> Any:
         return run_sync(self.ds_store.load(key))
 
+    def _held_now(self) -> list[str]:
+        return [r for sid in sorted(self.schedules) for r in run_sync(self.schedule_store.cursor(sid)).held]
+
+    def _reader(self) -> LedgerRuns:
+        world = self.world
+        return LedgerRuns(self.ledger, self.log, self.schedule_store, "auditor", lease_ms=LEASE_MS,
+                          now_ms=world.runtime.now_ms, sleep_ms=world.runtime.sleep_ms)
+
     def live_runs(self, schedule_id: str) -> tuple[str, ...]:
-        return tuple(r.run_id for r in run_sync(self.kernel_store.live_executions(schedule_id)))
+        return tuple(r.run_id for r in run_sync(self._reader().live_executions(schedule_id)))
 
     def schedule_high_water_ms(self, schedule_id: str) -> int | None:
-        return run_sync(self.kernel_store.schedule_high_water_ms(schedule_id))
+        return run_sync(self._reader().schedule_high_water_ms(schedule_id))
+
+    def conversation_ids(self) -> list[str]:
+        """Every run log retention has not deleted yet (the auditors' view)."""
+        ids = []
+        for schedule_id, schedule in sorted(self.schedules.items()):
+            cursor = run_sync(self.schedule_store.cursor(schedule_id))
+            ids.extend(cursor.held)
+            if cursor.high_water_ms is None:
+                continue
+            first_ms = schedule.first_ms if cursor.archived_through_ms is None else (
+                cursor.archived_through_ms + schedule.every_ms)
+            for occurrence_ms in range(first_ms, cursor.high_water_ms + 1, schedule.every_ms):
+                run_id = run_id_for(schedule_id, occurrence_ms)
+                if run_sync(self.ledger.get_by_idempotency_key(run_id, schedule_id, run_id)) is not None:
+                    ids.append(run_id)
+        return ids
+
+    def log_records(self, conversation_id: str) -> tuple:
+        return run_sync(self.log.read(conversation_id, 0, 1_024))
+
+    def log_tail(self, conversation_id: str) -> Any:
+        return run_sync(self.log.inspect_tail(conversation_id))
+
+    def submissions(self, conversation_id: str) -> tuple:
+        schedule_id, _ = parse_run_id(conversation_id)
+        record = run_sync(self.ledger.get_by_idempotency_key(conversation_id, schedule_id, conversation_id))
+        return () if record is None else (record,)
+
+    def rebuild_mismatches(self) -> list[str]:
+        """Rebuild a fresh ledger from the retained run logs; the runs it disagrees on."""
+        rebuilt = InMemorySubmissionLedger()
+        run_ids = self.conversation_ids()
+        run_sync(rebuild_ledger(self.log, rebuilt, run_ids, self.end_ms))
+        mismatches = []
+        for run_id in run_ids:
+            for original in self.submissions(run_id):
+                copy = run_sync(rebuilt.get(original.submission_id))
+                if copy is None:
+                    if original.input_applied:
+                        mismatches.append(original.submission_id)
+                    continue
+                settled = original.outcome is not None
+                if (copy.outcome, copy.reserved_digest if settled else None) != (
+                        original.outcome, original.reserved_digest if settled else None):
+                    mismatches.append(original.submission_id)
+        return mismatches
+
+    def nonterminal_submissions(self) -> list[str]:
+        return [r.submission_id for r in run_sync(self.ledger.scan_nonterminal())]
 
     def retained_runs(self):
-        """(record, log) of every run retention has not purged yet, read from the store."""
-        retained_ms = RETENTION_KEEP_MS + MS_PER_DAY + SETTLE_MS
-        for schedule_id, schedule in sorted(self.schedules.items()):
-            last_ms = self.schedule_high_water_ms(schedule_id)
-            if last_ms is None:
+        """(record, log) of every settled run retention has not deleted yet, read from the stores."""
+        reader = self._reader()
+        for run_id in self.conversation_ids():
+            record = run_sync(reader.load_execution(run_id))
+            if record is None or record.status not in ("completed", "failed"):
                 continue
-            start_ms = schedule.latest_due_at(max(schedule.first_ms, last_ms - retained_ms))
-            assert start_ms is not None
-            for occurrence_ms in range(start_ms, last_ms + 1, schedule.every_ms):
-                record = run_sync(self.kernel_store.load_execution(run_id_for(schedule_id, occurrence_ms)))
-                if record is not None:
-                    yield record, run_sync(self.kernel_store.load_steps(record.run_id))
+            records = self.log_records(run_id)
+            yield record, reader._step_records(run_id, records)
 
     def stats(self) -> dict[str, Any]:
         counters = self.world.counters
+        fp = self.findings.counts()
         return {
             "wakes": self.wake_checker.started,
             "wakes_skipped": self.wake_checker.skipped,
@@ -372,16 +573,32 @@ class SentinelYear:
             "save_conflicts": self.adopt_checker.conflicts,
             "migrations_applied": self.contract_checker.migrations,
             "contract_rejections": self.contract_checker.rejections,
+            "deploys": counters.get("deploys", 0),
+            "builds": self.builds_deployed,
+            "broken_deploys": self.deploy_checker.broken,
+            "broken_deploys_caught": self.deploy_checker.caught,
+            "runs_migrated_on_resume": self.system_counts.get("kernel.migrated", 0),
+            "runs_failed_migration_missing": self.system_counts.get("run.migration_missing", 0),
+            "runs_rejected_input": self.system_counts.get("kernel.input_rejected", 0),
             "runs_failed": self.runs_failed,
             "replays_verified": self.replay_checker.replays,
+            "claim_checked_payloads": self.claim_checker.claim_checked,
+            "findings": fp["opened"],
+            "findings_live": fp["live"],
+            "findings_closed": fp["closed"],
+            "pinned_blobs": self.pins_checker.max_pinned,
+            "blobs_reclaimed": self.system_counts.get("content.delete", 0),
+            "runs_archived": self.system_counts.get("log.delete_conversation", 0),
+            "runs_held_by_pins": len(self._held_now()),
+            "longest_run_log": self.bounded_checker.longest,
             "operator_edits": counters.get("operator.edits", 0),
-            "deploys": counters.get("deploys", 0),
             "store_calls": self.port_stats.calls,
-            "kernel_store_rows": self.kernel_store.counts(),
         }
 
 
-@scenario("sentinel-year", "sentinels waking every 5 minutes for a year: carry state, crashes, a contract migration",
-          duration="365d", params=(Param("sentinels", 1, "number of sentinel schedules", 1, 1_000),))
+@scenario("sentinel-year", "sentinels waking every 5 minutes for a year on the whole system: ledger, log, "
+          "claim-check, findings, pins, retention, contract evolution",
+          duration="365d", params=(Param("sentinels", 1, "number of sentinel schedules", 1, 1_000),
+                                   Param("validate_inputs", 1, "D7 input-schema validation at start (0/1)", 0, 1)))
 def build(world: World, opts: ScenarioOptions) -> SentinelYear:
     return SentinelYear(world, opts)

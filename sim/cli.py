@@ -82,10 +82,22 @@ def build_parser() -> _Parser:
     run_p.add_argument("--trace", default=None, metavar="FILE", help="stream every trace event as JSON lines")
     run_p.add_argument("--repro-dir", default=".", metavar="DIR",
                        help="where a failing run writes its repro file (default: current directory)")
-    run_p.add_argument("--sentinels", type=_count, default=None, help="sentinel-year: number of sentinels")
-    run_p.add_argument("--conversations", type=_count, default=None, help="ledger-storm: number of conversations")
-    run_p.add_argument("--workers", type=_count, default=None, help="ledger-storm: number of worker processes")
+    from scenarios import registry
+
+    params: dict[str, list[str]] = {}
+    helps: dict[str, str] = {}
+    for scenario in registry.all_scenarios():
+        for spec in scenario.params:
+            params.setdefault(spec.name, []).append(scenario.name)
+            helps.setdefault(spec.name, spec.help)
+    for name in sorted(params):
+        run_p.add_argument(param_flag(name), dest=name, type=_count, default=None,
+                           help=f"{', '.join(params[name])}: {helps[name]}")
     return parser
+
+
+def param_flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -130,12 +142,14 @@ def _scenario_params(scenario: Any, args: argparse.Namespace) -> dict[str, int]:
         value = getattr(args, spec.name, None)
         if value is not None:
             if not spec.minimum <= value <= spec.maximum:
-                raise UsageError(f"--{spec.name} must be between {spec.minimum} and {spec.maximum}, got {value}")
+                raise UsageError(f"{param_flag(spec.name)} must be between {spec.minimum} and {spec.maximum}, got {value}")
             params[spec.name] = value
     known = {p.name for p in scenario.params}
-    for name in ("sentinels", "conversations", "workers"):
+    from scenarios import registry
+
+    for name in sorted({p.name for other in registry.all_scenarios() for p in other.params}):
         if getattr(args, name, None) is not None and name not in known:
-            raise UsageError(f"--{name} does not apply to scenario {scenario.name!r}")
+            raise UsageError(f"{param_flag(name)} does not apply to scenario {scenario.name!r}")
     return params
 
 
@@ -182,7 +196,7 @@ def repro_command(name: str, opts: ScenarioOptions, *, explicit_duration: bool =
     elif opts.store != "memory":
         parts += ["--store", opts.store]
     for key, value in sorted(opts.params.items()):
-        parts += [f"--{key}", str(value)]
+        parts += [param_flag(key), str(value)]
     return shlex.join(parts)
 
 
@@ -258,7 +272,8 @@ def _print_result(result: RunResult, command: str, repro_path: str | None) -> No
     faults = ", ".join(f"{k}={v}" for k, v in result.faults.items()) or "none"
     print(f"faults: {faults}")
     interesting = ("worker_crashes", "adopted_saves", "save_conflicts", "migrations_applied", "runs_failed",
-                   "wakes_skipped", "operator_edits")
+                   "wakes_skipped", "operator_edits", "claim_checked_payloads", "findings", "pinned_blobs",
+                   "blobs_reclaimed", "runs_archived", "broken_deploys_caught", "runs_migrated_on_resume")
     shown = ", ".join(f"{k}={stats[k]}" for k in interesting if k in stats)
     if shown:
         print(f"system: {shown}")

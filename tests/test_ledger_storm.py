@@ -12,7 +12,7 @@ import model.conversation.recovery as recovery
 import model.ledger.memory_store as ledger_memory
 import model.submissions as submissions
 from model.conversation.recovery import RecoveryPrefix
-from model.conversation.rules import chain_digest
+from model.conversation.rules import chain_digest_texts
 from scenarios import registry
 from sim.clock import parse_duration_ms
 from sim.runner import run
@@ -82,10 +82,9 @@ def test_broken_digest_chain_is_caught(monkeypatch):
     """The chain link forgets the previous tail digest."""
     import model.conversation.rules as rules
 
-    monkeypatch.setattr(rules, "chain_digest",
-                        lambda previous, batch_id, first_seq, values: chain_digest("0" * 64, batch_id, first_seq,
-                                                                                   values))
-    monkeypatch.setattr(log_memory, "chain_digest", rules.chain_digest, raising=False)
+    monkeypatch.setattr(rules, "chain_digest_texts",
+                        lambda previous, batch_id, first_seq, texts: chain_digest_texts("0" * 64, batch_id, first_seq,
+                                                                                        texts))
     assert_caught(first_caught("1h"), "log-chain")
 
 

@@ -11,7 +11,7 @@ import attrs
 import pytest
 
 import model.durable_state.memory_store as ds_memory
-import model.kernel.memory_store as kernel_memory
+import model.ledger.memory_store as ledger_memory
 from model.durable_state.contracts import StateContract
 from model.durable_state.handle import DurableState
 from model.kernel.kernel import ExecutionContext
@@ -99,14 +99,14 @@ def test_replay_rereading_the_store_is_caught(monkeypatch):
 
 
 def test_double_start_is_caught(monkeypatch):
-    """Start is not idempotent: a duplicate alarm delivery starts the occurrence again."""
-    real_decide = kernel_memory.decide_start
+    """Admission forgets idempotency keys: a duplicate alarm delivery admits
+    the occurrence's run id a second time (a second run of the same wake)."""
+    real_decide = ledger_memory.decide_admit
 
-    def always_create(exists, schedule_id, occurrence_ms, high_water_ms):
-        decision = real_decide(False, schedule_id, occurrence_ms, None)
-        return decision
+    def forgetful(conversation_id, principal_id, key, input_json, input_digest, now_ms, conversation, existing):
+        return real_decide(conversation_id, principal_id, key, input_json, input_digest, now_ms, conversation, None)
 
-    monkeypatch.setattr(kernel_memory, "decide_start", always_create)
+    monkeypatch.setattr(ledger_memory, "decide_admit", forgetful)
     assert_caught(first_caught(), "exactly-once-wake")
 
 
@@ -128,9 +128,12 @@ def test_the_audit_replays_what_the_store_retains(monkeypatch):
     real_retained = SentinelYear.retained_runs
 
     def tampered(self):
-        for index, (record, log) in enumerate(real_retained(self)):
-            if index == 3 and record.status == "completed":
-                record = attrs.evolve(record, output={"revision": -1, "wakes": -1})
+        completed = 0
+        for record, log in real_retained(self):
+            if record.status == "completed":
+                completed += 1
+                if completed == 3:
+                    record = attrs.evolve(record, output={"revision": -1, "wakes": -1, "findings": []})
             yield record, log
 
     monkeypatch.setattr(SentinelYear, "retained_runs", tampered)

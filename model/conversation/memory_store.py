@@ -102,6 +102,12 @@ class InMemoryConversationStore:
         conv.producer_id = request.producer_id
         conv.epoch = request.epoch
 
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        """Retention: delete an archived conversation, whole (idempotent:
+        False when there was none). Its id may never be reused by the caller."""
+        require_str("conversation_id", conversation_id)
+        return self._conversations.pop(conversation_id, None) is not None
+
     async def inspect_tail(self, conversation_id: str) -> ConversationTail:
         require_str("conversation_id", conversation_id)
         conv = self._conversations.get(conversation_id)

@@ -35,7 +35,16 @@ from __future__ import annotations
 
 import attrs
 
-from model.canonical import ZERO_DIGEST, CanonicalDecodeError, CanonicalEncodingError, canonical_json, decode, digest
+from model.canonical import (
+    ZERO_DIGEST,
+    CanonicalDecodeError,
+    CanonicalEncodingError,
+    canonical_json,
+    compose_object,
+    decode,
+    digest,
+    digest_text,
+)
 
 from .records import (
     BATCH_BYTES_MAX,
@@ -201,15 +210,15 @@ def prepare_append(request: object) -> PreparedBatch:
             raise ValueError(f"records[{index}] exceeds the decode caps: {exc}") from None
         values.append(value)
         texts.append(text)
-    batch_digest = digest(
-        {
-            "conversationId": request.conversation_id,
-            "batchId": request.batch_id,
-            "producerId": request.producer_id,
-            "epoch": request.epoch,
-            "records": values,
-        }
-    )
+    # digest({"batchId", "conversationId", "epoch", "producerId", "records"}),
+    # composed from the envelope texts just encoded instead of encoding them again.
+    batch_digest = digest_text(compose_object([
+        ("batchId", canonical_json(request.batch_id)),
+        ("conversationId", canonical_json(request.conversation_id)),
+        ("epoch", canonical_json(request.epoch)),
+        ("producerId", canonical_json(request.producer_id)),
+        ("records", "[" + ",".join(texts) + "]"),
+    ]))
     return PreparedBatch(tuple(values), tuple(texts), tuple(r.record_id for r in records), batch_digest)
 
 
@@ -224,6 +233,18 @@ def chain_digest(previous_tail_digest: str, batch_id: str, first_seq: int, envel
             "previousTailDigest": previous_tail_digest,
         }
     )
+
+
+def chain_digest_texts(previous_tail_digest: str, batch_id: str, first_seq: int, envelope_texts) -> str:
+    """``chain_digest`` over envelopes given as their canonical texts."""
+    return digest_text(compose_object([
+        ("batch", compose_object([
+            ("batchId", canonical_json(batch_id)),
+            ("firstSeq", canonical_json(first_seq)),
+            ("records", "[" + ",".join(envelope_texts) + "]"),
+        ])),
+        ("previousTailDigest", canonical_json(previous_tail_digest)),
+    ]))
 
 
 def recompute_chain(conversation_id: str, records, first_seq: int = 1, previous_tail_digest: str = ZERO_DIGEST) -> str:
@@ -349,7 +370,7 @@ def decide_append(
         )
     first_seq = conversation.tail_seq + 1
     last_seq = conversation.tail_seq + len(prepared.envelope_values)
-    tail_digest = chain_digest(conversation.tail_digest, request.batch_id, first_seq, prepared.envelope_values)
+    tail_digest = chain_digest_texts(conversation.tail_digest, request.batch_id, first_seq, prepared.envelope_texts)
     return AppendPlan(first_seq, last_seq, conversation.tail_digest, tail_digest, prepared.batch_digest)
 
 

@@ -239,6 +239,26 @@ class SqliteConversationStore:
             elif decision != MATERIALIZE_NOOP:
                 conn.execute(_TAKEOVER, (producer_id, epoch, conversation_id))
 
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        """Retention: delete an archived conversation, whole, with its spilled
+        payloads (idempotent: False when there was none)."""
+        require_str("conversation_id", conversation_id)
+        conn = self._conn
+        with writing(conn, "delete conversation"):
+            spills = [row[0] for row in conn.execute(
+                "SELECT spill FROM conv_records WHERE conversation_id = ? AND spill IS NOT NULL", (conversation_id,))]
+            conn.execute("DELETE FROM conv_records WHERE conversation_id = ?", (conversation_id,))
+            conn.execute("DELETE FROM conv_batches WHERE conversation_id = ?", (conversation_id,))
+            deleted = conn.execute("DELETE FROM conv_conversations WHERE conversation_id = ?",
+                                   (conversation_id,)).rowcount > 0
+            for spill in spills:
+                ref = json.loads(spill)["ref"]
+                # Content is shared by digest: keep a blob another record still uses.
+                if conn.execute("SELECT 1 FROM conv_records WHERE spill LIKE ? LIMIT 1",
+                                (f'%"{ref}"%',)).fetchone() is None:
+                    conn.execute("DELETE FROM conv_content WHERE ref = ?", (ref,))
+        return deleted
+
     async def append(self, request: FencedAppendRequest) -> AppendResult:
         prepared = prepare_append(request)
         cid = request.conversation_id

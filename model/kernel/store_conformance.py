@@ -41,10 +41,12 @@ from .records import (
     COMPLETED,
     EFFECT_INDOUBT,
     EVENT_EMITTED,
+    EXECUTION_MIGRATED,
     FAILED,
     PARKED,
     RUNNING,
     STEP_COMPLETED,
+    STEP_KINDS,
     STEP_STARTED,
     ExecutionNotRunning,
     ExecutionRecord,
@@ -224,6 +226,35 @@ async def _(store) -> None:
     step = await store.append_step("r", 3, "charge", STEP_COMPLETED, {"resolved_by": "operator"})
     _eq(step.seq, 3, "seq appended to a parked run")
     _eq((await store.load_execution("r")).status, PARKED, "status after append (append does not unpark)")
+
+
+@_check("append-every-step-kind")
+async def _(store) -> None:
+    # Every kind of STEP_KINDS round-trips through each appending call,
+    # including EXECUTION_MIGRATED (K11.5) on a parked run.
+    migrated = {"from": 1, "to": 2}
+    await _started(store, "one", occurrence_ms=1)
+    for seq, kind in enumerate(STEP_KINDS, 1):
+        await store.append_step("one", seq, f"s{seq}", kind, {"kind": kind})
+    await _started(store, "batch", occurrence_ms=2)
+    await store.append_steps("batch", 1, tuple((f"s{seq}", kind, {"kind": kind})
+                                               for seq, kind in enumerate(STEP_KINDS, 1)))
+    await _started(store, "finish", occurrence_ms=3)
+    await store.finish_execution("finish", status=COMPLETED, output=None, finished_at_ms=10, first_seq=1,
+                                 steps=tuple((f"s{seq}", kind, {"kind": kind})
+                                             for seq, kind in enumerate(STEP_KINDS, 1)))
+    for run_id in ("one", "batch", "finish"):
+        _eq(
+            await store.load_steps(run_id),
+            tuple(StepRecord(run_id, seq, f"s{seq}", kind, {"kind": kind}) for seq, kind in enumerate(STEP_KINDS, 1)),
+            f"steps of every kind ({run_id})",
+        )
+    await _started(store, "parked", occurrence_ms=4)
+    await store.append_steps("parked", 1, (("charge", STEP_STARTED, None), ("charge", EFFECT_INDOUBT, None)))
+    await store.park_execution("parked")
+    step = await store.append_step("parked", 3, "migrate:1->2", EXECUTION_MIGRATED, migrated)
+    _eq(step, StepRecord("parked", 3, "migrate:1->2", EXECUTION_MIGRATED, migrated), "migration marker on a parked run")
+    _eq((await store.load_execution("parked")).status, PARKED, "status after the marker")
 
 
 @_check("load-steps-ordered")

@@ -27,6 +27,7 @@ from .rules import (
     decide_finalize,
     decide_input_applied,
     decide_mark_ready,
+    decide_purge,
     decide_release,
     decide_renew,
     decide_reserve,
@@ -36,6 +37,7 @@ from .rules import (
     require_str,
     require_token,
     row_to_record,
+    submission_id_for,
     validate_abort,
     validate_admit,
     validate_claim,
@@ -150,6 +152,23 @@ class InMemorySubmissionLedger:
         if row is not None:
             self._put(row)
         return settlement
+
+    async def purge_conversation(self, conversation_id: str) -> int:
+        """Delete a fully settled conversation's rows (retention, after
+        archival); returns how many submissions went. Idempotent."""
+        require_str("conversation_id", conversation_id)
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None:
+            return 0
+        ids = [submission_id_for(conversation_id, seq) for seq in range(1, conversation.last_queue_seq + 1)]
+        rows = [self._submissions[sid] for sid in ids if sid in self._submissions]
+        decide_purge(conversation_id, rows)
+        for row in rows:
+            del self._submissions[row.submission_id]
+            del self._by_key[(row.conversation_id, row.principal_id, row.idempotency_key)]
+        del self._conversations[conversation_id]
+        self._queues.pop(conversation_id, None)
+        return len(rows)
 
     # --- reads ----------------------------------------------------------------
 

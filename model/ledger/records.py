@@ -264,3 +264,18 @@ class InvalidSettlement(LedgerError):
 
     def __reduce__(self):
         return (type(self), (self.submission_id, self.reason))
+
+
+class PurgeRefused(LedgerError):
+    """``purge_conversation`` on a conversation with unsettled work: only
+    settled history is ever archived and deleted (ADR 0051 D5 retention)."""
+
+    name = "PurgeRefused"
+
+    def __init__(self, conversation_id: str, open_submissions: int) -> None:
+        self.conversation_id = conversation_id
+        self.open_submissions = open_submissions
+        super().__init__(f"cannot purge {conversation_id!r}: {open_submissions} submission(s) not settled")
+
+    def __reduce__(self):
+        return (type(self), (self.conversation_id, self.open_submissions))

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import attrs
 
-from model.canonical import canonical_json, decode, digest
+from model.canonical import canonical_json, decode, digest, digest_text
 
 from .records import (
     ABORTED,
@@ -61,6 +61,7 @@ from .records import (
     InvalidSettlement,
     OwnershipLost,
     OwnershipRenewal,
+    PurgeRefused,
     RecoverySnapshot,
     ReservedSettlement,
     Settlement,
@@ -196,7 +197,7 @@ def encode_input(value: object) -> tuple[str, str]:
     """``(canonical_json, digest)`` of an admission input; ``ValueError`` /
     ``CanonicalEncodingError`` if it is not JSON."""
     text = canonical_json(value)
-    return text, digest(value)
+    return text, digest_text(text)
 
 
 # --- identities -----------------------------------------------------------------
@@ -411,7 +412,7 @@ def encode_settlement(submission_id: str, record: object) -> tuple[str, str]:
         text = canonical_json(record)
     except ValueError as exc:
         raise InvalidSettlement(submission_id, f"not canonical JSON: {exc}") from None
-    return text, digest(record)
+    return text, digest_text(text)
 
 
 def decide_reserve(
@@ -449,6 +450,14 @@ def decide_finalize(
 
 
 # --- declared capabilities ---------------------------------------------------------
+
+
+def decide_purge(conversation_id: str, rows: list[SubmissionRow]) -> None:
+    """Retention may delete a conversation's ledger rows only when every one
+    is settled: open work is never archived away (raises ``PurgeRefused``)."""
+    open_rows = sum(1 for row in rows if row.settled_at_ms is None)
+    if open_rows:
+        raise PurgeRefused(conversation_id, open_rows)
 
 
 def capabilities(*, durable: bool, adapter: str) -> dict:

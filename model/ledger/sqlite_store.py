@@ -36,6 +36,7 @@ from .rules import (
     decide_finalize,
     decide_input_applied,
     decide_mark_ready,
+    decide_purge,
     decide_release,
     decide_renew,
     decide_reserve,
@@ -92,6 +93,7 @@ _SCHEMA: tuple[str, ...] = (
 
 _COLUMNS = ", ".join(SUBMISSION_FIELDS)
 _SELECT_BY_ID = f"SELECT {_COLUMNS} FROM ledger_submissions WHERE submission_id = ?"
+_SELECT_ALL_OF = f"SELECT {_COLUMNS} FROM ledger_submissions WHERE conversation_id = ? ORDER BY queue_seq"
 _SELECT_BY_KEY = (
     f"SELECT {_COLUMNS} FROM ledger_submissions "
     "WHERE conversation_id = ? AND principal_id = ? AND idempotency_key = ?"
@@ -272,6 +274,18 @@ class SqliteSubmissionLedger:
             if row is not None:
                 self._update(row)
         return settlement
+
+    async def purge_conversation(self, conversation_id: str) -> int:
+        """Delete a fully settled conversation's rows (retention, after
+        archival); returns how many submissions went. Idempotent."""
+        require_str("conversation_id", conversation_id)
+        conn = self._conn
+        with write_transaction(conn):
+            rows = [_row(values) for values in conn.execute(_SELECT_ALL_OF, (conversation_id,))]
+            decide_purge(conversation_id, rows)
+            conn.execute("DELETE FROM ledger_submissions WHERE conversation_id = ?", (conversation_id,))
+            conn.execute("DELETE FROM ledger_conversations WHERE conversation_id = ?", (conversation_id,))
+        return len(rows)
 
     # --- reads (single statements: each is one consistent snapshot) ------------
 

@@ -1,6 +1,9 @@
 """The oracles: one invariant per module, each with a stable name (DESIGN §6)."""
 from scenarios.invariants.adopt_own_write import AdoptOwnWrite
+from scenarios.invariants.bounded_run import BoundedRun
+from scenarios.invariants.broken_deploy import BrokenDeploys
 from scenarios.invariants.cas_linear import CasLinear
+from scenarios.invariants.claim_check import ClaimCheckInvariant
 from scenarios.invariants.contract_safety import ContractSafety
 from scenarios.invariants.exactly_once_settlement import ExactlyOnceSettlement
 from scenarios.invariants.exactly_once_wake import ExactlyOnceWake
@@ -8,8 +11,9 @@ from scenarios.invariants.fail_closed_pagination import FailClosedPagination
 from scenarios.invariants.fencing import Fencing
 from scenarios.invariants.liveness import Liveness
 from scenarios.invariants.log_chain import LogChain
+from scenarios.invariants.pins_survive import PinsSurvive
 from scenarios.invariants.queue_order import QueueOrder
 from scenarios.invariants.replay_determinism import ReplayDeterminism
 
-__all__ = ["AdoptOwnWrite", "CasLinear", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
-           "FailClosedPagination", "Fencing", "Liveness", "LogChain", "QueueOrder", "ReplayDeterminism"]
+__all__ = ["AdoptOwnWrite", "BoundedRun", "BrokenDeploys", "CasLinear", "ClaimCheckInvariant", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
+           "FailClosedPagination", "Fencing", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReplayDeterminism"]

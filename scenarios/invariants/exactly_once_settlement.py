@@ -15,12 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from model.canonical import digest
+from model.ledger.rules import submission_id_for
 from sim.invariants import Checker
 
 
 class ExactlyOnceSettlement(Checker):
     name = "exactly-once-settlement"
-    kinds = ("ledger.reserve_settlement", "log.append", "ledger.finalize_settlement")
+    kinds = ("ledger.reserve_settlement", "log.append", "ledger.finalize_settlement", "ledger.purge_conversation")
 
     def __init__(self) -> None:
         super().__init__()
@@ -28,6 +29,7 @@ class ExactlyOnceSettlement(Checker):
         self._in_log: dict[str, str] = {}     # submission -> digest of its settlement record in the log
         self._final: dict[str, tuple] = {}    # submission -> (outcome, digest, settled_at_ms)
         self.settled = 0
+        self._outcomes: dict[str, int] = {}
 
     def on_event(self, event: tuple) -> None:
         kind = event[3]
@@ -41,6 +43,15 @@ class ExactlyOnceSettlement(Checker):
             if first != fields["digest"]:
                 self.fail(f"{submission}: reservation changed from {first[:12]} to {fields['digest'][:12]}",
                           (submission,))
+        elif kind == "ledger.purge_conversation":
+            # Retention archived and deleted the conversation: its submissions
+            # can never settle again, so the oracle forgets them (memory stays
+            # flat over a year of runs).
+            for seq in range(1, fields["purged"] + 1):
+                submission = submission_id_for(fields["conversation"], seq)
+                self._reserved.pop(submission, None)
+                self._in_log.pop(submission, None)
+                self._final.pop(submission, None)
         elif kind == "log.append":
             if fields.get("replayed"):
                 return
@@ -68,14 +79,12 @@ class ExactlyOnceSettlement(Checker):
             previous = self._final.setdefault(submission, final)
             if previous == final and previous is final:
                 self.settled += 1
+                self._outcomes[final[0]] = self._outcomes.get(final[0], 0) + 1
             elif previous != final:
                 self.fail(f"{submission}: settlement changed from {previous} to {final}", (submission,))
 
     def outcomes(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for outcome, _, _ in self._final.values():
-            counts[outcome] = counts.get(outcome, 0) + 1
-        return dict(sorted(counts.items()))
+        return dict(sorted(self._outcomes.items()))
 
     def audit(self, world: Any) -> None:
         for conversation_id in world.conversation_ids():

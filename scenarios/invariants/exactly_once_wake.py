@@ -1,7 +1,8 @@
 """``exactly-once-wake``: started runs = due occurrences under the catch-up policy.
 
-Online, per schedule, from the execution store's own commits
-(``kernel.start_execution`` events with ``created``):
+Online, per schedule, from the ledger's own commits (a run starts when the
+ledger admits its id ``scheduleId@occurrenceMs`` for the first time; a
+replayed admission is a duplicate alarm; it ends when it is finalized):
 
 - a created run is an occurrence of its schedule, never one started before
   (no duplicate ``scheduleId@occurrenceMs``, even after the first was purged);
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from model.schedules import Schedule
+from model.schedules import Schedule, parse_run_id
 from sim.invariants import Checker
 
 
@@ -36,7 +37,7 @@ class _ScheduleState:
 
 class ExactlyOnceWake(Checker):
     name = "exactly-once-wake"
-    kinds = ("kernel.start_execution", "wake.skipped", "kernel.finish_execution")
+    kinds = ("ledger.admit", "wake.skipped", "ledger.finalize_settlement")
 
     def __init__(self, schedules: Mapping[str, Schedule], *, end_ms: int) -> None:
         super().__init__()
@@ -56,15 +57,21 @@ class ExactlyOnceWake(Checker):
     def on_event(self, event: tuple) -> None:
         kind = event[3]
         fields = event[4]
-        if kind == "kernel.start_execution":
-            if fields.get("created"):
-                self._started(event[1], fields)
+        if kind == "ledger.admit":
+            # A run starts when the ledger admits its id for the first time
+            # (a replayed admission is a duplicate delivery, not a start).
+            if "error" not in fields and not fields["replayed"]:
+                schedule_id, occurrence_ms = parse_run_id(fields["conversation"])
+                self._started(event[1], {"run": fields["conversation"], "schedule": schedule_id,
+                                         "occurrence_ms": occurrence_ms, "submission": fields["submission"]})
         elif kind == "wake.skipped":
             self._skipped(fields)
-        elif "final_status" in fields:
-            schedule_id = self._live_runs.pop(fields["run"], None)
-            if schedule_id is not None and self._state[schedule_id].live_run == fields["run"]:
-                self._state[schedule_id].live_run = None
+        elif "error" not in fields:
+            run_id = self._live_runs.pop(fields["submission"], None)
+            if run_id is not None:
+                state = self._state[parse_run_id(run_id)[0]]
+                if state.live_run == run_id:
+                    state.live_run = None
 
     def _started(self, now_ms: int, fields: dict) -> None:
         self.checks += 1
@@ -92,7 +99,7 @@ class ExactlyOnceWake(Checker):
         if state.live_run is not None:
             self.fail(f"{run_id}: started while {state.live_run} is still live", (run_id, state.live_run))
         state.live_run = run_id
-        self._live_runs[run_id] = schedule_id
+        self._live_runs[fields["submission"]] = run_id
         state.last_started_ms = occurrence_ms
         state.accounted_ms = occurrence_ms if state.accounted_ms is None else max(state.accounted_ms, occurrence_ms)
         state.started += 1

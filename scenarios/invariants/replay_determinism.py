@@ -1,79 +1,85 @@
 """``replay-determinism``: refolding a settled run's log reproduces its outcome.
 
-The oracle rebuilds each run's step log from the execution store's commits
-(``kernel.append_step`` events — not from the model's memory), and when the
-run settles it replays the flow over that log with no kernel at all, through
-state handles bound to a store that counts every call. It must:
+The oracle rebuilds each run's step log from the log's own commits
+(``log.append`` events: the run's input record, its step records and its
+settlement record — not from the model's memory), and when the settlement
+record lands it replays the flow over that log with no kernel at all,
+through state handles bound to a store that counts every call. A run that
+was migrated on resume (K11.5) is folded through the same registered
+transforms, on the flow of its effective version. It must:
 
 - finish without suspending (replay never sleeps or waits on I/O),
 - touch no store (the counter stays put) — replay folds recorded values,
 - return the settled output (completed runs), or stop exactly at the end of
   the log or with the same error tag (failed runs).
-Memory: the logs of live runs only. The audit replays every run the store
-still retains, reading its log and outcome from the store itself.
+Memory: the logs of live runs only. The audit replays every run the stores
+still retain, reading its log and outcome from the stores themselves.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from model.canonical import json_equal
-from model.kernel.kernel import ExecutionContext, ReplayIncomplete, error_output
-from model.kernel.records import ExecutionRecord, StepRecord
+from model.kernel.kernel import ExecutionContext, ReplayIncomplete, effective_version, error_output
+from model.kernel.records import EXECUTION_MIGRATED, ExecutionRecord, StepRecord
 from sim.invariants import Checker
+
+INPUT_FAMILY = "input"
+from model.runs import STEP_FAMILY  # noqa: E402
+SETTLED_FAMILY = "submission-settled"
 
 
 class ReplayDeterminism(Checker):
     name = "replay-determinism"
-    kinds = ("kernel.start_execution", "kernel.append_step", "kernel.append_steps", "kernel.finish_execution")
+    kinds = ("log.append",)
 
-    def __init__(self, replay_flow_for: Callable[[ExecutionRecord], Any], replay_store_calls: Callable[[], int]) -> None:
+    def __init__(self, replay_flow_for: Callable[[ExecutionRecord, int], Any],
+                 replay_store_calls: Callable[[], int], *,
+                 transforms_for: Callable[[str], Any] = lambda schedule_id: {}) -> None:
         super().__init__()
         self._flow_for = replay_flow_for
         self._store_calls = replay_store_calls
+        self._transforms_for = transforms_for
         self._runs: dict[str, tuple[ExecutionRecord, list[StepRecord]]] = {}
         self.replays = 0
+        self.migrated_runs = 0
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
         fields = event[4]
-        if "error" in fields:
+        if "error" in fields or fields.get("replayed"):
             return
-        run_id = fields["run"]
-        if kind == "kernel.start_execution":
-            if fields.get("created"):
-                record = ExecutionRecord(run_id=run_id, schedule_id=fields["schedule"],
-                                         occurrence_ms=fields["occurrence_ms"], flow_version=fields["flow_version"],
-                                         input=fields.get("input"), status="running", started_at_ms=event[1],
-                                         finished_at_ms=None, output=None)
-                self._runs[run_id] = (record, [])
-        elif kind == "kernel.append_step":
-            run = self._runs.get(run_id)
-            if run is not None:
-                run[1].append(StepRecord(run_id, fields["seq"], fields["step"], fields["step_kind"], fields["output"]))
-        elif kind == "kernel.append_steps":
-            self._append_batch(run_id, fields["first_seq"], fields["steps"])
-        elif "final_status" in fields:
-            run = self._runs.pop(run_id, None)
-            if run is not None:
+        run_id = fields["conversation"]
+        for envelope in fields["envelopes"]:
+            family = envelope["family"]
+            payload = envelope["payload"]
+            if family == INPUT_FAMILY:
+                run_input = payload["input"]
+                if type(run_input) is not dict or "flowVersion" not in run_input:
+                    continue  # not a schedule run
+                self._runs[run_id] = (ExecutionRecord(
+                    run_id=run_id, schedule_id=run_input["scheduleId"], occurrence_ms=run_input["occurrenceMs"],
+                    flow_version=run_input["flowVersion"], input=run_input["input"], status="running",
+                    started_at_ms=envelope["createdAtMs"], finished_at_ms=None, output=None), [])
+            elif family == STEP_FAMILY:
+                run = self._runs.get(run_id)
+                if run is None:
+                    continue
                 log = run[1]
-                if fields["steps"] and len(log) == fields["first_seq"] - 1:
-                    log.extend(StepRecord(run_id, fields["first_seq"] + i, step_id, step_kind, output)
-                               for i, (step_id, step_kind, output) in enumerate(fields["steps"]))
-                self._check(run[0], tuple(log), fields["final_status"], fields["output"])
-
-    def _append_batch(self, run_id: str, first_seq: int, steps: tuple) -> None:
-        run = self._runs.get(run_id)
-        if run is None:
-            return
-        log = run[1]
-        if len(log) != first_seq - 1:
-            self.fail(f"{run_id}: the store accepted steps at seq {first_seq} after {len(log)} steps", (run_id,))
-            return
-        log.extend(StepRecord(run_id, first_seq + i, step_id, step_kind, output)
-                   for i, (step_id, step_kind, output) in enumerate(steps))
+                if payload["seq"] != len(log) + 1:
+                    self.fail(f"{run_id}: the log accepted step {payload['seq']} after {len(log)} steps", (run_id,))
+                    self._runs.pop(run_id)
+                    continue
+                log.append(StepRecord(run_id, payload["seq"], payload["stepId"], payload["kind"], payload["output"]))
+            elif family == SETTLED_FAMILY:
+                run = self._runs.pop(run_id, None)
+                if run is not None:
+                    record = payload["record"]
+                    status = "completed" if record["outcome"] == "completed" else "failed"
+                    output = record.get("result") if status == "completed" else record.get("diagnostic")
+                    self._check(run[0], tuple(run[1]), status, output)
 
     def audit(self, world: Any) -> None:
-        """Replay the runs the store still holds, from the store's own logs."""
+        """Replay the runs the stores still hold, from the stores' own logs."""
         for record, log in world.retained_runs():
             if record.status in ("completed", "failed"):
                 self._check(record, log, record.status, record.output)
@@ -83,8 +89,16 @@ class ReplayDeterminism(Checker):
         self.replays += 1
         run_id = record.run_id
         calls_before = self._store_calls()
-        ctx = ExecutionContext(None, record, log, replay_only=True)
-        coro = self._flow_for(record)(ctx, record.input)
+        migrated = any(step.kind == EXECUTION_MIGRATED for step in log)
+        if migrated:
+            self.migrated_runs += 1
+        try:
+            ctx = ExecutionContext(None, record, log, replay_only=True,
+                                   transforms=self._transforms_for(record.schedule_id) if migrated else None)
+        except Exception as error:  # a marker without a registered transform, or a broken chain
+            self.fail(f"{run_id}: its migrated log cannot be folded: {type(error).__name__}: {error}", (run_id,))
+            return
+        coro = self._flow_for(record, effective_version(record, log))(ctx, record.input)
         outcome: tuple[str, Any]
         try:
             coro.send(None)

@@ -1,0 +1,152 @@
+"""Retention with a pin seam (ADR 0051 D5, K10.6).
+
+A daily pass, per schedule, in occurrence order:
+
+1. finish the deletion an earlier pass promised (``pending_delete``: the
+   pass crashed between archiving a run and deleting it);
+2. archive and delete held runs whose pins are gone;
+3. retire each settled run older than the TTL: if the pin predicate holds
+   it (a live finding cites it), it is *held* — kept, remembered by the
+   schedule cursor — else its summary is chained into the archive, then its
+   log and ledger rows are deleted. The pass stops at the first run with
+   open work, and never passes the findings projection's checkpoint (a run
+   not projected yet might pin something);
+4. close findings past their TTL, drop pins whose holder is no longer a
+   live finding, and reclaim expired blobs nobody pins.
+
+The pin predicate is evaluated before every archive, delete and reclaim:
+what a live finding cites survives. The pin index is keyed by ref, not by
+run, so evidence outlives the run that recorded it.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import attrs
+
+from model.schedules import Schedule, run_id_for
+from model.pins import reclaim_expired_blobs
+
+RETIRE_PER_PASS_MAX = 100_000
+
+
+@attrs.frozen
+class RetentionPolicy:
+    run_ttl_ms: int
+    blob_ttl_ms: int
+    finding_ttl_ms: int
+
+    def __attrs_post_init__(self) -> None:
+        assert self.run_ttl_ms > 0 and self.blob_ttl_ms > 0 and self.finding_ttl_ms > 0
+
+
+@attrs.define
+class RetentionReport:
+    archived: int = 0
+    held: int = 0
+    released: int = 0
+    skipped: int = 0
+    findings_closed: int = 0
+    unpinned: int = 0
+    reclaimed: int = 0
+
+
+async def run_summary(ledger: Any, log: Any, run_id: str, record: Any) -> dict:
+    """What the archive keeps of a run: identity, outcome digest and the tail
+    digest of its log (the chain's commitment to every record)."""
+    tail = await log.inspect_tail(run_id)
+    return {"runId": run_id, "outcome": record.outcome, "settlementDigest": record.reserved_digest,
+            "tailSeq": tail.tail_seq, "tailDigest": tail.tail_digest}
+
+
+class Retention:
+    """The retention pass of one process, over its (crashy) ports."""
+
+    def __init__(self, *, ledger: Any, log: Any, schedules: Any, findings: Any, pins: Any, content: Any,
+                 policy: RetentionPolicy, probe: Any) -> None:
+        self.ledger = ledger
+        self.log = log
+        self.schedules = schedules
+        self.findings = findings
+        self.pins = pins
+        self.content = content
+        self.policy = policy
+        self.probe = probe
+
+    async def _pinned(self, run_id: str) -> bool:
+        return bool(await self.findings.live_for_run(run_id))
+
+    async def _delete(self, run_id: str) -> None:
+        await self.log.delete_conversation(run_id)
+        await self.ledger.purge_conversation(run_id)
+
+    async def run_pass(self, schedules: Iterable[Schedule], now_ms: int) -> RetentionReport:
+        report = RetentionReport()
+        policy = self.policy
+        for schedule in schedules:
+            await self._retire_schedule(schedule, now_ms - policy.run_ttl_ms, report)
+        closed = await self.findings.close_expired(max(0, now_ms - policy.finding_ttl_ms), now_ms=now_ms,
+                                                   limit=100_000)
+        report.findings_closed = len(closed)
+        live_ids = {f.finding_id for f in await self.findings.live_findings()}
+        for ref in await self.pins.pinned_refs():
+            for holder in await self.pins.holders(ref):
+                if holder not in live_ids:
+                    await self.pins.unpin(ref, holder)
+                    report.unpinned += 1
+        reclaimed = await reclaim_expired_blobs(self.pins, self.content,
+                                                stored_before_ms=max(0, now_ms - policy.blob_ttl_ms))
+        report.reclaimed = len(reclaimed)
+        self.probe.emit("retention.pass", archived=report.archived, held=report.held, released=report.released,
+                        skipped=report.skipped, findings_closed=report.findings_closed,
+                        unpinned=report.unpinned, reclaimed=report.reclaimed)
+        return report
+
+    async def _retire_schedule(self, schedule: Schedule, before_ms: int, report: RetentionReport) -> None:
+        schedule_id = schedule.schedule_id
+        store = self.schedules
+        cursor = await store.cursor(schedule_id)
+        if cursor.pending_delete is not None:
+            await self._delete(cursor.pending_delete)
+        for run_id in cursor.held:
+            if await self._pinned(run_id):
+                continue
+            record = await self._record(run_id)
+            if await store.release(schedule_id, run_id, await run_summary(self.ledger, self.log, run_id, record)):
+                await self._delete(run_id)
+                report.released += 1
+        if cursor.high_water_ms is None:
+            return
+        projected_ms = await self.findings.checkpoint(schedule_id)
+        if projected_ms is None:
+            return
+        limit_ms = min(before_ms - 1, cursor.high_water_ms, projected_ms)
+        occurrence_ms = schedule.first_ms if cursor.archived_through_ms is None else (
+            cursor.archived_through_ms + schedule.every_ms)
+        for _ in range(RETIRE_PER_PASS_MAX):
+            if occurrence_ms > limit_ms:
+                return
+            run_id = run_id_for(schedule_id, occurrence_ms)
+            record = await self.ledger.get_by_idempotency_key(run_id, schedule_id, run_id)
+            if record is None:
+                await store.retire(schedule_id, occurrence_ms, None, None)  # never ran (skipped)
+                report.skipped += 1
+            elif record.outcome is None:
+                return  # open work: nothing behind it is retired before it
+            elif await self._pinned(run_id):
+                await store.retire(schedule_id, occurrence_ms, run_id, None, hold=True)
+                report.held += 1
+            else:
+                summary = await run_summary(self.ledger, self.log, run_id, record)
+                await store.retire(schedule_id, occurrence_ms, run_id, summary)
+                await self._delete(run_id)
+                report.archived += 1
+            occurrence_ms += schedule.every_ms
+
+    async def _record(self, run_id: str) -> Any:
+        from model.schedules import parse_run_id
+
+        schedule_id, _ = parse_run_id(run_id)
+        record = await self.ledger.get_by_idempotency_key(run_id, schedule_id, run_id)
+        assert record is not None and record.outcome is not None, run_id
+        return record

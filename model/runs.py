@@ -1,0 +1,363 @@
+"""Schedule runs on the whole system: the ledger admits, the log records.
+
+The kernel and the schedule driver speak the execution-store protocol
+(``model.kernel.store.ExecutionStore``). ``LedgerRuns`` is that protocol for
+one worker process, built on the persistence system instead of a table of
+its own (ADR 0051 D1 on persistence §3):
+
+- **start** = admission. The run id ``scheduleId@occurrenceMs`` is the
+  conversation id *and* the idempotency key (principal: the schedule), so a
+  duplicate alarm replays the receipt and never starts a second run. Then
+  the schedule cursor advances, the run's own conversation log is
+  materialized and the submission marked ready.
+- **own** = claim under a lease, with a strictly increasing producer epoch;
+  the log is taken over at that epoch and the input appended once. From
+  here every write of this process is fenced: a stale owner's append is
+  ``FenceRejected`` by the log, its settlement ``OwnershipLost`` by the
+  ledger.
+- **steps** = fenced batch appends to the run's log (one record per step).
+- **finish** = settlement: reserve the exact record in the ledger, append
+  it (with the last steps, one atomic batch), finalize. The canonical record
+  wins: one already reserved or in the log is used over a recomputed one.
+
+Every gap between two durable steps is a named crash point, the same ones
+as the submission lifecycle (``model.failpoints``). A process holds its
+claims and log tails in memory only; a restart starts from the stores.
+"""
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+from model.canonical import ZERO_DIGEST
+from model.conversation.records import FencedAppendRequest, NotMaterialized, RecordEnvelope
+from model.failpoints import (
+    ADMITTED_BEFORE_READY,
+    APPENDED_BEFORE_FINALIZE,
+    CLAIMED_BEFORE_INPUT,
+    FINALIZED_BEFORE_REPLY,
+    INPUT_APPENDED_BEFORE_MARKER,
+    NO_FAILPOINTS,
+    READY_BEFORE_RECEIPT,
+    RESERVED_BEFORE_APPEND,
+    Failpoints,
+)
+from model.kernel.records import (
+    COMPLETED,
+    EFFECT_INDOUBT,
+    FAILED,
+    PARKED,
+    RUNNING,
+    ExecutionRecord,
+    StartOutcome,
+    StepRecord,
+    StepSequenceConflict,
+    UnknownExecution,
+)
+from model.probe import NULL_PROBE, Probe
+from model.schedules import parse_run_id
+from model.submissions import ADMISSION_PRODUCER, DEPLOYMENT_ID, DIAGNOSTIC_MESSAGE_MAX, input_batch_id, settle_batch_id
+
+RUN_INPUT_FAMILY = "input"  # the submission lifecycle's input record: the ledger rebuilds from it
+STEP_FAMILY = "tool-call"  # persistence §11 family of durable step records
+SETTLED_FAMILY = "submission-settled"
+# A recovery read of one run's log: runs are bounded (a handful of steps),
+# so one page holds any of them; more is a runaway, not a workload.
+RUN_RECORDS_MAX = 1_024
+CLAIM_RETRY_MS = 1_000
+
+Sleep = Callable[[int], Awaitable[None]]
+
+
+def step_batch_id(run_id: str, first_seq: int) -> str:
+    return f"steps:{run_id}:{first_seq}"
+
+
+def settlement_record(status: str, output: Any) -> dict:
+    if status == COMPLETED:
+        return {"outcome": "completed", "result": output}
+    assert status == FAILED, status
+    diagnostic = output if type(output) is dict else {}
+    return {"outcome": "failed", "diagnostic": {
+        "errorTag": str(diagnostic.get("errorTag", "Error")),
+        "message": str(diagnostic.get("message", ""))[:DIAGNOSTIC_MESSAGE_MAX]}}
+
+
+def _status_of(outcome: str | None) -> str:
+    if outcome is None:
+        return RUNNING
+    return COMPLETED if outcome == "completed" else FAILED
+
+
+def _output_of(record: Any) -> Any:
+    if type(record) is not dict:
+        return None
+    return record.get("result") if record.get("outcome") == "completed" else record.get("diagnostic")
+
+
+class LedgerRuns:
+    """The execution-store protocol for one process, over ledger + log + cursor."""
+
+    def __init__(self, ledger: Any, log: Any, schedules: Any, owner_id: str, *, lease_ms: int,
+                 now_ms: Callable[[], int], sleep_ms: Sleep, failpoints: Failpoints = NO_FAILPOINTS,
+                 probe: Probe = NULL_PROBE) -> None:
+        assert lease_ms > 0 and owner_id
+        self.ledger = ledger
+        self.log = log
+        self.schedules = schedules
+        self.owner_id = owner_id
+        self.lease_ms = lease_ms
+        self.now_ms = now_ms
+        self.sleep_ms = sleep_ms
+        self.failpoints = failpoints
+        self.probe = probe
+        self._claims: dict[str, Any] = {}            # run_id -> Claim this process holds
+        self._tails: dict[str, tuple[int, str]] = {}  # run_id -> (tail_seq, tail_digest) as last written
+        self._steps: dict[str, int] = {}              # run_id -> steps in its log
+        self._retired: dict[str, int] = {}            # schedule_id -> archived_through_ms (read once)
+        self._settled: dict[str, Any] = {}            # run_id -> the settlement record its log holds
+        # run_id -> (its execution record, the settlement reserved when this
+        # process claimed it): nobody else can reserve while we hold the claim.
+        self._owned: dict[str, tuple[ExecutionRecord, Any]] = {}
+
+    # -- start ---------------------------------------------------------------
+
+    async def start_execution(self, run_id: str, *, schedule_id: str | None, occurrence_ms: int | None,
+                              flow_version: int, input: Any, started_at_ms: int) -> StartOutcome:
+        assert schedule_id is not None and occurrence_ms is not None, "runs belong to schedules"
+        assert parse_run_id(run_id) == (schedule_id, occurrence_ms), run_id
+        through = self._retired.get(schedule_id)
+        if through is None:
+            cursor = await self.schedules.cursor(schedule_id)
+            through = self._retired[schedule_id] = (-1 if cursor.archived_through_ms is None
+                                                    else cursor.archived_through_ms)
+        if occurrence_ms <= through:
+            return StartOutcome(None, True)  # retired: archived and deleted, or pinned
+        run_input = {"scheduleId": schedule_id, "occurrenceMs": occurrence_ms, "flowVersion": flow_version,
+                     "input": input}
+        try:
+            admission = await self.ledger.admit(run_id, schedule_id, run_id, run_input, started_at_ms)
+        except Exception as error:
+            # The same occurrence admitted before on other code (an alarm
+            # delivered again after a deploy): a duplicate, not a new run.
+            if getattr(type(error), "name", None) != "AdmissionConflict":
+                raise
+            existing = await self.load_execution(run_id)
+            if existing is None or (existing.schedule_id, existing.occurrence_ms, existing.input) != (
+                    schedule_id, occurrence_ms, input):
+                raise
+            return StartOutcome(existing, True)
+        if admission.replayed:
+            return StartOutcome(await self.load_execution(run_id), True)
+        self.failpoints.hit(ADMITTED_BEFORE_READY)
+        await self.schedules.advance(schedule_id, occurrence_ms)
+        await self.log.materialize(run_id, ADMISSION_PRODUCER, 0)
+        await self.ledger.mark_ready(admission.submission_id)
+        self.failpoints.hit(READY_BEFORE_RECEIPT)
+        record = ExecutionRecord(run_id, schedule_id, occurrence_ms, flow_version, input, RUNNING,
+                                 started_at_ms, None, None)
+        self._owned[run_id] = (record, None)
+        await self._own(run_id, admission.submission_id, run_input, input_applied=False, fresh=True)
+        return StartOutcome(record, False)
+
+    # -- ownership -----------------------------------------------------------
+
+    async def _own(self, run_id: str, submission_id: str, run_input: Any, *, input_applied: bool,
+                   fresh: bool) -> None:
+        """Claim the run (waiting out another owner's lease), take over its
+        log at the claim's epoch and apply the input once."""
+        ledger = self.ledger
+        while True:
+            claim = await ledger.claim(run_id, self.owner_id, self.lease_ms, self.now_ms())
+            if claim is not None:
+                break
+            await self.sleep_ms(CLAIM_RETRY_MS)
+        assert claim.submission_id == submission_id, (claim, submission_id)
+        self.probe.emit("run.claimed", run=run_id, owner=self.owner_id, epoch=claim.epoch)
+        await self.log.materialize(run_id, self.owner_id, claim.epoch)
+        self._claims[run_id] = claim
+        self.failpoints.hit(CLAIMED_BEFORE_INPUT)
+        if fresh:
+            self._tails[run_id] = (0, ZERO_DIGEST)
+        else:
+            observed = await self.log.inspect_tail(run_id)
+            self._tails[run_id] = (observed.tail_seq, observed.tail_digest)
+        if self._tails[run_id][0] == 0:
+            await self._append(run_id, input_batch_id(submission_id), [(RUN_INPUT_FAMILY, {
+                "submissionId": submission_id, "input": run_input, "principalId": parse_run_id(run_id)[0],
+                "idempotencyKey": run_id, "queueSeq": 1})])
+            self.failpoints.hit(INPUT_APPENDED_BEFORE_MARKER)
+            input_applied = False
+        if not input_applied:
+            await ledger.mark_input_applied(claim)
+
+    async def _ensure_owned(self, run_id: str) -> None:
+        if run_id in self._claims:
+            return
+        record = await self._ledger_record(run_id)
+        if record.outcome is not None:
+            return  # settled: nothing to own, reads only
+        if not record.ready:
+            # Admission stopped before ready: finish it (idempotent steps).
+            try:
+                await self.log.inspect_tail(run_id)
+            except NotMaterialized:
+                await self.log.materialize(run_id, ADMISSION_PRODUCER, 0)
+            await self.ledger.mark_ready(record.submission_id)
+            schedule_id, occurrence_ms = parse_run_id(run_id)
+            await self.schedules.advance(schedule_id, occurrence_ms)
+        self._owned[run_id] = (self._execution(run_id, record), record.reserved_record)
+        await self._own(run_id, record.submission_id, record.input, input_applied=record.input_applied,
+                        fresh=False)
+
+    async def _ledger_record(self, run_id: str) -> Any:
+        schedule_id, _ = parse_run_id(run_id)
+        record = await self.ledger.get_by_idempotency_key(run_id, schedule_id, run_id)
+        if record is None:
+            raise UnknownExecution(run_id)
+        return record
+
+    # -- the log -------------------------------------------------------------
+
+    async def _append(self, run_id: str, batch_id: str, records: list[tuple[str, Any]]) -> None:
+        claim = self._claims[run_id]
+        tail_seq, tail_digest = self._tails[run_id]
+        now_ms = self.now_ms()
+        envelopes = tuple(
+            RecordEnvelope(record_id=f"{batch_id}#{i}", family=family, schema_version=1, created_at_ms=now_ms,
+                           deployment_id=DEPLOYMENT_ID, payload=payload, producer_id=self.owner_id,
+                           epoch=claim.epoch)
+            for i, (family, payload) in enumerate(records))
+        result = await self.log.append(FencedAppendRequest(
+            conversation_id=run_id, batch_id=batch_id, producer_id=self.owner_id, epoch=claim.epoch,
+            expected_tail_seq=tail_seq, expected_tail_digest=tail_digest, records=envelopes))
+        self._tails[run_id] = (result.last_seq, result.tail_digest)
+
+    async def _read_all(self, run_id: str) -> tuple:
+        records = await self.log.read(run_id, 0, RUN_RECORDS_MAX)
+        assert len(records) < RUN_RECORDS_MAX, f"{run_id}: runaway run log"
+        return records
+
+    @staticmethod
+    def _step_records(run_id: str, records: tuple) -> tuple[StepRecord, ...]:
+        return tuple(StepRecord(run_id, p["seq"], p["stepId"], p["kind"], p["output"])
+                     for p in (r.envelope.payload for r in records if r.envelope.family == STEP_FAMILY))
+
+    async def load_steps(self, run_id: str) -> tuple[StepRecord, ...]:
+        await self._ensure_owned(run_id)
+        records = await self._read_all(run_id)
+        for record in records:
+            if record.envelope.family == SETTLED_FAMILY:
+                self._settled[run_id] = record.envelope.payload["record"]
+        steps = self._step_records(run_id, records)
+        self._steps[run_id] = len(steps)
+        return steps
+
+    def _step_payloads(self, run_id: str, first_seq: int, steps: tuple) -> list[tuple[str, Any]]:
+        have = self._steps.get(run_id, 0)
+        if first_seq != have + 1:
+            raise StepSequenceConflict(run_id, first_seq, have + 1)
+        return [(STEP_FAMILY, {"seq": first_seq + i, "stepId": step_id, "kind": kind, "output": output})
+                for i, (step_id, kind, output) in enumerate(steps)]
+
+    async def append_steps(self, run_id: str, first_seq: int, steps: tuple) -> tuple[StepRecord, ...]:
+        await self._ensure_owned(run_id)
+        payloads = self._step_payloads(run_id, first_seq, steps)
+        await self._append(run_id, step_batch_id(run_id, first_seq), payloads)
+        self._steps[run_id] = first_seq - 1 + len(steps)
+        return tuple(StepRecord(run_id, p["seq"], p["stepId"], p["kind"], p["output"]) for _, p in payloads)
+
+    async def append_step(self, run_id: str, seq: int, step_id: str, kind: str, output: object) -> StepRecord:
+        (record,) = await self.append_steps(run_id, seq, ((step_id, kind, output),))
+        return record
+
+    async def park_execution(self, run_id: str) -> ExecutionRecord:
+        # Parked is a property of the log (an EFFECT_INDOUBT step is its
+        # last): the claim lapses and the run holds its schedule's slot.
+        self._forget(run_id)
+        record = await self.load_execution(run_id)
+        assert record is not None
+        return record
+
+    # -- finish --------------------------------------------------------------
+
+    async def finish_execution(self, run_id: str, *, status: str, output: object, finished_at_ms: int,
+                               steps: tuple = (), first_seq: int | None = None) -> ExecutionRecord:
+        await self._ensure_owned(run_id)
+        claim = self._claims.get(run_id)
+        if claim is None:  # settled before: a repeated finish reads the outcome
+            final = await self.load_execution(run_id)
+            assert final is not None
+            return final
+        execution, reserved_record = self._owned[run_id]
+        # The canonical record wins: the log's, else the one already
+        # reserved, else this one.
+        in_log = self._settled.get(run_id)
+        record = in_log if in_log is not None else reserved_record
+        if record is None:
+            record = settlement_record(status, output)
+        reserved = await self.ledger.reserve_settlement(claim, record)
+        self.failpoints.hit(RESERVED_BEFORE_APPEND)
+        if in_log is None:
+            batch = self._step_payloads(run_id, first_seq or self._steps.get(run_id, 0) + 1, tuple(steps))
+            batch.append((SETTLED_FAMILY, {"submissionId": claim.submission_id,
+                                           "recordDigest": reserved.record_digest, "record": record}))
+            await self._append(run_id, settle_batch_id(claim.submission_id), batch)
+        self.failpoints.hit(APPENDED_BEFORE_FINALIZE)
+        settlement = await self.ledger.finalize_settlement(claim.submission_id, finished_at_ms)
+        self.failpoints.hit(FINALIZED_BEFORE_REPLY)
+        self.probe.emit("run.settled", run=run_id, outcome=settlement.outcome, digest=settlement.record_digest,
+                        epoch=claim.epoch)
+        self._forget(run_id)
+        return ExecutionRecord(run_id, execution.schedule_id, execution.occurrence_ms, execution.flow_version,
+                               execution.input, _status_of(settlement.outcome), execution.started_at_ms,
+                               settlement.settled_at_ms, _output_of(record))
+
+    def _forget(self, run_id: str) -> None:
+        self._claims.pop(run_id, None)
+        self._tails.pop(run_id, None)
+        self._steps.pop(run_id, None)
+        self._settled.pop(run_id, None)
+        self._owned.pop(run_id, None)
+
+    # -- reads ---------------------------------------------------------------
+
+    def _execution(self, run_id: str, record: Any, status: str | None = None) -> ExecutionRecord:
+        schedule_id, occurrence_ms = parse_run_id(run_id)
+        run_input = record.input
+        settled = record.reserved_record if record.outcome is not None else None
+        return ExecutionRecord(run_id, schedule_id, occurrence_ms, run_input["flowVersion"], run_input["input"],
+                               status or _status_of(record.outcome), record.admitted_at_ms, record.settled_at_ms,
+                               _output_of(settled))
+
+    async def load_execution(self, run_id: str) -> ExecutionRecord | None:
+        schedule_id, _ = parse_run_id(run_id)
+        record = await self.ledger.get_by_idempotency_key(run_id, schedule_id, run_id)
+        return None if record is None else self._execution(run_id, record)
+
+    async def live_executions(self, schedule_id: str) -> tuple[ExecutionRecord, ...]:
+        live = []
+        for record in await self.ledger.scan_nonterminal():
+            if record.principal_id != schedule_id:
+                continue
+            status = RUNNING
+            try:
+                steps = self._step_records(record.conversation_id, await self._read_all(record.conversation_id))
+            except NotMaterialized:
+                steps = ()
+            if steps and steps[-1].kind == EFFECT_INDOUBT:
+                status = PARKED
+            live.append(self._execution(record.conversation_id, record, status))
+        return tuple(live)
+
+    async def schedule_high_water_ms(self, schedule_id: str) -> int | None:
+        cursor = await self.schedules.cursor(schedule_id)
+        high = cursor.high_water_ms
+        for record in await self.live_executions(schedule_id):
+            if high is None or record.occurrence_ms > high:
+                high = record.occurrence_ms
+        return high
+
+    def note_retired(self, schedule_id: str, through_ms: int) -> None:
+        """Retention (in this process) moved the archive watermark."""
+        if through_ms > self._retired.get(schedule_id, -1):
+            self._retired[schedule_id] = through_ms

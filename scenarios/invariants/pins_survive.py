@@ -1,0 +1,50 @@
+"""``pins-survive``: evidence outlives retention; nothing else does forever.
+
+After every retention pass (``retention.pass``), every ref cited by a live
+finding in the projection must still resolve in the content store — the pin
+predicate exempts it from reclamation however old it is and whether or not
+the run that recorded it was archived. At the audit, no blob that expired
+before the last pass is still held without a pin: unpinned expired blobs are
+eventually reclaimed.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from sim.invariants import Checker
+
+
+class PinsSurvive(Checker):
+    name = "pins-survive"
+    kinds = ("retention.pass",)
+
+    def __init__(self, live_evidence: Callable[[], list[tuple[str, str]]], content_has: Callable[[str], bool],
+                 expired_unpinned: Callable[[int], tuple[str, ...]], *, blob_ttl_ms: int) -> None:
+        super().__init__()
+        self._live_evidence = live_evidence
+        self._content_has = content_has
+        self._expired_unpinned = expired_unpinned
+        self._blob_ttl_ms = blob_ttl_ms
+        self._last_pass_ms: int | None = None
+        self.max_pinned = 0
+        self.passes = 0
+
+    def on_event(self, event: tuple) -> None:
+        self.passes += 1
+        self._last_pass_ms = event[1]
+        evidence = self._live_evidence()
+        self.max_pinned = max(self.max_pinned, len({ref for _, ref in evidence}))
+        for finding_id, ref in evidence:
+            self.checks += 1
+            if not self._content_has(ref):
+                self.fail(f"finding {finding_id} cites {ref}, which retention reclaimed", (finding_id, ref))
+                return
+
+    def audit(self, world: Any) -> None:
+        if self._last_pass_ms is None:
+            return
+        self.checks += 1
+        leftover = self._expired_unpinned(max(0, self._last_pass_ms - self._blob_ttl_ms))
+        if leftover:
+            self.fail(f"{len(leftover)} expired unpinned blob(s) survived the last retention pass: "
+                      f"{', '.join(leftover[:3])}", leftover[:3])
