@@ -47,6 +47,7 @@ from model.kernel.records import (
     FAILED,
     PARKED,
     RUNNING,
+    ExecutionNotRunning,
     ExecutionRecord,
     StartOutcome,
     StepRecord,
@@ -113,7 +114,6 @@ class LedgerRuns:
         self._claims: dict[str, Any] = {}            # run_id -> Claim this process holds
         self._tails: dict[str, tuple[int, str]] = {}  # run_id -> (tail_seq, tail_digest) as last written
         self._steps: dict[str, int] = {}              # run_id -> steps in its log
-        self._retired: dict[str, int] = {}            # schedule_id -> archived_through_ms (read once)
         self._settled: dict[str, Any] = {}            # run_id -> the settlement record its log holds
         # run_id -> (its execution record, the settlement reserved when this
         # process claimed it): nobody else can reserve while we hold the claim.
@@ -125,13 +125,11 @@ class LedgerRuns:
                               flow_version: int, input: Any, started_at_ms: int) -> StartOutcome:
         assert schedule_id is not None and occurrence_ms is not None, "runs belong to schedules"
         assert parse_run_id(run_id) == (schedule_id, occurrence_ms), run_id
-        through = self._retired.get(schedule_id)
-        if through is None:
-            cursor = await self.schedules.cursor(schedule_id)
-            through = self._retired[schedule_id] = (-1 if cursor.archived_through_ms is None
-                                                    else cursor.archived_through_ms)
-        if occurrence_ms <= through:
-            return StartOutcome(None, True)  # retired: archived and deleted, or pinned
+        # Read every time, never cached: retention (here or in another
+        # process) may have retired the occurrence since.
+        cursor = await self.schedules.cursor(schedule_id)
+        if cursor.archived_through_ms is not None and occurrence_ms <= cursor.archived_through_ms:
+            return StartOutcome(None, True)  # retired: archived and deleted, or held by a pin
         run_input = {"scheduleId": schedule_id, "occurrenceMs": occurrence_ms, "flowVersion": flow_version,
                      "input": input}
         try:
@@ -162,14 +160,18 @@ class LedgerRuns:
     # -- ownership -----------------------------------------------------------
 
     async def _own(self, run_id: str, submission_id: str, run_input: Any, *, input_applied: bool,
-                   fresh: bool) -> None:
+                   fresh: bool) -> bool:
         """Claim the run (waiting out another owner's lease), take over its
-        log at the claim's epoch and apply the input once."""
+        log at the claim's epoch and apply the input once. False when the run
+        got settled meanwhile (by the owner we were waiting for)."""
         ledger = self.ledger
         while True:
             claim = await ledger.claim(run_id, self.owner_id, self.lease_ms, self.now_ms())
             if claim is not None:
                 break
+            current = await ledger.get(submission_id)
+            if current is not None and current.outcome is not None:
+                return False
             await self.sleep_ms(CLAIM_RETRY_MS)
         assert claim.submission_id == submission_id, (claim, submission_id)
         self.probe.emit("run.claimed", run=run_id, owner=self.owner_id, epoch=claim.epoch)
@@ -189,8 +191,12 @@ class LedgerRuns:
             input_applied = False
         if not input_applied:
             await ledger.mark_input_applied(claim)
+        return True
 
     async def _ensure_owned(self, run_id: str) -> None:
+        """Own the run if it is unsettled; finish a settlement its log
+        already holds (crash between append and finalize) instead of
+        resuming it — nothing is ever recorded after a run's settlement."""
         if run_id in self._claims:
             return
         record = await self._ledger_record(run_id)
@@ -205,9 +211,28 @@ class LedgerRuns:
             await self.ledger.mark_ready(record.submission_id)
             schedule_id, occurrence_ms = parse_run_id(run_id)
             await self.schedules.advance(schedule_id, occurrence_ms)
+        if await self._settle_from_log(run_id, record):
+            return
         self._owned[run_id] = (self._execution(run_id, record), record.reserved_record)
-        await self._own(run_id, record.submission_id, record.input, input_applied=record.input_applied,
-                        fresh=False)
+        if not await self._own(run_id, record.submission_id, record.input, input_applied=record.input_applied,
+                               fresh=False):
+            self._owned.pop(run_id, None)
+
+    async def _settle_from_log(self, run_id: str, record: Any) -> bool:
+        """Finalize a settlement the run's log holds already; True if it did."""
+        if record.reserved_record is None:
+            return False  # nothing reserved: nothing can be in the log yet
+        try:
+            batch = await self.log.lookup_batch(run_id, settle_batch_id(record.submission_id))
+        except NotMaterialized:
+            return False
+        if batch is None:
+            return False
+        settlement = await self.ledger.finalize_settlement(record.submission_id, self.now_ms())
+        self.failpoints.hit(FINALIZED_BEFORE_REPLY)
+        self.probe.emit("run.settled", run=run_id, outcome=settlement.outcome, digest=settlement.record_digest,
+                        epoch=record.epoch)
+        return True
 
     async def _ledger_record(self, run_id: str) -> Any:
         schedule_id, _ = parse_run_id(run_id)
@@ -243,7 +268,10 @@ class LedgerRuns:
                      for p in (r.envelope.payload for r in records if r.envelope.family == STEP_FAMILY))
 
     async def load_steps(self, run_id: str) -> tuple[StepRecord, ...]:
-        await self._ensure_owned(run_id)
+        try:
+            await self._ensure_owned(run_id)
+        except UnknownExecution:
+            return ()
         records = await self._read_all(run_id)
         for record in records:
             if record.envelope.family == SETTLED_FAMILY:
@@ -261,6 +289,8 @@ class LedgerRuns:
 
     async def append_steps(self, run_id: str, first_seq: int, steps: tuple) -> tuple[StepRecord, ...]:
         await self._ensure_owned(run_id)
+        if run_id not in self._claims:
+            raise ExecutionNotRunning(run_id, COMPLETED)  # settled (or being settled by its owner)
         payloads = self._step_payloads(run_id, first_seq, steps)
         await self._append(run_id, step_batch_id(run_id, first_seq), payloads)
         self._steps[run_id] = first_seq - 1 + len(steps)
@@ -275,7 +305,7 @@ class LedgerRuns:
         # last): the claim lapses and the run holds its schedule's slot.
         self._forget(run_id)
         record = await self.load_execution(run_id)
-        assert record is not None
+        assert record is not None and record.status == PARKED, record
         return record
 
     # -- finish --------------------------------------------------------------
@@ -332,21 +362,28 @@ class LedgerRuns:
     async def load_execution(self, run_id: str) -> ExecutionRecord | None:
         schedule_id, _ = parse_run_id(run_id)
         record = await self.ledger.get_by_idempotency_key(run_id, schedule_id, run_id)
-        return None if record is None else self._execution(run_id, record)
+        if record is None:
+            return None
+        if record.outcome is not None:
+            return self._execution(run_id, record)
+        return self._execution(run_id, record, await self._live_status(run_id))
+
+    async def _live_status(self, run_id: str) -> str:
+        try:
+            steps = self._step_records(run_id, await self._read_all(run_id))
+        except NotMaterialized:
+            return RUNNING
+        return PARKED if steps and steps[-1].kind == EFFECT_INDOUBT else RUNNING
 
     async def live_executions(self, schedule_id: str) -> tuple[ExecutionRecord, ...]:
         live = []
         for record in await self.ledger.scan_nonterminal():
             if record.principal_id != schedule_id:
                 continue
-            status = RUNNING
-            try:
-                steps = self._step_records(record.conversation_id, await self._read_all(record.conversation_id))
-            except NotMaterialized:
-                steps = ()
-            if steps and steps[-1].kind == EFFECT_INDOUBT:
-                status = PARKED
-            live.append(self._execution(record.conversation_id, record, status))
+            if await self._settle_from_log(record.conversation_id, record):
+                continue  # the recovery finished its settlement: not live
+            live.append(self._execution(record.conversation_id, record,
+                                        await self._live_status(record.conversation_id)))
         return tuple(live)
 
     async def schedule_high_water_ms(self, schedule_id: str) -> int | None:
@@ -357,7 +394,3 @@ class LedgerRuns:
                 high = record.occurrence_ms
         return high
 
-    def note_retired(self, schedule_id: str, through_ms: int) -> None:
-        """Retention (in this process) moved the archive watermark."""
-        if through_ms > self._retired.get(schedule_id, -1):
-            self._retired[schedule_id] = through_ms

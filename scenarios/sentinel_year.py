@@ -27,8 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from faults.chaos import kill_nodes
-from faults.describe import DURABLE_STATE_DESCRIBERS, KERNEL_DESCRIBERS, LEDGER_DESCRIBERS, LOG_DESCRIBERS, \
-    SCHEDULE_DESCRIBERS
+from faults.describe import DURABLE_STATE_DESCRIBERS, LEDGER_DESCRIBERS, LOG_DESCRIBERS, SCHEDULE_DESCRIBERS
 from faults.kinds import ACK_LOST, CRASH_BEFORE_CALL, DUPLICATE_WAKE, FAILPOINT_CRASH
 from faults.plan import FaultPlan
 from faults.ports import BoundPort, PortStats, SimFailpoints
@@ -61,6 +60,7 @@ from scenarios.invariants import (
     ContractSafety,
     ExactlyOnceSettlement,
     ExactlyOnceWake,
+    FindingsProjection,
     Liveness,
     PinsSurvive,
     ReplayDeterminism,
@@ -76,11 +76,15 @@ WAKE_EVERY_MS = 5 * MS_PER_MINUTE
 HEAL_MS_MAX = MS_PER_DAY
 SETTLE_MS = MS_PER_HOUR
 RESTART_DELAY_MS = (1 * MS_PER_SECOND, 60 * MS_PER_SECOND)
+# One kill in OUTAGE_ONE_IN is an outage: the worker stays down long enough
+# to miss wakes, so catch-up ("run the latest, record the skipped") happens.
+OUTAGE_ONE_IN = 6
+OUTAGE_MS = (10 * MS_PER_MINUTE, 45 * MS_PER_MINUTE)
 NODE_KILL_EVERY_MS = (6 * MS_PER_HOUR, 6 * MS_PER_DAY)
 DUPLICATE_WAKE_EVERY_MS = (2 * MS_PER_HOUR, 3 * MS_PER_DAY)
 OPERATOR_EDITS_PER_YEAR = 12
 LEASE_MS = 30 * MS_PER_SECOND
-PROJECT_EVERY_MS = MS_PER_MINUTE
+PROJECT_EVERY_MS = MS_PER_HOUR  # projection lag is bounded by this; retention waits for it
 RETENTION = RetentionPolicy(run_ttl_ms=MS_PER_DAY, blob_ttl_ms=2 * MS_PER_DAY, finding_ttl_ms=7 * MS_PER_DAY)
 BROKEN_WINDOW_MS = (MS_PER_HOUR, 6 * MS_PER_HOUR)
 
@@ -112,7 +116,6 @@ class _ReplayGuardStore:
         raise ReplayTouchedStore(f"replay called clear({key!r})")
 
 
-RUNS_DESCRIBERS = {name: fn for name, fn in KERNEL_DESCRIBERS.items() if name != "purge_finished"}
 CONTENT_DESCRIBERS = {
     "put": lambda args, kwargs, ref: {"size": len(args[0]), "ref": ref},
     "get": lambda args, kwargs, data: {"ref": args[0]},
@@ -187,7 +190,11 @@ class SentinelYear:
         # before contract-safety's more general one about the same event.
         world.check(self.deploy_checker, CasLinear(), self.adopt_checker, self.wake_checker, self.replay_checker,
                     self.contract_checker, self.claim_checker, self.pins_checker, self.bounded_checker,
-                    self.settlement_checker, Liveness())
+                    self.settlement_checker,
+                    FindingsProjection(lambda: run_sync(self.findings.live_findings()),
+                                       lambda sid: run_sync(self.findings.checkpoint(sid)),
+                                       finding_ttl_ms=RETENTION.finding_ttl_ms),
+                    Liveness())
         self.runs_failed = 0
         self.system_counts: dict[str, int] = {}
         world.trace.subscribe(("ledger.finalize_settlement",), self._on_settled)
@@ -202,7 +209,7 @@ class SentinelYear:
         # Phase: run with faults (each stops at heal_at_ms).
         world.spawn_harness("chaos:node-kill", kill_nodes(
             world, self.chaos, every_ms=NODE_KILL_EVERY_MS, pick=lambda: "worker-1",
-            restart_after_ms=self._restart_delay_ms, until_ms=self.heal_at_ms))
+            restart_after_ms=self._restart_after_kill_ms, until_ms=self.heal_at_ms))
         world.spawn_harness("chaos:duplicate-wake", self._duplicate_wakes())
         self._plan_operator_edits()
         self._plan_deploys()
@@ -239,6 +246,11 @@ class SentinelYear:
     def _restart_delay_ms(self) -> int:
         return self.chaos.between(*RESTART_DELAY_MS)
 
+    def _restart_after_kill_ms(self) -> int:
+        if self.chaos.below(OUTAGE_ONE_IN) == 0:
+            return self.chaos.between(*OUTAGE_MS)
+        return self._restart_delay_ms()
+
     def _port(self, node: Node, name: str, target: Any, describers: dict, *, faults: bool = True) -> BoundPort:
         return BoundPort(self.world, node, name, target, self.plan if faults else None, describers,
                          self.port_stats, self._restart_delay_ms)
@@ -258,9 +270,6 @@ class SentinelYear:
         findings = self._port(node, "findings", self.findings, FINDINGS_DESCRIBERS)
         runs = LedgerRuns(ledger, log, schedules, node.label, lease_ms=LEASE_MS, now_ms=runtime.now_ms,
                           sleep_ms=runtime.sleep_ms, failpoints=failpoints, probe=probe)
-        # The kernel sees the runs through a traced (fault-free) port: the
-        # faults fire in the ledger, log and cursor calls underneath.
-        kernel_port = self._port(node, "kernel", runs, RUNS_DESCRIBERS, faults=False)
         claim_check = ClaimCheck(content, pins, now_ms=runtime.now_ms, digests={app.STATS_TOOL: app.stats_digest})
         self.claim_checks.append(claim_check)
         input_schemas = {build.version: app.validate_input} if self.validate_inputs else None
@@ -270,7 +279,9 @@ class SentinelYear:
             flow = app.make_flow(state, build.version, self._effects)
             transforms = {(v, build.version): t for v in (1, 2, 3)
                           if v != build.version and (t := app.load_transform(chain, v, build.version)) is not None}
-            kernel = Kernel(runtime, kernel_port, probe=probe, failpoints=failpoints, middleware=(claim_check,),
+            # The kernel's execution store is the runs layer itself: its
+            # faults and trace live in the ledger, log and cursor calls under it.
+            kernel = Kernel(runtime, runs, probe=probe, failpoints=failpoints, middleware=(claim_check,),
                             transforms=transforms, input_schemas=input_schemas)
             driver = ScheduleDriver(schedule, kernel, runtime, flow_for=lambda version, f=flow: f,
                                     deployed_version=lambda v=build.version: v, input_for=app.run_input,
@@ -280,7 +291,7 @@ class SentinelYear:
         retention = Retention(ledger=ledger, log=log, schedules=schedules, findings=findings, pins=pins,
                               content=content, policy=RETENTION, probe=probe)
         runtime.spawn_on(node, "projector", self._project_forever(ledger, findings, pins))
-        runtime.spawn_on(node, "retention", self._retention(retention, runs))
+        runtime.spawn_on(node, "retention", self._retention(retention))
 
     @staticmethod
     def _chain_build(build: app.Build) -> app.Build:
@@ -338,16 +349,12 @@ class SentinelYear:
                     occurrence_ms += schedule.every_ms
             await runtime.sleep_ms(PROJECT_EVERY_MS)
 
-    async def _retention(self, retention: Retention, runs: LedgerRuns) -> None:
+    async def _retention(self, retention: Retention) -> None:
         runtime = self.world.runtime
         while True:
             next_midnight_ms = (runtime.now_ms() // MS_PER_DAY + 1) * MS_PER_DAY
             await runtime.sleep_until_ms(next_midnight_ms)
             await retention.run_pass([s for _, s in sorted(self.schedules.items())], runtime.now_ms())
-            for schedule_id in self.schedules:
-                cursor = await retention.schedules.cursor(schedule_id)
-                if cursor.archived_through_ms is not None:
-                    runs.note_retired(schedule_id, cursor.archived_through_ms)
 
     # -- what the oracles may read directly (never through a node) ----------
 

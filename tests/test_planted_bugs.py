@@ -139,3 +139,17 @@ def test_the_audit_replays_what_the_store_retains(monkeypatch):
     monkeypatch.setattr(SentinelYear, "retained_runs", tampered)
     result = run_sentinel(0, "2d")
     assert_caught(result, "replay-determinism")
+
+
+def test_projection_that_drops_findings_is_caught(monkeypatch):
+    """The projection loses findings (applies a run but skips its findings):
+    rebuilt from the canonical runs, the read model does not match."""
+    from model.findings import InMemoryFindingsProjection
+
+    real_apply = InMemoryFindingsProjection.apply_run
+
+    async def lossy_apply(self, schedule_id, occurrence_ms, run_id, findings, *, settled_at_ms):
+        return await real_apply(self, schedule_id, occurrence_ms, run_id, findings[1:], settled_at_ms=settled_at_ms)
+
+    monkeypatch.setattr(InMemoryFindingsProjection, "apply_run", lossy_apply)
+    assert_caught(first_caught("3d"), "findings-projection")

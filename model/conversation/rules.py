@@ -65,6 +65,9 @@ from .records import (
 
 #: Decode caps for one stored envelope (persistence §10: cap before decode).
 ENVELOPE_DECODE_CAPS = dict(max_bytes=BATCH_BYTES_MAX, max_depth=64, max_string_length=BATCH_BYTES_MAX, max_items=1_000_000)
+# prepare_append relies on this: a text within BATCH_BYTES_MAX cannot break
+# the string cap, so only depth and (for long texts) items need checking.
+assert ENVELOPE_DECODE_CAPS["max_string_length"] >= BATCH_BYTES_MAX
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -202,12 +205,16 @@ def prepare_append(request: object) -> PreparedBatch:
         total_bytes += len(text.encode("utf-8"))
         if total_bytes > BATCH_BYTES_MAX:
             raise ValueError(f"batch exceeds {BATCH_BYTES_MAX} bytes of canonical JSON")
-        try:
-            # Store only what reads can decode; and the decoded value is the
-            # one we keep (a private copy: tuples become lists, as stored).
-            value = decode(text, **ENVELOPE_DECODE_CAPS)
-        except CanonicalDecodeError as exc:
-            raise ValueError(f"records[{index}] exceeds the decode caps: {exc}") from None
+        # Store only what reads can decode. The text is our own canonical
+        # encoding within BATCH_BYTES_MAX, so only the nesting depth and the
+        # item count can break a cap: fewer brackets than the depth cap, and
+        # fewer characters than the item cap, prove both without decoding.
+        if (text.count("[") + text.count("{") > ENVELOPE_DECODE_CAPS["max_depth"]
+                or len(text) > ENVELOPE_DECODE_CAPS["max_items"]):
+            try:
+                decode(text, **ENVELOPE_DECODE_CAPS)
+            except CanonicalDecodeError as exc:
+                raise ValueError(f"records[{index}] exceeds the decode caps: {exc}") from None
         values.append(value)
         texts.append(text)
     # digest({"batchId", "conversationId", "epoch", "producerId", "records"}),

@@ -9,6 +9,7 @@ from scenarios.invariants.exactly_once_settlement import ExactlyOnceSettlement
 from scenarios.invariants.exactly_once_wake import ExactlyOnceWake
 from scenarios.invariants.fail_closed_pagination import FailClosedPagination
 from scenarios.invariants.fencing import Fencing
+from scenarios.invariants.findings_projection import FindingsProjection
 from scenarios.invariants.liveness import Liveness
 from scenarios.invariants.log_chain import LogChain
 from scenarios.invariants.pins_survive import PinsSurvive
@@ -16,4 +17,4 @@ from scenarios.invariants.queue_order import QueueOrder
 from scenarios.invariants.replay_determinism import ReplayDeterminism
 
 __all__ = ["AdoptOwnWrite", "BoundedRun", "BrokenDeploys", "CasLinear", "ClaimCheckInvariant", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
-           "FailClosedPagination", "Fencing", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReplayDeterminism"]
+           "FailClosedPagination", "Fencing", "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReplayDeterminism"]

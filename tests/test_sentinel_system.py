@@ -1,0 +1,324 @@
+"""sentinel-year on the whole system: planted bugs for the system invariants
+(claim-check, pins-survive, bounded-run, exactly-once-settlement,
+broken-deploy), D7 input schemas, and proof that claim-check, findings, pins,
+retention and K11.5 are really exercised by an unmutated run.
+
+House pattern (tests/test_planted_bugs.py): monkeypatch a realistic one-line
+bug into the model, scan a few seeds until one fails, and assert the first
+violation names exactly the invariant that should catch it. A planted bug
+stops the run at its first violation, so those runs are cheap; the unmutated
+7-day runs are shared through a module-scoped cache.
+"""
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+
+import scenarios.sentinel_app as sentinel_app
+from model.claimcheck import ClaimCheck
+from model.durable_state.contracts import StateContractMismatchError
+from model.pins import InMemoryPinIndex
+from model.runs import LedgerRuns
+from scenarios import registry
+from sim.clock import parse_duration_ms
+from sim.runner import run
+from sim.scenario import ScenarioOptions
+
+# Seeds scanned by the planted-bug tests. At the time of writing each mutant
+# is caught on seed 0 already (pins-survive, the slowest, by day ~3); the
+# scan keeps the tests honest if the workload's draws shift.
+SEEDS = range(4)
+# Unmutated 7-day runs shared by the positive checks (seeds 0-2 all pass).
+BASELINE_SEEDS = (0, 1, 2)
+
+
+def run_sentinel(seed: int, duration: str = "7d", **params: int):
+    scenario = registry.get("sentinel-year")
+    return run(scenario, ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), params=params))
+
+
+def first_caught(duration: str = "7d", seeds=SEEDS, **params: int):
+    """Run seeds until one fails; return its result (or the last result)."""
+    result = None
+    for seed in seeds:
+        result = run_sentinel(seed, duration, **params)
+        if not result.passed:
+            return result
+    return result
+
+
+def assert_caught(result, invariant: str) -> None:
+    assert result is not None and not result.passed, "the planted bug went unnoticed"
+    assert result.violations[0].invariant == invariant, result.violations
+
+
+@functools.lru_cache(maxsize=None)
+def baseline(seed: int):
+    """An unmutated 7-day run (cached: several tests read its stats).
+
+    Only ever called outside a monkeypatch, so the cache holds clean runs."""
+    return run_sentinel(seed, "7d")
+
+
+# -- 1. claim-check ----------------------------------------------------------
+
+
+def test_middleware_that_stops_claim_checking_is_caught(monkeypatch):
+    """The middleware passes every output through: the explain plan (always
+    over 16 KiB) and the occasional large stats payload land inline in the log."""
+    async def pass_through(self, tool, step_id, output):
+        return output
+
+    monkeypatch.setattr(ClaimCheck, "on_output", pass_through)
+    result = first_caught()
+    assert_caught(result, "claim-check")
+    assert "inline output over the" in result.violations[0].message
+
+
+def test_middleware_recording_a_wrong_size_is_caught(monkeypatch):
+    """Off by one: the reference records size + 1 (e.g. counting a trailing newline)."""
+    real_on_output = ClaimCheck.on_output
+
+    async def off_by_one(self, tool, step_id, output):
+        recorded = await real_on_output(self, tool, step_id, output)
+        if type(recorded) is dict and "ref" in recorded and "size" in recorded:
+            recorded = {**recorded, "size": recorded["size"] + 1}
+        return recorded
+
+    monkeypatch.setattr(ClaimCheck, "on_output", off_by_one)
+    result = first_caught()
+    assert_caught(result, "claim-check")
+    assert "size mismatch" in result.violations[0].message
+
+
+def test_middleware_recording_a_wrong_digest_is_caught(monkeypatch):
+    """The declared digest is computed from a stale reading (off by one)."""
+    real_on_output = ClaimCheck.on_output
+
+    async def stale_digest(self, tool, step_id, output):
+        recorded = await real_on_output(self, tool, step_id, output)
+        if type(recorded) is dict and "digest" in recorded:
+            recorded = {**recorded, "digest": {**recorded["digest"], "reading": recorded["digest"]["reading"] + 1}}
+        return recorded
+
+    monkeypatch.setattr(ClaimCheck, "on_output", stale_digest)
+    result = first_caught()
+    assert_caught(result, "claim-check")
+    assert "digest mismatch" in result.violations[0].message
+
+
+# -- 2. pins-survive -----------------------------------------------------------
+
+
+def test_reclamation_that_ignores_pins_is_caught(monkeypatch):
+    """The pin index forgets to filter by holders: pinned evidence of a live
+    finding (findings live 7 days, blobs 2) is reclaimed by daily retention."""
+    async def expired_ignoring_pins(self, stored_before_ms, limit):
+        candidates = sorted((r.stored_at_ms, ref) for ref, r in self._blobs.items()
+                            if r.stored_at_ms < stored_before_ms)
+        return tuple(ref for _, ref in candidates[:limit])
+
+    async def never_pinned(self, ref):
+        return False
+
+    monkeypatch.setattr(InMemoryPinIndex, "expired_unpinned", expired_ignoring_pins)
+    monkeypatch.setattr(InMemoryPinIndex, "is_pinned", never_pinned)
+    result = first_caught("7d")
+    assert_caught(result, "pins-survive")
+    assert "which retention reclaimed" in result.violations[0].message
+
+
+# -- 3. bounded-run ------------------------------------------------------------
+
+
+def test_flow_carrying_history_into_its_run_log_is_caught(monkeypatch):
+    """The flow replays its history into each run: one extra application
+    event per 100 past wakes, so month twelve's run log is longer than month
+    one's. With a normal run at 8 records, the bound of 16 breaks near wake 900."""
+    real_make_flow = sentinel_app.make_flow
+
+    class HistoryCarryingState:
+        def __init__(self, state):
+            self._state = state
+
+        async def load(self, ctx):
+            loaded = await self._state.load(ctx)
+            wakes = 0 if loaded is None else loaded["payload"]["wakes"]
+            for i in range(wakes // 100):
+                await ctx.emit("history", {"block": i})
+            return loaded
+
+        async def save(self, ctx, payload, expected_revision):
+            return await self._state.save(ctx, payload, expected_revision)
+
+    def make_flow(state, version, effects):
+        return real_make_flow(HistoryCarryingState(state), version, effects)
+
+    monkeypatch.setattr(sentinel_app, "make_flow", make_flow)
+    result = first_caught("7d")
+    assert_caught(result, "bounded-run")
+    assert "bound 16" in result.violations[0].message
+
+
+# -- 4. exactly-once-settlement --------------------------------------------------
+
+
+def test_finalize_before_the_settlement_record_is_in_the_log_is_caught(monkeypatch):
+    """Settlement reordered: finalize in the ledger, then append the record."""
+    real_append = LedgerRuns._append
+
+    async def finalize_first(self, run_id, batch_id, records):
+        if batch_id.startswith("settle:"):
+            await self.ledger.finalize_settlement(self._claims[run_id].submission_id, self.now_ms())
+        return await real_append(self, run_id, batch_id, records)
+
+    monkeypatch.setattr(LedgerRuns, "_append", finalize_first)
+    result = first_caught()
+    assert_caught(result, "exactly-once-settlement")
+    assert "finalized before its settlement record" in result.violations[0].message
+
+
+# -- 5. broken-deploy ------------------------------------------------------------
+
+
+def test_app_swallowing_a_contract_mismatch_is_caught(monkeypatch):
+    """The app treats state it cannot read as no state: it discards it and
+    starts fresh, so a run commits a save under the broken build."""
+    real_make_flow = sentinel_app.make_flow
+
+    class ForgivingState:
+        def __init__(self, state):
+            self._state = state
+
+        async def load(self, ctx):
+            try:
+                return await self._state.load(ctx)
+            except StateContractMismatchError:
+                await self._state.clear(ctx)  # "unreadable: start over"
+                return None
+
+        async def save(self, ctx, payload, expected_revision):
+            return await self._state.save(ctx, payload, expected_revision)
+
+    def make_flow(state, version, effects):
+        return real_make_flow(ForgivingState(state), version, effects)
+
+    monkeypatch.setattr(sentinel_app, "make_flow", make_flow)
+    result = first_caught()
+    assert_caught(result, "broken-deploy")
+    assert "committed a save under broken build" in result.violations[0].message
+
+
+@pytest.mark.parametrize("seed", BASELINE_SEEDS)
+def test_unmutated_run_catches_its_broken_deploy_and_migrates_on_resume(seed):
+    result = baseline(seed)
+    assert result.passed, result.violations
+    stats = result.stats
+    assert stats["broken_deploys"] == stats["broken_deploys_caught"] == 1, stats
+    # K11.5: a run in flight across a deploy resumes on the new code through a
+    # transform; a build without the migration fails it explicitly instead.
+    assert stats["runs_migrated_on_resume"] >= 1, stats
+    assert stats["runs_failed_migration_missing"] >= 1, stats
+    assert stats["deploys"] >= 3 and stats["migrations_applied"] >= 1, stats
+
+
+# -- 6. D7 input schemas ---------------------------------------------------------
+
+
+def test_unwired_input_validation_leaves_the_history_byte_identical():
+    """With valid inputs, validating them at start writes and emits nothing:
+    the trace with validate_inputs=1 is the trace with validate_inputs=0."""
+    wired = run_sentinel(5, "2d", validate_inputs=1)
+    unwired = run_sentinel(5, "2d", validate_inputs=0)
+    assert wired.passed and unwired.passed, (wired.violations, unwired.violations)
+    assert wired.stats["runs_rejected_input"] == 0
+    assert wired.trace_digest == unwired.trace_digest
+    assert wired.stats == unwired.stats
+
+
+class _SettlementTap:
+    """A trace stream keeping only the settlement reservations (a 2-day trace is large)."""
+
+    def __init__(self) -> None:
+        self.reserved: list[dict] = []
+
+    def write(self, text: str) -> None:
+        if '"kind":"ledger.reserve_settlement"' in text:
+            event = json.loads(text)
+            if "error" not in event["fields"]:
+                self.reserved.append(event["fields"])
+
+
+def _malformed(occurrence_ms: int) -> bool:
+    return occurrence_ms // 300_000 % 20 == 7
+
+
+def test_malformed_inputs_are_rejected_and_settle_as_failed(monkeypatch):
+    """One occurrence in 20 gets an input without ``windowMs``: D7 rejects it
+    at start, the run settles failed with InputValidationError, and every
+    invariant still holds (exactly-once wake and settlement, liveness, replay)."""
+    real_run_input = sentinel_app.run_input
+
+    def sometimes_malformed(schedule_id, occurrence_ms):
+        value = real_run_input(schedule_id, occurrence_ms)
+        if _malformed(occurrence_ms):
+            value = {k: v for k, v in value.items() if k != "windowMs"}
+        return value
+
+    monkeypatch.setattr(sentinel_app, "run_input", sometimes_malformed)
+    tap = _SettlementTap()
+    scenario = registry.get("sentinel-year")
+    result = run(scenario, ScenarioOptions(seed=5, duration_ms=parse_duration_ms("2d"),
+                                           params={"validate_inputs": 1}), trace_stream=tap)
+    assert result.passed, result.violations
+    stats = result.stats
+    malformed = {o for o in range(0, parse_duration_ms("2d"), 300_000) if _malformed(o)}
+    assert stats["runs_rejected_input"] >= len(malformed) > 0, stats
+    assert stats["runs_failed"] >= len(malformed), stats
+    # Exactly the malformed occurrences settle as InputValidationError, and
+    # none of them completes.
+    outcomes: dict[int, set[str]] = {}
+    for fields in tap.reserved:
+        occurrence_ms = int(fields["submission"].rsplit("@", 1)[1].rsplit("-", 1)[0])
+        record = fields["record"]
+        tag = "completed" if record["outcome"] == "completed" else record["diagnostic"]["errorTag"]
+        outcomes.setdefault(occurrence_ms, set()).add(tag)
+    rejected = {o for o, tags in outcomes.items() if "InputValidationError" in tags}
+    assert rejected == malformed
+    assert all(outcomes[o] == {"InputValidationError"} for o in malformed), {o: outcomes[o] for o in malformed}
+
+    # Unwired, the same inputs are not checked: nothing is rejected.
+    unwired = run_sentinel(5, "2d", validate_inputs=0)
+    assert unwired.passed, unwired.violations
+    assert unwired.stats["runs_rejected_input"] == 0
+
+
+# -- 7. the subsystems are really exercised -------------------------------------
+
+
+@pytest.mark.parametrize("seed", BASELINE_SEEDS)
+def test_claim_check_findings_pins_and_retention_are_exercised(seed):
+    result = baseline(seed)
+    assert result.passed, result.violations
+    stats = result.stats
+    assert stats["claim_checked_payloads"] > 0, stats
+    assert stats["findings"] > 0, stats
+    assert stats["pinned_blobs"] > 0, stats
+    assert stats["blobs_reclaimed"] > 0, stats
+    assert stats["runs_archived"] > 0, stats
+    assert stats["longest_run_log"] <= 16, stats
+
+
+# -- 8. memory and sqlite agree --------------------------------------------------
+
+
+def test_memory_and_sqlite_give_the_same_trace_digest():
+    memory = run_sentinel(5, "2d")
+    scenario = registry.get("sentinel-year")
+    sqlite = run(scenario, ScenarioOptions(seed=5, duration_ms=parse_duration_ms("2d"), store="sqlite"))
+    assert memory.passed and sqlite.passed, (memory.violations, sqlite.violations)
+    assert sqlite.store == "sqlite"
+    assert memory.trace_digest == sqlite.trace_digest
+    assert memory.stats == sqlite.stats
