@@ -11,5 +11,7 @@ SHORT_PAGE = "short-page"                # a read answer missing its last record
 SEQUENCE_GAP = "sequence-gap"            # a read answer missing a record in the middle
 
 PORT_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST)
+# Fired by the scenario's clock, not at a hit of a site: a script replays them at their time.
+TIMED_FAULT_KINDS = (NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE)
 ALL_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE,
                    SHORT_PAGE, SEQUENCE_GAP)

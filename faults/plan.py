@@ -11,13 +11,18 @@ After ``heal_at_ms`` nothing fires: the run then shows it recovers.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
-from faults.kinds import ACK_LOST, ALL_FAULT_KINDS, CRASH_BEFORE_CALL, FAILPOINT_CRASH
+from faults.kinds import ALL_FAULT_KINDS, TIMED_FAULT_KINDS
 from sim.rng import Stream
+from sim.world import FaultEvent
 
 
 class FaultPlan:
+    """Probabilistic faults: the default, what a seed explores."""
+
+    scripted = False
+
     def __init__(self, stream: Stream, clock: Callable[[], int], *,
                  rates: Mapping[str, float], heal_at_ms: int,
                  site_filter: Callable[[str], bool] | None = None) -> None:
@@ -70,3 +75,79 @@ class FaultPlan:
 
     def hits(self) -> dict[str, int]:
         return dict(sorted(self._hits.items()))
+
+    def restart_delay_ms(self, site: str, hit: int, fallback: Callable[[], int]) -> int:
+        """How long a process crashed by this fault stays down: drawn now."""
+        return fallback()
+
+
+class ScriptedPlan:
+    """Faults from a script alone (probabilistic faults off).
+
+    Each point fault (a port call, a failpoint, a read answer) fires at its
+    site's recorded hit index, so replaying a run's realized script replays
+    the run: every other decision of the run is a pure function of the seed
+    and the order of events, which the same faults reproduce. A hand-written
+    entry without a hit fires at the first hit of its site at or after its
+    time. Timed faults (kills, pauses, duplicate alarms) are not drawn here:
+    the scenario schedules them at their times (``timed``).
+    """
+
+    scripted = True
+
+    def __init__(self, events: Iterable[FaultEvent]) -> None:
+        self.events = tuple(events)
+        self._at_hit: dict[tuple[str, int], FaultEvent] = {}
+        self._by_time: dict[str, list[FaultEvent]] = {}
+        for event in self.events:
+            if event.kind in TIMED_FAULT_KINDS:
+                continue
+            if event.hit is None:
+                self._by_time.setdefault(event.site, []).append(event)
+            else:
+                self._at_hit[(event.site, event.hit)] = event
+        for pending in self._by_time.values():
+            pending.sort(key=lambda e: e.time_ms)
+        self._hits: dict[str, int] = {}
+        self._fired: dict[tuple[str, int], FaultEvent] = {}
+        self._clock: Callable[[], int] = lambda: 0
+
+    def bind_clock(self, clock: Callable[[], int]) -> None:
+        self._clock = clock
+
+    def draw(self, site: str, kinds: tuple[str, ...]) -> tuple[int, str | None]:
+        n = self._hits.get(site, 0) + 1
+        self._hits[site] = n
+        event = self._at_hit.get((site, n))
+        if event is None:
+            pending = self._by_time.get(site)
+            if pending and pending[0].time_ms <= self._clock() and pending[0].kind in kinds:
+                event = pending.pop(0)
+        if event is None or event.kind not in kinds:
+            return n, None
+        self._fired[(site, n)] = event
+        return n, event.kind
+
+    def hits(self) -> dict[str, int]:
+        return dict(sorted(self._hits.items()))
+
+    def restart_delay_ms(self, site: str, hit: int, fallback: Callable[[], int]) -> int:
+        event = self._fired.get((site, hit))
+        if event is not None and event.restart_after_ms is not None:
+            return event.restart_after_ms
+        return fallback()
+
+    def timed(self, kind: str) -> tuple[FaultEvent, ...]:
+        """The script's timed faults of ``kind``, in time order."""
+        return tuple(sorted((e for e in self.events if e.kind == kind), key=lambda e: e.time_ms))
+
+
+def make_plan(world, opts, *, rates: Mapping[str, float], heal_at_ms: int,
+              site_filter: Callable[[str], bool] | None = None) -> "FaultPlan | ScriptedPlan":
+    """The run's plan: the script of ``--faults`` if given, else probabilistic."""
+    if opts.fault_script is not None:
+        plan = ScriptedPlan(opts.fault_script)
+        plan.bind_clock(world.runtime.now_ms)
+        return plan
+    return FaultPlan(world.streams["faults"], world.runtime.now_ms, rates=rates, heal_at_ms=heal_at_ms,
+                     site_filter=site_filter)

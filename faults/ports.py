@@ -63,8 +63,9 @@ class BoundPort:
             if plan is not None:
                 hit, fault = plan.draw(site, PORT_FAULT_KINDS)
                 if fault == CRASH_BEFORE_CALL:
-                    world.record_fault(node, site, CRASH_BEFORE_CALL, hit)
-                    world.crash(node, restart_after_ms=restart_after())
+                    delay_ms = plan.restart_delay_ms(site, hit, restart_after)
+                    world.record_fault(node, site, CRASH_BEFORE_CALL, hit, restart_after_ms=delay_ms)
+                    world.crash(node, restart_after_ms=delay_ms)
             try:
                 result = await fn(*args, **kwargs)
             except Exception as error:
@@ -76,8 +77,9 @@ class BoundPort:
                 raise
             trace.emit(label, site, describe(args, kwargs, result))
             if fault == ACK_LOST:
-                world.record_fault(node, site, ACK_LOST, hit)
-                world.crash(node, restart_after_ms=restart_after())
+                delay_ms = plan.restart_delay_ms(site, hit, restart_after)
+                world.record_fault(node, site, ACK_LOST, hit, restart_after_ms=delay_ms)
+                world.crash(node, restart_after_ms=delay_ms)
             return result
 
         call.__name__ = site
@@ -101,5 +103,6 @@ class SimFailpoints:
             return
         hit, fault = plan.draw(name, _FAILPOINT_KINDS)
         if fault is not None:
-            self._world.record_fault(self._node, name, fault, hit)
-            self._world.crash(self._node, restart_after_ms=self._restart_after())
+            delay_ms = plan.restart_delay_ms(name, hit, self._restart_after)
+            self._world.record_fault(self._node, name, fault, hit, restart_after_ms=delay_ms)
+            self._world.crash(self._node, restart_after_ms=delay_ms)

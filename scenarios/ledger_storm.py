@@ -19,17 +19,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from faults.chaos import kill_nodes
+from faults.chaos import kill_nodes, node_name, replay_kills
 from faults.describe import LEDGER_DESCRIBERS, LOG_DESCRIBERS
 from faults.kinds import (
     ACK_LOST,
     CRASH_BEFORE_CALL,
     FAILPOINT_CRASH,
+    NODE_KILL,
     NODE_PAUSE,
     SEQUENCE_GAP,
     SHORT_PAGE,
 )
-from faults.plan import FaultPlan
+from faults.plan import make_plan
 from faults.ports import BoundPort, PortStats, SimFailpoints
 from faults.reads import DamagedReads
 from model.conversation.memory_store import InMemoryConversationStore
@@ -108,7 +109,7 @@ class LedgerStorm:
         self.conversations: list[str] = []  # every conversation the client ever used, in order
         self.worker_names = tuple(f"worker-{i + 1}" for i in range(opts.params.get("workers", 3)))
         self._open_stores(opts)
-        self.plan = FaultPlan(world.streams["faults"], runtime.now_ms, rates=RATES, heal_at_ms=self.heal_at_ms)
+        self.plan = make_plan(world, opts, rates=RATES, heal_at_ms=self.heal_at_ms)
         self.stats_ports = PortStats()
         self.chaos = world.streams["chaos"]
         self.workload = world.streams["workload"]
@@ -125,10 +126,16 @@ class LedgerStorm:
         for name in self.worker_names:
             world.add_node(name, self._start_worker)
         world.add_node("client", self._start_client, role="client")
-        world.spawn_harness("chaos:node-kill", kill_nodes(
-            world, self.chaos, every_ms=NODE_KILL_EVERY_MS, pick=lambda: self.chaos.choice(self.worker_names),
-            restart_after_ms=self._restart_delay_ms, until_ms=self.heal_at_ms))
-        world.spawn_harness("chaos:node-pause", self._node_pauses())
+        if self.plan.scripted:  # replay the script's timed faults at their times
+            replay_kills(world, self.plan.timed(NODE_KILL))
+            for event in self.plan.timed(NODE_PAUSE):
+                world.at(event.time_ms, lambda e=event: self._pause(node_name(e.node), e.hit or 0, e.duration_ms),
+                         label="scripted pause")
+        else:
+            world.spawn_harness("chaos:node-kill", kill_nodes(
+                world, self.chaos, every_ms=NODE_KILL_EVERY_MS, pick=lambda: self.chaos.choice(self.worker_names),
+                restart_after_ms=self._restart_delay_ms, until_ms=self.heal_at_ms))
+            world.spawn_harness("chaos:node-pause", self._node_pauses())
 
     # -- stores ----------------------------------------------------------
 
@@ -226,9 +233,13 @@ class LedgerStorm:
             node = self.world.nodes[self.chaos.choice(busy or list(self.worker_names))]
             if node.alive:
                 pauses += 1
-                self.world.record_fault(node, "process", NODE_PAUSE, pauses)
-                pause_ms = self.chaos.between(*self.chaos.choice(PAUSE_MS))
-                runtime.pause_node(node, runtime.now_ms() + pause_ms)
+                self._pause(node.name, pauses, self.chaos.between(*self.chaos.choice(PAUSE_MS)))
+
+    def _pause(self, name: str, hit: int, pause_ms: int | None) -> None:
+        node = self.world.nodes[name]
+        if node.alive and pause_ms is not None:
+            self.world.record_fault(node, "process", NODE_PAUSE, hit, duration_ms=pause_ms)
+            self.world.runtime.pause_node(node, self.world.runtime.now_ms() + pause_ms)
 
     def _track_owners(self, event: tuple) -> None:
         fields = event[4]

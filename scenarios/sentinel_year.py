@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from faults.chaos import kill_nodes
+from faults.chaos import kill_nodes, replay_kills
 from faults.describe import DURABLE_STATE_DESCRIBERS, LEDGER_DESCRIBERS, LOG_DESCRIBERS, SCHEDULE_DESCRIBERS
-from faults.kinds import ACK_LOST, CRASH_BEFORE_CALL, DUPLICATE_WAKE, FAILPOINT_CRASH
-from faults.plan import FaultPlan
+from faults.kinds import ACK_LOST, CRASH_BEFORE_CALL, DUPLICATE_WAKE, FAILPOINT_CRASH, NODE_KILL
+from faults.plan import make_plan
 from faults.ports import BoundPort, PortStats, SimFailpoints
 from model.claimcheck import ClaimCheck
 from model.conversation.content_store import InMemoryContentStore, SqliteContentStore
@@ -154,8 +154,7 @@ class SentinelYear:
         self.heal_at_ms = opts.duration_ms - min(HEAL_MS_MAX, opts.duration_ms // 10)
         self.end_ms = opts.duration_ms + SETTLE_MS
         self._open_stores(opts)
-        self.plan = FaultPlan(world.streams["faults"], runtime.now_ms, rates=DEFAULT_RATES,
-                              heal_at_ms=self.heal_at_ms)
+        self.plan = make_plan(world, opts, rates=DEFAULT_RATES, heal_at_ms=self.heal_at_ms)
         self.port_stats = PortStats()
         self.chaos = world.streams["chaos"]
         self.workload = world.streams["workload"]
@@ -206,11 +205,17 @@ class SentinelYear:
         self.operator = world.add_node("operator", lambda node: None, role="operator")
         self._operator_ds = BoundPort(world, self.operator, "ds", self.ds_store, None,
                                       DURABLE_STATE_DESCRIBERS, PortStats(), lambda: 0)
-        # Phase: run with faults (each stops at heal_at_ms).
-        world.spawn_harness("chaos:node-kill", kill_nodes(
-            world, self.chaos, every_ms=NODE_KILL_EVERY_MS, pick=lambda: "worker-1",
-            restart_after_ms=self._restart_after_kill_ms, until_ms=self.heal_at_ms))
-        world.spawn_harness("chaos:duplicate-wake", self._duplicate_wakes())
+        # Phase: run with faults (each stops at heal_at_ms), or replay a script.
+        if self.plan.scripted:
+            replay_kills(world, self.plan.timed(NODE_KILL))
+            for event in self.plan.timed(DUPLICATE_WAKE):
+                world.at(event.time_ms, lambda e=event: self._deliver_again(e.site.removeprefix("alarm."), e.hit),
+                         label="scripted duplicate wake")
+        else:
+            world.spawn_harness("chaos:node-kill", kill_nodes(
+                world, self.chaos, every_ms=NODE_KILL_EVERY_MS, pick=lambda: "worker-1",
+                restart_after_ms=self._restart_after_kill_ms, until_ms=self.heal_at_ms))
+            world.spawn_harness("chaos:duplicate-wake", self._duplicate_wakes())
         self._plan_operator_edits()
         self._plan_deploys()
 
@@ -408,14 +413,21 @@ class SentinelYear:
             await runtime.sleep_ms(self.chaos.between(*DUPLICATE_WAKE_EVERY_MS))
             if runtime.now_ms() >= self.heal_at_ms:
                 return
-            node = self.world.nodes["worker-1"]
             schedule_id = self.chaos.choice(sorted(self.schedules))
-            occurrence_ms = self.schedules[schedule_id].latest_due_at(runtime.now_ms())
-            driver = self.drivers.get(schedule_id)
-            if node.alive and driver is not None and occurrence_ms is not None:
+            if self._deliver_again(schedule_id, deliveries + 1):
                 deliveries += 1
-                self.world.record_fault(node, f"alarm.{schedule_id}", DUPLICATE_WAKE, deliveries)
-                runtime.spawn_on(node, f"alarm:{schedule_id}@{occurrence_ms}", driver.wake(occurrence_ms))
+
+    def _deliver_again(self, schedule_id: str, delivery: int | None) -> bool:
+        """The alarm of the latest due occurrence, delivered once more."""
+        runtime = self.world.runtime
+        node = self.world.nodes["worker-1"]
+        occurrence_ms = self.schedules[schedule_id].latest_due_at(runtime.now_ms())
+        driver = self.drivers.get(schedule_id)
+        if not node.alive or driver is None or occurrence_ms is None:
+            return False
+        self.world.record_fault(node, f"alarm.{schedule_id}", DUPLICATE_WAKE, delivery or 0)
+        runtime.spawn_on(node, f"alarm:{schedule_id}@{occurrence_ms}", driver.wake(occurrence_ms))
+        return True
 
     def _plan_operator_edits(self) -> None:
         edits = max(1, self.duration_ms * OPERATOR_EDITS_PER_YEAR // (365 * MS_PER_DAY))
@@ -460,7 +472,10 @@ class SentinelYear:
             plan.append((self._inside_a_wake(chaos.between(d * 7 // 10, d * 8 // 10)), app.BUILD_V3))
         for at_ms, build in plan:
             if at_ms < self.heal_at_ms:
-                self.world.at(at_ms, lambda b=build: self._deploy(b), label=f"deploy {build.name}")
+                # The rolling restart's downtime is drawn now, at setup: a
+                # scripted replay draws nothing from chaos during the run.
+                downtime_ms = self._restart_delay_ms()
+                self.world.at(at_ms, lambda b=build, d=downtime_ms: self._deploy(b, d), label=f"deploy {build.name}")
 
     def _inside_a_wake(self, t_ms: int) -> int:
         """A moment in the publish step of the wake at or before ``t_ms``."""
@@ -468,7 +483,7 @@ class SentinelYear:
         rng = self.world.streams.fork(f"workload/{run_id_for('sentinel-0', occurrence_ms)}")
         return occurrence_ms + rng.between(*app.STATS_LATENCY_MS) + 1
 
-    def _deploy(self, build: app.Build) -> None:
+    def _deploy(self, build: app.Build, downtime_ms: int) -> None:
         """A deploy: new code, and a rolling restart of the worker."""
         self.build = build
         self.builds_deployed.append(build.name)
@@ -476,7 +491,7 @@ class SentinelYear:
         self.world.emit("deploy", build=build.name, version=build.version, broken=build.broken)
         node = self.world.nodes["worker-1"]
         if node.alive:
-            self.world.crash(node, restart_after_ms=self._restart_delay_ms())
+            self.world.crash(node, restart_after_ms=downtime_ms)
 
     # -- results -----------------------------------------------------------
 

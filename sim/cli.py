@@ -20,6 +20,7 @@ from typing import Any, NoReturn, Sequence
 
 from sim.clock import DurationError, format_calendar, format_duration_ms, format_span_ms, parse_duration_ms
 from sim.runner import RunResult, run
+from faults.script import ScriptError, load_script, script_to_json
 from sim.scenario import STORES, ScenarioOptions, SetupError
 from sim.trace import event_json
 
@@ -80,6 +81,9 @@ def build_parser() -> _Parser:
     run_p.add_argument("--db", default=None, metavar="PATH", help="SQLite file to use (implies --store sqlite)")
     run_p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     run_p.add_argument("--trace", default=None, metavar="FILE", help="stream every trace event as JSON lines")
+    run_p.add_argument("--faults", default=None, metavar="FILE",
+                       help="run the faults of this script alone (a repro file, or a JSON list of faults); "
+                            "probabilistic faults off")
     run_p.add_argument("--repro-dir", default=".", metavar="DIR",
                        help="where a failing run writes its repro file (default: current directory)")
     from scenarios import registry
@@ -159,8 +163,15 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
         parent = os.path.dirname(os.path.abspath(args.db))
         if not os.path.isdir(parent):
             raise UsageError(f"--db {args.db!r}: directory {parent!r} does not exist")
+    fault_script = None
+    if args.faults:
+        try:
+            fault_script = load_script(args.faults)
+        except ScriptError as error:
+            raise UsageError(str(error)) from None
     opts = ScenarioOptions(seed=args.seed, duration_ms=args.duration or scenario.default_duration_ms,
-                           store=store, db_path=args.db, params=_scenario_params(scenario, args))
+                           store=store, db_path=args.db, params=_scenario_params(scenario, args),
+                           fault_script=fault_script)
     trace_file = None
     if args.trace:
         try:
@@ -178,7 +189,8 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
     finally:
         if trace_file is not None:
             trace_file.close()
-    command = repro_command(scenario.name, opts, explicit_duration=args.duration is not None)
+    command = repro_command(scenario.name, opts, explicit_duration=args.duration is not None,
+                            faults_path=args.faults)
     repro_path = None
     if not result.passed:
         repro_path = write_repro(result, command, args.repro_dir)
@@ -189,8 +201,11 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
     return EXIT_PASS if result.passed else EXIT_VIOLATION
 
 
-def repro_command(name: str, opts: ScenarioOptions, *, explicit_duration: bool = True) -> str:
+def repro_command(name: str, opts: ScenarioOptions, *, explicit_duration: bool = True,
+                  faults_path: str | None = None) -> str:
     parts = ["loomsim", "run", name, "--seed", str(opts.seed), "--duration", format_duration_ms(opts.duration_ms)]
+    if faults_path:
+        parts += ["--faults", faults_path]
     if opts.db_path:
         parts += ["--db", opts.db_path]
     elif opts.store != "memory":
@@ -246,8 +261,7 @@ def write_repro(result: RunResult, command: str, directory: str) -> str | None:
         "trace_digest": result.trace_digest,
         "violations": [{"name": v.invariant, "message": v.message, "simulated_ms": v.time_ms}
                        for v in result.violations],
-        "fault_script": [{"time_ms": f.time_ms, "node": f.node, "site": f.site, "kind": f.kind, "hit": f.hit}
-                         for f in result.fault_script],
+        "fault_script": script_to_json(result.fault_script),
         "excerpt": [json.loads(event_json(e)) for e in result.excerpt],
     }
     try:

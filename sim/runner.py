@@ -49,6 +49,7 @@ def run_config(scenario: Scenario, opts: ScenarioOptions) -> dict[str, Any]:
         "duration": format_duration_ms(opts.duration_ms),
         "store": opts.store,
         "params": dict(sorted(opts.params.items())),
+        "faults": "probabilistic" if opts.fault_script is None else f"script ({len(opts.fault_script)} faults)",
         "loomsim": LOOMSIM_VERSION,
         "python": platform.python_version(),
     }

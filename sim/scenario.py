@@ -39,6 +39,9 @@ class ScenarioOptions:
     store: str = "memory"
     db_path: str | None = None
     params: Mapping[str, int] = attrs.field(factory=dict)
+    # A fault script (``sim.world.FaultEvent``s): when given, the run's faults
+    # come from it alone (``--faults FILE``).
+    fault_script: tuple[Any, ...] | None = None
 
     def __attrs_post_init__(self) -> None:
         assert self.store in STORES, self.store

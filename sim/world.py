@@ -25,13 +25,23 @@ FAULT_EVENTS_MAX = 100_000
 
 @attrs.frozen
 class FaultEvent:
-    """One fired fault: when, where, what, and the per-site hit index."""
+    """One fired fault: when, where, what, and the per-site hit index.
+
+    A run's fired faults, in order, are its *fault script*: replayed alone
+    (``faults.plan.ScriptedPlan``) they reproduce the run. What the fault
+    decided besides firing travels with it: how long the crashed process
+    stayed down (``restart_after_ms``), how long a pause lasted
+    (``duration_ms``). ``hit`` None (hand-written scripts only): the first
+    hit of ``site`` at or after ``time_ms``.
+    """
 
     time_ms: int
     node: str
     site: str
     kind: str
-    hit: int
+    hit: int | None
+    restart_after_ms: int | None = None
+    duration_ms: int | None = None
 
 
 class World:
@@ -81,12 +91,18 @@ class World:
         start(node)
         return node
 
-    def record_fault(self, node: Node, site: str, kind: str, hit: int) -> FaultEvent:
-        event = FaultEvent(self.runtime.now_ms(), node.label, site, kind, hit)
+    def record_fault(self, node: Node, site: str, kind: str, hit: int, *, restart_after_ms: int | None = None,
+                     duration_ms: int | None = None) -> FaultEvent:
+        event = FaultEvent(self.runtime.now_ms(), node.label, site, kind, hit, restart_after_ms, duration_ms)
         self.fault_counts[kind] = self.fault_counts.get(kind, 0) + 1
         if len(self.fault_events) < FAULT_EVENTS_MAX:
             self.fault_events.append(event)
-        self.trace.emit(node.label, "fault", {"site": site, "kind": kind, "hit": hit})
+        fields: dict[str, Any] = {"site": site, "kind": kind, "hit": hit}
+        if restart_after_ms is not None:
+            fields["restart_after_ms"] = restart_after_ms
+        if duration_ms is not None:
+            fields["duration_ms"] = duration_ms
+        self.trace.emit(node.label, "fault", fields)
         return event
 
     def crash(self, node: Node, *, restart_after_ms: int | None) -> None:

@@ -1,0 +1,206 @@
+"""Fault scripts: a failing seed's realized faults, replayed alone, fail the
+same way at the same simulated time; a script is data a person can write;
+a malformed one is a clear error naming the entry.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import attrs
+import pytest
+
+import model.conversation.recovery as recovery
+import model.ledger.rules as ledger_rules
+from faults.kinds import ACK_LOST, DUPLICATE_WAKE, NODE_KILL, NODE_PAUSE
+from faults.script import ScriptError, parse_script, script_to_json
+from model.canonical import digest
+from model.conversation.recovery import RecoveryPrefix
+from model.durable_state.handle import DurableState
+from scenarios import registry
+from sim.clock import parse_duration_ms
+from sim.runner import run
+from sim.scenario import ScenarioOptions
+from sim.world import FaultEvent
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def first_failing(name: str, duration: str, seeds=range(6)):
+    for seed in seeds:
+        opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration))
+        result = run(registry.get(name), opts)
+        if not result.passed:
+            return opts, result
+    raise AssertionError(f"no seed of {name} failed: the planted bug went unnoticed")
+
+
+def replay(name: str, opts: ScenarioOptions, script) -> object:
+    return run(registry.get(name), attrs.evolve(opts, fault_script=tuple(script)))
+
+
+def assert_same_failure(first, again) -> None:
+    assert not again.passed
+    assert again.violations[0].invariant == first.violations[0].invariant
+    assert again.violations[0].time_ms == first.violations[0].time_ms
+    assert again.violations[0].message == first.violations[0].message
+
+
+def test_a_planted_ledger_bug_replays_from_its_fault_script_alone(monkeypatch):
+    """Stale tokens accepted (a fencing bug that needs a pause longer than a
+    lease, i.e. particular faults): the realized script reproduces it."""
+    real = ledger_rules.check_token
+
+    def owner_only(row, token, now_ms=None):
+        if row is not None and row.epoch != token.epoch:
+            token = attrs.evolve(token, epoch=row.epoch, owner_id=row.owner_id)
+        return real(row, token, now_ms)
+
+    monkeypatch.setattr(ledger_rules, "check_token", owner_only)
+    opts, first = first_failing("ledger-storm", "3h", range(4))
+    assert first.violations[0].invariant == "fencing"
+    assert any(e.kind == NODE_PAUSE for e in first.fault_script), "the bug needs a pause"
+    again = replay("ledger-storm", opts, first.fault_script)
+    assert_same_failure(first, again)
+    assert again.trace_digest == first.trace_digest  # the very same history, byte for byte
+    assert again.config["faults"].startswith("script")
+
+
+def test_a_script_without_the_decisive_fault_does_not_fail(monkeypatch):
+    """Removing faults from a script changes the run (what shrinking relies
+    on): without its pauses the stale-token bug has nothing to bite on."""
+    real = ledger_rules.check_token
+
+    def owner_only(row, token, now_ms=None):
+        if row is not None and row.epoch != token.epoch:
+            token = attrs.evolve(token, epoch=row.epoch, owner_id=row.owner_id)
+        return real(row, token, now_ms)
+
+    monkeypatch.setattr(ledger_rules, "check_token", owner_only)
+    opts, first = first_failing("ledger-storm", "3h", range(4))
+    without = [e for e in first.fault_script if e.kind != NODE_PAUSE]
+    assert len(without) < len(first.fault_script)
+    again = replay("ledger-storm", opts, without)
+    assert again.passed or again.violations[0].invariant != "fencing" or (
+        again.violations[0].time_ms != first.violations[0].time_ms)
+
+
+def test_a_planted_sentinel_bug_replays_from_its_fault_script_alone(monkeypatch):
+    """Adopt-own-write without the content check, on the whole system."""
+    async def adopt_blindly(self, conflict, write, expected_revision, run_id):
+        if conflict.actual != expected_revision + 1:
+            return None
+        stored = await self.store.load(self.key)
+        self.probe.emit("ds.saved", key=self.key, run=run_id, revision=stored.revision, adopted=True,
+                        digest=digest(write.payload))
+        return {"revision": stored.revision, "contractVersion": stored.contract_version, "adopted": True}
+
+    monkeypatch.setattr(DurableState, "_adopt_own_write", adopt_blindly)
+    opts, first = first_failing("sentinel-year", "14d")
+    again = replay("sentinel-year", opts, first.fault_script)
+    assert_same_failure(first, again)
+
+
+def test_fail_open_pagination_replays_with_its_damaged_reads(monkeypatch):
+    async def fail_open(store, conversation_id):
+        tail = await store.inspect_tail(conversation_id)
+        records, requests, after = [], 1, 0
+        while after < tail.tail_seq:
+            want = min(1024, tail.tail_seq - after)
+            page = await store.read(conversation_id, after, want)
+            requests += 1
+            records.extend(page)
+            if len(page) < want:
+                break
+            after += want
+        return RecoveryPrefix(tail, tuple(records), requests)
+
+    monkeypatch.setattr(recovery, "read_recovery_prefix", fail_open)
+    opts, first = first_failing("ledger-storm", "3h", range(4))
+    assert first.violations[0].invariant == "fail-closed-pagination"
+    again = replay("ledger-storm", opts, first.fault_script)
+    assert_same_failure(first, again)
+
+
+def test_a_clean_run_replays_to_the_same_digest():
+    opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("3d"))
+    first = run(registry.get("sentinel-year"), opts)
+    assert first.passed and first.fault_script
+    kinds = {e.kind for e in first.fault_script}
+    assert {NODE_KILL, DUPLICATE_WAKE} & kinds
+    again = replay("sentinel-year", opts, first.fault_script)
+    assert again.passed and again.trace_digest == first.trace_digest
+    assert again.faults == first.faults
+
+
+def test_an_empty_script_means_no_faults_at_all():
+    opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("2d"))
+    quiet = replay("sentinel-year", opts, ())
+    assert quiet.passed and quiet.faults == {} and quiet.stats["worker_crashes"] == quiet.stats["deploys"]
+
+
+def test_a_hand_written_fault_fires_at_the_first_hit_after_its_time():
+    """ "At day 1, crash worker-1 after ledger.reserve_settlement commits." """
+    day_ms = parse_duration_ms("1d")
+    script = parse_script([{"time_ms": day_ms, "node": "worker-1", "site": "ledger.reserve_settlement",
+                            "kind": "ack-lost", "restart_after_ms": 2_000}])
+    opts = ScenarioOptions(seed=4, duration_ms=parse_duration_ms("2d"))
+    result = replay("sentinel-year", opts, script)
+    assert result.passed, result.violations
+    (fired,) = result.fault_script
+    assert (fired.site, fired.kind, fired.restart_after_ms) == ("ledger.reserve_settlement", ACK_LOST, 2_000)
+    assert day_ms <= fired.time_ms < day_ms + parse_duration_ms("10m")  # the next wake's settlement
+    assert result.stats["worker_crashes"] == result.stats["deploys"] + 1
+
+
+@pytest.mark.parametrize("entry, message", [
+    ([{"time_ms": 1, "node": "w", "site": "s"}], "entry 0: missing 'kind'"),
+    ([{"time_ms": 1, "node": "w", "site": "s", "kind": "meteor"}], "entry 0: unknown fault kind 'meteor'"),
+    ([{"time_ms": -1, "node": "w", "site": "s", "kind": "ack-lost"}], "entry 0: 'time_ms' must be"),
+    ([{"time_ms": 1, "node": "w", "site": "s", "kind": "ack-lost", "hit": 0}], "entry 0: 'hit' counts from 1"),
+    ([{"time_ms": 1, "node": "w", "site": "s", "kind": "ack-lost", "when": 3}], "entry 0: unknown field(s) 'when'"),
+    ([{"time_ms": 1, "node": "w", "site": "process", "kind": "node-pause"}], "needs 'duration_ms'"),
+    ([{"time_ms": 1, "node": "w", "site": "s", "kind": "ack-lost", "hit": 2},
+      {"time_ms": 5, "node": "w", "site": "s", "kind": "crash-before-call", "hit": 2}], "entry 1: a second fault"),
+    (["ack-lost"], "entry 0: expected an object"),
+    ({"faults": 3}, "a fault script is a list"),
+    ({"other": []}, "an object with a 'fault_script'"),
+])
+def test_malformed_scripts_name_the_bad_entry(entry, message):
+    with pytest.raises(ScriptError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_script(entry)
+
+
+def test_scripts_round_trip_through_json():
+    events = (FaultEvent(5, "worker-1#2", "ledger.claim", "ack-lost", 7, 1_000, None),
+              FaultEvent(9, "worker-2", "process", "node-pause", 1, None, 45_000))
+    assert parse_script(json.loads(json.dumps(script_to_json(events)))) == events
+
+
+def _cli(*args: str, cwd: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True, cwd=cwd, env=env,
+                          check=False)
+
+
+def test_cli_runs_a_script_file_and_refuses_a_malformed_one(tmp_path):
+    script = tmp_path / "faults.json"
+    script.write_text(json.dumps({"fault_script": [
+        {"time_ms": 3_600_000, "node": "worker-1", "site": "log.append", "kind": "crash-before-call",
+         "restart_after_ms": 1_000}]}))
+    ok = _cli("run", "sentinel-year", "--seed", "2", "--duration", "1d", "--faults", str(script), "--json",
+              cwd=str(tmp_path))
+    assert ok.returncode == 0, ok.stderr
+    body = json.loads(ok.stdout)
+    assert body["faults"] == {"crash-before-call": 1} and body["config"]["faults"] == "script (1 faults)"
+    assert "--faults" in body["repro_command"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"time_ms": 1, "node": "w", "site": "s", "kind": "meteor"}]))
+    refused = _cli("run", "sentinel-year", "--seed", "2", "--duration", "1d", "--faults", str(bad), cwd=str(tmp_path))
+    assert refused.returncode == 2
+    assert refused.stderr.strip().startswith("loomsim: error: fault script entry 0: unknown fault kind 'meteor'")
+    assert "Traceback" not in refused.stderr
+    missing = _cli("run", "sentinel-year", "--seed", "2", "--faults", str(tmp_path / "nope.json"), cwd=str(tmp_path))
+    assert missing.returncode == 2 and "cannot read fault script" in missing.stderr
