@@ -25,8 +25,11 @@ class FaultPlan:
 
     def __init__(self, stream: Stream, clock: Callable[[], int], *,
                  rates: Mapping[str, float], heal_at_ms: int,
-                 site_filter: Callable[[str], bool] | None = None) -> None:
-        for kind, rate in rates.items():
+                 site_filter: Callable[[str], bool] | None = None,
+                 site_rates: Mapping[str, Mapping[str, float]] | None = None) -> None:
+        """``site_rates``: per-site overrides of ``rates`` (FoundationDB-style
+        failpoint activation: a failpoint off for the run has rate 0)."""
+        for kind, rate in list(rates.items()) + [kv for r in (site_rates or {}).values() for kv in r.items()]:
             if kind not in ALL_FAULT_KINDS:
                 raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(ALL_FAULT_KINDS)}")
             if not 0.0 <= rate <= 1.0:
@@ -38,13 +41,15 @@ class FaultPlan:
         self._site_filter = site_filter
         # Mean hits between firings of each kind (0: never fires).
         self._mean_gap = {kind: max(1, round(1.0 / rate)) for kind, rate in self.rates.items() if rate > 0}
+        self._site_gaps = {site: {kind: max(1, round(1.0 / rate)) for kind, rate in r.items() if rate > 0}
+                           for site, r in (site_rates or {}).items()}
         self._hits: dict[str, int] = {}
         self._next_fire: dict[str, list[list]] = {}  # site -> [[hit index, kind], ...]
 
-    def _gap(self, kind: str) -> int:
+    def _gap(self, kind: str, gaps: Mapping[str, int]) -> int:
         # Uniform on [1, 2*mean - 1]: mean ``1/rate`` hits between firings,
         # one draw per firing instead of one per hit, integer-exact.
-        mean = self._mean_gap[kind]
+        mean = gaps[kind]
         return 1 + self._stream.below(2 * mean - 1) if mean > 1 else 1
 
     def draw(self, site: str, kinds: tuple[str, ...]) -> tuple[int, str | None]:
@@ -58,15 +63,16 @@ class FaultPlan:
         self._hits[site] = n
         schedule = self._next_fire.get(site)
         if schedule is None:
+            gaps = self._site_gaps.get(site, self._mean_gap)
             if self._site_filter is not None and not self._site_filter(site):
                 schedule = []
             else:
-                schedule = [[n - 1 + self._gap(kind), kind] for kind in kinds if kind in self._mean_gap]
+                schedule = [[n - 1 + self._gap(kind, gaps), kind, gaps] for kind in kinds if kind in gaps]
             self._next_fire[site] = schedule
         fired = None
         for entry in schedule:
             if entry[0] == n:
-                entry[0] = n + self._gap(entry[1])
+                entry[0] = n + self._gap(entry[1], entry[2])
                 if fired is None:
                     fired = entry[1]
         if fired is not None and self._clock() >= self.heal_at_ms:
@@ -143,11 +149,15 @@ class ScriptedPlan:
 
 
 def make_plan(world, opts, *, rates: Mapping[str, float], heal_at_ms: int,
-              site_filter: Callable[[str], bool] | None = None) -> "FaultPlan | ScriptedPlan":
+              site_filter: Callable[[str], bool] | None = None,
+              site_rates: Mapping[str, Mapping[str, float]] | None = None) -> "FaultPlan | ScriptedPlan":
     """The run's plan: the script of ``--faults`` if given, else probabilistic."""
+    plan: FaultPlan | ScriptedPlan
     if opts.fault_script is not None:
         plan = ScriptedPlan(opts.fault_script)
         plan.bind_clock(world.runtime.now_ms)
-        return plan
-    return FaultPlan(world.streams["faults"], world.runtime.now_ms, rates=rates, heal_at_ms=heal_at_ms,
-                     site_filter=site_filter)
+    else:
+        plan = FaultPlan(world.streams["faults"], world.runtime.now_ms, rates=rates, heal_at_ms=heal_at_ms,
+                         site_filter=site_filter, site_rates=site_rates)
+    world.site_hits = plan.hits
+    return plan

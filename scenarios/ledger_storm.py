@@ -31,6 +31,9 @@ from faults.kinds import (
     SHORT_PAGE,
 )
 from faults.plan import make_plan
+from faults.swarm import Knob, SwarmSpace, choose_for
+from model.failpoints import SUBMISSION_CRASH_POINTS
+from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT
 from faults.ports import BoundPort, PortStats, SimFailpoints
 from faults.reads import DamagedReads
 from model.conversation.memory_store import InMemoryConversationStore
@@ -65,7 +68,8 @@ NODE_KILL_EVERY_MS = (10 * MS_PER_MINUTE, 3 * MS_PER_HOUR)
 NODE_PAUSE_EVERY_MS = (10 * MS_PER_MINUTE, 2 * MS_PER_HOUR)
 # Half the pauses end just after the lease (the owner wakes while its
 # successor is mid-way: its old-epoch writes must be fenced), half much later.
-PAUSE_MS = ((LEASE_MS + MS_PER_SECOND, LEASE_MS + 8 * MS_PER_SECOND), (LEASE_MS + MS_PER_SECOND, 4 * LEASE_MS))
+def pause_ranges_ms(lease_ms: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    return ((lease_ms + MS_PER_SECOND, lease_ms + 8 * MS_PER_SECOND), (lease_ms + MS_PER_SECOND, 4 * lease_ms))
 HEAL_MS_MAX = MS_PER_HOUR
 # A conversation lives this long before the client moves on to a new one, so
 # a log's length (and what a recovery read has to read) does not grow with
@@ -98,6 +102,23 @@ def _work(request: Any, index: int) -> Any:
     return {"step": index, "echo": request}
 
 
+def _work_that_never_fails(request: Any, index: int) -> Any:
+    return {"step": index, "echo": request}
+
+
+ABORTS = "client-aborts"
+FAILING_WORK = "failing-work"
+SWARM = SwarmSpace(
+    fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, NODE_PAUSE, SHORT_PAGE, SEQUENCE_GAP),
+    failpoints=SUBMISSION_CRASH_POINTS,
+    failpoint_rate=RATES[FAILPOINT_CRASH],
+    workload=(ABORTS, FAILING_WORK),
+    knobs=(Knob("lease_ms", LEASE_MS, 5 * MS_PER_SECOND, 60 * MS_PER_SECOND, "claim lease"),
+           Knob("busy_timeout_ms", BUSY_TIMEOUT_MS_DEFAULT, 100, 10_000, "SQLite busy timeout")),
+)
+SOMETIMES = ("stale_writes_fenced", "damaged_reads_caught", "worker_crashes", "settled")
+
+
 class LedgerStorm:
     def __init__(self, world: World, opts: ScenarioOptions) -> None:
         self.world = world
@@ -108,8 +129,13 @@ class LedgerStorm:
         self.slots = opts.params.get("conversations", 8)
         self.conversations: list[str] = []  # every conversation the client ever used, in order
         self.worker_names = tuple(f"worker-{i + 1}" for i in range(opts.params.get("workers", 3)))
+        self.swarm = choices = choose_for(world, opts, SWARM)
         self._open_stores(opts)
-        self.plan = make_plan(world, opts, rates=RATES, heal_at_ms=self.heal_at_ms)
+        self.lease_ms = choices.knob("lease_ms")
+        self.plan = make_plan(world, opts, rates={k: r for k, r in RATES.items() if choices.enabled(k)},
+                              heal_at_ms=self.heal_at_ms,
+                              site_rates=choices.site_rates(SUBMISSION_CRASH_POINTS, FAILPOINT_CRASH)
+                              if choices.enabled(FAILPOINT_CRASH) else None)
         self.stats_ports = PortStats()
         self.chaos = world.streams["chaos"]
         self.workload = world.streams["workload"]
@@ -132,10 +158,13 @@ class LedgerStorm:
                 world.at(event.time_ms, lambda e=event: self._pause(node_name(e.node), e.hit or 0, e.duration_ms),
                          label="scripted pause")
         else:
-            world.spawn_harness("chaos:node-kill", kill_nodes(
-                world, self.chaos, every_ms=NODE_KILL_EVERY_MS, pick=lambda: self.chaos.choice(self.worker_names),
-                restart_after_ms=self._restart_delay_ms, until_ms=self.heal_at_ms))
-            world.spawn_harness("chaos:node-pause", self._node_pauses())
+            if choices.enabled(NODE_KILL):
+                world.spawn_harness("chaos:node-kill", kill_nodes(
+                    world, self.chaos, every_ms=NODE_KILL_EVERY_MS,
+                    pick=lambda: self.chaos.choice(self.worker_names),
+                    restart_after_ms=self._restart_delay_ms, until_ms=self.heal_at_ms))
+            if choices.enabled(NODE_PAUSE):
+                world.spawn_harness("chaos:node-pause", self._node_pauses())
 
     # -- stores ----------------------------------------------------------
 
@@ -145,7 +174,8 @@ class LedgerStorm:
             self.ledger: Any = InMemorySubmissionLedger()
             self.log: Any = InMemoryConversationStore()
             return
-        self._database = RunDatabase(opts.db_path, file_name="ledger-storm.db")
+        self._database = RunDatabase(opts.db_path, file_name="ledger-storm.db",
+                                     busy_timeout_ms=self.swarm.knob("busy_timeout_ms"))
         self.ledger = SqliteSubmissionLedger(self._database.conn)
         self.log = SqliteConversationStore(self._database.conn)
 
@@ -177,7 +207,8 @@ class LedgerStorm:
             rng = workload.fork(f"workload/{submission_id}/{index}")
             await runtime.sleep_ms(rng.between(*STEP_DELAY_MS))
 
-        worker = SubmissionWorker(ledger, log, node.label, lease_ms=LEASE_MS, now_ms=runtime.now_ms, work=_work,
+        worker = SubmissionWorker(ledger, log, node.label, lease_ms=self.lease_ms, now_ms=runtime.now_ms,
+                                  work=_work if self.swarm.does(FAILING_WORK) else _work_that_never_fails,
                                   steps=2, failpoints=failpoints, probe=world.probe_for(node),
                                   step_delay=step_delay)
         runtime.spawn_on(node, "worker", worker_loop(worker, runtime, poll_ms=POLL_MS, retry_ms=RETRY_MS))
@@ -197,7 +228,7 @@ class LedgerStorm:
             while self.pending:
                 conversation_id, key, request = self.pending[0]
                 admission = await client.submit(conversation_id, "client", key, request)
-                if request["n"] % ABORT_EVERY == 3:
+                if request["n"] % ABORT_EVERY == 3 and self.swarm.does(ABORTS):
                     await self._abort(client, admission.submission_id)
                 self.pending.pop(0)
             await runtime.sleep_ms(self.workload.between(*SUBMIT_EVERY_MS))
@@ -233,7 +264,7 @@ class LedgerStorm:
             node = self.world.nodes[self.chaos.choice(busy or list(self.worker_names))]
             if node.alive:
                 pauses += 1
-                self._pause(node.name, pauses, self.chaos.between(*self.chaos.choice(PAUSE_MS)))
+                self._pause(node.name, pauses, self.chaos.between(*self.chaos.choice(pause_ranges_ms(self.lease_ms))))
 
     def _pause(self, name: str, hit: int, pause_ms: int | None) -> None:
         node = self.world.nodes[name]
@@ -327,6 +358,7 @@ class LedgerStorm:
 
 
 @scenario("ledger-storm", "conversations under leases: claims, fencing, crashes, pauses, damaged reads",
+          swarm=SWARM, sometimes=SOMETIMES,
           duration="1d", params=(Param("conversations", 8, "number of conversations", 1, 1_000),
                                  Param("workers", 3, "number of worker processes", 1, 64)))
 def build(world: World, opts: ScenarioOptions) -> LedgerStorm:

@@ -1,7 +1,7 @@
 """The scenario registry: ``@scenario(...)`` adds a scenario by name."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from sim.clock import parse_duration_ms
 from sim.scenario import Param, Scenario
@@ -19,10 +19,11 @@ class UnknownScenario(KeyError):
         return f"unknown scenario {self.scenario!r}; known scenarios: {', '.join(self.known)}"
 
 
-def scenario(name: str, description: str, *, duration: str, params: tuple[Param, ...] = ()) -> Callable:
+def scenario(name: str, description: str, *, duration: str, params: tuple[Param, ...] = (),
+             swarm: Any = None, sometimes: tuple[str, ...] = ()) -> Callable:
     def register(build: Callable) -> Callable:
         assert name not in _SCENARIOS, f"scenario {name} registered twice"
-        _SCENARIOS[name] = Scenario(name, description, build, parse_duration_ms(duration), params)
+        _SCENARIOS[name] = Scenario(name, description, build, parse_duration_ms(duration), params, swarm, sometimes)
         return build
 
     return register

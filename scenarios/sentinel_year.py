@@ -30,8 +30,21 @@ from faults.chaos import kill_nodes, replay_kills
 from faults.describe import DURABLE_STATE_DESCRIBERS, LEDGER_DESCRIBERS, LOG_DESCRIBERS, SCHEDULE_DESCRIBERS
 from faults.kinds import ACK_LOST, CRASH_BEFORE_CALL, DUPLICATE_WAKE, FAILPOINT_CRASH, NODE_KILL
 from faults.plan import make_plan
+from faults.swarm import Knob, SwarmSpace, choose_for
 from faults.ports import BoundPort, PortStats, SimFailpoints
-from model.claimcheck import ClaimCheck
+from model.claimcheck import INLINE_CAP_BYTES_DEFAULT, ClaimCheck
+from model.failpoints import (
+    ADMITTED_BEFORE_READY,
+    APPENDED_BEFORE_FINALIZE,
+    CLAIMED_BEFORE_INPUT,
+    DURABLE_STATE_SAVE_AFTER_STORE_WRITE,
+    FINALIZED_BEFORE_REPLY,
+    INPUT_APPENDED_BEFORE_MARKER,
+    KERNEL_EFFECT_DONE_BEFORE_RECORD,
+    READY_BEFORE_RECEIPT,
+    RESERVED_BEFORE_APPEND,
+)
+from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT
 from model.conversation.content_store import InMemoryContentStore, SqliteContentStore
 from model.conversation.memory_store import InMemoryConversationStore
 from model.conversation.sqlite_store import SqliteConversationStore
@@ -91,6 +104,26 @@ BROKEN_WINDOW_MS = (MS_PER_HOUR, 6 * MS_PER_HOUR)
 # Per-hit probabilities of the default fault mix: ~20 port calls per wake
 # make a few hundred crashes of each kind in a year.
 DEFAULT_RATES = {CRASH_BEFORE_CALL: 2e-5, ACK_LOST: 2e-5, FAILPOINT_CRASH: 1e-4}
+# The failpoints a sentinel wake passes (the submission worker's step point
+# belongs to ledger-storm's worker, not to runs).
+FAILPOINTS = (DURABLE_STATE_SAVE_AFTER_STORE_WRITE, KERNEL_EFFECT_DONE_BEFORE_RECORD, ADMITTED_BEFORE_READY,
+              READY_BEFORE_RECEIPT, CLAIMED_BEFORE_INPUT, INPUT_APPENDED_BEFORE_MARKER, RESERVED_BEFORE_APPEND,
+              APPENDED_BEFORE_FINALIZE, FINALIZED_BEFORE_REPLY)
+OPERATOR_EDITS = "operator-edits"
+SWARM = SwarmSpace(
+    fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE),
+    failpoints=FAILPOINTS,
+    failpoint_rate=DEFAULT_RATES[FAILPOINT_CRASH],
+    workload=(OPERATOR_EDITS,),
+    knobs=(Knob("lease_ms", LEASE_MS, 10 * MS_PER_SECOND, 120 * MS_PER_SECOND, "run claim lease"),
+           Knob("inline_cap_bytes", INLINE_CAP_BYTES_DEFAULT, 4_096, 65_536, "claim-check inline cap"),
+           Knob("busy_timeout_ms", BUSY_TIMEOUT_MS_DEFAULT, 100, 10_000, "SQLite busy timeout")),
+)
+# What a sweep should see happen somewhere (``sometimes`` properties):
+# stats that must be non-zero in at least one seed.
+SOMETIMES = ("adopted_saves", "save_conflicts", "wakes_skipped", "claim_checked_payloads", "findings",
+             "blobs_reclaimed", "runs_held_by_pins", "broken_deploys_caught", "runs_migrated_on_resume",
+             "runs_failed_migration_missing", "worker_crashes")
 
 
 class ReplayTouchedStore(Exception):
@@ -153,8 +186,14 @@ class SentinelYear:
         self.duration_ms = opts.duration_ms
         self.heal_at_ms = opts.duration_ms - min(HEAL_MS_MAX, opts.duration_ms // 10)
         self.end_ms = opts.duration_ms + SETTLE_MS
+        self.swarm = choices = choose_for(world, opts, SWARM)
         self._open_stores(opts)
-        self.plan = make_plan(world, opts, rates=DEFAULT_RATES, heal_at_ms=self.heal_at_ms)
+        self.lease_ms = choices.knob("lease_ms")
+        self.inline_cap_bytes = choices.knob("inline_cap_bytes")
+        rates = {kind: rate for kind, rate in DEFAULT_RATES.items() if choices.enabled(kind)}
+        self.plan = make_plan(world, opts, rates=rates, heal_at_ms=self.heal_at_ms,
+                              site_rates=choices.site_rates(FAILPOINTS, FAILPOINT_CRASH)
+                              if choices.enabled(FAILPOINT_CRASH) else None)
         self.port_stats = PortStats()
         self.chaos = world.streams["chaos"]
         self.workload = world.streams["workload"]
@@ -180,7 +219,7 @@ class SentinelYear:
                                                 transforms_for=self._transforms_for)
         self.deploy_checker = BrokenDeploys()
         self.claim_checker = ClaimCheckInvariant(self._content_now, {"stats": app.stats_digest},
-                                                 cap_bytes=16_384)
+                                                 cap_bytes=self.inline_cap_bytes)
         self.pins_checker = PinsSurvive(self._live_evidence, self._content_has, self._expired_unpinned_blobs,
                                         blob_ttl_ms=RETENTION.blob_ttl_ms)
         self.bounded_checker = BoundedRun(records_max=16)
@@ -212,11 +251,14 @@ class SentinelYear:
                 world.at(event.time_ms, lambda e=event: self._deliver_again(e.site.removeprefix("alarm."), e.hit),
                          label="scripted duplicate wake")
         else:
-            world.spawn_harness("chaos:node-kill", kill_nodes(
-                world, self.chaos, every_ms=NODE_KILL_EVERY_MS, pick=lambda: "worker-1",
-                restart_after_ms=self._restart_after_kill_ms, until_ms=self.heal_at_ms))
-            world.spawn_harness("chaos:duplicate-wake", self._duplicate_wakes())
-        self._plan_operator_edits()
+            if choices.enabled(NODE_KILL):
+                world.spawn_harness("chaos:node-kill", kill_nodes(
+                    world, self.chaos, every_ms=NODE_KILL_EVERY_MS, pick=lambda: "worker-1",
+                    restart_after_ms=self._restart_after_kill_ms, until_ms=self.heal_at_ms))
+            if choices.enabled(DUPLICATE_WAKE):
+                world.spawn_harness("chaos:duplicate-wake", self._duplicate_wakes())
+        if choices.does(OPERATOR_EDITS):
+            self._plan_operator_edits()
         self._plan_deploys()
 
     # -- stores ------------------------------------------------------------
@@ -232,7 +274,8 @@ class SentinelYear:
             self.pins: Any = InMemoryPinIndex()
             self.findings: Any = InMemoryFindingsProjection()
             return
-        self._database = RunDatabase(opts.db_path, file_name="sentinel-year.db")
+        self._database = RunDatabase(opts.db_path, file_name="sentinel-year.db",
+                                     busy_timeout_ms=self.swarm.knob("busy_timeout_ms"))
         conn = self._database.conn
         self.ds_store = SqliteDurableStateStore(conn)
         self.ledger = SqliteSubmissionLedger(conn)
@@ -273,9 +316,10 @@ class SentinelYear:
         content = self._port(node, "content", self.content, CONTENT_DESCRIBERS)
         pins = self._port(node, "pins", self.pins, PIN_DESCRIBERS)
         findings = self._port(node, "findings", self.findings, FINDINGS_DESCRIBERS)
-        runs = LedgerRuns(ledger, log, schedules, node.label, lease_ms=LEASE_MS, now_ms=runtime.now_ms,
+        runs = LedgerRuns(ledger, log, schedules, node.label, lease_ms=self.lease_ms, now_ms=runtime.now_ms,
                           sleep_ms=runtime.sleep_ms, failpoints=failpoints, probe=probe)
-        claim_check = ClaimCheck(content, pins, now_ms=runtime.now_ms, digests={app.STATS_TOOL: app.stats_digest})
+        claim_check = ClaimCheck(content, pins, now_ms=runtime.now_ms, cap_bytes=self.inline_cap_bytes,
+                                 digests={app.STATS_TOOL: app.stats_digest})
         self.claim_checks.append(claim_check)
         input_schemas = {build.version: app.validate_input} if self.validate_inputs else None
         for schedule_id, schedule in self.schedules.items():
@@ -516,7 +560,7 @@ class SentinelYear:
 
     def _reader(self) -> LedgerRuns:
         world = self.world
-        return LedgerRuns(self.ledger, self.log, self.schedule_store, "auditor", lease_ms=LEASE_MS,
+        return LedgerRuns(self.ledger, self.log, self.schedule_store, "auditor", lease_ms=self.lease_ms,
                           now_ms=world.runtime.now_ms, sleep_ms=world.runtime.sleep_ms)
 
     def live_runs(self, schedule_id: str) -> tuple[str, ...]:
@@ -620,7 +664,7 @@ class SentinelYear:
 
 @scenario("sentinel-year", "sentinels waking every 5 minutes for a year on the whole system: ledger, log, "
           "claim-check, findings, pins, retention, contract evolution",
-          duration="365d", params=(Param("sentinels", 1, "number of sentinel schedules", 1, 1_000),
+          duration="365d", swarm=SWARM, sometimes=SOMETIMES, params=(Param("sentinels", 1, "number of sentinel schedules", 1, 1_000),
                                    Param("validate_inputs", 1, "D7 input-schema validation at start (0/1)", 0, 1)))
 def build(world: World, opts: ScenarioOptions) -> SentinelYear:
     return SentinelYear(world, opts)

@@ -45,7 +45,7 @@ def _refuse_used_database(path: str) -> None:
 class RunDatabase:
     """The one SQLite file of a run. ``close`` deletes it if it was temporary."""
 
-    def __init__(self, db_path: str | None, *, file_name: str) -> None:
+    def __init__(self, db_path: str | None, *, file_name: str, busy_timeout_ms: int | None = None) -> None:
         self._tempdir = None
         if db_path is None:
             self._tempdir = tempfile.TemporaryDirectory(prefix="loomsim-")
@@ -53,7 +53,8 @@ class RunDatabase:
         else:
             _refuse_used_database(db_path)
         self.path = db_path
-        self.conn: sqlite3.Connection | None = open_database(db_path)
+        self.conn: sqlite3.Connection | None = (
+            open_database(db_path) if busy_timeout_ms is None else open_database(db_path, busy_timeout_ms=busy_timeout_ms))
 
     def close(self) -> None:
         if self.conn is not None:

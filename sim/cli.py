@@ -64,6 +64,20 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected a whole number") from None
 
 
+def _knob(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"invalid knob {text!r}: expected NAME=VALUE")
+    try:
+        return name, int(value, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid knob {text!r}: the value must be a whole number") from None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(sorted({name.strip() for name in text.split(",") if name.strip()}))
+
+
 def build_parser() -> _Parser:
     parser = _Parser(prog="loomsim", description="Deterministic simulation testing for durable agent runtimes.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -75,15 +89,47 @@ def build_parser() -> _Parser:
     run_p = sub.add_parser("run", help="run one scenario with one seed")
     run_p.add_argument("scenario", help="scenario name (see `loomsim list`)")
     run_p.add_argument("--seed", type=_seed, required=True, help="the seed: the handle to the whole run")
-    run_p.add_argument("--duration", type=_duration, default=None,
-                       help="simulated duration: 90s, 5m, 36h, 30d, 12mo (default: the scenario's)")
-    run_p.add_argument("--store", choices=STORES, default="memory", help="store backend (default: memory)")
     run_p.add_argument("--db", default=None, metavar="PATH", help="SQLite file to use (implies --store sqlite)")
-    run_p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     run_p.add_argument("--trace", default=None, metavar="FILE", help="stream every trace event as JSON lines")
     run_p.add_argument("--faults", default=None, metavar="FILE",
                        help="run the faults of this script alone (a repro file, or a JSON list of faults); "
                             "probabilistic faults off")
+    sweep_p = sub.add_parser("sweep", help="run many seeds (both cores), summarize, list failures and coverage")
+    sweep_p.add_argument("scenario", help="scenario name (see `loomsim list`)")
+    sweep_p.add_argument("--seeds", type=_seed_range, required=True, metavar="A:B",
+                         help="seeds A (inclusive) to B (exclusive), e.g. 0:100")
+    sweep_p.add_argument("--jobs", type=_count, default=2, help="runs at once (default 2)")
+    for p in (run_p, sweep_p):
+        _add_run_options(p)
+    return parser
+
+
+def _seed_range(text: str) -> range:
+    first, sep, last = text.partition(":")
+    try:
+        seeds = range(int(first, 10), int(last, 10)) if sep else range(int(first, 10), int(first, 10) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid seeds {text!r}: expected A:B (e.g. 0:100)") from None
+    if not seeds or seeds.start < 0:
+        raise argparse.ArgumentTypeError(f"invalid seeds {text!r}: expected 0 <= A < B")
+    return seeds
+
+
+def _add_run_options(run_p: argparse.ArgumentParser) -> None:
+    """The options ``run`` and ``sweep`` share (a sweep passes them on to each run)."""
+    run_p.add_argument("--duration", type=_duration, default=None,
+                       help="simulated duration: 90s, 5m, 36h, 30d, 12mo (default: the scenario's)")
+    run_p.add_argument("--store", choices=STORES, default="memory", help="store backend (default: memory)")
+    run_p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    run_p.add_argument("--no-swarm", action="store_true",
+                       help="run the scenario's full fault mix with default knobs (default: the seed chooses "
+                            "a subset of fault kinds, failpoints, workload switches and knob values)")
+    run_p.add_argument("--faults-enable", default="", metavar="KINDS",
+                       help="comma-separated fault kinds / workload switches to force on")
+    run_p.add_argument("--faults-disable", default="", metavar="KINDS",
+                       help="comma-separated fault kinds / workload switches to force off")
+    run_p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE", type=_knob,
+                       help="pin a knob (repeatable), e.g. --knob lease_ms=15000")
     run_p.add_argument("--repro-dir", default=".", metavar="DIR",
                        help="where a failing run writes its repro file (default: current directory)")
     from scenarios import registry
@@ -97,7 +143,6 @@ def build_parser() -> _Parser:
     for name in sorted(params):
         run_p.add_argument(param_flag(name), dest=name, type=_count, default=None,
                            help=f"{', '.join(params[name])}: {helps[name]}")
-    return parser
 
 
 def param_flag(name: str) -> str:
@@ -137,7 +182,34 @@ def _main(argv: list[str]) -> int:
         scenario = registry.get(args.scenario)
     except registry.UnknownScenario as error:
         raise UsageError(str(error)) from None
+    if args.command == "sweep":
+        from sim.sweep import sweep
+
+        _scenario_params(scenario, args)  # refuse a wrong flag before starting anything
+        if not os.path.isdir(args.repro_dir):
+            raise UsageError(f"--repro-dir {args.repro_dir!r} is not a directory")
+        return sweep(scenario, args, _sweep_child_args(scenario, args))
     return _run(scenario, args, argv)
+
+
+def _sweep_child_args(scenario: Any, args: argparse.Namespace) -> list[str]:
+    """The ``run`` flags every seed of a sweep gets (all but ``--seed``)."""
+    child = ["--store", args.store, "--repro-dir", args.repro_dir]
+    if args.duration:
+        child += ["--duration", format_duration_ms(args.duration)]
+    if args.no_swarm:
+        child.append("--no-swarm")
+    if args.faults_enable:
+        child += ["--faults-enable", args.faults_enable]
+    if args.faults_disable:
+        child += ["--faults-disable", args.faults_disable]
+    for name, value in args.knob:
+        child += ["--knob", f"{name}={value}"]
+    for spec in scenario.params:
+        value = getattr(args, spec.name, None)
+        if value is not None:
+            child += [param_flag(spec.name), str(value)]
+    return child
 
 
 def _scenario_params(scenario: Any, args: argparse.Namespace) -> dict[str, int]:
@@ -169,9 +241,16 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
             fault_script = load_script(args.faults)
         except ScriptError as error:
             raise UsageError(str(error)) from None
+    knobs: dict[str, int] = {}
+    for name, value in args.knob:
+        if name in knobs:
+            raise UsageError(f"--knob {name} given twice")
+        knobs[name] = value
     opts = ScenarioOptions(seed=args.seed, duration_ms=args.duration or scenario.default_duration_ms,
                            store=store, db_path=args.db, params=_scenario_params(scenario, args),
-                           fault_script=fault_script)
+                           fault_script=fault_script, swarm=not args.no_swarm,
+                           faults_enable=_names(args.faults_enable), faults_disable=_names(args.faults_disable),
+                           knobs=knobs)
     trace_file = None
     if args.trace:
         try:
@@ -181,7 +260,8 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
     if not args.json:
         _print_config(scenario, opts)
     try:
-        result = run(scenario, opts, trace_stream=trace_file, wall_clock=time.perf_counter)
+        result = run(scenario, opts, trace_stream=trace_file, wall_clock=time.perf_counter,
+                     on_start=None if args.json else _print_choices)
     except sqlite3.DatabaseError as error:
         raise UsageError(f"database {args.db or '(temporary)'}: {error}") from None
     except SetupError as error:
@@ -206,6 +286,14 @@ def repro_command(name: str, opts: ScenarioOptions, *, explicit_duration: bool =
     parts = ["loomsim", "run", name, "--seed", str(opts.seed), "--duration", format_duration_ms(opts.duration_ms)]
     if faults_path:
         parts += ["--faults", faults_path]
+    if not opts.swarm:
+        parts += ["--no-swarm"]
+    if opts.faults_enable:
+        parts += ["--faults-enable", ",".join(opts.faults_enable)]
+    if opts.faults_disable:
+        parts += ["--faults-disable", ",".join(opts.faults_disable)]
+    for name, value in sorted(opts.knobs.items()):
+        parts += ["--knob", f"{name}={value}"]
     if opts.db_path:
         parts += ["--db", opts.db_path]
     elif opts.store != "memory":
@@ -235,6 +323,7 @@ def result_json(result: RunResult, command: str, repro_path: str | None) -> dict
         ],
         "stats": result.stats,
         "config": result.config,
+        "coverage": result.coverage,
         "peak_rss_mb": _peak_rss_mb(),
         "repro_command": command,
         "repro_file": repro_path,
@@ -279,6 +368,12 @@ def _print_config(scenario: Any, opts: ScenarioOptions) -> None:
           f"store={opts.store}{'  ' + params if params else ''}")
 
 
+def _print_choices(extra: dict[str, Any]) -> None:
+    line = extra.get("swarm_line")
+    if line:
+        print(line, flush=True)
+
+
 def _print_result(result: RunResult, command: str, repro_path: str | None) -> None:
     stats = result.stats
     print(f"simulated {format_span_ms(result.simulated_ms)} in {result.wall_s:.2f}s wall: "
@@ -293,6 +388,11 @@ def _print_result(result: RunResult, command: str, repro_path: str | None) -> No
         print(f"system: {shown}")
     checks = ", ".join(f"{k}={v}" for k, v in result.invariants.items())
     print(f"invariant checks: {checks}")
+    cov = result.coverage
+    if cov:
+        never = ", ".join(cov["never_fired"]) or "none"
+        missed = ", ".join(name for name, held in cov["sometimes"].items() if not held) or "none"
+        print(f"coverage: never fired: {never}; sometimes-properties not reached: {missed}")
     print(f"trace digest: {result.trace_digest}")
     if result.passed:
         print("PASS: every invariant held")

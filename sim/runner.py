@@ -36,6 +36,7 @@ class RunResult:
     config: dict[str, Any]
     excerpt: tuple[Event, ...] = ()
     fault_script: tuple[Any, ...] = ()
+    coverage: dict[str, Any] = attrs.field(factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -56,12 +57,17 @@ def run_config(scenario: Scenario, opts: ScenarioOptions) -> dict[str, Any]:
 
 
 def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | None = None,
-        wall_clock: Callable[[], float] | None = None) -> RunResult:
+        wall_clock: Callable[[], float] | None = None,
+        on_start: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     """Run ``scenario``. ``wall_clock`` (the face passes ``time.perf_counter``)
     only measures; nothing simulated ever reads it."""
     started_s = wall_clock() if wall_clock else 0.0
     world = World(opts.seed, trace_stream=trace_stream)
     setup = scenario.build(world, opts)
+    config = run_config(scenario, opts)
+    config.update({k: v for k, v in world.config_extra.items() if k != "swarm_line"})
+    if on_start is not None:
+        on_start(world.config_extra)
     try:
         try:
             world.run_until(setup.end_ms)
@@ -91,7 +97,33 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
         invariants=world.invariants.check_counts(),
         violations=violations,
         stats=stats,
-        config=run_config(scenario, opts),
+        config=config,
         excerpt=excerpt,
         fault_script=tuple(world.fault_events),
+        coverage=coverage(scenario, world, stats),
     )
+
+
+def coverage(scenario: Scenario, world: World, stats: dict[str, Any]) -> dict[str, Any]:
+    """How often each fault kind and each failpoint fired (and was reached),
+    and which ``sometimes`` properties held: a green run that never fired a
+    kind, or never reached a rare case, is a coverage gap, not a pass."""
+    space = scenario.swarm_space
+    if space is None:
+        return {}
+    fired_at: dict[str, int] = {}
+    for event in world.fault_events:
+        fired_at[event.site] = fired_at.get(event.site, 0) + 1
+    hits = world.site_hits() if world.site_hits is not None else {}
+    failpoints = {name: {"hits": hits.get(name, 0), "fired": fired_at.get(name, 0)} for name in space.failpoints}
+    kinds = {kind: world.fault_counts.get(kind, 0) for kind in space.fault_kinds}
+    sometimes = {}
+    for name in scenario.sometimes:
+        value = stats.get(name, 0)
+        sometimes[name] = (sum(value.values()) if isinstance(value, dict) else value) > 0
+    return {
+        "fault_kinds": kinds,
+        "failpoints": failpoints,
+        "never_fired": [k for k, n in kinds.items() if n == 0] + [f for f, c in failpoints.items() if c["fired"] == 0],
+        "sometimes": sometimes,
+    }

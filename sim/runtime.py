@@ -13,6 +13,12 @@ The ready structure is one heap of plain tuples ``(wake_ms, order, task)``.
 permutes tasks that wake at the same instant while staying a pure function
 of the seed. When nothing is runnable, time jumps to the next wake.
 
+A ``schedule`` policy (``sim.interleave``: random, PCT, scripted replay)
+replaces FIFO's pick among the tasks ready at the current instant; every
+pick that is not FIFO's is recorded as a named ``Deviation`` in
+``deviations``. FIFO (no policy) keeps the plain loop below untouched: the
+policy loop is a separate method, so the common case pays nothing for it.
+
 Why not trio: its deterministic mode is a private flag plus a seeded shuffle,
 not a scheduler we can steer or record, and a ``trio.sleep`` under
 ``MockClock`` costs ~80x a switch here. The live runtime does use trio.
@@ -22,6 +28,7 @@ from __future__ import annotations
 import heapq
 from typing import Any, Callable, Coroutine
 
+from sim.interleave import DEVIATIONS_MAX, Chooser, Deviation, SchedulePolicy, await_site
 from sim.node import Node, NodeCrashed, NodeDeadError
 from sim.rng import Stream
 
@@ -37,13 +44,16 @@ class _Trap:
 
 
 class Task:
-    __slots__ = ("name", "node", "coro", "alive")
+    __slots__ = ("name", "node", "coro", "alive", "sched_priority")
 
     def __init__(self, name: str, node: Node, coro: Coroutine[Any, Any, Any]) -> None:
         self.name = name
         self.node = node
         self.coro = coro
         self.alive = True
+        # Owned by the schedule policy (PCT's priority); None until first seen.
+        # On the task, not in a policy-side dict, so it dies with the task.
+        self.sched_priority: int | None = None
 
     def __repr__(self) -> str:
         return f"<Task {self.node.label}/{self.name}>"
@@ -68,7 +78,8 @@ STEPS_PER_INSTANT_MAX = 1_000_000
 class SimRuntime:
     """Implements ``model.runtime.Runtime`` on virtual time."""
 
-    def __init__(self, scheduling: Stream | None = None, *, shuffle_ties: bool = False) -> None:
+    def __init__(self, scheduling: Stream | None = None, *, shuffle_ties: bool = False,
+                 schedule: SchedulePolicy | None = None) -> None:
         self._heap: list[tuple[int, int, Task]] = []
         self._now_ms = 0
         self._order = 0
@@ -78,6 +89,24 @@ class SimRuntime:
         self.stop_requested = False
         self.switches = 0
         self.on_task_crash: Callable[[Task], None] | None = None
+        # Scheduling policy. ``chooser`` None means FIFO and the fast loop.
+        self.schedule = schedule
+        self.chooser: Chooser | None = None if schedule is None else schedule.bind(scheduling)
+        if self.chooser is not None and self._shuffle_ties:
+            raise ValueError(f"schedule {schedule.spec!r} and shuffle_ties are exclusive: a deviation is "
+                             f"measured against FIFO order, which shuffle_ties replaces")
+        # Every non-FIFO pick, in order, up to DEVIATIONS_MAX; ``deviation_count``
+        # counts all of them. ``on_deviation`` (the world's trace) sees all.
+        self.deviations: list[Deviation] = []
+        self.deviation_count = 0
+        self.on_deviation: Callable[[Deviation], None] | None = None
+        # Decisions with two or more tasks ready at one instant (policy loop only).
+        self.contested_decisions = 0
+        # Resumptions so far at ``_instant_ms``: the ``step`` of a Deviation.
+        # Kept across run() calls so a step index means the same thing
+        # however the harness slices the run.
+        self._instant_ms = -1
+        self._instant_steps = 0
 
     # -- the Runtime protocol (what model code sees) -------------------------
 
@@ -152,6 +181,9 @@ class SimRuntime:
 
     def run(self, until_ms: int) -> None:
         """Run tasks whose wake time is <= ``until_ms``; leave the clock there."""
+        if self.chooser is not None:
+            self._run_scheduled(until_ms)
+            return
         # The hot loop of every simulation: locals instead of attribute
         # lookups, one try per switch, no allocation besides the heap entry.
         heap = self._heap
@@ -217,6 +249,123 @@ class SimRuntime:
                 heappush(heap, (trap.wake_ms, order, task))
         if until_ms > self._now_ms and not self.stop_requested:
             self._now_ms = until_ms
+
+    def _run_scheduled(self, until_ms: int) -> None:
+        """``run`` under a schedule policy: the policy picks among the tasks ready now.
+
+        ``ready`` holds the heap entries due at ``now_ms`` in heap (FIFO)
+        order: each step first moves newly due entries over from the heap —
+        they were pushed after everything already in ``ready``, so appending
+        keeps the order. Dead and paused entries are handled lazily when they
+        reach the front, exactly when the FIFO loop would pop them, so a
+        policy that always answers 0 reproduces the FIFO run. On exit (end,
+        stop, or a failing task) the unrun entries go back to the heap with
+        their original order, so the heap stays the only state between runs.
+        """
+        heap = self._heap
+        heappop = heapq.heappop
+        heappush = heapq.heappush
+        chooser = self.chooser
+        ready: list[tuple[int, int, Task]] = []
+        now_ms = self._now_ms
+        try:
+            while not self.stop_requested:
+                if not ready:
+                    if not heap:
+                        break
+                    wake_ms = heap[0][0]
+                    if wake_ms > until_ms:
+                        break
+                    if wake_ms != now_ms:
+                        assert wake_ms > now_ms, "time went backwards"
+                        self._now_ms = now_ms = wake_ms
+                while heap and heap[0][0] == now_ms:
+                    ready.append(heappop(heap))
+                # The front as the FIFO loop would pop it: skip the dead,
+                # send the paused to their wake time.
+                while ready:
+                    task = ready[0][2]
+                    if not task.alive:
+                        del ready[0]
+                    elif task.node.paused_until_ms > now_ms:
+                        del ready[0]
+                        self._push(task.node.paused_until_ms, task)
+                    else:
+                        break
+                if not ready:
+                    continue
+                if self._instant_ms != now_ms:
+                    self._instant_ms = now_ms
+                    self._instant_steps = 0
+                step = self._instant_steps
+                self._instant_steps = step + 1
+                assert step < STEPS_PER_INSTANT_MAX, f"livelock at t={now_ms}ms"
+                if len(ready) == 1:
+                    entry = ready.pop()
+                else:
+                    candidates = [e for e in ready if e[2].alive and e[2].node.paused_until_ms <= now_ms]
+                    index = 0
+                    if len(candidates) > 1:
+                        self.contested_decisions += 1
+                        index = chooser.choose([e[2] for e in candidates], now_ms, step)
+                        assert 0 <= index < len(candidates), index
+                    entry = candidates[index]
+                    if index:
+                        self._record_deviation(step, now_ms, entry[2], candidates[0][2])
+                        ready.remove(entry)  # orders are unique: never compares tasks
+                    else:
+                        del ready[0]
+                task = entry[2]
+                wake_ms = self._resume(task, now_ms)
+                if wake_ms is not None:
+                    self._order = order = self._order + 1
+                    heappush(heap, (wake_ms, order, task))
+        finally:
+            for entry in ready:
+                heappush(heap, entry)
+        if until_ms > self._now_ms and not self.stop_requested:
+            self._now_ms = until_ms
+
+    def _resume(self, task: Task, now_ms: int) -> int | None:
+        """One step of ``task`` (the FIFO loop's body): its next wake, or None if it ended."""
+        node = task.node
+        self._current = task
+        self.switches += 1
+        try:
+            trap = task.coro.send(None)
+        except StopIteration:
+            task.alive = False
+            node.tasks.pop(task, None)
+            self._current = None
+            return None
+        except NodeCrashed:
+            task.alive = False
+            self._current = None
+            return None
+        except Exception as error:
+            self._current = None
+            task.alive = False
+            node.tasks.pop(task, None)
+            if not node.alive:
+                return None
+            raise TaskFailed(task.name, node.label, now_ms, error) from error
+        self._current = None
+        if type(trap) is not _Trap:
+            task.alive = False
+            node.tasks.pop(task, None)
+            task.coro.close()
+            raise TaskFailed(task.name, node.label, now_ms,
+                             TypeError(f"task awaited a foreign awaitable: {type(trap).__name__}"))
+        return trap.wake_ms
+
+    def _record_deviation(self, step: int, now_ms: int, chosen: Task, preempted: Task) -> None:
+        deviation = Deviation(step, now_ms, chosen.name, chosen.node.label, preempted.name,
+                              preempted.node.label, await_site(preempted.coro))
+        self.deviation_count += 1
+        if len(self.deviations) < DEVIATIONS_MAX:
+            self.deviations.append(deviation)
+        if self.on_deviation is not None:
+            self.on_deviation(deviation)
 
     def shutdown(self) -> None:
         """End the run: close every pending coroutine now, in heap order.

@@ -42,6 +42,12 @@ class ScenarioOptions:
     # A fault script (``sim.world.FaultEvent``s): when given, the run's faults
     # come from it alone (``--faults FILE``).
     fault_script: tuple[Any, ...] | None = None
+    # Swarm testing (``faults.swarm``): let the seed choose the fault mix,
+    # failpoints, workload switches and knobs; pins override single choices.
+    swarm: bool = False
+    faults_enable: tuple[str, ...] = ()
+    faults_disable: tuple[str, ...] = ()
+    knobs: Mapping[str, int] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         assert self.store in STORES, self.store
@@ -65,6 +71,10 @@ class Scenario:
     build: Callable[[Any, ScenarioOptions], Setup]
     default_duration_ms: int
     params: tuple[Param, ...] = ()
+    # What a seed may choose (``faults.swarm.SwarmSpace``), and the
+    # ``sometimes`` properties the scenario expects a sweep to reach.
+    swarm_space: Any = None
+    sometimes: tuple[str, ...] = ()
 
     def param_defaults(self) -> dict[str, int]:
         return {p.name: p.default for p in self.params}

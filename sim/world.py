@@ -60,6 +60,11 @@ class World:
         self._starters: dict[str, Callable[[Node], None]] = {}
         self.harness = Node(HARNESS_NODE, role="harness")
         self.end_ms = 0
+        # What the scenario chose for this run beyond the options (swarm
+        # choices): printed first and carried in the result's config.
+        self.config_extra: dict[str, Any] = {}
+        # Hits per fault site (set by the fault plan): coverage reports them.
+        self.site_hits: Callable[[], dict[str, int]] | None = None
 
     # -- observation -------------------------------------------------------
 

@@ -1,0 +1,183 @@
+"""Swarm testing: each seed picks its own fault mix, failpoints and knobs.
+
+A fixed mix finds the bugs that mix finds; swarm testing (Groce et al.)
+finds more by letting each seed *leave things out*: a run without kills
+reaches states a kill would have cut short, a run with a long lease meets
+different races than one with a short lease. So per seed, from the
+``swarm`` stream (a change here reshuffles nothing else):
+
+- each fault kind the scenario can inject is enabled with probability 1/2
+  (at least one stays on);
+- failpoints are activated FoundationDB style: each is enabled for the whole
+  run with probability 1/2, and an enabled one fires on a fraction of its
+  hits: the scenario's failpoint rate times a factor drawn from
+  ``FAILPOINT_RATE_FACTORS``;
+- each workload switch is on with probability 3/4;
+- each knob takes a value uniformly inside its legal range.
+
+Flags pin any of it (``--faults-enable``, ``--faults-disable``,
+``--knob name=value``); the run prints every choice first and the JSON
+result carries them (``config.swarm``), so the seed stays the handle to the
+whole run.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+from sim.rng import Stream
+from sim.scenario import SetupError
+
+# An activated failpoint fires on this multiple of the scenario's own
+# failpoint rate (a fifth of it, as often, or five times as often).
+FAILPOINT_RATE_FACTORS = (0.2, 1.0, 5.0)
+
+
+@attrs.frozen
+class Knob:
+    """A scenario setting a seed may vary inside ``[minimum, maximum]``."""
+
+    name: str
+    default: int
+    minimum: int
+    maximum: int
+    help: str
+
+    def __attrs_post_init__(self) -> None:
+        assert self.minimum <= self.default <= self.maximum, self
+
+
+@attrs.frozen
+class SwarmSpace:
+    """What a scenario lets a seed choose: its fault kinds, failpoints,
+    workload switches and knobs (all in a fixed order: the draw order)."""
+
+    fault_kinds: tuple[str, ...]
+    failpoints: tuple[str, ...] = ()
+    workload: tuple[str, ...] = ()
+    knobs: tuple[Knob, ...] = ()
+    failpoint_rate: float = 1e-4  # the scenario's failpoint-crash rate per hit
+
+    def knob(self, name: str) -> Knob:
+        for knob in self.knobs:
+            if knob.name == name:
+                return knob
+        raise KeyError(name)
+
+
+@attrs.frozen
+class SwarmChoices:
+    swarm: bool
+    fault_kinds: tuple[str, ...]            # enabled kinds
+    # Activated failpoints and their fractions; None (the full mix): every
+    # failpoint at the scenario's own failpoint-crash rate.
+    failpoints: tuple[tuple[str, float], ...] | None
+    workload: tuple[str, ...]               # enabled workload switches
+    knobs: tuple[tuple[str, int], ...]
+
+    def enabled(self, kind: str) -> bool:
+        return kind in self.fault_kinds
+
+    def does(self, operation: str) -> bool:
+        return operation in self.workload
+
+    def knob(self, name: str) -> int:
+        return dict(self.knobs)[name]
+
+    def site_rates(self, failpoints: tuple[str, ...], kind: str) -> dict[str, dict[str, float]]:
+        """Per-failpoint rates for ``FaultPlan(site_rates=...)``: activated
+        ones at their fraction, the others never (empty in the full mix)."""
+        if self.failpoints is None:
+            return {}
+        active = dict(self.failpoints)
+        return {name: {kind: active.get(name, 0.0)} for name in failpoints}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"swarm": self.swarm, "fault_kinds": list(self.fault_kinds),
+                "failpoints": "all" if self.failpoints is None else {n: f for n, f in self.failpoints},
+                "workload": list(self.workload), "knobs": dict(self.knobs)}
+
+    def describe(self) -> str:
+        if self.failpoints is None:
+            fps = "all at the scenario's rate"
+        else:
+            fps = ", ".join(f"{name} 1/{round(1 / fraction)}" for name, fraction in self.failpoints) or "none"
+        knobs = " ".join(f"{name}={value}" for name, value in self.knobs)
+        mode = "swarm" if self.swarm else "full mix"
+        return (f"{mode}: faults={','.join(self.fault_kinds) or 'none'}; failpoints={fps}; "
+                f"workload={','.join(self.workload) or 'none'}; {knobs}")
+
+
+class SwarmError(SetupError):
+    """A pinned choice that the scenario does not have, or outside its range."""
+
+    name = "SwarmError"
+
+
+def check_pins(space: SwarmSpace, *, enable: tuple[str, ...], disable: tuple[str, ...],
+               knobs: Mapping[str, int]) -> None:
+    choosable = space.fault_kinds + space.workload
+    for name in enable + disable:
+        if name not in choosable:
+            raise SwarmError(f"{name!r} is not a fault kind or workload switch of this scenario; "
+                             f"known: {', '.join(choosable)}")
+    both = sorted(set(enable) & set(disable))
+    if both:
+        raise SwarmError(f"{', '.join(both)} both enabled and disabled")
+    names = [k.name for k in space.knobs]
+    for name, value in knobs.items():
+        if name not in names:
+            raise SwarmError(f"unknown knob {name!r}; this scenario's knobs: {', '.join(names) or 'none'}")
+        knob = space.knob(name)
+        if not knob.minimum <= value <= knob.maximum:
+            raise SwarmError(f"knob {name}={value} is outside its legal range {knob.minimum}..{knob.maximum}")
+
+
+def choose(space: SwarmSpace, stream: Stream, *, swarm: bool, enable: tuple[str, ...] = (),
+           disable: tuple[str, ...] = (), knobs: Mapping[str, int] | None = None) -> SwarmChoices:
+    """The run's choices. Without ``swarm``: every kind, every failpoint (at
+    the scenario's rate), every workload switch, default knobs — the
+    scenario's full mix — still subject to the pins."""
+    knobs = dict(knobs or {})
+    check_pins(space, enable=enable, disable=disable, knobs=knobs)
+    # Draw everything, pinned or not, in a fixed order: a pin changes that
+    # choice only, never the others of the same seed.
+    kinds = []
+    for kind in space.fault_kinds:
+        on = stream.below(2) == 0 if swarm else True
+        if kind in enable or (on and kind not in disable):
+            kinds.append(kind)
+    if swarm and not kinds and not enable:
+        free = [k for k in space.fault_kinds if k not in disable]
+        if free:
+            kinds.append(stream.choice(free))
+    failpoints: list[tuple[str, float]] | None = [] if swarm else None
+    if swarm:
+        for name in space.failpoints:
+            on = stream.below(2) == 0
+            fraction = min(1.0, space.failpoint_rate * stream.choice(FAILPOINT_RATE_FACTORS))
+            if on:
+                failpoints.append((name, fraction))
+    workload = []
+    for operation in space.workload:
+        on = stream.below(4) != 0 if swarm else True
+        if operation in enable or (on and operation not in disable):
+            workload.append(operation)
+    values = []
+    for knob in space.knobs:
+        drawn = stream.between(knob.minimum, knob.maximum) if swarm else knob.default
+        values.append((knob.name, knobs.get(knob.name, drawn)))
+    return SwarmChoices(swarm, tuple(kinds), None if failpoints is None else tuple(failpoints), tuple(workload),
+                        tuple(values))
+
+
+def choose_for(world: Any, opts: Any, space: SwarmSpace) -> SwarmChoices:
+    """The choices of this run (from the world's ``swarm`` stream), recorded
+    in the world's config so the run prints them first and the result
+    carries them."""
+    choices = choose(space, world.streams["swarm"], swarm=opts.swarm, enable=tuple(opts.faults_enable),
+                     disable=tuple(opts.faults_disable), knobs=opts.knobs)
+    world.config_extra["swarm"] = choices.to_json()
+    world.config_extra["swarm_line"] = choices.describe()
+    return choices

@@ -1,0 +1,120 @@
+"""Swarm testing: each seed chooses its fault kinds, failpoints, workload
+switches and knobs; flags pin single choices; runs and sweeps report
+coverage (what fired, what never did, which rare cases were reached)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from faults.kinds import ACK_LOST, NODE_KILL
+from faults.swarm import Knob, SwarmError, SwarmSpace, choose
+from scenarios import registry
+from sim.clock import parse_duration_ms
+from sim.rng import Streams
+from sim.runner import run
+from sim.scenario import ScenarioOptions
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPACE = SwarmSpace(fault_kinds=("a", "b", "c", "d"), failpoints=("fp1", "fp2", "fp3"), workload=("w1", "w2"),
+                   knobs=(Knob("lease_ms", 20, 10, 100, "lease"), Knob("cap", 5, 1, 9, "cap")), failpoint_rate=1e-3)
+
+
+def pick(seed: int, **kw):
+    return choose(SPACE, Streams(seed)["swarm"], **{"swarm": True, **kw})
+
+
+def test_choices_are_a_function_of_the_seed_and_vary_across_seeds():
+    assert pick(1) == pick(1)
+    assert len({(c.fault_kinds, c.failpoints, c.workload, c.knobs) for c in map(pick, range(20))}) > 10
+    for seed in range(20):
+        c = pick(seed)
+        assert c.fault_kinds and set(c.fault_kinds) <= {"a", "b", "c", "d"}  # never an empty mix
+        assert all(10 <= v <= 100 for n, v in c.knobs if n == "lease_ms")
+        assert all(rate in (2e-4, 1e-3, 5e-3) for _, rate in c.failpoints)
+
+
+def test_a_pin_changes_that_choice_only():
+    base = pick(3)
+    off = base.fault_kinds[0]
+    pinned = pick(3, disable=(off,), knobs={"cap": 9})
+    assert off not in pinned.fault_kinds
+    assert set(pinned.fault_kinds) == set(base.fault_kinds) - {off}
+    assert dict(pinned.knobs)["cap"] == 9 and dict(pinned.knobs)["lease_ms"] == dict(base.knobs)["lease_ms"]
+    assert pinned.failpoints == base.failpoints and pinned.workload == base.workload
+    forced = pick(3, enable=("w1", "w2"))
+    assert forced.workload == ("w1", "w2")
+
+
+def test_the_full_mix_is_everything_at_defaults():
+    full = choose(SPACE, Streams(1)["swarm"], swarm=False)
+    assert full.fault_kinds == SPACE.fault_kinds and full.workload == SPACE.workload
+    assert full.failpoints is None and full.site_rates(SPACE.failpoints, "failpoint-crash") == {}
+    assert dict(full.knobs) == {"lease_ms": 20, "cap": 5}
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"enable": ("zz",)}, "'zz' is not a fault kind"),
+    ({"enable": ("a",), "disable": ("a",)}, "both enabled and disabled"),
+    ({"knobs": {"nope": 1}}, "unknown knob 'nope'"),
+    ({"knobs": {"cap": 10}}, "outside its legal range 1..9"),
+])
+def test_bad_pins_are_refused(kw, message):
+    with pytest.raises(SwarmError, match=message):
+        pick(1, **kw)
+
+
+def test_a_disabled_kind_never_fires_and_a_pinned_knob_is_used():
+    opts = ScenarioOptions(seed=4, duration_ms=parse_duration_ms("6h"), swarm=True,
+                           faults_enable=(ACK_LOST,), faults_disable=(NODE_KILL,), knobs={"lease_ms": 7_000})
+    result = run(registry.get("ledger-storm"), opts)
+    assert result.passed, result.violations
+    swarm = result.config["swarm"]
+    assert NODE_KILL not in swarm["fault_kinds"] and ACK_LOST in swarm["fault_kinds"]
+    assert swarm["knobs"]["lease_ms"] == 7_000
+    assert result.faults.get(NODE_KILL, 0) == 0 and result.coverage["fault_kinds"][NODE_KILL] == 0
+    assert NODE_KILL in result.coverage["never_fired"]
+
+
+def _cli(*args: str, cwd: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True, cwd=cwd, env=env,
+                          check=False)
+
+
+def test_run_json_shows_swarm_choices_and_per_kind_and_per_failpoint_counts(tmp_path):
+    proc = _cli("run", "ledger-storm", "--seed", "7", "--duration", "6h", "--json", cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    body = json.loads(proc.stdout)
+    swarm = body["config"]["swarm"]
+    assert swarm["swarm"] is True and set(swarm) == {"swarm", "fault_kinds", "failpoints", "workload", "knobs"}
+    coverage = body["coverage"]
+    assert set(coverage["fault_kinds"]) == set(registry.get("ledger-storm").swarm_space.fault_kinds)
+    assert all(set(v) == {"hits", "fired"} for v in coverage["failpoints"].values())
+    assert all(v["hits"] > 0 for v in coverage["failpoints"].values())
+    human = _cli("run", "ledger-storm", "--seed", "7", "--duration", "1h", cwd=str(tmp_path))
+    lines = human.stdout.splitlines()
+    assert lines[1].startswith("swarm: faults=")  # printed before the run
+    assert any(line.startswith("coverage: never fired:") for line in lines)
+
+
+def test_cli_refuses_bad_pins_in_one_line(tmp_path):
+    proc = _cli("run", "sentinel-year", "--seed", "1", "--duration", "1d", "--knob", "lease_ms=1", cwd=str(tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "loomsim: error: knob lease_ms=1 is outside its legal range 10000..120000"
+
+
+def test_sweep_summarizes_seeds_and_coverage(tmp_path):
+    proc = _cli("sweep", "ledger-storm", "--seeds", "0:4", "--duration", "1h", "--json", "--repro-dir", str(tmp_path),
+                cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert (summary["seeds"], summary["passed"], summary["failed"]) == (4, 4, 0)
+    assert set(summary["sometimes_reached"]) == set(registry.get("ledger-storm").sometimes)
+    assert set(summary["never_fired"]) <= set(summary["fault_kinds_fired"]) | set(summary["failpoints_fired"])
+    assert summary["sometimes_never"] == [n for n, k in summary["sometimes_reached"].items() if k == 0]
+    bad = _cli("sweep", "ledger-storm", "--seeds", "5:2", cwd=str(tmp_path))
+    assert bad.returncode == 2 and "invalid seeds" in bad.stderr
