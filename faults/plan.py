@@ -102,7 +102,8 @@ class ScriptedPlan:
     scripted = True
 
     def __init__(self, events: Iterable[FaultEvent]) -> None:
-        self.events = tuple(events)
+        # Deviations (scheduling entries of the same script) are the scheduler's.
+        self.events = tuple(e for e in events if isinstance(e, FaultEvent))
         self._at_hit: dict[tuple[str, int], FaultEvent] = {}
         self._by_time: dict[str, list[FaultEvent]] = {}
         for event in self.events:

@@ -18,6 +18,11 @@ Each entry::
 - ``restart_after_ms`` (crashes, kills): how long the process stays down;
   ``duration_ms`` (pauses): how long it is frozen.
 
+Entries of kind ``schedule`` are scheduling deviations (``sim.interleave``):
+at ``time_ms`` (and ``step``, the resumption index within that instant)
+the task ``node``/``task`` ran before the FIFO-first task. They share the
+list with the faults so one script replays both.
+
 A malformed script is a ``ScriptError`` naming the entry and the field.
 """
 from __future__ import annotations
@@ -26,6 +31,8 @@ import json
 from typing import Any
 
 from faults.kinds import ALL_FAULT_KINDS, NODE_PAUSE, TIMED_FAULT_KINDS
+from sim.interleave import SCRIPT_KIND as SCHEDULE_KIND
+from sim.interleave import Deviation
 from sim.world import FaultEvent
 
 SCRIPT_ENTRIES_MAX = 1_000_000
@@ -39,7 +46,13 @@ class ScriptError(ValueError):
     name = "ScriptError"
 
 
-def event_to_json(event: FaultEvent) -> dict[str, Any]:
+def event_to_json(event: Any) -> dict[str, Any]:
+    if isinstance(event, Deviation):
+        return event.to_json()
+    return _fault_to_json(event)
+
+
+def _fault_to_json(event: FaultEvent) -> dict[str, Any]:
     value: dict[str, Any] = {"time_ms": event.time_ms, "node": event.node, "site": event.site, "kind": event.kind,
                              "hit": event.hit}
     if event.restart_after_ms is not None:
@@ -64,10 +77,15 @@ def _int_field(entry: dict, name: str, where: str, *, optional: bool) -> int | N
     return value
 
 
-def parse_entry(entry: Any, index: int) -> FaultEvent:
+def parse_entry(entry: Any, index: int) -> FaultEvent | Deviation:
     where = f"fault script entry {index}"
     if not isinstance(entry, dict):
         raise ScriptError(f"{where}: expected an object, got {type(entry).__name__}")
+    if entry.get("kind") == SCHEDULE_KIND:
+        try:
+            return Deviation.from_json(entry, where)
+        except ValueError as error:
+            raise ScriptError(str(error)) from None
     unknown = sorted(set(entry) - set(_FIELDS))
     if unknown:
         raise ScriptError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}; "
@@ -109,7 +127,7 @@ def parse_script(value: Any) -> tuple[FaultEvent, ...]:
     events = tuple(parse_entry(entry, index) for index, entry in enumerate(value))
     seen: set[tuple[str, int]] = set()
     for index, event in enumerate(events):
-        if event.hit is None or event.kind in TIMED_FAULT_KINDS:
+        if isinstance(event, Deviation) or event.hit is None or event.kind in TIMED_FAULT_KINDS:
             continue
         if (event.site, event.hit) in seen:
             raise ScriptError(f"fault script entry {index}: a second fault at hit {event.hit} of {event.site!r}")

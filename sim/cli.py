@@ -74,6 +74,16 @@ def _knob(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"invalid knob {text!r}: the value must be a whole number") from None
 
 
+def _schedule(spec: str) -> str:
+    from sim.interleave import parse_schedule
+
+    try:
+        parse_schedule(spec)
+    except ValueError as error:
+        raise UsageError(f"--schedule: {error}") from None
+    return spec
+
+
 def _names(text: str) -> tuple[str, ...]:
     return tuple(sorted({name.strip() for name in text.split(",") if name.strip()}))
 
@@ -121,6 +131,9 @@ def _add_run_options(run_p: argparse.ArgumentParser) -> None:
                        help="simulated duration: 90s, 5m, 36h, 30d, 12mo (default: the scenario's)")
     run_p.add_argument("--store", choices=STORES, default="memory", help="store backend (default: memory)")
     run_p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    run_p.add_argument("--schedule", default="fifo", metavar="POLICY",
+                       help="which ready task runs next: fifo (default), random, pct:D or pct:D:K "
+                            "(probabilistic concurrency testing with D priority-change points)")
     run_p.add_argument("--no-swarm", action="store_true",
                        help="run the scenario's full fault mix with default knobs (default: the seed chooses "
                             "a subset of fault kinds, failpoints, workload switches and knob values)")
@@ -199,6 +212,8 @@ def _sweep_child_args(scenario: Any, args: argparse.Namespace) -> list[str]:
         child += ["--duration", format_duration_ms(args.duration)]
     if args.no_swarm:
         child.append("--no-swarm")
+    if args.schedule != "fifo":
+        child += ["--schedule", _schedule(args.schedule)]
     if args.faults_enable:
         child += ["--faults-enable", args.faults_enable]
     if args.faults_disable:
@@ -250,7 +265,7 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
                            store=store, db_path=args.db, params=_scenario_params(scenario, args),
                            fault_script=fault_script, swarm=not args.no_swarm,
                            faults_enable=_names(args.faults_enable), faults_disable=_names(args.faults_disable),
-                           knobs=knobs)
+                           knobs=knobs, schedule=_schedule(args.schedule))
     trace_file = None
     if args.trace:
         try:
@@ -288,6 +303,8 @@ def repro_command(name: str, opts: ScenarioOptions, *, explicit_duration: bool =
         parts += ["--faults", faults_path]
     if not opts.swarm:
         parts += ["--no-swarm"]
+    if opts.schedule != "fifo" and not faults_path:
+        parts += ["--schedule", opts.schedule]
     if opts.faults_enable:
         parts += ["--faults-enable", ",".join(opts.faults_enable)]
     if opts.faults_disable:

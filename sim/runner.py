@@ -7,6 +7,7 @@ from typing import Any, Callable, TextIO
 import attrs
 
 from sim.clock import format_duration_ms
+from sim.interleave import Deviation, FifoPolicy, ScriptedPolicy, parse_schedule
 from sim.invariants import Violation
 from sim.runtime import TaskFailed
 from sim.scenario import Scenario, ScenarioOptions
@@ -43,6 +44,20 @@ class RunResult:
         return self.status == PASS
 
 
+def _script_deviations(opts: ScenarioOptions) -> tuple[Deviation, ...]:
+    return tuple(e for e in (opts.fault_script or ()) if isinstance(e, Deviation))
+
+
+def schedule_policy(opts: ScenarioOptions) -> Any:
+    """The run's scheduling policy: a script's deviations if it has any
+    (replayed exactly, FIFO elsewhere), else ``opts.schedule``."""
+    deviations = _script_deviations(opts)
+    if deviations:
+        return ScriptedPolicy(deviations)
+    policy = parse_schedule(opts.schedule)
+    return None if isinstance(policy, FifoPolicy) else policy
+
+
 def run_config(scenario: Scenario, opts: ScenarioOptions) -> dict[str, Any]:
     return {
         "scenario": scenario.name,
@@ -50,7 +65,8 @@ def run_config(scenario: Scenario, opts: ScenarioOptions) -> dict[str, Any]:
         "duration": format_duration_ms(opts.duration_ms),
         "store": opts.store,
         "params": dict(sorted(opts.params.items())),
-        "faults": "probabilistic" if opts.fault_script is None else f"script ({len(opts.fault_script)} faults)",
+        "faults": "probabilistic" if opts.fault_script is None else f"script ({len(opts.fault_script)} entries)",
+        "schedule": opts.schedule if not _script_deviations(opts) else f"scripted ({len(_script_deviations(opts))})",
         "loomsim": LOOMSIM_VERSION,
         "python": platform.python_version(),
     }
@@ -62,7 +78,7 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
     """Run ``scenario``. ``wall_clock`` (the face passes ``time.perf_counter``)
     only measures; nothing simulated ever reads it."""
     started_s = wall_clock() if wall_clock else 0.0
-    world = World(opts.seed, trace_stream=trace_stream)
+    world = World(opts.seed, trace_stream=trace_stream, schedule=schedule_policy(opts))
     setup = scenario.build(world, opts)
     config = run_config(scenario, opts)
     config.update({k: v for k, v in world.config_extra.items() if k != "swarm_line"})
@@ -99,7 +115,7 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
         stats=stats,
         config=config,
         excerpt=excerpt,
-        fault_script=tuple(world.fault_events),
+        fault_script=tuple(sorted((*world.fault_events, *world.runtime.deviations), key=lambda e: e.time_ms)),
         coverage=coverage(scenario, world, stats),
     )
 

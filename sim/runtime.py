@@ -70,6 +70,9 @@ class TaskFailed(Exception):
         self.error = error
 
 
+# Tasks of a node with this role are the harness, not the system under test.
+HARNESS_ROLE = "harness"
+
 # Bound on scheduler steps at a single instant: a task that checkpoints in a
 # loop without ever sleeping would otherwise spin forever at one time.
 STEPS_PER_INSTANT_MAX = 1_000_000
@@ -294,6 +297,19 @@ class SimRuntime:
                         break
                 if not ready:
                     continue
+                if ready[0][2].node.role == HARNESS_ROLE:
+                    # The harness (timers, chaos, the outside world) is not the
+                    # system under test: it runs in FIFO position, is never a
+                    # choice and counts no step, so whether it is there (a
+                    # probabilistic run) or not (its script replayed) does not
+                    # renumber the system's decisions.
+                    entry = ready.pop(0)
+                    task = entry[2]
+                    wake_ms = self._resume(task, now_ms)
+                    if wake_ms is not None:
+                        self._order = order = self._order + 1
+                        heappush(heap, (wake_ms, order, task))
+                    continue
                 if self._instant_ms != now_ms:
                     self._instant_ms = now_ms
                     self._instant_steps = 0
@@ -303,7 +319,8 @@ class SimRuntime:
                 if len(ready) == 1:
                     entry = ready.pop()
                 else:
-                    candidates = [e for e in ready if e[2].alive and e[2].node.paused_until_ms <= now_ms]
+                    candidates = [e for e in ready if e[2].alive and e[2].node.paused_until_ms <= now_ms
+                                  and e[2].node.role != HARNESS_ROLE]
                     index = 0
                     if len(candidates) > 1:
                         self.contested_decisions += 1

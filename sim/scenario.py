@@ -48,6 +48,8 @@ class ScenarioOptions:
     faults_enable: tuple[str, ...] = ()
     faults_disable: tuple[str, ...] = ()
     knobs: Mapping[str, int] = attrs.field(factory=dict)
+    # Which ready task runs next (``sim.interleave``): fifo | random | pct:D[:K].
+    schedule: str = "fifo"
 
     def __attrs_post_init__(self) -> None:
         assert self.store in STORES, self.store

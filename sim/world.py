@@ -46,10 +46,14 @@ class FaultEvent:
 
 class World:
     def __init__(self, seed: int, *, shuffle_ties: bool = False, trace_stream: TextIO | None = None,
-                 stop_on_violation: bool = True) -> None:
+                 stop_on_violation: bool = True, schedule: Any = None) -> None:
         self.seed = seed
         self.streams = Streams(seed)
-        self.runtime = SimRuntime(self.streams["scheduling"], shuffle_ties=shuffle_ties)
+        # ``schedule``: a ``sim.interleave`` policy (None: FIFO). Every
+        # deviation from FIFO is traced (so the digest covers it) and kept
+        # for the run's script.
+        self.runtime = SimRuntime(self.streams["scheduling"], shuffle_ties=shuffle_ties, schedule=schedule)
+        self.runtime.on_deviation = self._on_deviation
         self.trace = Trace(self.runtime.now_ms, stream_to=trace_stream)
         self.stop_on_violation = stop_on_violation
         self.invariants = InvariantSet(self.trace, self.runtime.now_ms, on_violation=self._on_violation)
@@ -67,6 +71,12 @@ class World:
         self.site_hits: Callable[[], dict[str, int]] | None = None
 
     # -- observation -------------------------------------------------------
+
+    def _on_deviation(self, deviation: Any) -> None:
+        self.count("schedule.deviations")
+        self.trace.emit(deviation.chosen_node, "schedule.deviation", {
+            "step": deviation.step, "task": deviation.chosen_task, "preempted_node": deviation.preempted_node,
+            "preempted_task": deviation.preempted_task, "await_site": deviation.await_site})
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
