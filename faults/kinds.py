@@ -10,8 +10,12 @@ NODE_PAUSE = "node-pause"                # a GC pause / VM stall longer than a l
 SHORT_PAGE = "short-page"                # a read answer missing its last record
 SEQUENCE_GAP = "sequence-gap"            # a read answer missing a record in the middle
 
-PORT_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST)
+TRANSIENT_ERROR = "transient-error"      # the call fails, typed and retryable, before doing anything
+WRITE_CONTENTION = "write-contention"    # SqliteWriteContention: the write lock was busy past the timeout
+LATENCY = "latency"                      # the call takes long (a slow disk, a GC pause in the store)
+
+PORT_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY)
 # Fired by the scenario's clock, not at a hit of a site: a script replays them at their time.
 TIMED_FAULT_KINDS = (NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE)
 ALL_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE,
-                   SHORT_PAGE, SEQUENCE_GAP)
+                   SHORT_PAGE, SEQUENCE_GAP, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY)

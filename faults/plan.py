@@ -86,6 +86,10 @@ class FaultPlan:
         """How long a process crashed by this fault stays down: drawn now."""
         return fallback()
 
+    def duration_ms(self, site: str, hit: int, fallback: Callable[[], int]) -> int:
+        """How long this fault lasts (latency): drawn now."""
+        return fallback()
+
 
 class ScriptedPlan:
     """Faults from a script alone (probabilistic faults off).
@@ -142,6 +146,12 @@ class ScriptedPlan:
         event = self._fired.get((site, hit))
         if event is not None and event.restart_after_ms is not None:
             return event.restart_after_ms
+        return fallback()
+
+    def duration_ms(self, site: str, hit: int, fallback: Callable[[], int]) -> int:
+        event = self._fired.get((site, hit))
+        if event is not None and event.duration_ms is not None:
+            return event.duration_ms
         return fallback()
 
     def timed(self, kind: str) -> tuple[FaultEvent, ...]:

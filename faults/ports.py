@@ -16,7 +16,39 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from faults.kinds import ACK_LOST, CRASH_BEFORE_CALL, FAILPOINT_CRASH, PORT_FAULT_KINDS
+from faults.kinds import (
+    ACK_LOST,
+    CRASH_BEFORE_CALL,
+    FAILPOINT_CRASH,
+    LATENCY,
+    PORT_FAULT_KINDS,
+    TRANSIENT_ERROR,
+    WRITE_CONTENTION,
+)
+from model.sqlite_db import SqliteWriteContention
+
+# Port methods that only read: a busy SQLite writer never refuses them (WAL).
+READ_METHODS = frozenset({
+    "load", "get", "get_by_idempotency_key", "read", "inspect_tail", "lookup_batch", "scan_nonterminal",
+    "load_recovery_snapshot", "digest_at", "cursor", "checkpoint", "live_findings", "live_for_run", "has",
+    "is_pinned", "pinned_refs", "holders", "expired_unpinned", "blob", "load_steps", "load_execution",
+    "live_executions", "schedule_high_water_ms"})
+# An injected latency: long enough, now and then, to outlive a lease.
+LATENCY_MS = (200, 45_000)
+
+
+class TransientStoreError(Exception):
+    """An injected transient failure of a store call: nothing happened, try again."""
+
+    name = "TransientStoreError"
+    retryable = True
+
+    def __init__(self, site: str) -> None:
+        super().__init__(f"{site}: transient store error (injected)")
+        self.site = site
+
+    def __reduce__(self):
+        return (type(self), (self.site,))
 
 _FAILPOINT_KINDS = (FAILPOINT_CRASH,)
 from faults.plan import FaultPlan
@@ -45,13 +77,17 @@ class BoundPort:
     def __init__(self, world: World, node: Node, port: str, target: Any, plan: FaultPlan | None,
                  describers: Mapping[str, Describe], stats: PortStats, restart_after: Callable[[], int]) -> None:
         self._target = target
+        latency = world.streams["latency"]
         for method, describe in describers.items():
-            setattr(self, method, self._wrap(world, node, f"{port}.{method}",
-                                             getattr(target, method), describe, plan, stats, restart_after))
+            kinds = PORT_FAULT_KINDS if method not in READ_METHODS else tuple(
+                k for k in PORT_FAULT_KINDS if k != WRITE_CONTENTION)
+            setattr(self, method, self._wrap(world, node, f"{port}.{method}", getattr(target, method), describe,
+                                             plan, stats, restart_after, kinds, latency))
 
     @staticmethod
     def _wrap(world: World, node: Node, site: str, fn: Callable, describe: Describe,
-              plan: FaultPlan | None, stats: PortStats, restart_after: Callable[[], int]):
+              plan: FaultPlan | None, stats: PortStats, restart_after: Callable[[], int],
+              kinds: tuple[str, ...], latency: Any):
         trace = world.trace
         label = node.label
 
@@ -61,8 +97,26 @@ class BoundPort:
             stats.calls += 1
             fault = None
             if plan is not None:
-                hit, fault = plan.draw(site, PORT_FAULT_KINDS)
-                if fault == CRASH_BEFORE_CALL:
+                hit, fault = plan.draw(site, kinds)
+                if fault == LATENCY:
+                    delay_ms = plan.duration_ms(site, hit, lambda: latency.between(*LATENCY_MS))
+                    world.record_fault(node, site, LATENCY, hit, duration_ms=delay_ms)
+                    await world.runtime.sleep_ms(delay_ms)
+                    if not node.alive:
+                        raise NodeDeadError(label, site)
+                elif fault == TRANSIENT_ERROR:
+                    world.record_fault(node, site, TRANSIENT_ERROR, hit)
+                    error = TransientStoreError(site)
+                    trace.emit(label, site, {**describe(args, kwargs, None), "error": error.name,
+                                             "detail": str(error)})
+                    raise error
+                elif fault == WRITE_CONTENTION:
+                    world.record_fault(node, site, WRITE_CONTENTION, hit)
+                    contention = SqliteWriteContention(None, f"{site}: write lock busy (injected)")
+                    trace.emit(label, site, {**describe(args, kwargs, None), "error": contention.name,
+                                             "detail": str(contention)})
+                    raise contention
+                elif fault == CRASH_BEFORE_CALL:
                     delay_ms = plan.restart_delay_ms(site, hit, restart_after)
                     world.record_fault(node, site, CRASH_BEFORE_CALL, hit, restart_after_ms=delay_ms)
                     world.crash(node, restart_after_ms=delay_ms)

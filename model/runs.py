@@ -175,6 +175,19 @@ class LedgerRuns:
             await self.sleep_ms(CLAIM_RETRY_MS)
         assert claim.submission_id == submission_id, (claim, submission_id)
         self.probe.emit("run.claimed", run=run_id, owner=self.owner_id, epoch=claim.epoch)
+        try:
+            return await self._take_over(run_id, submission_id, run_input, claim, input_applied=input_applied,
+                                         fresh=fresh)
+        except BaseException:
+            # Half-owned (the takeover or the input stopped on an error):
+            # forget it, so the next attempt owns it again from the stores
+            # instead of taking the input as applied.
+            self._forget(run_id)
+            raise
+
+    async def _take_over(self, run_id: str, submission_id: str, run_input: Any, claim: Any, *,
+                         input_applied: bool, fresh: bool) -> bool:
+        ledger = self.ledger
         await self.log.materialize(run_id, self.owner_id, claim.epoch)
         self._claims[run_id] = claim
         self.failpoints.hit(CLAIMED_BEFORE_INPUT)
@@ -326,6 +339,7 @@ class LedgerRuns:
         if record is None:
             record = settlement_record(status, output)
         reserved = await self.ledger.reserve_settlement(claim, record)
+        self._owned[run_id] = (execution, record)  # a retry in this process reuses it
         self.failpoints.hit(RESERVED_BEFORE_APPEND)
         if in_log is None:
             batch = self._step_payloads(run_id, first_seq or self._steps.get(run_id, 0) + 1, tuple(steps))

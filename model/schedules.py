@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import attrs
 
-from model.kernel.kernel import Flow, Kernel, MigrationMissing, RunOutcome, error_output
+from model.kernel.kernel import Flow, Kernel, MigrationMissing, RunOutcome, error_output, is_retryable
 from model.kernel.records import FAILED
 from model.probe import NULL_PROBE, Probe
 from model.runtime import Runtime
@@ -33,6 +33,8 @@ WAKE_BUSY = "busy"
 WAKE_REJECTED = "rejected"
 # How long a driver waits before retrying a wake that found its schedule busy.
 BUSY_RETRY_MS = 1_000
+# How long a driver waits after a retryable store error before starting over.
+RETRY_MS = 2_000
 
 
 def run_id_for(schedule_id: str, occurrence_ms: int) -> str:
@@ -132,6 +134,22 @@ class ScheduleDriver:
         return self._high_water_ms
 
     async def run_forever(self) -> None:
+        """Recover, then fire occurrences forever. A retryable store error
+        (``is_retryable``) anywhere in a wake is waited out and the loop
+        starts over from the stores: the live run is resumed by ``recover``."""
+        runtime = self.runtime
+        while True:
+            try:
+                await self._run_forever()
+                return
+            except Exception as error:
+                if not is_retryable(error):
+                    raise
+                self.probe.emit("driver.retry", schedule=self.schedule.schedule_id,
+                                cause=getattr(type(error), "name", type(error).__name__))
+                await runtime.sleep_ms(RETRY_MS)
+
+    async def _run_forever(self) -> None:
         schedule = self.schedule
         runtime = self.runtime
         await self.recover()

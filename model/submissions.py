@@ -230,10 +230,12 @@ class SubmissionWorker:
 # Errors that mean "this owner lost the submission" (another owner holds it
 # now): drop the work and look again. Matched by name, like every typed error
 # crossing a port.
-LOST_OWNERSHIP_ERRORS = ("OwnershipLost", "FenceRejected")
+# An AppendConflict of a stale owner (its batch id already holds another
+# owner's batch) is the same news: someone else did this step.
+LOST_OWNERSHIP_ERRORS = ("OwnershipLost", "FenceRejected", "AppendConflict")
 # Errors a retry can clear: a transient read fault caught by the fail-closed
 # recovery read, a busy SQLite writer.
-RETRYABLE_ERRORS = ("HistoryCorrupted", "SqliteWriteContention", "ConversationStoreError")
+RETRYABLE_ERRORS = ("HistoryCorrupted", "SqliteWriteContention", "ConversationStoreError", "TransientStoreError")
 
 
 def error_name(error: BaseException) -> str:
@@ -281,7 +283,14 @@ async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, r
     while True:
         # One strongly consistent scan tells where work is; claim only there.
         waiting: list[str] = []
-        for record in await worker.ledger.scan_nonterminal():
+        try:
+            scan = await worker.ledger.scan_nonterminal()
+        except Exception as error:
+            if error_name(error) not in RETRYABLE_ERRORS:
+                raise
+            probe.emit("scan.retry", owner=worker.owner_id, error=error_name(error))
+            scan = ()
+        for record in scan:
             if record.conversation_id not in waiting:
                 waiting.append(record.conversation_id)
         for conversation_id in waiting:

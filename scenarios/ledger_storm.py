@@ -25,14 +25,18 @@ from faults.kinds import (
     ACK_LOST,
     CRASH_BEFORE_CALL,
     FAILPOINT_CRASH,
+    LATENCY,
     NODE_KILL,
     NODE_PAUSE,
+    TRANSIENT_ERROR,
+    WRITE_CONTENTION,
     SEQUENCE_GAP,
     SHORT_PAGE,
 )
 from faults.plan import make_plan
 from faults.swarm import Knob, SwarmSpace, choose_for
 from model.failpoints import SUBMISSION_CRASH_POINTS
+from model.kernel.kernel import is_retryable
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT
 from faults.ports import BoundPort, PortStats, SimFailpoints
 from faults.reads import DamagedReads
@@ -83,6 +87,9 @@ RATES = {
     FAILPOINT_CRASH: 2e-3,
     SHORT_PAGE: 0.05,
     SEQUENCE_GAP: 0.05,
+    TRANSIENT_ERROR: 2e-4,
+    WRITE_CONTENTION: 1e-4,
+    LATENCY: 1e-4,
 }
 
 
@@ -109,7 +116,8 @@ def _work_that_never_fails(request: Any, index: int) -> Any:
 ABORTS = "client-aborts"
 FAILING_WORK = "failing-work"
 SWARM = SwarmSpace(
-    fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, NODE_PAUSE, SHORT_PAGE, SEQUENCE_GAP),
+    fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, NODE_PAUSE, SHORT_PAGE, SEQUENCE_GAP,
+                 TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY),
     failpoints=SUBMISSION_CRASH_POINTS,
     failpoint_rate=RATES[FAILPOINT_CRASH],
     workload=(ABORTS, FAILING_WORK),
@@ -225,12 +233,20 @@ class LedgerStorm:
         while True:
             # Requests the client sent but never saw a receipt for: again,
             # with the same idempotency key (at-least-once callers).
-            while self.pending:
-                conversation_id, key, request = self.pending[0]
-                admission = await client.submit(conversation_id, "client", key, request)
-                if request["n"] % ABORT_EVERY == 3 and self.swarm.does(ABORTS):
-                    await self._abort(client, admission.submission_id)
-                self.pending.pop(0)
+            try:
+                while self.pending:
+                    conversation_id, key, request = self.pending[0]
+                    admission = await client.submit(conversation_id, "client", key, request)
+                    if request["n"] % ABORT_EVERY == 3 and self.swarm.does(ABORTS):
+                        await self._abort(client, admission.submission_id)
+                    self.pending.pop(0)
+            except Exception as error:
+                if not is_retryable(error):
+                    raise
+                # A transient failure: the request stays pending and is sent
+                # again, same idempotency key (at-least-once callers).
+                await runtime.sleep_ms(RETRY_MS)
+                continue
             await runtime.sleep_ms(self.workload.between(*SUBMIT_EVERY_MS))
             if runtime.now_ms() >= self.heal_at_ms:
                 return

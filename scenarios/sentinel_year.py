@@ -28,7 +28,16 @@ from typing import Any
 
 from faults.chaos import kill_nodes, replay_kills
 from faults.describe import DURABLE_STATE_DESCRIBERS, LEDGER_DESCRIBERS, LOG_DESCRIBERS, SCHEDULE_DESCRIBERS
-from faults.kinds import ACK_LOST, CRASH_BEFORE_CALL, DUPLICATE_WAKE, FAILPOINT_CRASH, NODE_KILL
+from faults.kinds import (
+    ACK_LOST,
+    CRASH_BEFORE_CALL,
+    DUPLICATE_WAKE,
+    FAILPOINT_CRASH,
+    LATENCY,
+    NODE_KILL,
+    TRANSIENT_ERROR,
+    WRITE_CONTENTION,
+)
 from faults.plan import make_plan
 from faults.swarm import Knob, SwarmSpace, choose_for
 from faults.ports import BoundPort, PortStats, SimFailpoints
@@ -53,7 +62,7 @@ from model.durable_state.memory_store import InMemoryDurableStateStore
 from model.durable_state.sqlite_store import SqliteDurableStateStore
 from model.durable_state.store import DurableStateWrite, RevisionConflictError
 from model.findings import InMemoryFindingsProjection, SqliteFindingsProjection
-from model.kernel.kernel import Kernel
+from model.kernel.kernel import Kernel, is_retryable
 from model.kernel.records import ExecutionRecord
 from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.sqlite_store import SqliteSubmissionLedger
@@ -103,7 +112,8 @@ BROKEN_WINDOW_MS = (MS_PER_HOUR, 6 * MS_PER_HOUR)
 
 # Per-hit probabilities of the default fault mix: ~20 port calls per wake
 # make a few hundred crashes of each kind in a year.
-DEFAULT_RATES = {CRASH_BEFORE_CALL: 2e-5, ACK_LOST: 2e-5, FAILPOINT_CRASH: 1e-4}
+DEFAULT_RATES = {CRASH_BEFORE_CALL: 2e-5, ACK_LOST: 2e-5, FAILPOINT_CRASH: 1e-4, TRANSIENT_ERROR: 2e-5,
+                 WRITE_CONTENTION: 1e-5, LATENCY: 1e-5}
 # The failpoints a sentinel wake passes (the submission worker's step point
 # belongs to ledger-storm's worker, not to runs).
 FAILPOINTS = (DURABLE_STATE_SAVE_AFTER_STORE_WRITE, KERNEL_EFFECT_DONE_BEFORE_RECORD, ADMITTED_BEFORE_READY,
@@ -111,7 +121,8 @@ FAILPOINTS = (DURABLE_STATE_SAVE_AFTER_STORE_WRITE, KERNEL_EFFECT_DONE_BEFORE_RE
               APPENDED_BEFORE_FINALIZE, FINALIZED_BEFORE_REPLY)
 OPERATOR_EDITS = "operator-edits"
 SWARM = SwarmSpace(
-    fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE),
+    fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, TRANSIENT_ERROR,
+                 WRITE_CONTENTION, LATENCY),
     failpoints=FAILPOINTS,
     failpoint_rate=DEFAULT_RATES[FAILPOINT_CRASH],
     workload=(OPERATOR_EDITS,),
@@ -123,7 +134,7 @@ SWARM = SwarmSpace(
 # stats that must be non-zero in at least one seed.
 SOMETIMES = ("adopted_saves", "save_conflicts", "wakes_skipped", "claim_checked_payloads", "findings",
              "blobs_reclaimed", "runs_held_by_pins", "broken_deploys_caught", "runs_migrated_on_resume",
-             "runs_failed_migration_missing", "worker_crashes")
+             "runs_failed_migration_missing", "worker_crashes", "transient_retries")
 
 
 class ReplayTouchedStore(Exception):
@@ -236,7 +247,7 @@ class SentinelYear:
         self.runs_failed = 0
         self.system_counts: dict[str, int] = {}
         world.trace.subscribe(("ledger.finalize_settlement",), self._on_settled)
-        world.trace.subscribe(("run.migration_missing", "kernel.input_rejected", "kernel.migrated",
+        world.trace.subscribe(("run.migration_missing", "kernel.input_rejected", "kernel.migrated", "driver.retry",
                                "log.delete_conversation", "content.delete"), self._on_system_event)
 
         # Phase: setup. Durable stores first, then processes.
@@ -374,36 +385,51 @@ class SentinelYear:
         checkpoint; pins each finding's evidence before projecting it."""
         runtime = self.world.runtime
         while True:
-            for schedule_id, schedule in sorted(self.schedules.items()):
-                checkpoint_ms = await findings.checkpoint(schedule_id)
-                occurrence_ms = schedule.first_ms if checkpoint_ms is None else checkpoint_ms + schedule.every_ms
-                high_ms = schedule.latest_due_at(runtime.now_ms())
-                while high_ms is not None and occurrence_ms <= high_ms:
-                    run_id = run_id_for(schedule_id, occurrence_ms)
-                    record = await ledger.get_by_idempotency_key(run_id, schedule_id, run_id)
-                    if record is None:
-                        if occurrence_ms + schedule.every_ms > high_ms:
-                            break  # the latest occurrence may not be admitted yet
-                        await findings.advance_checkpoint(schedule_id, occurrence_ms)  # skipped
-                    elif record.outcome is None:
-                        break  # not settled: projected in order, so wait
-                    else:
-                        result = record.reserved_record.get("result") if record.outcome == "completed" else None
-                        found = (result or {}).get("findings", [])
-                        for finding in found:
-                            for ref in finding["evidence"]:
-                                await pins.pin(ref, finding["id"])
-                        await findings.apply_run(schedule_id, occurrence_ms, run_id, found,
-                                                 settled_at_ms=record.settled_at_ms)
-                    occurrence_ms += schedule.every_ms
+            try:
+                await self._project_once(ledger, findings, pins)
+            except Exception as error:
+                if not is_retryable(error):
+                    raise  # a transient failure: the next tick starts over from the checkpoint
             await runtime.sleep_ms(PROJECT_EVERY_MS)
+
+    async def _project_once(self, ledger: Any, findings: Any, pins: Any) -> None:
+        runtime = self.world.runtime
+        for schedule_id, schedule in sorted(self.schedules.items()):
+            checkpoint_ms = await findings.checkpoint(schedule_id)
+            occurrence_ms = schedule.first_ms if checkpoint_ms is None else checkpoint_ms + schedule.every_ms
+            high_ms = schedule.latest_due_at(runtime.now_ms())
+            while high_ms is not None and occurrence_ms <= high_ms:
+                run_id = run_id_for(schedule_id, occurrence_ms)
+                record = await ledger.get_by_idempotency_key(run_id, schedule_id, run_id)
+                if record is None:
+                    if occurrence_ms + schedule.every_ms > high_ms:
+                        break  # the latest occurrence may not be admitted yet
+                    await findings.advance_checkpoint(schedule_id, occurrence_ms)  # skipped
+                elif record.outcome is None:
+                    break  # not settled: projected in order, so wait
+                else:
+                    result = record.reserved_record.get("result") if record.outcome == "completed" else None
+                    found = (result or {}).get("findings", [])
+                    for finding in found:
+                        for ref in finding["evidence"]:
+                            await pins.pin(ref, finding["id"])
+                    await findings.apply_run(schedule_id, occurrence_ms, run_id, found,
+                                             settled_at_ms=record.settled_at_ms)
+                occurrence_ms += schedule.every_ms
 
     async def _retention(self, retention: Retention) -> None:
         runtime = self.world.runtime
         while True:
             next_midnight_ms = (runtime.now_ms() // MS_PER_DAY + 1) * MS_PER_DAY
             await runtime.sleep_until_ms(next_midnight_ms)
-            await retention.run_pass([s for _, s in sorted(self.schedules.items())], runtime.now_ms())
+            while True:
+                try:
+                    await retention.run_pass([s for _, s in sorted(self.schedules.items())], runtime.now_ms())
+                    break
+                except Exception as error:
+                    if not is_retryable(error):
+                        raise
+                    await runtime.sleep_ms(MS_PER_MINUTE)  # a transient failure: the pass starts over
 
     # -- what the oracles may read directly (never through a node) ----------
 
@@ -470,8 +496,16 @@ class SentinelYear:
         if not node.alive or driver is None or occurrence_ms is None:
             return False
         self.world.record_fault(node, f"alarm.{schedule_id}", DUPLICATE_WAKE, delivery or 0)
-        runtime.spawn_on(node, f"alarm:{schedule_id}@{occurrence_ms}", driver.wake(occurrence_ms))
+        runtime.spawn_on(node, f"alarm:{schedule_id}@{occurrence_ms}", self._alarm(driver, occurrence_ms))
         return True
+
+    @staticmethod
+    async def _alarm(driver: ScheduleDriver, occurrence_ms: int) -> None:
+        try:
+            await driver.wake(occurrence_ms)
+        except Exception as error:
+            if not is_retryable(error):
+                raise  # a transient failure: this delivery is lost, the driver's own wake is not
 
     def _plan_operator_edits(self) -> None:
         edits = max(1, self.duration_ms * OPERATOR_EDITS_PER_YEAR // (365 * MS_PER_DAY))
@@ -646,6 +680,7 @@ class SentinelYear:
             "runs_migrated_on_resume": self.system_counts.get("kernel.migrated", 0),
             "runs_failed_migration_missing": self.system_counts.get("run.migration_missing", 0),
             "runs_rejected_input": self.system_counts.get("kernel.input_rejected", 0),
+            "transient_retries": self.system_counts.get("driver.retry", 0),
             "runs_failed": self.runs_failed,
             "replays_verified": self.replay_checker.replays,
             "claim_checked_payloads": self.claim_checker.claim_checked,

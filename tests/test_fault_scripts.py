@@ -59,7 +59,7 @@ def test_a_planted_ledger_bug_replays_from_its_fault_script_alone(monkeypatch):
         return real(row, token, now_ms)
 
     monkeypatch.setattr(ledger_rules, "check_token", owner_only)
-    opts, first = first_failing("ledger-storm", "3h", range(4))
+    opts, first = first_failing("ledger-storm", "6h", range(4))
     assert first.violations[0].invariant == "fencing"
     assert any(e.kind == NODE_PAUSE for e in first.fault_script), "the bug needs a pause"
     again = replay("ledger-storm", opts, first.fault_script)
@@ -79,7 +79,7 @@ def test_a_script_without_the_decisive_fault_does_not_fail(monkeypatch):
         return real(row, token, now_ms)
 
     monkeypatch.setattr(ledger_rules, "check_token", owner_only)
-    opts, first = first_failing("ledger-storm", "3h", range(4))
+    opts, first = first_failing("ledger-storm", "6h", range(4))
     without = [e for e in first.fault_script if e.kind != NODE_PAUSE]
     assert len(without) < len(first.fault_script)
     again = replay("ledger-storm", opts, without)
@@ -118,7 +118,7 @@ def test_fail_open_pagination_replays_with_its_damaged_reads(monkeypatch):
         return RecoveryPrefix(tail, tuple(records), requests)
 
     monkeypatch.setattr(recovery, "read_recovery_prefix", fail_open)
-    opts, first = first_failing("ledger-storm", "3h", range(4))
+    opts, first = first_failing("ledger-storm", "6h", range(4))
     assert first.violations[0].invariant == "fail-closed-pagination"
     again = replay("ledger-storm", opts, first.fault_script)
     assert_same_failure(first, again)

@@ -246,6 +246,13 @@ class RunOutcome:
     steps_executed: int
 
 
+def is_retryable(error: BaseException) -> bool:
+    """A typed error that says "try again" (``retryable = True``, e.g.
+    ``SqliteWriteContention``): matched by attribute, as every typed error
+    crossing a port, so a third-party store's own classes work too."""
+    return getattr(error, "retryable", False) is True
+
+
 def error_output(error: BaseException) -> dict[str, str]:
     """The settled shape of a failure: exactly ``{errorTag, message}``."""
     tag = getattr(type(error), "name", None)
@@ -505,6 +512,11 @@ class Kernel:
             # Settling the run would hide that; the worker task fails loudly.
             raise
         except Exception as error:  # a flow's typed failure settles the run as failed
+            if is_retryable(error):
+                # A transient store error (busy writer, blip) is nobody's
+                # verdict on the run: it stays live and is resumed later.
+                raise
+
             return await self._finish(ctx, FAILED, error_output(error))
         return await self._finish(ctx, COMPLETED, output)
 
