@@ -52,13 +52,12 @@ from __future__ import annotations
 
 import bisect
 import re
-import sqlite3
 from typing import Any, Iterable
 
 import attrs
 
 from model.canonical import MAX_SAFE_INTEGER, canonical_json, decode, digest
-from model.sqlite_db import create_schema, open_database, require_autocommit, write_transaction
+from model.sqlite_db import SqliteAdapter, write_transaction
 
 __all__ = [
     "CATEGORIES",
@@ -410,7 +409,7 @@ def _from_row(row: tuple) -> ProjectedFinding:
     )
 
 
-class SqliteFindingsProjection:
+class SqliteFindingsProjection(SqliteAdapter):
     """The findings projection in ``fp_findings`` / ``fp_checkpoints`` /
     ``fp_counters`` (created idempotently).
 
@@ -418,32 +417,8 @@ class SqliteFindingsProjection:
     :meth:`open`.
     """
 
-    __slots__ = ("_conn", "_owns_connection")
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        require_autocommit(conn, "SqliteFindingsProjection")
-        if conn.in_transaction:
-            raise ValueError("conn has an open transaction; construct stores between transactions")
-        self._conn = conn
-        self._owns_connection = False
-        create_schema(conn, _SCHEMA)
-
-    @classmethod
-    def open(cls, path: str, **open_kwargs: Any) -> "SqliteFindingsProjection":
-        conn = open_database(path, **open_kwargs)
-        try:
-            projection = cls(conn)
-        except BaseException:
-            conn.close()
-            raise
-        projection._owns_connection = True
-        return projection
-
-    def close(self) -> None:
-        """Close the connection if this projection opened it; otherwise do nothing."""
-        if self._owns_connection:
-            self._owns_connection = False
-            self._conn.close()
+    __slots__ = ()
+    SCHEMA = _SCHEMA
 
     async def apply_run(
         self, schedule_id: str, occurrence_ms: int, run_id: str, findings: list, *, settled_at_ms: int

@@ -26,12 +26,11 @@ are one ``BEGIN IMMEDIATE`` transaction each (``model.sqlite_db``).
 from __future__ import annotations
 
 import re
-import sqlite3
 from typing import Any
 
 import attrs
 
-from model.sqlite_db import create_schema, open_database, require_autocommit, write_transaction
+from model.sqlite_db import SqliteAdapter, write_transaction
 
 __all__ = [
     "BlobRecord",
@@ -234,7 +233,7 @@ _COUNT_BLOBS_SQL = "SELECT count(*) FROM cc_blobs"
 _COUNT_PINS_SQL = "SELECT count(*) FROM cc_pins"
 
 
-class SqlitePinIndex:
+class SqlitePinIndex(SqliteAdapter):
     """The pin index in ``cc_blobs`` / ``cc_pins`` (created idempotently).
 
     The connection is shared, not owned, unless the index was made by
@@ -242,32 +241,8 @@ class SqlitePinIndex:
     collation, which orders them as Python's ``sorted`` does.
     """
 
-    __slots__ = ("_conn", "_owns_connection")
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        require_autocommit(conn, "SqlitePinIndex")
-        if conn.in_transaction:
-            raise ValueError("conn has an open transaction; construct stores between transactions")
-        self._conn = conn
-        self._owns_connection = False
-        create_schema(conn, _SCHEMA)
-
-    @classmethod
-    def open(cls, path: str, **open_kwargs: Any) -> "SqlitePinIndex":
-        conn = open_database(path, **open_kwargs)
-        try:
-            index = cls(conn)
-        except BaseException:
-            conn.close()
-            raise
-        index._owns_connection = True
-        return index
-
-    def close(self) -> None:
-        """Close the connection if this index opened it; otherwise do nothing."""
-        if self._owns_connection:
-            self._owns_connection = False
-            self._conn.close()
+    __slots__ = ()
+    SCHEMA = _SCHEMA
 
     async def record_blob(self, ref: str, size_bytes: int, *, stored_at_ms: int) -> None:
         check_ref(ref)

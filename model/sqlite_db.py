@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 BUSY_TIMEOUT_MS_DEFAULT = 5_000
 
@@ -119,3 +119,38 @@ def create_schema(conn: sqlite3.Connection, statements: tuple[str, ...] | list[s
     with write_transaction(conn):
         for statement in statements:
             conn.execute(statement)
+
+
+class SqliteAdapter:
+    """The connection handling an adapter shares: a shared connection (the
+    caller's, e.g. one file for every store of a run), or one it opened
+    itself with :meth:`open` and closes with :meth:`close`. Subclasses set
+    ``SCHEMA`` (idempotent ``CREATE ... IF NOT EXISTS`` statements)."""
+
+    __slots__ = ("_conn", "_owns_connection")
+    SCHEMA: tuple[str, ...] = ()
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        require_autocommit(conn, type(self).__name__)
+        if conn.in_transaction:
+            raise ValueError("conn has an open transaction; construct stores between transactions")
+        self._conn = conn
+        self._owns_connection = False
+        create_schema(conn, self.SCHEMA)
+
+    @classmethod
+    def open(cls, path: str, **open_kwargs: Any):
+        conn = open_database(path, **open_kwargs)
+        try:
+            adapter = cls(conn)
+        except BaseException:
+            conn.close()
+            raise
+        adapter._owns_connection = True
+        return adapter
+
+    def close(self) -> None:
+        """Close the connection if this adapter opened it; otherwise do nothing."""
+        if self._owns_connection:
+            self._owns_connection = False
+            self._conn.close()

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import pytest
 
+from scenarios.storage import run_sync as drive  # a call that must not suspend (the fake sleep never does)
+
 from model.canonical import ZERO_DIGEST
 from model.conversation.content_store import InMemoryContentStore, SqliteContentStore
 from model.conversation.memory_store import InMemoryConversationStore
@@ -46,16 +48,6 @@ SCHEDULE = Schedule(S, EVERY)
 # Runs older than 12 minutes go; blobs after 30; findings close after an hour.
 POLICY = RetentionPolicy(run_ttl_ms=12 * MIN, blob_ttl_ms=30 * MIN, finding_ttl_ms=60 * MIN)
 SETTLE_AFTER_MS = 1_000  # a run settles a second after its occurrence
-
-
-def drive(coro):
-    """Run a call that must not suspend (the fake sleep never does)."""
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        return stop.value
-    coro.close()
-    raise AssertionError("a call suspended")
 
 
 class Crash(BaseException):

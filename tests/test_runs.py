@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import pytest
 
+from scenarios.storage import run_sync as drive  # a call that must not suspend (the fake sleep never does)
+
 from model.canonical import digest
 from model.conversation.memory_store import InMemoryConversationStore
 from model.conversation.records import AppendConflict, FenceRejected, NotMaterialized
@@ -75,16 +77,6 @@ STEPS = (("stats", STEP_COMPLETED, {"rows": 3}), ("explain", STEP_COMPLETED, {"p
 
 
 # --- harness -----------------------------------------------------------------------
-
-
-def drive(coro):
-    """Run a call that must not suspend (the fake sleep never does)."""
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        return stop.value
-    coro.close()
-    raise AssertionError("a call suspended")
 
 
 class Crash(BaseException):
