@@ -9,6 +9,7 @@ DUPLICATE_WAKE = "duplicate-wake"        # an alarm delivered twice (at-least-on
 NODE_PAUSE = "node-pause"                # a GC pause / VM stall longer than a lease
 SHORT_PAGE = "short-page"                # a read answer missing its last record
 SEQUENCE_GAP = "sequence-gap"            # a read answer missing a record in the middle
+CORRUPT_ROW = "corrupt-row"              # a read answer with one record's payload altered
 
 TRANSIENT_ERROR = "transient-error"      # the call fails, typed and retryable, before doing anything
 WRITE_CONTENTION = "write-contention"    # SqliteWriteContention: the write lock was busy past the timeout
@@ -18,4 +19,4 @@ PORT_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, TRANSIENT_ERROR, WRITE_CONTENTI
 # Fired by the scenario's clock, not at a hit of a site: a script replays them at their time.
 TIMED_FAULT_KINDS = (NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE)
 ALL_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE,
-                   SHORT_PAGE, SEQUENCE_GAP, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY)
+                   SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY)

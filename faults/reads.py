@@ -1,9 +1,9 @@
 """Faults on reads: a page comes back short, or with a sequence gap.
 
 The store is fine; the answer is damaged on the way (a buggy replica, a
-truncated response). The system must fail closed: the recovery read turns
-either into a typed ``HistoryCorrupted``, never into a shorter "complete"
-history. Each injected fault is a trace event (kind ``short-page`` or
+truncated response, a flipped bit). The system must fail closed: the
+recovery read turns each into a typed ``HistoryCorrupted``, never into a
+shorter or altered "complete" history. Each injected fault is a trace event (kind ``short-page`` or
 ``sequence-gap``) so the ``fail-closed-pagination`` oracle can check that
 the read it damaged did not succeed.
 """
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from faults.kinds import SEQUENCE_GAP, SHORT_PAGE
+import attrs
+
+from faults.kinds import CORRUPT_ROW, SEQUENCE_GAP, SHORT_PAGE
 from faults.plan import FaultPlan
 from sim.node import Node
 from sim.world import World
 
-READ_FAULT_KINDS = (SHORT_PAGE, SEQUENCE_GAP)
+READ_FAULT_KINDS = (SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW)
 
 
 class DamagedReads:
@@ -41,5 +43,12 @@ class DamagedReads:
         self._world.record_fault(self._node, "log.read.answer", fault, hit)
         if fault == SHORT_PAGE:
             return records[:-1]
+        if fault == CORRUPT_ROW:
+            # Same seq, same batch, a different payload: only the digest
+            # chain can tell, and the recovery read must.
+            middle = len(records) // 2
+            record = records[middle]
+            damaged = attrs.evolve(record, envelope=attrs.evolve(record.envelope, payload={"corrupted": True}))
+            return records[:middle] + (damaged,) + records[middle + 1:]
         middle = len(records) // 2
         return records[:middle] + records[middle + 1:]

@@ -23,6 +23,7 @@ from faults.chaos import kill_nodes, node_name, replay_kills
 from faults.describe import LEDGER_DESCRIBERS, LOG_DESCRIBERS
 from faults.kinds import (
     ACK_LOST,
+    CORRUPT_ROW,
     CRASH_BEFORE_CALL,
     FAILPOINT_CRASH,
     LATENCY,
@@ -87,6 +88,7 @@ RATES = {
     FAILPOINT_CRASH: 2e-3,
     SHORT_PAGE: 0.05,
     SEQUENCE_GAP: 0.05,
+    CORRUPT_ROW: 0.05,
     TRANSIENT_ERROR: 2e-4,
     WRITE_CONTENTION: 1e-4,
     LATENCY: 1e-4,
@@ -117,7 +119,7 @@ ABORTS = "client-aborts"
 FAILING_WORK = "failing-work"
 SWARM = SwarmSpace(
     fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, NODE_PAUSE, SHORT_PAGE, SEQUENCE_GAP,
-                 TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY),
+                 CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY),
     failpoints=SUBMISSION_CRASH_POINTS,
     failpoint_rate=RATES[FAILPOINT_CRASH],
     workload=(ABORTS, FAILING_WORK),

@@ -17,6 +17,7 @@ import scenarios.ledger_storm as ledger_storm
 import scenarios.sentinel_year as sentinel_year
 from faults.kinds import (
     ACK_LOST,
+    CORRUPT_ROW,
     CRASH_BEFORE_CALL,
     FAILPOINT_CRASH,
     LATENCY,
@@ -54,7 +55,7 @@ def test_ledger_storm_survives_each_point_fault_kind_alone(monkeypatch, kind):
     assert result.faults.get(kind, 0) >= 1, result.faults
 
 
-@pytest.mark.parametrize("kind", [SHORT_PAGE, SEQUENCE_GAP])
+@pytest.mark.parametrize("kind", [SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW])
 def test_ledger_storm_fails_closed_on_each_damaged_read_kind(monkeypatch, kind):
     """Damaged answers happen on recovery reads, which follow restarts (here:
     crashes before calls): a few seeds, each must pass (a typed
@@ -93,3 +94,26 @@ def test_transient_errors_are_retried_not_settled_as_failures(monkeypatch):
     # with the injected error's tag.
     assert result.stats["runs_failed"] <= result.stats["contract_rejections"] + result.stats[
         "runs_failed_migration_missing"]
+
+
+def test_a_recovery_read_that_skips_the_digest_chain_is_caught_by_a_corrupt_row(monkeypatch):
+    """Planted bug: the recovery read checks pagination but not the digest
+    chain. Short pages and gaps are still caught; an altered row is not — and
+    fail-closed-pagination reports the history it accepted."""
+    import model.conversation.recovery as recovery
+
+    async def chainless(store, conversation_id):
+        tail = await store.inspect_tail(conversation_id)
+        records = list(await store.read(conversation_id, 0, tail.tail_seq)) if tail.tail_seq else []
+        if len(records) != tail.tail_seq or any(r.seq != i + 1 for i, r in enumerate(records)):
+            raise recovery.HistoryCorrupted(conversation_id, len(records) + 1, None, "short")
+        return recovery.RecoveryPrefix(tail, tuple(records), 1 + recovery.recovery_page_count(tail.tail_seq))
+
+    monkeypatch.setattr(recovery, "read_recovery_prefix", chainless)
+    monkeypatch.setattr(ledger_storm, "RATES", {CORRUPT_ROW: 0.5, CRASH_BEFORE_CALL: 2e-4})
+    for seed in range(6):
+        result = run(registry.get("ledger-storm"), ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("6h")))
+        if not result.passed:
+            assert result.violations[0].invariant == "fail-closed-pagination", result.violations
+            return
+    raise AssertionError("the planted bug went unnoticed")

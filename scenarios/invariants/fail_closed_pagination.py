@@ -1,6 +1,7 @@
 """``fail-closed-pagination``: a recovery read is one tail inspection plus
-exactly ceil(T/1024) pages, and an injected short page or sequence gap
-always ends in a typed corruption failure, never in a "complete" history.
+exactly ceil(T/1024) pages, and an injected short page, sequence gap or
+corrupt row always ends in a typed corruption failure, never in a "complete"
+history.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ class FailClosedPagination(Checker):
         node = event[2]
         fields = event[4]
         if kind == "fault":
-            if fields["kind"] in ("short-page", "sequence-gap"):
+            if fields["kind"] in ("short-page", "sequence-gap", "corrupt-row"):
                 self._damaged[node] = self._damaged.get(node, 0) + 1
             return
         self.checks += 1
