@@ -92,6 +92,9 @@ def build_parser() -> _Parser:
     parser = _Parser(prog="loomsim", description="Deterministic simulation testing for durable agent runtimes.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.add_parser("list", help="list the scenarios")
+    repro_p = sub.add_parser("repro", help="replay a repro file: its configuration and its fault script")
+    repro_p.add_argument("file", help="a loomsim-repro-*.json file written by a failing run")
+    repro_p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     bench_p = sub.add_parser("bench", help="measure the performance budgets (DESIGN §8) in one run")
     bench_p.add_argument("--quick", action="store_true", help="short runs (30d/3d) for a smoke check")
     bench_p.add_argument("--seed", type=_seed, default=1)
@@ -187,6 +190,8 @@ def _main(argv: list[str]) -> int:
         figures = bench(quick=args.quick, seed=args.seed)
         print(json.dumps(figures) if args.json else render(figures))
         return EXIT_PASS
+    if args.command == "repro":
+        return _main(repro_argv(args.file, json_output=args.json))
     if args.command == "list":
         for scenario in registry.all_scenarios():
             print(f"{scenario.name:<16} {scenario.description} (default {format_duration_ms(scenario.default_duration_ms)})")
@@ -225,6 +230,52 @@ def _sweep_child_args(scenario: Any, args: argparse.Namespace) -> list[str]:
         if value is not None:
             child += [param_flag(spec.name), str(value)]
     return child
+
+
+def repro_argv(path: str, *, json_output: bool) -> list[str]:
+    """The ``run`` command line a repro file stands for: its seed, duration,
+    store, parameters and swarm choices, with its fault script (faults and
+    scheduling deviations) as ``--faults``."""
+    from scenarios import registry
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            body = json.load(handle)
+    except OSError as error:
+        raise UsageError(f"cannot read repro file {path!r}: {error.strerror or error}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise UsageError(f"repro file {path!r} is not JSON: {error}") from None
+    if not isinstance(body, dict) or body.get("format") != "loomsim-repro/1":
+        raise UsageError(f"{path!r} is not a loomsim repro file (format loomsim-repro/1)")
+    config = body.get("config")
+    try:
+        name, seed, duration, store = config["scenario"], config["seed"], config["duration"], config["store"]
+        params = dict(config.get("params", {}))
+        swarm = config.get("swarm")
+        scenario = registry.get(name)
+        argv = ["run", name, "--seed", str(int(seed)), "--duration", str(duration), "--store", str(store),
+                "--faults", path, "--repro-dir", os.path.dirname(os.path.abspath(path))]
+        for key, value in sorted(params.items()):
+            argv += [param_flag(key), str(int(value))]
+        if isinstance(swarm, dict):
+            if not swarm.get("swarm"):
+                argv.append("--no-swarm")
+            for knob, value in sorted(swarm.get("knobs", {}).items()):
+                argv += ["--knob", f"{knob}={int(value)}"]
+            space = scenario.swarm_space
+            if space is not None and swarm.get("swarm"):
+                on = set(swarm.get("workload", []))
+                enable = [w for w in space.workload if w in on]
+                disable = [w for w in space.workload if w not in on]
+                if enable:
+                    argv += ["--faults-enable", ",".join(enable)]
+                if disable:
+                    argv += ["--faults-disable", ",".join(disable)]
+    except registry.UnknownScenario as error:
+        raise UsageError(f"repro file {path!r}: {error}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise UsageError(f"repro file {path!r} has a malformed config: {error!r}") from None
+    return argv + (["--json"] if json_output else [])
 
 
 def _scenario_params(scenario: Any, args: argparse.Namespace) -> dict[str, int]:
@@ -288,7 +339,11 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
                             faults_path=args.faults)
     repro_path = None
     if not result.passed:
-        repro_path = write_repro(result, command, args.repro_dir)
+        target = os.path.join(args.repro_dir, f"loomsim-repro-{result.scenario}-{result.seed}.json")
+        if args.faults and os.path.abspath(target) == os.path.abspath(args.faults):
+            repro_path = args.faults  # replaying this very file: keep it as it is
+        else:
+            repro_path = write_repro(result, command, args.repro_dir)
     if args.json:
         print(json.dumps(result_json(result, command, repro_path), ensure_ascii=False))
     else:

@@ -225,3 +225,38 @@ def test_a_scheduled_run_replays_its_faults_and_deviations_from_one_script(sched
     assert again.trace_digest == first.trace_digest
     fifo = run(registry.get("ledger-storm"), attrs.evolve(opts, schedule="fifo"))
     assert fifo.trace_digest != first.trace_digest
+
+
+def test_loomsim_repro_replays_a_repro_file_to_the_same_failure(monkeypatch, tmp_path, capsys):
+    """`loomsim repro FILE`: the repro file a failing run wrote is the whole
+    handle — configuration, swarm choices and fault script."""
+    from sim import cli
+
+    real = ledger_rules.check_token
+
+    def owner_only(row, token, now_ms=None):
+        if row is not None and row.epoch != token.epoch:
+            token = attrs.evolve(token, epoch=row.epoch, owner_id=row.owner_id)
+        return real(row, token, now_ms)
+
+    monkeypatch.setattr(ledger_rules, "check_token", owner_only)
+    for seed in range(4):
+        opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("6h"), swarm=True)
+        first = run(registry.get("ledger-storm"), opts)
+        if not first.passed:
+            break
+    else:
+        raise AssertionError("the planted bug went unnoticed under swarm")
+    path = cli.write_repro(first, "loomsim run ...", str(tmp_path))
+    assert path is not None
+    before = open(path, encoding="utf-8").read()
+    code = cli.main(["repro", path, "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 1 and body["violations"][0]["name"] == first.violations[0].invariant
+    assert body["violations"][0]["simulated_ms"] == first.violations[0].time_ms
+    assert body["trace_digest"] == first.trace_digest
+    assert body["repro_file"] == path and open(path, encoding="utf-8").read() == before  # kept, not rewritten
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something-else"}')
+    assert cli.main(["repro", str(bad)]) == 2
+    assert "is not a loomsim repro file" in capsys.readouterr().err
