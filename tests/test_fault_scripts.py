@@ -28,6 +28,19 @@ from sim.world import FaultEvent
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def accept_stale_tokens(monkeypatch) -> None:
+    """Planted bug: the ledger checks only the owner, not the epoch, so an
+    owner that stalled past its lease writes with its superseded token."""
+    real = ledger_rules.check_token
+
+    def owner_only(row, token, now_ms=None):
+        if row is not None and row.epoch != token.epoch:
+            token = attrs.evolve(token, epoch=row.epoch, owner_id=row.owner_id)
+        return real(row, token, now_ms)
+
+    monkeypatch.setattr(ledger_rules, "check_token", owner_only)
+
+
 def first_failing(name: str, duration: str, seeds=range(6)):
     for seed in seeds:
         opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration))
@@ -51,14 +64,7 @@ def assert_same_failure(first, again) -> None:
 def test_a_planted_ledger_bug_replays_from_its_fault_script_alone(monkeypatch):
     """Stale tokens accepted (a fencing bug that needs a pause longer than a
     lease, i.e. particular faults): the realized script reproduces it."""
-    real = ledger_rules.check_token
-
-    def owner_only(row, token, now_ms=None):
-        if row is not None and row.epoch != token.epoch:
-            token = attrs.evolve(token, epoch=row.epoch, owner_id=row.owner_id)
-        return real(row, token, now_ms)
-
-    monkeypatch.setattr(ledger_rules, "check_token", owner_only)
+    accept_stale_tokens(monkeypatch)
     opts, first = first_failing("ledger-storm", "6h", range(4))
     assert first.violations[0].invariant == "fencing"
     assert any(e.kind == NODE_PAUSE for e in first.fault_script), "the bug needs a pause"
@@ -71,14 +77,7 @@ def test_a_planted_ledger_bug_replays_from_its_fault_script_alone(monkeypatch):
 def test_a_script_without_the_decisive_fault_does_not_fail(monkeypatch):
     """Removing faults from a script changes the run (what shrinking relies
     on): without its pauses the stale-token bug has nothing to bite on."""
-    real = ledger_rules.check_token
-
-    def owner_only(row, token, now_ms=None):
-        if row is not None and row.epoch != token.epoch:
-            token = attrs.evolve(token, epoch=row.epoch, owner_id=row.owner_id)
-        return real(row, token, now_ms)
-
-    monkeypatch.setattr(ledger_rules, "check_token", owner_only)
+    accept_stale_tokens(monkeypatch)
     opts, first = first_failing("ledger-storm", "6h", range(4))
     without = [e for e in first.fault_script if e.kind != NODE_PAUSE]
     assert len(without) < len(first.fault_script)
@@ -232,14 +231,7 @@ def test_loomsim_repro_replays_a_repro_file_to_the_same_failure(monkeypatch, tmp
     handle — configuration, swarm choices and fault script."""
     from sim import cli
 
-    real = ledger_rules.check_token
-
-    def owner_only(row, token, now_ms=None):
-        if row is not None and row.epoch != token.epoch:
-            token = attrs.evolve(token, epoch=row.epoch, owner_id=row.owner_id)
-        return real(row, token, now_ms)
-
-    monkeypatch.setattr(ledger_rules, "check_token", owner_only)
+    accept_stale_tokens(monkeypatch)
     for seed in range(4):
         opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("6h"), swarm=True)
         first = run(registry.get("ledger-storm"), opts)
