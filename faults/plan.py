@@ -82,6 +82,10 @@ class FaultPlan:
     def hits(self) -> dict[str, int]:
         return dict(sorted(self._hits.items()))
 
+    def declined(self, site: str, hit: int) -> None:
+        """The fault drawn at this hit found nothing to break (a torn batch
+        of one record): it simply did not fire."""
+
     def restart_delay_ms(self, site: str, hit: int, fallback: Callable[[], int]) -> int:
         """How long a process crashed by this fault stays down: drawn now."""
         return fallback()
@@ -141,6 +145,14 @@ class ScriptedPlan:
 
     def hits(self) -> dict[str, int]:
         return dict(sorted(self._hits.items()))
+
+    def declined(self, site: str, hit: int) -> None:
+        """The fault at this hit found nothing to break (a torn batch of one
+        record). A hand-written entry (no hit) waits for the next hit it can
+        break; a recorded one never declines (it fired when recorded)."""
+        event = self._fired.pop((site, hit), None)
+        if event is not None and event.hit is None:
+            self._by_time.setdefault(site, []).insert(0, event)
 
     def restart_delay_ms(self, site: str, hit: int, fallback: Callable[[], int]) -> int:
         event = self._fired.get((site, hit))

@@ -10,7 +10,10 @@
 4. is traced with what went in and what came out — the trace digest covers
    what the system saw, not just what the scheduler did;
 5. may crash the node *after* the commit, before the reply reaches the
-   caller (``ack-lost``).
+   caller (``ack-lost``);
+6. beyond the contract (opt-in: a ``surgery`` from ``faults.beyond``), may
+   break the store's promise about the write it just acknowledged
+   (``lost-write``, ``torn-batch``).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from typing import Any, Callable, Mapping
 
 from faults.kinds import (
     ACK_LOST,
+    BEYOND_CONTRACT_KINDS,
     CRASH_BEFORE_CALL,
     FAILPOINT_CRASH,
     LATENCY,
@@ -75,19 +79,25 @@ class BoundPort:
     """``target``'s methods as seen from ``node``, with faults and tracing."""
 
     def __init__(self, world: World, node: Node, port: str, target: Any, plan: FaultPlan | None,
-                 describers: Mapping[str, Describe], stats: PortStats, restart_after: Callable[[], int]) -> None:
+                 describers: Mapping[str, Describe], stats: PortStats, restart_after: Callable[[], int],
+                 surgery: Any = None) -> None:
+        """``surgery`` (``faults.beyond``): the store's promises this port may
+        break, beyond the contract; None (the default) keeps them."""
         self._target = target
         latency = world.streams["latency"]
         for method, describe in describers.items():
             kinds = PORT_FAULT_KINDS if method not in READ_METHODS else tuple(
                 k for k in PORT_FAULT_KINDS if k != WRITE_CONTENTION)
+            if surgery is not None:
+                kinds += surgery.kinds.get(method, ())
             setattr(self, method, self._wrap(world, node, f"{port}.{method}", getattr(target, method), describe,
-                                             plan, stats, restart_after, kinds, latency))
+                                             plan, stats, restart_after, kinds, latency, surgery))
 
     @staticmethod
     def _wrap(world: World, node: Node, site: str, fn: Callable, describe: Describe,
               plan: FaultPlan | None, stats: PortStats, restart_after: Callable[[], int],
-              kinds: tuple[str, ...], latency: Any):
+              kinds: tuple[str, ...], latency: Any, surgery: Any):
+        method = site.split(".", 1)[1]
         trace = world.trace
         label = node.label
 
@@ -120,6 +130,7 @@ class BoundPort:
                     delay_ms = plan.restart_delay_ms(site, hit, restart_after)
                     world.record_fault(node, site, CRASH_BEFORE_CALL, hit, restart_after_ms=delay_ms)
                     world.crash(node, restart_after_ms=delay_ms)
+            token = surgery.before(method, args, kwargs) if fault in BEYOND_CONTRACT_KINDS else None
             try:
                 result = await fn(*args, **kwargs)
             except Exception as error:
@@ -130,6 +141,11 @@ class BoundPort:
                 trace.emit(label, site, fields)
                 raise
             trace.emit(label, site, describe(args, kwargs, result))
+            if fault in BEYOND_CONTRACT_KINDS:
+                if surgery.apply(fault, method, args, kwargs, result, token):
+                    world.record_fault(node, site, fault, hit, beyond_contract=True)
+                else:
+                    plan.declined(site, hit)
             if fault == ACK_LOST:
                 delay_ms = plan.restart_delay_ms(site, hit, restart_after)
                 world.record_fault(node, site, ACK_LOST, hit, restart_after_ms=delay_ms)

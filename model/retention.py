@@ -24,6 +24,8 @@ from typing import Any, Iterable
 
 import attrs
 
+from model.conversation.records import HistoryCorrupted
+from model.conversation.recovery import read_recovery_prefix
 from model.schedules import Schedule, run_id_for
 from model.pins import reclaim_expired_blobs
 
@@ -35,6 +37,11 @@ class RetentionPolicy:
     run_ttl_ms: int
     blob_ttl_ms: int
     finding_ttl_ms: int
+    # Scrub before archiving: read each run's log back through its digest
+    # chain and match its settlement to the ledger's, so the archive commits
+    # to a verified history. Costs a full read of every run (~25% of a
+    # simulated wake); worth it wherever the store may lose or tear writes.
+    verify_before_archive: bool = False
 
     def __attrs_post_init__(self) -> None:
         assert self.run_ttl_ms > 0 and self.blob_ttl_ms > 0 and self.finding_ttl_ms > 0
@@ -51,10 +58,26 @@ class RetentionReport:
     reclaimed: int = 0
 
 
-async def run_summary(ledger: Any, log: Any, run_id: str, record: Any) -> dict:
+async def run_summary(ledger: Any, log: Any, run_id: str, record: Any, *, verify: bool = False) -> dict:
     """What the archive keeps of a run: identity, outcome digest and the tail
-    digest of its log (the chain's commitment to every record)."""
-    tail = await log.inspect_tail(run_id)
+    digest of its log (the chain's commitment to every record).
+
+    ``verify``: the archive commits to a *verified* history, not a trusted
+    one: the log is read back with the fail-closed recovery read (its digest
+    chain must recompute to the tail), and its settlement must be the one
+    the ledger settled. Anything else is ``HistoryCorrupted``, raised before
+    the run's rows are deleted and the evidence with them."""
+    if not verify:
+        tail = await log.inspect_tail(run_id)
+        return {"runId": run_id, "outcome": record.outcome, "settlementDigest": record.reserved_digest,
+                "tailSeq": tail.tail_seq, "tailDigest": tail.tail_digest}
+    prefix = await read_recovery_prefix(log, run_id)
+    tail = prefix.tail
+    settled = [r.envelope.payload for r in prefix.records if r.envelope.family == "submission-settled"]
+    if record.outcome is not None and (not settled or settled[-1]["recordDigest"] != record.reserved_digest):
+        raise HistoryCorrupted(run_id, tail.tail_seq + 1, None,
+                               f"the ledger settled this run ({record.reserved_digest}) but its log holds "
+                               "no such settlement")
     return {"runId": run_id, "outcome": record.outcome, "settlementDigest": record.reserved_digest,
             "tailSeq": tail.tail_seq, "tailDigest": tail.tail_digest}
 
@@ -112,7 +135,8 @@ class Retention:
             if await self._pinned(run_id):
                 continue
             record = await self._record(run_id)
-            if await store.release(schedule_id, run_id, await run_summary(self.ledger, self.log, run_id, record)):
+            if await store.release(schedule_id, run_id, await run_summary(self.ledger, self.log, run_id, record,
+                                                                      verify=self.policy.verify_before_archive)):
                 await self._delete(run_id)
                 report.released += 1
         if cursor.high_water_ms is None:
@@ -137,7 +161,8 @@ class Retention:
                 await store.retire(schedule_id, occurrence_ms, run_id, None, hold=True)
                 report.held += 1
             else:
-                summary = await run_summary(self.ledger, self.log, run_id, record)
+                summary = await run_summary(self.ledger, self.log, run_id, record,
+                                            verify=self.policy.verify_before_archive)
                 await store.retire(schedule_id, occurrence_ms, run_id, summary)
                 await self._delete(run_id)
                 report.archived += 1

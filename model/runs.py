@@ -29,7 +29,13 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable
 
 from model.canonical import ZERO_DIGEST
-from model.conversation.records import FencedAppendRequest, NotMaterialized, RecordEnvelope
+from model.conversation.records import (
+    AppendConflict,
+    FencedAppendRequest,
+    HistoryCorrupted,
+    NotMaterialized,
+    RecordEnvelope,
+)
 from model.failpoints import (
     ADMITTED_BEFORE_READY,
     APPENDED_BEFORE_FINALIZE,
@@ -265,9 +271,19 @@ class LedgerRuns:
                            deployment_id=DEPLOYMENT_ID, payload=payload, producer_id=self.owner_id,
                            epoch=claim.epoch)
             for i, (family, payload) in enumerate(records))
-        result = await self.log.append(FencedAppendRequest(
-            conversation_id=run_id, batch_id=batch_id, producer_id=self.owner_id, epoch=claim.epoch,
-            expected_tail_seq=tail_seq, expected_tail_digest=tail_digest, records=envelopes))
+        try:
+            result = await self.log.append(FencedAppendRequest(
+                conversation_id=run_id, batch_id=batch_id, producer_id=self.owner_id, epoch=claim.epoch,
+                expected_tail_seq=tail_seq, expected_tail_digest=tail_digest, records=envelopes))
+        except AppendConflict as conflict:
+            # The expected tail is one the log itself acknowledged, and a log
+            # only grows: a tail *behind* it means acknowledged records are
+            # gone (beyond the store's contract). Say so, loudly and typed.
+            if conflict.kind == "tail" and conflict.actual_tail_seq is not None and (
+                    conflict.actual_tail_seq < tail_seq):
+                raise HistoryCorrupted(run_id, tail_seq, conflict.actual_tail_seq,
+                                       "the log's tail went back: records it acknowledged are gone") from None
+            raise
         self._tails[run_id] = (result.last_seq, result.tail_digest)
 
     async def _read_all(self, run_id: str) -> tuple:

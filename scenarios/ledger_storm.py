@@ -34,6 +34,7 @@ from faults.kinds import (
     SEQUENCE_GAP,
     SHORT_PAGE,
 )
+from faults.beyond import LogSurgery, beyond_enabled, beyond_rates
 from faults.plan import make_plan
 from faults.swarm import Knob, SwarmSpace, choose_for
 from model.failpoints import SUBMISSION_CRASH_POINTS
@@ -142,7 +143,9 @@ class LedgerStorm:
         self.swarm = choices = choose_for(world, opts, SWARM)
         self._open_stores(opts)
         self.lease_ms = choices.knob("lease_ms")
-        self.plan = make_plan(world, opts, rates={k: r for k, r in RATES.items() if choices.enabled(k)},
+        self.surgery = LogSurgery(self.log) if beyond_enabled(opts) else None
+        self.plan = make_plan(world, opts, rates={**{k: r for k, r in RATES.items() if choices.enabled(k)},
+                                                  **beyond_rates(opts)},
                               heal_at_ms=self.heal_at_ms,
                               site_rates=choices.site_rates(SUBMISSION_CRASH_POINTS, FAILPOINT_CRASH)
                               if choices.enabled(FAILPOINT_CRASH) else None)
@@ -203,7 +206,7 @@ class LedgerStorm:
         ledger = BoundPort(world, node, "ledger", self.ledger, self.plan, LEDGER_DESCRIBERS, self.stats_ports,
                            self._restart_delay_ms)
         log = BoundPort(world, node, "log", DamagedReads(self.log, world, node, self.plan), self.plan,
-                        LOG_DESCRIBERS, self.stats_ports, self._restart_delay_ms)
+                        LOG_DESCRIBERS, self.stats_ports, self._restart_delay_ms, surgery=self.surgery)
         failpoints = SimFailpoints(world, node, self.plan, self._restart_delay_ms)
         return ledger, log, failpoints
 

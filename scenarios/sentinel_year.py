@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from faults.chaos import kill_nodes, replay_kills
 from faults.describe import DURABLE_STATE_DESCRIBERS, LEDGER_DESCRIBERS, LOG_DESCRIBERS, SCHEDULE_DESCRIBERS
 from faults.kinds import (
@@ -38,6 +40,7 @@ from faults.kinds import (
     TRANSIENT_ERROR,
     WRITE_CONTENTION,
 )
+from faults.beyond import DurableStateSurgery, LogSurgery, beyond_enabled, beyond_rates
 from faults.plan import make_plan
 from faults.swarm import Knob, SwarmSpace, choose_for
 from faults.ports import BoundPort, PortStats, SimFailpoints
@@ -202,6 +205,13 @@ class SentinelYear:
         self.lease_ms = choices.knob("lease_ms")
         self.inline_cap_bytes = choices.knob("inline_cap_bytes")
         rates = {kind: rate for kind, rate in DEFAULT_RATES.items() if choices.enabled(kind)}
+        rates.update(beyond_rates(opts))
+        # Where the stores may break their promises, retention scrubs each
+        # run's log before archiving it (``RetentionPolicy.verify_before_archive``).
+        self.retention_policy = attrs.evolve(RETENTION, verify_before_archive=beyond_enabled(opts))
+        # Beyond the contract: the log and durable state may break their promises.
+        self.surgeries = {"log": LogSurgery(self.log), "ds": DurableStateSurgery(self.ds_store)} if (
+            beyond_enabled(opts)) else {}
         self.plan = make_plan(world, opts, rates=rates, heal_at_ms=self.heal_at_ms,
                               site_rates=choices.site_rates(FAILPOINTS, FAILPOINT_CRASH)
                               if choices.enabled(FAILPOINT_CRASH) else None)
@@ -312,7 +322,7 @@ class SentinelYear:
 
     def _port(self, node: Node, name: str, target: Any, describers: dict, *, faults: bool = True) -> BoundPort:
         return BoundPort(self.world, node, name, target, self.plan if faults else None, describers,
-                         self.port_stats, self._restart_delay_ms)
+                         self.port_stats, self._restart_delay_ms, surgery=self.surgeries.get(name) if faults else None)
 
     def _start_worker(self, node: Node) -> None:
         world = self.world
@@ -349,7 +359,7 @@ class SentinelYear:
             self.drivers[schedule_id] = driver
             runtime.spawn_on(node, f"schedule:{schedule_id}", driver.run_forever())
         retention = Retention(ledger=ledger, log=log, schedules=schedules, findings=findings, pins=pins,
-                              content=content, policy=RETENTION, probe=probe)
+                              content=content, policy=self.retention_policy, probe=probe)
         runtime.spawn_on(node, "projector", self._project_forever(ledger, findings, pins))
         runtime.spawn_on(node, "retention", self._retention(retention))
 

@@ -19,7 +19,7 @@ import time
 from typing import Any, NoReturn, Sequence
 
 from sim.clock import DurationError, format_calendar, format_duration_ms, format_span_ms, parse_duration_ms
-from sim.runner import RunResult, run
+from sim.runner import DETECTED, PASS, RunResult, run
 from faults.script import ScriptError, load_script, script_to_json
 from sim.scenario import STORES, ScenarioOptions, SetupError
 from sim.trace import event_json
@@ -140,6 +140,9 @@ def _add_run_options(run_p: argparse.ArgumentParser) -> None:
     run_p.add_argument("--no-swarm", action="store_true",
                        help="run the scenario's full fault mix with default knobs (default: the seed chooses "
                             "a subset of fault kinds, failpoints, workload switches and knob values)")
+    run_p.add_argument("--beyond-contract", action="store_true",
+                       help="let the stores break their promises (lose acknowledged writes, tear batches): "
+                            "the run passes only if the system detects it, loudly (DETECTED)")
     run_p.add_argument("--faults-enable", default="", metavar="KINDS",
                        help="comma-separated fault kinds / workload switches to force on")
     run_p.add_argument("--faults-disable", default="", metavar="KINDS",
@@ -217,6 +220,8 @@ def _sweep_child_args(scenario: Any, args: argparse.Namespace) -> list[str]:
         child += ["--duration", format_duration_ms(args.duration)]
     if args.no_swarm:
         child.append("--no-swarm")
+    if args.beyond_contract:
+        child.append("--beyond-contract")
     if args.schedule != "fifo":
         child += ["--schedule", _schedule(args.schedule)]
     if args.faults_enable:
@@ -257,6 +262,8 @@ def repro_argv(path: str, *, json_output: bool) -> list[str]:
                 "--faults", path, "--repro-dir", os.path.dirname(os.path.abspath(path))]
         for key, value in sorted(params.items()):
             argv += [param_flag(key), str(int(value))]
+        if config.get("beyond_contract"):
+            argv.append("--beyond-contract")
         if isinstance(swarm, dict):
             if not swarm.get("swarm"):
                 argv.append("--no-swarm")
@@ -316,7 +323,7 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
                            store=store, db_path=args.db, params=_scenario_params(scenario, args),
                            fault_script=fault_script, swarm=not args.no_swarm,
                            faults_enable=_names(args.faults_enable), faults_disable=_names(args.faults_disable),
-                           knobs=knobs, schedule=_schedule(args.schedule))
+                           knobs=knobs, schedule=_schedule(args.schedule), beyond_contract=args.beyond_contract)
     trace_file = None
     if args.trace:
         try:
@@ -358,6 +365,8 @@ def repro_command(name: str, opts: ScenarioOptions, *, explicit_duration: bool =
         parts += ["--faults", faults_path]
     if not opts.swarm:
         parts += ["--no-swarm"]
+    if opts.beyond_contract:
+        parts += ["--beyond-contract"]
     if opts.schedule != "fifo" and not faults_path:
         parts += ["--schedule", opts.schedule]
     if opts.faults_enable:
@@ -396,6 +405,7 @@ def result_json(result: RunResult, command: str, repro_path: str | None) -> dict
         "stats": result.stats,
         "config": result.config,
         "coverage": result.coverage,
+        "beyond_contract": [script_to_json((e,))[0] for e in result.beyond_contract],
         "peak_rss_mb": _peak_rss_mb(),
         "repro_command": command,
         "repro_file": repro_path,
@@ -466,12 +476,20 @@ def _print_result(result: RunResult, command: str, repro_path: str | None) -> No
         missed = ", ".join(name for name, held in cov["sometimes"].items() if not held) or "none"
         print(f"coverage: never fired: {never}; sometimes-properties not reached: {missed}")
     print(f"trace digest: {result.trace_digest}")
-    if result.passed:
+    broken = result.beyond_contract
+    if broken:
+        shown = "; ".join(f"{e.kind} at {e.site} ({e.node}, {format_calendar(e.time_ms)})" for e in broken[:3])
+        more = f" and {len(broken) - 3} more" if len(broken) > 3 else ""
+        print(f"beyond the contract: {shown}{more}")
+    if result.status == PASS:
         print("PASS: every invariant held")
         return
     first = result.violations[0]
     print()
-    print(f"FAIL: invariant {first.invariant} violated at {format_calendar(first.time_ms)}")
+    if result.status == DETECTED:
+        print(f"DETECTED: the broken promise was caught by {first.invariant} at {format_calendar(first.time_ms)}")
+    else:
+        print(f"FAIL: invariant {first.invariant} violated at {format_calendar(first.time_ms)}")
     print(f"  {first.message}")
     if result.excerpt:
         print("related trace events:")

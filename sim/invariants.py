@@ -82,8 +82,17 @@ class InvariantSet:
         self._on_violation(violation)
 
     def audit(self, world: Any) -> None:
+        """Run every checker's audit. A store that refuses to be read back
+        (a typed error such as ``HistoryCorrupted``) fails that checker's
+        audit with the error named, rather than ending the run in a
+        traceback: a damaged store is a finding, not a crash of the harness."""
         for checker in self.checkers:
-            checker.audit(world)
+            try:
+                checker.audit(world)
+            except Exception as error:  # noqa: BLE001 - reported, typed, never swallowed
+                name = getattr(type(error), "name", None)
+                name = name if isinstance(name, str) and name else type(error).__name__
+                checker.fail(f"audit could not read the stores back: {name}: {error}")
 
     def check_counts(self) -> dict[str, int]:
         return {c.name: c.checks for c in self.checkers}

@@ -16,6 +16,9 @@ from sim.world import World
 
 PASS = "pass"
 FAIL = "fail"
+# Beyond the contract: a store broke a promise and the run noticed, loudly.
+DETECTED = "detected"
+UNDETECTED = "beyond-contract-undetected"
 LOOMSIM_VERSION = "0.1.0"
 
 
@@ -39,9 +42,15 @@ class RunResult:
     fault_script: tuple[Any, ...] = ()
     coverage: dict[str, Any] = attrs.field(factory=dict)
 
+    # Beyond the contract: the broken promises (fault events) and, when
+    # detected, the violation that noticed the first of them.
+    beyond_contract: tuple[Any, ...] = ()
+
     @property
     def passed(self) -> bool:
-        return self.status == PASS
+        """No failure: every invariant held, or (beyond the contract) the
+        broken promises were detected."""
+        return self.status in (PASS, DETECTED)
 
 
 def _script_deviations(opts: ScenarioOptions) -> tuple[Deviation, ...]:
@@ -67,6 +76,7 @@ def run_config(scenario: Scenario, opts: ScenarioOptions) -> dict[str, Any]:
         "params": dict(sorted(opts.params.items())),
         "faults": "probabilistic" if opts.fault_script is None else f"script ({len(opts.fault_script)} entries)",
         "schedule": opts.schedule if not _script_deviations(opts) else f"scripted ({len(_script_deviations(opts))})",
+        **({"beyond_contract": True} if opts.beyond_contract else {}),
         "loomsim": LOOMSIM_VERSION,
         "python": platform.python_version(),
     }
@@ -96,6 +106,7 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
     finally:
         world.shutdown()
         setup.close()
+    status = beyond_status(world)
     violations = tuple(world.invariants.violations)
     first = violations[0] if violations else None
     excerpt = tuple(world.trace.related(first.related)) if first else ()
@@ -103,7 +114,7 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
         scenario=scenario.name,
         seed=opts.seed,
         store=opts.store,
-        status=FAIL if violations else PASS,
+        status=status,
         trace_digest=world.trace.digest,
         simulated_ms=world.runtime.now_ms(),
         wall_s=round((wall_clock() - started_s) if wall_clock else 0.0, 3),
@@ -117,7 +128,31 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
         excerpt=excerpt,
         fault_script=tuple(sorted((*world.fault_events, *world.runtime.deviations), key=lambda e: e.time_ms)),
         coverage=coverage(scenario, world, stats),
+        beyond_contract=tuple(world.beyond_contract[:BEYOND_SHOWN]),
     )
+
+
+BEYOND_SHOWN = 20
+
+
+def beyond_status(world: World) -> str:
+    """PASS or FAIL, or beyond the contract: DETECTED when a violation came
+    at or after the first broken promise, FAIL (``beyond-contract-undetected``
+    recorded) when nothing noticed. A violation *before* the first broken
+    promise is a failure of the system within its contract: FAIL."""
+    violations = world.invariants.violations
+    broken = world.beyond_contract
+    if not broken:
+        return FAIL if violations else PASS
+    first = broken[0]
+    if violations:
+        return DETECTED if violations[0].time_ms >= first.time_ms else FAIL
+    world.invariants._record(Violation(
+        UNDETECTED,
+        f"the store broke {len(broken)} promise(s) beyond its contract (first: {first.kind} at {first.site} "
+        f"hit {first.hit} on {first.node}) and nothing noticed: a silent pass",
+        world.runtime.now_ms(), (first.site,), world.trace.events))
+    return FAIL
 
 
 def coverage(scenario: Scenario, world: World, stats: dict[str, Any]) -> dict[str, Any]:

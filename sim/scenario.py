@@ -50,6 +50,9 @@ class ScenarioOptions:
     knobs: Mapping[str, int] = attrs.field(factory=dict)
     # Which ready task runs next (``sim.interleave``): fifo | random | pct:D[:K].
     schedule: str = "fifo"
+    # Beyond the contract (``faults.beyond``): stores may lose acknowledged
+    # writes and tear batches; the run must detect it, loudly.
+    beyond_contract: bool = False
 
     def __attrs_post_init__(self) -> None:
         assert self.store in STORES, self.store

@@ -74,7 +74,7 @@ def _progress(done: int, total: int, seed: int, result: dict[str, Any]) -> None:
     status = result["status"]
     if status == "pass":
         detail = f"{result['wall_s']:.1f}s"
-    elif status == "fail":
+    elif status in ("fail", "detected"):
         first = result["violations"][0]
         detail = f"{first['name']} at {first['simulated_time']}"
     else:
@@ -109,6 +109,8 @@ def summarize(scenario: Any, results: list[dict[str, Any]], wall_s: float, jobs:
         "scenario": scenario.name,
         "seeds": len(results),
         "passed": sum(1 for r in ran if r["status"] == "pass"),
+        # Beyond the contract: runs whose broken promises were caught.
+        "detected": sum(1 for r in ran if r["status"] == "detected"),
         "failed": len(failing),
         "errors": len(errors),
         "wall_s": round(wall_s, 2),
@@ -124,7 +126,8 @@ def summarize(scenario: Any, results: list[dict[str, Any]], wall_s: float, jobs:
 
 
 def render(summary: dict[str, Any]) -> str:
-    lines = [f"{summary['scenario']}: {summary['seeds']} seeds, {summary['passed']} passed, "
+    detected = f"{summary['detected']} detected, " if summary["detected"] else ""
+    lines = [f"{summary['scenario']}: {summary['seeds']} seeds, {summary['passed']} passed, {detected}"
              f"{summary['failed']} failed, {summary['errors']} errors in {summary['wall_s']:.1f}s "
              f"({summary['jobs']} jobs)"]
     for fail in summary["failing"]:

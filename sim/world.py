@@ -69,6 +69,9 @@ class World:
         self.config_extra: dict[str, Any] = {}
         # Hits per fault site (set by the fault plan): coverage reports them.
         self.site_hits: Callable[[], dict[str, int]] | None = None
+        # Faults beyond the contract that fired (the store broke a promise):
+        # the run must then end in a loud detection, never a pass.
+        self.beyond_contract: list[FaultEvent] = []
 
     # -- observation -------------------------------------------------------
 
@@ -107,8 +110,10 @@ class World:
         return node
 
     def record_fault(self, node: Node, site: str, kind: str, hit: int, *, restart_after_ms: int | None = None,
-                     duration_ms: int | None = None) -> FaultEvent:
+                     duration_ms: int | None = None, beyond_contract: bool = False) -> FaultEvent:
         event = FaultEvent(self.runtime.now_ms(), node.label, site, kind, hit, restart_after_ms, duration_ms)
+        if beyond_contract:
+            self.beyond_contract.append(event)
         self.fault_counts[kind] = self.fault_counts.get(kind, 0) + 1
         if len(self.fault_events) < FAULT_EVENTS_MAX:
             self.fault_events.append(event)

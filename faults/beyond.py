@@ -1,0 +1,168 @@
+"""Beyond the contract: a store that breaks its promises (opt-in).
+
+Every other fault kind stays inside what the stores promise to survive.
+These do not: they model a disk that acknowledged an fsync it never did, a
+failover to a replica that lagged, a write torn by a power cut. The system
+is not expected to survive them; it is expected to *notice*: a typed error
+of its own (the recovery read's digest chain raises ``HistoryCorrupted``) or
+a violated invariant that follows the chains (``log-chain``, ``cas-linear``,
+``exactly-once-settlement``, ...). A run in which one fired and nothing
+noticed is a silent pass, which the runner reports as the violation
+``beyond-contract-undetected``.
+
+- ``lost-write``: right after a write committed (and before its reply), the
+  store forgets it. At ``log.append`` the whole batch goes (records, batch
+  row, tail back to the tail before it); at ``ds.save`` the key's row goes
+  back to what it held before the save.
+- ``torn-batch``: at ``log.append`` of two or more records, the write tears:
+  the first half of the batch's records is stored whole, each record of the
+  second half only as the first half of its bytes, while the tail (and the
+  batch row) cover all of it.
+
+A surgery works on the store's own representation (the in-memory dicts, or
+SQL on the SQLite file: a real database file really losing rows), never
+through the store's API, which would refuse to break its promises.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from faults.kinds import LOST_WRITE, TORN_BATCH
+from model.sqlite_db import write_transaction
+
+# The methods each port's surgery can break, and how.
+LOG_KINDS = {"append": (LOST_WRITE, TORN_BATCH)}
+DURABLE_STATE_KINDS = {"save": (LOST_WRITE,)}
+
+
+class LogSurgery:
+    """Breaks a conversation log's promise right after an append committed."""
+
+    kinds = LOG_KINDS
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._sqlite = hasattr(store, "connection")
+
+    def before(self, method: str, args: tuple, kwargs: dict) -> Any:
+        return None
+
+    def apply(self, kind: str, method: str, args: tuple, kwargs: dict, result: Any, token: Any) -> bool:
+        """Break the committed append; False when there is nothing to break
+        (a replayed batch committed nothing; a one-record batch cannot tear)."""
+        request = args[0] if args else kwargs["request"]
+        if result.replayed:
+            return False
+        count = result.last_seq - result.first_seq + 1
+        if kind == TORN_BATCH:
+            if count < 2:
+                return False
+            self._tear_records(request, result.first_seq + count // 2)
+            return True
+        assert kind == LOST_WRITE, kind
+        self._drop_records(request, result.first_seq)
+        self._rewind_tail(request, result)
+        return True
+
+    def _tear_records(self, request: Any, from_seq: int) -> None:
+        """Cut each of the batch's records from ``from_seq`` on to the first
+        half of its bytes, as a write torn by a power cut leaves them."""
+        cid = request.conversation_id
+        if self._sqlite:
+            with write_transaction(self._store.connection):
+                self._store.connection.execute(
+                    "UPDATE conv_records SET envelope_json = substr(envelope_json, 1, length(envelope_json) / 2) "
+                    "WHERE conversation_id = ? AND seq >= ?", (cid, from_seq))
+            return
+        rows = self._store._conversations[cid].rows
+        for index in range(from_seq - 1, len(rows)):
+            batch_id, text = rows[index]
+            rows[index] = (batch_id, text[: len(text) // 2])
+
+    def _drop_records(self, request: Any, from_seq: int) -> None:
+        """Forget the batch's records from ``from_seq`` on."""
+        cid = request.conversation_id
+        if self._sqlite:
+            with write_transaction(self._store.connection):
+                self._store.connection.execute(
+                    "DELETE FROM conv_records WHERE conversation_id = ? AND seq >= ?", (cid, from_seq))
+            return
+        conv = self._store._conversations[cid]
+        kept = from_seq - 1
+        dropped = len(conv.rows) - kept
+        assert 0 < dropped <= len(request.records), (cid, from_seq, len(conv.rows))
+        del conv.rows[kept:]
+        conv.record_ids.difference_update(r.record_id for r in request.records[len(request.records) - dropped:])
+
+    def _rewind_tail(self, request: Any, result: Any) -> None:
+        """Forget the batch itself: its row, its boundary, the tail it made."""
+        cid = request.conversation_id
+        if self._sqlite:
+            conn = self._store.connection
+            with write_transaction(conn):
+                previous = conn.execute("SELECT previous_tail_digest FROM conv_batches WHERE conversation_id = ? "
+                                        "AND batch_id = ?", (cid, request.batch_id)).fetchone()[0]
+                conn.execute("DELETE FROM conv_batches WHERE conversation_id = ? AND batch_id = ?",
+                             (cid, request.batch_id))
+                conn.execute("UPDATE conv_conversations SET tail_seq = ?, tail_digest = ? WHERE conversation_id = ?",
+                             (result.first_seq - 1, previous, cid))
+            return
+        conv = self._store._conversations[cid]
+        batch = conv.batches.pop(request.batch_id)
+        conv.boundaries.pop(batch.last_seq, None)
+        conv.tail_seq = batch.first_seq - 1
+        conv.tail_digest = batch.previous_tail_digest
+
+
+class DurableStateSurgery:
+    """Rolls a durable-state key back to its row before a committed save."""
+
+    kinds = DURABLE_STATE_KINDS
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._sqlite = hasattr(store, "_conn")
+
+    def _key(self, args: tuple, kwargs: dict) -> str:
+        return args[0] if args else kwargs["key"]
+
+    def before(self, method: str, args: tuple, kwargs: dict) -> Any:
+        key = self._key(args, kwargs)
+        if self._sqlite:
+            return self._store._conn.execute(
+                "SELECT contract_version, revision, payload FROM durable_state WHERE key = ?", (key,)).fetchone()
+        return self._store._rows.get(key)
+
+    def apply(self, kind: str, method: str, args: tuple, kwargs: dict, result: Any, token: Any) -> bool:
+        assert kind == LOST_WRITE, kind
+        key = self._key(args, kwargs)
+        if self._sqlite:
+            conn = self._store._conn
+            with write_transaction(conn):
+                if token is None:
+                    conn.execute("DELETE FROM durable_state WHERE key = ?", (key,))
+                else:
+                    conn.execute("UPDATE durable_state SET contract_version = ?, revision = ?, payload = ? "
+                                 "WHERE key = ?", (*token, key))
+            return True
+        if token is None:
+            self._store._rows.pop(key, None)
+        else:
+            self._store._rows[key] = token
+        return True
+
+
+# Per-hit rate of each kind at the sites that have it, under ``--beyond-contract``.
+BEYOND_RATES = {LOST_WRITE: 1e-3, TORN_BATCH: 1e-3}
+
+
+def beyond_enabled(opts: Any) -> bool:
+    """Whether this run's stores may break their promises: the opt-in flag,
+    or a fault script that has such a fault."""
+    script = opts.fault_script or ()
+    return opts.beyond_contract or any(getattr(e, "kind", None) in BEYOND_RATES for e in script)
+
+
+def beyond_rates(opts: Any) -> dict[str, float]:
+    """The rates to add to a probabilistic plan (none without the flag)."""
+    return dict(BEYOND_RATES) if opts.beyond_contract else {}

@@ -1,0 +1,274 @@
+"""Beyond the contract: stores that lose acknowledged writes or tear batches.
+
+The system is not expected to survive these, only to notice, loudly and
+typed: a run with a broken promise ends DETECTED (its first violation came
+after the break), and one in which nothing noticed ends FAIL with
+``beyond-contract-undetected``, never PASS.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import attrs
+import pytest
+
+from faults.beyond import DurableStateSurgery, LogSurgery
+from faults.describe import DURABLE_STATE_DESCRIBERS
+from faults.kinds import LOST_WRITE, TORN_BATCH
+from faults.plan import ScriptedPlan
+from faults.ports import BoundPort, PortStats
+from faults.script import parse_script
+from model.canonical import ZERO_DIGEST
+from model.conversation.memory_store import InMemoryConversationStore
+from model.conversation.records import AppendConflict, FencedAppendRequest, HistoryCorrupted, RecordEnvelope
+from model.conversation.recovery import read_recovery_prefix
+from model.conversation.sqlite_store import SqliteConversationStore
+from model.durable_state.memory_store import InMemoryDurableStateStore
+from model.durable_state.sqlite_store import SqliteDurableStateStore
+from model.durable_state.store import DurableStateWrite
+from model.sqlite_db import open_database
+from scenarios import registry
+from scenarios.invariants.cas_linear import CasLinear
+from scenarios.storage import run_sync
+from sim.clock import parse_duration_ms
+from sim.runner import DETECTED, FAIL, PASS, UNDETECTED, run
+from sim.scenario import Scenario, ScenarioOptions
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOUR_MS = parse_duration_ms("1h")
+
+
+# -- the surgeries, on both stores ---------------------------------------------
+
+def _log(kind: str, tmp_path):
+    if kind == "memory":
+        return InMemoryConversationStore()
+    return SqliteConversationStore(open_database(str(tmp_path / "log.db")))
+
+
+def _ds(kind: str, tmp_path):
+    if kind == "memory":
+        return InMemoryDurableStateStore()
+    return SqliteDurableStateStore(open_database(str(tmp_path / "ds.db")))
+
+
+def _request(cid: str, batch: str, tail, count: int) -> FencedAppendRequest:
+    records = tuple(RecordEnvelope(record_id=f"{batch}#{i}", family="tool-call", schema_version=1, created_at_ms=1,
+                                   deployment_id="d", payload={"i": i, "text": "x" * 40}, producer_id="p", epoch=1)
+                    for i in range(count))
+    return FencedAppendRequest(cid, batch, "p", 1, tail[0], tail[1], records)
+
+
+def _append(log, batch: str, tail, count: int):
+    request = _request("c", batch, tail, count)
+    return request, run_sync(log.append(request))
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_a_lost_append_rewinds_the_log_cleanly_and_only_its_writer_can_tell(store, tmp_path):
+    log = _log(store, tmp_path)
+    run_sync(log.materialize("c", "p", 1))
+    _, first = _append(log, "b1", (0, ZERO_DIGEST), 2)
+    request, second = _append(log, "b2", (first.last_seq, first.tail_digest), 3)
+    assert LogSurgery(log).apply(LOST_WRITE, "append", (request,), {}, second, None)
+    tail = run_sync(log.inspect_tail("c"))
+    assert (tail.tail_seq, tail.tail_digest) == (first.last_seq, first.tail_digest)
+    assert run_sync(log.lookup_batch("c", "b2")) is None
+    # The chain is whole again, just shorter: a reader cannot see the loss.
+    assert len(run_sync(read_recovery_prefix(log, "c")).records) == 2
+    # The writer can: its next append expects the tail the log acknowledged.
+    with pytest.raises(AppendConflict) as conflict:
+        _append(log, "b3", (second.last_seq, second.tail_digest), 1)
+    assert conflict.value.actual_tail_seq == first.last_seq < second.last_seq
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_a_torn_batch_is_caught_by_the_recovery_read(store, tmp_path):
+    log = _log(store, tmp_path)
+    run_sync(log.materialize("c", "p", 1))
+    request, result = _append(log, "b1", (0, ZERO_DIGEST), 4)
+    assert LogSurgery(log).apply(TORN_BATCH, "append", (request,), {}, result, None)
+    assert run_sync(log.inspect_tail("c")).tail_seq == 4  # the tail still covers the whole batch
+    with pytest.raises(HistoryCorrupted) as caught:
+        run_sync(read_recovery_prefix(log, "c"))
+    assert caught.value.expected_seq == 3  # the first torn record: the second half of the batch
+
+
+def test_a_one_record_batch_cannot_tear_and_a_replayed_append_cannot_be_lost(tmp_path):
+    log = _log("memory", tmp_path)
+    run_sync(log.materialize("c", "p", 1))
+    request, result = _append(log, "b1", (0, ZERO_DIGEST), 1)
+    surgery = LogSurgery(log)
+    assert not surgery.apply(TORN_BATCH, "append", (request,), {}, result, None)
+    replayed = run_sync(log.append(request))
+    assert replayed.replayed and not surgery.apply(LOST_WRITE, "append", (request,), {}, replayed, None)
+    assert len(run_sync(read_recovery_prefix(log, "c")).records) == 1
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_a_lost_save_rolls_the_key_back_to_its_previous_revision(store, tmp_path):
+    ds = _ds(store, tmp_path)
+    surgery = DurableStateSurgery(ds)
+    run_sync(ds.save("k", DurableStateWrite(1, {"n": 1}), 0))
+    args = ("k", DurableStateWrite(1, {"n": 2}), 1)
+    token = surgery.before("save", args, {})
+    saved = run_sync(ds.save(*args))
+    assert saved.revision == 2 and surgery.apply(LOST_WRITE, "save", args, {}, saved, token)
+    back = run_sync(ds.load("k"))
+    assert (back.revision, back.payload) == (1, {"n": 1})
+    args = ("new", DurableStateWrite(1, {"n": 1}), 0)
+    token = surgery.before("save", args, {})
+    assert surgery.apply(LOST_WRITE, "save", args, {}, run_sync(ds.save(*args)), token)
+    assert run_sync(ds.load("new")) is None
+
+
+# -- the runner's verdict, on a minimal scenario ----------------------------------
+
+class _Saver:
+    """One process saving a counter every hour through a crashy port."""
+
+    def __init__(self, world, opts, checked: bool) -> None:
+        self.end_ms = opts.duration_ms
+        store = InMemoryDurableStateStore()
+        self.store = store
+        plan = ScriptedPlan(opts.fault_script or ())
+        plan.bind_clock(world.runtime.now_ms)
+        if checked:
+            world.check(CasLinear())
+
+        def start(node) -> None:
+            port = BoundPort(world, node, "ds", store, plan, DURABLE_STATE_DESCRIBERS, PortStats(), lambda: 1_000,
+                             surgery=DurableStateSurgery(store))
+
+            async def loop() -> None:
+                while True:
+                    await world.runtime.sleep_ms(HOUR_MS)
+                    current = await port.load("counter")
+                    revision = 0 if current is None else current.revision
+                    await port.save("counter", DurableStateWrite(1, {"n": revision + 1}), revision)
+
+            world.runtime.spawn_on(node, "saver", loop())
+
+        world.add_node("saver-1", start)
+
+    def audit_view(self):
+        return self
+
+    def durable_state_snapshot(self, key: str):
+        return run_sync(self.store.load(key))
+
+    def stats(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def _saver(checked: bool) -> Scenario:
+    return Scenario("saver", "test", lambda world, opts: _Saver(world, opts, checked), parse_duration_ms("1d"))
+
+
+LOSE_A_SAVE = parse_script([{"time_ms": 5 * HOUR_MS, "node": "saver-1", "site": "ds.save", "kind": "lost-write"}])
+
+
+def test_a_broken_promise_that_a_checker_notices_is_detected():
+    result = run(_saver(checked=True), ScenarioOptions(seed=1, duration_ms=parse_duration_ms("1d"),
+                                                       fault_script=LOSE_A_SAVE))
+    assert result.status == DETECTED and result.passed
+    (broken,) = result.beyond_contract
+    assert (broken.kind, broken.site) == (LOST_WRITE, "ds.save")
+    assert result.violations[0].invariant == "cas-linear" and result.violations[0].time_ms > broken.time_ms
+
+
+def test_a_broken_promise_nothing_notices_is_a_failure_not_a_pass():
+    """Planted blindness: no checker follows the revision chain."""
+    result = run(_saver(checked=False), ScenarioOptions(seed=1, duration_ms=parse_duration_ms("1d"),
+                                                        fault_script=LOSE_A_SAVE))
+    assert result.status == FAIL and not result.passed
+    assert [v.invariant for v in result.violations] == [UNDETECTED]
+    assert "lost-write at ds.save" in result.violations[0].message
+
+
+def test_without_a_broken_promise_the_same_scenario_passes():
+    result = run(_saver(checked=True), ScenarioOptions(seed=1, duration_ms=parse_duration_ms("1d")))
+    assert result.status == PASS and result.beyond_contract == ()
+
+
+# -- the real scenarios ------------------------------------------------------------
+
+def _script(site: str, kind: str, at_ms: int, node: str = "worker-1"):
+    return parse_script([{"time_ms": at_ms, "node": node, "site": site, "kind": kind}])
+
+
+@pytest.mark.parametrize("scenario, store, site, kind", [
+    ("sentinel-year", "memory", "log.append", LOST_WRITE),
+    ("sentinel-year", "sqlite", "log.append", LOST_WRITE),
+    ("sentinel-year", "memory", "log.append", TORN_BATCH),
+    ("sentinel-year", "sqlite", "log.append", TORN_BATCH),
+    ("sentinel-year", "memory", "ds.save", LOST_WRITE),
+    ("sentinel-year", "sqlite", "ds.save", LOST_WRITE),
+    ("ledger-storm", "memory", "log.append", LOST_WRITE),
+    ("ledger-storm", "sqlite", "log.append", LOST_WRITE),
+])
+def test_every_broken_promise_is_detected_in_the_scenarios(scenario, store, site, kind):
+    opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("3d"), store=store,
+                           fault_script=_script(site, kind, 10 * HOUR_MS))
+    result = run(registry.get(scenario), opts)
+    assert result.status == DETECTED, result.violations
+    (broken,) = result.beyond_contract
+    assert (broken.site, broken.kind) == (site, kind) and broken.time_ms >= 10 * HOUR_MS
+    assert result.violations[0].time_ms >= broken.time_ms
+
+
+def test_the_system_itself_names_a_lost_append_and_a_torn_archive():
+    """Not only the harness's oracles: the run's own writer sees its log's
+    tail go back, and retention's scrub refuses to archive a torn history."""
+    for kind, culprit in ((LOST_WRITE, "the log's tail went back"), (TORN_BATCH, "does not decode")):
+        opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("3d"),
+                               fault_script=_script("log.append", kind, 10 * HOUR_MS))
+        result = run(registry.get("sentinel-year"), opts)
+        first = result.violations[0]
+        assert result.status == DETECTED and first.invariant == "no-uncaught-errors", first
+        assert "HistoryCorrupted" in first.message and culprit in first.message
+
+
+@pytest.mark.parametrize("scenario, duration", [("sentinel-year", "2d"), ("ledger-storm", "6h")])
+def test_probabilistic_broken_promises_never_pass_silently(scenario, duration):
+    verdicts = []
+    for seed in range(4):
+        opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), swarm=True,
+                               beyond_contract=True)
+        result = run(registry.get(scenario), opts)
+        if result.beyond_contract:
+            assert result.status == DETECTED, (seed, result.violations[0])
+        else:
+            assert result.status == PASS, (seed, result.violations)
+        verdicts.append(result.status)
+    assert DETECTED in verdicts
+
+
+def test_without_the_flag_nothing_beyond_the_contract_fires():
+    result = run(registry.get("ledger-storm"), ScenarioOptions(seed=2, duration_ms=parse_duration_ms("6h")))
+    assert result.passed and result.beyond_contract == ()
+    assert not {LOST_WRITE, TORN_BATCH} & set(result.faults)
+
+
+def test_cli_reports_detected_with_exit_zero_and_carries_the_flag(tmp_path):
+    script = tmp_path / "lose.json"
+    script.write_text(json.dumps([{"time_ms": 10 * HOUR_MS, "node": "worker-1", "site": "ds.save",
+                                   "kind": "lost-write"}]))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    base = [sys.executable, "-m", "sim", "run", "sentinel-year", "--seed", "3", "--duration", "2d"]
+    shown = subprocess.run([*base, "--faults", str(script)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "beyond the contract: lost-write at ds.save" in shown.stdout
+    assert "DETECTED: the broken promise was caught by cas-linear" in shown.stdout
+    probabilistic = subprocess.run([*base, "--beyond-contract", "--json"], capture_output=True, text=True, env=env,
+                                   cwd=tmp_path)
+    body = json.loads(probabilistic.stdout)
+    assert body["config"]["beyond_contract"] is True and "--beyond-contract" in body["repro_command"]
+    assert body["status"] in ("detected", "pass") and probabilistic.returncode == 0
+    assert (body["status"] == "detected") == bool(body["beyond_contract"])
