@@ -232,6 +232,10 @@ def _delete_conversation(args: tuple, kwargs: dict, deleted: Any) -> dict:
     return {"conversation": args[0], "deleted": deleted}
 
 
+def _digest_at(args: tuple, kwargs: dict, found: Any) -> dict:
+    return {"conversation": args[0], "seq": args[1], "digest": found}
+
+
 LOG_DESCRIBERS = {
     "delete_conversation": _delete_conversation,
     "materialize": _materialize,
@@ -239,7 +243,26 @@ LOG_DESCRIBERS = {
     "inspect_tail": _inspect_tail,
     "read": _log_read,
     "lookup_batch": _lookup_batch,
+    "digest_at": _digest_at,
 }
+
+
+# -- checkpoints (persistence §8) ----------------------------------------------
+
+def _checkpoint_save(args: tuple, kwargs: dict, result: Any) -> dict:
+    checkpoint = args[0] if args else kwargs["checkpoint"]
+    return {"conversation": checkpoint.conversation_id, "covered_seq": checkpoint.covered_seq,
+            "tail_digest": checkpoint.tail_digest, "snapshot": checkpoint.snapshot}
+
+
+def _checkpoint_load(args: tuple, kwargs: dict, checkpoint: Any) -> dict:
+    fields: dict[str, Any] = {"conversation": args[0], "at_or_before_seq": args[1]}
+    if checkpoint is not None:
+        fields.update(covered_seq=checkpoint.covered_seq, tail_digest=checkpoint.tail_digest)
+    return fields
+
+
+CHECKPOINT_DESCRIBERS = {"save": _checkpoint_save, "load_latest": _checkpoint_load}
 
 
 # -- schedule cursors and the run archive ---------------------------------------

@@ -36,7 +36,7 @@ READ_METHODS = frozenset({
     "load", "get", "get_by_idempotency_key", "read", "inspect_tail", "lookup_batch", "scan_nonterminal",
     "load_recovery_snapshot", "digest_at", "cursor", "checkpoint", "live_findings", "live_for_run", "has",
     "is_pinned", "pinned_refs", "holders", "expired_unpinned", "blob", "load_steps", "load_execution",
-    "live_executions", "schedule_high_water_ms"})
+    "live_executions", "schedule_high_water_ms", "load_latest"})
 # An injected latency: long enough, now and then, to outlive a lease.
 LATENCY_MS = (200, 45_000)
 
@@ -100,11 +100,14 @@ class BoundPort:
         method = site.split(".", 1)[1]
         trace = world.trace
         label = node.label
+        note_call = world.runtime.note_call
+        inside, after = f"in {site}", f"after {site}"
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             if not node.alive:
                 raise NodeDeadError(label, site)
             stats.calls += 1
+            note_call(inside)
             fault = None
             if plan is not None:
                 hit, fault = plan.draw(site, kinds)
@@ -134,12 +137,14 @@ class BoundPort:
             try:
                 result = await fn(*args, **kwargs)
             except Exception as error:
+                note_call(after)
                 fields = describe(args, kwargs, None)
                 name = getattr(type(error), "name", None)
                 fields["error"] = name if isinstance(name, str) and name else type(error).__name__
                 fields["detail"] = str(error)
                 trace.emit(label, site, fields)
                 raise
+            note_call(after)
             trace.emit(label, site, describe(args, kwargs, result))
             if fault in BEYOND_CONTRACT_KINDS:
                 if surgery.apply(fault, method, args, kwargs, result, token):

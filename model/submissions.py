@@ -107,8 +107,12 @@ class SubmissionWorker:
 
     def __init__(self, ledger: Any, log: Any, owner_id: str, *, lease_ms: int, now_ms: Callable[[], int],
                  work: Work, steps: int = 2, failpoints: Failpoints = NO_FAILPOINTS,
-                 probe: Probe = NULL_PROBE, step_delay: Callable[[str, int], Any] | None = None) -> None:
+                 probe: Probe = NULL_PROBE, step_delay: Callable[[str, int], Any] | None = None,
+                 checkpoints: Any = None) -> None:
+        """``checkpoints``: a checkpoint store (§8) the recovery pass may use;
+        None reads every history whole."""
         assert lease_ms > 0 and steps >= 0
+        self.checkpoints = checkpoints
         self.ledger = ledger
         self.log = log
         self.owner_id = owner_id
@@ -243,26 +247,76 @@ def error_name(error: BaseException) -> str:
     return name if isinstance(name, str) and name else type(error).__name__
 
 
-async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE) -> int:
+# What a recovery checkpoint is derived by (checkpoints are bound to both).
+RECOVERY_ENGINE = "submission-recovery/1"
+RECOVERY_DEFINITION = "records-and-settlements/1"
+_SEQ_MAX = 2 ** 62
+
+
+def recovery_snapshot(records, previous: Any = None) -> dict:
+    """The fold a recovery checkpoint holds: how many records and settlements
+    the log has up to its position (``previous``: the fold before ``records``)."""
+    count = 0 if previous is None else previous["records"]
+    settled = 0 if previous is None else previous["settled"]
+    for record in records:
+        count += 1
+        if record.envelope.family == "submission-settled":
+            settled += 1
+    return {"records": count, "settled": settled}
+
+
+async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, checkpoints: Any = None,
+                        now_ms: Callable[[], int] | None = None) -> int:
     """Verify the prefix of every conversation with nonterminal work.
 
     One conversation's prefix in memory at a time (persistence §7, STORE-015).
     Returns how many conversations were verified; raises ``HistoryCorrupted``
     on a short page, a gap or a broken chain — never returns a partial history.
+
+    With ``checkpoints`` (§8): a usable checkpoint (its position and digest
+    still the log's) lets the pass read and verify only the records after
+    it; every verified tail is checkpointed for the next pass. A checkpoint
+    is disposable: an unusable one means a full read, never a trusted one.
     """
-    from model.conversation.recovery import read_recovery_prefix
+    from model.conversation.checkpoints import Checkpoint, CheckpointRejected, usable_checkpoint
+    from model.conversation.recovery import read_recovery_prefix, read_recovery_suffix
 
     conversations = []
     for record in await ledger.scan_nonterminal():
         if record.conversation_id not in conversations:
             conversations.append(record.conversation_id)
     for conversation_id in conversations:
+        checkpoint = None
         try:
-            prefix = await read_recovery_prefix(log, conversation_id)
+            if checkpoints is not None:
+                decision = await usable_checkpoint(checkpoints, log, conversation_id, _SEQ_MAX,
+                                                   engine_version=RECOVERY_ENGINE,
+                                                   definition_digest=RECOVERY_DEFINITION)
+                checkpoint = decision.checkpoint
+            if checkpoint is None:
+                prefix = await read_recovery_prefix(log, conversation_id)
+            else:
+                prefix = await read_recovery_suffix(log, conversation_id, after_seq=checkpoint.covered_seq,
+                                                    after_digest=checkpoint.tail_digest)
         except NotMaterialized:
             continue  # admitted, not materialized yet: nothing to verify
-        probe.emit("recovery.read", conversation=conversation_id, tail_seq=prefix.tail.tail_seq,
-                   records=len(prefix.records), requests=prefix.request_count)
+        if checkpoints is None:
+            probe.emit("recovery.read", conversation=conversation_id, tail_seq=prefix.tail.tail_seq,
+                       records=len(prefix.records), requests=prefix.request_count)
+        else:
+            probe.emit("recovery.read", conversation=conversation_id, tail_seq=prefix.tail.tail_seq,
+                       records=len(prefix.records), requests=prefix.request_count,
+                       from_checkpoint=0 if checkpoint is None else checkpoint.covered_seq)
+        if checkpoints is not None and prefix.records:
+            tail = prefix.tail
+            snapshot = recovery_snapshot(prefix.records, None if checkpoint is None else checkpoint.snapshot)
+            try:
+                await checkpoints.save(Checkpoint(
+                    conversation_id, prefix.records[-1].envelope.payload.get("submissionId", "-"), tail.tail_seq,
+                    tail.tail_digest, RECOVERY_ENGINE, RECOVERY_DEFINITION, 1, snapshot,
+                    now_ms() if now_ms is not None else 0))
+            except CheckpointRejected:
+                pass  # disposable: the next pass reads more, that is all
         del prefix
     return len(conversations)
 
@@ -273,7 +327,8 @@ async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, r
     probe = worker.probe
     while True:
         try:
-            await recovery_pass(worker.log, worker.ledger, probe)
+            await recovery_pass(worker.log, worker.ledger, probe, checkpoints=worker.checkpoints,
+                                now_ms=worker.now_ms)
             break
         except Exception as error:
             if error_name(error) not in RETRYABLE_ERRORS:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from faults.chaos import kill_nodes, node_name, replay_kills
-from faults.describe import LEDGER_DESCRIBERS, LOG_DESCRIBERS
+from faults.describe import CHECKPOINT_DESCRIBERS, LEDGER_DESCRIBERS, LOG_DESCRIBERS
 from faults.kinds import (
     ACK_LOST,
     CORRUPT_ROW,
@@ -42,6 +42,7 @@ from model.kernel.kernel import is_retryable
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT
 from faults.ports import BoundPort, PortStats, SimFailpoints
 from faults.reads import DamagedReads
+from model.conversation.checkpoints import InMemoryCheckpointStore, SqliteCheckpointStore
 from model.conversation.memory_store import InMemoryConversationStore
 from model.conversation.records import NotMaterialized
 from model.conversation.sqlite_store import SqliteConversationStore
@@ -49,6 +50,7 @@ from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.repair import rebuild_ledger
 from model.submissions import SubmissionClient, SubmissionWorker, worker_loop
+from scenarios.invariants.checkpoints import CheckpointConsistency
 from scenarios.invariants import (
     ExactlyOnceSettlement,
     FailClosedPagination,
@@ -118,16 +120,19 @@ def _work_that_never_fails(request: Any, index: int) -> Any:
 
 ABORTS = "client-aborts"
 FAILING_WORK = "failing-work"
+# Recovery reads only what the latest usable checkpoint does not cover.
+CHECKPOINTS = "recovery-checkpoints"
 SWARM = SwarmSpace(
     fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, NODE_PAUSE, SHORT_PAGE, SEQUENCE_GAP,
                  CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY),
     failpoints=SUBMISSION_CRASH_POINTS,
     failpoint_rate=RATES[FAILPOINT_CRASH],
-    workload=(ABORTS, FAILING_WORK),
+    workload=(ABORTS, FAILING_WORK, CHECKPOINTS),
     knobs=(Knob("lease_ms", LEASE_MS, 5 * MS_PER_SECOND, 60 * MS_PER_SECOND, "claim lease"),
            Knob("busy_timeout_ms", BUSY_TIMEOUT_MS_DEFAULT, 100, 10_000, "SQLite busy timeout")),
 )
-SOMETIMES = ("stale_writes_fenced", "damaged_reads_caught", "worker_crashes", "settled")
+SOMETIMES = ("stale_writes_fenced", "damaged_reads_caught", "worker_crashes", "settled",
+             "recoveries_from_checkpoint")
 
 
 class LedgerStorm:
@@ -156,6 +161,11 @@ class LedgerStorm:
         self.fencing = Fencing()
         self.pagination = FailClosedPagination()
         world.check(self.settlement, self.fencing, LogChain(), self.pagination, QueueOrder(), Liveness())
+        self.use_checkpoints = choices.does(CHECKPOINTS)
+        if self.use_checkpoints:
+            world.check(CheckpointConsistency(self._latest_checkpoint))
+        self.recoveries_from_checkpoint = 0
+        world.trace.subscribe(("recovery.read",), self._on_recovery)
         self.pending: list[tuple[str, str, Any]] = []  # the outside world's unreceipted requests
         self._known: set[str] = set()
         self._owners: dict[str, str] = {}  # owner (node label) -> submission it claimed, until settled
@@ -186,11 +196,13 @@ class LedgerStorm:
         if opts.store == "memory":
             self.ledger: Any = InMemorySubmissionLedger()
             self.log: Any = InMemoryConversationStore()
+            self.checkpoints: Any = InMemoryCheckpointStore(self.log)
             return
         self._database = RunDatabase(opts.db_path, file_name="ledger-storm.db",
                                      busy_timeout_ms=self.swarm.knob("busy_timeout_ms"))
         self.ledger = SqliteSubmissionLedger(self._database.conn)
         self.log = SqliteConversationStore(self._database.conn)
+        self.checkpoints = SqliteCheckpointStore(self.log)
 
     def close(self) -> None:
         if self._database is not None:
@@ -210,6 +222,19 @@ class LedgerStorm:
         failpoints = SimFailpoints(world, node, self.plan, self._restart_delay_ms)
         return ledger, log, failpoints
 
+    def _checkpoint_port(self, node: Node) -> Any:
+        if not self.use_checkpoints:
+            return None
+        return BoundPort(self.world, node, "checkpoints", self.checkpoints, self.plan, CHECKPOINT_DESCRIBERS,
+                         self.stats_ports, self._restart_delay_ms)
+
+    def _latest_checkpoint(self, conversation_id: str) -> Any:
+        return run_sync(self.checkpoints.load_latest(conversation_id, 2 ** 62))
+
+    def _on_recovery(self, event: tuple) -> None:
+        if event[4].get("from_checkpoint"):
+            self.recoveries_from_checkpoint += 1
+
     def _start_worker(self, node: Node) -> None:
         world = self.world
         runtime = world.runtime
@@ -223,7 +248,7 @@ class LedgerStorm:
         worker = SubmissionWorker(ledger, log, node.label, lease_ms=self.lease_ms, now_ms=runtime.now_ms,
                                   work=_work if self.swarm.does(FAILING_WORK) else _work_that_never_fails,
                                   steps=2, failpoints=failpoints, probe=world.probe_for(node),
-                                  step_delay=step_delay)
+                                  step_delay=step_delay, checkpoints=self._checkpoint_port(node))
         runtime.spawn_on(node, "worker", worker_loop(worker, runtime, poll_ms=POLL_MS, retry_ms=RETRY_MS))
 
     def _start_client(self, node: Node) -> None:
@@ -373,6 +398,7 @@ class LedgerStorm:
             "outcomes": self.settlement.outcomes(),
             "stale_writes_fenced": self.fencing.fenced,
             "damaged_reads_caught": self.pagination.caught,
+            "recoveries_from_checkpoint": self.recoveries_from_checkpoint,
             "worker_crashes": counters.get("node.crashes", 0),
             "store_calls": self.stats_ports.calls,
         }

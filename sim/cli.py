@@ -19,12 +19,14 @@ import time
 from typing import Any, NoReturn, Sequence
 
 from sim.clock import DurationError, format_calendar, format_duration_ms, format_span_ms, parse_duration_ms
+from sim.interleave import Deviation
 from sim.runner import DETECTED, PASS, RunResult, run
 from faults.script import ScriptError, load_script, script_to_json
 from sim.scenario import STORES, ScenarioOptions, SetupError
 from sim.trace import event_json
 
 EXIT_PASS = 0
+DEVIATIONS_SHOWN = 3  # scheduling deviations a failure report lists
 EXIT_VIOLATION = 1
 EXIT_USAGE = 2
 SEED_MAX = 2**63 - 1
@@ -95,6 +97,14 @@ def build_parser() -> _Parser:
     repro_p = sub.add_parser("repro", help="replay a repro file: its configuration and its fault script")
     repro_p.add_argument("file", help="a loomsim-repro-*.json file written by a failing run")
     repro_p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    shrink_p = sub.add_parser("shrink", help="reduce a repro file's fault script and duration to a minimum "
+                                             "that still fails the same way")
+    shrink_p.add_argument("file", help="a loomsim-repro-*.json file written by a failing run")
+    shrink_p.add_argument("--out", default=None, metavar="FILE",
+                          help="where to write the shrunk repro file (default: loomsim-shrunk-SCENARIO-SEED.json "
+                               "next to the input)")
+    shrink_p.add_argument("--max-runs", type=_count, default=300, metavar="N",
+                          help="give up shrinking after N runs and keep the best so far (default 300)")
     bench_p = sub.add_parser("bench", help="measure the performance budgets (DESIGN §8) in one run")
     bench_p.add_argument("--quick", action="store_true", help="short runs (30d/3d) for a smoke check")
     bench_p.add_argument("--seed", type=_seed, default=1)
@@ -195,6 +205,8 @@ def _main(argv: list[str]) -> int:
         return EXIT_PASS
     if args.command == "repro":
         return _main(repro_argv(args.file, json_output=args.json))
+    if args.command == "shrink":
+        return _shrink(parser, args)
     if args.command == "list":
         for scenario in registry.all_scenarios():
             print(f"{scenario.name:<16} {scenario.description} (default {format_duration_ms(scenario.default_duration_ms)})")
@@ -302,7 +314,9 @@ def _scenario_params(scenario: Any, args: argparse.Namespace) -> dict[str, int]:
     return params
 
 
-def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
+def _options(scenario: Any, args: argparse.Namespace) -> ScenarioOptions:
+    """The run's options from its command line (``run``, and what ``repro``
+    and ``shrink`` make of a repro file)."""
     store = "sqlite" if args.db else args.store
     if args.db:
         parent = os.path.dirname(os.path.abspath(args.db))
@@ -319,11 +333,15 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
         if name in knobs:
             raise UsageError(f"--knob {name} given twice")
         knobs[name] = value
-    opts = ScenarioOptions(seed=args.seed, duration_ms=args.duration or scenario.default_duration_ms,
+    return ScenarioOptions(seed=args.seed, duration_ms=args.duration or scenario.default_duration_ms,
                            store=store, db_path=args.db, params=_scenario_params(scenario, args),
                            fault_script=fault_script, swarm=not args.no_swarm,
                            faults_enable=_names(args.faults_enable), faults_disable=_names(args.faults_disable),
                            knobs=knobs, schedule=_schedule(args.schedule), beyond_contract=args.beyond_contract)
+
+
+def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
+    opts = _options(scenario, args)
     trace_file = None
     if args.trace:
         try:
@@ -356,6 +374,61 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
     else:
         _print_result(result, command, repro_path)
     return EXIT_PASS if result.passed else EXIT_VIOLATION
+
+
+def _shrink(parser: _Parser, args: argparse.Namespace) -> int:
+    """``loomsim shrink FILE``: ddmin over the script, then the duration."""
+    from scenarios import registry
+    from sim.shrink import shrink
+
+    if args.max_runs < 1:
+        raise UsageError("--max-runs must be at least 1")
+    run_args = parser.parse_args(repro_argv(args.file, json_output=False))
+    scenario = registry.get(run_args.scenario)
+    opts = _options(scenario, run_args)
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.file)),
+                                   f"loomsim-shrunk-{scenario.name}-{opts.seed}.json")
+    if os.path.abspath(out) == os.path.abspath(args.file):
+        raise UsageError(f"--out {out!r} is the input file: the original is kept, choose another name")
+    started_s = time.perf_counter()
+    print(f"shrinking {args.file}: {len(opts.fault_script or ())} script entries, "
+          f"duration {format_duration_ms(opts.duration_ms)}", flush=True)
+
+    def progress(runs: int, still: bool, candidate: ScenarioOptions) -> None:
+        if still:
+            print(f"  run {runs}: still fails with {len(candidate.fault_script or ())} entries, "
+                  f"duration {format_duration_ms(candidate.duration_ms)}", flush=True)
+
+    try:
+        shrunk = shrink(scenario, opts, runs_max=args.max_runs, on_run=progress)
+    except ValueError as error:
+        raise UsageError(f"{args.file}: {error}") from None
+    except sqlite3.DatabaseError as error:
+        raise UsageError(f"database (temporary): {error}") from None
+    result = shrunk.result
+    command = f"loomsim repro {shlex.quote(out)}"
+    path = write_repro(result, command, "", path=out, extra={"shrunk_from": {
+        "file": args.file, "entries": shrunk.original_entries,
+        "duration": format_duration_ms(shrunk.original_duration_ms), "runs": shrunk.runs}})
+    first = result.violations[0]
+    kept = result.fault_script
+    print(f"shrunk in {shrunk.runs} runs ({time.perf_counter() - started_s:.1f}s"
+          f"{', run budget spent' if shrunk.budget_spent else ''}): {shrunk.original_entries} -> {len(kept)} "
+          f"script entries, duration {format_duration_ms(shrunk.original_duration_ms)} -> "
+          f"{format_duration_ms(shrunk.opts.duration_ms)}")
+    print(f"the failure: {first.invariant} at {format_calendar(first.time_ms)}")
+    print(f"  {first.message}")
+    print("the script:" if kept else "the script: empty (the failure needs no fault)")
+    for entry in kept:
+        if isinstance(entry, Deviation):
+            print(f"  {format_calendar(entry.time_ms)}  schedule: {entry.summary()}")
+        else:
+            hit = "" if entry.hit is None else f" (hit {entry.hit})"
+            print(f"  {format_calendar(entry.time_ms)}  {entry.node}: {entry.kind} at {entry.site}{hit}")
+    if path:
+        print(f"repro file: {path}")
+        print(f"replay: {command}")
+    return EXIT_PASS if path else EXIT_VIOLATION
 
 
 def repro_command(name: str, opts: ScenarioOptions, *, explicit_duration: bool = True,
@@ -422,9 +495,10 @@ def _peak_rss_mb() -> float | None:
     return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
 
 
-def write_repro(result: RunResult, command: str, directory: str) -> str | None:
+def write_repro(result: RunResult, command: str, directory: str, *, path: str | None = None,
+                extra: dict[str, Any] | None = None) -> str | None:
     """Write the failure's repro file; on failure to write, say so and go on."""
-    path = os.path.join(directory, f"loomsim-repro-{result.scenario}-{result.seed}.json")
+    path = path or os.path.join(directory, f"loomsim-repro-{result.scenario}-{result.seed}.json")
     body = {
         "format": "loomsim-repro/1",
         "config": result.config,
@@ -434,6 +508,7 @@ def write_repro(result: RunResult, command: str, directory: str) -> str | None:
                        for v in result.violations],
         "fault_script": script_to_json(result.fault_script),
         "excerpt": [json.loads(event_json(e)) for e in result.excerpt],
+        **(extra or {}),
     }
     try:
         with open(path, "w", encoding="utf-8") as handle:
@@ -496,6 +571,11 @@ def _print_result(result: RunResult, command: str, repro_path: str | None) -> No
         for seq, t_ms, node, kind, fields in result.excerpt[-EXCERPT_LINES:]:
             detail = " ".join(f"{k}={_short(v)}" for k, v in fields.items())
             print(f"  {format_calendar(t_ms)}  #{seq:<8} {node:<12} {kind:<28} {detail}")
+    deviations = [e for e in result.fault_script if isinstance(e, Deviation) and e.time_ms <= first.time_ms]
+    if deviations:
+        print(f"scheduling: {len(deviations)} deviation(s) from FIFO before it; the last:")
+        for deviation in deviations[-DEVIATIONS_SHOWN:]:
+            print(f"  {format_calendar(deviation.time_ms)}  {deviation.summary()}")
     for extra in result.violations[1:5]:
         print(f"also: {extra.invariant} at {format_calendar(extra.time_ms)}: {extra.message}")
     print()

@@ -82,7 +82,8 @@ _AWAIT_CHAIN_MAX = 256
 
 # A deviation's ``kind`` in a script shared with faults (never a fault kind).
 SCRIPT_KIND = "schedule"
-_JSON_FIELDS = ("time_ms", "kind", "step", "node", "task", "preempted_node", "preempted_task", "await_site")
+_JSON_FIELDS = ("time_ms", "kind", "step", "node", "task", "preempted_node", "preempted_task", "await_site",
+                "last_call")
 
 _SPEC_HELP = "expected fifo, random, pct:D or pct:D:K"
 _POSITIVE_INT = re.compile(r"[1-9][0-9]{0,15}")
@@ -96,15 +97,17 @@ class Deviation:
     (0-based, counting every resumption at that instant, contested or not),
     ``chosen_task`` on ``chosen_node`` ran although ``preempted_task`` on
     ``preempted_node`` was first in line; the latter was suspended at
-    ``await_site`` (the qualified name of its innermost awaiting coroutine).
+    ``await_site`` (the qualified name of its innermost awaiting coroutine),
+    ``last_call`` the port call it made last ("after ledger.claim", "in
+    log.append" when suspended inside one; empty before its first call).
 
     ``(time_ms, step)`` is the replay key, like a fault's ``(time_ms, site,
     hit)``: a change elsewhere in a run (a shrinker removing a fault at day 3)
     does not shift the key of a deviation at day 5. ``step`` None is for
     hand-written scripts: the first contested decision at or after
     ``time_ms`` at which ``chosen_task`` is ready but not first in line.
-    ``preempted_*`` and ``await_site`` are what a person reads; replay does
-    not need them.
+    ``preempted_*``, ``await_site`` and ``last_call`` are what a person
+    reads; replay does not need them.
     """
 
     step: int | None
@@ -114,11 +117,17 @@ class Deviation:
     preempted_task: str
     preempted_node: str
     await_site: str
+    last_call: str = ""
+
+    def summary(self) -> str:
+        """"worker-2/worker preempted after ledger.claim (at worker_loop); worker-1/worker ran first"."""
+        where = f"{self.last_call} (at {self.await_site})" if self.last_call else f"at {self.await_site}"
+        return (f"{self.preempted_node}/{self.preempted_task} preempted {where}; "
+                f"{self.chosen_node}/{self.chosen_task} ran first")
 
     def describe(self) -> str:
         at = "" if self.step is None else f", step {self.step}"
-        return (f"t={self.time_ms}ms{at}: {self.preempted_node}/{self.preempted_task} preempted at "
-                f"{self.await_site}; {self.chosen_node}/{self.chosen_task} ran first")
+        return f"t={self.time_ms}ms{at}: {self.summary()}"
 
     def to_json(self) -> dict[str, Any]:
         """A flat script entry, shaped like a fault's (``faults.script``) so both share one list.
@@ -131,6 +140,8 @@ class Deviation:
             value["step"] = self.step
         value.update({"node": self.chosen_node, "task": self.chosen_task, "preempted_node": self.preempted_node,
                       "preempted_task": self.preempted_task, "await_site": self.await_site})
+        if self.last_call:
+            value["last_call"] = self.last_call
         return value
 
     @classmethod
@@ -151,11 +162,12 @@ class Deviation:
         for name in ("node", "task"):
             if type(entry.get(name)) is not str or not entry[name]:
                 raise ValueError(f"{where}: {name!r} must be a non-empty string, got {entry.get(name)!r:.40}")
-        for name in ("preempted_node", "preempted_task", "await_site"):
+        for name in ("preempted_node", "preempted_task", "await_site", "last_call"):
             if type(entry.get(name, "")) is not str:
                 raise ValueError(f"{where}: {name!r} must be a string, got {entry[name]!r:.40}")
         return cls(entry.get("step"), entry["time_ms"], entry["task"], entry["node"],
-                   entry.get("preempted_task", ""), entry.get("preempted_node", ""), entry.get("await_site", ""))
+                   entry.get("preempted_task", ""), entry.get("preempted_node", ""), entry.get("await_site", ""),
+                   entry.get("last_call", ""))
 
 
 def await_site(coro: Any) -> str:

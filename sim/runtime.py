@@ -44,7 +44,7 @@ class _Trap:
 
 
 class Task:
-    __slots__ = ("name", "node", "coro", "alive", "sched_priority")
+    __slots__ = ("name", "node", "coro", "alive", "sched_priority", "last_call")
 
     def __init__(self, name: str, node: Node, coro: Coroutine[Any, Any, Any]) -> None:
         self.name = name
@@ -54,6 +54,8 @@ class Task:
         # Owned by the schedule policy (PCT's priority); None until first seen.
         # On the task, not in a policy-side dict, so it dies with the task.
         self.sched_priority: int | None = None
+        # The port call it made last ("after ledger.claim"), for reports.
+        self.last_call = ""
 
     def __repr__(self) -> str:
         return f"<Task {self.node.label}/{self.name}>"
@@ -136,6 +138,13 @@ class SimRuntime:
     @property
     def current_task(self) -> Task | None:
         return self._current
+
+    def note_call(self, where: str) -> None:
+        """The running task is in (or just after) a port call: a deviation
+        that preempts it later names it ("preempted after ledger.claim")."""
+        task = self._current
+        if task is not None:
+            task.last_call = where
 
     def spawn_on(self, node: Node, name: str, coro: Coroutine[Any, Any, Any], *, at_ms: int | None = None) -> Task:
         if not node.alive:
@@ -377,7 +386,7 @@ class SimRuntime:
 
     def _record_deviation(self, step: int, now_ms: int, chosen: Task, preempted: Task) -> None:
         deviation = Deviation(step, now_ms, chosen.name, chosen.node.label, preempted.name,
-                              preempted.node.label, await_site(preempted.coro))
+                              preempted.node.label, await_site(preempted.coro), preempted.last_call)
         self.deviation_count += 1
         if len(self.deviations) < DEVIATIONS_MAX:
             self.deviations.append(deviation)

@@ -79,7 +79,8 @@ class World:
         self.count("schedule.deviations")
         self.trace.emit(deviation.chosen_node, "schedule.deviation", {
             "step": deviation.step, "task": deviation.chosen_task, "preempted_node": deviation.preempted_node,
-            "preempted_task": deviation.preempted_task, "await_site": deviation.await_site})
+            "preempted_task": deviation.preempted_task, "await_site": deviation.await_site,
+            "last_call": deviation.last_call})
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n

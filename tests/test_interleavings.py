@@ -407,3 +407,20 @@ def test_scripted_policy_rejects_two_deviations_at_one_decision():
         ScriptedPolicy([first, Deviation(2, 0, "worker-3", "n", "worker-1", "n", "x")])
     with pytest.raises(ValueError, match="expected a Deviation"):
         ScriptedPolicy([first.to_json()])
+
+
+def test_a_deviation_in_a_real_scenario_names_the_port_call_it_preempted():
+    """A report reads "worker-2/worker preempted after ledger.claim", not "draw #7"."""
+    from scenarios import registry
+    from sim.runner import run
+    from sim.scenario import ScenarioOptions
+
+    result = run(registry.get("ledger-storm"), ScenarioOptions(seed=1, duration_ms=3_600_000, schedule="random"))
+    deviations = [e for e in result.fault_script if isinstance(e, Deviation)]
+    named = [d for d in deviations if d.last_call]
+    assert named, "no deviation preempted a task that had made a port call"
+    assert all(d.last_call.split(" ", 1)[0] in ("in", "after") for d in named)
+    assert any(d.last_call.startswith("after ledger.") for d in named)
+    sample = next(d for d in named if d.last_call.startswith("after ledger."))
+    assert f"preempted {sample.last_call} (at " in sample.summary()
+    assert Deviation.from_json(sample.to_json()) == sample

@@ -11,10 +11,17 @@ all the chain needs; see ``rules``).
 
 Nothing is cached: the caller owns the one conversation's prefix and drops
 it after its recovery group.
+
+``read_recovery_suffix`` is the same read after a checkpoint (§8): only the
+records after the checkpoint's ``covered_seq``, their chain recomputed from
+the checkpoint's tail digest. A log whose tail is behind the checkpoint is
+``HistoryCorrupted`` too: the log never shrinks.
 """
 from __future__ import annotations
 
 import attrs
+
+from model.canonical import ZERO_DIGEST
 
 from .records import PAGE_SIZE_MAX, CanonicalRecord, ConversationTail, HistoryCorrupted
 from .rules import recompute_chain
@@ -33,12 +40,22 @@ def recovery_page_count(tail_seq: int) -> int:
 
 
 async def read_recovery_prefix(store, conversation_id: str) -> RecoveryPrefix:
+    return await read_recovery_suffix(store, conversation_id, after_seq=0, after_digest=ZERO_DIGEST)
+
+
+async def read_recovery_suffix(store, conversation_id: str, *, after_seq: int, after_digest: str) -> RecoveryPrefix:
+    """Records ``after_seq + 1 .. T`` of the log whose chain at ``after_seq``
+    (a batch boundary) is ``after_digest``, verified like the prefix."""
+    start_seq = after_seq
     tail = await store.inspect_tail(conversation_id)
     requests = 1
     total = tail.tail_seq
+    if total < start_seq:
+        raise HistoryCorrupted(conversation_id, start_seq, total,
+                               f"the log's tail {total} is behind a checkpoint at {start_seq}")
     records: list[CanonicalRecord] = []
-    for page in range(recovery_page_count(total)):
-        after_seq = page * PAGE_SIZE_MAX
+    for page in range(recovery_page_count(total - start_seq)):
+        after_seq = start_seq + page * PAGE_SIZE_MAX
         want = min(PAGE_SIZE_MAX, total - after_seq)
         got = await store.read(conversation_id, after_seq, want)
         requests += 1
@@ -54,7 +71,7 @@ async def read_recovery_prefix(store, conversation_id: str) -> RecoveryPrefix:
                 f"page after seq {after_seq} returned {len(got)} records, expected {want}",
             )
         records.extend(got)
-    recomputed = recompute_chain(conversation_id, records)
+    recomputed = recompute_chain(conversation_id, records, start_seq + 1, after_digest)
     if recomputed != tail.tail_digest:
         raise HistoryCorrupted(conversation_id, total, total, "digest chain does not recompute to the tail digest")
     return RecoveryPrefix(tail, tuple(records), requests)

@@ -1,0 +1,57 @@
+"""``checkpoint-consistency``: a checkpoint never lies about the log.
+
+Checkpoints are derived and disposable (persistence §8): a recovery may
+skip the records a checkpoint covers only if the checkpoint is exactly what
+a full read would give. Online, every committed checkpoint must sit on a
+batch boundary the log acknowledged with that very tail digest (the oracle
+follows the log's commits, not the store's answers). Audit: every
+conversation's latest checkpoint holds the fold of the log prefix it
+covers, recomputed from the stored records.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from model.submissions import recovery_snapshot
+from sim.invariants import Checker
+
+
+class CheckpointConsistency(Checker):
+    name = "checkpoint-consistency"
+    kinds = ("log.append", "checkpoints.save")
+
+    def __init__(self, latest: Callable[[str], Any]) -> None:
+        """``latest(conversation)``: the store's latest checkpoint, or None."""
+        super().__init__()
+        self._latest = latest
+        # conversation -> {last_seq of a committed batch: tail digest after it};
+        # a conversation's log is short (it lives an hour), so is this.
+        self._boundaries: dict[str, dict[int, str]] = {}
+
+    def on_event(self, event: tuple) -> None:
+        fields = event[4]
+        if "error" in fields:
+            return
+        conversation = fields["conversation"]
+        if event[3] == "log.append":
+            if not fields.get("replayed"):
+                self._boundaries.setdefault(conversation, {})[fields["last_seq"]] = fields["tail_digest"]
+            return
+        self.checks += 1
+        seq = fields["covered_seq"]
+        acknowledged = self._boundaries.get(conversation, {}).get(seq)
+        if acknowledged != fields["tail_digest"]:
+            self.fail(f"{conversation}: checkpoint at seq {seq} carries digest {fields['tail_digest']:.12}…, "
+                      f"the log acknowledged {acknowledged!r:.16} there", (conversation,))
+
+    def audit(self, world: Any) -> None:
+        for conversation_id in world.conversation_ids():
+            checkpoint = self._latest(conversation_id)
+            if checkpoint is None:
+                continue
+            self.checks += 1
+            records = world.log_records(conversation_id)[:checkpoint.covered_seq]
+            expected = recovery_snapshot(records)
+            if len(records) != checkpoint.covered_seq or checkpoint.snapshot != expected:
+                self.fail(f"{conversation_id}: checkpoint at seq {checkpoint.covered_seq} holds "
+                          f"{checkpoint.snapshot}, the log's prefix folds to {expected}", (conversation_id,))

@@ -1,0 +1,153 @@
+"""Shrinking: reduce a failing run's fault script and duration to a minimum
+that still fails the same way.
+
+A failing run is a pure function of (scenario, seed, options, script), so a
+candidate is judged by running it: it *still fails* when its first violation
+is the same invariant. Two phases, each bounded by the run budget:
+
+1. Delta debugging (Zeller's ddmin) over the script's entries, faults and
+   scheduling deviations alike: try halves, then complements, at finer and
+   finer granularity, keeping any subset that still fails. First of all,
+   the empty script (the bug may need no fault at all).
+2. Bisecting the duration (in whole minutes, between the failure's time and
+   the run's duration): the shortest run that still fails.
+
+Removing an entry can shift the per-site hit index of the later ones (a
+crash that no longer happens makes fewer calls), so a subset may simply
+stop failing; ddmin only keeps what was seen to fail, and the final
+candidate is the last run that did. Nothing here reads the wall clock:
+the face times it.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import attrs
+
+from sim.clock import MS_PER_MINUTE
+from sim.runner import RunResult, run
+from sim.scenario import Scenario, ScenarioOptions
+
+RUNS_MAX_DEFAULT = 300
+
+
+class BudgetSpent(Exception):
+    """The run budget is spent: keep the best candidate so far."""
+
+
+@attrs.frozen
+class ShrinkResult:
+    opts: ScenarioOptions          # the smallest failing options (script, duration)
+    result: RunResult              # its run
+    runs: int                      # runs made, the original's included
+    original_entries: int
+    original_duration_ms: int
+    budget_spent: bool
+
+
+class _Judge:
+    """Runs candidates against the budget; remembers the last failing one."""
+
+    def __init__(self, scenario: Scenario, invariant: str, runs_max: int,
+                 on_run: Callable[[int, bool, ScenarioOptions], None] | None) -> None:
+        self.scenario = scenario
+        self.invariant = invariant
+        self.runs_max = runs_max
+        self.on_run = on_run
+        self.runs = 0
+        self.best: tuple[ScenarioOptions, RunResult] | None = None
+
+    def fails(self, opts: ScenarioOptions) -> bool:
+        if self.runs >= self.runs_max:
+            raise BudgetSpent()
+        self.runs += 1
+        result = run(self.scenario, opts)
+        still = (not result.passed) and bool(result.violations) and result.violations[0].invariant == self.invariant
+        if still:
+            self.best = (opts, result)
+        if self.on_run is not None:
+            self.on_run(self.runs, still, opts)
+        return still
+
+
+def ddmin(items: Sequence[Any], fails: Callable[[list], bool]) -> list:
+    """The smallest subset of ``items`` (order kept) that ``fails`` found
+    failing, by delta debugging; ``items`` itself is assumed to fail."""
+    items = list(items)
+    if not items:
+        return items
+    if fails([]):
+        return []
+    granularity = 2
+    while len(items) >= 2:
+        chunks = _split(items, granularity)
+        for chunk in chunks:
+            if fails(chunk):
+                items, granularity = chunk, 2
+                break
+        else:
+            for index in range(len(chunks)):
+                complement = [x for j, chunk in enumerate(chunks) if j != index for x in chunk]
+                if fails(complement):
+                    items, granularity = complement, max(granularity - 1, 2)
+                    break
+            else:
+                if granularity >= len(items):
+                    break
+                granularity = min(len(items), 2 * granularity)
+    return items
+
+
+def _split(items: list, parts: int) -> list[list]:
+    size, extra = divmod(len(items), parts)
+    chunks, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        if end > start:
+            chunks.append(items[start:end])
+        start = end
+    return chunks
+
+
+def shrink(scenario: Scenario, opts: ScenarioOptions, *, runs_max: int = RUNS_MAX_DEFAULT,
+           on_run: Callable[[int, bool, ScenarioOptions], None] | None = None) -> ShrinkResult:
+    """Shrink the failing run ``opts`` (its ``fault_script`` is the realized
+    script of the failure). Raises ``ValueError`` if it does not fail."""
+    script = tuple(opts.fault_script or ())
+    judge = _Judge(scenario, "", max(1, runs_max), on_run)
+    first = run(scenario, opts)
+    judge.runs = 1
+    if first.passed or not first.violations:
+        raise ValueError("the run does not fail: nothing to shrink (is it the repro file of a failure?)")
+    judge.invariant = first.violations[0].invariant
+    judge.best = (opts, first)
+    spent = False
+    try:
+        kept = ddmin(script, lambda subset: judge.fails(attrs.evolve(opts, fault_script=tuple(subset))))
+        current = attrs.evolve(opts, fault_script=tuple(kept))
+        if judge.best[0] != current:
+            judge.fails(current)  # make the kept subset's run the best (ddmin's last success may be earlier)
+        _shorten(judge, current)
+    except BudgetSpent:
+        spent = True
+    best_opts, best_result = judge.best
+    return ShrinkResult(best_opts, best_result, judge.runs, len(script), opts.duration_ms, spent)
+
+
+def _shorten(judge: _Judge, opts: ScenarioOptions) -> None:
+    """Bisect the duration in whole minutes: the shortest that still fails."""
+    failed_at_ms = judge.best[1].violations[0].time_ms
+    high = -(-opts.duration_ms // MS_PER_MINUTE)  # fails (or is the original)
+    # A failure inside the run: a run that ends before it cannot show it. One
+    # found after the run's end (settling, the audit) may show in any length.
+    low = failed_at_ms // MS_PER_MINUTE - 1 if failed_at_ms < opts.duration_ms else 0
+    best = opts
+    while high - low > 1:
+        middle = (low + high) // 2
+        candidate = attrs.evolve(opts, duration_ms=middle * MS_PER_MINUTE)
+        if judge.fails(candidate):
+            high, best = middle, candidate
+        else:
+            low = middle
+    if judge.best[0] != best:
+        judge.fails(best)

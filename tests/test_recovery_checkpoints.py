@@ -1,0 +1,107 @@
+"""Recovery checkpoints (persistence §8) as a port of ledger-storm.
+
+A restarted worker's recovery pass reads only what the latest usable
+checkpoint does not cover, and checkpoints what it verified. Every port
+fault kind can hit the checkpoint store; the system survives each. A
+checkpoint that lies about the log is caught by ``checkpoint-consistency``.
+"""
+from __future__ import annotations
+
+import pytest
+
+import model.submissions as submissions
+from faults.kinds import ACK_LOST, CRASH_BEFORE_CALL, LATENCY, TRANSIENT_ERROR, WRITE_CONTENTION
+from faults.script import parse_script
+from model.canonical import ZERO_DIGEST
+from model.conversation.memory_store import InMemoryConversationStore
+from model.conversation.records import FencedAppendRequest, HistoryCorrupted, RecordEnvelope
+from model.conversation.recovery import read_recovery_prefix, read_recovery_suffix
+from scenarios import registry
+from scenarios.storage import run_sync
+from sim.clock import parse_duration_ms
+from sim.runner import run
+from sim.scenario import ScenarioOptions
+
+CHECKPOINTS = ("recovery-checkpoints",)
+
+
+def _log_of(batches: int) -> tuple[InMemoryConversationStore, list]:
+    log = InMemoryConversationStore()
+    run_sync(log.materialize("c", "p", 1))
+    tail, results = (0, ZERO_DIGEST), []
+    for b in range(batches):
+        records = tuple(RecordEnvelope(record_id=f"b{b}#{i}", family="tool-call", schema_version=1, created_at_ms=1,
+                                       deployment_id="d", payload={"b": b, "i": i}, producer_id="p", epoch=1)
+                        for i in range(2))
+        result = run_sync(log.append(FencedAppendRequest("c", f"b{b}", "p", 1, tail[0], tail[1], records)))
+        tail = (result.last_seq, result.tail_digest)
+        results.append(result)
+    return log, results
+
+
+def test_a_suffix_read_verifies_only_what_follows_the_checkpoint():
+    log, results = _log_of(5)
+    whole = run_sync(read_recovery_prefix(log, "c"))
+    mark = results[2]
+    suffix = run_sync(read_recovery_suffix(log, "c", after_seq=mark.last_seq, after_digest=mark.tail_digest))
+    assert [r.seq for r in suffix.records] == [r.seq for r in whole.records][mark.last_seq:]
+    assert suffix.tail == whole.tail and suffix.request_count == 2
+    with pytest.raises(HistoryCorrupted):  # a checkpoint whose digest is not the log's
+        run_sync(read_recovery_suffix(log, "c", after_seq=mark.last_seq, after_digest=results[1].tail_digest))
+    with pytest.raises(HistoryCorrupted) as behind:  # the log never shrinks below a checkpoint
+        run_sync(read_recovery_suffix(log, "c", after_seq=99, after_digest=mark.tail_digest))
+    assert "behind a checkpoint" in str(behind.value)
+
+
+def _storm(seed: int, duration: str = "6h", **kwargs):
+    opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), faults_enable=CHECKPOINTS, **kwargs)
+    return run(registry.get("ledger-storm"), opts)
+
+
+def test_restarted_workers_recover_from_checkpoints_and_every_checkpoint_is_checked():
+    result = _storm(1)
+    assert result.passed, result.violations
+    assert result.stats["recoveries_from_checkpoint"] > 0
+    assert result.invariants["checkpoint-consistency"] > 0
+    assert result.invariants["fail-closed-pagination"] > 0
+    assert "recovery-checkpoints" in result.config["swarm"]["workload"]
+
+
+def test_without_the_switch_no_checkpoint_is_written_or_checked():
+    opts = ScenarioOptions(seed=1, duration_ms=parse_duration_ms("6h"), faults_disable=CHECKPOINTS)
+    result = run(registry.get("ledger-storm"), opts)
+    assert result.passed and result.stats["recoveries_from_checkpoint"] == 0
+    assert "checkpoint-consistency" not in result.invariants
+
+
+@pytest.mark.parametrize("site, kind", [
+    ("checkpoints.save", CRASH_BEFORE_CALL), ("checkpoints.save", ACK_LOST),
+    ("checkpoints.save", TRANSIENT_ERROR), ("checkpoints.save", WRITE_CONTENTION), ("checkpoints.save", LATENCY),
+    ("checkpoints.load_latest", CRASH_BEFORE_CALL), ("checkpoints.load_latest", TRANSIENT_ERROR),
+    ("checkpoints.load_latest", LATENCY), ("log.digest_at", TRANSIENT_ERROR),
+])
+def test_the_system_survives_each_fault_kind_at_the_checkpoint_port(site, kind):
+    """A scripted fault at the first checkpoint call after 1h; workers crash
+    while claiming every ten minutes, so recoveries (and checkpoints) happen."""
+    crashes = [{"time_ms": minutes * 60_000, "node": "worker-1", "site": "ledger.claim",
+                "kind": CRASH_BEFORE_CALL, "restart_after_ms": 5_000} for minutes in range(30, 180, 10)]
+    script = parse_script([*crashes, {"time_ms": 3_600_000, "node": "worker-1", "site": site, "kind": kind}])
+    result = run(registry.get("ledger-storm"), ScenarioOptions(
+        seed=1, duration_ms=parse_duration_ms("6h"), faults_enable=CHECKPOINTS, fault_script=script))
+    assert result.passed, result.violations
+    fired = [e for e in result.fault_script if getattr(e, "site", "") == site]
+    assert [e.kind for e in fired] == [kind]
+
+
+def test_a_checkpoint_that_lies_about_the_log_is_caught(monkeypatch):
+    """Planted bug: the recovery fold counts one settlement too many."""
+    real = submissions.recovery_snapshot
+
+    def off_by_one(records, previous=None):
+        snapshot = real(records, previous)
+        return {**snapshot, "settled": snapshot["settled"] + 1}
+
+    monkeypatch.setattr(submissions, "recovery_snapshot", off_by_one)
+    result = _storm(1)
+    assert not result.passed
+    assert result.violations[0].invariant == "checkpoint-consistency"

@@ -1,0 +1,116 @@
+"""Shrinking: delta debugging over a failing run's script (faults and
+scheduling deviations alike), then bisecting its duration; the result is a
+repro file that still fails the same way."""
+from __future__ import annotations
+
+import json
+
+import attrs
+import pytest
+
+import model.ledger.rules as ledger_rules
+from faults.kinds import NODE_PAUSE
+from faults.script import parse_script
+from scenarios import registry
+from sim import cli
+from sim.clock import parse_duration_ms
+from sim.runner import run
+from sim.scenario import ScenarioOptions
+from sim.shrink import ddmin, shrink
+
+MINUTE_MS = 60_000
+
+
+def test_ddmin_finds_the_two_entries_that_matter():
+    calls = []
+
+    def fails(subset):
+        calls.append(list(subset))
+        return 3 in subset and 7 in subset
+
+    assert ddmin(list(range(12)), fails) == [3, 7]
+    assert calls[0] == []  # first of all: does it fail with no fault at all?
+
+
+def test_ddmin_keeps_nothing_when_nothing_is_needed_and_everything_when_all_is():
+    assert ddmin([1, 2, 3], lambda subset: True) == []
+    assert ddmin([1, 2, 3], lambda subset: len(subset) == 3) == [1, 2, 3]
+    assert ddmin([], lambda subset: True) == []
+
+
+def accept_stale_tokens(monkeypatch) -> None:
+    """Planted bug: the ledger checks only the owner, not the epoch."""
+    real = ledger_rules.check_token
+
+    def owner_only(row, token, now_ms=None):
+        if row is not None and row.epoch != token.epoch:
+            token = attrs.evolve(token, epoch=row.epoch, owner_id=row.owner_id)
+        return real(row, token, now_ms)
+
+    monkeypatch.setattr(ledger_rules, "check_token", owner_only)
+
+
+# Five transient errors that do not matter, and one pause (past the 20 s
+# lease) that lets a successor take worker-1's submission over: with the
+# planted bug, worker-1's stale token still settles.
+NOISE = [{"time_ms": m * MINUTE_MS, "node": "worker-2", "site": site, "kind": "transient-error"}
+         for m, site in ((5, "ledger.claim"), (9, "log.append"), (14, "ledger.renew_ownership"),
+                         (21, "log.inspect_tail"), (26, "ledger.get"))]
+PAUSE = {"time_ms": 32 * MINUTE_MS, "node": "worker-1", "site": "process", "kind": "node-pause",
+         "duration_ms": 28_000}
+OPTS = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("2h"), fault_script=parse_script([*NOISE, PAUSE]))
+
+
+def test_shrinking_keeps_the_decisive_pause_and_cuts_the_duration(monkeypatch):
+    accept_stale_tokens(monkeypatch)
+    original = run(registry.get("ledger-storm"), OPTS)
+    assert original.violations[0].invariant == "fencing"
+    shrunk = shrink(registry.get("ledger-storm"), OPTS, runs_max=60)
+    assert not shrunk.budget_spent and shrunk.original_entries == 6
+    (kept,) = shrunk.opts.fault_script
+    assert (kept.kind, kept.node, kept.duration_ms) == (NODE_PAUSE, "worker-1", 28_000)
+    assert shrunk.result.violations[0].invariant == "fencing"
+    failed_at_ms = shrunk.result.violations[0].time_ms
+    # Bisected in whole minutes: well under the original 2h, never before the failure.
+    assert failed_at_ms < shrunk.opts.duration_ms <= OPTS.duration_ms // 2
+    assert shrunk.opts.duration_ms % MINUTE_MS == 0
+    again = run(registry.get("ledger-storm"), shrunk.opts)
+    assert again.trace_digest == shrunk.result.trace_digest
+
+
+def test_shrinking_a_passing_run_is_refused():
+    with pytest.raises(ValueError, match="does not fail"):
+        shrink(registry.get("ledger-storm"), OPTS)  # no planted bug: it passes
+
+
+def test_loomsim_shrink_writes_a_repro_file_that_still_fails(monkeypatch, tmp_path, capsys):
+    accept_stale_tokens(monkeypatch)
+    failing = run(registry.get("ledger-storm"), OPTS)
+    path = cli.write_repro(failing, "loomsim run ...", str(tmp_path))
+    before = open(path, encoding="utf-8").read()
+    out = str(tmp_path / "small.json")
+    assert cli.main(["shrink", path, "--out", out]) == 0
+    shown = capsys.readouterr().out
+    assert "6 -> 1 script entries" in shown and "worker-1: node-pause at process" in shown
+    assert f"replay: loomsim repro {out}" in shown
+    assert open(path, encoding="utf-8").read() == before  # the original is kept
+    body = json.load(open(out, encoding="utf-8"))
+    assert body["shrunk_from"]["entries"] == 6 and len(body["fault_script"]) == 1
+    assert cli.main(["repro", out, "--json"]) == 1
+    replayed = json.loads(capsys.readouterr().out)
+    assert replayed["violations"][0]["name"] == "fencing"
+    assert replayed["trace_digest"] == body["trace_digest"]
+
+
+def test_loomsim_shrink_refuses_bad_input_in_one_line(tmp_path, capsys):
+    passing = run(registry.get("ledger-storm"), attrs.evolve(OPTS, duration_ms=parse_duration_ms("40m")))
+    path = cli.write_repro(passing, "loomsim run ...", str(tmp_path))
+    assert cli.main(["shrink", path]) == 2
+    assert "does not fail: nothing to shrink" in capsys.readouterr().err
+    assert cli.main(["shrink", path, "--out", path]) == 2
+    assert "is the input file" in capsys.readouterr().err
+    junk = tmp_path / "junk.json"
+    junk.write_text("[1, 2")
+    assert cli.main(["shrink", str(junk)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not JSON" in err
