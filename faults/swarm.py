@@ -43,9 +43,19 @@ class Knob:
     minimum: int
     maximum: int
     help: str
+    # Draw from these values (each inside the range) instead of uniformly
+    # over the range: e.g. page sizes by powers of two, so small pages (the
+    # ones that make short logs paginate) are as likely as large ones.
+    values: tuple[int, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         assert self.minimum <= self.default <= self.maximum, self
+        assert all(self.minimum <= v <= self.maximum for v in self.values), self
+
+    def draw(self, stream: Stream) -> int:
+        if self.values:
+            return stream.choice(self.values)
+        return stream.between(self.minimum, self.maximum)
 
 
 @attrs.frozen
@@ -166,7 +176,7 @@ def choose(space: SwarmSpace, stream: Stream, *, swarm: bool, enable: tuple[str,
             workload.append(operation)
     values = []
     for knob in space.knobs:
-        drawn = stream.between(knob.minimum, knob.maximum) if swarm else knob.default
+        drawn = knob.draw(stream) if swarm else knob.default
         values.append((knob.name, knobs.get(knob.name, drawn)))
     return SwarmChoices(swarm, tuple(kinds), None if failpoints is None else tuple(failpoints), tuple(workload),
                         tuple(values))

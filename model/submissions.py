@@ -28,6 +28,7 @@ import attrs
 from model.conversation.records import (
     AppendResult,
     FencedAppendRequest,
+    PAGE_SIZE_MAX,
     NotMaterialized,
     RecordEnvelope,
 )
@@ -108,11 +109,13 @@ class SubmissionWorker:
     def __init__(self, ledger: Any, log: Any, owner_id: str, *, lease_ms: int, now_ms: Callable[[], int],
                  work: Work, steps: int = 2, failpoints: Failpoints = NO_FAILPOINTS,
                  probe: Probe = NULL_PROBE, step_delay: Callable[[str, int], Any] | None = None,
-                 checkpoints: Any = None) -> None:
+                 checkpoints: Any = None, recovery_page_size: int = PAGE_SIZE_MAX) -> None:
         """``checkpoints``: a checkpoint store (§8) the recovery pass may use;
-        None reads every history whole."""
-        assert lease_ms > 0 and steps >= 0
+        None reads every history whole. ``recovery_page_size``: the recovery
+        read's page (at most the spec's PAGE_SIZE_MAX)."""
+        assert lease_ms > 0 and steps >= 0 and 1 <= recovery_page_size <= PAGE_SIZE_MAX
         self.checkpoints = checkpoints
+        self.recovery_page_size = recovery_page_size
         self.ledger = ledger
         self.log = log
         self.owner_id = owner_id
@@ -266,7 +269,7 @@ def recovery_snapshot(records, previous: Any = None) -> dict:
 
 
 async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, checkpoints: Any = None,
-                        now_ms: Callable[[], int] | None = None) -> int:
+                        now_ms: Callable[[], int] | None = None, page_size: int = PAGE_SIZE_MAX) -> int:
     """Verify the prefix of every conversation with nonterminal work.
 
     One conversation's prefix in memory at a time (persistence §7, STORE-015).
@@ -293,20 +296,21 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
                                                    engine_version=RECOVERY_ENGINE,
                                                    definition_digest=RECOVERY_DEFINITION)
                 checkpoint = decision.checkpoint
+            pages = {} if page_size == PAGE_SIZE_MAX else {"page_size": page_size}
             if checkpoint is None:
-                prefix = await read_recovery_prefix(log, conversation_id)
+                prefix = await read_recovery_prefix(log, conversation_id, **pages)
             else:
                 prefix = await read_recovery_suffix(log, conversation_id, after_seq=checkpoint.covered_seq,
-                                                    after_digest=checkpoint.tail_digest)
+                                                    after_digest=checkpoint.tail_digest, **pages)
         except NotMaterialized:
             continue  # admitted, not materialized yet: nothing to verify
-        if checkpoints is None:
-            probe.emit("recovery.read", conversation=conversation_id, tail_seq=prefix.tail.tail_seq,
-                       records=len(prefix.records), requests=prefix.request_count)
-        else:
-            probe.emit("recovery.read", conversation=conversation_id, tail_seq=prefix.tail.tail_seq,
-                       records=len(prefix.records), requests=prefix.request_count,
-                       from_checkpoint=0 if checkpoint is None else checkpoint.covered_seq)
+        extra: dict[str, int] = {}
+        if checkpoints is not None:
+            extra["from_checkpoint"] = 0 if checkpoint is None else checkpoint.covered_seq
+        if page_size != PAGE_SIZE_MAX:
+            extra["page_size"] = page_size
+        probe.emit("recovery.read", conversation=conversation_id, tail_seq=prefix.tail.tail_seq,
+                   records=len(prefix.records), requests=prefix.request_count, **extra)
         if checkpoints is not None and prefix.records:
             tail = prefix.tail
             snapshot = recovery_snapshot(prefix.records, None if checkpoint is None else checkpoint.snapshot)
@@ -328,7 +332,7 @@ async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, r
     while True:
         try:
             await recovery_pass(worker.log, worker.ledger, probe, checkpoints=worker.checkpoints,
-                                now_ms=worker.now_ms)
+                                now_ms=worker.now_ms, page_size=worker.recovery_page_size)
             break
         except Exception as error:
             if error_name(error) not in RETRYABLE_ERRORS:

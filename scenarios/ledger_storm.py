@@ -44,7 +44,7 @@ from faults.ports import BoundPort, PortStats, SimFailpoints
 from faults.reads import DamagedReads
 from model.conversation.checkpoints import InMemoryCheckpointStore, SqliteCheckpointStore
 from model.conversation.memory_store import InMemoryConversationStore
-from model.conversation.records import NotMaterialized
+from model.conversation.records import PAGE_SIZE_MAX, NotMaterialized
 from model.conversation.sqlite_store import SqliteConversationStore
 from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.sqlite_store import SqliteSubmissionLedger
@@ -129,7 +129,12 @@ SWARM = SwarmSpace(
     failpoint_rate=RATES[FAILPOINT_CRASH],
     workload=(ABORTS, FAILING_WORK, CHECKPOINTS),
     knobs=(Knob("lease_ms", LEASE_MS, 5 * MS_PER_SECOND, 60 * MS_PER_SECOND, "claim lease"),
-           Knob("busy_timeout_ms", BUSY_TIMEOUT_MS_DEFAULT, 100, 10_000, "SQLite busy timeout")),
+           Knob("busy_timeout_ms", BUSY_TIMEOUT_MS_DEFAULT, 100, 10_000, "SQLite busy timeout"),
+           Knob("workers", 3, 1, 8, "worker processes"),
+           # A conversation's log is short (it lives an hour): small pages make
+           # its recovery read paginate, page boundaries and all.
+           Knob("recovery_page_size", PAGE_SIZE_MAX, 8, PAGE_SIZE_MAX, "recovery read page (records)",
+                values=(8, 16, 32, 64, 128, 256, 512, PAGE_SIZE_MAX))),
 )
 SOMETIMES = ("stale_writes_fenced", "damaged_reads_caught", "worker_crashes", "settled",
              "recoveries_from_checkpoint")
@@ -144,8 +149,8 @@ class LedgerStorm:
         self.end_ms = opts.duration_ms + SETTLE_MS
         self.slots = opts.params.get("conversations", 8)
         self.conversations: list[str] = []  # every conversation the client ever used, in order
-        self.worker_names = tuple(f"worker-{i + 1}" for i in range(opts.params.get("workers", 3)))
         self.swarm = choices = choose_for(world, opts, SWARM)
+        self.worker_names = tuple(f"worker-{i + 1}" for i in range(choices.knob("workers")))
         self._open_stores(opts)
         self.lease_ms = choices.knob("lease_ms")
         self.surgery = LogSurgery(self.log) if beyond_enabled(opts) else None
@@ -248,7 +253,8 @@ class LedgerStorm:
         worker = SubmissionWorker(ledger, log, node.label, lease_ms=self.lease_ms, now_ms=runtime.now_ms,
                                   work=_work if self.swarm.does(FAILING_WORK) else _work_that_never_fails,
                                   steps=2, failpoints=failpoints, probe=world.probe_for(node),
-                                  step_delay=step_delay, checkpoints=self._checkpoint_port(node))
+                                  step_delay=step_delay, checkpoints=self._checkpoint_port(node),
+                                  recovery_page_size=self.swarm.knob("recovery_page_size"))
         runtime.spawn_on(node, "worker", worker_loop(worker, runtime, poll_ms=POLL_MS, retry_ms=RETRY_MS))
 
     def _start_client(self, node: Node) -> None:
@@ -406,7 +412,6 @@ class LedgerStorm:
 
 @scenario("ledger-storm", "conversations under leases: claims, fencing, crashes, pauses, damaged reads",
           swarm=SWARM, sometimes=SOMETIMES,
-          duration="1d", params=(Param("conversations", 8, "number of conversations", 1, 1_000),
-                                 Param("workers", 3, "number of worker processes", 1, 64)))
+          duration="1d", params=(Param("conversations", 8, "number of conversations", 1, 1_000),))
 def build(world: World, opts: ScenarioOptions) -> LedgerStorm:
     return LedgerStorm(world, opts)

@@ -118,3 +118,13 @@ def test_sweep_summarizes_seeds_and_coverage(tmp_path):
     assert summary["sometimes_never"] == [n for n, k in summary["sometimes_reached"].items() if k == 0]
     bad = _cli("sweep", "ledger-storm", "--seeds", "5:2", cwd=str(tmp_path))
     assert bad.returncode == 2 and "invalid seeds" in bad.stderr
+
+
+def test_a_knob_with_values_draws_only_those_and_pins_stay_inside_its_range():
+    space = SwarmSpace(fault_kinds=("a",), knobs=(Knob("page", 1024, 8, 1024, "page", values=(8, 64, 1024)),))
+    drawn = {choose(space, Streams(seed)["swarm"], swarm=True).knob("page") for seed in range(40)}
+    assert drawn == {8, 64, 1024}
+    assert choose(space, Streams(1)["swarm"], swarm=False).knob("page") == 1024  # the full mix: the default
+    assert choose(space, Streams(1)["swarm"], swarm=True, knobs={"page": 100}).knob("page") == 100
+    with pytest.raises(SwarmError, match="outside its legal range 8..1024"):
+        choose(space, Streams(1)["swarm"], swarm=True, knobs={"page": 4})

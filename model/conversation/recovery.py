@@ -35,17 +35,22 @@ class RecoveryPrefix:
     request_count: int
 
 
-def recovery_page_count(tail_seq: int) -> int:
-    return -(-tail_seq // PAGE_SIZE_MAX)
+def recovery_page_count(tail_seq: int, page_size: int = PAGE_SIZE_MAX) -> int:
+    return -(-tail_seq // page_size)
 
 
-async def read_recovery_prefix(store, conversation_id: str) -> RecoveryPrefix:
-    return await read_recovery_suffix(store, conversation_id, after_seq=0, after_digest=ZERO_DIGEST)
+async def read_recovery_prefix(store, conversation_id: str, *, page_size: int = PAGE_SIZE_MAX) -> RecoveryPrefix:
+    return await read_recovery_suffix(store, conversation_id, after_seq=0, after_digest=ZERO_DIGEST,
+                                      page_size=page_size)
 
 
-async def read_recovery_suffix(store, conversation_id: str, *, after_seq: int, after_digest: str) -> RecoveryPrefix:
+async def read_recovery_suffix(store, conversation_id: str, *, after_seq: int, after_digest: str,
+                               page_size: int = PAGE_SIZE_MAX) -> RecoveryPrefix:
     """Records ``after_seq + 1 .. T`` of the log whose chain at ``after_seq``
-    (a batch boundary) is ``after_digest``, verified like the prefix."""
+    (a batch boundary) is ``after_digest``, verified like the prefix.
+    ``page_size`` (at most PAGE_SIZE_MAX, the spec's page): smaller pages
+    make a short log paginate, which is how a simulation exercises it."""
+    assert 1 <= page_size <= PAGE_SIZE_MAX, page_size
     start_seq = after_seq
     tail = await store.inspect_tail(conversation_id)
     requests = 1
@@ -54,9 +59,9 @@ async def read_recovery_suffix(store, conversation_id: str, *, after_seq: int, a
         raise HistoryCorrupted(conversation_id, start_seq, total,
                                f"the log's tail {total} is behind a checkpoint at {start_seq}")
     records: list[CanonicalRecord] = []
-    for page in range(recovery_page_count(total - start_seq)):
-        after_seq = start_seq + page * PAGE_SIZE_MAX
-        want = min(PAGE_SIZE_MAX, total - after_seq)
+    for page in range(recovery_page_count(total - start_seq, page_size)):
+        after_seq = start_seq + page * page_size
+        want = min(page_size, total - after_seq)
         got = await store.read(conversation_id, after_seq, want)
         requests += 1
         for offset, record in enumerate(got[:want]):

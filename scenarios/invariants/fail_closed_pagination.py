@@ -1,5 +1,6 @@
 """``fail-closed-pagination``: a recovery read is one tail inspection plus
-exactly ceil((T - C)/1024) pages (C: the checkpoint it started from, or 0), and an injected short page, sequence gap or
+exactly ceil((T - C)/P) pages (C: the checkpoint it started from, or 0; P:
+its page size, the spec's 1024 unless a smaller one is configured), and an injected short page, sequence gap or
 corrupt row always ends in a typed corruption failure, never in a "complete"
 history.
 """
@@ -38,7 +39,7 @@ class FailClosedPagination(Checker):
             return
         tail_seq = fields["tail_seq"]
         due = tail_seq - fields.get("from_checkpoint", 0)
-        expected_requests = 1 + -(-due // PAGE_SIZE)
+        expected_requests = 1 + -(-due // fields.get("page_size", PAGE_SIZE))
         if fields["requests"] != expected_requests or fields["records"] != due:
             self.fail(f"{fields['conversation']}: recovery read of {due} records made "
                       f"{fields['requests']} requests for {fields['records']} records "
