@@ -123,6 +123,12 @@ FAILPOINTS = (DURABLE_STATE_SAVE_AFTER_STORE_WRITE, KERNEL_EFFECT_DONE_BEFORE_RE
               READY_BEFORE_RECEIPT, CLAIMED_BEFORE_INPUT, INPUT_APPENDED_BEFORE_MARKER, RESERVED_BEFORE_APPEND,
               APPENDED_BEFORE_FINALIZE, FINALIZED_BEFORE_REPLY)
 OPERATOR_EDITS = "operator-edits"
+# The operator edits state out of band (not a run of any build).
+OPERATOR_NODE = "operator"
+
+
+def _operator(node_label: str) -> bool:
+    return node_label.partition("#")[0] == OPERATOR_NODE
 SWARM = SwarmSpace(
     fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, TRANSIENT_ERROR,
                  WRITE_CONTENTION, LATENCY),
@@ -235,10 +241,11 @@ class SentinelYear:
         self._schedule_of_key = {sentinel_state(sid)[1]: sid for sid in self.schedules}
         self.wake_checker = ExactlyOnceWake(self.schedules, end_ms=opts.duration_ms)
         self.adopt_checker = AdoptOwnWrite()
-        self.contract_checker = ContractSafety(self._deployed_contracts)
+        self.contract_checker = ContractSafety(self._deployed_contracts, out_of_band=_operator,
+                                               every_contract_for_key=self._every_contract)
         self.replay_checker = ReplayDeterminism(self._replay_flow_for, lambda: self.replay_guard.calls,
                                                 transforms_for=self._transforms_for)
-        self.deploy_checker = BrokenDeploys()
+        self.deploy_checker = BrokenDeploys(out_of_band=_operator)
         self.claim_checker = ClaimCheckInvariant(self._content_now, {"stats": app.stats_digest},
                                                  cap_bytes=self.inline_cap_bytes)
         self.pins_checker = PinsSurvive(self._live_evidence, self._content_has, self._expired_unpinned_blobs,
@@ -262,7 +269,7 @@ class SentinelYear:
 
         # Phase: setup. Durable stores first, then processes.
         world.add_node("worker-1", self._start_worker)
-        self.operator = world.add_node("operator", lambda node: None, role="operator")
+        self.operator = world.add_node(OPERATOR_NODE, lambda node: None, role="operator")
         self._operator_ds = BoundPort(world, self.operator, "ds", self.ds_store, None,
                                       DURABLE_STATE_DESCRIBERS, PortStats(), lambda: 0)
         # Phase: run with faults (each stops at heal_at_ms), or replay a script.
@@ -445,6 +452,10 @@ class SentinelYear:
 
     def _deployed_contracts(self, key: str):
         return self._chains[(self._schedule_of_key[key], self._chain_build(self.build).name)]
+
+    def _every_contract(self, key: str):
+        """Every contract version the key has ever had (v3's chain holds v1..v3)."""
+        return self._chains[(self._schedule_of_key[key], app.BUILD_V3.name)]
 
     def _transforms_for(self, schedule_id: str):
         chain = self._chains[(schedule_id, app.BUILD_V3.name)]

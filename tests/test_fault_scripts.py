@@ -13,7 +13,6 @@ import attrs
 import pytest
 
 import model.conversation.recovery as recovery
-import model.ledger.rules as ledger_rules
 from faults.kinds import ACK_LOST, DUPLICATE_WAKE, NODE_KILL, NODE_PAUSE
 from faults.script import ScriptError, parse_script, script_to_json
 from model.canonical import digest
@@ -26,19 +25,6 @@ from sim.scenario import ScenarioOptions
 from sim.world import FaultEvent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def accept_stale_tokens(monkeypatch) -> None:
-    """Planted bug: the ledger checks only the owner, not the epoch, so an
-    owner that stalled past its lease writes with its superseded token."""
-    real = ledger_rules.check_token
-
-    def owner_only(row, token, now_ms=None):
-        if row is not None and row.epoch != token.epoch:
-            token = attrs.evolve(token, epoch=row.epoch, owner_id=row.owner_id)
-        return real(row, token, now_ms)
-
-    monkeypatch.setattr(ledger_rules, "check_token", owner_only)
 
 
 def first_failing(name: str, duration: str, seeds=range(6)):
@@ -61,10 +47,9 @@ def assert_same_failure(first, again) -> None:
     assert again.violations[0].message == first.violations[0].message
 
 
-def test_a_planted_ledger_bug_replays_from_its_fault_script_alone(monkeypatch):
+def test_a_planted_ledger_bug_replays_from_its_fault_script_alone(stale_tokens_accepted):
     """Stale tokens accepted (a fencing bug that needs a pause longer than a
     lease, i.e. particular faults): the realized script reproduces it."""
-    accept_stale_tokens(monkeypatch)
     opts, first = first_failing("ledger-storm", "6h", range(4))
     assert first.violations[0].invariant == "fencing"
     assert any(e.kind == NODE_PAUSE for e in first.fault_script), "the bug needs a pause"
@@ -74,10 +59,9 @@ def test_a_planted_ledger_bug_replays_from_its_fault_script_alone(monkeypatch):
     assert again.config["faults"].startswith("script")
 
 
-def test_a_script_without_the_decisive_fault_does_not_fail(monkeypatch):
+def test_a_script_without_the_decisive_fault_does_not_fail(stale_tokens_accepted):
     """Removing faults from a script changes the run (what shrinking relies
     on): without its pauses the stale-token bug has nothing to bite on."""
-    accept_stale_tokens(monkeypatch)
     opts, first = first_failing("ledger-storm", "6h", range(4))
     without = [e for e in first.fault_script if e.kind != NODE_PAUSE]
     assert len(without) < len(first.fault_script)
@@ -226,12 +210,11 @@ def test_a_scheduled_run_replays_its_faults_and_deviations_from_one_script(sched
     assert fifo.trace_digest != first.trace_digest
 
 
-def test_loomsim_repro_replays_a_repro_file_to_the_same_failure(monkeypatch, tmp_path, capsys):
+def test_loomsim_repro_replays_a_repro_file_to_the_same_failure(stale_tokens_accepted, tmp_path, capsys):
     """`loomsim repro FILE`: the repro file a failing run wrote is the whole
     handle — configuration, swarm choices and fault script."""
     from sim import cli
 
-    accept_stale_tokens(monkeypatch)
     for seed in range(10):  # swarm leaves pauses out of some seeds: the bug needs one
         opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("6h"), swarm=True)
         first = run(registry.get("ledger-storm"), opts)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import sim.runtime as runtime_module
+from sim.shrink import ddmin
 from sim.interleave import (Deviation, FifoPolicy, PctPolicy, RandomPolicy, ScriptedPolicy, await_site,
                             parse_schedule)
 from sim.node import Node
@@ -209,16 +210,9 @@ def test_removing_deviations_still_runs_and_shrinks_to_a_minimal_script():
         _race(ScriptedPolicy(script[:drop] + script[drop + 1:]), 0)
     assert _race(ScriptedPolicy(()), 0)[0] == 2  # no deviations: FIFO, no bug
 
-    # One-at-a-time removal (what a shrinker does) keeps a failing, smaller script.
-    shrunk = list(script)
-    changed = True
-    while changed:
-        changed = False
-        for i in range(len(shrunk)):
-            candidate = shrunk[:i] + shrunk[i + 1:]
-            if _race(ScriptedPolicy(candidate), 0)[0] != 2:
-                shrunk, changed = candidate, True
-                break
+    # The shrinker's ddmin (``loomsim shrink`` runs it over faults and
+    # deviations alike) keeps a failing, smaller script.
+    shrunk = ddmin(script, lambda candidate: _race(ScriptedPolicy(candidate), 0)[0] != 2)
     assert 1 <= len(shrunk) <= len(script)
     assert _race(ScriptedPolicy(shrunk), 0)[0] == 1
     assert any(d.await_site.endswith("settle") for d in shrunk)

@@ -322,3 +322,40 @@ def test_memory_and_sqlite_give_the_same_trace_digest():
     assert sqlite.store == "sqlite"
     assert memory.trace_digest == sqlite.trace_digest
     assert memory.stats == sqlite.stats
+
+
+def test_out_of_band_writers_are_judged_by_every_contract_not_the_deployed_build():
+    """An operator's tool (not a run of the build) may write the stored
+    version under a rollback build, but never an unknown version; a run
+    writing a version its build does not know is still caught. (Found by a
+    100-seed sweep: tests/corpus/sentinel-year-35-*.)"""
+    from scenarios.invariants.broken_deploy import BrokenDeploys
+    from scenarios.invariants.contract_safety import ContractSafety
+    from sim.trace import Trace
+
+    class Valid:
+        def validate(self, payload):
+            return None
+
+    violations = []
+    operator = lambda node: node == "operator"  # noqa: E731
+    safety = ContractSafety(lambda key: {1: Valid()}, out_of_band=operator,
+                            every_contract_for_key=lambda key: {1: Valid(), 2: Valid()})
+    deploys = BrokenDeploys(out_of_band=operator)
+    trace = Trace(lambda: 0)
+    for checker in (safety, deploys):
+        checker.attach(trace, lambda: 0, violations.append)
+    deploys.on_event((1, 0, "harness", "deploy", {"build": "v1-rollback", "broken": True}))
+
+    def save(node, version):
+        event = (2, 0, node, "ds.save", {"key": "k", "expected": 1, "version": version, "payload": {},
+                                         "revision": 2})
+        safety.on_event(event)
+        deploys.on_event(event)
+
+    save("operator", 2)
+    assert violations == []
+    save("operator", 9)
+    assert [v.invariant for v in violations] == ["contract-safety"]
+    save("worker-1", 2)
+    assert [v.invariant for v in violations[1:]] == ["contract-safety", "broken-deploy"]

@@ -8,7 +8,6 @@ import json
 import attrs
 import pytest
 
-import model.ledger.rules as ledger_rules
 from faults.kinds import NODE_PAUSE
 from faults.script import parse_script
 from scenarios import registry
@@ -38,18 +37,6 @@ def test_ddmin_keeps_nothing_when_nothing_is_needed_and_everything_when_all_is()
     assert ddmin([], lambda subset: True) == []
 
 
-def accept_stale_tokens(monkeypatch) -> None:
-    """Planted bug: the ledger checks only the owner, not the epoch."""
-    real = ledger_rules.check_token
-
-    def owner_only(row, token, now_ms=None):
-        if row is not None and row.epoch != token.epoch:
-            token = attrs.evolve(token, epoch=row.epoch, owner_id=row.owner_id)
-        return real(row, token, now_ms)
-
-    monkeypatch.setattr(ledger_rules, "check_token", owner_only)
-
-
 # Five transient errors that do not matter, and one pause (past the 20 s
 # lease) that lets a successor take worker-1's submission over: with the
 # planted bug, worker-1's stale token still settles.
@@ -61,8 +48,7 @@ PAUSE = {"time_ms": 32 * MINUTE_MS, "node": "worker-1", "site": "process", "kind
 OPTS = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("2h"), fault_script=parse_script([*NOISE, PAUSE]))
 
 
-def test_shrinking_keeps_the_decisive_pause_and_cuts_the_duration(monkeypatch):
-    accept_stale_tokens(monkeypatch)
+def test_shrinking_keeps_the_decisive_pause_and_cuts_the_duration(stale_tokens_accepted):
     original = run(registry.get("ledger-storm"), OPTS)
     assert original.violations[0].invariant == "fencing"
     shrunk = shrink(registry.get("ledger-storm"), OPTS, runs_max=60)
@@ -83,8 +69,7 @@ def test_shrinking_a_passing_run_is_refused():
         shrink(registry.get("ledger-storm"), OPTS)  # no planted bug: it passes
 
 
-def test_loomsim_shrink_writes_a_repro_file_that_still_fails(monkeypatch, tmp_path, capsys):
-    accept_stale_tokens(monkeypatch)
+def test_loomsim_shrink_writes_a_repro_file_that_still_fails(stale_tokens_accepted, tmp_path, capsys):
     failing = run(registry.get("ledger-storm"), OPTS)
     path = cli.write_repro(failing, "loomsim run ...", str(tmp_path))
     before = open(path, encoding="utf-8").read()
