@@ -155,6 +155,10 @@ def beyond_status(world: World) -> str:
     return FAIL
 
 
+# Fault sites that are not a port method: alarms (``alarm.<schedule>``).
+NOT_PORTS = frozenset({"alarm"})
+
+
 def coverage(scenario: Scenario, world: World, stats: dict[str, Any]) -> dict[str, Any]:
     """How often each fault kind and each failpoint fired (and was reached),
     and which ``sometimes`` properties held: a green run that never fired a
@@ -163,8 +167,15 @@ def coverage(scenario: Scenario, world: World, stats: dict[str, Any]) -> dict[st
     if space is None:
         return {}
     fired_at: dict[str, int] = {}
+    by_port: dict[str, dict[str, int]] = {}
+    failpoint_names = set(space.failpoints)
     for event in world.fault_events:
-        fired_at[event.site] = fired_at.get(event.site, 0) + 1
+        site = event.site
+        fired_at[site] = fired_at.get(site, 0) + 1
+        port, dot, _ = site.partition(".")
+        if dot and site not in failpoint_names and port not in NOT_PORTS:
+            kinds = by_port.setdefault(port, {})
+            kinds[event.kind] = kinds.get(event.kind, 0) + 1
     hits = world.site_hits() if world.site_hits is not None else {}
     failpoints = {name: {"hits": hits.get(name, 0), "fired": fired_at.get(name, 0)} for name in space.failpoints}
     kinds = {kind: world.fault_counts.get(kind, 0) for kind in space.fault_kinds}
@@ -174,6 +185,8 @@ def coverage(scenario: Scenario, world: World, stats: dict[str, Any]) -> dict[st
         sometimes[name] = (sum(value.values()) if isinstance(value, dict) else value) > 0
     return {
         "fault_kinds": kinds,
+        # Which kinds fired at which port (``ledger``, ``log``, ``checkpoints``, ...).
+        "ports": {port: dict(sorted(counts.items())) for port, counts in sorted(by_port.items())},
         "failpoints": failpoints,
         "never_fired": [k for k, n in kinds.items() if n == 0] + [f for f, c in failpoints.items() if c["fired"] == 0],
         "sometimes": sometimes,

@@ -84,6 +84,7 @@ def _progress(done: int, total: int, seed: int, result: dict[str, Any]) -> None:
 
 def summarize(scenario: Any, results: list[dict[str, Any]], wall_s: float, jobs: int) -> dict[str, Any]:
     kinds: dict[str, int] = {}
+    ports: dict[str, dict[str, int]] = {}
     failpoints: dict[str, int] = {}
     sometimes: dict[str, int] = {name: 0 for name in scenario.sometimes}
     failing = []
@@ -95,6 +96,10 @@ def summarize(scenario: Any, results: list[dict[str, Any]], wall_s: float, jobs:
         coverage = result.get("coverage") or {}
         for kind, count in coverage.get("fault_kinds", {}).items():
             kinds[kind] = kinds.get(kind, 0) + count
+        for port, counts in coverage.get("ports", {}).items():
+            total = ports.setdefault(port, {})
+            for kind, count in counts.items():
+                total[kind] = total.get(kind, 0) + count
         for name, counts in coverage.get("failpoints", {}).items():
             failpoints[name] = failpoints.get(name, 0) + counts["fired"]
         for name, held in coverage.get("sometimes", {}).items():
@@ -118,6 +123,7 @@ def summarize(scenario: Any, results: list[dict[str, Any]], wall_s: float, jobs:
         "failing": failing,
         "error_runs": errors,
         "fault_kinds_fired": kinds,
+        "faults_by_port": {port: dict(sorted(c.items())) for port, c in sorted(ports.items())},
         "failpoints_fired": failpoints,
         "never_fired": [k for k, n in kinds.items() if n == 0] + [f for f, n in failpoints.items() if n == 0],
         "sometimes_reached": sometimes,
@@ -140,6 +146,8 @@ def render(summary: dict[str, Any]) -> str:
     kinds = ", ".join(f"{k}={n}" for k, n in summary["fault_kinds_fired"].items())
     fps = ", ".join(f"{k}={n}" for k, n in summary["failpoints_fired"].items())
     lines.append(f"faults fired: {kinds or 'none'}")
+    for port, counts in summary["faults_by_port"].items():
+        lines.append(f"  at {port}: " + ", ".join(f"{k}={n}" for k, n in counts.items()))
     lines.append(f"failpoints fired: {fps or 'none'}")
     lines.append(f"never fired: {', '.join(summary['never_fired']) or 'none'}")
     reached = ", ".join(f"{k} in {n}" for k, n in summary["sometimes_reached"].items())

@@ -95,6 +95,9 @@ def test_run_json_shows_swarm_choices_and_per_kind_and_per_failpoint_counts(tmp_
     assert set(coverage["fault_kinds"]) == set(registry.get("ledger-storm").swarm_space.fault_kinds)
     assert all(set(v) == {"hits", "fired"} for v in coverage["failpoints"].values())
     assert all(v["hits"] > 0 for v in coverage["failpoints"].values())
+    # Per port: which kinds fired where (read faults count at the log).
+    assert set(coverage["ports"]) <= {"ledger", "log", "checkpoints"} and coverage["ports"]
+    assert sum(n for counts in coverage["ports"].values() for n in counts.values()) <= sum(body["faults"].values())
     human = _cli("run", "ledger-storm", "--seed", "7", "--duration", "1h", cwd=str(tmp_path))
     lines = human.stdout.splitlines()
     assert lines[1].startswith("swarm: faults=")  # printed before the run
@@ -116,6 +119,7 @@ def test_sweep_summarizes_seeds_and_coverage(tmp_path):
     assert set(summary["sometimes_reached"]) == set(registry.get("ledger-storm").sometimes)
     assert set(summary["never_fired"]) <= set(summary["fault_kinds_fired"]) | set(summary["failpoints_fired"])
     assert summary["sometimes_never"] == [n for n, k in summary["sometimes_reached"].items() if k == 0]
+    assert set(summary["faults_by_port"]) <= {"ledger", "log", "checkpoints"}
     bad = _cli("sweep", "ledger-storm", "--seeds", "5:2", cwd=str(tmp_path))
     assert bad.returncode == 2 and "invalid seeds" in bad.stderr
 
