@@ -30,9 +30,9 @@ from typing import Any, Awaitable, Callable
 
 from model.canonical import ZERO_DIGEST
 from model.conversation.records import (
+    AcknowledgedWriteLost,
     AppendConflict,
     FencedAppendRequest,
-    HistoryCorrupted,
     NotMaterialized,
     RecordEnvelope,
 )
@@ -281,8 +281,7 @@ class LedgerRuns:
             # gone (beyond the store's contract). Say so, loudly and typed.
             if conflict.kind == "tail" and conflict.actual_tail_seq is not None and (
                     conflict.actual_tail_seq < tail_seq):
-                raise HistoryCorrupted(run_id, tail_seq, conflict.actual_tail_seq,
-                                       "the log's tail went back: records it acknowledged are gone") from None
+                raise AcknowledgedWriteLost(run_id, tail_seq, conflict.actual_tail_seq) from None
             raise
         self._tails[run_id] = (result.last_seq, result.tail_digest)
 

@@ -26,6 +26,7 @@ from typing import Any, Callable
 import attrs
 
 from model.conversation.records import (
+    AcknowledgedWriteLost,
     AppendResult,
     FencedAppendRequest,
     PAGE_SIZE_MAX,
@@ -116,6 +117,9 @@ class SubmissionWorker:
         assert lease_ms > 0 and steps >= 0 and 1 <= recovery_page_size <= PAGE_SIZE_MAX
         self.checkpoints = checkpoints
         self.recovery_page_size = recovery_page_size
+        # conversation -> the last tail the log acknowledged to this process
+        # (the most recent ACKNOWLEDGED_TAILS_MAX conversations).
+        self._acknowledged: dict[str, int] = {}
         self.ledger = ledger
         self.log = log
         self.owner_id = owner_id
@@ -218,18 +222,29 @@ class SubmissionWorker:
 
     async def _append_once(self, conversation_id: str, claim: Claim, batch_id: str,
                            records: list[tuple[str, Any]]) -> AppendResult | None:
-        """Append a batch unless the log already holds it (an earlier owner's)."""
+        """Append a batch unless the log already holds it (an earlier owner's).
+
+        The log only grows: a tail behind one it acknowledged to this process
+        means acknowledged records are gone (``AcknowledgedWriteLost``)."""
         if await self.log.lookup_batch(conversation_id, batch_id) is not None:
             return None
         tail = await self.log.inspect_tail(conversation_id)
+        acknowledged = self._acknowledged.get(conversation_id, 0)
+        if tail.tail_seq < acknowledged:
+            raise AcknowledgedWriteLost(conversation_id, acknowledged, tail.tail_seq)
         envelopes = tuple(
             RecordEnvelope(record_id=f"{batch_id}#{i}", family=family, schema_version=1,
                            created_at_ms=self.now_ms(), deployment_id=DEPLOYMENT_ID, payload=payload,
                            producer_id=self.owner_id, epoch=claim.epoch)
             for i, (family, payload) in enumerate(records))
-        return await self.log.append(FencedAppendRequest(
+        result = await self.log.append(FencedAppendRequest(
             conversation_id=conversation_id, batch_id=batch_id, producer_id=self.owner_id, epoch=claim.epoch,
             expected_tail_seq=tail.tail_seq, expected_tail_digest=tail.tail_digest, records=envelopes))
+        self._acknowledged.pop(conversation_id, None)  # most recent last
+        self._acknowledged[conversation_id] = result.last_seq
+        if len(self._acknowledged) > ACKNOWLEDGED_TAILS_MAX:
+            del self._acknowledged[next(iter(self._acknowledged))]
+        return result
 
 
 # -- a worker process --------------------------------------------------------
@@ -250,6 +265,7 @@ def error_name(error: BaseException) -> str:
     return name if isinstance(name, str) and name else type(error).__name__
 
 
+ACKNOWLEDGED_TAILS_MAX = 256
 # What a recovery checkpoint is derived by (checkpoints are bound to both).
 RECOVERY_ENGINE = "submission-recovery/1"
 RECOVERY_DEFINITION = "records-and-settlements/1"

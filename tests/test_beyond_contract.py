@@ -226,13 +226,27 @@ def test_every_broken_promise_is_detected_in_the_scenarios(scenario, store, site
 def test_the_system_itself_names_a_lost_append_and_a_torn_archive():
     """Not only the harness's oracles: the run's own writer sees its log's
     tail go back, and retention's scrub refuses to archive a torn history."""
-    for kind, culprit in ((LOST_WRITE, "the log's tail went back"), (TORN_BATCH, "does not decode")):
+    for kind, error in ((LOST_WRITE, "AcknowledgedWriteLost"), (TORN_BATCH, "HistoryCorrupted")):
         opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("3d"),
                                fault_script=_script("log.append", kind, 10 * HOUR_MS))
         result = run(registry.get("sentinel-year"), opts)
         first = result.violations[0]
         assert result.status == DETECTED and first.invariant == "no-uncaught-errors", first
-        assert "HistoryCorrupted" in first.message and culprit in first.message
+        assert f"raised {error}" in first.message, first.message
+
+
+def test_a_submission_worker_names_a_lost_append_before_its_next_one():
+    """ledger-storm: the worker remembers the tail the log acknowledged to it;
+    a shorter tail before its next append is AcknowledgedWriteLost (typed,
+    never retried), not a log silently continuing from the shorter tail."""
+    caught = []
+    for hour in range(1, 6):
+        opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("8h"),
+                               fault_script=_script("log.append", LOST_WRITE, hour * HOUR_MS))
+        result = run(registry.get("ledger-storm"), opts)
+        assert result.status == DETECTED, result.violations
+        caught.append(result.violations[0].message)
+    assert any("raised AcknowledgedWriteLost" in message for message in caught), caught
 
 
 @pytest.mark.parametrize("scenario, duration", [("sentinel-year", "2d"), ("ledger-storm", "6h")])
@@ -272,3 +286,17 @@ def test_cli_reports_detected_with_exit_zero_and_carries_the_flag(tmp_path):
     assert body["config"]["beyond_contract"] is True and "--beyond-contract" in body["repro_command"]
     assert body["status"] in ("detected", "pass") and probabilistic.returncode == 0
     assert (body["status"] == "detected") == bool(body["beyond_contract"])
+
+
+def test_acknowledged_write_lost_is_a_typed_corruption_no_retry_clears():
+    import pickle
+
+    from model.conversation.records import AcknowledgedWriteLost
+    from model.kernel.kernel import is_retryable
+    from model.submissions import RETRYABLE_ERRORS, error_name
+
+    error = AcknowledgedWriteLost("c", 5, 3)
+    assert isinstance(error, HistoryCorrupted) and (error.expected_seq, error.got) == (5, 3)
+    assert not is_retryable(error) and error_name(error) not in RETRYABLE_ERRORS
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is AcknowledgedWriteLost and str(again) == str(error)

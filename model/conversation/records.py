@@ -249,6 +249,20 @@ class HistoryCorrupted(ConversationStoreError):
         self._args = (conversation_id, expected_seq, got, detail)
 
 
+class AcknowledgedWriteLost(HistoryCorrupted):
+    """The log's tail is behind a tail it acknowledged to this writer:
+    committed records are gone. A log never shrinks (deletion aside), so this
+    is a store beyond its contract (a lost fsync, a lagging failover). Unlike
+    a damaged read answer, a retry cannot clear it: never retryable."""
+
+    name = "AcknowledgedWriteLost"
+
+    def __init__(self, conversation_id: str, acknowledged_seq: int, tail_seq: int) -> None:
+        super().__init__(conversation_id, acknowledged_seq, tail_seq,
+                         "the log's tail went back: records it acknowledged are gone")
+        self._args = (conversation_id, acknowledged_seq, tail_seq)
+
+
 class StorageVersionMismatch(ConversationStoreError):
     """Opening a database whose conversation tables are missing or carry a
     storage version other than this build's."""
