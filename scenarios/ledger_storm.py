@@ -28,6 +28,7 @@ from faults.kinds import (
     FAILPOINT_CRASH,
     LATENCY,
     NODE_KILL,
+    PORT_FAULT_KINDS,
     NODE_PAUSE,
     TRANSIENT_ERROR,
     WRITE_CONTENTION,
@@ -122,6 +123,8 @@ ABORTS = "client-aborts"
 FAILING_WORK = "failing-work"
 # Recovery reads only what the latest usable checkpoint does not cover.
 CHECKPOINTS = "recovery-checkpoints"
+RARE_SITES = ("checkpoints.save", "checkpoints.load_latest", "log.digest_at")
+RARE_SITE_BOOST = 50
 SWARM = SwarmSpace(
     fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, NODE_PAUSE, SHORT_PAGE, SEQUENCE_GAP,
                  CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY),
@@ -154,11 +157,14 @@ class LedgerStorm:
         self._open_stores(opts)
         self.lease_ms = choices.knob("lease_ms")
         self.surgery = LogSurgery(self.log) if beyond_enabled(opts) else None
-        self.plan = make_plan(world, opts, rates={**{k: r for k, r in RATES.items() if choices.enabled(k)},
-                                                  **beyond_rates(opts)},
-                              heal_at_ms=self.heal_at_ms,
-                              site_rates=choices.site_rates(SUBMISSION_CRASH_POINTS, FAILPOINT_CRASH)
-                              if choices.enabled(FAILPOINT_CRASH) else None)
+        rates = {**{k: r for k, r in RATES.items() if choices.enabled(k)}, **beyond_rates(opts)}
+        site_rates = choices.site_rates(SUBMISSION_CRASH_POINTS, FAILPOINT_CRASH) if (
+            choices.enabled(FAILPOINT_CRASH)) else {}
+        # Checkpoint calls happen only in recoveries: their port faults fire
+        # RARE_SITE_BOOST times as often, or a sweep would hardly see them.
+        for site in RARE_SITES:
+            site_rates[site] = {k: min(1.0, r * RARE_SITE_BOOST) for k, r in rates.items() if k in PORT_FAULT_KINDS}
+        self.plan = make_plan(world, opts, rates=rates, heal_at_ms=self.heal_at_ms, site_rates=site_rates)
         self.stats_ports = PortStats()
         self.chaos = world.streams["chaos"]
         self.workload = world.streams["workload"]

@@ -124,3 +124,17 @@ def test_small_recovery_pages_make_a_short_log_paginate_and_damage_is_still_caug
     assert max(r["requests"] for r in reads) >= 4  # several pages per history
     assert result.stats["damaged_reads_caught"] > 0
     assert result.config["swarm"]["knobs"]["recovery_page_size"] == 8
+
+
+def test_probabilistic_faults_reach_the_rarely_called_checkpoint_port():
+    """Checkpoint calls happen only in recoveries, so their sites get a boosted
+    rate (``RARE_SITE_BOOST``): a few seeds show faults there."""
+    fired: dict[str, int] = {}
+    for seed in range(6):
+        result = _storm(seed)
+        assert result.passed, result.violations
+        for kind, count in result.coverage["ports"].get("checkpoints", {}).items():
+            fired[kind] = fired.get(kind, 0) + count
+        if len(fired) >= 2:
+            break
+    assert len(fired) >= 2, fired
