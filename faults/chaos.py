@@ -1,34 +1,29 @@
-"""Process-level chaos: kill -9 of a node at arbitrary moments.
+"""Chaos as workloads: kills, pauses, duplicate alarms, operator edits, deploys.
 
-Store-level faults fire at port calls; these fire on a timer, so a process
-can also die while it sleeps, waits or is half-way through an effect. Under
-a fault script (``--faults``) the kills are replayed at their recorded times
-instead (``replay_kills``).
+Store-level faults fire at port calls (``faults.ports``); these fire on the
+clock, so a process can also die while it sleeps, waits or is half-way
+through an effect. Each is a ``sim.workload.Workload`` usable in any
+scenario. The timed ones (kills, pauses, duplicate alarms) go through the
+run's one fault plan (``FaultPlan.drive``): generated from the ``chaos``
+stream until the heal instant, or replayed from a script at their recorded
+times — the workload never asks which. Operator edits and deploys are drawn
+from the ``chaos`` stream at start, so the seed replays them too.
+
+Every choice is drawn from the ``chaos`` stream in a fixed order; a draw
+with a single candidate is skipped (one node to kill needs no coin).
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Any, Callable, Mapping, Sequence
 
-from faults.kinds import NODE_KILL
+from faults.kinds import DUPLICATE_WAKE, NODE_KILL, NODE_PAUSE
+from sim.clock import MS_PER_DAY
 from sim.rng import Stream
+from sim.workload import Workload
 from sim.world import FaultEvent, World
 
-
-async def kill_nodes(world: World, stream: Stream, *, every_ms: tuple[int, int], pick: Callable[[], str],
-                     restart_after_ms: Callable[[], int], until_ms: int) -> None:
-    """Every ``every_ms`` (uniform), kill the node ``pick()`` names, until ``until_ms``."""
-    runtime = world.runtime
-    kills = 0
-    while True:
-        await runtime.sleep_ms(stream.between(*every_ms))
-        if runtime.now_ms() >= until_ms:
-            return
-        node = world.nodes[pick()]
-        if node.alive:
-            kills += 1
-            delay_ms = restart_after_ms()
-            world.record_fault(node, "process", NODE_KILL, kills, restart_after_ms=delay_ms)
-            world.crash(node, restart_after_ms=delay_ms)
+PROCESS_SITE = "process"
+MS_PER_YEAR = 365 * MS_PER_DAY
 
 
 def node_name(label: str) -> str:
@@ -36,14 +31,213 @@ def node_name(label: str) -> str:
     return label.split("#", 1)[0]
 
 
-def replay_kills(world: World, events: Iterable[FaultEvent]) -> None:
-    """Schedule the script's kills: same node, same time, same downtime."""
-    for event in events:
-        def kill(event: FaultEvent = event) -> None:
-            node = world.nodes.get(node_name(event.node))
-            if node is not None and node.alive:
-                world.record_fault(node, event.site, NODE_KILL, event.hit or 0,
-                                   restart_after_ms=event.restart_after_ms)
-                world.crash(node, restart_after_ms=event.restart_after_ms)
+def _pick(stream: Stream, names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else stream.choice(names)
 
-        world.at(event.time_ms, kill, label=f"scripted kill {event.node}")
+
+class NodeKills(Workload):
+    """kill -9 of one of ``nodes`` every ``every_ms`` (uniform); it restarts
+    after ``restart_ms``, or, one kill in ``outage_one_in``, after a long
+    ``outage_ms`` (long enough to miss schedule occurrences)."""
+
+    name = "node-kills"
+    kind = NODE_KILL
+
+    def __init__(self, nodes: Sequence[str], *, every_ms: tuple[int, int], restart_ms: tuple[int, int],
+                 outage_one_in: int = 0, outage_ms: tuple[int, int] = (0, 0)) -> None:
+        assert nodes and every_ms[0] > 0 and restart_ms[0] >= 0, (nodes, every_ms, restart_ms)
+        assert outage_one_in == 0 or outage_ms[0] > 0
+        self.nodes = tuple(nodes)
+        self.every_ms = every_ms
+        self.restart_ms = restart_ms
+        self.outage_one_in = outage_one_in
+        self.outage_ms = outage_ms
+
+    def start(self, world: World) -> None:
+        world.plan.drive(world, self)
+
+    def propose(self, world: World, hit: int) -> FaultEvent | None:
+        chaos = world.streams["chaos"]
+        node = world.nodes[_pick(chaos, self.nodes)]
+        if not node.alive:
+            return None
+        if self.outage_one_in and chaos.below(self.outage_one_in) == 0:
+            downtime_ms = chaos.between(*self.outage_ms)
+        else:
+            downtime_ms = chaos.between(*self.restart_ms)
+        return FaultEvent(world.runtime.now_ms(), node.label, PROCESS_SITE, NODE_KILL, hit,
+                          restart_after_ms=downtime_ms)
+
+    def apply(self, world: World, event: FaultEvent) -> bool:
+        node = world.nodes.get(node_name(event.node))
+        if node is None or not node.alive:
+            return False
+        world.record_fault(node, event.site, NODE_KILL, event.hit or 0, restart_after_ms=event.restart_after_ms)
+        world.crash(node, restart_after_ms=event.restart_after_ms)
+        return True
+
+
+class NodePauses(Workload):
+    """A GC pause or VM stall of one of ``nodes`` every ``every_ms``: it
+    freezes while time and leases move on. Pauses prefer a node that holds
+    a claim right now (``busy``: node label -> anything); their length is
+    drawn from one of ``pause_ms`` (ranges)."""
+
+    name = "node-pauses"
+    kind = NODE_PAUSE
+
+    def __init__(self, nodes: Sequence[str], *, every_ms: tuple[int, int],
+                 pause_ms: Sequence[tuple[int, int]], busy: Callable[[], Any] = dict) -> None:
+        assert nodes and pause_ms and every_ms[0] > 0, (nodes, pause_ms, every_ms)
+        self.nodes = tuple(nodes)
+        self.every_ms = every_ms
+        self.pause_ms = tuple(pause_ms)
+        self._busy = busy
+
+    def start(self, world: World) -> None:
+        world.plan.drive(world, self)
+
+    def propose(self, world: World, hit: int) -> FaultEvent | None:
+        chaos = world.streams["chaos"]
+        owners = self._busy()
+        busy = [name for name in self.nodes if world.nodes[name].alive and world.nodes[name].label in owners]
+        node = world.nodes[chaos.choice(busy or list(self.nodes))]
+        if not node.alive:
+            return None
+        pause_ms = chaos.between(*chaos.choice(self.pause_ms))
+        return FaultEvent(world.runtime.now_ms(), node.label, PROCESS_SITE, NODE_PAUSE, hit, duration_ms=pause_ms)
+
+    def apply(self, world: World, event: FaultEvent) -> bool:
+        node = world.nodes.get(node_name(event.node))
+        if node is None or not node.alive or event.duration_ms is None:
+            return False
+        world.record_fault(node, PROCESS_SITE, NODE_PAUSE, event.hit or 0, duration_ms=event.duration_ms)
+        world.runtime.pause_node(node, world.runtime.now_ms() + event.duration_ms)
+        return True
+
+
+class DuplicateAlarms(Workload):
+    """At-least-once timers: every ``every_ms`` an alarm of one of
+    ``targets()`` is delivered once more. ``deliver(target, delivery)``
+    delivers it (and records the fault) or returns False when there is
+    nothing to deliver right now."""
+
+    name = "duplicate-alarms"
+    kind = DUPLICATE_WAKE
+
+    def __init__(self, targets: Callable[[], Sequence[str]], deliver: Callable[[str, int | None], bool], *,
+                 every_ms: tuple[int, int]) -> None:
+        assert every_ms[0] > 0
+        self._targets = targets
+        self._deliver = deliver
+        self.every_ms = every_ms
+
+    def start(self, world: World) -> None:
+        world.plan.drive(world, self)
+
+    def propose(self, world: World, hit: int) -> FaultEvent | None:
+        target = world.streams["chaos"].choice(sorted(self._targets()))
+        return FaultEvent(world.runtime.now_ms(), "", f"alarm.{target}", DUPLICATE_WAKE, hit)
+
+    def apply(self, world: World, event: FaultEvent) -> bool:
+        return self._deliver(event.site.removeprefix("alarm."), event.hit)
+
+
+class OperatorEdits(Workload):
+    """An operator who edits durable state by hand, out of band, now and
+    then (``per_year``, at least once a run): a genuinely concurrent writer.
+    ``keys`` maps a name (a schedule) to the durable-state key it may edit, ``moment(chaos, heal_at_ms, name)`` when
+    (drawn at start, before the heal instant), ``edit(payload)`` what it
+    writes. Its node (``OPERATOR_NODE``) exists in every run, so checkers can
+    tell its writes apart; ``enabled`` False plans no edit."""
+
+    name = "operator-edits"
+    NODE = "operator"
+
+    def __init__(self, keys: Mapping[str, str], *, duration_ms: int, per_year: int,
+                 moment: Callable[[Stream, int, str], int], edit: Callable[[dict], dict], enabled: bool = True) -> None:
+        assert keys and per_year > 0 and duration_ms > 0
+        self.keys = dict(keys)
+        self.duration_ms = duration_ms
+        self.per_year = per_year
+        self._moment = moment
+        self._edit = edit
+        self.enabled = enabled
+        self.edits = 0
+
+    @classmethod
+    def is_operator(cls, node_label: str) -> bool:
+        return node_name(node_label) == cls.NODE
+
+    def setup(self, world: World) -> None:
+        self.node = world.add_node(self.NODE, lambda node: None, role="operator")
+        self.ds = world.system.ports_for(self.node, faults=False).ds
+
+    def start(self, world: World) -> None:
+        if not self.enabled:
+            return
+        chaos = world.streams["chaos"]
+        names = tuple(self.keys)
+        for _ in range(max(1, self.duration_ms * self.per_year // MS_PER_YEAR)):
+            name = chaos.choice(names)
+            at_ms = self._moment(chaos, world.heal_at_ms, name)
+            world.at(at_ms, lambda n=name: world.runtime.spawn_on(self.node, f"edit:{n}", self._write(self.keys[n])),
+                     label="operator edit")
+
+    async def _write(self, key: str) -> None:
+        from model.durable_state.store import DurableStateWrite, RevisionConflictError
+
+        record = await self.ds.load(key)
+        if record is None:
+            return
+        try:
+            await self.ds.save(key, DurableStateWrite(record.contract_version, self._edit(record.payload)),
+                               record.revision)
+        except RevisionConflictError:
+            return
+        self.edits += 1
+
+    def metrics(self) -> dict[str, Any]:
+        return {"operator_edits": self.edits}
+
+
+class Deploys(Workload):
+    """New code, rolled out with a restart of ``nodes``: ``timeline(chaos,
+    duration_ms)`` says when and which build (drawn at start; deploys at or
+    after the heal instant are dropped), ``on_deploy(build)`` switches the
+    code and returns the trace fields of the deploy."""
+
+    name = "deploys"
+
+    def __init__(self, timeline: Callable[[Stream, int], Sequence[tuple[int, Any]]],
+                 on_deploy: Callable[[Any], dict], *, nodes: Sequence[str], duration_ms: int,
+                 restart_ms: tuple[int, int]) -> None:
+        assert nodes and duration_ms > 0
+        self._timeline = timeline
+        self._on_deploy = on_deploy
+        self.nodes = tuple(nodes)
+        self.duration_ms = duration_ms
+        self.restart_ms = restart_ms
+        self.deploys = 0
+
+    def start(self, world: World) -> None:
+        chaos = world.streams["chaos"]
+        for at_ms, build in self._timeline(chaos, self.duration_ms):
+            if at_ms < world.heal_at_ms:
+                # The rolling restart's downtime is drawn now, at start: a
+                # scripted replay draws nothing from chaos during the run.
+                downtime_ms = chaos.between(*self.restart_ms)
+                world.at(at_ms, lambda b=build, d=downtime_ms: self._deploy(world, b, d),
+                         label=f"deploy {getattr(build, 'name', build)}")
+
+    def _deploy(self, world: World, build: Any, downtime_ms: int) -> None:
+        fields = self._on_deploy(build)
+        self.deploys += 1
+        world.emit("deploy", **fields)
+        for name in self.nodes:
+            node = world.nodes[name]
+            if node.alive:
+                world.crash(node, restart_after_ms=downtime_ms)
+
+    def metrics(self) -> dict[str, Any]:
+        return {"deploys": self.deploys}

@@ -1,291 +1,613 @@
 """What the trace records of each port call: arguments and results as plain data.
 
-One describer per port method. Fields are what the invariant checkers read
-(``ds.save`` carries key, expected revision, resulting revision, version and
-payload) and what the digest covers. Results are described, never stored by
-reference, so a later mutation cannot rewrite history.
+One describer per port method, each bound to the method's signature and
+building its event through the event's type (``faults.events``):
+
+- ``@describes(SubmissionLedgerPort.claim, LedgerClaim)`` checks, at import,
+  that the describer takes exactly the port method's parameters (names,
+  kinds, defaults) after the call's result, so Python binds each call's
+  arguments by name, as the port itself does — no hand-indexing
+  ``args[2]``, and a port-signature change is a ``TypeError`` at import
+  here rather than a wrong field in the trace;
+- ``LedgerClaim.build(...)`` / ``.add_result(...)`` take the fields by
+  name (a missing, extra or renamed field is a ``TypeError`` in the
+  describer) and return the plain dict the trace hashes, in the type's order.
+
+The signatures come from the port Protocols (``model.ledger.port``,
+``model.conversation.port``, ``model.durable_state.store``,
+``model.kernel.store``) or, for ports without one, from the in-memory
+adapter (the SQLite adapter's parity is ``tests/test_ports.py``'s).
+
+Fields are what the invariant checkers read (``ds.save`` carries key,
+expected revision, resulting revision, version and payload) and what the
+digest covers. Results are described, never stored by reference, so a later
+mutation cannot rewrite history. A call that raised is described with result
+None (``faults.ports`` then adds ``error`` and ``detail``).
+
+``BoundPort`` still calls a describer as ``describe(args, kwargs, result)``.
 """
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import Any, Callable
+
+from faults.events import (
+    CheckpointLoadLatest,
+    CheckpointSave,
+    ContentDelete,
+    ContentGet,
+    ContentHas,
+    ContentPut,
+    DsClear,
+    DsLoad,
+    DsSave,
+    FindingsAdvanceCheckpoint,
+    FindingsApplyRun,
+    FindingsCheckpoint,
+    FindingsCloseExpired,
+    FindingsLive,
+    FindingsLiveForRun,
+    KernelAppendStep,
+    KernelAppendSteps,
+    KernelFinish,
+    KernelHighWater,
+    KernelLiveExecutions,
+    KernelLoadExecution,
+    KernelLoadSteps,
+    KernelParkExecution,
+    KernelPurgeFinished,
+    KernelStart,
+    LedgerAdmit,
+    LedgerClaim,
+    LedgerFinalizeSettlement,
+    LedgerGet,
+    LedgerGetByIdempotencyKey,
+    LedgerMarkInputApplied,
+    LedgerMarkReady,
+    LedgerPurgeConversation,
+    LedgerReleaseOwnership,
+    LedgerRenewOwnership,
+    LedgerRequestAbort,
+    LedgerReserveSettlement,
+    LedgerScanNonterminal,
+    LogAppend,
+    LogDeleteConversation,
+    LogDigestAt,
+    LogInspectTail,
+    LogLookupBatch,
+    LogMaterialize,
+    LogRead,
+    PinBlob,
+    PinExpiredUnpinned,
+    PinForget,
+    PinHolders,
+    PinIsPinned,
+    PinPin,
+    PinPinnedRefs,
+    PinRecordBlob,
+    PinUnpin,
+    PortEvent,
+    SchedulesAdvance,
+    SchedulesCursor,
+    SchedulesRelease,
+    SchedulesRetire,
+)
+from model.conversation.port import CheckpointStorePort, ContentStorePort, ConversationLogPort
+from model.durable_state.store import DurableStateStore
+from model.findings import InMemoryFindingsProjection
+from model.kernel.memory_store import InMemoryExecutionStore
+from model.kernel.store import ExecutionStore
+from model.ledger.port import SubmissionLedgerPort
+from model.pins import InMemoryPinIndex
+from model.schedule_store import InMemoryScheduleStore
+
+Describe = Callable[[tuple, dict, Any], dict]
 
 
-def _ds_load(args: tuple, kwargs: dict, record: Any) -> dict:
+def _parameters(fn: Callable) -> list[tuple[str, Any, Any]]:
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+def port_parameters(method: Callable) -> list[tuple[str, Any, Any]]:
+    """A port method's parameters as (name, kind, default), without ``self``."""
+    params = _parameters(method)
+    if not params or params[0][0] != "self":
+        raise TypeError(f"{method.__qualname__} is not a method")
+    return params[1:]
+
+
+def describes(method: Callable, event: type[PortEvent]) -> Callable[[Callable[..., dict]], Describe]:
+    """Bind a describer to ``method``'s signature and ``event``'s type.
+
+    The describer is ``fn(result, /, <the method's own parameters>)``: the
+    call's result (None when it raised or returned nothing), then exactly the
+    parameters the method takes. The returned ``describe(args, kwargs,
+    result)`` (what ``BoundPort`` calls) lets Python bind the arguments.
+    """
+    expected = port_parameters(method)
+
+    def bind(fn: Callable[..., dict]) -> Describe:
+        params = _parameters(fn)
+        if not params or params[0][1] is not inspect.Parameter.POSITIONAL_ONLY:
+            raise TypeError(f"describer {fn.__name__}: its first parameter is the result, positional-only")
+        if params[1:] != expected:
+            raise TypeError(f"describer {fn.__name__} does not take the parameters of {method.__qualname__}: "
+                            f"{_show(params[1:])} != {_show(expected)}")
+
+        describe = _binder(fn, expected)
+        describe.__name__ = describe.__qualname__ = fn.__name__
+        describe.__doc__ = fn.__doc__
+        describe.__wrapped__ = fn  # type: ignore[attr-defined]
+        describe.method = method  # type: ignore[attr-defined]
+        describe.event = event  # type: ignore[attr-defined]
+        return describe
+
+    return bind
+
+
+def _binder(fn: Callable[..., dict], params: list[tuple[str, Any, Any]]) -> Describe:
+    """``describe(args, kwargs, result)`` calling ``fn(result, ...)``.
+
+    Python binds the arguments (``fn`` has the port method's own parameters).
+    The usual call passes every positional parameter and no keyword: that one
+    is a plain call, generated for the method's arity (a ``fn(result, *args,
+    **kwargs)`` call costs about twice as much on this hot path); any other
+    shape goes through ``*args, **kwargs``.
+    """
+    positional = [name for name, kind, _ in params
+                  if kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    names = [f"a{i}" for i in range(len(positional))]
+    if names:
+        fast = f"    if not kwargs and len(args) == {len(names)}:\n        {', '.join(names)}, = args\n" \
+               f"        return fn(result, {', '.join(names)})\n"
+    else:
+        fast = "    if not kwargs and not args:\n        return fn(result)\n"
+    source = f"def describe(args, kwargs, result):\n{fast}    return fn(result, *args, **kwargs)\n"
+    namespace: dict[str, Any] = {}
+    exec(compile(source, f"<describe {fn.__name__}>", "exec"), {"fn": fn}, namespace)  # noqa: S102
+    return namespace["describe"]
+
+
+def _show(params: list[tuple[str, Any, Any]]) -> str:
+    return "(" + ", ".join(
+        f"{name}:{kind.description}" + ("" if default is inspect.Parameter.empty else f"={default!r}")
+        for name, kind, default in params) + ")"
+
+
+def _table(port: str, *describers: Describe) -> dict[str, Describe]:
+    """A port's describers by method name; each one's event kind is ``port.method``."""
+    table: dict[str, Describe] = {}
+    for describe in describers:
+        name = describe.method.__name__  # type: ignore[attr-defined]
+        kind = describe.event.kind  # type: ignore[attr-defined]
+        if kind != f"{port}.{name}" or name in table:
+            raise TypeError(f"describer {describe.__name__} traces {kind!r} at {port}.{name}")
+        table[name] = describe
+    return table
+
+
+# -- durable state ---------------------------------------------------------------
+
+@describes(DurableStateStore.load, DsLoad)
+def _ds_load(record: Any, /, key: str) -> dict:
+    fields = DsLoad.build(key=key, found=record is not None)
     if record is None:
-        return {"key": args[0], "found": False}
-    return {"key": args[0], "found": True, "revision": record.revision,
-            "version": record.contract_version, "payload": record.payload}
+        return fields
+    return DsLoad.add_result(fields, revision=record.revision, version=record.contract_version,
+                             payload=record.payload)
 
 
-def _ds_save(args: tuple, kwargs: dict, record: Any) -> dict:
-    key, write, expected = _save_args(args, kwargs)
-    fields = {"key": key, "expected": expected, "version": write.contract_version, "payload": write.payload}
+@describes(DurableStateStore.save, DsSave)
+def _ds_save(record: Any, /, key: str, write: Any, expected_revision: int) -> dict:
+    fields = DsSave.build(key=key, expected=expected_revision, version=write.contract_version, payload=write.payload)
     if record is not None:
-        fields["revision"] = record.revision
+        DsSave.add_result(fields, revision=record.revision)
     return fields
 
 
-def _save_args(args: tuple, kwargs: dict) -> tuple:
-    key = args[0] if args else kwargs["key"]
-    write = args[1] if len(args) > 1 else kwargs["write"]
-    expected = args[2] if len(args) > 2 else kwargs["expected_revision"]
-    return key, write, expected
+@describes(DurableStateStore.clear, DsClear)
+def _ds_clear(result: Any, /, key: str) -> dict:
+    return DsClear.build(key=key)
 
 
-def _ds_clear(args: tuple, kwargs: dict, result: Any) -> dict:
-    return {"key": args[0] if args else kwargs["key"]}
+DURABLE_STATE_DESCRIBERS = _table("ds", _ds_load, _ds_save, _ds_clear)
 
 
-DURABLE_STATE_DESCRIBERS = {"load": _ds_load, "save": _ds_save, "clear": _ds_clear}
+# -- kernel execution store --------------------------------------------------------
 
-
-def _start(args: tuple, kwargs: dict, outcome: Any) -> dict:
-    fields = {"run": args[0], "schedule": kwargs.get("schedule_id"), "occurrence_ms": kwargs.get("occurrence_ms"),
-              "flow_version": kwargs.get("flow_version"), "input": kwargs.get("input")}
+@describes(ExecutionStore.start_execution, KernelStart)
+def _start(outcome: Any, /, run_id: str, *, schedule_id: str | None, occurrence_ms: int | None, flow_version: int,
+           input: object, started_at_ms: int) -> dict:
+    fields = KernelStart.build(run=run_id, schedule=schedule_id, occurrence_ms=occurrence_ms,
+                               flow_version=flow_version, input=input)
     if outcome is not None:
-        fields["created"] = not outcome.replayed
-        fields["retired"] = outcome.record is None
+        KernelStart.add_result(fields, created=not outcome.replayed, retired=outcome.record is None)
     return fields
 
 
-def _append(args: tuple, kwargs: dict, step: Any) -> dict:
-    run_id, seq, step_id, kind, output = args
-    return {"run": run_id, "seq": seq, "step": step_id, "step_kind": kind, "output": output}
+@describes(ExecutionStore.append_step, KernelAppendStep)
+def _append(step: Any, /, run_id: str, seq: int, step_id: str, kind: str, output: object) -> dict:
+    return KernelAppendStep.build(run=run_id, seq=seq, step=step_id, step_kind=kind, output=output)
 
 
-def _append_batch(args: tuple, kwargs: dict, records: Any) -> dict:
-    run_id, first_seq, steps = args
-    return {"run": run_id, "first_seq": first_seq, "steps": tuple(steps)}
+@describes(ExecutionStore.append_steps, KernelAppendSteps)
+def _append_batch(records: Any, /, run_id: str, first_seq: int, steps: tuple) -> dict:
+    return KernelAppendSteps.build(run=run_id, first_seq=first_seq, steps=tuple(steps))
 
 
-def _load_steps(args: tuple, kwargs: dict, steps: Any) -> dict:
-    fields: dict[str, Any] = {"run": args[0]}
+@describes(ExecutionStore.load_steps, KernelLoadSteps)
+def _load_steps(steps: Any, /, run_id: str) -> dict:
+    fields = KernelLoadSteps.build(run=run_id)
     if steps is not None:
-        fields["steps"] = len(steps)
+        KernelLoadSteps.add_result(fields, steps=len(steps))
     return fields
 
 
-def _run_only(args: tuple, kwargs: dict, result: Any) -> dict:
-    return {"run": args[0]}
+@describes(ExecutionStore.load_execution, KernelLoadExecution)
+def _load_execution(record: Any, /, run_id: str) -> dict:
+    return KernelLoadExecution.build(run=run_id)
 
 
-def _finish(args: tuple, kwargs: dict, record: Any) -> dict:
-    fields = {"run": args[0], "status": kwargs.get("status"), "output": kwargs.get("output"),
-              "first_seq": kwargs.get("first_seq"), "steps": tuple(kwargs.get("steps", ()))}
+@describes(ExecutionStore.park_execution, KernelParkExecution)
+def _park_execution(record: Any, /, run_id: str) -> dict:
+    return KernelParkExecution.build(run=run_id)
+
+
+@describes(ExecutionStore.finish_execution, KernelFinish)
+def _finish(record: Any, /, run_id: str, *, status: str, output: object, finished_at_ms: int, steps: tuple = (),
+            first_seq: int | None = None) -> dict:
+    fields = KernelFinish.build(run=run_id, status=status, output=output, first_seq=first_seq, steps=tuple(steps))
     if record is not None:
-        fields["final_status"] = record.status
+        KernelFinish.add_result(fields, final_status=record.status)
     return fields
 
 
-def _live(args: tuple, kwargs: dict, records: Any) -> dict:
-    fields: dict[str, Any] = {"schedule": args[0]}
+@describes(ExecutionStore.live_executions, KernelLiveExecutions)
+def _live(records: Any, /, schedule_id: str) -> dict:
+    fields = KernelLiveExecutions.build(schedule=schedule_id)
     if records is not None:
-        fields["live"] = tuple(r.run_id for r in records)
+        KernelLiveExecutions.add_result(fields, live=tuple(r.run_id for r in records))
     return fields
 
 
-def _high_water(args: tuple, kwargs: dict, value: Any) -> dict:
-    return {"schedule": args[0], "high_water_ms": value}
+# Not in the ExecutionStore Protocol: the in-memory adapter is the reference.
+@describes(InMemoryExecutionStore.schedule_high_water_ms, KernelHighWater)
+def _high_water(value: Any, /, schedule_id: str) -> dict:
+    return KernelHighWater.build(schedule=schedule_id, high_water_ms=value)
 
 
-def _purge(args: tuple, kwargs: dict, count: Any) -> dict:
-    return {"before_ms": args[0], "purged": count}
+@describes(InMemoryExecutionStore.purge_finished, KernelPurgeFinished)
+def _purge(count: Any, /, finished_before_ms: int) -> dict:
+    return KernelPurgeFinished.build(before_ms=finished_before_ms, purged=count)
 
 
-KERNEL_DESCRIBERS = {
-    "start_execution": _start,
-    "append_step": _append,
-    "append_steps": _append_batch,
-    "load_steps": _load_steps,
-    "load_execution": _run_only,
-    "park_execution": _run_only,
-    "finish_execution": _finish,
-    "live_executions": _live,
-    "schedule_high_water_ms": _high_water,
-    "purge_finished": _purge,
-}
+KERNEL_DESCRIBERS = _table("kernel", _start, _append, _append_batch, _load_steps, _load_execution, _park_execution,
+                           _finish, _live, _high_water, _purge)
 
 
 # -- submission ledger --------------------------------------------------------
 
-def _token_fields(token: Any) -> dict:
-    return {"submission": token.submission_id, "owner": token.owner_id, "epoch": token.epoch}
-
-
-def _admit(args: tuple, kwargs: dict, result: Any) -> dict:
-    conversation_id, principal_id, key, request, now_ms = args
-    fields: dict[str, Any] = {"conversation": conversation_id, "principal": principal_id, "key": key}
+@describes(SubmissionLedgerPort.admit, LedgerAdmit)
+def _admit(result: Any, /, conversation_id: str, principal_id: str, idempotency_key: str, input: object,
+           now_ms: int) -> dict:
+    fields = LedgerAdmit.build(conversation=conversation_id, principal=principal_id, key=idempotency_key)
     if result is not None:
-        fields.update(submission=result.submission_id, queue_seq=result.queue_seq, replayed=result.replayed)
+        LedgerAdmit.add_result(fields, submission=result.submission_id, queue_seq=result.queue_seq,
+                               replayed=result.replayed)
     return fields
 
 
-def _submission_arg(args: tuple, kwargs: dict, result: Any) -> dict:
-    return {"submission": args[0]}
+@describes(SubmissionLedgerPort.mark_ready, LedgerMarkReady)
+def _mark_ready(result: Any, /, submission_id: str) -> dict:
+    return LedgerMarkReady.build(submission=submission_id)
 
 
-def _claim(args: tuple, kwargs: dict, claim: Any) -> dict:
-    conversation_id, owner_id, lease_ms, now_ms = args
-    fields: dict[str, Any] = {"conversation": conversation_id, "owner": owner_id}
+@describes(SubmissionLedgerPort.claim, LedgerClaim)
+def _claim(claim: Any, /, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int) -> dict:
+    fields = LedgerClaim.build(conversation=conversation_id, owner=owner_id)
     if claim is not None:
-        fields.update(submission=claim.submission_id, epoch=claim.epoch, lease_expires_ms=claim.lease_expires_ms)
+        LedgerClaim.add_result(fields, submission=claim.submission_id, epoch=claim.epoch,
+                               lease_expires_ms=claim.lease_expires_ms)
     return fields
 
 
-def _token_only(args: tuple, kwargs: dict, result: Any) -> dict:
-    return _token_fields(args[0])
+@describes(SubmissionLedgerPort.renew_ownership, LedgerRenewOwnership)
+def _renew(renewal: Any, /, token: Any, lease_ms: int, now_ms: int) -> dict:
+    return LedgerRenewOwnership.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch)
 
 
-def _reserve(args: tuple, kwargs: dict, reserved: Any) -> dict:
-    fields = _token_fields(args[0])
-    fields["record"] = args[1]
+@describes(SubmissionLedgerPort.release_ownership, LedgerReleaseOwnership)
+def _release_ownership(result: Any, /, token: Any) -> dict:
+    return LedgerReleaseOwnership.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch)
+
+
+@describes(SubmissionLedgerPort.mark_input_applied, LedgerMarkInputApplied)
+def _input_applied(result: Any, /, token: Any) -> dict:
+    return LedgerMarkInputApplied.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch)
+
+
+@describes(SubmissionLedgerPort.request_abort, LedgerRequestAbort)
+def _request_abort(intent: Any, /, submission_id: str, author: str, reason: str) -> dict:
+    return LedgerRequestAbort.build(submission=submission_id)
+
+
+@describes(SubmissionLedgerPort.reserve_settlement, LedgerReserveSettlement)
+def _reserve(reserved: Any, /, token: Any, record: object) -> dict:
+    fields = LedgerReserveSettlement.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                           record=record)
     if reserved is not None:
-        fields["digest"] = reserved.record_digest
+        LedgerReserveSettlement.add_result(fields, digest=reserved.record_digest)
     return fields
 
 
-def _finalize(args: tuple, kwargs: dict, settlement: Any) -> dict:
-    fields: dict[str, Any] = {"submission": args[0]}
+@describes(SubmissionLedgerPort.finalize_settlement, LedgerFinalizeSettlement)
+def _finalize(settlement: Any, /, submission_id: str, now_ms: int) -> dict:
+    fields = LedgerFinalizeSettlement.build(submission=submission_id)
     if settlement is not None:
-        fields.update(outcome=settlement.outcome, digest=settlement.record_digest,
-                      settled_at_ms=settlement.settled_at_ms)
+        LedgerFinalizeSettlement.add_result(fields, outcome=settlement.outcome, digest=settlement.record_digest,
+                                            settled_at_ms=settlement.settled_at_ms)
     return fields
 
 
-def _scan(args: tuple, kwargs: dict, records: Any) -> dict:
-    return {} if records is None else {"nonterminal": tuple(r.submission_id for r in records)}
+@describes(SubmissionLedgerPort.get, LedgerGet)
+def _get(record: Any, /, submission_id: str) -> dict:
+    return LedgerGet.build(submission=submission_id)
 
 
-def _by_key(args: tuple, kwargs: dict, record: Any) -> dict:
-    fields: dict[str, Any] = {"conversation": args[0], "principal": args[1], "key": args[2]}
+@describes(SubmissionLedgerPort.scan_nonterminal, LedgerScanNonterminal)
+def _scan(records: Any, /) -> dict:
+    fields = LedgerScanNonterminal.build()
+    if records is not None:
+        LedgerScanNonterminal.add_result(fields, nonterminal=tuple(r.submission_id for r in records))
+    return fields
+
+
+@describes(SubmissionLedgerPort.get_by_idempotency_key, LedgerGetByIdempotencyKey)
+def _by_key(record: Any, /, conversation_id: str, principal_id: str, idempotency_key: str) -> dict:
+    fields = LedgerGetByIdempotencyKey.build(conversation=conversation_id, principal=principal_id,
+                                             key=idempotency_key)
     if record is not None:
-        fields.update(submission=record.submission_id, outcome=record.outcome, ready=record.ready,
-                      input_applied=record.input_applied)
+        LedgerGetByIdempotencyKey.add_result(fields, submission=record.submission_id, outcome=record.outcome,
+                                             ready=record.ready, input_applied=record.input_applied)
     return fields
 
 
-def _purge_conversation(args: tuple, kwargs: dict, count: Any) -> dict:
-    return {"conversation": args[0], "purged": count}
+@describes(SubmissionLedgerPort.purge_conversation, LedgerPurgeConversation)
+def _purge_conversation(count: Any, /, conversation_id: str) -> dict:
+    return LedgerPurgeConversation.build(conversation=conversation_id, purged=count)
 
 
-LEDGER_DESCRIBERS = {
-    "get_by_idempotency_key": _by_key,
-    "purge_conversation": _purge_conversation,
-    "admit": _admit,
-    "mark_ready": _submission_arg,
-    "claim": _claim,
-    "renew_ownership": _token_only,
-    "release_ownership": _token_only,
-    "mark_input_applied": _token_only,
-    "request_abort": _submission_arg,
-    "reserve_settlement": _reserve,
-    "finalize_settlement": _finalize,
-    "get": _submission_arg,
-    "scan_nonterminal": _scan,
-}
+LEDGER_DESCRIBERS = _table(
+    "ledger", _by_key, _purge_conversation, _admit, _mark_ready, _claim, _renew, _release_ownership,
+    _input_applied, _request_abort, _reserve, _finalize, _get, _scan)
 
 
 # -- conversation log ---------------------------------------------------------
 
-def _materialize(args: tuple, kwargs: dict, result: Any) -> dict:
-    conversation_id, producer_id, epoch = args
-    return {"conversation": conversation_id, "producer": producer_id, "epoch": epoch}
+@describes(ConversationLogPort.materialize, LogMaterialize)
+def _materialize(result: Any, /, conversation_id: str, producer_id: str, epoch: int) -> dict:
+    return LogMaterialize.build(conversation=conversation_id, producer=producer_id, epoch=epoch)
 
 
-def _log_append(args: tuple, kwargs: dict, result: Any) -> dict:
-    request = args[0]
-    fields: dict[str, Any] = {
-        "conversation": request.conversation_id, "batch": request.batch_id, "producer": request.producer_id,
-        "epoch": request.epoch, "expected_tail_seq": request.expected_tail_seq,
-        "record_ids": tuple(r.record_id for r in request.records),
-        "envelopes": tuple(r.to_json() for r in request.records),
-    }
+@describes(ConversationLogPort.append, LogAppend)
+def _log_append(result: Any, /, request: Any) -> dict:
+    records = request.records
+    fields = LogAppend.build(
+        conversation=request.conversation_id, batch=request.batch_id, producer=request.producer_id,
+        epoch=request.epoch, expected_tail_seq=request.expected_tail_seq,
+        record_ids=tuple(r.record_id for r in records), envelopes=tuple(r.to_json() for r in records))
     if result is not None:
-        fields.update(first_seq=result.first_seq, last_seq=result.last_seq, tail_digest=result.tail_digest,
-                      replayed=result.replayed)
+        LogAppend.add_result(fields, first_seq=result.first_seq, last_seq=result.last_seq,
+                             tail_digest=result.tail_digest, replayed=result.replayed)
     return fields
 
 
-def _inspect_tail(args: tuple, kwargs: dict, tail: Any) -> dict:
-    fields: dict[str, Any] = {"conversation": args[0]}
+@describes(ConversationLogPort.inspect_tail, LogInspectTail)
+def _inspect_tail(tail: Any, /, conversation_id: str) -> dict:
+    fields = LogInspectTail.build(conversation=conversation_id)
     if tail is not None:
-        fields.update(tail_seq=tail.tail_seq, tail_digest=tail.tail_digest, epoch=tail.epoch)
+        LogInspectTail.add_result(fields, tail_seq=tail.tail_seq, tail_digest=tail.tail_digest, epoch=tail.epoch)
     return fields
 
 
-def _log_read(args: tuple, kwargs: dict, records: Any) -> dict:
-    conversation_id, after_seq, limit = args
-    fields: dict[str, Any] = {"conversation": conversation_id, "after_seq": after_seq, "limit": limit}
+@describes(ConversationLogPort.read, LogRead)
+def _log_read(records: Any, /, conversation_id: str, after_seq: int, limit: int) -> dict:
+    fields = LogRead.build(conversation=conversation_id, after_seq=after_seq, limit=limit)
     if records is not None:
-        fields["seqs"] = tuple(r.seq for r in records)
+        LogRead.add_result(fields, seqs=tuple(r.seq for r in records))
     return fields
 
 
-def _lookup_batch(args: tuple, kwargs: dict, batch: Any) -> dict:
-    fields: dict[str, Any] = {"conversation": args[0], "batch": args[1]}
+@describes(ConversationLogPort.lookup_batch, LogLookupBatch)
+def _lookup_batch(batch: Any, /, conversation_id: str, batch_id: str) -> dict:
+    fields = LogLookupBatch.build(conversation=conversation_id, batch=batch_id)
     if batch is not None:
-        fields.update(first_seq=batch.first_seq, last_seq=batch.last_seq)
+        LogLookupBatch.add_result(fields, first_seq=batch.first_seq, last_seq=batch.last_seq)
     return fields
 
 
-def _delete_conversation(args: tuple, kwargs: dict, deleted: Any) -> dict:
-    return {"conversation": args[0], "deleted": deleted}
+@describes(ConversationLogPort.delete_conversation, LogDeleteConversation)
+def _delete_conversation(deleted: Any, /, conversation_id: str) -> dict:
+    return LogDeleteConversation.build(conversation=conversation_id, deleted=deleted)
 
 
-def _digest_at(args: tuple, kwargs: dict, found: Any) -> dict:
-    return {"conversation": args[0], "seq": args[1], "digest": found}
+@describes(ConversationLogPort.digest_at, LogDigestAt)
+def _digest_at(found: Any, /, conversation_id: str, seq: int) -> dict:
+    return LogDigestAt.build(conversation=conversation_id, seq=seq, digest=found)
 
 
-LOG_DESCRIBERS = {
-    "delete_conversation": _delete_conversation,
-    "materialize": _materialize,
-    "append": _log_append,
-    "inspect_tail": _inspect_tail,
-    "read": _log_read,
-    "lookup_batch": _lookup_batch,
-    "digest_at": _digest_at,
-}
+LOG_DESCRIBERS = _table("log", _delete_conversation, _materialize, _log_append, _inspect_tail, _log_read,
+                        _lookup_batch, _digest_at)
 
 
 # -- checkpoints (persistence §8) ----------------------------------------------
 
-def _checkpoint_save(args: tuple, kwargs: dict, result: Any) -> dict:
-    checkpoint = args[0] if args else kwargs["checkpoint"]
-    return {"conversation": checkpoint.conversation_id, "covered_seq": checkpoint.covered_seq,
-            "tail_digest": checkpoint.tail_digest, "snapshot": checkpoint.snapshot}
+@describes(CheckpointStorePort.save, CheckpointSave)
+def _checkpoint_save(result: Any, /, checkpoint: Any) -> dict:
+    return CheckpointSave.build(conversation=checkpoint.conversation_id, covered_seq=checkpoint.covered_seq,
+                                tail_digest=checkpoint.tail_digest, snapshot=checkpoint.snapshot)
 
 
-def _checkpoint_load(args: tuple, kwargs: dict, checkpoint: Any) -> dict:
-    fields: dict[str, Any] = {"conversation": args[0], "at_or_before_seq": args[1]}
+@describes(CheckpointStorePort.load_latest, CheckpointLoadLatest)
+def _checkpoint_load(checkpoint: Any, /, conversation_id: str, at_or_before_seq: int) -> dict:
+    fields = CheckpointLoadLatest.build(conversation=conversation_id, at_or_before_seq=at_or_before_seq)
     if checkpoint is not None:
-        fields.update(covered_seq=checkpoint.covered_seq, tail_digest=checkpoint.tail_digest)
+        CheckpointLoadLatest.add_result(fields, covered_seq=checkpoint.covered_seq,
+                                        tail_digest=checkpoint.tail_digest)
     return fields
 
 
-CHECKPOINT_DESCRIBERS = {"save": _checkpoint_save, "load_latest": _checkpoint_load}
+CHECKPOINT_DESCRIBERS = _table("checkpoints", _checkpoint_save, _checkpoint_load)
 
 
 # -- schedule cursors and the run archive ---------------------------------------
 
-def _cursor(args: tuple, kwargs: dict, cursor: Any) -> dict:
-    fields: dict[str, Any] = {"schedule": args[0]}
+@describes(InMemoryScheduleStore.cursor, SchedulesCursor)
+def _cursor(cursor: Any, /, schedule_id: str) -> dict:
+    fields = SchedulesCursor.build(schedule=schedule_id)
     if cursor is not None:
-        fields.update(high_water_ms=cursor.high_water_ms, archived_through_ms=cursor.archived_through_ms,
-                      archived_runs=cursor.archived_runs)
+        SchedulesCursor.add_result(fields, high_water_ms=cursor.high_water_ms,
+                                   archived_through_ms=cursor.archived_through_ms, archived_runs=cursor.archived_runs)
     return fields
 
 
-def _advance(args: tuple, kwargs: dict, result: Any) -> dict:
-    return {"schedule": args[0], "occurrence_ms": args[1]}
+@describes(InMemoryScheduleStore.advance, SchedulesAdvance)
+def _advance(result: Any, /, schedule_id: str, occurrence_ms: int) -> dict:
+    return SchedulesAdvance.build(schedule=schedule_id, occurrence_ms=occurrence_ms)
 
 
-def _retire(args: tuple, kwargs: dict, retired: Any) -> dict:
-    return {"schedule": args[0], "occurrence_ms": args[1], "run": args[2], "summary": args[3],
-            "hold": kwargs.get("hold", False), "retired": retired}
+@describes(InMemoryScheduleStore.retire, SchedulesRetire)
+def _retire(retired: Any, /, schedule_id: str, occurrence_ms: int, run_id: str | None, summary: object | None, *,
+            hold: bool = False) -> dict:
+    return SchedulesRetire.build(schedule=schedule_id, occurrence_ms=occurrence_ms, run=run_id, summary=summary,
+                                 hold=hold, retired=retired)
 
 
-def _release(args: tuple, kwargs: dict, released: Any) -> dict:
-    return {"schedule": args[0], "run": args[1], "summary": args[2], "released": released}
+@describes(InMemoryScheduleStore.release, SchedulesRelease)
+def _release(released: Any, /, schedule_id: str, run_id: str, summary: object) -> dict:
+    return SchedulesRelease.build(schedule=schedule_id, run=run_id, summary=summary, released=released)
 
 
-SCHEDULE_DESCRIBERS = {"cursor": _cursor, "advance": _advance, "retire": _retire, "release": _release}
+SCHEDULE_DESCRIBERS = _table("schedules", _cursor, _advance, _retire, _release)
+
+
+# -- content store ------------------------------------------------------------
+
+@describes(ContentStorePort.put, ContentPut)
+def _content_put(ref: Any, /, data: bytes) -> dict:
+    return ContentPut.build(size=len(data), ref=ref)
+
+
+@describes(ContentStorePort.get, ContentGet)
+def _content_get(data: Any, /, ref: str) -> dict:
+    return ContentGet.build(ref=ref)
+
+
+@describes(ContentStorePort.has, ContentHas)
+def _content_has(found: Any, /, ref: str) -> dict:
+    return ContentHas.build(ref=ref, found=found)
+
+
+@describes(ContentStorePort.delete, ContentDelete)
+def _content_delete(deleted: Any, /, ref: str) -> dict:
+    return ContentDelete.build(ref=ref, deleted=deleted)
+
+
+CONTENT_DESCRIBERS = _table("content", _content_put, _content_get, _content_has, _content_delete)
+
+
+# -- pin index ----------------------------------------------------------------
+
+@describes(InMemoryPinIndex.record_blob, PinRecordBlob)
+def _record_blob(result: Any, /, ref: str, size_bytes: int, *, stored_at_ms: int) -> dict:
+    return PinRecordBlob.build(ref=ref, size=size_bytes, stored_at_ms=stored_at_ms)
+
+
+@describes(InMemoryPinIndex.pin, PinPin)
+def _pin(new: Any, /, ref: str, holder: str) -> dict:
+    return PinPin.build(ref=ref, holder=holder, new=new)
+
+
+@describes(InMemoryPinIndex.unpin, PinUnpin)
+def _unpin(gone: Any, /, ref: str, holder: str) -> dict:
+    return PinUnpin.build(ref=ref, holder=holder, removed=gone)
+
+
+@describes(InMemoryPinIndex.is_pinned, PinIsPinned)
+def _is_pinned(pinned: Any, /, ref: str) -> dict:
+    return PinIsPinned.build(ref=ref, pinned=pinned)
+
+
+@describes(InMemoryPinIndex.pinned_refs, PinPinnedRefs)
+def _pinned_refs(refs: Any, /) -> dict:
+    return PinPinnedRefs.build(refs=None if refs is None else len(refs))
+
+
+@describes(InMemoryPinIndex.holders, PinHolders)
+def _holders(holders: Any, /, ref: str) -> dict:
+    return PinHolders.build(ref=ref, holders=holders)
+
+
+@describes(InMemoryPinIndex.expired_unpinned, PinExpiredUnpinned)
+def _expired_unpinned(refs: Any, /, stored_before_ms: int, limit: int) -> dict:
+    return PinExpiredUnpinned.build(before_ms=stored_before_ms, refs=refs)
+
+
+@describes(InMemoryPinIndex.blob, PinBlob)
+def _blob(blob: Any, /, ref: str) -> dict:
+    return PinBlob.build(ref=ref, found=blob is not None)
+
+
+@describes(InMemoryPinIndex.forget, PinForget)
+def _forget(gone: Any, /, ref: str) -> dict:
+    return PinForget.build(ref=ref, forgotten=gone)
+
+
+PIN_DESCRIBERS = _table("pins", _record_blob, _pin, _unpin, _is_pinned, _pinned_refs, _holders, _expired_unpinned,
+                        _blob, _forget)
+
+
+# -- findings projection --------------------------------------------------------
+
+@describes(InMemoryFindingsProjection.apply_run, FindingsApplyRun)
+def _apply_run(opened: Any, /, schedule_id: str, occurrence_ms: int, run_id: str, findings: list, *,
+               settled_at_ms: int) -> dict:
+    return FindingsApplyRun.build(schedule=schedule_id, occurrence_ms=occurrence_ms, run=run_id,
+                                  findings=len(findings), opened=opened)
+
+
+@describes(InMemoryFindingsProjection.checkpoint, FindingsCheckpoint)
+def _findings_checkpoint(checkpoint_ms: Any, /, schedule_id: str) -> dict:
+    return FindingsCheckpoint.build(schedule=schedule_id, checkpoint_ms=checkpoint_ms)
+
+
+@describes(InMemoryFindingsProjection.advance_checkpoint, FindingsAdvanceCheckpoint)
+def _advance_checkpoint(result: Any, /, schedule_id: str, occurrence_ms: int) -> dict:
+    return FindingsAdvanceCheckpoint.build(schedule=schedule_id, occurrence_ms=occurrence_ms)
+
+
+@describes(InMemoryFindingsProjection.close_expired, FindingsCloseExpired)
+def _close_expired(closed: Any, /, opened_before_ms: int, *, now_ms: int, limit: int) -> dict:
+    return FindingsCloseExpired.build(before_ms=opened_before_ms, closed=None if closed is None else len(closed))
+
+
+@describes(InMemoryFindingsProjection.live_findings, FindingsLive)
+def _live_findings(live: Any, /) -> dict:
+    return FindingsLive.build(live=None if live is None else len(live))
+
+
+@describes(InMemoryFindingsProjection.live_for_run, FindingsLiveForRun)
+def _live_for_run(live: Any, /, run_id: str) -> dict:
+    return FindingsLiveForRun.build(run=run_id, live=None if live is None else len(live))
+
+
+FINDINGS_DESCRIBERS = _table("findings", _apply_run, _findings_checkpoint, _advance_checkpoint, _close_expired,
+                             _live_findings, _live_for_run)
+
+
+# Every table, by the port name the scenarios bind it under.
+DESCRIBERS_BY_PORT: dict[str, dict[str, Describe]] = {
+    "ds": DURABLE_STATE_DESCRIBERS, "kernel": KERNEL_DESCRIBERS, "ledger": LEDGER_DESCRIBERS, "log": LOG_DESCRIBERS,
+    "checkpoints": CHECKPOINT_DESCRIBERS, "schedules": SCHEDULE_DESCRIBERS, "content": CONTENT_DESCRIBERS,
+    "pins": PIN_DESCRIBERS, "findings": FINDINGS_DESCRIBERS,
+}

@@ -1,50 +1,108 @@
-"""The fault plan: which fault fires where, drawn from the ``faults`` stream.
+"""The fault plan: which fault fires where, drawn from the seed or from a script.
 
-Each (site, kind) has a rate per hit; a site is a port method (``ds.save``)
-or a failpoint name. Rather than a coin flip per hit, each (site, kind) draws
-the gap to its next firing (uniform, mean ``1/rate`` hits) from the
-``faults`` stream, so a run's faults are a pure function of (seed, order of
-hits) and cost one integer comparison per hit. Uniform gaps are not
-memoryless like per-hit coins, which does not matter for finding bugs and
-keeps the draw integer-exact on every platform.
-After ``heal_at_ms`` nothing fires: the run then shows it recovers.
+One object serves generation and replay (Hypothesis's ``ConjectureData``
+is the model): a probabilistic run and a scripted run go through the same
+``FaultPlan``, and no scenario or workload ever asks which one it has.
+
+- **Point faults** (a port call, a failpoint, a read answer) are drawn per
+  hit with ``draw(site, kinds)``. Probabilistic: each (site, kind) has a rate
+  per hit and draws the gap to its next firing (uniform, mean ``1/rate``
+  hits) from the ``faults`` stream, so a run's faults are a pure function of
+  (seed, order of hits) and cost one integer comparison per hit. Uniform gaps
+  are not memoryless like per-hit coins, which does not matter for finding
+  bugs and keeps the draw integer-exact on every platform. Scripted: each
+  entry fires at its site's recorded hit index (a hand-written entry without
+  a hit: the first hit at or after its time).
+- **Timed faults** (kills, pauses, duplicate alarms) come from chaos
+  workloads through ``drive(world, source)``: probabilistic, a harness loop
+  waits ``source.every_ms`` and asks the source for its next fault;
+  scripted, the script's faults of the source's kind fire at their times.
+
+After ``heal_at_ms`` nothing new fires (the one heal instant, computed by
+the runner): the run then shows it recovers. A script replays exactly what
+it holds.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
-from faults.kinds import ALL_FAULT_KINDS, TIMED_FAULT_KINDS
-from sim.rng import Stream
+import attrs
+
+from faults.kinds import ALL_FAULT_KINDS, FAILPOINT_CRASH, PORT_FAULT_KINDS, TIMED_FAULT_KINDS
 from sim.world import FaultEvent
+
+# A harness chaos loop fires at most this many timed faults in one run (a
+# kill every 10 minutes for a year is ~52,560): its bound, asserted.
+TIMED_FAULTS_MAX = 1_000_000
+
+
+class TimedSource(Protocol):
+    """A chaos workload's side of ``FaultPlan.drive``."""
+
+    kind: str
+    every_ms: tuple[int, int]
+
+    def propose(self, world: Any, hit: int) -> FaultEvent | None:
+        """The fault to fire now (None: nothing to hit at this moment)."""
+
+    def apply(self, world: Any, event: FaultEvent) -> bool:
+        """Fire ``event`` (generated or scripted); False if it found nothing to hit."""
 
 
 class FaultPlan:
-    """Probabilistic faults: the default, what a seed explores."""
+    """The run's faults: probabilistic from ``rates``, or exactly a ``script``."""
 
-    scripted = False
-
-    def __init__(self, stream: Stream, clock: Callable[[], int], *,
-                 rates: Mapping[str, float], heal_at_ms: int,
-                 site_filter: Callable[[str], bool] | None = None,
-                 site_rates: Mapping[str, Mapping[str, float]] | None = None) -> None:
+    def __init__(self, world: Any, *, rates: Mapping[str, float], heal_at_ms: int,
+                 site_rates: Mapping[str, Mapping[str, float]] | None = None,
+                 timed_kinds: Iterable[str] = TIMED_FAULT_KINDS,
+                 script: Iterable[Any] | None = None) -> None:
         """``site_rates``: per-site overrides of ``rates`` (FoundationDB-style
-        failpoint activation: a failpoint off for the run has rate 0)."""
+        failpoint activation: a failpoint off for the run has rate 0).
+        ``timed_kinds``: the timed kinds this run generates (the seed's
+        swarm may leave some out). ``script``: replay these fault events
+        (deviations in it are the scheduler's, skipped here); rates and
+        timed kinds are then unused: the script holds what fires."""
         for kind, rate in list(rates.items()) + [kv for r in (site_rates or {}).values() for kv in r.items()]:
             if kind not in ALL_FAULT_KINDS:
                 raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(ALL_FAULT_KINDS)}")
             if not 0.0 <= rate <= 1.0:
                 raise ValueError(f"fault rate for {kind} must be in [0, 1], got {rate}")
-        self._stream = stream
-        self._clock = clock
+        self._world = world
+        self._stream = world.streams["faults"]
+        self._clock: Callable[[], int] = world.runtime.now_ms
         self.rates = dict(rates)
         self.heal_at_ms = heal_at_ms
-        self._site_filter = site_filter
-        # Mean hits between firings of each kind (0: never fires).
+        self.timed_kinds = frozenset(timed_kinds)
+        self.scripted = script is not None
+        self._hits: dict[str, int] = {}
+        # Probabilistic: mean hits between firings of each kind (0: never).
         self._mean_gap = {kind: max(1, round(1.0 / rate)) for kind, rate in self.rates.items() if rate > 0}
         self._site_gaps = {site: {kind: max(1, round(1.0 / rate)) for kind, rate in r.items() if rate > 0}
                            for site, r in (site_rates or {}).items()}
-        self._hits: dict[str, int] = {}
-        self._next_fire: dict[str, list[list]] = {}  # site -> [[hit index, kind], ...]
+        self._next_fire: dict[str, list[list]] = {}  # site -> [[hit index, kind, gaps], ...]
+        # Scripted: the entries by (site, hit), and hand-written ones by time.
+        self.events = tuple(e for e in (script or ()) if isinstance(e, FaultEvent))
+        self._at_hit: dict[tuple[str, int], FaultEvent] = {}
+        self._by_time: dict[str, list[FaultEvent]] = {}
+        self._fired: dict[tuple[str, int], FaultEvent] = {}
+        for event in self.events:
+            if event.kind in TIMED_FAULT_KINDS:
+                continue
+            if event.hit is None:
+                self._by_time.setdefault(event.site, []).append(event)
+            else:
+                self._at_hit[(event.site, event.hit)] = event
+        for pending in self._by_time.values():
+            pending.sort(key=lambda e: e.time_ms)
+        # The hot path: one bound method, chosen once.
+        self.draw = self._draw_scripted if self.scripted else self._draw_random
+        world.site_hits = self.hits
+
+    # -- point faults --------------------------------------------------------
+
+    def draw(self, site: str, kinds: tuple[str, ...]) -> tuple[int, str | None]:  # replaced per instance
+        """Count one hit of ``site``; return ``(hit index, kind that fires or None)``."""
+        raise AssertionError("bound in __init__")
 
     def _gap(self, kind: str, gaps: Mapping[str, int]) -> int:
         # Uniform on [1, 2*mean - 1]: mean ``1/rate`` hits between firings,
@@ -52,22 +110,16 @@ class FaultPlan:
         mean = gaps[kind]
         return 1 + self._stream.below(2 * mean - 1) if mean > 1 else 1
 
-    def draw(self, site: str, kinds: tuple[str, ...]) -> tuple[int, str | None]:
-        """Count one hit of ``site``; return ``(hit index, kind that fires or None)``.
-
-        Each (site, kind) holds the hit index of its next firing, so the hot
-        path is a dict lookup and an integer comparison per kind. At most one
-        kind fires per hit; a coinciding kind is rescheduled.
-        """
+    def _draw_random(self, site: str, kinds: tuple[str, ...]) -> tuple[int, str | None]:
+        # Each (site, kind) holds the hit index of its next firing, so the
+        # hot path is a dict lookup and an integer comparison per kind. At
+        # most one kind fires per hit; a coinciding kind is rescheduled.
         n = self._hits.get(site, 0) + 1
         self._hits[site] = n
         schedule = self._next_fire.get(site)
         if schedule is None:
             gaps = self._site_gaps.get(site, self._mean_gap)
-            if self._site_filter is not None and not self._site_filter(site):
-                schedule = []
-            else:
-                schedule = [[n - 1 + self._gap(kind, gaps), kind, gaps] for kind in kinds if kind in gaps]
+            schedule = [[n - 1 + self._gap(kind, gaps), kind, gaps] for kind in kinds if kind in gaps]
             self._next_fire[site] = schedule
         fired = None
         for entry in schedule:
@@ -79,58 +131,7 @@ class FaultPlan:
             return n, None
         return n, fired
 
-    def hits(self) -> dict[str, int]:
-        return dict(sorted(self._hits.items()))
-
-    def declined(self, site: str, hit: int) -> None:
-        """The fault drawn at this hit found nothing to break (a torn batch
-        of one record): it simply did not fire."""
-
-    def restart_delay_ms(self, site: str, hit: int, fallback: Callable[[], int]) -> int:
-        """How long a process crashed by this fault stays down: drawn now."""
-        return fallback()
-
-    def duration_ms(self, site: str, hit: int, fallback: Callable[[], int]) -> int:
-        """How long this fault lasts (latency): drawn now."""
-        return fallback()
-
-
-class ScriptedPlan:
-    """Faults from a script alone (probabilistic faults off).
-
-    Each point fault (a port call, a failpoint, a read answer) fires at its
-    site's recorded hit index, so replaying a run's realized script replays
-    the run: every other decision of the run is a pure function of the seed
-    and the order of events, which the same faults reproduce. A hand-written
-    entry without a hit fires at the first hit of its site at or after its
-    time. Timed faults (kills, pauses, duplicate alarms) are not drawn here:
-    the scenario schedules them at their times (``timed``).
-    """
-
-    scripted = True
-
-    def __init__(self, events: Iterable[FaultEvent]) -> None:
-        # Deviations (scheduling entries of the same script) are the scheduler's.
-        self.events = tuple(e for e in events if isinstance(e, FaultEvent))
-        self._at_hit: dict[tuple[str, int], FaultEvent] = {}
-        self._by_time: dict[str, list[FaultEvent]] = {}
-        for event in self.events:
-            if event.kind in TIMED_FAULT_KINDS:
-                continue
-            if event.hit is None:
-                self._by_time.setdefault(event.site, []).append(event)
-            else:
-                self._at_hit[(event.site, event.hit)] = event
-        for pending in self._by_time.values():
-            pending.sort(key=lambda e: e.time_ms)
-        self._hits: dict[str, int] = {}
-        self._fired: dict[tuple[str, int], FaultEvent] = {}
-        self._clock: Callable[[], int] = lambda: 0
-
-    def bind_clock(self, clock: Callable[[], int]) -> None:
-        self._clock = clock
-
-    def draw(self, site: str, kinds: tuple[str, ...]) -> tuple[int, str | None]:
+    def _draw_scripted(self, site: str, kinds: tuple[str, ...]) -> tuple[int, str | None]:
         n = self._hits.get(site, 0) + 1
         self._hits[site] = n
         event = self._at_hit.get((site, n))
@@ -147,40 +148,83 @@ class ScriptedPlan:
         return dict(sorted(self._hits.items()))
 
     def declined(self, site: str, hit: int) -> None:
-        """The fault at this hit found nothing to break (a torn batch of one
-        record). A hand-written entry (no hit) waits for the next hit it can
-        break; a recorded one never declines (it fired when recorded)."""
+        """The fault drawn at this hit found nothing to break (a torn batch
+        of one record): it did not fire. A hand-written script entry (no hit)
+        waits for the next hit it can break; a recorded one never declines."""
         event = self._fired.pop((site, hit), None)
         if event is not None and event.hit is None:
             self._by_time.setdefault(site, []).insert(0, event)
 
     def restart_delay_ms(self, site: str, hit: int, fallback: Callable[[], int]) -> int:
+        """How long a process crashed by this fault stays down: the script's
+        figure, or drawn now."""
         event = self._fired.get((site, hit))
         if event is not None and event.restart_after_ms is not None:
             return event.restart_after_ms
         return fallback()
 
     def duration_ms(self, site: str, hit: int, fallback: Callable[[], int]) -> int:
+        """How long this fault lasts (latency): the script's figure, or drawn now."""
         event = self._fired.get((site, hit))
         if event is not None and event.duration_ms is not None:
             return event.duration_ms
         return fallback()
 
+    # -- timed faults ----------------------------------------------------------
+
     def timed(self, kind: str) -> tuple[FaultEvent, ...]:
         """The script's timed faults of ``kind``, in time order."""
         return tuple(sorted((e for e in self.events if e.kind == kind), key=lambda e: e.time_ms))
 
+    def drive(self, world: Any, source: TimedSource) -> None:
+        """Fire ``source``'s timed faults: the script's at their times, or
+        generated every ``source.every_ms`` until the heal instant."""
+        if self.scripted:
+            for event in self.timed(source.kind):
+                world.at(event.time_ms, lambda e=event: source.apply(world, e), label=f"scripted {source.kind}")
+            return
+        if source.kind in self.timed_kinds:
+            world.spawn_harness(f"chaos:{source.kind}", self._generate(world, source))
 
-def make_plan(world, opts, *, rates: Mapping[str, float], heal_at_ms: int,
-              site_filter: Callable[[str], bool] | None = None,
-              site_rates: Mapping[str, Mapping[str, float]] | None = None) -> "FaultPlan | ScriptedPlan":
-    """The run's plan: the script of ``--faults`` if given, else probabilistic."""
-    plan: FaultPlan | ScriptedPlan
-    if opts.fault_script is not None:
-        plan = ScriptedPlan(opts.fault_script)
-        plan.bind_clock(world.runtime.now_ms)
-    else:
-        plan = FaultPlan(world.streams["faults"], world.runtime.now_ms, rates=rates, heal_at_ms=heal_at_ms,
-                         site_filter=site_filter, site_rates=site_rates)
-    world.site_hits = plan.hits
-    return plan
+    async def _generate(self, world: Any, source: TimedSource) -> None:
+        runtime = world.runtime
+        chaos = world.streams["chaos"]
+        fired = 0
+        while fired < TIMED_FAULTS_MAX:
+            await runtime.sleep_ms(chaos.between(*source.every_ms))
+            if runtime.now_ms() >= self.heal_at_ms:
+                return
+            event = source.propose(world, fired + 1)
+            if event is not None and source.apply(world, event):
+                fired += 1
+        raise AssertionError(f"more than {TIMED_FAULTS_MAX} {source.kind} faults in one run")
+
+
+@attrs.frozen
+class PortFaults:
+    """A scenario's fault mix: per-hit rates by kind, its failpoints, and
+    sites whose rates are boosted (calls so rare that a sweep would hardly
+    see a fault there otherwise: FoundationDB's buggify). ``plan_for`` makes
+    the run's one plan from the seed's swarm choices, or from ``--faults``."""
+
+    rates: Mapping[str, float]
+    failpoints: tuple[str, ...] = ()
+    boosted_sites: tuple[str, ...] = ()
+    boost: int = 1
+
+    def plan_for(self, world: Any, opts: Any, choices: Any) -> FaultPlan:
+        from faults.beyond import beyond_rates  # beyond imports the plan's users
+
+        enabled = (lambda kind: True) if choices is None else choices.enabled
+        # Rates the caller gave (``--rate``) are pinned: the swarm turns none off.
+        pinned = opts.rates is not None
+        rates = {kind: rate for kind, rate in self.rates.items() if pinned or enabled(kind)}
+        rates.update(beyond_rates(opts))
+        site_rates: dict[str, dict[str, float]] = {}
+        if choices is not None and FAILPOINT_CRASH in rates and enabled(FAILPOINT_CRASH):
+            site_rates.update(choices.site_rates(self.failpoints, FAILPOINT_CRASH))
+        for site in self.boosted_sites:
+            site_rates[site] = {k: min(1.0, r * self.boost) for k, r in rates.items() if k in PORT_FAULT_KINDS}
+        timed = tuple(kind for kind in TIMED_FAULT_KINDS if enabled(kind))
+        return FaultPlan(world, rates=rates, heal_at_ms=world.heal_at_ms, site_rates=site_rates,
+                         timed_kinds=timed, script=opts.fault_script)

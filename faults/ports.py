@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from faults.events import DETAIL, ERROR
 from faults.kinds import (
     ACK_LOST,
     BEYOND_CONTRACT_KINDS,
@@ -59,6 +60,8 @@ from faults.plan import FaultPlan
 from sim.node import Node, NodeDeadError
 from sim.world import World
 
+# ``faults.describe``: the call's arguments and result -> the event's fields
+# (a ``faults.events.PortEvent``); a failed call's event adds ERROR and DETAIL.
 Describe = Callable[[tuple, dict, Any], dict]
 
 
@@ -120,14 +123,13 @@ class BoundPort:
                 elif fault == TRANSIENT_ERROR:
                     world.record_fault(node, site, TRANSIENT_ERROR, hit)
                     error = TransientStoreError(site)
-                    trace.emit(label, site, {**describe(args, kwargs, None), "error": error.name,
-                                             "detail": str(error)})
+                    trace.emit(label, site, {**describe(args, kwargs, None), ERROR: error.name, DETAIL: str(error)})
                     raise error
                 elif fault == WRITE_CONTENTION:
                     world.record_fault(node, site, WRITE_CONTENTION, hit)
                     contention = SqliteWriteContention(None, f"{site}: write lock busy (injected)")
-                    trace.emit(label, site, {**describe(args, kwargs, None), "error": contention.name,
-                                             "detail": str(contention)})
+                    trace.emit(label, site, {**describe(args, kwargs, None), ERROR: contention.name,
+                                             DETAIL: str(contention)})
                     raise contention
                 elif fault == CRASH_BEFORE_CALL:
                     delay_ms = plan.restart_delay_ms(site, hit, restart_after)
@@ -140,8 +142,8 @@ class BoundPort:
                 note_call(after)
                 fields = describe(args, kwargs, None)
                 name = getattr(type(error), "name", None)
-                fields["error"] = name if isinstance(name, str) and name else type(error).__name__
-                fields["detail"] = str(error)
+                fields[ERROR] = name if isinstance(name, str) and name else type(error).__name__
+                fields[DETAIL] = str(error)
                 trace.emit(label, site, fields)
                 raise
             note_call(after)

@@ -75,6 +75,10 @@ class SwarmSpace:
                 return knob
         raise KeyError(name)
 
+    def choices_for(self, world: Any, opts: Any) -> "SwarmChoices":
+        """The run's choices (the runner calls this first, before the build)."""
+        return choose_for(world, opts, self)
+
 
 @attrs.frozen
 class SwarmChoices:
@@ -94,6 +98,10 @@ class SwarmChoices:
 
     def knob(self, name: str) -> int:
         return dict(self.knobs)[name]
+
+    def knob_or(self, name: str, default: int) -> int:
+        """A knob the scenario may not have (the system's busy timeout)."""
+        return dict(self.knobs).get(name, default)
 
     def site_rates(self, failpoints: tuple[str, ...], kind: str) -> dict[str, dict[str, float]]:
         """Per-failpoint rates for ``FaultPlan(site_rates=...)``: activated

@@ -52,11 +52,14 @@ from __future__ import annotations
 
 import bisect
 import re
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import attrs
 
 from model.canonical import MAX_SAFE_INTEGER, canonical_json, decode, digest
+from model.retry import is_retryable
+from model.runtime import Runtime
+from model.schedules import Schedule, run_id_for
 from model.sqlite_db import SqliteAdapter, write_transaction
 
 __all__ = [
@@ -72,6 +75,8 @@ __all__ = [
     "SEVERITIES",
     "SqliteFindingsProjection",
     "TARGETS_MAX",
+    "project_forever",
+    "project_once",
     "projection_digest",
     "rebuild_projection",
     "validate_finding",
@@ -512,3 +517,66 @@ async def rebuild_projection(
         still_open = [f for f in findings if f["id"] not in closed_ids]
         await projection.apply_run(schedule_id, occurrence_ms, run_id, still_open, settled_at_ms=settled_at_ms)
     return projection
+
+
+# --------------------------------------------------------------------------
+# The projector (a process of the system)
+# --------------------------------------------------------------------------
+
+
+async def project_once(ledger: Any, findings: Any, pins: Any, schedules: Sequence[Schedule],
+                       now_ms: int | Callable[[], int]) -> None:
+    """One projection pass: apply every settled run past each schedule's
+    checkpoint, in occurrence order, pinning each finding's evidence before
+    the run is applied (so retention never sees a cited blob unpinned).
+
+    ``schedules``: in a fixed order (the order of the store calls).
+    ``now_ms``: the clock, read once per schedule as the pass reaches it (or
+    a fixed time). Per schedule: an occurrence that never ran moves the
+    checkpoint past it (skipped), except the latest, which may not be
+    admitted yet; an unsettled run stops the schedule (projected in order,
+    so it waits for the next pass)."""
+    clock = now_ms if callable(now_ms) else (lambda: now_ms)
+    assert len({s.schedule_id for s in schedules}) == len(schedules), "a schedule listed twice"
+    for schedule in schedules:
+        schedule_id = schedule.schedule_id
+        checkpoint_ms = await findings.checkpoint(schedule_id)
+        occurrence_ms = schedule.first_ms if checkpoint_ms is None else checkpoint_ms + schedule.every_ms
+        high_ms = schedule.latest_due_at(clock())
+        while high_ms is not None and occurrence_ms <= high_ms:
+            run_id = run_id_for(schedule_id, occurrence_ms)
+            record = await ledger.get_by_idempotency_key(run_id, schedule_id, run_id)
+            if record is None:
+                if occurrence_ms + schedule.every_ms > high_ms:
+                    break  # the latest occurrence may not be admitted yet
+                await findings.advance_checkpoint(schedule_id, occurrence_ms)  # skipped
+            elif record.outcome is None:
+                break  # not settled: projected in order, so wait
+            else:
+                result = record.reserved_record.get("result") if record.outcome == "completed" else None
+                found = (result or {}).get("findings", [])
+                for finding in found:
+                    for ref in finding["evidence"]:
+                        await pins.pin(ref, finding["id"])
+                await findings.apply_run(schedule_id, occurrence_ms, run_id, found,
+                                         settled_at_ms=record.settled_at_ms)
+            occurrence_ms += schedule.every_ms
+
+
+async def project_forever(ledger: Any, findings: Any, pins: Any, schedules: Sequence[Schedule], runtime: Runtime,
+                          *, every_ms: int) -> None:
+    """The findings projector: a consumer of settled runs with its own
+    checkpoint (``project_once`` every ``every_ms``). A retryable failure
+    (``model.retry``) ends the pass; the next one starts over from the
+    checkpoint. Anything else is raised: the process fails loudly."""
+    assert every_ms > 0, every_ms
+    schedules = tuple(schedules)
+    # The projector process's forever loop: it never ends by itself; it ends
+    # when its node is killed (every pass waits ``every_ms``).
+    while True:
+        try:
+            await project_once(ledger, findings, pins, schedules, runtime.now_ms)
+        except Exception as error:
+            if not is_retryable(error):
+                raise  # a transient failure: the next tick starts over from the checkpoint
+        await runtime.sleep_ms(every_ms)

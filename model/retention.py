@@ -17,6 +17,8 @@ A daily pass, per schedule, in occurrence order:
 The pin predicate is evaluated before every archive, delete and reclaim:
 what a live finding cites survives. The pin index is keyed by ref, not by
 run, so evidence outlives the run that recorded it.
+
+``retention_forever`` is the process that runs the pass: daily, at midnight.
 """
 from __future__ import annotations
 
@@ -26,10 +28,15 @@ import attrs
 
 from model.conversation.records import HistoryCorrupted
 from model.conversation.recovery import read_recovery_prefix
+from model.retry import is_retryable
+from model.runtime import Runtime
 from model.schedules import Schedule, run_id_for
 from model.pins import reclaim_expired_blobs
 
 RETIRE_PER_PASS_MAX = 100_000
+RETENTION_EVERY_MS = 24 * 60 * 60 * 1_000  # daily, at midnight (of the runtime's clock)
+# A pass that failed on a retryable error starts over this much later.
+RETENTION_RETRY_MS = 60 * 1_000
 
 
 @attrs.frozen
@@ -175,3 +182,29 @@ class Retention:
         record = await self.ledger.get_by_idempotency_key(run_id, schedule_id, run_id)
         assert record is not None and record.outcome is not None, run_id
         return record
+
+
+async def retention_forever(retention: Retention, schedules: Iterable[Schedule], runtime: Runtime) -> None:
+    """The retention process: ``retention.run_pass`` daily at midnight.
+
+    ``schedules``: in a fixed order (the order of the store calls). A
+    retryable failure (``model.retry``) waits ``RETENTION_RETRY_MS`` and
+    starts the pass over (a pass is idempotent: what it finished stays
+    finished); anything else is raised: the process fails loudly."""
+    schedules = tuple(schedules)
+    # The retention process's forever loop: it never ends by itself; it ends
+    # when its node is killed (every turn sleeps until the next midnight).
+    while True:
+        next_midnight_ms = (runtime.now_ms() // RETENTION_EVERY_MS + 1) * RETENTION_EVERY_MS
+        await runtime.sleep_until_ms(next_midnight_ms)
+        # Not bounded by a count: it ends when a pass completes. Each attempt
+        # waits a minute; how many a store's transient failures take is the
+        # store's (a fault rate, until the faults heal), not a bug here.
+        while True:
+            try:
+                await retention.run_pass(list(schedules), runtime.now_ms())
+                break
+            except Exception as error:
+                if not is_retryable(error):
+                    raise
+                await runtime.sleep_ms(RETENTION_RETRY_MS)  # a transient failure: the pass starts over

@@ -20,9 +20,11 @@ its own (ADR 0051 D1 on persistence §3):
   it (with the last steps, one atomic batch), finalize. The canonical record
   wins: one already reserved or in the log is used over a recomputed one.
 
-Every gap between two durable steps is a named crash point, the same ones
-as the submission lifecycle (``model.failpoints``). A process holds its
-claims and log tails in memory only; a restart starts from the stores.
+Admission and settlement are the submission lifecycle's own
+(``model.lifecycle``), shared with ``model.submissions``. Every gap between
+two durable steps is a named crash point, the same ones as the submission
+lifecycle (``model.failpoints``). A process holds its claims and log tails
+in memory only; a restart starts from the stores.
 """
 from __future__ import annotations
 
@@ -37,14 +39,9 @@ from model.conversation.records import (
     RecordEnvelope,
 )
 from model.failpoints import (
-    ADMITTED_BEFORE_READY,
-    APPENDED_BEFORE_FINALIZE,
     CLAIMED_BEFORE_INPUT,
-    FINALIZED_BEFORE_REPLY,
     INPUT_APPENDED_BEFORE_MARKER,
     NO_FAILPOINTS,
-    READY_BEFORE_RECEIPT,
-    RESERVED_BEFORE_APPEND,
     Failpoints,
 )
 from model.kernel.records import (
@@ -60,17 +57,28 @@ from model.kernel.records import (
     StepSequenceConflict,
     UnknownExecution,
 )
+from model.lifecycle import (
+    DEPLOYMENT_ID,
+    DIAGNOSTIC_MESSAGE_MAX,
+    INPUT_FAMILY,
+    SETTLED_FAMILY,
+    SubmissionLifecycle,
+    input_batch_id,
+    input_entry,
+)
 from model.probe import NULL_PROBE, Probe
 from model.schedules import parse_run_id
-from model.submissions import ADMISSION_PRODUCER, DEPLOYMENT_ID, DIAGNOSTIC_MESSAGE_MAX, input_batch_id, settle_batch_id
 
-RUN_INPUT_FAMILY = "input"  # the submission lifecycle's input record: the ledger rebuilds from it
+RUN_INPUT_FAMILY = INPUT_FAMILY  # the submission lifecycle's input record: the ledger rebuilds from it
 STEP_FAMILY = "tool-call"  # persistence §11 family of durable step records
-SETTLED_FAMILY = "submission-settled"
 # A recovery read of one run's log: runs are bounded (a handful of steps),
 # so one page holds any of them; more is a runaway, not a workload.
 RUN_RECORDS_MAX = 1_024
 CLAIM_RETRY_MS = 1_000
+# A claim waits out at most one other owner's lease at a time (runs never
+# renew, and the lease knob stays within minutes): this many one-second
+# waits (~2.8 hours) is a claim that never comes, not a slow one.
+CLAIM_ATTEMPTS_MAX = 10_000
 
 Sleep = Callable[[int], Awaitable[None]]
 
@@ -117,6 +125,7 @@ class LedgerRuns:
         self.sleep_ms = sleep_ms
         self.failpoints = failpoints
         self.probe = probe
+        self.lifecycle = SubmissionLifecycle(ledger, log, now_ms=now_ms, owner_id=owner_id, failpoints=failpoints)
         self._claims: dict[str, Any] = {}            # run_id -> Claim this process holds
         self._tails: dict[str, tuple[int, str]] = {}  # run_id -> (tail_seq, tail_digest) as last written
         self._steps: dict[str, int] = {}              # run_id -> steps in its log
@@ -138,8 +147,17 @@ class LedgerRuns:
             return StartOutcome(None, True)  # retired: archived and deleted, or held by a pin
         run_input = {"scheduleId": schedule_id, "occurrenceMs": occurrence_ms, "flowVersion": flow_version,
                      "input": input}
+
+        async def advance_cursor(_admission: Any) -> None:
+            await self.schedules.advance(schedule_id, occurrence_ms)
+
         try:
-            admission = await self.ledger.admit(run_id, schedule_id, run_id, run_input, started_at_ms)
+            # A replay stops at the receipt: a half-admitted run is completed
+            # by whoever owns it next (``_ensure_owned``). A run's log is born
+            # with its admission.
+            admission = await self.lifecycle.admit(run_id, schedule_id, run_id, run_input, started_at_ms,
+                                                   complete_replay=False, log_is_new=True,
+                                                   before_ready=advance_cursor)
         except Exception as error:
             # The same occurrence admitted before on other code (an alarm
             # delivered again after a deploy): a duplicate, not a new run.
@@ -152,11 +170,6 @@ class LedgerRuns:
             return StartOutcome(existing, True)
         if admission.replayed:
             return StartOutcome(await self.load_execution(run_id), True)
-        self.failpoints.hit(ADMITTED_BEFORE_READY)
-        await self.schedules.advance(schedule_id, occurrence_ms)
-        await self.log.materialize(run_id, ADMISSION_PRODUCER, 0)
-        await self.ledger.mark_ready(admission.submission_id)
-        self.failpoints.hit(READY_BEFORE_RECEIPT)
         record = ExecutionRecord(run_id, schedule_id, occurrence_ms, flow_version, input, RUNNING,
                                  started_at_ms, None, None)
         self._owned[run_id] = (record, None)
@@ -171,6 +184,7 @@ class LedgerRuns:
         log at the claim's epoch and apply the input once. False when the run
         got settled meanwhile (by the owner we were waiting for)."""
         ledger = self.ledger
+        attempts = 0
         while True:
             claim = await ledger.claim(run_id, self.owner_id, self.lease_ms, self.now_ms())
             if claim is not None:
@@ -178,6 +192,8 @@ class LedgerRuns:
             current = await ledger.get(submission_id)
             if current is not None and current.outcome is not None:
                 return False
+            attempts += 1
+            assert attempts < CLAIM_ATTEMPTS_MAX, f"{run_id}: no claim after {attempts} attempts"
             await self.sleep_ms(CLAIM_RETRY_MS)
         assert claim.submission_id == submission_id, (claim, submission_id)
         self.probe.emit("run.claimed", run=run_id, owner=self.owner_id, epoch=claim.epoch)
@@ -203,9 +219,8 @@ class LedgerRuns:
             observed = await self.log.inspect_tail(run_id)
             self._tails[run_id] = (observed.tail_seq, observed.tail_digest)
         if self._tails[run_id][0] == 0:
-            await self._append(run_id, input_batch_id(submission_id), [(RUN_INPUT_FAMILY, {
-                "submissionId": submission_id, "input": run_input, "principalId": parse_run_id(run_id)[0],
-                "idempotencyKey": run_id, "queueSeq": 1})])
+            await self._append(run_id, input_batch_id(submission_id), [
+                input_entry(submission_id, run_input, parse_run_id(run_id)[0], run_id, 1)])
             self.failpoints.hit(INPUT_APPENDED_BEFORE_MARKER)
             input_applied = False
         if not input_applied:
@@ -223,11 +238,7 @@ class LedgerRuns:
             return  # settled: nothing to own, reads only
         if not record.ready:
             # Admission stopped before ready: finish it (idempotent steps).
-            try:
-                await self.log.inspect_tail(run_id)
-            except NotMaterialized:
-                await self.log.materialize(run_id, ADMISSION_PRODUCER, 0)
-            await self.ledger.mark_ready(record.submission_id)
+            await self.lifecycle.make_ready(run_id, record.submission_id)
             schedule_id, occurrence_ms = parse_run_id(run_id)
             await self.schedules.advance(schedule_id, occurrence_ms)
         if await self._settle_from_log(run_id, record):
@@ -239,16 +250,9 @@ class LedgerRuns:
 
     async def _settle_from_log(self, run_id: str, record: Any) -> bool:
         """Finalize a settlement the run's log holds already; True if it did."""
-        if record.reserved_record is None:
-            return False  # nothing reserved: nothing can be in the log yet
-        try:
-            batch = await self.log.lookup_batch(run_id, settle_batch_id(record.submission_id))
-        except NotMaterialized:
+        settlement = await self.lifecycle.adopt_logged(run_id, record)
+        if settlement is None:
             return False
-        if batch is None:
-            return False
-        settlement = await self.ledger.finalize_settlement(record.submission_id, self.now_ms())
-        self.failpoints.hit(FINALIZED_BEFORE_REPLY)
         self.probe.emit("run.settled", run=run_id, outcome=settlement.outcome, digest=settlement.record_digest,
                         epoch=record.epoch)
         return True
@@ -291,7 +295,7 @@ class LedgerRuns:
         return records
 
     @staticmethod
-    def _step_records(run_id: str, records: tuple) -> tuple[StepRecord, ...]:
+    def step_records(run_id: str, records: tuple) -> tuple[StepRecord, ...]:
         return tuple(StepRecord(run_id, p["seq"], p["stepId"], p["kind"], p["output"])
                      for p in (r.envelope.payload for r in records if r.envelope.family == STEP_FAMILY))
 
@@ -304,7 +308,7 @@ class LedgerRuns:
         for record in records:
             if record.envelope.family == SETTLED_FAMILY:
                 self._settled[run_id] = record.envelope.payload["record"]
-        steps = self._step_records(run_id, records)
+        steps = self.step_records(run_id, records)
         self._steps[run_id] = len(steps)
         return steps
 
@@ -347,29 +351,29 @@ class LedgerRuns:
             assert final is not None
             return final
         execution, reserved_record = self._owned[run_id]
-        # The canonical record wins: the log's, else the one already
-        # reserved, else this one.
-        in_log = self._settled.get(run_id)
-        record = in_log if in_log is not None else reserved_record
-        if record is None:
-            record = settlement_record(status, output)
-        reserved = await self.ledger.reserve_settlement(claim, record)
-        self._owned[run_id] = (execution, record)  # a retry in this process reuses it
-        self.failpoints.hit(RESERVED_BEFORE_APPEND)
-        if in_log is None:
+
+        def remember(record: Any) -> None:
+            self._owned[run_id] = (execution, record)  # a retry in this process reuses it
+
+        async def append_settlement(batch_id: str, entry: tuple[str, Any]) -> None:
+            # The last steps and the settlement record: one atomic batch.
             batch = self._step_payloads(run_id, first_seq or self._steps.get(run_id, 0) + 1, tuple(steps))
-            batch.append((SETTLED_FAMILY, {"submissionId": claim.submission_id,
-                                           "recordDigest": reserved.record_digest, "record": record}))
-            await self._append(run_id, settle_batch_id(claim.submission_id), batch)
-        self.failpoints.hit(APPENDED_BEFORE_FINALIZE)
-        settlement = await self.ledger.finalize_settlement(claim.submission_id, finished_at_ms)
-        self.failpoints.hit(FINALIZED_BEFORE_REPLY)
+            batch.append(entry)
+            await self._append(run_id, batch_id, batch)
+
+        # The canonical record wins: the log's (as this process read it),
+        # else the one already reserved, else this one.
+        terminal = await self.lifecycle.terminalize(
+            claim, logged=self._settled.get(run_id), reserved=reserved_record,
+            fresh=lambda: settlement_record(status, output), append=append_settlement,
+            finalized_at_ms=finished_at_ms, on_reserved=remember)
+        settlement = terminal.settlement
         self.probe.emit("run.settled", run=run_id, outcome=settlement.outcome, digest=settlement.record_digest,
                         epoch=claim.epoch)
         self._forget(run_id)
         return ExecutionRecord(run_id, execution.schedule_id, execution.occurrence_ms, execution.flow_version,
                                execution.input, _status_of(settlement.outcome), execution.started_at_ms,
-                               settlement.settled_at_ms, _output_of(record))
+                               settlement.settled_at_ms, _output_of(terminal.record))
 
     def _forget(self, run_id: str) -> None:
         self._claims.pop(run_id, None)
@@ -399,7 +403,7 @@ class LedgerRuns:
 
     async def _live_status(self, run_id: str) -> str:
         try:
-            steps = self._step_records(run_id, await self._read_all(run_id))
+            steps = self.step_records(run_id, await self._read_all(run_id))
         except NotMaterialized:
             return RUNNING
         return PARKED if steps and steps[-1].kind == EFFECT_INDOUBT else RUNNING

@@ -19,9 +19,10 @@ from typing import Any, Callable
 
 import attrs
 
-from model.kernel.kernel import Flow, Kernel, MigrationMissing, RunOutcome, error_output, is_retryable
+from model.kernel.kernel import Flow, Kernel, MigrationMissing, RunOutcome, error_output
 from model.kernel.records import FAILED
 from model.probe import NULL_PROBE, Probe
+from model.retry import is_retryable
 from model.runtime import Runtime
 
 CATCH_UP_LATEST = "latest"
@@ -138,6 +139,10 @@ class ScheduleDriver:
         (``is_retryable``) anywhere in a wake is waited out and the loop
         starts over from the stores: the live run is resumed by ``recover``."""
         runtime = self.runtime
+        # Not bounded by a count: every retryable error in the schedule's
+        # whole life lands here (a year of wakes has as many as the stores'
+        # fault rate makes). It ends when the schedule does, or with the
+        # process (its node killed); every retry waits RETRY_MS.
         while True:
             try:
                 await self._run_forever()
@@ -153,6 +158,9 @@ class ScheduleDriver:
         schedule = self.schedule
         runtime = self.runtime
         await self.recover()
+        # The driver's forever loop: it ends at the schedule's ``end_ms`` (an
+        # open-ended schedule never ends; its process does, when its node is
+        # killed). Every turn sleeps, or runs a wake, before the next.
         while True:
             if self._parked:
                 # Blocked behind a parked run; look again once per cadence.

@@ -4,11 +4,13 @@ Admission and settlement each span the Submission Ledger and the
 Conversation Log, so neither is one transaction; each passes through
 recoverable states instead:
 
-- admission: admit ledger row -> materialize the conversation -> mark ready;
+- admission: admit ledger row -> materialize the conversation -> mark ready
+  (``model.lifecycle``);
 - processing: claim (lease + producer epoch) -> take over the log at that
   epoch -> append the input record -> mark input applied -> append step
   records;
-- settlement: reserve the exact record -> append that record -> finalize.
+- settlement: reserve the exact record -> append that record -> finalize
+  (``model.lifecycle``).
 
 Every step is idempotent and every gap between two durable steps is a named
 crash point (``model.failpoints.SUBMISSION_CRASH_POINTS``). Recovery is
@@ -28,46 +30,41 @@ import attrs
 from model.conversation.records import (
     AcknowledgedWriteLost,
     AppendResult,
+    BatchRecord,
     FencedAppendRequest,
     PAGE_SIZE_MAX,
     NotMaterialized,
     RecordEnvelope,
 )
 from model.failpoints import (
-    ADMITTED_BEFORE_READY,
-    APPENDED_BEFORE_FINALIZE,
     CLAIMED_BEFORE_INPUT,
-    FINALIZED_BEFORE_REPLY,
     INPUT_APPENDED_BEFORE_MARKER,
     NO_FAILPOINTS,
-    READY_BEFORE_RECEIPT,
-    RESERVED_BEFORE_APPEND,
     STEP_DONE_BEFORE_RECORD,
     Failpoints,
 )
 from model.ledger.records import AdmissionResult, Claim, Settlement
+# ADMISSION_PRODUCER and settle_batch_id are re-exported (their old home).
+from model.lifecycle import (  # noqa: F401
+    ADMISSION_PRODUCER,
+    DEPLOYMENT_ID,
+    DIAGNOSTIC_MESSAGE_MAX,
+    SETTLED_FAMILY,
+    SubmissionLifecycle,
+    input_batch_id,
+    input_entry,
+    settle_batch_id,
+)
 from model.probe import NULL_PROBE, Probe
-
-ADMISSION_PRODUCER = "admission"
-# A failed settlement's diagnostic is bounded (durability §12).
-DIAGNOSTIC_MESSAGE_MAX = 1_000
-DEPLOYMENT_ID = "loomsim"
+from model.retry import error_name, is_retryable
 
 # What a submission's work is: ``steps`` deterministic outputs, computed from
 # its input. A real runtime would call a model and tools here.
 Work = Callable[[Any, int], Any]
 
 
-def input_batch_id(submission_id: str) -> str:
-    return f"input:{submission_id}"
-
-
 def step_batch_id(submission_id: str, index: int) -> str:
     return f"step:{submission_id}:{index}"
-
-
-def settle_batch_id(submission_id: str) -> str:
-    return f"settle:{submission_id}"
 
 
 class SubmissionClient:
@@ -80,19 +77,14 @@ class SubmissionClient:
         self.now_ms = now_ms
         self.failpoints = failpoints
         self.probe = probe
+        self.lifecycle = SubmissionLifecycle(ledger, log, now_ms=now_ms, failpoints=failpoints)
 
     async def submit(self, conversation_id: str, principal_id: str, idempotency_key: str,
                      request: Any) -> AdmissionResult:
-        admission = await self.ledger.admit(conversation_id, principal_id, idempotency_key, request, self.now_ms())
-        self.failpoints.hit(ADMITTED_BEFORE_READY)
-        try:
-            await self.log.inspect_tail(conversation_id)
-        except NotMaterialized:
-            # Epoch 0 by the admission producer: any claimed owner (epoch >= 1)
-            # takes over from it; a second admission's materialize is a no-op.
-            await self.log.materialize(conversation_id, ADMISSION_PRODUCER, 0)
-        await self.ledger.mark_ready(admission.submission_id)
-        self.failpoints.hit(READY_BEFORE_RECEIPT)
+        # At least once: a replayed admission goes through ready again, which
+        # completes one that stopped before it.
+        admission = await self.lifecycle.admit(conversation_id, principal_id, idempotency_key, request,
+                                               self.now_ms(), complete_replay=True)
         self.probe.emit("submission.receipt", submission=admission.submission_id, replayed=admission.replayed)
         return admission
 
@@ -132,6 +124,7 @@ class SubmissionWorker:
         # ``step_delay(submission_id, index)`` -> an awaitable: the time an
         # effect takes (a model call). The lease is renewed before it.
         self.step_delay = step_delay
+        self.lifecycle = SubmissionLifecycle(ledger, log, now_ms=now_ms, owner_id=owner_id, failpoints=failpoints)
 
     async def process_next(self, conversation_id: str) -> ProcessOutcome | None:
         """Claim and settle the conversation's head, if one is claimable now."""
@@ -152,10 +145,8 @@ class SubmissionWorker:
         self.failpoints.hit(CLAIMED_BEFORE_INPUT)
         if not record.input_applied:
             await self._append_once(conversation_id, claim, input_batch_id(submission_id),
-                                    [("input", {"submissionId": submission_id, "input": record.input,
-                                                "principalId": record.principal_id,
-                                                "idempotencyKey": record.idempotency_key,
-                                                "queueSeq": record.queue_seq})])
+                                    [input_entry(submission_id, record.input, record.principal_id,
+                                                 record.idempotency_key, record.queue_seq)])
             self.failpoints.hit(INPUT_APPENDED_BEFORE_MARKER)
             await self.ledger.mark_input_applied(claim)
         outputs: list = []
@@ -184,28 +175,24 @@ class SubmissionWorker:
                                     [("model-output", {"submissionId": submission_id, "step": index,
                                                        "output": output})])
             outputs.append(output)
-        settlement_record = await self._settlement_record(conversation_id, submission_id, record, outputs, failure)
-        reserved = await self.ledger.reserve_settlement(claim, settlement_record)
-        self.failpoints.hit(RESERVED_BEFORE_APPEND)
-        await self._append_once(conversation_id, claim, settle_batch_id(submission_id),
-                                [("submission-settled", {"submissionId": submission_id,
-                                                         "recordDigest": reserved.record_digest,
-                                                         "record": settlement_record})])
-        self.failpoints.hit(APPENDED_BEFORE_FINALIZE)
-        settlement = await self.ledger.finalize_settlement(submission_id, self.now_ms())
-        self.failpoints.hit(FINALIZED_BEFORE_REPLY)
+        # The canonical record wins: the log's, else the reserved one, else new.
+        batch = await self.lifecycle.logged_settlement(conversation_id, submission_id)
+        logged = None if batch is None else (await self._batch_payload(conversation_id, batch))["record"]
+        terminal = await self.lifecycle.terminalize(
+            claim, logged=logged, reserved=record.reserved_record,
+            fresh=lambda: self._fresh_record(record, outputs, failure),
+            # Append-once: it looks the batch up itself, so it runs even when
+            # the record is logged (and then appends nothing).
+            append=lambda batch_id, entry: self._append_once(conversation_id, claim, batch_id, [entry]),
+            append_if_logged=True)
+        settlement = terminal.settlement
         self.probe.emit("submission.settled", submission=submission_id, outcome=settlement.outcome,
                         digest=settlement.record_digest, epoch=claim.epoch)
         return ProcessOutcome(submission_id, settlement, claim.epoch)
 
-    async def _settlement_record(self, conversation_id: str, submission_id: str, record: Any,
-                                 outputs: list, failure: dict | None) -> Any:
-        """The canonical record wins: the log's, else the reserved one, else new."""
-        settled = await self._recorded_payload(conversation_id, settle_batch_id(submission_id))
-        if settled is not None:
-            return settled["record"]
-        if record.reserved_record is not None:
-            return record.reserved_record
+    @staticmethod
+    def _fresh_record(record: Any, outputs: list, failure: dict | None) -> dict:
+        """The settlement record of work settled for the first time."""
         if record.abort_author is not None:
             return {"outcome": "aborted"}  # no result (persistence §10)
         if failure is not None:
@@ -217,6 +204,10 @@ class SubmissionWorker:
         batch = await self.log.lookup_batch(conversation_id, batch_id)
         if batch is None:
             return None
+        return await self._batch_payload(conversation_id, batch)
+
+    async def _batch_payload(self, conversation_id: str, batch: BatchRecord) -> Any:
+        """The payload of a one-record batch's record."""
         (record,) = await self.log.read(conversation_id, batch.first_seq - 1, 1)
         return record.envelope.payload
 
@@ -255,14 +246,10 @@ class SubmissionWorker:
 # An AppendConflict of a stale owner (its batch id already holds another
 # owner's batch) is the same news: someone else did this step.
 LOST_OWNERSHIP_ERRORS = ("OwnershipLost", "FenceRejected", "AppendConflict")
-# Errors a retry can clear: a transient read fault caught by the fail-closed
-# recovery read, a busy SQLite writer.
-RETRYABLE_ERRORS = ("HistoryCorrupted", "SqliteWriteContention", "ConversationStoreError", "TransientStoreError")
-
-
-def error_name(error: BaseException) -> str:
-    name = getattr(type(error), "name", None)
-    return name if isinstance(name, str) and name else type(error).__name__
+# Errors a retry can clear are ``model.retry.is_retryable(error, reread=True)``:
+# this process reads every history again from the stores, so besides a busy
+# SQLite writer or a transient store error, a damaged read answer that the
+# fail-closed recovery read refused is worth another attempt.
 
 
 ACKNOWLEDGED_TAILS_MAX = 256
@@ -279,7 +266,7 @@ def recovery_snapshot(records, previous: Any = None) -> dict:
     settled = 0 if previous is None else previous["settled"]
     for record in records:
         count += 1
-        if record.envelope.family == "submission-settled":
+        if record.envelope.family == SETTLED_FAMILY:
             settled += 1
     return {"records": count, "settled": settled}
 
@@ -345,23 +332,28 @@ async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, r
     """What a worker process runs: recover, then claim and settle forever."""
     assert poll_ms > 0 and retry_ms > 0
     probe = worker.probe
+    # Not bounded by a count: it ends when one pass reads every history
+    # whole. Each attempt waits ``retry_ms``; a run of damaged read answers
+    # (a fault rate, until the faults heal) may take as many as it likes.
     while True:
         try:
             await recovery_pass(worker.log, worker.ledger, probe, checkpoints=worker.checkpoints,
                                 now_ms=worker.now_ms, page_size=worker.recovery_page_size)
             break
         except Exception as error:
-            if error_name(error) not in RETRYABLE_ERRORS:
+            if not is_retryable(error, reread=True):
                 raise
             probe.emit("recovery.failed", owner=worker.owner_id, error=error_name(error))
             await runtime.sleep_ms(retry_ms)
+    # The worker process's forever loop: it never ends by itself; the process
+    # ends when its node is killed (every poll waits ``poll_ms``).
     while True:
         # One strongly consistent scan tells where work is; claim only there.
         waiting: list[str] = []
         try:
             scan = await worker.ledger.scan_nonterminal()
         except Exception as error:
-            if error_name(error) not in RETRYABLE_ERRORS:
+            if not is_retryable(error, reread=True):
                 raise
             probe.emit("scan.retry", owner=worker.owner_id, error=error_name(error))
             scan = ()
@@ -376,7 +368,7 @@ async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, r
                 if name in LOST_OWNERSHIP_ERRORS:
                     probe.emit("submission.abandoned", owner=worker.owner_id, conversation=conversation_id,
                                error=name)
-                elif name in RETRYABLE_ERRORS:
+                elif is_retryable(error, reread=True):
                     probe.emit("submission.retry", owner=worker.owner_id, conversation=conversation_id,
                                error=name)
                 else:

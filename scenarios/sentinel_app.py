@@ -37,6 +37,8 @@ FINDING_READING_MIN = 997
 STATS_LATENCY_MS = (20, 2_000)
 EXPLAIN_LATENCY_MS = (50, 500)
 PUBLISH_LATENCY_MS = (10, 300)
+# A broken build stays deployed this long before its fix lands.
+BROKEN_WINDOW_MS = (3_600_000, 6 * 3_600_000)
 # Statistics payloads: a sample string, usually small; one wake in
 # STATS_LARGE_ONE_IN carries a large one, over the 16 KiB inline cap.
 STATS_SAMPLE_BYTES = (0, 1_500)

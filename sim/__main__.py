@@ -1,5 +1,5 @@
 import sys
 
-from sim.cli import main
+from sim.face.cli import main
 
 sys.exit(main())

@@ -39,8 +39,13 @@ class Checker:
         self._sink: Callable[[Violation], None] | None = None
         self._clock: Callable[[], int] = lambda: 0
         self._trace: Trace | None = None
+        # The system's audit view (``scenarios.system.AuditView``): what a
+        # checker reads of the stores, online and at the audit.
+        self.view: Any = None
 
-    def attach(self, trace: Trace, clock: Callable[[], int], sink: Callable[[Violation], None]) -> None:
+    def attach(self, trace: Trace, clock: Callable[[], int], sink: Callable[[Violation], None],
+               view: Any = None) -> None:
+        self.view = view
         self._sink = sink
         self._clock = clock
         self._trace = trace
@@ -51,8 +56,13 @@ class Checker:
     def on_event(self, event: Event) -> None:  # pragma: no cover - default
         raise NotImplementedError
 
-    def audit(self, world: Any) -> None:
-        """End-of-run check against the stores. Default: nothing to audit."""
+    def audit(self, view: Any) -> None:
+        """End-of-run check against the stores (``view``: the system's
+        ``AuditView``). Default: nothing to audit."""
+
+    def metrics(self) -> dict[str, Any]:
+        """What this checker saw, for the run's stats (``wakes``, ``settled``)."""
+        return {}
 
     def fail(self, message: str, related: Iterable[str] = ()) -> None:
         assert self._sink is not None, "checker not attached"
@@ -69,12 +79,13 @@ class InvariantSet:
         self._on_violation = on_violation
         self.checkers: list[Checker] = []
         self.violations: list[Violation] = []
+        self.view: Any = None  # set by the runner once the system is open
 
     def add(self, *checkers: Checker) -> None:
         for checker in checkers:
             if any(c.name == checker.name for c in self.checkers):
                 raise ValueError(f"invariant {checker.name!r} added twice")
-            checker.attach(self._trace, self._clock, self._record)
+            checker.attach(self._trace, self._clock, self._record, self.view)
             self.checkers.append(checker)
 
     def _record(self, violation: Violation) -> None:
@@ -93,6 +104,12 @@ class InvariantSet:
                 name = getattr(type(error), "name", None)
                 name = name if isinstance(name, str) and name else type(error).__name__
                 checker.fail(f"audit could not read the stores back: {name}: {error}")
+
+    def metrics(self) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for checker in self.checkers:
+            merged.update(checker.metrics())
+        return merged
 
     def check_counts(self) -> dict[str, int]:
         return {c.name: c.checks for c in self.checkers}

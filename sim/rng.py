@@ -24,6 +24,9 @@ def derive_seed64(seed: int, name: str) -> int:
     return int.from_bytes(hashlib.sha256(material).digest()[:8], "big")
 
 
+REJECTIONS_MAX = 256
+
+
 class Stream:
     """A SplitMix64 stream. Not thread-safe; nothing here uses threads."""
 
@@ -47,20 +50,24 @@ class Stream:
         if bound == 1:
             return 0
         # Rejection sampling on the smallest power-of-two mask covering bound.
+        # Each draw is accepted with probability over 1/2, so the bound
+        # below is reached with probability under 2**-REJECTIONS_MAX.
         bits = (bound - 1).bit_length()
         if bits <= 64:
-            while True:
+            for _ in range(REJECTIONS_MAX):
                 value = self.next_u64() >> (64 - bits)
                 if value < bound:
                     return value
+            raise AssertionError(f"below({bound}): {REJECTIONS_MAX} rejections in a row")
         words = (bits + 63) // 64
-        while True:
+        for _ in range(REJECTIONS_MAX):
             value = 0
             for _ in range(words):
                 value = (value << 64) | self.next_u64()
             value >>= words * 64 - bits
             if value < bound:
                 return value
+        raise AssertionError(f"below({bound}): {REJECTIONS_MAX} rejections in a row")
 
     def between(self, low: int, high: int) -> int:
         """Uniform integer in ``[low, high]`` inclusive."""

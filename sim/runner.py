@@ -1,4 +1,4 @@
-"""Run one scenario with one seed: build, run, heal, audit -> ``RunResult``."""
+"""Run one scenario with one seed: build the stack, run its phases -> ``RunResult``."""
 from __future__ import annotations
 
 import platform
@@ -10,8 +10,9 @@ from sim.clock import format_duration_ms
 from sim.interleave import Deviation, FifoPolicy, ScriptedPolicy, parse_schedule
 from sim.invariants import Violation
 from sim.runtime import TaskFailed
-from sim.scenario import Scenario, ScenarioOptions
+from sim.scenario import Run, Scenario, ScenarioOptions
 from sim.trace import Event
+from sim.workload import Stack
 from sim.world import World
 
 PASS = "pass"
@@ -31,11 +32,11 @@ class RunResult:
     trace_digest: str
     simulated_ms: int
     wall_s: float
-    wakes: int
     events: int
     faults: dict[str, int]
     invariants: dict[str, int]
     violations: tuple[Violation, ...]
+    # The workloads' and the system's metrics (``Workload.metrics``).
     stats: dict[str, Any]
     config: dict[str, Any]
     excerpt: tuple[Event, ...] = ()
@@ -77,6 +78,7 @@ def run_config(scenario: Scenario, opts: ScenarioOptions) -> dict[str, Any]:
         "faults": "probabilistic" if opts.fault_script is None else f"script ({len(opts.fault_script)} entries)",
         "schedule": opts.schedule if not _script_deviations(opts) else f"scripted ({len(_script_deviations(opts))})",
         **({"beyond_contract": True} if opts.beyond_contract else {}),
+        **({"rates": dict(sorted(opts.rates.items()))} if opts.rates is not None else {}),
         "loomsim": LOOMSIM_VERSION,
         "python": platform.python_version(),
     }
@@ -85,27 +87,52 @@ def run_config(scenario: Scenario, opts: ScenarioOptions) -> dict[str, Any]:
 def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | None = None,
         wall_clock: Callable[[], float] | None = None,
         on_start: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
-    """Run ``scenario``. ``wall_clock`` (the face passes ``time.perf_counter``)
-    only measures; nothing simulated ever reads it."""
+    """Run ``scenario``; the runner owns the phases. ``wall_clock`` (the face
+    passes ``time.perf_counter``) only measures; nothing simulated reads it.
+
+    setup -> run with faults -> heal (faults stop at ``world.heal_at_ms``,
+    computed here once) -> settle -> check (the audit, every checker's and
+    every workload's) -> metrics.
+    """
     started_s = wall_clock() if wall_clock else 0.0
     world = World(opts.seed, trace_stream=trace_stream, schedule=schedule_policy(opts))
-    setup = scenario.build(world, opts)
-    config = run_config(scenario, opts)
-    config.update({k: v for k, v in world.config_extra.items() if k != "swarm_line"})
-    if on_start is not None:
-        on_start(world.config_extra)
+    space = scenario.swarm_space
+    choices = space.choices_for(world, opts) if space is not None else None
+    stack: Stack = scenario.build(Run(opts, choices, scenario))
+    world.heal_at_ms = stack.heal_at_ms(opts.duration_ms)
+    end_ms = opts.duration_ms + stack.settle_ms
+    system = world.system = stack.system
+    system.open(world, opts, choices)
     try:
+        # The one fault plan of the run: drawn from the seed, or a script.
+        world.plan = stack.faults.plan_for(world, opts, choices)
+        world.invariants.view = system.audit_view()
+        world.check(*stack.checks)
+        for workload in stack.workloads:
+            workload.setup(world)
+        for workload in stack.workloads:
+            workload.start(world)
+        config = run_config(scenario, opts)
+        config.update({k: v for k, v in world.config_extra.items() if k != "swarm_line"})
+        if on_start is not None:
+            on_start(world.config_extra)
         try:
-            world.run_until(setup.end_ms)
+            world.run_until(end_ms)
         except TaskFailed as failure:
             world.invariants._record(Violation(
                 "no-uncaught-errors", f"{failure}", failure.time_ms, (failure.task_name,), world.trace.events))
         if not world.invariants.violations:
-            world.invariants.audit(setup.audit_view())
-        stats = setup.stats()
+            view = system.audit_view()
+            world.invariants.audit(view)
+            for workload in stack.workloads:
+                workload.check(view)
+        stats = system.metrics()
+        stats.update(world.invariants.metrics())
+        for workload in stack.workloads:
+            stats.update(workload.metrics())
     finally:
         world.shutdown()
-        setup.close()
+        system.close()
     status = beyond_status(world)
     violations = tuple(world.invariants.violations)
     first = violations[0] if violations else None
@@ -118,7 +145,6 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
         trace_digest=world.trace.digest,
         simulated_ms=world.runtime.now_ms(),
         wall_s=round((wall_clock() - started_s) if wall_clock else 0.0, 3),
-        wakes=int(stats.get("wakes", 0)),
         events=world.trace.events,
         faults=dict(sorted(world.fault_counts.items())),
         invariants=world.invariants.check_counts(),
@@ -155,10 +181,6 @@ def beyond_status(world: World) -> str:
     return FAIL
 
 
-# Fault sites that are not a port method: alarms (``alarm.<schedule>``).
-NOT_PORTS = frozenset({"alarm"})
-
-
 def coverage(scenario: Scenario, world: World, stats: dict[str, Any]) -> dict[str, Any]:
     """How often each fault kind and each failpoint fired (and was reached),
     and which ``sometimes`` properties held: a green run that never fired a
@@ -169,14 +191,16 @@ def coverage(scenario: Scenario, world: World, stats: dict[str, Any]) -> dict[st
     fired_at: dict[str, int] = {}
     by_port: dict[str, dict[str, int]] = {}
     failpoint_names = set(space.failpoints)
+    hits = world.site_hits() if world.site_hits is not None else {}
     for event in world.fault_events:
         site = event.site
         fired_at[site] = fired_at.get(site, 0) + 1
         port, dot, _ = site.partition(".")
-        if dot and site not in failpoint_names and port not in NOT_PORTS:
+        # A port call is a site the plan drew hits for (timed faults such
+        # as a duplicate alarm are never drawn per hit), minus failpoints.
+        if dot and site not in failpoint_names and site in hits:
             kinds = by_port.setdefault(port, {})
             kinds[event.kind] = kinds.get(event.kind, 0) + 1
-    hits = world.site_hits() if world.site_hits is not None else {}
     failpoints = {name: {"hits": hits.get(name, 0), "fired": fired_at.get(name, 0)} for name in space.failpoints}
     kinds = {kind: world.fault_counts.get(kind, 0) for kind in space.fault_kinds}
     sometimes = {}

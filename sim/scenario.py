@@ -1,13 +1,13 @@
 """What the engine needs from a scenario: a name, a build function, options.
 
-A scenario's ``build(world, options)`` wires stores, nodes, faults and
-checkers into the world and returns a ``Setup``: how long to run, and a view
-of the stores for the end-of-run audit. Scenarios live in ``scenarios/``;
-the engine sees only this interface.
+A scenario's ``build(run)`` gets the run's options and swarm choices and
+returns a ``sim.workload.Stack``: the system, its workloads, faults and
+checks. Scenarios live in ``scenarios/`` (or a user's module); the engine
+sees only this interface.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping
 
 import attrs
 
@@ -53,27 +53,44 @@ class ScenarioOptions:
     # Beyond the contract (``faults.beyond``): stores may lose acknowledged
     # writes and tear batches; the run must detect it, loudly.
     beyond_contract: bool = False
+    # Per-hit fault rates by kind, replacing the scenario's default mix
+    # (``{"ack-lost": 1e-3}``): parameters are data, not module constants.
+    rates: Mapping[str, float] | None = None
 
     def __attrs_post_init__(self) -> None:
-        assert self.store in STORES, self.store
+        assert self.store in STORES or ":" in self.store, self.store  # or a user adapter, MODULE:FACTORY
         assert self.duration_ms > 0
 
 
-class Setup(Protocol):
-    end_ms: int
+@attrs.frozen
+class Run:
+    """What a scenario's build function sees: the options and the seed's
+    swarm choices (``faults.swarm.SwarmChoices``; None without a swarm space)."""
 
-    def audit_view(self) -> Any: ...
+    opts: ScenarioOptions
+    choices: Any
+    scenario: "Scenario"
 
-    def stats(self) -> dict[str, Any]: ...
+    def param(self, name: str) -> int:
+        if name in self.opts.params:
+            return self.opts.params[name]
+        return self.scenario.param_defaults()[name]
 
-    def close(self) -> None: ...
+    def knob(self, name: str) -> int:
+        return self.choices.knob(name)
+
+    def does(self, switch: str) -> bool:
+        return self.choices.does(switch)
+
+    def rates(self, default: Mapping[str, float]) -> dict[str, float]:
+        return dict(default if self.opts.rates is None else self.opts.rates)
 
 
 @attrs.frozen
 class Scenario:
     name: str
     description: str
-    build: Callable[[Any, ScenarioOptions], Setup]
+    build: Callable[[Run], Any]  # -> sim.workload.Stack
     default_duration_ms: int
     params: tuple[Param, ...] = ()
     # What a seed may choose (``faults.swarm.SwarmSpace``), and the

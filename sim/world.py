@@ -1,6 +1,6 @@
 """The world of one run: clock, streams, trace, nodes, invariants, counters.
 
-Scenarios build on a ``World``: they add nodes with a start function (what a
+Workloads build on a ``World``: they add nodes with a start function (what a
 fresh process of that node runs), schedule harness actions in simulated time,
 attach checkers, and let the runner drive it. The world knows nothing of the
 model; stores and ports are wired by scenarios and faults.
@@ -63,7 +63,12 @@ class World:
         self.nodes: dict[str, Node] = {}
         self._starters: dict[str, Callable[[Node], None]] = {}
         self.harness = Node(HARNESS_NODE, role="harness")
-        self.end_ms = 0
+        # Set by the runner before any workload's setup: the one instant
+        # every fault source stops at (heal), and the run's one fault plan.
+        self.heal_at_ms = 0
+        self.plan: Any = None
+        # The system under test (``scenarios.system.System``): opaque here.
+        self.system: Any = None
         # What the scenario chose for this run beyond the options (swarm
         # choices): printed first and carried in the result's config.
         self.config_extra: dict[str, Any] = {}

@@ -18,7 +18,9 @@ import pytest
 from faults.beyond import DurableStateSurgery, LogSurgery
 from faults.describe import DURABLE_STATE_DESCRIBERS
 from faults.kinds import LOST_WRITE, TORN_BATCH
-from faults.plan import ScriptedPlan
+from faults.plan import PortFaults
+from scenarios.system import System
+from sim.workload import Stack, Workload
 from faults.ports import BoundPort, PortStats
 from faults.script import parse_script
 from model.canonical import ZERO_DIGEST
@@ -127,48 +129,31 @@ def test_a_lost_save_rolls_the_key_back_to_its_previous_revision(store, tmp_path
 
 # -- the runner's verdict, on a minimal scenario ----------------------------------
 
-class _Saver:
+class _Saver(Workload):
     """One process saving a counter every hour through a crashy port."""
 
-    def __init__(self, world, opts, checked: bool) -> None:
-        self.end_ms = opts.duration_ms
-        store = InMemoryDurableStateStore()
-        self.store = store
-        plan = ScriptedPlan(opts.fault_script or ())
-        plan.bind_clock(world.runtime.now_ms)
-        if checked:
-            world.check(CasLinear())
-
+    def setup(self, world) -> None:
         def start(node) -> None:
-            port = BoundPort(world, node, "ds", store, plan, DURABLE_STATE_DESCRIBERS, PortStats(), lambda: 1_000,
-                             surgery=DurableStateSurgery(store))
+            ds = world.system.ports_for(node).ds
 
             async def loop() -> None:
                 while True:
                     await world.runtime.sleep_ms(HOUR_MS)
-                    current = await port.load("counter")
+                    current = await ds.load("counter")
                     revision = 0 if current is None else current.revision
-                    await port.save("counter", DurableStateWrite(1, {"n": revision + 1}), revision)
+                    await ds.save("counter", DurableStateWrite(1, {"n": revision + 1}), revision)
 
             world.runtime.spawn_on(node, "saver", loop())
 
         world.add_node("saver-1", start)
 
-    def audit_view(self):
-        return self
-
-    def durable_state_snapshot(self, key: str):
-        return run_sync(self.store.load(key))
-
-    def stats(self) -> dict:
-        return {}
-
-    def close(self) -> None:
-        pass
-
 
 def _saver(checked: bool) -> Scenario:
-    return Scenario("saver", "test", lambda world, opts: _Saver(world, opts, checked), parse_duration_ms("1d"))
+    def build(run) -> Stack:
+        return Stack(system=System(restart_ms=(1_000, 1_000)), workloads=[_Saver()], faults=PortFaults({}),
+                     checks=[CasLinear()] if checked else [])
+
+    return Scenario("saver", "test", build, parse_duration_ms("1d"))
 
 
 LOSE_A_SAVE = parse_script([{"time_ms": 5 * HOUR_MS, "node": "saver-1", "site": "ds.save", "kind": "lost-write"}])
@@ -292,11 +277,10 @@ def test_acknowledged_write_lost_is_a_typed_corruption_no_retry_clears():
     import pickle
 
     from model.conversation.records import AcknowledgedWriteLost
-    from model.kernel.kernel import is_retryable
-    from model.submissions import RETRYABLE_ERRORS, error_name
+    from model.retry import is_retryable
 
     error = AcknowledgedWriteLost("c", 5, 3)
     assert isinstance(error, HistoryCorrupted) and (error.expected_seq, error.got) == (5, 3)
-    assert not is_retryable(error) and error_name(error) not in RETRYABLE_ERRORS
+    assert not is_retryable(error) and not is_retryable(error, reread=True)
     again = pickle.loads(pickle.dumps(error))
     assert type(again) is AcknowledgedWriteLost and str(again) == str(error)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import build_parser, main
+from sim.face.cli import build_parser, main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 INVARIANTS = ("cas-linear", "adopt-own-write", "exactly-once-wake", "replay-determinism", "contract-safety")
@@ -172,6 +172,11 @@ BAD_INPUTS = {
     "seed-missing": (["run", "sentinel-year"], "--seed"),
     "unknown-command": (["frobnicate"], "frobnicate"),
     "corrupt-db": (["run", "sentinel-year", "--seed", "1", "--duration", "1d", "--db", "<garbage>"], "garbage.db"),
+    "repro-dir-missing": (["run", "sentinel-year", "--seed", "1", "--duration", "1d", "--repro-dir", "/nonexistent-dir"],
+                          "nonexistent-dir"),
+    "store-not-a-factory": (["run", "sentinel-year", "--seed", "1", "--store", "mystores"], "MODULE:FACTORY"),
+    "no-command": ([], "no command given"),
+    "sweep-jobs-zero": (["sweep", "ledger-storm", "--seeds", "0:2", "--jobs", "0"], "--jobs"),
 }
 
 
@@ -302,8 +307,10 @@ def test_violation_in_json_mode(planted_cas_bug, tmp_path, capsys):
 
 
 def test_unwritable_repro_dir_warns_but_still_reports_the_violation(planted_cas_bug, tmp_path, capsys):
-    code = main(["run", "sentinel-year", "--seed", "5", "--duration", "1d",
-                 "--repro-dir", str(tmp_path / "missing" / "dir")])
+    # The directory is checked before the run; a write that fails anyway
+    # (here: a directory in the repro file's place) is a warning.
+    (tmp_path / "loomsim-repro-sentinel-year-5.json").mkdir()
+    code = main(["run", "sentinel-year", "--seed", "5", "--duration", "1d", "--repro-dir", str(tmp_path)])
     captured = capsys.readouterr()
     assert code == 1
     assert "reproduce: loomsim run sentinel-year --seed 5 " in captured.out

@@ -20,7 +20,8 @@ from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.sqlite_db import open_database
 from model.repair import rebuild_ledger
-from model.submissions import SubmissionClient, SubmissionWorker, settle_batch_id
+from model.lifecycle import settle_batch_id
+from model.submissions import SubmissionClient, SubmissionWorker
 
 LEASE_MS = 30_000
 CONVERSATIONS = ("c1", "c2")

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import pytest
 
-import scenarios.ledger_storm as ledger_storm
-import scenarios.sentinel_year as sentinel_year
 from faults.kinds import (
     ACK_LOST,
     CORRUPT_ROW,
@@ -38,33 +36,32 @@ POINT_KINDS_HIGH = {CRASH_BEFORE_CALL: 1e-3, ACK_LOST: 1e-3, FAILPOINT_CRASH: 2e
 
 
 @pytest.mark.parametrize("kind", sorted(POINT_KINDS_HIGH))
-def test_sentinel_survives_each_point_fault_kind_alone(monkeypatch, kind):
-    monkeypatch.setattr(sentinel_year, "DEFAULT_RATES", {kind: POINT_KINDS_HIGH[kind]})
-    opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("3d"), faults_disable=(NODE_KILL,))
+def test_sentinel_survives_each_point_fault_kind_alone(kind):
+    opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("3d"), faults_disable=(NODE_KILL,),
+                           rates={kind: POINT_KINDS_HIGH[kind]})
     result = run(registry.get("sentinel-year"), opts)
     assert result.passed, result.violations
     assert result.faults.get(kind, 0) >= 5, result.faults
 
 
 @pytest.mark.parametrize("kind", sorted(POINT_KINDS_HIGH))
-def test_ledger_storm_survives_each_point_fault_kind_alone(monkeypatch, kind):
-    monkeypatch.setattr(ledger_storm, "RATES", {kind: POINT_KINDS_HIGH[kind]})
-    opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("4h"), faults_disable=(NODE_KILL, NODE_PAUSE))
+def test_ledger_storm_survives_each_point_fault_kind_alone(kind):
+    opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("4h"), faults_disable=(NODE_KILL, NODE_PAUSE),
+                           rates={kind: POINT_KINDS_HIGH[kind]})
     result = run(registry.get("ledger-storm"), opts)
     assert result.passed, result.violations
     assert result.faults.get(kind, 0) >= 1, result.faults
 
 
 @pytest.mark.parametrize("kind", [SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW])
-def test_ledger_storm_fails_closed_on_each_damaged_read_kind(monkeypatch, kind):
+def test_ledger_storm_fails_closed_on_each_damaged_read_kind(kind):
     """Damaged answers happen on recovery reads, which follow restarts (here:
     crashes before calls): a few seeds, each must pass (a typed
     HistoryCorrupted, retried), and the damage must fire and be caught."""
-    monkeypatch.setattr(ledger_storm, "RATES", {kind: 0.5, CRASH_BEFORE_CALL: 2e-4})
     fired = 0
     for seed in range(6):
         result = run(registry.get("ledger-storm"), ScenarioOptions(
-            seed=seed, duration_ms=parse_duration_ms("6h")))
+            seed=seed, duration_ms=parse_duration_ms("6h"), rates={kind: 0.5, CRASH_BEFORE_CALL: 2e-4}))
         assert result.passed, (seed, result.violations)
         fired += result.faults.get(kind, 0)
         if fired and result.stats["damaged_reads_caught"]:
@@ -72,21 +69,22 @@ def test_ledger_storm_fails_closed_on_each_damaged_read_kind(monkeypatch, kind):
     raise AssertionError(f"{kind} never fired in 6 seeds")
 
 
-def test_all_kinds_together_at_high_rates_on_both_scenarios(monkeypatch):
-    monkeypatch.setattr(sentinel_year, "DEFAULT_RATES", dict(POINT_KINDS_HIGH))
-    monkeypatch.setattr(ledger_storm, "RATES", dict(POINT_KINDS_HIGH, **{SHORT_PAGE: 0.1, SEQUENCE_GAP: 0.1}))
+def test_all_kinds_together_at_high_rates_on_both_scenarios():
+    rates = {"sentinel-year": dict(POINT_KINDS_HIGH),
+             "ledger-storm": dict(POINT_KINDS_HIGH, **{SHORT_PAGE: 0.1, SEQUENCE_GAP: 0.1})}
     for name, duration, seeds in (("sentinel-year", "4d", range(2)), ("ledger-storm", "4h", range(3))):
         for seed in seeds:
-            result = run(registry.get(name), ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration)))
+            result = run(registry.get(name), ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration),
+                                                             rates=rates[name]))
             assert result.passed, (name, seed, result.violations)
             assert {TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY} <= set(result.faults), (name, seed, result.faults)
 
 
-def test_transient_errors_are_retried_not_settled_as_failures(monkeypatch):
+def test_transient_errors_are_retried_not_settled_as_failures():
     """A transient error inside a wake's effect is nobody's verdict on the
     run: the driver waits it out and resumes, so no run fails of it."""
-    monkeypatch.setattr(sentinel_year, "DEFAULT_RATES", {TRANSIENT_ERROR: 3e-3})
-    opts = ScenarioOptions(seed=5, duration_ms=parse_duration_ms("2d"), faults_disable=(NODE_KILL,))
+    opts = ScenarioOptions(seed=5, duration_ms=parse_duration_ms("2d"), faults_disable=(NODE_KILL,),
+                           rates={TRANSIENT_ERROR: 3e-3})
     result = run(registry.get("sentinel-year"), opts)
     assert result.passed, result.violations
     assert result.stats["transient_retries"] > 0
@@ -110,9 +108,9 @@ def test_a_recovery_read_that_skips_the_digest_chain_is_caught_by_a_corrupt_row(
         return recovery.RecoveryPrefix(tail, tuple(records), 1 + recovery.recovery_page_count(tail.tail_seq))
 
     monkeypatch.setattr(recovery, "read_recovery_prefix", chainless)
-    monkeypatch.setattr(ledger_storm, "RATES", {CORRUPT_ROW: 0.5, CRASH_BEFORE_CALL: 2e-4})
     for seed in range(6):
-        result = run(registry.get("ledger-storm"), ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("6h")))
+        result = run(registry.get("ledger-storm"), ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("6h"),
+                                                                   rates={CORRUPT_ROW: 0.5, CRASH_BEFORE_CALL: 2e-4}))
         if not result.passed:
             assert result.violations[0].invariant == "fail-closed-pagination", result.violations
             return

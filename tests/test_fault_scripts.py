@@ -213,7 +213,7 @@ def test_a_scheduled_run_replays_its_faults_and_deviations_from_one_script(sched
 def test_loomsim_repro_replays_a_repro_file_to_the_same_failure(stale_tokens_accepted, tmp_path, capsys):
     """`loomsim repro FILE`: the repro file a failing run wrote is the whole
     handle — configuration, swarm choices and fault script."""
-    from sim import cli
+    from sim.face import cli, repro_file
 
     for seed in range(10):  # swarm leaves pauses out of some seeds: the bug needs one
         opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("6h"), swarm=True)
@@ -222,7 +222,7 @@ def test_loomsim_repro_replays_a_repro_file_to_the_same_failure(stale_tokens_acc
             break
     else:
         raise AssertionError("the planted bug went unnoticed under swarm")
-    path = cli.write_repro(first, "loomsim run ...", str(tmp_path))
+    path = repro_file.write_repro(first, "loomsim run ...", str(tmp_path))
     assert path is not None
     before = open(path, encoding="utf-8").read()
     code = cli.main(["repro", path, "--json"])

@@ -1,7 +1,8 @@
 """The findings projection (ADR 0051 D4): schema validation, both adapters'
 shared behaviour (idempotent apply, monotonic checkpoints, expiry order and
-removal, counters), SQLite durability across reopen, and rebuild-from-runs
-digest equality."""
+removal, counters), SQLite durability across reopen, rebuild-from-runs
+digest equality, and the projector process (``project_once``,
+``project_forever``) on the in-memory stores."""
 from __future__ import annotations
 
 import hashlib
@@ -16,10 +17,15 @@ from model.findings import (
     InvalidFinding,
     ProjectedFinding,
     SqliteFindingsProjection,
+    project_forever,
+    project_once,
     projection_digest,
     rebuild_projection,
     validate_finding,
 )
+from model.ledger.memory_store import InMemorySubmissionLedger
+from model.pins import InMemoryPinIndex
+from model.schedules import Schedule, run_id_for
 from model.sqlite_db import open_database
 from scenarios.storage import run_sync
 
@@ -419,3 +425,194 @@ def test_rebuild_validates_and_requires_a_set():
         run_sync(rebuild_projection([("s", 1, "s@1", [finding("a", confidence=101)], 5)], closed_ids={"a"}))
     empty = run_sync(rebuild_projection([], closed_ids=set()))
     assert empty.counts() == {"live": 0, "opened": 0, "closed": 0}
+
+
+# --- the projector (model.findings.project_once / project_forever) -----------------------
+#
+# Driven on the in-memory stores: the ledger settles runs the way the runs
+# layer does (run id = conversation id = idempotency key, principal = the
+# schedule), the projector applies them.
+
+EVERY = 5 * 60_000
+HOUR = 60 * 60_000
+
+
+class Stop(BaseException):
+    """Ends a forever loop from its runtime (a node killed)."""
+
+
+class FakeRuntime:
+    """``model.runtime.Runtime`` for one task: sleeping advances the clock;
+    the ``sleeps_max``-th sleep stops the task."""
+
+    def __init__(self, ms: int = 0, sleeps_max: int = 10) -> None:
+        self.ms = ms
+        self.sleeps_max = sleeps_max
+        self.slept: list[tuple[str, int]] = []
+        self.on_sleep = None
+
+    def now_ms(self) -> int:
+        return self.ms
+
+    def _sleep(self, kind: str, value: int, until_ms: int) -> None:
+        self.slept.append((kind, value))
+        if len(self.slept) >= self.sleeps_max:
+            raise Stop(kind)
+        self.ms = max(self.ms, until_ms)
+        if self.on_sleep is not None:
+            self.on_sleep()
+
+    async def sleep_ms(self, duration_ms: int) -> None:
+        self._sleep("sleep_ms", duration_ms, self.ms + duration_ms)
+
+    async def sleep_until_ms(self, deadline_ms: int) -> None:
+        self._sleep("sleep_until_ms", deadline_ms, deadline_ms)
+
+
+class Flaky(Exception):
+    retryable = True
+
+
+class System:
+    """The ledger, the projection and the pin index of one world."""
+
+    def __init__(self) -> None:
+        self.ledger = InMemorySubmissionLedger()
+        self.findings = InMemoryFindingsProjection()
+        self.pins = InMemoryPinIndex()
+
+    def admit(self, schedule_id: str, n: int):
+        run = run_id_for(schedule_id, n * EVERY)
+        admission = run_sync(self.ledger.admit(run, schedule_id, run, {"n": n}, n * EVERY))
+        run_sync(self.ledger.mark_ready(admission.submission_id))
+        return run, admission
+
+    def settle(self, schedule_id: str, n: int, found: list | None = None, *, failed: bool = False) -> str:
+        run, admission = self.admit(schedule_id, n)
+        claim = run_sync(self.ledger.claim(run, "worker-1", 30_000, n * EVERY))
+        record = ({"outcome": "failed", "diagnostic": {"errorTag": "Boom", "message": "no"}} if failed
+                  else {"outcome": "completed", "result": {"findings": found or []}})
+        run_sync(self.ledger.reserve_settlement(claim, record))
+        run_sync(self.ledger.finalize_settlement(admission.submission_id, n * EVERY + 1_000))
+        return run
+
+    def project(self, schedules, now_ms) -> None:
+        run_sync(project_once(self.ledger, self.findings, self.pins, schedules, now_ms))
+
+    def checkpoint(self, schedule_id: str):
+        return run_sync(self.findings.checkpoint(schedule_id))
+
+    def holders(self, evidence: str):
+        return run_sync(self.pins.holders(evidence))
+
+
+A = Schedule("sentinel-a", EVERY)
+B = Schedule("sentinel-b", EVERY)
+
+
+def test_project_once_applies_settled_runs_in_order_and_pins_their_evidence():
+    system = System()
+    system.settle(A.schedule_id, 0, [finding("f0", evidence=[ref(0)])])
+    run1 = system.settle(A.schedule_id, 1, [finding("f1", evidence=[ref(1), ref(2)])])
+    # Occurrence 2 never ran (a skipped wake); 3 settled without findings, 4 failed.
+    system.settle(A.schedule_id, 3)
+    system.settle(A.schedule_id, 4, failed=True)
+    system.project([A], 4 * EVERY + 10)
+    assert system.checkpoint(A.schedule_id) == 4 * EVERY
+    assert live_ids(system.findings) == ["f0", "f1"]
+    (f1,) = [f for f in run_sync(system.findings.live_findings()) if f.finding_id == "f1"]
+    assert (f1.run_id, f1.opened_at_ms) == (run1, EVERY + 1_000)
+    assert system.holders(ref(0)) == ("f0",) and system.holders(ref(2)) == ("f1",)
+    # Again: nothing new, nothing twice.
+    system.project([A], 4 * EVERY + 10)
+    assert system.findings.counts()["opened"] == 2
+
+
+def test_project_once_waits_at_a_run_that_is_not_settled():
+    system = System()
+    system.settle(A.schedule_id, 0, [finding("f0")])
+    system.admit(A.schedule_id, 1)  # admitted, still running
+    system.settle(A.schedule_id, 2, [finding("f2")])
+    system.project([A], 2 * EVERY)
+    assert system.checkpoint(A.schedule_id) == 0 and live_ids(system.findings) == ["f0"]
+
+
+def test_the_latest_occurrence_is_not_skipped_before_it_could_be_admitted():
+    system = System()
+    system.settle(A.schedule_id, 0)
+    system.project([A], EVERY + 5)  # occurrence 1 is due, not admitted yet
+    assert system.checkpoint(A.schedule_id) == 0
+    system.project([A], 2 * EVERY + 5)  # 2 is due now: 1 never ran, it is skipped
+    assert system.checkpoint(A.schedule_id) == EVERY
+
+
+def test_schedules_are_projected_in_the_order_given_each_at_the_clock_then():
+    system = System()
+    for n in range(3):
+        system.settle(A.schedule_id, n)
+        system.settle(B.schedule_id, n)
+    calls = []
+
+    class Recording:
+        def __init__(self, target):
+            self._target = target
+
+        def __getattr__(self, name):
+            fn = getattr(self._target, name)
+
+            async def call(*args, **kwargs):
+                calls.append((name, args[0]))
+                return await fn(*args, **kwargs)
+
+            return call
+
+    readings = iter([EVERY, 2 * EVERY])  # the clock moves while the pass runs
+    run_sync(project_once(system.ledger, Recording(system.findings), system.pins, [B, A], lambda: next(readings)))
+    assert calls[0] == ("checkpoint", B.schedule_id)
+    assert [c for c in calls if c[0] == "checkpoint"] == [("checkpoint", B.schedule_id), ("checkpoint", A.schedule_id)]
+    assert (system.checkpoint(B.schedule_id), system.checkpoint(A.schedule_id)) == (EVERY, 2 * EVERY)
+    with pytest.raises(AssertionError):
+        system.project([A, A], EVERY)
+
+
+def test_project_forever_projects_every_tick_and_survives_a_retryable_failure():
+    system = System()
+    runtime = FakeRuntime(ms=0, sleeps_max=4)
+    system.settle(A.schedule_id, 0, [finding("f0")])
+
+    class FlakyOnce:
+        failed = 0
+
+        def __init__(self, target):
+            self._target = target
+
+        def __getattr__(self, name):
+            return getattr(self._target, name)
+
+        async def apply_run(self, *args, **kwargs):
+            if not FlakyOnce.failed:
+                FlakyOnce.failed += 1
+                raise Flaky("busy")
+            return await self._target.apply_run(*args, **kwargs)
+
+    def meanwhile() -> None:  # a run settles while the projector sleeps
+        if runtime.ms == HOUR:
+            system.settle(A.schedule_id, HOUR // EVERY, [finding(f"f{HOUR}")])
+
+    runtime.on_sleep = meanwhile
+    with pytest.raises(Stop):
+        run_sync(project_forever(system.ledger, FlakyOnce(system.findings), system.pins, [A], runtime,
+                                 every_ms=HOUR))
+    assert runtime.slept == [("sleep_ms", HOUR)] * 4
+    assert FlakyOnce.failed == 1  # the first tick failed; the next started over from the checkpoint
+    assert live_ids(system.findings) == ["f0", f"f{HOUR}"]
+    # Three passes after the failed one: every wake that never ran is skipped
+    # but the latest, which may not be admitted yet.
+    assert system.checkpoint(A.schedule_id) == 3 * HOUR - EVERY
+
+
+def test_project_forever_raises_what_a_retry_cannot_clear():
+    system = System()
+    system.settle(A.schedule_id, 0, [finding("f0", severity="bogus")])
+    with pytest.raises(InvalidFinding):
+        run_sync(project_forever(system.ledger, system.findings, system.pins, [A], FakeRuntime(), every_ms=HOUR))

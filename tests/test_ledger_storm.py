@@ -9,6 +9,7 @@ import pytest
 import model.conversation.memory_store as log_memory
 import model.conversation.recovery as recovery
 import model.ledger.memory_store as ledger_memory
+import model.lifecycle as lifecycle
 import model.submissions as submissions
 from model.conversation.recovery import RecoveryPrefix
 from model.conversation.rules import chain_digest_texts
@@ -57,7 +58,7 @@ def test_second_settlement_record_is_caught(monkeypatch):
     """The settlement batch id is per attempt, not per submission: a new owner
     cannot find the earlier owner's record and appends a second one."""
     attempt = itertools.count()
-    monkeypatch.setattr(submissions, "settle_batch_id", lambda sid: f"settle:{sid}:{next(attempt)}")
+    monkeypatch.setattr(lifecycle, "settle_batch_id", lambda sid: f"settle:{sid}:{next(attempt)}")
     assert_caught(first_caught(), "exactly-once-settlement")
 
 

@@ -123,9 +123,9 @@ def test_the_audit_replays_what_the_store_retains(monkeypatch):
     """Corrupt the store's copy of a finished run's output after the fact: the
     online checks saw the true value, the end-of-run audit reads the store
     itself and catches the mismatch."""
-    from scenarios.sentinel_year import SentinelYear
+    from scenarios.system import System
 
-    real_retained = SentinelYear.retained_runs
+    real_retained = System.retained_runs
 
     def tampered(self):
         completed = 0
@@ -136,7 +136,7 @@ def test_the_audit_replays_what_the_store_retains(monkeypatch):
                     record = attrs.evolve(record, output={"revision": -1, "wakes": -1, "findings": []})
             yield record, log
 
-    monkeypatch.setattr(SentinelYear, "retained_runs", tampered)
+    monkeypatch.setattr(System, "retained_runs", tampered)
     result = run_sentinel(0, "2d")
     assert_caught(result, "replay-determinism")
 

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from sim import cli
+from sim.face import cli, repro_file
 
 CORPUS = sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "*.json")))
 
@@ -25,7 +25,7 @@ def test_a_once_failing_run_now_passes(path, tmp_path, capsys):
     body = json.load(open(path, encoding="utf-8"))
     assert body["format"] == "loomsim-repro/1" and body["violations"], "a corpus entry records its old failure"
     assert body.get("regression"), "a corpus entry says what was wrong"
-    argv = cli.repro_argv(path, json_output=True)
+    argv = repro_file.repro_argv(path, json_output=True)
     argv[argv.index("--repro-dir") + 1] = str(tmp_path)  # a new failure's repro goes to tmp, not the corpus
     code = cli.main(argv)
     result = json.loads(capsys.readouterr().out)

@@ -14,7 +14,9 @@ run), and ``Retention.run_pass``:
 - blobs past their TTL are reclaimed unless pinned; a pin whose holder
   finding closed is dropped (and its blob then reclaimed);
 - a crash after the archive step and before the delete (``pending_delete``)
-  is finished by the next pass, without archiving anything twice.
+  is finished by the next pass, without archiving anything twice;
+- the retention process (``retention_forever``) runs a pass at every
+  midnight; a retryable failure waits a minute and starts the pass over.
 """
 from __future__ import annotations
 
@@ -34,7 +36,15 @@ from model.ledger.records import PurgeRefused
 from model.ledger.rules import submission_id_for
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.pins import InMemoryPinIndex, SqlitePinIndex
-from model.retention import Retention, RetentionPolicy, RetentionReport, run_summary
+from model.retention import (
+    RETENTION_EVERY_MS,
+    RETENTION_RETRY_MS,
+    Retention,
+    RetentionPolicy,
+    RetentionReport,
+    retention_forever,
+    run_summary,
+)
 from model.runs import LedgerRuns
 from model.schedule_store import InMemoryScheduleStore, SqliteScheduleStore, archive_link
 from model.schedules import Schedule, run_id_for
@@ -522,3 +532,98 @@ def test_a_pass_killed_after_any_write_converges_with_a_clean_one(world, port, m
     world.run_pass(30 * MIN)
     assert world.cursor() == expected
     assert [world.present(run) for run in runs] == [clean.present(run) for run in clean_runs]
+
+
+# --- the retention process (retention_forever) ------------------------------------------
+
+DAY = RETENTION_EVERY_MS
+
+
+class Stop(BaseException):
+    """Ends the forever loop from its runtime (the node killed)."""
+
+
+class FakeRuntime:
+    """``model.runtime.Runtime`` for one task: sleeping advances the clock;
+    the ``sleeps_max``-th sleep stops the task."""
+
+    def __init__(self, ms: int, sleeps_max: int) -> None:
+        self.ms = ms
+        self.sleeps_max = sleeps_max
+        self.slept: list[tuple[str, int]] = []
+
+    def now_ms(self) -> int:
+        return self.ms
+
+    def _sleep(self, kind: str, value: int, until_ms: int) -> None:
+        self.slept.append((kind, value))
+        if len(self.slept) >= self.sleeps_max:
+            raise Stop(kind)
+        self.ms = max(self.ms, until_ms)
+
+    async def sleep_ms(self, duration_ms: int) -> None:
+        self._sleep("sleep_ms", duration_ms, self.ms + duration_ms)
+
+    async def sleep_until_ms(self, deadline_ms: int) -> None:
+        self._sleep("sleep_until_ms", deadline_ms, deadline_ms)
+
+
+class Flaky(Exception):
+    retryable = True
+
+
+class Passes:
+    """A retention stand-in: records each pass; ``fail`` is raised by the first ones."""
+
+    def __init__(self, *fail: BaseException) -> None:
+        self.calls: list[tuple[list, int]] = []
+        self._fail = list(fail)
+
+    async def run_pass(self, schedules, now_ms: int):
+        self.calls.append((list(schedules), now_ms))
+        if self._fail:
+            raise self._fail.pop(0)
+        return RetentionReport()
+
+
+OTHER = Schedule("other", EVERY)
+
+
+def test_retention_runs_a_pass_at_every_midnight():
+    runtime = FakeRuntime(ms=DAY + 5 * MIN, sleeps_max=3)
+    passes = Passes()
+    with pytest.raises(Stop):
+        drive(retention_forever(passes, iter([SCHEDULE, OTHER]), runtime))
+    assert runtime.slept == [("sleep_until_ms", 2 * DAY), ("sleep_until_ms", 3 * DAY), ("sleep_until_ms", 4 * DAY)]
+    # The schedules in the order given, every pass (a one-shot iterable too).
+    assert passes.calls == [([SCHEDULE, OTHER], 2 * DAY), ([SCHEDULE, OTHER], 3 * DAY)]
+
+
+def test_a_retryable_failure_waits_a_minute_and_starts_the_pass_over():
+    runtime = FakeRuntime(ms=0, sleeps_max=5)
+    passes = Passes(Flaky("busy"), Flaky("busy again"))
+    with pytest.raises(Stop):
+        drive(retention_forever(passes, [SCHEDULE], runtime))
+    retry = ("sleep_ms", RETENTION_RETRY_MS)
+    assert runtime.slept == [("sleep_until_ms", DAY), retry, retry, ("sleep_until_ms", 2 * DAY),
+                             ("sleep_until_ms", 3 * DAY)]
+    assert [now for _, now in passes.calls] == [DAY, DAY + MIN, DAY + 2 * MIN, 2 * DAY]
+
+
+def test_a_failure_no_retry_clears_is_raised():
+    passes = Passes(PurgeRefused("c", 1))
+    with pytest.raises(PurgeRefused):
+        drive(retention_forever(passes, [SCHEDULE], FakeRuntime(ms=0, sleeps_max=10)))
+    assert len(passes.calls) == 1
+
+
+def test_retention_forever_retires_on_the_real_stores(world):
+    runs = [world.settle(n) for n in range(4)]
+    world.project(3)
+    runtime = FakeRuntime(ms=world.clock.ms, sleeps_max=2)
+    with pytest.raises(Stop):
+        drive(retention_forever(world.retention(), [SCHEDULE], runtime))
+    assert all(not world.present(run) for run in runs)  # at midnight, all are past the TTL
+    assert world.cursor().archived_runs == 4
+    assert world.probe.events[-1] == ("retention.pass", dict(archived=4, held=0, released=0, skipped=0,
+                                                             findings_closed=0, unpinned=0, reclaimed=0))

@@ -395,6 +395,27 @@ def test_restarted_process_waits_for_the_lease_then_resumes_at_a_higher_epoch(wo
         [("worker-a", 1)] * 3 + [("worker-b", 2)] * 2)
 
 
+def test_a_claim_that_never_comes_stops_at_its_bound(world, monkeypatch):
+    """Another owner whose lease never lapses (renewed on every sleep here):
+    the claim loop stops at CLAIM_ATTEMPTS_MAX, loudly, instead of spinning."""
+    import model.runs as runs_module
+
+    monkeypatch.setattr(runs_module, "CLAIM_ATTEMPTS_MAX", 5)
+    a = world.runs("worker-a")
+    run = run_id(4)
+    start(a, 4)
+    claim = a._claims[run]
+
+    async def renew() -> None:
+        await world.ledger.renew_ownership(claim, LEASE_MS, world.clock.ms)
+
+    world.clock.on_sleep = renew
+    with pytest.raises(AssertionError, match="no claim after 5 attempts"):
+        drive(world.runs("worker-b").load_steps(run))
+    assert world.clock.slept == [CLAIM_RETRY_MS] * 4
+    assert (world.record(run).owner_id, world.record(run).epoch) == ("worker-a", 1)
+
+
 def test_the_same_owner_id_reclaims_without_waiting(world):
     """A restarted process under the same owner id (the scenario's node label)
     takes its own run back at once, still at a higher epoch."""

@@ -11,7 +11,7 @@ import pytest
 from faults.kinds import NODE_PAUSE
 from faults.script import parse_script
 from scenarios import registry
-from sim import cli
+from sim.face import cli, repro_file
 from sim.clock import parse_duration_ms
 from sim.runner import run
 from sim.scenario import ScenarioOptions
@@ -71,7 +71,7 @@ def test_shrinking_a_passing_run_is_refused():
 
 def test_loomsim_shrink_writes_a_repro_file_that_still_fails(stale_tokens_accepted, tmp_path, capsys):
     failing = run(registry.get("ledger-storm"), OPTS)
-    path = cli.write_repro(failing, "loomsim run ...", str(tmp_path))
+    path = repro_file.write_repro(failing, "loomsim run ...", str(tmp_path))
     before = open(path, encoding="utf-8").read()
     out = str(tmp_path / "small.json")
     assert cli.main(["shrink", path, "--out", out]) == 0
@@ -89,7 +89,7 @@ def test_loomsim_shrink_writes_a_repro_file_that_still_fails(stale_tokens_accept
 
 def test_loomsim_shrink_refuses_bad_input_in_one_line(tmp_path, capsys):
     passing = run(registry.get("ledger-storm"), attrs.evolve(OPTS, duration_ms=parse_duration_ms("40m")))
-    path = cli.write_repro(passing, "loomsim run ...", str(tmp_path))
+    path = repro_file.write_repro(passing, "loomsim run ...", str(tmp_path))
     assert cli.main(["shrink", path]) == 2
     assert "does not fail: nothing to shrink" in capsys.readouterr().err
     assert cli.main(["shrink", path, "--out", path]) == 2

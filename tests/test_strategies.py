@@ -8,7 +8,7 @@ import itertools
 import pytest
 from hypothesis import given, settings
 
-import model.submissions as submissions
+import model.lifecycle as lifecycle
 from faults.kinds import CRASH_BEFORE_CALL
 from faults.strategies import fault_scripts
 from scenarios import registry
@@ -39,7 +39,7 @@ def test_hypothesis_finds_and_shrinks_a_planted_bug(monkeypatch):
     """Planted: the settlement batch id is per attempt, so a successor of an
     owner that crashed before finalizing appends a second settlement."""
     attempt = itertools.count()
-    monkeypatch.setattr(submissions, "settle_batch_id", lambda sid: f"settle:{sid}:{next(attempt)}")
+    monkeypatch.setattr(lifecycle, "settle_batch_id", lambda sid: f"settle:{sid}:{next(attempt)}")
     failures = []
 
     @settings(max_examples=40, deadline=None, derandomize=True, database=None)

@@ -154,6 +154,7 @@ _INSERT_RECORD = (
     "INSERT INTO conv_records (conversation_id, seq, record_id, batch_id, envelope_json, spill) "
     "VALUES (?, ?, ?, ?, ?, ?)"
 )
+_VERIFY_PAGE_ROWS = 1024  # verify_all's page
 _SELECT_PAGE = (
     "SELECT seq, record_id, batch_id, envelope_json, spill FROM conv_records "
     "WHERE conversation_id = ? AND seq > ? ORDER BY seq LIMIT ?"
@@ -381,8 +382,12 @@ class SqliteConversationStore:
         for cid, tail_seq, tail_digest in conn.execute(_SELECT_ALL_CONVERSATIONS).fetchall():
             records = []
             after = 0
-            while True:
-                rows = conn.execute(_SELECT_PAGE, (cid, after, 1024)).fetchall()
+            # Bounded by the tail: tail_seq records fill tail_seq // PAGE
+            # pages and part of one more, then a page comes back empty. Rows
+            # beyond that bound are more than the tail says: the count below
+            # disagrees either way.
+            for _ in range(tail_seq // _VERIFY_PAGE_ROWS + 2):
+                rows = conn.execute(_SELECT_PAGE, (cid, after, _VERIFY_PAGE_ROWS)).fetchall()
                 if not rows:
                     break
                 records.extend(self._decode_row(cid, row) for row in rows)

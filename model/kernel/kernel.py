@@ -52,6 +52,7 @@ from model.kernel.records import (
 )
 from model.kernel.store import decode_json, encode_json
 from model.probe import NULL_PROBE, Probe
+from model.retry import is_retryable
 from model.runtime import Runtime
 
 Flow = Callable[["ExecutionContext", Any], Awaitable[Any]]
@@ -244,13 +245,6 @@ class RunOutcome:
     output: Any
     steps_replayed: int
     steps_executed: int
-
-
-def is_retryable(error: BaseException) -> bool:
-    """A typed error that says "try again" (``retryable = True``, e.g.
-    ``SqliteWriteContention``): matched by attribute, as every typed error
-    crossing a port, so a third-party store's own classes work too."""
-    return getattr(error, "retryable", False) is True
 
 
 def error_output(error: BaseException) -> dict[str, str]:

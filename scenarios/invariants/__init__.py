@@ -3,6 +3,7 @@ from scenarios.invariants.adopt_own_write import AdoptOwnWrite
 from scenarios.invariants.bounded_run import BoundedRun
 from scenarios.invariants.broken_deploy import BrokenDeploys
 from scenarios.invariants.cas_linear import CasLinear
+from scenarios.invariants.checkpoints import CheckpointConsistency
 from scenarios.invariants.claim_check import ClaimCheckInvariant
 from scenarios.invariants.contract_safety import ContractSafety
 from scenarios.invariants.exactly_once_settlement import ExactlyOnceSettlement
@@ -16,5 +17,5 @@ from scenarios.invariants.pins_survive import PinsSurvive
 from scenarios.invariants.queue_order import QueueOrder
 from scenarios.invariants.replay_determinism import ReplayDeterminism
 
-__all__ = ["AdoptOwnWrite", "BoundedRun", "BrokenDeploys", "CasLinear", "ClaimCheckInvariant", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
+__all__ = ["AdoptOwnWrite", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
            "FailClosedPagination", "Fencing", "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReplayDeterminism"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from faults.events import DsClear, DsSave, DsSaved
 from model.canonical import digest
 from sim.invariants import Checker
 
@@ -28,7 +29,7 @@ RECENT_COMMITS_PER_KEY = 8
 
 class AdoptOwnWrite(Checker):
     name = "adopt-own-write"
-    kinds = ("ds.save", "ds.saved", "ds.clear")
+    kinds = (DsSave.kind, DsSaved.kind, DsClear.kind)
 
     def __init__(self) -> None:
         super().__init__()
@@ -36,31 +37,35 @@ class AdoptOwnWrite(Checker):
         self.adoptions = 0
         self.conflicts = 0
 
+    def metrics(self) -> dict:
+        return {"adopted_saves": self.adoptions, "save_conflicts": self.conflicts}
+
     def on_event(self, event: tuple) -> None:
         kind = event[3]
         fields = event[4]
-        key = fields["key"]
-        if kind == "ds.save":
-            if "revision" in fields:
+        if kind == DsSave.kind:
+            key = fields[DsSave.key]
+            if DsSave.revision in fields:
                 recent = self._recent.get(key)
                 if recent is None:
                     recent = self._recent[key] = deque(maxlen=RECENT_COMMITS_PER_KEY)
-                recent.append((fields["revision"], event[2], fields["payload"]))
-            elif fields.get("error") == "RevisionConflictError":
+                recent.append((fields[DsSave.revision], event[2], fields[DsSave.payload]))
+            elif fields.get(DsSave.error) == "RevisionConflictError":
                 self.conflicts += 1
             return
-        if kind == "ds.clear":
-            self._recent.pop(key, None)
+        if kind == DsClear.kind:
+            self._recent.pop(fields[DsClear.key], None)
             return
         self.checks += 1
-        revision = fields["revision"]
-        run_id = fields["run"]
-        adopted = fields["adopted"]
+        key = fields[DsSaved.key]
+        revision = fields[DsSaved.revision]
+        run_id = fields[DsSaved.run]
+        adopted = fields[DsSaved.adopted]
         self.adoptions += adopted
         for committed_revision, committer, payload in self._recent.get(key, ()):
             if committed_revision != revision:
                 continue
-            if adopted and digest(payload) != fields["digest"]:
+            if adopted and digest(payload) != fields[DsSaved.digest]:
                 self.fail(f"{key}: run {run_id} adopted r{revision} but that commit holds "
                           "different content (a concurrent writer's) — it should have conflicted", (key, run_id))
             elif not adopted and committer != event[2]:

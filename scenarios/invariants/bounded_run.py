@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from faults.events import LogAppend
 from sim.invariants import Checker
 
 from model.runs import STEP_FAMILY  # noqa: E402
@@ -19,7 +20,7 @@ SETTLED_FAMILY = "submission-settled"
 
 class BoundedRun(Checker):
     name = "bounded-run"
-    kinds = ("log.append",)
+    kinds = (LogAppend.kind,)
 
     def __init__(self, *, records_max: int, steps_max: int | None = None) -> None:
         super().__init__()
@@ -28,17 +29,21 @@ class BoundedRun(Checker):
         self.steps_max = records_max if steps_max is None else steps_max
         self.longest = 0
 
+    def metrics(self) -> dict:
+        return {"longest_run_log": self.longest}
+
     def on_event(self, event: tuple) -> None:
         fields = event[4]
-        if "error" in fields or fields.get("replayed"):
+        if LogAppend.error in fields or fields.get(LogAppend.replayed):
             return
-        last_seq = fields["last_seq"]
-        steps = [e["payload"]["seq"] for e in fields["envelopes"] if e["family"] == STEP_FAMILY]
-        settled = any(e["family"] == SETTLED_FAMILY for e in fields["envelopes"])
+        last_seq = fields[LogAppend.last_seq]
+        envelopes = fields[LogAppend.envelopes]
+        steps = [e["payload"]["seq"] for e in envelopes if e["family"] == STEP_FAMILY]
+        settled = any(e["family"] == SETTLED_FAMILY for e in envelopes)
         if not settled and last_seq <= self.records_max and (not steps or steps[-1] <= self.steps_max):
             return
         self.checks += 1
-        run_id = fields["conversation"]
+        run_id = fields[LogAppend.conversation]
         if last_seq > self.records_max:
             self.fail(f"{run_id}: run log reached {last_seq} records (bound {self.records_max})", (run_id,))
         elif steps and steps[-1] > self.steps_max:

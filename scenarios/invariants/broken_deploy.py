@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from faults.events import Deploy, DsLoaded, DsLoadRejected, DsSave
 from sim.invariants import Checker
 
 
 class BrokenDeploys(Checker):
     name = "broken-deploy"
-    kinds = ("deploy", "ds.load.rejected", "ds.loaded", "ds.save")
+    kinds = (Deploy.kind, DsLoadRejected.kind, DsLoaded.kind, DsSave.kind)
 
     def __init__(self, out_of_band: Callable[[str], bool] = lambda node: False) -> None:
         """``out_of_band(node label)``: a writer that is not a run of the build."""
@@ -33,31 +34,34 @@ class BrokenDeploys(Checker):
         self.broken = 0
         self.caught = 0
 
+    def metrics(self) -> dict:
+        return {"broken_deploys": self.broken, "broken_deploys_caught": self.caught}
+
     def on_event(self, event: tuple) -> None:
         kind = event[3]
         fields = event[4]
-        if kind == "deploy":
+        if kind == Deploy.kind:
             self._close()
-            if fields.get("broken"):
-                self._broken = fields["build"]
+            if fields.get(Deploy.broken):
+                self._broken = fields[Deploy.build]
                 self._caught_now = False
                 self.broken += 1
             return
         if self._broken is None:
             return
-        if kind == "ds.load.rejected":
+        if kind == DsLoadRejected.kind:
             self.checks += 1
             if not self._caught_now:
                 self._caught_now = True
                 self.caught += 1
-        elif kind == "ds.loaded":
+        elif kind == DsLoaded.kind:
             self.checks += 1
-            if fields.get("found"):
-                self.fail(f"build {self._broken} loaded state it cannot read (v{fields.get('stored_version')})",
-                          (fields["key"],))
-        elif "revision" in fields and not self._out_of_band(event[2]):
+            if fields.get(DsLoaded.found):
+                self.fail(f"build {self._broken} loaded state it cannot read "
+                          f"(v{fields.get(DsLoaded.stored_version)})", (fields[DsLoaded.key],))
+        elif DsSave.revision in fields and not self._out_of_band(event[2]):
             self.checks += 1
-            self.fail(f"a run committed a save under broken build {self._broken}", (fields["key"],))
+            self.fail(f"a run committed a save under broken build {self._broken}", (fields[DsSave.key],))
 
     def _close(self) -> None:
         if self._broken is not None and not self._caught_now:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from faults.events import DsClear, DsSave
 from sim.invariants import Checker
 
 
 class CasLinear(Checker):
     name = "cas-linear"
-    kinds = ("ds.save", "ds.clear")
+    kinds = (DsSave.kind, DsClear.kind)
 
     def __init__(self) -> None:
         super().__init__()
@@ -28,18 +29,19 @@ class CasLinear(Checker):
 
     def on_event(self, event: tuple) -> None:
         fields = event[4]
-        key = fields["key"]
-        if event[3] == "ds.clear":
-            if "error" not in fields:
+        if event[3] == DsClear.kind:
+            if DsClear.error not in fields:
+                key = fields[DsClear.key]
                 self._last[key] = 0
                 self._commits[key] = 0
             return
-        revision = fields.get("revision")
+        revision = fields.get(DsSave.revision)
         if revision is None:
             return  # rejected: nothing committed
         self.checks += 1
+        key = fields[DsSave.key]
         last = self._last.get(key, 0)
-        expected = fields["expected"]
+        expected = fields[DsSave.expected]
         if revision != expected + 1:
             self.fail(f"{key}: save expected r{expected} but committed r{revision} (not expected+1)", (key,))
         elif expected != last:

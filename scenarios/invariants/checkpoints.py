@@ -12,36 +12,41 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from faults.events import ERROR, CheckpointSave, LogAppend
 from model.submissions import recovery_snapshot
 from sim.invariants import Checker
 
 
 class CheckpointConsistency(Checker):
     name = "checkpoint-consistency"
-    kinds = ("log.append", "checkpoints.save")
+    kinds = (LogAppend.kind, CheckpointSave.kind)
 
-    def __init__(self, latest: Callable[[str], Any]) -> None:
-        """``latest(conversation)``: the store's latest checkpoint, or None."""
+    def __init__(self) -> None:
         super().__init__()
-        self._latest = latest
         # conversation -> {last_seq of a committed batch: tail digest after it};
         # a conversation's log is short (it lives an hour), so is this.
         self._boundaries: dict[str, dict[int, str]] = {}
 
+    def _latest(self, conversation_id: str) -> Any:
+        """The store's latest checkpoint of the conversation, or None."""
+        return self.view.latest_checkpoint(conversation_id)
+
     def on_event(self, event: tuple) -> None:
         fields = event[4]
-        if "error" in fields:
+        if ERROR in fields:
             return
-        conversation = fields["conversation"]
-        if event[3] == "log.append":
-            if not fields.get("replayed"):
-                self._boundaries.setdefault(conversation, {})[fields["last_seq"]] = fields["tail_digest"]
+        if event[3] == LogAppend.kind:
+            if not fields.get(LogAppend.replayed):
+                self._boundaries.setdefault(fields[LogAppend.conversation], {})[
+                    fields[LogAppend.last_seq]] = fields[LogAppend.tail_digest]
             return
         self.checks += 1
-        seq = fields["covered_seq"]
+        conversation = fields[CheckpointSave.conversation]
+        seq = fields[CheckpointSave.covered_seq]
+        tail_digest = fields[CheckpointSave.tail_digest]
         acknowledged = self._boundaries.get(conversation, {}).get(seq)
-        if acknowledged != fields["tail_digest"]:
-            self.fail(f"{conversation}: checkpoint at seq {seq} carries digest {fields['tail_digest']:.12}…, "
+        if acknowledged != tail_digest:
+            self.fail(f"{conversation}: checkpoint at seq {seq} carries digest {tail_digest:.12}…, "
                       f"the log acknowledged {acknowledged!r:.16} there", (conversation,))
 
     def audit(self, world: Any) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from faults.events import ContentGet, LogAppend
 from model.canonical import canonical_json
 from model.claimcheck import is_claim_ref, verify_claim
 from sim.invariants import Checker
@@ -24,28 +25,32 @@ from model.runs import STEP_FAMILY  # noqa: E402
 
 class ClaimCheckInvariant(Checker):
     name = "claim-check"
-    kinds = ("log.append", "content.get")
+    kinds = (LogAppend.kind, ContentGet.kind)
 
-    def __init__(self, content_now: Callable[[str], bytes | None], digests: Mapping[str, Callable[[Any], Any]], *,
-                 cap_bytes: int) -> None:
+    def __init__(self, digests: Mapping[str, Callable[[Any], Any]], *, cap_bytes: int) -> None:
         """``digests``: step id -> the digest function its tool declares."""
         super().__init__()
-        self._content_now = content_now
         self._digests = dict(digests)
         self._cap_bytes = cap_bytes
         self.claim_checked = 0
 
+    def _content_now(self, ref: str) -> bytes | None:
+        return self.view.content_bytes(ref)
+
+    def metrics(self) -> dict:
+        return {"claim_checked_payloads": self.claim_checked}
+
     def on_event(self, event: tuple) -> None:
         fields = event[4]
-        if event[3] == "content.get":
+        if event[3] == ContentGet.kind:
             self.checks += 1
-            self.fail(f"{event[2]} resolved {fields['ref']}: flows branch on the recorded digest, never on the "
-                      "bytes", (fields["ref"],))
+            ref = fields[ContentGet.ref]
+            self.fail(f"{event[2]} resolved {ref}: flows branch on the recorded digest, never on the bytes", (ref,))
             return
-        if "error" in fields or fields.get("replayed"):
+        if LogAppend.error in fields or fields.get(LogAppend.replayed):
             return
-        run_id = fields["conversation"]
-        for envelope in fields["envelopes"]:
+        run_id = fields[LogAppend.conversation]
+        for envelope in fields[LogAppend.envelopes]:
             if envelope["family"] != STEP_FAMILY:
                 continue
             payload = envelope["payload"]

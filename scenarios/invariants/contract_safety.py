@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from faults.events import DsLoad, DsLoaded, DsLoadRejected, DsSave
 from model.canonical import json_equal
 from model.durable_state.contracts import (
     FUTURE_VERSION,
@@ -53,7 +54,7 @@ def expected_load(contracts: Mapping[int, StateContract], reader_version: int,
 
 class ContractSafety(Checker):
     name = "contract-safety"
-    kinds = ("ds.load", "ds.loaded", "ds.load.rejected", "ds.save")
+    kinds = (DsLoad.kind, DsLoaded.kind, DsLoadRejected.kind, DsSave.kind)
 
     def __init__(self, contracts_for_key: ContractsForKey, *, out_of_band: Callable[[str], bool] = lambda node: False,
                  every_contract_for_key: ContractsForKey | None = None) -> None:
@@ -70,51 +71,58 @@ class ContractSafety(Checker):
         self.migrations = 0
         self.rejections = 0
 
+    def metrics(self) -> dict:
+        return {"migrations_applied": self.migrations, "contract_rejections": self.rejections}
+
     def on_event(self, event: tuple) -> None:
         kind = event[3]
         node = event[2]
         fields = event[4]
-        if kind == "ds.load":
-            if fields.get("found"):
-                self._pending[node] = (fields["key"], fields["version"], fields["payload"])
+        if kind == DsLoad.kind:
+            if fields.get(DsLoad.found):
+                self._pending[node] = (fields[DsLoad.key], fields[DsLoad.version], fields[DsLoad.payload])
             else:
                 self._pending.pop(node, None)
-        elif kind == "ds.save":
-            if "revision" in fields:
+        elif kind == DsSave.kind:
+            if DsSave.revision in fields:
                 self._check_save(fields, self._out_of_band(node))
         else:
             self._check_load(node, kind, fields)
 
     def _check_load(self, node: str, kind: str, fields: dict) -> None:
         pending = self._pending.pop(node, None)
-        if not fields.get("found", True):
+        if not fields.get(DsLoaded.found, True):  # a rejection has no "found": it found something
             return
         self.checks += 1
-        key = fields["key"]
+        loaded = kind == DsLoaded.kind
+        key = fields[DsLoaded.key if loaded else DsLoadRejected.key]
         if pending is None or pending[0] != key:
             self.fail(f"{key}: model reported a load the store never answered", (key,))
             return
         _, stored_version, stored_payload = pending
-        verdict, value = expected_load(self._contracts_for_key(key), fields["current"], stored_version, stored_payload)
-        if kind == "ds.loaded":
-            if fields.get("migrated"):
+        current = fields[DsLoaded.current if loaded else DsLoadRejected.current]
+        verdict, value = expected_load(self._contracts_for_key(key), current, stored_version, stored_payload)
+        if loaded:
+            migrated = fields.get(DsLoaded.migrated)
+            if migrated:
                 self.migrations += 1
             if verdict != "ok":
-                self.fail(f"{key}: load of v{stored_version} under v{fields['current']} succeeded; "
+                self.fail(f"{key}: load of v{stored_version} under v{current} succeeded; "
                           f"the contract demands {value}", (key,))
-            elif not json_equal(value, fields["payload"]):
-                self.fail(f"{key}: load of v{stored_version} under v{fields['current']} returned "
-                          f"{fields['payload']!r}, migrations and validation give {value!r}", (key,))
-            elif fields.get("migrated") != (stored_version != fields["current"]):
-                self.fail(f"{key}: migration from v{stored_version} to v{fields['current']} "
+            elif not json_equal(value, fields[DsLoaded.payload]):
+                self.fail(f"{key}: load of v{stored_version} under v{current} returned "
+                          f"{fields[DsLoaded.payload]!r}, migrations and validation give {value!r}", (key,))
+            elif migrated != (stored_version != current):
+                self.fail(f"{key}: migration from v{stored_version} to v{current} "
                           "not recorded as migrated", (key,))
         else:
             self.rejections += 1
+            mismatch = fields[DsLoadRejected.mismatch]
             if verdict == "ok":
-                self.fail(f"{key}: load of v{stored_version} under v{fields['current']} rejected as "
-                          f"{fields['mismatch']}, but the contract accepts it", (key,))
-            elif value != fields["mismatch"]:
-                self.fail(f"{key}: load rejected as {fields['mismatch']}, the contract says {value}", (key,))
+                self.fail(f"{key}: load of v{stored_version} under v{current} rejected as "
+                          f"{mismatch}, but the contract accepts it", (key,))
+            elif value != mismatch:
+                self.fail(f"{key}: load rejected as {mismatch}, the contract says {value}", (key,))
 
     def audit(self, world: Any) -> None:
         """Every stored envelope validates under the version it claims."""
@@ -133,14 +141,14 @@ class ContractSafety(Checker):
 
     def _check_save(self, fields: dict, out_of_band: bool) -> None:
         self.checks += 1
-        key = fields["key"]
-        version = fields["version"]
+        key = fields[DsSave.key]
+        version = fields[DsSave.version]
         contracts = self._every_contract_for_key(key) if out_of_band else self._contracts_for_key(key)
         contract = contracts.get(version)
         if contract is None:
             self.fail(f"{key}: committed at unknown contract version v{version}", (key,))
             return
-        problem = contract.validate(fields["payload"])
+        problem = contract.validate(fields[DsSave.payload])
         if problem is not None:
             self.fail(f"{key}: committed a payload invalid under v{version}: {problem}", (key,))
         last = self._versions.get(key, 0)

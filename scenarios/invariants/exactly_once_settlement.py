@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from faults.events import ERROR, LedgerFinalizeSettlement, LedgerPurgeConversation, LedgerReserveSettlement, LogAppend
 from model.canonical import digest
 from model.ledger.rules import submission_id_for
 from sim.invariants import Checker
@@ -21,7 +22,7 @@ from sim.invariants import Checker
 
 class ExactlyOnceSettlement(Checker):
     name = "exactly-once-settlement"
-    kinds = ("ledger.reserve_settlement", "log.append", "ledger.finalize_settlement", "ledger.purge_conversation")
+    kinds = (LedgerReserveSettlement.kind, LogAppend.kind, LedgerFinalizeSettlement.kind, LedgerPurgeConversation.kind)
 
     def __init__(self) -> None:
         super().__init__()
@@ -31,31 +32,36 @@ class ExactlyOnceSettlement(Checker):
         self.settled = 0
         self._outcomes: dict[str, int] = {}
 
+    def metrics(self) -> dict:
+        return {"settled": self.settled, "outcomes": self.outcomes()}
+
     def on_event(self, event: tuple) -> None:
         kind = event[3]
         fields = event[4]
-        if "error" in fields:
+        if ERROR in fields:
             return
-        if kind == "ledger.reserve_settlement":
+        if kind == LedgerReserveSettlement.kind:
             self.checks += 1
-            submission = fields["submission"]
-            first = self._reserved.setdefault(submission, fields["digest"])
-            if first != fields["digest"]:
-                self.fail(f"{submission}: reservation changed from {first[:12]} to {fields['digest'][:12]}",
+            submission = fields[LedgerReserveSettlement.submission]
+            reserved = fields[LedgerReserveSettlement.digest]
+            first = self._reserved.setdefault(submission, reserved)
+            if first != reserved:
+                self.fail(f"{submission}: reservation changed from {first[:12]} to {reserved[:12]}",
                           (submission,))
-        elif kind == "ledger.purge_conversation":
+        elif kind == LedgerPurgeConversation.kind:
             # Retention archived and deleted the conversation: its submissions
             # can never settle again, so the oracle forgets them (memory stays
             # flat over a year of runs).
-            for seq in range(1, fields["purged"] + 1):
-                submission = submission_id_for(fields["conversation"], seq)
+            conversation = fields[LedgerPurgeConversation.conversation]
+            for seq in range(1, fields[LedgerPurgeConversation.purged] + 1):
+                submission = submission_id_for(conversation, seq)
                 self._reserved.pop(submission, None)
                 self._in_log.pop(submission, None)
                 self._final.pop(submission, None)
-        elif kind == "log.append":
-            if fields.get("replayed"):
+        elif kind == LogAppend.kind:
+            if fields.get(LogAppend.replayed):
                 return
-            for envelope in fields["envelopes"]:
+            for envelope in fields[LogAppend.envelopes]:
                 if envelope["family"] != "submission-settled":
                     continue
                 self.checks += 1
@@ -70,11 +76,12 @@ class ExactlyOnceSettlement(Checker):
                     self.fail(f"{submission}: the log's settlement record is not the reserved one", (submission,))
         else:
             self.checks += 1
-            submission = fields["submission"]
-            final = (fields["outcome"], fields["digest"], fields["settled_at_ms"])
+            submission = fields[LedgerFinalizeSettlement.submission]
+            final = (fields[LedgerFinalizeSettlement.outcome], fields[LedgerFinalizeSettlement.digest],
+                     fields[LedgerFinalizeSettlement.settled_at_ms])
             if submission not in self._in_log:
                 self.fail(f"{submission}: finalized before its settlement record was in the log", (submission,))
-            elif self._in_log[submission] != fields["digest"]:
+            elif self._in_log[submission] != final[1]:
                 self.fail(f"{submission}: ledger outcome digest differs from the canonical record", (submission,))
             previous = self._final.setdefault(submission, final)
             if previous == final and previous is final:

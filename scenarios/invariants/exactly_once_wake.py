@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from faults.events import LedgerAdmit, LedgerFinalizeSettlement, WakeSkipped
 from model.schedules import Schedule, parse_run_id
 from sim.invariants import Checker
 
@@ -37,7 +38,7 @@ class _ScheduleState:
 
 class ExactlyOnceWake(Checker):
     name = "exactly-once-wake"
-    kinds = ("ledger.admit", "wake.skipped", "ledger.finalize_settlement")
+    kinds = (LedgerAdmit.kind, WakeSkipped.kind, LedgerFinalizeSettlement.kind)
 
     def __init__(self, schedules: Mapping[str, Schedule], *, end_ms: int) -> None:
         super().__init__()
@@ -54,20 +55,25 @@ class ExactlyOnceWake(Checker):
     def skipped(self) -> int:
         return sum(s.skipped for s in self._state.values())
 
+    def metrics(self) -> dict:
+        return {"wakes": self.started, "wakes_skipped": self.skipped}
+
     def on_event(self, event: tuple) -> None:
         kind = event[3]
         fields = event[4]
-        if kind == "ledger.admit":
+        if kind == LedgerAdmit.kind:
             # A run starts when the ledger admits its id for the first time
             # (a replayed admission is a duplicate delivery, not a start).
-            if "error" not in fields and not fields["replayed"]:
-                schedule_id, occurrence_ms = parse_run_id(fields["conversation"])
-                self._started(event[1], {"run": fields["conversation"], "schedule": schedule_id,
-                                         "occurrence_ms": occurrence_ms, "submission": fields["submission"]})
-        elif kind == "wake.skipped":
+            if LedgerAdmit.error not in fields and not fields[LedgerAdmit.replayed]:
+                run_id = fields[LedgerAdmit.conversation]
+                schedule_id, occurrence_ms = parse_run_id(run_id)
+                self._started(event[1], {"run": run_id, "schedule": schedule_id,
+                                         "occurrence_ms": occurrence_ms,
+                                         "submission": fields[LedgerAdmit.submission]})
+        elif kind == WakeSkipped.kind:
             self._skipped(fields)
-        elif "error" not in fields:
-            run_id = self._live_runs.pop(fields["submission"], None)
+        elif LedgerFinalizeSettlement.error not in fields:
+            run_id = self._live_runs.pop(fields[LedgerFinalizeSettlement.submission], None)
             if run_id is not None:
                 state = self._state[parse_run_id(run_id)[0]]
                 if state.live_run == run_id:
@@ -106,10 +112,10 @@ class ExactlyOnceWake(Checker):
 
     def _skipped(self, fields: dict) -> None:
         self.checks += 1
-        schedule_id = fields["schedule"]
+        schedule_id = fields[WakeSkipped.schedule]
         schedule = self.schedules[schedule_id]
         state = self._state[schedule_id]
-        first_ms, last_ms = fields["first_ms"], fields["last_ms"]
+        first_ms, last_ms = fields[WakeSkipped.first_ms], fields[WakeSkipped.last_ms]
         if state.accounted_ms is not None and last_ms <= state.accounted_ms:
             return  # re-announced after a crash before the start: already counted
         expected_first = schedule.first_ms if state.accounted_ms is None else state.accounted_ms + schedule.every_ms

@@ -8,13 +8,21 @@ Claims of one conversation get strictly increasing epochs.
 """
 from __future__ import annotations
 
+from faults.events import (
+    ERROR,
+    LedgerClaim,
+    LedgerMarkInputApplied,
+    LedgerReserveSettlement,
+    LogAppend,
+    LogMaterialize,
+)
 from sim.invariants import Checker
 
 
 class Fencing(Checker):
     name = "fencing"
-    kinds = ("log.materialize", "log.append", "ledger.claim", "ledger.mark_input_applied",
-             "ledger.reserve_settlement")
+    kinds = (LogMaterialize.kind, LogAppend.kind, LedgerClaim.kind, LedgerMarkInputApplied.kind,
+             LedgerReserveSettlement.kind)
 
     def __init__(self) -> None:
         super().__init__()
@@ -23,37 +31,48 @@ class Fencing(Checker):
         self._token_epoch: dict[str, int] = {}    # submission -> epoch of its latest claim
         self.fenced = 0
 
+    def metrics(self) -> dict:
+        return {"stale_writes_fenced": self.fenced}
+
     def on_event(self, event: tuple) -> None:
         kind = event[3]
         fields = event[4]
-        if "error" in fields:
-            if fields["error"] in ("FenceRejected", "OwnershipLost"):
+        error = fields.get(ERROR)
+        if error is not None:
+            if error in ("FenceRejected", "OwnershipLost"):
                 self.fenced += 1
             return
-        if kind in ("log.materialize", "log.append"):
-            if kind == "log.append" and fields.get("replayed"):
-                return
+        if kind == LogAppend.kind or kind == LogMaterialize.kind:
+            if kind == LogAppend.kind:
+                if fields.get(LogAppend.replayed):
+                    return
+                conversation, epoch = fields[LogAppend.conversation], fields[LogAppend.epoch]
+            else:
+                conversation, epoch = fields[LogMaterialize.conversation], fields[LogMaterialize.epoch]
             self.checks += 1
-            conversation = fields["conversation"]
             highest = self._log_epoch.get(conversation, 0)
-            if fields["epoch"] < highest:
-                self.fail(f"{conversation}: {kind} committed at epoch {fields['epoch']} after epoch {highest}",
+            if epoch < highest:
+                self.fail(f"{conversation}: {kind} committed at epoch {epoch} after epoch {highest}",
                           (conversation,))
-            self._log_epoch[conversation] = max(highest, fields["epoch"])
-        elif kind == "ledger.claim":
-            if "epoch" not in fields:
+            self._log_epoch[conversation] = max(highest, epoch)
+        elif kind == LedgerClaim.kind:
+            if LedgerClaim.epoch not in fields:
                 return  # nothing claimable
             self.checks += 1
-            conversation = fields["conversation"]
+            conversation = fields[LedgerClaim.conversation]
+            epoch = fields[LedgerClaim.epoch]
             previous = self._claim_epoch.get(conversation, 0)
-            if fields["epoch"] <= previous:
-                self.fail(f"{conversation}: claim epoch {fields['epoch']} not above {previous}", (conversation,))
-            self._claim_epoch[conversation] = max(previous, fields["epoch"])
-            self._token_epoch[fields["submission"]] = fields["epoch"]
+            if epoch <= previous:
+                self.fail(f"{conversation}: claim epoch {epoch} not above {previous}", (conversation,))
+            self._claim_epoch[conversation] = max(previous, epoch)
+            self._token_epoch[fields[LedgerClaim.submission]] = epoch
         else:
+            # mark_input_applied and reserve_settlement: both carry the token's submission and epoch.
+            event_type = LedgerMarkInputApplied if kind == LedgerMarkInputApplied.kind else LedgerReserveSettlement
             self.checks += 1
-            submission = fields["submission"]
+            submission = fields[event_type.submission]
+            epoch = fields[event_type.epoch]
             current = self._token_epoch.get(submission)
-            if current is not None and fields["epoch"] < current:
-                self.fail(f"{submission}: {kind} committed with epoch {fields['epoch']}, "
+            if current is not None and epoch < current:
+                self.fail(f"{submission}: {kind} committed with epoch {epoch}, "
                           f"superseded by epoch {current}", (submission,))

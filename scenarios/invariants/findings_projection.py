@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from faults.events import ERROR, LedgerFinalizeSettlement, LogAppend, RetentionPass
 from model.findings import ProjectedFinding, projection_digest
 from model.schedules import parse_run_id
 from sim.invariants import Checker
@@ -24,31 +25,34 @@ SETTLED_FAMILY = "submission-settled"
 
 class FindingsProjection(Checker):
     name = "findings-projection"
-    kinds = ("log.append", "ledger.finalize_settlement", "retention.pass")
+    kinds = (LogAppend.kind, LedgerFinalizeSettlement.kind, RetentionPass.kind)
 
-    def __init__(self, live: Callable[[], tuple], checkpoint: Callable[[str], int | None], *,
-                 finding_ttl_ms: int) -> None:
+    def __init__(self, *, finding_ttl_ms: int) -> None:
         super().__init__()
-        self._live = live
-        self._checkpoint = checkpoint
         self._finding_ttl_ms = finding_ttl_ms
         self._pending: dict[str, tuple[str, list]] = {}  # submission -> (run id, findings), until finalized
         self._shadow: dict[str, ProjectedFinding] = {}   # finding id -> the finding, while live
 
+    def _live(self) -> tuple:
+        return self.view.live_findings()
+
+    def _checkpoint(self, schedule_id: str) -> int | None:
+        return self.view.findings_checkpoint(schedule_id)
+
     def on_event(self, event: tuple) -> None:
         kind, fields = event[3], event[4]
-        if "error" in fields or fields.get("replayed"):
+        if ERROR in fields or fields.get(LogAppend.replayed):
             return
-        if kind == "log.append":
-            for envelope in fields["envelopes"]:
+        if kind == LogAppend.kind:
+            for envelope in fields[LogAppend.envelopes]:
                 if envelope["family"] != SETTLED_FAMILY:
                     continue
                 record = envelope["payload"]["record"]
                 findings = (record.get("result") or {}).get("findings") if record["outcome"] == "completed" else None
                 if findings:
-                    self._pending[envelope["payload"]["submissionId"]] = (fields["conversation"], findings)
-        elif kind == "ledger.finalize_settlement":
-            pending = self._pending.pop(fields["submission"], None)
+                    self._pending[envelope["payload"]["submissionId"]] = (fields[LogAppend.conversation], findings)
+        elif kind == LedgerFinalizeSettlement.kind:
+            pending = self._pending.pop(fields[LedgerFinalizeSettlement.submission], None)
             if pending is None:
                 return
             run_id, findings = pending
@@ -57,7 +61,8 @@ class FindingsProjection(Checker):
                 self._shadow.setdefault(finding["id"], ProjectedFinding(
                     finding_id=finding["id"], run_id=run_id, schedule_id=schedule_id, occurrence_ms=occurrence_ms,
                     category=finding["category"], severity=finding["severity"],
-                    evidence=tuple(finding["evidence"]), opened_at_ms=fields["settled_at_ms"]))
+                    evidence=tuple(finding["evidence"]),
+                    opened_at_ms=fields[LedgerFinalizeSettlement.settled_at_ms]))
         else:
             cutoff_ms = event[1] - self._finding_ttl_ms
             for finding_id in [f for f, p in self._shadow.items() if p.opened_at_ms < cutoff_ms]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from faults.events import LogAppend
 from model.canonical import ZERO_DIGEST, digest
 from sim.invariants import Checker
 
@@ -23,7 +24,7 @@ def oracle_chain_step(previous: str, batch_id: str, first_seq: int, envelopes: l
 
 class LogChain(Checker):
     name = "log-chain"
-    kinds = ("log.append",)
+    kinds = (LogAppend.kind,)
 
     def __init__(self) -> None:
         super().__init__()
@@ -31,24 +32,25 @@ class LogChain(Checker):
 
     def on_event(self, event: tuple) -> None:
         fields = event[4]
-        if "error" in fields or fields.get("replayed"):
+        if LogAppend.error in fields or fields.get(LogAppend.replayed):
             return
         self.checks += 1
-        conversation = fields["conversation"]
+        conversation = fields[LogAppend.conversation]
+        batch = fields[LogAppend.batch]
+        envelopes = fields[LogAppend.envelopes]
+        first_seq, last_seq = fields[LogAppend.first_seq], fields[LogAppend.last_seq]
         tail_seq, tail_digest = self._tail.get(conversation, (0, ZERO_DIGEST))
-        count = len(fields["envelopes"])
-        if fields["first_seq"] != tail_seq + 1:
-            self.fail(f"{conversation}: batch {fields['batch']} starts at {fields['first_seq']}, "
-                      f"tail was {tail_seq}", (conversation,))
-        elif fields["last_seq"] - fields["first_seq"] + 1 != count:
-            self.fail(f"{conversation}: batch {fields['batch']} of {count} records covers "
-                      f"{fields['first_seq']}..{fields['last_seq']}", (conversation,))
+        count = len(envelopes)
+        if first_seq != tail_seq + 1:
+            self.fail(f"{conversation}: batch {batch} starts at {first_seq}, tail was {tail_seq}", (conversation,))
+        elif last_seq - first_seq + 1 != count:
+            self.fail(f"{conversation}: batch {batch} of {count} records covers {first_seq}..{last_seq}",
+                      (conversation,))
         else:
-            expected = oracle_chain_step(tail_digest, fields["batch"], fields["first_seq"], fields["envelopes"])
-            if expected != fields["tail_digest"]:
-                self.fail(f"{conversation}: tail digest after batch {fields['batch']} does not recompute",
-                          (conversation,))
-        self._tail[conversation] = (fields["last_seq"], fields["tail_digest"])
+            expected = oracle_chain_step(tail_digest, batch, first_seq, envelopes)
+            if expected != fields[LogAppend.tail_digest]:
+                self.fail(f"{conversation}: tail digest after batch {batch} does not recompute", (conversation,))
+        self._tail[conversation] = (last_seq, fields[LogAppend.tail_digest])
 
     def audit(self, world: Any) -> None:
         for conversation_id in world.conversation_ids():

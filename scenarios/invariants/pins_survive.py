@@ -11,23 +11,33 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from faults.events import RetentionPass
 from sim.invariants import Checker
 
 
 class PinsSurvive(Checker):
     name = "pins-survive"
-    kinds = ("retention.pass",)
+    kinds = (RetentionPass.kind,)
 
-    def __init__(self, live_evidence: Callable[[], list[tuple[str, str]]], content_has: Callable[[str], bool],
-                 expired_unpinned: Callable[[int], tuple[str, ...]], *, blob_ttl_ms: int) -> None:
+    def __init__(self, *, blob_ttl_ms: int) -> None:
         super().__init__()
-        self._live_evidence = live_evidence
-        self._content_has = content_has
-        self._expired_unpinned = expired_unpinned
         self._blob_ttl_ms = blob_ttl_ms
         self._last_pass_ms: int | None = None
         self.max_pinned = 0
         self.passes = 0
+
+    # What the stores hold now, read through the audit view.
+    def _live_evidence(self) -> list[tuple[str, str]]:
+        return self.view.live_evidence()
+
+    def _content_has(self, ref: str) -> bool:
+        return self.view.content_has(ref)
+
+    def _expired_unpinned(self, stored_before_ms: int) -> tuple[str, ...]:
+        return self.view.expired_unpinned_blobs(stored_before_ms)
+
+    def metrics(self) -> dict:
+        return {"pinned_blobs": self.max_pinned}
 
     def on_event(self, event: tuple) -> None:
         self.passes += 1

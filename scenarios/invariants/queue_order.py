@@ -4,12 +4,13 @@ submission's input never enters the log before the previous settlement.
 """
 from __future__ import annotations
 
+from faults.events import ERROR, LedgerAdmit, LedgerClaim, LedgerFinalizeSettlement, LogAppend
 from sim.invariants import Checker
 
 
 class QueueOrder(Checker):
     name = "fifo-one-active"
-    kinds = ("ledger.admit", "ledger.claim", "ledger.finalize_settlement", "log.append")
+    kinds = (LedgerAdmit.kind, LedgerClaim.kind, LedgerFinalizeSettlement.kind, LogAppend.kind)
 
     def __init__(self) -> None:
         super().__init__()
@@ -20,35 +21,37 @@ class QueueOrder(Checker):
     def on_event(self, event: tuple) -> None:
         kind = event[3]
         fields = event[4]
-        if "error" in fields:
+        if ERROR in fields:
             return
-        if kind == "ledger.admit":
-            if not fields["replayed"]:
-                queue = self._unsettled.setdefault(fields["conversation"], [])
-                queue.append((fields["queue_seq"], fields["submission"]))
+        if kind == LedgerAdmit.kind:
+            if not fields[LedgerAdmit.replayed]:
+                conversation, submission = fields[LedgerAdmit.conversation], fields[LedgerAdmit.submission]
+                queue = self._unsettled.setdefault(conversation, [])
+                queue.append((fields[LedgerAdmit.queue_seq], submission))
                 queue.sort()
-                self._conversation_of[fields["submission"]] = fields["conversation"]
-        elif kind == "ledger.claim":
-            if "submission" not in fields:
+                self._conversation_of[submission] = conversation
+        elif kind == LedgerClaim.kind:
+            if LedgerClaim.submission not in fields:
                 return
             self.checks += 1
-            queue = self._unsettled.get(fields["conversation"], [])
+            conversation, submission = fields[LedgerClaim.conversation], fields[LedgerClaim.submission]
+            queue = self._unsettled.get(conversation, [])
             head = queue[0][1] if queue else None
-            if fields["submission"] != head:
-                self.fail(f"{fields['conversation']}: claimed {fields['submission']} while {head} is the "
-                          "unsettled head", (fields["conversation"], fields["submission"]))
-        elif kind == "ledger.finalize_settlement":
-            submission = fields["submission"]
+            if submission != head:
+                self.fail(f"{conversation}: claimed {submission} while {head} is the unsettled head",
+                          (conversation, submission))
+        elif kind == LedgerFinalizeSettlement.kind:
+            submission = fields[LedgerFinalizeSettlement.submission]
             conversation = self._conversation_of.get(submission)
             if conversation is not None:
                 queue = self._unsettled.get(conversation, [])
                 self._unsettled[conversation] = [entry for entry in queue if entry[1] != submission]
                 self._conversation_of.pop(submission, None)
         else:
-            if fields.get("replayed"):
+            if fields.get(LogAppend.replayed):
                 return
-            conversation = fields["conversation"]
-            for envelope in fields["envelopes"]:
+            conversation = fields[LogAppend.conversation]
+            for envelope in fields[LogAppend.envelopes]:
                 family = envelope["family"]
                 submission = envelope["payload"].get("submissionId") if isinstance(envelope["payload"], dict) else None
                 if family == "input":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from faults.events import LogAppend
 from model.canonical import json_equal
 from model.kernel.kernel import ExecutionContext, ReplayIncomplete, effective_version, error_output
 from model.kernel.records import EXECUTION_MIGRATED, ExecutionRecord, StepRecord
@@ -31,7 +32,7 @@ SETTLED_FAMILY = "submission-settled"
 
 class ReplayDeterminism(Checker):
     name = "replay-determinism"
-    kinds = ("log.append",)
+    kinds = (LogAppend.kind,)
 
     def __init__(self, replay_flow_for: Callable[[ExecutionRecord, int], Any],
                  replay_store_calls: Callable[[], int], *,
@@ -44,12 +45,15 @@ class ReplayDeterminism(Checker):
         self.replays = 0
         self.migrated_runs = 0
 
+    def metrics(self) -> dict:
+        return {"replays_verified": self.replays}
+
     def on_event(self, event: tuple) -> None:
         fields = event[4]
-        if "error" in fields or fields.get("replayed"):
+        if LogAppend.error in fields or fields.get(LogAppend.replayed):
             return
-        run_id = fields["conversation"]
-        for envelope in fields["envelopes"]:
+        run_id = fields[LogAppend.conversation]
+        for envelope in fields[LogAppend.envelopes]:
             family = envelope["family"]
             payload = envelope["payload"]
             if family == INPUT_FAMILY:

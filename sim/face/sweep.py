@@ -1,7 +1,8 @@
 """``loomsim sweep``: many seeds of one scenario, both cores, one summary.
 
-Each seed runs in its own process (``python -m sim run ... --json``), at
-most ``--jobs`` at a time; a line per finished seed shows progress. The
+Each seed runs in its own process (``python -m sim [--scenarios MODULE ...]
+run ... --json``: the sweep's scenario modules passed on, the entry points
+loaded by the child itself), at most ``--jobs`` at a time; a line per finished seed shows progress. The
 summary lists failing seeds with the command that reproduces each (and the
 repro file each wrote), then coverage across the whole sweep: how often
 each fault kind and failpoint fired, which never did, and which of the
@@ -18,17 +19,22 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Sequence
 
 EXIT_PASS, EXIT_VIOLATION = 0, 1
 
 
-def _child(args: list[str]) -> subprocess.Popen:
+# The directory holding the ``sim`` package (sim/face/sweep.py -> its root).
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _child(global_args: list[str], args: list[str]) -> subprocess.Popen:
+    """``loomsim [global_args] run [args] --json`` in a new process, in this
+    process's directory (where ``--scenarios`` modules are importable from)."""
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.Popen([sys.executable, "-m", "sim", "run", *args, "--json"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.Popen([sys.executable, "-m", "sim", *global_args, "run", *args, "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def _outcome(seed: int, proc: subprocess.Popen) -> dict[str, Any]:
@@ -42,7 +48,9 @@ def _outcome(seed: int, proc: subprocess.Popen) -> dict[str, Any]:
     return {"seed": seed, "status": "error", "error": f"exit {proc.returncode}: {line}"}
 
 
-def sweep(scenario: Any, args: Any, child_args: list[str]) -> int:
+def sweep(scenario: Any, args: Any, child_args: list[str], global_args: Sequence[str] = ()) -> int:
+    """Run ``args.seeds`` of ``scenario``, each as ``loomsim [global_args]
+    run SCENARIO --seed N [child_args]``; print the summary."""
     seeds = list(args.seeds)
     started_s = time.perf_counter()
     running: list[tuple[int, subprocess.Popen]] = []
@@ -51,7 +59,7 @@ def sweep(scenario: Any, args: Any, child_args: list[str]) -> int:
     while pending or running:
         while pending and len(running) < args.jobs:
             seed = pending.pop(0)
-            running.append((seed, _child([scenario.name, "--seed", str(seed), *child_args])))
+            running.append((seed, _child(list(global_args), [scenario.name, "--seed", str(seed), *child_args])))
         for entry in list(running):
             seed, proc = entry
             if proc.poll() is None:

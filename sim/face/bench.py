@@ -2,8 +2,8 @@
 
 Every figure comes from this one invocation on this machine, so ratios
 compare like with like. Runs that measure memory go to fresh subprocesses
-(peak RSS is per process). Wall-clock reads are confined to this module and
-the CLI; nothing simulated sees them.
+(peak RSS is per process). Wall-clock reads are confined to the face (this
+module, the CLI and sweep); nothing simulated sees them.
 """
 from __future__ import annotations
 
@@ -21,10 +21,13 @@ from sim.node import Node
 BARE_SLEEPS = 105_120
 
 
+# The directory holding the ``sim`` package (sim/face/bench.py -> its root).
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def _run_child(args: list[str]) -> dict[str, Any]:
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "sim", "run", *args, "--json"], capture_output=True,
                           text=True, env=env, check=False)
@@ -98,9 +101,12 @@ def bench(*, quick: bool = False, seed: int = 1) -> dict[str, Any]:
         (f"memory {month}", ["sentinel-year", "--seed", str(seed), "--duration", month, "--no-swarm"], None),
     ):
         result = _run_child(args)
-        runs[label] = {"status": result["status"], "wall_s": result["wall_s"], "wakes": result["wakes"],
-                       "us_per_wake": round(result["wall_s"] / max(1, result["wakes"]) * 1e6, 1),
-                       "peak_rss_mb": result.get("peak_rss_mb"), "budget_s": budget_s if not quick else None}
+        figure: dict[str, Any] = {"status": result["status"], "wall_s": result["wall_s"]}
+        wakes = (result.get("stats") or {}).get("wakes")  # the scenario's count, if it keeps one
+        if wakes is not None:
+            figure.update(wakes=wakes, us_per_wake=round(result["wall_s"] / max(1, wakes) * 1e6, 1))
+        figure.update(peak_rss_mb=result.get("peak_rss_mb"), budget_s=budget_s if not quick else None)
+        runs[label] = figure
     figures["runs"] = runs
     year_rss = runs[f"memory {year}"]["peak_rss_mb"]
     month_rss = runs[f"memory {month}"]["peak_rss_mb"]
@@ -118,8 +124,9 @@ def render(figures: dict[str, Any]) -> str:
                  f"bare heap loop {sched['floor_s']:.3f}s = {sched['ratio']}x (budget <= {sched['budget_ratio']}x)")
     for label, run in figures["runs"].items():
         budget = f" (budget {run['budget_s']:.0f}s)" if run["budget_s"] else ""
-        lines.append(f"  sentinel-year {label}: {run['wall_s']:.2f}s wall{budget}, {run['wakes']} wakes, "
-                     f"{run['us_per_wake']} us/wake, peak RSS {run['peak_rss_mb']} MB, {run['status']}")
+        wakes = f"{run['wakes']} wakes, {run['us_per_wake']} us/wake, " if "wakes" in run else ""
+        lines.append(f"  sentinel-year {label}: {run['wall_s']:.2f}s wall{budget}, {wakes}"
+                     f"peak RSS {run['peak_rss_mb']} MB, {run['status']}")
     flat = figures.get("memory_flatness")
     if flat:
         lines.append(f"  memory flatness: peak RSS {flat['year_rss_mb']} MB (year) / {flat['month_rss_mb']} MB "

@@ -1,29 +1,39 @@
-"""The face: ``loomsim`` (also ``python -m sim``).
+"""The command line: ``loomsim`` (also ``python -m sim``).
 
 Exit codes: 0 every invariant held, 1 an invariant was violated, 2 usage
 error (unknown scenario, malformed seed/duration/flag, unusable database or
-trace path). Usage errors are one line on stderr, never a traceback.
+trace path, a scenario module that cannot be loaded). Usage errors are one
+line on stderr, never a traceback.
 
-This module and ``sim/bench.py`` are the only places in ``sim/`` that read
-the wall clock, and only to report how long a run took.
+``--scenarios MODULE`` (repeatable) is a global option, before the command:
+the user's scenario modules (``sim.face.discovery``), loaded with the
+``loomsim.scenarios`` entry points before the parser is built (a user
+scenario's parameters are flags). The repro file's format lives in
+``sim.face.repro_file``.
+
+This module, ``sweep`` and ``bench`` are the only places in ``sim/`` that
+read the wall clock, and only to report how long a run took.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shlex
 import sqlite3
 import sys
 import time
 from typing import Any, NoReturn, Sequence
 
+from faults.script import ScriptError, load_script, script_to_json
 from sim.clock import DurationError, format_calendar, format_duration_ms, format_span_ms, parse_duration_ms
+from sim.face import discovery
+from sim.face.repro_file import (ReproFileError, param_flag, repro_argv, repro_command, repro_filename,
+                                 shrunk_filename, write_repro)
 from sim.interleave import Deviation
 from sim.runner import DETECTED, PASS, RunResult, run
-from faults.script import ScriptError, load_script, script_to_json
-from sim.scenario import STORES, ScenarioOptions, SetupError
-from sim.trace import event_json
+from sim.scenario import ScenarioOptions, SetupError
 
 EXIT_PASS = 0
 DEVIATIONS_SHOWN = 3  # scheduling deviations a failure report lists
@@ -31,6 +41,11 @@ EXIT_VIOLATION = 1
 EXIT_USAGE = 2
 SEED_MAX = 2**63 - 1
 EXCERPT_LINES = 14  # the full excerpt is in the repro file
+NAMED_STORES = ("memory", "sqlite")
+# A user's store adapter: a factory in an importable module (loaded and
+# validated by the scenario's system, which raises SetupError).
+STORE_FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+SCENARIOS_FLAG = "--scenarios"
 
 
 class UsageError(Exception):
@@ -66,6 +81,22 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected a whole number") from None
 
 
+def _rate(text: str) -> tuple[str, float]:
+    from faults.kinds import ALL_FAULT_KINDS
+
+    kind, sep, value = text.partition("=")
+    if not sep or kind not in ALL_FAULT_KINDS:
+        raise argparse.ArgumentTypeError(f"invalid rate {text!r}: expected KIND=PROBABILITY with KIND one of "
+                                         f"{', '.join(ALL_FAULT_KINDS)}")
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = -1.0
+    if not 0.0 <= rate <= 1.0:
+        raise argparse.ArgumentTypeError(f"invalid rate {text!r}: the probability per hit must be in [0, 1]")
+    return kind, rate
+
+
 def _knob(text: str) -> tuple[str, int]:
     name, sep, value = text.partition("=")
     if not sep or not name:
@@ -86,12 +117,23 @@ def _schedule(spec: str) -> str:
     return spec
 
 
+def _store(text: str) -> str:
+    if text in NAMED_STORES or STORE_FACTORY.fullmatch(text):
+        return text
+    raise argparse.ArgumentTypeError(f"invalid store {text!r}: expected memory, sqlite or MODULE:FACTORY "
+                                     "(a store adapter factory, e.g. mystores:make_store)")
+
+
 def _names(text: str) -> tuple[str, ...]:
     return tuple(sorted({name.strip() for name in text.split(",") if name.strip()}))
 
 
 def build_parser() -> _Parser:
-    parser = _Parser(prog="loomsim", description="Deterministic simulation testing for durable agent runtimes.")
+    parser = _Parser(prog="loomsim", description="Deterministic simulation testing for durable agent runtimes.",
+                     allow_abbrev=False)  # --scenarios is read before parsing: spelled out in full
+    parser.add_argument(SCENARIOS_FLAG, action="append", default=[], metavar="MODULE",
+                        help="import MODULE (repeatable; before the command) to register its scenarios, "
+                             "e.g. --scenarios examples.two_cadences; the current directory is importable")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.add_parser("list", help="list the scenarios")
     repro_p = sub.add_parser("repro", help="replay a repro file: its configuration and its fault script")
@@ -142,7 +184,8 @@ def _add_run_options(run_p: argparse.ArgumentParser) -> None:
     """The options ``run`` and ``sweep`` share (a sweep passes them on to each run)."""
     run_p.add_argument("--duration", type=_duration, default=None,
                        help="simulated duration: 90s, 5m, 36h, 30d, 12mo (default: the scenario's)")
-    run_p.add_argument("--store", choices=STORES, default="memory", help="store backend (default: memory)")
+    run_p.add_argument("--store", type=_store, default="memory", metavar="STORE",
+                       help="store backend: memory (default), sqlite, or MODULE:FACTORY (a store adapter factory)")
     run_p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     run_p.add_argument("--schedule", default="fifo", metavar="POLICY",
                        help="which ready task runs next: fifo (default), random, pct:D or pct:D:K "
@@ -159,6 +202,9 @@ def _add_run_options(run_p: argparse.ArgumentParser) -> None:
                        help="comma-separated fault kinds / workload switches to force off")
     run_p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE", type=_knob,
                        help="pin a knob (repeatable), e.g. --knob lease_ms=15000")
+    run_p.add_argument("--rate", action="append", default=[], metavar="KIND=P", type=_rate,
+                       help="per-hit probability of a point fault kind (repeatable); any --rate replaces the "
+                            "scenario's default mix, e.g. --rate ack-lost=1e-3")
     run_p.add_argument("--repro-dir", default=".", metavar="DIR",
                        help="where a failing run writes its repro file (default: current directory)")
     from scenarios import registry
@@ -174,14 +220,10 @@ def _add_run_options(run_p: argparse.ArgumentParser) -> None:
                            help=f"{', '.join(params[name])}: {helps[name]}")
 
 
-def param_flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
-    except UsageError as error:
+    except (UsageError, ReproFileError, discovery.ScenarioModuleError) as error:
         print(f"loomsim: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -189,24 +231,63 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _main(argv: list[str]) -> int:
+def leading_scenario_modules(argv: Sequence[str]) -> list[str]:
+    """The ``--scenarios`` modules of a command line: the global options
+    before the command (read before the parser is built, which needs them)."""
+    modules: list[str] = []
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        if token == SCENARIOS_FLAG:
+            if index + 1 == len(argv):
+                break  # the parser says what is missing
+            modules.append(argv[index + 1])
+            index += 2
+        elif token.startswith(SCENARIOS_FLAG + "="):
+            modules.append(token.partition("=")[2])
+            index += 1
+        elif token in ("-h", "--help"):
+            index += 1
+        elif token.startswith("-") and token != "--":
+            raise UsageError(f"unrecognized option {token!r} before the command "
+                             f"(the global options: {SCENARIOS_FLAG} MODULE, -h)")
+        else:
+            break
+    for token in argv[index + 1:]:
+        if token == SCENARIOS_FLAG or token.startswith(SCENARIOS_FLAG + "="):
+            raise UsageError(f"{SCENARIOS_FLAG} is a global option: give it before the command, "
+                             f"e.g. loomsim {SCENARIOS_FLAG} MODULE run SCENARIO --seed 1")
+    return modules
+
+
+def parse(argv: Sequence[str]) -> tuple[_Parser, argparse.Namespace]:
+    """Load the scenario modules (entry points, ``--scenarios``), then parse
+    ``argv``; ``args.scenarios`` is the modules, each once."""
+    modules = discovery.load(leading_scenario_modules(argv))
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    args.scenarios = list(modules)
+    return parser, args
+
+
+def _main(argv: list[str], *, replaying: bool = False) -> int:
+    """``replaying``: ``argv`` is what a repro file stands for (``repro``)."""
     from scenarios import registry
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    _, args = parse(argv)
     if args.command is None:
-        parser.print_help()
-        return EXIT_USAGE
+        raise UsageError("no command given: expected one of list, run, sweep, repro, shrink, bench "
+                         "(see loomsim --help)")
     if args.command == "bench":
-        from sim.bench import bench, render
+        from sim.face.bench import bench, render
 
         figures = bench(quick=args.quick, seed=args.seed)
         print(json.dumps(figures) if args.json else render(figures))
         return EXIT_PASS
     if args.command == "repro":
-        return _main(repro_argv(args.file, json_output=args.json))
+        return _main(repro_argv(args.file, json_output=args.json, scenario_modules=args.scenarios), replaying=True)
     if args.command == "shrink":
-        return _shrink(parser, args)
+        return _shrink(args)
     if args.command == "list":
         for scenario in registry.all_scenarios():
             print(f"{scenario.name:<16} {scenario.description} (default {format_duration_ms(scenario.default_duration_ms)})")
@@ -216,13 +297,25 @@ def _main(argv: list[str]) -> int:
     except registry.UnknownScenario as error:
         raise UsageError(str(error)) from None
     if args.command == "sweep":
-        from sim.sweep import sweep
+        from sim.face.repro_file import scenarios_argv
+        from sim.face.sweep import sweep
 
         _scenario_params(scenario, args)  # refuse a wrong flag before starting anything
-        if not os.path.isdir(args.repro_dir):
-            raise UsageError(f"--repro-dir {args.repro_dir!r} is not a directory")
-        return sweep(scenario, args, _sweep_child_args(scenario, args))
+        if args.jobs < 1:
+            raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
+        _check_repro_dir(args.repro_dir)
+        return sweep(scenario, args, _sweep_child_args(scenario, args), scenarios_argv(args.scenarios))
+    if not replaying:  # a replay writes next to its file if it can, and warns if not
+        _check_repro_dir(args.repro_dir)
     return _run(scenario, args, argv)
+
+
+def _check_repro_dir(path: str) -> None:
+    """Before a run: a failure's repro file will have somewhere to go."""
+    if not os.path.isdir(path):
+        raise UsageError(f"--repro-dir {path!r} is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"--repro-dir {path!r} is not writable")
 
 
 def _sweep_child_args(scenario: Any, args: argparse.Namespace) -> list[str]:
@@ -242,59 +335,13 @@ def _sweep_child_args(scenario: Any, args: argparse.Namespace) -> list[str]:
         child += ["--faults-disable", args.faults_disable]
     for name, value in args.knob:
         child += ["--knob", f"{name}={value}"]
+    for kind, rate in args.rate:
+        child += ["--rate", f"{kind}={rate!r}"]
     for spec in scenario.params:
         value = getattr(args, spec.name, None)
         if value is not None:
             child += [param_flag(spec.name), str(value)]
     return child
-
-
-def repro_argv(path: str, *, json_output: bool) -> list[str]:
-    """The ``run`` command line a repro file stands for: its seed, duration,
-    store, parameters and swarm choices, with its fault script (faults and
-    scheduling deviations) as ``--faults``."""
-    from scenarios import registry
-
-    try:
-        with open(path, encoding="utf-8") as handle:
-            body = json.load(handle)
-    except OSError as error:
-        raise UsageError(f"cannot read repro file {path!r}: {error.strerror or error}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise UsageError(f"repro file {path!r} is not JSON: {error}") from None
-    if not isinstance(body, dict) or body.get("format") != "loomsim-repro/1":
-        raise UsageError(f"{path!r} is not a loomsim repro file (format loomsim-repro/1)")
-    config = body.get("config")
-    try:
-        name, seed, duration, store = config["scenario"], config["seed"], config["duration"], config["store"]
-        params = dict(config.get("params", {}))
-        swarm = config.get("swarm")
-        scenario = registry.get(name)
-        argv = ["run", name, "--seed", str(int(seed)), "--duration", str(duration), "--store", str(store),
-                "--faults", path, "--repro-dir", os.path.dirname(os.path.abspath(path))]
-        for key, value in sorted(params.items()):
-            argv += [param_flag(key), str(int(value))]
-        if config.get("beyond_contract"):
-            argv.append("--beyond-contract")
-        if isinstance(swarm, dict):
-            if not swarm.get("swarm"):
-                argv.append("--no-swarm")
-            for knob, value in sorted(swarm.get("knobs", {}).items()):
-                argv += ["--knob", f"{knob}={int(value)}"]
-            space = scenario.swarm_space
-            if space is not None and swarm.get("swarm"):
-                on = set(swarm.get("workload", []))
-                enable = [w for w in space.workload if w in on]
-                disable = [w for w in space.workload if w not in on]
-                if enable:
-                    argv += ["--faults-enable", ",".join(enable)]
-                if disable:
-                    argv += ["--faults-disable", ",".join(disable)]
-    except registry.UnknownScenario as error:
-        raise UsageError(f"repro file {path!r}: {error}") from None
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise UsageError(f"repro file {path!r} has a malformed config: {error!r}") from None
-    return argv + (["--json"] if json_output else [])
 
 
 def _scenario_params(scenario: Any, args: argparse.Namespace) -> dict[str, int]:
@@ -317,7 +364,10 @@ def _scenario_params(scenario: Any, args: argparse.Namespace) -> dict[str, int]:
 def _options(scenario: Any, args: argparse.Namespace) -> ScenarioOptions:
     """The run's options from its command line (``run``, and what ``repro``
     and ``shrink`` make of a repro file)."""
-    store = "sqlite" if args.db else args.store
+    # --db implies sqlite; a user's adapter (MODULE:FACTORY) gets the path as given.
+    store = "sqlite" if args.db and args.store in NAMED_STORES else args.store
+    if store not in NAMED_STORES:
+        discovery.ensure_cwd_importable()  # the adapter's module, from the user's checkout (as --scenarios)
     if args.db:
         parent = os.path.dirname(os.path.abspath(args.db))
         if not os.path.isdir(parent):
@@ -333,11 +383,17 @@ def _options(scenario: Any, args: argparse.Namespace) -> ScenarioOptions:
         if name in knobs:
             raise UsageError(f"--knob {name} given twice")
         knobs[name] = value
+    rates: dict[str, float] = {}
+    for kind, rate in args.rate:
+        if kind in rates:
+            raise UsageError(f"--rate {kind} given twice")
+        rates[kind] = rate
     return ScenarioOptions(seed=args.seed, duration_ms=args.duration or scenario.default_duration_ms,
                            store=store, db_path=args.db, params=_scenario_params(scenario, args),
                            fault_script=fault_script, swarm=not args.no_swarm,
                            faults_enable=_names(args.faults_enable), faults_disable=_names(args.faults_disable),
-                           knobs=knobs, schedule=_schedule(args.schedule), beyond_contract=args.beyond_contract)
+                           knobs=knobs, schedule=_schedule(args.schedule), beyond_contract=args.beyond_contract,
+                           rates=rates or None)
 
 
 def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
@@ -361,14 +417,14 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
         if trace_file is not None:
             trace_file.close()
     command = repro_command(scenario.name, opts, explicit_duration=args.duration is not None,
-                            faults_path=args.faults)
+                            faults_path=args.faults, scenario_modules=args.scenarios)
     repro_path = None
     if not result.passed:
-        target = os.path.join(args.repro_dir, f"loomsim-repro-{result.scenario}-{result.seed}.json")
+        target = os.path.join(args.repro_dir, repro_filename(result.scenario, result.seed))
         if args.faults and os.path.abspath(target) == os.path.abspath(args.faults):
             repro_path = args.faults  # replaying this very file: keep it as it is
         else:
-            repro_path = write_repro(result, command, args.repro_dir)
+            repro_path = _write_repro(result, command, args.repro_dir, scenario_modules=args.scenarios)
     if args.json:
         print(json.dumps(result_json(result, command, repro_path), ensure_ascii=False))
     else:
@@ -376,18 +432,20 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
     return EXIT_PASS if result.passed else EXIT_VIOLATION
 
 
-def _shrink(parser: _Parser, args: argparse.Namespace) -> int:
-    """``loomsim shrink FILE``: ddmin over the script, then the duration."""
+def _shrink(args: argparse.Namespace) -> int:
+    """``loomsim shrink FILE``: ddmin over the script, then the duration
+    (``sim.shrink``), printed as it goes and written as a repro file."""
     from scenarios import registry
     from sim.shrink import shrink
 
     if args.max_runs < 1:
         raise UsageError("--max-runs must be at least 1")
-    run_args = parser.parse_args(repro_argv(args.file, json_output=False))
+    # Parsed after the file's modules are loaded: their scenarios' flags.
+    _, run_args = parse(repro_argv(args.file, json_output=False, scenario_modules=args.scenarios))
     scenario = registry.get(run_args.scenario)
     opts = _options(scenario, run_args)
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.file)),
-                                   f"loomsim-shrunk-{scenario.name}-{opts.seed}.json")
+                                   shrunk_filename(scenario.name, opts.seed))
     if os.path.abspath(out) == os.path.abspath(args.file):
         raise UsageError(f"--out {out!r} is the input file: the original is kept, choose another name")
     started_s = time.perf_counter()
@@ -407,7 +465,7 @@ def _shrink(parser: _Parser, args: argparse.Namespace) -> int:
         raise UsageError(f"database (temporary): {error}") from None
     result = shrunk.result
     command = f"loomsim repro {shlex.quote(out)}"
-    path = write_repro(result, command, "", path=out, extra={"shrunk_from": {
+    path = _write_repro(result, command, "", path=out, scenario_modules=run_args.scenarios, extra={"shrunk_from": {
         "file": args.file, "entries": shrunk.original_entries,
         "duration": format_duration_ms(shrunk.original_duration_ms), "runs": shrunk.runs}})
     first = result.violations[0]
@@ -431,33 +489,9 @@ def _shrink(parser: _Parser, args: argparse.Namespace) -> int:
     return EXIT_PASS if path else EXIT_VIOLATION
 
 
-def repro_command(name: str, opts: ScenarioOptions, *, explicit_duration: bool = True,
-                  faults_path: str | None = None) -> str:
-    parts = ["loomsim", "run", name, "--seed", str(opts.seed), "--duration", format_duration_ms(opts.duration_ms)]
-    if faults_path:
-        parts += ["--faults", faults_path]
-    if not opts.swarm:
-        parts += ["--no-swarm"]
-    if opts.beyond_contract:
-        parts += ["--beyond-contract"]
-    if opts.schedule != "fifo" and not faults_path:
-        parts += ["--schedule", opts.schedule]
-    if opts.faults_enable:
-        parts += ["--faults-enable", ",".join(opts.faults_enable)]
-    if opts.faults_disable:
-        parts += ["--faults-disable", ",".join(opts.faults_disable)]
-    for name, value in sorted(opts.knobs.items()):
-        parts += ["--knob", f"{name}={value}"]
-    if opts.db_path:
-        parts += ["--db", opts.db_path]
-    elif opts.store != "memory":
-        parts += ["--store", opts.store]
-    for key, value in sorted(opts.params.items()):
-        parts += [param_flag(key), str(value)]
-    return shlex.join(parts)
-
-
 def result_json(result: RunResult, command: str, repro_path: str | None) -> dict[str, Any]:
+    """The ``--json`` object of a run (``wakes`` only if the scenario counts them in its stats)."""
+    wakes = result.stats.get("wakes")
     return {
         "scenario": result.scenario,
         "seed": result.seed,
@@ -466,7 +500,7 @@ def result_json(result: RunResult, command: str, repro_path: str | None) -> dict
         "trace_digest": result.trace_digest,
         "simulated_ms": result.simulated_ms,
         "wall_s": result.wall_s,
-        "wakes": result.wakes,
+        **({"wakes": wakes} if wakes is not None else {}),
         "events": result.events,
         "faults": result.faults,
         "invariants": result.invariants,
@@ -495,28 +529,14 @@ def _peak_rss_mb() -> float | None:
     return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
 
 
-def write_repro(result: RunResult, command: str, directory: str, *, path: str | None = None,
-                extra: dict[str, Any] | None = None) -> str | None:
+def _write_repro(result: RunResult, command: str, directory: str, **kwargs: Any) -> str | None:
     """Write the failure's repro file; on failure to write, say so and go on."""
-    path = path or os.path.join(directory, f"loomsim-repro-{result.scenario}-{result.seed}.json")
-    body = {
-        "format": "loomsim-repro/1",
-        "config": result.config,
-        "command": command,
-        "trace_digest": result.trace_digest,
-        "violations": [{"name": v.invariant, "message": v.message, "simulated_ms": v.time_ms}
-                       for v in result.violations],
-        "fault_script": script_to_json(result.fault_script),
-        "excerpt": [json.loads(event_json(e)) for e in result.excerpt],
-        **(extra or {}),
-    }
     try:
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(body, handle, ensure_ascii=False, indent=1)
+        return write_repro(result, command, directory, **kwargs)
     except OSError as error:
+        path = kwargs.get("path") or os.path.join(directory, repro_filename(result.scenario, result.seed))
         print(f"loomsim: warning: could not write repro file {path!r}: {error.strerror or error}", file=sys.stderr)
         return None
-    return path
 
 
 def _print_config(scenario: Any, opts: ScenarioOptions) -> None:
@@ -533,8 +553,9 @@ def _print_choices(extra: dict[str, Any]) -> None:
 
 def _print_result(result: RunResult, command: str, repro_path: str | None) -> None:
     stats = result.stats
+    wakes = f"{stats['wakes']} wakes, " if stats.get("wakes") is not None else ""
     print(f"simulated {format_span_ms(result.simulated_ms)} in {result.wall_s:.2f}s wall: "
-          f"{result.wakes} wakes, {result.events} events")
+          f"{wakes}{result.events} events")
     faults = ", ".join(f"{k}={v}" for k, v in result.faults.items()) or "none"
     print(f"faults: {faults}")
     interesting = ("worker_crashes", "adopted_saves", "save_conflicts", "migrations_applied", "runs_failed",

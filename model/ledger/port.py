@@ -1,0 +1,92 @@
+"""The Submission Ledger port: what the system awaits, adapter-neutral.
+
+Structural (``typing.Protocol``): an adapter need not inherit from it. Both
+adapters here (``memory_store.InMemorySubmissionLedger``,
+``sqlite_store.SqliteSubmissionLedger``) implement every method with exactly
+these parameters (names, kinds, defaults) — ``tests/test_ports.py`` checks it
+with ``inspect.signature`` — and the simulator's trace describers
+(``faults.describe``) bind to these signatures, so a change here fails at
+import there, not silently inside a traced call.
+
+The rules behind each method are in ``rules.py``; ``conformance.py`` checks
+them against any adapter. Lifecycle (``open``, ``close``, ``connection``) is
+an adapter's own business and not part of the port.
+"""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from .records import (
+    AbortIntent,
+    AdmissionResult,
+    Claim,
+    OwnershipRenewal,
+    RecoverySnapshot,
+    ReservedSettlement,
+    Settlement,
+    SubmissionRecord,
+)
+
+
+@runtime_checkable
+class SubmissionLedgerPort(Protocol):
+    # --- writes ---------------------------------------------------------------
+
+    async def admit(
+        self, conversation_id: str, principal_id: str, idempotency_key: str, input: object, now_ms: int
+    ) -> AdmissionResult:
+        """Admit a submission under an idempotency key (an exact retry replays)."""
+        ...
+
+    async def mark_ready(self, submission_id: str) -> None:
+        """The submission's receipt went out: it may be claimed."""
+        ...
+
+    async def claim(self, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int) -> Claim | None:
+        """Claim the conversation's FIFO head under a lease and a new epoch; None: nothing claimable."""
+        ...
+
+    async def renew_ownership(self, token: Claim, lease_ms: int, now_ms: int) -> OwnershipRenewal:
+        ...
+
+    async def release_ownership(self, token: Claim) -> None:
+        ...
+
+    async def mark_input_applied(self, token: Claim) -> None:
+        """The submission's canonical input is in the log."""
+        ...
+
+    async def request_abort(self, submission_id: str, author: str, reason: str) -> AbortIntent:
+        ...
+
+    async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:
+        """Reserve the exact canonical settlement record (before it is appended)."""
+        ...
+
+    async def finalize_settlement(self, submission_id: str, now_ms: int) -> Settlement:
+        """Finalize after the reserved record is in the log. Idempotent."""
+        ...
+
+    async def purge_conversation(self, conversation_id: str) -> int:
+        """Delete a fully settled conversation's rows; how many submissions went. Idempotent."""
+        ...
+
+    # --- reads ----------------------------------------------------------------
+
+    async def get(self, submission_id: str) -> SubmissionRecord | None:
+        ...
+
+    async def get_by_idempotency_key(
+        self, conversation_id: str, principal_id: str, idempotency_key: str
+    ) -> SubmissionRecord | None:
+        ...
+
+    async def load_recovery_snapshot(self, conversation_id: str) -> RecoverySnapshot:
+        ...
+
+    async def scan_nonterminal(self) -> tuple[SubmissionRecord, ...]:
+        """Every unsettled submission, by (conversation_id, queue_seq)."""
+        ...
+
+    def capabilities(self) -> dict:
+        ...

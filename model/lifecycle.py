@@ -1,0 +1,229 @@
+"""The submission lifecycle's two cross-store transitions, written once.
+
+Admission and settlement each span the Submission Ledger and the
+Conversation Log (persistence §3), so neither is one transaction; each
+passes through recoverable states instead, with a named crash point in every
+gap between two durable steps (``model.failpoints``, DESIGN §5):
+
+- **admission**: admit the ledger row -> ``ADMITTED_BEFORE_READY`` ->
+  materialize the conversation (epoch 0, the admission producer) -> mark the
+  submission ready -> ``READY_BEFORE_RECEIPT``;
+- **terminalization**: reserve the exact settlement record in the ledger ->
+  ``RESERVED_BEFORE_APPEND`` -> append that record to the log ->
+  ``APPENDED_BEFORE_FINALIZE`` -> finalize the ledger ->
+  ``FINALIZED_BEFORE_REPLY``.
+
+The canonical record wins: the record the log already holds, else the one
+the ledger already reserved, else a fresh one — so a successor of an owner
+that died half-way settles with exactly the record its predecessor chose.
+A recovering process that finds a settlement in the log only finalizes it
+(``adopt_logged``).
+
+Both users go through here: ``model.submissions`` (the client admits, the
+worker settles) and ``model.runs`` (a sentinel run is a submission). Where
+their protocols differ, a parameter names the difference:
+
+- ``admit(complete_replay=...)``: the at-least-once client goes on through
+  ready on a replayed admission (that is how a retry completes an admission
+  that stopped before ready); the runs layer stops there (its own recovery
+  completes a half-admitted run);
+- ``log_is_new``: a run's log is born with its admission, so the runs layer
+  materializes outright; a client's conversation holds many submissions and
+  may be owned at a higher epoch already, so it looks the log up first;
+- ``admit(before_ready=...)``: the runs layer advances its schedule cursor
+  between admit and ready;
+- ``terminalize(append_if_logged=...)``: the worker's append is append-once
+  (it looks the batch up itself), so it is called even when the record is
+  logged; the runs layer knows from its own read of the log and skips it;
+- ``terminalize(finalized_at_ms=...)``: a run settles at the kernel's finish
+  time; a worker's submission at the clock when it finalizes (None).
+
+Probe events stay with the callers (``run.settled``, ``submission.settled``,
+``submission.receipt``): the lifecycle only moves the stores. It never makes
+a store call the two copies it replaces did not make, in the same order.
+"""
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+import attrs
+
+from model.conversation.records import BatchRecord, NotMaterialized
+from model.failpoints import (
+    ADMITTED_BEFORE_READY,
+    APPENDED_BEFORE_FINALIZE,
+    FINALIZED_BEFORE_REPLY,
+    NO_FAILPOINTS,
+    READY_BEFORE_RECEIPT,
+    RESERVED_BEFORE_APPEND,
+    Failpoints,
+)
+from model.ledger.records import AdmissionResult, Claim, ReservedSettlement, Settlement
+
+# The producer that materializes a conversation at admission (epoch 0): any
+# claimed owner (epoch >= 1) takes the log over from it.
+ADMISSION_PRODUCER = "admission"
+DEPLOYMENT_ID = "loomsim"
+# A failed settlement's diagnostic is bounded (durability §12).
+DIAGNOSTIC_MESSAGE_MAX = 1_000
+INPUT_FAMILY = "input"  # the canonical input record: the ledger can be rebuilt from it
+SETTLED_FAMILY = "submission-settled"
+
+# ``append(batch_id, entry)``: the caller's fenced append of one settlement
+# batch (``entry`` is its ``(family, payload)``; the caller may add records
+# before it, as the runs layer adds its last steps).
+Append = Callable[[str, tuple[str, Any]], Awaitable[Any]]
+
+
+def input_batch_id(submission_id: str) -> str:
+    return f"input:{submission_id}"
+
+
+def settle_batch_id(submission_id: str) -> str:
+    """Deterministic per submission, never per attempt: a successor finds its
+    predecessor's settlement batch by this id."""
+    return f"settle:{submission_id}"
+
+
+def input_entry(submission_id: str, input: Any, principal_id: str, idempotency_key: str,
+                queue_seq: int) -> tuple[str, dict]:
+    """The input record: everything the ledger row is rebuilt from (``model.repair``)."""
+    return (INPUT_FAMILY, {"submissionId": submission_id, "input": input, "principalId": principal_id,
+                           "idempotencyKey": idempotency_key, "queueSeq": queue_seq})
+
+
+def settled_entry(submission_id: str, record_digest: str, record: Any) -> tuple[str, dict]:
+    """The settlement record, as the log holds it: the exact reserved record and its digest."""
+    return (SETTLED_FAMILY, {"submissionId": submission_id, "recordDigest": record_digest, "record": record})
+
+
+def canonical_record(logged: Any, reserved: Any, fresh: Callable[[], Any]) -> Any:
+    """The record to settle with: the log's, else the ledger's reserved one,
+    else ``fresh()`` (called only then)."""
+    if logged is not None:
+        return logged
+    if reserved is not None:
+        return reserved
+    return fresh()
+
+
+@attrs.frozen
+class Terminal:
+    """A finished terminalization: the record settled with, what the ledger
+    reserved for it and what it finalized."""
+
+    record: Any
+    reserved: ReservedSettlement
+    settlement: Settlement
+
+
+class SubmissionLifecycle:
+    """Admission and terminalization over one process's ledger and log ports.
+
+    ``owner_id``: the process whose claims it settles with (None for a
+    process that only admits, like the client)."""
+
+    def __init__(self, ledger: Any, log: Any, *, now_ms: Callable[[], int], owner_id: str | None = None,
+                 failpoints: Failpoints = NO_FAILPOINTS) -> None:
+        assert owner_id is None or (type(owner_id) is str and owner_id), owner_id
+        self.ledger = ledger
+        self.log = log
+        self.now_ms = now_ms
+        self.owner_id = owner_id
+        self.failpoints = failpoints
+
+    # -- admission -------------------------------------------------------------
+
+    async def admit(self, conversation_id: str, principal_id: str, idempotency_key: str, request: Any,
+                    admitted_at_ms: int, *, complete_replay: bool, log_is_new: bool = False,
+                    before_ready: Callable[[AdmissionResult], Awaitable[None]] | None = None) -> AdmissionResult:
+        """Admit ``request`` under its idempotency key and make it ready.
+
+        A replayed admission (same key, same input) returns at once unless
+        ``complete_replay``. ``AdmissionConflict`` (same key, other input)
+        comes straight from the ledger."""
+        admission = await self.ledger.admit(conversation_id, principal_id, idempotency_key, request, admitted_at_ms)
+        assert admission.submission_id and admission.receipt and admission.queue_seq >= 1, admission
+        if admission.replayed and not complete_replay:
+            return admission
+        self.failpoints.hit(ADMITTED_BEFORE_READY)
+        if before_ready is not None:
+            await before_ready(admission)
+        await self.make_ready(conversation_id, admission.submission_id, log_is_new=log_is_new)
+        self.failpoints.hit(READY_BEFORE_RECEIPT)
+        return admission
+
+    async def make_ready(self, conversation_id: str, submission_id: str, *, log_is_new: bool = False) -> None:
+        """Materialize the conversation (if it is not) and mark the submission
+        ready: admission's second half, idempotent, also what a recovery
+        does for an admission that stopped before ready."""
+        if log_is_new:
+            await self.log.materialize(conversation_id, ADMISSION_PRODUCER, 0)
+        else:
+            try:
+                await self.log.inspect_tail(conversation_id)
+            except NotMaterialized:
+                # Epoch 0 by the admission producer: any claimed owner (epoch
+                # >= 1) takes over from it; a second materialize is a no-op.
+                await self.log.materialize(conversation_id, ADMISSION_PRODUCER, 0)
+        await self.ledger.mark_ready(submission_id)
+
+    # -- terminalization -------------------------------------------------------
+
+    async def logged_settlement(self, conversation_id: str, submission_id: str) -> BatchRecord | None:
+        """The submission's settlement batch, if its log holds one."""
+        return await self.log.lookup_batch(conversation_id, settle_batch_id(submission_id))
+
+    async def terminalize(self, claim: Claim, *, logged: Any, reserved: Any, fresh: Callable[[], Any],
+                          append: Append, append_if_logged: bool = False, finalized_at_ms: int | None = None,
+                          on_reserved: Callable[[Any], None] | None = None) -> Terminal:
+        """Settle the claimed submission: reserve -> append -> finalize.
+
+        ``logged``: the settlement record the log is known to hold (None: not
+        known to); ``reserved``: the one the ledger had reserved when the
+        caller read it; ``fresh()``: a new one, used only when neither exists.
+        ``on_reserved(record)`` runs right after the reservation (the caller
+        remembers the record, so a retry in the same process reuses it)."""
+        # Pre: the caller holds this process's claim token.
+        assert isinstance(claim, Claim) and claim.submission_id, claim
+        assert self.owner_id is not None and claim.owner_id == self.owner_id, (claim, self.owner_id)
+        assert finalized_at_ms is None or type(finalized_at_ms) is int, finalized_at_ms
+        submission_id = claim.submission_id
+        record = canonical_record(logged, reserved, fresh)
+        reservation = await self.ledger.reserve_settlement(claim, record)
+        # Post (reserve): the ledger holds exactly this record for this submission.
+        assert reservation.submission_id == submission_id and reservation.record_digest, (reservation, claim)
+        if on_reserved is not None:
+            on_reserved(record)
+        self.failpoints.hit(RESERVED_BEFORE_APPEND)
+        if logged is None or append_if_logged:
+            await append(settle_batch_id(submission_id),
+                         settled_entry(submission_id, reservation.record_digest, record))
+        self.failpoints.hit(APPENDED_BEFORE_FINALIZE)
+        settlement = await self.ledger.finalize_settlement(
+            submission_id, self.now_ms() if finalized_at_ms is None else finalized_at_ms)
+        self.failpoints.hit(FINALIZED_BEFORE_REPLY)
+        # Post (finalize): settled with the reserved record, nothing else.
+        assert settlement.submission_id == submission_id, (settlement, claim)
+        assert settlement.record_digest == reservation.record_digest, (settlement, reservation)
+        assert settlement.outcome == record["outcome"], (settlement, record)
+        return Terminal(record, reservation, settlement)
+
+    async def adopt_logged(self, conversation_id: str, record: Any) -> Settlement | None:
+        """Finalize a settlement the log holds already (its owner died between
+        append and finalize); None if it holds none. ``record``: the
+        submission's ledger record, as just read."""
+        if record.reserved_record is None:
+            return None  # nothing reserved: nothing can be in the log yet
+        try:
+            batch = await self.logged_settlement(conversation_id, record.submission_id)
+        except NotMaterialized:
+            return None
+        if batch is None:
+            return None
+        settlement = await self.ledger.finalize_settlement(record.submission_id, self.now_ms())
+        self.failpoints.hit(FINALIZED_BEFORE_REPLY)
+        # Post: settled with what the ledger had reserved (and the log holds).
+        assert settlement.submission_id == record.submission_id, (settlement, record)
+        assert settlement.record_digest == record.reserved_digest, (settlement, record)
+        return settlement

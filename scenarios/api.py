@@ -1,0 +1,47 @@
+"""The scenario author's face: everything a scenario needs, from one module.
+
+    from scenarios.api import DAY, HOUR, NodeKills, PortFaults, Schedule, Sentinels, Stack, System, scenario
+
+A scenario is a build function registered with ``@scenario``: it gets the
+run (options, swarm choices) and returns a ``Stack`` of workloads over one
+``System``, with its port faults and checks. ``scenarios/README.md`` walks
+through one; ``examples/`` holds small ones to copy from.
+"""
+from faults.chaos import Deploys, DuplicateAlarms, NodeKills, NodePauses, OperatorEdits
+from faults.kinds import (ACK_LOST, CORRUPT_ROW, CRASH_BEFORE_CALL, DUPLICATE_WAKE, FAILPOINT_CRASH, LATENCY,
+                          NODE_KILL, NODE_PAUSE, SEQUENCE_GAP, SHORT_PAGE, TRANSIENT_ERROR, WRITE_CONTENTION)
+from faults.plan import PortFaults
+from faults.swarm import Knob, SwarmSpace
+from model.failpoints import SENTINEL_CRASH_POINTS, SUBMISSION_CRASH_POINTS
+from model.retention import RetentionPolicy
+from model.schedules import Schedule
+from scenarios.invariants import (AdoptOwnWrite, BoundedRun, BrokenDeploys, CasLinear, CheckpointConsistency,
+                                  ClaimCheckInvariant, ContractSafety, ExactlyOnceSettlement, ExactlyOnceWake,
+                                  FailClosedPagination, Fencing, FindingsProjection, Liveness, LogChain, PinsSurvive,
+                                  QueueOrder, ReplayDeterminism)
+from scenarios.registry import scenario
+from scenarios.sentinels import WORKER_NODE, Sentinels
+from scenarios.submissions import Submitters, Workers, work
+from scenarios.system import AuditView, NodePorts, System
+from sim.clock import MS_PER_DAY as DAY, MS_PER_HOUR as HOUR, MS_PER_MINUTE as MINUTE, MS_PER_SECOND as SECOND
+from sim.invariants import Checker
+from sim.scenario import Param, Run
+from sim.workload import Stack, Workload
+
+__all__ = [
+    # composing a scenario
+    "scenario", "Run", "Param", "Stack", "Workload", "System", "NodePorts", "AuditView", "PortFaults",
+    "SwarmSpace", "Knob", "Checker", "SECOND", "MINUTE", "HOUR", "DAY",
+    # application workloads
+    "Sentinels", "WORKER_NODE", "Schedule", "RetentionPolicy", "Submitters", "Workers", "work",
+    # chaos workloads
+    "NodeKills", "NodePauses", "DuplicateAlarms", "OperatorEdits", "Deploys",
+    # fault kinds and failpoints
+    "CRASH_BEFORE_CALL", "ACK_LOST", "FAILPOINT_CRASH", "NODE_KILL", "NODE_PAUSE", "DUPLICATE_WAKE", "SHORT_PAGE",
+    "SEQUENCE_GAP", "CORRUPT_ROW", "TRANSIENT_ERROR", "WRITE_CONTENTION", "LATENCY", "SENTINEL_CRASH_POINTS",
+    "SUBMISSION_CRASH_POINTS",
+    # checks
+    "AdoptOwnWrite", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant",
+    "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake", "FailClosedPagination", "Fencing",
+    "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReplayDeterminism",
+]

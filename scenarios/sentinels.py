@@ -1,0 +1,301 @@
+"""The sentinel fleet: one worker process running a schedule driver per
+sentinel, the findings projector and daily retention, on the whole system.
+
+Each wake (``scenarios.sentinel_app``) is admitted to the ledger with its run
+id as idempotency key, claimed under a lease, run as a bounded flow whose
+steps are fenced appends to its own conversation log, and settled by
+reserve -> append -> finalize (``model.runs``). Large telemetry goes through
+the claim-check middleware; findings cite evidence refs; retention archives
+old runs and reclaims blobs except what live findings pin. Deploys switch
+the fleet's build (``on_deploy``): the contract evolves v1 -> v2 -> v3, one
+build deliberately broken and then fixed.
+
+The fleet also answers what the sentinel checks and chaos need to know of
+the application: the contracts each build deploys, the flows a replay folds,
+when a deploy lands inside a wake, when an operator's edit races one.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from model.claimcheck import INLINE_CAP_BYTES_DEFAULT, ClaimCheck
+from model.durable_state.handle import SentinelState, sentinel_state
+from model.kernel.kernel import Kernel
+from model.kernel.records import ExecutionRecord
+from model.findings import project_forever
+from model.retention import Retention, RetentionPolicy, retention_forever
+from model.retry import is_retryable
+from model.runs import LedgerRuns
+from model.schedules import Schedule, ScheduleDriver, run_id_for
+from scenarios import sentinel_app as app
+from sim.clock import MS_PER_DAY, MS_PER_HOUR, MS_PER_SECOND
+from sim.node import Node
+from sim.rng import Stream
+from sim.workload import Workload
+from sim.world import World
+
+WORKER_NODE = "worker-1"
+RETENTION_DEFAULT = RetentionPolicy(run_ttl_ms=MS_PER_DAY, blob_ttl_ms=2 * MS_PER_DAY, finding_ttl_ms=7 * MS_PER_DAY)
+BUILDS = (app.BUILD_V1, app.BUILD_V2, app.BUILD_V3, app.BUILD_V3_NO_MIGRATION)
+# The trace events the fleet counts for its metrics (successful ones only).
+SYSTEM_EVENTS = ("run.migration_missing", "kernel.input_rejected", "kernel.migrated", "driver.retry",
+                 "log.delete_conversation", "content.delete")
+
+
+class ReplayTouchedStore(Exception):
+    name = "ReplayTouchedStore"
+
+
+class ReplayGuardStore:
+    """The only store replay flows can see: counts each call, then refuses it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def load(self, key: str) -> Any:
+        self.calls += 1
+        raise ReplayTouchedStore(f"replay called load({key!r})")
+
+    async def save(self, key: str, write: Any, expected_revision: int) -> Any:
+        self.calls += 1
+        raise ReplayTouchedStore(f"replay called save({key!r})")
+
+    async def clear(self, key: str) -> None:
+        self.calls += 1
+        raise ReplayTouchedStore(f"replay called clear({key!r})")
+
+
+class Sentinels(Workload):
+    name = "sentinels"
+
+    def __init__(self, schedules: Sequence[Schedule], *, lease_ms: int = 30 * MS_PER_SECOND,
+                 inline_cap_bytes: int = INLINE_CAP_BYTES_DEFAULT, retention: RetentionPolicy = RETENTION_DEFAULT,
+                 project_every_ms: int = MS_PER_HOUR, validate_inputs: bool = True) -> None:
+        """``schedules``: one sentinel each, at its own cadence. The worker
+        claims runs under ``lease_ms``; effect results over
+        ``inline_cap_bytes`` go to the content store; the projector runs
+        every ``project_every_ms``; retention runs daily under ``retention``;
+        ``validate_inputs``: D7 input-schema validation at every start."""
+        assert schedules and lease_ms > 0 and project_every_ms > 0
+        self.schedules = {s.schedule_id: s for s in schedules}
+        assert len(self.schedules) == len(schedules), "schedule ids must be unique"
+        self.lease_ms = lease_ms
+        self.inline_cap_bytes = inline_cap_bytes
+        self.retention_policy = retention
+        self.project_every_ms = project_every_ms
+        self.validate_inputs = validate_inputs
+        self.build = app.BUILD_V1
+        self.builds_deployed: list[str] = [self.build.name]
+        self.drivers: dict[str, ScheduleDriver] = {}
+        self.replay_guard = ReplayGuardStore()
+        self._replay_flows: dict[tuple[str, int], Any] = {}
+        self._chains = {(sid, b.name): app.contract_chain(sid, b.version, drop_migration=b.drop_migration)
+                        for sid in self.schedules for b in BUILDS}
+        self.state_keys = {sid: sentinel_state(sid)[1] for sid in sorted(self.schedules)}
+        self._schedule_of_key = {key: sid for sid, key in self.state_keys.items()}
+        self.runs_failed = 0
+        self.system_counts: dict[str, int] = {}
+
+    # -- phases ----------------------------------------------------------------
+
+    def setup(self, world: World) -> None:
+        self.world = world
+        world.trace.subscribe(("ledger.finalize_settlement",), self._on_settled)
+        world.trace.subscribe(SYSTEM_EVENTS, self._on_system_event)
+        world.add_node(WORKER_NODE, self._start_worker)
+
+    def metrics(self) -> dict[str, Any]:
+        system = self.world.system
+        counts = system.findings.counts()
+        return {
+            "builds": self.builds_deployed,
+            "runs_migrated_on_resume": self.system_counts.get("kernel.migrated", 0),
+            "runs_failed_migration_missing": self.system_counts.get("run.migration_missing", 0),
+            "runs_rejected_input": self.system_counts.get("kernel.input_rejected", 0),
+            "transient_retries": self.system_counts.get("driver.retry", 0),
+            "runs_failed": self.runs_failed,
+            "findings": counts["opened"],
+            "findings_live": counts["live"],
+            "findings_closed": counts["closed"],
+            "blobs_reclaimed": self.system_counts.get("content.delete", 0),
+            "runs_archived": self.system_counts.get("log.delete_conversation", 0),
+            "runs_held_by_pins": sum(len(system.held_runs(sid)) for sid in sorted(self.schedules)),
+        }
+
+    # -- the worker process ------------------------------------------------------
+
+    def _start_worker(self, node: Node) -> None:
+        world = self.world
+        runtime = world.runtime
+        probe = world.probe_for(node)
+        build = self.build
+        ports = world.system.ports_for(node)
+        failpoints = ports.failpoints
+        runs = LedgerRuns(ports.ledger, ports.log, ports.schedules, node.label, lease_ms=self.lease_ms,
+                          now_ms=runtime.now_ms, sleep_ms=runtime.sleep_ms, failpoints=failpoints, probe=probe)
+        claim_check = ClaimCheck(ports.content, ports.pins, now_ms=runtime.now_ms, cap_bytes=self.inline_cap_bytes,
+                                 digests={app.STATS_TOOL: app.stats_digest})
+        input_schemas = {build.version: app.validate_input} if self.validate_inputs else None
+        for schedule_id, schedule in self.schedules.items():
+            chain = self._chains[(schedule_id, _chain_build(build).name)]
+            state = SentinelState(schedule_id, chain[build.version], ports.ds, probe=probe, failpoints=failpoints)
+            flow = app.make_flow(state, build.version, self._effects)
+            transforms = {(v, build.version): t for v in (1, 2, 3)
+                          if v != build.version and (t := app.load_transform(chain, v, build.version)) is not None}
+            # The kernel's execution store is the runs layer itself: its
+            # faults and trace live in the ledger, log and cursor calls under it.
+            kernel = Kernel(runtime, runs, probe=probe, failpoints=failpoints, middleware=(claim_check,),
+                            transforms=transforms, input_schemas=input_schemas)
+            driver = ScheduleDriver(schedule, kernel, runtime, flow_for=lambda version, f=flow: f,
+                                    deployed_version=lambda v=build.version: v, input_for=app.run_input,
+                                    probe=probe)
+            self.drivers[schedule_id] = driver
+            runtime.spawn_on(node, f"schedule:{schedule_id}", driver.run_forever())
+        retention = Retention(ledger=ports.ledger, log=ports.log, schedules=ports.schedules,
+                              findings=ports.findings, pins=ports.pins, content=ports.content,
+                              policy=self.retention_policy, probe=probe)
+        in_order = [s for _, s in sorted(self.schedules.items())]
+        runtime.spawn_on(node, "projector", project_forever(ports.ledger, ports.findings, ports.pins, in_order, runtime,
+                                                            every_ms=self.project_every_ms))
+        runtime.spawn_on(node, "retention", retention_forever(retention, in_order, runtime))
+
+    def _effects(self, run_id: str):
+        runtime = self.world.runtime
+        streams = self.world.streams
+
+        # Drawn from the run's own workload stream: a re-run after a crash
+        # observes the same telemetry, so the effects are idempotent.
+        async def stats() -> dict:
+            rng = streams.fork(f"workload/{run_id}")
+            await runtime.sleep_ms(rng.between(*app.STATS_LATENCY_MS))
+            return app.stats_payload(rng, run_id)
+
+        async def explain() -> dict:
+            rng = streams.fork(f"workload/{run_id}/explain")
+            await runtime.sleep_ms(rng.between(*app.EXPLAIN_LATENCY_MS))
+            return app.explain_payload(rng, run_id)
+
+        async def publish() -> dict:
+            rng = streams.fork(f"workload/{run_id}/publish")
+            await runtime.sleep_ms(rng.between(*app.PUBLISH_LATENCY_MS))
+            return {"published": True}
+
+        return stats, explain, publish
+
+    # -- what chaos asks of the application -----------------------------------------
+
+    def on_deploy(self, build: app.Build) -> dict:
+        """A deploy switches the code; the restarted worker runs it."""
+        self.build = build
+        self.builds_deployed.append(build.name)
+        return {"build": build.name, "version": build.version, "broken": build.broken}
+
+    def deploy_timeline(self, chaos: Stream, duration_ms: int) -> list[tuple[int, app.Build]]:
+        """v2 in the first third, a broken build mid-run and its fix, v3 late.
+
+        Each deploy lands inside a wake (just after its state was saved,
+        while it publishes), so a run is in flight on the old code: the
+        restarted worker resumes it on the new code through a K11.5
+        transform, or fails it explicitly when the build has none."""
+        d = duration_ms
+        v2_ms = self._inside_a_wake(chaos.between(d // 10, d * 3 // 10))
+        broken = chaos.choice((app.BUILD_V3_NO_MIGRATION, app.BUILD_V1_ROLLBACK))
+        broken_ms = self._inside_a_wake(chaos.between(d * 4 // 10, d * 6 // 10))
+        fixed_ms = broken_ms + chaos.between(*app.BROKEN_WINDOW_MS)
+        fix = app.BUILD_V3 if broken is app.BUILD_V3_NO_MIGRATION else app.BUILD_V2
+        plan = [(v2_ms, app.BUILD_V2), (broken_ms, broken), (fixed_ms, fix)]
+        if fix is not app.BUILD_V3:
+            plan.append((self._inside_a_wake(chaos.between(d * 7 // 10, d * 8 // 10)), app.BUILD_V3))
+        return plan
+
+    def _first(self) -> Schedule:
+        return self.schedules[sorted(self.schedules)[0]]
+
+    def _inside_a_wake(self, t_ms: int) -> int:
+        """A moment in the publish step of the first sentinel's wake at or before ``t_ms``."""
+        schedule = self._first()
+        occurrence_ms = t_ms // schedule.every_ms * schedule.every_ms
+        rng = self.world.streams.fork(f"workload/{run_id_for(schedule.schedule_id, occurrence_ms)}")
+        return occurrence_ms + rng.between(*app.STATS_LATENCY_MS) + 1
+
+    def edit_moment(self, chaos: Stream, heal_at_ms: int, schedule_id: str) -> int:
+        """Inside the stats window of some wake before the heal: between its load and save."""
+        every_ms = self.schedules[schedule_id].every_ms
+        wake = chaos.below(max(1, heal_at_ms // every_ms))
+        return wake * every_ms + chaos.between(1, app.STATS_LATENCY_MS[1] * 3 // 4)
+
+    def schedule_ids(self) -> list[str]:
+        return sorted(self.schedules)
+
+    def deliver_again(self, schedule_id: str, delivery: int | None) -> bool:
+        """The alarm of the latest due occurrence, delivered once more."""
+        from faults.kinds import DUPLICATE_WAKE
+
+        world = self.world
+        node = world.nodes[WORKER_NODE]
+        occurrence_ms = self.schedules[schedule_id].latest_due_at(world.runtime.now_ms())
+        driver = self.drivers.get(schedule_id)
+        if not node.alive or driver is None or occurrence_ms is None:
+            return False
+        world.record_fault(node, f"alarm.{schedule_id}", DUPLICATE_WAKE, delivery or 0)
+        world.runtime.spawn_on(node, f"alarm:{schedule_id}@{occurrence_ms}", _alarm(driver, occurrence_ms))
+        return True
+
+    # -- what the checks read of the application (never through a node) ------------
+
+    def deployed_contracts(self, key: str):
+        return self._chains[(self._schedule_of_key[key], _chain_build(self.build).name)]
+
+    def every_contract(self, key: str):
+        """Every contract version the key has ever had (v3's chain holds v1..v3)."""
+        return self._chains[(self._schedule_of_key[key], app.BUILD_V3.name)]
+
+    def transforms_for(self, schedule_id: str):
+        chain = self._chains[(schedule_id, app.BUILD_V3.name)]
+        return {(a, b): t for a in (1, 2, 3) for b in (1, 2, 3)
+                if a < b and (t := app.load_transform(chain, a, b)) is not None}
+
+    def replay_flow_for(self, record: ExecutionRecord, version: int) -> Any:
+        key = (record.schedule_id, version)
+        flow = self._replay_flows.get(key)
+        if flow is None:
+            contract = self._chains[(record.schedule_id, app.BUILD_V3.name)][version]
+            state = SentinelState(record.schedule_id, contract, self.replay_guard)
+            flow = self._replay_flows[key] = app.make_flow(state, version, self._effects_in_replay)
+        return flow
+
+    def replay_store_calls(self) -> int:
+        return self.replay_guard.calls
+
+    def _effects_in_replay(self, run_id: str):
+        guard = self.replay_guard
+
+        async def refuse() -> dict:
+            guard.calls += 1
+            raise ReplayTouchedStore(f"replay re-ran an effect of {run_id}")
+
+        return refuse, refuse, refuse
+
+    # -- observation ------------------------------------------------------------------
+
+    def _on_system_event(self, event: tuple) -> None:
+        kind, fields = event[3], event[4]
+        if "error" in fields or fields.get("deleted") is False:
+            return
+        self.system_counts[kind] = self.system_counts.get(kind, 0) + 1
+
+    def _on_settled(self, event: tuple) -> None:
+        if event[4].get("outcome") == "failed":
+            self.runs_failed += 1
+
+
+def _chain_build(build: app.Build) -> app.Build:
+    return app.BUILD_V1 if build is app.BUILD_V1_ROLLBACK else build
+
+
+async def _alarm(driver: ScheduleDriver, occurrence_ms: int) -> None:
+    try:
+        await driver.wake(occurrence_ms)
+    except Exception as error:
+        if not is_retryable(error):
+            raise  # a transient failure: this delivery is lost, the driver's own wake is not

@@ -1,0 +1,183 @@
+"""Submission workloads: a client admitting work at least once, and workers
+that recover, claim, process and settle it under leases.
+
+``Submitters`` is the outside world: it sends a request every ``every_ms``
+to one of ``conversations`` conversation slots (a slot moves to a new
+conversation every ``conversation_lifetime_ms``, so a log's length does not
+grow with the run), retries an unreceipted request with the same
+idempotency key until it sees a receipt, and aborts some right after
+admission. New work stops at the heal instant.
+
+``Workers`` are the processes (``worker-1`` ...): each recovers (a
+fail-closed read of every conversation with nonterminal work, from the
+latest usable checkpoint when ``checkpoints`` is on) and then claims,
+processes and settles submissions (``model.submissions``).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from model.retry import is_retryable
+from model.submissions import SubmissionClient, SubmissionWorker, worker_loop
+from sim.node import Node
+from sim.workload import Workload
+from sim.world import World
+
+# Every ``fail_every``-th request fails in its second step (settled as failed,
+# with exactly {errorTag, message}); every ``abort_every``-th is aborted by
+# the client right after admission.
+FAIL_REMAINDER = 7
+ABORT_REMAINDER = 3
+# The client's retry queue never holds more than this (it is drained before
+# anything new is sent, so it holds one request at a time in practice).
+PENDING_MAX = 1_000
+
+
+class WorkFailed(Exception):
+    name = "WorkFailed"
+
+
+def work(*, fail_every: int = 0) -> Callable[[Any, int], Any]:
+    """What a submission's steps compute: an echo; every ``fail_every``-th
+    request (0: none) fails in its second step."""
+    assert fail_every >= 0
+
+    def step(request: Any, index: int) -> Any:
+        if fail_every and request["n"] % fail_every == FAIL_REMAINDER and index == 1:
+            raise WorkFailed(f"request {request['n']} cannot be served")
+        return {"step": index, "echo": request}
+
+    return step
+
+
+class Submitters(Workload):
+    name = "submitters"
+    NODE = "client"
+
+    def __init__(self, *, conversations: int, every_ms: tuple[int, int], conversation_lifetime_ms: int,
+                 retry_ms: int, abort_every: int = 0) -> None:
+        assert conversations >= 1 and every_ms[0] > 0 and conversation_lifetime_ms > 0 and retry_ms > 0
+        self.slots = conversations
+        self.every_ms = every_ms
+        self.conversation_lifetime_ms = conversation_lifetime_ms
+        self.retry_ms = retry_ms
+        self.abort_every = abort_every
+        self.pending: list[tuple[str, str, Any]] = []  # the outside world's unreceipted requests
+        self.submitted = 0
+
+    def setup(self, world: World) -> None:
+        self.world = world
+        world.add_node(self.NODE, self._start, role="client")
+
+    def metrics(self) -> dict[str, Any]:
+        return {"submitted": self.submitted}
+
+    def _start(self, node: Node) -> None:
+        runtime = self.world.runtime
+        ports = self.world.system.ports_for(node)
+        client = SubmissionClient(ports.ledger, ports.log, now_ms=runtime.now_ms, failpoints=ports.failpoints,
+                                  probe=self.world.probe_for(node))
+        runtime.spawn_on(node, "client", self._loop(client))
+
+    async def _loop(self, client: SubmissionClient) -> None:
+        """Until the heal instant; ends early only when the process dies."""
+        world = self.world
+        runtime = world.runtime
+        workload = world.streams["workload"]
+        while True:  # bounded by the heal instant (below), or the process dies
+            # Requests sent but never receipted: again, same idempotency key.
+            try:
+                while self.pending:
+                    assert len(self.pending) <= PENDING_MAX, len(self.pending)
+                    conversation_id, key, request = self.pending[0]
+                    admission = await client.submit(conversation_id, "client", key, request)
+                    if self.abort_every and request["n"] % self.abort_every == ABORT_REMAINDER:
+                        await _abort(client, admission.submission_id)
+                    self.pending.pop(0)
+            except Exception as error:
+                if not is_retryable(error):
+                    raise
+                await runtime.sleep_ms(self.retry_ms)  # a transient failure: the request stays pending
+                continue
+            await runtime.sleep_ms(workload.between(*self.every_ms))
+            if runtime.now_ms() >= world.heal_at_ms:
+                return
+            self.submitted += 1
+            generation = runtime.now_ms() // self.conversation_lifetime_ms
+            conversation_id = f"conv-{workload.below(self.slots)}-g{generation}"
+            self.pending.append((conversation_id, f"req-{self.submitted}", {"n": self.submitted}))
+
+
+async def _abort(client: SubmissionClient, submission_id: str) -> None:
+    try:
+        await client.ledger.request_abort(submission_id, "client", "no longer needed")
+    except Exception as error:
+        if getattr(type(error), "name", None) != "AbortConflict":
+            raise  # already settled: too late to abort, which is fine
+
+
+class Workers(Workload):
+    name = "workers"
+
+    def __init__(self, count: int, *, lease_ms: int, poll_ms: int, retry_ms: int, step_delay_ms: tuple[int, int],
+                 work: Callable[[Any, int], Any], steps: int = 2, checkpoints: bool = False,
+                 recovery_page_size: int) -> None:
+        assert count >= 1 and lease_ms > 0 and steps >= 1, (count, lease_ms, steps)
+        self.names = tuple(f"worker-{i + 1}" for i in range(count))
+        self.lease_ms = lease_ms
+        self.poll_ms = poll_ms
+        self.retry_ms = retry_ms
+        self.step_delay_ms = step_delay_ms
+        self.work = work
+        self.steps = steps
+        self.checkpoints = checkpoints
+        self.recovery_page_size = recovery_page_size
+        self.recoveries_from_checkpoint = 0
+        self.owners: dict[str, str] = {}  # owner (node label) -> the submission it claimed, until settled
+
+    def setup(self, world: World) -> None:
+        self.world = world
+        world.trace.subscribe(("recovery.read",), self._on_recovery)
+        world.trace.subscribe(("ledger.claim", "ledger.finalize_settlement"), self._track_owners)
+        for name in self.names:
+            world.add_node(name, self._start)
+
+    def metrics(self) -> dict[str, Any]:
+        return {"recoveries_from_checkpoint": self.recoveries_from_checkpoint}
+
+    def busy(self) -> dict[str, str]:
+        """Which processes hold a claim right now (pauses prefer them)."""
+        return self.owners
+
+    def _start(self, node: Node) -> None:
+        world = self.world
+        runtime = world.runtime
+        ports = world.system.ports_for(node)
+        streams = world.streams
+        step_delay_ms = self.step_delay_ms
+
+        async def step_delay(submission_id: str, index: int) -> None:
+            rng = streams.fork(f"workload/{submission_id}/{index}")
+            await runtime.sleep_ms(rng.between(*step_delay_ms))
+
+        worker = SubmissionWorker(ports.ledger, ports.log, node.label, lease_ms=self.lease_ms, now_ms=runtime.now_ms,
+                                  work=self.work, steps=self.steps, failpoints=ports.failpoints,
+                                  probe=world.probe_for(node), step_delay=step_delay,
+                                  checkpoints=ports.checkpoints if self.checkpoints else None,
+                                  recovery_page_size=self.recovery_page_size)
+        runtime.spawn_on(node, "worker", worker_loop(worker, runtime, poll_ms=self.poll_ms, retry_ms=self.retry_ms))
+
+    def _on_recovery(self, event: tuple) -> None:
+        if event[4].get("from_checkpoint"):
+            self.recoveries_from_checkpoint += 1
+
+    def _track_owners(self, event: tuple) -> None:
+        fields = event[4]
+        if "error" in fields:
+            return
+        if event[3] == "ledger.claim":
+            if "submission" in fields:
+                self.owners[fields["owner"]] = fields["submission"]
+        else:
+            for owner in [o for o, sid in self.owners.items() if sid == fields["submission"]]:
+                del self.owners[owner]

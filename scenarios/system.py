@@ -1,0 +1,343 @@
+"""The System: the durable stores of one run, the ports each node sees, and
+the one audit view every invariant reads.
+
+``System()`` opens the stores once, when the run opens it, as the run's
+``--store`` says:
+
+- ``memory``: the in-memory adapters;
+- ``sqlite``: the SQLite adapters on one real database file (WAL,
+  ``BEGIN IMMEDIATE``), a temporary one or ``--db PATH``;
+- ``MODULE:FACTORY``: a user's adapters. ``FACTORY()`` returns a mapping
+  with any subset of ``ledger`` (a submission ledger), ``log`` (a
+  conversation store) and ``ds`` (a durable-state store); every other store
+  is in memory. They run under the full fault mix like ours.
+
+``ports_for(node)`` wraps every store for one process: crashy, traced,
+refusing calls once the node is dead (``faults.ports.BoundPort``), plus the
+node's failpoints. ``audit_view()`` is the ``AuditView`` below: reads of the
+stores themselves, never of the model's in-memory bookkeeping, for the
+end-of-run audit.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any, Iterator, Mapping, Protocol
+
+import attrs
+
+from faults.beyond import DurableStateSurgery, LogSurgery, beyond_enabled
+from faults.describe import (
+    CHECKPOINT_DESCRIBERS,
+    CONTENT_DESCRIBERS,
+    DURABLE_STATE_DESCRIBERS,
+    FINDINGS_DESCRIBERS,
+    LEDGER_DESCRIBERS,
+    LOG_DESCRIBERS,
+    PIN_DESCRIBERS,
+    SCHEDULE_DESCRIBERS,
+)
+from faults.ports import BoundPort, PortStats, SimFailpoints
+from faults.reads import DamagedReads
+from model.conversation.checkpoints import InMemoryCheckpointStore, SqliteCheckpointStore
+from model.conversation.content_store import InMemoryContentStore, SqliteContentStore
+from model.conversation.memory_store import InMemoryConversationStore
+from model.conversation.records import NotMaterialized
+from model.conversation.sqlite_store import SqliteConversationStore
+from model.durable_state.memory_store import InMemoryDurableStateStore
+from model.durable_state.sqlite_store import SqliteDurableStateStore
+from model.findings import InMemoryFindingsProjection, SqliteFindingsProjection
+from model.kernel.records import ExecutionRecord
+from model.ledger.memory_store import InMemorySubmissionLedger
+from model.ledger.sqlite_store import SqliteSubmissionLedger
+from model.pins import InMemoryPinIndex, SqlitePinIndex
+from model.repair import rebuild_ledger
+from model.runs import LedgerRuns
+from model.schedule_store import InMemoryScheduleStore, SqliteScheduleStore
+from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT
+from scenarios.storage import RunDatabase, run_sync
+from sim.scenario import SetupError
+from sim.node import Node
+from sim.world import World
+
+# A read of the audit: one page of a log (the spec's page size).
+AUDIT_PAGE_SIZE = 1_024
+# The audit reads a log of at most this many pages (a run's log is bounded).
+AUDIT_PAGES_MAX = 100_000
+USER_STORES = ("ledger", "log", "ds")
+_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+# What each port's trace records of its calls.
+DESCRIBERS = {"ds": DURABLE_STATE_DESCRIBERS, "ledger": LEDGER_DESCRIBERS, "log": LOG_DESCRIBERS,
+              "schedules": SCHEDULE_DESCRIBERS, "content": CONTENT_DESCRIBERS, "pins": PIN_DESCRIBERS,
+              "findings": FINDINGS_DESCRIBERS, "checkpoints": CHECKPOINT_DESCRIBERS}
+
+
+class AuditView(Protocol):
+    """What every invariant's end-of-run audit reads: the stores, directly."""
+
+    def conversation_ids(self) -> tuple[str, ...]: ...
+    def log_records(self, conversation_id: str) -> tuple: ...
+    def log_tail(self, conversation_id: str) -> Any: ...
+    def submissions(self, conversation_id: str) -> tuple: ...
+    def nonterminal_submissions(self) -> list[str]: ...
+    def rebuild_mismatches(self) -> list[str]: ...
+    def durable_state_snapshot(self, key: str) -> Any: ...
+    def live_runs(self, schedule_id: str) -> tuple[str, ...]: ...
+    def schedule_high_water_ms(self, schedule_id: str) -> int | None: ...
+    def retained_runs(self) -> Iterator[tuple[ExecutionRecord, tuple]]: ...
+    def content_bytes(self, ref: str) -> bytes | None: ...
+    def content_has(self, ref: str) -> bool: ...
+    def live_evidence(self) -> list[tuple[str, str]]: ...
+    def expired_unpinned_blobs(self, stored_before_ms: int) -> tuple[str, ...]: ...
+    def live_findings(self) -> Any: ...
+    def findings_checkpoint(self, schedule_id: str) -> int | None: ...
+    def latest_checkpoint(self, conversation_id: str) -> Any: ...
+    def held_runs(self, schedule_id: str) -> tuple[str, ...]: ...
+
+
+@attrs.frozen
+class NodePorts:
+    """Every store as one node sees it, and the node's failpoints."""
+
+    ds: Any
+    ledger: Any
+    log: Any
+    schedules: Any
+    content: Any
+    pins: Any
+    findings: Any
+    checkpoints: Any
+    failpoints: Any
+
+
+def load_store_factory(spec: str) -> dict[str, Any]:
+    """``MODULE:FACTORY`` -> the user's stores (any subset of USER_STORES)."""
+    if not _FACTORY.match(spec):
+        raise SetupError(f"invalid --store {spec!r}: expected memory, sqlite or MODULE:FACTORY")
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 - a user's module: any failure is a usage error
+        raise SetupError(f"cannot load store module {module_name!r}: {type(error).__name__}: {error}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise SetupError(f"store factory {spec!r}: {module_name} has no callable {attr!r}")
+    try:
+        stores = factory()
+    except Exception as error:  # noqa: BLE001
+        raise SetupError(f"store factory {spec!r} failed: {type(error).__name__}: {error}") from None
+    if not isinstance(stores, Mapping) or not stores or set(stores) - set(USER_STORES):
+        raise SetupError(f"store factory {spec!r} must return a mapping with any of "
+                         f"{', '.join(USER_STORES)}; got {stores!r:.80}")
+    return dict(stores)
+
+
+class System:
+    """The stores of one run (memory | sqlite | MODULE:FACTORY, from the
+    run's options), their ports per node, and the audit view."""
+
+    def __init__(self, *, restart_ms: tuple[int, int], file_name: str = "loomsim.db",
+                 damaged_reads: bool = False) -> None:
+        """``restart_ms``: how long a process crashed at a port stays down
+        (drawn per crash). ``file_name``: of a temporary SQLite database.
+        ``damaged_reads``: log read answers may come back
+        short, gapped or corrupt (the recovery read must fail closed)."""
+        assert 0 <= restart_ms[0] <= restart_ms[1], restart_ms
+        self.file_name = file_name
+        self.restart_ms = restart_ms
+        self.damaged_reads = damaged_reads
+        self.port_stats = PortStats()
+        self._database: RunDatabase | None = None
+        self._world: World | None = None
+        # What the audit enumerates, observed from committed port calls (the
+        # stores have no "list everything" operation): conversations in
+        # order of first sight, their submissions, until retention purges.
+        self._conversations: dict[str, list[str]] = {}
+
+    # -- phases ------------------------------------------------------------
+
+    def open(self, world: World, opts: Any, choices: Any) -> None:
+        self._world = world
+        busy_timeout_ms = choices.knob_or("busy_timeout_ms", BUSY_TIMEOUT_MS_DEFAULT) if choices else (
+            BUSY_TIMEOUT_MS_DEFAULT)
+        user = {} if opts.store in ("memory", "sqlite") else load_store_factory(opts.store)
+        if opts.store == "sqlite":
+            self._database = RunDatabase(opts.db_path, file_name=self.file_name, busy_timeout_ms=busy_timeout_ms)
+            conn = self._database.conn
+            self.ds: Any = SqliteDurableStateStore(conn)
+            self.ledger: Any = SqliteSubmissionLedger(conn)
+            self.log: Any = SqliteConversationStore(conn)
+            self.schedules: Any = SqliteScheduleStore(conn)
+            self.content: Any = SqliteContentStore(conn)
+            self.pins: Any = SqlitePinIndex(conn)
+            self.findings: Any = SqliteFindingsProjection(conn)
+            self.checkpoints: Any = SqliteCheckpointStore(self.log)
+        else:
+            self.ds = user.get("ds") or InMemoryDurableStateStore()
+            self.ledger = user.get("ledger") or InMemorySubmissionLedger()
+            self.log = user.get("log") or InMemoryConversationStore()
+            self.schedules = InMemoryScheduleStore()
+            self.content = InMemoryContentStore()
+            self.pins = InMemoryPinIndex()
+            self.findings = InMemoryFindingsProjection()
+            self.checkpoints = InMemoryCheckpointStore(self.log)
+        # Beyond the contract: the log and durable state may break their promises.
+        self.surgeries = {"log": LogSurgery(self.log), "ds": DurableStateSurgery(self.ds)} if (
+            beyond_enabled(opts)) else {}
+        world.trace.subscribe(("ledger.admit", "log.materialize", "ledger.purge_conversation"), self._observe)
+
+    def close(self) -> None:
+        if self._database is not None:
+            self._database.close()
+            self._database = None
+
+    def metrics(self) -> dict[str, Any]:
+        counters = self._world.counters if self._world else {}
+        return {"store_calls": self.port_stats.calls, "worker_crashes": counters.get("node.crashes", 0)}
+
+    # -- ports ---------------------------------------------------------------
+
+    def restart_delay_ms(self) -> int:
+        assert self._world is not None
+        return self._world.streams["chaos"].between(*self.restart_ms)
+
+    def ports_for(self, node: Node, *, faults: bool = True) -> NodePorts:
+        """The stores as ``node`` sees them. ``faults`` False: the harness's
+        own out-of-band writer (an operator): traced, never faulted, not
+        counted as the system's store calls."""
+        world = self._world
+        assert world is not None, "the system is not open"
+        plan = world.plan if faults else None
+        stats = self.port_stats if faults else PortStats()
+        restart = self.restart_delay_ms if faults else (lambda: 0)
+
+        def port(name: str, target: Any) -> BoundPort:
+            surgery = self.surgeries.get(name) if faults else None
+            return BoundPort(world, node, name, target, plan, DESCRIBERS[name], stats, restart, surgery=surgery)
+
+        log = DamagedReads(self.log, world, node, plan) if (faults and self.damaged_reads) else self.log
+        return NodePorts(ds=port("ds", self.ds), ledger=port("ledger", self.ledger), log=port("log", log),
+                         schedules=port("schedules", self.schedules), content=port("content", self.content),
+                         pins=port("pins", self.pins), findings=port("findings", self.findings),
+                         checkpoints=port("checkpoints", self.checkpoints),
+                         failpoints=SimFailpoints(world, node, plan, restart))
+
+    def _observe(self, event: tuple) -> None:
+        kind, fields = event[3], event[4]
+        conversation = fields.get("conversation")
+        if conversation is None:
+            return
+        if kind == "ledger.purge_conversation":
+            if "error" not in fields:
+                self._conversations.pop(conversation, None)
+            return
+        submissions = self._conversations.setdefault(conversation, [])
+        submission = fields.get("submission")
+        if kind == "ledger.admit" and submission is not None and submission not in submissions:
+            submissions.append(submission)
+
+    # -- the audit view (reads the stores, never a node's memory) --------------
+
+    def audit_view(self) -> "System":
+        return self
+
+    def conversation_ids(self) -> tuple[str, ...]:
+        return tuple(self._conversations)
+
+    def log_records(self, conversation_id: str) -> tuple:
+        records: list = []
+        for _ in range(AUDIT_PAGES_MAX):
+            try:
+                page = run_sync(self.log.read(conversation_id, len(records), AUDIT_PAGE_SIZE))
+            except NotMaterialized:
+                return ()
+            records.extend(page)
+            if len(page) < AUDIT_PAGE_SIZE:
+                return tuple(records)
+        raise AssertionError(f"{conversation_id}: a log of over {AUDIT_PAGES_MAX} pages")
+
+    def log_tail(self, conversation_id: str) -> Any:
+        try:
+            return run_sync(self.log.inspect_tail(conversation_id))
+        except NotMaterialized:
+            return None
+
+    def submissions(self, conversation_id: str) -> tuple:
+        found = (run_sync(self.ledger.get(s)) for s in self._conversations.get(conversation_id, ()))
+        return tuple(record for record in found if record is not None)
+
+    def nonterminal_submissions(self) -> list[str]:
+        return [r.submission_id for r in run_sync(self.ledger.scan_nonterminal())]
+
+    def rebuild_mismatches(self) -> list[str]:
+        """Rebuild a fresh ledger from the logs; the submissions it disagrees on."""
+        rebuilt = InMemorySubmissionLedger()
+        end_ms = self._world.runtime.now_ms() if self._world else 0
+        logged = [c for c in self.conversation_ids() if self.log_tail(c) is not None]
+        run_sync(rebuild_ledger(self.log, rebuilt, logged, end_ms))
+        mismatches = []
+        for conversation_id in self.conversation_ids():
+            for original in self.submissions(conversation_id):
+                copy = run_sync(rebuilt.get(original.submission_id))
+                if copy is None:
+                    if original.input_applied:
+                        mismatches.append(original.submission_id)
+                    continue
+                # Unsettled work may hold a reservation the log has not seen
+                # yet; only what the log settled is canonical.
+                settled = original.outcome is not None
+                if (copy.queue_seq, copy.outcome, copy.reserved_digest if settled else None) != (
+                        original.queue_seq, original.outcome, original.reserved_digest if settled else None):
+                    mismatches.append(original.submission_id)
+        return mismatches
+
+    def durable_state_snapshot(self, key: str) -> Any:
+        return run_sync(self.ds.load(key))
+
+    def _reader(self) -> LedgerRuns:
+        world = self._world
+        assert world is not None
+        return LedgerRuns(self.ledger, self.log, self.schedules, "auditor", lease_ms=1,
+                          now_ms=world.runtime.now_ms, sleep_ms=world.runtime.sleep_ms)
+
+    def live_runs(self, schedule_id: str) -> tuple[str, ...]:
+        return tuple(r.run_id for r in run_sync(self._reader().live_executions(schedule_id)))
+
+    def schedule_high_water_ms(self, schedule_id: str) -> int | None:
+        return run_sync(self._reader().schedule_high_water_ms(schedule_id))
+
+    def held_runs(self, schedule_id: str) -> tuple[str, ...]:
+        return tuple(run_sync(self.schedules.cursor(schedule_id)).held)
+
+    def retained_runs(self) -> Iterator[tuple[ExecutionRecord, tuple]]:
+        """(record, steps) of every settled run retention has not deleted yet."""
+        reader = self._reader()
+        for run_id in self.conversation_ids():
+            record = run_sync(reader.load_execution(run_id))
+            if record is None or record.status not in ("completed", "failed"):
+                continue
+            yield record, reader.step_records(run_id, self.log_records(run_id))
+
+    def content_bytes(self, ref: str) -> bytes | None:
+        try:
+            return run_sync(self.content.get(ref))
+        except Exception:  # noqa: BLE001 - missing or corrupt: the oracle reports it
+            return None
+
+    def content_has(self, ref: str) -> bool:
+        return run_sync(self.content.has(ref))
+
+    def live_findings(self) -> Any:
+        return run_sync(self.findings.live_findings())
+
+    def live_evidence(self) -> list[tuple[str, str]]:
+        return [(f.finding_id, ref) for f in self.live_findings() for ref in f.evidence]
+
+    def expired_unpinned_blobs(self, stored_before_ms: int) -> tuple[str, ...]:
+        return run_sync(self.pins.expired_unpinned(stored_before_ms, 1_000))
+
+    def findings_checkpoint(self, schedule_id: str) -> int | None:
+        return run_sync(self.findings.checkpoint(schedule_id))
+
+    def latest_checkpoint(self, conversation_id: str) -> Any:
+        return run_sync(self.checkpoints.load_latest(conversation_id, 2 ** 62))
