@@ -1,4 +1,4 @@
-"""Hypothesis strategies for fault scripts (DESIGN §7).
+"""Hypothesis strategies for fault scripts (ARCHITECTURE §7).
 
 For short simulated windows a fault script is a small value Hypothesis can
 generate and shrink itself: ``@given(script=fault_scripts(...))`` then

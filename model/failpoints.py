@@ -1,7 +1,7 @@
 """Named crash points. A no-op outside simulation.
 
 Model code calls ``failpoints.hit("name")`` exactly where a process could die
-with the interesting partial state (DESIGN §5's crash-point matrix). In
+with the interesting partial state (ARCHITECTURE §5's crash-point matrix). In
 simulation the fault layer may crash the calling node there (the call then
 raises and never returns); outside simulation nothing happens.
 """
@@ -27,7 +27,7 @@ NO_FAILPOINTS = NoFailpoints()
 # this tuple, so a point that never fires in a sweep shows up as a gap.
 DURABLE_STATE_SAVE_AFTER_STORE_WRITE = "durable_state.save.after_store_write"
 KERNEL_EFFECT_DONE_BEFORE_RECORD = "kernel.effect_done.before_record"
-# The submission lifecycle's crash points (DESIGN §5), in lifecycle order.
+# The submission lifecycle's crash points (ARCHITECTURE §5), in lifecycle order.
 ADMITTED_BEFORE_READY = "submission.admitted.before_ready"
 READY_BEFORE_RECEIPT = "submission.ready.before_receipt"
 CLAIMED_BEFORE_INPUT = "submission.claimed.before_input"

@@ -3,7 +3,7 @@
 Admission and settlement each span the Submission Ledger and the
 Conversation Log (persistence §3), so neither is one transaction; each
 passes through recoverable states instead, with a named crash point in every
-gap between two durable steps (``model.failpoints``, DESIGN §5):
+gap between two durable steps (``model.failpoints``, ARCHITECTURE §5):
 
 - **admission**: admit the ledger row -> ``ADMITTED_BEFORE_READY`` ->
   materialize the conversation (epoch 0, the admission producer) -> mark the

@@ -1,4 +1,4 @@
-"""Crash consistency of the submission lifecycle (DESIGN §5's crash points).
+"""Crash consistency of the submission lifecycle (ARCHITECTURE §5's crash points).
 
 Sweep style: run the lifecycle clean and record which failpoints it reached;
 then, on fresh stores, arm each reached point once so the process dies

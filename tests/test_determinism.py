@@ -116,7 +116,7 @@ def test_in_process_reruns_are_identical():
 def test_a_stopped_run_leaves_no_coroutine_to_the_garbage_collector(monkeypatch):
     # A violation stops the run with harness timers and worker tasks still
     # pending. Their coroutines must be closed by the run at a known instant,
-    # not by the garbage collector later (DESIGN §2: never rely on GC or
+    # not by the garbage collector later (ARCHITECTURE §2: never rely on GC or
     # finalizers) — an unstarted one collected by GC warns "never awaited".
     from scenarios.invariants.cas_linear import CasLinear
 

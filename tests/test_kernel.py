@@ -1,4 +1,4 @@
-"""The kernel (DESIGN §5 "Kernel"): step logs, at-least-once effects, replay.
+"""The kernel (ARCHITECTURE §5 "Kernel"): step logs, at-least-once effects, replay.
 
 Reads top to bottom: a first run executes and records; a resumed run folds
 what was recorded and executes only the rest; the K9 gap between "effect

@@ -1,4 +1,4 @@
-"""No wall clock, no global randomness, no threads in the simulated path (DESIGN §2).
+"""No wall clock, no global randomness, no threads in the simulated path (ARCHITECTURE §2).
 
 Walks the AST of every module under model/, sim/, faults/ and scenarios/ and
 fails on imports of nondeterministic modules, calls that read the wall clock

@@ -1,7 +1,7 @@
 """Planted bugs: for each invariant, a mutant of the model that breaks it,
 and proof that the harness reports exactly that invariant.
 
-Each mutant is a realistic one-line bug (DESIGN §6's planted-bug catalogue).
+Each mutant is a realistic one-line bug (ARCHITECTURE §6's planted-bug catalogue).
 The same seeds pass without the mutant, so the detection is the mutant's
 doing, not noise.
 """

@@ -1,4 +1,4 @@
-"""The regression corpus (DESIGN §7): repro files of runs that once failed,
+"""The regression corpus (ARCHITECTURE §7): repro files of runs that once failed,
 each shrunk (``loomsim shrink``) and kept in ``tests/corpus/`` with a
 ``regression`` note saying what was wrong. Every CI run replays them all
 (``loomsim repro``); each must now pass. Add one by shrinking a failure's

@@ -1,4 +1,4 @@
-"""The conversation log's rules, written once (h11 style, DESIGN §9).
+"""The conversation log's rules, written once (h11 style, ARCHITECTURE §9).
 
 Each rule is a pure function over the rows a call needs. Both adapters fetch
 those rows (SQLite: inside its ``BEGIN IMMEDIATE`` transaction), call the

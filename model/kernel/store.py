@@ -8,7 +8,7 @@ write transaction is atomic for other connections.
 
 The rules themselves (start idempotency and the high-water mark, the step
 sequence, park and finish transitions) are written once, below, as pure
-functions over the rows a call needs (h11 style, DESIGN §9). Each adapter
+functions over the rows a call needs (h11 style, ARCHITECTURE §9). Each adapter
 fetches those rows — inside its write transaction for SQLite — calls the rule,
 and writes what the rule decided. One exception, for speed: the SQLite start
 is a write guarded by the rule's *create* condition, and only when the guard

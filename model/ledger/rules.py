@@ -1,4 +1,4 @@
-"""The Submission Ledger's rules, written once (h11 style, DESIGN §9).
+"""The Submission Ledger's rules, written once (h11 style, ARCHITECTURE §9).
 
 Every rule is a pure function over the rows a call needs: a
 ``ConversationRow`` (queue and epoch counters) and/or a ``SubmissionRow``

@@ -1,4 +1,4 @@
-"""``loomsim bench``: the performance figures of DESIGN §8, side by side.
+"""``loomsim bench``: the performance figures of ARCHITECTURE §8, side by side.
 
 Every figure comes from this one invocation on this machine, so ratios
 compare like with like. Runs that measure memory go to fresh subprocesses
@@ -94,7 +94,7 @@ def bench(*, quick: bool = False, seed: int = 1) -> dict[str, Any]:
                             "ratio": round(sim_s / floor_s, 2), "budget_ratio": 1.5}
     runs = {}
     for label, args, budget_s in (
-        # The default fault mix (DESIGN §8), not a seed's swarm subset.
+        # The default fault mix (ARCHITECTURE §8), not a seed's swarm subset.
         (f"memory {year}", ["sentinel-year", "--seed", str(seed), "--duration", year, "--no-swarm"], 10.0),
         (f"sqlite {year}", ["sentinel-year", "--seed", str(seed), "--duration", year, "--store", "sqlite",
                             "--no-swarm"], 30.0),

@@ -147,7 +147,7 @@ def build_parser() -> _Parser:
                                "next to the input)")
     shrink_p.add_argument("--max-runs", type=_count, default=300, metavar="N",
                           help="give up shrinking after N runs and keep the best so far (default 300)")
-    bench_p = sub.add_parser("bench", help="measure the performance budgets (DESIGN §8) in one run")
+    bench_p = sub.add_parser("bench", help="measure the performance budgets (ARCHITECTURE §8) in one run")
     bench_p.add_argument("--quick", action="store_true", help="short runs (30d/3d) for a smoke check")
     bench_p.add_argument("--seed", type=_seed, default=1)
     bench_p.add_argument("--json", action="store_true", help="print the figures as JSON")
