@@ -9,9 +9,11 @@ building its event through the event's type (``faults.events``):
   arguments by name, as the port itself does — no hand-indexing
   ``args[2]``, and a port-signature change is a ``TypeError`` at import
   here rather than a wrong field in the trace;
-- ``LedgerClaim.build(...)`` / ``.add_result(...)`` take the fields by
-  name (a missing, extra or renamed field is a ``TypeError`` in the
-  describer) and return the plain dict the trace hashes, in the type's order.
+- ``LedgerClaim.build(...)`` takes the fields by name — the call's, and
+  the result group when the call returned something (``.add_result(...)``
+  appends that group to a dict already built) — and returns the plain dict
+  the trace hashes, in the type's order; a missing, extra or renamed field
+  is a ``TypeError`` in the describer.
 
 The signatures come from the port Protocols (``model.ledger.port``,
 ``model.conversation.port``, ``model.durable_state.store``,
@@ -32,6 +34,7 @@ import inspect
 from typing import Any, Callable
 
 from faults.events import (
+    ABSENT,
     CheckpointLoadLatest,
     CheckpointSave,
     ContentDelete,
@@ -150,22 +153,44 @@ def _binder(fn: Callable[..., dict], params: list[tuple[str, Any, Any]]) -> Desc
 
     Python binds the arguments (``fn`` has the port method's own parameters).
     The usual call passes every positional parameter and no keyword: that one
-    is a plain call, generated for the method's arity (a ``fn(result, *args,
-    **kwargs)`` call costs about twice as much on this hot path); any other
-    shape goes through ``*args, **kwargs``.
+    is a plain call for the method's arity (``fn(result, *args, **kwargs)``,
+    which CPython 3.11 does not inline, is the slowest part of a describer on
+    this hot path); any other shape of call goes through ``*args, **kwargs``.
     """
-    positional = [name for name, kind, _ in params
-                  if kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    names = [f"a{i}" for i in range(len(positional))]
-    if names:
-        fast = f"    if not kwargs and len(args) == {len(names)}:\n        {', '.join(names)}, = args\n" \
-               f"        return fn(result, {', '.join(names)})\n"
+    arity = sum(kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                for _, kind, _ in params)
+    if arity == 0:
+        def describe(args: tuple, kwargs: dict, result: Any) -> dict:
+            if not args and not kwargs:
+                return fn(result)
+            return fn(result, *args, **kwargs)
+    elif arity == 1:
+        def describe(args: tuple, kwargs: dict, result: Any) -> dict:
+            if not kwargs and len(args) == 1:
+                return fn(result, args[0])
+            return fn(result, *args, **kwargs)
+    elif arity == 2:
+        def describe(args: tuple, kwargs: dict, result: Any) -> dict:
+            if not kwargs and len(args) == 2:
+                a, b = args
+                return fn(result, a, b)
+            return fn(result, *args, **kwargs)
+    elif arity == 3:
+        def describe(args: tuple, kwargs: dict, result: Any) -> dict:
+            if not kwargs and len(args) == 3:
+                a, b, c = args
+                return fn(result, a, b, c)
+            return fn(result, *args, **kwargs)
+    elif arity == 4:
+        def describe(args: tuple, kwargs: dict, result: Any) -> dict:
+            if not kwargs and len(args) == 4:
+                a, b, c, d = args
+                return fn(result, a, b, c, d)
+            return fn(result, *args, **kwargs)
     else:
-        fast = "    if not kwargs and not args:\n        return fn(result)\n"
-    source = f"def describe(args, kwargs, result):\n{fast}    return fn(result, *args, **kwargs)\n"
-    namespace: dict[str, Any] = {}
-    exec(compile(source, f"<describe {fn.__name__}>", "exec"), {"fn": fn}, namespace)  # noqa: S102
-    return namespace["describe"]
+        def describe(args: tuple, kwargs: dict, result: Any) -> dict:
+            return fn(result, *args, **kwargs)
+    return describe
 
 
 def _show(params: list[tuple[str, Any, Any]]) -> str:
@@ -190,19 +215,16 @@ def _table(port: str, *describers: Describe) -> dict[str, Describe]:
 
 @describes(DurableStateStore.load, DsLoad)
 def _ds_load(record: Any, /, key: str) -> dict:
-    fields = DsLoad.build(key=key, found=record is not None)
     if record is None:
-        return fields
-    return DsLoad.add_result(fields, revision=record.revision, version=record.contract_version,
-                             payload=record.payload)
+        return DsLoad.build(key=key, found=False)
+    return DsLoad.build(key=key, found=True, revision=record.revision, version=record.contract_version,
+                        payload=record.payload)
 
 
 @describes(DurableStateStore.save, DsSave)
 def _ds_save(record: Any, /, key: str, write: Any, expected_revision: int) -> dict:
-    fields = DsSave.build(key=key, expected=expected_revision, version=write.contract_version, payload=write.payload)
-    if record is not None:
-        DsSave.add_result(fields, revision=record.revision)
-    return fields
+    return DsSave.build(key=key, expected=expected_revision, version=write.contract_version, payload=write.payload,
+                        revision=ABSENT if record is None else record.revision)
 
 
 @describes(DurableStateStore.clear, DsClear)
@@ -237,10 +259,7 @@ def _append_batch(records: Any, /, run_id: str, first_seq: int, steps: tuple) ->
 
 @describes(ExecutionStore.load_steps, KernelLoadSteps)
 def _load_steps(steps: Any, /, run_id: str) -> dict:
-    fields = KernelLoadSteps.build(run=run_id)
-    if steps is not None:
-        KernelLoadSteps.add_result(fields, steps=len(steps))
-    return fields
+    return KernelLoadSteps.build(run=run_id, steps=ABSENT if steps is None else len(steps))
 
 
 @describes(ExecutionStore.load_execution, KernelLoadExecution)
@@ -256,18 +275,14 @@ def _park_execution(record: Any, /, run_id: str) -> dict:
 @describes(ExecutionStore.finish_execution, KernelFinish)
 def _finish(record: Any, /, run_id: str, *, status: str, output: object, finished_at_ms: int, steps: tuple = (),
             first_seq: int | None = None) -> dict:
-    fields = KernelFinish.build(run=run_id, status=status, output=output, first_seq=first_seq, steps=tuple(steps))
-    if record is not None:
-        KernelFinish.add_result(fields, final_status=record.status)
-    return fields
+    return KernelFinish.build(run=run_id, status=status, output=output, first_seq=first_seq, steps=tuple(steps),
+                              final_status=ABSENT if record is None else record.status)
 
 
 @describes(ExecutionStore.live_executions, KernelLiveExecutions)
 def _live(records: Any, /, schedule_id: str) -> dict:
-    fields = KernelLiveExecutions.build(schedule=schedule_id)
-    if records is not None:
-        KernelLiveExecutions.add_result(fields, live=tuple(r.run_id for r in records))
-    return fields
+    return KernelLiveExecutions.build(
+        schedule=schedule_id, live=ABSENT if records is None else tuple(r.run_id for r in records))
 
 
 # Not in the ExecutionStore Protocol: the in-memory adapter is the reference.
@@ -290,11 +305,10 @@ KERNEL_DESCRIBERS = _table("kernel", _start, _append, _append_batch, _load_steps
 @describes(SubmissionLedgerPort.admit, LedgerAdmit)
 def _admit(result: Any, /, conversation_id: str, principal_id: str, idempotency_key: str, input: object,
            now_ms: int) -> dict:
-    fields = LedgerAdmit.build(conversation=conversation_id, principal=principal_id, key=idempotency_key)
-    if result is not None:
-        LedgerAdmit.add_result(fields, submission=result.submission_id, queue_seq=result.queue_seq,
-                               replayed=result.replayed)
-    return fields
+    if result is None:
+        return LedgerAdmit.build(conversation=conversation_id, principal=principal_id, key=idempotency_key)
+    return LedgerAdmit.build(conversation=conversation_id, principal=principal_id, key=idempotency_key,
+                             submission=result.submission_id, queue_seq=result.queue_seq, replayed=result.replayed)
 
 
 @describes(SubmissionLedgerPort.mark_ready, LedgerMarkReady)
@@ -304,11 +318,10 @@ def _mark_ready(result: Any, /, submission_id: str) -> dict:
 
 @describes(SubmissionLedgerPort.claim, LedgerClaim)
 def _claim(claim: Any, /, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int) -> dict:
-    fields = LedgerClaim.build(conversation=conversation_id, owner=owner_id)
-    if claim is not None:
-        LedgerClaim.add_result(fields, submission=claim.submission_id, epoch=claim.epoch,
-                               lease_expires_ms=claim.lease_expires_ms)
-    return fields
+    if claim is None:  # nothing claimable (or the call failed)
+        return LedgerClaim.build(conversation=conversation_id, owner=owner_id)
+    return LedgerClaim.build(conversation=conversation_id, owner=owner_id, submission=claim.submission_id,
+                             epoch=claim.epoch, lease_expires_ms=claim.lease_expires_ms)
 
 
 @describes(SubmissionLedgerPort.renew_ownership, LedgerRenewOwnership)
@@ -333,20 +346,16 @@ def _request_abort(intent: Any, /, submission_id: str, author: str, reason: str)
 
 @describes(SubmissionLedgerPort.reserve_settlement, LedgerReserveSettlement)
 def _reserve(reserved: Any, /, token: Any, record: object) -> dict:
-    fields = LedgerReserveSettlement.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
-                                           record=record)
-    if reserved is not None:
-        LedgerReserveSettlement.add_result(fields, digest=reserved.record_digest)
-    return fields
+    return LedgerReserveSettlement.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                         record=record, digest=ABSENT if reserved is None else reserved.record_digest)
 
 
 @describes(SubmissionLedgerPort.finalize_settlement, LedgerFinalizeSettlement)
 def _finalize(settlement: Any, /, submission_id: str, now_ms: int) -> dict:
-    fields = LedgerFinalizeSettlement.build(submission=submission_id)
-    if settlement is not None:
-        LedgerFinalizeSettlement.add_result(fields, outcome=settlement.outcome, digest=settlement.record_digest,
-                                            settled_at_ms=settlement.settled_at_ms)
-    return fields
+    if settlement is None:
+        return LedgerFinalizeSettlement.build(submission=submission_id)
+    return LedgerFinalizeSettlement.build(submission=submission_id, outcome=settlement.outcome,
+                                          digest=settlement.record_digest, settled_at_ms=settlement.settled_at_ms)
 
 
 @describes(SubmissionLedgerPort.get, LedgerGet)
@@ -356,20 +365,19 @@ def _get(record: Any, /, submission_id: str) -> dict:
 
 @describes(SubmissionLedgerPort.scan_nonterminal, LedgerScanNonterminal)
 def _scan(records: Any, /) -> dict:
-    fields = LedgerScanNonterminal.build()
-    if records is not None:
-        LedgerScanNonterminal.add_result(fields, nonterminal=tuple(r.submission_id for r in records))
-    return fields
+    if records is None:
+        return LedgerScanNonterminal.build()
+    return LedgerScanNonterminal.build(nonterminal=tuple(r.submission_id for r in records))
 
 
 @describes(SubmissionLedgerPort.get_by_idempotency_key, LedgerGetByIdempotencyKey)
 def _by_key(record: Any, /, conversation_id: str, principal_id: str, idempotency_key: str) -> dict:
-    fields = LedgerGetByIdempotencyKey.build(conversation=conversation_id, principal=principal_id,
-                                             key=idempotency_key)
-    if record is not None:
-        LedgerGetByIdempotencyKey.add_result(fields, submission=record.submission_id, outcome=record.outcome,
-                                             ready=record.ready, input_applied=record.input_applied)
-    return fields
+    if record is None:
+        return LedgerGetByIdempotencyKey.build(conversation=conversation_id, principal=principal_id,
+                                               key=idempotency_key)
+    return LedgerGetByIdempotencyKey.build(conversation=conversation_id, principal=principal_id, key=idempotency_key,
+                                           submission=record.submission_id, outcome=record.outcome,
+                                           ready=record.ready, input_applied=record.input_applied)
 
 
 @describes(SubmissionLedgerPort.purge_conversation, LedgerPurgeConversation)
@@ -404,26 +412,24 @@ def _log_append(result: Any, /, request: Any) -> dict:
 
 @describes(ConversationLogPort.inspect_tail, LogInspectTail)
 def _inspect_tail(tail: Any, /, conversation_id: str) -> dict:
-    fields = LogInspectTail.build(conversation=conversation_id)
-    if tail is not None:
-        LogInspectTail.add_result(fields, tail_seq=tail.tail_seq, tail_digest=tail.tail_digest, epoch=tail.epoch)
-    return fields
+    if tail is None:
+        return LogInspectTail.build(conversation=conversation_id)
+    return LogInspectTail.build(conversation=conversation_id, tail_seq=tail.tail_seq, tail_digest=tail.tail_digest,
+                                epoch=tail.epoch)
 
 
 @describes(ConversationLogPort.read, LogRead)
 def _log_read(records: Any, /, conversation_id: str, after_seq: int, limit: int) -> dict:
-    fields = LogRead.build(conversation=conversation_id, after_seq=after_seq, limit=limit)
-    if records is not None:
-        LogRead.add_result(fields, seqs=tuple(r.seq for r in records))
-    return fields
+    return LogRead.build(conversation=conversation_id, after_seq=after_seq, limit=limit,
+                         seqs=ABSENT if records is None else tuple(r.seq for r in records))
 
 
 @describes(ConversationLogPort.lookup_batch, LogLookupBatch)
 def _lookup_batch(batch: Any, /, conversation_id: str, batch_id: str) -> dict:
-    fields = LogLookupBatch.build(conversation=conversation_id, batch=batch_id)
-    if batch is not None:
-        LogLookupBatch.add_result(fields, first_seq=batch.first_seq, last_seq=batch.last_seq)
-    return fields
+    if batch is None:
+        return LogLookupBatch.build(conversation=conversation_id, batch=batch_id)
+    return LogLookupBatch.build(conversation=conversation_id, batch=batch_id, first_seq=batch.first_seq,
+                                last_seq=batch.last_seq)
 
 
 @describes(ConversationLogPort.delete_conversation, LogDeleteConversation)
@@ -450,11 +456,10 @@ def _checkpoint_save(result: Any, /, checkpoint: Any) -> dict:
 
 @describes(CheckpointStorePort.load_latest, CheckpointLoadLatest)
 def _checkpoint_load(checkpoint: Any, /, conversation_id: str, at_or_before_seq: int) -> dict:
-    fields = CheckpointLoadLatest.build(conversation=conversation_id, at_or_before_seq=at_or_before_seq)
-    if checkpoint is not None:
-        CheckpointLoadLatest.add_result(fields, covered_seq=checkpoint.covered_seq,
-                                        tail_digest=checkpoint.tail_digest)
-    return fields
+    if checkpoint is None:
+        return CheckpointLoadLatest.build(conversation=conversation_id, at_or_before_seq=at_or_before_seq)
+    return CheckpointLoadLatest.build(conversation=conversation_id, at_or_before_seq=at_or_before_seq,
+                                      covered_seq=checkpoint.covered_seq, tail_digest=checkpoint.tail_digest)
 
 
 CHECKPOINT_DESCRIBERS = _table("checkpoints", _checkpoint_save, _checkpoint_load)
@@ -464,11 +469,10 @@ CHECKPOINT_DESCRIBERS = _table("checkpoints", _checkpoint_save, _checkpoint_load
 
 @describes(InMemoryScheduleStore.cursor, SchedulesCursor)
 def _cursor(cursor: Any, /, schedule_id: str) -> dict:
-    fields = SchedulesCursor.build(schedule=schedule_id)
-    if cursor is not None:
-        SchedulesCursor.add_result(fields, high_water_ms=cursor.high_water_ms,
-                                   archived_through_ms=cursor.archived_through_ms, archived_runs=cursor.archived_runs)
-    return fields
+    if cursor is None:
+        return SchedulesCursor.build(schedule=schedule_id)
+    return SchedulesCursor.build(schedule=schedule_id, high_water_ms=cursor.high_water_ms,
+                                 archived_through_ms=cursor.archived_through_ms, archived_runs=cursor.archived_runs)
 
 
 @describes(InMemoryScheduleStore.advance, SchedulesAdvance)

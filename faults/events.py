@@ -22,10 +22,12 @@ Two families:
 ``PortEvent`` — a port call as ``faults.ports.BoundPort`` traces it, written
 only by ``faults.describe`` through the type: ``build(**fields)`` returns the
 trace's dict with exactly ``fields`` in declared order (keyword-only: a
-missing, extra or misspelled field is a ``TypeError`` at the describer), and
-``add_result(fields, **result)`` appends the result group (all of it) when
-the call returned something. A call that raised is traced as ``fields`` plus
-``error`` and ``detail``. These builders are generated once per type (as
+missing, extra or misspelled field is a ``TypeError`` at the describer);
+given the result fields as well (all of them, or it is a ``TypeError`` too)
+it appends the result group, which is there when the call returned
+something; ``add_result(fields, **result)`` appends it to a dict already
+built. A call that raised is traced as ``fields`` plus ``error`` and
+``detail``. These builders are generated once per type (as
 ``attrs``/``namedtuple`` generate ``__init__``) and build the dict directly:
 no intermediate object, a call or two more than the dict literal the
 describers used to write (a few hundred nanoseconds a port call).
@@ -70,6 +72,8 @@ class _Marker:
 # be absent, independently of the others.
 RESULT: Any = _Marker("RESULT")
 OPTIONAL: Any = _Marker("OPTIONAL")
+# A builder's default for a result field: not given (the call returned nothing).
+ABSENT: Any = _Marker("ABSENT")
 
 
 def _declared(cls: type, allowed: tuple[Any, ...]) -> list[tuple[str, Any]]:
@@ -135,8 +139,9 @@ class PortEvent(TraceEvent):
         if set(fields + result) & set(ERROR_FIELDS):
             raise TypeError(f"{cls.__name__}: {ERROR_FIELDS} are the failed call's fields")
         cls.fields, cls.result_fields = fields, result
-        cls.build = staticmethod(_generate(cls, "build", fields, with_fields=False))
-        cls.add_result = staticmethod(_generate(cls, "add_result", result, with_fields=True))
+        # Plain functions, not staticmethods: read off the class they are the
+        # functions themselves (no instance ever exists), and the call is cheaper.
+        cls.build, cls.add_result = _generate(cls, fields, result)
         cls._register()
 
     @classmethod
@@ -170,23 +175,45 @@ class ProbeEvent(TraceEvent):
         return None
 
 
-def _generate(cls: type, what: str, names: tuple[str, ...], *, with_fields: bool) -> Callable[..., dict]:
-    """``build(*, a, b) -> {"a": a, "b": b}`` or ``add_result(fields, *, c) -> fields + {"c": c}``."""
-    params = ", ".join(names)
-    if with_fields:
-        signature = f"fields, *, {params}" if names else "fields"
-        body = "".join(f"    fields[{n!r}] = {n}\n" for n in names) + "    return fields\n"
+def _generate(cls: type, fields: tuple[str, ...], result: tuple[str, ...]) -> tuple[Callable, Callable]:
+    """The type's two builders, generated (like ``attrs`` and ``namedtuple`` do
+    their ``__init__``) so the hot path is a plain call that returns a literal:
+
+    ``build(*, a, b, r=ABSENT, s=ABSENT)``: ``{"a": a, "b": b}``, or with the
+    result group ``{"a": a, "b": b, "r": r, "s": s}`` (all of it or none);
+    ``add_result(fields, *, r, s)``: the result group appended to ``fields``.
+    """
+    lines = []
+    call = ", ".join(f"{n!r}: {n}" for n in fields)
+    if result:
+        params = ", ".join([*fields, *(f"{n}=_ABSENT" for n in result)])
+        first, rest = result[0], result[1:]
+        lines += [f"def build(*, {params}):", f"    if {first} is _ABSENT:"]
+        if rest:
+            lines += [f"        if {' or '.join(f'{n} is not _ABSENT' for n in rest)}:", "            _partial()"]
+        lines += [f"        return {{{call}}}"]
+        if rest:
+            lines += [f"    if {' or '.join(f'{n} is _ABSENT' for n in rest)}:", "        _partial()"]
+        lines += ["    return {" + ", ".join(f"{n!r}: {n}" for n in (*fields, *result)) + "}"]
+        lines += [f"def add_result(fields, *, {', '.join(result)}):"]
+        lines += [f"    fields[{n!r}] = {n}" for n in result] + ["    return fields"]
     else:
-        signature = f"*, {params}" if names else ""
-        body = "    return {" + ", ".join(f"{n!r}: {n}" for n in names) + "}\n"
-    source = f"def {what}({signature}):\n{body}"
+        lines += [f"def build(*, {', '.join(fields)}):" if fields else "def build():", f"    return {{{call}}}"]
+        lines += ["def add_result(fields):", "    return fields"]
+
+    def partial() -> None:
+        raise TypeError(f"{cls.__name__}: the result fields {result} go together, all of them or none")
+
     namespace: dict[str, Any] = {}
-    exec(compile(source, f"<{cls.__name__}.{what}>", "exec"), {}, namespace)  # noqa: S102 - our own names
-    fn = namespace[what]
-    fn.__qualname__ = f"{cls.__name__}.{what}"
-    fn.__module__ = cls.__module__
-    fn.__doc__ = f"The trace fields of a {cls.kind!r} event ({what})."
-    return fn
+    code = compile("\n".join(lines) + "\n", f"<{cls.__name__} builders>", "exec")
+    exec(code, {"_ABSENT": ABSENT, "_partial": partial}, namespace)  # noqa: S102 - our own field names,
+    # none of which starts with "_" (``_declared``), so none shadows these two
+    for what in ("build", "add_result"):
+        fn = namespace[what]
+        fn.__qualname__ = f"{cls.__name__}.{what}"
+        fn.__module__ = cls.__module__
+        fn.__doc__ = f"The trace fields of a {cls.kind!r} event."
+    return namespace["build"], namespace["add_result"]
 
 
 def event_type(kind: str) -> type[TraceEvent] | None:

@@ -49,10 +49,12 @@ def test_build_and_add_result_take_exactly_the_declared_fields_in_order():
     fields = DsLoad.build(found=True, key="k")
     assert list(fields) == ["key", "found"]
     assert list(DsLoad.add_result(fields, payload={}, version=2, revision=1)) == list(DsLoad.fields + DsLoad.result_fields)
+    assert DsLoad.build(payload={}, version=2, revision=1, found=True, key="k") == fields  # one call, same dict
+    assert list(DsLoad.build(payload={}, version=2, revision=1, found=True, key="k")) == list(fields)
     with pytest.raises(TypeError):
         DsLoad.build(key="k")  # missing
     with pytest.raises(TypeError):
-        DsLoad.build(key="k", found=True, revision=1)  # a result field is not a call field
+        DsLoad.build(key="k", found=True, revision=1)  # the result group is all or nothing
     with pytest.raises(TypeError):
         DsLoad.add_result({}, revision=1, version=2)  # the result group is all or nothing
     with pytest.raises(TypeError):

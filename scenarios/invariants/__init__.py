@@ -1,4 +1,4 @@
-"""The oracles: one invariant per module, each with a stable name (DESIGN §6)."""
+"""The oracles: one invariant per module, each with a stable name (ARCHITECTURE §6)."""
 from scenarios.invariants.adopt_own_write import AdoptOwnWrite
 from scenarios.invariants.bounded_run import BoundedRun
 from scenarios.invariants.broken_deploy import BrokenDeploys

@@ -16,7 +16,6 @@ and checks every save the model reports (``ds.saved``) against them:
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 from faults.events import DsClear, DsSave, DsSaved
 from model.canonical import digest

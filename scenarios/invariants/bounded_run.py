@@ -9,12 +9,15 @@ forward into their logs).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from faults.events import LogAppend
 from sim.invariants import Checker
 
 from model.runs import STEP_FAMILY  # noqa: E402
+
+if TYPE_CHECKING:
+    from scenarios.system import AuditView
 SETTLED_FAMILY = "submission-settled"
 
 
@@ -51,7 +54,7 @@ class BoundedRun(Checker):
         if settled:
             self.longest = max(self.longest, last_seq)
 
-    def audit(self, world: Any) -> None:
+    def audit(self, view: AuditView) -> None:
         self.checks += 1
         if self.longest == 0:
             self.fail("no run settled: the bound was never exercised")

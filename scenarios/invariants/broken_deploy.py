@@ -15,10 +15,13 @@ and each broken deploy must have been caught — at least one typed rejection
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from faults.events import Deploy, DsLoaded, DsLoadRejected, DsSave
 from sim.invariants import Checker
+
+if TYPE_CHECKING:
+    from scenarios.system import AuditView
 
 
 class BrokenDeploys(Checker):
@@ -69,5 +72,5 @@ class BrokenDeploys(Checker):
             self.fail(f"broken build {self._broken} was deployed and replaced without a typed rejection")
         self._broken = None
 
-    def audit(self, world: Any) -> None:
+    def audit(self, view: AuditView) -> None:
         self._close()

@@ -12,10 +12,13 @@ the simple path 1 -> 2 -> ... -> last, without keeping the path in memory.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from faults.events import DsClear, DsSave
 from sim.invariants import Checker
+
+if TYPE_CHECKING:
+    from scenarios.system import AuditView
 
 
 class CasLinear(Checker):
@@ -50,11 +53,11 @@ class CasLinear(Checker):
         self._last[key] = revision
         self._commits[key] = self._commits.get(key, 0) + 1
 
-    def audit(self, world: Any) -> None:
+    def audit(self, view: AuditView) -> None:
         for key in sorted(self._last):
             last = self._last[key]
             self.checks += 1
-            stored = world.durable_state_snapshot(key)
+            stored = view.durable_state_snapshot(key)
             stored_revision = 0 if stored is None else stored.revision
             if stored_revision != last:
                 self.fail(f"{key}: store holds r{stored_revision}, trace's chain ends at r{last}", (key,))

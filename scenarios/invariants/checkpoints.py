@@ -10,11 +10,14 @@ covers, recomputed from the stored records.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from faults.events import ERROR, CheckpointSave, LogAppend
 from model.submissions import recovery_snapshot
 from sim.invariants import Checker
+
+if TYPE_CHECKING:
+    from scenarios.system import AuditView
 
 
 class CheckpointConsistency(Checker):
@@ -49,13 +52,13 @@ class CheckpointConsistency(Checker):
             self.fail(f"{conversation}: checkpoint at seq {seq} carries digest {tail_digest:.12}…, "
                       f"the log acknowledged {acknowledged!r:.16} there", (conversation,))
 
-    def audit(self, world: Any) -> None:
-        for conversation_id in world.conversation_ids():
+    def audit(self, view: AuditView) -> None:
+        for conversation_id in view.conversation_ids():
             checkpoint = self._latest(conversation_id)
             if checkpoint is None:
                 continue
             self.checks += 1
-            records = world.log_records(conversation_id)[:checkpoint.covered_seq]
+            records = view.log_records(conversation_id)[:checkpoint.covered_seq]
             expected = recovery_snapshot(records)
             if len(records) != checkpoint.covered_seq or checkpoint.snapshot != expected:
                 self.fail(f"{conversation_id}: checkpoint at seq {checkpoint.covered_seq} holds "

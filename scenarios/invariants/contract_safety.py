@@ -15,7 +15,7 @@ its payload validates under that version, and versions never go backwards.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from faults.events import DsLoad, DsLoaded, DsLoadRejected, DsSave
 from model.canonical import json_equal
@@ -27,6 +27,9 @@ from model.durable_state.contracts import (
     StateContract,
 )
 from sim.invariants import Checker
+
+if TYPE_CHECKING:
+    from scenarios.system import AuditView
 
 ContractsForKey = Callable[[str], Mapping[int, StateContract]]
 
@@ -124,11 +127,11 @@ class ContractSafety(Checker):
             elif value != mismatch:
                 self.fail(f"{key}: load rejected as {mismatch}, the contract says {value}", (key,))
 
-    def audit(self, world: Any) -> None:
+    def audit(self, view: AuditView) -> None:
         """Every stored envelope validates under the version it claims."""
         for key in sorted(self._versions):
             self.checks += 1
-            stored = world.durable_state_snapshot(key)
+            stored = view.durable_state_snapshot(key)
             if stored is None:
                 continue
             contract = self._contracts_for_key(key).get(stored.contract_version)

@@ -12,12 +12,15 @@ reached the log (the log is canonical).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from faults.events import ERROR, LedgerFinalizeSettlement, LedgerPurgeConversation, LedgerReserveSettlement, LogAppend
 from model.canonical import digest
 from model.ledger.rules import submission_id_for
 from sim.invariants import Checker
+
+if TYPE_CHECKING:
+    from scenarios.system import AuditView
 
 
 class ExactlyOnceSettlement(Checker):
@@ -93,14 +96,14 @@ class ExactlyOnceSettlement(Checker):
     def outcomes(self) -> dict[str, int]:
         return dict(sorted(self._outcomes.items()))
 
-    def audit(self, world: Any) -> None:
-        for conversation_id in world.conversation_ids():
+    def audit(self, view: AuditView) -> None:
+        for conversation_id in view.conversation_ids():
             per_submission: dict[str, list[str]] = {}
-            for record in world.log_records(conversation_id):
+            for record in view.log_records(conversation_id):
                 if record.envelope.family == "submission-settled":
                     payload = record.envelope.payload
                     per_submission.setdefault(payload["submissionId"], []).append(digest(payload["record"]))
-            for submission in world.submissions(conversation_id):
+            for submission in view.submissions(conversation_id):
                 self.checks += 1
                 records = per_submission.get(submission.submission_id, [])
                 if submission.outcome is None:
@@ -113,7 +116,7 @@ class ExactlyOnceSettlement(Checker):
                               (submission.submission_id,))
         self.checks += 1
         try:
-            mismatches = world.rebuild_mismatches()
+            mismatches = view.rebuild_mismatches()
         except Exception as error:  # the log could not rebuild a ledger at all
             self.fail(f"rebuilding the ledger from the log failed: {type(error).__name__}: {error}")
             return

@@ -18,11 +18,14 @@ Memory: a few integers per schedule.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from faults.events import LedgerAdmit, LedgerFinalizeSettlement, WakeSkipped
 from model.schedules import Schedule, parse_run_id
 from sim.invariants import Checker
+
+if TYPE_CHECKING:
+    from scenarios.system import AuditView
 
 
 class _ScheduleState:
@@ -126,7 +129,7 @@ class ExactlyOnceWake(Checker):
         state.skipped += (last_ms - start_ms) // schedule.every_ms + 1
         state.accounted_ms = last_ms
 
-    def audit(self, world: Any) -> None:
+    def audit(self, view: AuditView) -> None:
         for schedule_id, schedule in sorted(self.schedules.items()):
             self.checks += 1
             state = self._state[schedule_id]
@@ -134,11 +137,11 @@ class ExactlyOnceWake(Checker):
             if state.started + state.skipped != due:
                 self.fail(f"{schedule_id}: {due} occurrences due, {state.started} started + "
                           f"{state.skipped} skipped", (schedule_id,))
-            live = world.live_runs(schedule_id)
+            live = view.live_runs(schedule_id)
             if live:
                 self.fail(f"{schedule_id}: runs still live after the faults stopped: {', '.join(live)}",
                           (schedule_id, *live))
-            stored_ms = world.schedule_high_water_ms(schedule_id)
+            stored_ms = view.schedule_high_water_ms(schedule_id)
             if stored_ms != state.last_started_ms:
                 self.fail(f"{schedule_id}: store's high-water {stored_ms} != last started {state.last_started_ms}",
                           (schedule_id,))

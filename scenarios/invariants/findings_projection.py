@@ -13,12 +13,15 @@ Memory: the live findings only.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from faults.events import ERROR, LedgerFinalizeSettlement, LogAppend, RetentionPass
 from model.findings import ProjectedFinding, projection_digest
 from model.schedules import parse_run_id
 from sim.invariants import Checker
+
+if TYPE_CHECKING:
+    from scenarios.system import AuditView
 
 SETTLED_FAMILY = "submission-settled"
 
@@ -69,7 +72,7 @@ class FindingsProjection(Checker):
                 del self._shadow[finding_id]
             self._compare()
 
-    def audit(self, world: Any) -> None:
+    def audit(self, view: AuditView) -> None:
         self._compare()
 
     def _compare(self) -> None:

@@ -10,11 +10,14 @@ and recompute the whole chain; record ids must be unique.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from faults.events import LogAppend
 from model.canonical import ZERO_DIGEST, digest
 from sim.invariants import Checker
+
+if TYPE_CHECKING:
+    from scenarios.system import AuditView
 
 
 def oracle_chain_step(previous: str, batch_id: str, first_seq: int, envelopes: list) -> str:
@@ -52,11 +55,11 @@ class LogChain(Checker):
                 self.fail(f"{conversation}: tail digest after batch {batch} does not recompute", (conversation,))
         self._tail[conversation] = (last_seq, fields[LogAppend.tail_digest])
 
-    def audit(self, world: Any) -> None:
-        for conversation_id in world.conversation_ids():
+    def audit(self, view: AuditView) -> None:
+        for conversation_id in view.conversation_ids():
             self.checks += 1
-            records = world.log_records(conversation_id)
-            tail = world.log_tail(conversation_id)
+            records = view.log_records(conversation_id)
+            tail = view.log_tail(conversation_id)
             seen: set[str] = set()
             chain = ZERO_DIGEST
             batch: list = []

@@ -9,10 +9,13 @@ eventually reclaimed.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from faults.events import RetentionPass
 from sim.invariants import Checker
+
+if TYPE_CHECKING:
+    from scenarios.system import AuditView
 
 
 class PinsSurvive(Checker):
@@ -50,7 +53,7 @@ class PinsSurvive(Checker):
                 self.fail(f"finding {finding_id} cites {ref}, which retention reclaimed", (finding_id, ref))
                 return
 
-    def audit(self, world: Any) -> None:
+    def audit(self, view: AuditView) -> None:
         if self._last_pass_ms is None:
             return
         self.checks += 1

@@ -17,7 +17,7 @@ still retain, reading its log and outcome from the stores themselves.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from faults.events import LogAppend
 from model.canonical import json_equal
@@ -27,6 +27,9 @@ from sim.invariants import Checker
 
 INPUT_FAMILY = "input"
 from model.runs import STEP_FAMILY  # noqa: E402
+
+if TYPE_CHECKING:
+    from scenarios.system import AuditView
 SETTLED_FAMILY = "submission-settled"
 
 
@@ -82,9 +85,9 @@ class ReplayDeterminism(Checker):
                     output = record.get("result") if status == "completed" else record.get("diagnostic")
                     self._check(run[0], tuple(run[1]), status, output)
 
-    def audit(self, world: Any) -> None:
+    def audit(self, view: AuditView) -> None:
         """Replay the runs the stores still hold, from the stores' own logs."""
-        for record, log in world.retained_runs():
+        for record, log in view.retained_runs():
             if record.status in ("completed", "failed"):
                 self._check(record, log, record.status, record.output)
 
