@@ -94,6 +94,11 @@ class FaultPlan:
                 self._at_hit[(event.site, event.hit)] = event
         for pending in self._by_time.values():
             pending.sort(key=lambda e: e.time_ms)
+        # What this run may fire, for coverage: kinds with a rate, and the
+        # timed kinds a chaos workload drives (``drive`` adds them).
+        self.armed: list[str] = [kind for kind in ALL_FAULT_KINDS if kind in self._mean_gap or any(
+            kind in gaps for gaps in self._site_gaps.values())] if not self.scripted else sorted(
+            {e.kind for e in self.events})
         # The hot path: one bound method, chosen once.
         self.draw = self._draw_scripted if self.scripted else self._draw_random
         world.site_hits = self.hits
@@ -179,6 +184,8 @@ class FaultPlan:
     def drive(self, world: Any, source: TimedSource) -> None:
         """Fire ``source``'s timed faults: the script's at their times, or
         generated every ``source.every_ms`` until the heal instant."""
+        if (self.scripted or source.kind in self.timed_kinds) and source.kind not in self.armed:
+            self.armed.append(source.kind)
         if self.scripted:
             for event in self.timed(source.kind):
                 world.at(event.time_ms, lambda e=event: source.apply(world, e), label=f"scripted {source.kind}")

@@ -12,6 +12,7 @@ from faults.kinds import (ACK_LOST, CORRUPT_ROW, CRASH_BEFORE_CALL, DUPLICATE_WA
                           NODE_KILL, NODE_PAUSE, SEQUENCE_GAP, SHORT_PAGE, TRANSIENT_ERROR, WRITE_CONTENTION)
 from faults.plan import PortFaults
 from faults.swarm import Knob, SwarmSpace
+from model.durable_state.store import DurableStateWrite
 from model.failpoints import SENTINEL_CRASH_POINTS, SUBMISSION_CRASH_POINTS
 from model.retention import RetentionPolicy
 from model.schedules import Schedule
@@ -33,7 +34,7 @@ __all__ = [
     "scenario", "Run", "Param", "Stack", "Workload", "System", "NodePorts", "AuditView", "PortFaults",
     "SwarmSpace", "Knob", "Checker", "SECOND", "MINUTE", "HOUR", "DAY",
     # application workloads
-    "Sentinels", "WORKER_NODE", "Schedule", "RetentionPolicy", "Submitters", "Workers", "work",
+    "Sentinels", "WORKER_NODE", "Schedule", "RetentionPolicy", "Submitters", "Workers", "work", "DurableStateWrite",
     # chaos workloads
     "NodeKills", "NodePauses", "DuplicateAlarms", "OperatorEdits", "Deploys",
     # fault kinds and failpoints

@@ -186,11 +186,11 @@ def coverage(scenario: Scenario, world: World, stats: dict[str, Any]) -> dict[st
     and which ``sometimes`` properties held: a green run that never fired a
     kind, or never reached a rare case, is a coverage gap, not a pass."""
     space = scenario.swarm_space
-    if space is None:
-        return {}
+    # Without a swarm space: the kinds the run's plan armed (``plan.armed``).
+    kind_names = tuple(space.fault_kinds) if space is not None else tuple(getattr(world.plan, "armed", ()))
+    failpoint_names = tuple(space.failpoints) if space is not None else ()
     fired_at: dict[str, int] = {}
     by_port: dict[str, dict[str, int]] = {}
-    failpoint_names = set(space.failpoints)
     hits = world.site_hits() if world.site_hits is not None else {}
     for event in world.fault_events:
         site = event.site
@@ -201,8 +201,8 @@ def coverage(scenario: Scenario, world: World, stats: dict[str, Any]) -> dict[st
         if dot and site not in failpoint_names and site in hits:
             kinds = by_port.setdefault(port, {})
             kinds[event.kind] = kinds.get(event.kind, 0) + 1
-    failpoints = {name: {"hits": hits.get(name, 0), "fired": fired_at.get(name, 0)} for name in space.failpoints}
-    kinds = {kind: world.fault_counts.get(kind, 0) for kind in space.fault_kinds}
+    failpoints = {name: {"hits": hits.get(name, 0), "fired": fired_at.get(name, 0)} for name in failpoint_names}
+    kinds = {kind: world.fault_counts.get(kind, 0) for kind in kind_names}
     sometimes = {}
     for name in scenario.sometimes:
         value = stats.get(name, 0)

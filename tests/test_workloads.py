@@ -73,6 +73,8 @@ def test_timed_chaos_replays_from_its_script_through_the_same_plan():
     kills = [e for e in generated.fault_script if getattr(e, "kind", None) == NODE_KILL]
     assert generated.passed and len(kills) >= 3, generated.faults
     assert all(e.time_ms < parse_duration_ms("1d") - 3 * HOUR for e in kills)  # none after the heal instant
+    # No swarm space: coverage lists what the plan armed, fired or not.
+    assert generated.coverage["fault_kinds"] == {NODE_KILL: len(kills)}
     replayed = run(scenario, ScenarioOptions(seed=4, duration_ms=parse_duration_ms("1d"),
                                              fault_script=generated.fault_script))
     assert replayed.trace_digest == generated.trace_digest
