@@ -28,6 +28,7 @@ from model.pins import InMemoryPinIndex
 from model.schedules import Schedule, run_id_for
 from model.sqlite_db import open_database
 from scenarios.storage import run_sync
+from tests.fakes import FakeRuntime, Flaky, Stop
 
 
 def ref(n: int) -> str:
@@ -435,42 +436,6 @@ def test_rebuild_validates_and_requires_a_set():
 
 EVERY = 5 * 60_000
 HOUR = 60 * 60_000
-
-
-class Stop(BaseException):
-    """Ends a forever loop from its runtime (a node killed)."""
-
-
-class FakeRuntime:
-    """``model.runtime.Runtime`` for one task: sleeping advances the clock;
-    the ``sleeps_max``-th sleep stops the task."""
-
-    def __init__(self, ms: int = 0, sleeps_max: int = 10) -> None:
-        self.ms = ms
-        self.sleeps_max = sleeps_max
-        self.slept: list[tuple[str, int]] = []
-        self.on_sleep = None
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def _sleep(self, kind: str, value: int, until_ms: int) -> None:
-        self.slept.append((kind, value))
-        if len(self.slept) >= self.sleeps_max:
-            raise Stop(kind)
-        self.ms = max(self.ms, until_ms)
-        if self.on_sleep is not None:
-            self.on_sleep()
-
-    async def sleep_ms(self, duration_ms: int) -> None:
-        self._sleep("sleep_ms", duration_ms, self.ms + duration_ms)
-
-    async def sleep_until_ms(self, deadline_ms: int) -> None:
-        self._sleep("sleep_until_ms", deadline_ms, deadline_ms)
-
-
-class Flaky(Exception):
-    retryable = True
 
 
 class System:

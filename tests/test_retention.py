@@ -49,6 +49,7 @@ from model.runs import LedgerRuns
 from model.schedule_store import InMemoryScheduleStore, SqliteScheduleStore, archive_link
 from model.schedules import Schedule, run_id_for
 from model.sqlite_db import open_database
+from tests.fakes import FakeRuntime, Flaky, Stop
 
 S = "sentinel"
 MIN = 60_000
@@ -537,39 +538,6 @@ def test_a_pass_killed_after_any_write_converges_with_a_clean_one(world, port, m
 # --- the retention process (retention_forever) ------------------------------------------
 
 DAY = RETENTION_EVERY_MS
-
-
-class Stop(BaseException):
-    """Ends the forever loop from its runtime (the node killed)."""
-
-
-class FakeRuntime:
-    """``model.runtime.Runtime`` for one task: sleeping advances the clock;
-    the ``sleeps_max``-th sleep stops the task."""
-
-    def __init__(self, ms: int, sleeps_max: int) -> None:
-        self.ms = ms
-        self.sleeps_max = sleeps_max
-        self.slept: list[tuple[str, int]] = []
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def _sleep(self, kind: str, value: int, until_ms: int) -> None:
-        self.slept.append((kind, value))
-        if len(self.slept) >= self.sleeps_max:
-            raise Stop(kind)
-        self.ms = max(self.ms, until_ms)
-
-    async def sleep_ms(self, duration_ms: int) -> None:
-        self._sleep("sleep_ms", duration_ms, self.ms + duration_ms)
-
-    async def sleep_until_ms(self, deadline_ms: int) -> None:
-        self._sleep("sleep_until_ms", deadline_ms, deadline_ms)
-
-
-class Flaky(Exception):
-    retryable = True
 
 
 class Passes:

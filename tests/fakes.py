@@ -1,0 +1,41 @@
+"""Stand-ins more than one test file needs (fixtures live in conftest.py)."""
+from __future__ import annotations
+
+
+class Stop(BaseException):
+    """Ends a forever loop from its runtime (a node killed)."""
+
+
+class FakeRuntime:
+    """``model.runtime.Runtime`` for one task: sleeping advances the clock;
+    the ``sleeps_max``-th sleep stops the task; ``on_sleep`` runs after each
+    other sleep."""
+
+    def __init__(self, ms: int = 0, sleeps_max: int = 10) -> None:
+        self.ms = ms
+        self.sleeps_max = sleeps_max
+        self.slept: list[tuple[str, int]] = []
+        self.on_sleep = None
+
+    def now_ms(self) -> int:
+        return self.ms
+
+    def _sleep(self, kind: str, value: int, until_ms: int) -> None:
+        self.slept.append((kind, value))
+        if len(self.slept) >= self.sleeps_max:
+            raise Stop(kind)
+        self.ms = max(self.ms, until_ms)
+        if self.on_sleep is not None:
+            self.on_sleep()
+
+    async def sleep_ms(self, duration_ms: int) -> None:
+        self._sleep("sleep_ms", duration_ms, self.ms + duration_ms)
+
+    async def sleep_until_ms(self, deadline_ms: int) -> None:
+        self._sleep("sleep_until_ms", deadline_ms, deadline_ms)
+
+
+class Flaky(Exception):
+    """A retryable failure (``model.retry``)."""
+
+    retryable = True
