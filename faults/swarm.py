@@ -32,6 +32,12 @@ from sim.scenario import SetupError
 # An activated failpoint fires on this multiple of the scenario's own
 # failpoint rate (a fifth of it, as often, or five times as often).
 FAILPOINT_RATE_FACTORS = (0.2, 1.0, 5.0)
+# Swarm that cannot starve: a covering design over seeds. The i-th fault
+# kind (and the i-th failpoint) is switched on, whatever its coin says, in
+# every seed with (seed + i) % ROTATION_SEEDS == 0: any ROTATION_SEEDS
+# consecutive seeds enable every kind and every failpoint at least once.
+# The coins are drawn as before, so a seed's other choices do not move.
+ROTATION_SEEDS = 8
 
 
 @attrs.frozen
@@ -152,18 +158,25 @@ def check_pins(space: SwarmSpace, *, enable: tuple[str, ...], disable: tuple[str
             raise SwarmError(f"knob {name}={value} is outside its legal range {knob.minimum}..{knob.maximum}")
 
 
+def _rotated_on(seed: int | None, index: int) -> bool:
+    return seed is not None and (seed + index) % ROTATION_SEEDS == 0
+
+
 def choose(space: SwarmSpace, stream: Stream, *, swarm: bool, enable: tuple[str, ...] = (),
-           disable: tuple[str, ...] = (), knobs: Mapping[str, int] | None = None) -> SwarmChoices:
+           disable: tuple[str, ...] = (), knobs: Mapping[str, int] | None = None,
+           seed: int | None = None) -> SwarmChoices:
     """The run's choices. Without ``swarm``: every kind, every failpoint (at
     the scenario's rate), every workload switch, default knobs — the
-    scenario's full mix — still subject to the pins."""
+    scenario's full mix — still subject to the pins. With ``seed``, the
+    rotation (``ROTATION_SEEDS``) switches some kinds and failpoints on."""
     knobs = dict(knobs or {})
     check_pins(space, enable=enable, disable=disable, knobs=knobs)
     # Draw everything, pinned or not, in a fixed order: a pin changes that
     # choice only, never the others of the same seed.
     kinds = []
-    for kind in space.fault_kinds:
+    for index, kind in enumerate(space.fault_kinds):
         on = stream.below(2) == 0 if swarm else True
+        on = on or _rotated_on(seed, index)
         if kind in enable or (on and kind not in disable):
             kinds.append(kind)
     if swarm and not kinds and not enable:
@@ -172,8 +185,8 @@ def choose(space: SwarmSpace, stream: Stream, *, swarm: bool, enable: tuple[str,
             kinds.append(stream.choice(free))
     failpoints: list[tuple[str, float]] | None = [] if swarm else None
     if swarm:
-        for name in space.failpoints:
-            on = stream.below(2) == 0
+        for index, name in enumerate(space.failpoints):
+            on = stream.below(2) == 0 or _rotated_on(seed, index)
             fraction = min(1.0, space.failpoint_rate * stream.choice(FAILPOINT_RATE_FACTORS))
             if on:
                 failpoints.append((name, fraction))
@@ -195,7 +208,7 @@ def choose_for(world: Any, opts: Any, space: SwarmSpace) -> SwarmChoices:
     in the world's config so the run prints them first and the result
     carries them."""
     choices = choose(space, world.streams["swarm"], swarm=opts.swarm, enable=tuple(opts.faults_enable),
-                     disable=tuple(opts.faults_disable), knobs=opts.knobs)
+                     disable=tuple(opts.faults_disable), knobs=opts.knobs, seed=opts.seed)
     world.config_extra["swarm"] = choices.to_json()
     world.config_extra["swarm_line"] = choices.describe()
     return choices

@@ -132,3 +132,33 @@ def test_a_knob_with_values_draws_only_those_and_pins_stay_inside_its_range():
     assert choose(space, Streams(1)["swarm"], swarm=True, knobs={"page": 100}).knob("page") == 100
     with pytest.raises(SwarmError, match="outside its legal range 8..1024"):
         choose(space, Streams(1)["swarm"], swarm=True, knobs={"page": 4})
+
+
+@pytest.mark.parametrize("name", ["sentinel-year", "ledger-storm"])
+@pytest.mark.parametrize("first_seed", [0, 5, 1_000_003])
+def test_any_eight_consecutive_seeds_enable_every_kind_and_failpoint(name, first_seed):
+    """Swarm cannot starve (a covering design over seeds): no kind or
+    failpoint stays off in every seed of a short CI sweep."""
+    from faults.swarm import ROTATION_SEEDS
+    from sim.rng import Streams
+
+    space = registry.get(name).swarm_space
+    kinds, failpoints = set(), set()
+    for seed in range(first_seed, first_seed + ROTATION_SEEDS):
+        choices = choose(space, Streams(seed)["swarm"], swarm=True, seed=seed)
+        kinds.update(choices.fault_kinds)
+        failpoints.update(n for n, _ in choices.failpoints)
+    assert kinds == set(space.fault_kinds) and failpoints == set(space.failpoints)
+
+
+def test_the_rotation_moves_no_other_choice_and_a_disable_still_wins():
+    from sim.rng import Streams
+
+    space = registry.get("ledger-storm").swarm_space
+    for seed in range(16):
+        plain = choose(space, Streams(seed)["swarm"], swarm=True)
+        rotated = choose(space, Streams(seed)["swarm"], swarm=True, seed=seed)
+        assert set(plain.fault_kinds) <= set(rotated.fault_kinds)
+        assert (plain.knobs, plain.workload) == (rotated.knobs, rotated.workload)
+        disabled = choose(space, Streams(seed)["swarm"], swarm=True, seed=seed, disable=space.fault_kinds[:2])
+        assert not set(space.fault_kinds[:2]) & set(disabled.fault_kinds)
