@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from faults.kinds import DUPLICATE_WAKE, NODE_KILL, NODE_PAUSE
+from model.durable_state.store import DurableStateWrite, RevisionConflictError
 from sim.clock import MS_PER_DAY
 from sim.rng import Stream
 from sim.workload import Workload
@@ -185,8 +186,6 @@ class OperatorEdits(Workload):
                      label="operator edit")
 
     async def _write(self, key: str) -> None:
-        from model.durable_state.store import DurableStateWrite, RevisionConflictError
-
         record = await self.ds.load(key)
         if record is None:
             return

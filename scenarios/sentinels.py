@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from faults.kinds import DUPLICATE_WAKE
 from model.claimcheck import INLINE_CAP_BYTES_DEFAULT, ClaimCheck
 from model.durable_state.handle import SentinelState, sentinel_state
 from model.kernel.kernel import Kernel
@@ -229,8 +230,6 @@ class Sentinels(Workload):
 
     def deliver_again(self, schedule_id: str, delivery: int | None) -> bool:
         """The alarm of the latest due occurrence, delivered once more."""
-        from faults.kinds import DUPLICATE_WAKE
-
         world = self.world
         node = world.nodes[WORKER_NODE]
         occurrence_ms = self.schedules[schedule_id].latest_due_at(world.runtime.now_ms())
