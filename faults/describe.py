@@ -306,9 +306,11 @@ KERNEL_DESCRIBERS = _table("kernel", _start, _append, _append_batch, _load_steps
 def _admit(result: Any, /, conversation_id: str, principal_id: str, idempotency_key: str, input: object,
            now_ms: int) -> dict:
     if result is None:
-        return LedgerAdmit.build(conversation=conversation_id, principal=principal_id, key=idempotency_key)
+        return LedgerAdmit.build(conversation=conversation_id, principal=principal_id, key=idempotency_key,
+                                 admitted_ms=now_ms)
     return LedgerAdmit.build(conversation=conversation_id, principal=principal_id, key=idempotency_key,
-                             submission=result.submission_id, queue_seq=result.queue_seq, replayed=result.replayed)
+                             admitted_ms=now_ms, submission=result.submission_id, queue_seq=result.queue_seq,
+                             replayed=result.replayed)
 
 
 @describes(SubmissionLedgerPort.mark_ready, LedgerMarkReady)

@@ -337,6 +337,7 @@ class LedgerAdmit(PortEvent):
     conversation: str
     principal: str
     key: str  # the idempotency key
+    admitted_ms: int  # the caller's instant (a slow call commits later)
     submission: str = RESULT
     queue_seq: int = RESULT
     replayed: bool = RESULT

@@ -14,6 +14,8 @@ CORRUPT_ROW = "corrupt-row"              # a read answer with one record's paylo
 TRANSIENT_ERROR = "transient-error"      # the call fails, typed and retryable, before doing anything
 WRITE_CONTENTION = "write-contention"    # SqliteWriteContention: the write lock was busy past the timeout
 LATENCY = "latency"                      # the call takes long (a slow disk, a GC pause in the store)
+BOUNDARY_DELAY = "boundary-delay"        # the call is held until a lease expiry or period boundary (±1 ms)
+REPLY_LOST = "reply-lost"                # the call committed, its reply is lost: the live caller retries
 
 # Beyond the contract (opt-in, ``--beyond-contract``): the store breaks a
 # promise. The expected outcome is a loud, typed detection, never a pass.
@@ -21,9 +23,10 @@ LOST_WRITE = "lost-write"                # an acknowledged write is gone afterwa
 TORN_BATCH = "torn-batch"                # an acknowledged batch survives only in part
 BEYOND_CONTRACT_KINDS = (LOST_WRITE, TORN_BATCH)
 
-PORT_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY)
+PORT_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST,
+                    BOUNDARY_DELAY)
 # Fired by the scenario's clock, not at a hit of a site: a script replays them at their time.
 TIMED_FAULT_KINDS = (NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE)
 ALL_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE,
-                   SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, LOST_WRITE,
-                   TORN_BATCH)
+                   SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST,
+                   BOUNDARY_DELAY, LOST_WRITE, TORN_BATCH)

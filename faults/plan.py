@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol
 
 import attrs
 
-from faults.kinds import ALL_FAULT_KINDS, FAILPOINT_CRASH, PORT_FAULT_KINDS, TIMED_FAULT_KINDS
+from faults.kinds import ALL_FAULT_KINDS, BOUNDARY_DELAY, FAILPOINT_CRASH, PORT_FAULT_KINDS, TIMED_FAULT_KINDS
 from sim.world import FaultEvent
 
 # A harness chaos loop fires at most this many timed faults in one run (a
@@ -207,6 +207,16 @@ class FaultPlan:
         raise AssertionError(f"more than {TIMED_FAULTS_MAX} {source.kind} faults in one run")
 
 
+# The most a boosted site's rate of any kind reaches.
+BOOSTED_RATE_MAX = 0.5
+# The swarm knob that scales a seed's point-fault rates, and its bound.
+FAULT_INTENSITY = "fault_intensity"
+INTENSITY_MAX = 1_000
+# What it scales: the faults at a port call or a failpoint (read-answer
+# faults already fire on a large share of reads; timed faults have periods).
+INTENSIFIED_KINDS = frozenset(PORT_FAULT_KINDS) | {FAILPOINT_CRASH}
+
+
 @attrs.frozen
 class PortFaults:
     """A scenario's fault mix: per-hit rates by kind, its failpoints, and
@@ -218,20 +228,37 @@ class PortFaults:
     failpoints: tuple[str, ...] = ()
     boosted_sites: tuple[str, ...] = ()
     boost: int = 1
+    # Cadences whose period boundaries a boundary-delay lands calls on
+    # (lease expiries it learns from the ledger's grants).
+    periods_ms: tuple[int, ...] = ()
 
     def plan_for(self, world: Any, opts: Any, choices: Any) -> FaultPlan:
         from faults.beyond import beyond_rates  # beyond imports the plan's users
+        from faults.timing import Boundaries
 
         enabled = (lambda kind: True) if choices is None else choices.enabled
         # Rates the caller gave (``--rate``) are pinned: the swarm turns none off.
         pinned = opts.rates is not None
-        rates = {kind: rate for kind, rate in self.rates.items() if pinned or enabled(kind)}
+        # A seed's intensity (the ``fault_intensity`` knob: 1, 10 or 100)
+        # multiplies the point-fault rates: a scenario's rates are set for
+        # its long run, and a short sweep seed would otherwise see a kind it
+        # enabled never fire. Pinned rates are taken as given.
+        intensity = 1 if (pinned or choices is None) else choices.knob_or(FAULT_INTENSITY, 1)
+        assert 1 <= intensity <= INTENSITY_MAX, intensity
+        rates = {kind: min(1.0, rate * (intensity if kind in INTENSIFIED_KINDS else 1))
+                 for kind, rate in self.rates.items() if pinned or enabled(kind)}
         rates.update(beyond_rates(opts))
+        if rates.get(BOUNDARY_DELAY, 0) > 0 or opts.fault_script is not None:
+            world.boundaries = Boundaries(world, tuple(self.periods_ms))
         site_rates: dict[str, dict[str, float]] = {}
         if choices is not None and FAILPOINT_CRASH in rates and enabled(FAILPOINT_CRASH):
-            site_rates.update(choices.site_rates(self.failpoints, FAILPOINT_CRASH))
+            site_rates.update({site: {kind: min(1.0, rate * intensity) for kind, rate in r.items()}
+                               for site, r in choices.site_rates(self.failpoints, FAILPOINT_CRASH).items()})
         for site in self.boosted_sites:
-            site_rates[site] = {k: min(1.0, r * self.boost) for k, r in rates.items() if k in PORT_FAULT_KINDS}
+            # Capped: a site whose every call fails a retryable way would
+            # never let a retry through (a rate of 1 is a stuck system).
+            site_rates[site] = {k: min(BOOSTED_RATE_MAX, r * self.boost) for k, r in rates.items()
+                                if k in PORT_FAULT_KINDS}
         timed = tuple(kind for kind in TIMED_FAULT_KINDS if enabled(kind))
         return FaultPlan(world, rates=rates, heal_at_ms=world.heal_at_ms, site_rates=site_rates,
                          timed_kinds=timed, script=opts.fault_script)

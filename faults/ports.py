@@ -9,9 +9,15 @@
 3. runs against the real store (atomic: store calls never suspend);
 4. is traced with what went in and what came out — the trace digest covers
    what the system saw, not just what the scheduler did;
-5. may crash the node *after* the commit, before the reply reaches the
-   caller (``ack-lost``);
-6. beyond the contract (opt-in: a ``surgery`` from ``faults.beyond``), may
+5. is shown, as it committed, to the run's port observers (a ``PortCall``:
+   the reference-model oracle checks every answer against its own model);
+6. may crash the node *after* the commit, before the reply reaches the
+   caller (``ack-lost``), or lose the reply while the caller lives on: it
+   sees ``ReplyLost`` (retryable) and sends the same call again
+   (``reply-lost``, the commonest case in production);
+   a call may also be held until it lands on a lease expiry or a period
+   boundary (``boundary-delay``, ``faults.timing``);
+7. beyond the contract (opt-in: a ``surgery`` from ``faults.beyond``), may
    break the store's promise about the write it just acknowledged
    (``lost-write``, ``torn-batch``).
 """
@@ -19,14 +25,18 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+import attrs
+
 from faults.events import DETAIL, ERROR
 from faults.kinds import (
     ACK_LOST,
     BEYOND_CONTRACT_KINDS,
+    BOUNDARY_DELAY,
     CRASH_BEFORE_CALL,
     FAILPOINT_CRASH,
     LATENCY,
     PORT_FAULT_KINDS,
+    REPLY_LOST,
     TRANSIENT_ERROR,
     WRITE_CONTENTION,
 )
@@ -54,6 +64,43 @@ class TransientStoreError(Exception):
 
     def __reduce__(self):
         return (type(self), (self.site,))
+
+class ReplyLost(Exception):
+    """An injected lost reply: the call reached the store and may have
+    committed (it did, in the simulation), but the caller never heard back.
+    Retryable: production clients send the same call again on a timeout, and
+    every write of the ports is safe to repeat exactly (an idempotency key,
+    an exact-retry replay, adopt-own-write)."""
+
+    name = "ReplyLost"
+    retryable = True
+
+    def __init__(self, site: str) -> None:
+        super().__init__(f"{site}: reply lost after the call committed (injected)")
+        self.site = site
+
+    def __reduce__(self):
+        return (type(self), (self.site,))
+
+
+@attrs.frozen
+class PortCall:
+    """One call that reached a store, as it committed: what went in, what
+    came out (``result``, or the typed ``error`` it raised). ``damaged``: a
+    read-answer fault altered the answer on its way (the store's own answer
+    was another). A reply lost afterwards (ack-lost, reply-lost) does not
+    change what the store committed."""
+
+    time_ms: int
+    node: str
+    port: str
+    method: str
+    args: tuple
+    kwargs: dict
+    result: Any
+    error: BaseException | None
+    damaged: bool = False
+
 
 _FAILPOINT_KINDS = (FAILPOINT_CRASH,)
 from faults.plan import FaultPlan
@@ -100,8 +147,10 @@ class BoundPort:
     def _wrap(world: World, node: Node, site: str, fn: Callable, describe: Describe,
               plan: FaultPlan | None, stats: PortStats, restart_after: Callable[[], int],
               kinds: tuple[str, ...], latency: Any, surgery: Any):
-        method = site.split(".", 1)[1]
+        port, method = site.split(".", 1)
         trace = world.trace
+        observers = world.port_observers
+        now_ms = world.runtime.now_ms
         label = node.label
         note_call = world.runtime.note_call
         inside, after = f"in {site}", f"after {site}"
@@ -120,6 +169,17 @@ class BoundPort:
                     await world.runtime.sleep_ms(delay_ms)
                     if not node.alive:
                         raise NodeDeadError(label, site)
+                elif fault == BOUNDARY_DELAY:
+                    boundaries = world.boundaries
+                    delay_ms = plan.duration_ms(site, hit, lambda: boundaries.delay_ms(now_ms()) if (
+                        boundaries is not None) else None)
+                    if delay_ms is None:
+                        plan.declined(site, hit)  # no boundary within reach: not held
+                    else:
+                        world.record_fault(node, site, BOUNDARY_DELAY, hit, duration_ms=delay_ms)
+                        await world.runtime.sleep_ms(delay_ms)
+                        if not node.alive:
+                            raise NodeDeadError(label, site)
                 elif fault == TRANSIENT_ERROR:
                     world.record_fault(node, site, TRANSIENT_ERROR, hit)
                     error = TransientStoreError(site)
@@ -136,6 +196,7 @@ class BoundPort:
                     world.record_fault(node, site, CRASH_BEFORE_CALL, hit, restart_after_ms=delay_ms)
                     world.crash(node, restart_after_ms=delay_ms)
             token = surgery.before(method, args, kwargs) if fault in BEYOND_CONTRACT_KINDS else None
+            fired_before = world.faults_fired
             try:
                 result = await fn(*args, **kwargs)
             except Exception as error:
@@ -145,9 +206,19 @@ class BoundPort:
                 fields[ERROR] = name if isinstance(name, str) and name else type(error).__name__
                 fields[DETAIL] = str(error)
                 trace.emit(label, site, fields)
+                if observers and not isinstance(error, NodeDeadError):
+                    seen = PortCall(now_ms(), label, port, method, args, kwargs, None, error,
+                                    world.faults_fired != fired_before)
+                    for observe in observers:
+                        observe(seen)
                 raise
             note_call(after)
             trace.emit(label, site, describe(args, kwargs, result))
+            if observers:
+                seen = PortCall(now_ms(), label, port, method, args, kwargs, result, None,
+                                world.faults_fired != fired_before)
+                for observe in observers:
+                    observe(seen)
             if fault in BEYOND_CONTRACT_KINDS:
                 if surgery.apply(fault, method, args, kwargs, result, token):
                     world.record_fault(node, site, fault, hit, beyond_contract=True)
@@ -157,6 +228,9 @@ class BoundPort:
                 delay_ms = plan.restart_delay_ms(site, hit, restart_after)
                 world.record_fault(node, site, ACK_LOST, hit, restart_after_ms=delay_ms)
                 world.crash(node, restart_after_ms=delay_ms)
+            elif fault == REPLY_LOST:
+                world.record_fault(node, site, REPLY_LOST, hit)
+                raise ReplyLost(site)
             return result
 
         call.__name__ = site

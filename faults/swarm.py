@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 import attrs
 
+from faults.kinds import FAILPOINT_CRASH
 from sim.rng import Stream
 from sim.scenario import SetupError
 
@@ -62,6 +63,16 @@ class Knob:
         if self.values:
             return stream.choice(self.values)
         return stream.between(self.minimum, self.maximum)
+
+
+def fault_intensity_knob(values: tuple[int, ...] = (1, 1, 10, 100)) -> Knob:
+    """The knob ``faults.plan.PortFaults`` scales a seed's point-fault
+    rates by: half the seeds at the scenario's rates, the others at higher
+    ones (a short sweep seed then sees the kinds its swarm enabled fire).
+    A scenario whose rates are already high takes smaller ``values``: at
+    too high a rate every process dies before it does anything."""
+    assert values and all(1 <= v <= 1_000 for v in values), values
+    return Knob("fault_intensity", 1, 1, max(values), "point-fault rate multiplier", values=values)
 
 
 @attrs.frozen
@@ -184,12 +195,21 @@ def choose(space: SwarmSpace, stream: Stream, *, swarm: bool, enable: tuple[str,
         if free:
             kinds.append(stream.choice(free))
     failpoints: list[tuple[str, float]] | None = [] if swarm else None
+    rotated_failpoint = False
     if swarm:
         for index, name in enumerate(space.failpoints):
-            on = stream.below(2) == 0 or _rotated_on(seed, index)
+            rotated = _rotated_on(seed, index)
+            on = stream.below(2) == 0 or rotated
             fraction = min(1.0, space.failpoint_rate * stream.choice(FAILPOINT_RATE_FACTORS))
             if on:
                 failpoints.append((name, fraction))
+                rotated_failpoint = rotated_failpoint or rotated
+    # A failpoint fires only with failpoint-crash on: the rotation that
+    # switches a failpoint on switches the kind on too (else the covering
+    # design would cover failpoints only on paper).
+    if (rotated_failpoint and FAILPOINT_CRASH in space.fault_kinds and FAILPOINT_CRASH not in kinds
+            and FAILPOINT_CRASH not in disable):
+        kinds = [k for k in space.fault_kinds if k in kinds or k == FAILPOINT_CRASH]
     workload = []
     for operation in space.workload:
         on = stream.below(4) != 0 if swarm else True

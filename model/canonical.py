@@ -365,7 +365,7 @@ def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
 
 
 def _checked_int(text: str) -> int | float:
-    if len(text) <= 16:  # at most 16 digits, or '-' and 15
+    if len(text) <= 16 + (text[0] == "-"):  # at most 16 digits (2**53 - 1 has 16), signed or not
         v = int(text)
         if -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
             return v

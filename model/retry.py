@@ -15,7 +15,12 @@ typed errors work too. Today that is:
   refused transaction wrote nothing;
 - a ``ConversationStoreError`` whose ``cause`` is retryable (the SQLite log
   wraps a write contention that way);
-- the fault layer's injected ``TransientStoreError`` (nothing happened).
+- the fault layer's injected ``TransientStoreError`` (nothing happened);
+- the fault layer's injected ``ReplyLost``: the call committed but its reply
+  was lost (a client timeout). Retrying is still right: every port write is
+  safe to repeat exactly (an idempotency key, an exact-retry replay,
+  adopt-own-write), and a process that cannot tell "nothing happened" from
+  "it happened, unheard" must be written so that both retry the same way.
 
 Everything else is not: a typed verdict (``OwnershipLost``, ``FenceRejected``,
 ``SettlementConflict``, ``AcknowledgedWriteLost``, ...) is as true on the

@@ -66,6 +66,7 @@ from model.lifecycle import (
     input_batch_id,
     input_entry,
 )
+from model.retry import is_retryable
 from model.probe import NULL_PROBE, Probe
 from model.schedules import parse_run_id
 
@@ -268,6 +269,11 @@ class LedgerRuns:
 
     async def _append(self, run_id: str, batch_id: str, records: list[tuple[str, Any]]) -> None:
         claim = self._claims[run_id]
+        if run_id not in self._tails:
+            # The last append's outcome is unknown (its reply was lost):
+            # the log says where its tail is now.
+            observed = await self.log.inspect_tail(run_id)
+            self._tails[run_id] = (observed.tail_seq, observed.tail_digest)
         tail_seq, tail_digest = self._tails[run_id]
         now_ms = self.now_ms()
         envelopes = tuple(
@@ -286,6 +292,12 @@ class LedgerRuns:
             if conflict.kind == "tail" and conflict.actual_tail_seq is not None and (
                     conflict.actual_tail_seq < tail_seq):
                 raise AcknowledgedWriteLost(run_id, tail_seq, conflict.actual_tail_seq) from None
+            raise
+        except Exception as error:
+            if is_retryable(error):
+                # It may have committed all the same (a lost reply): the
+                # next append of this process reads the tail again.
+                del self._tails[run_id]
             raise
         self._tails[run_id] = (result.last_seq, result.tail_digest)
 

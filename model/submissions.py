@@ -256,7 +256,7 @@ ACKNOWLEDGED_TAILS_MAX = 256
 # What a recovery checkpoint is derived by (checkpoints are bound to both).
 RECOVERY_ENGINE = "submission-recovery/1"
 RECOVERY_DEFINITION = "records-and-settlements/1"
-_SEQ_MAX = 2 ** 62
+_SEQ_MAX = 2 ** 53 - 1  # the largest seq a port accepts (INT_ARG_MAX)
 
 
 def recovery_snapshot(records, previous: Any = None) -> dict:

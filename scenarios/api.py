@@ -8,10 +8,11 @@ run (options, swarm choices) and returns a ``Stack`` of workloads over one
 through one; ``examples/`` holds small ones to copy from.
 """
 from faults.chaos import Deploys, DuplicateAlarms, NodeKills, NodePauses, OperatorEdits
-from faults.kinds import (ACK_LOST, CORRUPT_ROW, CRASH_BEFORE_CALL, DUPLICATE_WAKE, FAILPOINT_CRASH, LATENCY,
-                          NODE_KILL, NODE_PAUSE, SEQUENCE_GAP, SHORT_PAGE, TRANSIENT_ERROR, WRITE_CONTENTION)
+from faults.kinds import (ACK_LOST, BOUNDARY_DELAY, CORRUPT_ROW, CRASH_BEFORE_CALL, DUPLICATE_WAKE, FAILPOINT_CRASH,
+                          LATENCY, NODE_KILL, NODE_PAUSE, REPLY_LOST, SEQUENCE_GAP, SHORT_PAGE, TRANSIENT_ERROR,
+                          WRITE_CONTENTION)
 from faults.plan import PortFaults
-from faults.swarm import Knob, SwarmSpace
+from faults.swarm import Knob, SwarmSpace, fault_intensity_knob
 from model.durable_state.store import DurableStateWrite
 from model.failpoints import SENTINEL_CRASH_POINTS, SUBMISSION_CRASH_POINTS
 from model.retention import RetentionPolicy
@@ -20,6 +21,7 @@ from scenarios.invariants import (AdoptOwnWrite, BoundedRun, BrokenDeploys, CasL
                                   ClaimCheckInvariant, ContractSafety, ExactlyOnceSettlement, ExactlyOnceWake,
                                   FailClosedPagination, Fencing, FindingsProjection, Liveness, LogChain, PinsSurvive,
                                   QueueOrder, ReplayDeterminism)
+from scenarios.invariants.reference_model import ReferenceModel
 from scenarios.registry import scenario
 from scenarios.sentinels import WORKER_NODE, Sentinels
 from scenarios.submissions import Submitters, Workers, work
@@ -32,17 +34,18 @@ from sim.workload import Stack, Workload
 __all__ = [
     # composing a scenario
     "scenario", "Run", "Param", "Stack", "Workload", "System", "NodePorts", "AuditView", "PortFaults",
-    "SwarmSpace", "Knob", "Checker", "SECOND", "MINUTE", "HOUR", "DAY",
+    "SwarmSpace", "Knob", "fault_intensity_knob", "Checker", "SECOND", "MINUTE", "HOUR", "DAY",
     # application workloads
     "Sentinels", "WORKER_NODE", "Schedule", "RetentionPolicy", "Submitters", "Workers", "work", "DurableStateWrite",
     # chaos workloads
     "NodeKills", "NodePauses", "DuplicateAlarms", "OperatorEdits", "Deploys",
     # fault kinds and failpoints
     "CRASH_BEFORE_CALL", "ACK_LOST", "FAILPOINT_CRASH", "NODE_KILL", "NODE_PAUSE", "DUPLICATE_WAKE", "SHORT_PAGE",
-    "SEQUENCE_GAP", "CORRUPT_ROW", "TRANSIENT_ERROR", "WRITE_CONTENTION", "LATENCY", "SENTINEL_CRASH_POINTS",
+    "SEQUENCE_GAP", "CORRUPT_ROW", "TRANSIENT_ERROR", "WRITE_CONTENTION", "LATENCY", "REPLY_LOST", "BOUNDARY_DELAY",
+    "SENTINEL_CRASH_POINTS",
     "SUBMISSION_CRASH_POINTS",
     # checks
     "AdoptOwnWrite", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant",
     "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake", "FailClosedPagination", "Fencing",
-    "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReplayDeterminism",
+    "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReferenceModel", "ReplayDeterminism",
 ]

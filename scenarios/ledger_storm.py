@@ -6,20 +6,22 @@ from __future__ import annotations
 from model.conversation.records import PAGE_SIZE_MAX
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
 from scenarios import api as inv
-from scenarios.api import (ACK_LOST, CORRUPT_ROW, CRASH_BEFORE_CALL, FAILPOINT_CRASH, HOUR, LATENCY, MINUTE, NODE_KILL,
-                           NODE_PAUSE, SECOND, SEQUENCE_GAP, SHORT_PAGE, SUBMISSION_CRASH_POINTS, TRANSIENT_ERROR,
-                           WRITE_CONTENTION, Knob, NodeKills, NodePauses, Param, PortFaults, Run, Stack, Submitters,
-                           SwarmSpace, System, Workers, scenario, work)
+from scenarios.api import (ACK_LOST, BOUNDARY_DELAY, CORRUPT_ROW, CRASH_BEFORE_CALL, FAILPOINT_CRASH, HOUR, LATENCY,
+                           MINUTE, NODE_KILL, NODE_PAUSE, REPLY_LOST, SECOND, SEQUENCE_GAP, SHORT_PAGE,
+                           SUBMISSION_CRASH_POINTS, TRANSIENT_ERROR, WRITE_CONTENTION, Knob, NodeKills, NodePauses,
+                           Param, PortFaults, Run, Stack, Submitters, SwarmSpace, System, Workers,
+                           fault_intensity_knob, scenario, work)
 
 RATES = {CRASH_BEFORE_CALL: 2e-4, ACK_LOST: 2e-4, FAILPOINT_CRASH: 2e-3, SHORT_PAGE: 0.05, SEQUENCE_GAP: 0.05,
-         CORRUPT_ROW: 0.05, TRANSIENT_ERROR: 2e-4, WRITE_CONTENTION: 1e-4, LATENCY: 1e-4}
+         CORRUPT_ROW: 0.05, TRANSIENT_ERROR: 2e-4, WRITE_CONTENTION: 1e-4, LATENCY: 1e-4, REPLY_LOST: 2e-4,
+         BOUNDARY_DELAY: 1e-4}
 RESTART_MS = (1 * SECOND, 30 * SECOND)
 ABORTS, FAILING_WORK, CHECKPOINTS = "client-aborts", "failing-work", "recovery-checkpoints"
 # Checkpoint calls happen only in recoveries: their port faults fire 50x as often.
 RARE_SITES = ("checkpoints.save", "checkpoints.load_latest", "log.digest_at")
 SWARM = SwarmSpace(
     fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, NODE_PAUSE, SHORT_PAGE, SEQUENCE_GAP,
-                 CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY),
+                 CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST, BOUNDARY_DELAY),
     failpoints=SUBMISSION_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
     workload=(ABORTS, FAILING_WORK, CHECKPOINTS),
     knobs=(Knob("lease_ms", 20 * SECOND, 5 * SECOND, 60 * SECOND, "claim lease"),
@@ -27,12 +29,13 @@ SWARM = SwarmSpace(
            Knob("workers", 3, 1, 8, "worker processes"),
            # Short logs paginate only with small pages, page boundaries and all.
            Knob("recovery_page_size", PAGE_SIZE_MAX, 8, PAGE_SIZE_MAX, "recovery read page (records)",
-                values=(8, 16, 32, 64, 128, 256, 512, PAGE_SIZE_MAX))))
+                values=(8, 16, 32, 64, 128, 256, 512, PAGE_SIZE_MAX)),
+           fault_intensity_knob(values=(1, 1, 3, 10))))
 SOMETIMES = ("stale_writes_fenced", "damaged_reads_caught", "worker_crashes", "settled", "recoveries_from_checkpoint")
 
 
 @scenario("ledger-storm", "conversations under leases: claims, fencing, crashes, pauses, damaged reads",
-          duration="1d", swarm=SWARM, sometimes=SOMETIMES,
+          duration="1d", sweep="6h", swarm=SWARM, sometimes=SOMETIMES,
           params=(Param("conversations", 8, "number of conversations", 1, 1_000),
                   Param("conversation_lifetime_ms", HOUR, "a conversation's lifetime (ms)", MINUTE, 30 * 24 * HOUR)))
 def ledger_storm(run: Run) -> Stack:
@@ -55,5 +58,6 @@ def ledger_storm(run: Run) -> Stack:
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SUBMISSION_CRASH_POINTS, boosted_sites=RARE_SITES, boost=50),
         checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.LogChain(), inv.FailClosedPagination(),
-                inv.QueueOrder(), inv.Liveness(), *([inv.CheckpointConsistency()] if run.does(CHECKPOINTS) else [])],
+                inv.QueueOrder(), inv.Liveness(), inv.ReferenceModel(),
+                *([inv.CheckpointConsistency()] if run.does(CHECKPOINTS) else [])],
         heal_ms_max=HOUR, settle_ms=HOUR)

@@ -20,10 +20,13 @@ class UnknownScenario(KeyError):
 
 
 def scenario(name: str, description: str, *, duration: str, params: tuple[Param, ...] = (),
-             swarm: Any = None, sometimes: tuple[str, ...] = ()) -> Callable:
+             swarm: Any = None, sometimes: tuple[str, ...] = (), sweep: str | None = None) -> Callable:
+    """Register a scenario. ``duration``: a run's default; ``sweep``: one
+    sweep seed's (default: ``duration``)."""
     def register(build: Callable) -> Callable:
         assert name not in _SCENARIOS, f"scenario {name} registered twice"
-        _SCENARIOS[name] = Scenario(name, description, build, parse_duration_ms(duration), params, swarm, sometimes)
+        _SCENARIOS[name] = Scenario(name, description, build, parse_duration_ms(duration), params, swarm, sometimes,
+                                    parse_duration_ms(sweep) if sweep is not None else None)
         return build
 
     return register
@@ -32,6 +35,7 @@ def scenario(name: str, description: str, *, duration: str, params: tuple[Param,
 def _load_all() -> None:
     # Importing the scenario modules registers them.
     import scenarios.ledger_storm  # noqa: F401
+    import scenarios.port_storm  # noqa: F401
     import scenarios.sentinel_year  # noqa: F401
 
 

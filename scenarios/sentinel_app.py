@@ -37,6 +37,12 @@ FINDING_READING_MIN = 997
 STATS_LATENCY_MS = (20, 2_000)
 EXPLAIN_LATENCY_MS = (50, 500)
 PUBLISH_LATENCY_MS = (10, 300)
+# One wake in SLOW_PUBLISH_ONE_IN publishes slowly: for 1.0x to 1.5x its
+# schedule's period, so the next occurrence falls due while it still runs
+# (one live occurrence is then tested by a real overlap, not only by a
+# duplicate alarm).
+SLOW_PUBLISH_ONE_IN = 400
+SLOW_PUBLISH_PERIODS = (100, 150)  # percent of the period
 # A broken build stays deployed this long before its fix lands.
 BROKEN_WINDOW_MS = (3_600_000, 6 * 3_600_000)
 # Statistics payloads: a sample string, usually small; one wake in

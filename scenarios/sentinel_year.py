@@ -8,32 +8,34 @@ from faults.beyond import beyond_enabled
 from model.claimcheck import INLINE_CAP_BYTES_DEFAULT
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
 from scenarios import sentinel_app as app
-from scenarios.api import (ACK_LOST, CRASH_BEFORE_CALL, DAY, DUPLICATE_WAKE, FAILPOINT_CRASH, HOUR, LATENCY, MINUTE,
-                           NODE_KILL, SECOND, SENTINEL_CRASH_POINTS, TRANSIENT_ERROR, WORKER_NODE, WRITE_CONTENTION,
-                           Deploys, DuplicateAlarms, Knob, NodeKills, OperatorEdits, Param, PortFaults,
-                           RetentionPolicy, Run, Schedule, Sentinels, Stack, SwarmSpace, System, scenario)
+from scenarios.api import (ACK_LOST, BOUNDARY_DELAY, CRASH_BEFORE_CALL, DAY, DUPLICATE_WAKE, FAILPOINT_CRASH, HOUR,
+                           LATENCY, MINUTE, NODE_KILL, REPLY_LOST, SECOND, SENTINEL_CRASH_POINTS, TRANSIENT_ERROR,
+                           WORKER_NODE, WRITE_CONTENTION, Deploys, DuplicateAlarms, Knob, NodeKills, OperatorEdits,
+                           Param, PortFaults, RetentionPolicy, Run, Schedule, Sentinels, Stack, SwarmSpace, System,
+                           fault_intensity_knob, scenario)
 from scenarios import api as inv
 
 # Per-hit rates: ~20 port calls a wake make a few hundred crashes of each kind a year.
 RATES = {CRASH_BEFORE_CALL: 2e-5, ACK_LOST: 2e-5, FAILPOINT_CRASH: 1e-4, TRANSIENT_ERROR: 2e-5,
-         WRITE_CONTENTION: 1e-5, LATENCY: 1e-5}
+         WRITE_CONTENTION: 1e-5, LATENCY: 1e-5, REPLY_LOST: 2e-5,
+         BOUNDARY_DELAY: 1e-5}
 RESTART_MS = (1 * SECOND, 60 * SECOND)
 RETENTION = RetentionPolicy(run_ttl_ms=DAY, blob_ttl_ms=2 * DAY, finding_ttl_ms=7 * DAY)
 OPERATOR_EDITS = "operator-edits"
 SWARM = SwarmSpace(
     fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, TRANSIENT_ERROR,
-                 WRITE_CONTENTION, LATENCY),
+                 WRITE_CONTENTION, LATENCY, REPLY_LOST, BOUNDARY_DELAY),
     failpoints=SENTINEL_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH], workload=(OPERATOR_EDITS,),
     knobs=(Knob("lease_ms", 30 * SECOND, 10 * SECOND, 120 * SECOND, "run claim lease"),
            Knob("inline_cap_bytes", INLINE_CAP_BYTES_DEFAULT, 4_096, 65_536, "claim-check inline cap"),
-           Knob("busy_timeout_ms", BUSY_MS, 100, 10_000, "SQLite busy timeout")))
+           Knob("busy_timeout_ms", BUSY_MS, 100, 10_000, "SQLite busy timeout"), fault_intensity_knob()))
 SOMETIMES = ("adopted_saves", "save_conflicts", "wakes_skipped", "claim_checked_payloads", "findings",
              "blobs_reclaimed", "runs_held_by_pins", "broken_deploys_caught", "runs_migrated_on_resume",
              "runs_failed_migration_missing", "worker_crashes", "transient_retries")
 
 
 @scenario("sentinel-year", "sentinels waking every 5 minutes for a year on the whole system: ledger, log, "
-          "claim-check, findings, pins, retention, contract evolution", duration="365d", swarm=SWARM,
+          "claim-check, findings, pins, retention, contract evolution", duration="365d", sweep="7d", swarm=SWARM,
           sometimes=SOMETIMES, params=(Param("sentinels", 1, "number of sentinel schedules", 1, 1_000),
                                        Param("every_ms", 5 * MINUTE, "wake cadence (ms)", 1_000, DAY),
                                        Param("validate_inputs", 1, "D7 input-schema validation at start", 0, 1)))
@@ -58,7 +60,7 @@ def sentinel_year(run: Run) -> Stack:
             DuplicateAlarms(fleet.schedule_ids, fleet.deliver_again, every_ms=(2 * HOUR, 3 * DAY)),
             Deploys(fleet.deploy_timeline, fleet.on_deploy, nodes=[WORKER_NODE], duration_ms=d, restart_ms=RESTART_MS),
         ],
-        faults=PortFaults(run.rates(RATES), failpoints=SENTINEL_CRASH_POINTS),
+        faults=PortFaults(run.rates(RATES), failpoints=SENTINEL_CRASH_POINTS, periods_ms=(every_ms,)),
         checks=[inv.BrokenDeploys(out_of_band=operator),  # first: a broken build's load is its finding
                 inv.CasLinear(), inv.AdoptOwnWrite(),
                 inv.ExactlyOnceWake(fleet.schedules, end_ms=d),
@@ -69,5 +71,5 @@ def sentinel_year(run: Run) -> Stack:
                 inv.ClaimCheckInvariant({"stats": app.stats_digest}, cap_bytes=cap),
                 inv.PinsSurvive(blob_ttl_ms=RETENTION.blob_ttl_ms), inv.BoundedRun(records_max=16),
                 inv.ExactlyOnceSettlement(), inv.FindingsProjection(finding_ttl_ms=RETENTION.finding_ttl_ms),
-                inv.Liveness()],
+                inv.Liveness(), inv.ReferenceModel()],
         heal_ms_max=DAY, settle_ms=HOUR)

@@ -27,7 +27,7 @@ from model.findings import project_forever
 from model.retention import Retention, RetentionPolicy, retention_forever
 from model.retry import is_retryable
 from model.runs import LedgerRuns
-from model.schedules import Schedule, ScheduleDriver, run_id_for
+from model.schedules import Schedule, ScheduleDriver, parse_run_id, run_id_for
 from scenarios import sentinel_app as app
 from sim.clock import MS_PER_DAY, MS_PER_HOUR, MS_PER_SECOND
 from sim.node import Node
@@ -178,10 +178,17 @@ class Sentinels(Workload):
 
         async def publish() -> dict:
             rng = streams.fork(f"workload/{run_id}/publish")
-            await runtime.sleep_ms(rng.between(*app.PUBLISH_LATENCY_MS))
+            latency_ms = rng.between(*app.PUBLISH_LATENCY_MS)
+            if rng.below(app.SLOW_PUBLISH_ONE_IN) == 0:
+                latency_ms = self._period_ms(run_id) * rng.between(*app.SLOW_PUBLISH_PERIODS) // 100
+            await runtime.sleep_ms(latency_ms)
             return {"published": True}
 
         return stats, explain, publish
+
+    def _period_ms(self, run_id: str) -> int:
+        schedule_id, _ = parse_run_id(run_id)
+        return self.schedules[schedule_id].every_ms
 
     # -- what chaos asks of the application -----------------------------------------
 
@@ -192,13 +199,18 @@ class Sentinels(Workload):
         return {"build": build.name, "version": build.version, "broken": build.broken}
 
     def deploy_timeline(self, chaos: Stream, duration_ms: int) -> list[tuple[int, app.Build]]:
-        """v2 in the first third, a broken build mid-run and its fix, v3 late.
+        """v2 in the first third, a broken build mid-run and its fix, v3 late;
+        or (one seed in four) a jump from v1 straight to v3.
 
         Each deploy lands inside a wake (just after its state was saved,
         while it publishes), so a run is in flight on the old code: the
         restarted worker resumes it on the new code through a K11.5
         transform, or fails it explicitly when the build has none."""
         d = duration_ms
+        if chaos.below(4) == 0:
+            # A jump: v1 straight to v3, so v3 code meets v1 state (two
+            # migrations in one load, mid-run through a K11.5 transform).
+            return [(self._inside_a_wake(chaos.between(d // 10, d * 3 // 10)), app.BUILD_V3)]
         v2_ms = self._inside_a_wake(chaos.between(d // 10, d * 3 // 10))
         broken = chaos.choice((app.BUILD_V3_NO_MIGRATION, app.BUILD_V1_ROLLBACK))
         broken_ms = self._inside_a_wake(chaos.between(d * 4 // 10, d * 6 // 10))

@@ -54,7 +54,7 @@ from model.pins import InMemoryPinIndex, SqlitePinIndex
 from model.repair import rebuild_ledger
 from model.runs import LedgerRuns
 from model.schedule_store import InMemoryScheduleStore, SqliteScheduleStore
-from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT
+from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT, open_database
 from scenarios.storage import RunDatabase, run_sync
 from sim.scenario import SetupError
 from sim.node import Node
@@ -132,6 +132,15 @@ def load_store_factory(spec: str) -> dict[str, Any]:
     return dict(stores)
 
 
+def _sqlite_stores(conn: Any) -> dict[str, Any]:
+    """Every store of a run as SQLite adapters on ``conn``."""
+    log = SqliteConversationStore(conn)
+    return {"ds": SqliteDurableStateStore(conn), "ledger": SqliteSubmissionLedger(conn), "log": log,
+            "schedules": SqliteScheduleStore(conn), "content": SqliteContentStore(conn),
+            "pins": SqlitePinIndex(conn), "findings": SqliteFindingsProjection(conn),
+            "checkpoints": SqliteCheckpointStore(log)}
+
+
 class System:
     """The stores of one run (memory | sqlite | MODULE:FACTORY, from the
     run's options), their ports per node, and the audit view."""
@@ -153,6 +162,13 @@ class System:
         # stores have no "list everything" operation): conversations in
         # order of first sight, their submissions, until retention purges.
         self._conversations: dict[str, list[str]] = {}
+        # SQLite: each process (node incarnation) has a connection of its
+        # own to the run's file, as in production: what one commits another
+        # sees only through the file (a read outside a transaction, a commit
+        # left open, a cache an adapter keeps are all exposed). The audit
+        # reads through the system's own connection.
+        self._connections: dict[str, tuple[Any, int, dict[str, Any]]] = {}
+        self._busy_timeout_ms = BUSY_TIMEOUT_MS_DEFAULT
 
     # -- phases ------------------------------------------------------------
 
@@ -163,15 +179,9 @@ class System:
         user = {} if opts.store in ("memory", "sqlite") else load_store_factory(opts.store)
         if opts.store == "sqlite":
             self._database = RunDatabase(opts.db_path, file_name=self.file_name, busy_timeout_ms=busy_timeout_ms)
-            conn = self._database.conn
-            self.ds: Any = SqliteDurableStateStore(conn)
-            self.ledger: Any = SqliteSubmissionLedger(conn)
-            self.log: Any = SqliteConversationStore(conn)
-            self.schedules: Any = SqliteScheduleStore(conn)
-            self.content: Any = SqliteContentStore(conn)
-            self.pins: Any = SqlitePinIndex(conn)
-            self.findings: Any = SqliteFindingsProjection(conn)
-            self.checkpoints: Any = SqliteCheckpointStore(self.log)
+            self._busy_timeout_ms = busy_timeout_ms
+            for name, store in _sqlite_stores(self._database.conn).items():
+                setattr(self, name, store)
         else:
             self.ds = user.get("ds") or InMemoryDurableStateStore()
             self.ledger = user.get("ledger") or InMemorySubmissionLedger()
@@ -187,6 +197,9 @@ class System:
         world.trace.subscribe(("ledger.admit", "log.materialize", "ledger.purge_conversation"), self._observe)
 
     def close(self) -> None:
+        for conn, _, _ in self._connections.values():
+            conn.close()
+        self._connections.clear()
         if self._database is not None:
             self._database.close()
             self._database = None
@@ -211,26 +224,47 @@ class System:
         stats = self.port_stats if faults else PortStats()
         restart = self.restart_delay_ms if faults else (lambda: 0)
 
-        def port(name: str, target: Any) -> BoundPort:
+        stores = self._stores_of(node)
+
+        def port(name: str) -> BoundPort:
             surgery = self.surgeries.get(name) if faults else None
+            target = stores[name]
+            if name == "log" and faults and self.damaged_reads:
+                target = DamagedReads(target, world, node, plan)
             return BoundPort(world, node, name, target, plan, DESCRIBERS[name], stats, restart, surgery=surgery)
 
-        log = DamagedReads(self.log, world, node, plan) if (faults and self.damaged_reads) else self.log
-        return NodePorts(ds=port("ds", self.ds), ledger=port("ledger", self.ledger), log=port("log", log),
-                         schedules=port("schedules", self.schedules), content=port("content", self.content),
-                         pins=port("pins", self.pins), findings=port("findings", self.findings),
-                         checkpoints=port("checkpoints", self.checkpoints),
-                         failpoints=SimFailpoints(world, node, plan, restart))
+        return NodePorts(ds=port("ds"), ledger=port("ledger"), log=port("log"), schedules=port("schedules"),
+                         content=port("content"), pins=port("pins"), findings=port("findings"),
+                         checkpoints=port("checkpoints"), failpoints=SimFailpoints(world, node, plan, restart))
+
+    def _stores_of(self, node: Node) -> dict[str, Any]:
+        """The stores ``node``'s process talks to: the shared in-memory ones,
+        or (SQLite) the adapters on this incarnation's own connection; a
+        restarted process opens a new one (the old one closes: what it left
+        uncommitted is rolled back, as when a process dies)."""
+        if self._database is None:
+            return {name: getattr(self, name) for name in DESCRIBERS}
+        held = self._connections.get(node.name)
+        if held is not None and held[1] == node.incarnation:
+            return held[2]
+        if held is not None:
+            held[0].close()
+        conn = open_database(self._database.path, busy_timeout_ms=self._busy_timeout_ms)
+        stores = _sqlite_stores(conn)
+        self._connections[node.name] = (conn, node.incarnation, stores)
+        return stores
 
     def _observe(self, event: tuple) -> None:
         kind, fields = event[3], event[4]
         conversation = fields.get("conversation")
-        if conversation is None:
+        if conversation is None or not isinstance(conversation, str):
             return
         if kind == "ledger.purge_conversation":
             if "error" not in fields:
                 self._conversations.pop(conversation, None)
             return
+        if "error" in fields:
+            return  # refused: nothing was created
         submissions = self._conversations.setdefault(conversation, [])
         submission = fields.get("submission")
         if kind == "ledger.admit" and submission is not None and submission not in submissions:
@@ -340,4 +374,4 @@ class System:
         return run_sync(self.findings.checkpoint(schedule_id))
 
     def latest_checkpoint(self, conversation_id: str) -> Any:
-        return run_sync(self.checkpoints.load_latest(conversation_id, 2 ** 62))
+        return run_sync(self.checkpoints.load_latest(conversation_id, 2 ** 53 - 1))

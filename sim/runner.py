@@ -108,6 +108,9 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
         world.plan = stack.faults.plan_for(world, opts, choices)
         world.invariants.view = system.audit_view()
         world.check(*stack.checks)
+        # A checker with ``on_port_call`` sees every store call as it
+        # commits (``faults.ports.PortCall``): the reference-model oracle.
+        world.port_observers.extend(c.on_port_call for c in stack.checks if hasattr(c, "on_port_call"))
         for workload in stack.workloads:
             workload.setup(world)
         for workload in stack.workloads:
@@ -209,6 +212,9 @@ def coverage(scenario: Scenario, world: World, stats: dict[str, Any]) -> dict[st
         sometimes[name] = (sum(value.values()) if isinstance(value, dict) else value) > 0
     return {
         "fault_kinds": kinds,
+        # What the run's plan could fire (enabled and given a rate): a kind
+        # armed and never fired is a gap; one not armed was switched off.
+        "armed": list(getattr(world.plan, "armed", ())),
         # Which kinds fired at which port (``ledger``, ``log``, ``checkpoints``, ...).
         "ports": {port: dict(sorted(counts.items())) for port, counts in sorted(by_port.items())},
         "failpoints": failpoints,

@@ -97,6 +97,14 @@ class Scenario:
     # ``sometimes`` properties the scenario expects a sweep to reach.
     swarm_space: Any = None
     sometimes: tuple[str, ...] = ()
+    # How long one seed of a sweep runs (a sweep is many short histories;
+    # ``default_duration_ms`` is the one long run). None: the default.
+    sweep_duration_ms: int | None = None
+
+    @property
+    def sweep_ms(self) -> int:
+        """A sweep's duration per seed (``loomsim sweep``, ``loomsim mutants``)."""
+        return self.sweep_duration_ms or self.default_duration_ms
 
     def param_defaults(self) -> dict[str, int]:
         return {p.name: p.default for p in self.params}

@@ -77,6 +77,15 @@ class World:
         # Faults beyond the contract that fired (the store broke a promise):
         # the run must then end in a loud detection, never a pass.
         self.beyond_contract: list[FaultEvent] = []
+        # Every port call that reached a store, as it committed (a
+        # ``faults.ports.PortCall``): the reference-model oracle listens.
+        self.port_observers: list[Callable[[Any], None]] = []
+        # Faults recorded so far, every kind (a port call compares it before
+        # and after to tell a damaged answer from the store's own).
+        self.faults_fired = 0
+        # The instants a boundary-delay fault lands calls on
+        # (``faults.timing.Boundaries``, set by the fault plan); None: none.
+        self.boundaries: Any = None
 
     # -- observation -------------------------------------------------------
 
@@ -121,6 +130,7 @@ class World:
         if beyond_contract:
             self.beyond_contract.append(event)
         self.fault_counts[kind] = self.fault_counts.get(kind, 0) + 1
+        self.faults_fired += 1
         if len(self.fault_events) < FAULT_EVENTS_MAX:
             self.fault_events.append(event)
         fields: dict[str, Any] = {"site": site, "kind": kind, "hit": hit}

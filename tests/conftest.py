@@ -20,3 +20,14 @@ def stale_tokens_accepted(monkeypatch) -> None:
         return real(row, token, now_ms)
 
     monkeypatch.setattr(ledger_rules, "check_token", owner_only)
+
+
+@pytest.fixture
+def without_reference_model(monkeypatch) -> None:
+    """Silence the reference-model oracle: it judges every store call as it
+    commits, so it sees most planted store bugs first; a test that asks
+    whether another invariant (or the system itself) notices turns it off."""
+    from scenarios.invariants.reference_model import ReferenceModel
+
+    monkeypatch.setattr(ReferenceModel, "on_port_call", lambda self, call: None)
+    monkeypatch.setattr(ReferenceModel, "audit", lambda self, view: None)

@@ -328,12 +328,12 @@ def test_spill_over_round_trip_and_tampered_blob():
         conn = store.connection
         spills = conn.execute("SELECT seq, spill FROM conv_records ORDER BY seq").fetchall()
         assert spills[0][1] is not None and spills[1][1] is None
-        assert conn.execute("SELECT count(*) FROM conv_content").fetchone()[0] == 1
+        assert conn.execute("SELECT count(*) FROM conv_spills").fetchone()[0] == 1
         records = await store.read("c1", 0, 10)
         assert [r.envelope for r in records] == list(envs)
         prefix = await read_recovery_prefix(store, "c1")
         assert prefix.tail.tail_digest == result.tail_digest
-        conn.execute("UPDATE conv_content SET data = CAST(? AS BLOB)", (canonical_json({"text": "y"}),))
+        conn.execute("UPDATE conv_spills SET data = CAST(? AS BLOB)", (canonical_json({"text": "y"}),))
         with pytest.raises(HistoryCorrupted):
             await store.read("c1", 0, 10)
 

@@ -97,7 +97,7 @@ def test_fail_open_pagination_is_caught(monkeypatch):
     assert_caught(first_caught("1d"), "fail-closed-pagination")
 
 
-def test_claim_out_of_fifo_order_is_caught(monkeypatch):
+def test_claim_out_of_fifo_order_is_caught(monkeypatch, without_reference_model):
     """Claim picks the newest ready submission instead of the queue head."""
     real = ledger_memory.InMemorySubmissionLedger._nonterminal
 
@@ -108,7 +108,7 @@ def test_claim_out_of_fifo_order_is_caught(monkeypatch):
     assert_caught(first_caught(), "fifo-one-active")
 
 
-def test_lease_that_never_expires_is_caught(monkeypatch):
+def test_lease_that_never_expires_is_caught(monkeypatch, without_reference_model):
     """Claims ignore lease expiry: a crashed owner's submission is never taken
     over, so work stops for good (liveness, checked after the faults stop)."""
     from model.ledger.rules import NO_CLAIM

@@ -4,9 +4,11 @@ A blob's ref is ``"sha256:<hex>"`` of its bytes, so ``put`` is idempotent
 and ``get`` verifies what it returns: a stored blob whose bytes no longer
 hash to its ref is ``ContentCorrupted``, never returned.
 
-The SQLite adapter keeps blobs in ``conv_content`` in the same database as
-the log, so a spilled payload and the record that references it commit in
-one transaction (``put_in_transaction``).
+The SQLite adapter keeps blobs in ``conv_content``. The conversation log
+keeps its spilled payloads in a table of its own (``conv_spills``) in the
+same database, so a spilled payload and the record that references it
+commit in one transaction (``put_in_transaction``), and retention of a
+conversation never deletes a blob someone put through this port.
 """
 from __future__ import annotations
 
@@ -87,32 +89,37 @@ class InMemoryContentStore:
         return self._blobs.pop(_require_ref(ref), None) is not None
 
 
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS conv_content (
+def _statements(table: str) -> dict[str, str]:
+    assert table.isidentifier(), table
+    return {
+        "schema": f"""CREATE TABLE IF NOT EXISTS {table} (
         ref TEXT PRIMARY KEY NOT NULL,
         size INTEGER NOT NULL,
         data BLOB NOT NULL
     ) WITHOUT ROWID""",
-)
-_INSERT = "INSERT INTO conv_content (ref, size, data) VALUES (?, ?, ?) ON CONFLICT (ref) DO NOTHING"
-_SELECT = "SELECT data FROM conv_content WHERE ref = ?"
-_HAS = "SELECT 1 FROM conv_content WHERE ref = ?"
-_DELETE = "DELETE FROM conv_content WHERE ref = ?"
+        "insert": f"INSERT INTO {table} (ref, size, data) VALUES (?, ?, ?) ON CONFLICT (ref) DO NOTHING",
+        "select": f"SELECT data FROM {table} WHERE ref = ?",
+        "has": f"SELECT 1 FROM {table} WHERE ref = ?",
+        "delete": f"DELETE FROM {table} WHERE ref = ?",
+    }
 
 
 class SqliteContentStore:
-    """Blobs in ``conv_content`` (created idempotently)."""
+    """Blobs in ``conv_content`` (created idempotently). ``table``: another
+    table of blobs (the conversation log keeps its spilled payloads apart,
+    in ``conv_spills``: deleting a conversation's spills must never delete
+    a blob a user of the content port put, even one with the same bytes)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, table: str = "conv_content") -> None:
         if conn.isolation_level is not None:
             raise ValueError("SqliteContentStore needs a connection from open_database (isolation_level=None)")
         self._conn = conn
+        self._sql = _statements(table)
         from .sqlite_store import writing  # the contention-mapping write transaction
 
         self._writing = writing
         with writing(conn, "create content tables"):
-            for statement in _SCHEMA:
-                conn.execute(statement)
+            conn.execute(self._sql["schema"])
 
     @classmethod
     def open(cls, path: str) -> "SqliteContentStore":
@@ -122,12 +129,12 @@ class SqliteContentStore:
         """Insert inside the caller's open write transaction."""
         assert self._conn.in_transaction
         ref = content_ref(data)
-        self._conn.execute(_INSERT, (ref, len(data), data))
+        self._conn.execute(self._sql["insert"], (ref, len(data), data))
         return ref
 
     def get_now(self, ref: str) -> bytes:
         _require_ref(ref)
-        row = self._conn.execute(_SELECT, (ref,)).fetchone()
+        row = self._conn.execute(self._sql["select"], (ref,)).fetchone()
         if row is None:
             raise ContentMissing(ref)
         return _verified(ref, bytes(row[0]))
@@ -141,9 +148,9 @@ class SqliteContentStore:
         return self.get_now(ref)
 
     async def has(self, ref: str) -> bool:
-        return self._conn.execute(_HAS, (_require_ref(ref),)).fetchone() is not None
+        return self._conn.execute(self._sql["has"], (_require_ref(ref),)).fetchone() is not None
 
     async def delete(self, ref: str) -> bool:
         _require_ref(ref)
         with self._writing(self._conn, "content delete"):
-            return self._conn.execute(_DELETE, (ref,)).rowcount > 0
+            return self._conn.execute(self._sql["delete"], (ref,)).rowcount > 0

@@ -17,7 +17,7 @@ Shares one database file (usually one connection from
   mismatch); off by default because every read already decodes and
   validates its rows.
 - Payloads whose canonical JSON exceeds ``spill_threshold_bytes`` (default
-  16 KiB) are stored in the content store (``conv_content``) in the same
+  16 KiB) are stored in a content table of the log's own (``conv_spills``) in the same
   transaction; the record row then holds the envelope with a null payload
   and ``spill = {"digest", "ref", "size"}``. Reads resolve and verify it.
 """
@@ -202,7 +202,7 @@ class SqliteConversationStore:
         self._owns_connection = False
         self.spill_threshold_bytes = spill_threshold_bytes
         open_schema(conn)
-        self.content = SqliteContentStore(conn)
+        self.content = SqliteContentStore(conn, table="conv_spills")
         if verify_on_open:
             self.verify_all()
 
@@ -257,7 +257,7 @@ class SqliteConversationStore:
                 # Content is shared by digest: keep a blob another record still uses.
                 if conn.execute("SELECT 1 FROM conv_records WHERE spill LIKE ? LIMIT 1",
                                 (f'%"{ref}"%',)).fetchone() is None:
-                    conn.execute("DELETE FROM conv_content WHERE ref = ?", (ref,))
+                    conn.execute("DELETE FROM conv_spills WHERE ref = ?", (ref,))
         return deleted
 
     async def append(self, request: FencedAppendRequest) -> AppendResult:

@@ -177,9 +177,16 @@ def require_str(name: str, value: object) -> None:
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
 
 
+INT_ARG_MAX = 2 ** 53 - 1
+
+
 def require_int(name: str, value: object) -> None:
     if type(value) is not int:  # bool is an int subclass and always a bug here
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not -INT_ARG_MAX <= value <= INT_ARG_MAX:
+        # Every integer a port stores is a JSON number (and an SQLite
+        # INTEGER): outside +/-(2**53 - 1) both adapters refuse it alike.
+        raise ValueError(f"{name} must be within +/-(2**53 - 1), got {value}")
 
 
 def require_positive_ms(name: str, value: object) -> None:

@@ -15,7 +15,9 @@ from scenarios.invariants.liveness import Liveness
 from scenarios.invariants.log_chain import LogChain
 from scenarios.invariants.pins_survive import PinsSurvive
 from scenarios.invariants.queue_order import QueueOrder
+from scenarios.invariants.reference_model import ReferenceModel
 from scenarios.invariants.replay_determinism import ReplayDeterminism
 
 __all__ = ["AdoptOwnWrite", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
-           "FailClosedPagination", "Fencing", "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReplayDeterminism"]
+           "FailClosedPagination", "Fencing", "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReferenceModel",
+           "ReplayDeterminism"]

@@ -9,7 +9,7 @@ replayed admission is a duplicate alarm; it ends when it is finalized):
 - every occurrence between the previous accounted one and this one was
   recorded as skipped (``wake.skipped``) — nothing vanishes silently;
 - under the ``latest`` policy the started occurrence is the latest one due at
-  the instant it starts;
+  the instant it starts (the admission's ``now_ms``: when the driver chose);
 - at most one occurrence of a schedule is live at a time.
 
 Audit: started + skipped equals the number of occurrences due before the
@@ -70,7 +70,10 @@ class ExactlyOnceWake(Checker):
             if LedgerAdmit.error not in fields and not fields[LedgerAdmit.replayed]:
                 run_id = fields[LedgerAdmit.conversation]
                 schedule_id, occurrence_ms = parse_run_id(run_id)
-                self._started(event[1], {"run": run_id, "schedule": schedule_id,
+                # Judged at the instant the driver decided (the admission's
+                # own ``now_ms``): a slow admit commits later, when a newer
+                # occurrence may be due, and that is no fault of the choice.
+                self._started(fields[LedgerAdmit.admitted_ms], {"run": run_id, "schedule": schedule_id,
                                          "occurrence_ms": occurrence_ms,
                                          "submission": fields[LedgerAdmit.submission]})
         elif kind == WakeSkipped.kind:

@@ -159,11 +159,31 @@ def build_parser() -> _Parser:
     run_p.add_argument("--faults", default=None, metavar="FILE",
                        help="run the faults of this script alone (a repro file, or a JSON list of faults); "
                             "probabilistic faults off")
+    run_p.add_argument("--mutant", default=None, metavar="NAME",
+                       help="run with the planted bug NAME of the mutant catalogue (see loomsim mutants --list)")
+    run_p.add_argument("--mutants", default=None, metavar="MODULE",
+                       help="also know the mutants of MODULE's MUTANTS list (a user's, for --mutant)")
+    from sim.face.mutants import add_parser as add_mutants_parser
+
+    add_mutants_parser(sub, seed_range=_seed_range, count=_count)
     sweep_p = sub.add_parser("sweep", help="run many seeds (both cores), summarize, list failures and coverage")
-    sweep_p.add_argument("scenario", help="scenario name (see `loomsim list`)")
+    sweep_p.add_argument("scenario", nargs="?", default=None,
+                         help="scenario name (see `loomsim list`; default: every scenario, seeds interleaved)")
     sweep_p.add_argument("--seeds", type=_seed_range, required=True, metavar="A:B",
-                         help="seeds A (inclusive) to B (exclusive), e.g. 0:100")
+                         help="seeds A (inclusive) to B (exclusive) of each scenario, e.g. 0:100")
     sweep_p.add_argument("--jobs", type=_count, default=2, help="runs at once (default 2)")
+    sweep_p.add_argument("--time-budget", type=_time_budget, default=None, metavar="S",
+                         help="wall-clock seconds: start no seed after S (the running ones finish; every "
+                              "scenario still runs its first seed)")
+    sweep_p.add_argument("--beyond-every", type=_count, default=8, metavar="N",
+                         help="every N-th seed (N-1, 2N-1, ...) runs beyond the contract and must end DETECTED "
+                              "(default 8; 0: none)")
+    sweep_p.add_argument("--require-coverage", action="store_true",
+                         help="exit 1 on a coverage gap (default: print it, exit 0)")
+    sweep_p.add_argument("--model-coverage", action="store_true",
+                         help="trace every seed and report which lines of model/ the sweep executed")
+    sweep_p.add_argument("--model-coverage-out", default=None, metavar="FILE",
+                         help="write the model coverage, executed lines and all, as JSON (implies --model-coverage)")
     for p in (run_p, sweep_p):
         _add_run_options(p)
     return parser
@@ -178,6 +198,18 @@ def _seed_range(text: str) -> range:
     if not seeds or seeds.start < 0:
         raise argparse.ArgumentTypeError(f"invalid seeds {text!r}: expected 0 <= A < B")
     return seeds
+
+
+def _time_budget(text: str) -> float:
+    """``--time-budget S``: wall-clock seconds, a positive finite number."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):  # NaN fails too
+        raise argparse.ArgumentTypeError(f"invalid time budget {text!r}: expected seconds, a positive number "
+                                         "(e.g. --time-budget 600)")
+    return seconds
 
 
 def _add_run_options(run_p: argparse.ArgumentParser) -> None:
@@ -292,19 +324,14 @@ def _main(argv: list[str], *, replaying: bool = False) -> int:
         for scenario in registry.all_scenarios():
             print(f"{scenario.name:<16} {scenario.description} (default {format_duration_ms(scenario.default_duration_ms)})")
         return EXIT_PASS
+    if args.command == "mutants":
+        return _mutants(args)
+    if args.command == "sweep":
+        return _sweep(args)
     try:
         scenario = registry.get(args.scenario)
     except registry.UnknownScenario as error:
         raise UsageError(str(error)) from None
-    if args.command == "sweep":
-        from sim.face.repro_file import scenarios_argv
-        from sim.face.sweep import sweep
-
-        _scenario_params(scenario, args)  # refuse a wrong flag before starting anything
-        if args.jobs < 1:
-            raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
-        _check_repro_dir(args.repro_dir)
-        return sweep(scenario, args, _sweep_child_args(scenario, args), scenarios_argv(args.scenarios))
     if not replaying:  # a replay writes next to its file if it can, and warns if not
         _check_repro_dir(args.repro_dir)
     return _run(scenario, args, argv)
@@ -318,11 +345,61 @@ def _check_repro_dir(path: str) -> None:
         raise UsageError(f"--repro-dir {path!r} is not writable")
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    """``loomsim sweep [SCENARIO]``: refuse here, once, whatever every child
+    would refuse (a wrong flag, parameter or pin), then sweep
+    (``sim.face.sweep``). Without SCENARIO: every registered scenario; a
+    scenario parameter then goes to the scenarios that have it."""
+    from faults.swarm import SwarmError, check_pins
+    from scenarios import registry
+    from sim.face.repro_file import scenarios_argv
+    from sim.face.sweep import SweepOptions, sweep
+
+    if args.scenario is None:
+        scenarios = registry.all_scenarios()
+    else:
+        try:
+            scenarios = [registry.get(args.scenario)]
+        except registry.UnknownScenario as error:
+            raise UsageError(str(error)) from None
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.beyond_every < 0:
+        raise UsageError(f"--beyond-every must be 0 (none) or more, got {args.beyond_every}")
+    _check_repro_dir(args.repro_dir)
+    if args.model_coverage_out:
+        parent = os.path.dirname(os.path.abspath(args.model_coverage_out))
+        if not os.path.isdir(parent):
+            raise UsageError(f"--model-coverage-out {args.model_coverage_out!r}: directory {parent!r} does not exist")
+    every_param = {p.name for other in registry.all_scenarios() for p in other.params}
+    for scenario in scenarios:
+        own = {p.name for p in scenario.params}
+        # Sweeping them all: each scenario is judged on its own parameters.
+        mine = args if len(scenarios) == 1 else argparse.Namespace(
+            **{k: (None if k in every_param and k not in own else v) for k, v in vars(args).items()})
+        _scenario_params(scenario, mine)
+        if scenario.swarm_space is not None:
+            try:
+                check_pins(scenario.swarm_space, enable=_names(args.faults_enable),
+                           disable=_names(args.faults_disable), knobs=dict(args.knob))
+            except SwarmError as error:
+                raise UsageError(str(error) if len(scenarios) == 1 else f"{scenario.name}: {error}") from None
+    opts = SweepOptions(seeds=args.seeds, jobs=args.jobs, json=args.json, time_budget_s=args.time_budget,
+                        beyond_every=args.beyond_every, all_beyond=args.beyond_contract,
+                        model_coverage=args.model_coverage or bool(args.model_coverage_out),
+                        model_coverage_out=args.model_coverage_out, require_coverage=args.require_coverage)
+    return sweep(scenarios, opts, {s.name: _sweep_child_args(s, args) for s in scenarios},
+                 scenarios_argv(args.scenarios))
+
+
 def _sweep_child_args(scenario: Any, args: argparse.Namespace) -> list[str]:
-    """The ``run`` flags every seed of a sweep gets (all but ``--seed``)."""
+    """The ``run`` flags every seed of a sweep gets (all but ``--seed``): at
+    ``--duration``, or else the scenario's own sweep duration (``sweep_ms``:
+    many short histories, not its one long default run)."""
     child = ["--store", args.store, "--repro-dir", args.repro_dir]
-    if args.duration:
-        child += ["--duration", format_duration_ms(args.duration)]
+    duration_ms = args.duration or getattr(scenario, "sweep_ms", None)
+    if duration_ms:
+        child += ["--duration", format_duration_ms(duration_ms)]
     if args.no_swarm:
         child.append("--no-swarm")
     if args.beyond_contract:
@@ -396,16 +473,47 @@ def _options(scenario: Any, args: argparse.Namespace) -> ScenarioOptions:
                            rates=rates or None)
 
 
+def _mutants(args: argparse.Namespace) -> int:
+    """``loomsim mutants``: the catalogue swept (``sim.face.mutants``)."""
+    from sim.face.mutants import MutantsUsageError, mutants_command
+    from sim.face.repro_file import scenarios_argv
+
+    try:
+        return mutants_command(args, scenarios_argv(args.scenarios))
+    except MutantsUsageError as error:
+        raise UsageError(str(error)) from None
+
+
+def _apply_mutant(args: argparse.Namespace) -> Any:
+    """``run --mutant NAME``: swap the planted bug in before anything runs
+    (None without one). A mutant that cannot apply is a usage error."""
+    if args.mutant is None:
+        if args.mutants:
+            raise UsageError("--mutants MODULE names where mutants come from: give --mutant NAME too")
+        return None
+    from faults.mutants import MutantError
+    from sim.face.mutants import apply_named
+
+    try:
+        return apply_named(args.mutant, args.mutants)
+    except MutantError as error:
+        raise UsageError(str(error)) from None
+
+
 def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
+    mutant = _apply_mutant(args)
     opts = _options(scenario, args)
     trace_file = None
     if args.trace:
         try:
-            trace_file = open(args.trace, "w", encoding="utf-8")
+            # A lone surrogate in a field (a key an adversary sent) is shown escaped.
+            trace_file = open(args.trace, "w", encoding="utf-8", errors="backslashreplace")
         except OSError as error:
             raise UsageError(f"--trace {args.trace!r}: {error.strerror or error}") from None
     if not args.json:
         _print_config(scenario, opts)
+        if mutant is not None:
+            print(f"mutant: {mutant.name} ({mutant.module}): {mutant.doc}")
     try:
         result = run(scenario, opts, trace_stream=trace_file, wall_clock=time.perf_counter,
                      on_start=None if args.json else _print_choices)
@@ -416,8 +524,13 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
     finally:
         if trace_file is not None:
             trace_file.close()
+    if mutant is not None:  # the repro file's config carries it: a replay runs the same bug
+        result.config["mutant"] = mutant.name
+        if args.mutants:
+            result.config["mutants_module"] = args.mutants
     command = repro_command(scenario.name, opts, explicit_duration=args.duration is not None,
-                            faults_path=args.faults, scenario_modules=args.scenarios)
+                            faults_path=args.faults, scenario_modules=args.scenarios,
+                            mutant=None if mutant is None else mutant.name, mutants_module=args.mutants)
     repro_path = None
     if not result.passed:
         target = os.path.join(args.repro_dir, repro_filename(result.scenario, result.seed))
@@ -426,7 +539,10 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
         else:
             repro_path = _write_repro(result, command, args.repro_dir, scenario_modules=args.scenarios)
     if args.json:
-        print(json.dumps(result_json(result, command, repro_path), ensure_ascii=False))
+        body = result_json(result, command, repro_path)
+        if mutant is not None:
+            body["mutant"] = mutant.name
+        print(json.dumps(body, ensure_ascii=False))
     else:
         _print_result(result, command, repro_path)
     return EXIT_PASS if result.passed else EXIT_VIOLATION
@@ -442,6 +558,7 @@ def _shrink(args: argparse.Namespace) -> int:
         raise UsageError("--max-runs must be at least 1")
     # Parsed after the file's modules are loaded: their scenarios' flags.
     _, run_args = parse(repro_argv(args.file, json_output=False, scenario_modules=args.scenarios))
+    _apply_mutant(run_args)  # a repro of a planted bug shrinks with the bug in place
     scenario = registry.get(run_args.scenario)
     opts = _options(scenario, run_args)
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.file)),

@@ -3,7 +3,8 @@
 A failing run writes ``loomsim-repro-<scenario>-<seed>.json``::
 
     {"format": "loomsim-repro/1",
-     "config": {...},              # the run's configuration (RunResult.config)
+     "config": {...},              # the run's configuration (RunResult.config; with
+                                   # "mutant" [and "mutants_module"] for a planted bug)
      "scenario_modules": [...],    # the --scenarios modules the run loaded
      "command": "loomsim run ...", # the command that reproduces it
      "trace_digest": "...",
@@ -130,6 +131,10 @@ def repro_argv(path: str, *, json_output: bool, scenario_modules: Iterable[str] 
             argv += [param_flag(key), str(int(value))]
         if config.get("beyond_contract"):
             argv.append("--beyond-contract")
+        if config.get("mutant"):  # a run with a planted bug (``loomsim run --mutant``) replays with it
+            argv += ["--mutant", str(config["mutant"])]
+            if config.get("mutants_module"):
+                argv += ["--mutants", str(config["mutants_module"])]
         for kind, rate in sorted(config.get("rates", {}).items()):
             argv += ["--rate", f"{kind}={float(rate)!r}"]
         if isinstance(swarm, dict):
@@ -154,10 +159,14 @@ def repro_argv(path: str, *, json_output: bool, scenario_modules: Iterable[str] 
 
 
 def repro_command(name: str, opts: ScenarioOptions, *, explicit_duration: bool = True,
-                  faults_path: str | None = None, scenario_modules: Iterable[str] = ()) -> str:
-    """The printable ``loomsim`` command that reruns ``name`` with ``opts``."""
+                  faults_path: str | None = None, scenario_modules: Iterable[str] = (),
+                  mutant: str | None = None, mutants_module: str | None = None) -> str:
+    """The printable ``loomsim`` command that reruns ``name`` with ``opts``
+    (and the planted bug ``mutant``, from ``mutants_module`` if a user's)."""
     parts = ["loomsim", *scenarios_argv(scenario_modules), "run", name, "--seed", str(opts.seed),
              "--duration", format_duration_ms(opts.duration_ms)]
+    if mutant:
+        parts += ["--mutant", mutant] + (["--mutants", mutants_module] if mutants_module else [])
     if faults_path:
         parts += ["--faults", faults_path]
     if not opts.swarm:

@@ -1,165 +1,510 @@
-"""``loomsim sweep``: many seeds of one scenario, both cores, one summary.
+"""``loomsim sweep``: many seeds of one scenario, or of every one, both cores, one summary.
 
 Each seed runs in its own process (``python -m sim [--scenarios MODULE ...]
-run ... --json``: the sweep's scenario modules passed on, the entry points
-loaded by the child itself), at most ``--jobs`` at a time; a line per finished seed shows progress. The
-summary lists failing seeds with the command that reproduces each (and the
-repro file each wrote), then coverage across the whole sweep: how often
-each fault kind and failpoint fired, which never did, and which of the
-scenario's ``sometimes`` properties no seed reached — a green sweep that
-never reached the rare cases is a coverage gap, and says so.
+run SCENARIO --seed N ... --json``: the sweep's scenario modules passed on,
+the entry points loaded by the child itself), at most ``jobs`` at a time,
+each for its scenario's sweep duration (``Scenario.sweep_ms``, passed as
+``--duration`` by the CLI) unless ``--duration`` says otherwise; a line per
+finished seed shows progress. Sweeping every scenario interleaves them
+(seed A of each, then seed A+1 of each, ...), so a time budget that stops
+the sweep early still leaves every scenario swept.
+
+A share of the seeds (every ``beyond_every``-th: seeds with ``seed %
+beyond_every == beyond_every - 1``) runs beyond the contract
+(``--beyond-contract``): the stores break their promises and the only good
+outcome is a loud, typed detection (DETECTED). Such a seed that passes green
+is a failure, as one in which nothing noticed (``run`` reports that one as
+``beyond-contract-undetected`` itself).
+
+The summary lists failing seeds with the command that reproduces each (and
+the repro file each wrote), then coverage per scenario. Coverage gaps are
+told apart by what each seed's swarm enabled (the run's ``config.swarm``):
+a fault kind or failpoint enabled in some seed and fired in none is a gap
+in the faults or the workload (it is armed and nothing reaches it); one
+enabled in no seed is a gap of the sweep (the swarm starved it: the
+covering design of ``faults.swarm`` rules that out for fault kinds over 8
+consecutive seeds). A ``sometimes`` property no seed reached, and an
+invariant that checked nothing in any seed, are gaps too. Gaps are printed
+as ``COVERAGE GAP``; ``require_coverage`` makes them fail the sweep.
+
+``model_coverage``: every child runs under ``sim.face.model_coverage``,
+which records the ``model/`` lines it executed; the summary adds what share
+of ``model/`` the sweep executed and what it never reached.
 
 Part of the face (like ``bench``): it reads the wall clock to report times
-and starts processes; nothing simulated runs here.
+and to keep a time budget, and starts processes; nothing simulated runs here.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from typing import Any, Sequence
+from typing import Any, Iterable, Mapping, Sequence
+
+import attrs
+
+from faults.kinds import FAILPOINT_CRASH, TIMED_FAULT_KINDS
+from sim.face import model_coverage
 
 EXIT_PASS, EXIT_VIOLATION = 0, 1
-
+# Every 8th seed runs beyond the contract (seeds 7, 15, 23, ...).
+BEYOND_EVERY_DEFAULT = 8
+# A seed beyond the contract that passed green: a failure of the sweep.
+BEYOND_PASSED = "beyond-contract-passed"
+POLL_S = 0.05  # how often the parent looks at its running children
 
 # The directory holding the ``sim`` package (sim/face/sweep.py -> its root).
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _child(global_args: list[str], args: list[str]) -> subprocess.Popen:
-    """``loomsim [global_args] run [args] --json`` in a new process, in this
-    process's directory (where ``--scenarios`` modules are importable from)."""
+@attrs.frozen
+class SweepOptions:
+    """What the sweep itself decides (the run flags go to every child as given)."""
+
+    seeds: range
+    jobs: int = 2
+    json: bool = False
+    time_budget_s: float | None = None       # wall clock: no new seed starts after it
+    beyond_every: int = BEYOND_EVERY_DEFAULT  # 0: no seed beyond the contract
+    all_beyond: bool = False                  # --beyond-contract: every seed
+    model_coverage: bool = False
+    model_coverage_out: str | None = None
+    require_coverage: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        assert self.jobs >= 1, self.jobs
+        assert self.time_budget_s is None or self.time_budget_s > 0, self.time_budget_s
+        assert self.beyond_every >= 0, self.beyond_every
+
+    def beyond(self, seed: int) -> bool:
+        """Whether ``seed`` runs beyond the contract."""
+        every = self.beyond_every
+        return self.all_beyond or (every > 0 and seed % every == every - 1)
+
+
+@attrs.frozen
+class Job:
+    """One child: a seed of a scenario, maybe beyond the contract."""
+
+    scenario: str
+    seed: int
+    beyond: bool
+    argv: tuple[str, ...]  # ``[global args] run SCENARIO --seed N ... --json``
+
+
+def plan_jobs(scenarios: Sequence[str], child_args: Mapping[str, Sequence[str]], opts: SweepOptions,
+              global_args: Sequence[str] = ()) -> list[Job]:
+    """Every (seed, scenario) of the sweep, seed-major: seed A of every
+    scenario first, so the first ``len(scenarios)`` jobs cover them all."""
+    jobs = []
+    for seed in opts.seeds:
+        for name in scenarios:
+            args = list(child_args[name])
+            beyond = opts.beyond(seed)
+            if beyond and "--beyond-contract" not in args:
+                args.append("--beyond-contract")
+            jobs.append(Job(name, seed, beyond, (*global_args, "run", name, "--seed", str(seed), *args, "--json")))
+    return jobs
+
+
+def _child(job: Job, lines_file: str | None) -> subprocess.Popen:
+    """The job's process, in this process's directory (where ``--scenarios``
+    modules are importable from); under the line recorder if ``lines_file``."""
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.Popen([sys.executable, "-m", "sim", *global_args, "run", *args, "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    head = ["-m", "sim"] if lines_file is None else ["-m", "sim.face.model_coverage", lines_file, "--"]
+    return subprocess.Popen([sys.executable, *head, *job.argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
 
 
-def _outcome(seed: int, proc: subprocess.Popen) -> dict[str, Any]:
+def _outcome(job: Job, proc: subprocess.Popen) -> dict[str, Any]:
+    """The child's JSON result, tagged with the job; an ``error`` record when
+    it printed none (a usage error, a crash of the harness)."""
     out, err = proc.communicate()
+    result = None
     if proc.returncode in (EXIT_PASS, EXIT_VIOLATION):
         try:
-            return json.loads(out)
+            result = json.loads(out)
         except json.JSONDecodeError:
-            pass
-    line = (err.strip().splitlines() or ["no output"])[-1]
-    return {"seed": seed, "status": "error", "error": f"exit {proc.returncode}: {line}"}
+            result = None
+    if result is None:
+        line = (err.strip().splitlines() or ["no output"])[-1]
+        result = {"seed": job.seed, "status": "error", "error": f"exit {proc.returncode}: {line}"}
+    result["scenario"] = job.scenario
+    result["beyond"] = job.beyond
+    return result
 
 
-def sweep(scenario: Any, args: Any, child_args: list[str], global_args: Sequence[str] = ()) -> int:
-    """Run ``args.seeds`` of ``scenario``, each as ``loomsim [global_args]
-    run SCENARIO --seed N [child_args]``; print the summary."""
-    seeds = list(args.seeds)
+def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str, Sequence[str]],
+          global_args: Sequence[str] = ()) -> int:
+    """Run ``opts.seeds`` of each of ``scenarios`` (``child_args[name]``: the
+    ``run`` flags of its seeds, all but ``--seed``); print the summary.
+    Exit 1 if a seed failed or could not run (or, with ``require_coverage``,
+    on a coverage gap), else 0."""
+    names = [s.name for s in scenarios]
+    jobs = plan_jobs(names, child_args, opts, global_args)
+    lines_dir = tempfile.mkdtemp(prefix="loomsim-model-lines-") if opts.model_coverage else None
+    executed: dict[str, set[int]] = {}
     started_s = time.perf_counter()
-    running: list[tuple[int, subprocess.Popen]] = []
-    results: dict[int, dict[str, Any]] = {}
-    pending = list(seeds)
-    while pending or running:
-        while pending and len(running) < args.jobs:
-            seed = pending.pop(0)
-            running.append((seed, _child(list(global_args), [scenario.name, "--seed", str(seed), *child_args])))
-        for entry in list(running):
-            seed, proc = entry
-            if proc.poll() is None:
-                continue
-            running.remove(entry)
-            result = results[seed] = _outcome(seed, proc)
-            if not args.json:
-                _progress(len(results), len(seeds), seed, result)
-        if running:
-            time.sleep(0.05)
-    summary = summarize(scenario, [results[s] for s in seeds], time.perf_counter() - started_s, args.jobs)
-    if args.json:
+    pending = list(jobs)
+    running: list[tuple[Job, subprocess.Popen, str | None]] = []
+    results: dict[tuple[str, int], dict[str, Any]] = {}
+    started: set[str] = set()  # scenarios with a seed started (membership only, never iterated)
+    budget_stopped_s = None
+    try:
+        while pending or running:
+            if (opts.time_budget_s is not None and budget_stopped_s is None
+                    and time.perf_counter() - started_s >= opts.time_budget_s):
+                # The budget is spent: start no more seeds, except the first
+                # of a scenario not started yet (every scenario gets one).
+                budget_stopped_s = time.perf_counter() - started_s
+                pending = _first_seeds(pending, started)
+            while pending and len(running) < opts.jobs:
+                job = pending.pop(0)
+                started.add(job.scenario)
+                lines_file = None if lines_dir is None else os.path.join(lines_dir, f"{job.scenario}-{job.seed}.json")
+                running.append((job, _child(job, lines_file), lines_file))
+            for entry in list(running):
+                job, proc, lines_file = entry
+                if proc.poll() is None:
+                    continue
+                running.remove(entry)
+                result = results[(job.scenario, job.seed)] = _outcome(job, proc)
+                if lines_file is not None:
+                    model_coverage.merge(executed, model_coverage.read_lines(lines_file))
+                    if os.path.exists(lines_file):
+                        os.remove(lines_file)
+                if not opts.json:
+                    _progress(len(results), len(jobs), result, len(names) > 1)
+            if running:
+                time.sleep(POLL_S)
+    finally:
+        for _, proc, _ in running:  # interrupted: leave no child behind
+            proc.kill()
+            proc.wait()
+        if lines_dir is not None:
+            shutil.rmtree(lines_dir, ignore_errors=True)
+    per_scenario = []
+    for scenario in scenarios:
+        ran = [results[(scenario.name, seed)] for seed in opts.seeds if (scenario.name, seed) in results]
+        per_scenario.append(summarize_scenario(scenario, ran, planned=len(opts.seeds)))
+    summary = summarize_sweep(per_scenario, wall_s=time.perf_counter() - started_s, jobs=opts.jobs,
+                              time_budget_s=opts.time_budget_s, budget_stopped_s=budget_stopped_s)
+    if opts.model_coverage:
+        summary["model_coverage"] = model_coverage.report(executed)
+        if opts.model_coverage_out:
+            _write_model_coverage(opts.model_coverage_out, summary["model_coverage"], executed)
+    if opts.json:
         print(json.dumps(summary, ensure_ascii=False))
     else:
         print(render(summary))
-    return EXIT_PASS if summary["failed"] == 0 and summary["errors"] == 0 else EXIT_VIOLATION
+    return exit_code(summary, require_coverage=opts.require_coverage)
 
 
-def _progress(done: int, total: int, seed: int, result: dict[str, Any]) -> None:
+def _first_seeds(pending: Sequence[Job], started: set[str]) -> list[Job]:
+    """Of ``pending``, the first job of each scenario none of whose seeds
+    has started: what a spent time budget still runs."""
+    seen = set(started)
+    kept = []
+    for job in pending:
+        if job.scenario not in seen:
+            seen.add(job.scenario)
+            kept.append(job)
+    return kept
+
+
+def exit_code(summary: Mapping[str, Any], *, require_coverage: bool) -> int:
+    if summary["failed"] or summary["errors"]:
+        return EXIT_VIOLATION
+    if require_coverage and summary["coverage_gaps"]:
+        return EXIT_VIOLATION
+    return EXIT_PASS
+
+
+def _write_model_coverage(path: str, cov: Mapping[str, Any], executed: Mapping[str, set[int]]) -> None:
+    body = {"format": "loomsim-model-coverage/1", **cov,
+            "executed_lines": {name: sorted(lines) for name, lines in sorted(executed.items())}}
+    try:
+        with open(path, "w", encoding="utf-8") as stream:
+            json.dump(body, stream, indent=1)
+    except OSError as error:
+        print(f"loomsim: warning: could not write --model-coverage-out {path!r}: {error.strerror or error}",
+              file=sys.stderr)
+
+
+def outcome(result: Mapping[str, Any]) -> str:
+    """A seed's outcome in the sweep: ``pass``, ``detected`` (beyond the
+    contract, caught: good), ``fail`` or ``error``. A seed beyond the
+    contract that passed green is a ``fail``."""
     status = result["status"]
+    if status == "pass" and result.get("beyond"):
+        return "fail"
+    if status in ("pass", "detected", "error"):
+        return status
+    return "fail"
+
+
+def _first_failure(result: Mapping[str, Any]) -> dict[str, Any]:
+    if result["status"] == "pass":  # beyond the contract, passed green
+        broken = len(result.get("beyond_contract") or ())
+        message = ("passed green beyond the contract: "
+                   + ("no broken-promise fault fired, nothing to detect (lengthen --duration)" if not broken
+                      else f"{broken} broken promise(s), no detection"))
+        return {"invariant": BEYOND_PASSED, "message": message, "simulated_time": "the end"}
+    first = result["violations"][0]
+    return {"invariant": first["name"], "message": first["message"], "simulated_time": first["simulated_time"]}
+
+
+def _progress(done: int, total: int, result: Mapping[str, Any], named: bool) -> None:
+    status = outcome(result)
     if status == "pass":
         detail = f"{result['wall_s']:.1f}s"
     elif status in ("fail", "detected"):
-        first = result["violations"][0]
-        detail = f"{first['name']} at {first['simulated_time']}"
+        first = _first_failure(result)
+        detail = f"{first['invariant']} at {first['simulated_time']}"
     else:
         detail = result["error"]
-    print(f"[{done}/{total}] seed {seed}: {status.upper()} {detail}", flush=True)
+    who = f"{result['scenario']} seed {result['seed']}" if named else f"seed {result['seed']}"
+    beyond = " (beyond the contract)" if result.get("beyond") else ""
+    print(f"[{done}/{total}] {who}{beyond}: {status.upper()} {detail}", flush=True)
 
 
-def summarize(scenario: Any, results: list[dict[str, Any]], wall_s: float, jobs: int) -> dict[str, Any]:
-    kinds: dict[str, int] = {}
+# -- coverage: what each seed enabled, what fired ----------------------------------------
+
+
+def enabled_in(result: Mapping[str, Any]) -> tuple[set[str], set[str]]:
+    """The fault kinds and failpoints this seed's run could fire, from its
+    JSON: its swarm's choices (``config.swarm``), pinned rates
+    (``config.rates``: the rated point kinds are on whatever the swarm
+    says), and, where the run reports it, the kinds its plan armed
+    (``coverage.armed``). Without a swarm space the run lists only the
+    kinds its plan armed: all enabled."""
+    config = result.get("config") or {}
+    cov = result.get("coverage") or {}
+    kinds = list(cov.get("fault_kinds", {}))
+    failpoints = list(cov.get("failpoints", {}))
+    swarm = config.get("swarm")
+    if swarm is None:
+        on = set(kinds)
+        swarm_failpoints: Any = "all"
+        failpoint_chosen = FAILPOINT_CRASH in on
+    else:
+        chosen = set(swarm.get("fault_kinds", ()))
+        on = {k for k in kinds if k in chosen}
+        rates = config.get("rates")
+        if rates is not None:  # pinned: the rated point kinds, the swarm's timed kinds
+            on = {k for k in kinds if (k in chosen if k in TIMED_FAULT_KINDS else rates.get(k, 0) > 0)}
+        swarm_failpoints = swarm.get("failpoints", "all")
+        failpoint_chosen = FAILPOINT_CRASH in chosen
+    armed = cov.get("armed")
+    if armed is not None:
+        on &= set(armed)
+    if FAILPOINT_CRASH not in on:
+        fps: set[str] = set()
+    elif swarm_failpoints == "all" or not failpoint_chosen:
+        # The full mix, or failpoint-crash pinned by --rate while the swarm
+        # left it off: every failpoint at the pinned rate.
+        fps = set(failpoints)
+    else:
+        fps = {name for name in failpoints if swarm_failpoints.get(name, 0) > 0}
+    return on, fps
+
+
+def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], planned: int | None = None) -> dict[str, Any]:
+    """One scenario's part of the summary from its seeds' results (the
+    child JSON objects, each with ``beyond``); ``planned``: its seeds in the
+    sweep (default: as many as ran). ``scenario`` needs ``name`` and
+    ``sometimes``."""
+    kinds: dict[str, int] = {}            # fired, summed over seeds
+    kinds_on: dict[str, int] = {}         # seeds that enabled it
     ports: dict[str, dict[str, int]] = {}
-    failpoints: dict[str, int] = {}
+    failpoints: dict[str, int] = {}       # fired
+    failpoints_on: dict[str, int] = {}    # seeds that enabled it
+    failpoint_hits_on: dict[str, int] = {}  # hits in the seeds that enabled it
+    checks: dict[str, int] = {}
     sometimes: dict[str, int] = {name: 0 for name in scenario.sometimes}
-    failing = []
-    errors = []
+    failing, errors = [], []
+    counts = {"pass": 0, "detected": 0, "fail": 0, "error": 0}
+    beyond_seeds = 0
     for result in results:
-        if result["status"] == "error":
-            errors.append({"seed": result["seed"], "error": result["error"]})
+        status = outcome(result)
+        counts[status] += 1
+        if status == "error":
+            errors.append({"scenario": scenario.name, "seed": result["seed"], "error": result["error"]})
             continue
-        coverage = result.get("coverage") or {}
-        for kind, count in coverage.get("fault_kinds", {}).items():
+        beyond_seeds += 1 if result.get("beyond") else 0
+        cov = result.get("coverage") or {}
+        kinds_enabled, failpoints_enabled = enabled_in(result)
+        for kind, count in cov.get("fault_kinds", {}).items():
             kinds[kind] = kinds.get(kind, 0) + count
-        for port, counts in coverage.get("ports", {}).items():
+            kinds_on[kind] = kinds_on.get(kind, 0) + (kind in kinds_enabled)
+        for port, port_counts in cov.get("ports", {}).items():
             total = ports.setdefault(port, {})
-            for kind, count in counts.items():
+            for kind, count in port_counts.items():
                 total[kind] = total.get(kind, 0) + count
-        for name, counts in coverage.get("failpoints", {}).items():
-            failpoints[name] = failpoints.get(name, 0) + counts["fired"]
-        for name, held in coverage.get("sometimes", {}).items():
+        for name, fp in cov.get("failpoints", {}).items():
+            failpoints[name] = failpoints.get(name, 0) + fp["fired"]
+            on = name in failpoints_enabled
+            failpoints_on[name] = failpoints_on.get(name, 0) + on
+            failpoint_hits_on[name] = failpoint_hits_on.get(name, 0) + (fp["hits"] if on else 0)
+        for name, held in cov.get("sometimes", {}).items():
             sometimes[name] = sometimes.get(name, 0) + (1 if held else 0)
-        if result["status"] == "fail":
-            first = result["violations"][0]
-            failing.append({"seed": result["seed"], "invariant": first["name"], "message": first["message"],
-                            "simulated_time": first["simulated_time"], "repro_command": result["repro_command"],
-                            "repro_file": result["repro_file"]})
-    ran = [r for r in results if r["status"] != "error"]
+        for name, count in (result.get("invariants") or {}).items():
+            checks[name] = checks.get(name, 0) + count
+        if status == "fail":
+            failing.append({"scenario": scenario.name, "seed": result["seed"], "beyond": bool(result.get("beyond")),
+                            **_first_failure(result), "repro_command": result["repro_command"],
+                            "repro_file": result.get("repro_file")})
+    ran = len(results) - counts["error"]
+    gaps = _gaps(scenario.name, ran, kinds, kinds_on, failpoints, failpoints_on, failpoint_hits_on, sometimes,
+                 checks)
     return {
         "scenario": scenario.name,
-        "seeds": len(results),
-        "passed": sum(1 for r in ran if r["status"] == "pass"),
-        # Beyond the contract: runs whose broken promises were caught.
-        "detected": sum(1 for r in ran if r["status"] == "detected"),
-        "failed": len(failing),
-        "errors": len(errors),
-        "wall_s": round(wall_s, 2),
-        "jobs": jobs,
+        "seeds": len(results) if planned is None else planned,
+        "ran": len(results),
+        "passed": counts["pass"],
+        # Beyond the contract: seeds whose broken promises were caught.
+        "detected": counts["detected"],
+        "beyond_seeds": beyond_seeds,
+        "failed": counts["fail"],
+        "errors": counts["error"],
         "failing": failing,
         "error_runs": errors,
         "fault_kinds_fired": kinds,
+        "fault_kinds_enabled": kinds_on,
         "faults_by_port": {port: dict(sorted(c.items())) for port, c in sorted(ports.items())},
         "failpoints_fired": failpoints,
+        "failpoints_enabled": failpoints_on,
         "never_fired": [k for k, n in kinds.items() if n == 0] + [f for f, n in failpoints.items() if n == 0],
         "sometimes_reached": sometimes,
         "sometimes_never": [name for name, n in sometimes.items() if n == 0],
+        "invariant_checks": checks,
+        "coverage_gaps": gaps,
     }
 
 
-def render(summary: dict[str, Any]) -> str:
-    detected = f"{summary['detected']} detected, " if summary["detected"] else ""
-    lines = [f"{summary['scenario']}: {summary['seeds']} seeds, {summary['passed']} passed, {detected}"
-             f"{summary['failed']} failed, {summary['errors']} errors in {summary['wall_s']:.1f}s "
-             f"({summary['jobs']} jobs)"]
-    for fail in summary["failing"]:
-        lines.append(f"  FAIL seed {fail['seed']}: {fail['invariant']} at {fail['simulated_time']}: "
+def _gaps(scenario: str, ran: int, kinds: Mapping[str, int], kinds_on: Mapping[str, int],
+          failpoints: Mapping[str, int], failpoints_on: Mapping[str, int], hits_on: Mapping[str, int],
+          sometimes: Mapping[str, int], checks: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Every coverage gap of a scenario's seeds, each with why (``reason``)."""
+    if ran == 0:
+        return []
+    gaps = []
+
+    def gap(what: str, name: str, reason: str, detail: str) -> None:
+        gaps.append({"scenario": scenario, "what": what, "name": name, "reason": reason, "detail": detail})
+
+    for what, fired, enabled in (("fault kind", kinds, kinds_on), ("failpoint", failpoints, failpoints_on)):
+        for name, count in fired.items():
+            if count:
+                continue
+            seeds_on = enabled.get(name, 0)
+            if seeds_on == 0:
+                gap(what, name, "never-enabled", f"the swarm turned it off in all {ran} seeds")
+            elif what == "failpoint" and hits_on.get(name, 0) == 0:
+                gap(what, name, "enabled-never-reached",
+                    f"enabled in {seeds_on} of {ran} seeds, never reached in them")
+            elif what == "failpoint":
+                gap(what, name, "enabled-never-fired",
+                    f"enabled in {seeds_on} of {ran} seeds, reached {hits_on[name]} times there, never fired")
+            else:
+                gap(what, name, "enabled-never-fired", f"enabled in {seeds_on} of {ran} seeds, never fired")
+    for name, count in sometimes.items():
+        if count == 0:
+            gap("sometimes", name, "never-reached", f"no seed of {ran} reached it")
+    for name, count in checks.items():
+        if count == 0:
+            gap("invariant", name, "no-checks", f"0 checks in all {ran} seeds")
+    return gaps
+
+
+TOTALS = ("seeds", "ran", "passed", "detected", "beyond_seeds", "failed", "errors")
+# With one scenario, its coverage is the sweep's, at the top of the JSON too.
+SCENARIO_KEYS = ("scenario", "fault_kinds_fired", "fault_kinds_enabled", "faults_by_port", "failpoints_fired",
+                 "failpoints_enabled", "never_fired", "sometimes_reached", "sometimes_never", "invariant_checks")
+
+
+def summarize_sweep(per_scenario: Sequence[Mapping[str, Any]], *, wall_s: float, jobs: int,
+                    time_budget_s: float | None = None, budget_stopped_s: float | None = None) -> dict[str, Any]:
+    """The whole sweep: totals over its scenarios, their failures and gaps,
+    the budget, and each scenario's own summary (``scenarios``)."""
+    summary: dict[str, Any] = {key: sum(s[key] for s in per_scenario) for key in TOTALS}
+    summary.update({
+        "wall_s": round(wall_s, 2),
+        "jobs": jobs,
+        "time_budget_s": time_budget_s,
+        # Whether the budget left seeds unstarted, and when it stopped starting them.
+        "budget_stopped": summary["ran"] < summary["seeds"] and budget_stopped_s is not None,
+        "budget_stopped_at_s": None if budget_stopped_s is None else round(budget_stopped_s, 2),
+        "failing": [f for s in per_scenario for f in s["failing"]],
+        "error_runs": [e for s in per_scenario for e in s["error_runs"]],
+        "coverage_gaps": [g for s in per_scenario for g in s["coverage_gaps"]],
+        "scenarios": {s["scenario"]: dict(s) for s in per_scenario},
+    })
+    if len(per_scenario) == 1:
+        summary.update({key: per_scenario[0][key] for key in SCENARIO_KEYS})
+    return summary
+
+
+# -- the human summary -------------------------------------------------------------------
+
+
+def _counts(s: Mapping[str, Any]) -> str:
+    seeds = f"{s['ran']} of {s['seeds']} seeds" if s["ran"] != s["seeds"] else f"{s['seeds']} seeds"
+    detected = f"{s['detected']} detected of {s['beyond_seeds']} beyond the contract, " if s["beyond_seeds"] else ""
+    return f"{seeds}, {s['passed']} passed, {detected}{s['failed']} failed, {s['errors']} errors"
+
+
+def render_scenario(s: Mapping[str, Any]) -> list[str]:
+    lines = [f"{s['scenario']}: {_counts(s)}"]
+    for fail in s["failing"]:
+        beyond = " (beyond the contract)" if fail["beyond"] else ""
+        lines.append(f"  FAIL seed {fail['seed']}{beyond}: {fail['invariant']} at {fail['simulated_time']}: "
                      f"{fail['message'][:120]}")
         lines.append(f"    reproduce: {fail['repro_command']}"
                      + (f"  (repro file {fail['repro_file']})" if fail["repro_file"] else ""))
-    for error in summary["error_runs"]:
+    for error in s["error_runs"]:
         lines.append(f"  ERROR seed {error['seed']}: {error['error']}")
-    kinds = ", ".join(f"{k}={n}" for k, n in summary["fault_kinds_fired"].items())
-    fps = ", ".join(f"{k}={n}" for k, n in summary["failpoints_fired"].items())
-    lines.append(f"faults fired: {kinds or 'none'}")
-    for port, counts in summary["faults_by_port"].items():
-        lines.append(f"  at {port}: " + ", ".join(f"{k}={n}" for k, n in counts.items()))
-    lines.append(f"failpoints fired: {fps or 'none'}")
-    lines.append(f"never fired: {', '.join(summary['never_fired']) or 'none'}")
-    reached = ", ".join(f"{k} in {n}" for k, n in summary["sometimes_reached"].items())
-    lines.append(f"sometimes (seeds reaching each): {reached or 'none declared'}")
-    if summary["sometimes_never"]:
-        lines.append(f"COVERAGE GAP: never reached: {', '.join(summary['sometimes_never'])}")
+    ran = s["ran"] - s["errors"]
+    kinds = ", ".join(f"{k}={n} (on in {s['fault_kinds_enabled'].get(k, 0)}/{ran})"
+                      for k, n in s["fault_kinds_fired"].items())
+    fps = ", ".join(f"{k}={n} (on in {s['failpoints_enabled'].get(k, 0)}/{ran})"
+                    for k, n in s["failpoints_fired"].items())
+    lines.append(f"  faults fired: {kinds or 'none'}")
+    for port, counts in s["faults_by_port"].items():
+        lines.append(f"    at {port}: " + ", ".join(f"{k}={n}" for k, n in counts.items()))
+    lines.append(f"  failpoints fired: {fps or 'none'}")
+    reached = ", ".join(f"{k} in {n}" for k, n in s["sometimes_reached"].items())
+    lines.append(f"  sometimes (seeds reaching each): {reached or 'none declared'}")
+    return lines
+
+
+def render(summary: Mapping[str, Any]) -> str:
+    """Per scenario: its counts, failures and coverage; then the sweep: the
+    totals, the budget, every coverage gap, and the model coverage."""
+    lines = []
+    for s in summary["scenarios"].values():
+        lines.extend(render_scenario(s))
+    many = len(summary["scenarios"]) > 1
+    what = f"sweep of {len(summary['scenarios'])} scenarios" if many else "sweep"
+    lines.append(f"{what}: {_counts(summary)} in {summary['wall_s']:.1f}s ({summary['jobs']} jobs)")
+    if summary["budget_stopped"]:
+        lines.append(f"time budget {summary['time_budget_s']:g}s spent (at {summary['budget_stopped_at_s']:.1f}s): "
+                     f"stopped starting seeds; ran {summary['ran']} of {summary['seeds']} seeds")
+    for g in summary["coverage_gaps"]:
+        lines.append(f"COVERAGE GAP {g['scenario']}: {g['what']} {g['name']}: {g['detail']}")
+    if not summary["coverage_gaps"]:
+        lines.append("coverage: no gaps (every enabled fault kind and failpoint fired, every sometimes-property "
+                     "was reached, every invariant checked)")
+    if "model_coverage" in summary:
+        lines.append(model_coverage.render(summary["model_coverage"]))
     return "\n".join(lines)
+
+
+def gap_names(gaps: Iterable[Mapping[str, Any]], reason: str) -> list[str]:
+    """The names of the gaps with ``reason`` (for tests and reports)."""
+    return [g["name"] for g in gaps if g["reason"] == reason]

@@ -1,0 +1,527 @@
+"""The mutant catalogue: realistic planted bugs over every port, rule and
+invariant of the model (``faults.mutants`` applies them; ``loomsim
+mutants`` sweeps each).
+
+Each entry is the smallest edit that a tired person could have written:
+an inverted flag, a dropped guard, two lines in the wrong order, an
+off-by-one, a lookup with its arguments swapped. None is shaped to be easy
+to catch: a mutant the sweep misses is a finding about the sweep (which
+workload, fault or oracle is missing), never a reason to make the bug
+louder. Keep ``old`` short and local, so a change elsewhere in a module
+does not break it; the tests apply every entry.
+
+``scenarios``: the built-in workloads that run the patched code, in the
+order the sweep tries them; port-level mutants (a store adapter or a rule
+under one) end with ``port-storm``, whose adversarial clients call the
+stores directly.
+
+``ci_seed``/``ci_duration`` (in ``ci_scenario``, default the first
+scenario): a seed measured to detect the mutant, whose clean run passes,
+at the shortest duration that showed it (the fast CI subset,
+tests/test_mutants.py). A mutant without them had no detecting seed when
+the catalogue was measured (``loomsim mutants --seeds 0:8``): a survivor,
+and what the sweep lacks to catch it is a finding, not a reason to change
+the mutant.
+"""
+from __future__ import annotations
+
+from faults.mutants import Mutant
+
+SY = ("sentinel-year",)
+LS = ("ledger-storm",)
+BOTH = ("sentinel-year", "ledger-storm")
+# port-storm's adversarial clients call the stores directly: the port-level
+# mutants run there too (last: the built-in workloads are judged first).
+SY_PS = ("sentinel-year", "port-storm")
+LS_PS = ("ledger-storm", "port-storm")
+ALL = ("sentinel-year", "ledger-storm", "port-storm")
+
+MUTANTS: tuple[Mutant, ...] = (
+    # -- canonical JSON (RFC 8785) --------------------------------------------------
+    Mutant(
+        "canonical-insertion-order",
+        "Canonical JSON writes object members in insertion order instead of sorting them, so equal values "
+        "built in different orders get different bytes and digests.",
+        "model.canonical", "        keys = sorted(d)\n", "        keys = list(d)\n", ALL,
+        ci_seed=0, ci_duration="6h"),
+    Mutant(
+        "canonical-code-point-order",
+        "Non-ASCII member names are sorted by their UTF-8 bytes (code points) instead of UTF-16 code units, "
+        "disagreeing with every ECMAScript peer on supplementary-plane names.",
+        "model.canonical", '    return name.encode("utf-16-be", "surrogatepass")\n',
+        '    return name.encode("utf-8", "surrogatepass")\n', ALL,
+        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+    Mutant(
+        "canonical-float-repr",
+        "Floats are written with Python's repr (1.0, 1e+16, 5e-07) instead of the ECMAScript number form "
+        "(1, 10000000000000000, 5e-7).",
+        "model.canonical", "    if t is float:\n        return _encode_float(value)\n",
+        "    if t is float:\n        return repr(value)\n", ALL,
+        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+    Mutant(
+        "canonical-negative-zero",
+        "-0.0 is written as -0 instead of 0, so a value and its negated zero digest differently.",
+        "model.canonical", '            if r == "-0":\n                return "0"\n', "", ALL,
+        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+    Mutant(
+        "canonical-ascii-escapes",
+        "Strings are escaped ensure_ascii style (non-ASCII as \\uXXXX) instead of raw UTF-8 (module constant: "
+        "the encoder's functions read it at call time).",
+        "model.canonical", "_encode_basestring = json.encoder.encode_basestring\n",
+        "_encode_basestring = json.encoder.encode_basestring_ascii\n", ALL,
+        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+    Mutant(
+        "canonical-equal-by-value",
+        "canonical_equal compares Python values instead of canonical texts, so True equals 1 and a bool payload "
+        "is adopted as an int one.",
+        "model.canonical", "    return canonical_json(a) == canonical_json(b)\n", "    return a == b\n", SY),
+
+    # -- durable state: the CAS store, adopt-own-write, contracts ---------------------
+    Mutant(
+        "ds-cas-accepts-stale",
+        "The CAS rule only refuses an expected revision ahead of the store, so a stale writer's save lands "
+        "(a lost update) instead of conflicting.",
+        "model.durable_state.store", "    if expected_revision != actual_revision:\n",
+        "    if expected_revision > actual_revision:\n", SY_PS, ci_seed=4, ci_duration="6h"),
+    Mutant(
+        "ds-sqlite-cas-unguarded",
+        "The SQLite CAS update guards on revision >= expected instead of =, so a stale save overwrites a newer "
+        "record (module constant).",
+        "model.durable_state.sqlite_store", '    "WHERE key = ? AND revision = ?"\n',
+        '    "WHERE key = ? AND revision >= ?"\n', SY_PS, store="sqlite", ci_seed=4, ci_duration="6h"),
+    Mutant(
+        "ds-adopt-without-content-check",
+        "Adopt-own-write adopts any conflict at expected + 1 without comparing the stored envelope with the "
+        "attempted write, silencing the two-writers tripwire.",
+        "model.durable_state.handle",
+        "        if not canonical_equal(stored.payload, write.payload):\n            return None\n", "", SY,
+        ci_seed=4, ci_duration="1d"),
+    Mutant(
+        "ds-adopt-any-revision",
+        "Adopt-own-write adopts an equal envelope at whatever revision the store holds, not only at exactly "
+        "expected + 1.",
+        "model.durable_state.handle",
+        '        if getattr(conflict, "actual", None) != expected_revision + 1:\n            return None\n'
+        "        stored = await self.store.load(self.key)\n"
+        "        if stored is None or stored.revision != expected_revision + 1:\n",
+        "        stored = await self.store.load(self.key)\n        if stored is None:\n", SY),
+    Mutant(
+        "ds-adopt-ignores-version",
+        "Adopt-own-write adopts an equal payload stored under another contract version.",
+        "model.durable_state.handle",
+        "        if stored.contract_version != write.contract_version:\n            return None\n", "", SY),
+    Mutant(
+        "ds-migration-result-dropped",
+        "Load runs each migration but drops its result (as if migrations mutated in place), validating the "
+        "unmigrated payload.",
+        "model.durable_state.contracts", "                payload = migration(payload)\n",
+        "                migration(payload)\n", SY, ci_seed=0, ci_duration="6h"),
+    Mutant(
+        "ds-load-unvalidated",
+        "Load returns the stored payload as it is: no migration chain, no validation (the run proceeds on "
+        "old-version state).",
+        "model.durable_state.contracts",
+        "        if stored_version > self.version:\n            raise mismatch(FUTURE_VERSION)\n"
+        "        version = stored_version\n",
+        "        return payload\n        version = stored_version\n", SY, ci_seed=0, ci_duration="6h"),
+    Mutant(
+        "ds-load-skips-validation",
+        "Load validates only a payload it migrated; one stored at the current version is trusted unvalidated.",
+        "model.durable_state.contracts",
+        "        problem = self.validate(payload)\n        if problem is not None:\n"
+        "            raise mismatch(VALIDATION_FAILED, problem)\n",
+        "        problem = self.validate(payload) if version != stored_version else None\n"
+        "        if problem is not None:\n            raise mismatch(VALIDATION_FAILED, problem)\n", SY),
+    Mutant(
+        "ds-future-version-accepted",
+        "Load has no future-version check: state written by newer code is validated by the old contract "
+        "instead of refused as future-version.",
+        "model.durable_state.contracts",
+        "        if stored_version > self.version:\n            raise mismatch(FUTURE_VERSION)\n", "", SY,
+        ci_seed=0, ci_duration="6h"),
+    Mutant(
+        "ds-migration-never-persisted",
+        "The in-memory store keeps a row's first contract version on update, so a migrated payload saved at "
+        "the current version is still labelled with the old one.",
+        "model.durable_state.memory_store", "        contract_version = write.contract_version\n",
+        "        contract_version = write.contract_version if row is None else row[0]\n", SY_PS,
+        ci_seed=0, ci_duration="6h"),
+
+    # -- the submission ledger: admission, claims, leases, settlement ------------------
+    Mutant(
+        "ledger-admit-key-swapped",
+        "Admission looks the idempotency key up with principal and key swapped, so every retry (and every "
+        "duplicate alarm) admits a second submission.",
+        "model.ledger.memory_store", "        existing_id = self._by_key.get(key)\n",
+        "        existing_id = self._by_key.get((conversation_id, idempotency_key, principal_id))\n", ALL,
+        ci_seed=7, ci_duration="1d"),
+    Mutant(
+        "ledger-admit-new-receipt",
+        "An idempotent admission replay answers with a receipt minted for this request (salted with its time) "
+        "instead of the one the ledger issued.",
+        "model.ledger.rules",
+        "            AdmissionResult(existing.submission_id, existing.receipt, existing.queue_seq, True, input_digest),\n",
+        "            AdmissionResult(existing.submission_id, receipt_for(existing.submission_id, f\"{input_digest}@{now_ms}\"),\n"
+        "                            existing.queue_seq, True, input_digest),\n", ALL, ci_seed=7, ci_duration="1d"),
+    Mutant(
+        "ledger-admit-retry-readmits",
+        "An admission retried after it stopped before ready is admitted anew (dedupe only of ready rows): a "
+        "second submission under one idempotency key.",
+        "model.ledger.rules", "    if existing is not None:\n        if existing.input_digest != input_digest:\n",
+        "    if existing is not None and existing.ready:\n        if existing.input_digest != input_digest:\n", ALL,
+        ci_seed=6, ci_duration="15m", ci_scenario="ledger-storm"),
+    Mutant(
+        "ledger-claim-ignores-live-lease",
+        "A claim compares another owner's lease expiry with now + lease_ms (the lease counted twice), so a "
+        "live lease never blocks it.",
+        "model.ledger.rules",
+        "        and head.lease_expires_ms is not None\n        and head.lease_expires_ms > now_ms\n",
+        "        and head.lease_expires_ms is not None\n        and head.lease_expires_ms > now_ms + lease_ms\n",
+        ALL, ci_seed=0, ci_duration="6h"),
+    Mutant(
+        "ledger-renew-shortens",
+        "Renewal sets the lease to now + lease_ms even when that is earlier than the lease already granted.",
+        "model.ledger.rules", "    lease_expires_ms = max(row.lease_expires_ms, now_ms + lease_ms)  # never shortens\n",
+        "    lease_expires_ms = now_ms + lease_ms\n", LS_PS,
+        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-renew-after-expiry",
+        "Renewal does not check the lease is unexpired, so a lapsed owner resurrects its lease instead of "
+        "claiming anew at a new epoch.",
+        "model.ledger.rules", "    row = check_token(row, token, now_ms)\n", "    row = check_token(row, token)\n", LS_PS,
+        ci_seed=4, ci_duration="2h"),
+    Mutant(
+        "ledger-epoch-per-submission",
+        "A claim allocates the next epoch from the submission's own epoch instead of the conversation's "
+        "counter, so a new submission's owner reuses epoch 1.",
+        "model.ledger.rules", "    epoch = conversation.epoch + 1\n", "    epoch = (head.epoch or 0) + 1\n", ALL,
+        ci_seed=0, ci_duration="15m", ci_scenario="ledger-storm"),
+    Mutant(
+        "ledger-claim-newest-first",
+        "The in-memory ledger hands out the newest open submission instead of the FIFO head.",
+        "model.ledger.memory_store", "            nonterminal[0] if nonterminal else None,\n",
+        "            nonterminal[-1] if nonterminal else None,\n", LS_PS, ci_seed=1, ci_duration="15m"),
+    Mutant(
+        "ledger-sqlite-head-desc",
+        "The SQLite ledger's head query orders by queue_seq DESC: the newest open submission is claimed "
+        "first (module constant).",
+        "model.ledger.sqlite_store", '_SELECT_HEAD = _SELECT_NONTERMINAL_OF + " LIMIT 1"\n',
+        '_SELECT_HEAD = _SELECT_NONTERMINAL_OF + " DESC LIMIT 1"\n', LS_PS, store="sqlite",
+        ci_seed=1, ci_duration="15m"),
+    Mutant(
+        "ledger-unready-head-claimable",
+        "The unknown-head check is inverted: an unready head is claimable without its durable abort intent "
+        "(and not with one).",
+        "model.ledger.rules",
+        "    if not head.ready and head.abort_author is None:\n",
+        "    if not head.ready and head.abort_author is not None:\n", ALL,
+        ci_seed=6, ci_duration="15m", ci_scenario="ledger-storm"),
+    Mutant(
+        "ledger-reserve-overwrites",
+        "A second reservation with other content replaces the first instead of conflicting (last writer "
+        "wins over the exact reserved record).",
+        "model.ledger.rules", "    if row.reserved_digest is None:\n",
+        "    if row.reserved_digest is None or row.reserved_digest != record_digest:\n", ALL,
+        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-finalize-trusts-reservation",
+        "Finalize trusts the stored reservation without re-checking it against its reserved digest.",
+        "model.ledger.rules",
+        "    if digest(record) != row.reserved_digest:\n"
+        '        raise InvalidSettlement(submission_id, "stored record does not match its reserved digest")\n',
+        "", ALL),
+    Mutant(
+        "ledger-finalize-restamps",
+        "Finalize is an upsert: repeating it re-stamps the settlement with the new time instead of returning "
+        "the original settlement.",
+        "model.ledger.rules",
+        "    if row.settled_at_ms is not None:\n        assert row.outcome == outcome, (row.outcome, outcome)\n"
+        "        return Settlement(submission_id, outcome, row.reserved_digest, row.settled_at_ms, diagnostic), None\n",
+        "", ALL,
+        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-abort-overwrites-intent",
+        "A second abort request replaces the first intent's author and reason instead of returning it.",
+        "model.ledger.rules",
+        "    if row.abort_author is not None:\n        return AbortIntent(submission_id, row.abort_author, row.abort_reason), None\n",
+        "    if row.abort_author is not None and row.settled_at_ms is not None:\n"
+        "        return AbortIntent(submission_id, row.abort_author, row.abort_reason), None\n", LS_PS,
+        ci_seed=5, ci_duration="10m", ci_scenario="port-storm"),
+    Mutant(
+        "sqlite-deferred-begin",
+        "SQLite write transactions start with a deferred BEGIN instead of BEGIN IMMEDIATE, so a read-then-write "
+        "can fail with SQLITE_BUSY_SNAPSHOT that the busy timeout never retries.",
+        "model.sqlite_db", '        conn.execute("BEGIN IMMEDIATE")\n', '        conn.execute("BEGIN")\n', LS,
+        store="sqlite"),
+
+    # -- the conversation log: fenced appends, the chain, recovery reads -------------------
+    Mutant(
+        "log-append-skips-epoch",
+        "Append skips the stale-epoch check: a fenced-out producer's batch lands when its expected tail "
+        "still matches.",
+        "model.conversation.rules",
+        "    if request.epoch < conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
+        "", ALL, ci_seed=4, ci_duration="2h", ci_scenario="ledger-storm"),
+    Mutant(
+        "log-append-epoch-shared",
+        "Append lets another producer write at the conversation's current epoch (the same-epoch producer "
+        "check is gone).",
+        "model.conversation.rules",
+        "    if request.epoch == conversation.epoch and request.producer_id != conversation.producer_id:\n"
+        '        raise FenceRejected(cid, request.epoch, conversation.epoch, f"epoch held by producer {conversation.producer_id!r}")\n',
+        "", ALL,
+        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+    Mutant(
+        "log-materialize-epoch-back",
+        "Materialize lets any other epoch take the conversation over, a lower one included, so a stale owner "
+        "moves the log's epoch back.",
+        "model.conversation.rules", "    if epoch > current_epoch:\n        return MATERIALIZE_TAKEOVER\n",
+        "    if epoch != current_epoch:\n        return MATERIALIZE_TAKEOVER\n", ALL,
+        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+    Mutant(
+        "log-replay-without-digest",
+        "A batch id already committed is always answered as an exact retry, without comparing batch digests "
+        "(different content under a reused id is silently dropped).",
+        "model.conversation.rules",
+        "        if existing_batch.batch_digest == prepared.batch_digest:\n            return replay_result(existing_batch)\n"
+        '        raise AppendConflict(cid, "batch-digest", request.batch_id)\n',
+        "        return replay_result(existing_batch)\n", ALL,
+        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+    Mutant(
+        "log-tail-seq-only",
+        "Append checks the expected tail sequence but not the expected tail digest.",
+        "model.conversation.rules",
+        "    if request.expected_tail_seq != conversation.tail_seq or request.expected_tail_digest != conversation.tail_digest:\n",
+        "    if request.expected_tail_seq != conversation.tail_seq:\n", ALL),
+    Mutant(
+        "log-chain-unlinked",
+        "Each batch's tail digest is chained from zeros instead of the previous tail digest, so the chain no "
+        "longer commits to earlier batches.",
+        "model.conversation.rules",
+        '        ("previousTailDigest", canonical_json(previous_tail_digest)),\n    ]))\n',
+        '        ("previousTailDigest", canonical_json(ZERO_DIGEST)),\n    ]))\n', ALL, ci_seed=0, ci_duration="6h"),
+    Mutant(
+        "log-short-page-end",
+        "The recovery read takes a short page as the end of history and checks the digest chain only when "
+        "it read up to the captured tail.",
+        "model.conversation.recovery",
+        "        if len(got) != want:\n            expected = after_seq + len(got) + 1\n"
+        "            raise HistoryCorrupted(\n                conversation_id, expected if len(got) < want else after_seq + want + 1,\n"
+        "                None if len(got) < want else got[want].seq,\n"
+        '                f"page after seq {after_seq} returned {len(got)} records, expected {want}",\n'
+        "            )\n        records.extend(got)\n"
+        "    recomputed = recompute_chain(conversation_id, records, start_seq + 1, after_digest)\n"
+        "    if recomputed != tail.tail_digest:\n",
+        "        records.extend(got)\n        if len(got) < want:\n            break  # a short page: the end of history\n"
+        "    recomputed = recompute_chain(conversation_id, records, start_seq + 1, after_digest)\n"
+        "    if len(records) == total - start_seq and recomputed != tail.tail_digest:\n", LS_PS,
+        ci_seed=1, ci_duration="15m"),
+    Mutant(
+        "log-gap-accepted",
+        "The recovery read's page check looks only at the last sequence number a page reaches, so a page "
+        "missing a record in the middle passes it.",
+        "model.conversation.recovery",
+        "        for offset, record in enumerate(got[:want]):\n            expected = after_seq + offset + 1\n"
+        "            if record.seq != expected:\n"
+        '                raise HistoryCorrupted(conversation_id, expected, record.seq, "non-contiguous page")\n'
+        "        if len(got) != want:\n",
+        "        if not got or got[-1].seq != after_seq + want:\n", LS_PS),
+    Mutant(
+        "log-chain-gap-regrouped",
+        "Recomputing the digest chain regroups records by batch id alone and ignores their sequence numbers, "
+        "so a gap is not a corruption.",
+        "model.conversation.rules",
+        "        if record.seq != expected:\n"
+        '            raise HistoryCorrupted(conversation_id, expected, record.seq, "sequence gap")\n', "", LS_PS),
+
+    # -- the lifecycle: reserve -> append -> finalize, the canonical record wins ---------------
+    Mutant(
+        "lifecycle-finalize-before-append",
+        "Terminalization finalizes the ledger before appending the canonical settlement record to the log.",
+        "model.lifecycle",
+        "        self.failpoints.hit(RESERVED_BEFORE_APPEND)\n        if logged is None or append_if_logged:\n"
+        "            await append(settle_batch_id(submission_id),\n"
+        "                         settled_entry(submission_id, reservation.record_digest, record))\n"
+        "        self.failpoints.hit(APPENDED_BEFORE_FINALIZE)\n"
+        "        settlement = await self.ledger.finalize_settlement(\n"
+        "            submission_id, self.now_ms() if finalized_at_ms is None else finalized_at_ms)\n",
+        "        self.failpoints.hit(RESERVED_BEFORE_APPEND)\n"
+        "        settlement = await self.ledger.finalize_settlement(\n"
+        "            submission_id, self.now_ms() if finalized_at_ms is None else finalized_at_ms)\n"
+        "        self.failpoints.hit(APPENDED_BEFORE_FINALIZE)\n        if logged is None or append_if_logged:\n"
+        "            await append(settle_batch_id(submission_id),\n"
+        "                         settled_entry(submission_id, reservation.record_digest, record))\n", BOTH,
+        ci_seed=0, ci_duration="6h"),
+    Mutant(
+        "lifecycle-ledger-over-log",
+        "Repair trusts the ledger over the log: the reserved record wins over the settlement record the log "
+        "already holds.",
+        "model.lifecycle",
+        "    if logged is not None:\n        return logged\n    if reserved is not None:\n        return reserved\n",
+        "    if reserved is not None:\n        return reserved\n    if logged is not None:\n        return logged\n",
+        BOTH),
+    Mutant(
+        "lifecycle-fresh-over-reserved",
+        "A successor settles with a freshly computed record instead of the one its predecessor reserved.",
+        "model.lifecycle", "    if reserved is not None:\n        return reserved\n    return fresh()\n",
+        "    return fresh()\n", BOTH),
+    Mutant(
+        "runs-resume-settled",
+        "A restarted worker resumes a run whose log already holds its settlement instead of only finalizing it.",
+        "model.runs", "        if await self._settle_from_log(run_id, record):\n            return\n", "", SY),
+
+    Mutant(
+        "runs-settlement-drops-findings",
+        "A run's settlement record leaves its findings out of the result (they were emitted as events "
+        "already), so what the ledger retains is not what the run returned.",
+        "model.runs", '        return {"outcome": "completed", "result": output}\n',
+        '        return {"outcome": "completed", "result": {k: v for k, v in output.items() if k != "findings"}}\n',
+        SY,
+        ci_seed=0, ci_duration="6h"),
+
+    # -- schedules: one live occurrence, the high-water mark, retired occurrences --------------
+    Mutant(
+        "runs-duplicate-wake-runs",
+        "A replayed admission (a duplicate alarm) is reported as a fresh start, so the driver runs the "
+        "occurrence a second time.",
+        "model.runs", "        if admission.replayed:\n            return StartOutcome(await self.load_execution(run_id), True)\n",
+        "        if admission.replayed:\n            return StartOutcome(await self.load_execution(run_id), False)\n",
+        SY, ci_seed=7, ci_duration="1d"),
+    Mutant(
+        "sched-busy-ignored",
+        "A wake delivered while the schedule's run is in progress starts the next occurrence anyway (only a "
+        "parked run blocks): two live occurrences.",
+        "model.schedules", "        if self._busy or self._parked:\n", "        if self._parked:\n", SY),
+    Mutant(
+        "sched-high-water-cursor-only",
+        "The schedule's high-water mark is read from the cursor alone, ignoring a live run admitted before "
+        "the cursor advanced.",
+        "model.runs",
+        "        high = cursor.high_water_ms\n        for record in await self.live_executions(schedule_id):\n",
+        "        high = cursor.high_water_ms\n        for record in ():\n", SY),
+    Mutant(
+        "runs-retired-off-by-one",
+        "A start refuses occurrences strictly below the archive watermark, so the last retired occurrence "
+        "can start again once its ledger row is gone.",
+        "model.runs", "occurrence_ms <= cursor.archived_through_ms:\n", "occurrence_ms < cursor.archived_through_ms:\n",
+        SY),
+
+    # -- the kernel: step records, replay, migration markers ---------------------------
+    Mutant(
+        "kernel-writes-unflushed",
+        "The group-commit flag is inverted: earlier step records are flushed before read-only effects instead "
+        "of before writing ones, so a re-run after a crash re-reads state its own write changed.",
+        "model.kernel.kernel", "        elif writes and pending:\n", "        elif not writes and pending:\n", SY),
+    Mutant(
+        "kernel-replay-rereads",
+        "Resuming a run re-runs its recorded read-only effects (to refresh them) before folding the recorded "
+        "value, so replay touches the stores.",
+        "model.kernel.kernel",
+        "        if self._cursor < len(log):\n            return await self._fold(step_id)\n",
+        "        if self._cursor < len(log):\n            if not writes:\n                await effect()\n"
+        "            return await self._fold(step_id)\n", SY, ci_seed=0, ci_duration="6h"),
+    Mutant(
+        "kernel-replay-resolves-ref",
+        "A resumed run folds a claim-checked step by fetching its bytes back from the content store instead of "
+        "folding the recorded reference.",
+        "model.kernel.kernel",
+        "        if step.kind == STEP_COMPLETED:\n            self._cursor += 1\n            self.replayed += 1\n"
+        "            return step.output\n",
+        "        if step.kind == STEP_COMPLETED:\n            self._cursor += 1\n            self.replayed += 1\n"
+        "            output = step.output\n            if self._kernel is not None:\n"
+        "                from model.claimcheck import ClaimCheck, is_claim_ref, resolve_ref\n"
+        "                for layer in self._kernel.middleware:\n"
+        "                    if isinstance(layer, ClaimCheck) and is_claim_ref(output):\n"
+        "                        output = await resolve_ref(layer._content_store, output)\n"
+        "            return output\n", SY, ci_seed=4, ci_duration="7d"),
+    Mutant(
+        "kernel-migration-unrecorded",
+        "A run resumed on new code is migrated in memory only: the EXECUTION_MIGRATED marker is never made "
+        "durable.",
+        "model.kernel.kernel",
+        "        marker = await self.store.append_step(\n            run_id, len(log) + 1,",
+        "        marker = StepRecord(\n            run_id, len(log) + 1,", SY, ci_seed=0, ci_duration="6h"),
+
+    # -- claim-check, the content store, pins, findings, retention ---------------------------
+    Mutant(
+        "claimcheck-keeps-bytes",
+        "Claim-check stores the blob of a tool without a declared digest but records the payload itself, so "
+        "those outputs stay inline over the cap.",
+        "model.claimcheck", '        if digest_fn is None:\n            return {"ref": ref, "size": size}\n',
+        "        if digest_fn is None:\n            return output\n", SY_PS, ci_seed=1, ci_duration="1d"),
+    Mutant(
+        "claimcheck-blob-unindexed",
+        "Claim-checked blobs are stored but never recorded in the pin index, so retention never sees (or "
+        "reclaims) them.",
+        "model.claimcheck", "        await self._index.record_blob(ref, size, stored_at_ms=self._now_ms())\n", "", SY_PS),
+    Mutant(
+        "content-unverified",
+        "The in-memory content store returns a blob without checking that its bytes still hash to its ref.",
+        "model.conversation.content_store",
+        "    actual = content_ref(data)\n    if actual != ref:\n        raise ContentCorrupted(ref, actual)\n", "", SY_PS),
+    Mutant(
+        "retention-drops-pins",
+        "Retention keeps a pin only if its holder is a live run id, but holders are finding ids: every pin is "
+        "dropped each pass and cited evidence is reclaimed.",
+        "model.retention", "        live_ids = {f.finding_id for f in await self.findings.live_findings()}\n",
+        "        live_ids = {f.run_id for f in await self.findings.live_findings()}\n", SY,
+        ci_seed=1, ci_duration="3d"),
+    Mutant(
+        "projector-pins-after-apply",
+        "The projector applies a run's findings before pinning their evidence, so a crash in between leaves "
+        "cited blobs unpinned for good.",
+        "model.findings",
+        "                for finding in found:\n                    for ref in finding[\"evidence\"]:\n"
+        "                        await pins.pin(ref, finding[\"id\"])\n"
+        "                await findings.apply_run(schedule_id, occurrence_ms, run_id, found,\n"
+        "                                         settled_at_ms=record.settled_at_ms)\n",
+        "                await findings.apply_run(schedule_id, occurrence_ms, run_id, found,\n"
+        "                                         settled_at_ms=record.settled_at_ms)\n"
+        "                for finding in found:\n                    for ref in finding[\"evidence\"]:\n"
+        "                        await pins.pin(ref, finding[\"id\"])\n", SY),
+    Mutant(
+        "findings-drops-first",
+        "The in-memory projection skips a run's first finding when applying it (an off-by-one slice).",
+        "model.findings", "        opened = 0\n        for row in rows:\n            if row.finding_id in self._live:\n",
+        "        opened = 0\n        for row in rows[1:]:\n            if row.finding_id in self._live:\n", SY,
+        ci_seed=0, ci_duration="1d"),
+    Mutant(
+        "projector-skips-unadmitted",
+        "The projector moves its checkpoint past the latest due occurrence before it is admitted, so that "
+        "run's findings are never projected.",
+        "model.findings",
+        "                if occurrence_ms + schedule.every_ms > high_ms:\n"
+        "                    break  # the latest occurrence may not be admitted yet\n", "", SY,
+        ci_seed=2, ci_duration="7d"),
+    Mutant(
+        "retention-passes-open-work",
+        "Retention skips over a run with open work and retires the settled runs behind it.",
+        "model.retention", "                return  # open work: nothing behind it is retired before it\n",
+        "                pass  # open work: retired later\n", SY),
+    Mutant(
+        "retention-delete-before-retire",
+        "Retention deletes a run's rows before moving the archive watermark past it, so a crash in between "
+        "leaves an occurrence neither archived nor retired.",
+        "model.retention",
+        "                await store.retire(schedule_id, occurrence_ms, run_id, summary)\n"
+        "                await self._delete(run_id)\n",
+        "                await self._delete(run_id)\n"
+        "                await store.retire(schedule_id, occurrence_ms, run_id, summary)\n", SY,
+        ci_seed=6, ci_duration="3d"),
+
+    # -- checkpoints (persistence §8) ------------------------------------------------------
+    Mutant(
+        "checkpoint-digest-unchecked",
+        "A recovery uses the latest checkpoint without checking the log's digest at its position still "
+        "matches.",
+        "model.conversation.checkpoints",
+        "    if await log.digest_at(conversation_id, checkpoint.covered_seq) != checkpoint.tail_digest:\n"
+        '        return CheckpointDecision(None, "digest-mismatch")\n', "", LS_PS),
+    Mutant(
+        "checkpoint-save-unchecked",
+        "Saving a checkpoint no longer checks its tail digest against the log's digest at its position.",
+        "model.conversation.checkpoints",
+        "    if digest_at_covered != checkpoint.tail_digest:\n",
+        "    if digest_at_covered is None:\n", LS_PS,
+        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+)

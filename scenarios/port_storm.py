@@ -1,0 +1,70 @@
+"""port-storm: adversarial clients on every port, at the edges of the contracts.
+
+Two or three adversary processes (``scenarios.adversary``) call the
+durable-state store, the submission ledger, the conversation log, the
+checkpoint store and the content store directly, sharing keys and
+conversations so their calls race, with legal and illegal arguments at the
+edges (non-ASCII keys, float and integer extremes, logs past one page,
+payloads on the size caps, claims at the lease-expiry instant, identical and
+conflicting retries, aborts racing settlement), under kills, pauses past the
+lease, every port fault kind (``reply-lost`` included: the adversary retries
+the same call, as a production client would) and damaged log reads. Its own
+expectations fail ``adversary-expectations``; the reference model checks
+every answer against an independent model.
+"""
+from __future__ import annotations
+
+from faults.kinds import PORT_FAULT_KINDS
+from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
+from scenarios import api as inv
+from scenarios.adversary import CALL_STATS, EDGE_STATS, Adversary
+from scenarios.api import (ACK_LOST, CORRUPT_ROW, CRASH_BEFORE_CALL, LATENCY, MINUTE, NODE_KILL, NODE_PAUSE,
+                           REPLY_LOST, SECOND, SEQUENCE_GAP, SHORT_PAGE, TRANSIENT_ERROR, WRITE_CONTENTION, Knob,
+                           NodeKills, NodePauses, Param, PortFaults, Run, Stack, SwarmSpace, System,
+                           fault_intensity_knob, scenario)
+
+# Every port fault kind there is (a kind added later fires here at the
+# default rate), the damaged read answers, and these rates.
+OWN_RATES = {CRASH_BEFORE_CALL: 2e-4, ACK_LOST: 2e-4, TRANSIENT_ERROR: 1e-3, WRITE_CONTENTION: 1e-3, LATENCY: 5e-4,
+             REPLY_LOST: 1e-3, SHORT_PAGE: 0.03, SEQUENCE_GAP: 0.03, CORRUPT_ROW: 0.03}
+RATES = {**dict.fromkeys(PORT_FAULT_KINDS, 1e-3), **OWN_RATES}
+RESTART_MS = (1 * SECOND, 20 * SECOND)
+RACES, LATE_ABORTS, CLAIM_CHECK = "shared-races", "late-abort-race", "claim-check"
+# Called less than the others: their faults fire 4x as often. (At the top
+# fault intensity, 10x, a retryable kind then fails 4% of those calls; the
+# plan caps any boosted rate at 0.5, since a rate of 1 would fail every
+# call forever.)
+RARE_SITES = ("checkpoints.save", "checkpoints.load_latest", "log.digest_at", "log.delete_conversation",
+              "log.lookup_batch", "content.delete", "content.has", "ledger.purge_conversation",
+              "ledger.load_recovery_snapshot", "ledger.scan_nonterminal", "ledger.get_by_idempotency_key")
+SWARM = SwarmSpace(
+    fault_kinds=(*PORT_FAULT_KINDS, NODE_KILL, NODE_PAUSE, SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW),
+    workload=(RACES, LATE_ABORTS, CLAIM_CHECK),
+    knobs=(Knob("lease_ms", 10 * SECOND, 1 * SECOND, 30 * SECOND, "claim lease"),
+           Knob("busy_timeout_ms", BUSY_MS, 100, 10_000, "SQLite busy timeout"),
+           Knob("adversaries", 3, 2, 3, "adversary processes"), fault_intensity_knob(values=(1, 1, 3, 10))))
+# Every edge and every port method, across a sweep; plus what the faults must cause.
+SOMETIMES = EDGE_STATS + CALL_STATS + ("adversary_typed_rejections", "adversary_retries", "worker_crashes",
+                                       "edge_replies_lost_retried", "stale_writes_fenced")
+
+
+@scenario("port-storm", "adversarial clients at the edges of every port contract, racing, under every fault",
+          duration="1h", swarm=SWARM, sometimes=SOMETIMES,
+          params=(Param("think_ms", 20 * SECOND, "most an adversary waits between episodes (ms)", 10, 10 * MINUTE),))
+def port_storm(run: Run) -> Stack:
+    lease_ms = run.knob("lease_ms")
+    adversary = Adversary(nodes=run.knob("adversaries"), lease_ms=lease_ms,
+                          think_ms=(max(1, run.param("think_ms") // 40), run.param("think_ms")), era_ms=30 * MINUTE,
+                          races=run.does(RACES), late_aborts=run.does(LATE_ABORTS), claim_check=run.does(CLAIM_CHECK))
+    return Stack(
+        system=System(file_name="port-storm.db", restart_ms=RESTART_MS, damaged_reads=True),
+        workloads=[
+            adversary,
+            NodeKills(adversary.names, every_ms=(10 * MINUTE, 40 * MINUTE), restart_ms=RESTART_MS),
+            # Pauses past the lease: a claim held across one lapses while its owner sleeps.
+            NodePauses(adversary.names, every_ms=(5 * MINUTE, 30 * MINUTE),
+                       pause_ms=((lease_ms + SECOND, 2 * lease_ms), (100, lease_ms))),
+        ],
+        faults=PortFaults(run.rates(RATES), boosted_sites=RARE_SITES, boost=4),
+        checks=[adversary.checker, inv.ReferenceModel(), inv.Fencing(), inv.LogChain()],
+        heal_ms_max=20 * MINUTE, settle_ms=5 * MINUTE)

@@ -1,0 +1,829 @@
+"""A reference model of the Submission Ledger port, checked call by call.
+
+Why: the other oracles judge the system with the system's own understanding
+of the ledger, so a wrong ledger rule is self-consistent and invisible to
+them. This is a second, deliberately plain reading of the contract
+(persistence §3, §9, §10 and the shared conformance checks) in dicts and
+lists. It shares no code with the adapters or their rules: it only borrows
+the record and error *types* of ``model.ledger.records`` to build the typed
+answer the contract requires, and its digests come from the references' own
+RFC 8785 encoder (``scenarios.reference.jcs``). The ``reference-model``
+oracle shows ``observe`` every ledger call a run makes as it committed
+(``faults.ports.PortCall``); the model applies it and says whether the
+store's answer is the one the contract allows. ``key_of`` names the
+conversation a call touches, ``forget`` stops checking a diverged one, and
+``audit`` compares the end state with the store's rows.
+
+Values the contract leaves to the store are adopted on first sight and
+checked on every later use: the minted submission id and receipt (unique
+among the rows held, the same on every exact retry and read), the
+``queue_seq`` (1 for a conversation's first admission, strictly increasing
+after it, gaps allowed: the contract promises order, not density), and the
+producer epoch (strictly increasing per conversation, its step left open).
+
+Points the contract is silent on, where the model follows what both
+adapters (memory, SQLite) do — each named where it is used:
+
+- the lease boundary: a lease is live while ``now_ms < lease_expires_ms``;
+  at exactly its expiry instant it has lapsed (L1);
+- the same owner may claim again while its own lease is live, at a new
+  epoch (L2);
+- release, the input marker and reserve are fenced by owner + epoch only,
+  not by the clock; renew also needs the lease live (L3);
+- finalize leaves the ownership columns as they are, so a settled row's
+  token still renews, releases and re-reserves its own record (L4);
+- which error wins when several apply: reserve checks the record's shape
+  before the submission exists; tokens are checked epoch first (L5);
+- purge forgets the conversation entirely: its queue_seq, its epoch and so
+  its submission ids start again from scratch (L6);
+- abort of a settled submission with no earlier intent is
+  ``AbortConflict``; with one, the first intent is returned (L7).
+
+A call whose answer diverges changes nothing in the model (it cannot know
+what the store wrote), so later messages may be consequences of the first.
+
+Memory: one small row per submission the ledger holds, one entry per
+conversation it knows, a bounded deque of recent calls per conversation;
+``purge_conversation`` drops all of a conversation's entries.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import attrs
+
+from model.ledger.records import (
+    AbortIntent,
+    AdmissionResult,
+    Claim,
+    OwnershipRenewal,
+    RecoverySnapshot,
+    ReservedSettlement,
+    Settlement,
+    SubmissionOwnership,
+    SubmissionRecord,
+)
+from scenarios.reference import HISTORY_MAX, error_name, retryable
+from scenarios.reference.jcs import canonical, digest_text, read_back
+
+SCHEMA_VERSION = 1  # persistence §11: every record carries it; one version during development.
+OUTCOMES = ("completed", "failed", "aborted")
+READS = frozenset({"get", "get_by_idempotency_key", "load_recovery_snapshot", "scan_nonterminal", "capabilities"})
+# The methods whose first argument names the submission, not the conversation.
+BY_SUBMISSION = frozenset({"mark_ready", "request_abort", "finalize_settlement", "get"})
+BY_TOKEN = frozenset({"renew_ownership", "release_ownership", "mark_input_applied", "reserve_settlement"})
+
+# The port's parameters, in order (model/ledger/port.py): a call may pass any of them by keyword.
+PARAMS: dict[str, tuple[str, ...]] = {
+    "admit": ("conversation_id", "principal_id", "idempotency_key", "input", "now_ms"),
+    "mark_ready": ("submission_id",),
+    "claim": ("conversation_id", "owner_id", "lease_ms", "now_ms"),
+    "renew_ownership": ("token", "lease_ms", "now_ms"),
+    "release_ownership": ("token",),
+    "mark_input_applied": ("token",),
+    "request_abort": ("submission_id", "author", "reason"),
+    "reserve_settlement": ("token", "record"),
+    "finalize_settlement": ("submission_id", "now_ms"),
+    "purge_conversation": ("conversation_id",),
+    "get": ("submission_id",),
+    "get_by_idempotency_key": ("conversation_id", "principal_id", "idempotency_key"),
+    "load_recovery_snapshot": ("conversation_id",),
+    "scan_nonterminal": (),
+    "capabilities": (),
+}
+
+
+# --- the model's rows ---------------------------------------------------------------
+
+
+class _Elided:
+    """A settled row's JSON value, no longer held: only its digest is."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<the value of its digest>"
+
+
+_ELIDED = _Elided()
+
+
+class _Row:
+    """One submission as the contract says the ledger holds it. Once
+    settled, the input and the settlement record are kept as digests only:
+    the history is retained indefinitely, and reads of it are rare."""
+
+    __slots__ = ("submission_id", "conversation_id", "principal_id", "idempotency_key", "queue_seq",
+                 "input_text", "input_digest", "receipt", "admitted_at_ms", "ready", "owner_id", "epoch",
+                 "lease_expires_ms", "input_applied", "abort_author", "abort_reason", "reserved_text",
+                 "reserved_digest", "outcome", "settled_at_ms", "diagnostic", "_record")
+
+    def __init__(self, submission_id: str, conversation_id: str, principal_id: str, idempotency_key: str,
+                 queue_seq: int, input_text: str, input_digest: str, receipt: str, admitted_at_ms: int) -> None:
+        self.submission_id = submission_id
+        self.conversation_id = conversation_id
+        self.principal_id = principal_id
+        self.idempotency_key = idempotency_key
+        self.queue_seq = queue_seq
+        self.input_text = input_text
+        self.input_digest = input_digest
+        self.receipt = receipt
+        self.admitted_at_ms = admitted_at_ms
+        self.ready = False
+        self.owner_id: str | None = None
+        self.epoch: int | None = None
+        self.lease_expires_ms: int | None = None
+        self.input_applied = False
+        self.abort_author: str | None = None
+        self.abort_reason: str | None = None
+        self.reserved_text: str | None = None
+        self.reserved_digest: str | None = None
+        self.outcome: str | None = None
+        self.settled_at_ms: int | None = None
+        self.diagnostic: object = None  # a failed settlement's, once finalized
+        # The SubmissionRecord the contract says a read returns, built once
+        # per change: workers scan the open work every poll, so a scan must
+        # cost a comparison, not a decode. Every write calls ``changed``.
+        self._record: SubmissionRecord | None = None
+
+    def changed(self) -> None:
+        self._record = None
+
+    def record(self) -> SubmissionRecord:
+        """What a read returns; once settled, with the two JSON values elided
+        (``matches`` compares them by digest)."""
+        if self.settled_at_ms is not None:
+            return self._build_record()  # rarely read again: not worth its memory
+        if self._record is None:
+            self._record = self._build_record()
+        return self._record
+
+    def _build_record(self) -> SubmissionRecord:
+        return SubmissionRecord(
+            submission_id=self.submission_id, conversation_id=self.conversation_id,
+            principal_id=self.principal_id, idempotency_key=self.idempotency_key, queue_seq=self.queue_seq,
+            input=_ELIDED if self.input_text is None else read_back(self.input_text),
+            input_digest=self.input_digest, receipt=self.receipt,
+            admitted_at_ms=self.admitted_at_ms, ready=self.ready, owner_id=self.owner_id, epoch=self.epoch,
+            lease_expires_ms=self.lease_expires_ms, input_applied=self.input_applied,
+            abort_author=self.abort_author, abort_reason=self.abort_reason,
+            reserved_record=(None if self.reserved_digest is None else _ELIDED) if self.reserved_text is None
+            else read_back(self.reserved_text),
+            reserved_digest=self.reserved_digest, outcome=self.outcome, settled_at_ms=self.settled_at_ms,
+            schema_version=SCHEMA_VERSION)
+
+    def matches(self, record: object) -> bool:
+        """Is ``record`` (a store's read) the one the contract says?"""
+        if self.input_text is not None:
+            return type(record) is SubmissionRecord and record == self.record()
+        if type(record) is not SubmissionRecord:
+            return False
+        try:
+            values_agree = digest_text(canonical(record.input)) == self.input_digest and (
+                digest_text(canonical(record.reserved_record)) == self.reserved_digest)
+        except ValueError:
+            return False
+        return values_agree and attrs.evolve(record, input=_ELIDED, reserved_record=_ELIDED) == self.record()
+
+    def ownership(self) -> SubmissionOwnership:
+        return SubmissionOwnership(
+            submission_id=self.submission_id, queue_seq=self.queue_seq, ready=self.ready, owner_id=self.owner_id,
+            epoch=self.epoch, lease_expires_ms=self.lease_expires_ms, input_applied=self.input_applied,
+            abort_requested=self.abort_author is not None, abort_author=self.abort_author,
+            abort_reason=self.abort_reason, reserved_digest=self.reserved_digest,
+            settled=self.settled_at_ms is not None)
+
+    def lease_live(self, now_ms: int) -> bool:
+        # L1: live strictly before the expiry instant. The specification is
+        # silent; both adapters (and the conformance check that a rival's
+        # claim at exactly ``lease_expires_ms`` succeeds) treat the lease as
+        # lapsed at that instant.
+        return self.lease_expires_ms is not None and now_ms < self.lease_expires_ms
+
+
+class _Conversation:
+    __slots__ = ("epoch", "last_queue_seq", "rows", "open", "history")
+
+    def __init__(self) -> None:
+        self.epoch = 0  # the producer epoch: 0 before the first claim (RecoverySnapshot)
+        self.last_queue_seq = 0
+        self.rows: dict[str, _Row] = {}  # every held submission, by admission (= queue) order
+        self.open: dict[str, _Row] = {}  # the unsettled ones, in queue order: the first is the FIFO head
+        self.history: collections.deque = collections.deque(maxlen=HISTORY_MAX)
+
+
+class _Mismatch(Exception):
+    """The store's answer is not one the contract allows: the message says why."""
+
+
+_MISSING = object()
+PORT_INT_MAX = 2 ** 53 - 1
+
+
+def _is_int(value: object) -> bool:
+    # The contract's integers are JSON numbers: within +/-(2**53 - 1).
+    return type(value) is int and -PORT_INT_MAX <= value <= PORT_INT_MAX
+
+
+def _short(value: object, limit: int = 160) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _token_text(token: object) -> str:
+    if isinstance(token, Claim):
+        return f"token({token.submission_id}, owner={token.owner_id}, epoch={token.epoch})"
+    return _short(token)
+
+
+def _call_text(call: Any, bound: dict) -> str:
+    parts = []
+    for name, value in bound.items():
+        if name == "token":
+            parts.append(_token_text(value))
+        elif name in ("input", "record"):
+            parts.append(f"{name}={_short(value, 60)}")
+        else:
+            parts.append(f"{name}={value!r}")
+    return f"{call.node} ledger.{call.method}({', '.join(parts)}) at {call.time_ms} ms"
+
+
+def _answer_text(call: Any) -> str:
+    if call.error is not None:
+        return f"{error_name(call.error)}: {_short(str(call.error), 200)}"
+    return _short(call.result, 300)
+
+
+# What a history entry keeps of an answer: a few scalars, never a JSON value.
+_BRIEF_FIELDS: dict[type, tuple[str, ...]] = {
+    AdmissionResult: ("submission_id", "queue_seq", "replayed"),
+    Claim: ("submission_id", "owner_id", "epoch", "lease_expires_ms"),
+    OwnershipRenewal: ("submission_id", "owner_id", "epoch", "lease_expires_ms"),
+    AbortIntent: ("submission_id", "author"),
+    ReservedSettlement: ("submission_id",),
+    Settlement: ("submission_id", "outcome", "settled_at_ms"),
+    SubmissionRecord: ("submission_id", "ready", "owner_id", "epoch", "outcome"),
+    RecoverySnapshot: ("epoch",),
+}
+
+
+def _brief_value(value: object) -> object:
+    if value is None or type(value) in (str, int, bool):
+        return value
+    fields = _BRIEF_FIELDS.get(type(value))
+    if fields is not None:
+        return (type(value).__name__,) + tuple(getattr(value, field) for field in fields)
+    if isinstance(value, dict) and "outcome" in value:
+        return ("record", value["outcome"])
+    return type(value).__name__
+
+
+def _brief(call: Any) -> tuple:
+    """A history entry: small scalars that are mostly shared with the
+    store's own rows, so a conversation's history costs a few hundred bytes
+    whatever its calls carried (inputs, records, scans)."""
+    answer = error_name(call.error) if call.error is not None else _brief_value(call.result)
+    args = call.args + tuple(call.kwargs.values()) if call.kwargs else call.args
+    return (call.time_ms, call.node, call.method, tuple(_brief_value(v) for v in args), answer)
+
+
+def _bind(call: Any) -> dict | None:
+    names = PARAMS.get(call.method)
+    if names is None or len(call.args) > len(names):
+        return None
+    if not call.kwargs:  # the common case, on every call of a long run
+        return dict(zip(names, call.args)) if len(call.args) == len(names) else None
+    bound = dict(zip(names, call.args))
+    for name, value in call.kwargs.items():
+        if name not in names or name in bound:
+            return None
+        bound[name] = value
+    if len(bound) != len(names):
+        return None
+    return {name: bound[name] for name in names}
+
+
+# --- the model ------------------------------------------------------------------------
+
+
+class ReferenceLedger:
+    """An independent executable model of the Submission Ledger contract.
+
+    ``observe(call)`` applies one committed ledger call and returns None if
+    the store answered as the contract says, else a one-paragraph message.
+    """
+
+    port = "ledger"
+
+    def __init__(self) -> None:
+        self._conversations: dict[str, _Conversation] = {}
+        self._rows: dict[str, _Row] = {}
+        self._by_key: dict[tuple[str, str, str], _Row] = {}
+        self._receipts: dict[str, str] = {}  # receipt -> submission id, for uniqueness
+        # The conversations with unsettled work: a scan costs the open work,
+        # not the whole (indefinitely retained) history.
+        self._open: dict[str, _Conversation] = {}
+        self._forgotten: set[str] = set()  # diverged conversations (``forget``)
+        self.calls_checked = 0
+        self.divergences = 0
+
+    # -- the face ------------------------------------------------------------
+
+    def observe(self, call: Any) -> str | None:
+        assert call.port == self.port, call.port
+        self.calls_checked += 1
+        bound = _bind(call)
+        if bound is None:
+            return self._diverged(call, {}, None, f"a call the port does not have (ledger.{call.method} "
+                                  f"with args {_short(call.args)} kwargs {_short(call.kwargs)})")
+        if call.error is not None and call.method not in READS and retryable(call.error):
+            return None  # a real write contention (persistence §9.2): refused, nothing written
+        conversation = None
+        try:
+            conversation = getattr(self, "_" + call.method)(call, bound)
+        except _Mismatch as mismatch:
+            if call.damaged:
+                # A read fault altered the answer on its way: not the store's
+                # own, so not compared (the ledger's reads are never damaged
+                # today; a damaged write would leave the model unchanged).
+                return None
+            return self._diverged(call, bound, getattr(mismatch, "conversation", None), str(mismatch))
+        if conversation is not None and call.method != "purge_conversation":
+            conversation.history.append(_brief(call))
+        return None
+
+    def key_of(self, call: Any) -> str:
+        """The conversation a call touches (the oracle stops checking a key
+        at its first divergence); the port itself for a scan, or for a
+        submission the model does not hold."""
+        method = call.method
+        if call.args:
+            first = call.args[0]
+        else:
+            bound = _bind(call)
+            first = next(iter(bound.values()), None) if bound else None
+        if method in BY_TOKEN:
+            row = self._rows.get(getattr(first, "submission_id", None))
+            return self.port if row is None else row.conversation_id
+        if method in BY_SUBMISSION:
+            row = self._rows.get(first) if type(first) is str else None
+            return self.port if row is None else row.conversation_id
+        if method in ("scan_nonterminal", "capabilities") or type(first) is not str:
+            return self.port
+        return first
+
+    def forget(self, key: str) -> None:
+        """A diverged conversation: no longer checked. Its rows stay (so
+        ``key_of`` keeps mapping its submissions to it), out of scans."""
+        self._forgotten.add(key)  # membership only, never iterated
+        conversation = self._conversations.get(key)
+        if conversation is not None:
+            conversation.history.clear()
+
+    def audit(self, view: Any) -> list[tuple[str, str | None]]:
+        """The end state: each conversation's submissions as the store holds
+        them (``AuditView.submissions``) against the model's rows."""
+        submissions = getattr(view, "submissions", None)
+        if submissions is None:
+            return []
+        found = []
+        for cid in sorted(self._conversations):
+            if cid in self._forgotten:
+                continue
+            try:
+                held = {record.submission_id: record for record in submissions(cid)}
+            except Exception as error:  # noqa: BLE001 - an unreadable end state is a finding, not a crash
+                found.append((cid, f"reference ledger: at the audit, the store's submissions of {cid!r} could "
+                                   f"not be read: {error_name(error)}: {error}"))
+                continue
+            message = None
+            for sid, row in self._conversations[cid].rows.items():
+                record = held.pop(sid, None)
+                if not row.matches(record):
+                    message = (f"reference ledger: at the audit, the store holds {_short(record, 400)} for {sid}; "
+                               f"the contract says {_short(row.record(), 400)}")
+                    break
+            if message is None and held:
+                message = (f"reference ledger: at the audit, conversation {cid!r} holds submissions no admission "
+                           f"made: {sorted(held)}")
+            found.append((cid, message))
+        return found
+
+    # -- comparing answers -----------------------------------------------------
+
+    def _diverged(self, call: Any, bound: dict, conversation: _Conversation | None, why: str) -> str:
+        self.divergences += 1
+        recent = ""
+        if conversation is not None and conversation.history:
+            recent = " Recent calls on this conversation (oldest first): " + "; ".join(
+                f"[{time_ms} ms {node} {method}({', '.join(map(repr, args))}) -> {answer!r}]"
+                for time_ms, node, method, args, answer in conversation.history) + "."
+        return (f"reference ledger: {_call_text(call, bound)}: the store answered {_answer_text(call)}; "
+                f"the contract says {why}.{recent}")
+
+    @staticmethod
+    def _fail(conversation: _Conversation | None, why: str) -> _Mismatch:
+        mismatch = _Mismatch(why)
+        mismatch.conversation = conversation  # type: ignore[attr-defined]
+        return mismatch
+
+    def _want_value(self, call: Any, expected: Any, conversation: _Conversation | None) -> None:
+        if call.error is not None:
+            raise self._fail(conversation, f"{_short(expected, 300)}")
+        if call.result != expected or type(call.result) is not type(expected):
+            raise self._fail(conversation, f"{_short(expected, 300)}")
+
+    def _want_record(self, call: Any, row: _Row | None, conversation: _Conversation | None) -> None:
+        if row is None:
+            self._want_value(call, None, conversation)
+        elif call.error is not None or not row.matches(call.result):
+            raise self._fail(conversation, _short(row.record(), 600))
+
+    def _want_error(self, call: Any, name: str, fields: dict, conversation: _Conversation | None) -> None:
+        wanted = f"{name}({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
+        error = call.error
+        if error is None or error_name(error) != name:
+            raise self._fail(conversation, wanted)
+        for field, value in fields.items():
+            if getattr(error, field, _MISSING) != value:
+                raise self._fail(conversation, f"{wanted} (the error's {field} is "
+                                               f"{getattr(error, field, '<missing>')!r})")
+
+    def _want_argument_error(self, call: Any, why: str) -> None:
+        # The contract types only the ledger's own errors; a malformed
+        # argument is refused with a plain TypeError/ValueError (or one of
+        # their subclasses, e.g. a canonical-encoding error), nothing written.
+        if not isinstance(call.error, (TypeError, ValueError)):
+            raise self._fail(None, f"a refusal of the arguments ({why}), nothing written")
+
+    def _no_error(self, call: Any, conversation: _Conversation | None, expected: str) -> None:
+        if call.error is not None:
+            raise self._fail(conversation, expected)
+
+    def _token_row(self, call: Any, token: Any) -> _Row | None:
+        if not isinstance(token, Claim):
+            self._want_argument_error(call, "the token is not a Claim")
+            return None
+        return self._rows.get(token.submission_id)
+
+    def _fenced(self, call: Any, row: _Row | None, token: Claim, now_ms: int | None = None) -> bool:
+        """True if ``token`` still owns ``row``; else checks the store refused
+        with the error the contract names and returns False."""
+        if row is None:
+            self._want_error(call, "UnknownSubmission", {"submission_id": token.submission_id}, None)
+            return False
+        conversation = self._conversations[row.conversation_id]
+        # L5: a token is a (submission, owner, epoch) triple, valid while the
+        # row still carries that owner and epoch. L3: renew also needs the
+        # lease live at ``now_ms``; the others take no clock, since until a
+        # rival actually claims (a higher epoch) the lapsed owner's writes
+        # are the only ones possible.
+        if row.epoch != token.epoch or row.owner_id != token.owner_id or (
+                now_ms is not None and not row.lease_live(now_ms)):
+            self._want_error(call, "OwnershipLost",
+                             {"submission_id": row.submission_id, "actual_epoch": row.epoch}, conversation)
+            return False
+        return True
+
+    # -- writes ----------------------------------------------------------------
+
+    def _admit(self, call: Any, a: dict) -> _Conversation | None:
+        cid, pid, key, now_ms = a["conversation_id"], a["principal_id"], a["idempotency_key"], a["now_ms"]
+        if not (type(cid) is str and type(pid) is str and type(key) is str and _is_int(now_ms)):
+            self._want_argument_error(call, "ids must be str, now_ms an int")
+            return None
+        try:
+            text = canonical(a["input"])
+        except ValueError as exc:
+            self._want_argument_error(call, f"the input is not JSON: {exc}")
+            return None
+        input_digest = digest_text(text)
+        existing = self._by_key.get((cid, pid, key))
+        conversation = self._conversations.get(cid)
+        if existing is not None:
+            if existing.input_digest != input_digest:
+                self._want_error(call, "AdmissionConflict", {
+                    "conversation_id": cid, "principal_id": pid, "idempotency_key": key,
+                    "existing_digest": existing.input_digest, "attempted_digest": input_digest}, conversation)
+            else:  # an exact retry replays the original admission
+                self._want_value(call, AdmissionResult(existing.submission_id, existing.receipt, existing.queue_seq,
+                                                       True, input_digest), conversation)
+            return conversation
+        # A fresh admission: the store mints the id, the receipt and the seq.
+        fresh = "a fresh admission (replayed=False) with a new submission id, a new receipt, the input's digest " \
+                f"{input_digest} and a queue_seq above {0 if conversation is None else conversation.last_queue_seq}"
+        self._no_error(call, conversation, fresh)
+        result = call.result
+        if not isinstance(result, AdmissionResult):
+            raise self._fail(conversation, fresh)
+        sid, receipt, seq = result.submission_id, result.receipt, result.queue_seq
+        problems = []
+        if result.replayed is not False:
+            problems.append("replayed must be False")
+        if result.input_digest != input_digest:
+            problems.append(f"input_digest must be {input_digest}")
+        if type(sid) is not str or not sid or sid in self._rows:
+            problems.append(f"submission id {sid!r} must be new (ids held: unique)")
+        if type(receipt) is not str or not receipt or receipt in self._receipts:
+            problems.append(f"receipt {receipt!r} must be new")
+        last = 0 if conversation is None else conversation.last_queue_seq
+        if not _is_int(seq) or seq <= last or (last == 0 and seq != 1):
+            problems.append(f"queue_seq {seq!r} must be {'1 (the first)' if last == 0 else f'above {last}'}")
+        if problems:
+            raise self._fail(conversation, fresh + " (" + "; ".join(problems) + ")")
+        if conversation is None:
+            conversation = self._conversations[cid] = _Conversation()
+        # The store's digest string, now known equal to ours: one copy of it in memory.
+        row = _Row(sid, cid, pid, key, seq, text, result.input_digest, receipt, now_ms)
+        conversation.last_queue_seq = seq
+        conversation.rows[sid] = row
+        conversation.open[sid] = row
+        self._open[cid] = conversation
+        self._rows[sid] = row
+        self._by_key[(cid, pid, key)] = row
+        self._receipts[receipt] = sid
+        return conversation
+
+    def _mark_ready(self, call: Any, a: dict) -> _Conversation | None:
+        sid = a["submission_id"]
+        if type(sid) is not str:
+            self._want_argument_error(call, "submission_id must be a str")
+            return None
+        row = self._rows.get(sid)
+        if row is None:
+            self._want_error(call, "UnknownSubmission", {"submission_id": sid}, None)
+            return None
+        conversation = self._conversations[row.conversation_id]
+        self._want_value(call, None, conversation)
+        row.ready = True  # idempotent
+        row.changed()
+        return conversation
+
+    def _claim(self, call: Any, a: dict) -> _Conversation | None:
+        cid, owner, lease_ms, now_ms = a["conversation_id"], a["owner_id"], a["lease_ms"], a["now_ms"]
+        if not (type(cid) is str and type(owner) is str and _is_int(lease_ms) and _is_int(now_ms) and lease_ms > 0):
+            self._want_argument_error(call, "ids must be str, lease_ms a positive int, now_ms an int")
+            return None
+        conversation = self._conversations.get(cid)
+        head = None
+        if conversation is not None and conversation.open:
+            head = next(iter(conversation.open.values()))  # FIFO: only the lowest unsettled seq
+        claimable = head is not None and (
+            # An unready head is an unknown one: claimable only once its
+            # durable abort intent exists (persistence §3), for cleanup.
+            (head.ready or head.abort_author is not None)
+            # L1 and L2: another owner's live lease blocks the claim; the same
+            # owner may claim again, fencing its own previous token.
+            and (head.owner_id is None or head.owner_id == owner or not head.lease_live(now_ms)))
+        if not claimable:
+            why = "no submission" if head is None else (
+                f"head {head.submission_id} is not ready and has no abort intent"
+                if not (head.ready or head.abort_author is not None)
+                else f"head {head.submission_id} is leased to {head.owner_id} until {head.lease_expires_ms} ms")
+            if call.error is not None or call.result is not None:
+                raise self._fail(conversation, f"None ({why})")
+            return conversation
+        assert conversation is not None and head is not None
+        wanted = (f"a claim of the FIFO head {head.submission_id} for {owner} at an epoch above "
+                  f"{conversation.epoch}, lease until {now_ms + lease_ms} ms")
+        self._no_error(call, conversation, wanted)
+        claim = call.result
+        if not (isinstance(claim, Claim) and claim.submission_id == head.submission_id
+                and claim.owner_id == owner and _is_int(claim.epoch) and claim.epoch > conversation.epoch
+                and claim.lease_expires_ms == now_ms + lease_ms):
+            raise self._fail(conversation, wanted)
+        conversation.epoch = claim.epoch  # adopted: monotonic, its step is the store's
+        head.owner_id, head.epoch, head.lease_expires_ms = owner, claim.epoch, now_ms + lease_ms
+        head.changed()
+        return conversation
+
+    def _renew_ownership(self, call: Any, a: dict) -> _Conversation | None:
+        token, lease_ms, now_ms = a["token"], a["lease_ms"], a["now_ms"]
+        if not (_is_int(lease_ms) and _is_int(now_ms) and lease_ms > 0):
+            self._want_argument_error(call, "lease_ms must be a positive int, now_ms an int")
+            return None
+        row = self._token_row(call, token)
+        if not isinstance(token, Claim) or not self._fenced(call, row, token, now_ms):
+            return None if row is None else self._conversations[row.conversation_id]
+        conversation = self._conversations[row.conversation_id]
+        lease_expires_ms = max(row.lease_expires_ms, now_ms + lease_ms)  # a renewal never shortens the lease
+        self._want_value(call, OwnershipRenewal(row.submission_id, row.owner_id, row.epoch, lease_expires_ms),
+                         conversation)
+        row.lease_expires_ms = lease_expires_ms
+        row.changed()
+        return conversation
+
+    def _release_ownership(self, call: Any, a: dict) -> _Conversation | None:
+        token = a["token"]
+        row = self._token_row(call, token)
+        if not isinstance(token, Claim):
+            return None
+        if row is not None and row.owner_id is None and row.epoch == token.epoch:
+            # Released already by this very token: an idempotent no-op.
+            conversation = self._conversations[row.conversation_id]
+            self._want_value(call, None, conversation)
+            return conversation
+        if not self._fenced(call, row, token):
+            return None if row is None else self._conversations[row.conversation_id]
+        conversation = self._conversations[row.conversation_id]
+        self._want_value(call, None, conversation)
+        row.owner_id = None
+        row.lease_expires_ms = None  # the epoch stays: a later claim must still exceed it
+        row.changed()
+        return conversation
+
+    def _mark_input_applied(self, call: Any, a: dict) -> _Conversation | None:
+        token = a["token"]
+        row = self._token_row(call, token)
+        if not isinstance(token, Claim) or not self._fenced(call, row, token):
+            return None if row is None else self._conversations[row.conversation_id]
+        conversation = self._conversations[row.conversation_id]
+        self._want_value(call, None, conversation)
+        row.input_applied = True
+        row.changed()
+        return conversation
+
+    def _request_abort(self, call: Any, a: dict) -> _Conversation | None:
+        sid, author, reason = a["submission_id"], a["author"], a["reason"]
+        if not (type(sid) is str and type(author) is str and type(reason) is str):
+            self._want_argument_error(call, "submission_id, author and reason must be str")
+            return None
+        row = self._rows.get(sid)
+        if row is None:
+            self._want_error(call, "UnknownSubmission", {"submission_id": sid}, None)
+            return None
+        conversation = self._conversations[row.conversation_id]
+        if row.abort_author is not None:  # L7: the first intent, always
+            self._want_value(call, AbortIntent(sid, row.abort_author, row.abort_reason), conversation)
+        elif row.settled_at_ms is not None:
+            self._want_error(call, "AbortConflict", {"submission_id": sid, "outcome": row.outcome}, conversation)
+        else:
+            self._want_value(call, AbortIntent(sid, author, reason), conversation)
+            row.abort_author, row.abort_reason = author, reason
+            row.changed()
+        return conversation
+
+    def _reserve_settlement(self, call: Any, a: dict) -> _Conversation | None:
+        token, record = a["token"], a["record"]
+        if not isinstance(token, Claim):
+            self._want_argument_error(call, "the token is not a Claim")
+            return None
+        row = self._rows.get(token.submission_id)
+        conversation = None if row is None else self._conversations[row.conversation_id]
+        # L5: a malformed record is refused before anything else is looked at.
+        problem = _settlement_problem(record)
+        text = None
+        if problem is None:
+            try:
+                text = canonical(record)
+            except ValueError as exc:
+                problem = f"not canonical JSON: {exc}"
+        if problem is not None:
+            self._want_error(call, "InvalidSettlement", {"submission_id": token.submission_id}, conversation)
+            return conversation
+        if not self._fenced(call, row, token):
+            return conversation
+        record_digest = digest_text(text)
+        if row.reserved_digest is not None and row.reserved_digest != record_digest:
+            self._want_error(call, "SettlementConflict", {"submission_id": row.submission_id,
+                             "existing_digest": row.reserved_digest, "attempted_digest": record_digest},
+                             conversation)
+            return conversation
+        self._want_value(call, ReservedSettlement(row.submission_id, record_digest), conversation)
+        if row.reserved_digest is None:
+            row.reserved_text, row.reserved_digest = text, call.result.record_digest  # equal: the store's copy
+            row.changed()
+        return conversation
+
+    def _finalize_settlement(self, call: Any, a: dict) -> _Conversation | None:
+        sid, now_ms = a["submission_id"], a["now_ms"]
+        if not (type(sid) is str and _is_int(now_ms)):
+            self._want_argument_error(call, "submission_id must be a str, now_ms an int")
+            return None
+        row = self._rows.get(sid)
+        if row is None:
+            self._want_error(call, "UnknownSubmission", {"submission_id": sid}, None)
+            return None
+        conversation = self._conversations[row.conversation_id]
+        if row.reserved_digest is None:
+            self._want_error(call, "SettlementConflict",
+                             {"submission_id": sid, "existing_digest": None, "attempted_digest": None}, conversation)
+            return conversation
+        if row.settled_at_ms is not None:  # idempotent: the first finalize's answer, again
+            self._want_value(call, Settlement(sid, row.outcome, row.reserved_digest, row.settled_at_ms,
+                                              row.diagnostic), conversation)
+            return conversation
+        record = read_back(row.reserved_text)
+        outcome = OUTCOMES[OUTCOMES.index(record["outcome"])]  # the constant: one string for every row
+        # §10: the failed diagnostic is projected from the exact reserved
+        # record, so a replayed finalize returns the same value.
+        diagnostic = record["diagnostic"] if outcome == "failed" else None
+        self._want_value(call, Settlement(sid, outcome, row.reserved_digest, now_ms, diagnostic), conversation)
+        row.outcome, row.settled_at_ms, row.diagnostic = outcome, now_ms, diagnostic  # L4: ownership stays
+        row.input_text = row.reserved_text = None
+        row.changed()
+        del conversation.open[sid]
+        if not conversation.open:
+            del self._open[row.conversation_id]
+        return conversation
+
+    def _purge_conversation(self, call: Any, a: dict) -> _Conversation | None:
+        cid = a["conversation_id"]
+        if type(cid) is not str:
+            self._want_argument_error(call, "conversation_id must be a str")
+            return None
+        conversation = self._conversations.get(cid)
+        if conversation is None:
+            self._want_value(call, 0, None)  # idempotent: nothing (left) to purge
+            return None
+        if conversation.open:
+            # Only settled history is ever deleted (ADR 0051 D5 retention).
+            self._want_error(call, "PurgeRefused",
+                             {"conversation_id": cid, "open_submissions": len(conversation.open)}, conversation)
+            conversation.history.append(_brief(call))
+            return conversation
+        self._want_value(call, len(conversation.rows), conversation)
+        # L6: the conversation is forgotten entirely, counters and all.
+        for sid, row in conversation.rows.items():
+            del self._rows[sid]
+            del self._by_key[(row.conversation_id, row.principal_id, row.idempotency_key)]
+            del self._receipts[row.receipt]
+        del self._conversations[cid]
+        return None
+
+    # -- reads -------------------------------------------------------------------
+
+    def _get(self, call: Any, a: dict) -> _Conversation | None:
+        sid = a["submission_id"]
+        if type(sid) is not str:
+            self._want_argument_error(call, "submission_id must be a str")
+            return None
+        row = self._rows.get(sid)
+        conversation = None if row is None else self._conversations[row.conversation_id]
+        self._want_record(call, row, conversation)
+        return conversation
+
+    def _get_by_idempotency_key(self, call: Any, a: dict) -> _Conversation | None:
+        cid, pid, key = a["conversation_id"], a["principal_id"], a["idempotency_key"]
+        if not (type(cid) is str and type(pid) is str and type(key) is str):
+            self._want_argument_error(call, "ids must be str")
+            return None
+        row = self._by_key.get((cid, pid, key))
+        conversation = self._conversations.get(cid)
+        self._want_record(call, row, conversation)
+        return conversation
+
+    def _load_recovery_snapshot(self, call: Any, a: dict) -> _Conversation | None:
+        cid = a["conversation_id"]
+        if type(cid) is not str:
+            self._want_argument_error(call, "conversation_id must be a str")
+            return None
+        conversation = self._conversations.get(cid)
+        if conversation is None:
+            expected = RecoverySnapshot(cid, 0, ())
+        else:
+            expected = RecoverySnapshot(cid, conversation.epoch, tuple(r.ownership() for r in conversation.open.values()))
+        self._want_value(call, expected, conversation)
+        return conversation
+
+    def _scan_nonterminal(self, call: Any, a: dict) -> None:
+        # Ordered by (conversation_id, queue_seq): code-point order of the ids,
+        # which is also the byte order of their UTF-8 (SQLite's BINARY).
+        forgotten = self._forgotten
+        expected = tuple(row.record() for cid in sorted(self._open) if cid not in forgotten
+                         for row in self._open[cid].open.values())
+        if forgotten and call.error is None and isinstance(call.result, tuple):
+            # A diverged conversation's rows are no longer known: leave them out.
+            call = attrs.evolve(call, result=tuple(
+                r for r in call.result if getattr(r, "conversation_id", None) not in forgotten))
+        self._want_value(call, expected, None)
+        return None
+
+    def _capabilities(self, call: Any, a: dict) -> None:
+        caps = call.result
+        if call.error is not None or not isinstance(caps, dict) or not isinstance(caps.get("durable"), bool) or (
+                caps.get("atomic_admission"), caps.get("fencing")) != (True, "epoch"):
+            raise self._fail(None, "a dict declaring durable (a bool), atomic_admission=True and fencing='epoch'")
+        return None
+
+
+def _settlement_problem(record: object) -> str | None:
+    """Why ``record`` is not a SubmissionSettled shape (persistence §10), or None."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    outcome = record.get("outcome")
+    if outcome not in OUTCOMES:
+        return f"outcome {outcome!r}"
+    if outcome == "failed":
+        diagnostic = record.get("diagnostic")
+        # Exactly the bounded {errorTag, message} diagnostic, nothing beside it.
+        if not (isinstance(diagnostic, dict) and len(diagnostic) == 2 and "errorTag" in diagnostic
+                and "message" in diagnostic
+                and type(diagnostic["errorTag"]) is str and type(diagnostic["message"]) is str):
+            return "a failed record needs exactly {errorTag, message} strings"
+        if "result" in record or "cause" in record or "stack" in record:
+            return "a failed record carries no result, cause or stack"
+    elif outcome == "aborted" and "result" in record:
+        return "an aborted record carries no result"  # not even null
+    return None

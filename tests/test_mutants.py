@@ -1,0 +1,308 @@
+"""The mutant catalogue and its machinery (``faults.mutants``,
+``faults.mutant_catalogue``, ``loomsim mutants``).
+
+- The mechanism: a mutant swaps the live function's code, so references
+  taken with ``from m import f`` run it too; a module constant is rebound;
+  revert puts the clean code back; every way a mutant cannot apply is a
+  one-line ``MutantError``.
+- Every catalogue entry applies (and reverts) cleanly, in one fresh process.
+- The fast CI subset: for each mutant with a measured detecting seed, that
+  one seed at its shortest duration fails an invariant (the sweep's
+  detection, never a unit test's).
+- The full table (``loomsim mutants --seeds 0:20``), marked slow.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from faults import mutants as mx
+from faults.mutants import Mutant, MutantError
+from scenarios import registry
+from sim.clock import parse_duration_ms
+from sim.face.cli import main as cli_main
+from sim.runner import run
+from sim.scenario import ScenarioOptions
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CATALOGUE = mx.catalogue()
+DETECTED_SHARE_MIN = 0.95
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    """No test leaves a mutant applied, whatever happens in it."""
+    mx.revert()
+    yield
+    mx.revert()
+
+
+def _mutant(name: str, module: str, old: str, new: str) -> Mutant:
+    return Mutant(name, "A test mutant.", module, old, new, ("sentinel-year",))
+
+
+# -- the mechanism ---------------------------------------------------------------------
+
+
+def test_apply_swaps_the_code_every_reference_runs():
+    import model.durable_state.memory_store as memory_store
+    from model.durable_state.store import RevisionConflictError, next_revision  # a from-import copy
+
+    with pytest.raises(RevisionConflictError):
+        next_revision("k", 1, 5)
+    with mx.applied(CATALOGUE["ds-cas-accepts-stale"]) as patch:
+        assert patch.targets == ("next_revision",)
+        assert next_revision("k", 1, 5) == 6  # the stale save lands
+        assert memory_store.next_revision("k", 1, 5) == 6  # the adapter's own reference too
+        assert mx.current() is CATALOGUE["ds-cas-accepts-stale"]
+    assert mx.current() is None
+    with pytest.raises(RevisionConflictError):
+        next_revision("k", 1, 5)
+
+
+def _sync(coroutine):
+    """Drive a store call that never suspends (the in-memory adapters)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError("the call suspended")
+
+
+def test_a_method_is_swapped_on_its_class_and_its_instances():
+    from model.ledger.memory_store import InMemorySubmissionLedger
+
+    ledger = InMemorySubmissionLedger()  # made before the mutant: it runs the mutant all the same
+    for key in ("a", "b"):
+        admission = _sync(ledger.admit("c", "p", key, {"k": key}, 1))
+        _sync(ledger.mark_ready(admission.submission_id))
+    with mx.applied(CATALOGUE["ledger-claim-newest-first"]):
+        assert _sync(ledger.claim("c", "w", 1_000, 2)).submission_id == "sub-c-2"  # newest first
+    fresh = InMemorySubmissionLedger()
+    for key in ("a", "b"):
+        _sync(fresh.mark_ready(_sync(fresh.admit("c", "p", key, {"k": key}, 1)).submission_id))
+    assert _sync(fresh.claim("c", "w", 1_000, 2)).submission_id == "sub-c-1"  # FIFO again
+
+
+def test_a_module_constant_is_rebound_and_restored():
+    import model.ledger.sqlite_store as store
+
+    clean = store._SELECT_HEAD
+    with mx.applied(CATALOGUE["ledger-sqlite-head-desc"]) as patch:
+        assert patch.targets == ("_SELECT_HEAD",)
+        assert store._SELECT_HEAD.endswith("ORDER BY queue_seq DESC LIMIT 1")
+    assert store._SELECT_HEAD == clean
+
+
+def test_apply_is_idempotent_and_a_run_applies_at_most_one():
+    first, second = CATALOGUE["ds-cas-accepts-stale"], CATALOGUE["log-chain-unlinked"]
+    assert mx.apply(first) is mx.apply(first)
+    with pytest.raises(MutantError, match="is applied already"):
+        mx.apply(second)
+
+
+@pytest.mark.parametrize("old, new, problem", [
+    ("no such text anywhere", "x", "not found"),
+    ("return", "return ", "occurs"),
+    ("        keys = sorted(d)\n", "        keys = sorted(d\n", "does not compile"),
+    ("        keys = sorted(d)\n", "        keys = sortd(d)\n", "would read the global 'sortd'"),
+    ('    __slots__ = ("_rows",)\n', '    __slots__ = ("_rows", "_x")\n', "in the body of class"),
+])
+def test_a_mutant_that_cannot_apply_is_one_typed_line(old, new, problem):
+    module = "model.durable_state.memory_store" if "__slots__" in old else "model.canonical"
+    with pytest.raises(MutantError) as caught:
+        mx.prepare(_mutant("broken", module, old, new))
+    message = str(caught.value)
+    assert problem in message and "\n" not in message, message
+    assert mx.current() is None
+
+
+def test_a_def_header_edit_is_refused():
+    with pytest.raises(MutantError, match="header"):
+        mx.prepare(_mutant("header", "model.durable_state.store",
+                           "def next_revision(key: str, expected_revision: int, actual_revision: int) -> int:",
+                           "def next_revision(key: str, expected_revision: int, actual_revision: int = 0) -> int:"))
+
+
+@pytest.mark.parametrize("fields, problem", [
+    (dict(name="Bad Name"), "name"),
+    (dict(doc="two\nlines"), "doc"),
+    (dict(module="sim.runner"), "system under test"),
+    (dict(new="same"), "not a mutant"),
+    (dict(scenarios=()), "scenarios"),
+    (dict(store="postgres"), "store"),
+    (dict(ci_seed=1), "come together"),
+])
+def test_a_malformed_mutant_is_refused(fields, problem):
+    base = dict(name="ok-name", doc="A bug.", module="model.canonical", old="same", new="other",
+                scenarios=("sentinel-year",))
+    with pytest.raises(MutantError, match=problem):
+        Mutant(**{**base, **fields})
+
+
+def test_users_add_their_own_mutants(tmp_path, monkeypatch):
+    (tmp_path / "my_mutants.py").write_text(textwrap.dedent('''
+        from faults.mutants import Mutant
+        MUTANTS = [Mutant("my-renew", "Renewal never extends.", "model.ledger.rules",
+                          "    lease_expires_ms = max(row.lease_expires_ms, now_ms + lease_ms)  # never shortens\\n",
+                          "    lease_expires_ms = row.lease_expires_ms\\n", ("ledger-storm",))]
+    '''))
+    (tmp_path / "no_mutants.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (mutant,) = mx.load_user_mutants("my_mutants")
+    assert mutant.name == "my-renew" and mx.prepare(mutant).targets == ("decide_renew",)
+    with pytest.raises(MutantError, match="no MUTANTS"):
+        mx.load_user_mutants("no_mutants")
+    with pytest.raises(MutantError, match="cannot load"):
+        mx.load_user_mutants("no_such_module_anywhere")
+
+
+# -- the catalogue ---------------------------------------------------------------------
+
+
+def test_the_catalogue_covers_the_model():
+    assert len(CATALOGUE) >= 40
+    modules = {m.module for m in CATALOGUE.values()}
+    for module in ("model.canonical", "model.durable_state.handle", "model.durable_state.contracts",
+                   "model.ledger.rules", "model.conversation.rules", "model.conversation.recovery",
+                   "model.lifecycle", "model.runs", "model.schedules", "model.kernel.kernel",
+                   "model.claimcheck", "model.findings", "model.retention", "model.conversation.checkpoints",
+                   "model.sqlite_db"):
+        assert module in modules, module
+    assert {m.store for m in CATALOGUE.values()} == {"memory", "sqlite"}
+    known = {s.name for s in registry.all_scenarios()}
+    assert all(set(m.scenarios) <= known for m in CATALOGUE.values())
+
+
+def test_every_catalogue_entry_applies_cleanly_in_a_fresh_process():
+    """One process for the whole catalogue: each entry prepared, applied
+    (its functions really run the new code), reverted (the clean code back)."""
+    script = textwrap.dedent('''
+        import json
+        from faults import mutants as mx
+        out = {}
+        for name, mutant in mx.catalogue().items():
+            try:
+                patch = mx.apply(mutant)
+                swapped = all(f.__code__ is code for f, code in patch.swaps)
+                bound = all(vars(patch.module)[n] is v for n, v in patch.bindings)
+                mx.revert()
+                restored = all(f.__code__ is not code for f, code in patch.swaps)
+                out[name] = "ok" if swapped and bound and restored and patch.targets else "not swapped"
+            except mx.MutantError as error:
+                out[name] = str(error)
+        print(json.dumps(out))
+    ''')
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    outcome = json.loads(proc.stdout)
+    assert set(outcome) == set(CATALOGUE)
+    assert {name: o for name, o in outcome.items() if o != "ok"} == {}
+
+
+# -- runs with a mutant: the CLI, repro files, determinism --------------------------------
+
+
+def _run_with(mutant: Mutant, scenario: str, seed: int, duration: str):
+    options = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), store=mutant.store, swarm=True)
+    with mx.applied(mutant):
+        return run(registry.get(scenario), options)
+
+
+def test_same_seed_and_mutant_give_the_same_trace():
+    mutant = CATALOGUE["ds-cas-accepts-stale"]
+    first = _run_with(mutant, "sentinel-year", 3, "1d")
+    second = _run_with(mutant, "sentinel-year", 3, "1d")
+    assert first.trace_digest == second.trace_digest
+
+
+def test_run_with_an_unknown_mutant_is_a_usage_error(capsys):
+    assert cli_main(["run", "sentinel-year", "--seed", "1", "--mutant", "no-such-mutant"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("loomsim: error: ") and "no-such-mutant" in err and err.count("\n") == 1
+    assert mx.current() is None
+    assert cli_main(["run", "sentinel-year", "--seed", "1", "--mutants", "x"]) == 2
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["--only", "no-such-mutant"], "unknown mutant"),
+    (["--jobs", "0"], "--jobs"),
+    (["--seeds", "5:2"], "invalid seeds"),
+    (["--duration", "nowhere=1d"], "no mutant concerns"),
+    (["--duration", "1 fortnight"], "--duration"),
+    (["--mutants", "no_such_module_anywhere"], "cannot load"),
+])
+def test_mutants_bad_input_is_one_usage_line(argv, problem, capsys):
+    assert cli_main(["mutants", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("loomsim: error: ") and problem in err and err.count("\n") == 1, err
+
+
+def test_mutants_list(capsys):
+    assert cli_main(["mutants", "--list", "--only", "log-chain-unlinked,sqlite-deferred-begin"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["log-chain-unlinked", "sqlite-deferred-begin"]
+    assert "[sqlite]" in lines[1]
+
+
+def test_a_failing_mutant_run_writes_a_repro_that_replays_it(tmp_path, capsys):
+    from sim.face.repro_file import read_repro, repro_argv
+
+    mutant = CATALOGUE["log-chain-unlinked"]
+    scenario, seed, duration = mutant.ci_run
+    argv = ["run", scenario, "--seed", str(seed), "--duration", duration, "--mutant", mutant.name,
+            "--repro-dir", str(tmp_path), "--json"]
+    assert cli_main(argv) == 1
+    body = json.loads(capsys.readouterr().out)
+    mx.revert()  # the CLI applied it in this process
+    assert body["mutant"] == mutant.name and body["config"]["mutant"] == mutant.name
+    assert f"--mutant {mutant.name}" in body["repro_command"]
+    assert read_repro(body["repro_file"])["config"]["mutant"] == mutant.name
+    replay = repro_argv(body["repro_file"], json_output=True)
+    assert replay[replay.index("--mutant") + 1] == mutant.name
+    assert cli_main(replay) == 1
+    again = json.loads(capsys.readouterr().out)
+    assert again["violations"][0]["name"] == body["violations"][0]["name"]
+
+
+def test_the_mutants_table_detects_and_tells_survivors(capsys):
+    """Two mutants, one seed: the one the sweep catches is detected with its
+    invariant and seed; exit 1 because the other survives."""
+    code = cli_main(["mutants", "--only", "log-chain-unlinked,canonical-equal-by-value", "--seeds", "0:1",
+                     "--duration", "1h", "--jobs", "2", "--json"])
+    table = json.loads(capsys.readouterr().out)
+    rows = {r["mutant"]: r for r in table["rows"]}
+    assert code == 1 and table["detected"] == 1 and table["survived"] == 1 and table["errors"] == 0
+    assert rows["log-chain-unlinked"]["status"] == "detected" and rows["log-chain-unlinked"]["seed"] == 0
+    assert rows["log-chain-unlinked"]["invariant"]
+    assert rows["canonical-equal-by-value"]["status"] == "survived"
+    assert table["median_seeds_to_detect"] == 1
+
+
+# -- the fast CI subset: one known-detecting seed per mutant ---------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(CATALOGUE))
+def test_the_sweep_detects_the_mutant(name):
+    mutant = CATALOGUE[name]
+    if mutant.ci_run is None:
+        pytest.skip("no seed of the measured sweep detects this mutant yet (it survives: see the catalogue)")
+    scenario, seed, duration = mutant.ci_run
+    result = _run_with(mutant, scenario, seed, duration)
+    assert not result.passed, f"{name}: seed {seed} at {duration} no longer detects it"
+
+
+@pytest.mark.slow
+def test_the_full_table_detects_nearly_every_mutant(capsys):
+    code = cli_main(["mutants", "--seeds", "0:20", "--json"])
+    table = json.loads(capsys.readouterr().out)
+    assert table["errors"] == 0, [r for r in table["rows"] if r["status"] == "error"]
+    share = table["detected"] / table["mutants"]
+    survivors = [r["mutant"] for r in table["rows"] if r["status"] == "survived"]
+    assert share >= DETECTED_SHARE_MIN, f"{share:.0%} detected; survivors: {', '.join(survivors)}"
+    assert code in (0, 1)

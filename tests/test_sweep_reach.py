@@ -1,0 +1,239 @@
+"""What a sweep reaches: every scenario, within a time budget, coverage gaps
+told apart by what each seed's swarm enabled, and the lines of model/ it ran.
+
+The sweeps here are short (an hour at most simulated, one to three seeds):
+they show the face's behaviour, not the model's coverage.
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import json
+import types
+from pathlib import Path
+
+import pytest
+
+from scenarios import registry
+from sim.face import cli, model_coverage
+from sim.face.sweep import (BEYOND_PASSED, SweepOptions, enabled_in, exit_code, gap_names, plan_jobs, render,
+                            summarize_scenario, summarize_sweep)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _sweep_json(argv: list[str], capsys) -> tuple[int, dict]:
+    code = cli.main(["sweep", *argv, "--json"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1, out[-20:]
+    return code, json.loads(out[0])
+
+
+# -- every scenario, interleaved, a share beyond the contract ---------------------------
+
+
+def test_a_sweep_without_a_scenario_runs_every_registered_one(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _, summary = _sweep_json(["--seeds", "0:2", "--duration", "20m", "--repro-dir", str(tmp_path)], capsys)
+    names = [s.name for s in registry.all_scenarios()]
+    assert len(names) >= 2 and list(summary["scenarios"]) == names
+    for name in names:
+        part = summary["scenarios"][name]
+        assert (part["seeds"], part["ran"], part["errors"]) == (2, 2, 0), part
+    assert (summary["seeds"], summary["ran"], summary["errors"]) == (2 * len(names), 2 * len(names), 0)
+    assert not summary["budget_stopped"]
+
+
+def test_jobs_are_interleaved_and_every_eighth_seed_is_beyond_the_contract():
+    opts = SweepOptions(seeds=range(0, 9))
+    jobs = plan_jobs(["a", "b"], {"a": ["--store", "memory"], "b": ["--beyond-contract"]}, opts)
+    assert [(j.scenario, j.seed) for j in jobs[:4]] == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+    assert sorted({j.seed for j in jobs if j.beyond}) == [7]
+    seven = [j for j in jobs if j.seed == 7]
+    assert all(j.argv.count("--beyond-contract") == 1 for j in seven)  # added once, never twice
+    assert jobs[0].argv == ("run", "a", "--seed", "0", "--store", "memory", "--json")
+    assert not any(j.beyond for j in plan_jobs(["a"], {"a": []}, SweepOptions(seeds=range(16), beyond_every=0)))
+
+
+# -- the time budget -----------------------------------------------------------------------
+
+
+def test_a_spent_time_budget_runs_the_first_seed_of_each_scenario_and_says_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, summary = _sweep_json(["--seeds", "0:3", "--duration", "20m", "--time-budget", "0.001",
+                                 "--repro-dir", str(tmp_path)], capsys)
+    scenarios = len(registry.all_scenarios())
+    assert (summary["seeds"], summary["ran"]) == (3 * scenarios, scenarios)
+    assert all(part["ran"] == 1 for part in summary["scenarios"].values())  # the budget still covers each
+    assert summary["budget_stopped"] and summary["time_budget_s"] == 0.001
+    assert code == (0 if summary["failed"] == summary["errors"] == 0 else 1)
+    text = render(summary)
+    assert f"ran {scenarios} of {3 * scenarios} seeds" in text and "time budget 0.001s spent" in text
+
+
+@pytest.mark.parametrize("budget", ["0", "-1", "x", "nan"])
+def test_a_bad_time_budget_is_a_one_line_usage_error(budget, capsys):
+    code = cli.main(["sweep", "--seeds", "0:2", "--time-budget", budget])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("loomsim: error: argument --time-budget: invalid time budget"), err
+
+
+def test_a_parameter_no_scenario_has_in_range_and_a_bad_pin_are_refused_before_any_run(capsys):
+    assert cli.main(["sweep", "--seeds", "0:2", "--sentinels", "0"]) == 2
+    assert "--sentinels must be between" in capsys.readouterr().err
+    assert cli.main(["sweep", "--seeds", "0:2", "--knob", "nope=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown knob 'nope'" in err[0], err
+
+
+# -- coverage gaps: enabled and never fired, or never enabled -----------------------------
+
+
+def _seed(seed, *, kinds_on, fired, failpoints_on, fp, beyond=False, status="pass", checks=None, held=False):
+    return {
+        "seed": seed, "status": status, "beyond": beyond, "scenario": "s", "wall_s": 0.1,
+        "repro_command": f"loomsim run s --seed {seed}", "repro_file": None, "beyond_contract": [],
+        "violations": [{"name": "log-chain", "message": "caught", "simulated_time": "t"}] if status != "pass" else [],
+        "config": {"swarm": {"swarm": True, "fault_kinds": kinds_on, "failpoints": failpoints_on}},
+        "coverage": {"fault_kinds": fired, "ports": {}, "sometimes": {"rare": held},
+                     "failpoints": {name: {"hits": hits, "fired": n} for name, (hits, n) in fp.items()}},
+        "invariants": checks or {"log-chain": 3, "idle": 0},
+    }
+
+
+SYNTHETIC = [
+    # seed 0: a on, failpoint-crash on with fp1 and fp3 activated; fp2 activated but failpoint-crash off in seed 1
+    _seed(0, kinds_on=["a", "failpoint-crash", "c"], fired={"a": 0, "b": 0, "c": 2, "failpoint-crash": 1},
+          failpoints_on={"fp1": 0.01, "fp3": 0.01, "fp4": 0.01},
+          fp={"fp1": (10, 0), "fp2": (10, 0), "fp3": (0, 0), "fp4": (5, 1)}),
+    _seed(1, kinds_on=["c"], fired={"a": 0, "b": 0, "c": 1, "failpoint-crash": 0},
+          failpoints_on={"fp2": 0.01}, fp={"fp1": (10, 0), "fp2": (10, 0), "fp3": (0, 0), "fp4": (5, 0)}),
+]
+
+
+def test_enabled_in_reads_the_swarm_choices_and_pinned_rates():
+    assert enabled_in(SYNTHETIC[0]) == ({"a", "c", "failpoint-crash"}, {"fp1", "fp3", "fp4"})
+    assert enabled_in(SYNTHETIC[1]) == ({"c"}, set())  # fp2 activated, but failpoint-crash is off
+    pinned = json.loads(json.dumps(SYNTHETIC[1]))
+    pinned["config"]["rates"] = {"b": 0.01, "c": 0.0}  # --rate: the rated point kinds, whatever the swarm said
+    assert enabled_in(pinned)[0] == {"b"}
+    no_space = {"config": {}, "coverage": {"fault_kinds": {"node-kill": 0}, "failpoints": {}}}
+    assert enabled_in(no_space) == ({"node-kill"}, set())  # the kinds its plan armed
+
+
+def test_a_gap_is_enabled_and_never_fired_or_never_enabled():
+    part = summarize_scenario(types.SimpleNamespace(name="s", sometimes=("rare",)), SYNTHETIC, planned=3)
+    gaps = part["coverage_gaps"]
+    assert gap_names(gaps, "enabled-never-fired") == ["a", "fp1"]
+    assert gap_names(gaps, "never-enabled") == ["b", "fp2"]
+    assert gap_names(gaps, "enabled-never-reached") == ["fp3"]
+    assert gap_names(gaps, "never-reached") == ["rare"]
+    assert gap_names(gaps, "no-checks") == ["idle"]
+    assert "c" not in {g["name"] for g in gaps} and "fp4" not in {g["name"] for g in gaps}
+    assert part["fault_kinds_enabled"] == {"a": 1, "b": 0, "c": 2, "failpoint-crash": 1}
+    assert (part["seeds"], part["ran"], part["passed"]) == (3, 2, 2)
+    detail = {g["name"]: g["detail"] for g in gaps}
+    assert detail["a"] == "enabled in 1 of 2 seeds, never fired"
+    assert detail["b"] == "the swarm turned it off in all 2 seeds"
+    summary = summarize_sweep([part], wall_s=1.0, jobs=2)
+    text = render(summary)
+    assert "COVERAGE GAP s: fault kind a: enabled in 1 of 2 seeds, never fired" in text
+    assert "COVERAGE GAP s: failpoint fp2: the swarm turned it off in all 2 seeds" in text
+    assert exit_code(summary, require_coverage=False) == 0
+    assert exit_code(summary, require_coverage=True) == 1
+    reached = [_seed(0, kinds_on=["c"], fired={"c": 1}, failpoints_on={}, fp={}, held=True,
+                     checks={"log-chain": 1})]
+    clean = summarize_sweep([summarize_scenario(types.SimpleNamespace(name="s", sometimes=("rare",)), reached)],
+                            wall_s=1.0, jobs=1)
+    assert clean["coverage_gaps"] == [] and exit_code(clean, require_coverage=True) == 0
+
+
+def test_beyond_the_contract_a_detection_is_good_and_a_green_pass_a_failure():
+    scenario = types.SimpleNamespace(name="s", sometimes=())
+    seeds = [_seed(7, kinds_on=["c"], fired={"c": 1}, failpoints_on={}, fp={}, beyond=True, status="detected"),
+             _seed(15, kinds_on=["c"], fired={"c": 1}, failpoints_on={}, fp={}, beyond=True, status="pass")]
+    part = summarize_scenario(scenario, seeds)
+    assert (part["detected"], part["failed"], part["passed"], part["beyond_seeds"]) == (1, 1, 0, 2)
+    assert [(f["seed"], f["invariant"]) for f in part["failing"]] == [(15, BEYOND_PASSED)]
+    assert exit_code(summarize_sweep([part], wall_s=1.0, jobs=1), require_coverage=False) == 1
+
+
+# -- model coverage ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def covered_sweep(tmp_path_factory):
+    """One traced seed, with --require-coverage (half an hour always leaves a gap)."""
+    tmp = tmp_path_factory.mktemp("sweep-reach")
+    out = tmp / "model-coverage.json"
+    stream = io.StringIO()
+    with contextlib.redirect_stdout(stream):  # module-scoped: capsys is per test
+        code = cli.main(["sweep", "ledger-storm", "--seeds", "0:1", "--duration", "30m", "--model-coverage-out",
+                         str(out), "--require-coverage", "--json", "--repro-dir", str(tmp)])
+    return code, json.loads(stream.getvalue()), json.loads(out.read_text(encoding="utf-8"))
+
+
+def _first_body_line(path: Path, function: str) -> int:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
+    body = node.body[1:] if isinstance(node.body[0], ast.Expr) else node.body  # past the docstring
+    return body[0].lineno
+
+
+def test_model_coverage_reports_a_share_per_file_and_unreached_ranges(covered_sweep):
+    _, summary, written = covered_sweep
+    cov = summary["model_coverage"]
+    assert 0 < cov["percent"] < 100 and cov["executed"] <= cov["lines"]
+    assert "model/canonical.py" in cov["files"] and not any(name in cov["files"] for name in cov["kits"])
+    assert any(entry["unreached"] for entry in cov["files"].values())
+    assert all(r.replace("-", "").isdigit() for e in cov["files"].values() for r in e["unreached"])
+    # canonical_json runs on every store call: its body is executed.
+    line = _first_body_line(REPO_ROOT / "model" / "canonical.py", "canonical_json")
+    assert line in written["executed_lines"]["model/canonical.py"]
+    assert written["percent"] == cov["percent"]
+    text = model_coverage.render(cov)
+    assert text.startswith(f"model coverage: {cov['percent']:.1f}% of model/ lines executed")
+    assert "unreached: " in text
+
+
+def test_require_coverage_exits_1_on_a_gap(covered_sweep):
+    code, summary, _ = covered_sweep
+    assert summary["coverage_gaps"] and summary["errors"] == 0, summary
+    assert code == 1
+    # Without the flag the same gaps are printed and only failures fail.
+    assert exit_code(summary, require_coverage=False) == (0 if summary["failed"] == 0 else 1)
+
+
+def test_tracing_does_not_change_the_run(tmp_path, capsys):
+    argv = ["run", "ledger-storm", "--seed", "2", "--duration", "15m", "--json", "--repro-dir", str(tmp_path)]
+    assert model_coverage.main([str(tmp_path / "lines.json"), "--", *argv]) in (0, 1)
+    traced = json.loads(capsys.readouterr().out)
+    cli.main(argv)
+    plain = json.loads(capsys.readouterr().out)
+    assert traced["trace_digest"] == plain["trace_digest"]
+    recorded = model_coverage.read_lines(str(tmp_path / "lines.json"))
+    assert recorded and all(name.startswith("model/") for name in recorded)
+
+
+def test_executable_lines_skip_docstrings_stubs_and_type_checking(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text('"""Module doc."""\n'            # 1
+                      "from typing import TYPE_CHECKING, Protocol\n"  # 2
+                      "if TYPE_CHECKING:\n"            # 3
+                      "    import os\n"                # 4
+                      "class P(Protocol):\n"           # 5
+                      '    """Doc."""\n'               # 6
+                      "    def m(self) -> int: ...\n"  # 7
+                      "def f(x):\n"                    # 8
+                      '    """Doc\n'                   # 9
+                      '    on two lines."""\n'         # 10
+                      "    # a comment\n"              # 11
+                      "    y = x + 1\n"                # 12
+                      "    return y\n", encoding="utf-8")  # 13
+    lines = model_coverage.executable_lines(str(source))
+    assert lines == {2, 3, 5, 7, 8, 12, 13}
+    assert model_coverage.ranges([12, 13], lines) == ["12-13"]
+    assert model_coverage.ranges([8, 12], lines) == ["8-12"]  # joined across the docstring and comment
+    assert model_coverage.ranges([3, 8, 13], lines) == ["3", "8", "13"]
