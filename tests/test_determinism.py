@@ -9,6 +9,8 @@ import sys
 import warnings
 from pathlib import Path
 
+import pytest
+
 from scenarios import registry
 from sim.clock import parse_duration_ms
 from sim.runner import run
@@ -61,6 +63,7 @@ def test_same_seed_same_digest_under_different_hash_seeds(tmp_path):
     assert len(trace_a.read_bytes().splitlines()) == a["events"]
 
 
+@pytest.mark.slow  # the suite's budget: covered by the one-sentinel and fresh-file checks
 def test_many_sentinels_same_digest_under_different_hash_seeds(tmp_path):
     # More keys, schedules and runs in flight: more chances for dict/set
     # ordering under a hash seed to leak into the trace.
@@ -70,6 +73,7 @@ def test_many_sentinels_same_digest_under_different_hash_seeds(tmp_path):
     assert a["wakes"] == 4 * 2 * 288
 
 
+@pytest.mark.slow  # the suite's budget: covered by the one-sentinel and fresh-file checks
 def test_different_seeds_give_different_digests(tmp_path):
     base = ["run", "sentinel-year", "--duration", "7d", "--json"]
     three, four = _run_all([(base + ["--seed", "3"], "1"), (base + ["--seed", "4"], "1")], tmp_path)
@@ -97,6 +101,7 @@ def _opts(seed: int, duration: str, **params: int) -> ScenarioOptions:
     return ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), params={"sentinels": 1, **params})
 
 
+@pytest.mark.slow  # the suite's budget: covered by the one-sentinel and fresh-file checks
 def test_in_process_reruns_are_identical():
     scenario = registry.get("sentinel-year")
     first = run(scenario, _opts(3, "7d"))
