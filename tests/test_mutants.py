@@ -277,7 +277,7 @@ def test_the_mutants_table_detects_and_tells_survivors(capsys):
                      "--duration", "1h", "--jobs", "2", "--json"])
     table = json.loads(capsys.readouterr().out)
     rows = {r["mutant"]: r for r in table["rows"]}
-    assert code == 1 and table["detected"] == 1 and table["survived"] == 1 and table["errors"] == 0
+    assert (code, table["detected"], table["survived"], table["errors"]) == (1, 1, 1, 0), table
     assert rows["log-chain-unlinked"]["status"] == "detected" and rows["log-chain-unlinked"]["seed"] == 0
     assert rows["log-chain-unlinked"]["invariant"]
     assert rows["canonical-equal-by-value"]["status"] == "survived"

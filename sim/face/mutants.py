@@ -39,7 +39,7 @@ from typing import Any, Sequence
 
 import attrs
 
-from sim.clock import format_duration_ms, parse_duration_ms
+from sim.clock import DurationError, format_duration_ms, parse_duration_ms
 from sim.face.sweep import Job, _child, _outcome
 
 EXIT_ALL_DETECTED, EXIT_SURVIVED = 0, 1
@@ -145,7 +145,7 @@ def _durations(scenarios: Sequence[Any], specs: Sequence[str]) -> dict[str, str]
         name, sep, text = spec.rpartition("=")
         try:
             ms = parse_duration_ms(text)
-        except Exception as error:  # noqa: BLE001 - DurationError: the message says what is wrong
+        except DurationError as error:
             raise MutantsUsageError(f"--duration {spec!r}: {error}") from None
         if sep and name not in durations:
             raise MutantsUsageError(f"--duration {spec!r}: no mutant concerns a scenario named {name!r}")
@@ -271,7 +271,9 @@ def _drive(jobs: list[_Job], args: argparse.Namespace, global_args: list[str], *
             pass
         for job in jobs:
             for key, proc in sorted(job.running.items()):
-                if proc.poll() is None:
+                # A decided job stops its later children (``_stop_later``)
+                # while this loop walks its snapshot: those are gone.
+                if key not in job.running or proc.poll() is None:
                     continue
                 del job.running[key]
                 result = job.results[key] = _outcome(_child_job(job, key, args.mutants, global_args), proc)
@@ -328,6 +330,9 @@ def _row(job: _Job) -> dict[str, Any]:
     row: dict[str, Any] = {"mutant": mutant.name, "doc": mutant.doc, "module": mutant.module,
                            "store": mutant.store, "scenarios": list(mutant.scenarios), "seconds": seconds,
                            "runs": len(upto)}
+    if not job.keys:  # nothing to judge it on: not a survivor
+        return {**row, "status": ERROR, "invariant": None, "scenario": None, "seed": None,
+                "error": "every seed fails without a mutant (see the baseline)"}
     if key is None:
         return {**row, "status": SURVIVED, "invariant": None, "scenario": None, "seed": None}
     result = job.results[key]
