@@ -18,6 +18,13 @@ noticed is a silent pass, which the runner reports as the violation
   the first half of the batch's records is stored whole, each record of the
   second half only as the first half of its bytes, while the tail (and the
   batch row) cover all of it.
+- ``row-rot``: right after a write committed, the stored text of one row
+  (the saved payload at ``ds.save``, the batch's last record at
+  ``log.append``) is replaced by a damaged document, the n-th rot of a
+  store by the n-th of ``ROTS`` (a member named twice, ``NaN``, an integer
+  past 2^53, nesting past any cap, half the text, and on SQLite bytes that
+  are not UTF-8): what a reader of foreign or damaged text must refuse,
+  never hand back as a value.
 
 A surgery works on the store's own representation (the in-memory dicts, or
 SQL on the SQLite file: a real database file really losing rows), never
@@ -27,12 +34,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from faults.kinds import LOST_WRITE, TORN_BATCH
+from faults.kinds import LOST_WRITE, ROW_ROT, TORN_BATCH
 from model.sqlite_db import write_transaction
 
 # The methods each port's surgery can break, and how.
-LOG_KINDS = {"append": (LOST_WRITE, TORN_BATCH)}
-DURABLE_STATE_KINDS = {"save": (LOST_WRITE,)}
+LOG_KINDS = {"append": (LOST_WRITE, TORN_BATCH, ROW_ROT)}
+DURABLE_STATE_KINDS = {"save": (LOST_WRITE, ROW_ROT)}
+
+# The damaged documents of ``row-rot``, in the order a store's rots take
+# them: (name, the damaged text from the stored one, SQLite only).
+ROTS: tuple[tuple[str, Any, bool], ...] = (
+    ("member-twice", lambda text: '{"loomsim":1,"loomsim":2}', False),
+    ("non-finite", lambda text: '{"loomsim":NaN}', False),
+    ("unsafe-integer", lambda text: '{"loomsim":9007199254740993}', False),
+    ("too-deep", lambda text: "[" * 200 + "]" * 200, False),
+    ("half", lambda text: text[: len(text) // 2], False),
+    ("not-utf8", lambda text: b"\xff\xfe" + text.encode("utf-8"), True),
+)
+
+
+class _Rotter:
+    """The n-th rot of a store: the n-th applicable entry of ``ROTS``."""
+
+    def __init__(self, sqlite: bool) -> None:
+        self._rots = tuple(rot for rot in ROTS if sqlite or not rot[2])
+        self._count = 0
+
+    def rot(self, text: str) -> "str | bytes":
+        _, damage, _ = self._rots[self._count % len(self._rots)]
+        self._count += 1
+        return damage(text)
 
 
 class LogSurgery:
@@ -43,6 +74,7 @@ class LogSurgery:
     def __init__(self, store: Any) -> None:
         self._store = store
         self._sqlite = hasattr(store, "connection")
+        self._rotter = _Rotter(self._sqlite)
 
     def before(self, method: str, args: tuple, kwargs: dict) -> Any:
         return None
@@ -54,6 +86,9 @@ class LogSurgery:
         if result.replayed:
             return False
         count = result.last_seq - result.first_seq + 1
+        if kind == ROW_ROT:
+            self._rot_record(request, result.last_seq)
+            return True
         if kind == TORN_BATCH:
             if count < 2:
                 return False
@@ -78,6 +113,21 @@ class LogSurgery:
         for index in range(from_seq - 1, len(rows)):
             batch_id, text = rows[index]
             rows[index] = (batch_id, text[: len(text) // 2])
+
+    def _rot_record(self, request: Any, seq: int) -> None:
+        """Damage the stored text of record ``seq``."""
+        cid = request.conversation_id
+        if self._sqlite:
+            conn = self._store.connection
+            with write_transaction(conn):
+                (text,) = conn.execute("SELECT envelope_json FROM conv_records WHERE conversation_id = ? AND seq = ?",
+                                       (cid, seq)).fetchone()
+                conn.execute("UPDATE conv_records SET envelope_json = ? WHERE conversation_id = ? AND seq = ?",
+                             (self._rotter.rot(text), cid, seq))
+            return
+        rows = self._store._conversations[cid].rows
+        batch_id, text = rows[seq - 1]
+        rows[seq - 1] = (batch_id, self._rotter.rot(text))
 
     def _drop_records(self, request: Any, from_seq: int) -> None:
         """Forget the batch's records from ``from_seq`` on."""
@@ -122,6 +172,7 @@ class DurableStateSurgery:
     def __init__(self, store: Any) -> None:
         self._store = store
         self._sqlite = hasattr(store, "_conn")
+        self._rotter = _Rotter(self._sqlite)
 
     def _key(self, args: tuple, kwargs: dict) -> str:
         return args[0] if args else kwargs["key"]
@@ -134,8 +185,11 @@ class DurableStateSurgery:
         return self._store._rows.get(key)
 
     def apply(self, kind: str, method: str, args: tuple, kwargs: dict, result: Any, token: Any) -> bool:
-        assert kind == LOST_WRITE, kind
         key = self._key(args, kwargs)
+        if kind == ROW_ROT:
+            self._rot(key)
+            return True
+        assert kind == LOST_WRITE, kind
         if self._sqlite:
             conn = self._store._conn
             with write_transaction(conn):
@@ -152,10 +206,22 @@ class DurableStateSurgery:
         return True
 
 
+    def _rot(self, key: str) -> None:
+        """Damage the stored payload text of ``key`` (just saved)."""
+        if self._sqlite:
+            conn = self._store._conn
+            with write_transaction(conn):
+                (text,) = conn.execute("SELECT payload FROM durable_state WHERE key = ?", (key,)).fetchone()
+                conn.execute("UPDATE durable_state SET payload = ? WHERE key = ?", (self._rotter.rot(text), key))
+            return
+        version, revision, text = self._store._rows[key]
+        self._store._rows[key] = (version, revision, self._rotter.rot(text))
+
+
 # Per-hit rate of each kind at the sites that have it, under ``--beyond-contract``.
 # High enough that a short sweep seed of a scenario that appends rarely
 # still breaks a promise or two (a beyond seed where nothing fired tests nothing).
-BEYOND_RATES = {LOST_WRITE: 1e-2, TORN_BATCH: 1e-2}
+BEYOND_RATES = {LOST_WRITE: 1e-2, TORN_BATCH: 1e-2, ROW_ROT: 1e-2}
 
 
 def beyond_enabled(opts: Any) -> bool:

@@ -9,19 +9,23 @@ DUPLICATE_WAKE = "duplicate-wake"        # an alarm delivered twice (at-least-on
 NODE_PAUSE = "node-pause"                # a GC pause / VM stall longer than a lease
 SHORT_PAGE = "short-page"                # a read answer missing its last record
 SEQUENCE_GAP = "sequence-gap"            # a read answer missing a record in the middle
-CORRUPT_ROW = "corrupt-row"              # a read answer with one record's payload altered
+CORRUPT_ROW = "corrupt-row"              # a read answer with one record's payload (or a blob's bytes) altered
 
 TRANSIENT_ERROR = "transient-error"      # the call fails, typed and retryable, before doing anything
 WRITE_CONTENTION = "write-contention"    # SqliteWriteContention: the write lock was busy past the timeout
 LATENCY = "latency"                      # the call takes long (a slow disk, a GC pause in the store)
 BOUNDARY_DELAY = "boundary-delay"        # the call is held until a lease expiry or period boundary (±1 ms)
 REPLY_LOST = "reply-lost"                # the call committed, its reply is lost: the live caller retries
+# SQLite only (``faults.sqlite_overtake``): another connection tries to commit between a transaction's read and
+# its write (refused while the transaction holds the write lock, as BEGIN IMMEDIATE takes it).
+OVERTAKING_COMMIT = "overtaking-commit"
 
 # Beyond the contract (opt-in, ``--beyond-contract``): the store breaks a
 # promise. The expected outcome is a loud, typed detection, never a pass.
 LOST_WRITE = "lost-write"                # an acknowledged write is gone afterwards
 TORN_BATCH = "torn-batch"                # an acknowledged batch survives only in part
-BEYOND_CONTRACT_KINDS = (LOST_WRITE, TORN_BATCH)
+ROW_ROT = "row-rot"                      # an acknowledged row's stored text is damaged afterwards (bit rot)
+BEYOND_CONTRACT_KINDS = (LOST_WRITE, TORN_BATCH, ROW_ROT)
 
 PORT_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST,
                     BOUNDARY_DELAY)
@@ -29,4 +33,4 @@ PORT_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, TRANSIENT_ERROR, WRITE_CONTENTI
 TIMED_FAULT_KINDS = (NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE)
 ALL_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE,
                    SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST,
-                   BOUNDARY_DELAY, LOST_WRITE, TORN_BATCH)
+                   BOUNDARY_DELAY, LOST_WRITE, TORN_BATCH, OVERTAKING_COMMIT, ROW_ROT)

@@ -74,7 +74,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "canonical-equal-by-value",
         "canonical_equal compares Python values instead of canonical texts, so True equals 1 and a bool payload "
         "is adopted as an int one.",
-        "model.canonical", "    return canonical_json(a) == canonical_json(b)\n", "    return a == b\n", SY),
+        "model.canonical", "    return canonical_json(a) == canonical_json(b)\n", "    return a == b\n", SY_PS,
+        ci_seed=0, ci_duration="2m", ci_scenario="port-storm"),
 
     # -- durable state: the CAS store, adopt-own-write, contracts ---------------------
     Mutant(
@@ -104,12 +105,14 @@ MUTANTS: tuple[Mutant, ...] = (
         '        if getattr(conflict, "actual", None) != expected_revision + 1:\n            return None\n'
         "        stored = await self.store.load(self.key)\n"
         "        if stored is None or stored.revision != expected_revision + 1:\n",
-        "        stored = await self.store.load(self.key)\n        if stored is None:\n", SY),
+        "        stored = await self.store.load(self.key)\n        if stored is None:\n", SY_PS,
+        ci_seed=7, ci_duration="2m", ci_scenario="port-storm"),
     Mutant(
         "ds-adopt-ignores-version",
         "Adopt-own-write adopts an equal payload stored under another contract version.",
         "model.durable_state.handle",
-        "        if stored.contract_version != write.contract_version:\n            return None\n", "", SY),
+        "        if stored.contract_version != write.contract_version:\n            return None\n", "", SY_PS,
+        ci_seed=5, ci_duration="2m", ci_scenario="port-storm"),
     Mutant(
         "ds-migration-result-dropped",
         "Load runs each migration but drops its result (as if migrations mutated in place), validating the "
@@ -131,7 +134,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "        problem = self.validate(payload)\n        if problem is not None:\n"
         "            raise mismatch(VALIDATION_FAILED, problem)\n",
         "        problem = self.validate(payload) if version != stored_version else None\n"
-        "        if problem is not None:\n            raise mismatch(VALIDATION_FAILED, problem)\n", SY),
+        "        if problem is not None:\n            raise mismatch(VALIDATION_FAILED, problem)\n", SY_PS,
+        ci_seed=2, ci_duration="3m", ci_scenario="port-storm"),
     Mutant(
         "ds-future-version-accepted",
         "Load has no future-version check: state written by newer code is validated by the old contract "
@@ -246,13 +250,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if row.abort_author is not None:\n        return AbortIntent(submission_id, row.abort_author, row.abort_reason), None\n",
         "    if row.abort_author is not None and row.settled_at_ms is not None:\n"
         "        return AbortIntent(submission_id, row.abort_author, row.abort_reason), None\n", LS_PS,
-        ci_seed=5, ci_duration="10m", ci_scenario="port-storm"),
+        ci_seed=7, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "sqlite-deferred-begin",
         "SQLite write transactions start with a deferred BEGIN instead of BEGIN IMMEDIATE, so a read-then-write "
         "can fail with SQLITE_BUSY_SNAPSHOT that the busy timeout never retries.",
         "model.sqlite_db", '        conn.execute("BEGIN IMMEDIATE")\n', '        conn.execute("BEGIN")\n', LS,
-        store="sqlite"),
+        store="sqlite", ci_seed=0, ci_duration="15m"),
 
     # -- the conversation log: fenced appends, the chain, recovery reads -------------------
     Mutant(
@@ -292,7 +296,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "Append checks the expected tail sequence but not the expected tail digest.",
         "model.conversation.rules",
         "    if request.expected_tail_seq != conversation.tail_seq or request.expected_tail_digest != conversation.tail_digest:\n",
-        "    if request.expected_tail_seq != conversation.tail_seq:\n", ALL),
+        "    if request.expected_tail_seq != conversation.tail_seq:\n", ALL,
+        ci_seed=0, ci_duration="2m", ci_scenario="port-storm"),
     Mutant(
         "log-chain-unlinked",
         "Each batch's tail digest is chained from zeros instead of the previous tail digest, so the chain no "
@@ -325,14 +330,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if record.seq != expected:\n"
         '                raise HistoryCorrupted(conversation_id, expected, record.seq, "non-contiguous page")\n'
         "        if len(got) != want:\n",
-        "        if not got or got[-1].seq != after_seq + want:\n", LS_PS),
+        "        if not got or got[-1].seq != after_seq + want:\n", LS_PS,
+        ci_seed=6, ci_duration="30m"),
     Mutant(
         "log-chain-gap-regrouped",
         "Recomputing the digest chain regroups records by batch id alone and ignores their sequence numbers, "
         "so a gap is not a corruption.",
         "model.conversation.rules",
         "        if record.seq != expected:\n"
-        '            raise HistoryCorrupted(conversation_id, expected, record.seq, "sequence gap")\n', "", LS_PS),
+        '            raise HistoryCorrupted(conversation_id, expected, record.seq, "sequence gap")\n', "", LS_PS,
+        equivalent="a recovery read checks each page is contiguous before the chain is recomputed (a gap is "
+                   "HistoryCorrupted there first), and where the chain is recomputed over stored rows (SQLite "
+                   "verify on open) a gap changes the digest too (firstSeq, the records): only the error's text "
+                   "differs"),
 
     # -- the lifecycle: reserve -> append -> finalize, the canonical record wins ---------------
     Mutant(
@@ -359,16 +369,23 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.lifecycle",
         "    if logged is not None:\n        return logged\n    if reserved is not None:\n        return reserved\n",
         "    if reserved is not None:\n        return reserved\n    if logged is not None:\n        return logged\n",
-        BOTH),
+        BOTH,
+        equivalent="within the contract the two cannot differ: a reservation never changes once made, and the "
+                   "settlement is appended to the log (fenced) only after reserving that exact record, so which "
+                   "one wins never shows (a lost or rotten write is beyond the contract)"),
     Mutant(
         "lifecycle-fresh-over-reserved",
         "A successor settles with a freshly computed record instead of the one its predecessor reserved.",
         "model.lifecycle", "    if reserved is not None:\n        return reserved\n    return fresh()\n",
-        "    return fresh()\n", BOTH),
+        "    return fresh()\n", BOTH,
+        ci_seed=7, ci_duration="90m", ci_scenario="ledger-storm"),
     Mutant(
         "runs-resume-settled",
-        "A restarted worker resumes a run whose log already holds its settlement instead of only finalizing it.",
-        "model.runs", "        if await self._settle_from_log(run_id, record):\n            return\n", "", SY),
+        "A restarted worker resumes a run whose log already holds its settlement instead of only finalizing it "
+        "(it looks for the logged settlement only once the ledger says the run settled).",
+        "model.runs", "        settlement = await self.lifecycle.adopt_logged(run_id, record)\n",
+        "        settlement = None if record.outcome is None else await self.lifecycle.adopt_logged(run_id, record)\n",
+        SY, ci_seed=1, ci_duration="6h"),
 
     Mutant(
         "runs-settlement-drops-findings",
@@ -391,27 +408,32 @@ MUTANTS: tuple[Mutant, ...] = (
         "sched-busy-ignored",
         "A wake delivered while the schedule's run is in progress starts the next occurrence anyway (only a "
         "parked run blocks): two live occurrences.",
-        "model.schedules", "        if self._busy or self._parked:\n", "        if self._parked:\n", SY),
+        "model.schedules", "        if self._busy or self._parked:\n", "        if self._parked:\n", SY,
+        ci_seed=3, ci_duration="1h"),
     Mutant(
         "sched-high-water-cursor-only",
         "The schedule's high-water mark is read from the cursor alone, ignoring a live run admitted before "
         "the cursor advanced.",
         "model.runs",
         "        high = cursor.high_water_ms\n        for record in await self.live_executions(schedule_id):\n",
-        "        high = cursor.high_water_ms\n        for record in ():\n", SY),
+        "        high = cursor.high_water_ms\n        for record in ():\n", SY,
+        equivalent="recover resumes every live run before it reads the mark, and resuming a half-admitted run "
+                   "advances the cursor (admission advances it before marking the run ready), so the cursor is "
+                   "never behind a live run when the mark is read"),
     Mutant(
         "runs-retired-off-by-one",
         "A start refuses occurrences strictly below the archive watermark, so the last retired occurrence "
         "can start again once its ledger row is gone.",
         "model.runs", "occurrence_ms <= cursor.archived_through_ms:\n", "occurrence_ms < cursor.archived_through_ms:\n",
-        SY),
+        SY, ci_seed=1, ci_duration="3d"),
 
     # -- the kernel: step records, replay, migration markers ---------------------------
     Mutant(
         "kernel-writes-unflushed",
         "The group-commit flag is inverted: earlier step records are flushed before read-only effects instead "
         "of before writing ones, so a re-run after a crash re-reads state its own write changed.",
-        "model.kernel.kernel", "        elif writes and pending:\n", "        elif not writes and pending:\n", SY),
+        "model.kernel.kernel", "        elif writes and pending:\n", "        elif not writes and pending:\n", SY,
+        ci_seed=0, ci_duration="2h"),
     Mutant(
         "kernel-replay-rereads",
         "Resuming a run re-runs its recorded read-only effects (to refresh them) before folding the recorded "
@@ -453,12 +475,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "claimcheck-blob-unindexed",
         "Claim-checked blobs are stored but never recorded in the pin index, so retention never sees (or "
         "reclaims) them.",
-        "model.claimcheck", "        await self._index.record_blob(ref, size, stored_at_ms=self._now_ms())\n", "", SY_PS),
+        "model.claimcheck", "        await self._index.record_blob(ref, size, stored_at_ms=self._now_ms())\n", "", SY_PS,
+        ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
     Mutant(
         "content-unverified",
         "The in-memory content store returns a blob without checking that its bytes still hash to its ref.",
         "model.conversation.content_store",
-        "    actual = content_ref(data)\n    if actual != ref:\n        raise ContentCorrupted(ref, actual)\n", "", SY_PS),
+        "    actual = content_ref(data)\n    if actual != ref:\n        raise ContentCorrupted(ref, actual)\n", "", SY_PS,
+        ci_seed=2, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "retention-drops-pins",
         "Retention keeps a pin only if its holder is a live run id, but holders are finding ids: every pin is "
@@ -478,7 +502,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "                await findings.apply_run(schedule_id, occurrence_ms, run_id, found,\n"
         "                                         settled_at_ms=record.settled_at_ms)\n"
         "                for finding in found:\n                    for ref in finding[\"evidence\"]:\n"
-        "                        await pins.pin(ref, finding[\"id\"])\n", SY),
+        "                        await pins.pin(ref, finding[\"id\"])\n", SY,
+        ci_seed=1, ci_duration="3d"),
     Mutant(
         "findings-drops-first",
         "The in-memory projection skips a run's first finding when applying it (an off-by-one slice).",
@@ -497,7 +522,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "retention-passes-open-work",
         "Retention skips over a run with open work and retires the settled runs behind it.",
         "model.retention", "                return  # open work: nothing behind it is retired before it\n",
-        "                pass  # open work: retired later\n", SY),
+        "                pass  # open work: retired later\n", SY,
+        equivalent="retention never passes min(TTL, the cursor's high water, the findings checkpoint); the "
+                   "projector stops at the first unsettled run and a schedule has one live occurrence (a parked "
+                   "run blocks its driver), so no settled run ever lies behind open work"),
     Mutant(
         "retention-delete-before-retire",
         "Retention deletes a run's rows before moving the archive watermark past it, so a crash in between "
@@ -516,7 +544,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "matches.",
         "model.conversation.checkpoints",
         "    if await log.digest_at(conversation_id, checkpoint.covered_seq) != checkpoint.tail_digest:\n"
-        '        return CheckpointDecision(None, "digest-mismatch")\n', "", LS_PS),
+        '        return CheckpointDecision(None, "digest-mismatch")\n', "", LS_PS,
+        ci_seed=7, ci_duration="1m", ci_scenario="port-storm"),
     Mutant(
         "checkpoint-save-unchecked",
         "Saving a checkpoint no longer checks its tail digest against the log's digest at its position.",

@@ -53,6 +53,7 @@ __all__ = ["Mutant", "MutantError", "Patch", "applied", "apply", "catalogue", "c
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{1,62}")
 STORES = ("memory", "sqlite")
 DOC_CHARS_MAX = 400
+EQUIVALENT_CHARS_MAX = 600
 MODULE_PREFIX = "model."  # mutants patch the system under test, nothing else
 
 
@@ -74,6 +75,14 @@ class Mutant:
     and the shortest duration measured to detect it (the fast CI subset),
     in ``ci_scenario`` (default: the first of ``scenarios``); None for a
     mutant no seed is known to detect yet.
+
+    ``equivalent``: for a mutant argued to be equivalent (no execution of
+    the system can observe it), the argument, one line. It is still run:
+    a seed that detects it refutes the argument (the table says so); one
+    that survives is reported as equivalent, apart from the survivors, and
+    left out of the detected share, as mutation testing does. Never a way
+    to drop a survivor: the argument must say why no workload could reach
+    a difference.
     """
 
     name: str
@@ -86,6 +95,7 @@ class Mutant:
     ci_seed: int | None = None
     ci_duration: str | None = None
     ci_scenario: str | None = None
+    equivalent: str | None = None
 
     def __attrs_post_init__(self) -> None:
         problem = _problem(self)
@@ -122,6 +132,11 @@ def _problem(m: Mutant) -> str | None:
         return "ci_seed must be a whole number >= 0"
     if m.ci_scenario is not None and (m.ci_seed is None or m.ci_scenario not in m.scenarios):
         return "ci_scenario must be one of scenarios, with a ci_seed"
+    if m.equivalent is not None and (type(m.equivalent) is not str or not m.equivalent.strip()
+                                     or "\n" in m.equivalent or len(m.equivalent) > EQUIVALENT_CHARS_MAX):
+        return f"equivalent must be the argument on one line (at most {EQUIVALENT_CHARS_MAX} characters)"
+    if m.equivalent is not None and m.ci_seed is not None:
+        return "a mutant with a detecting ci_seed is not equivalent"
     return None
 
 

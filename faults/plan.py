@@ -231,6 +231,11 @@ class PortFaults:
     # Cadences whose period boundaries a boundary-delay lands calls on
     # (lease expiries it learns from the ledger's grants).
     periods_ms: tuple[int, ...] = ()
+    # Kinds every seed runs at these rates, outside the swarm's choices (a
+    # kind only one store meets, e.g. ``overtaking-commit`` on SQLite: adding
+    # it to a swarm space would redraw every seed's choices). Pinned rates
+    # (``--rate``) replace them.
+    fixed_rates: Mapping[str, float] = attrs.field(factory=dict)
 
     def plan_for(self, world: Any, opts: Any, choices: Any) -> FaultPlan:
         from faults.beyond import beyond_rates  # beyond imports the plan's users
@@ -247,6 +252,8 @@ class PortFaults:
         assert 1 <= intensity <= INTENSITY_MAX, intensity
         rates = {kind: min(1.0, rate * (intensity if kind in INTENSIFIED_KINDS else 1))
                  for kind, rate in self.rates.items() if pinned or enabled(kind)}
+        if not pinned:
+            rates.update(self.fixed_rates)
         rates.update(beyond_rates(opts))
         if rates.get(BOUNDARY_DELAY, 0) > 0 or opts.fault_script is not None:
             world.boundaries = Boundaries(world, tuple(self.periods_ms))

@@ -56,6 +56,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import attrs
 
+from model.bounds import INT64_MAX, is_valid_unicode
 from model.canonical import MAX_SAFE_INTEGER, canonical_json, decode, digest
 from model.retry import is_retryable
 from model.runtime import Runtime
@@ -113,8 +114,8 @@ def validate_finding(value: object) -> str | None:
     extra = sorted(repr(key) for key in value if key not in FINDING_KEYS)
     if extra:
         return "unexpected keys: " + ", ".join(extra)
-    if not _non_empty_str(value["id"]):
-        return f"id must be a non-empty str, got {value['id']!r:.80}"
+    if not _non_empty_str(value["id"]) or not is_valid_unicode(value["id"]):
+        return f"id must be a non-empty str of valid Unicode, got {value['id']!r:.80}"
     if not isinstance(value["category"], str) or value["category"] not in CATEGORIES:
         return f"category must be one of {', '.join(CATEGORIES)}, got {value['category']!r:.80}"
     if not isinstance(value["severity"], str) or value["severity"] not in SEVERITIES:
@@ -182,8 +183,8 @@ class ProjectedFinding:
 
 
 def _check_id(value: object, what: str) -> str:
-    if not _non_empty_str(value):
-        raise ValueError(f"{what} must be a non-empty str, got {value!r:.80}")
+    if not _non_empty_str(value) or not is_valid_unicode(value):  # type: ignore[arg-type]
+        raise ValueError(f"{what} must be a non-empty str of valid Unicode, got {value!r:.80}")
     return value  # type: ignore[return-value]
 
 
@@ -195,8 +196,9 @@ def _check_ms(value: object, what: str) -> int:
 
 
 def _check_limit(limit: object) -> int:
-    if type(limit) is not int or limit < 0:
-        raise ValueError(f"limit must be an int >= 0, got {limit!r:.80}")
+    # Bound to a SQLite INTEGER: one past 64 bits is refused alike, typed.
+    if type(limit) is not int or not 0 <= limit <= INT64_MAX:
+        raise ValueError(f"limit must be an int in 0..2**63-1, got {limit!r:.80}")
     return limit
 
 

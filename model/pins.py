@@ -30,6 +30,7 @@ from typing import Any
 
 import attrs
 
+from model.bounds import INT64_MAX, is_valid_unicode
 from model.sqlite_db import SqliteAdapter, write_transaction
 
 __all__ = [
@@ -64,18 +65,20 @@ def _check_holder(holder: object) -> str:
         raise ValueError(f"a pin holder must be a non-empty str, got {holder!r:.80}")
     if len(holder) > HOLDER_MAX_LENGTH:
         raise ValueError(f"pin holder of length {len(holder)} exceeds {HOLDER_MAX_LENGTH}")
+    if not is_valid_unicode(holder):  # ``model.bounds``: what SQLite can store
+        raise ValueError(f"a pin holder must be valid Unicode (no lone surrogates), got {holder!r:.80}")
     return holder
 
 
 def _check_ms(value: object, what: str) -> int:
-    if type(value) is not int or value < 0:
-        raise ValueError(f"{what} must be an int >= 0, got {value!r:.80}")
+    if type(value) is not int or not 0 <= value <= INT64_MAX:
+        raise ValueError(f"{what} must be an int in 0..2**63-1, got {value!r:.80}")
     return value
 
 
 def _check_limit(limit: object) -> int:
-    if type(limit) is not int or limit < 0:
-        raise ValueError(f"limit must be an int >= 0, got {limit!r:.80}")
+    if type(limit) is not int or not 0 <= limit <= INT64_MAX:
+        raise ValueError(f"limit must be an int in 0..2**63-1, got {limit!r:.80}")
     return limit
 
 

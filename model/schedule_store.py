@@ -27,6 +27,7 @@ import sqlite3
 
 import attrs
 
+from model.bounds import INT64_MAX, is_valid_unicode
 from model.canonical import ZERO_DIGEST, digest
 from model.sqlite_db import create_schema, require_autocommit, write_transaction
 
@@ -52,11 +53,32 @@ def archive_link(previous_digest: str, summary: object) -> str:
     return digest({"previous": previous_digest, "run": summary})
 
 
+
+
 def _require(schedule_id: object, occurrence_ms: object) -> None:
-    if type(schedule_id) is not str or not schedule_id:
-        raise TypeError(f"schedule_id must be a non-empty str, got {schedule_id!r:.40}")
-    if type(occurrence_ms) is not int or occurrence_ms < 0:
-        raise TypeError(f"occurrence_ms must be a non-negative int, got {occurrence_ms!r:.40}")
+    if type(schedule_id) is not str or not schedule_id or not is_valid_unicode(schedule_id):
+        raise TypeError(f"schedule_id must be a non-empty str of valid Unicode, got {schedule_id!r:.40}")
+    if type(occurrence_ms) is not int or not 0 <= occurrence_ms <= INT64_MAX:
+        raise TypeError(f"occurrence_ms must be an int in 0..2**63-1, got {occurrence_ms!r:.40}")
+
+
+def _require_run(run_id: object) -> None:
+    if type(run_id) is not str or not is_valid_unicode(run_id):
+        raise TypeError(f"run_id must be a str of valid Unicode, got {run_id!r:.40}")
+
+
+def _require_retire(run_id: object, summary: object, hold: object) -> None:
+    """``retire``'s arguments, checked before anything is read or written:
+    a held occurrence names its run and carries no summary (it is archived
+    on release); an archived one names its run."""
+    if type(hold) is not bool:
+        raise TypeError(f"hold must be a bool, got {hold!r:.40}")
+    if run_id is not None:
+        _require_run(run_id)
+    if hold and (run_id is None or summary is not None):
+        raise ValueError("retire with hold=True needs a run_id and no summary (the run is archived on release)")
+    if summary is not None and run_id is None:
+        raise ValueError("retire with a summary needs the run_id of the run it archives")
 
 
 def decide_retire(cursor: ScheduleCursor, occurrence_ms: int, run_id: str | None, summary: object | None,
@@ -108,10 +130,12 @@ class InMemoryScheduleStore:
         """Move the archive watermark to ``occurrence_ms`` (see ``decide_retire``).
         Idempotent: False when the occurrence was already retired."""
         _require(schedule_id, occurrence_ms)
+        _require_retire(run_id, summary, hold)
         return self._apply(schedule_id, lambda c: decide_retire(c, occurrence_ms, run_id, summary, hold=hold))
 
     async def release(self, schedule_id: str, run_id: str, summary: object) -> bool:
         _require(schedule_id, 0)
+        _require_run(run_id)
         return self._apply(schedule_id, lambda c: decide_release(c, run_id, summary))
 
     def _apply(self, schedule_id: str, decide) -> bool:
@@ -173,10 +197,12 @@ class SqliteScheduleStore:
     async def retire(self, schedule_id: str, occurrence_ms: int, run_id: str | None, summary: object | None, *,
                      hold: bool = False) -> bool:
         _require(schedule_id, occurrence_ms)
+        _require_retire(run_id, summary, hold)
         return self._apply(schedule_id, lambda c: decide_retire(c, occurrence_ms, run_id, summary, hold=hold))
 
     async def release(self, schedule_id: str, run_id: str, summary: object) -> bool:
         _require(schedule_id, 0)
+        _require_run(run_id)
         return self._apply(schedule_id, lambda c: decide_release(c, run_id, summary))
 
     def _apply(self, schedule_id: str, decide) -> bool:

@@ -65,7 +65,7 @@ from model.durable_state.contracts import FUTURE_VERSION, StateContract
 from model.durable_state.store import INT64_MAX, DurableStateWrite, is_revision_conflict
 from model.ledger.records import Claim
 from model.retry import error_name, is_retryable
-from sim.invariants import Checker
+from scenarios.client import RETRIES_MAX, RETRY_WAIT_MS, Expectations, Outcome
 from sim.node import Node, NodeDeadError
 from sim.workload import Workload
 from sim.world import World
@@ -103,7 +103,8 @@ EDGES = (
     "log_over_1024_records", "read_full_default_page", "read_across_page_boundary", "read_at_page_boundary",
     "read_past_tail_empty", "read_illegal_rejected", "digest_at_batch_boundary", "digest_at_inside_batch",
     "digest_at_beyond_tail", "append_identical_retry_replayed", "append_batch_digest_conflict",
-    "append_record_identity_conflict", "append_tail_conflict", "append_stale_epoch_fenced", "append_epoch_takeover",
+    "append_record_identity_conflict", "append_tail_conflict", "append_stale_digest_conflict",
+    "append_stale_epoch_fenced", "append_epoch_takeover",
     "batch_1024_records", "batch_over_record_cap_rejected", "batch_over_byte_cap_rejected",
     "log_payload_at_spill_sizes", "lookup_batch_checked", "conversation_deleted", "deleted_conversation_unreadable",
     # checkpoints
@@ -134,9 +135,6 @@ INLINE_CAP = INLINE_CAP_BYTES_DEFAULT
 SPILL_BYTES = SPILL_THRESHOLD_BYTES_DEFAULT
 PRINCIPAL = "adversary"
 DEPLOYMENT = "loomsim-adversary"
-# One call's retries of injected retryable errors: rates are per mille, so
-# a call retried this often means a retry loop that never clears.
-RETRIES_MAX = 200
 # Waits for a dead owner's lease, or for the racing task, are bounded.
 WAITS_MAX = 1_000
 LARGE_BLOB_BYTES = 256 * 1024
@@ -221,44 +219,12 @@ def _matches(error: BaseException | None, names: tuple[str, ...]) -> bool:
     return False
 
 
-class Outcome:
-    """One logical call: its answer or typed error, and how many attempts
-    committed unheard (``lost``: a ``ReplyLost`` was retried)."""
-
-    __slots__ = ("value", "error", "lost", "attempts")
-
-    def __init__(self, value: Any, error: BaseException | None, lost: int, attempts: int) -> None:
-        self.value = value
-        self.error = error
-        self.lost = lost
-        self.attempts = attempts
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def show(self) -> str:
-        """One line for a message (cheap: messages are built for every check)."""
-        if self.error is not None:
-            return f"{error_name(self.error)}: {str(self.error)[:300]}"
-        value = self.value
-        if type(value) is tuple and len(value) > 2:
-            return f"({len(value)} items: {value[0]!r:.150}, ...)"
-        return f"{value!r:.300}"
-
-
-class AdversaryExpectations(Checker):
+class AdversaryExpectations(Expectations):
     """``adversary-expectations``: the adversary's own obvious expectations
     (typed rejections, replays, read-backs, lease instants). It reads no
     trace events: the adversary tells it, one check per expectation."""
 
     name = "adversary-expectations"
-
-    def expect(self, ok: bool, message: str, related: tuple[str, ...] = ()) -> bool:
-        self.checks += 1
-        if not ok:
-            self.fail(" ".join(message.split()), related)
-        return ok
 
 
 class Adversary(Workload):
@@ -433,7 +399,7 @@ class _Process:
                         lost += 1
                         self.w.edge("replies_lost_retried")
                     self.w.retries += 1
-                    await self.runtime.sleep_ms(self.rng.between(5, 500))
+                    await self.runtime.sleep_ms(self.rng.between(*RETRY_WAIT_MS))
                     continue
                 return Outcome(None, error, lost, attempt)
             return Outcome(value, None, lost, attempt)
@@ -1586,6 +1552,38 @@ class _Process:
             batches.extend([batch_id] * len(records))
             tail = (out.value.last_seq, out.value.tail_digest)
         await self.read_checked(conv, 0, PAGE_SIZE_MAX, written, batches)
+        await self._recreated_same_length(conv, tail)
+
+    async def _recreated_same_length(self, conv: str, stale: tuple[int, str]) -> None:
+        """A writer whose tail is right by its sequence number only: the log
+        was deleted and re-created by another producer, regrown to the same
+        length with other records. The stale writer's append names the right
+        tail seq and the old history's digest, and must be refused as a
+        ``tail`` conflict carrying the new tail (the digest is what tells
+        the two histories apart)."""
+        gone = await self.call("log", "delete_conversation", conv)
+        if not self.expect(gone.ok, f"delete_conversation({conv}) answered {gone.show()}", conv):
+            return
+        successor = f"{self.label}/recreated"
+        if not self.expect_ok(await self.call("log", "materialize", conv, successor, 1), "re-materialize", conv):
+            return
+        records = tuple(self.envelope(f"{conv}/again{i + 1}", successor, 1, {"again": i}) for i in range(stale[0]))
+        out = await self.call("log", "append", FencedAppendRequest(conv, self.uid("batch"), successor, 1, 0,
+                                                                   ZERO_DIGEST, records))
+        if not self.expect(out.ok and out.value.last_seq == stale[0], f"append of {len(records)} to re-created "
+                                                                     f"{conv}: {out.show()}", conv):
+            return
+        fresh = (out.value.last_seq, out.value.tail_digest)
+        late = FencedAppendRequest(conv, self.uid("batch"), successor, 1, stale[0], stale[1],
+                                   (self.envelope(f"{conv}/late", successor, 1, {"late": True}),))
+        clash = await self.call("log", "append", late)
+        if self.expect_rejected(clash, ("AppendConflict",), f"append at the old history's tail {stale[0]} of "
+                                                            f"re-created {conv}", conv):
+            error = clash.error
+            if self.expect(error.kind == "tail" and (error.actual_tail_seq, error.actual_tail_digest) == fresh,
+                           f"stale-digest conflict on {conv} carries {error.kind} {error.actual_tail_seq} "
+                           f"{error.actual_tail_digest}, tail is {fresh}", conv):
+                self.w.edge("append_stale_digest_conflict")
 
     # -- checkpoints -----------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ pauses past the lease (the stale owner must be fenced) and damaged reads
 (the recovery read must fail closed)."""
 from __future__ import annotations
 
+from faults.kinds import OVERTAKING_COMMIT
 from model.conversation.records import PAGE_SIZE_MAX
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
 from scenarios import api as inv
@@ -15,6 +16,9 @@ from scenarios.api import (ACK_LOST, BOUNDARY_DELAY, CORRUPT_ROW, CRASH_BEFORE_C
 RATES = {CRASH_BEFORE_CALL: 2e-4, ACK_LOST: 2e-4, FAILPOINT_CRASH: 2e-3, SHORT_PAGE: 0.05, SEQUENCE_GAP: 0.05,
          CORRUPT_ROW: 0.05, TRANSIENT_ERROR: 2e-4, WRITE_CONTENTION: 1e-4, LATENCY: 1e-4, REPLY_LOST: 2e-4,
          BOUNDARY_DELAY: 1e-4}
+# On SQLite (outside the swarm: every seed): another writer tries to commit
+# after a read inside a transaction, per read (``faults.sqlite_overtake``).
+OVERTAKE_RATE = 1e-3
 RESTART_MS = (1 * SECOND, 30 * SECOND)
 ABORTS, FAILING_WORK, CHECKPOINTS = "client-aborts", "failing-work", "recovery-checkpoints"
 # Checkpoint calls happen only in recoveries: their port faults fire 50x as often.
@@ -56,7 +60,8 @@ def ledger_storm(run: Run) -> Stack:
             NodePauses(workers.names, every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
                        pause_ms=((lease_ms + SECOND, lease_ms + 8 * SECOND), (lease_ms + SECOND, 4 * lease_ms))),
         ],
-        faults=PortFaults(run.rates(RATES), failpoints=SUBMISSION_CRASH_POINTS, boosted_sites=RARE_SITES, boost=50),
+        faults=PortFaults(run.rates(RATES), failpoints=SUBMISSION_CRASH_POINTS, boosted_sites=RARE_SITES, boost=50,
+                          fixed_rates={OVERTAKING_COMMIT: OVERTAKE_RATE} if run.opts.store == "sqlite" else {}),
         checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.LogChain(), inv.FailClosedPagination(),
                 inv.QueueOrder(), inv.Liveness(), inv.ReferenceModel(),
                 *([inv.CheckpointConsistency()] if run.does(CHECKPOINTS) else [])],

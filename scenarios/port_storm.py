@@ -10,7 +10,16 @@ conflicting retries, aborts racing settlement), under kills, pauses past the
 lease, every port fault kind (``reply-lost`` included: the adversary retries
 the same call, as a production client would) and damaged log reads. Its own
 expectations fail ``adversary-expectations``; the reference model checks
-every answer against an independent model.
+every answer against an independent model. Beside it, clients of the
+durable-state *handle* (``scenarios.adversary_state``) race on shared keys
+under two contract versions, with a buggy writer storing state no version
+accepts, claim-check blobs whose reads may be damaged below the store, and
+checkpoints that outlive a rewritten log: ``adopt-own-write``,
+``contract-safety`` and ``state-expectations`` judge what the handle,
+claim-check and recovery answer. And clients of the kernel's execution
+store, the schedule cursors, the pin index and the findings projection
+(``scenarios.adversary_ports``) drive those ports at their edges and race
+on shared runs; ``ports-expectations`` and the reference model judge them.
 """
 from __future__ import annotations
 
@@ -18,6 +27,10 @@ from faults.kinds import PORT_FAULT_KINDS
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
 from scenarios import api as inv
 from scenarios.adversary import CALL_STATS, EDGE_STATS, Adversary
+from scenarios.adversary_state import SOMETIMES as STATE_SOMETIMES
+from scenarios.adversary_state import StateAdversary
+from scenarios.adversary_ports import SOMETIMES as PORTS_SOMETIMES
+from scenarios.adversary_ports import PortsAdversary
 from scenarios.api import (ACK_LOST, CORRUPT_ROW, CRASH_BEFORE_CALL, LATENCY, MINUTE, NODE_KILL, NODE_PAUSE,
                            REPLY_LOST, SECOND, SEQUENCE_GAP, SHORT_PAGE, TRANSIENT_ERROR, WRITE_CONTENTION, Knob,
                            NodeKills, NodePauses, Param, PortFaults, Run, Stack, SwarmSpace, System,
@@ -45,7 +58,8 @@ SWARM = SwarmSpace(
            Knob("adversaries", 3, 2, 3, "adversary processes"), fault_intensity_knob(values=(1, 1, 3, 10))))
 # Every edge and every port method, across a sweep; plus what the faults must cause.
 SOMETIMES = EDGE_STATS + CALL_STATS + ("adversary_typed_rejections", "adversary_retries", "worker_crashes",
-                                       "edge_replies_lost_retried", "stale_writes_fenced")
+                                       "edge_replies_lost_retried", "stale_writes_fenced") + STATE_SOMETIMES + (
+                                       PORTS_SOMETIMES)
 
 
 @scenario("port-storm", "adversarial clients at the edges of every port contract, racing, under every fault",
@@ -56,15 +70,22 @@ def port_storm(run: Run) -> Stack:
     adversary = Adversary(nodes=run.knob("adversaries"), lease_ms=lease_ms,
                           think_ms=(max(1, run.param("think_ms") // 40), run.param("think_ms")), era_ms=30 * MINUTE,
                           races=run.does(RACES), late_aborts=run.does(LATE_ABORTS), claim_check=run.does(CLAIM_CHECK))
+    # Clients of the durable-state handle, claim-check and checkpointed recovery, racing on shared keys.
+    state = StateAdversary()
+    # Clients of the kernel's execution store, schedule cursors, the pin index and the findings projection.
+    ports = PortsAdversary(think_ms=(max(1, run.param("think_ms") // 40), run.param("think_ms")))
     return Stack(
         system=System(file_name="port-storm.db", restart_ms=RESTART_MS, damaged_reads=True),
         workloads=[
             adversary,
-            NodeKills(adversary.names, every_ms=(10 * MINUTE, 40 * MINUTE), restart_ms=RESTART_MS),
+            state,
+            ports,
+            NodeKills(adversary.names + state.names + ports.names, every_ms=(10 * MINUTE, 40 * MINUTE), restart_ms=RESTART_MS),
             # Pauses past the lease: a claim held across one lapses while its owner sleeps.
             NodePauses(adversary.names, every_ms=(5 * MINUTE, 30 * MINUTE),
                        pause_ms=((lease_ms + SECOND, 2 * lease_ms), (100, lease_ms))),
         ],
         faults=PortFaults(run.rates(RATES), boosted_sites=RARE_SITES, boost=4),
-        checks=[adversary.checker, inv.ReferenceModel(), inv.Fencing(), inv.LogChain()],
+        checks=[adversary.checker, inv.ReferenceModel(), inv.Fencing(), inv.LogChain(), state.checker, ports.checker,
+                inv.AdoptOwnWrite(), inv.ContractSafety(state.contracts_for_key, damage=state.is_forger)],
         heal_ms_max=20 * MINUTE, settle_ms=5 * MINUTE)

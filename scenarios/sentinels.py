@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from faults.events import SchedulesRetire
 from faults.kinds import DUPLICATE_WAKE
 from model.claimcheck import INLINE_CAP_BYTES_DEFAULT, ClaimCheck
 from model.durable_state.handle import SentinelState, sentinel_state
@@ -96,12 +97,14 @@ class Sentinels(Workload):
         self._schedule_of_key = {key: sid for sid, key in self.state_keys.items()}
         self.runs_failed = 0
         self.system_counts: dict[str, int] = {}
+        self._last_retired: dict[str, int] = {}  # schedule -> last retired occurrence that ran
 
     # -- phases ----------------------------------------------------------------
 
     def setup(self, world: World) -> None:
         self.world = world
         world.trace.subscribe(("ledger.finalize_settlement",), self._on_settled)
+        world.trace.subscribe((SchedulesRetire.kind,), self._on_retired)
         world.trace.subscribe(SYSTEM_EVENTS, self._on_system_event)
         world.add_node(WORKER_NODE, self._start_worker)
 
@@ -181,10 +184,29 @@ class Sentinels(Workload):
             latency_ms = rng.between(*app.PUBLISH_LATENCY_MS)
             if rng.below(app.SLOW_PUBLISH_ONE_IN) == 0:
                 latency_ms = self._period_ms(run_id) * rng.between(*app.SLOW_PUBLISH_PERIODS) // 100
+                self._alarm_on_time(run_id, runtime.now_ms() + latency_ms)
             await runtime.sleep_ms(latency_ms)
             return {"published": True}
 
         return stats, explain, publish
+
+    def _alarm_on_time(self, run_id: str, busy_until_ms: int) -> None:
+        """The alarm service fires every occurrence on time, whatever the
+        driver is doing: a run that outlasts its period is still publishing
+        when the next occurrence's alarm is delivered to the same driver
+        (one live occurrence per schedule is then tested by a real overlap)."""
+        schedule_id, occurrence_ms = parse_run_id(run_id)
+        next_ms = occurrence_ms + self.schedules[schedule_id].every_ms
+        if next_ms < busy_until_ms:
+            self.world.at(next_ms, lambda: self._deliver(schedule_id, next_ms), label="alarm on time")
+
+    def _deliver(self, schedule_id: str, occurrence_ms: int) -> bool:
+        node = self.world.nodes[WORKER_NODE]
+        driver = self.drivers.get(schedule_id)
+        if not node.alive or driver is None:
+            return False
+        self.world.runtime.spawn_on(node, f"alarm:{schedule_id}@{occurrence_ms}", _alarm(driver, occurrence_ms))
+        return True
 
     def _period_ms(self, run_id: str) -> int:
         schedule_id, _ = parse_run_id(run_id)
@@ -241,7 +263,10 @@ class Sentinels(Workload):
         return sorted(self.schedules)
 
     def deliver_again(self, schedule_id: str, delivery: int | None) -> bool:
-        """The alarm of the latest due occurrence, delivered once more."""
+        """The alarm of the latest due occurrence, delivered once more; and,
+        once retention has retired a run of the schedule, a late duplicate
+        of the alarm of the last one it retired (at-least-once timers may
+        redeliver an old alarm: the archive watermark's boundary)."""
         world = self.world
         node = world.nodes[WORKER_NODE]
         occurrence_ms = self.schedules[schedule_id].latest_due_at(world.runtime.now_ms())
@@ -250,6 +275,9 @@ class Sentinels(Workload):
             return False
         world.record_fault(node, f"alarm.{schedule_id}", DUPLICATE_WAKE, delivery or 0)
         world.runtime.spawn_on(node, f"alarm:{schedule_id}@{occurrence_ms}", _alarm(driver, occurrence_ms))
+        retired_ms = self._last_retired.get(schedule_id)
+        if retired_ms is not None and retired_ms < occurrence_ms:
+            world.runtime.spawn_on(node, f"alarm:{schedule_id}@{retired_ms}", _alarm(driver, retired_ms))
         return True
 
     # -- what the checks read of the application (never through a node) ------------
@@ -294,6 +322,18 @@ class Sentinels(Workload):
         if "error" in fields or fields.get("deleted") is False:
             return
         self.system_counts[kind] = self.system_counts.get(kind, 0) + 1
+
+    def _on_retired(self, event: tuple) -> None:
+        """The last occurrence retention archived that had run (its ledger
+        row deleted with it), per schedule."""
+        fields = event[4]
+        if SchedulesRetire.error in fields or not fields[SchedulesRetire.retired]:
+            return
+        if fields[SchedulesRetire.run] is None or fields[SchedulesRetire.hold]:
+            return  # never ran (no alarm to redeliver), or held by a pin (its row stays)
+        schedule_id, occurrence_ms = fields[SchedulesRetire.schedule], fields[SchedulesRetire.occurrence_ms]
+        if occurrence_ms > self._last_retired.get(schedule_id, -1):
+            self._last_retired[schedule_id] = occurrence_ms
 
     def _on_settled(self, event: tuple) -> None:
         if event[4].get("outcome") == "failed":

@@ -37,14 +37,22 @@ class WorkFailed(Exception):
     name = "WorkFailed"
 
 
-def work(*, fail_every: int = 0) -> Callable[[Any, int], Any]:
+def work(*, fail_every: int = 0) -> Callable[[Any, int, str, int], Any]:
     """What a submission's steps compute: an echo; every ``fail_every``-th
-    request (0: none) fails in its second step."""
+    request (0: none) fails in its second step.
+
+    ``step(request, index, process, now_ms)``: ``Workers`` binds the process
+    running the attempt and its clock. A failure's message names both, as a
+    real tool's error does (which replica gave up, when): two attempts at
+    the same step fail with different diagnostics. A failure is not a step
+    record (nothing is logged for it), so a successor that re-runs the
+    failed step computes a record that differs from the one its predecessor
+    reserved: the lifecycle must settle with the reserved one."""
     assert fail_every >= 0
 
-    def step(request: Any, index: int) -> Any:
+    def step(request: Any, index: int, process: str = "", now_ms: int = 0) -> Any:
         if fail_every and request["n"] % fail_every == FAIL_REMAINDER and index == 1:
-            raise WorkFailed(f"request {request['n']} cannot be served")
+            raise WorkFailed(f"request {request['n']} cannot be served ({process} gave up at {now_ms} ms)")
         return {"step": index, "echo": request}
 
     return step
@@ -120,7 +128,7 @@ class Workers(Workload):
     name = "workers"
 
     def __init__(self, count: int, *, lease_ms: int, poll_ms: int, retry_ms: int, step_delay_ms: tuple[int, int],
-                 work: Callable[[Any, int], Any], steps: int = 2, checkpoints: bool = False,
+                 work: Callable[[Any, int, str, int], Any], steps: int = 2, checkpoints: bool = False,
                  recovery_page_size: int) -> None:
         assert count >= 1 and lease_ms > 0 and steps >= 1, (count, lease_ms, steps)
         self.names = tuple(f"worker-{i + 1}" for i in range(count))
@@ -160,8 +168,13 @@ class Workers(Workload):
             rng = streams.fork(f"workload/{submission_id}/{index}")
             await runtime.sleep_ms(rng.between(*step_delay_ms))
 
+        work = self.work
+
+        def attempt(request: Any, index: int) -> Any:
+            return work(request, index, node.label, runtime.now_ms())
+
         worker = SubmissionWorker(ports.ledger, ports.log, node.label, lease_ms=self.lease_ms, now_ms=runtime.now_ms,
-                                  work=self.work, steps=self.steps, failpoints=ports.failpoints,
+                                  work=attempt, steps=self.steps, failpoints=ports.failpoints,
                                   probe=world.probe_for(node), step_delay=step_delay,
                                   checkpoints=ports.checkpoints if self.checkpoints else None,
                                   recovery_page_size=self.recovery_page_size)

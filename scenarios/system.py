@@ -32,6 +32,7 @@ from faults.describe import (
     CONTENT_DESCRIBERS,
     DURABLE_STATE_DESCRIBERS,
     FINDINGS_DESCRIBERS,
+    KERNEL_DESCRIBERS,
     LEDGER_DESCRIBERS,
     LOG_DESCRIBERS,
     PIN_DESCRIBERS,
@@ -39,6 +40,7 @@ from faults.describe import (
 )
 from faults.ports import BoundPort, PortStats, SimFailpoints
 from faults.reads import DamagedReads
+from faults.sqlite_overtake import open_node_database
 from model.conversation.checkpoints import InMemoryCheckpointStore, SqliteCheckpointStore
 from model.conversation.content_store import InMemoryContentStore, SqliteContentStore
 from model.conversation.memory_store import InMemoryConversationStore
@@ -47,14 +49,16 @@ from model.conversation.sqlite_store import SqliteConversationStore
 from model.durable_state.memory_store import InMemoryDurableStateStore
 from model.durable_state.sqlite_store import SqliteDurableStateStore
 from model.findings import InMemoryFindingsProjection, SqliteFindingsProjection
+from model.kernel.memory_store import InMemoryExecutionStore
 from model.kernel.records import ExecutionRecord
+from model.kernel.sqlite_store import SqliteExecutionStore
 from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.pins import InMemoryPinIndex, SqlitePinIndex
 from model.repair import rebuild_ledger
 from model.runs import LedgerRuns
 from model.schedule_store import InMemoryScheduleStore, SqliteScheduleStore
-from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT, open_database
+from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT
 from scenarios.storage import RunDatabase, run_sync
 from sim.scenario import SetupError
 from sim.node import Node
@@ -69,7 +73,7 @@ _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # What each port's trace records of its calls.
 DESCRIBERS = {"ds": DURABLE_STATE_DESCRIBERS, "ledger": LEDGER_DESCRIBERS, "log": LOG_DESCRIBERS,
               "schedules": SCHEDULE_DESCRIBERS, "content": CONTENT_DESCRIBERS, "pins": PIN_DESCRIBERS,
-              "findings": FINDINGS_DESCRIBERS, "checkpoints": CHECKPOINT_DESCRIBERS}
+              "findings": FINDINGS_DESCRIBERS, "checkpoints": CHECKPOINT_DESCRIBERS, "kernel": KERNEL_DESCRIBERS}
 
 
 class AuditView(Protocol):
@@ -108,6 +112,9 @@ class NodePorts:
     findings: Any
     checkpoints: Any
     failpoints: Any
+    # The kernel's execution store (``model.kernel.store``): the sentinels run
+    # on ``LedgerRuns``; the ports adversary drives this port directly.
+    kernel: Any = None
 
 
 def load_store_factory(spec: str) -> dict[str, Any]:
@@ -138,7 +145,7 @@ def _sqlite_stores(conn: Any) -> dict[str, Any]:
     return {"ds": SqliteDurableStateStore(conn), "ledger": SqliteSubmissionLedger(conn), "log": log,
             "schedules": SqliteScheduleStore(conn), "content": SqliteContentStore(conn),
             "pins": SqlitePinIndex(conn), "findings": SqliteFindingsProjection(conn),
-            "checkpoints": SqliteCheckpointStore(log)}
+            "checkpoints": SqliteCheckpointStore(log), "kernel": SqliteExecutionStore(conn)}
 
 
 class System:
@@ -191,6 +198,7 @@ class System:
             self.pins = InMemoryPinIndex()
             self.findings = InMemoryFindingsProjection()
             self.checkpoints = InMemoryCheckpointStore(self.log)
+            self.kernel = InMemoryExecutionStore()
         # Beyond the contract: the log and durable state may break their promises.
         self.surgeries = {"log": LogSurgery(self.log), "ds": DurableStateSurgery(self.ds)} if (
             beyond_enabled(opts)) else {}
@@ -235,7 +243,14 @@ class System:
 
         return NodePorts(ds=port("ds"), ledger=port("ledger"), log=port("log"), schedules=port("schedules"),
                          content=port("content"), pins=port("pins"), findings=port("findings"),
-                         checkpoints=port("checkpoints"), failpoints=SimFailpoints(world, node, plan, restart))
+                         checkpoints=port("checkpoints"), failpoints=SimFailpoints(world, node, plan, restart),
+                         kernel=port("kernel"))
+
+    def unwrapped_store(self, node: Node, port: str) -> Any:
+        """The store ``node``'s process talks to at ``port``, without the
+        fault layer: for a fault that must act inside the store's own call
+        (``faults.content_reads``), never for a workload's calls."""
+        return self._stores_of(node)[port]
 
     def _stores_of(self, node: Node) -> dict[str, Any]:
         """The stores ``node``'s process talks to: the shared in-memory ones,
@@ -249,7 +264,10 @@ class System:
             return held[2]
         if held is not None:
             held[0].close()
-        conn = open_database(self._database.path, busy_timeout_ms=self._busy_timeout_ms)
+        # ``faults.sqlite_overtake``: the model's own connection, or (the plan
+        # arms overtaking-commit) one whose transactions another writer may overtake.
+        conn = open_node_database(self._database.path, busy_timeout_ms=self._busy_timeout_ms, world=self._world,
+                                  node=node)
         stores = _sqlite_stores(conn)
         self._connections[node.name] = (conn, node.incarnation, stores)
         return stores
@@ -375,3 +393,16 @@ class System:
 
     def latest_checkpoint(self, conversation_id: str) -> Any:
         return run_sync(self.checkpoints.load_latest(conversation_id, 2 ** 53 - 1))
+
+    # Read by the reference models' end-of-run audits (``scenarios.reference``).
+
+    def kernel_execution(self, run_id: str) -> tuple[Any, tuple]:
+        """(record or None, steps) of one run in the kernel's execution store."""
+        return run_sync(self.kernel.load_execution(run_id)), run_sync(self.kernel.load_steps(run_id))
+
+    def schedule_cursor(self, schedule_id: str) -> Any:
+        return run_sync(self.schedules.cursor(schedule_id))
+
+    def pin_holders(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """Every pinned ref with its holders, by ref."""
+        return tuple((ref, run_sync(self.pins.holders(ref))) for ref in run_sync(self.pins.pinned_refs()))

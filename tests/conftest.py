@@ -5,6 +5,10 @@ import attrs
 import pytest
 
 import model.ledger.rules as ledger_rules
+# The fault layer's describer tables are built from the adapters' methods at
+# import: import them before any test monkeypatches one of those methods (a
+# test run alone would otherwise build them from the planted replacement).
+import faults.describe  # noqa: F401
 
 
 @pytest.fixture

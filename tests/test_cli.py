@@ -107,12 +107,26 @@ def test_db_runs_on_sqlite_and_leaves_a_valid_sqlite_file(tmp_path, capsys):
     assert str(db) in result["repro_command"]
 
 
-TRACE_RUN = ["run", "sentinel-year", "--seed", "3", "--duration", "7d"]  # a week with faults in it
+TRACE_RUN = ["run", "sentinel-year", "--seed", "3", "--duration", "2d"]  # two days with faults in it
 
 
-def test_trace_file_has_one_json_line_per_event(tmp_path, capsys):
-    trace = tmp_path / "t.jsonl"
-    code, result = _main_json(TRACE_RUN + ["--trace", str(trace)], capsys)
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory) -> tuple[int, dict, Path]:
+    """One traced run, read by the trace-file tests: its exit code, its
+    ``--json`` result and its trace file."""
+    import contextlib
+    import io
+
+    trace = tmp_path_factory.mktemp("trace") / "t.jsonl"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(TRACE_RUN + ["--trace", str(trace), "--json"])
+    (line,) = out.getvalue().strip().splitlines()
+    return code, json.loads(line), trace
+
+
+def test_trace_file_has_one_json_line_per_event(traced):
+    code, result, trace = traced
     assert code == 0
     assert sum(result["faults"].values()) > 0
     lines = trace.read_text(encoding="utf-8").splitlines()
@@ -127,12 +141,11 @@ def test_trace_file_has_one_json_line_per_event(tmp_path, capsys):
     assert times[-1] <= result["simulated_ms"]
 
 
-def test_trace_file_envelope_is_the_events_own(tmp_path, capsys):
+def test_trace_file_envelope_is_the_events_own(traced):
     # Regression: fields named kind/seq used to overwrite the envelope, so
     # fault events streamed as kind="ack-lost" and step events carried the
     # step's seq instead of the event's.
-    trace = tmp_path / "t.jsonl"
-    code, result = _main_json(TRACE_RUN + ["--trace", str(trace)], capsys)
+    code, result, trace = traced
     assert code == 0
     objects = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
     assert [obj["seq"] for obj in objects] == list(range(1, result["events"] + 1))

@@ -37,7 +37,7 @@ POINT_KINDS_HIGH = {CRASH_BEFORE_CALL: 1e-3, ACK_LOST: 1e-3, FAILPOINT_CRASH: 2e
 
 @pytest.mark.parametrize("kind", sorted(POINT_KINDS_HIGH))
 def test_sentinel_survives_each_point_fault_kind_alone(kind):
-    opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("3d"), faults_disable=(NODE_KILL,),
+    opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("2d"), faults_disable=(NODE_KILL,),
                            rates={kind: POINT_KINDS_HIGH[kind]})
     result = run(registry.get("sentinel-year"), opts)
     assert result.passed, result.violations
@@ -61,7 +61,7 @@ def test_ledger_storm_fails_closed_on_each_damaged_read_kind(kind):
     fired = 0
     for seed in range(6):
         result = run(registry.get("ledger-storm"), ScenarioOptions(
-            seed=seed, duration_ms=parse_duration_ms("6h"), rates={kind: 0.5, CRASH_BEFORE_CALL: 2e-4}))
+            seed=seed, duration_ms=parse_duration_ms("3h"), rates={kind: 0.5, CRASH_BEFORE_CALL: 2e-4}))
         assert result.passed, (seed, result.violations)
         fired += result.faults.get(kind, 0)
         if fired and result.stats["damaged_reads_caught"]:
@@ -72,7 +72,7 @@ def test_ledger_storm_fails_closed_on_each_damaged_read_kind(kind):
 def test_all_kinds_together_at_high_rates_on_both_scenarios():
     rates = {"sentinel-year": dict(POINT_KINDS_HIGH),
              "ledger-storm": dict(POINT_KINDS_HIGH, **{SHORT_PAGE: 0.1, SEQUENCE_GAP: 0.1})}
-    for name, duration, seeds in (("sentinel-year", "4d", range(2)), ("ledger-storm", "4h", range(3))):
+    for name, duration, seeds in (("sentinel-year", "2d", range(2)), ("ledger-storm", "2h", range(3))):
         for seed in seeds:
             result = run(registry.get(name), ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration),
                                                              rates=rates[name]))

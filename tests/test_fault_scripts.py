@@ -50,7 +50,7 @@ def assert_same_failure(first, again) -> None:
 def test_a_planted_ledger_bug_replays_from_its_fault_script_alone(stale_tokens_accepted):
     """Stale tokens accepted (a fencing bug that needs a pause longer than a
     lease, i.e. particular faults): the realized script reproduces it."""
-    opts, first = first_failing("ledger-storm", "6h", range(4))
+    opts, first = first_failing("ledger-storm", "2h", range(8))
     assert first.violations[0].invariant == "fencing"
     assert any(e.kind == NODE_PAUSE for e in first.fault_script), "the bug needs a pause"
     again = replay("ledger-storm", opts, first.fault_script)
@@ -62,7 +62,7 @@ def test_a_planted_ledger_bug_replays_from_its_fault_script_alone(stale_tokens_a
 def test_a_script_without_the_decisive_fault_does_not_fail(stale_tokens_accepted):
     """Removing faults from a script changes the run (what shrinking relies
     on): without its pauses the stale-token bug has nothing to bite on."""
-    opts, first = first_failing("ledger-storm", "6h", range(4))
+    opts, first = first_failing("ledger-storm", "2h", range(8))
     without = [e for e in first.fault_script if e.kind != NODE_PAUSE]
     assert len(without) < len(first.fault_script)
     again = replay("ledger-storm", opts, without)
@@ -81,7 +81,7 @@ def test_a_planted_sentinel_bug_replays_from_its_fault_script_alone(monkeypatch)
         return {"revision": stored.revision, "contractVersion": stored.contract_version, "adopted": True}
 
     monkeypatch.setattr(DurableState, "_adopt_own_write", adopt_blindly)
-    opts, first = first_failing("sentinel-year", "14d")
+    opts, first = first_failing("sentinel-year", "3d", range(8))
     again = replay("sentinel-year", opts, first.fault_script)
     assert_same_failure(first, again)
 
@@ -108,7 +108,7 @@ def test_fail_open_pagination_replays_with_its_damaged_reads(monkeypatch):
 
 
 def test_a_clean_run_replays_to_the_same_digest():
-    opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("3d"))
+    opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("2d"))
     first = run(registry.get("sentinel-year"), opts)
     assert first.passed and first.fault_script
     kinds = {e.kind for e in first.fault_script}
@@ -210,18 +210,32 @@ def test_a_scheduled_run_replays_its_faults_and_deviations_from_one_script(sched
     assert fifo.trace_digest != first.trace_digest
 
 
-def test_loomsim_repro_replays_a_repro_file_to_the_same_failure(stale_tokens_accepted, tmp_path, capsys):
-    """`loomsim repro FILE`: the repro file a failing run wrote is the whole
-    handle — configuration, swarm choices and fault script."""
-    from sim.face import cli, repro_file
-
-    for seed in range(10):  # swarm leaves pauses out of some seeds: the bug needs one
-        opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("6h"), swarm=True)
+def _first_stale_token_failure(swarm: bool, duration: str, seeds: range):
+    for seed in seeds:
+        opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), swarm=swarm)
         first = run(registry.get("ledger-storm"), opts)
         if not first.passed:
-            break
-    else:
-        raise AssertionError("the planted bug went unnoticed under swarm")
+            return first
+    raise AssertionError("the planted bug went unnoticed")
+
+
+def test_loomsim_repro_replays_a_repro_file_to_the_same_failure(stale_tokens_accepted, tmp_path, capsys):
+    """`loomsim repro FILE`: the repro file a failing run wrote is the whole
+    handle — configuration and fault script (every fault kind on: the
+    shortest run that shows the bug; the swarm's choices: the slow twin)."""
+    _repro_replays(_first_stale_token_failure(False, "2h", range(8)), tmp_path, capsys)
+
+
+@pytest.mark.slow
+def test_loomsim_repro_replays_a_swarm_repro_file_to_the_same_failure(stale_tokens_accepted, tmp_path, capsys):
+    """The same with the seed's swarm choices in the file (swarm leaves
+    pauses out of some seeds: the bug needs one)."""
+    _repro_replays(_first_stale_token_failure(True, "6h", range(12)), tmp_path, capsys)
+
+
+def _repro_replays(first, tmp_path, capsys) -> None:
+    from sim.face import cli, repro_file
+
     path = repro_file.write_repro(first, "loomsim run ...", str(tmp_path))
     assert path is not None
     before = open(path, encoding="utf-8").read()

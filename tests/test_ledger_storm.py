@@ -13,7 +13,7 @@ import model.lifecycle as lifecycle
 import model.submissions as submissions
 from model.conversation.recovery import RecoveryPrefix
 from model.conversation.rules import chain_digest_texts
-from scenarios import registry
+from scenarios import ledger_storm, registry
 from sim.clock import parse_duration_ms
 from sim.runner import run
 from sim.scenario import ScenarioOptions
@@ -40,9 +40,11 @@ def assert_caught(result, invariant: str) -> None:
     assert result.violations[0].invariant == invariant, result.violations
 
 
-@pytest.mark.parametrize("store", ["memory", "sqlite"])
-def test_clean_storm_passes_and_is_not_quiet(store):
-    result = storm(1, "6h", store)
+# SQLite runs also meet overtaking commits (faults/sqlite_overtake.py), whose
+# draws move the other faults: another seed shows every kind there.
+@pytest.mark.parametrize("store, seed", [("memory", 1), ("sqlite", 4)])
+def test_clean_storm_passes_and_is_not_quiet(store, seed):
+    result = storm(seed, "6h", store)
     assert result.passed, result.violations
     assert result.stats["settled"] == result.stats["submitted"] > 100
     assert result.faults.get("failpoint-crash", 0) > 0 and result.faults.get("node-pause", 0) > 0
@@ -51,7 +53,14 @@ def test_clean_storm_passes_and_is_not_quiet(store):
 
 
 def test_memory_and_sqlite_storms_are_the_same_history():
-    assert storm(2, "2h", "memory").trace_digest == storm(2, "2h", "sqlite").trace_digest
+    """Under the same pinned fault rates (pinned rates leave out the
+    overtaking commits only SQLite can meet)."""
+    def pinned(store: str):
+        return run(registry.get("ledger-storm"), ScenarioOptions(
+            seed=2, duration_ms=parse_duration_ms("2h"), store=store, rates=dict(ledger_storm.RATES)))
+
+    memory = pinned("memory")
+    assert memory.passed and memory.trace_digest == pinned("sqlite").trace_digest
 
 
 def test_second_settlement_record_is_caught(monkeypatch):

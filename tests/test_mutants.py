@@ -272,16 +272,41 @@ def test_a_failing_mutant_run_writes_a_repro_that_replays_it(tmp_path, capsys):
 
 def test_the_mutants_table_detects_and_tells_survivors(capsys):
     """Two mutants, one seed: the one the sweep catches is detected with its
-    invariant and seed; exit 1 because the other survives."""
-    code = cli_main(["mutants", "--only", "log-chain-unlinked,canonical-equal-by-value", "--seeds", "0:1",
+    invariant and seed; exit 1 because the other (a user's equivalent
+    mutant, beside the catalogue) survives."""
+    code = cli_main(["mutants", "--mutants", "tests.fixtures.equivalent_mutants",
+                     "--only", "log-chain-unlinked,equivalent-sort", "--seeds", "0:1",
                      "--duration", "1h", "--jobs", "2", "--json"])
     table = json.loads(capsys.readouterr().out)
     rows = {r["mutant"]: r for r in table["rows"]}
     assert (code, table["detected"], table["survived"], table["errors"]) == (1, 1, 1, 0), table
     assert rows["log-chain-unlinked"]["status"] == "detected" and rows["log-chain-unlinked"]["seed"] == 0
     assert rows["log-chain-unlinked"]["invariant"]
-    assert rows["canonical-equal-by-value"]["status"] == "survived"
+    assert rows["equivalent-sort"]["status"] == "survived"
     assert table["median_seeds_to_detect"] == 1
+
+
+def test_an_argued_equivalent_mutant_is_told_apart_and_left_out_of_the_share():
+    from sim.face.mutants import render, summarize
+
+    def row(name, status, **more):
+        return {"mutant": name, "status": status, "invariant": "x" if status == "detected" else None,
+                "scenario": None, "seed": None, "seconds": 1.0, "seeds_to_detect": 1, **more}
+
+    rows = [row("a", "detected"), row("b", "detected"), row("c", "survived"),
+            row("d", "equivalent", equivalent="no run can tell"), row("e", "detected", refutes_equivalence=True)]
+    table = summarize(rows, seeds=range(0, 2), jobs=1)
+    assert (table["mutants"], table["detected"], table["survived"], table["equivalent"]) == (5, 3, 1, 1)
+    assert table["detected_pct"] == 75.0 and table["detected_pct_of_all"] == 60.0
+    assert table["refuted_equivalence"] == ["e"]
+    text = render(table)
+    assert "equivalent: d: no run can tell" in text and "refuted: e is marked equivalent" in text
+    assert "3/4 detected (75.0%), 1 survived, 1 equivalent survivors left out (3/5 = 60.0% of all)" in text
+    with pytest.raises(MutantError, match="equivalent must be the argument on one line"):
+        Mutant("m-x", "A test mutant.", "model.canonical", "a", "b", ("sentinel-year",), equivalent="two\nlines")
+    with pytest.raises(MutantError, match="not equivalent"):
+        Mutant("m-x", "A test mutant.", "model.canonical", "a", "b", ("sentinel-year",), ci_seed=1,
+               ci_duration="1h", equivalent="but it was detected")
 
 
 # -- the fast CI subset: one known-detecting seed per mutant ---------------------------------
@@ -291,7 +316,8 @@ def test_the_mutants_table_detects_and_tells_survivors(capsys):
 def test_the_sweep_detects_the_mutant(name):
     mutant = CATALOGUE[name]
     if mutant.ci_run is None:
-        pytest.skip("no seed of the measured sweep detects this mutant yet (it survives: see the catalogue)")
+        pytest.skip("argued equivalent (see its catalogue entry)" if mutant.equivalent else
+                    "no seed of the measured sweep detects this mutant yet (it survives: see the catalogue)")
     scenario, seed, duration = mutant.ci_run
     result = _run_with(mutant, scenario, seed, duration)
     assert not result.passed, f"{name}: seed {seed} at {duration} no longer detects it"
@@ -302,7 +328,8 @@ def test_the_full_table_detects_nearly_every_mutant(capsys):
     code = cli_main(["mutants", "--seeds", "0:20", "--json"])
     table = json.loads(capsys.readouterr().out)
     assert table["errors"] == 0, [r for r in table["rows"] if r["status"] == "error"]
-    share = table["detected"] / table["mutants"]
+    assert not table["refuted_equivalence"], table["refuted_equivalence"]  # an argued equivalent was detected
+    share = table["detected"] / (table["mutants"] - table["equivalent"])
     survivors = [r["mutant"] for r in table["rows"] if r["status"] == "survived"]
     assert share >= DETECTED_SHARE_MIN, f"{share:.0%} detected; survivors: {', '.join(survivors)}"
     assert code in (0, 1)

@@ -66,7 +66,7 @@ def test_adopt_without_content_check_is_caught(monkeypatch):
         return {"revision": stored.revision, "contractVersion": stored.contract_version, "adopted": True}
 
     monkeypatch.setattr(DurableState, "_adopt_own_write", adopt_blindly)
-    assert_caught(first_caught("14d"), "adopt-own-write")
+    assert_caught(first_caught("3d"), "adopt-own-write")
 
 
 def test_skipped_migration_is_caught(monkeypatch):
@@ -141,7 +141,7 @@ def test_the_audit_replays_what_the_store_retains(monkeypatch):
     assert_caught(result, "replay-determinism")
 
 
-def test_projection_that_drops_findings_is_caught(monkeypatch):
+def test_projection_that_drops_findings_is_caught(monkeypatch, without_reference_model):
     """The projection loses findings (applies a run but skips its findings):
     rebuilt from the canonical runs, the read model does not match."""
     from model.findings import InMemoryFindingsProjection

@@ -53,7 +53,7 @@ def test_a_suffix_read_verifies_only_what_follows_the_checkpoint():
     assert "behind a checkpoint" in str(behind.value)
 
 
-def _storm(seed: int, duration: str = "6h", **kwargs):
+def _storm(seed: int, duration: str = "3h", **kwargs):
     opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), faults_enable=CHECKPOINTS, **kwargs)
     return run(registry.get("ledger-storm"), opts)
 
@@ -68,7 +68,7 @@ def test_restarted_workers_recover_from_checkpoints_and_every_checkpoint_is_chec
 
 
 def test_without_the_switch_no_checkpoint_is_written_or_checked():
-    opts = ScenarioOptions(seed=1, duration_ms=parse_duration_ms("6h"), faults_disable=CHECKPOINTS)
+    opts = ScenarioOptions(seed=1, duration_ms=parse_duration_ms("3h"), faults_disable=CHECKPOINTS)
     result = run(registry.get("ledger-storm"), opts)
     assert result.passed and result.stats["recoveries_from_checkpoint"] == 0
     assert "checkpoint-consistency" not in result.invariants
@@ -87,7 +87,7 @@ def test_the_system_survives_each_fault_kind_at_the_checkpoint_port(site, kind):
                 "kind": CRASH_BEFORE_CALL, "restart_after_ms": 5_000} for minutes in range(30, 180, 10)]
     script = parse_script([*crashes, {"time_ms": 3_600_000, "node": "worker-1", "site": site, "kind": kind}])
     result = run(registry.get("ledger-storm"), ScenarioOptions(
-        seed=1, duration_ms=parse_duration_ms("6h"), faults_enable=CHECKPOINTS, fault_script=script))
+        seed=1, duration_ms=parse_duration_ms("3h"), faults_enable=CHECKPOINTS, fault_script=script))
     assert result.passed, result.violations
     fired = [e for e in result.fault_script if getattr(e, "site", "") == site]
     assert [e.kind for e in fired] == [kind]

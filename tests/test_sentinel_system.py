@@ -112,7 +112,7 @@ def test_middleware_recording_a_wrong_digest_is_caught(monkeypatch):
 # -- 2. pins-survive -----------------------------------------------------------
 
 
-def test_reclamation_that_ignores_pins_is_caught(monkeypatch):
+def test_reclamation_that_ignores_pins_is_caught(monkeypatch, without_reference_model):
     """The pin index forgets to filter by holders: pinned evidence of a live
     finding (findings live 7 days, blobs 2) is reclaimed by daily retention."""
     async def expired_ignoring_pins(self, stored_before_ms, limit):
@@ -359,3 +359,67 @@ def test_out_of_band_writers_are_judged_by_every_contract_not_the_deployed_build
     assert [v.invariant for v in violations] == ["contract-safety"]
     save("worker-1", 2)
     assert [v.invariant for v in violations[1:]] == ["contract-safety", "broken-deploy"]
+
+
+def _attached(checker):
+    from sim.trace import Trace
+
+    violations = []
+    checker.attach(Trace(lambda: 0), lambda: 0, violations.append)
+    return violations
+
+
+def test_a_save_conflicting_with_the_systems_own_other_write_is_caught():
+    """A run whose save record was not durable re-runs its save on new code
+    after a deploy: its conflict is with the system's own earlier commit
+    (other content), not an operator's. Same content (an adoptable re-run)
+    or an operator's commit is no violation."""
+    from scenarios.invariants.broken_deploy import BrokenDeploys
+
+    deploys = BrokenDeploys(out_of_band=lambda node: node == "operator")
+    violations = _attached(deploys)
+
+    def commit(node, revision, version, payload):
+        deploys.on_event((1, 0, node, "ds.save", {"key": "k", "expected": revision - 1, "version": version,
+                                                  "payload": payload, "revision": revision}))
+
+    def conflict(node, expected, version, payload):
+        deploys.on_event((2, 0, node, "ds.save", {"key": "k", "expected": expected, "version": version,
+                                                  "payload": payload, "error": "RevisionConflictError"}))
+
+    commit("worker-1#1", 1, 1, {"wakes": 1})
+    conflict("worker-1#2", 0, 1, {"wakes": 1})  # its own identical write: adoptable
+    commit("operator", 2, 1, {"wakes": 1, "total": 0})
+    conflict("worker-1#2", 1, 1, {"wakes": 2})  # an operator's edit: a real concurrent writer
+    assert violations == []
+    commit("worker-1#2", 3, 1, {"wakes": 2})
+    conflict("worker-1#3", 2, 2, {"wakes": 2, "window": []})  # its own write, re-run on v2 code
+    assert [v.invariant for v in violations] == ["broken-deploy"]
+
+
+def test_a_settled_run_whose_log_is_taken_over_or_appended_to_is_caught():
+    """Once a run's settlement is in its log the log is sealed: a takeover
+    at a higher epoch or another append means a settled run was resumed."""
+    from scenarios.invariants.bounded_run import BoundedRun
+
+    bounded = BoundedRun(records_max=16)
+    violations = _attached(bounded)
+
+    def append(run, epoch, last_seq, family):
+        bounded.on_event((1, 0, "worker-1#1", "log.append", {
+            "conversation": run, "batch": f"b{last_seq}", "epoch": epoch, "last_seq": last_seq,
+            "envelopes": ({"family": family, "payload": {"seq": 1}},)}))
+
+    def materialize(run, epoch):
+        bounded.on_event((2, 0, "worker-1#2", "log.materialize", {"conversation": run, "producer": "w",
+                                                                    "epoch": epoch}))
+
+    append("s@0", 1, 3, "submission-settled")
+    materialize("s@0", 1)  # the same epoch again: a no-op
+    assert violations == []
+    materialize("s@0", 2)
+    append("s@0", 2, 4, "tool-call")
+    assert [v.invariant for v in violations] == ["bounded-run", "bounded-run"]
+    bounded.on_event((3, 0, "worker-1#2", "log.delete_conversation", {"conversation": "s@0", "deleted": True}))
+    materialize("s@0", 3)  # retention deleted it: forgotten
+    assert len(violations) == 2

@@ -35,6 +35,7 @@ def test_ledger_storm_survives_any_short_script_of_point_faults(script):
     assert result.passed, (result.violations[0], script)
 
 
+@pytest.mark.slow  # ~30 s, mostly Hypothesis shrinking; loomsim's own shrinker is tested in tests/test_shrink.py
 def test_hypothesis_finds_and_shrinks_a_planted_bug(monkeypatch):
     """Planted: the settlement batch id is per attempt, so a successor of an
     owner that crashed before finalizing appends a second settlement."""

@@ -35,7 +35,8 @@ def _sweep_json(argv: list[str], capsys) -> tuple[int, dict]:
 
 def test_a_sweep_without_a_scenario_runs_every_registered_one(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    _, summary = _sweep_json(["--seeds", "0:2", "--duration", "20m", "--repro-dir", str(tmp_path)], capsys)
+    _, summary = _sweep_json(["--seeds", "0:2", "--duration", "20m", "--store", "memory", "--repro-dir",
+                              str(tmp_path)], capsys)
     names = [s.name for s in registry.all_scenarios()]
     assert len(names) >= 2 and list(summary["scenarios"]) == names
     for name in names:
@@ -54,6 +55,32 @@ def test_jobs_are_interleaved_and_every_eighth_seed_is_beyond_the_contract():
     assert all(j.argv.count("--beyond-contract") == 1 for j in seven)  # added once, never twice
     assert jobs[0].argv == ("run", "a", "--seed", "0", "--store", "memory", "--json")
     assert not any(j.beyond for j in plan_jobs(["a"], {"a": []}, SweepOptions(seeds=range(16), beyond_every=0)))
+
+
+
+def test_a_sweep_told_no_store_runs_every_fourth_seed_on_sqlite():
+    opts = SweepOptions(seeds=range(0, 10), sqlite_every=4)
+    jobs = plan_jobs(["a", "b"], {"a": [], "b": ["--store", "memory"]}, opts)
+    on_sqlite = sorted(j.seed for j in jobs if "sqlite" in j.argv)
+    assert on_sqlite == [1, 5, 9]  # only a: b was told its store
+    assert all(j.argv.count("--store") == 1 for j in jobs)
+    assert [j.argv[j.argv.index("--store") + 1] for j in jobs if j.scenario == "a"][:3] == ["memory", "sqlite",
+                                                                                            "memory"]
+    assert not any("--store" in j.argv for j in plan_jobs(["a"], {"a": []}, SweepOptions(seeds=range(8))))
+
+
+def test_the_cli_mixes_stores_only_when_no_store_is_given(monkeypatch):
+    from sim.face import cli, sweep as sweep_module
+
+    seen = {}
+    monkeypatch.setattr(sweep_module, "sweep", lambda scenarios, opts, child_args, global_args=(): seen.update(
+        opts=opts, child=child_args) or 0)
+    assert cli.main(["sweep", "ledger-storm", "--seeds", "0:4"]) == 0
+    assert seen["opts"].sqlite_every == 4 and "--store" not in seen["child"]["ledger-storm"]
+    assert cli.main(["sweep", "ledger-storm", "--seeds", "0:4", "--store", "memory"]) == 0
+    assert seen["opts"].sqlite_every == 0 and seen["child"]["ledger-storm"][:2] == ["--store", "memory"]
+    assert cli.main(["sweep", "ledger-storm", "--seeds", "0:4", "--sqlite-every", "0"]) == 0
+    assert seen["opts"].sqlite_every == 0
 
 
 # -- the time budget -----------------------------------------------------------------------

@@ -111,13 +111,14 @@ def test_a_users_adapter_under_simulation_with_a_planted_bug_is_caught_by_a_swee
     reversed, given as ``--store MODULE:FACTORY``; the other stores stay in
     memory and the full fault mix runs."""
     monkeypatch.chdir(tmp_path)
-    code, out = _main(["sweep", "ledger-storm", "--seeds", "0:3", "--duration", "2h", "--jobs", "1",
+    code, out = _main(["sweep", "ledger-storm", "--seeds", "0:3", "--duration", "1h", "--jobs", "1",
                        "--store", "tests.fixtures.buggy:make"], capsys)
     assert code == 1, out
     # The reference model sees the wrong claim first, as the ledger answers
     # it; the FIFO oracle would see it when the run moves on.
     assert "reference-model" in out or "fifo-one-active" in out
-    code, out = _main(["sweep", "ledger-storm", "--seeds", "0:3", "--duration", "2h", "--jobs", "1"], capsys)
+    code, out = _main(["sweep", "ledger-storm", "--seeds", "0:3", "--duration", "1h", "--jobs", "1", "--store",
+                       "memory"], capsys)
     assert code == 0, out
 
 

@@ -36,6 +36,8 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from model.bounds import INT64_MAX
+
 __all__ = [
     "INT64_MAX",
     "DurableStateRecord",
@@ -50,9 +52,8 @@ __all__ = [
     "next_revision",
 ]
 
-# Revisions and contract versions are stored as SQLite INTEGER (signed 64-bit);
-# bounding them here keeps every backend's accepted range identical.
-INT64_MAX = 2**63 - 1
+# Revisions and contract versions are stored as SQLite INTEGER (signed 64-bit,
+# ``model.bounds``); bounding them here keeps every backend's accepted range identical.
 
 
 @attrs.frozen

@@ -28,6 +28,8 @@ from __future__ import annotations
 import json
 from typing import Protocol
 
+from model.bounds import INT64_MAX, INT64_MIN, is_valid_unicode
+
 from .records import (
     EXECUTION_STATUSES,
     PARKED,
@@ -50,7 +52,9 @@ class ExecutionStore(Protocol):
     Every method is atomic. Errors are the typed classes of
     ``model.kernel.records``; bad argument types raise ``TypeError``, bad
     argument values (a non-terminal finish status, an unknown step kind, a
-    non-JSON or NaN value) raise ``ValueError`` — both before anything changes.
+    non-JSON or NaN value, a str holding a lone surrogate, an int outside the
+    signed 64 bits a SQLite INTEGER holds) raise ``ValueError`` — both before
+    anything changes, and alike in every adapter.
     """
 
     async def start_execution(
@@ -203,8 +207,8 @@ def encode_json(value: object) -> str:
         raise ValueError("not a JSON value: circular reference or nesting too deep") from None
     # ensure_ascii=False lets a lone surrogate through as a raw code point;
     # reject it here so the memory store refuses exactly what SQLite refuses.
-    if not text.isascii():
-        text.encode("utf-8")
+    if not is_valid_unicode(text):
+        raise ValueError("not a JSON value: a string holds a lone surrogate (not valid Unicode)")
     return text
 
 
@@ -228,15 +232,22 @@ def decode_json(text: str) -> object:
 # --- argument validation (the public boundary) --------------------------------
 
 
+# Every int argument is stored in a SQLite INTEGER column and every str as
+# UTF-8 (``model.bounds``): what does not fit is refused by every adapter
+# alike, typed, before anything changes.
 def require_str(name: str, value: object) -> None:
     if type(value) is not str:
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if not is_valid_unicode(value):
+        raise ValueError(f"{name} must be valid Unicode (no lone surrogates), got {value!r:.80}")
 
 
 def require_int(name: str, value: object) -> None:
     # bool is an int subclass; a True seq or timestamp is always a bug.
     if type(value) is not int:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"{name} must fit in a signed 64-bit integer, got {value}")
 
 
 def validate_start_args(

@@ -11,13 +11,18 @@ so a bug there cannot hide from it. For every load:
   oracle: same payload and migration record on success, same mismatch kind on
   rejection.
 For every committed save: the written version is a version the oracle knows,
-its payload validates under that version, and versions never go backwards.
+its payload validates under that version, and versions never go backwards
+(a ``ds.clear`` starts the key over). Keys the scenario gives no contracts
+for are not this oracle's (a raw store client's). A save by a ``damage``
+writer (a buggy or foreign writer that skipped validation: an injected
+fault) is not judged: the next load of it must be refused, and the audit
+leaves the key alone until a judged save or a clear replaces it.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from faults.events import DsLoad, DsLoaded, DsLoadRejected, DsSave
+from faults.events import DsClear, DsLoad, DsLoaded, DsLoadRejected, DsSave
 from model.canonical import json_equal
 from model.durable_state.contracts import (
     FUTURE_VERSION,
@@ -57,20 +62,25 @@ def expected_load(contracts: Mapping[int, StateContract], reader_version: int,
 
 class ContractSafety(Checker):
     name = "contract-safety"
-    kinds = (DsLoad.kind, DsLoaded.kind, DsLoadRejected.kind, DsSave.kind)
+    kinds = (DsLoad.kind, DsLoaded.kind, DsLoadRejected.kind, DsSave.kind, DsClear.kind)
 
     def __init__(self, contracts_for_key: ContractsForKey, *, out_of_band: Callable[[str], bool] = lambda node: False,
-                 every_contract_for_key: ContractsForKey | None = None) -> None:
-        """``contracts_for_key``: the deployed build's contracts. A save by an
-        ``out_of_band`` writer (an operator's tool, not a run of the build)
-        is judged by ``every_contract_for_key``, every version the system has
-        ever had: it must write a real version, validly, never backwards."""
+                 every_contract_for_key: ContractsForKey | None = None,
+                 damage: Callable[[str], bool] = lambda node: False) -> None:
+        """``contracts_for_key``: the deployed build's contracts (empty: a key
+        the oracle does not judge). A save by an ``out_of_band`` writer (an
+        operator's tool, not a run of the build) is judged by
+        ``every_contract_for_key``, every version the system has ever had:
+        it must write a real version, validly, never backwards. A save by a
+        ``damage`` writer is a fault, not judged (see the module docstring)."""
         super().__init__()
         self._contracts_for_key = contracts_for_key
         self._out_of_band = out_of_band
         self._every_contract_for_key = every_contract_for_key or contracts_for_key
+        self._damage = damage
         self._pending: dict[str, tuple[str, int, Any]] = {}  # node -> (key, stored version, payload)
         self._versions: dict[str, int] = {}  # key -> last committed version
+        self._damaged: dict[str, None] = {}  # keys a damage writer wrote last (membership only)
         self.migrations = 0
         self.rejections = 0
 
@@ -88,7 +98,15 @@ class ContractSafety(Checker):
                 self._pending.pop(node, None)
         elif kind == DsSave.kind:
             if DsSave.revision in fields:
-                self._check_save(fields, self._out_of_band(node))
+                if self._damage(node):
+                    self._damaged[fields[DsSave.key]] = None
+                else:
+                    self._damaged.pop(fields[DsSave.key], None)
+                    self._check_save(fields, self._out_of_band(node))
+        elif kind == DsClear.kind:
+            if DsClear.error not in fields:
+                self._versions.pop(fields[DsClear.key], None)
+                self._damaged.pop(fields[DsClear.key], None)
         else:
             self._check_load(node, kind, fields)
 
@@ -96,15 +114,18 @@ class ContractSafety(Checker):
         pending = self._pending.pop(node, None)
         if not fields.get(DsLoaded.found, True):  # a rejection has no "found": it found something
             return
-        self.checks += 1
         loaded = kind == DsLoaded.kind
         key = fields[DsLoaded.key if loaded else DsLoadRejected.key]
+        contracts = self._contracts_for_key(key)
+        if not contracts:
+            return
+        self.checks += 1
         if pending is None or pending[0] != key:
             self.fail(f"{key}: model reported a load the store never answered", (key,))
             return
         _, stored_version, stored_payload = pending
         current = fields[DsLoaded.current if loaded else DsLoadRejected.current]
-        verdict, value = expected_load(self._contracts_for_key(key), current, stored_version, stored_payload)
+        verdict, value = expected_load(contracts, current, stored_version, stored_payload)
         if loaded:
             migrated = fields.get(DsLoaded.migrated)
             if migrated:
@@ -132,6 +153,8 @@ class ContractSafety(Checker):
         version the key has had: a run may end while a build that does not
         know the stored version is deployed, the broken one of a rollback)."""
         for key in sorted(self._versions):
+            if key in self._damaged:
+                continue  # a damage writer's state, which no load may accept (checked online)
             self.checks += 1
             stored = view.durable_state_snapshot(key)
             if stored is None:
@@ -145,10 +168,12 @@ class ContractSafety(Checker):
                           f"v{self._versions[key]}", (key,))
 
     def _check_save(self, fields: dict, out_of_band: bool) -> None:
-        self.checks += 1
         key = fields[DsSave.key]
         version = fields[DsSave.version]
         contracts = self._every_contract_for_key(key) if out_of_band else self._contracts_for_key(key)
+        if not contracts:
+            return
+        self.checks += 1
         contract = contracts.get(version)
         if contract is None:
             self.fail(f"{key}: committed at unknown contract version v{version}", (key,))

@@ -2,25 +2,35 @@
 exactly ceil((T - C)/P) pages (C: the checkpoint it started from, or 0; P:
 its page size, the spec's 1024 unless a smaller one is configured), and an injected short page, sequence gap or
 corrupt row always ends in a typed corruption failure, never in a "complete"
-history.
+history. A short or gapped page is refused at that page: the read that met it
+asks for no later page of that conversation before it fails (a corrupt row
+is different: only the digest chain over the whole prefix can tell, so the
+read goes on to its end).
 """
 from __future__ import annotations
 
-from faults.events import Fault, RecoveryFailed, RecoveryRead
+from faults.events import Fault, LogRead, RecoveryFailed, RecoveryRead
 from faults.kinds import CORRUPT_ROW, SEQUENCE_GAP, SHORT_PAGE
 from sim.invariants import Checker
 
 PAGE_SIZE = 1024
 _DAMAGED_READS = (SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW)
+# What a page's own check sees (fewer records, one out of sequence): refused at the page.
+_PAGE_VISIBLE = (SHORT_PAGE, SEQUENCE_GAP)
+_READ_ANSWER_SITE = "log.read.answer"
 
 
 class FailClosedPagination(Checker):
     name = "fail-closed-pagination"
-    kinds = (Fault.kind, RecoveryRead.kind, RecoveryFailed.kind)
+    kinds = (Fault.kind, LogRead.kind, RecoveryRead.kind, RecoveryFailed.kind)
 
     def __init__(self) -> None:
         super().__init__()
         self._damaged: dict[str, int] = {}  # node -> damaged reads not yet answered by a failure
+        self._answer: dict[str, str] = {}  # node -> the damage of the read answer its next log.read event shows
+        # node -> (conversation, after_seq) of the first short or gapped page of
+        # its current recovery read, until that read ends.
+        self._refused: dict[str, tuple[str, int]] = {}
         self.caught = 0
 
     def metrics(self) -> dict:
@@ -33,8 +43,14 @@ class FailClosedPagination(Checker):
         if kind == Fault.kind:
             if fields[Fault.kind_] in _DAMAGED_READS:
                 self._damaged[node] = self._damaged.get(node, 0) + 1
+                if fields[Fault.site] == _READ_ANSWER_SITE:
+                    self._answer[node] = fields[Fault.kind_]
+            return
+        if kind == LogRead.kind:
+            self._on_read(node, fields)
             return
         self.checks += 1
+        self._refused.pop(node, None)
         if kind == RecoveryFailed.kind:
             if self._damaged.pop(node, 0):
                 self.caught += 1
@@ -50,3 +66,16 @@ class FailClosedPagination(Checker):
         if requests != expected_requests or records != due:
             self.fail(f"{conversation}: recovery read of {due} records made {requests} requests for {records} "
                       f"records (expected {expected_requests} for {due})", (conversation,))
+
+    def _on_read(self, node: str, fields: dict) -> None:
+        conversation, after_seq = fields[LogRead.conversation], fields[LogRead.after_seq]
+        damage = self._answer.pop(node, None)
+        refused = self._refused.get(node)
+        if refused is not None and refused[0] == conversation:
+            self.checks += 1
+            if after_seq > refused[1]:
+                self.fail(f"{conversation}: read on after seq {after_seq} past a damaged page after seq "
+                          f"{refused[1]} (the page check let it through)", (conversation,))
+                del self._refused[node]
+        elif damage in _PAGE_VISIBLE and refused is None and LogRead.error not in fields:
+            self._refused[node] = (conversation, after_seq)

@@ -14,6 +14,7 @@ from faults.events import (
     LedgerMarkInputApplied,
     LedgerReserveSettlement,
     LogAppend,
+    LogDeleteConversation,
     LogMaterialize,
 )
 from sim.invariants import Checker
@@ -22,7 +23,7 @@ from sim.invariants import Checker
 class Fencing(Checker):
     name = "fencing"
     kinds = (LogMaterialize.kind, LogAppend.kind, LedgerClaim.kind, LedgerMarkInputApplied.kind,
-             LedgerReserveSettlement.kind)
+             LedgerReserveSettlement.kind, LogDeleteConversation.kind)
 
     def __init__(self) -> None:
         super().__init__()
@@ -41,6 +42,11 @@ class Fencing(Checker):
         if error is not None:
             if error in ("FenceRejected", "OwnershipLost"):
                 self.fenced += 1
+            return
+        if kind == LogDeleteConversation.kind:
+            if fields.get(LogDeleteConversation.deleted):
+                # Deleted whole: a conversation created again under its id has no epoch history.
+                self._log_epoch.pop(fields[LogDeleteConversation.conversation], None)
             return
         if kind == LogAppend.kind or kind == LogMaterialize.kind:
             if kind == LogAppend.kind:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from faults.events import LogAppend
+from faults.events import LogAppend, LogDeleteConversation
 from model.canonical import ZERO_DIGEST, digest
 from sim.invariants import Checker
 
@@ -27,7 +27,7 @@ def oracle_chain_step(previous: str, batch_id: str, first_seq: int, envelopes: l
 
 class LogChain(Checker):
     name = "log-chain"
-    kinds = (LogAppend.kind,)
+    kinds = (LogAppend.kind, LogDeleteConversation.kind)
 
     def __init__(self) -> None:
         super().__init__()
@@ -36,6 +36,11 @@ class LogChain(Checker):
     def on_event(self, event: tuple) -> None:
         fields = event[4]
         if LogAppend.error in fields or fields.get(LogAppend.replayed):
+            return
+        if event[3] == LogDeleteConversation.kind:
+            if fields.get(LogDeleteConversation.deleted):
+                # Deleted whole: a conversation created again under its id starts from seq 1 and zeros.
+                self._tail.pop(fields[LogDeleteConversation.conversation], None)
             return
         self.checks += 1
         conversation = fields[LogAppend.conversation]

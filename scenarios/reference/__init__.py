@@ -70,6 +70,13 @@ def references() -> dict[str, Reference]:
     log = ReferenceLog()
     found: list[Reference] = [ReferenceDurableState(), ReferenceLedger(), log, ReferenceCheckpoints(log),
                               ReferenceContent()]
+    # The kernel's execution store, schedule cursors, the pin index, the findings projection.
+    from scenarios.reference.findings import ReferenceFindings
+    from scenarios.reference.kernel import ReferenceKernel
+    from scenarios.reference.pins import ReferencePins
+    from scenarios.reference.schedules import ReferenceSchedules
+
+    found += [ReferenceKernel(), ReferenceSchedules(), ReferencePins(), ReferenceFindings()]
     return {reference.port: reference for reference in found}
 
 
@@ -135,6 +142,38 @@ def bind(call: Any, names: tuple[str, ...]) -> tuple:
         raise TypeError("missing arguments")
     kwargs = call.kwargs
     return tuple(args) + tuple(kwargs[name] for name in names[len(args):])
+
+
+def bound_args(call: Any, names: tuple[str, ...], defaults: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The call's arguments by name (positional, then keyword, then
+    ``defaults``); None when they do not bind (the store raised TypeError)."""
+    if len(call.args) > len(names):
+        return None
+    bound = dict(zip(names, call.args))
+    for name, value in call.kwargs.items():
+        if name in bound or name not in names:
+            return None
+        bound[name] = value
+    for name, value in (defaults or {}).items():
+        bound.setdefault(name, value)
+    return bound if len(bound) == len(names) else None
+
+
+def valid_text(text: str) -> bool:
+    """Whether a str has a UTF-8 form (no lone surrogate): the only text a
+    store can keep, so the only text the contracts accept."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def same(value: object) -> object:
+    """The answer as it is (a ``view`` for ``judge`` of plain values)."""
+    return value
 
 
 def show(value: object) -> str:

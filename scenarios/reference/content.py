@@ -8,12 +8,16 @@ takes bytes-like data (else TypeError); a ref that is not ``sha256:`` and
 64 characters is a ValueError.
 
 The model holds refs only: the bytes an answer carries must hash to its ref,
-which is the whole of what the contract says about them.
+which is the whole of what the contract says about them. A read whose
+bytes were damaged below the store (a fault fired inside the call) must be
+``ContentCorrupted`` of that ref: the store verifies what it returns.
 """
 from __future__ import annotations
 
 import hashlib
 from typing import Any
+
+import attrs
 
 from scenarios.reference import History, PortReference, Refused, bind, judge
 
@@ -86,6 +90,11 @@ class ReferenceContent(PortReference):
     def _get(self, call: Any) -> str | None:
         key, problem = self._ref_call(call)
         expected: Any = problem or (key if key in self._refs else Refused("ContentMissing", ref=key))
+        if call.damaged and problem is None and key in self._refs:
+            # The bytes the store read were damaged below it (``faults.content_reads``):
+            # unlike a damaged log answer, this one the store itself must refuse.
+            return judge(attrs.evolve(call, damaged=False), key, Refused("ContentCorrupted", ref=key), _blob_view,
+                         self._history, "a blob read damaged below the store")
         message = judge(call, key, expected, _blob_view, self._history)
         if message is None and key in self._refs:
             self._history.note(key, call, (), "bytes")

@@ -184,8 +184,13 @@ def build_parser() -> _Parser:
                          help="trace every seed and report which lines of model/ the sweep executed")
     sweep_p.add_argument("--model-coverage-out", default=None, metavar="FILE",
                          help="write the model coverage, executed lines and all, as JSON (implies --model-coverage)")
+    sweep_p.add_argument("--sqlite-every", type=_count, default=4, metavar="N",
+                         help="without --store: every Nth seed runs on SQLite, the others in memory "
+                              "(default 4: seeds 1, 5, 9, ...; 0 for none)")
     for p in (run_p, sweep_p):
         _add_run_options(p)
+    # A sweep without --store mixes the stores (--sqlite-every); one with it runs that store only.
+    sweep_p.set_defaults(store=None)
     return parser
 
 
@@ -366,6 +371,8 @@ def _sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
     if args.beyond_every < 0:
         raise UsageError(f"--beyond-every must be 0 (none) or more, got {args.beyond_every}")
+    if args.sqlite_every < 0:
+        raise UsageError(f"--sqlite-every must be 0 (none) or more, got {args.sqlite_every}")
     _check_repro_dir(args.repro_dir)
     if args.model_coverage_out:
         parent = os.path.dirname(os.path.abspath(args.model_coverage_out))
@@ -386,6 +393,7 @@ def _sweep(args: argparse.Namespace) -> int:
                 raise UsageError(str(error) if len(scenarios) == 1 else f"{scenario.name}: {error}") from None
     opts = SweepOptions(seeds=args.seeds, jobs=args.jobs, json=args.json, time_budget_s=args.time_budget,
                         beyond_every=args.beyond_every, all_beyond=args.beyond_contract,
+                        sqlite_every=0 if args.store is not None else args.sqlite_every,
                         model_coverage=args.model_coverage or bool(args.model_coverage_out),
                         model_coverage_out=args.model_coverage_out, require_coverage=args.require_coverage)
     return sweep(scenarios, opts, {s.name: _sweep_child_args(s, args) for s in scenarios},
@@ -396,7 +404,9 @@ def _sweep_child_args(scenario: Any, args: argparse.Namespace) -> list[str]:
     """The ``run`` flags every seed of a sweep gets (all but ``--seed``): at
     ``--duration``, or else the scenario's own sweep duration (``sweep_ms``:
     many short histories, not its one long default run)."""
-    child = ["--store", args.store, "--repro-dir", args.repro_dir]
+    child = ["--repro-dir", args.repro_dir]
+    if args.store is not None:  # else the sweep picks each seed's store (--sqlite-every)
+        child = ["--store", args.store, *child]
     duration_ms = args.duration or getattr(scenario, "sweep_ms", None)
     if duration_ms:
         child += ["--duration", format_duration_ms(duration_ms)]

@@ -43,7 +43,7 @@ from sim.clock import DurationError, format_duration_ms, parse_duration_ms
 from sim.face.sweep import Job, _child, _outcome
 
 EXIT_ALL_DETECTED, EXIT_SURVIVED = 0, 1
-DETECTED, SURVIVED, ERROR = "detected", "survived", "error"
+DETECTED, SURVIVED, ERROR, EQUIVALENT = "detected", "survived", "error", "equivalent"
 SEEDS_MAX = 10_000
 JOBS_MAX = 64
 WAIT_S = 0.05  # how long the loop waits on a child before looking at the others
@@ -180,7 +180,8 @@ def mutants_command(args: argparse.Namespace, global_args: Sequence[str]) -> int
     selected = _select(known, args.only)
     if args.list:
         for mutant in selected:
-            print(f"{mutant.name:<36} {','.join(mutant.scenarios)} [{mutant.store}]  {mutant.doc}")
+            argued = f" (argued equivalent: {mutant.equivalent})" if mutant.equivalent else ""
+            print(f"{mutant.name:<36} {','.join(mutant.scenarios)} [{mutant.store}]  {mutant.doc}{argued}")
         return EXIT_ALL_DETECTED
     scenarios = {}
     for mutant in selected:
@@ -334,7 +335,13 @@ def _row(job: _Job) -> dict[str, Any]:
         return {**row, "status": ERROR, "invariant": None, "scenario": None, "seed": None,
                 "error": "every seed fails without a mutant (see the baseline)"}
     if key is None:
-        return {**row, "status": SURVIVED, "invariant": None, "scenario": None, "seed": None}
+        # An argued-equivalent mutant that survived is told apart from the
+        # survivors (the gaps); one a seed detected refutes its argument.
+        status = EQUIVALENT if getattr(mutant, "equivalent", None) else SURVIVED
+        return {**row, "status": status, "invariant": None, "scenario": None, "seed": None,
+                **({"equivalent": mutant.equivalent} if status == EQUIVALENT else {})}
+    if getattr(mutant, "equivalent", None):
+        row["refutes_equivalence"] = True
     result = job.results[key]
     # Seeds to detect: the detecting key's place among the keys this mutant
     # was judged on (baseline-failing seeds left out).
@@ -350,12 +357,17 @@ def summarize(rows: list[dict[str, Any]], *, seeds: range, jobs: int,
               baseline: list[dict[str, Any]] = ()) -> dict[str, Any]:
     detected = [r for r in rows if r["status"] == DETECTED]
     slowest = max(detected, key=lambda r: (r["seconds"], r["mutant"]), default=None)
+    equivalent = sum(1 for r in rows if r["status"] == EQUIVALENT)
+    judged = len(rows) - equivalent  # the share leaves the argued-equivalent survivors out
     return {
         "mutants": len(rows),
         "detected": len(detected),
         "survived": sum(1 for r in rows if r["status"] == SURVIVED),
+        "equivalent": equivalent,
         "errors": sum(1 for r in rows if r["status"] == ERROR),
-        "detected_pct": round(100.0 * len(detected) / len(rows), 1) if rows else 0.0,
+        "detected_pct": round(100.0 * len(detected) / judged, 1) if judged else 0.0,
+        "detected_pct_of_all": round(100.0 * len(detected) / len(rows), 1) if rows else 0.0,
+        "refuted_equivalence": [r["mutant"] for r in rows if r.get("refutes_equivalence")],
         "median_seeds_to_detect": statistics.median(r["seeds_to_detect"] for r in detected) if detected else None,
         "slowest": None if slowest is None else {"mutant": slowest["mutant"], "seconds": slowest["seconds"]},
         "seeds": f"{seeds.start}:{seeds.stop}",
@@ -380,8 +392,16 @@ def render(table: dict[str, Any]) -> str:
                          "no mutant is judged on it")
     slowest = table["slowest"]
     median = table["median_seeds_to_detect"]
-    lines.append(f"{table['detected']}/{table['mutants']} detected ({table['detected_pct']:.1f}%), "
-                 f"{table['survived']} survived, {table['errors']} errors; seeds {table['seeds']}, "
+    for r in table["rows"]:
+        if r["status"] == EQUIVALENT:
+            lines.append(f"equivalent: {r['mutant']}: {r['equivalent']}")
+    for name in table["refuted_equivalence"]:
+        lines.append(f"refuted: {name} is marked equivalent in its catalogue entry, but a seed detected it")
+    judged = table["mutants"] - table["equivalent"]
+    lines.append(f"{table['detected']}/{judged} detected ({table['detected_pct']:.1f}%), "
+                 f"{table['survived']} survived, {table['equivalent']} equivalent survivors left out "
+                 f"({table['detected']}/{table['mutants']} = {table['detected_pct_of_all']:.1f}% of all), "
+                 f"{table['errors']} errors; seeds {table['seeds']}, "
                  f"{table['jobs']} jobs; median seeds to detect: {'-' if median is None else median}; slowest: "
                  + ("-" if slowest is None else f"{slowest['mutant']} ({slowest['seconds']:.1f}s)"))
     return "\n".join(lines)

@@ -9,6 +9,11 @@ finished seed shows progress. Sweeping every scenario interleaves them
 (seed A of each, then seed A+1 of each, ...), so a time budget that stops
 the sweep early still leaves every scenario swept.
 
+Without ``--store``, every ``sqlite_every``-th seed (``seed % sqlite_every
+== 1``: seeds 1, 5, 9, ... by default) runs on SQLite and the others in
+memory: the adapters a user deploys are swept too, at a share of the cost
+(a SQLite seed costs about three memory ones).
+
 A share of the seeds (every ``beyond_every``-th: seeds with ``seed %
 beyond_every == beyond_every - 1``) runs beyond the contract
 (``--beyond-contract``): the stores break their promises and the only good
@@ -53,6 +58,8 @@ from sim.face import model_coverage
 EXIT_PASS, EXIT_VIOLATION = 0, 1
 # Every 8th seed runs beyond the contract (seeds 7, 15, 23, ...).
 BEYOND_EVERY_DEFAULT = 8
+# Every 4th seed runs on SQLite when the sweep is not told a store (1, 5, 9, ...).
+SQLITE_EVERY_DEFAULT = 4
 # A seed beyond the contract that passed green: a failure of the sweep.
 BEYOND_PASSED = "beyond-contract-passed"
 POLL_S = 0.05  # how often the parent looks at its running children
@@ -71,6 +78,7 @@ class SweepOptions:
     time_budget_s: float | None = None       # wall clock: no new seed starts after it
     beyond_every: int = BEYOND_EVERY_DEFAULT  # 0: no seed beyond the contract
     all_beyond: bool = False                  # --beyond-contract: every seed
+    sqlite_every: int = 0                     # 0: every seed on the child args' store
     model_coverage: bool = False
     model_coverage_out: str | None = None
     require_coverage: bool = False
@@ -79,11 +87,20 @@ class SweepOptions:
         assert self.jobs >= 1, self.jobs
         assert self.time_budget_s is None or self.time_budget_s > 0, self.time_budget_s
         assert self.beyond_every >= 0, self.beyond_every
+        assert self.sqlite_every >= 0, self.sqlite_every
 
     def beyond(self, seed: int) -> bool:
         """Whether ``seed`` runs beyond the contract."""
         every = self.beyond_every
         return self.all_beyond or (every > 0 and seed % every == every - 1)
+
+    def store(self, seed: int) -> str | None:
+        """The store ``seed`` runs on when the sweep picks it (None: the
+        child args say)."""
+        every = self.sqlite_every
+        if every == 0:
+            return None
+        return "sqlite" if seed % every == 1 % every else "memory"
 
 
 @attrs.frozen
@@ -107,6 +124,9 @@ def plan_jobs(scenarios: Sequence[str], child_args: Mapping[str, Sequence[str]],
             beyond = opts.beyond(seed)
             if beyond and "--beyond-contract" not in args:
                 args.append("--beyond-contract")
+            store = opts.store(seed)
+            if store is not None and "--store" not in args:
+                args += ["--store", store]
             jobs.append(Job(name, seed, beyond, (*global_args, "run", name, "--seed", str(seed), *args, "--json")))
     return jobs
 
@@ -270,7 +290,8 @@ def _progress(done: int, total: int, result: Mapping[str, Any], named: bool) -> 
         detail = result["error"]
     who = f"{result['scenario']} seed {result['seed']}" if named else f"seed {result['seed']}"
     beyond = " (beyond the contract)" if result.get("beyond") else ""
-    print(f"[{done}/{total}] {who}{beyond}: {status.upper()} {detail}", flush=True)
+    store = f" [{result['store']}]" if result.get("store") not in (None, "memory") else ""
+    print(f"[{done}/{total}] {who}{store}{beyond}: {status.upper()} {detail}", flush=True)
 
 
 # -- coverage: what each seed enabled, what fired ----------------------------------------

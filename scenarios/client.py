@@ -1,0 +1,83 @@
+"""What every adversarial client shares: one logical call's outcome, its
+retry loop, and the checker its expectations go to.
+
+A client (``scenarios.adversary``, ``adversary_state``, ``adversary_ports``)
+calls ports as a production client would: an injected retryable error
+(a transient error, contention, a lost reply) is waited out and the same
+call sent again; any other error is the answer. What it then expects of
+the answer goes, one check each, to an :class:`Expectations` checker.
+"""
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+from model.retry import error_name, is_retryable
+from sim.invariants import Checker
+from sim.node import NodeDeadError
+
+# Retryable failures in a row before a client gives up: far more than any
+# fault rate leaves (the plan caps a boosted rate at 0.5).
+RETRIES_MAX = 200
+RETRY_WAIT_MS = (5, 500)
+
+
+class Outcome:
+    """One logical call: its answer or typed error, how many attempts
+    committed unheard (``lost``: a ``ReplyLost`` was retried) and how many
+    attempts it took."""
+
+    __slots__ = ("value", "error", "lost", "attempts")
+
+    def __init__(self, value: Any, error: BaseException | None, lost: int, attempts: int = 1) -> None:
+        self.value = value
+        self.error = error
+        self.lost = lost
+        self.attempts = attempts
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def named(self, *names: str) -> bool:
+        """Whether it failed with one of these typed errors."""
+        return self.error is not None and error_name(self.error) in names
+
+    def show(self) -> str:
+        """One line for a message (cheap: messages are built for every check)."""
+        if self.error is not None:
+            return f"{error_name(self.error)}: {str(self.error)[:300]}"
+        value = self.value
+        if type(value) is tuple and len(value) > 2:
+            return f"({len(value)} items: {value[0]!r:.150}, ...)"
+        return f"{value!r:.300}"
+
+
+async def attempt(fn: Callable[[], Awaitable[Any]], sleep_ms: Callable[[int], Awaitable[None]],
+                  wait_ms: Callable[[], int]) -> Outcome:
+    """Call ``fn`` until it answers or fails with a non-retryable error;
+    between retryable failures, sleep ``wait_ms()``. A dead node's call
+    propagates (the process is gone)."""
+    lost = 0
+    for tries in range(1, RETRIES_MAX + 1):
+        try:
+            return Outcome(await fn(), None, lost, tries)
+        except NodeDeadError:
+            raise
+        except Exception as error:  # noqa: BLE001 - classified: retried, or the answer
+            if not is_retryable(error):
+                return Outcome(None, error, lost, tries)
+            if error_name(error) == "ReplyLost":
+                lost += 1
+            await sleep_ms(wait_ms())
+    raise AssertionError(f"{RETRIES_MAX} retryable failures in a row")
+
+
+class Expectations(Checker):
+    """A client's own expectations: it reads no trace events, the client
+    tells it, one check per expectation. Subclasses set ``name``."""
+
+    def expect(self, ok: bool, message: str, related: tuple[str, ...] = ()) -> bool:
+        self.checks += 1
+        if not ok:
+            self.fail(" ".join(message.split()), related)
+        return ok
