@@ -1,4 +1,5 @@
-"""Chaos as workloads: kills, pauses, duplicate alarms, operator edits, deploys.
+"""Chaos as workloads: kills, pauses, duplicate alarms, operator edits, deploys,
+and the on-call operator who resolves runs parked in doubt.
 
 Store-level faults fire at port calls (``faults.ports``); these fire on the
 clock, so a process can also die while it sleeps, waits or is half-way
@@ -18,6 +19,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from faults.kinds import DUPLICATE_WAKE, NODE_KILL, NODE_PAUSE
 from model.durable_state.store import DurableStateWrite, RevisionConflictError
+from model.kernel.kernel import EffectInDoubt, error_output
+from model.kernel.records import EFFECT_INDOUBT, FAILED, PARKED, STEP_COMPLETED
+from model.runs import LedgerRuns
 from sim.clock import MS_PER_DAY
 from sim.rng import Stream
 from sim.workload import Workload
@@ -240,3 +244,107 @@ class Deploys(Workload):
 
     def metrics(self) -> dict[str, Any]:
         return {"deploys": self.deploys}
+
+
+class InDoubtResolver(Workload):
+    """The on-call operator who resolves runs parked in doubt (K9).
+
+    A run whose non-idempotent effect may or may not have happened is parked
+    at ``EFFECT_INDOUBT`` (``model.kernel``) and holds its schedule's live
+    slot until someone says which. Every ``every_ms`` the operator looks at
+    the unsettled runs of the schedules (``schedule_ids()``) and, for a parked one,
+    claims it like any process (``model.runs.LedgerRuns``: under a lease, at
+    a new epoch, waiting out the worker's lease), reads its log and asks the
+    service's own history (``delivered(run_id, step_id)``: the output to
+    record, or None). Then, the only resolutions the kernel offers:
+
+    - delivered: the completion is recorded with what the service says it
+      answered; the driver resumes the run, which folds it and goes on;
+    - not delivered: the operator either re-sends it itself
+      (``redrive(node)(run_id, step_id, steps)``, recording what it returns;
+      the run then resumes the same way) or abandons the run: finishes it
+      FAILED with ``EffectInDoubt``. The choice is drawn from the run's own
+      fork of the streams (``operator/<run id>``), never from ``chaos``:
+      the operator acts during the run, and a scripted replay draws nothing
+      from ``chaos`` then.
+
+    The operator's process is never faulted (``ports_for(faults=False)``);
+    it keeps patrolling through the settle window, so no run is left parked.
+    ``enabled`` False: no operator (a parked run then stays parked).
+    """
+
+    name = "indoubt-resolver"
+    NODE = "on-call"
+    RESOLUTIONS = ("delivered", "redriven", "abandoned")
+
+    def __init__(self, schedule_ids: Callable[[], Sequence[str]], *, every_ms: int, lease_ms: int,
+                 delivered: Callable[[str, str], Any], redrive: Callable[[Any], Callable[..., Any]],
+                 enabled: bool = True) -> None:
+        assert every_ms > 0 and lease_ms > 0
+        self._schedule_ids = schedule_ids
+        self.every_ms = every_ms
+        self.lease_ms = lease_ms
+        self._delivered = delivered
+        self._redrive_for = redrive
+        self.enabled = enabled
+        self.resolved = {name: 0 for name in self.RESOLUTIONS}
+
+    def setup(self, world: World) -> None:
+        self.world = world
+        self.node = world.add_node(self.NODE, lambda node: None, role="operator")
+        self.ports = world.system.ports_for(self.node, faults=False)
+        self.probe = world.probe_for(self.node)
+        self._redrive = self._redrive_for(self.node)
+
+    def start(self, world: World) -> None:
+        if self.enabled:
+            world.runtime.spawn_on(self.node, "on-call", self._patrol())
+
+    async def _patrol(self) -> None:
+        runtime = self.world.runtime
+        # The operator's forever loop: its node is never killed; the run ends
+        # it (every turn sleeps ``every_ms``).
+        while True:
+            await runtime.sleep_ms(self.every_ms)
+            schedules = frozenset(self._schedule_ids())  # membership only
+            reader = self._runs()
+            # Reads only (``live_executions`` would also finish settlements
+            # its log holds: not the operator's business).
+            for row in await self.ports.ledger.scan_nonterminal():
+                if row.principal_id not in schedules:
+                    continue
+                record = await reader.load_execution(row.conversation_id)
+                if record is not None and record.status == PARKED:
+                    await self._resolve(record.run_id)
+
+    def _runs(self) -> LedgerRuns:
+        # A fresh process view per resolution: the operator keeps no claims.
+        world = self.world
+        return LedgerRuns(self.ports.ledger, self.ports.log, self.ports.schedules, self.node.label,
+                          lease_ms=self.lease_ms, now_ms=world.runtime.now_ms, sleep_ms=world.runtime.sleep_ms,
+                          probe=self.probe)
+
+    async def _resolve(self, run_id: str) -> None:
+        runs = self._runs()
+        steps = await runs.load_steps(run_id)  # claims it (after the worker's lease)
+        if not steps or steps[-1].kind != EFFECT_INDOUBT:
+            return  # resolved meanwhile
+        step_id = steps[-1].step_id
+        output = self._delivered(run_id, step_id)
+        if output is not None:
+            resolution = "delivered"
+        elif self.world.streams.fork(f"operator/{run_id}").below(2) == 0:
+            resolution = "redriven"
+            output = await self._redrive(run_id, step_id, steps)
+        else:
+            resolution = "abandoned"
+        if output is not None:
+            await runs.append_step(run_id, len(steps) + 1, step_id, STEP_COMPLETED, output)
+        else:
+            await runs.finish_execution(run_id, status=FAILED, output=error_output(EffectInDoubt(run_id, step_id)),
+                                        finished_at_ms=self.world.runtime.now_ms())
+        self.resolved[resolution] += 1
+        self.probe.emit("operator.resolved", run=run_id, step=step_id, resolution=resolution)
+
+    def metrics(self) -> dict[str, Any]:
+        return {f"indoubt_{name}": count for name, count in self.resolved.items()}

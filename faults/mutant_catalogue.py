@@ -83,13 +83,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "The CAS rule only refuses an expected revision ahead of the store, so a stale writer's save lands "
         "(a lost update) instead of conflicting.",
         "model.durable_state.store", "    if expected_revision != actual_revision:\n",
-        "    if expected_revision > actual_revision:\n", SY_PS, ci_seed=4, ci_duration="6h"),
+        "    if expected_revision > actual_revision:\n", SY_PS, ci_seed=6, ci_duration="6h"),
     Mutant(
         "ds-sqlite-cas-unguarded",
         "The SQLite CAS update guards on revision >= expected instead of =, so a stale save overwrites a newer "
         "record (module constant).",
         "model.durable_state.sqlite_store", '    "WHERE key = ? AND revision = ?"\n',
-        '    "WHERE key = ? AND revision >= ?"\n', SY_PS, store="sqlite", ci_seed=4, ci_duration="6h"),
+        '    "WHERE key = ? AND revision >= ?"\n', SY_PS, store="sqlite", ci_seed=6, ci_duration="6h"),
     Mutant(
         "ds-adopt-without-content-check",
         "Adopt-own-write adopts any conflict at expected + 1 without comparing the stored envelope with the "
@@ -385,7 +385,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "(it looks for the logged settlement only once the ledger says the run settled).",
         "model.runs", "        settlement = await self.lifecycle.adopt_logged(run_id, record)\n",
         "        settlement = None if record.outcome is None else await self.lifecycle.adopt_logged(run_id, record)\n",
-        SY, ci_seed=1, ci_duration="6h"),
+        SY, ci_seed=6, ci_duration="6h"),
 
     Mutant(
         "runs-settlement-drops-findings",
@@ -404,6 +404,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.runs", "        if admission.replayed:\n            return StartOutcome(await self.load_execution(run_id), True)\n",
         "        if admission.replayed:\n            return StartOutcome(await self.load_execution(run_id), False)\n",
         SY, ci_seed=7, ci_duration="1d"),
+    Mutant(
+        "sched-parked-forgotten",
+        "A driver resuming its schedule forgets a run that parked in doubt, so the next occurrence starts "
+        "beside it (two live occurrences, one of them waiting on an operator).",
+        "model.schedules", '                self._parked = outcome.status == "parked"\n',
+        "                self._parked = False\n", SY, ci_seed=1, ci_duration="1d"),
     Mutant(
         "sched-busy-ignored",
         "A wake delivered while the schedule's run is in progress starts the next occurrence anyway (only a "
@@ -425,7 +431,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "A start refuses occurrences strictly below the archive watermark, so the last retired occurrence "
         "can start again once its ledger row is gone.",
         "model.runs", "occurrence_ms <= cursor.archived_through_ms:\n", "occurrence_ms < cursor.archived_through_ms:\n",
-        SY, ci_seed=1, ci_duration="3d"),
+        SY, equivalent="the start's next guard refuses every occurrence at or below the high-water mark without a "
+                       "ledger row, and retention retires only at or below the mark, so the last retired occurrence "
+                       "(its row deleted) is refused either way; a held one keeps its row and replays its receipt"),
 
     # -- the kernel: step records, replay, migration markers ---------------------------
     Mutant(
@@ -434,6 +442,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "of before writing ones, so a re-run after a crash re-reads state its own write changed.",
         "model.kernel.kernel", "        elif writes and pending:\n", "        elif not writes and pending:\n", SY,
         ci_seed=0, ci_duration="2h"),
+    Mutant(
+        "kernel-no-intent",
+        "A non-idempotent effect runs without its intent (STEP_STARTED) recorded first, so a crash after it "
+        "re-runs it on resume instead of parking the run in doubt.",
+        "model.kernel.kernel", "        if not idempotent:\n            pending.append(",
+        "        if False:\n            pending.append(", SY, ci_seed=3, ci_duration="8h"),
     Mutant(
         "kernel-replay-rereads",
         "Resuming a run re-runs its recorded read-only effects (to refresh them) before folding the recorded "
@@ -455,7 +469,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "                for layer in self._kernel.middleware:\n"
         "                    if isinstance(layer, ClaimCheck) and is_claim_ref(output):\n"
         "                        output = await resolve_ref(layer._content_store, output)\n"
-        "            return output\n", SY, ci_seed=4, ci_duration="7d"),
+        "            return output\n", SY, ci_seed=3, ci_duration="7d"),
     Mutant(
         "kernel-migration-unrecorded",
         "A run resumed on new code is migrated in memory only: the EXECUTION_MIGRATED marker is never made "
@@ -470,7 +484,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "Claim-check stores the blob of a tool without a declared digest but records the payload itself, so "
         "those outputs stay inline over the cap.",
         "model.claimcheck", '        if digest_fn is None:\n            return {"ref": ref, "size": size}\n',
-        "        if digest_fn is None:\n            return output\n", SY_PS, ci_seed=1, ci_duration="1d"),
+        "        if digest_fn is None:\n            return output\n", SY_PS, ci_seed=3, ci_duration="1d"),
     Mutant(
         "claimcheck-blob-unindexed",
         "Claim-checked blobs are stored but never recorded in the pin index, so retention never sees (or "
@@ -482,14 +496,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "The in-memory content store returns a blob without checking that its bytes still hash to its ref.",
         "model.conversation.content_store",
         "    actual = content_ref(data)\n    if actual != ref:\n        raise ContentCorrupted(ref, actual)\n", "", SY_PS,
-        ci_seed=2, ci_duration="5m", ci_scenario="port-storm"),
+        ci_seed=4, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "retention-drops-pins",
         "Retention keeps a pin only if its holder is a live run id, but holders are finding ids: every pin is "
         "dropped each pass and cited evidence is reclaimed.",
         "model.retention", "        live_ids = {f.finding_id for f in await self.findings.live_findings()}\n",
         "        live_ids = {f.run_id for f in await self.findings.live_findings()}\n", SY,
-        ci_seed=1, ci_duration="3d"),
+        ci_seed=4, ci_duration="3d"),
     Mutant(
         "projector-pins-after-apply",
         "The projector applies a run's findings before pinning their evidence, so a crash in between leaves "
@@ -503,7 +517,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "                                         settled_at_ms=record.settled_at_ms)\n"
         "                for finding in found:\n                    for ref in finding[\"evidence\"]:\n"
         "                        await pins.pin(ref, finding[\"id\"])\n", SY,
-        ci_seed=1, ci_duration="3d"),
+        ci_seed=4, ci_duration="3d"),
     Mutant(
         "findings-drops-first",
         "The in-memory projection skips a run's first finding when applying it (an off-by-one slice).",
@@ -535,7 +549,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "                await self._delete(run_id)\n",
         "                await self._delete(run_id)\n"
         "                await store.retire(schedule_id, occurrence_ms, run_id, summary)\n", SY,
-        ci_seed=6, ci_duration="3d"),
+        ci_seed=4, ci_duration="3d"),
 
     # -- checkpoints (persistence §8) ------------------------------------------------------
     Mutant(

@@ -146,6 +146,13 @@ class LedgerRuns:
         cursor = await self.schedules.cursor(schedule_id)
         if cursor.archived_through_ms is not None and occurrence_ms <= cursor.archived_through_ms:
             return StartOutcome(None, True)  # retired: archived and deleted, or held by a pin
+        if cursor.high_water_ms is not None and occurrence_ms <= cursor.high_water_ms and (
+                await self.ledger.get_by_idempotency_key(run_id, schedule_id, run_id) is None):
+            # At or below the mark and never admitted (the cursor advances
+            # only after an admission): an occurrence the schedule skipped.
+            # A late alarm for it must not start it now (the execution
+            # store's rule, ``decide_start``: retired), beside a later live run.
+            return StartOutcome(None, True)
         run_input = {"scheduleId": schedule_id, "occurrenceMs": occurrence_ms, "flowVersion": flow_version,
                      "input": input}
 
@@ -238,10 +245,14 @@ class LedgerRuns:
         if record.outcome is not None:
             return  # settled: nothing to own, reads only
         if not record.ready:
-            # Admission stopped before ready: finish it (idempotent steps).
-            await self.lifecycle.make_ready(run_id, record.submission_id)
+            # Admission stopped before ready: finish it (idempotent steps),
+            # in admission's own order: the cursor first, then ready. A
+            # crash between the two then leaves a run that is still not
+            # ready (finished here again); the other order could leave a
+            # ready run the cursor never heard of, and nobody would advance it.
             schedule_id, occurrence_ms = parse_run_id(run_id)
             await self.schedules.advance(schedule_id, occurrence_ms)
+            await self.lifecycle.make_ready(run_id, record.submission_id)
         if await self._settle_from_log(run_id, record):
             return
         self._owned[run_id] = (self._execution(run_id, record), record.reserved_record)

@@ -31,6 +31,8 @@ from scenarios.adversary_state import SOMETIMES as STATE_SOMETIMES
 from scenarios.adversary_state import StateAdversary
 from scenarios.adversary_ports import SOMETIMES as PORTS_SOMETIMES
 from scenarios.adversary_ports import PortsAdversary
+from scenarios.adversary_values import SOMETIMES as VALUES_SOMETIMES
+from scenarios.adversary_values import ValuesAdversary
 from scenarios.api import (ACK_LOST, CORRUPT_ROW, CRASH_BEFORE_CALL, LATENCY, MINUTE, NODE_KILL, NODE_PAUSE,
                            REPLY_LOST, SECOND, SEQUENCE_GAP, SHORT_PAGE, TRANSIENT_ERROR, WRITE_CONTENTION, Knob,
                            NodeKills, NodePauses, Param, PortFaults, Run, Stack, SwarmSpace, System,
@@ -59,7 +61,7 @@ SWARM = SwarmSpace(
 # Every edge and every port method, across a sweep; plus what the faults must cause.
 SOMETIMES = EDGE_STATS + CALL_STATS + ("adversary_typed_rejections", "adversary_retries", "worker_crashes",
                                        "edge_replies_lost_retried", "stale_writes_fenced") + STATE_SOMETIMES + (
-                                       PORTS_SOMETIMES)
+                                       PORTS_SOMETIMES) + VALUES_SOMETIMES
 
 
 @scenario("port-storm", "adversarial clients at the edges of every port contract, racing, under every fault",
@@ -74,18 +76,23 @@ def port_storm(run: Run) -> Stack:
     state = StateAdversary()
     # Clients of the kernel's execution store, schedule cursors, the pin index and the findings projection.
     ports = PortsAdversary(think_ms=(max(1, run.param("think_ms") // 40), run.param("think_ms")))
+    # JSON values at the edges of every encoder and decoder, and blobs that are not JSON.
+    values = ValuesAdversary(lease_ms=lease_ms, think_ms=(max(1, run.param("think_ms") // 40), run.param("think_ms")))
     return Stack(
         system=System(file_name="port-storm.db", restart_ms=RESTART_MS, damaged_reads=True),
         workloads=[
             adversary,
             state,
             ports,
-            NodeKills(adversary.names + state.names + ports.names, every_ms=(10 * MINUTE, 40 * MINUTE), restart_ms=RESTART_MS),
+            values,
+            NodeKills(adversary.names + state.names + ports.names + values.names, every_ms=(10 * MINUTE, 40 * MINUTE),
+                      restart_ms=RESTART_MS),
             # Pauses past the lease: a claim held across one lapses while its owner sleeps.
             NodePauses(adversary.names, every_ms=(5 * MINUTE, 30 * MINUTE),
                        pause_ms=((lease_ms + SECOND, 2 * lease_ms), (100, lease_ms))),
         ],
         faults=PortFaults(run.rates(RATES), boosted_sites=RARE_SITES, boost=4),
         checks=[adversary.checker, inv.ReferenceModel(), inv.Fencing(), inv.LogChain(), state.checker, ports.checker,
+                values.checker,
                 inv.AdoptOwnWrite(), inv.ContractSafety(state.contracts_for_key, damage=state.is_forger)],
         heal_ms_max=20 * MINUTE, settle_ms=5 * MINUTE)

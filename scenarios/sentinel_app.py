@@ -11,7 +11,13 @@ A wake is one bounded run of ``sentinel_flow``:
    digest: ``{ref, size}``) and emit a finding citing both refs as evidence
    (ADR 0051 D4: an application event with an application schema);
 4. save the state with CAS;
-5. publish a summary (a writing effect: the run's last step before
+5. on a reading at or above ``PAGE_READING_MIN`` (about one wake in 48),
+   page the on-call through the external pager (``scenarios.pager``) — the
+   flow's one *non-idempotent* effect, declared so to the kernel: an intent
+   is recorded before the page, and a crash between the page and its record
+   parks the run at ``EFFECT_INDOUBT`` for an operator (``paging``: the
+   swarm's ``pager`` switch; off, the flow never pages);
+6. publish a summary (a writing effect: the run's last step before
    settlement).
 
 Three contract versions evolve during the year (v1 -> v2 -> v3), each with a
@@ -53,6 +59,12 @@ STATS_LARGE_ONE_IN = 25
 EXPLAIN_PLAN_BYTES = (17_000, 40_000)
 STATS_TOOL = "telemetry.stats"
 EXPLAIN_TOOL = "telemetry.explain"
+PAGER_TOOL = "pager.page"
+PAGE_STEP = "page"
+# A reading at or above this pages the on-call (about one wake in 48): a load
+# alert, far more often than a slow-query finding.
+PAGE_READING_MIN = 980
+PAGE_LATENCY_MS = (20, 800)
 TARGET = "db-primary"
 
 
@@ -220,12 +232,13 @@ def validate_input(value: Any) -> str | None:
     return None
 
 
-def make_flow(state: Any, version: int, effects: Any) -> Callable:
-    """The sentinel flow of ``version``. ``effects(run_id)`` gives the three
-    telemetry effects of that run: ``(stats, explain, publish)``."""
+def make_flow(state: Any, version: int, effects: Any, *, paging: bool = False) -> Callable:
+    """The sentinel flow of ``version``. ``effects(run_id)`` gives the effects
+    of that run: ``(stats, explain, publish, page)``, ``page(reading)`` the
+    page effect for a reading. ``paging``: high readings page the on-call."""
 
     async def sentinel_flow(ctx: Any, flow_input: Any) -> dict:
-        stats_fx, explain_fx, publish_fx = effects(ctx.run_id)
+        stats_fx, explain_fx, publish_fx, page_fx = effects(ctx.run_id)
         loaded = await state.load(ctx)
         revision, payload = (0, initial_state(version)) if loaded is None else (loaded["revision"],
                                                                                loaded["payload"])
@@ -240,9 +253,14 @@ def make_flow(state: Any, version: int, effects: Any) -> Callable:
                        "evidence": evidence_of(plan, stats), "model": f"sentinel-v{version}"}
             await ctx.emit("finding", finding)
             findings.append(finding)
+        output: dict[str, Any] = {}
+        if paging and reading >= PAGE_READING_MIN:
+            # K9: the pager has no idempotency key; never page twice on a guess.
+            paged = await ctx.execute(PAGE_STEP, page_fx(reading), idempotent=False, tool=PAGER_TOOL)
+            output["incident"] = paged["incident"]
         saved = await state.save(ctx, advance_state(version, payload, reading), revision)
         await ctx.execute("publish", publish_fx)
-        return {"revision": saved["revision"], "wakes": payload["wakes"] + 1, "findings": findings}
+        return {"revision": saved["revision"], "wakes": payload["wakes"] + 1, "findings": findings, **output}
 
     return sentinel_flow
 

@@ -1,5 +1,7 @@
 """sentinel-year: sentinels waking every 5 minutes for a year, on the whole system,
-under crashes, kills, outages, duplicate alarms, operator edits and deploys."""
+under crashes, kills, outages, duplicate alarms, operator edits and deploys; with
+the ``pager`` switch, high readings page the on-call (a non-idempotent effect) and
+an on-call operator resolves the runs parked in doubt."""
 from __future__ import annotations
 
 import attrs
@@ -14,6 +16,8 @@ from scenarios.api import (ACK_LOST, BOUNDARY_DELAY, CRASH_BEFORE_CALL, DAY, DUP
                            Param, PortFaults, RetentionPolicy, Run, Schedule, Sentinels, Stack, SwarmSpace, System,
                            fault_intensity_knob, scenario)
 from scenarios import api as inv
+from faults.chaos import InDoubtResolver
+from scenarios.invariants.at_most_once_effect import AtMostOnceEffect
 
 # Per-hit rates: ~20 port calls a wake make a few hundred crashes of each kind a year.
 RATES = {CRASH_BEFORE_CALL: 2e-5, ACK_LOST: 2e-5, FAILPOINT_CRASH: 1e-4, TRANSIENT_ERROR: 2e-5,
@@ -22,20 +26,25 @@ RATES = {CRASH_BEFORE_CALL: 2e-5, ACK_LOST: 2e-5, FAILPOINT_CRASH: 1e-4, TRANSIE
 RESTART_MS = (1 * SECOND, 60 * SECOND)
 # The projector pins a finding's evidence a few times a week: at the base
 # rates a sweep would never see that call fail (or its process die there).
-RARE_SITES = ("pins.pin",)
+# The pager is called on about one wake in 48: boosted too, so that a sweep
+# parks runs in doubt (K9) and the on-call operator resolves them.
+RARE_SITES = ("pins.pin", "pager.page")
 RARE_SITE_BOOST = 2_000
 RETENTION = RetentionPolicy(run_ttl_ms=DAY, blob_ttl_ms=2 * DAY, finding_ttl_ms=7 * DAY)
 OPERATOR_EDITS = "operator-edits"
+PAGER = "pager"  # high readings page the on-call: the flow's non-idempotent effect
+# How often the on-call operator looks for runs parked in doubt.
+ON_CALL_EVERY_MS = 15 * MINUTE
 SWARM = SwarmSpace(
     fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, TRANSIENT_ERROR,
                  WRITE_CONTENTION, LATENCY, REPLY_LOST, BOUNDARY_DELAY),
-    failpoints=SENTINEL_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH], workload=(OPERATOR_EDITS,),
+    failpoints=SENTINEL_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH], workload=(OPERATOR_EDITS, PAGER),
     knobs=(Knob("lease_ms", 30 * SECOND, 10 * SECOND, 120 * SECOND, "run claim lease"),
            Knob("inline_cap_bytes", INLINE_CAP_BYTES_DEFAULT, 4_096, 65_536, "claim-check inline cap"),
            Knob("busy_timeout_ms", BUSY_MS, 100, 10_000, "SQLite busy timeout"), fault_intensity_knob()))
 SOMETIMES = ("adopted_saves", "save_conflicts", "wakes_skipped", "claim_checked_payloads", "findings",
              "blobs_reclaimed", "runs_held_by_pins", "broken_deploys_caught", "runs_migrated_on_resume",
-             "runs_failed_migration_missing", "worker_crashes", "transient_retries")
+             "runs_failed_migration_missing", "worker_crashes", "transient_retries", "runs_parked_in_doubt")
 
 
 @scenario("sentinel-year", "sentinels waking every 5 minutes for a year on the whole system: ledger, log, "
@@ -51,7 +60,7 @@ def sentinel_year(run: Run) -> Stack:
                       lease_ms=run.knob("lease_ms"), inline_cap_bytes=cap, project_every_ms=HOUR,
                       # Where stores may break their promises, retention scrubs a run's log first.
                       retention=attrs.evolve(RETENTION, verify_before_archive=beyond_enabled(run.opts)),
-                      validate_inputs=bool(run.param("validate_inputs")))
+                      validate_inputs=bool(run.param("validate_inputs")), paging=run.does(PAGER))
     operator = OperatorEdits.is_operator  # its writes are out of band: no build's
     return Stack(
         system=System(file_name="sentinel-year.db", restart_ms=RESTART_MS),
@@ -63,6 +72,8 @@ def sentinel_year(run: Run) -> Stack:
                       outage_one_in=6, outage_ms=(10 * MINUTE, 45 * MINUTE)),
             DuplicateAlarms(fleet.schedule_ids, fleet.deliver_again, every_ms=(2 * HOUR, 3 * DAY)),
             Deploys(fleet.deploy_timeline, fleet.on_deploy, nodes=[WORKER_NODE], duration_ms=d, restart_ms=RESTART_MS),
+            InDoubtResolver(fleet.schedule_ids, every_ms=ON_CALL_EVERY_MS, lease_ms=run.knob("lease_ms"),
+                            delivered=fleet.page_delivered, redrive=fleet.page_again, enabled=fleet.paging),
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SENTINEL_CRASH_POINTS, periods_ms=(every_ms,),
                           boosted_sites=RARE_SITES, boost=RARE_SITE_BOOST),
@@ -76,5 +87,6 @@ def sentinel_year(run: Run) -> Stack:
                 inv.ClaimCheckInvariant({"stats": app.stats_digest}, cap_bytes=cap),
                 inv.PinsSurvive(blob_ttl_ms=RETENTION.blob_ttl_ms), inv.BoundedRun(records_max=16),
                 inv.ExactlyOnceSettlement(), inv.FindingsProjection(finding_ttl_ms=RETENTION.finding_ttl_ms),
+                AtMostOnceEffect(fleet.pager, operator_node=InDoubtResolver.NODE),
                 inv.Liveness(), inv.ReferenceModel()],
         heal_ms_max=DAY, settle_ms=HOUR)

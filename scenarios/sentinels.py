@@ -8,7 +8,11 @@ reserve -> append -> finalize (``model.runs``). Large telemetry goes through
 the claim-check middleware; findings cite evidence refs; retention archives
 old runs and reclaims blobs except what live findings pin. Deploys switch
 the fleet's build (``on_deploy``): the contract evolves v1 -> v2 -> v3, one
-build deliberately broken and then fixed.
+build deliberately broken and then fixed. With ``paging``, high readings
+page the on-call through the external pager (``scenarios.pager``), the
+flow's one non-idempotent effect; the fleet answers the on-call operator
+(``faults.chaos.InDoubtResolver``) what the pager received for a parked run,
+and re-sends a page on the operator's behalf.
 
 The fleet also answers what the sentinel checks and chaos need to know of
 the application: the contracts each build deploys, the flows a replay folds,
@@ -23,13 +27,14 @@ from faults.kinds import DUPLICATE_WAKE
 from model.claimcheck import INLINE_CAP_BYTES_DEFAULT, ClaimCheck
 from model.durable_state.handle import SentinelState, sentinel_state
 from model.kernel.kernel import Kernel
-from model.kernel.records import ExecutionRecord
+from model.kernel.records import STEP_COMPLETED, ExecutionRecord
 from model.findings import project_forever
 from model.retention import Retention, RetentionPolicy, retention_forever
 from model.retry import is_retryable
 from model.runs import LedgerRuns
 from model.schedules import Schedule, ScheduleDriver, parse_run_id, run_id_for
 from scenarios import sentinel_app as app
+from scenarios.pager import PagerService, bind_pager
 from sim.clock import MS_PER_DAY, MS_PER_HOUR, MS_PER_SECOND
 from sim.node import Node
 from sim.rng import Stream
@@ -72,12 +77,13 @@ class Sentinels(Workload):
 
     def __init__(self, schedules: Sequence[Schedule], *, lease_ms: int = 30 * MS_PER_SECOND,
                  inline_cap_bytes: int = INLINE_CAP_BYTES_DEFAULT, retention: RetentionPolicy = RETENTION_DEFAULT,
-                 project_every_ms: int = MS_PER_HOUR, validate_inputs: bool = True) -> None:
+                 project_every_ms: int = MS_PER_HOUR, validate_inputs: bool = True, paging: bool = False) -> None:
         """``schedules``: one sentinel each, at its own cadence. The worker
         claims runs under ``lease_ms``; effect results over
         ``inline_cap_bytes`` go to the content store; the projector runs
         every ``project_every_ms``; retention runs daily under ``retention``;
-        ``validate_inputs``: D7 input-schema validation at every start."""
+        ``validate_inputs``: D7 input-schema validation at every start;
+        ``paging``: high readings page the on-call (a non-idempotent effect)."""
         assert schedules and lease_ms > 0 and project_every_ms > 0
         self.schedules = {s.schedule_id: s for s in schedules}
         assert len(self.schedules) == len(schedules), "schedule ids must be unique"
@@ -86,6 +92,9 @@ class Sentinels(Workload):
         self.retention_policy = retention
         self.project_every_ms = project_every_ms
         self.validate_inputs = validate_inputs
+        self.paging = paging
+        self.pager = PagerService()  # external: survives every process
+        self._pager_port: Any = None  # the worker's binding (its current incarnation's)
         self.build = app.BUILD_V1
         self.builds_deployed: list[str] = [self.build.name]
         self.drivers: dict[str, ScheduleDriver] = {}
@@ -135,6 +144,7 @@ class Sentinels(Workload):
         build = self.build
         ports = world.system.ports_for(node)
         failpoints = ports.failpoints
+        self._pager_port = bind_pager(world, node, self.pager)
         runs = LedgerRuns(ports.ledger, ports.log, ports.schedules, node.label, lease_ms=self.lease_ms,
                           now_ms=runtime.now_ms, sleep_ms=runtime.sleep_ms, failpoints=failpoints, probe=probe)
         claim_check = ClaimCheck(ports.content, ports.pins, now_ms=runtime.now_ms, cap_bytes=self.inline_cap_bytes,
@@ -143,7 +153,7 @@ class Sentinels(Workload):
         for schedule_id, schedule in self.schedules.items():
             chain = self._chains[(schedule_id, _chain_build(build).name)]
             state = SentinelState(schedule_id, chain[build.version], ports.ds, probe=probe, failpoints=failpoints)
-            flow = app.make_flow(state, build.version, self._effects)
+            flow = app.make_flow(state, build.version, self._effects, paging=self.paging)
             transforms = {(v, build.version): t for v in (1, 2, 3)
                           if v != build.version and (t := app.load_transform(chain, v, build.version)) is not None}
             # The kernel's execution store is the runs layer itself: its
@@ -188,7 +198,15 @@ class Sentinels(Workload):
             await runtime.sleep_ms(latency_ms)
             return {"published": True}
 
-        return stats, explain, publish
+        def page(reading: int):
+            async def send() -> dict:
+                rng = streams.fork(f"workload/{run_id}/page")
+                await runtime.sleep_ms(rng.between(*app.PAGE_LATENCY_MS))
+                return {"incident": await self._pager_port.page(run_id, app.PAGE_STEP, reading)}
+
+            return send
+
+        return stats, explain, publish, page
 
     def _alarm_on_time(self, run_id: str, busy_until_ms: int) -> None:
         """The alarm service fires every occurrence on time, whatever the
@@ -240,7 +258,12 @@ class Sentinels(Workload):
         fix = app.BUILD_V3 if broken is app.BUILD_V3_NO_MIGRATION else app.BUILD_V2
         plan = [(v2_ms, app.BUILD_V2), (broken_ms, broken), (fixed_ms, fix)]
         if fix is not app.BUILD_V3:
-            plan.append((self._inside_a_wake(chaos.between(d * 7 // 10, d * 8 // 10)), app.BUILD_V3))
+            v3_ms = self._inside_a_wake(chaos.between(d * 7 // 10, d * 8 // 10))
+            if v3_ms <= broken_ms:
+                # A short run: both fell in the same wake, and v3 would replace
+                # the broken build before any load could catch it. A wake later.
+                v3_ms = self._inside_a_wake(broken_ms + self._first().every_ms)
+            plan.append((v3_ms, app.BUILD_V3))
         return plan
 
     def _first(self) -> Schedule:
@@ -300,7 +323,8 @@ class Sentinels(Workload):
         if flow is None:
             contract = self._chains[(record.schedule_id, app.BUILD_V3.name)][version]
             state = SentinelState(record.schedule_id, contract, self.replay_guard)
-            flow = self._replay_flows[key] = app.make_flow(state, version, self._effects_in_replay)
+            flow = self._replay_flows[key] = app.make_flow(state, version, self._effects_in_replay,
+                                                           paging=self.paging)
         return flow
 
     def replay_store_calls(self) -> int:
@@ -313,7 +337,28 @@ class Sentinels(Workload):
             guard.calls += 1
             raise ReplayTouchedStore(f"replay re-ran an effect of {run_id}")
 
-        return refuse, refuse, refuse
+        return refuse, refuse, refuse, lambda reading: refuse
+
+    # -- what the on-call operator asks of the application ------------------------------
+
+    def page_delivered(self, run_id: str, step_id: str) -> Any:
+        """The recorded output of an in-doubt page, if the pager received it
+        (its history for the run: the first page's incident); None if not."""
+        received = self.pager.received(run_id, step_id)
+        return {"incident": received[0][1]} if received else None
+
+    def page_again(self, node: Node):
+        """How the operator on ``node`` re-sends a page the pager never
+        received: ``redrive(run_id, step_id, steps)`` pages through the
+        operator's own binding (never faulted) and returns the output to
+        record. The reading is the run's own, from its recorded stats step."""
+        pager = bind_pager(self.world, node, self.pager, faults=False)
+
+        async def redrive(run_id: str, step_id: str, steps: Sequence[Any]) -> dict:
+            (stats,) = [s.output for s in steps if s.step_id == "stats" and s.kind == STEP_COMPLETED]
+            return {"incident": await pager.page(run_id, step_id, app.reading_of(stats))}
+
+        return redrive
 
     # -- observation ------------------------------------------------------------------
 

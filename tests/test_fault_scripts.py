@@ -249,3 +249,20 @@ def _repro_replays(first, tmp_path, capsys) -> None:
     bad.write_text('{"format": "something-else"}')
     assert cli.main(["repro", str(bad)]) == 2
     assert "is not a loomsim repro file" in capsys.readouterr().err
+
+
+def test_a_failure_quoting_a_lone_surrogate_still_writes_and_replays_its_repro(stale_tokens_accepted, tmp_path,
+                                                                                capsys):
+    """An adversary's key may hold a lone surrogate, which has no UTF-8 form:
+    the repro file keeps it as its JSON escape and the CLI prints it as one,
+    never crashing on the way out (the one artifact of a failure)."""
+    from sim.face import cli, repro_file
+
+    first = _first_stale_token_failure(False, "2h", range(8))
+    odd = attrs.evolve(first, violations=(attrs.evolve(first.violations[0],
+                                                       message=first.violations[0].message + " key '\ud800'"),))
+    path = repro_file.write_repro(odd, "loomsim run ...", str(tmp_path))
+    body = json.loads(open(path, encoding="utf-8").read())
+    assert body["violations"][0]["message"].endswith("key '\ud800'")
+    assert cli.main(["repro", path, "--json"]) == 1  # it replays the recorded run
+    assert json.loads(capsys.readouterr().out)["violations"][0]["name"] == "fencing"

@@ -153,8 +153,8 @@ def test_flow_carrying_history_into_its_run_log_is_caught(monkeypatch):
         async def save(self, ctx, payload, expected_revision):
             return await self._state.save(ctx, payload, expected_revision)
 
-    def make_flow(state, version, effects):
-        return real_make_flow(HistoryCarryingState(state), version, effects)
+    def make_flow(state, version, effects, **kwargs):
+        return real_make_flow(HistoryCarryingState(state), version, effects, **kwargs)
 
     monkeypatch.setattr(sentinel_app, "make_flow", make_flow)
     result = first_caught("7d")
@@ -202,8 +202,8 @@ def test_app_swallowing_a_contract_mismatch_is_caught(monkeypatch):
         async def save(self, ctx, payload, expected_revision):
             return await self._state.save(ctx, payload, expected_revision)
 
-    def make_flow(state, version, effects):
-        return real_make_flow(ForgivingState(state), version, effects)
+    def make_flow(state, version, effects, **kwargs):
+        return real_make_flow(ForgivingState(state), version, effects, **kwargs)
 
     monkeypatch.setattr(sentinel_app, "make_flow", make_flow)
     result = first_caught()

@@ -10,6 +10,7 @@ import ast
 import contextlib
 import io
 import json
+import sys
 import types
 from pathlib import Path
 
@@ -264,3 +265,24 @@ def test_executable_lines_skip_docstrings_stubs_and_type_checking(tmp_path):
     assert model_coverage.ranges([12, 13], lines) == ["12-13"]
     assert model_coverage.ranges([8, 12], lines) == ["8-12"]  # joined across the docstring and comment
     assert model_coverage.ranges([3, 8, 13], lines) == ["3", "8", "13"]
+
+
+def test_a_child_that_lost_its_tracer_says_so_and_the_report_calls_the_figure_a_floor(tmp_path, monkeypatch,
+                                                                                    covered_sweep):
+    """CPython switches a tracer off for good when calling it raises (a
+    RecursionError deep in a run): the lines after it go unrecorded, so the
+    child records it and the report says the share is a floor."""
+    from sim.face import cli as cli_module
+
+    def loses_its_tracer(argv):
+        sys.settrace(None)  # what CPython does to a tracer that raised
+        return 0
+
+    monkeypatch.setattr(cli_module, "main", loses_its_tracer)
+    lines = tmp_path / "lines.json"
+    assert model_coverage.main([str(lines), "--", "run", "ledger-storm"]) == 0
+    assert model_coverage.tracing_lost(str(lines))
+    _, summary, _ = covered_sweep
+    assert summary["model_coverage"]["tracing_lost_seeds"] == 0  # a real traced seed keeps its tracer
+    text = model_coverage.render({**summary["model_coverage"], "tracing_lost_seeds": 1})
+    assert "tracing stopped early in 1 seed(s)" in text and "the figure is a floor" in text

@@ -1,5 +1,6 @@
 """The oracles: one invariant per module, each with a stable name (ARCHITECTURE §6)."""
 from scenarios.invariants.adopt_own_write import AdoptOwnWrite
+from scenarios.invariants.at_most_once_effect import AtMostOnceEffect
 from scenarios.invariants.bounded_run import BoundedRun
 from scenarios.invariants.broken_deploy import BrokenDeploys
 from scenarios.invariants.cas_linear import CasLinear
@@ -18,6 +19,6 @@ from scenarios.invariants.queue_order import QueueOrder
 from scenarios.invariants.reference_model import ReferenceModel
 from scenarios.invariants.replay_determinism import ReplayDeterminism
 
-__all__ = ["AdoptOwnWrite", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
+__all__ = ["AdoptOwnWrite", "AtMostOnceEffect", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
            "FailClosedPagination", "Fencing", "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReferenceModel",
            "ReplayDeterminism"]

@@ -258,6 +258,15 @@ def _add_run_options(run_p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A failure message may quote a lone surrogate (an adversary's key): print
+    # it as its \uXXXX escape rather than crash on the way out.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "encoding", None):
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
+                pass
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
     except (UsageError, ReproFileError, discovery.ScenarioModuleError) as error:

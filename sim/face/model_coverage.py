@@ -90,11 +90,12 @@ class LineRecorder:
     def stop(self) -> None:
         sys.settrace(None)
 
-    def to_json(self, root: str = ROOT) -> dict[str, Any]:
-        """The executed lines, by path relative to ``root`` (``model/x.py``)."""
+    def to_json(self, root: str = ROOT, *, lost: bool = False) -> dict[str, Any]:
+        """The executed lines, by path relative to ``root`` (``model/x.py``);
+        ``lost``: the tracer was switched off before the run ended."""
         files = {os.path.relpath(path, root).replace(os.sep, "/"): sorted(lines)
                  for path, lines in sorted(self.lines.items()) if lines}
-        return {"format": FORMAT, "files": files}
+        return {"format": FORMAT, "files": files, "tracing_lost": lost}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -113,9 +114,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         code = cli.main(cli_argv)
     finally:
+        # CPython switches a tracer off for good when calling it raises (a
+        # RecursionError deep in the run does): say so, the lines after it
+        # went unrecorded and the figure is a floor.
+        lost = sys.gettrace() is not recorder
         recorder.stop()
         with open(out, "w", encoding="utf-8") as stream:
-            json.dump(recorder.to_json(), stream)
+            json.dump(recorder.to_json(lost=lost), stream)
     return code
 
 
@@ -133,6 +138,15 @@ def read_lines(path: str) -> dict[str, set[int]]:
     if body.get("format") != FORMAT:
         return {}
     return {name: set(lines) for name, lines in body.get("files", {}).items()}
+
+
+def tracing_lost(path: str) -> bool:
+    """Whether the child that wrote ``path`` lost its tracer before the end."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return bool(json.load(stream).get("tracing_lost"))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def merge(into: dict[str, set[int]], more: Mapping[str, Iterable[int]]) -> None:
@@ -257,6 +271,9 @@ def render(cov: Mapping[str, Any]) -> str:
         more = f", ... ({len(unreached) - UNREACHED_SHOWN} more ranges)" if len(unreached) > UNREACHED_SHOWN else ""
         tail = f"  unreached: {shown}{more}" if unreached else ""
         lines.append(f"  {name:<{width}} {entry['percent']:5.1f}% of {entry['lines']:>4}{tail}")
+    if cov.get("tracing_lost_seeds"):
+        lines.append(f"  tracing stopped early in {cov['tracing_lost_seeds']} seed(s) (a RecursionError switches the "
+                     "tracer off): the figure is a floor")
     kits = cov.get("kits") or {}
     if kits:
         shown = ", ".join(f"{name} {entry['percent']:.0f}%" for name, entry in sorted(kits.items()))

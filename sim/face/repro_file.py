@@ -77,7 +77,9 @@ def write_repro(result: Any, command: str, directory: str, *, path: str | None =
         "excerpt": [json.loads(event_json(e)) for e in result.excerpt],
         **(extra or {}),
     }
-    with open(path, "w", encoding="utf-8") as handle:
+    # A lone surrogate (a key an adversary made) has no UTF-8 form: written
+    # as its \uXXXX escape, which JSON reads back as the same code point.
+    with open(path, "w", encoding="utf-8", errors="backslashreplace") as handle:
         json.dump(body, handle, ensure_ascii=False, indent=1)
     return path
 

@@ -169,6 +169,7 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
     jobs = plan_jobs(names, child_args, opts, global_args)
     lines_dir = tempfile.mkdtemp(prefix="loomsim-model-lines-") if opts.model_coverage else None
     executed: dict[str, set[int]] = {}
+    lost_seeds = 0  # children whose tracer was switched off before the end
     started_s = time.perf_counter()
     pending = list(jobs)
     running: list[tuple[Job, subprocess.Popen, str | None]] = []
@@ -196,6 +197,7 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
                 result = results[(job.scenario, job.seed)] = _outcome(job, proc)
                 if lines_file is not None:
                     model_coverage.merge(executed, model_coverage.read_lines(lines_file))
+                    lost_seeds += model_coverage.tracing_lost(lines_file)
                     if os.path.exists(lines_file):
                         os.remove(lines_file)
                 if not opts.json:
@@ -215,7 +217,7 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
     summary = summarize_sweep(per_scenario, wall_s=time.perf_counter() - started_s, jobs=opts.jobs,
                               time_budget_s=opts.time_budget_s, budget_stopped_s=budget_stopped_s)
     if opts.model_coverage:
-        summary["model_coverage"] = model_coverage.report(executed)
+        summary["model_coverage"] = {**model_coverage.report(executed), "tracing_lost_seeds": lost_seeds}
         if opts.model_coverage_out:
             _write_model_coverage(opts.model_coverage_out, summary["model_coverage"], executed)
     if opts.json:
