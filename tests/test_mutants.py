@@ -333,3 +333,16 @@ def test_the_full_table_detects_nearly_every_mutant(capsys):
     survivors = [r["mutant"] for r in table["rows"] if r["status"] == "survived"]
     assert share >= DETECTED_SHARE_MIN, f"{share:.0%} detected; survivors: {', '.join(survivors)}"
     assert code in (0, 1)
+
+
+def test_the_table_interleaves_scenarios_seed_by_seed(capsys):
+    """Seed 0 of every scenario a mutant concerns comes before seed 1 of any:
+    a port-level bug the adversary meets at seed 0 is not judged after every
+    sentinel seed first (it would cost a sentinel week per seed)."""
+    mutant = CATALOGUE["canonical-equal-by-value"]
+    assert mutant.scenarios == ("sentinel-year", "port-storm") and mutant.ci_run == ("port-storm", 0, "2m")
+    code = cli_main(["mutants", "--only", mutant.name, "--seeds", "0:3", "--duration", "sentinel-year=30m",
+                     "--duration", "port-storm=2m", "--no-baseline", "--jobs", "1", "--json"])
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert code == 0 and row["status"] == "detected", row
+    assert (row["scenario"], row["seed"], row["seeds_to_detect"], row["runs"]) == ("port-storm", 0, 2, 2), row

@@ -4,8 +4,9 @@ For each mutant (``faults.mutant_catalogue``, plus a user's ``--mutants
 MODULE``), for each scenario it concerns, seeds run in child processes
 (``python -m sim run SCENARIO --seed N --mutant NAME --json``, started by
 the sweep's own helper) at the scenario's sweep duration, on the
-adapter the mutant patches, until the first seed (in scenario, then seed
-order) whose run fails an invariant: *detected*. A mutant no seed catches
+adapter the mutant patches, until the first run (in seed, then scenario
+order: seed A of every scenario, then seed A+1, as a sweep interleaves)
+whose run fails an invariant: *detected*. A mutant no seed catches
 *survived*. A child that errors (an exit other than 0/1, a ``MutantError``,
 no JSON) is an *error*, never a detection: only an invariant of a scenario
 run counts.
@@ -109,8 +110,8 @@ def add_parser(sub: Any, *, seed_range: Any, count: Any) -> argparse.ArgumentPar
 
 @attrs.define
 class _Job:
-    """The runs of one mutant (or of one clean baseline): its (scenario
-    index, seed) keys in order, what is in flight, the results, and the
+    """The runs of one mutant (or of one clean baseline): its (seed,
+    scenario index) keys in order, what is in flight, the results, and the
     first key that decided it (a baseline is never decided: it runs all)."""
 
     name: str
@@ -203,15 +204,18 @@ def mutants_command(args: argparse.Namespace, global_args: Sequence[str]) -> int
             # says nothing about a mutant, so no mutant is judged on it.
             pairs = dict.fromkeys((name, m.store) for m in selected for name in m.scenarios)
             baselines = [_Job(f"baseline {name} ({store})", None, (name,), store,
-                              [(0, seed) for seed in args.seeds], durations, repro_dir=scratch)
+                              [(seed, 0) for seed in args.seeds], durations, repro_dir=scratch)
                          for name, store in pairs]
             _drive(baselines, args, list(global_args), exhaustive=True, out=out)
-        excluded = {(job.scenarios[0], job.store, key[1]): result for job in baselines
+        excluded = {(job.scenarios[0], job.store, key[0]): result for job in baselines
                     for key, result in job.results.items() if result["status"] != "pass"}
         for mutant in selected:
             directory = os.path.join(args.repro_dir or scratch, mutant.name)
             os.makedirs(directory, exist_ok=True)
-            keys = [(i, seed) for i, name in enumerate(mutant.scenarios) for seed in args.seeds
+            # Seed-major, as a sweep interleaves: seed A of every scenario the
+            # mutant concerns, then seed A+1 of each (a port-level bug is met
+            # by the port adversary at seed A, not after every sentinel seed).
+            keys = [(seed, i) for seed in args.seeds for i, name in enumerate(mutant.scenarios)
                     if (name, mutant.store, seed) not in excluded]
             jobs.append(_Job(mutant.name, mutant, mutant.scenarios, mutant.store, keys, durations,
                              repro_dir=directory))
@@ -230,12 +234,12 @@ def mutants_command(args: argparse.Namespace, global_args: Sequence[str]) -> int
 
 def _child_job(job: _Job, key: tuple[int, int], module: str | None, global_args: Sequence[str]) -> Job:
     """The sweep's child for one (scenario, seed) of a job."""
-    scenario = job.scenarios[key[0]]
-    args = [scenario, "--seed", str(key[1]), "--duration", job.durations[scenario], "--store", job.store,
+    scenario = job.scenarios[key[1]]
+    args = [scenario, "--seed", str(key[0]), "--duration", job.durations[scenario], "--store", job.store,
             "--repro-dir", job.repro_dir]
     if job.mutant is not None:
         args += ["--mutant", job.mutant.name] + (["--mutants", module] if module and _is_user(job.mutant) else [])
-    return Job(scenario, key[1], False, (*global_args, "run", *args, "--json"))
+    return Job(scenario, key[0], False, (*global_args, "run", *args, "--json"))
 
 
 def _is_user(mutant: Any) -> bool:
@@ -299,7 +303,7 @@ def _progress(job: _Job, done: int, total: int, out: Any) -> None:
     """One line per finished job (on stderr under --json: stdout is the table)."""
     head = f"[{done}/{total}] {job.name}:"
     if job.mutant is None:
-        failing = [f"{k[1]} ({_verdict(r)})" for k, r in sorted(job.results.items()) if r["status"] != "pass"]
+        failing = [f"{k[0]} ({_verdict(r)})" for k, r in sorted(job.results.items()) if r["status"] != "pass"]
         print(f"{head} {len(job.results) - len(failing)} of {len(job.results)} seeds pass without a mutant"
               + (f"; excluded: seed {', '.join(failing)}" if failing else ""), file=out, flush=True)
         return
@@ -310,7 +314,7 @@ def _progress(job: _Job, done: int, total: int, out: Any) -> None:
         return
     result = job.results[key]
     status = ERROR if result["status"] == "error" else DETECTED
-    print(f"{head} {status} by {job.scenarios[key[0]]} seed {key[1]}: {_verdict(result)}", file=out, flush=True)
+    print(f"{head} {status} by {job.scenarios[key[1]]} seed {key[0]}: {_verdict(result)}", file=out, flush=True)
 
 
 def _verdict(result: dict[str, Any]) -> str:
@@ -319,7 +323,7 @@ def _verdict(result: dict[str, Any]) -> str:
 
 def _baseline_row(job: _Job) -> dict[str, Any]:
     return {"scenario": job.scenarios[0], "store": job.store, "seeds": len(job.results),
-            "failing": [{"seed": key[1], "verdict": _verdict(r)} for key, r in sorted(job.results.items())
+            "failing": [{"seed": key[0], "verdict": _verdict(r)} for key, r in sorted(job.results.items())
                         if r["status"] != "pass"]}
 
 
@@ -345,7 +349,7 @@ def _row(job: _Job) -> dict[str, Any]:
     result = job.results[key]
     # Seeds to detect: the detecting key's place among the keys this mutant
     # was judged on (baseline-failing seeds left out).
-    row.update(scenario=mutant.scenarios[key[0]], seed=key[1], seeds_to_detect=job.keys.index(key) + 1)
+    row.update(scenario=mutant.scenarios[key[1]], seed=key[0], seeds_to_detect=job.keys.index(key) + 1)
     if result["status"] == "error":
         return {**row, "status": ERROR, "invariant": None, "error": result["error"]}
     first = result["violations"][0]
