@@ -20,11 +20,19 @@ noticed is a silent pass, which the runner reports as the violation
   batch row) cover all of it.
 - ``row-rot``: right after a write committed, the stored text of one row
   (the saved payload at ``ds.save``, the batch's last record at
-  ``log.append``) is replaced by a damaged document, the n-th rot of a
-  store by the n-th of ``ROTS`` (a member named twice, ``NaN``, an integer
+  ``log.append``) is replaced by a damaged document, a store's rots taking
+  the entries of ``ROTS`` in turn (a member named twice, ``NaN``, an integer
   past 2^53, nesting past any cap, half the text, and on SQLite bytes that
-  are not UTF-8): what a reader of foreign or damaged text must refuse,
-  never hand back as a value.
+  are not UTF-8), and past each cap a ledger reader passes to ``decode``
+  (too many members, a string or a key too long, too many bytes as text and
+  as a blob, a bare top-level string where an object is expected): what a
+  reader of foreign or damaged text must refuse, never hand back as a value.
+  At ``ledger.reserve_settlement`` the stored reservation rots: another
+  valid record of the same outcome (its digest no longer matches: finalize
+  refuses it), a row schema version the store does not support, or one of
+  ``ROTS`` as its text. Where a store's cycle starts is drawn from the seed
+  and the rotted row's name (``beyond_surgeries``): the first detection
+  stops a run, so a sweep starting every run at entry 0 would meet only it.
 
 A surgery works on the store's own representation (the in-memory dicts, or
 SQL on the SQLite file: a real database file really losing rows), never
@@ -32,14 +40,24 @@ through the store's API, which would refuse to break its promises.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
+
+import attrs
 
 from faults.kinds import LOST_WRITE, ROW_ROT, TORN_BATCH
+from model.canonical import CanonicalDecodeError, canonical_json, decode
 from model.sqlite_db import write_transaction
 
 # The methods each port's surgery can break, and how.
 LOG_KINDS = {"append": (LOST_WRITE, TORN_BATCH, ROW_ROT)}
 DURABLE_STATE_KINDS = {"save": (LOST_WRITE, ROW_ROT)}
+LEDGER_KINDS = {"reserve_settlement": (ROW_ROT,)}
+
+# The caps a ledger reader passes to ``decode`` (its defaults): the rots
+# below go one past each, so the ledger must refuse them by the cap itself.
+# The log's caps are wider (``ENVELOPE_DECODE_CAPS``): it decodes them and
+# refuses them as envelopes; durable state has none and reads another value.
+_CAPS = dict(decode.__kwdefaults__)
 
 # The damaged documents of ``row-rot``, in the order a store's rots take
 # them: (name, the damaged text from the stored one, SQLite only).
@@ -50,20 +68,37 @@ ROTS: tuple[tuple[str, Any, bool], ...] = (
     ("too-deep", lambda text: "[" * 200 + "]" * 200, False),
     ("half", lambda text: text[: len(text) // 2], False),
     ("not-utf8", lambda text: b"\xff\xfe" + text.encode("utf-8"), True),
+    # A bare top-level string (its brackets all inside it) where an object is expected.
+    ("bare-string", lambda text: '"' + "[" * (_CAPS["max_depth"] + 1) + '"', False),
+    ("too-many-items", lambda text: '{"loomsim":[' + ",".join("0" * (_CAPS["max_items"] + 1)) + "]}", False),
+    ("long-string", lambda text: '{"loomsim":"' + "x" * (_CAPS["max_string_length"] + 1) + '","n":0}', False),
+    ("long-key", lambda text: '{"' + "k" * (_CAPS["max_string_length"] + 1) + '":0}', False),
+    # Fewer characters than max_bytes, more UTF-8 bytes (two each).
+    ("too-many-bytes", lambda text: '{"loomsim":"' + "\u00e9" * (_CAPS["max_bytes"] // 2 + 1) + '"}', False),
+    ("blob-too-big", lambda text: b'{"loomsim":"' + b"x" * _CAPS["max_bytes"] + b'"}', True),
 )
 
 
-class _Rotter:
-    """The n-th rot of a store: the n-th applicable entry of ``ROTS``."""
+def _no_offset(row: str) -> int:
+    return 0
 
-    def __init__(self, sqlite: bool) -> None:
-        self._rots = tuple(rot for rot in ROTS if sqlite or not rot[2])
+
+class _Rotter:
+    """The n-th rot of a store, of the row named ``row``: the
+    (offset(row) + n)-th applicable entry of ``extra + ROTS``, cycling."""
+
+    def __init__(self, sqlite: bool, offset: Callable[[str], int] = _no_offset, extra: tuple = ()) -> None:
+        self._rots = extra + tuple(rot for rot in ROTS if sqlite or not rot[2])
+        self._offset = offset
         self._count = 0
 
-    def rot(self, text: str) -> "str | bytes":
-        _, damage, _ = self._rots[self._count % len(self._rots)]
+    def next(self, row: str) -> tuple[str, Any, bool]:
+        entry = self._rots[(self._offset(row) + self._count) % len(self._rots)]
         self._count += 1
-        return damage(text)
+        return entry
+
+    def rot(self, row: str, text: str) -> "str | bytes":
+        return self.next(row)[1](text)
 
 
 class LogSurgery:
@@ -71,10 +106,10 @@ class LogSurgery:
 
     kinds = LOG_KINDS
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, offset: Callable[[str], int] = _no_offset) -> None:
         self._store = store
         self._sqlite = hasattr(store, "connection")
-        self._rotter = _Rotter(self._sqlite)
+        self._rotter = _Rotter(self._sqlite, offset)
 
     def before(self, method: str, args: tuple, kwargs: dict) -> Any:
         return None
@@ -123,11 +158,11 @@ class LogSurgery:
                 (text,) = conn.execute("SELECT envelope_json FROM conv_records WHERE conversation_id = ? AND seq = ?",
                                        (cid, seq)).fetchone()
                 conn.execute("UPDATE conv_records SET envelope_json = ? WHERE conversation_id = ? AND seq = ?",
-                             (self._rotter.rot(text), cid, seq))
+                             (self._rotter.rot(cid, text), cid, seq))
             return
         rows = self._store._conversations[cid].rows
         batch_id, text = rows[seq - 1]
-        rows[seq - 1] = (batch_id, self._rotter.rot(text))
+        rows[seq - 1] = (batch_id, self._rotter.rot(cid, text))
 
     def _drop_records(self, request: Any, from_seq: int) -> None:
         """Forget the batch's records from ``from_seq`` on."""
@@ -169,10 +204,10 @@ class DurableStateSurgery:
 
     kinds = DURABLE_STATE_KINDS
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, offset: Callable[[str], int] = _no_offset) -> None:
         self._store = store
         self._sqlite = hasattr(store, "_conn")
-        self._rotter = _Rotter(self._sqlite)
+        self._rotter = _Rotter(self._sqlite, offset)
 
     def _key(self, args: tuple, kwargs: dict) -> str:
         return args[0] if args else kwargs["key"]
@@ -212,10 +247,96 @@ class DurableStateSurgery:
             conn = self._store._conn
             with write_transaction(conn):
                 (text,) = conn.execute("SELECT payload FROM durable_state WHERE key = ?", (key,)).fetchone()
-                conn.execute("UPDATE durable_state SET payload = ? WHERE key = ?", (self._rotter.rot(text), key))
+                conn.execute("UPDATE durable_state SET payload = ? WHERE key = ?", (self._rotter.rot(key, text), key))
             return
         version, revision, text = self._store._rows[key]
-        self._store._rows[key] = (version, revision, self._rotter.rot(text))
+        self._store._rows[key] = (version, revision, self._rotter.rot(key, text))
+
+
+# The ledger's own rots of a stored reservation, ahead of ``ROTS`` (its text).
+OTHER_RECORD = "other-record"
+SCHEMA_VERSION_ROT = "schema-version"
+LEDGER_ROTS: tuple[tuple[str, Any, bool], ...] = ((OTHER_RECORD, None, False), (SCHEMA_VERSION_ROT, None, False))
+
+
+class LedgerSurgery:
+    """Rots a submission's stored reservation right after it committed.
+
+    Another valid record of the same outcome is what only the reserved
+    digest can tell apart (finalize must refuse it: ``InvalidSettlement``);
+    a schema version the store does not support, what every read of the
+    row must refuse; damaged text (``ROTS``), what its decode must refuse."""
+
+    kinds = LEDGER_KINDS
+
+    def __init__(self, store: Any, offset: Callable[[str], int] = _no_offset) -> None:
+        capabilities = store.capabilities()
+        self._store = store
+        self._sqlite = capabilities["adapter"] == "sqlite"
+        self._unsupported_version = capabilities["schema_version"] + 1
+        self._rotter = _Rotter(self._sqlite, offset, LEDGER_ROTS)
+
+    def before(self, method: str, args: tuple, kwargs: dict) -> Any:
+        return None
+
+    def apply(self, kind: str, method: str, args: tuple, kwargs: dict, result: Any, token: Any) -> bool:
+        """Rot the reservation ``result`` names; False when its stored text
+        is already damaged (an earlier rot, a retried reserve) and so cannot
+        become another record."""
+        assert kind == ROW_ROT, kind
+        submission_id = result.submission_id
+        text, version = self._stored(submission_id)
+        name, damage, _ = self._rotter.next(submission_id)
+        if name == SCHEMA_VERSION_ROT:
+            self._write(submission_id, text, self._unsupported_version)
+            return True
+        if name == OTHER_RECORD:
+            try:
+                record = decode(text)
+            except (CanonicalDecodeError, TypeError):
+                return False
+            if not isinstance(record, dict):
+                return False
+            # The same outcome (and diagnostic), one member more: a record
+            # finalize would settle alike, but not the one that was reserved.
+            self._write(submission_id, canonical_json({**record, "loomsimRot": True}), version)
+            return True
+        self._write(submission_id, damage(text), version)
+        return True
+
+    def _stored(self, submission_id: str) -> tuple[Any, int]:
+        if self._sqlite:
+            return self._store.connection.execute(
+                "SELECT reserved_json, schema_version FROM ledger_submissions WHERE submission_id = ?",
+                (submission_id,)).fetchone()
+        row = self._store._submissions[submission_id]
+        return row.reserved_json, row.schema_version
+
+    def _write(self, submission_id: str, text: Any, version: int) -> None:
+        if self._sqlite:
+            conn = self._store.connection
+            with write_transaction(conn):
+                conn.execute("UPDATE ledger_submissions SET reserved_json = ?, schema_version = ? "
+                             "WHERE submission_id = ?", (text, version, submission_id))
+            return
+        rows = self._store._submissions
+        rows[submission_id] = attrs.evolve(rows[submission_id], reserved_json=text, schema_version=version)
+
+
+def beyond_surgeries(system: Any, streams: Any) -> dict[str, Any]:
+    """The surgeries of a run beyond the contract, by port. Where a store's
+    rots start is drawn from the seed and the rotted row's name (a fork of
+    ``streams``, so no other stream moves): the first detection stops a
+    run, so starting every run at entry 0 would have a sweep meet only the
+    first rot, and the seed alone would give every scenario the same one."""
+    def offset(port: str) -> Callable[[str], int]:
+        return lambda row: streams.fork(f"beyond/row-rot/{port}/{row}").next_u64()
+
+    surgeries: dict[str, Any] = {"log": LogSurgery(system.log, offset("log")),
+                                 "ds": DurableStateSurgery(system.ds, offset("ds"))}
+    if system.ledger.capabilities().get("adapter") in ("memory", "sqlite"):
+        surgeries["ledger"] = LedgerSurgery(system.ledger, offset("ledger"))
+    return surgeries
 
 
 # Per-hit rate of each kind at the sites that have it, under ``--beyond-contract``.

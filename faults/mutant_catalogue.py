@@ -106,7 +106,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        stored = await self.store.load(self.key)\n"
         "        if stored is None or stored.revision != expected_revision + 1:\n",
         "        stored = await self.store.load(self.key)\n        if stored is None:\n", SY_PS,
-        ci_seed=7, ci_duration="2m", ci_scenario="port-storm"),
+        ci_seed=0, ci_duration="2m", ci_scenario="port-storm"),
     Mutant(
         "ds-adopt-ignores-version",
         "Adopt-own-write adopts an equal payload stored under another contract version.",
@@ -257,6 +257,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "can fail with SQLITE_BUSY_SNAPSHOT that the busy timeout never retries.",
         "model.sqlite_db", '        conn.execute("BEGIN IMMEDIATE")\n', '        conn.execute("BEGIN")\n', LS,
         store="sqlite", ci_seed=0, ci_duration="15m"),
+    Mutant(
+        "sqlite-busy-untyped",
+        "A busy database (SQLITE_BUSY at BEGIN IMMEDIATE) is not recognised as write contention: the caller "
+        "gets a bare OperationalError, which no retry rule retries.",
+        "model.sqlite_db", "    if code is not None and (code & 0xFF) in _CONTENTION_CODES:\n        return True\n"
+        "    message = str(exc).lower()\n"
+        '    return "database is locked" in message or "database is busy" in message\n',
+        "    return False\n", ALL, store="sqlite", ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+    Mutant(
+        "log-verify-page-cursor",
+        "Verifying the log on open pages by the count of rows a page returned instead of the last sequence "
+        "number it reached, so a log longer than one page is re-read and refused as corrupt.",
+        "model.conversation.sqlite_store", "                after = rows[-1][0]\n",
+        "                after = len(rows)\n", LS_PS, store="sqlite", ci_seed=0, ci_duration="5m",
+        ci_scenario="port-storm"),
 
     # -- the conversation log: fenced appends, the chain, recovery reads -------------------
     Mutant(
@@ -440,14 +455,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "kernel-writes-unflushed",
         "The group-commit flag is inverted: earlier step records are flushed before read-only effects instead "
         "of before writing ones, so a re-run after a crash re-reads state its own write changed.",
-        "model.kernel.kernel", "        elif writes and pending:\n", "        elif not writes and pending:\n", SY,
-        ci_seed=0, ci_duration="2h"),
+        "model.kernel.kernel", "        elif writes and pending:\n", "        elif not writes and pending:\n", SY_PS,
+        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "kernel-no-intent",
         "A non-idempotent effect runs without its intent (STEP_STARTED) recorded first, so a crash after it "
         "re-runs it on resume instead of parking the run in doubt.",
         "model.kernel.kernel", "        if not idempotent:\n            pending.append(",
-        "        if False:\n            pending.append(", SY, ci_seed=3, ci_duration="8h"),
+        "        if False:\n            pending.append(", SY_PS, ci_seed=0, ci_duration="2m",
+        ci_scenario="port-storm"),
     Mutant(
         "kernel-replay-rereads",
         "Resuming a run re-runs its recorded read-only effects (to refresh them) before folding the recorded "
@@ -455,7 +471,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.kernel.kernel",
         "        if self._cursor < len(log):\n            return await self._fold(step_id)\n",
         "        if self._cursor < len(log):\n            if not writes:\n                await effect()\n"
-        "            return await self._fold(step_id)\n", SY, ci_seed=0, ci_duration="6h"),
+        "            return await self._fold(step_id)\n", SY_PS, ci_seed=0, ci_duration="2m",
+        ci_scenario="port-storm"),
     Mutant(
         "kernel-replay-resolves-ref",
         "A resumed run folds a claim-checked step by fetching its bytes back from the content store instead of "
@@ -476,7 +493,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "durable.",
         "model.kernel.kernel",
         "        marker = await self.store.append_step(\n            run_id, len(log) + 1,",
-        "        marker = StepRecord(\n            run_id, len(log) + 1,", SY, ci_seed=0, ci_duration="6h"),
+        "        marker = StepRecord(\n            run_id, len(log) + 1,", SY_PS, ci_seed=0, ci_duration="2m",
+        ci_scenario="port-storm"),
 
     # -- claim-check, the content store, pins, findings, retention ---------------------------
     Mutant(
@@ -496,7 +514,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The in-memory content store returns a blob without checking that its bytes still hash to its ref.",
         "model.conversation.content_store",
         "    actual = content_ref(data)\n    if actual != ref:\n        raise ContentCorrupted(ref, actual)\n", "", SY_PS,
-        ci_seed=4, ci_duration="5m", ci_scenario="port-storm"),
+        ci_seed=4, ci_duration="6m", ci_scenario="port-storm"),
     Mutant(
         "retention-drops-pins",
         "Retention keeps a pin only if its holder is a live run id, but holders are finding ids: every pin is "

@@ -40,6 +40,8 @@ from faults.kinds import (
     TRANSIENT_ERROR,
     WRITE_CONTENTION,
 )
+from faults import sqlite_lock
+from model.retry import is_retryable
 from model.sqlite_db import SqliteWriteContention
 
 # Port methods that only read: a busy SQLite writer never refuses them (WAL).
@@ -141,12 +143,12 @@ class BoundPort:
             if surgery is not None:
                 kinds += surgery.kinds.get(method, ())
             setattr(self, method, self._wrap(world, node, f"{port}.{method}", getattr(target, method), describe,
-                                             plan, stats, restart_after, kinds, latency, surgery))
+                                             plan, stats, restart_after, kinds, latency, surgery, target))
 
     @staticmethod
     def _wrap(world: World, node: Node, site: str, fn: Callable, describe: Describe,
               plan: FaultPlan | None, stats: PortStats, restart_after: Callable[[], int],
-              kinds: tuple[str, ...], latency: Any, surgery: Any):
+              kinds: tuple[str, ...], latency: Any, surgery: Any, store: Any = None):
         port, method = site.split(".", 1)
         trace = world.trace
         observers = world.port_observers
@@ -160,7 +162,7 @@ class BoundPort:
                 raise NodeDeadError(label, site)
             stats.calls += 1
             note_call(inside)
-            fault = None
+            fault = lock = None
             if plan is not None:
                 hit, fault = plan.draw(site, kinds)
                 if fault == LATENCY:
@@ -187,10 +189,14 @@ class BoundPort:
                     raise error
                 elif fault == WRITE_CONTENTION:
                     world.record_fault(node, site, WRITE_CONTENTION, hit)
-                    contention = SqliteWriteContention(None, f"{site}: write lock busy (injected)")
-                    trace.emit(label, site, {**describe(args, kwargs, None), ERROR: contention.name,
-                                             DETAIL: str(contention)})
-                    raise contention
+                    # On SQLite another connection really takes the lock
+                    # (``faults.sqlite_lock``); elsewhere the error is injected.
+                    lock = sqlite_lock.hold(store)
+                    if lock is None:
+                        contention = SqliteWriteContention(None, f"{site}: write lock busy (injected)")
+                        trace.emit(label, site, {**describe(args, kwargs, None), ERROR: contention.name,
+                                                 DETAIL: str(contention)})
+                        raise contention
                 elif fault == CRASH_BEFORE_CALL:
                     delay_ms = plan.restart_delay_ms(site, hit, restart_after)
                     world.record_fault(node, site, CRASH_BEFORE_CALL, hit, restart_after_ms=delay_ms)
@@ -198,7 +204,13 @@ class BoundPort:
             token = surgery.before(method, args, kwargs) if fault in BEYOND_CONTRACT_KINDS else None
             fired_before = world.faults_fired
             try:
-                result = await fn(*args, **kwargs)
+                if lock is None:
+                    result = await fn(*args, **kwargs)
+                else:
+                    try:
+                        result = await fn(*args, **kwargs)
+                    finally:
+                        lock.release()
             except Exception as error:
                 note_call(after)
                 fields = describe(args, kwargs, None)
@@ -206,7 +218,10 @@ class BoundPort:
                 fields[ERROR] = name if isinstance(name, str) and name else type(error).__name__
                 fields[DETAIL] = str(error)
                 trace.emit(label, site, fields)
-                if observers and not isinstance(error, NodeDeadError):
+                # Refused at the held lock: nothing committed, as with the
+                # injected error (which never reaches the store's observers).
+                refused = lock is not None and is_retryable(error)
+                if observers and not refused and not isinstance(error, NodeDeadError):
                     seen = PortCall(now_ms(), label, port, method, args, kwargs, None, error,
                                     world.faults_fired != fired_before)
                     for observe in observers:

@@ -57,7 +57,7 @@ from faults.describe import FINDINGS_DESCRIBERS, KERNEL_DESCRIBERS, PIN_DESCRIBE
 from model.kernel.records import (EFFECT_INDOUBT, EVENT_EMITTED, EXECUTION_MIGRATED, STEP_COMPLETED, STEP_KINDS,
                                   STEP_STARTED)
 from model.retry import error_name
-from scenarios.client import RETRY_WAIT_MS, Expectations, Outcome, attempt
+from scenarios.client import RETRY_WAIT_MS, ClientProcess, Expectations, Outcome, attempt
 from sim.node import Node
 from sim.workload import Workload
 from sim.world import World
@@ -193,27 +193,13 @@ class PortsAdversary(Workload):
         return stats
 
 
-class _Process:
+class _Process(ClientProcess):
     """One incarnation of one node: its ports, its stream, fresh names."""
 
     def __init__(self, workload: PortsAdversary, world: World, node: Node) -> None:
-        self.w = workload
-        self.world = world
-        self.node = node
-        self.label = node.label
-        self.runtime = world.runtime
-        self.ports = world.system.ports_for(node)
-        self.rng = world.streams.fork(f"workload/adversary-ports/{node.label}")
-        self._serial = 0
+        super().__init__(workload, world, node, "workload/adversary-ports")
 
     # -- plumbing -------------------------------------------------------------------
-
-    def uid(self, what: str) -> str:
-        self._serial += 1
-        return f"{what}-{self.label}-{self._serial}"
-
-    def now(self) -> int:
-        return self.runtime.now_ms()
 
     async def call(self, port: str, method: str, *args: Any, **kwargs: Any) -> Outcome:
         """One logical call: injected retryable errors retried, same arguments."""
@@ -222,14 +208,6 @@ class _Process:
         if out.error is not None:
             self.expect(_typed(out.error), f"{port}.{method} raised an untyped {out.show()}")
         return out
-
-    def expect(self, ok: bool, message: str, *related: str) -> bool:
-        return self.w.checker.expect(ok, f"{self.label}: {message}", related)
-
-    def edge_if(self, ok: bool, name: str) -> bool:
-        if ok:
-            self.w.edge(name)
-        return ok
 
     def rejected(self, out: Outcome, names: tuple[str, ...], what: str, edge: str) -> bool:
         """A provoked error: one of ``names``."""

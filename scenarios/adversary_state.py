@@ -38,7 +38,23 @@ Now and then a process instead
 - writes a short log, checkpoints its tail, deletes the log and writes it
   again differently (a log restored from another backup, the checkpoint
   store not), and asks ``usable_checkpoint`` what a recovery may use: never
-  the old checkpoint, whose position no longer has its digest.
+  the old checkpoint, whose position no longer has its digest; nor one
+  another build saved (another engine version or definition digest); nor
+  (``faults.content_reads.DamagedCheckpoints``) a stored row damaged below
+  the store — a digest that no longer matches, a torn body, a newer
+  schema, a field of the wrong type: ``CheckpointUnusable`` of its kind.
+  After each refusal it recovers from what it was given (the whole log):
+  the state must be the rebuild's. Asked before any checkpoint exists, the
+  answer is none; a look-alike checkpoint is refused (TypeError). The
+  recovery's carry state goes through the handle on a key of its own: a
+  payload the contract refuses is refused before the store is touched, and
+  the handle's clear removes it.
+
+The forger checks each forgery is refused by every build's handle (a
+non-object stored under v1: v2's migration fails, typed), and one time in
+``RESPELL_ONE_IN`` forges nothing: it respells a row's stored text with
+whitespace (a foreign writer, ``faults.content_reads.respell_state``),
+which must change no record and no load.
 
 The oracles: ``adopt-own-write`` and ``contract-safety`` judge every
 handle answer from the trace (put them in the stack, with
@@ -53,15 +69,18 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from faults.content_reads import DamagedBlobs
-from faults.describe import CONTENT_DESCRIBERS
+import attrs
+
+from faults.content_reads import DamagedBlobs, DamagedCheckpoints, respell_state
+from faults.describe import CHECKPOINT_DESCRIBERS, CONTENT_DESCRIBERS
 from faults.ports import BoundPort
 from model.canonical import ZERO_DIGEST
 from model.claimcheck import ClaimCheck, is_claim_ref, resolve_ref
 from model.conversation.checkpoints import Checkpoint, usable_checkpoint
 from model.conversation.records import FencedAppendRequest, RecordEnvelope
+from model.conversation.recovery import read_recovery_suffix
 from model.durable_state.contracts import (FUTURE_VERSION, MIGRATION_FAILED, VALIDATION_FAILED, StateContract)
-from model.durable_state.handle import DurableState
+from model.durable_state.handle import DurableState, SentinelState
 from model.durable_state.store import DurableStateWrite, is_revision_conflict
 from model.retry import error_name
 from scenarios.reference import exact_json
@@ -80,8 +99,12 @@ MODES = {1: ("idle", "busy"), 2: ("idle", "busy", "draining")}
 READINGS = (True, False, 1, 0, 1.0, None)
 _SCALARS = (bool, int, float, str, type(None))
 # What a buggy writer stores: refused by every version's validator.
+# Two are no object at all: v2's migration from v1 (``dict(payload)``) fails on them.
 FORGED = ({"mode": "Idle", "last": 1}, {"mode": "idle"}, {"mode": "busy", "last": [1]},
-          {"mode": "idle", "last": True, "since": 0}, {"mode": 1, "last": None})
+          {"mode": "idle", "last": True, "since": 0}, {"mode": 1, "last": None}, ["idle", 1], "idle")
+# One forgery in this many is no forgery: the stored text respelled as a
+# foreign writer spells it (``faults.content_reads.respell_state``).
+RESPELL_ONE_IN = 3
 
 
 def _validator(modes: tuple[str, ...]) -> Callable[[Any], "str | None"]:
@@ -117,6 +140,9 @@ OBSERVATION_TICKS = 4
 CLAIM_CAP_BYTES = 256
 ENGINE = "state-adversary-recovery/1"
 DEFINITION = "records/1"
+# Another build's checkpoints: another engine, or the same engine running another definition.
+OTHER_ENGINE = "state-adversary-recovery/2"
+OTHER_DEFINITION = "records/2"
 SEQ_MAX = 2 ** 53 - 1
 DEPLOYMENT = "loomsim-state-adversary"
 # Good reads of a claim-checked blob (a reader that comes back to it), and
@@ -127,14 +153,18 @@ RESOLVES_MAX = 12
 STATS = ("state_saves", "state_adopted", "state_conflicts", "state_stale_saves", "state_replies_lost",
          "state_future_version_refused", "state_forged", "state_forged_refused", "state_repaired",
          "state_version_traps", "state_bool_int_traps", "state_stale_equal_traps", "claimcheck_indexed",
-         "content_damaged_refused", "checkpoint_stale_refused", "checkpoint_used")
+         "content_damaged_refused", "checkpoint_stale_refused", "checkpoint_used", "checkpoint_mismatch_refused",
+         "checkpoint_damaged_refused", "checkpoint_recovered", "state_respelled", "state_invalid_save_refused",
+         "state_cleared", "state_forged_refused_by_every_build", "checkpoint_none", "checkpoint_lookalike_refused")
 # Reached in every sweep (``sometimes``); the traps are where a planted bug in
 # the handle shows (an equal payload under another version, true against 1,
 # an equal payload at another revision). A damaged blob read needs a seed
 # whose swarm enables corrupt-row.
 SOMETIMES = ("state_adopted", "state_conflicts", "state_forged_refused", "state_version_traps",
              "state_bool_int_traps", "state_stale_equal_traps", "claimcheck_indexed", "content_damaged_refused",
-             "checkpoint_stale_refused", "checkpoint_used")
+             "checkpoint_stale_refused", "checkpoint_used", "checkpoint_mismatch_refused", "checkpoint_recovered",
+             "state_respelled", "state_invalid_save_refused", "state_cleared", "checkpoint_damaged_refused",
+             "checkpoint_none", "checkpoint_lookalike_refused")
 
 
 def _jcs(value: Any) -> str:
@@ -233,6 +263,9 @@ class StateAdversary(Workload):
             record = await ds.load(key)
             if record is None:
                 continue
+            if rng.below(RESPELL_ONE_IN) == 0:
+                await self._respell(world, ds, key, record)
+                continue
             try:
                 await ds.save(key, DurableStateWrite(record.contract_version, FORGED[rng.below(len(FORGED))]),
                               record.revision)
@@ -241,6 +274,58 @@ class StateAdversary(Workload):
                     raise
                 continue
             self.count("state_forged")
+            await self._refused_by_every_build(world, ds, key, record)
+
+    async def _refused_by_every_build(self, world: World, ds: Any, key: str, record: Any) -> None:
+        """The forgery just stored at ``record.revision + 1`` (under
+        ``record.contract_version``): a load through every build's handle
+        refuses it, typed (a newer one's version: future-version; else
+        validation-failed, or migration-failed where the migration cannot
+        take it). Unless someone repaired it meanwhile."""
+        probe = world.probe_for(self.forger)
+        refused = 0
+        for version, contract in CONTRACTS.items():
+            handle = DurableState(contract, key, ds, probe=probe)
+            try:
+                loaded = await handle.load(_Direct(f"{self.FORGER}/check"))
+                error: BaseException | None = None
+            except Exception as raised:  # noqa: BLE001 - judged below
+                loaded, error = None, raised
+            if loaded is not None and loaded["revision"] != record.revision + 1:
+                return  # repaired (or written) meanwhile
+            kind = getattr(error, "kind", None)
+            want = (FUTURE_VERSION,) if record.contract_version > version else (VALIDATION_FAILED, MIGRATION_FAILED)
+            refused += self.checker.expect(
+                error_name(error) == "StateContractMismatchError" and kind in want,
+                f"{self.FORGER}: forged {key!r} r{record.revision + 1} (v{record.contract_version}); a load by the "
+                f"v{version} build answered {loaded!r:.160} / {error!r:.160}: it must refuse it ({' or '.join(want)})",
+                (key,))
+        if refused == len(CONTRACTS):
+            self.count("state_forged_refused_by_every_build")
+
+    async def _respell(self, world: World, ds: Any, key: str, record: Any) -> None:
+        """A foreign writer: the same value under ``key``, its stored text
+        spelled with whitespace around it. Nothing any reader sees may change:
+        the store's own view of every row, and a load of ``key``."""
+        store = world.system.unwrapped_store(self.forger, "ds")
+        before = store.snapshot()
+        if not respell_state(store, key):
+            return
+        after = store.snapshot()
+        self.count("state_respelled")
+        same = len(store) == len(before) and [(k, r.contract_version, r.revision, _jcs(r.payload))
+                                              for k, r in after.items()] == [
+            (k, r.contract_version, r.revision, _jcs(r.payload)) for k, r in before.items()]
+        self.checker.expect(same, f"{self.FORGER}: respelling the stored text of {key!r} with whitespace changed "
+                                  "the store's records", (key,))
+        again = await ds.load(key)
+        if again is not None and again.revision != record.revision:
+            return  # written meanwhile (a load is a port call: another process may run first)
+        self.checker.expect(again is not None and again.contract_version == record.contract_version
+                            and _jcs(again.payload) == _jcs(record.payload),
+                            f"{self.FORGER}: {key!r} held r{record.revision} v{record.contract_version} "
+                            f"{_jcs(record.payload):.120}; its text respelled with whitespace, a load answered "
+                            f"{again!r:.200}", (key,))
 
     def metrics(self) -> dict[str, Any]:
         return dict(self.stats)
@@ -272,6 +357,10 @@ class _Process:
         raw = system.unwrapped_store(node, "content")
         self.content = BoundPort(world, node, "content", DamagedBlobs(raw, world, node, world.plan), world.plan,
                                  CONTENT_DESCRIBERS, system.port_stats, system.restart_delay_ms)
+        # Its checkpoint reads likewise: a row damaged below the store's own decoding.
+        self.checkpoint_reads = DamagedCheckpoints(system.unwrapped_store(node, "checkpoints"), world, node, world.plan)
+        self.checkpoints = BoundPort(world, node, "checkpoints", self.checkpoint_reads, world.plan,
+                                     CHECKPOINT_DESCRIBERS, system.port_stats, system.restart_delay_ms)
         self._serial = 0
 
     def _next(self) -> int:
@@ -483,9 +572,52 @@ class _Process:
             boundaries[tail[0]] = tail[1]
         return boundaries
 
-    async def _usable(self, conv: str) -> Outcome:
-        return await self.attempt(lambda: usable_checkpoint(self.ports.checkpoints, self.ports.log, conv, SEQ_MAX,
-                                                            engine_version=ENGINE, definition_digest=DEFINITION))
+    async def _usable(self, conv: str, at_or_before_seq: int = SEQ_MAX) -> tuple[Outcome, tuple[str, str] | None]:
+        """What ``usable_checkpoint`` gives a recovery, and the damage (how,
+        the refusal it calls for) when the stored row it read was damaged
+        below the store: then it must be refused, typed, with that kind."""
+        damaged = self.checkpoint_reads.damaged
+        decision = await self.attempt(lambda: usable_checkpoint(self.checkpoints, self.ports.log, conv,
+                                                                at_or_before_seq, engine_version=ENGINE,
+                                                                definition_digest=DEFINITION))
+        damage = self.checkpoint_reads.last_damage if self.checkpoint_reads.damaged != damaged else None
+        if damage is not None and self.expect(
+                not decision.ok and error_name(decision.error) == "CheckpointUnusable"
+                and getattr(decision.error, "kind", None) == damage[1],
+                f"the latest checkpoint of {conv} was read damaged below the store ({damage[0]}), and a recovery "
+                f"was given {_given(decision)}: a damaged checkpoint must be refused as CheckpointUnusable"
+                f"({damage[1]}), never used", conv):
+            self.w.count("checkpoint_damaged_refused")
+        return decision, damage
+
+    async def _recover(self, conv: str, decision: Outcome, damage: tuple[str, str] | None, records: int) -> None:
+        """Recover ``conv`` from what the recovery was given (a checkpoint and
+        the records after it, or the whole log): the state it reaches must be
+        the one a rebuild from the log reaches (``records`` records). (Run
+        after a refusal: a damaged row, another build's checkpoint.)"""
+        if not decision.ok and damage is None:
+            return  # already judged
+        given = decision.value.checkpoint if decision.ok else None
+        start = (0, ZERO_DIGEST) if given is None else (given.covered_seq, given.tail_digest)
+        for _ in range(RESOLVES_MAX):  # a read damaged above the store is caught and read again
+            fired = self.world.faults_fired
+            out = await self.attempt(lambda: read_recovery_suffix(self.ports.log, conv, after_seq=start[0],
+                                                                  after_digest=start[1]))
+            if out.ok:
+                break
+            if not self.expect(self.world.faults_fired != fired and error_name(out.error) == "HistoryCorrupted",
+                               f"recovery read of {conv} after seq {start[0]} failed: {out.show()}", conv):
+                return
+        else:
+            return
+        snapshot = None if given is None else given.snapshot
+        base = 0 if given is None else snapshot.get("records") if isinstance(snapshot, dict) else None
+        state = None if base is None else base + len(out.value.records)
+        if self.expect(state == records,
+                       f"recovery of {conv} from {_given(decision)} reached {state!r} records (snapshot "
+                       f"{snapshot!r:.80} + {len(out.value.records)} read after seq {start[0]}); a rebuild from the "
+                       f"log reaches {records}", conv):
+            self.w.count("checkpoint_recovered")
 
     async def checkpoint_after_restore(self) -> None:
         conv = f"ck-{self.node.name}-{self.label}-{self._next()}"
@@ -498,16 +630,29 @@ class _Process:
         if boundaries is None:
             return
         covered = max(boundaries)
+        none, damage = await self._usable(conv)
+        if self.expect(none.ok and none.value.checkpoint is None and none.value.reason == "none",
+                       f"usable checkpoint of {conv} before any was saved: {_given(none)}", conv):
+            self.w.count("checkpoint_none")
         checkpoint = Checkpoint(conv, f"sub-{conv}", covered, boundaries[covered], ENGINE, DEFINITION, 1,
                                 {"records": covered}, self.now())
-        saved = await self.attempt(lambda: self.ports.checkpoints.save(checkpoint))
+        lookalike = LookalikeCheckpoint(*attrs.astuple(checkpoint, recurse=False))
+        refused = await self.attempt(lambda: self.checkpoints.save(lookalike))
+        if self.expect(refused.named("TypeError"), f"save of a look-alike checkpoint of {conv}: {refused.show()}",
+                       conv):
+            self.w.count("checkpoint_lookalike_refused")
+        saved = await self.attempt(lambda: self.checkpoints.save(checkpoint))
         if not self.expect(saved.ok, f"checkpoint of {conv} at {covered}: {saved.show()}", conv):
             return
-        first = await self._usable(conv)
-        if self.expect(first.ok and first.value.checkpoint is not None
-                       and first.value.checkpoint.covered_seq == covered,
-                       f"usable checkpoint of {conv} right after saving one at {covered}: {first.show()}", conv):
+        first, damage = await self._usable(conv)
+        if damage is None and self.expect(first.ok and first.value.checkpoint is not None
+                                          and first.value.checkpoint.covered_seq == covered,
+                                          f"usable checkpoint of {conv} right after saving one at {covered}: "
+                                          f"{first.show()}", conv):
             self.w.count("checkpoint_used")
+        if damage is not None:
+            await self._recover(conv, first, damage, covered)
+        await self.carry_state(conv, covered)
         # The log is restored from another backup (the checkpoints are not):
         # the same id, a different history — shorter, as long, or longer.
         if not self.expect((await self.attempt(lambda: self.ports.log.delete_conversation(conv))).ok,
@@ -517,19 +662,101 @@ class _Process:
                            f"materialize({conv}) again", conv):
             return
         shape = self.rng.below(3)
-        again = sizes[:-1] if shape == 0 else sizes if shape == 1 else sizes + (1,)
-        rewritten = await self._append_batches(conv, again or (1,), "second")
+        again = (sizes[:-1] if shape == 0 else sizes if shape == 1 else sizes + (1,)) or (1,)
+        rewritten = await self._append_batches(conv, again, "second")
         if rewritten is not None:
-            decision = await self._usable(conv)
-            given = decision.show() if not decision.ok else (
-                f"reason {decision.value.reason}" if decision.value.checkpoint is None else
-                f"the checkpoint at {decision.value.checkpoint.covered_seq} "
-                f"({decision.value.checkpoint.tail_digest:.12})")
-            if self.expect(decision.ok and decision.value.checkpoint is None
-                           and decision.value.reason == "digest-mismatch",
-                           f"after {conv} was rewritten (its digest at {covered} now "
-                           f"{rewritten.get(covered, 'none')!s:.12}, the checkpoint's {boundaries[covered]:.12}), "
-                           f"a recovery was given {given}: a checkpoint whose position no longer has its digest "
-                           "must not be used", conv):
+            decision, damage = await self._usable(conv)
+            if damage is None and self.expect(
+                    decision.ok and decision.value.checkpoint is None and decision.value.reason == "digest-mismatch",
+                    f"after {conv} was rewritten (its digest at {covered} now {rewritten.get(covered, 'none')!s:.12}, "
+                    f"the checkpoint's {boundaries[covered]:.12}), a recovery was given {_given(decision)}: a "
+                    "checkpoint whose position no longer has its digest must not be used", conv):
                 self.w.count("checkpoint_stale_refused")
+            if damage is not None:
+                await self._recover(conv, decision, damage, max(rewritten))
+            await self._another_build(conv, rewritten, len(again))
         await self.attempt(lambda: self.ports.log.delete_conversation(conv))
+
+    async def _another_build(self, conv: str, boundaries: dict[int, str], batches: int) -> None:
+        """A checkpoint another build saved at the log's tail (another
+        engine, or this engine under another definition; its snapshot in
+        that build's format): valid for the log, never for this build."""
+        tail = max(boundaries)
+        other_engine = self._serial % 2 == 0
+        engine, definition = (OTHER_ENGINE, DEFINITION) if other_engine else (ENGINE, OTHER_DEFINITION)
+        checkpoint = Checkpoint(conv, f"sub-{conv}", tail, boundaries[tail], engine, definition, 1,
+                                {"batches": batches}, self.now())
+        saved = await self.attempt(lambda: self.checkpoints.save(checkpoint))
+        if not self.expect(saved.ok, f"checkpoint of {conv} at {tail} by {engine} / {definition}: {saved.show()}",
+                           conv):
+            return
+        reason = "engine-version" if other_engine else "definition-digest"
+        decision, damage = await self._usable(conv, tail)
+        if damage is None and self.expect(
+                decision.ok and decision.value.checkpoint is None and decision.value.reason == reason,
+                f"the latest checkpoint of {conv} was saved by {engine} under {definition}, and a recovery by "
+                f"{ENGINE} under {DEFINITION} was given {_given(decision)}: it must be refused ({reason})", conv):
+            self.w.count("checkpoint_mismatch_refused")
+        await self._recover(conv, decision, damage, tail)
+
+    # -- carry state of a recovered conversation, through the handle --------------------
+
+    async def carry_state(self, conv: str, records: int) -> None:
+        """The recovery's carry state on a key of its own: a save the
+        contract refuses is refused before the store is touched; the state is
+        saved, then cleared with its conversation."""
+        key = f"{KEY_PREFIX}carry:{conv}"
+        contract = CONTRACTS[self.build]
+        handle = DurableState(contract, key, self.ports.ds, probe=self.probe)
+        ctx = _Direct(f"{self.label}/{self._next()}")
+        bad = await self.attempt(lambda: handle.save(ctx, {"mode": "busy", "last": [records]}, 0))
+        if self.expect(not bad.ok and error_name(bad.error) == "StateContractMismatchError"
+                       and getattr(bad.error, "kind", None) == VALIDATION_FAILED,
+                       f"save of {key!r} with a list as its reading answered {bad.show()}: the contract refuses it "
+                       "(validation-failed)", key):
+            self.w.count("state_invalid_save_refused")
+        saved = await self.attempt(lambda: handle.save(ctx, {"mode": "idle", "last": records}, 0))
+        if not self.expect(saved.ok and saved.value["revision"] == 1, f"save of {key!r} at r0: {saved.show()}", key):
+            return
+        cleared = await self.attempt(lambda: handle.clear(ctx))
+        gone = await self.attempt(lambda: handle.load(ctx))
+        if self.expect(cleared.ok and gone.ok and gone.value is None,
+                       f"clear of {key!r} answered {cleared.show()}, a load after it {gone.show()}", key):
+            self.w.count("state_cleared")
+        # A sentinel's state is named after its schedule (ADR 0053 D4): this
+        # contract is a sentinel's of schedule ``adv-state`` only.
+        named = SentinelState("adv-state", contract, self.ports.ds).key == "sentinel:adv-state"
+        try:
+            SentinelState("adv-carry", contract, self.ports.ds)
+            refused = False
+        except ValueError:
+            refused = True
+        self.expect(named and refused, f"SentinelState naming: adv-state's key right: {named}, a contract named "
+                                       f"{CONTRACT_ID!r} refused for schedule adv-carry: {refused}")
+
+
+@attrs.frozen
+class LookalikeCheckpoint:
+    """A checkpoint's attributes (what the trace describes), not its type."""
+
+    conversation_id: str
+    submission_id: str
+    covered_seq: int
+    tail_digest: str
+    engine_version: str
+    definition_digest: str
+    schema_version: int
+    snapshot: object
+    created_at_ms: int
+
+    def to_json(self) -> dict:
+        return Checkpoint(*attrs.astuple(self, recurse=False)).to_json()
+
+
+def _given(decision: Outcome) -> str:
+    if not decision.ok:
+        return decision.show()
+    given = decision.value.checkpoint
+    if given is None:
+        return f"no checkpoint (reason {decision.value.reason})"
+    return f"the checkpoint at {given.covered_seq} ({given.tail_digest:.12}, {given.engine_version})"

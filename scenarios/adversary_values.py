@@ -35,7 +35,10 @@ own, through the node's crashy traced ports (every answer judged by the
   cap, and the claim verifier (``verify_claim``) refusing each mismatch;
 - ``ds_values``: a payload with lone surrogates and float edges read back
   exactly; a key with a lone surrogate, a look-alike write and a payload
-  whose NaN sits after nested containers refused.
+  whose NaN sits after nested containers refused; and, through the payload
+  check every backend shares (``encode_payload``: no port call can carry
+  them), a cycle and (one seed in ``DS_DEEP_ONE_IN``) nesting past the
+  payload depth cap refused as ValueError naming where.
 
 What the trace cannot hold stays out of the traced arguments (the trace
 marshals each call's arguments: no subclass instances, cycles or nesting
@@ -51,7 +54,7 @@ import attrs
 from model.canonical import ZERO_DIGEST, canonical_bytes, canonical_json
 from model.claimcheck import ClaimCheck, resolve_ref, verify_claim
 from model.conversation.records import FencedAppendRequest
-from model.durable_state.store import DurableStateWrite
+from model.durable_state.store import DurableStateWrite, encode_payload
 from model.ledger.records import Claim
 from model.retry import error_name, is_retryable
 from scenarios.adversary import INLINE_CAP, PRINCIPAL, AdversaryExpectations, _Process, _ref, _sized
@@ -63,7 +66,7 @@ from sim.world import World
 EDGES = ("admit_edges_replayed", "admit_illegal_rejected", "token_paths_refused", "settled_edges",
          "abort_keeps_first_intent",
          "log_edges_read_back", "log_illegal_rejected", "claim_blobs_refused", "claim_verifier_refused",
-         "claim_digest_too_large", "ds_edges_roundtrip", "ds_illegal_rejected")
+         "claim_digest_too_large", "ds_edges_roundtrip", "ds_illegal_rejected", "ds_unencodable_refused")
 SOMETIMES = tuple(f"values_{name}" for name in EDGES)
 
 # --- the values -----------------------------------------------------------------------------
@@ -95,8 +98,10 @@ class _Tuple(tuple):
 
 # Floats in each of ECMAScript's layouts, signed: shortest digits padded
 # with zeros (1e16, 1.5e20), a plain fraction repr writes in exponent form
-# (1.5e-05), exponent form with several digits (-1.5e-07), huge and tiny.
-FLOAT_EDGES = (-1.5e-7, -2.5e-8, -1e300, 1e16, 1.5e20, 1.5e-5, -1.2345e-5, -7.0e22, 2.0 ** 60)
+# (1.5e-05), exponent form with several digits (-1.5e-07), huge and tiny;
+# and ordinary fractions, plain in both (1.5, -123.456, 0.1 + 0.2 with its 17 digits).
+FLOAT_EDGES = (-1.5e-7, -2.5e-8, -1e300, 1e16, 1.5e20, 1.5e-5, -1.2345e-5, -7.0e22, 2.0 ** 60, 1.5, -123.456,
+               0.1 + 0.2)
 # A surrogate pair held as two code points is the character it spells; a
 # reversed pair and a lone half stay lone (escaped as \\udxxx).
 LONE = ("\ud800", "a\udfffb", "\udc00\ud800")
@@ -134,6 +139,18 @@ def _nested(depth: int) -> Any:
     for _ in range(depth):
         value = [value]
     return value
+
+
+def cycle() -> list:
+    """A list that holds itself."""
+    value: list = []
+    value.append(value)
+    return value
+
+
+# Past the durable-state payload check's depth cap (``_PAYLOAD_DEPTH_MAX``).
+DS_DEPTH_PAST_CAP = 10_001
+DS_DEEP_ONE_IN = 4
 
 
 def illegal_inputs() -> list[tuple[str, Any]]:
@@ -219,9 +236,15 @@ class ValuesAdversary(Workload):
         self.retries = 0
         self.episodes = 0
         self.long_logs: dict[str, int] = {}
+        # The payload nested past the durable-state cap: checked once, in one
+        # run in DS_DEEP_ONE_IN (the check walks 10k levels, building each
+        # level's path: a quarter of a second): seeds 2, 6, 10, ..., so any
+        # DS_DEEP_ONE_IN consecutive seeds check it.
+        self.deep_checked = False
 
     def setup(self, world: World) -> None:
         self.world = world
+        self.deep_checked = world.seed % DS_DEEP_ONE_IN != 2
         for name in self.names:
             world.add_node(name, self._start, role="client")
 
@@ -519,3 +542,23 @@ class _ValuesProcess(_Process):
         if refused == len(cases):
             self.w.edge("ds_illegal_rejected")
         self.expect_ok(await self.call("ds", "clear", key), f"ds.clear({key!r})", key)
+        # What no port call can carry (the trace marshals a save's payload):
+        # a cycle, and nesting past the payload cap, refused by the payload
+        # check every backend shares (``encode_payload``) as a ValueError
+        # naming where.
+        unencodable = [("a cycle", cycle(), "$[0] is circular")]
+        if not self.w.deep_checked:
+            self.w.deep_checked = True
+            unencodable.append(("nesting past the cap", _nested(DS_DEPTH_PAST_CAP), "is nested too deeply"))
+        named = 0
+        for what, value, want in unencodable:
+            try:
+                encode_payload(value)
+                error: BaseException | None = None
+            except Exception as raised:  # noqa: BLE001 - judged below
+                error = raised
+            named += self.expect(type(error) is ValueError and str(error).endswith(want),
+                                 f"encode_payload of {what} raised {error!r:.200}: the payload check must refuse it "
+                                 f"as a ValueError ending {want!r}", key)
+        if named == len(unencodable):
+            self.w.edge("ds_unencodable_refused")

@@ -81,3 +81,34 @@ class Expectations(Checker):
         if not ok:
             self.fail(" ".join(message.split()), related)
         return ok
+
+
+class ClientProcess:
+    """One incarnation of one client node: its ports, its own stream, fresh
+    names, and the plumbing every client shares (``workload`` has a
+    ``checker`` (an :class:`Expectations`) and an ``edge(name)`` counter)."""
+
+    def __init__(self, workload: Any, world: Any, node: Any, stream: str) -> None:
+        self.w = workload
+        self.world = world
+        self.node = node
+        self.label = node.label
+        self.runtime = world.runtime
+        self.ports = world.system.ports_for(node)
+        self.rng = world.streams.fork(f"{stream}/{node.label}")
+        self._serial = 0
+
+    def uid(self, what: str) -> str:
+        self._serial += 1
+        return f"{what}-{self.label}-{self._serial}"
+
+    def now(self) -> int:
+        return self.runtime.now_ms()
+
+    def expect(self, ok: bool, message: str, *related: str) -> bool:
+        return self.w.checker.expect(ok, f"{self.label}: {message}", related)
+
+    def edge_if(self, ok: bool, name: str) -> bool:
+        if ok:
+            self.w.edge(name)
+        return ok

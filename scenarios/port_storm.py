@@ -20,6 +20,11 @@ claim-check and recovery answer. And clients of the kernel's execution
 store, the schedule cursors, the pin index and the findings projection
 (``scenarios.adversary_ports``) drive those ports at their edges and race
 on shared runs; ``ports-expectations`` and the reference model judge them.
+Clients of the kernel itself (``scenarios.adversary_kernel``) run flows of
+three versions across deploys, transforms missing, input schemas, replays
+that must refuse a non-deterministic flow, and misbuilt kernels:
+``kernel-expectations``. On SQLite, ``cold-reopen`` reopens the file at the
+end as a restarted process would.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from scenarios.adversary_state import SOMETIMES as STATE_SOMETIMES
 from scenarios.adversary_state import StateAdversary
 from scenarios.adversary_ports import SOMETIMES as PORTS_SOMETIMES
 from scenarios.adversary_ports import PortsAdversary
+from scenarios.adversary_kernel import KernelAdversary
 from scenarios.adversary_values import SOMETIMES as VALUES_SOMETIMES
 from scenarios.adversary_values import ValuesAdversary
 from scenarios.api import (ACK_LOST, CORRUPT_ROW, CRASH_BEFORE_CALL, LATENCY, MINUTE, NODE_KILL, NODE_PAUSE,
@@ -78,6 +84,8 @@ def port_storm(run: Run) -> Stack:
     ports = PortsAdversary(think_ms=(max(1, run.param("think_ms") // 40), run.param("think_ms")))
     # JSON values at the edges of every encoder and decoder, and blobs that are not JSON.
     values = ValuesAdversary(lease_ms=lease_ms, think_ms=(max(1, run.param("think_ms") // 40), run.param("think_ms")))
+    # Clients of the kernel itself: versions, deploys, input schemas, replay.
+    kernel = KernelAdversary()
     return Stack(
         system=System(file_name="port-storm.db", restart_ms=RESTART_MS, damaged_reads=True),
         workloads=[
@@ -85,14 +93,16 @@ def port_storm(run: Run) -> Stack:
             state,
             ports,
             values,
-            NodeKills(adversary.names + state.names + ports.names + values.names, every_ms=(10 * MINUTE, 40 * MINUTE),
-                      restart_ms=RESTART_MS),
+            kernel,
+            NodeKills(adversary.names + state.names + ports.names + values.names + kernel.names,
+                      every_ms=(10 * MINUTE, 40 * MINUTE), restart_ms=RESTART_MS),
             # Pauses past the lease: a claim held across one lapses while its owner sleeps.
             NodePauses(adversary.names, every_ms=(5 * MINUTE, 30 * MINUTE),
                        pause_ms=((lease_ms + SECOND, 2 * lease_ms), (100, lease_ms))),
         ],
         faults=PortFaults(run.rates(RATES), boosted_sites=RARE_SITES, boost=4),
         checks=[adversary.checker, inv.ReferenceModel(), inv.Fencing(), inv.LogChain(), state.checker, ports.checker,
-                values.checker,
-                inv.AdoptOwnWrite(), inv.ContractSafety(state.contracts_for_key, damage=state.is_forger)],
+                values.checker, kernel.checker,
+                inv.AdoptOwnWrite(), inv.ContractSafety(state.contracts_for_key, damage=state.is_forger),
+                *([inv.ColdReopen()] if run.opts.store == "sqlite" else [])],
         heal_ms_max=20 * MINUTE, settle_ms=5 * MINUTE)

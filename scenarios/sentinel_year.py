@@ -30,7 +30,9 @@ RESTART_MS = (1 * SECOND, 60 * SECOND)
 # parks runs in doubt (K9) and the on-call operator resolves them.
 RARE_SITES = ("pins.pin", "pager.page")
 RARE_SITE_BOOST = 2_000
-RETENTION = RetentionPolicy(run_ttl_ms=DAY, blob_ttl_ms=2 * DAY, finding_ttl_ms=7 * DAY)
+# Findings live 3 days, so a week's sweep sees runs held by their pins
+# released again; one run in 16 is scrubbed before it is archived.
+RETENTION = RetentionPolicy(run_ttl_ms=DAY, blob_ttl_ms=2 * DAY, finding_ttl_ms=3 * DAY, verify_every=16)
 OPERATOR_EDITS = "operator-edits"
 PAGER = "pager"  # high readings page the on-call: the flow's non-idempotent effect
 # How often the on-call operator looks for runs parked in doubt.
@@ -88,5 +90,6 @@ def sentinel_year(run: Run) -> Stack:
                 inv.PinsSurvive(blob_ttl_ms=RETENTION.blob_ttl_ms), inv.BoundedRun(records_max=16),
                 inv.ExactlyOnceSettlement(), inv.FindingsProjection(finding_ttl_ms=RETENTION.finding_ttl_ms),
                 AtMostOnceEffect(fleet.pager, operator_node=InDoubtResolver.NODE),
-                inv.Liveness(), inv.ReferenceModel()],
+                inv.Liveness(), inv.ReferenceModel(),
+                *([inv.ColdReopen()] if run.opts.store == "sqlite" else [])],
         heal_ms_max=DAY, settle_ms=HOUR)

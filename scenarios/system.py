@@ -26,7 +26,7 @@ from typing import Any, Iterator, Mapping, Protocol
 
 import attrs
 
-from faults.beyond import DurableStateSurgery, LogSurgery, beyond_enabled
+from faults.beyond import beyond_enabled, beyond_surgeries
 from faults.describe import (
     CHECKPOINT_DESCRIBERS,
     CONTENT_DESCRIBERS,
@@ -199,9 +199,8 @@ class System:
             self.findings = InMemoryFindingsProjection()
             self.checkpoints = InMemoryCheckpointStore(self.log)
             self.kernel = InMemoryExecutionStore()
-        # Beyond the contract: the log and durable state may break their promises.
-        self.surgeries = {"log": LogSurgery(self.log), "ds": DurableStateSurgery(self.ds)} if (
-            beyond_enabled(opts)) else {}
+        # Beyond the contract: the log, durable state and ledger may break their promises.
+        self.surgeries = beyond_surgeries(self, world.streams) if beyond_enabled(opts) else {}
         world.trace.subscribe(("ledger.admit", "log.materialize", "ledger.purge_conversation"), self._observe)
 
     def close(self) -> None:
@@ -292,6 +291,28 @@ class System:
 
     def audit_view(self) -> "System":
         return self
+
+    def cold_stores(self) -> dict[str, Any] | None:
+        """The run's SQLite file opened afresh, as a restarted process opens
+        it: each adapter through its own ``open`` on a connection of its own
+        (the log verifying every chain on open). ``None`` in memory. The
+        caller closes each (``scenarios.invariants.cold_reopen``)."""
+        if self._database is None:
+            return None
+        path = self._database.path
+        opened: dict[str, Any] = {}
+        try:
+            opened["log"] = SqliteConversationStore.open(path, verify_on_open=True)
+            opened["ds"] = SqliteDurableStateStore.open(path)
+            opened["ledger"] = SqliteSubmissionLedger.open(path)
+            opened["kernel"] = SqliteExecutionStore.open(path)
+            opened["pins"] = SqlitePinIndex.open(path)
+            opened["findings"] = SqliteFindingsProjection.open(path)
+        except BaseException:
+            for store in opened.values():
+                store.close()
+            raise
+        return opened
 
     def conversation_ids(self) -> tuple[str, ...]:
         return tuple(self._conversations)

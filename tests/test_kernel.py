@@ -554,3 +554,15 @@ def test_durable_state_failpoint_name_is_distinct_from_kernel_one():
 
     assert drive(kernel(store, failpoints=failpoints).run(record, flow)).status == COMPLETED
     assert failpoints.hits == [KERNEL_EFFECT_DONE_BEFORE_RECORD]
+
+
+def test_the_kernels_errors_survive_pickling():
+    """Sweep workers hand failures across processes: every typed error keeps its fields."""
+    import pickle
+
+    from model.kernel.kernel import EffectInDoubt, MigrationMissing, ReplayDivergence, ReplayIncomplete
+
+    for error in (EffectInDoubt("r", "s"), ReplayDivergence("r", 1, "a", "b"), ReplayIncomplete("r", "s"),
+                  MigrationMissing("r", 1, 2)):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error) and vars(copy) == vars(error)

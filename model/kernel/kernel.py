@@ -91,6 +91,9 @@ class EffectInDoubt(Exception):
         self.run_id = run_id
         self.step_id = step_id
 
+    def __reduce__(self):  # picklable across worker processes, as the stores' errors are
+        return (type(self), (self.run_id, self.step_id))
+
 
 class ReplayDivergence(Exception):
     """The flow asked for a different step than the log recorded at that position."""
@@ -104,6 +107,9 @@ class ReplayDivergence(Exception):
         self.recorded = recorded
         self.requested = requested
 
+    def __reduce__(self):  # picklable across worker processes, as the stores' errors are
+        return (type(self), (self.run_id, self.seq, self.recorded, self.requested))
+
 
 class ReplayIncomplete(Exception):
     """Pure replay reached a step the log does not have."""
@@ -114,6 +120,9 @@ class ReplayIncomplete(Exception):
         super().__init__(f"{run_id}: replay needs unrecorded step {step_id!r}")
         self.run_id = run_id
         self.step_id = step_id
+
+    def __reduce__(self):  # picklable across worker processes, as the stores' errors are
+        return (type(self), (self.run_id, self.step_id))
 
 
 class MigrationMissing(Exception):

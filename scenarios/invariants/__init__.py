@@ -6,6 +6,7 @@ from scenarios.invariants.broken_deploy import BrokenDeploys
 from scenarios.invariants.cas_linear import CasLinear
 from scenarios.invariants.checkpoints import CheckpointConsistency
 from scenarios.invariants.claim_check import ClaimCheckInvariant
+from scenarios.invariants.cold_reopen import ColdReopen
 from scenarios.invariants.contract_safety import ContractSafety
 from scenarios.invariants.exactly_once_settlement import ExactlyOnceSettlement
 from scenarios.invariants.exactly_once_wake import ExactlyOnceWake
@@ -19,6 +20,6 @@ from scenarios.invariants.queue_order import QueueOrder
 from scenarios.invariants.reference_model import ReferenceModel
 from scenarios.invariants.replay_determinism import ReplayDeterminism
 
-__all__ = ["AdoptOwnWrite", "AtMostOnceEffect", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
+__all__ = ["AdoptOwnWrite", "AtMostOnceEffect", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant", "ColdReopen", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
            "FailClosedPagination", "Fencing", "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReferenceModel",
            "ReplayDeterminism"]
