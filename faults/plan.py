@@ -70,6 +70,7 @@ class FaultPlan:
         self._world = world
         self._stream = world.streams["faults"]
         self._clock: Callable[[], int] = world.runtime.now_ms
+        self._runtime = world.runtime
         self.rates = dict(rates)
         self.heal_at_ms = heal_at_ms
         self.timed_kinds = frozenset(timed_kinds)
@@ -81,19 +82,24 @@ class FaultPlan:
                            for site, r in (site_rates or {}).items()}
         self._next_fire: dict[str, list[list]] = {}  # site -> [[hit index, kind, gaps], ...]
         # Scripted: the entries by (site, hit), and hand-written ones by time.
-        self.events = tuple(e for e in (script or ()) if isinstance(e, FaultEvent))
-        self._at_hit: dict[tuple[str, int], FaultEvent] = {}
-        self._by_time: dict[str, list[FaultEvent]] = {}
-        self._fired: dict[tuple[str, int], FaultEvent] = {}
-        for event in self.events:
+        # Each is known by its index in the script, to say which never fired.
+        entries = [(index, e) for index, e in enumerate(script or ()) if isinstance(e, FaultEvent)]
+        self.events = tuple(e for _, e in entries)
+        self._entries = entries
+        self._at_hit: dict[tuple[str, int], tuple[int, FaultEvent]] = {}
+        self._by_time: dict[str, list[tuple[int, FaultEvent]]] = {}
+        self._fired: dict[tuple[str, int], tuple[int, FaultEvent]] = {}
+        self._timed: list[tuple[int, FaultEvent]] = []
+        self._done: set[int] = set()  # script indices of the entries that fired
+        for index, event in entries:
             if event.kind in TIMED_FAULT_KINDS:
-                continue
-            if event.hit is None:
-                self._by_time.setdefault(event.site, []).append(event)
+                self._timed.append((index, event))
+            elif event.hit is None:
+                self._by_time.setdefault(event.site, []).append((index, event))
             else:
-                self._at_hit[(event.site, event.hit)] = event
+                self._at_hit[(event.site, event.hit)] = (index, event)
         for pending in self._by_time.values():
-            pending.sort(key=lambda e: e.time_ms)
+            pending.sort(key=lambda entry: entry[1].time_ms)
         # What this run may fire, for coverage: kinds with a rate, and the
         # timed kinds a chaos workload drives (``drive`` adds them).
         self.armed: list[str] = [kind for kind in ALL_FAULT_KINDS if kind in self._mean_gap or any(
@@ -139,15 +145,27 @@ class FaultPlan:
     def _draw_scripted(self, site: str, kinds: tuple[str, ...]) -> tuple[int, str | None]:
         n = self._hits.get(site, 0) + 1
         self._hits[site] = n
-        event = self._at_hit.get((site, n))
-        if event is None:
+        entry = self._at_hit.get((site, n))
+        if entry is None:
             pending = self._by_time.get(site)
-            if pending and pending[0].time_ms <= self._clock() and pending[0].kind in kinds:
-                event = pending.pop(0)
-        if event is None or event.kind not in kinds:
+            if pending and pending[0][1].time_ms <= self._clock():
+                # A hand-written entry fires at its own node's first hit (a
+                # name: any incarnation; a label ``worker-1#3``: that one):
+                # the node whose task makes the call.
+                now_ms = self._clock()
+                task = getattr(self._runtime, "current_task", None)
+                node = None if task is None else task.node
+                for position, (_, event) in enumerate(pending):
+                    if event.time_ms > now_ms:
+                        break
+                    if event.kind in kinds and _is_node(event.node, node):
+                        entry = pending.pop(position)
+                        break
+        if entry is None or entry[1].kind not in kinds:
             return n, None
-        self._fired[(site, n)] = event
-        return n, event.kind
+        self._fired[(site, n)] = entry
+        self._done.add(entry[0])
+        return n, entry[1].kind
 
     def hits(self) -> dict[str, int]:
         return dict(sorted(self._hits.items()))
@@ -156,23 +174,25 @@ class FaultPlan:
         """The fault drawn at this hit found nothing to break (a torn batch
         of one record): it did not fire. A hand-written script entry (no hit)
         waits for the next hit it can break; a recorded one never declines."""
-        event = self._fired.pop((site, hit), None)
-        if event is not None and event.hit is None:
-            self._by_time.setdefault(site, []).insert(0, event)
+        entry = self._fired.pop((site, hit), None)
+        if entry is not None:
+            self._done.discard(entry[0])
+            if entry[1].hit is None:
+                self._by_time.setdefault(site, []).insert(0, entry)
 
     def restart_delay_ms(self, site: str, hit: int, fallback: Callable[[], int]) -> int:
         """How long a process crashed by this fault stays down: the script's
         figure, or drawn now."""
-        event = self._fired.get((site, hit))
-        if event is not None and event.restart_after_ms is not None:
-            return event.restart_after_ms
+        entry = self._fired.get((site, hit))
+        if entry is not None and entry[1].restart_after_ms is not None:
+            return entry[1].restart_after_ms
         return fallback()
 
     def duration_ms(self, site: str, hit: int, fallback: Callable[[], int]) -> int:
         """How long this fault lasts (latency): the script's figure, or drawn now."""
-        event = self._fired.get((site, hit))
-        if event is not None and event.duration_ms is not None:
-            return event.duration_ms
+        entry = self._fired.get((site, hit))
+        if entry is not None and entry[1].duration_ms is not None:
+            return entry[1].duration_ms
         return fallback()
 
     # -- timed faults ----------------------------------------------------------
@@ -187,11 +207,25 @@ class FaultPlan:
         if (self.scripted or source.kind in self.timed_kinds) and source.kind not in self.armed:
             self.armed.append(source.kind)
         if self.scripted:
-            for event in self.timed(source.kind):
-                world.at(event.time_ms, lambda e=event: source.apply(world, e), label=f"scripted {source.kind}")
+            for index, event in sorted((x for x in self._timed if x[1].kind == source.kind),
+                                       key=lambda x: x[1].time_ms):
+                world.at(event.time_ms, lambda i=index, e=event: self._apply_timed(world, source, i, e),
+                         label=f"scripted {source.kind}")
             return
         if source.kind in self.timed_kinds:
             world.spawn_harness(f"chaos:{source.kind}", self._generate(world, source))
+
+    def _apply_timed(self, world: Any, source: TimedSource, index: int, event: FaultEvent) -> bool:
+        fired = source.apply(world, event)
+        if fired:
+            self._done.add(index)
+        return fired
+
+    def unfired(self) -> list[tuple[int, FaultEvent]]:
+        """The script's faults that never fired, as (script index, entry), in
+        script order: a wrong site or node, a kind nothing here drives, a
+        time past the run's end, or a run that diverged from its recording."""
+        return [(index, event) for index, event in self._entries if index not in self._done]
 
     async def _generate(self, world: Any, source: TimedSource) -> None:
         runtime = world.runtime
@@ -205,6 +239,19 @@ class FaultPlan:
             if event is not None and source.apply(world, event):
                 fired += 1
         raise AssertionError(f"more than {TIMED_FAULTS_MAX} {source.kind} faults in one run")
+
+
+# A hand-written entry's node that matches whichever node makes the call.
+ANY_NODE = "*"
+
+
+def _is_node(wanted: str, node: Any) -> bool:
+    """Whether ``node`` (a ``sim.node.Node``; None: the caller did not say)
+    is the script's ``wanted`` node name or label (``*``: any node)."""
+    if node is None or wanted == ANY_NODE:
+        return True
+    label = node.label
+    return wanted == label if "#" in wanted else wanted == label.split("#", 1)[0]
 
 
 # The most a boosted site's rate of any kind reaches.

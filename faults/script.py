@@ -8,7 +8,8 @@ Each entry::
      "kind": "ack-lost", "hit": 812, "restart_after_ms": 5000}
 
 - ``time_ms``: simulated time (ms since the start); ``node``: a node name or
-  label (``worker-1`` or ``worker-1#3``); ``site``: a port method, a
+  label (``worker-1`` or ``worker-1#3``; ``*`` in a point fault without a
+  hit: whichever node makes the call); ``site``: a port method, a
   failpoint name, ``process`` (kills, pauses) or ``alarm.<scheduleId>``
   (duplicate wakes); ``kind``: a fault kind (``faults.kinds``).
 - ``hit``: the site's hit index at which it fires. Optional for point

@@ -34,7 +34,9 @@ _UNIT_MS = {
     "mo": 365 * MS_PER_DAY // 12,
     "y": 365 * MS_PER_DAY,
 }
-_DURATION_RE = re.compile(r"^\s*(\d+)\s*(ms|s|min|mo|m|h|d|w|y)\s*$")
+_TERM = r"(\d+)\s*(ms|s|min|mo|m|h|d|w|y)"
+_DURATION_RE = re.compile(r"^\s*" + _TERM + r"(?:\s+" + _TERM + r")*\s*$")
+_TERM_RE = re.compile(_TERM)
 
 # Upper bound on any duration we accept: 100 simulated years.
 DURATION_MS_MAX = 100 * 365 * MS_PER_DAY
@@ -51,13 +53,17 @@ def parse_duration_ms(text: str) -> int:
     """
     if not isinstance(text, str):
         raise DurationError(f"duration must be a string like '30d', got {text!r}")
-    match = _DURATION_RE.match(text)
-    if match is None:
+    terms = _TERM_RE.findall(text) if _DURATION_RE.match(text) else []
+    sizes = [_UNIT_MS[unit] for _, unit in terms]
+    # Several terms (what ``format_duration_ms`` prints: ``3d 22h 55m``) go
+    # from the largest unit down, each unit once, so one text has one reading.
+    if not terms or any(a <= b for a, b in zip(sizes, sizes[1:])):
         raise DurationError(
             f"invalid duration {text!r}: expected a whole number and a unit "
-            "(ms, s, m, h, d, w, mo, y), e.g. 90s, 5m, 36h, 30d, 12mo"
+            "(ms, s, m, h, d, w, mo, y), e.g. 90s, 5m, 36h, 30d, 12mo, or several from the largest down, "
+            "e.g. 3d 22h 55m"
         )
-    value_ms = int(match.group(1)) * _UNIT_MS[match.group(2)]
+    value_ms = sum(int(count) * _UNIT_MS[unit] for count, unit in terms)
     if value_ms <= 0:
         raise DurationError(f"invalid duration {text!r}: must be greater than zero")
     if value_ms > DURATION_MS_MAX:
@@ -66,12 +72,19 @@ def parse_duration_ms(text: str) -> int:
 
 
 def format_duration_ms(duration_ms: int) -> str:
-    """Shortest exact rendering: 300000 -> '5m', 31536000000 -> '365d'."""
+    """Exact rendering in calendar units, largest first: 300000 -> '5m',
+    341700000 -> '3d 22h 55m' (not '5695m': a reader places it at once);
+    ``parse_duration_ms`` reads it back."""
     assert duration_ms >= 0
+    parts = []
+    rest_ms = duration_ms
     for unit, size in (("d", MS_PER_DAY), ("h", MS_PER_HOUR), ("m", MS_PER_MINUTE), ("s", MS_PER_SECOND)):
-        if duration_ms and duration_ms % size == 0:
-            return f"{duration_ms // size}{unit}"
-    return f"{duration_ms}ms"
+        if rest_ms >= size:
+            parts.append(f"{rest_ms // size}{unit}")
+            rest_ms %= size
+    if rest_ms or not parts:
+        parts.append(f"{rest_ms}ms")
+    return " ".join(parts)
 
 
 def format_span_ms(duration_ms: int) -> str:

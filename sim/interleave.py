@@ -349,7 +349,7 @@ class _ScriptedChooser:
     and the decision stays FIFO.
     """
 
-    __slots__ = ("_keyed", "_loose", "applied", "missed")
+    __slots__ = ("_keyed", "_loose", "_lost", "applied", "missed")
 
     def __init__(self, deviations: Iterable[Deviation]) -> None:
         self._keyed: dict[tuple[int, int], Deviation] = {}
@@ -361,12 +361,17 @@ class _ScriptedChooser:
                 self._keyed[(deviation.time_ms, deviation.step)] = deviation
         loose.sort(key=lambda d: d.time_ms)  # stable: script order among equal times
         self._loose = loose
+        self._lost: list[Deviation] = []  # the missed ones
         self.applied = 0
         self.missed = 0
 
     def pending(self) -> int:
         """Deviations not applied (yet): a replay that ends with some left diverged or ended early."""
         return len(self._keyed) + len(self._loose)
+
+    def unapplied(self) -> list[Deviation]:
+        """The deviations that never applied: missed, or never reached."""
+        return [*self._lost, *self._keyed.values(), *self._loose]
 
     def choose(self, ready: list["Task"], time_ms: int, step: int) -> int:
         keyed = self._keyed
@@ -378,6 +383,7 @@ class _ScriptedChooser:
                     self.applied += 1
                     return index
                 self.missed += 1
+                self._lost.append(deviation)
         loose = self._loose
         if loose and loose[0].time_ms <= time_ms:
             for position, deviation in enumerate(loose):

@@ -6,7 +6,7 @@ from typing import Any, Callable, TextIO
 
 import attrs
 
-from sim.clock import format_duration_ms
+from sim.clock import format_calendar, format_duration_ms
 from sim.interleave import Deviation, FifoPolicy, ScriptedPolicy, parse_schedule
 from sim.invariants import Violation
 from sim.runtime import TaskFailed
@@ -20,7 +20,14 @@ FAIL = "fail"
 # Beyond the contract: a store broke a promise and the run noticed, loudly.
 DETECTED = "detected"
 UNDETECTED = "beyond-contract-undetected"
+# A hand-written script entry that never fired (``ScenarioOptions.script_must_fire``).
+UNFIRED = "fault-script-unfired"
+UNFIRED_SHOWN = 5  # entries a fault-script-unfired message names
 LOOMSIM_VERSION = "0.1.0"
+# With a progress observer the run goes in this many slices of simulated
+# time, the observer told ``(now_ms, end_ms)`` after each: slicing changes
+# nothing simulated (``Runtime.run`` leaves the clock where one call would).
+PROGRESS_SLICES = 1000
 
 
 @attrs.frozen
@@ -79,6 +86,7 @@ def run_config(scenario: Scenario, opts: ScenarioOptions) -> dict[str, Any]:
         "schedule": opts.schedule if not _script_deviations(opts) else f"scripted ({len(_script_deviations(opts))})",
         **({"beyond_contract": True} if opts.beyond_contract else {}),
         **({"rates": dict(sorted(opts.rates.items()))} if opts.rates is not None else {}),
+        **({"script_must_fire": True} if opts.script_must_fire and opts.fault_script is not None else {}),
         "loomsim": LOOMSIM_VERSION,
         "python": platform.python_version(),
     }
@@ -86,9 +94,12 @@ def run_config(scenario: Scenario, opts: ScenarioOptions) -> dict[str, Any]:
 
 def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | None = None,
         wall_clock: Callable[[], float] | None = None,
-        on_start: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+        on_start: Callable[[dict[str, Any]], None] | None = None,
+        on_progress: Callable[[int, int], None] | None = None) -> RunResult:
     """Run ``scenario``; the runner owns the phases. ``wall_clock`` (the face
     passes ``time.perf_counter``) only measures; nothing simulated reads it.
+    ``on_progress(now_ms, end_ms)``, if given, is called
+    ``PROGRESS_SLICES`` times along the way; it only observes.
 
     setup -> run with faults -> heal (faults stop at ``world.heal_at_ms``,
     computed here once) -> settle -> check (the audit, every checker's and
@@ -119,8 +130,12 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
         config.update({k: v for k, v in world.config_extra.items() if k != "swarm_line"})
         if on_start is not None:
             on_start(world.config_extra)
+        progress = on_progress
         try:
-            world.run_until(end_ms)
+            if progress is None:
+                world.run_until(end_ms)
+            else:
+                _run_observed(world, end_ms, progress)
         except TaskFailed as failure:
             world.invariants._record(Violation(
                 "no-uncaught-errors", f"{failure}", failure.time_ms, (failure.task_name,), world.trace.events))
@@ -137,6 +152,11 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
         world.shutdown()
         system.close()
     status = beyond_status(world)
+    # Only a green run is judged so: one that failed (or detected) stopped at
+    # its violation, before its later entries' time.
+    unfired = unfired_entries(world, opts) if status == PASS else ()
+    if unfired:
+        status = FAIL
     violations = tuple(world.invariants.violations)
     first = violations[0] if violations else None
     excerpt = tuple(world.trace.related(first.related)) if first else ()
@@ -155,13 +175,26 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
         stats=stats,
         config=config,
         excerpt=excerpt,
-        fault_script=tuple(sorted((*world.fault_events, *world.runtime.deviations), key=lambda e: e.time_ms)),
+        # The entries that never fired stay in it: its replay fails the same way.
+        fault_script=tuple(sorted((*world.fault_events, *world.runtime.deviations, *unfired),
+                                  key=lambda e: e.time_ms)),
         coverage=coverage(scenario, world, stats),
         beyond_contract=tuple(world.beyond_contract[:BEYOND_SHOWN]),
     )
 
 
 BEYOND_SHOWN = 20
+
+
+def _run_observed(world: World, end_ms: int, progress: Callable[[int, int], None]) -> None:
+    """``world.run_until(end_ms)`` in slices, ``progress`` told after each."""
+    start_ms = world.runtime.now_ms()
+    slice_ms = max(1, (end_ms - start_ms) // PROGRESS_SLICES)
+    t_ms = start_ms
+    while t_ms < end_ms and not world.runtime.stop_requested:
+        t_ms = min(end_ms, t_ms + slice_ms)
+        world.run_until(t_ms)
+        progress(world.runtime.now_ms(), end_ms)
 
 
 def beyond_status(world: World) -> str:
@@ -182,6 +215,51 @@ def beyond_status(world: World) -> str:
         f"hit {first.hit} on {first.node}) and nothing noticed: a silent pass",
         world.runtime.now_ms(), (first.site,), world.trace.events))
     return FAIL
+
+
+def unfired_entries(world: World, opts: ScenarioOptions) -> tuple[Any, ...]:
+    """A hand-written script's entries that never fired in a green run; with
+    any, records ``fault-script-unfired`` naming each (and the run's nearest
+    sites and nodes, for a typo): a targeted test that tested nothing must
+    not pass. Nothing unless ``opts.script_must_fire``."""
+    script = opts.fault_script
+    if not opts.script_must_fire or not script:
+        return ()
+    plan_unfired = getattr(world.plan, "unfired", None)
+    missed = dict(plan_unfired() if plan_unfired is not None else ())
+    chooser = world.runtime.chooser
+    lost = {id(d) for d in (chooser.unapplied() if hasattr(chooser, "unapplied") else ())}
+    missed.update((index, e) for index, e in enumerate(script) if isinstance(e, Deviation) and id(e) in lost)
+    if not missed:
+        return ()
+    import difflib
+
+    hits = world.site_hits() if world.site_hits is not None else {}
+    sites = sorted({*hits, *(e.site for e in world.fault_events)})
+    nodes = sorted(world.nodes)
+    described = []
+    for index, entry in sorted(missed.items())[:UNFIRED_SHOWN]:
+        if isinstance(entry, Deviation):
+            described.append(f"entry {index} (schedule at {format_calendar(entry.time_ms)}: {entry.summary()}): "
+                             "never applied")
+            continue
+        why = []
+        name = entry.node.split("#", 1)[0]
+        if name != "*" and name not in world.nodes:
+            near = difflib.get_close_matches(name, nodes, n=2)
+            why.append(f"node {entry.node!r} never existed" + (f" (nearest: {', '.join(near)})" if near else ""))
+        if entry.site not in sites and not entry.site.startswith("alarm.") and entry.site != "process":
+            near = difflib.get_close_matches(entry.site, sites, n=2)
+            why.append(f"site {entry.site!r} was never hit" + (f" (nearest: {', '.join(near)})" if near else ""))
+        if entry.time_ms >= world.runtime.now_ms():
+            why.append("its time is past the run's end")
+        described.append(f"entry {index} ({entry.kind} at {entry.site} on {entry.node}, {format_calendar(entry.time_ms)}): "
+                         + ("; ".join(why) or "never fired"))
+    more = f"; and {len(missed) - UNFIRED_SHOWN} more" if len(missed) > UNFIRED_SHOWN else ""
+    world.invariants._record(Violation(
+        UNFIRED, f"{len(missed)} of {len(script)} script entries never fired: " + "; ".join(described) + more,
+        world.runtime.now_ms(), (), world.trace.events))
+    return tuple(entry for _, entry in sorted(missed.items()))
 
 
 def coverage(scenario: Scenario, world: World, stats: dict[str, Any]) -> dict[str, Any]:

@@ -56,6 +56,11 @@ class ScenarioOptions:
     # Per-hit fault rates by kind, replacing the scenario's default mix
     # (``{"ack-lost": 1e-3}``): parameters are data, not module constants.
     rates: Mapping[str, float] | None = None
+    # A hand-written script is a targeted test: an entry of it that never
+    # fires (a misspelt site or node) fails the run, ``fault-script-unfired``,
+    # instead of passing a test that tested nothing. A recorded script (a
+    # repro file's) replays without it: after a fix, divergence is expected.
+    script_must_fire: bool = False
 
     def __attrs_post_init__(self) -> None:
         assert self.store in STORES or ":" in self.store, self.store  # or a user adapter, MODULE:FACTORY

@@ -9,8 +9,8 @@ is the same invariant. Two phases, each bounded by the run budget:
    scheduling deviations alike: try halves, then complements, at finer and
    finer granularity, keeping any subset that still fails. First of all,
    the empty script (the bug may need no fault at all).
-2. Bisecting the duration (in whole minutes, between the failure's time and
-   the run's duration): the shortest run that still fails.
+2. Bisecting the duration (in whole minutes): first a run that ends just
+   past the failure's time, then below it: the shortest run that still fails.
 
 Removing an entry can shift the per-site hit index of the later ones (a
 crash that no longer happens makes fewer calls), so a subset may simply
@@ -135,13 +135,24 @@ def shrink(scenario: Scenario, opts: ScenarioOptions, *, runs_max: int = RUNS_MA
 
 
 def _shorten(judge: _Judge, opts: ScenarioOptions) -> None:
-    """Bisect the duration in whole minutes: the shortest that still fails."""
+    """Bisect the duration in whole minutes: the shortest that still fails.
+    A failure inside the run is tried first with the run ending just past
+    it (the run need not go on), then bisected below that; only if that
+    run does not fail (faults heal earlier in a shorter run) above it."""
     failed_at_ms = judge.best[1].violations[0].time_ms
     high = -(-opts.duration_ms // MS_PER_MINUTE)  # fails (or is the original)
-    # A failure inside the run: a run that ends before it cannot show it. One
-    # found after the run's end (settling, the audit) may show in any length.
-    low = failed_at_ms // MS_PER_MINUTE - 1 if failed_at_ms < opts.duration_ms else 0
+    # A failure inside the run: a run that ends well before it cannot show it
+    # (the settle phase after the end may still). One found after the run's
+    # end (settling, the audit) may show in any length.
+    low = max(0, failed_at_ms // MS_PER_MINUTE - 1) if failed_at_ms < opts.duration_ms else 0
     best = opts
+    past = failed_at_ms // MS_PER_MINUTE + 1  # the first whole minute after the failure
+    if failed_at_ms < opts.duration_ms and low < past < high:
+        candidate = attrs.evolve(opts, duration_ms=past * MS_PER_MINUTE)
+        if judge.fails(candidate):
+            high, best = past, candidate
+        else:
+            low = past
     while high - low > 1:
         middle = (low + high) // 2
         candidate = attrs.evolve(opts, duration_ms=middle * MS_PER_MINUTE)

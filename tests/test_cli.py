@@ -321,10 +321,18 @@ def test_violation_in_json_mode(planted_cas_bug, tmp_path, capsys):
     assert Path(result["repro_file"]).parent == tmp_path
 
 
-def test_unwritable_repro_dir_warns_but_still_reports_the_violation(planted_cas_bug, tmp_path, capsys):
+def test_unwritable_repro_dir_warns_but_still_reports_the_violation(planted_cas_bug, tmp_path, capsys, monkeypatch):
     # The directory is checked before the run; a write that fails anyway
-    # (here: a directory in the repro file's place) is a warning.
-    (tmp_path / "loomsim-repro-sentinel-year-5.json").mkdir()
+    # (here: a full disk) is a warning. (A name taken, even by a directory,
+    # is no failure: the writer takes the next free name.)
+    import errno
+
+    from sim.face import cli
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cli, "write_repro", full)
     code = main(["run", "sentinel-year", "--seed", "5", "--duration", "1d", "--repro-dir", str(tmp_path)])
     captured = capsys.readouterr()
     assert code == 1

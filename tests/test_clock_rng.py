@@ -32,6 +32,9 @@ from sim.rng import Stream, Streams, derive_seed64
     ("1y", 365 * MS_PER_DAY),
     ("100y", 100 * 365 * MS_PER_DAY),
     (" 7d ", 7 * MS_PER_DAY),
+    ("3d 22h 55m", 5_695 * 60_000),  # what format_duration_ms prints
+    ("1d 12h", 36 * MS_PER_HOUR),
+    ("1s 1ms", 1_001),
 ])
 def test_parse_duration(text, expected_ms):
     value = parse_duration_ms(text)
@@ -46,6 +49,7 @@ def test_twelve_months_is_exactly_one_year():
 @pytest.mark.parametrize("bad", [
     "", "   ", "30", "-5m", "5 parsecs", "0s", "0ms", "0y", "5", "m", "5.5m", "1e3s", "5M", "5mm", "five minutes",
     "101y", "36501d", "99999999999999999999999999999d", "5m5s", "+5m",
+    "1h 2d", "5m 5m", "5m 5min", "3d, 2h", "3d 2",
 ])
 def test_parse_duration_rejects(bad):
     with pytest.raises(DurationError) as info:
@@ -73,13 +77,14 @@ def test_longest_duration_accepted_is_the_bound():
 
 @pytest.mark.parametrize("duration_ms, text", [
     (300_000, "5m"),
-    (90_000, "90s"),
-    (36 * MS_PER_HOUR, "36h"),
+    (90_000, "1m 30s"),
+    (36 * MS_PER_HOUR, "1d 12h"),
     (365 * MS_PER_DAY, "365d"),
     (MS_PER_DAY, "1d"),
     (250, "250ms"),
-    (1_001, "1001ms"),
-    (61 * MS_PER_SECOND, "61s"),
+    (1_001, "1s 1ms"),
+    (61 * MS_PER_SECOND, "1m 1s"),
+    (5_695 * 60_000, "3d 22h 55m"),  # a shrunk duration: calendar units, not "5695m"
 ])
 def test_format_duration(duration_ms, text):
     assert format_duration_ms(duration_ms) == text

@@ -266,3 +266,70 @@ def test_a_failure_quoting_a_lone_surrogate_still_writes_and_replays_its_repro(s
     assert body["violations"][0]["message"].endswith("key '\ud800'")
     assert cli.main(["repro", path, "--json"]) == 1  # it replays the recorded run
     assert json.loads(capsys.readouterr().out)["violations"][0]["name"] == "fencing"
+
+
+# -- a targeted test that fires nothing fails; run --faults REPRO replays the file ------------------
+
+
+TYPO_SCRIPT = [
+    {"time_ms": 600_000, "node": "worker-1", "site": "ledger.reserve_setlement", "kind": "ack-lost"},
+    {"time_ms": 600_000, "node": "worker-9", "site": "ledger.reserve_settlement", "kind": "ack-lost"},
+    {"time_ms": 600_000, "node": "worker-1", "site": "ledger.reserve_settlement", "kind": "ack-lost",
+     "restart_after_ms": 2_000},
+]
+
+
+def test_a_hand_written_entry_that_never_fires_fails_the_run_naming_it(tmp_path, capsys):
+    from sim.face import cli
+
+    script = tmp_path / "typo.json"
+    script.write_text(json.dumps(TYPO_SCRIPT))
+    code = cli.main(["run", "ledger-storm", "--seed", "0", "--duration", "30m", "--no-swarm", "--faults",
+                     str(script), "--repro-dir", str(tmp_path), "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert (code, body["status"]) == (1, "fail")
+    (violation,) = body["violations"]
+    assert violation["name"] == "fault-script-unfired"
+    message = violation["message"]
+    assert "2 of 3 script entries never fired" in message
+    assert "entry 0 " in message and "'ledger.reserve_setlement' was never hit (nearest: ledger.reserve_settlement" in message
+    assert "entry 1 " in message and "node 'worker-9' never existed" in message
+    assert "entry 2 " not in message
+    # A hand-written script's failure gets its repro file, and that replays to the same verdict.
+    assert body["repro_file"] and os.path.dirname(body["repro_file"]) == str(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert cli.main(["repro", body["repro_file"], "--json"]) == 1
+    again = json.loads(capsys.readouterr().out)
+    assert again["violations"][0]["name"] == "fault-script-unfired"
+    assert again["trace_digest"] == body["trace_digest"] and again["repro_file"] == body["repro_file"]
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # the replay wrote nothing
+
+
+def test_a_hand_written_entry_fires_at_its_own_node():
+    script = parse_script([{"time_ms": 600_000, "node": "worker-2", "site": "ledger.reserve_settlement",
+                            "kind": "ack-lost", "restart_after_ms": 2_000}])
+    result = run(registry.get("ledger-storm"), ScenarioOptions(seed=0, duration_ms=parse_duration_ms("30m"),
+                                                              fault_script=script, script_must_fire=True))
+    assert result.passed
+    (fired,) = [e for e in result.fault_script if isinstance(e, FaultEvent)]
+    assert fired.node.startswith("worker-2") and fired.kind == ACK_LOST
+
+
+def test_run_faults_with_a_repro_file_adopts_its_configuration(stale_tokens_accepted, tmp_path, capsys):
+    from sim.face import cli, repro_file
+
+    opts = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("1h"),  # no swarm: the command line's default is one
+                           fault_script=parse_script([{"time_ms": 32 * 60_000, "node": "worker-1", "site": "process",
+                                                       "kind": "node-pause", "duration_ms": 28_000}]))
+    failing = run(registry.get("ledger-storm"), opts)
+    assert not failing.passed
+    path = repro_file.write_repro(failing, "loomsim run ...", str(tmp_path))
+    code = cli.main(["run", "ledger-storm", "--seed", "0", "--faults", path, "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 1 and body["trace_digest"] == failing.trace_digest  # the file's duration, swarm and knobs
+    assert body["config"]["duration"] == "1h" and body["repro_file"] == path
+    for argv, word in ((["run", "ledger-storm", "--seed", "1"], "seed 0, not 1"),
+                       (["run", "port-storm", "--seed", "0"], "scenario ledger-storm, not port-storm")):
+        assert cli.main([*argv, "--faults", path]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("loomsim: error: ") and err.count("\n") == 1 and word in err

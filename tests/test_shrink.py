@@ -99,3 +99,66 @@ def test_loomsim_shrink_refuses_bad_input_in_one_line(tmp_path, capsys):
     assert cli.main(["shrink", str(junk)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not JSON" in err
+
+
+def test_no_writer_overwrites_a_repro_file(stale_tokens_accepted, tmp_path):
+    failing = run(registry.get("ledger-storm"), OPTS)
+    first = repro_file.write_repro(failing, "first", str(tmp_path))
+    second = repro_file.write_repro(failing, "second", str(tmp_path))
+    third = repro_file.write_repro(failing, "third", str(tmp_path), path=first)
+    assert first.endswith("loomsim-repro-ledger-storm-0.json")
+    assert (second, third) == (first[:-len(".json")] + "-2.json", first[:-len(".json")] + "-3.json")
+    assert [json.load(open(p, encoding="utf-8"))["command"] for p in (first, second, third)] == [
+        "first", "second", "third"]
+
+
+def test_shrink_then_repro_of_the_shrunk_file_leaves_every_other_file_unchanged(stale_tokens_accepted, tmp_path,
+                                                                                capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    failing = run(registry.get("ledger-storm"), OPTS)
+    original = repro_file.write_repro(failing, "loomsim run ...", str(tmp_path))
+    assert cli.main(["shrink", original]) == 0
+    shrunk = tmp_path / "loomsim-shrunk-ledger-storm-0.json"
+    assert shrunk.is_file()
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert cli.main(["repro", str(shrunk), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["repro_file"] == str(shrunk)  # the input is the repro file
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_duration_bisection_starts_just_past_the_failure_and_prints_calendar_units(stale_tokens_accepted):
+    tried = []
+    long_opts = OPTS  # 2h: the old bisection first tried the middle, 75m
+    shrunk = shrink(registry.get("ledger-storm"), long_opts, runs_max=60,
+                    on_run=lambda runs, still, candidate: tried.append(candidate.duration_ms))
+    failed_at_ms = shrunk.result.violations[0].time_ms
+    just_past_ms = (failed_at_ms // MINUTE_MS + 1) * MINUTE_MS
+    shortened = [d for d in tried if d != long_opts.duration_ms]
+    assert shortened[0] == just_past_ms  # not the middle of the full duration
+    # (that run heals its faults earlier and passes: the bisection goes on above it)
+    assert failed_at_ms < shrunk.opts.duration_ms < just_past_ms + 10 * MINUTE_MS
+    from sim.clock import format_duration_ms
+
+    assert format_duration_ms(5_695 * MINUTE_MS) == "3d 22h 55m"
+    assert parse_duration_ms(format_duration_ms(5_695 * MINUTE_MS)) == 5_695 * MINUTE_MS
+
+
+def test_a_shrunk_repro_of_a_planted_bug_replays_with_the_bug(tmp_path, capsys, monkeypatch):
+    """``run --mutant`` records the bug in its repro file; the shrunk file must
+    carry it too, or its replay runs the correct code and passes."""
+    from faults import mutants
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "ledger-storm", "--seed", "0", "--duration", "40m", "--mutant", "ledger-claim-newest-first"]
+    try:
+        assert cli.main(argv) == 1
+        assert cli.main(["shrink", "loomsim-repro-ledger-storm-0.json"]) == 0
+        body = json.load(open("loomsim-shrunk-ledger-storm-0.json", encoding="utf-8"))
+        assert body["config"]["mutant"] == "ledger-claim-newest-first"
+        capsys.readouterr()
+        mutants.revert()  # the replay must put the bug back in from the file alone
+        assert cli.main(["repro", "loomsim-shrunk-ledger-storm-0.json", "--json"]) == 1
+        assert json.loads(capsys.readouterr().out)["violations"][0]["name"] == "fifo-one-active"
+    finally:
+        mutants.revert()  # in-process runs: the next test gets the clean code

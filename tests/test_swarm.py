@@ -101,7 +101,9 @@ def test_run_json_shows_swarm_choices_and_per_kind_and_per_failpoint_counts(tmp_
     human = _cli("run", "ledger-storm", "--seed", "7", "--duration", "1h", cwd=str(tmp_path))
     lines = human.stdout.splitlines()
     assert lines[1].startswith("swarm: faults=")  # printed before the run
-    assert any(line.startswith("coverage: never fired:") for line in lines)
+    # Kinds on and never reached are told apart from kinds this seed's swarm switched off.
+    assert any(line.startswith("coverage: never fired (enabled):") and "switched off by this seed's swarm:" in line
+               for line in lines)
 
 
 def test_cli_refuses_bad_pins_in_one_line(tmp_path):

@@ -1,9 +1,12 @@
 """The command line: ``loomsim`` (also ``python -m sim``).
 
-Exit codes: 0 every invariant held, 1 an invariant was violated, 2 usage
-error (unknown scenario, malformed seed/duration/flag, unusable database or
-trace path, a scenario module that cannot be loaded). Usage errors are one
-line on stderr, never a traceback.
+Exit codes: 0 every invariant held, 1 an invariant was violated (a sweep: a
+seed failed; with --require-coverage, a coverage gap), 2 usage error (unknown
+scenario, malformed seed/duration/flag, unusable database or trace path, a
+scenario module that cannot be loaded), 3 infrastructure error (a sweep's or
+``mutants``' child crashed or printed no result), 128 + the signal when
+SIGINT (130) or SIGTERM (143) stopped it. Usage errors are one line on
+stderr, never a traceback.
 
 ``--scenarios MODULE`` (repeatable) is a global option, before the command:
 the user's scenario modules (``sim.face.discovery``), loaded with the
@@ -29,8 +32,8 @@ from typing import Any, NoReturn, Sequence
 from faults.script import ScriptError, load_script, script_to_json
 from sim.clock import DurationError, format_calendar, format_duration_ms, format_span_ms, parse_duration_ms
 from sim.face import discovery
-from sim.face.repro_file import (ReproFileError, param_flag, repro_argv, repro_command, repro_filename,
-                                 shrunk_filename, write_repro)
+from sim.face.repro_file import (ReproFileError, is_repro_file, param_flag, read_repro, repro_argv, repro_command,
+                                 repro_filename, shrunk_filename, write_repro)
 from sim.interleave import Deviation
 from sim.runner import DETECTED, PASS, RunResult, run
 from sim.scenario import ScenarioOptions, SetupError
@@ -39,6 +42,20 @@ EXIT_PASS = 0
 DEVIATIONS_SHOWN = 3  # scheduling deviations a failure report lists
 EXIT_VIOLATION = 1
 EXIT_USAGE = 2
+EXIT_ERROR = 3  # infrastructure: a child of a sweep crashed or printed no result
+RESULT_FORMAT = "loomsim-result/1"  # the ``format`` of ``run --json`` (a sweep's: sweep.SWEEP_FORMAT)
+PROGRESS_EVERY_S = 10.0  # a long run's progress line on stderr, every so many wall seconds
+EPILOG = """\
+exit codes: 0 pass, 1 an invariant violated (sweep: a seed failed; with
+--require-coverage also a coverage gap), 2 usage error, 3 infrastructure
+error (a sweep's child crashed or printed no result), 130/143 stopped by
+SIGINT/SIGTERM.
+
+fault kinds (--faults-enable/--faults-disable/--rate KIND=P):
+  {kinds}
+each scenario's fault kinds, failpoints, workload switches and knobs
+(--knob NAME=VALUE): loomsim list --faults [SCENARIO]
+"""
 SEED_MAX = 2**63 - 1
 EXCERPT_LINES = 14  # the full excerpt is in the repro file
 NAMED_STORES = ("memory", "sqlite")
@@ -129,13 +146,22 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def build_parser() -> _Parser:
+    from faults.kinds import ALL_FAULT_KINDS
+
     parser = _Parser(prog="loomsim", description="Deterministic simulation testing for durable agent runtimes.",
+                     epilog=EPILOG.format(kinds=_wrap(ALL_FAULT_KINDS, "  ")),
+                     formatter_class=argparse.RawDescriptionHelpFormatter,
                      allow_abbrev=False)  # --scenarios is read before parsing: spelled out in full
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument(SCENARIOS_FLAG, action="append", default=[], metavar="MODULE",
                         help="import MODULE (repeatable; before the command) to register its scenarios, "
                              "e.g. --scenarios examples.two_cadences; the current directory is importable")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.add_parser("list", help="list the scenarios")
+    list_p = sub.add_parser("list", help="list the scenarios (--faults: their fault kinds, failpoints, knobs)")
+    list_p.add_argument("scenario", nargs="?", default=None, help="only this scenario (with --faults)")
+    list_p.add_argument("--faults", action="store_true",
+                        help="per scenario: the fault kinds, failpoints, workload switches and knobs a seed's "
+                             "swarm chooses from")
     repro_p = sub.add_parser("repro", help="replay a repro file: its configuration and its fault script")
     repro_p.add_argument("file", help="a loomsim-repro-*.json file written by a failing run")
     repro_p.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -163,6 +189,12 @@ def build_parser() -> _Parser:
                        help="run with the planted bug NAME of the mutant catalogue (see loomsim mutants --list)")
     run_p.add_argument("--mutants", default=None, metavar="MODULE",
                        help="also know the mutants of MODULE's MUTANTS list (a user's, for --mutant)")
+    run_p.add_argument("--progress", action="store_true",
+                       help=f"print progress on stderr every {PROGRESS_EVERY_S:g} wall seconds: simulated time "
+                            "reached, percent, wall time, ETA (the default when stderr is a terminal)")
+    run_p.add_argument("--progress-every", type=_progress_every, default=None, metavar="S",
+                       help="... every S wall seconds instead (implies --progress)")
+    run_p.add_argument("--no-progress", action="store_true", help="no progress lines, even on a terminal")
     from sim.face.mutants import add_parser as add_mutants_parser
 
     add_mutants_parser(sub, seed_range=_seed_range, count=_count)
@@ -192,6 +224,30 @@ def build_parser() -> _Parser:
     # A sweep without --store mixes the stores (--sqlite-every); one with it runs that store only.
     sweep_p.set_defaults(store=None)
     return parser
+
+
+def _wrap(names: Sequence[str], indent: str, width: int = 76, head: str = "") -> str:
+    """``names`` comma-separated, wrapped at ``width`` (continuation lines
+    indented; the first after ``head``, printed before it)."""
+    lines: list[str] = []
+    line = ""
+    for name in names:
+        piece = name if not line else f"{line}, {name}"
+        if line and len(indent if lines else head) + len(piece) > width:
+            lines.append(line + ",")
+            piece = name
+        line = piece
+    return f"\n{indent}".join([*lines, line])
+
+
+def _progress_every(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"invalid progress interval {text!r}: expected seconds, a positive number")
+    return seconds
 
 
 def _seed_range(text: str) -> range:
@@ -275,6 +331,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("loomsim: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout closed early (``loomsim list --faults | head``): not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_PASS
+    except BaseException as error:
+        from sim.face.sweep import Interrupted
+
+        if not isinstance(error, Interrupted):
+            raise
+        stopped = f"; stopped {error.stopped} running child run(s)" if error.stopped else ""
+        print(f"loomsim: interrupted by {error}{stopped}; no summary", file=sys.stderr)
+        return 128 + error.signum
 
 
 def leading_scenario_modules(argv: Sequence[str]) -> list[str]:
@@ -292,11 +360,11 @@ def leading_scenario_modules(argv: Sequence[str]) -> list[str]:
         elif token.startswith(SCENARIOS_FLAG + "="):
             modules.append(token.partition("=")[2])
             index += 1
-        elif token in ("-h", "--help"):
+        elif token in ("-h", "--help", "--version"):
             index += 1
         elif token.startswith("-") and token != "--":
             raise UsageError(f"unrecognized option {token!r} before the command "
-                             f"(the global options: {SCENARIOS_FLAG} MODULE, -h)")
+                             f"(the global options: {SCENARIOS_FLAG} MODULE, --version, -h)")
         else:
             break
     for token in argv[index + 1:]:
@@ -321,8 +389,11 @@ def _main(argv: list[str], *, replaying: bool = False) -> int:
     from scenarios import registry
 
     _, args = parse(argv)
+    if args.version and args.command is None:
+        print(f"loomsim {version()}")
+        return EXIT_PASS
     if args.command is None:
-        raise UsageError("no command given: expected one of list, run, sweep, repro, shrink, bench "
+        raise UsageError("no command given: expected one of list, run, sweep, mutants, repro, shrink, bench "
                          "(see loomsim --help)")
     if args.command == "bench":
         from sim.face.bench import bench, render
@@ -334,6 +405,8 @@ def _main(argv: list[str], *, replaying: bool = False) -> int:
         return _main(repro_argv(args.file, json_output=args.json, scenario_modules=args.scenarios), replaying=True)
     if args.command == "shrink":
         return _shrink(args)
+    if args.command == "list" and (args.faults or args.scenario is not None):
+        return _list_faults(args.scenario)
     if args.command == "list":
         for scenario in registry.all_scenarios():
             print(f"{scenario.name:<16} {scenario.description} (default {format_duration_ms(scenario.default_duration_ms)})")
@@ -349,6 +422,89 @@ def _main(argv: list[str], *, replaying: bool = False) -> int:
     if not replaying:  # a replay writes next to its file if it can, and warns if not
         _check_repro_dir(args.repro_dir)
     return _run(scenario, args, argv)
+
+
+def version() -> str:
+    """The installed package's version (the runner's own when not installed)."""
+    from importlib import metadata
+
+    from sim.runner import LOOMSIM_VERSION
+
+    try:
+        return metadata.version("loomsim")
+    except metadata.PackageNotFoundError:
+        return LOOMSIM_VERSION
+
+
+def _list_faults(only: str | None) -> int:
+    """``loomsim list --faults [SCENARIO]``: what each scenario's seeds choose from."""
+    from faults.kinds import ALL_FAULT_KINDS
+    from scenarios import registry
+
+    if only is None:
+        scenarios = registry.all_scenarios()
+    else:
+        try:
+            scenarios = [registry.get(only)]
+        except registry.UnknownScenario as error:
+            raise UsageError(str(error)) from None
+    print(f"fault kinds: {_wrap(ALL_FAULT_KINDS, '  ', head='fault kinds: ')}")
+    for scenario in scenarios:
+        space = scenario.swarm_space
+        print(f"\n{scenario.name}: {scenario.description}")
+        if space is None:
+            print("  no swarm: the scenario's own fault mix (see coverage in a run's output)")
+        else:
+            for label, names in (("fault kinds", space.fault_kinds),
+                                 ("failpoints (failpoint-crash sites)", space.failpoints),
+                                 ("workload switches", space.workload)):
+                print(f"  {label}: {_wrap(names, '    ', head=f'  {label}: ') or 'none'}")
+            for knob in space.knobs:
+                print(f"  knob {knob.name}={knob.default} (range {knob.minimum}..{knob.maximum}): {knob.help}")
+        for spec in scenario.params:
+            print(f"  {param_flag(spec.name)} N ({spec.minimum}..{spec.maximum}): {spec.help}")
+        if scenario.sometimes:
+            print(f"  sometimes-properties: {', '.join(scenario.sometimes)}")
+    return EXIT_PASS
+
+
+def _progress_reporter(args: argparse.Namespace) -> Any:
+    """``run``'s progress line on stderr every ``--progress-every`` wall
+    seconds, when asked (``--progress``) or when stderr is a terminal; None
+    without. It reads the wall clock only: the run does not see it."""
+    every_s = args.progress_every
+    wanted = args.progress or every_s is not None or _isatty(sys.stderr)
+    if args.no_progress or not wanted:
+        return None
+    every_s = every_s or PROGRESS_EVERY_S
+    started_s = time.perf_counter()
+    last = [started_s]
+
+    def report(now_ms: int, end_ms: int) -> None:
+        wall_s = time.perf_counter()
+        if wall_s - last[0] < every_s or now_ms >= end_ms:
+            return
+        last[0] = wall_s
+        print(progress_line(now_ms, end_ms, wall_s - started_s), file=sys.stderr, flush=True)
+
+    return report
+
+
+def progress_line(now_ms: int, end_ms: int, elapsed_s: float) -> str:
+    """``progress: simulated 93d of 365d 12h (25.5%), 2m 10s wall, ETA 6m 20s``."""
+    from sim.face.sweep import format_wall_s
+
+    share = now_ms / end_ms if end_ms > 0 else 1.0
+    eta = format_wall_s(elapsed_s / share - elapsed_s) if share > 0 else "unknown"
+    return (f"loomsim: progress: simulated {format_span_ms(now_ms)} of {format_span_ms(end_ms)} "
+            f"({100 * share:.1f}%), {format_wall_s(elapsed_s)} wall, ETA {eta}")
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _check_repro_dir(path: str) -> None:
@@ -469,11 +625,13 @@ def _options(scenario: Any, args: argparse.Namespace) -> ScenarioOptions:
         if not os.path.isdir(parent):
             raise UsageError(f"--db {args.db!r}: directory {parent!r} does not exist")
     fault_script = None
+    must_fire = False
     if args.faults:
         try:
             fault_script = load_script(args.faults)
         except ScriptError as error:
             raise UsageError(str(error)) from None
+        must_fire = _script_must_fire(args.faults)
     knobs: dict[str, int] = {}
     for name, value in args.knob:
         if name in knobs:
@@ -489,7 +647,17 @@ def _options(scenario: Any, args: argparse.Namespace) -> ScenarioOptions:
                            fault_script=fault_script, swarm=not args.no_swarm,
                            faults_enable=_names(args.faults_enable), faults_disable=_names(args.faults_disable),
                            knobs=knobs, schedule=_schedule(args.schedule), beyond_contract=args.beyond_contract,
-                           rates=rates or None)
+                           rates=rates or None, script_must_fire=must_fire)
+
+
+def _script_must_fire(path: str) -> bool:
+    """A hand-written script's every entry must fire (a targeted test that
+    fires nothing tests nothing); a repro file's recorded script is a replay
+    (after a fix it may diverge), held to it only if its run was."""
+    if not is_repro_file(path):
+        return True
+    config = read_repro(path).get("config")
+    return isinstance(config, dict) and config.get("script_must_fire") is True
 
 
 def _mutants(args: argparse.Namespace) -> int:
@@ -519,7 +687,55 @@ def _apply_mutant(args: argparse.Namespace) -> Any:
         raise UsageError(str(error)) from None
 
 
+# What ``run --faults REPRO`` keeps from its own command line whatever the file says.
+_NOT_ADOPTED = ("command", "scenario", "seed", "faults", "repro_dir", "json", "trace", "db", "scenarios")
+
+
+def _given_options(argv: list[str]) -> set[str]:
+    """The ``run`` options (their dests) ``argv`` sets explicitly."""
+    parser = build_parser()
+    (run_p,) = (action.choices["run"] for action in parser._actions
+                if isinstance(action, argparse._SubParsersAction))
+    given = set()
+    for action in run_p._actions:
+        for flag in action.option_strings:
+            if any(token == flag or token.startswith(flag + "=") for token in argv):
+                given.add(action.dest)
+    return given
+
+
+def _adopt_repro_config(scenario: Any, args: argparse.Namespace, argv: list[str]) -> argparse.Namespace:
+    """``run --faults FILE`` with a repro file replays it as ``loomsim
+    repro FILE`` does: the file's configuration (duration, store,
+    parameters, swarm choices, knobs, rates, mutant) for whatever the
+    command line does not set; a scenario or seed that contradicts the
+    file's is a usage error. A hand-written script: ``args`` as they are."""
+    if not args.faults or not is_repro_file(args.faults):
+        return args
+    _, recorded = parse(repro_argv(args.faults, json_output=args.json, scenario_modules=args.scenarios))
+    for what, mine, theirs in (("scenario", scenario.name, recorded.scenario), ("seed", args.seed, recorded.seed)):
+        if mine != theirs:
+            raise UsageError(f"--faults {args.faults!r} is a repro file of {what} {theirs}, not {mine}: "
+                             f"replay it as recorded with loomsim repro {shlex.quote(args.faults)}")
+    given = _given_options(argv)
+    merged = argparse.Namespace(**vars(args))
+    for dest, value in vars(recorded).items():
+        if dest not in _NOT_ADOPTED and dest not in given:
+            setattr(merged, dest, value)
+    # Pins merge one by one: the command line's win over the file's.
+    mine_knobs = {name for name, _ in args.knob}
+    merged.knob = [*(k for k in recorded.knob if k[0] not in mine_knobs), *args.knob]
+    mine_rates = {kind for kind, _ in args.rate}
+    merged.rate = [*(r for r in recorded.rate if r[0] not in mine_rates), *args.rate]
+    enable, disable = set(_names(args.faults_enable)), set(_names(args.faults_disable))
+    merged.faults_enable = ",".join(sorted(enable | (set(_names(recorded.faults_enable)) - disable)))
+    merged.faults_disable = ",".join(sorted(disable | (set(_names(recorded.faults_disable)) - enable)))
+    merged.scenarios = recorded.scenarios
+    return merged
+
+
 def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
+    args = _adopt_repro_config(scenario, args, argv)
     mutant = _apply_mutant(args)
     opts = _options(scenario, args)
     trace_file = None
@@ -535,7 +751,7 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
             print(f"mutant: {mutant.name} ({mutant.module}): {mutant.doc}")
     try:
         result = run(scenario, opts, trace_stream=trace_file, wall_clock=time.perf_counter,
-                     on_start=None if args.json else _print_choices)
+                     on_start=None if args.json else _print_choices, on_progress=_progress_reporter(args))
     except sqlite3.DatabaseError as error:
         raise UsageError(f"database {args.db or '(temporary)'}: {error}") from None
     except SetupError as error:
@@ -552,10 +768,9 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
                             mutant=None if mutant is None else mutant.name, mutants_module=args.mutants)
     repro_path = None
     if not result.passed:
-        target = os.path.join(args.repro_dir, repro_filename(result.scenario, result.seed))
-        if args.faults and os.path.abspath(target) == os.path.abspath(args.faults):
-            repro_path = args.faults  # replaying this very file: keep it as it is
-        else:
+        if args.faults and is_repro_file(args.faults):
+            repro_path = args.faults  # a replay of a repro file: it is the repro file, nothing new is written
+        else:  # a new file, never over an existing one (write_repro takes the next free name)
             repro_path = _write_repro(result, command, args.repro_dir, scenario_modules=args.scenarios)
     if args.json:
         body = result_json(result, command, repro_path)
@@ -577,7 +792,7 @@ def _shrink(args: argparse.Namespace) -> int:
         raise UsageError("--max-runs must be at least 1")
     # Parsed after the file's modules are loaded: their scenarios' flags.
     _, run_args = parse(repro_argv(args.file, json_output=False, scenario_modules=args.scenarios))
-    _apply_mutant(run_args)  # a repro of a planted bug shrinks with the bug in place
+    mutant = _apply_mutant(run_args)  # a repro of a planted bug shrinks with the bug in place
     scenario = registry.get(run_args.scenario)
     opts = _options(scenario, run_args)
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.file)),
@@ -600,6 +815,10 @@ def _shrink(args: argparse.Namespace) -> int:
     except sqlite3.DatabaseError as error:
         raise UsageError(f"database (temporary): {error}") from None
     result = shrunk.result
+    if mutant is not None:  # the shrunk file replays with the same planted bug
+        result.config["mutant"] = mutant.name
+        if run_args.mutants:
+            result.config["mutants_module"] = run_args.mutants
     command = f"loomsim repro {shlex.quote(out)}"
     path = _write_repro(result, command, "", path=out, scenario_modules=run_args.scenarios, extra={"shrunk_from": {
         "file": args.file, "entries": shrunk.original_entries,
@@ -629,6 +848,7 @@ def result_json(result: RunResult, command: str, repro_path: str | None) -> dict
     """The ``--json`` object of a run (``wakes`` only if the scenario counts them in its stats)."""
     wakes = result.stats.get("wakes")
     return {
+        "format": RESULT_FORMAT,
         "scenario": result.scenario,
         "seed": result.seed,
         "store": result.store,
@@ -647,7 +867,7 @@ def result_json(result: RunResult, command: str, repro_path: str | None) -> dict
         ],
         "stats": result.stats,
         "config": result.config,
-        "coverage": result.coverage,
+        "coverage": {**result.coverage, **_never_fired_split(result)} if result.coverage else result.coverage,
         "beyond_contract": [script_to_json((e,))[0] for e in result.beyond_contract],
         "peak_rss_mb": _peak_rss_mb(),
         "repro_command": command,
@@ -704,9 +924,12 @@ def _print_result(result: RunResult, command: str, repro_path: str | None) -> No
     print(f"invariant checks: {checks}")
     cov = result.coverage
     if cov:
-        never = ", ".join(cov["never_fired"]) or "none"
+        split = _never_fired_split(result)
+        never = ", ".join(split["never_fired_enabled"]) or "none"
+        off = ", ".join(split["switched_off"]) or "none"
         missed = ", ".join(name for name, held in cov["sometimes"].items() if not held) or "none"
-        print(f"coverage: never fired: {never}; sometimes-properties not reached: {missed}")
+        print(f"coverage: never fired (enabled): {never}; switched off by this seed's swarm: {off}; "
+              f"sometimes-properties not reached: {missed}")
     print(f"trace digest: {result.trace_digest}")
     broken = result.beyond_contract
     if broken:
@@ -739,6 +962,19 @@ def _print_result(result: RunResult, command: str, repro_path: str | None) -> No
     print(f"reproduce: {command}")
     if repro_path:
         print(f"repro file: {repro_path}")
+
+
+def _never_fired_split(result: RunResult) -> dict[str, list[str]]:
+    """The run's ``never_fired``, told apart: enabled (by its swarm, its
+    pinned rates, its plan) and never fired, or switched off for this seed
+    (``sweep.enabled_in``: the same reading a sweep makes of the JSON)."""
+    from sim.face.sweep import enabled_in
+
+    kinds_on, failpoints_on = enabled_in({"config": result.config, "coverage": result.coverage})
+    never = result.coverage.get("never_fired", [])
+    on = kinds_on | failpoints_on
+    return {"never_fired_enabled": [name for name in never if name in on],
+            "switched_off": [name for name in never if name not in on]}
 
 
 def _short(value: Any, limit: int = 80) -> str:

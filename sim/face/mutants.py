@@ -41,8 +41,10 @@ from typing import Any, Sequence
 import attrs
 
 from sim.clock import DurationError, format_duration_ms, parse_duration_ms
-from sim.face.sweep import Job, _child, _outcome
+from sim.face.sweep import EXIT_ERROR, Job, _child, _outcome, forwarding_signals, reap, spawning
 
+# 0 every mutant detected, 1 one survived, 3 none survived but a child could
+# not run (an infrastructure error; the CLI's usage error is 2).
 EXIT_ALL_DETECTED, EXIT_SURVIVED = 0, 1
 DETECTED, SURVIVED, ERROR, EQUIVALENT = "detected", "survived", "error", "equivalent"
 SEEDS_MAX = 10_000
@@ -198,38 +200,52 @@ def mutants_command(args: argparse.Namespace, global_args: Sequence[str]) -> int
     baselines: list[_Job] = []
     jobs: list[_Job] = []
     out = sys.stderr if args.json else sys.stdout
-    try:
-        if not args.no_baseline:
-            # First the same seeds without any mutant: a seed that fails clean
-            # says nothing about a mutant, so no mutant is judged on it.
-            pairs = dict.fromkeys((name, m.store) for m in selected for name in m.scenarios)
-            baselines = [_Job(f"baseline {name} ({store})", None, (name,), store,
-                              [(seed, 0) for seed in args.seeds], durations, repro_dir=scratch)
-                         for name, store in pairs]
-            _drive(baselines, args, list(global_args), exhaustive=True, out=out)
-        excluded = {(job.scenarios[0], job.store, key[0]): result for job in baselines
-                    for key, result in job.results.items() if result["status"] != "pass"}
-        for mutant in selected:
-            directory = os.path.join(args.repro_dir or scratch, mutant.name)
-            os.makedirs(directory, exist_ok=True)
-            # Seed-major, as a sweep interleaves: seed A of every scenario the
-            # mutant concerns, then seed A+1 of each (a port-level bug is met
-            # by the port adversary at seed A, not after every sentinel seed).
-            keys = [(seed, i) for seed in args.seeds for i, name in enumerate(mutant.scenarios)
-                    if (name, mutant.store, seed) not in excluded]
-            jobs.append(_Job(mutant.name, mutant, mutant.scenarios, mutant.store, keys, durations,
-                             repro_dir=directory))
-        _drive(jobs, args, list(global_args), exhaustive=False, out=out)
-    finally:
-        for job in (*baselines, *jobs):  # interrupted: leave no child behind
-            for proc in job.running.values():
-                proc.kill()
-                proc.wait()
-        shutil.rmtree(scratch, ignore_errors=True)
+    failure: BaseException | None = None
+    # SIGINT / SIGTERM: passed on to the children, reaped, ``Interrupted``.
+    with forwarding_signals():
+        try:
+            _mutants_run(args, global_args, selected, durations, scratch, baselines, jobs, out)
+        except BaseException as error:
+            failure = error
+            raise
+        finally:
+            # Interrupted: leave no child behind.
+            reap([proc for job in (*baselines, *jobs) for proc in job.running.values()], failure)
+            shutil.rmtree(scratch, ignore_errors=True)
     table = summarize([_row(job) for job in jobs], seeds=args.seeds, jobs=args.jobs,
                       baseline=[_baseline_row(job) for job in baselines])
     print(json.dumps(table, ensure_ascii=False) if args.json else render(table))
-    return EXIT_ALL_DETECTED if table["survived"] == 0 and table["errors"] == 0 else EXIT_SURVIVED
+    if table["survived"]:
+        return EXIT_SURVIVED
+    return EXIT_ERROR if table["errors"] else EXIT_ALL_DETECTED
+
+
+def _mutants_run(args: argparse.Namespace, global_args: Sequence[str], selected: list[Any],
+                 durations: dict[str, str], scratch: str, baselines: list[_Job], jobs: list[_Job],
+                 out: Any) -> None:
+    """The baseline, then every selected mutant (``baselines`` and ``jobs``
+    filled in as they start, for the caller to reap)."""
+    if not args.no_baseline:
+        # First the same seeds without any mutant: a seed that fails clean
+        # says nothing about a mutant, so no mutant is judged on it.
+        pairs = dict.fromkeys((name, m.store) for m in selected for name in m.scenarios)
+        baselines.extend(_Job(f"baseline {name} ({store})", None, (name,), store,
+                              [(seed, 0) for seed in args.seeds], durations, repro_dir=scratch)
+                         for name, store in pairs)
+        _drive(baselines, args, list(global_args), exhaustive=True, out=out)
+    excluded = {(job.scenarios[0], job.store, key[0]): result for job in baselines
+                for key, result in job.results.items() if result["status"] != "pass"}
+    for mutant in selected:
+        directory = os.path.join(args.repro_dir or scratch, mutant.name)
+        os.makedirs(directory, exist_ok=True)
+        # Seed-major, as a sweep interleaves: seed A of every scenario the
+        # mutant concerns, then seed A+1 of each (a port-level bug is met
+        # by the port adversary at seed A, not after every sentinel seed).
+        keys = [(seed, i) for seed in args.seeds for i, name in enumerate(mutant.scenarios)
+                if (name, mutant.store, seed) not in excluded]
+        jobs.append(_Job(mutant.name, mutant, mutant.scenarios, mutant.store, keys, durations,
+                         repro_dir=directory))
+    _drive(jobs, args, list(global_args), exhaustive=False, out=out)
 
 
 def _child_job(job: _Job, key: tuple[int, int], module: str | None, global_args: Sequence[str]) -> Job:
@@ -265,7 +281,8 @@ def _drive(jobs: list[_Job], args: argparse.Namespace, global_args: list[str], *
                 break
             key = job.keys[job.next_index]
             job.next_index += 1
-            job.running[key] = _child(_child_job(job, key, args.mutants, global_args), None)
+            with spawning():
+                job.running[key] = _child(_child_job(job, key, args.mutants, global_args), None)
             running += 1
         if running == 0:
             return

@@ -60,10 +60,49 @@ def scenarios_argv(modules: Iterable[str]) -> list[str]:
     return argv
 
 
+FREE_NAMES_MAX = 10_000  # ``-2`` ... : how far a writer looks for a free name
+
+
+def free_path(path: str, attempt: int) -> str:
+    """The ``attempt``-th name for ``path``: itself, then ``stem-2.json``, ``stem-3.json`` ..."""
+    if attempt == 1:
+        return path
+    stem, ext = os.path.splitext(path)
+    return f"{stem}-{attempt}{ext}"
+
+
+def _create_exclusive(path: str) -> tuple[str, Any]:
+    """Open a new file at ``path``, or the next free ``-2``, ``-3`` ... name:
+    an artifact is never overwritten (an earlier run's, a shrink's input, a
+    sweep seed's). Raises ``OSError`` (``FileExistsError`` past the bound)."""
+    for attempt in range(1, FREE_NAMES_MAX + 1):
+        candidate = free_path(path, attempt)
+        try:
+            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            continue
+        # A lone surrogate (a key an adversary made) has no UTF-8 form: written
+        # as its \uXXXX escape, which JSON reads back as the same code point.
+        return candidate, os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace")
+    raise FileExistsError(f"{path} and {FREE_NAMES_MAX - 1} numbered names after it all exist")
+
+
+def is_repro_file(path: str) -> bool:
+    """Whether ``path`` holds a repro file (``run --faults`` then adopts its
+    configuration) rather than a hand-written script; unreadable: False
+    (the script loader says why)."""
+    try:
+        read_repro(path)
+    except ReproFileError:
+        return False
+    return True
+
+
 def write_repro(result: Any, command: str, directory: str, *, path: str | None = None,
                 extra: dict[str, Any] | None = None, scenario_modules: Iterable[str] = ()) -> str:
-    """Write the failure ``result`` (a ``RunResult``) as a repro file in
-    ``directory`` (or at ``path``); return its path. Raises ``OSError``."""
+    """Write the failure ``result`` (a ``RunResult``) as a new repro file in
+    ``directory`` (or at ``path``), at the next free name if that one is
+    taken; return its path. Raises ``OSError``."""
     path = path or os.path.join(directory, repro_filename(result.scenario, result.seed))
     body = {
         "format": FORMAT,
@@ -77,10 +116,10 @@ def write_repro(result: Any, command: str, directory: str, *, path: str | None =
         "excerpt": [json.loads(event_json(e)) for e in result.excerpt],
         **(extra or {}),
     }
-    # A lone surrogate (a key an adversary made) has no UTF-8 form: written
-    # as its \uXXXX escape, which JSON reads back as the same code point.
-    with open(path, "w", encoding="utf-8", errors="backslashreplace") as handle:
-        json.dump(body, handle, ensure_ascii=False, indent=1)
+    text = json.dumps(body, ensure_ascii=False, indent=1)  # before the file exists: no empty artifact on error
+    path, handle = _create_exclusive(path)
+    with handle:
+        handle.write(text)
     return path
 
 

@@ -41,9 +41,11 @@ and to keep a time budget, and starts processes; nothing simulated runs here.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -55,7 +57,13 @@ import attrs
 from faults.kinds import FAILPOINT_CRASH, TIMED_FAULT_KINDS
 from sim.face import model_coverage
 
-EXIT_PASS, EXIT_VIOLATION = 0, 1
+# 0 every seed passed, 1 a seed failed (or, with ``require_coverage``, a
+# coverage gap), 3 a child could not run (an infrastructure error: it crashed,
+# printed no result); 2 is the CLI's usage error. A failure outranks an error.
+EXIT_PASS, EXIT_VIOLATION, EXIT_ERROR = 0, 1, 3
+# The ``format`` of the sweep's --json object (a run's is ``loomsim-result/1``).
+SWEEP_FORMAT = "loomsim-sweep/1"
+REAP_S = 5.0  # how long a signalled child may take to exit before it is killed
 # Every 8th seed runs beyond the contract (seeds 7, 15, 23, ...).
 BEYOND_EVERY_DEFAULT = 8
 # Every 4th seed runs on SQLite when the sweep is not told a store (1, 5, 9, ...).
@@ -66,6 +74,100 @@ POLL_S = 0.05  # how often the parent looks at its running children
 
 # The directory holding the ``sim`` package (sim/face/sweep.py -> its root).
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached a command that runs children (``sweep``,
+    ``mutants``): raised in the main thread by ``forwarding_signals``; the
+    command's ``finally`` passes the signal on to its children and reaps
+    them (``reap``), the CLI prints one line and exits 128 + the signal.
+    A ``BaseException``, like ``KeyboardInterrupt``: no ``except Exception``
+    swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.stopped = 0  # children stopped on the way out (set by ``reap``)
+
+
+class _Signals:
+    """The state of ``forwarding_signals``: a signal that arrives while a
+    child is being started (``spawning``) waits until it is recorded as
+    running, so none is started and then forgotten."""
+
+    spawning = False
+    pending: int | None = None
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    if _Signals.spawning:
+        _Signals.pending = signum
+        return
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def forwarding_signals() -> Any:
+    """Within: SIGINT and SIGTERM raise ``Interrupted`` (the main thread
+    only; elsewhere, or when they are ignored, nothing changes)."""
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) is signal.SIG_IGN:  # nohup / a background job: stay as told
+            continue
+        try:
+            previous[signum] = signal.signal(signum, _on_signal)
+        except ValueError:  # not the main thread: signals stay as they are
+            break
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def spawning() -> Any:
+    """Around starting a child and recording it: a signal waits until both are done."""
+    _Signals.spawning, _Signals.pending = True, None
+    try:
+        yield
+    finally:
+        _Signals.spawning = False
+        pending, _Signals.pending = _Signals.pending, None
+        if pending is not None:
+            raise Interrupted(pending)
+
+
+def reap(procs: Iterable[subprocess.Popen], error: BaseException | None) -> None:
+    """Leave no child behind: on ``Interrupted``, pass its signal on and give
+    each child ``REAP_S`` to exit; then (or at once, on any other way out)
+    kill what is left, and wait for every one. A second signal meanwhile
+    waits (and is dropped): the reaping finishes."""
+    _Signals.spawning = True
+    try:
+        _reap([proc for proc in procs if proc.poll() is None], error)
+    finally:
+        _Signals.spawning, _Signals.pending = False, None
+
+
+def _reap(procs: list[subprocess.Popen], error: BaseException | None) -> None:
+    if isinstance(error, Interrupted):
+        error.stopped += len(procs)
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(error.signum)
+        deadline = time.monotonic() + REAP_S
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 @attrs.frozen
@@ -163,8 +265,9 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
           global_args: Sequence[str] = ()) -> int:
     """Run ``opts.seeds`` of each of ``scenarios`` (``child_args[name]``: the
     ``run`` flags of its seeds, all but ``--seed``); print the summary.
-    Exit 1 if a seed failed or could not run (or, with ``require_coverage``,
-    on a coverage gap), else 0."""
+    Exit 1 if a seed failed (or, with ``require_coverage``, on a coverage
+    gap), else 3 if a seed could not run, else 0 (``exit_code``). SIGINT or
+    SIGTERM stops the children and raises ``Interrupted``."""
     names = [s.name for s in scenarios]
     jobs = plan_jobs(names, child_args, opts, global_args)
     lines_dir = tempfile.mkdtemp(prefix="loomsim-model-lines-") if opts.model_coverage else None
@@ -176,46 +279,56 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
     results: dict[tuple[str, int], dict[str, Any]] = {}
     started: set[str] = set()  # scenarios with a seed started (membership only, never iterated)
     budget_stopped_s = None
-    try:
-        while pending or running:
-            if (opts.time_budget_s is not None and budget_stopped_s is None
-                    and time.perf_counter() - started_s >= opts.time_budget_s):
-                # The budget is spent: start no more seeds, except the first
-                # of a scenario not started yet (every scenario gets one).
-                budget_stopped_s = time.perf_counter() - started_s
-                pending = _first_seeds(pending, started)
-            while pending and len(running) < opts.jobs:
-                job = pending.pop(0)
-                started.add(job.scenario)
-                lines_file = None if lines_dir is None else os.path.join(lines_dir, f"{job.scenario}-{job.seed}.json")
-                running.append((job, _child(job, lines_file), lines_file))
-            for entry in list(running):
-                job, proc, lines_file = entry
-                if proc.poll() is None:
-                    continue
-                running.remove(entry)
-                result = results[(job.scenario, job.seed)] = _outcome(job, proc)
-                if lines_file is not None:
-                    model_coverage.merge(executed, model_coverage.read_lines(lines_file))
-                    lost_seeds += model_coverage.tracing_lost(lines_file)
-                    if os.path.exists(lines_file):
-                        os.remove(lines_file)
-                if not opts.json:
-                    _progress(len(results), len(jobs), result, len(names) > 1)
-            if running:
-                time.sleep(POLL_S)
-    finally:
-        for _, proc, _ in running:  # interrupted: leave no child behind
-            proc.kill()
-            proc.wait()
-        if lines_dir is not None:
-            shutil.rmtree(lines_dir, ignore_errors=True)
+    failure: BaseException | None = None
+    with forwarding_signals():
+        try:
+            while pending or running:
+                if (opts.time_budget_s is not None and budget_stopped_s is None
+                        and time.perf_counter() - started_s >= opts.time_budget_s):
+                    # The budget is spent: start no more seeds, except the first
+                    # of a scenario not started yet (every scenario gets one).
+                    budget_stopped_s = time.perf_counter() - started_s
+                    pending = _first_seeds(pending, started)
+                while pending and len(running) < opts.jobs:
+                    job = pending.pop(0)
+                    started.add(job.scenario)
+                    lines_file = (None if lines_dir is None
+                                  else os.path.join(lines_dir, f"{job.scenario}-{job.seed}.json"))
+                    with spawning():
+                        running.append((job, _child(job, lines_file), lines_file))
+                for entry in list(running):
+                    job, proc, lines_file = entry
+                    if proc.poll() is None:
+                        continue
+                    running.remove(entry)
+                    result = results[(job.scenario, job.seed)] = _outcome(job, proc)
+                    if lines_file is not None:
+                        model_coverage.merge(executed, model_coverage.read_lines(lines_file))
+                        lost_seeds += model_coverage.tracing_lost(lines_file)
+                        if os.path.exists(lines_file):
+                            os.remove(lines_file)
+                    if not opts.json:
+                        _progress(len(results), len(jobs), result, len(names) > 1,
+                                  eta_s=_eta_s(time.perf_counter() - started_s, len(results),
+                                               len(results) + len(running) + len(pending)))
+                if running:
+                    time.sleep(POLL_S)
+        except BaseException as error:
+            failure = error
+            raise
+        finally:
+            # Interrupted (a signal, or anything else): leave no child behind.
+            reap([proc for _, proc, _ in running], failure)
+            if lines_dir is not None:
+                shutil.rmtree(lines_dir, ignore_errors=True)
     per_scenario = []
     for scenario in scenarios:
         ran = [results[(scenario.name, seed)] for seed in opts.seeds if (scenario.name, seed) in results]
         per_scenario.append(summarize_scenario(scenario, ran, planned=len(opts.seeds)))
     summary = summarize_sweep(per_scenario, wall_s=time.perf_counter() - started_s, jobs=opts.jobs,
                               time_budget_s=opts.time_budget_s, budget_stopped_s=budget_stopped_s)
+    summary["runs"] = [seed_record(results[(job.scenario, job.seed)]) for job in jobs
+                       if (job.scenario, job.seed) in results]
     if opts.model_coverage:
         summary["model_coverage"] = {**model_coverage.report(executed), "tracing_lost_seeds": lost_seeds}
         if opts.model_coverage_out:
@@ -240,11 +353,56 @@ def _first_seeds(pending: Sequence[Job], started: set[str]) -> list[Job]:
 
 
 def exit_code(summary: Mapping[str, Any], *, require_coverage: bool) -> int:
-    if summary["failed"] or summary["errors"]:
+    """1 on a failing seed (or a required coverage gap), else 3 on a seed
+    that could not run, else 0."""
+    if summary["failed"]:
         return EXIT_VIOLATION
+    if summary["errors"]:
+        return EXIT_ERROR
     if require_coverage and summary["coverage_gaps"]:
         return EXIT_VIOLATION
     return EXIT_PASS
+
+
+def _eta_s(elapsed_s: float, done: int, total: int) -> float | None:
+    """The wall seconds left, at the pace so far (None before the first seed)."""
+    if done == 0:
+        return None
+    return elapsed_s / done * (total - done)
+
+
+def format_wall_s(seconds: float) -> str:
+    """Wall seconds as ``45s``, ``3m 05s``, ``1h 02m``."""
+    if seconds < 10:
+        return f"{max(0.0, seconds):.1f}s"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    return f"{seconds // 3600}h {seconds // 60 % 60:02d}m"
+
+
+def seed_record(result: Mapping[str, Any]) -> dict[str, Any]:
+    """One seed in the sweep's --json ``runs``: what it was, how it ended
+    (``status``: the sweep's outcome, ``run_status``: the run's own), its
+    trace digest, its first violation and its repro file."""
+    status = outcome(result)
+    first = _first_failure(result) if status in ("fail", "detected") else None
+    return {
+        "scenario": result["scenario"],
+        "seed": result["seed"],
+        "store": result.get("store"),
+        "beyond": bool(result.get("beyond")),
+        "status": status,
+        "run_status": result["status"],
+        "trace_digest": result.get("trace_digest"),
+        "wall_s": result.get("wall_s"),
+        "first_violation": first,
+        "repro_command": result.get("repro_command"),
+        "repro_file": result.get("repro_file"),
+        "error": result.get("error"),
+    }
 
 
 def _write_model_coverage(path: str, cov: Mapping[str, Any], executed: Mapping[str, set[int]]) -> None:
@@ -281,7 +439,7 @@ def _first_failure(result: Mapping[str, Any]) -> dict[str, Any]:
     return {"invariant": first["name"], "message": first["message"], "simulated_time": first["simulated_time"]}
 
 
-def _progress(done: int, total: int, result: Mapping[str, Any], named: bool) -> None:
+def _progress(done: int, total: int, result: Mapping[str, Any], named: bool, eta_s: float | None = None) -> None:
     status = outcome(result)
     if status == "pass":
         detail = f"{result['wall_s']:.1f}s"
@@ -293,7 +451,8 @@ def _progress(done: int, total: int, result: Mapping[str, Any], named: bool) -> 
     who = f"{result['scenario']} seed {result['seed']}" if named else f"seed {result['seed']}"
     beyond = " (beyond the contract)" if result.get("beyond") else ""
     store = f" [{result['store']}]" if result.get("store") not in (None, "memory") else ""
-    print(f"[{done}/{total}] {who}{store}{beyond}: {status.upper()} {detail}", flush=True)
+    eta = "" if eta_s is None or done == total else f"  (ETA {format_wall_s(eta_s)})"
+    print(f"[{done}/{total}] {who}{store}{beyond}: {status.upper()} {detail}{eta}", flush=True)
 
 
 # -- coverage: what each seed enabled, what fired ----------------------------------------
@@ -403,6 +562,12 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
         "failpoints_fired": failpoints,
         "failpoints_enabled": failpoints_on,
         "never_fired": [k for k, n in kinds.items() if n == 0] + [f for f, n in failpoints.items() if n == 0],
+        # The same, told apart: enabled in some seed and never fired there,
+        # or switched off by the swarm in every seed.
+        "never_fired_enabled": [k for k, n in kinds.items() if n == 0 and kinds_on.get(k)]
+                               + [f for f, n in failpoints.items() if n == 0 and failpoints_on.get(f)],
+        "switched_off": [k for k, n in kinds.items() if n == 0 and not kinds_on.get(k)]
+                        + [f for f, n in failpoints.items() if n == 0 and not failpoints_on.get(f)],
         "sometimes_reached": sometimes,
         "sometimes_never": [name for name, n in sometimes.items() if n == 0],
         "invariant_checks": checks,
@@ -448,14 +613,15 @@ def _gaps(scenario: str, ran: int, kinds: Mapping[str, int], kinds_on: Mapping[s
 TOTALS = ("seeds", "ran", "passed", "detected", "beyond_seeds", "failed", "errors")
 # With one scenario, its coverage is the sweep's, at the top of the JSON too.
 SCENARIO_KEYS = ("scenario", "fault_kinds_fired", "fault_kinds_enabled", "faults_by_port", "failpoints_fired",
-                 "failpoints_enabled", "never_fired", "sometimes_reached", "sometimes_never", "invariant_checks")
+                 "failpoints_enabled", "never_fired", "never_fired_enabled", "switched_off", "sometimes_reached", "sometimes_never", "invariant_checks")
 
 
 def summarize_sweep(per_scenario: Sequence[Mapping[str, Any]], *, wall_s: float, jobs: int,
                     time_budget_s: float | None = None, budget_stopped_s: float | None = None) -> dict[str, Any]:
     """The whole sweep: totals over its scenarios, their failures and gaps,
     the budget, and each scenario's own summary (``scenarios``)."""
-    summary: dict[str, Any] = {key: sum(s[key] for s in per_scenario) for key in TOTALS}
+    summary: dict[str, Any] = {"format": SWEEP_FORMAT}
+    summary.update({key: sum(s[key] for s in per_scenario) for key in TOTALS})
     summary.update({
         "wall_s": round(wall_s, 2),
         "jobs": jobs,
@@ -501,6 +667,8 @@ def render_scenario(s: Mapping[str, Any]) -> list[str]:
     for port, counts in s["faults_by_port"].items():
         lines.append(f"    at {port}: " + ", ".join(f"{k}={n}" for k, n in counts.items()))
     lines.append(f"  failpoints fired: {fps or 'none'}")
+    lines.append(f"  never fired (enabled in some seed): {', '.join(s['never_fired_enabled']) or 'none'}; "
+                 f"switched off by the swarm in every seed: {', '.join(s['switched_off']) or 'none'}")
     reached = ", ".join(f"{k} in {n}" for k, n in s["sometimes_reached"].items())
     lines.append(f"  sometimes (seeds reaching each): {reached or 'none declared'}")
     return lines
