@@ -1003,17 +1003,7 @@ class _Process(ClientProcess):
                        "a kernel built right holds what it was given"):
             self.w.edge("built_clean")
 
-    # -- the racer: both processes on one run, at the same instant -----------------------------
-
-    async def racer(self) -> None:
-        race_ms = self.w.race_ms
-        heal_at_ms = self.world.heal_at_ms
-        while True:  # bounded by the heal instant, or the process dies
-            tick = self.now() // race_ms + 1
-            await self.runtime.sleep_ms(tick * race_ms - self.now() + self.rng.below(25))
-            if self.now() >= heal_at_ms:
-                return
-            await self.race(tick)
+    # -- the race (``ClientProcess.racer``): both processes on one run, at the same instant ----------
 
     async def race(self, tick: int) -> None:
         run_id = f"{RACE_SCHEDULE}@{tick}"

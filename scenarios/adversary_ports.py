@@ -759,17 +759,7 @@ class _Process(ClientProcess):
         self.expect(after.ok and after.value is None, f"checkpoint of {schedule_id!r} after refused runs: "
                                                       f"{after.show()}", schedule_id)
 
-    # -- the racer: every process on the same names, at the same instants -----------------------------
-
-    async def racer(self) -> None:
-        race_ms = self.w.race_ms
-        heal_at_ms = self.world.heal_at_ms
-        while True:  # bounded by the heal instant, or the process dies
-            tick = self.now() // race_ms + 1
-            await self.runtime.sleep_ms(tick * race_ms - self.now() + self.rng.below(25))
-            if self.now() >= heal_at_ms:
-                return
-            await self.race(tick)
+    # -- the race (``ClientProcess.racer``): every process on the same names, at the same instants ----
 
     async def race(self, tick: int) -> None:
         run_id = f"race@{tick}"

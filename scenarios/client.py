@@ -112,3 +112,18 @@ class ClientProcess:
         if ok:
             self.w.edge(name)
         return ok
+
+    async def racer(self) -> None:
+        """Every ``race_ms`` (the workload's) all processes call ``race(tick)``
+        within 25 ms of one another, until the heal instant (or death)."""
+        race_ms = self.w.race_ms
+        heal_at_ms = self.world.heal_at_ms
+        while True:
+            tick = self.now() // race_ms + 1
+            await self.runtime.sleep_ms(tick * race_ms - self.now() + self.rng.below(25))
+            if self.now() >= heal_at_ms:
+                return
+            await self.race(tick)
+
+    async def race(self, tick: int) -> None:
+        raise NotImplementedError

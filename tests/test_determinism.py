@@ -88,6 +88,7 @@ def test_sqlite_runs_are_deterministic(tmp_path):
     assert a["store"] == "sqlite" and a["status"] == "pass"
 
 
+@pytest.mark.slow  # the suite's budget: test_sqlite_runs_are_deterministic covers SQLite in CI
 def test_sqlite_runs_on_fresh_db_files_are_deterministic(tmp_path):
     base = ["run", "sentinel-year", "--seed", "5", "--duration", "2d", "--json"]
     a, b = _run_all([(base + ["--db", str(tmp_path / "a.db")], "1"),
@@ -140,6 +141,7 @@ def test_a_stopped_run_leaves_no_coroutine_to_the_garbage_collector(monkeypatch)
     assert leaked == []
 
 
+@pytest.mark.slow  # the suite's budget: each scenario's own memory-vs-SQLite test covers it in CI
 def test_memory_and_sqlite_backends_produce_the_same_history():
     """A differential check for free: both backends must make the system see
     and do exactly the same things, so the trace digests are equal. A backend

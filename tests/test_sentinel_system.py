@@ -32,6 +32,8 @@ from sim.scenario import ScenarioOptions
 SEEDS = range(4)
 # Unmutated 7-day runs shared by the positive checks (seeds 0-2 all pass).
 BASELINE_SEEDS = (0, 1, 2)
+# Seed 0 in CI, 1 and 2 behind ``slow`` (the suite's budget: each is a 7-day run).
+CI_BASELINE_SEEDS = (BASELINE_SEEDS[0], *(pytest.param(s, marks=pytest.mark.slow) for s in BASELINE_SEEDS[1:]))
 
 
 def run_sentinel(seed: int, duration: str = "7d", **params: int):
@@ -211,7 +213,7 @@ def test_app_swallowing_a_contract_mismatch_is_caught(monkeypatch):
     assert "committed a save under broken build" in result.violations[0].message
 
 
-@pytest.mark.parametrize("seed", BASELINE_SEEDS)
+@pytest.mark.parametrize("seed", CI_BASELINE_SEEDS)
 def test_unmutated_run_catches_its_broken_deploy_and_migrates_on_resume(seed):
     result = baseline(seed)
     assert result.passed, result.violations
@@ -298,7 +300,7 @@ def test_malformed_inputs_are_rejected_and_settle_as_failed(monkeypatch):
 # -- 7. the subsystems are really exercised -------------------------------------
 
 
-@pytest.mark.parametrize("seed", BASELINE_SEEDS)
+@pytest.mark.parametrize("seed", CI_BASELINE_SEEDS)
 def test_claim_check_findings_pins_and_retention_are_exercised(seed):
     result = baseline(seed)
     assert result.passed, result.violations
