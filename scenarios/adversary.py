@@ -65,7 +65,7 @@ from model.durable_state.contracts import FUTURE_VERSION, StateContract
 from model.durable_state.store import INT64_MAX, DurableStateWrite, is_revision_conflict
 from model.ledger.records import Claim
 from model.retry import error_name, is_retryable
-from scenarios.client import RETRIES_MAX, RETRY_WAIT_MS, Expectations, Outcome
+from scenarios.client import RETRIES_MAX, RETRY_WAIT_MS, ClientProcess, Expectations, Outcome
 from sim.node import Node, NodeDeadError
 from sim.workload import Workload
 from sim.world import World
@@ -327,18 +327,12 @@ class Adversary(Workload):
         self.edges[name] += n
 
 
-class _Process:
+class _Process(ClientProcess):
     """One incarnation of one adversary node: its ports, its stream, what it
     knows (only what it read from the stores since it started)."""
 
     def __init__(self, workload: Adversary, world: World, node: Node) -> None:
-        self.w = workload
-        self.world = world
-        self.node = node
-        self.label = node.label
-        self.runtime = world.runtime
-        self.ports = world.system.ports_for(node)
-        self.rng = world.streams.fork(f"workload/adversary/{node.label}")
+        super().__init__(workload, world, node, "workload/adversary")
         self.lease_ms = workload.lease_ms
         self.canonical_ints = INT_EDGES
         # key -> (revision, contract_version, payload) of a private key, None
@@ -346,16 +340,12 @@ class _Process:
         self.known: dict[str, Any] = {}
         self.private_keys = tuple(self._private_key(i) for i in range(3))
         self.max_epoch: dict[str, int] = {}  # shared conversation -> highest epoch this process saw
-        self._serial = 0
 
     # -- identities ------------------------------------------------------------------
 
     def _next(self) -> int:
         self._serial += 1
         return self._serial
-
-    def uid(self, what: str) -> str:
-        return f"{what}-{self.label}-{self._next()}"
 
     def private_conversation(self, what: str) -> str:
         # The node's name, not the incarnation's label, leads: the next
@@ -419,16 +409,10 @@ class _Process:
                 await self.runtime.sleep_ms(self.rng.between(5, 500))
         raise AssertionError(f"{what}: {RETRIES_MAX} retryable failures in a row")
 
-    def now(self) -> int:
-        return self.runtime.now_ms()
-
     async def sleep(self, low_ms: int, high_ms: int) -> None:
         await self.runtime.sleep_ms(self.rng.between(low_ms, high_ms))
 
     # -- expectations ------------------------------------------------------------------
-
-    def expect(self, ok: bool, message: str, *related: str) -> bool:
-        return self.w.checker.expect(ok, f"{self.label}: {message}", related)
 
     def expect_ok(self, outcome: Outcome, what: str, *related: str) -> bool:
         return self.expect(outcome.ok, f"{what} failed: {outcome.show()}", *related)
