@@ -393,7 +393,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A successor settles with a freshly computed record instead of the one its predecessor reserved.",
         "model.lifecycle", "    if reserved is not None:\n        return reserved\n    return fresh()\n",
         "    return fresh()\n", BOTH,
-        ci_seed=7, ci_duration="90m", ci_scenario="ledger-storm"),
+        ci_seed=6, ci_duration="6h", ci_scenario="ledger-storm"),
     Mutant(
         "runs-resume-settled",
         "A restarted worker resumes a run whose log already holds its settlement instead of only finalizing it "

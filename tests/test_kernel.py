@@ -330,6 +330,36 @@ def test_replay_of_a_log_with_an_intent_but_no_completion_is_in_doubt():
     assert (info.value.run_id, info.value.step_id) == ("run-1", "charge")
 
 
+def test_the_replay_oracle_accepts_a_failed_run_whose_log_ends_in_doubt_and_nothing_recorded_after():
+    # Found by sentinel-year seed 2 at 2h: a run left in doubt by a crash,
+    # resumed after a rollback, failed MigrationMissing before its flow ran;
+    # its replay stops at the unresolved intent, the end of its history.
+    from model.kernel.records import StepRecord
+    from scenarios.invariants.replay_determinism import ReplayDeterminism
+
+    store, record = new_store_and_record()
+
+    async def flow(ctx, _input):
+        await ctx.execute("charge", Backend().effect("charge", 1), idempotent=False)
+        return await ctx.execute("after", Backend().effect("after", 2))
+
+    with pytest.raises(Crash):
+        drive(kernel(store, failpoints=CrashAt(KERNEL_EFFECT_DONE_BEFORE_RECORD)).run(record, flow))
+    log = drive(store.load_steps("run-1"))
+    failures = []
+    oracle = ReplayDeterminism(lambda _record, _version: flow, lambda: 0)
+    oracle.fail = lambda message, related=(): failures.append(message)
+    failed = {"errorTag": "MigrationMissing", "message": "no transform"}
+    oracle._check(record, log, "failed", failed)
+    assert failures == []
+    oracle._check(record, log, "completed", 2)  # a completed run cannot end in doubt
+    assert len(failures) == 1 and "replay gave" in failures[0]
+    # A step recorded past the unresolved intent: the run went on without knowing.
+    later = log + (StepRecord("run-1", len(log) + 1, "after", STEP_COMPLETED, 2),)
+    oracle._check(record, later, "failed", failed)
+    assert len(failures) == 2 and "in doubt in its log" in failures[1], failures
+
+
 def test_recovery_that_crashed_between_indoubt_and_park_still_parks():
     store, record = new_store_and_record()
     backend = Backend()

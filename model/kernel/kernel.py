@@ -299,6 +299,11 @@ class ExecutionContext:
     def replaying(self) -> bool:
         return self._cursor < len(self._log)
 
+    @property
+    def unfolded(self) -> tuple[StepRecord, ...]:
+        """The recorded steps the flow has not folded yet (from the next one on)."""
+        return tuple(self._log[self._cursor:])
+
     async def execute(self, step_id: str, effect: EffectFn, *, idempotent: bool = True,
                       writes: bool = True, tool: str | None = None) -> Any:
         """Run ``effect`` at least once and record its output; fold it on replay.

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from faults.events import LogAppend
 from model.canonical import json_equal
-from model.kernel.kernel import ExecutionContext, ReplayIncomplete, effective_version, error_output
-from model.kernel.records import EXECUTION_MIGRATED, ExecutionRecord, StepRecord
+from model.kernel.kernel import EffectInDoubt, ExecutionContext, ReplayIncomplete, effective_version, error_output
+from model.kernel.records import EFFECT_INDOUBT, EXECUTION_MIGRATED, STEP_STARTED, ExecutionRecord, StepRecord
 from sim.invariants import Checker
 
 INPUT_FAMILY = "input"
@@ -113,6 +113,16 @@ class ReplayDeterminism(Checker):
             outcome = ("completed", stop.value)
         except ReplayIncomplete as incomplete:
             outcome = ("incomplete", incomplete.step_id)
+        except EffectInDoubt as doubt:
+            # The log ends on an unresolved intent (a crash between a
+            # non-idempotent effect and its record; perhaps its in-doubt
+            # marker, migration markers after it): the flow's history stops
+            # there. Only at the log's end: a step folded past it would mean
+            # the run went on without the effect's outcome.
+            at_end = all(step.kind in (STEP_STARTED, EFFECT_INDOUBT, EXECUTION_MIGRATED) and
+                         (step.step_id == doubt.step_id or step.kind == EXECUTION_MIGRATED)
+                         for step in ctx.unfolded)
+            outcome = ("in-doubt-at-end" if at_end else "in-doubt-mid-log", doubt.step_id)
         except Exception as error:  # the flow's own failure, replayed
             outcome = ("failed", error_output(error))
         else:
@@ -130,5 +140,8 @@ class ReplayDeterminism(Checker):
             self.fail(f"{run_id}: run failed ({output!r}) but its replay completed", (run_id,))
         elif outcome[0] == "incomplete" and ctx.replaying:
             self.fail(f"{run_id}: replay stopped before the end of the log", (run_id,))
+        elif outcome[0] == "in-doubt-mid-log":
+            self.fail(f"{run_id}: effect {outcome[1]!r} is in doubt in its log, yet steps were recorded after it",
+                      (run_id,))
         elif outcome[0] == "failed" and outcome[1].get("errorTag") != (output or {}).get("errorTag"):
             self.fail(f"{run_id}: replay failed with {outcome[1]!r}, run with {output!r}", (run_id,))
