@@ -11,6 +11,7 @@ from sim.interleave import Deviation, FifoPolicy, ScriptedPolicy, parse_schedule
 from sim.invariants import Violation
 from sim.runtime import TaskFailed
 from sim.scenario import Run, Scenario, ScenarioOptions
+from sim.timeline import Timeline
 from sim.trace import Event
 from sim.workload import Stack
 from sim.world import World
@@ -53,6 +54,8 @@ class RunResult:
     # Beyond the contract: the broken promises (fault events) and, when
     # detected, the violation that noticed the first of them.
     beyond_contract: tuple[Any, ...] = ()
+    # ``sim.timeline.Timeline.to_dict``: bounded per-bin counts and marks of the run.
+    timeline: dict[str, Any] = attrs.field(factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -107,6 +110,8 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
     """
     started_s = wall_clock() if wall_clock else 0.0
     world = World(opts.seed, trace_stream=trace_stream, schedule=schedule_policy(opts))
+    timeline = Timeline()  # observes only: subscribed before anything emits, it emits nothing
+    timeline.subscribe(world.trace)
     space = scenario.swarm_space
     choices = space.choices_for(world, opts) if space is not None else None
     stack: Stack = scenario.build(Run(opts, choices, scenario))
@@ -180,6 +185,7 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
                                   key=lambda e: e.time_ms)),
         coverage=coverage(scenario, world, stats),
         beyond_contract=tuple(world.beyond_contract[:BEYOND_SHOWN]),
+        timeline=timeline.to_dict(world.runtime.now_ms(), heal_ms=world.heal_at_ms, duration_ms=opts.duration_ms),
     )
 
 

@@ -11,6 +11,14 @@ import model.ledger.rules as ledger_rules
 import faults.describe  # noqa: F401
 
 
+@pytest.fixture(autouse=True)
+def _failure_db_out_of_the_repository(tmp_path_factory, monkeypatch) -> None:
+    """A sweep saves its failures (and replays them first next time) in
+    ``.loomsim/`` of the current directory: a test's sweep must neither
+    write into the checkout nor replay another test's failures."""
+    monkeypatch.setenv("LOOMSIM_FAILURE_DB", str(tmp_path_factory.mktemp("failure-db")))
+
+
 @pytest.fixture
 def stale_tokens_accepted(monkeypatch) -> None:
     """Planted bug: the ledger checks only the owner, not the epoch, so an

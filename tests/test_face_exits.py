@@ -68,11 +68,16 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
-@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)])
-def test_a_signalled_sweep_stops_its_children_says_so_and_exits_non_zero(signum, code, tmp_path):
+@pytest.mark.parametrize("command, signum, code", [
+    ("sweep", signal.SIGTERM, 128 + signal.SIGTERM), ("sweep", signal.SIGINT, 130),
+    ("mutants", signal.SIGTERM, 128 + signal.SIGTERM)])
+def test_a_signalled_sweep_stops_its_children_says_so_and_exits_non_zero(command, signum, code, tmp_path):
+    argv = {"sweep": ["sweep", "ledger-storm", "--seeds", "0:50", "--duration", "1d"],
+            "mutants": ["mutants", "--only", "ledger-claim-newest-first", "--seeds", "0:50",
+                        "--duration", "ledger-storm=1d"]}[command]
     # Its own process group (a new session): every child it starts is in it.
-    proc = subprocess.Popen([sys.executable, "-m", "sim", "sweep", "ledger-storm", "--seeds", "0:50", "--jobs", "1",
-                             "--duration", "1d", "--repro-dir", str(tmp_path)], cwd=tmp_path, env=_env(),
+    proc = subprocess.Popen([sys.executable, "-m", "sim", *argv, "--jobs", "1", "--repro-dir", str(tmp_path)],
+                            cwd=tmp_path, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 60

@@ -236,6 +236,7 @@ def test_run_with_an_unknown_mutant_is_a_usage_error(capsys):
     (["--duration", "nowhere=1d"], "no mutant concerns"),
     (["--duration", "1 fortnight"], "--duration"),
     (["--mutants", "no_such_module_anywhere"], "cannot load"),
+    (["--repro-dir", __file__], "is not a directory"),
 ])
 def test_mutants_bad_input_is_one_usage_line(argv, problem, capsys):
     assert cli_main(["mutants", *argv]) == 2

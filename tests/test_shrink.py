@@ -48,10 +48,16 @@ PAUSE = {"time_ms": 32 * MINUTE_MS, "node": "worker-1", "site": "process", "kind
 OPTS = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("2h"), fault_script=parse_script([*NOISE, PAUSE]))
 
 
-def test_shrinking_keeps_the_decisive_pause_and_cuts_the_duration(stale_tokens_accepted):
+def test_shrinking_keeps_the_decisive_pause_and_bisects_the_duration_from_just_past_the_failure(
+        stale_tokens_accepted):
+    # One shrink, two promises (each shrink costs seconds): the script is cut
+    # to the pause that matters, and the duration bisection starts just past
+    # the failure (2h: the old bisection first tried the middle, 75m).
     original = run(registry.get("ledger-storm"), OPTS)
     assert original.violations[0].invariant == "fencing"
-    shrunk = shrink(registry.get("ledger-storm"), OPTS, runs_max=60)
+    tried = []
+    shrunk = shrink(registry.get("ledger-storm"), OPTS, runs_max=60,
+                    on_run=lambda runs, still, candidate: tried.append(candidate.duration_ms))
     assert not shrunk.budget_spent and shrunk.original_entries == 6
     (kept,) = shrunk.opts.fault_script
     assert (kept.kind, kept.node, kept.duration_ms) == (NODE_PAUSE, "worker-1", 28_000)
@@ -60,8 +66,20 @@ def test_shrinking_keeps_the_decisive_pause_and_cuts_the_duration(stale_tokens_a
     # Bisected in whole minutes: well under the original 2h, never before the failure.
     assert failed_at_ms < shrunk.opts.duration_ms <= OPTS.duration_ms // 2
     assert shrunk.opts.duration_ms % MINUTE_MS == 0
+    just_past_ms = (failed_at_ms // MINUTE_MS + 1) * MINUTE_MS
+    shortened = [d for d in tried if d != OPTS.duration_ms]
+    assert shortened[0] == just_past_ms  # not the middle of the full duration
+    # (that run heals its faults earlier and passes: the bisection goes on above it)
+    assert failed_at_ms < shrunk.opts.duration_ms < just_past_ms + 10 * MINUTE_MS
     again = run(registry.get("ledger-storm"), shrunk.opts)
     assert again.trace_digest == shrunk.result.trace_digest
+
+
+def test_shrunk_durations_print_in_calendar_units():
+    from sim.clock import format_duration_ms
+
+    assert format_duration_ms(5_695 * MINUTE_MS) == "3d 22h 55m"
+    assert parse_duration_ms(format_duration_ms(5_695 * MINUTE_MS)) == 5_695 * MINUTE_MS
 
 
 def test_shrinking_a_passing_run_is_refused():
@@ -69,22 +87,27 @@ def test_shrinking_a_passing_run_is_refused():
         shrink(registry.get("ledger-storm"), OPTS)  # no planted bug: it passes
 
 
-def test_loomsim_shrink_writes_a_repro_file_that_still_fails(stale_tokens_accepted, tmp_path, capsys):
+def test_loomsim_shrink_writes_a_repro_file_that_still_fails_and_its_repro_changes_no_file(
+        stale_tokens_accepted, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     failing = run(registry.get("ledger-storm"), OPTS)
     path = repro_file.write_repro(failing, "loomsim run ...", str(tmp_path))
     before = open(path, encoding="utf-8").read()
-    out = str(tmp_path / "small.json")
-    assert cli.main(["shrink", path, "--out", out]) == 0
+    assert cli.main(["shrink", path]) == 0
+    out = tmp_path / "loomsim-shrunk-ledger-storm-0.json"  # the default name, next to the input
     shown = capsys.readouterr().out
     assert "6 -> 1 script entries" in shown and "worker-1: node-pause at process" in shown
     assert f"replay: loomsim repro {out}" in shown
     assert open(path, encoding="utf-8").read() == before  # the original is kept
     body = json.load(open(out, encoding="utf-8"))
     assert body["shrunk_from"]["entries"] == 6 and len(body["fault_script"]) == 1
-    assert cli.main(["repro", out, "--json"]) == 1
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert cli.main(["repro", str(out), "--json"]) == 1
     replayed = json.loads(capsys.readouterr().out)
     assert replayed["violations"][0]["name"] == "fencing"
     assert replayed["trace_digest"] == body["trace_digest"]
+    assert replayed["repro_file"] == str(out)  # the input is the repro file: nothing new written
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
 
 
 def test_loomsim_shrink_refuses_bad_input_in_one_line(tmp_path, capsys):
@@ -110,38 +133,6 @@ def test_no_writer_overwrites_a_repro_file(stale_tokens_accepted, tmp_path):
     assert (second, third) == (first[:-len(".json")] + "-2.json", first[:-len(".json")] + "-3.json")
     assert [json.load(open(p, encoding="utf-8"))["command"] for p in (first, second, third)] == [
         "first", "second", "third"]
-
-
-def test_shrink_then_repro_of_the_shrunk_file_leaves_every_other_file_unchanged(stale_tokens_accepted, tmp_path,
-                                                                                capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    failing = run(registry.get("ledger-storm"), OPTS)
-    original = repro_file.write_repro(failing, "loomsim run ...", str(tmp_path))
-    assert cli.main(["shrink", original]) == 0
-    shrunk = tmp_path / "loomsim-shrunk-ledger-storm-0.json"
-    assert shrunk.is_file()
-    capsys.readouterr()
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    assert cli.main(["repro", str(shrunk), "--json"]) == 1
-    assert json.loads(capsys.readouterr().out)["repro_file"] == str(shrunk)  # the input is the repro file
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
-
-
-def test_duration_bisection_starts_just_past_the_failure_and_prints_calendar_units(stale_tokens_accepted):
-    tried = []
-    long_opts = OPTS  # 2h: the old bisection first tried the middle, 75m
-    shrunk = shrink(registry.get("ledger-storm"), long_opts, runs_max=60,
-                    on_run=lambda runs, still, candidate: tried.append(candidate.duration_ms))
-    failed_at_ms = shrunk.result.violations[0].time_ms
-    just_past_ms = (failed_at_ms // MINUTE_MS + 1) * MINUTE_MS
-    shortened = [d for d in tried if d != long_opts.duration_ms]
-    assert shortened[0] == just_past_ms  # not the middle of the full duration
-    # (that run heals its faults earlier and passes: the bisection goes on above it)
-    assert failed_at_ms < shrunk.opts.duration_ms < just_past_ms + 10 * MINUTE_MS
-    from sim.clock import format_duration_ms
-
-    assert format_duration_ms(5_695 * MINUTE_MS) == "3d 22h 55m"
-    assert parse_duration_ms(format_duration_ms(5_695 * MINUTE_MS)) == 5_695 * MINUTE_MS
 
 
 def test_a_shrunk_repro_of_a_planted_bug_replays_with_the_bug(tmp_path, capsys, monkeypatch):

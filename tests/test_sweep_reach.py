@@ -74,7 +74,7 @@ def test_the_cli_mixes_stores_only_when_no_store_is_given(monkeypatch):
     from sim.face import cli, sweep as sweep_module
 
     seen = {}
-    monkeypatch.setattr(sweep_module, "sweep", lambda scenarios, opts, child_args, global_args=(): seen.update(
+    monkeypatch.setattr(sweep_module, "sweep", lambda scenarios, opts, child_args, global_args=(), **_: seen.update(
         opts=opts, child=child_args) or 0)
     assert cli.main(["sweep", "ledger-storm", "--seeds", "0:4"]) == 0
     assert seen["opts"].sqlite_every == 4 and "--store" not in seen["child"]["ledger-storm"]

@@ -37,6 +37,7 @@ from sim.face.repro_file import (ReproFileError, is_repro_file, param_flag, read
 from sim.interleave import Deviation
 from sim.runner import DETECTED, PASS, RunResult, run
 from sim.scenario import ScenarioOptions, SetupError
+from sim.trace import event_json
 
 EXIT_PASS = 0
 DEVIATIONS_SHOWN = 3  # scheduling deviations a failure report lists
@@ -165,6 +166,8 @@ def build_parser() -> _Parser:
     repro_p = sub.add_parser("repro", help="replay a repro file: its configuration and its fault script")
     repro_p.add_argument("file", help="a loomsim-repro-*.json file written by a failing run")
     repro_p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    repro_p.add_argument("--report", default=None, metavar="DIR",
+                         help="also write a report of the replay into DIR (see loomsim run --report)")
     shrink_p = sub.add_parser("shrink", help="reduce a repro file's fault script and duration to a minimum "
                                              "that still fails the same way")
     shrink_p.add_argument("file", help="a loomsim-repro-*.json file written by a failing run")
@@ -173,6 +176,8 @@ def build_parser() -> _Parser:
                                "next to the input)")
     shrink_p.add_argument("--max-runs", type=_count, default=300, metavar="N",
                           help="give up shrinking after N runs and keep the best so far (default 300)")
+    shrink_p.add_argument("--report", default=None, metavar="DIR",
+                          help="also write a report of the shrunk failure into DIR (see loomsim run --report)")
     bench_p = sub.add_parser("bench", help="measure the performance budgets (ARCHITECTURE §8) in one run")
     bench_p.add_argument("--quick", action="store_true", help="short runs (30d/3d) for a smoke check")
     bench_p.add_argument("--seed", type=_seed, default=1)
@@ -219,6 +224,19 @@ def build_parser() -> _Parser:
     sweep_p.add_argument("--sqlite-every", type=_count, default=4, metavar="N",
                          help="without --store: every Nth seed runs on SQLite, the others in memory "
                               "(default 4: seeds 1, 5, 9, ...; 0 for none)")
+    sweep_p.add_argument("--failure-db", default=None, metavar="DIR",
+                         help="the failure database (sim.face.failures): its saved failures replay first, new "
+                              "ones are saved (default $LOOMSIM_FAILURE_DB or .loomsim; none: off)")
+    sweep_p.add_argument("--shard", default=None, metavar="I/N",
+                         help="run only shard I of N of the seeds (each shard a fair share of stores and "
+                              "beyond-the-contract seeds); combine the shards with loomsim merge")
+    sweep_p.add_argument("--out", default=None, metavar="FILE",
+                         help="write the shard file (loomsim-shard/1) loomsim merge reads; a new file only")
+    from sim.face import describe, determinism, shards
+
+    shards.add_merge_parser(sub)
+    determinism.add_parser(sub, seed_range=_seed_range, count=_count, duration=_duration, store=_store)
+    describe.add_parser(sub)
     for p in (run_p, sweep_p):
         _add_run_options(p)
     # A sweep without --store mixes the stores (--sqlite-every); one with it runs that store only.
@@ -300,6 +318,10 @@ def _add_run_options(run_p: argparse.ArgumentParser) -> None:
                             "scenario's default mix, e.g. --rate ack-lost=1e-3")
     run_p.add_argument("--repro-dir", default=".", metavar="DIR",
                        help="where a failing run writes its repro file (default: current directory)")
+    run_p.add_argument("--report", default=None, metavar="DIR",
+                       help="also write a report into DIR (made if missing): loomsim-report.html (with the "
+                            "timeline), loomsim-report.md (a CI job summary), loomsim-junit.xml, "
+                            "loomsim-report.json; never over an earlier report (-2, -3, ...)")
     from scenarios import registry
 
     params: dict[str, list[str]] = {}
@@ -393,8 +415,8 @@ def _main(argv: list[str], *, replaying: bool = False) -> int:
         print(f"loomsim {version()}")
         return EXIT_PASS
     if args.command is None:
-        raise UsageError("no command given: expected one of list, run, sweep, mutants, repro, shrink, bench "
-                         "(see loomsim --help)")
+        raise UsageError("no command given: expected one of list, run, sweep, merge, check-determinism, describe, "
+                         "mutants, repro, shrink, bench (see loomsim --help)")
     if args.command == "bench":
         from sim.face.bench import bench, render
 
@@ -402,7 +424,9 @@ def _main(argv: list[str], *, replaying: bool = False) -> int:
         print(json.dumps(figures) if args.json else render(figures))
         return EXIT_PASS
     if args.command == "repro":
-        return _main(repro_argv(args.file, json_output=args.json, scenario_modules=args.scenarios), replaying=True)
+        report = ["--report", args.report] if args.report else []
+        return _main(repro_argv(args.file, json_output=args.json, scenario_modules=args.scenarios) + report,
+                     replaying=True)
     if args.command == "shrink":
         return _shrink(args)
     if args.command == "list" and (args.faults or args.scenario is not None):
@@ -415,12 +439,17 @@ def _main(argv: list[str], *, replaying: bool = False) -> int:
         return _mutants(args)
     if args.command == "sweep":
         return _sweep(args)
+    if args.command in ("merge", "check-determinism", "describe"):
+        from sim.face import describe, determinism, shards
+
+        return {"merge": shards, "check-determinism": determinism, "describe": describe}[args.command].command(args)
     try:
         scenario = registry.get(args.scenario)
     except registry.UnknownScenario as error:
         raise UsageError(str(error)) from None
     if not replaying:  # a replay writes next to its file if it can, and warns if not
         _check_repro_dir(args.repro_dir)
+    _check_report_dir(args.report)
     return _run(scenario, args, argv)
 
 
@@ -449,22 +478,11 @@ def _list_faults(only: str | None) -> int:
         except registry.UnknownScenario as error:
             raise UsageError(str(error)) from None
     print(f"fault kinds: {_wrap(ALL_FAULT_KINDS, '  ', head='fault kinds: ')}")
+    from sim.face.describe import swarm_lines  # shared with loomsim describe
+
     for scenario in scenarios:
-        space = scenario.swarm_space
         print(f"\n{scenario.name}: {scenario.description}")
-        if space is None:
-            print("  no swarm: the scenario's own fault mix (see coverage in a run's output)")
-        else:
-            for label, names in (("fault kinds", space.fault_kinds),
-                                 ("failpoints (failpoint-crash sites)", space.failpoints),
-                                 ("workload switches", space.workload)):
-                print(f"  {label}: {_wrap(names, '    ', head=f'  {label}: ') or 'none'}")
-            for knob in space.knobs:
-                print(f"  knob {knob.name}={knob.default} (range {knob.minimum}..{knob.maximum}): {knob.help}")
-        for spec in scenario.params:
-            print(f"  {param_flag(spec.name)} N ({spec.minimum}..{spec.maximum}): {spec.help}")
-        if scenario.sometimes:
-            print(f"  sometimes-properties: {', '.join(scenario.sometimes)}")
+        print("\n".join(swarm_lines(scenario)))
     return EXIT_PASS
 
 
@@ -515,6 +533,46 @@ def _check_repro_dir(path: str) -> None:
         raise UsageError(f"--repro-dir {path!r} is not writable")
 
 
+def _check_report_dir(path: str | None) -> None:
+    """Before a run: ``--report DIR`` exists (made now if missing) and is writable."""
+    if path is None:
+        return
+    from reports import ReportDirError, check_report_dir
+
+    try:
+        check_report_dir(path)
+    except ReportDirError as error:
+        raise UsageError(f"--report {error}") from None
+
+
+def write_report_or_warn(directory: str, body: dict[str, Any], *, to_stderr: bool = False) -> list[str]:
+    """Write the report of ``body`` (``reports.write_report``) and print
+    its line (on stderr when stdout is JSON); a failure is a warning, never
+    the command's failure: the result and its repro file are out already."""
+    from reports import report_line, write_report
+
+    try:
+        paths = write_report(directory, body)
+    except OSError as error:
+        print(f"loomsim: warning: could not write the report into {directory!r}: {error.strerror or error}",
+              file=sys.stderr)
+        return []
+    print(report_line(paths), file=sys.stderr if to_stderr else sys.stdout, flush=True)
+    return paths
+
+
+def selected_scenarios(name: str | None) -> list[Any]:
+    """The scenario ``name`` (a usage error if unknown), or every one for None."""
+    from scenarios import registry
+
+    if name is None:
+        return registry.all_scenarios()
+    try:
+        return [registry.get(name)]
+    except registry.UnknownScenario as error:
+        raise UsageError(str(error)) from None
+
+
 def _sweep(args: argparse.Namespace) -> int:
     """``loomsim sweep [SCENARIO]``: refuse here, once, whatever every child
     would refuse (a wrong flag, parameter or pin), then sweep
@@ -523,15 +581,10 @@ def _sweep(args: argparse.Namespace) -> int:
     from faults.swarm import SwarmError, check_pins
     from scenarios import registry
     from sim.face.repro_file import scenarios_argv
+    from sim.face import failures
     from sim.face.sweep import SweepOptions, sweep
 
-    if args.scenario is None:
-        scenarios = registry.all_scenarios()
-    else:
-        try:
-            scenarios = [registry.get(args.scenario)]
-        except registry.UnknownScenario as error:
-            raise UsageError(str(error)) from None
+    scenarios = selected_scenarios(args.scenario)
     if args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
     if args.beyond_every < 0:
@@ -539,6 +592,7 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.sqlite_every < 0:
         raise UsageError(f"--sqlite-every must be 0 (none) or more, got {args.sqlite_every}")
     _check_repro_dir(args.repro_dir)
+    _check_report_dir(args.report)
     if args.model_coverage_out:
         parent = os.path.dirname(os.path.abspath(args.model_coverage_out))
         if not os.path.isdir(parent):
@@ -560,9 +614,15 @@ def _sweep(args: argparse.Namespace) -> int:
                         beyond_every=args.beyond_every, all_beyond=args.beyond_contract,
                         sqlite_every=0 if args.store is not None else args.sqlite_every,
                         model_coverage=args.model_coverage or bool(args.model_coverage_out),
-                        model_coverage_out=args.model_coverage_out, require_coverage=args.require_coverage)
-    return sweep(scenarios, opts, {s.name: _sweep_child_args(s, args) for s in scenarios},
-                 scenarios_argv(args.scenarios))
+                        model_coverage_out=args.model_coverage_out, require_coverage=args.require_coverage,
+                        failure_db=failures.db_root(args.failure_db), all_saved=args.scenario is None,
+                        saved_stores=NAMED_STORES if args.store is None else (args.store,),
+                        report_dir=args.report)
+    child_args = {s.name: _sweep_child_args(s, args) for s in scenarios}
+    from sim.face.shards import plan_shard  # --shard I/N, --out FILE: the shard's seeds and its file
+
+    opts, writer = plan_shard(args.shard, args.out, scenarios, opts, child_args, scenarios_argv(args.scenarios))
+    return sweep(scenarios, opts, child_args, scenarios_argv(args.scenarios), shard_writer=writer)
 
 
 def _sweep_child_args(scenario: Any, args: argparse.Namespace) -> list[str]:
@@ -688,7 +748,7 @@ def _apply_mutant(args: argparse.Namespace) -> Any:
 
 
 # What ``run --faults REPRO`` keeps from its own command line whatever the file says.
-_NOT_ADOPTED = ("command", "scenario", "seed", "faults", "repro_dir", "json", "trace", "db", "scenarios")
+_NOT_ADOPTED = ("command", "scenario", "seed", "faults", "repro_dir", "json", "trace", "db", "scenarios", "report")
 
 
 def _given_options(argv: list[str]) -> set[str]:
@@ -772,13 +832,15 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
             repro_path = args.faults  # a replay of a repro file: it is the repro file, nothing new is written
         else:  # a new file, never over an existing one (write_repro takes the next free name)
             repro_path = _write_repro(result, command, args.repro_dir, scenario_modules=args.scenarios)
+    body = result_json(result, command, repro_path)
+    if mutant is not None:
+        body["mutant"] = mutant.name
     if args.json:
-        body = result_json(result, command, repro_path)
-        if mutant is not None:
-            body["mutant"] = mutant.name
         print(json.dumps(body, ensure_ascii=False))
     else:
         _print_result(result, command, repro_path)
+    if args.report:  # after the repro file: a report that cannot be written costs only itself
+        write_report_or_warn(args.report, body, to_stderr=args.json)
     return EXIT_PASS if result.passed else EXIT_VIOLATION
 
 
@@ -790,6 +852,7 @@ def _shrink(args: argparse.Namespace) -> int:
 
     if args.max_runs < 1:
         raise UsageError("--max-runs must be at least 1")
+    _check_report_dir(args.report)
     # Parsed after the file's modules are loaded: their scenarios' flags.
     _, run_args = parse(repro_argv(args.file, json_output=False, scenario_modules=args.scenarios))
     mutant = _apply_mutant(run_args)  # a repro of a planted bug shrinks with the bug in place
@@ -841,6 +904,11 @@ def _shrink(args: argparse.Namespace) -> int:
     if path:
         print(f"repro file: {path}")
         print(f"replay: {command}")
+    if args.report:
+        body = result_json(result, command, path)
+        if mutant is not None:
+            body["mutant"] = mutant.name
+        write_report_or_warn(args.report, body)
     return EXIT_PASS if path else EXIT_VIOLATION
 
 
@@ -872,6 +940,10 @@ def result_json(result: RunResult, command: str, repro_path: str | None) -> dict
         "peak_rss_mb": _peak_rss_mb(),
         "repro_command": command,
         "repro_file": repro_path,
+        # The first violation's related trace events (as the repro file has them) and
+        # the bounded timeline (``sim.timeline``): what a report draws.
+        "excerpt": [json.loads(event_json(e)) for e in result.excerpt],
+        "timeline": result.timeline,
     }
 
 

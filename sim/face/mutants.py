@@ -196,6 +196,9 @@ def mutants_command(args: argparse.Namespace, global_args: Sequence[str]) -> int
     durations = _durations(list(scenarios.values()), args.duration)
     if args.repro_dir is not None and not os.path.isdir(args.repro_dir):
         raise MutantsUsageError(f"--repro-dir {args.repro_dir!r} is not a directory")
+    if args.repro_dir is not None and not os.access(args.repro_dir, os.W_OK | os.X_OK):
+        # Found out now, not after the catalogue ran and its repro files were lost.
+        raise MutantsUsageError(f"--repro-dir {args.repro_dir!r} is not writable")
     scratch = tempfile.mkdtemp(prefix="loomsim-mutants-")
     baselines: list[_Job] = []
     jobs: list[_Job] = []

@@ -27,6 +27,7 @@ import shlex
 from typing import Any, Iterable
 
 from faults.script import script_to_json
+from sim.artifacts import FREE_NAMES_MAX, create_exclusive, free_path  # noqa: F401 (re-exported)
 from sim.clock import format_duration_ms
 from sim.face import discovery
 from sim.scenario import ScenarioOptions
@@ -60,33 +61,6 @@ def scenarios_argv(modules: Iterable[str]) -> list[str]:
     return argv
 
 
-FREE_NAMES_MAX = 10_000  # ``-2`` ... : how far a writer looks for a free name
-
-
-def free_path(path: str, attempt: int) -> str:
-    """The ``attempt``-th name for ``path``: itself, then ``stem-2.json``, ``stem-3.json`` ..."""
-    if attempt == 1:
-        return path
-    stem, ext = os.path.splitext(path)
-    return f"{stem}-{attempt}{ext}"
-
-
-def _create_exclusive(path: str) -> tuple[str, Any]:
-    """Open a new file at ``path``, or the next free ``-2``, ``-3`` ... name:
-    an artifact is never overwritten (an earlier run's, a shrink's input, a
-    sweep seed's). Raises ``OSError`` (``FileExistsError`` past the bound)."""
-    for attempt in range(1, FREE_NAMES_MAX + 1):
-        candidate = free_path(path, attempt)
-        try:
-            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            continue
-        # A lone surrogate (a key an adversary made) has no UTF-8 form: written
-        # as its \uXXXX escape, which JSON reads back as the same code point.
-        return candidate, os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace")
-    raise FileExistsError(f"{path} and {FREE_NAMES_MAX - 1} numbered names after it all exist")
-
-
 def is_repro_file(path: str) -> bool:
     """Whether ``path`` holds a repro file (``run --faults`` then adopts its
     configuration) rather than a hand-written script; unreadable: False
@@ -117,7 +91,7 @@ def write_repro(result: Any, command: str, directory: str, *, path: str | None =
         **(extra or {}),
     }
     text = json.dumps(body, ensure_ascii=False, indent=1)  # before the file exists: no empty artifact on error
-    path, handle = _create_exclusive(path)
+    path, handle = create_exclusive(path)
     with handle:
         handle.write(text)
     return path

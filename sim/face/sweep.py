@@ -55,7 +55,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 
 from faults.kinds import FAILPOINT_CRASH, TIMED_FAULT_KINDS
-from sim.face import model_coverage
+from sim.face import failures, model_coverage
 
 # 0 every seed passed, 1 a seed failed (or, with ``require_coverage``, a
 # coverage gap), 3 a child could not run (an infrastructure error: it crashed,
@@ -174,7 +174,7 @@ def _reap(procs: list[subprocess.Popen], error: BaseException | None) -> None:
 class SweepOptions:
     """What the sweep itself decides (the run flags go to every child as given)."""
 
-    seeds: range
+    seeds: Sequence[int]  # a range, or a shard's seeds of one (``sim.face.shards.shard_seeds``)
     jobs: int = 2
     json: bool = False
     time_budget_s: float | None = None       # wall clock: no new seed starts after it
@@ -184,6 +184,12 @@ class SweepOptions:
     model_coverage: bool = False
     model_coverage_out: str | None = None
     require_coverage: bool = False
+    # The failure database's directory (``sim.face.failures``; None: off): its
+    # failures of the swept scenarios (``all_saved``: every one) replay first.
+    failure_db: str | None = None
+    all_saved: bool = False
+    saved_stores: tuple[str, ...] | None = None  # the stores whose saved failures replay (None: any)
+    report_dir: str | None = None             # --report DIR: ``reports.write_report`` of the summary
 
     def __attrs_post_init__(self) -> None:
         assert self.jobs >= 1, self.jobs
@@ -233,10 +239,11 @@ def plan_jobs(scenarios: Sequence[str], child_args: Mapping[str, Sequence[str]],
     return jobs
 
 
-def _child(job: Job, lines_file: str | None) -> subprocess.Popen:
+def _child(job: Job, lines_file: str | None, env_extra: Mapping[str, str] | None = None) -> subprocess.Popen:
     """The job's process, in this process's directory (where ``--scenarios``
-    modules are importable from); under the line recorder if ``lines_file``."""
-    env = dict(os.environ)
+    modules are importable from); under the line recorder if ``lines_file``;
+    ``env_extra`` set in its environment (``check-determinism``: ``PYTHONHASHSEED``)."""
+    env = {**os.environ, **(env_extra or {})}
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     head = ["-m", "sim"] if lines_file is None else ["-m", "sim.face.model_coverage", lines_file, "--"]
     return subprocess.Popen([sys.executable, *head, *job.argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -262,18 +269,23 @@ def _outcome(job: Job, proc: subprocess.Popen) -> dict[str, Any]:
 
 
 def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str, Sequence[str]],
-          global_args: Sequence[str] = ()) -> int:
+          global_args: Sequence[str] = (), shard_writer: Any = None) -> int:
     """Run ``opts.seeds`` of each of ``scenarios`` (``child_args[name]``: the
     ``run`` flags of its seeds, all but ``--seed``); print the summary.
     Exit 1 if a seed failed (or, with ``require_coverage``, on a coverage
     gap), else 3 if a seed could not run, else 0 (``exit_code``). SIGINT or
-    SIGTERM stops the children and raises ``Interrupted``."""
+    SIGTERM stops the children and raises ``Interrupted``. ``shard_writer``
+    (``sim.face.shards.ShardWriter``, ``--out``): given the summary and the
+    seeds' results, writes the shard file before the summary is printed."""
     names = [s.name for s in scenarios]
     jobs = plan_jobs(names, child_args, opts, global_args)
     lines_dir = tempfile.mkdtemp(prefix="loomsim-model-lines-") if opts.model_coverage else None
     executed: dict[str, set[int]] = {}
     lost_seeds = 0  # children whose tracer was switched off before the end
     started_s = time.perf_counter()
+    db = None if opts.failure_db is None else failures.FailureDb(opts.failure_db)
+    replays = failures.replay_saved(db, None if opts.all_saved else names, stores=opts.saved_stores, on_replay=None if opts.json else (
+        lambda r: print(failures.progress_line(r), flush=True)))
     pending = list(jobs)
     running: list[tuple[Job, subprocess.Popen, str | None]] = []
     results: dict[tuple[str, int], dict[str, Any]] = {}
@@ -327,16 +339,25 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
         per_scenario.append(summarize_scenario(scenario, ran, planned=len(opts.seeds)))
     summary = summarize_sweep(per_scenario, wall_s=time.perf_counter() - started_s, jobs=opts.jobs,
                               time_budget_s=opts.time_budget_s, budget_stopped_s=budget_stopped_s)
+    failures.save_sweep_failures(db, [r for r in results.values() if outcome(r) == "fail"])
+    summary["saved_failures"] = [r.to_json() for r in replays]
     summary["runs"] = [seed_record(results[(job.scenario, job.seed)]) for job in jobs
                        if (job.scenario, job.seed) in results]
     if opts.model_coverage:
         summary["model_coverage"] = {**model_coverage.report(executed), "tracing_lost_seeds": lost_seeds}
         if opts.model_coverage_out:
             _write_model_coverage(opts.model_coverage_out, summary["model_coverage"], executed)
+    if shard_writer is not None:
+        shard_writer(summary, [results[(job.scenario, job.seed)] for job in jobs if (job.scenario, job.seed) in results],
+                     executed if opts.model_coverage else None)
     if opts.json:
         print(json.dumps(summary, ensure_ascii=False))
     else:
         print(render(summary))
+    if opts.report_dir is not None:
+        from sim.face.cli import write_report_or_warn
+
+        write_report_or_warn(opts.report_dir, summary, to_stderr=opts.json)
     return exit_code(summary, require_coverage=opts.require_coverage)
 
 
@@ -355,7 +376,7 @@ def _first_seeds(pending: Sequence[Job], started: set[str]) -> list[Job]:
 def exit_code(summary: Mapping[str, Any], *, require_coverage: bool) -> int:
     """1 on a failing seed (or a required coverage gap), else 3 on a seed
     that could not run, else 0."""
-    if summary["failed"]:
+    if summary["failed"] or failures.still_failing(summary.get("saved_failures", ())):
         return EXIT_VIOLATION
     if summary["errors"]:
         return EXIT_ERROR
@@ -402,6 +423,9 @@ def seed_record(result: Mapping[str, Any]) -> dict[str, Any]:
         "repro_command": result.get("repro_command"),
         "repro_file": result.get("repro_file"),
         "error": result.get("error"),
+        # What a report draws of a failing seed (its timeline, the related
+        # events); only for failures, to keep the sweep's JSON small.
+        **({key: result[key] for key in ("timeline", "excerpt") if key in result} if status == "fail" else {}),
     }
 
 
@@ -677,7 +701,7 @@ def render_scenario(s: Mapping[str, Any]) -> list[str]:
 def render(summary: Mapping[str, Any]) -> str:
     """Per scenario: its counts, failures and coverage; then the sweep: the
     totals, the budget, every coverage gap, and the model coverage."""
-    lines = []
+    lines = failures.render(summary.get("saved_failures") or [])  # replayed first: listed first
     for s in summary["scenarios"].values():
         lines.extend(render_scenario(s))
     many = len(summary["scenarios"]) > 1

@@ -1,0 +1,233 @@
+"""``loomsim describe SCENARIO``: what a scenario is made of, without running it.
+
+Its parameters (flags, ranges, defaults), the fault kinds, failpoints,
+workload switches and knobs its seeds' swarm chooses from (the part ``loomsim
+list --faults`` prints too: ``swarm_lines``), its fault sites, its
+invariants with the one-line doc of each, its ``sometimes`` properties and
+its default and sweep durations; ``--json`` too.
+
+Invariants and sites come from the scenario's own build function, called the
+way the runner calls it but never run: once per store (memory, SQLite) with
+the full mix (every fault kind, failpoint and workload switch on, default
+knobs), and once with every workload switch off. A checker built in only
+some of those is listed with when it is there (``only on sqlite``, ``with a
+workload switch``). The runner's own verdicts (``no-uncaught-errors``,
+``fault-script-unfired``, ``beyond-contract-undetected``) are listed apart:
+they are violations the runner records, not checkers that count checks.
+
+Fault sites are not declared in one list; they are derived: every method of
+every port the built-in ``System`` binds to a process (its describer
+tables, ``scenarios.system.DESCRIBERS``: a site is ``port.method``, and
+every such call draws from the plan: the port fault kinds, without
+``write-contention`` on reads), the damaged read answers (``log.read.answer``)
+when the system damages reads, SQLite's overtaking commit on SQLite when the
+scenario rates it, the scenario's boosted sites (its rarely called ones,
+``pager.page`` among them) and its failpoints. Which of them a seed reaches
+is in a run's coverage (``faults_by_port``, ``failpoints``).
+
+Part of the face: no clock, nothing runs.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Any, Mapping
+
+from sim.clock import format_duration_ms
+from sim.face.cli import UsageError, _wrap
+from sim.face.repro_file import param_flag
+
+FORMAT = "loomsim-describe/1"
+STORES = ("memory", "sqlite")
+
+
+def add_parser(sub: Any) -> None:
+    """``loomsim describe``'s arguments (called by ``cli.build_parser``)."""
+    p = sub.add_parser("describe", help="a scenario's parameters, faults, sites, knobs, invariants, "
+                                        "sometimes-properties and durations")
+    p.add_argument("scenario", help="scenario name (see `loomsim list`)")
+    p.add_argument("--json", action="store_true", help="print the description as one JSON object")
+
+
+def command(args: Any) -> int:
+    """``loomsim describe SCENARIO`` (dispatched from ``cli._main``)."""
+    from scenarios import registry
+
+    try:
+        scenario = registry.get(args.scenario)
+    except registry.UnknownScenario as error:
+        raise UsageError(str(error)) from None
+    body = describe(scenario)
+    print(json.dumps(body, ensure_ascii=False) if args.json else render(body))
+    return 0
+
+
+def swarm_lines(scenario: Any) -> list[str]:
+    """What a seed's swarm chooses from, its parameters and ``sometimes``
+    properties: the per-scenario lines of ``loomsim list --faults``."""
+    lines = []
+    space = scenario.swarm_space
+    if space is None:
+        lines.append("  no swarm: the scenario's own fault mix (see coverage in a run's output)")
+    else:
+        for label, names in (("fault kinds", space.fault_kinds),
+                             ("failpoints (failpoint-crash sites)", space.failpoints),
+                             ("workload switches", space.workload)):
+            lines.append(f"  {label}: {_wrap(names, '    ', head=f'  {label}: ') or 'none'}")
+        for knob in space.knobs:
+            lines.append(f"  knob {knob.name}={knob.default} (range {knob.minimum}..{knob.maximum}): {knob.help}")
+    for spec in scenario.params:
+        lines.append(f"  {param_flag(spec.name)} N ({spec.minimum}..{spec.maximum}): {spec.help}")
+    if scenario.sometimes:
+        lines.append(f"  sometimes-properties: {', '.join(scenario.sometimes)}")
+    return lines
+
+
+def _build(scenario: Any, store: str, *, workload_on: bool) -> Any:
+    """The scenario's stack as the runner builds it (never opened, never run)."""
+    from sim.scenario import Run, ScenarioOptions
+    from sim.world import World
+
+    space = scenario.swarm_space
+    switches = tuple(space.workload) if space is not None else ()
+    opts = ScenarioOptions(seed=0, duration_ms=scenario.sweep_ms, store=store, swarm=False,
+                           faults_disable=() if workload_on else switches)
+    world = World(0)
+    choices = space.choices_for(world, opts) if space is not None else None
+    return scenario.build(Run(opts, choices, scenario))
+
+
+def checker_doc(checker: Any) -> str:
+    """A checker's one-line doc: its class's first docstring paragraph, else
+    its module's (an invariant module starts ``\\`\\`name\\`\\`: what it says``)."""
+    for doc in (type(checker).__doc__, inspect.getmodule(type(checker)).__doc__):
+        paragraph = " ".join((inspect.cleandoc(doc or "").split("\n\n") or [""])[0].split())
+        if paragraph:
+            prefix = f"``{checker.name}``: "
+            return paragraph[len(prefix):] if paragraph.startswith(prefix) else paragraph
+    return ""
+
+
+def _invariants(scenario: Any) -> tuple[list[dict[str, Any]], list[Any]]:
+    builds = {(store, on): _build(scenario, store, workload_on=on) for store in STORES for on in (True, False)}
+    found: dict[str, dict[str, Any]] = {}
+    for (store, on), stack in builds.items():
+        for checker in stack.checks:
+            entry = found.setdefault(checker.name, {"name": checker.name, "doc": checker_doc(checker),
+                                                    "stores": [], "with_switches": False, "without_switches": False})
+            if store not in entry["stores"]:
+                entry["stores"].append(store)
+            entry["with_switches" if on else "without_switches"] = True
+    invariants = []
+    for entry in found.values():
+        when = []
+        if len(entry["stores"]) < len(STORES):
+            when.append(f"only on {' and '.join(entry['stores'])}")
+        if not entry["without_switches"]:
+            when.append("with a workload switch")
+        invariants.append({"name": entry["name"], "doc": entry["doc"], "when": ", ".join(when) or "always"})
+    return invariants, [builds[(store, True)] for store in STORES]
+
+
+def runner_verdicts() -> list[dict[str, str]]:
+    """The violations the runner itself records (no checker counts them)."""
+    from sim.runner import UNDETECTED, UNFIRED
+
+    return [{"name": "no-uncaught-errors", "doc": "a simulated task raised an error nothing handled"},
+            {"name": UNFIRED, "doc": "an entry of a hand-written fault script never fired"},
+            {"name": UNDETECTED, "doc": "beyond the contract: a broken promise that no invariant noticed"}]
+
+
+def fault_sites(scenario: Any, stacks: list[Any]) -> list[dict[str, Any]]:
+    """Every site a plan can fault (see the module doc for how they are derived)."""
+    from faults.kinds import OVERTAKING_COMMIT, PORT_FAULT_KINDS, WRITE_CONTENTION
+    from faults.ports import READ_METHODS
+    from faults.reads import READ_FAULT_KINDS
+    from faults.sqlite_overtake import SITE as OVERTAKE_SITE
+    from scenarios.system import DESCRIBERS, System
+
+    sites: dict[str, dict[str, Any]] = {}
+
+    def add(name: str, kinds: Any, what: str) -> None:
+        entry = sites.setdefault(name, {"site": name, "kinds": [], "what": what, "boosted": False})
+        entry["kinds"] += [k for k in kinds if k not in entry["kinds"]]
+
+    for stack in stacks:
+        if not isinstance(stack.system, System):
+            continue
+        for port, table in DESCRIBERS.items():
+            for method in table:
+                add(f"{port}.{method}", [k for k in PORT_FAULT_KINDS
+                                         if not (method in READ_METHODS and k == WRITE_CONTENTION)], "port call")
+        if getattr(stack.system, "damaged_reads", False):
+            add("log.read.answer", READ_FAULT_KINDS, "read answer")
+        if OVERTAKING_COMMIT in (getattr(stack.faults, "fixed_rates", None) or {}):
+            add(OVERTAKE_SITE, [OVERTAKING_COMMIT], "sqlite read in a transaction (on sqlite)")
+    for stack in stacks:
+        for name in getattr(stack.faults, "boosted_sites", ()):
+            method = name.partition(".")[2]
+            add(name, [] if name in sites else [k for k in PORT_FAULT_KINDS
+                                                 if not (method in READ_METHODS and k == WRITE_CONTENTION)],
+                "port call")
+            sites[name]["boosted"] = True
+    space = scenario.swarm_space
+    from faults.kinds import FAILPOINT_CRASH
+
+    for name in (space.failpoints if space is not None else ()):
+        add(name, [FAILPOINT_CRASH], "failpoint")
+    return list(sites.values())
+
+
+def describe(scenario: Any) -> dict[str, Any]:
+    """The scenario's description as plain data (what ``--json`` prints)."""
+    space = scenario.swarm_space
+    invariants, stacks = _invariants(scenario)
+    return {
+        "format": FORMAT,
+        "scenario": scenario.name,
+        "description": scenario.description,
+        "default_duration": format_duration_ms(scenario.default_duration_ms),
+        "sweep_duration": format_duration_ms(scenario.sweep_ms),
+        "params": [{"name": p.name, "flag": param_flag(p.name), "default": p.default, "minimum": p.minimum,
+                    "maximum": p.maximum, "help": p.help} for p in scenario.params],
+        "swarm": space is not None,
+        "fault_kinds": list(space.fault_kinds) if space is not None else [],
+        "failpoints": list(space.failpoints) if space is not None else [],
+        "workload_switches": list(space.workload) if space is not None else [],
+        "knobs": [{"name": k.name, "default": k.default, "minimum": k.minimum, "maximum": k.maximum,
+                   "values": list(k.values), "help": k.help} for k in (space.knobs if space is not None else ())],
+        "fault_sites": fault_sites(scenario, stacks),
+        "invariants": invariants,
+        "runner_verdicts": runner_verdicts(),
+        "sometimes": list(scenario.sometimes),
+    }
+
+
+def render(body: Mapping[str, Any]) -> str:
+    lines = [f"{body['scenario']}: {body['description']}",
+             f"  durations: default {body['default_duration']}, a sweep's seed {body['sweep_duration']}"]
+    lines.append("  parameters:" if body["params"] else "  parameters: none")
+    for p in body["params"]:
+        lines.append(f"    {p['flag']} N (range {p['minimum']}..{p['maximum']}, default {p['default']}): {p['help']}")
+    if not body["swarm"]:
+        lines.append("  no swarm: the scenario's own fault mix")
+    for label, key in (("fault kinds", "fault_kinds"), ("failpoints", "failpoints"),
+                       ("workload switches", "workload_switches")):
+        lines.append(f"  {label}: {_wrap(body[key], '    ', head=f'  {label}: ') or 'none'}")
+    lines.append("  knobs:" if body["knobs"] else "  knobs: none")
+    for k in body["knobs"]:
+        values = f", values {', '.join(map(str, k['values']))}" if k["values"] else ""
+        lines.append(f"    {k['name']} (range {k['minimum']}..{k['maximum']}, default {k['default']}{values}): "
+                     f"{k['help']}")
+    lines.append(f"  fault sites ({len(body['fault_sites'])}; derived from the port tables, boosted sites "
+                 "and failpoints):")
+    for site in body["fault_sites"]:
+        boosted = ", boosted" if site["boosted"] else ""
+        lines.append(f"    {site['site']} ({site['what']}{boosted}): {', '.join(site['kinds'])}")
+    lines.append(f"  invariants ({len(body['invariants'])}):")
+    for inv in body["invariants"]:
+        when = "" if inv["when"] == "always" else f" [{inv['when']}]"
+        lines.append(f"    {inv['name']}{when}: {inv['doc'] or '(no doc)'}")
+    lines.append("  the runner's own verdicts: " + ", ".join(v["name"] for v in body["runner_verdicts"]))
+    lines.append(f"  sometimes-properties: {_wrap(body['sometimes'], '    ', head='  sometimes-properties: ') or 'none'}")
+    return "\n".join(lines)

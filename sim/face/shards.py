@@ -1,0 +1,383 @@
+"""Sharded sweeps: ``loomsim sweep --shard I/N --out FILE`` and ``loomsim merge``.
+
+A CI matrix is the distributed engine: N jobs each run ``sweep ... --shard
+I/N --out shard-I.json``, one job runs ``merge shard-*.json``, and the merge
+prints the summary the unsharded sweep would have printed (apart from wall
+times and jobs), with the same exit code. So the merge recomputes the
+summary with the sweep's own ``summarize_scenario``/``summarize_sweep`` from
+the per-seed child results each shard file keeps: the two summaries cannot
+drift apart.
+
+Which seeds a shard owns (``shard_seeds``): the sweep decides a seed's
+store, whether it runs beyond the contract and which fault kinds the swarm's
+rotation forces on *by seed number* (every 4th on SQLite, every 8th beyond
+the contract, a covering design over 8 consecutive seeds). Dealing seed
+index ``i`` to shard ``i % N`` would give shard 2 of 4 every SQLite seed and
+no other. So the range is first ordered by ``seed % P`` (``P`` the least
+common multiple of those periods), then dealt round-robin: each shard gets
+an equal share (to one seed) of every residue class, hence of every store,
+of the beyond-the-contract seeds and of the rotation, and the shards' sizes
+differ by one seed at most.
+
+A shard file (``loomsim-shard/1``) holds the shard's identity (index and
+count), the sweep's identity (seed range, scenarios with their
+``sometimes`` properties, every flag that changes a seed's result), the
+shard's printed summary, and per seed only the fields the summary reads
+(``compact_result``), so a shard of thousands of seeds stays small. It is
+created exclusively: ``--out`` naming an existing file is refused before
+anything runs (a CI step must not silently merge an old shard), and a file
+that appears meanwhile leaves the new one at the next free ``-2`` name (as
+repro files do), said on stderr.
+
+Part of the face: it reads no clock; nothing simulated runs here.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from typing import Any, Iterable, Mapping, Sequence
+
+import attrs
+
+from sim.face import model_coverage
+from sim.face.cli import UsageError
+from sim.face.sweep import (EXIT_ERROR, EXIT_PASS, exit_code, render, seed_record, summarize_scenario,
+                            summarize_sweep)
+
+SHARD_FORMAT = "loomsim-shard/1"
+ROTATION_PERIOD = 8  # faults.swarm.ROTATION_SEEDS: the covering design's period (kept in step by a test)
+# A child's result is a big object; the summary reads these of it (``compact_result``).
+RESULT_KEYS = ("scenario", "seed", "store", "beyond", "status", "error", "trace_digest", "wall_s", "invariants",
+               "repro_command", "repro_file")
+COVERAGE_KEYS = ("fault_kinds", "armed", "ports", "failpoints", "sometimes")
+
+
+class ShardError(UsageError):
+    """A bad ``--shard``/``--out`` or shard file: one usage-error line, exit 2."""
+
+
+@attrs.frozen
+class Shard:
+    """Shard ``index`` (1-based) of ``count``."""
+
+    index: int
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def parse_shard(text: str) -> Shard:
+    """``I/N`` with 1 <= I <= N; else ``ShardError``."""
+    index, sep, count = text.partition("/")
+    try:
+        shard = Shard(int(index, 10), int(count, 10)) if sep else None
+    except ValueError:
+        shard = None
+    if shard is None or not 1 <= shard.index <= shard.count:
+        raise ShardError(f"invalid shard {text!r}: expected I/N with 1 <= I <= N, e.g. --shard 2/4")
+    return shard
+
+
+def period(beyond_every: int, sqlite_every: int) -> int:
+    """The period over which seeds differ by number alone (store, beyond, rotation)."""
+    return math.lcm(ROTATION_PERIOD, max(1, beyond_every), max(1, sqlite_every))
+
+
+def shard_seeds(seeds: range, shard: Shard, *, beyond_every: int, sqlite_every: int) -> tuple[int, ...]:
+    """The seeds of ``seeds`` that ``shard`` runs, ascending (see the module doc)."""
+    p = period(beyond_every, sqlite_every)
+    dealt = sorted(seeds, key=lambda seed: (seed % p, seed))[shard.index - 1::shard.count]
+    return tuple(sorted(dealt))
+
+
+def compact_result(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a child's result that ``summarize_scenario`` and
+    ``seed_record`` read, and nothing else: its first violation only, the
+    swarm's choices and pinned rates of its config, its coverage counts,
+    and its broken promises only where they are read (a beyond-the-contract
+    seed that passed green: the summary says how many)."""
+    small = {key: result[key] for key in RESULT_KEYS if key in result}
+    violations = result.get("violations") or []
+    if violations:
+        first = violations[0]
+        small["violations"] = [{k: first.get(k) for k in ("name", "message", "simulated_time")}]
+    config = result.get("config") or {}
+    kept = {}
+    if "swarm" in config:
+        swarm = config["swarm"]
+        kept["swarm"] = (None if swarm is None
+                         else {k: swarm[k] for k in ("fault_kinds", "failpoints") if k in swarm})
+    if config.get("rates") is not None:
+        kept["rates"] = config["rates"]
+    if kept:
+        small["config"] = kept
+    coverage = result.get("coverage")
+    if coverage:
+        small["coverage"] = {k: coverage[k] for k in COVERAGE_KEYS if k in coverage}
+    if result.get("beyond") and result.get("status") == "pass":
+        small["beyond_contract"] = list(result.get("beyond_contract") or ())
+    return small
+
+
+def sweep_identity(seeds: range, scenarios: Sequence[Any], child_args: Mapping[str, Sequence[str]],
+                   global_args: Sequence[str], flags: Mapping[str, Any], shard_count: int) -> dict[str, Any]:
+    """What every shard of one sweep shares: the seed range, the shard
+    count, the scenarios (with what their summaries need: ``sometimes``),
+    the scenario modules, each scenario's ``run`` flags (duration, store,
+    pins...; the repro directory left out: where each shard writes its
+    repro files is its own) and the sweep's own flags (``flags``)."""
+    return {
+        "seeds": [seeds.start, seeds.stop],
+        "shard_count": shard_count,
+        "scenarios": [{"name": s.name, "sometimes": list(s.sometimes)} for s in scenarios],
+        "global_args": list(global_args),
+        "run_args": {s.name: _without_repro_dir(child_args[s.name]) for s in scenarios},
+        "flags": dict(flags),
+    }
+
+
+def _without_repro_dir(args: Sequence[str]) -> list[str]:
+    kept, skip = [], False
+    for token in args:
+        if skip:
+            skip = False
+        elif token == "--repro-dir":
+            skip = True
+        else:
+            kept.append(token)
+    return kept
+
+
+def check_out(path: str) -> None:
+    """Before a sharded sweep runs: ``--out`` must be a new file in an existing directory."""
+    if os.path.exists(path):
+        raise ShardError(f"--out {path!r} exists: a shard file is never overwritten; remove it or choose another name")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ShardError(f"--out {path!r}: directory {parent!r} does not exist")
+
+
+@attrs.frozen
+class ShardWriter:
+    """Called by the sweep with its summary and results: writes the shard file."""
+
+    path: str
+    shard: Shard
+    identity: Mapping[str, Any]
+    seeds: tuple[int, ...]
+
+    def __call__(self, summary: Mapping[str, Any], results: Iterable[Mapping[str, Any]],
+                 executed: Mapping[str, Iterable[int]] | None = None) -> str | None:
+        body = {"format": SHARD_FORMAT, "shard": {"index": self.shard.index, "count": self.shard.count},
+                "sweep": dict(self.identity), "shard_seeds": list(self.seeds), "summary": dict(summary),
+                "results": [compact_result(r) for r in results]}
+        if executed is not None:
+            body["model_lines"] = {name: sorted(lines) for name, lines in sorted(executed.items())}
+        from sim.artifacts import create_exclusive
+
+        try:
+            path, handle = create_exclusive(self.path)
+            with handle:
+                json.dump(body, handle, ensure_ascii=False, separators=(",", ":"))
+        except OSError as error:
+            print(f"loomsim: warning: could not write shard file {self.path!r}: {error.strerror or error}",
+                  file=sys.stderr)
+            return None
+        if path != self.path:
+            print(f"loomsim: warning: {self.path!r} appeared meanwhile; the shard is in {path!r}", file=sys.stderr)
+        return path
+
+
+def plan_shard(shard_text: str | None, out: str | None, scenarios: Sequence[Any], opts: Any,
+               child_args: Mapping[str, Sequence[str]], global_args: Sequence[str]) -> tuple[Any, ShardWriter | None]:
+    """``sweep --shard I/N --out FILE``: the sweep's options with the shard's
+    seeds, and the writer of its file (None without ``--out``). ``--out``
+    alone is shard 1/1: the whole sweep, mergeable. Checked before anything runs."""
+    if shard_text is None and out is None:
+        return opts, None
+    shard = parse_shard(shard_text) if shard_text is not None else Shard(1, 1)
+    seeds = shard_seeds(opts.seeds, shard, beyond_every=opts.beyond_every, sqlite_every=opts.sqlite_every)
+    sharded = attrs.evolve(opts, seeds=seeds)
+    if out is None:
+        return sharded, None
+    check_out(out)
+    flags = {"beyond_every": opts.beyond_every, "all_beyond": opts.all_beyond, "sqlite_every": opts.sqlite_every,
+             "require_coverage": opts.require_coverage, "time_budget_s": opts.time_budget_s,
+             "model_coverage": opts.model_coverage}
+    identity = sweep_identity(opts.seeds, scenarios, child_args, global_args, flags, shard.count)
+    return sharded, ShardWriter(out, shard, identity, seeds)
+
+
+# -- merge ----------------------------------------------------------------------------------
+
+
+def read_shard(path: str) -> dict[str, Any]:
+    """A shard file's body, its format checked (``ShardError`` otherwise)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            body = json.load(handle)
+    except OSError as error:
+        raise ShardError(f"cannot read shard file {path!r}: {error.strerror or error}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ShardError(f"{path!r} is not a loomsim shard file (not JSON)") from None
+    if not isinstance(body, dict) or body.get("format") != SHARD_FORMAT:
+        raise ShardError(f"{path!r} is not a loomsim shard file (format {SHARD_FORMAT}); "
+                         "write one with loomsim sweep ... --shard I/N --out FILE")
+    try:
+        shard = body["shard"]
+        index, count = int(shard["index"]), int(shard["count"])
+        assert 1 <= index <= count and isinstance(body["sweep"], dict) and isinstance(body["results"], list)
+    except (KeyError, TypeError, ValueError, AssertionError):
+        raise ShardError(f"shard file {path!r} is malformed: no valid shard, sweep or results") from None
+    return body
+
+
+@attrs.frozen
+class _ScenarioView:
+    """What ``summarize_scenario`` needs of a scenario, from a shard file."""
+
+    name: str
+    sometimes: tuple[str, ...]
+
+
+def merge(paths: Sequence[str]) -> dict[str, Any]:
+    """The merged summary (``merge_shards``'s, without the sweep's identity)."""
+    return merge_shards(paths)[0]
+
+
+def merge_shards(paths: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The summary of the sweep the shards at ``paths`` are parts of, as
+    the unsharded sweep computes it, plus ``shards`` (which were merged,
+    which are missing: their seeds count as not run). ``ShardError`` on a
+    file that is not a shard, shards of different sweeps, a shard twice."""
+    if not paths:
+        raise ShardError("merge: no shard files given")
+    bodies: dict[int, tuple[str, dict[str, Any]]] = {}
+    identity: dict[str, Any] | None = None
+    first = ""
+    for path in paths:
+        body = read_shard(path)
+        if identity is None:
+            identity, first = body["sweep"], path
+        elif body["sweep"] != identity:
+            differ = sorted(k for k in set(identity) | set(body["sweep"]) if identity.get(k) != body["sweep"].get(k))
+            raise ShardError(f"{path!r} is a shard of another sweep than {first!r} (they differ in: "
+                             f"{', '.join(differ)})")
+        index = body["shard"]["index"]
+        if index in bodies:
+            raise ShardError(f"shard {index}/{body['shard']['count']} given twice: {bodies[index][0]!r} and {path!r}")
+        bodies[index] = (path, body)
+    assert identity is not None
+    count = int(identity["shard_count"])
+    start, stop = identity["seeds"]
+    seeds = range(int(start), int(stop))
+    scenarios = [_ScenarioView(s["name"], tuple(s["sometimes"])) for s in identity["scenarios"]]
+    results: dict[tuple[str, int], dict[str, Any]] = {}
+    for _, body in bodies.values():
+        for result in body["results"]:
+            results[(result["scenario"], result["seed"])] = result
+    per_scenario = [summarize_scenario(s, [results[(s.name, seed)] for seed in seeds if (s.name, seed) in results],
+                                       planned=len(seeds)) for s in scenarios]
+    summaries = [body["summary"] for _, body in bodies.values()]
+    stopped = [s["budget_stopped_at_s"] for s in summaries if s.get("budget_stopped")]
+    summary = summarize_sweep(per_scenario, wall_s=max(s.get("wall_s") or 0.0 for s in summaries),
+                              jobs=max(int(s.get("jobs") or 1) for s in summaries),
+                              time_budget_s=identity["flags"].get("time_budget_s"),
+                              budget_stopped_s=max(stopped) if stopped else None)
+    if any("saved_failures" in s for s in summaries):
+        # The failure database's replays (``sim.face.failures``) are the sweep's, not a seed's:
+        # each shard may have replayed the same ones; each is listed once.
+        saved: dict[str, Any] = {}
+        for s in summaries:
+            for replay in s.get("saved_failures") or ():
+                saved.setdefault(json.dumps(replay, sort_keys=True), replay)
+        summary["saved_failures"] = list(saved.values())
+    # Each seed's record as its shard's sweep made it (``sweep.seed_record``: what a report draws
+    # of a failing seed included), in the unsharded sweep's order: seed-major.
+    records = {(r["scenario"], r["seed"]): r for s in summaries for r in s.get("runs", ())}
+    summary["runs"] = [records[(s.name, seed)] if (s.name, seed) in records else seed_record(results[(s.name, seed)])
+                       for seed in seeds for s in scenarios if (s.name, seed) in results]
+    lined = [body for _, body in bodies.values() if "model_lines" in body]
+    if lined:
+        executed: dict[str, set[int]] = {}
+        for body in lined:
+            model_coverage.merge(executed, body["model_lines"])
+        lost = sum(int(body["summary"].get("model_coverage", {}).get("tracing_lost_seeds", 0)) for body in lined)
+        summary["model_coverage"] = {**model_coverage.report(executed), "tracing_lost_seeds": lost}
+    present = sorted(bodies)
+    missing = [i for i in range(1, count + 1) if i not in bodies]
+    summary["shards"] = {"count": count, "merged": present, "missing": missing,
+                         "files": [bodies[i][0] for i in present]}
+    return summary, identity
+
+
+def render_merge(summary: Mapping[str, Any]) -> str:
+    """The sweep's summary; then, if shards are missing, which (their seeds were not run)."""
+    text = render(summary)
+    shards = summary["shards"]
+    if shards["missing"]:
+        not_run = summary["seeds"] - summary["ran"]
+        text += (f"\nMISSING SHARDS: merged shards {','.join(map(str, shards['merged']))} of {shards['count']}; "
+                 f"shards {','.join(map(str, shards['missing']))} missing: {not_run} seed run(s) not run")
+    return text
+
+
+def merge_exit_code(summary: Mapping[str, Any], *, require_coverage: bool) -> int:
+    """The sweep's exit code (1 failure or required coverage gap, 3 a seed
+    that could not run, else 0); a missing shard is 3, not 0 (a failure
+    still outranks it)."""
+    code = exit_code(summary, require_coverage=require_coverage)
+    if code == EXIT_PASS and summary["shards"]["missing"]:
+        return EXIT_ERROR
+    return code
+
+
+def add_merge_parser(sub: Any) -> None:
+    """``loomsim merge``'s arguments (called by ``cli.build_parser``)."""
+    p = sub.add_parser("merge", help="combine the shard files of a sharded sweep (sweep --shard I/N --out FILE) "
+                                     "into the sweep's summary and exit code")
+    p.add_argument("files", nargs="+", metavar="FILE", help="the shard files, e.g. shard-*.json")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (as sweep --json)")
+    p.add_argument("--require-coverage", action="store_true",
+                   help="exit 1 on a coverage gap (also when the shards were swept with it)")
+    p.add_argument("--report", default=None, metavar="DIR", help="also write the sweep's report into DIR")
+
+
+def command(args: Any) -> int:
+    """``loomsim merge`` (dispatched from ``cli._main``)."""
+    return merge_command(args.files, json_output=args.json, require_coverage=args.require_coverage,
+                         report_dir=args.report)
+
+
+def merge_command(paths: Sequence[str], *, json_output: bool, require_coverage: bool,
+                  report_dir: str | None = None) -> int:
+    """``loomsim merge FILE... [--json] [--require-coverage] [--report DIR]``."""
+    if report_dir is not None:
+        _check_report_dir(report_dir)
+    summary, identity = merge_shards(paths)
+    required = require_coverage or bool(identity["flags"].get("require_coverage"))
+    print(json.dumps(summary, ensure_ascii=False) if json_output else render_merge(summary), flush=True)
+    if report_dir is not None:
+        _write_report(report_dir, summary, to_stderr=json_output)
+    return merge_exit_code(summary, require_coverage=required)
+
+
+def _check_report_dir(directory: str) -> None:
+    """``merge --report DIR``: checked before merging, as ``sweep --report`` is."""
+    from sim.face import cli
+
+    check = getattr(cli, "_check_report_dir", None)
+    if check is None:  # the reports package not wired into this loomsim: say so, run nothing
+        raise ShardError("--report: this loomsim cannot write sweep reports (no reports.write_report)")
+    check(directory)
+
+
+def _write_report(directory: str, summary: Mapping[str, Any], *, to_stderr: bool) -> None:
+    """The merged sweep's report, as ``sweep --report`` writes its own
+    (``reports.write_report`` through ``cli.write_report_or_warn``)."""
+    from sim.face.cli import write_report_or_warn
+
+    write_report_or_warn(directory, dict(summary), to_stderr=to_stderr)

@@ -1,0 +1,49 @@
+"""``loomsim describe SCENARIO``: what a run reports is what describe lists
+(every checker a run counts is a described invariant), its sometimes
+properties are the scenario's, and ``list --faults`` shares its lines."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scenarios import registry
+from sim.clock import parse_duration_ms
+from sim.face import cli, describe
+from sim.runner import run
+from sim.scenario import ScenarioOptions
+
+# Simulated time per scenario: enough to build and run every checker (port-storm is the costly one).
+RUN_MS = {"port-storm": parse_duration_ms("5m")}
+
+
+@pytest.mark.parametrize("name", [s.name for s in registry.all_scenarios()])
+def test_describe_lists_what_a_run_reports(capsys, name):
+    scenario = registry.get(name)
+    assert cli.main(["describe", name, "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["scenario"] == name and body["sometimes"] == list(scenario.sometimes)
+    described = {inv["name"] for inv in body["invariants"]}
+    assert all(inv["doc"] for inv in body["invariants"]), body["invariants"]
+    result = run(scenario, ScenarioOptions(seed=0, duration_ms=RUN_MS.get(name, parse_duration_ms("1h")), swarm=True))
+    assert set(result.invariants) <= described
+    assert set(result.coverage["sometimes"]) == set(body["sometimes"])
+    sites = {s["site"] for s in body["fault_sites"]}
+    assert set(body["failpoints"]) <= sites and "ledger.claim" in sites
+    assert body["knobs"] and body["fault_kinds"] == list(scenario.swarm_space.fault_kinds)
+    assert cli.main(["describe", name]) == 0
+    text = capsys.readouterr().out
+    assert all(inv in text for inv in described) and "invariants (" in text and "fault sites (" in text
+
+
+def test_sqlite_only_checkers_are_marked():
+    body = describe.describe(registry.get("ledger-storm"))
+    when = {inv["name"]: inv["when"] for inv in body["invariants"]}
+    assert when["cold-reopen"] == "only on sqlite" and when["checkpoint-consistency"] == "with a workload switch"
+    assert when["fencing"] == "always"
+
+
+def test_unknown_scenario_is_one_usage_line(capsys):
+    assert cli.main(["describe", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("loomsim: error: unknown scenario 'nope'") and len(err.strip().splitlines()) == 1
