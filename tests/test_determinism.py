@@ -82,7 +82,7 @@ def test_different_seeds_give_different_digests(tmp_path):
 
 
 def test_sqlite_runs_are_deterministic(tmp_path):
-    base = ["run", "sentinel-year", "--seed", "3", "--duration", "3d", "--store", "sqlite", "--json"]
+    base = ["run", "sentinel-year", "--seed", "3", "--duration", "1d", "--store", "sqlite", "--json"]
     a, b = _run_all([(base, "1"), (base, "77")], tmp_path)
     _assert_same_run(a, b)
     assert a["store"] == "sqlite" and a["status"] == "pass"

@@ -242,3 +242,22 @@ def test_run_progress_goes_to_stderr_and_changes_nothing(tmp_path):
 def test_progress_line_reads_simulated_share_wall_and_eta():
     line = cli.progress_line(6 * 3_600_000, 24 * 3_600_000, 30.0)
     assert line == "loomsim: progress: simulated 6h of 1d (25.0%), 30s wall, ETA 1m 30s"
+
+
+def test_a_signal_is_never_raised_inside_the_handler_only_at_a_safe_point():
+    # Raised from the handler, it could land inside Popen.poll between its
+    # lock and the try that frees it: the reaping's wait() then hung (a
+    # SIGINT-ed sweep under load never exited).
+    from sim.face import sweep as sweep_module
+
+    with sweep_module.forwarding_signals():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)  # the handler has run: nothing was raised here
+        with pytest.raises(sweep_module.Interrupted) as caught:
+            sweep_module.check_interrupted()
+        assert caught.value.signum == signal.SIGINT
+        sweep_module.check_interrupted()  # raised once
+    with pytest.raises(sweep_module.Interrupted):  # one that came after the last check: raised on the way out
+        with sweep_module.forwarding_signals():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)

@@ -190,7 +190,7 @@ def test_cli_runs_a_script_file_and_refuses_a_malformed_one(tmp_path):
     assert missing.returncode == 2 and "cannot read fault script" in missing.stderr
 
 
-@pytest.mark.parametrize("schedule", ["random", "pct:3"])
+@pytest.mark.parametrize("schedule", ["random", pytest.param("pct:3", marks=pytest.mark.slow)])  # the suite's budget
 def test_a_scheduled_run_replays_its_faults_and_deviations_from_one_script(schedule):
     """Interleavings are data too: the deviations from FIFO ride in the same
     script as the faults, and the script alone replays the run exactly."""

@@ -86,7 +86,7 @@ def _cli(*args: str, cwd: str) -> subprocess.CompletedProcess:
 
 
 def test_run_json_shows_swarm_choices_and_per_kind_and_per_failpoint_counts(tmp_path):
-    proc = _cli("run", "ledger-storm", "--seed", "7", "--duration", "2h", "--json", cwd=str(tmp_path))
+    proc = _cli("run", "ledger-storm", "--seed", "7", "--duration", "1h", "--json", cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     body = json.loads(proc.stdout)
     swarm = body["config"]["swarm"]
@@ -112,6 +112,7 @@ def test_cli_refuses_bad_pins_in_one_line(tmp_path):
     assert proc.stderr.strip() == "loomsim: error: knob lease_ms=1 is outside its legal range 10000..120000"
 
 
+@pytest.mark.slow  # the suite's budget: test_face_exits, test_shards and test_reports read sweep summaries in CI
 def test_sweep_summarizes_seeds_and_coverage(tmp_path):
     proc = _cli("sweep", "ledger-storm", "--seeds", "0:4", "--duration", "1h", "--json", "--repro-dir", str(tmp_path),
                 cwd=str(tmp_path))

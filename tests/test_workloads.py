@@ -117,8 +117,8 @@ def test_a_users_adapter_under_simulation_with_a_planted_bug_is_caught_by_a_swee
     # The reference model sees the wrong claim first, as the ledger answers
     # it; the FIFO oracle would see it when the run moves on.
     assert "reference-model" in out or "fifo-one-active" in out
-    code, out = _main(["sweep", "ledger-storm", "--seeds", "0:3", "--duration", "1h", "--jobs", "1", "--store",
-                       "memory"], capsys)
+    code, out = _main(["sweep", "ledger-storm", "--seeds", "0:1", "--duration", "1h", "--jobs", "1", "--store",
+                       "memory"], capsys)  # the same seed on the adapter it wraps: green
     assert code == 0, out
 
 

@@ -36,7 +36,7 @@ import attrs
 
 from sim.clock import format_calendar, format_duration_ms
 from sim.face.cli import UsageError
-from sim.face.sweep import Job, POLL_S, _child, _outcome, forwarding_signals, reap, spawning
+from sim.face.sweep import Job, POLL_S, _child, _outcome, check_interrupted, forwarding_signals, reap, spawning
 
 FORMAT = "loomsim-determinism/1"
 # The two hash seeds: 0 turns string-hash randomisation off, 1 is a fixed other one.
@@ -133,6 +133,7 @@ def run_pairs(pairs: Sequence[Pair], *, jobs: int, on_record: Any = None) -> lis
     with forwarding_signals():
         try:
             while pending or running:
+                check_interrupted()
                 while pending and len(running) < jobs:
                     pair, side = pending.pop(0)
                     job = attrs.evolve(pair.job, argv=(*pair.job.argv, "--trace", pair.traces[side]))

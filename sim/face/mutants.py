@@ -41,7 +41,7 @@ from typing import Any, Sequence
 import attrs
 
 from sim.clock import DurationError, format_duration_ms, parse_duration_ms
-from sim.face.sweep import EXIT_ERROR, Job, _child, _outcome, forwarding_signals, reap, spawning
+from sim.face.sweep import EXIT_ERROR, Job, _child, _outcome, check_interrupted, forwarding_signals, reap, spawning
 
 # 0 every mutant detected, 1 one survived, 3 none survived but a child could
 # not run (an infrastructure error; the CLI's usage error is 2).
@@ -274,6 +274,7 @@ def _drive(jobs: list[_Job], args: argparse.Namespace, global_args: list[str], *
     # Bounded: every turn either starts a child, reaps one, or waits on one
     # that is running; each job has finitely many keys.
     while True:
+        check_interrupted()
         running = sum(len(job.running) for job in jobs)
         while running < args.jobs:
             # A job with nothing in flight first: a seed of another mutant

@@ -78,7 +78,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 class Interrupted(BaseException):
     """SIGINT or SIGTERM reached a command that runs children (``sweep``,
-    ``mutants``): raised in the main thread by ``forwarding_signals``; the
+    ``mutants``, ``check-determinism``): recorded by ``forwarding_signals``,
+    raised at the loop's next safe point (``check_interrupted``); the
     command's ``finally`` passes the signal on to its children and reaps
     them (``reap``), the CLI prints one line and exits 128 + the signal.
     A ``BaseException``, like ``KeyboardInterrupt``: no ``except Exception``
@@ -91,26 +92,41 @@ class Interrupted(BaseException):
 
 
 class _Signals:
-    """The state of ``forwarding_signals``: a signal that arrives while a
-    child is being started (``spawning``) waits until it is recorded as
-    running, so none is started and then forgotten."""
+    """The state of ``forwarding_signals``: the signal that arrived and is
+    not raised yet (``pending``), and whether children are being reaped."""
 
-    spawning = False
+    reaping = False
     pending: int | None = None
 
 
 def _on_signal(signum: int, _frame: Any) -> None:
-    if _Signals.spawning:
+    # Never raise here. An exception thrown between two bytecodes can land
+    # inside ``subprocess``'s own bookkeeping (``Popen.poll`` between taking
+    # its wait lock and the ``try`` that releases it): the lock stays taken
+    # and the ``wait()`` of the reaping blocks forever (seen under load: a
+    # SIGINT-ed sweep that never exited). The loops raise at safe points.
+    if _Signals.pending is None:
         _Signals.pending = signum
-        return
-    raise Interrupted(signum)
+
+
+def check_interrupted() -> None:
+    """Raise ``Interrupted`` for a signal that arrived (a loop's safe point:
+    every turn of the sweep's, ``mutants``' and ``check-determinism``'s)."""
+    pending = _Signals.pending
+    if pending is not None and not _Signals.reaping:
+        _Signals.pending = None
+        raise Interrupted(pending)
 
 
 @contextlib.contextmanager
 def forwarding_signals() -> Any:
-    """Within: SIGINT and SIGTERM raise ``Interrupted`` (the main thread
-    only; elsewhere, or when they are ignored, nothing changes)."""
+    """Within: SIGINT and SIGTERM are recorded, and raised as
+    ``Interrupted`` at the next ``check_interrupted`` (the main thread
+    only; elsewhere, or when they are ignored, nothing changes). One that
+    came after the loop's last check is raised on the way out: the command
+    was asked to stop."""
     previous = {}
+    _Signals.pending = None
     for signum in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(signum) is signal.SIG_IGN:  # nohup / a background job: stay as told
             continue
@@ -120,22 +136,20 @@ def forwarding_signals() -> Any:
             break
     try:
         yield
+        check_interrupted()
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        _Signals.pending = None
 
 
 @contextlib.contextmanager
 def spawning() -> Any:
-    """Around starting a child and recording it: a signal waits until both are done."""
-    _Signals.spawning, _Signals.pending = True, None
-    try:
-        yield
-    finally:
-        _Signals.spawning = False
-        pending, _Signals.pending = _Signals.pending, None
-        if pending is not None:
-            raise Interrupted(pending)
+    """Around starting a child and recording it as running: a signal that
+    comes meanwhile is raised once both are done, so no child is started
+    and then forgotten."""
+    yield
+    check_interrupted()
 
 
 def reap(procs: Iterable[subprocess.Popen], error: BaseException | None) -> None:
@@ -143,11 +157,11 @@ def reap(procs: Iterable[subprocess.Popen], error: BaseException | None) -> None
     each child ``REAP_S`` to exit; then (or at once, on any other way out)
     kill what is left, and wait for every one. A second signal meanwhile
     waits (and is dropped): the reaping finishes."""
-    _Signals.spawning = True
+    _Signals.reaping = True
     try:
         _reap([proc for proc in procs if proc.poll() is None], error)
     finally:
-        _Signals.spawning, _Signals.pending = False, None
+        _Signals.reaping, _Signals.pending = False, None
 
 
 def _reap(procs: list[subprocess.Popen], error: BaseException | None) -> None:
@@ -295,6 +309,7 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
     with forwarding_signals():
         try:
             while pending or running:
+                check_interrupted()
                 if (opts.time_budget_s is not None and budget_stopped_s is None
                         and time.perf_counter() - started_s >= opts.time_budget_s):
                     # The budget is spent: start no more seeds, except the first
