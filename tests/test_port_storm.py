@@ -4,6 +4,8 @@ log read past one page, a clear of a non-ASCII key, a claim at the instant a
 lease expires) — bugs the application workloads never meet."""
 from __future__ import annotations
 
+import pytest
+
 import model.ledger.memory_store as ledger_memory
 import model.ledger.rules as ledger_rules
 from model.conversation.memory_store import InMemoryConversationStore
@@ -42,6 +44,7 @@ def test_a_storm_runs_clean_and_reaches_every_method_and_most_edges():
     assert result.faults.get("reply-lost", 0) > 0 and stats["worker_crashes"] > 0
 
 
+@pytest.mark.slow  # the suite's budget: sentinel-year and ledger-storm hold memory == SQLite digests in CI
 def test_same_seed_same_history_on_both_stores():
     # Write contention is the one store-specific kind (on SQLite a real lock
     # that a call which writes nothing never meets; in memory an injected

@@ -68,7 +68,7 @@ def test_bad_pins_are_refused(kw, message):
 
 
 def test_a_disabled_kind_never_fires_and_a_pinned_knob_is_used():
-    opts = ScenarioOptions(seed=4, duration_ms=parse_duration_ms("6h"), swarm=True,
+    opts = ScenarioOptions(seed=4, duration_ms=parse_duration_ms("3h"), swarm=True,
                            faults_enable=(ACK_LOST,), faults_disable=(NODE_KILL,), knobs={"lease_ms": 7_000})
     result = run(registry.get("ledger-storm"), opts)
     assert result.passed, result.violations
