@@ -26,7 +26,7 @@ beyond the page's own.
 from __future__ import annotations
 
 from html import escape
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from sim.clock import MS_PER_DAY, MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND, format_calendar, format_span_ms
 
@@ -163,16 +163,7 @@ def render_timeline_svg(timeline: Mapping[str, Any] | None, *, violations: Seque
     # The bins.
     bins = int(timeline["bins"])
     out.append('<g class="settled">')
-    peak = max(settled, default=0)
-    for i, count in enumerate(settled):
-        start_ms = i * bin_ms
-        if not count or start_ms >= end_ms:
-            continue
-        x0, x1 = x(start_ms), x(start_ms + bin_ms)
-        h = SETTLED_H * count / peak
-        out.append(f'<rect x="{_f(x0)}" y="{_f(settled_y + SETTLED_H - h)}" width="{_f(max(x1 - x0, 0.6))}" '
-                   f'height="{_f(h)}" fill="#2e8b57" fill-opacity="{0.35 + 0.65 * count / peak:.2f}">'
-                   f'<title>{_a(_bin_title(start_ms, bin_ms, f"{count} settled"))}</title></rect>')
+    out.extend(_bars(settled, bin_ms, end_ms, x, settled_y, SETTLED_H, "#2e8b57", "settled", shaded=True))
     out.append('</g><g class="faults">')
     peak = max(per_bin_faults, default=0)
     for i in range(bins):
@@ -181,27 +172,16 @@ def render_timeline_svg(timeline: Mapping[str, Any] | None, *, violations: Seque
             continue
         x0, x1 = x(start_ms), x(start_ms + bin_ms)
         base = faults_y + FAULTS_H
-        parts = []
         for kind in fault_kinds:
             count = timeline["faults"][kind][i]
             if count:
                 h = FAULTS_H * count / peak
                 base -= h
-                parts.append(f"{kind}={count}")
                 out.append(f'<rect x="{_f(x0)}" y="{_f(base)}" width="{_f(max(x1 - x0, 0.6))}" height="{_f(h)}" '
                            f'fill="{colours[kind]}"><title>{_a(_bin_title(start_ms, bin_ms, f"{kind}: {count}"))}'
                            f'</title></rect>')
     out.append('</g><g class="crashes">')
-    peak = max(crashes, default=0)
-    for i, count in enumerate(crashes):
-        start_ms = i * bin_ms
-        if not count or start_ms >= end_ms:
-            continue
-        x0, x1 = x(start_ms), x(start_ms + bin_ms)
-        h = CRASHES_H * count / peak
-        out.append(f'<rect x="{_f(x0)}" y="{_f(crashes_y + CRASHES_H - h)}" width="{_f(max(x1 - x0, 0.6))}" '
-                   f'height="{_f(h)}" fill="#444"><title>{_a(_bin_title(start_ms, bin_ms, f"{count} crashes"))}'
-                   f'</title></rect>')
+    out.extend(_bars(crashes, bin_ms, end_ms, x, crashes_y, CRASHES_H, "#444", "crashes"))
     out.append('</g>')
     taken = _violation_label_span(violations, x)
     out.append(_phases(timeline, end_ms, x, top_marks, lanes_bottom, taken))
@@ -387,3 +367,22 @@ def _legend(rows: Sequence[Sequence[tuple[str, str, str]]], y0: float, colours: 
             px += 22 + CHAR_W * len(text)
     out.append('</g>')
     return "\n".join(out)
+
+
+def _bars(counts: Sequence[int], bin_ms: int, end_ms: int, x: Callable[[int], float], lane_y: float,
+          lane_h: float, fill: str, what: str, *, shaded: bool = False) -> list[str]:
+    """One lane's bars: a bin's height is its count over the lane's peak
+    (``shaded``: denser bins darker too); bins past the run's end are not drawn."""
+    peak = max(counts, default=0)
+    bars = []
+    for i, count in enumerate(counts):
+        start_ms = i * bin_ms
+        if not count or start_ms >= end_ms:
+            continue
+        x0, x1 = x(start_ms), x(start_ms + bin_ms)
+        h = lane_h * count / peak
+        shade = f' fill-opacity="{0.35 + 0.65 * count / peak:.2f}"' if shaded else ""
+        bars.append(f'<rect x="{_f(x0)}" y="{_f(lane_y + lane_h - h)}" width="{_f(max(x1 - x0, 0.6))}" '
+                    f'height="{_f(h)}" fill="{fill}"{shade}>'
+                    f'<title>{_a(_bin_title(start_ms, bin_ms, f"{count} {what}"))}</title></rect>')
+    return bars
