@@ -151,6 +151,15 @@ def test_enabled_in_reads_the_swarm_choices_and_pinned_rates():
     assert enabled_in(no_space) == ({"node-kill"}, set())  # the kinds its plan armed
 
 
+def test_no_checks_is_no_gap_when_no_seed_ran_to_its_audit():
+    # Every seed failed: each stopped at its violation, before its audit's checks.
+    failed = [{**seed, "status": "fail", "violations": [{"name": "x", "message": "m", "simulated_time": "t"}],
+               "repro_command": "loomsim run ..."} for seed in SYNTHETIC if seed.get("status") == "pass"]
+    part = summarize_scenario(types.SimpleNamespace(name="s", sometimes=()), failed)
+    assert part["failed"] == len(failed) > 0 and gap_names(part["coverage_gaps"], "no-checks") == []
+    assert part["invariant_checks"]["idle"] == 0  # still counted, only not called a gap
+
+
 def test_a_gap_is_enabled_and_never_fired_or_never_enabled():
     part = summarize_scenario(types.SimpleNamespace(name="s", sometimes=("rare",)), SYNTHETIC, planned=3)
     gaps = part["coverage_gaps"]

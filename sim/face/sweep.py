@@ -582,7 +582,7 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
                             "repro_file": result.get("repro_file")})
     ran = len(results) - counts["error"]
     gaps = _gaps(scenario.name, ran, kinds, kinds_on, failpoints, failpoints_on, failpoint_hits_on, sometimes,
-                 checks)
+                 checks, audited=counts["pass"])
     return {
         "scenario": scenario.name,
         "seeds": len(results) if planned is None else planned,
@@ -616,8 +616,11 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
 
 def _gaps(scenario: str, ran: int, kinds: Mapping[str, int], kinds_on: Mapping[str, int],
           failpoints: Mapping[str, int], failpoints_on: Mapping[str, int], hits_on: Mapping[str, int],
-          sometimes: Mapping[str, int], checks: Mapping[str, int]) -> list[dict[str, Any]]:
-    """Every coverage gap of a scenario's seeds, each with why (``reason``)."""
+          sometimes: Mapping[str, int], checks: Mapping[str, int], *, audited: int | None = None) -> list[dict[str, Any]]:
+    """Every coverage gap of a scenario's seeds, each with why (``reason``).
+    ``audited``: the seeds that ran to their audit (passed; None: all that
+    ran). A failing seed stops at its violation, before the checks an audit
+    makes: with none audited, an invariant's 0 checks says nothing."""
     if ran == 0:
         return []
     gaps = []
@@ -643,9 +646,11 @@ def _gaps(scenario: str, ran: int, kinds: Mapping[str, int], kinds_on: Mapping[s
     for name, count in sometimes.items():
         if count == 0:
             gap("sometimes", name, "never-reached", f"no seed of {ran} reached it")
+    audited = ran if audited is None else audited
     for name, count in checks.items():
-        if count == 0:
-            gap("invariant", name, "no-checks", f"0 checks in all {ran} seeds")
+        if count == 0 and audited > 0:
+            more = "" if audited == ran else f" ({audited} ran to their audit)"
+            gap("invariant", name, "no-checks", f"0 checks in all {ran} seeds{more}")
     return gaps
 
 
