@@ -342,8 +342,11 @@ def _input_applied(result: Any, /, token: Any) -> dict:
 
 
 @describes(SubmissionLedgerPort.request_abort, LedgerRequestAbort)
-def _request_abort(intent: Any, /, submission_id: str, author: str, reason: str) -> dict:
-    return LedgerRequestAbort.build(submission=submission_id)
+def _request_abort(intent: Any, /, submission_id: str, author: str, reason: str, now_ms: int) -> dict:
+    if intent is None:
+        return LedgerRequestAbort.build(submission=submission_id, author=author, requested_ms=now_ms)
+    return LedgerRequestAbort.build(submission=submission_id, author=author, requested_ms=now_ms,
+                                    replayed=intent.replayed, settled_at_ms=intent.settled_at_ms)
 
 
 @describes(SubmissionLedgerPort.reserve_settlement, LedgerReserveSettlement)

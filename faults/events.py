@@ -381,6 +381,10 @@ class LedgerMarkInputApplied(PortEvent):
 class LedgerRequestAbort(PortEvent):
     kind = "ledger.request_abort"
     submission: str
+    author: str
+    requested_ms: int  # the caller's instant
+    replayed: bool = RESULT  # an intent already existed: this is the first one
+    settled_at_ms: int | None = RESULT  # the intent settled a never-claimed submission at once
 
 
 class LedgerReserveSettlement(PortEvent):
@@ -666,6 +670,20 @@ class FindingsLiveForRun(PortEvent):
 # =============================================================================
 # Probe events (emitted by the model, the world or a scenario: schemas)
 # =============================================================================
+
+class NodeCrash(ProbeEvent):
+    """``sim.world``: a process died (its tasks end; it may restart)."""
+
+    kind = "node.crash"
+    restart_after_ms: int | None
+
+
+class NodeStart(ProbeEvent):
+    """``sim.world``: a process (re)started: a fresh incarnation, no memory."""
+
+    kind = "node.start"
+    incarnation: int
+
 
 class DsLoaded(ProbeEvent):
     """``model.durable_state.handle``: a load the contract accepted (or found nothing)."""

@@ -151,6 +151,29 @@ MUTANTS: tuple[Mutant, ...] = (
         "        contract_version = write.contract_version if row is None else row[0]\n", SY_PS,
         ci_seed=0, ci_duration="6h"),
 
+    # -- typed ledger errors and checkpoint loads (issue 13) --
+    Mutant(
+        "ledger-sqlite-claim-bare-contention",
+        "The SQLite ledger's claim opens its transaction with write_transaction directly instead of the typed "
+        "wrapper, so a busy write lock crosses the port as a bare SqliteWriteContention, not a LedgerStoreError.",
+        "model.ledger.sqlite_store", '        with self._writing("claim") as conn:\n',
+        "        with write_transaction(self._conn) as conn:\n", LS_PS, store="sqlite",
+        ci_seed=7, ci_duration="30m"),
+    Mutant(
+        "checkpoint-load-digest-unchecked",
+        "load_latest only checks that the log still has a digest at the checkpoint's position, not that it is "
+        "the checkpoint's, so a log deleted and written again hands back the old checkpoint.",
+        "model.conversation.checkpoints", "    if log_digest != checkpoint.tail_digest:\n",
+        "    if log_digest is None:\n", LS_PS,
+        ci_seed=2, ci_duration="30s", ci_scenario="port-storm"),
+    Mutant(
+        "checkpoint-load-unknown-none",
+        "The in-memory checkpoint store's load_latest no longer asks the log whether the conversation exists, so "
+        "a conversation never created (or deleted) answers None instead of NotMaterialized.",
+        "model.conversation.checkpoints",
+        "        await self._log.inspect_tail(conversation_id)  # NotMaterialized for a conversation the log lacks\n",
+        "", LS_PS, ci_seed=4, ci_duration="10s", ci_scenario="port-storm"),
+
     # -- the submission ledger: admission, claims, leases, settlement ------------------
     Mutant(
         "ledger-admit-key-swapped",
@@ -247,16 +270,56 @@ MUTANTS: tuple[Mutant, ...] = (
         "ledger-abort-overwrites-intent",
         "A second abort request replaces the first intent's author and reason instead of returning it.",
         "model.ledger.rules",
-        "    if row.abort_author is not None:\n        return AbortIntent(submission_id, row.abort_author, row.abort_reason), None\n",
+        "    if row.abort_author is not None:\n        return AbortIntent(submission_id, row.abort_author,",
         "    if row.abort_author is not None and row.settled_at_ms is not None:\n"
-        "        return AbortIntent(submission_id, row.abort_author, row.abort_reason), None\n", LS_PS,
-        ci_seed=7, ci_duration="5m", ci_scenario="port-storm"),
+        "        return AbortIntent(submission_id, row.abort_author,", LS_PS,
+        ci_seed=0, ci_duration="15m", ci_scenario="port-storm"),
+    # -- aborts and the claim's fence on the log (issue 13) --------------------------
+    Mutant(
+        "ledger-reserve-ignores-abort",
+        "Reserving a settlement never looks at the abort intent, so a run aborted while it ran still "
+        "settles completed (or failed) next to its stored intent.",
+        "model.ledger.rules",
+        "        if row.abort_author is not None and outcome != ABORTED:\n"
+        "            raise AbortRequested(row.submission_id, row.abort_author, row.abort_reason, outcome)\n",
+        "", LS_PS, ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "ledger-abort-waits-for-head",
+        "Only an unready (unknown) head is settled by its abort intent at once; a ready queued submission "
+        "with an intent waits for the head of its lane behind unrelated work.",
+        "model.ledger.rules", "    if row.epoch is None:\n", "    if row.epoch is None and not row.ready:\n",
+        LS_PS, ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "worker-abort-read-once",
+        "The worker reads the abort intent once, when it claims, so an abort requested while the submission "
+        "runs is not honoured at its next step.",
+        "model.submissions", "            if aborted or await self._abort_requested(submission_id):\n",
+        "            if aborted:\n", LS, ci_seed=0, ci_duration="30m"),
+    Mutant(
+        "worker-input-despite-abort",
+        "The worker appends the input record of a submission whose abort intent was already durable when it "
+        "claimed it (aborted before its input ever reached the log).",
+        "model.submissions", "        if not record.input_applied and not aborted:\n",
+        "        if not record.input_applied:\n", LS, ci_seed=2, ci_duration="4h"),
+    Mutant(
+        "worker-skips-takeover",
+        "The worker never takes the log over at its claim's epoch (its first append would), so until then a "
+        "stale owner's appends still land and the new owner reads a history that can still change.",
+        "model.submissions", "        await self.lifecycle.take_over(conversation_id, claim)\n", "", LS,
+        ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "runs-takeover-after-read",
+        "A sentinel run's new owner inspects the log's tail before taking the log over at its claim's epoch.",
+        "model.runs",
+        "        await self.lifecycle.take_over(run_id, claim)\n        self._claims[run_id] = claim\n",
+        "        await self.log.inspect_tail(run_id)\n        await self.lifecycle.take_over(run_id, claim)\n"
+        "        self._claims[run_id] = claim\n", SY, ci_seed=0, ci_duration="5m"),
     Mutant(
         "sqlite-deferred-begin",
         "SQLite write transactions start with a deferred BEGIN instead of BEGIN IMMEDIATE, so a read-then-write "
         "can fail with SQLITE_BUSY_SNAPSHOT that the busy timeout never retries.",
         "model.sqlite_db", '        conn.execute("BEGIN IMMEDIATE")\n', '        conn.execute("BEGIN")\n', LS,
-        store="sqlite", ci_seed=0, ci_duration="15m"),
+        store="sqlite", ci_seed=0, ci_duration="1h"),
     Mutant(
         "sqlite-busy-untyped",
         "A busy database (SQLITE_BUSY at BEGIN IMMEDIATE) is not recognised as write contention: the caller "
@@ -393,7 +456,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A successor settles with a freshly computed record instead of the one its predecessor reserved.",
         "model.lifecycle", "    if reserved is not None:\n        return reserved\n    return fresh()\n",
         "    return fresh()\n", BOTH,
-        ci_seed=6, ci_duration="6h", ci_scenario="ledger-storm"),
+        ci_seed=2, ci_duration="2h", ci_scenario="ledger-storm"),
     Mutant(
         "runs-resume-settled",
         "A restarted worker resumes a run whose log already holds its settlement instead of only finalizing it "
@@ -577,7 +640,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.conversation.checkpoints",
         "    if await log.digest_at(conversation_id, checkpoint.covered_seq) != checkpoint.tail_digest:\n"
         '        return CheckpointDecision(None, "digest-mismatch")\n', "", LS_PS,
-        ci_seed=7, ci_duration="1m", ci_scenario="port-storm"),
+        equivalent="both built-in stores' load_latest refuse a checkpoint whose digest the log no longer has "
+                   "(CheckpointUnusable digest-mismatch, in the same snapshot as the row; issue 13), so this "
+                   "re-check of the log never sees a mismatch: it guards third-party stores only"),
     Mutant(
         "checkpoint-save-unchecked",
         "Saving a checkpoint no longer checks its tail digest against the log's digest at its position.",

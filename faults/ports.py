@@ -41,6 +41,7 @@ from faults.kinds import (
     WRITE_CONTENTION,
 )
 from faults import sqlite_lock
+from model.ledger.records import LedgerStoreError
 from model.retry import is_retryable
 from model.sqlite_db import SqliteWriteContention
 
@@ -50,6 +51,19 @@ READ_METHODS = frozenset({
     "load_recovery_snapshot", "digest_at", "cursor", "checkpoint", "live_findings", "live_for_run", "has",
     "is_pinned", "pinned_refs", "holders", "expired_unpinned", "blob", "load_steps", "load_execution",
     "live_executions", "schedule_high_water_ms", "load_latest"})
+
+
+def injected_contention(port: str, method: str, site: str) -> Exception:
+    """What a store not on SQLite raises for an injected ``write-contention``:
+    what the SQLite adapter of the port raises for a busy write lock. The
+    ledger wraps it in its typed ``LedgerStoreError`` (``cause``: the
+    contention, retryable); the other ports raise it bare, as today."""
+    contention = SqliteWriteContention(None, f"{site}: write lock busy (injected)")
+    if port == "ledger":
+        return LedgerStoreError(method, contention)
+    return contention
+
+
 # An injected latency: long enough, now and then, to outlive a lease.
 LATENCY_MS = (200, 45_000)
 
@@ -193,7 +207,7 @@ class BoundPort:
                     # (``faults.sqlite_lock``); elsewhere the error is injected.
                     lock = sqlite_lock.hold(store)
                     if lock is None:
-                        contention = SqliteWriteContention(None, f"{site}: write lock busy (injected)")
+                        contention = injected_contention(port, method, site)
                         trace.emit(label, site, {**describe(args, kwargs, None), ERROR: contention.name,
                                                  DETAIL: str(contention)})
                         raise contention
@@ -220,7 +234,10 @@ class BoundPort:
                 trace.emit(label, site, fields)
                 # Refused at the held lock: nothing committed, as with the
                 # injected error (which never reaches the store's observers).
-                refused = lock is not None and is_retryable(error)
+                # The ledger's observers still see it: the refusal's type is
+                # part of its contract (a ``LedgerStoreError``, §9.2), and the
+                # references judge nothing else of a retryable error.
+                refused = lock is not None and is_retryable(error) and port != "ledger"
                 if observers and not refused and not isinstance(error, NodeDeadError):
                     seen = PortCall(now_ms(), label, port, method, args, kwargs, None, error,
                                     world.faults_fired != fired_before)

@@ -168,6 +168,16 @@ class SubmissionLifecycle:
                 await self.log.materialize(conversation_id, ADMISSION_PRODUCER, 0)
         await self.ledger.mark_ready(submission_id)
 
+    # -- ownership ---------------------------------------------------------------
+
+    async def take_over(self, conversation_id: str, claim: Claim) -> None:
+        """Carry the claim's epoch to the log: the owner's first act on it,
+        before any read or append (the ledger's claim alone does not fence the
+        log). After it a stale owner's appends are ``FenceRejected``, and
+        whatever it wrote before is visible to every read this owner makes."""
+        assert isinstance(claim, Claim) and claim.owner_id == self.owner_id, (claim, self.owner_id)
+        await self.log.materialize(conversation_id, claim.owner_id, claim.epoch)
+
     # -- terminalization -------------------------------------------------------
 
     async def logged_settlement(self, conversation_id: str, submission_id: str) -> BatchRecord | None:

@@ -8,6 +8,16 @@ those into an empty ledger through its ordinary operations restores every
 submission the log knows, with the same ids, the same queue order and the
 same settlement digests. A submission admitted but never processed left
 nothing in the log; its at-least-once client re-submits it.
+
+A settlement with no input before it is a submission aborted after a claim
+but before its input entered the log: the rebuild admits a placeholder there
+and settles it with the logged record.
+
+A queue position missing between two inputs is a submission its abort
+intent settled before it ever ran (nothing of it reaches the log; FIFO
+means nothing behind an open one could have run). The rebuild holds its
+place with a ``rebuild-gap:{seq}`` admission aborted at once, so every later
+submission keeps its id and queue position.
 """
 from __future__ import annotations
 
@@ -16,8 +26,10 @@ from typing import Any, Iterable
 import attrs
 
 from model.conversation.recovery import read_recovery_prefix
+from model.ledger.rules import queue_seq_of
 
 REBUILD_OWNER = "ledger-rebuild"
+GAP_PRINCIPAL = "ledger-rebuild"
 REBUILD_LEASE_MS = 1
 
 
@@ -38,10 +50,13 @@ async def rebuild_ledger(log: Any, ledger: Any, conversation_ids: Iterable[str],
     for conversation_id in conversation_ids:
         prefix = await read_recovery_prefix(log, conversation_id)
         conversations += 1
+        next_seq = 1  # the queue position the next admission gets
         for canonical in prefix.records:
             envelope = canonical.envelope
             payload = envelope.payload
             if envelope.family == "input":
+                next_seq = await _hold_gaps(ledger, conversation_id, next_seq, payload["queueSeq"],
+                                            envelope.created_at_ms) + 1
                 admission = await ledger.admit(conversation_id, payload["principalId"], payload["idempotencyKey"],
                                                payload["input"], envelope.created_at_ms)
                 if admission.submission_id != payload["submissionId"]:
@@ -50,6 +65,15 @@ async def rebuild_ledger(log: Any, ledger: Any, conversation_ids: Iterable[str],
                 await ledger.mark_ready(admission.submission_id)
                 submissions += 1
             elif envelope.family == "submission-settled":
+                queue_seq = queue_seq_of(payload["submissionId"])
+                if queue_seq >= next_seq:
+                    # Aborted after a claim but before its input entered the
+                    # log: a settlement with no input. Hold its place, then settle it.
+                    next_seq = await _hold_gaps(ledger, conversation_id, next_seq, queue_seq,
+                                                envelope.created_at_ms) + 1
+                    held = await ledger.admit(conversation_id, GAP_PRINCIPAL, f"rebuild-held:{queue_seq}", None,
+                                              envelope.created_at_ms)
+                    await ledger.mark_ready(held.submission_id)
                 claim = await ledger.claim(conversation_id, REBUILD_OWNER, REBUILD_LEASE_MS, now_ms)
                 if claim is None or claim.submission_id != payload["submissionId"]:
                     raise AssertionError(f"{conversation_id}: settlement of {payload['submissionId']} "
@@ -60,3 +84,13 @@ async def rebuild_ledger(log: Any, ledger: Any, conversation_ids: Iterable[str],
                 settled += 1
         del prefix  # one conversation's prefix in memory at a time
     return RebuildReport(conversations, submissions, settled)
+
+
+async def _hold_gaps(ledger: Any, conversation_id: str, next_seq: int, queue_seq: int, now_ms: int) -> int:
+    """Admit and abort a placeholder for every position in ``next_seq..queue_seq-1``
+    (submissions aborted before they ran); returns ``queue_seq``."""
+    while next_seq < queue_seq:
+        gap = await ledger.admit(conversation_id, GAP_PRINCIPAL, f"rebuild-gap:{next_seq}", None, now_ms)
+        await ledger.request_abort(gap.submission_id, REBUILD_OWNER, "aborted before it ran", now_ms)
+        next_seq += 1
+    return queue_seq

@@ -15,6 +15,11 @@ typed errors work too. Today that is:
   refused transaction wrote nothing;
 - a ``ConversationStoreError`` whose ``cause`` is retryable (the SQLite log
   wraps a write contention that way);
+- a ``LedgerStoreError`` whose ``cause`` is retryable: the SQLite ledger
+  wraps every storage failure that way (persistence §9.2), so a write
+  contention on the ledger port is retryable and any other storage failure
+  is not; ``CorruptSubmission`` and ``UnsupportedLedgerVersion`` (a stored
+  row this build cannot read) are verdicts, never retried;
 - the fault layer's injected ``TransientStoreError`` (nothing happened);
 - the fault layer's injected ``ReplyLost``: the call committed but its reply
   was lost (a client timeout). Retrying is still right: every port write is

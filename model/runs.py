@@ -218,7 +218,7 @@ class LedgerRuns:
     async def _take_over(self, run_id: str, submission_id: str, run_input: Any, claim: Any, *,
                          input_applied: bool, fresh: bool) -> bool:
         ledger = self.ledger
-        await self.log.materialize(run_id, self.owner_id, claim.epoch)
+        await self.lifecycle.take_over(run_id, claim)
         self._claims[run_id] = claim
         self.failpoints.hit(CLAIMED_BEFORE_INPUT)
         if fresh:

@@ -137,13 +137,17 @@ class SubmissionWorker:
 
     async def process(self, conversation_id: str, claim: Claim) -> ProcessOutcome:
         submission_id = claim.submission_id
+        # Take the log over at the claim's epoch before anything else touches
+        # it: from here on a stale owner's appends are fenced by the log
+        # itself, and every read below sees what that owner made durable.
+        await self.lifecycle.take_over(conversation_id, claim)
         record = await self.ledger.get(submission_id)
         assert record is not None, submission_id
-        # Take the log over at the claim's epoch: from here on a stale owner's
-        # appends are fenced by the log itself, not only by the ledger.
-        await self.log.materialize(conversation_id, self.owner_id, claim.epoch)
         self.failpoints.hit(CLAIMED_BEFORE_INPUT)
-        if not record.input_applied:
+        # A durable abort intent is the authority: no input enters the log for
+        # a submission aborted before it ran, and no step runs after it.
+        aborted = record.abort_author is not None
+        if not record.input_applied and not aborted:
             await self._append_once(conversation_id, claim, input_batch_id(submission_id),
                                     [input_entry(submission_id, record.input, record.principal_id,
                                                  record.idempotency_key, record.queue_seq)])
@@ -151,7 +155,10 @@ class SubmissionWorker:
             await self.ledger.mark_input_applied(claim)
         outputs: list = []
         failure: dict | None = None
-        for index in range(0 if record.abort_author is not None else self.steps):
+        for index in range(self.steps):
+            if aborted or await self._abort_requested(submission_id):
+                aborted = True  # observed at this step: settle aborted, run nothing more
+                break
             batch_id = step_batch_id(submission_id, index)
             recorded = await self._recorded_payload(conversation_id, batch_id)
             if recorded is not None:
@@ -178,22 +185,39 @@ class SubmissionWorker:
         # The canonical record wins: the log's, else the reserved one, else new.
         batch = await self.lifecycle.logged_settlement(conversation_id, submission_id)
         logged = None if batch is None else (await self._batch_payload(conversation_id, batch))["record"]
-        terminal = await self.lifecycle.terminalize(
-            claim, logged=logged, reserved=record.reserved_record,
-            fresh=lambda: self._fresh_record(record, outputs, failure),
+        def append(batch_id: str, entry: tuple[str, Any]) -> Any:
             # Append-once: it looks the batch up itself, so it runs even when
             # the record is logged (and then appends nothing).
-            append=lambda batch_id, entry: self._append_once(conversation_id, claim, batch_id, [entry]),
-            append_if_logged=True)
+            return self._append_once(conversation_id, claim, batch_id, [entry])
+
+        try:
+            terminal = await self.lifecycle.terminalize(
+                claim, logged=logged, reserved=record.reserved_record,
+                fresh=lambda: self._fresh_record(aborted, outputs, failure), append=append, append_if_logged=True)
+        except Exception as error:
+            if error_name(error) != ABORT_REQUESTED:
+                raise
+            # The intent landed after this owner's last look (nothing was
+            # reserved): it wins, settle aborted.
+            terminal = await self.lifecycle.terminalize(
+                claim, logged=None, reserved=None, fresh=lambda: self._fresh_record(True, [], None), append=append,
+                append_if_logged=True)
         settlement = terminal.settlement
         self.probe.emit("submission.settled", submission=submission_id, outcome=settlement.outcome,
                         digest=settlement.record_digest, epoch=claim.epoch)
         return ProcessOutcome(submission_id, settlement, claim.epoch)
 
+    async def _abort_requested(self, submission_id: str) -> bool:
+        """Is a durable abort intent there now? Read before every step: a
+        running submission honours an abort at its next step."""
+        current = await self.ledger.get(submission_id)
+        assert current is not None, submission_id
+        return current.abort_author is not None
+
     @staticmethod
-    def _fresh_record(record: Any, outputs: list, failure: dict | None) -> dict:
+    def _fresh_record(aborted: bool, outputs: list, failure: dict | None) -> dict:
         """The settlement record of work settled for the first time."""
-        if record.abort_author is not None:
+        if aborted:
             return {"outcome": "aborted"}  # no result (persistence §10)
         if failure is not None:
             return {"outcome": "failed", "diagnostic": failure}  # exactly {errorTag, message}
@@ -246,6 +270,8 @@ class SubmissionWorker:
 # An AppendConflict of a stale owner (its batch id already holds another
 # owner's batch) is the same news: someone else did this step.
 LOST_OWNERSHIP_ERRORS = ("OwnershipLost", "FenceRejected", "AppendConflict")
+# A reservation refused because an abort intent exists (the owner settles aborted).
+ABORT_REQUESTED = "AbortRequested"
 # Errors a retry can clear are ``model.retry.is_retryable(error, reread=True)``:
 # this process reads every history again from the stores, so besides a busy
 # SQLite writer or a transient store error, a damaged read answer that the

@@ -53,6 +53,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Callable
 
+import attrs
+
 from faults.describe import (CHECKPOINT_DESCRIBERS, CONTENT_DESCRIBERS, DURABLE_STATE_DESCRIBERS, LEDGER_DESCRIBERS,
                              LOG_DESCRIBERS)
 from model.canonical import ZERO_DIGEST, canonical_bytes, canonical_json
@@ -511,9 +513,16 @@ class _Process(ClientProcess):
         record = got.value
         if not record.ready and record.abort_author is None:
             # An unready head is claimable only once its abort intent exists.
-            abort = await self.call("ledger", "request_abort", sid, self.label, "recovery: never made ready")
+            abort = await self.call("ledger", "request_abort", sid, self.label, "recovery: never made ready",
+                                    self.now())
             if not self.expect_ok(abort, f"request_abort({sid})", sid):
                 return False
+            if record.epoch is None:
+                # Never claimed: the intent settled it at once (nothing to clean up).
+                got = await self.call("ledger", "get", sid)
+                return self.expect(abort.value.settled_at_ms is not None and got.ok and got.value is not None
+                                   and got.value.outcome == "aborted",
+                                   f"abort of never-claimed {sid} answered {abort.show()}, row {got.show()}", sid)
         token = None
         for _ in range(WAITS_MAX):  # a dead incarnation's live lease blocks: wait it out
             claim = await self.call("ledger", "claim", conversation, self.label, self.lease_ms, self.now())
@@ -894,8 +903,13 @@ class _Process(ClientProcess):
         if self.expect_rejected(clash, ("SettlementConflict",), f"re-reserve of {sid} with other content", conv):
             self.w.edge("reserve_conflict_same_outcome")
         if abort_at == "between":
-            intent = await self._abort(sid, "late")
-            self.w.edge("abort_between_reserve_and_finalize")
+            # Terminalizing: the reserved record wins; the abort is refused, nothing stored.
+            late = await self.call("ledger", "request_abort", sid, self.label, "late", self.now())
+            if self.expect(not late.ok and _matches(late.error, ("AbortConflict",)) and _typed(late.error)
+                           and getattr(late.error, "settling", None) is True
+                           and getattr(late.error, "outcome", None) == outcome,
+                           f"abort of {sid} after its {outcome} reservation answered {late.show()}", conv):
+                self.w.edge("abort_between_reserve_and_finalize")
         if not await self._append_settled(conv, token, sid, digest, record):
             return
         final = await self.call("ledger", "finalize_settlement", sid, self.now())
@@ -911,11 +925,11 @@ class _Process(ClientProcess):
                                                                   f"first {final.value!r}", conv):
             self.w.edge("finalize_identical_retry")
         if abort_at == "after-finalize" or intent is not None:
-            late = await self.call("ledger", "request_abort", sid, self.label, "after the fact")
+            late = await self.call("ledger", "request_abort", sid, self.label, "after the fact", self.now())
             if intent is None:
                 if self.expect_rejected(late, ("AbortConflict",), f"abort of settled {sid}", conv):
                     self.w.edge("abort_after_finalize_conflict")
-            elif self.expect(late.ok and late.value == intent,
+            elif self.expect(late.ok and late.value.replayed and attrs.evolve(late.value, replayed=False) == intent,
                              f"abort of settled {sid} with an earlier intent answered {late.show()}, "
                              f"first {intent!r}", conv):
                 self.w.edge("abort_after_finalize_replays_intent")
@@ -973,7 +987,7 @@ class _Process(ClientProcess):
 
     async def _abort(self, sid: str, reason: str) -> Any:
         """The first abort intent of an unsettled submission: this one."""
-        out = await self.call("ledger", "request_abort", sid, self.label, reason)
+        out = await self.call("ledger", "request_abort", sid, self.label, reason, self.now())
         got = None if not out.ok else (out.value.submission_id, out.value.author, out.value.reason)
         self.expect(got == (sid, self.label, reason), f"request_abort({sid}, {reason}) answered {out.show()}", sid)
         return out.value
@@ -1005,8 +1019,9 @@ class _Process(ClientProcess):
                                            "stack": "..."}), ("InvalidSettlement",)),
             ("finalize_settlement", (f"{sid}-none", 0), ("UnknownSubmission",)),
             ("finalize_settlement", (sid, 0), ("SettlementConflict",)),
-            ("request_abort", (f"{sid}-none", "me", "why"), ("UnknownSubmission",)),
-            ("request_abort", (sid, 7, "why"), ("TypeError",)),
+            ("request_abort", (f"{sid}-none", "me", "why", 0), ("UnknownSubmission",)),
+            ("request_abort", (sid, 7, "why", 0), ("TypeError",)),
+            ("request_abort", (sid, "me", "why", 0.5), ("TypeError",)),
             ("get", (None,), ("TypeError",)),
             ("get_by_idempotency_key", (conv, PRINCIPAL, 1), ("TypeError",)),
             ("load_recovery_snapshot", (42,), ("TypeError",)),
@@ -1109,7 +1124,7 @@ class _Process(ClientProcess):
 
         async def racer() -> None:
             await self.sleep(0, 400)
-            out = await self.call("ledger", "request_abort", sid, author, "racing")
+            out = await self.call("ledger", "request_abort", sid, author, "racing", self.now())
             steps.append("abort")
             answer.append(out)
 
@@ -1118,6 +1133,12 @@ class _Process(ClientProcess):
         await self.sleep(0, 200)
         reserved = await self.call("ledger", "reserve_settlement", token, record)
         steps.append("reserved")
+        if not reserved.ok and _matches(reserved.error, ("AbortRequested",)) and _typed(reserved.error):
+            # The intent landed first: it is the authority, settle aborted.
+            steps[-1] = "reserve refused (abort requested)"
+            record = self.settlement_record("aborted", 4)
+            reserved = await self.call("ledger", "reserve_settlement", token, record)
+            steps.append("reserved aborted")
         if not self.expect_ok(reserved, f"reserve({sid})", conv):
             return
         await self.sleep(0, 200)
@@ -1126,7 +1147,7 @@ class _Process(ClientProcess):
         await self.sleep(0, 200)
         final = await self.call("ledger", "finalize_settlement", sid, self.now())
         steps.append("finalized")
-        if not self.expect(final.ok and final.value.outcome == "completed",
+        if not self.expect(final.ok and final.value.outcome == record["outcome"],
                            f"finalize({sid}) racing an abort: {final.show()}", conv):
             return
         for _ in range(WAITS_MAX):  # the racer answers within its retries; the node's death ends both
@@ -1144,7 +1165,8 @@ class _Process(ClientProcess):
             ok = _matches(out.error, ("AbortConflict",)) and _typed(out.error)
         got = await self.call("ledger", "get", sid)
         row = got.value if got.ok else None
-        ok = ok and row is not None and row.outcome == "completed" and (
+        # An intent stored means an aborted outcome; a refused abort, the completed one.
+        ok = ok and row is not None and row.outcome == ("aborted" if out.ok else "completed") and (
             row.abort_author == (author if out.ok else None))
         if self.expect(ok, f"abort racing {sid}'s settlement answered {out.show()} ({' -> '.join(steps)}); "
                            f"the row holds outcome {getattr(row, 'outcome', None)} abort by "
@@ -1191,7 +1213,7 @@ class _Process(ClientProcess):
 
     async def _settle_shared(self, conv: str, token: Claim) -> None:
         sid = token.submission_id
-        races = ("OwnershipLost", "FenceRejected", "AppendConflict")
+        races = ("OwnershipLost", "FenceRejected", "AppendConflict", "AbortRequested")
         got = await self.call("ledger", "get", sid)
         if not self.expect(got.ok and got.value is not None, f"get({sid}) of a claimed head: {got.show()}", conv):
             return
@@ -1251,7 +1273,7 @@ class _Process(ClientProcess):
             return
         head = open_work[0]
         target = head if not head.ready and not head.abort_requested else self.rng.choice(open_work)
-        out = await self.call("ledger", "request_abort", target.submission_id, self.label, "late")
+        out = await self.call("ledger", "request_abort", target.submission_id, self.label, "late", self.now())
         if self.allow(out, ("AbortConflict", "UnknownSubmission"), f"late abort of {target.submission_id}", conv):
             if target is head and not head.ready:
                 self.w.edge("unready_head_aborted")
@@ -1649,8 +1671,11 @@ class _Process(ClientProcess):
             if self.expect(out.ok and out.value is not None and out.value.snapshot == {"replaced": True},
                            f"load_latest after overwriting {seqs[2]} answered {out.show()}", conv):
                 self.w.edge("checkpoint_overwritten")
-        none = await self.call("checkpoints", "load_latest", f"{conv}-none", 5)
-        self.expect(none.ok and none.value is None, f"load_latest of a conversation without any: {none.show()}", conv)
+        none = await self.call("checkpoints", "load_latest", conv, -1)
+        self.expect(none.ok and none.value is None, f"load_latest of {conv} before its first checkpoint: "
+                    f"{none.show()}", conv)
+        self.expect_rejected(await self.call("checkpoints", "load_latest", f"{conv}-none", 5), ("NotMaterialized",),
+                             f"load_latest of {conv}-none (a conversation the log does not have)", conv)
 
     # -- the content store and claim-check -------------------------------------------------
 

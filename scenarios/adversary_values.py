@@ -363,11 +363,18 @@ class _ValuesProcess(_Process):
         """A second submission, aborted by two authors: the second request
         returns the first intent; then it is settled aborted."""
         first = await self._abort(sid, "first")
-        again = await self.call("ledger", "request_abort", sid, f"{self.label}/other", "second")
-        if not self.expect(first is not None and again.ok and again.value == first,
+        again = await self.call("ledger", "request_abort", sid, f"{self.label}/other", "second", self.now())
+        if not self.expect(first is not None and again.ok and not first.replayed and again.value.replayed
+                           and attrs.evolve(again.value, replayed=False) == first,
                            f"a second abort of {sid} by another author answered {again.show()}, first {first!r}", conv):
             return False
         self.w.edge("abort_keeps_first_intent")
+        if first.settled_at_ms is not None:
+            # Never claimed: the intent settled it at once; nothing is left to claim.
+            got = await self.call("ledger", "get", sid)
+            return self.expect(got.ok and got.value is not None and got.value.outcome == "aborted"
+                               and got.value.settled_at_ms == first.settled_at_ms,
+                               f"{sid} aborted before any claim reads back as {got.show()}", conv)
         token = await self.claim_token(conv, self.label, epoch)
         if token is None or not self.expect(token.submission_id == sid, f"claim of {conv} got {token!r}", conv):
             return False

@@ -17,8 +17,8 @@ from model.durable_state.store import DurableStateWrite
 from model.failpoints import SENTINEL_CRASH_POINTS, SUBMISSION_CRASH_POINTS
 from model.retention import RetentionPolicy
 from model.schedules import Schedule
-from scenarios.invariants import (AdoptOwnWrite, BoundedRun, BrokenDeploys, CasLinear, CheckpointConsistency,
-                                  ClaimCheckInvariant, ColdReopen, ContractSafety, ExactlyOnceSettlement, ExactlyOnceWake,
+from scenarios.invariants import (AbortHonoured, AdoptOwnWrite, BoundedRun, BrokenDeploys, CasLinear, CheckpointConsistency,
+                                  ClaimCheckInvariant, ClaimFencesLog, ColdReopen, ContractSafety, ExactlyOnceSettlement, ExactlyOnceWake,
                                   FailClosedPagination, Fencing, FindingsProjection, Liveness, LogChain, PinsSurvive,
                                   QueueOrder, ReplayDeterminism)
 from scenarios.invariants.reference_model import ReferenceModel
@@ -45,7 +45,8 @@ __all__ = [
     "SENTINEL_CRASH_POINTS",
     "SUBMISSION_CRASH_POINTS",
     # checks
-    "AdoptOwnWrite", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant", "ColdReopen",
+    "AbortHonoured", "AdoptOwnWrite", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency",
+    "ClaimCheckInvariant", "ClaimFencesLog", "ColdReopen",
     "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake", "FailClosedPagination", "Fencing",
     "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReferenceModel", "ReplayDeterminism",
 ]

@@ -35,7 +35,8 @@ SWARM = SwarmSpace(
            Knob("recovery_page_size", PAGE_SIZE_MAX, 8, PAGE_SIZE_MAX, "recovery read page (records)",
                 values=(8, 16, 32, 64, 128, 256, 512, PAGE_SIZE_MAX)),
            fault_intensity_knob(values=(1, 1, 3, 10))))
-SOMETIMES = ("stale_writes_fenced", "damaged_reads_caught", "worker_crashes", "settled", "recoveries_from_checkpoint")
+SOMETIMES = ("stale_writes_fenced", "damaged_reads_caught", "worker_crashes", "settled", "recoveries_from_checkpoint",
+             "aborted_queued", "aborted_running")
 
 
 @scenario("ledger-storm", "conversations under leases: claims, fencing, crashes, pauses, damaged reads",
@@ -62,7 +63,8 @@ def ledger_storm(run: Run) -> Stack:
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SUBMISSION_CRASH_POINTS, boosted_sites=RARE_SITES, boost=50,
                           fixed_rates={OVERTAKING_COMMIT: OVERTAKE_RATE} if run.opts.store == "sqlite" else {}),
-        checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.LogChain(), inv.FailClosedPagination(),
+        checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.ClaimFencesLog(), inv.AbortHonoured(),
+                inv.LogChain(), inv.FailClosedPagination(),
                 inv.QueueOrder(), inv.Liveness(), inv.ReferenceModel(),
                 *([inv.ColdReopen()] if run.opts.store == "sqlite" else []),
                 *([inv.CheckpointConsistency()] if run.does(CHECKPOINTS) else [])],

@@ -88,7 +88,7 @@ def sentinel_year(run: Run) -> Stack:
                                    every_contract_for_key=fleet.every_contract),
                 inv.ClaimCheckInvariant({"stats": app.stats_digest}, cap_bytes=cap),
                 inv.PinsSurvive(blob_ttl_ms=RETENTION.blob_ttl_ms), inv.BoundedRun(records_max=16),
-                inv.ExactlyOnceSettlement(), inv.FindingsProjection(finding_ttl_ms=RETENTION.finding_ttl_ms),
+                inv.ExactlyOnceSettlement(), inv.ClaimFencesLog(), inv.FindingsProjection(finding_ttl_ms=RETENTION.finding_ttl_ms),
                 AtMostOnceEffect(fleet.pager, operator_node=InDoubtResolver.NODE),
                 inv.Liveness(), inv.ReferenceModel(),
                 *([inv.ColdReopen()] if run.opts.store == "sqlite" else [])],

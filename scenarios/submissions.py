@@ -24,10 +24,14 @@ from sim.workload import Workload
 from sim.world import World
 
 # Every ``fail_every``-th request fails in its second step (settled as failed,
-# with exactly {errorTag, message}); every ``abort_every``-th is aborted by
-# the client right after admission.
+# with exactly {errorTag, message}); of every ``abort_every`` requests, one is
+# aborted by the client right after admission (mostly still queued: it settles
+# at once) and one a while later (``ABORT_LATE_MS``: mostly while it runs, so
+# its owner must honour the intent at its next step).
 FAIL_REMAINDER = 7
 ABORT_REMAINDER = 3
+ABORT_LATE_REMAINDER = 11
+ABORT_LATE_MS = (200, 8_000)
 # The client's retry queue never holds more than this (it is drained before
 # anything new is sent, so it holds one request at a time in practice).
 PENDING_MAX = 1_000
@@ -81,6 +85,7 @@ class Submitters(Workload):
         return {"submitted": self.submitted}
 
     def _start(self, node: Node) -> None:
+        self.node = node
         runtime = self.world.runtime
         ports = self.world.system.ports_for(node)
         client = SubmissionClient(ports.ledger, ports.log, now_ms=runtime.now_ms, failpoints=ports.failpoints,
@@ -101,6 +106,10 @@ class Submitters(Workload):
                     admission = await client.submit(conversation_id, "client", key, request)
                     if self.abort_every and request["n"] % self.abort_every == ABORT_REMAINDER:
                         await _abort(client, admission.submission_id)
+                    elif self.abort_every and request["n"] % self.abort_every == ABORT_LATE_REMAINDER:
+                        sid = admission.submission_id
+                        delay_ms = world.streams.fork(f"workload/abort/{sid}").between(*ABORT_LATE_MS)
+                        runtime.spawn_on(self.node, f"abort:{sid}", self._late_abort(client, sid, delay_ms))
                     self.pending.pop(0)
             except Exception as error:
                 if not is_retryable(error):
@@ -116,12 +125,27 @@ class Submitters(Workload):
             self.pending.append((conversation_id, f"req-{self.submitted}", {"n": self.submitted}))
 
 
+    async def _late_abort(self, client: SubmissionClient, submission_id: str, delay_ms: int) -> None:
+        """Abort ``submission_id`` after ``delay_ms``, retrying what a retry
+        can clear; ends when the intent is durable or the abort is refused."""
+        runtime = self.world.runtime
+        await runtime.sleep_ms(delay_ms)
+        while True:  # bounded: a transient failure clears (faults heal), or the process dies
+            try:
+                await _abort(client, submission_id)
+                return
+            except Exception as error:
+                if not is_retryable(error):
+                    raise
+                await runtime.sleep_ms(self.retry_ms)
+
+
 async def _abort(client: SubmissionClient, submission_id: str) -> None:
     try:
-        await client.ledger.request_abort(submission_id, "client", "no longer needed")
+        await client.ledger.request_abort(submission_id, "client", "no longer needed", client.now_ms())
     except Exception as error:
         if getattr(type(error), "name", None) != "AbortConflict":
-            raise  # already settled: too late to abort, which is fine
+            raise  # already settled or settling: too late to abort, which is fine
 
 
 class Workers(Workload):

@@ -413,7 +413,10 @@ class System:
         return run_sync(self.findings.checkpoint(schedule_id))
 
     def latest_checkpoint(self, conversation_id: str) -> Any:
-        return run_sync(self.checkpoints.load_latest(conversation_id, 2 ** 53 - 1))
+        try:
+            return run_sync(self.checkpoints.load_latest(conversation_id, 2 ** 53 - 1))
+        except NotMaterialized:
+            return None  # not in the log (admitted only, or deleted): no checkpoint is ever used
 
     # Read by the reference models' end-of-run audits (``scenarios.reference``).
 

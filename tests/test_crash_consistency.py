@@ -96,7 +96,7 @@ class Work:
 
 
 FAILING_REQUEST = {"n": 1, "c": "c2"}   # its second step fails: settled as failed
-ABORTED_SUBMISSION = "sub-c1-3"         # an operator aborts it before it runs
+ABORTED_SUBMISSION = "sub-c1-2"         # an operator aborts it before it runs: settled at once
 
 
 def run_lifecycle(ledger, log, failpoints) -> int:
@@ -112,7 +112,7 @@ def run_lifecycle(ledger, log, failpoints) -> int:
                     break
                 except Crash:
                     crashes += 1
-    drive(ledger.request_abort(ABORTED_SUBMISSION, "operator", "no longer needed"))
+    drive(ledger.request_abort(ABORTED_SUBMISSION, "operator", "no longer needed", clock()))
     incarnation = 1
     work = Work()
     for _ in range(100):  # bounded: every round settles or recovers
@@ -147,8 +147,14 @@ def check_invariants(ledger, log) -> None:
         # Exactly one settlement record per submission, equal to the ledger's.
         settled = [r for r in records if r.envelope.family == "submission-settled"]
         ids = [r.envelope.payload["submissionId"] for r in settled]
-        expected_ids = [f"sub-{conversation_id}-{n}" for n in range(1, SUBMISSIONS_PER_CONVERSATION + 1)]
+        admitted = [f"sub-{conversation_id}-{n}" for n in range(1, SUBMISSIONS_PER_CONVERSATION + 1)]
+        # Aborted before it ran: settled by its intent, nothing of it in the log.
+        expected_ids = [sid for sid in admitted if sid != ABORTED_SUBMISSION]
         assert ids == expected_ids, "FIFO: settled in queue order, each exactly once"
+        if ABORTED_SUBMISSION in admitted:
+            aborted = drive(ledger.get(ABORTED_SUBMISSION))
+            assert (aborted.outcome, aborted.epoch, aborted.input_applied, aborted.reserved_record) == (
+                "aborted", None, False, {"outcome": "aborted"})
         for record in settled:
             submission = drive(ledger.get(record.envelope.payload["submissionId"]))
             assert submission.outcome == expected_outcome(submission.submission_id, submission.input)
@@ -215,10 +221,15 @@ def test_the_ledger_rebuilt_from_the_log_matches_the_original(kind, point, tmp_p
     rebuilt = InMemorySubmissionLedger() if kind == "memory" else SqliteSubmissionLedger(
         open_database(str(tmp_path / "rebuilt.db")))
     report = drive(rebuild_ledger(log, rebuilt, CONVERSATIONS, now_ms=10**9))
-    total = len(CONVERSATIONS) * SUBMISSIONS_PER_CONVERSATION
+    total = len(CONVERSATIONS) * SUBMISSIONS_PER_CONVERSATION - 1  # the aborted one never reached the log
     assert (report.conversations, report.submissions, report.settled) == (len(CONVERSATIONS), total, total)
+    # Its place is held (aborted) so that every later submission keeps its id.
+    hole = drive(rebuilt.get(ABORTED_SUBMISSION))
+    assert (hole.outcome, hole.reserved_digest) == ("aborted", drive(ledger.get(ABORTED_SUBMISSION)).reserved_digest)
     for conversation_id in CONVERSATIONS:
         for n in range(1, SUBMISSIONS_PER_CONVERSATION + 1):
+            if f"sub-{conversation_id}-{n}" == ABORTED_SUBMISSION:
+                continue
             original = drive(ledger.get(f"sub-{conversation_id}-{n}"))
             copy = drive(rebuilt.get(f"sub-{conversation_id}-{n}"))
             assert (copy.queue_seq, copy.idempotency_key, copy.input, copy.outcome, copy.reserved_digest) == (

@@ -20,10 +20,12 @@ from model.ledger.conformance import CONFORMANCE_CHECKS, ConformanceFailure, run
 from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.records import (
     AbortConflict,
+    AbortIntent,
     AdmissionConflict,
     Claim,
     InvalidSettlement,
     LedgerError,
+    LedgerStoreError,
     OwnershipLost,
     SettlementConflict,
     UnknownSubmission,
@@ -149,11 +151,36 @@ class RenewShortens(InMemorySubmissionLedger):
 
 
 class AbortKeepsLastAuthor(InMemorySubmissionLedger):
-    async def request_abort(self, submission_id, author, reason):
+    async def request_abort(self, submission_id, author, reason, now_ms):
         row = self._submissions.get(submission_id)
         if row is not None and row.settled_at_ms is None:
             self._put(attrs.evolve(row, abort_author=None, abort_reason=None))
-        return await super().request_abort(submission_id, author, reason)
+        return await super().request_abort(submission_id, author, reason, now_ms)
+
+
+class AbortQueuedWaits(InMemorySubmissionLedger):
+    """Stores the intent of a never-claimed submission without settling it."""
+
+    async def request_abort(self, submission_id, author, reason, now_ms):
+        row = self._submissions.get(submission_id)
+        if row is not None and row.epoch is None and row.abort_author is None and row.settled_at_ms is None:
+            self._put(attrs.evolve(row, abort_author=author, abort_reason=reason, abort_requested_at_ms=now_ms))
+            return AbortIntent(submission_id, author, reason, now_ms)
+        return await super().request_abort(submission_id, author, reason, now_ms)
+
+
+class ReserveIgnoresAbort(InMemorySubmissionLedger):
+    """Reserves any record, whatever the abort intent says."""
+
+    async def reserve_settlement(self, token, record):
+        row = self._submissions.get(token.submission_id)
+        if row is None or row.abort_author is None:
+            return await super().reserve_settlement(token, record)
+        self._put(attrs.evolve(row, abort_author=None))
+        try:
+            return await super().reserve_settlement(token, record)
+        finally:
+            self._put(attrs.evolve(self._submissions[token.submission_id], abort_author=row.abort_author))
 
 
 @pytest.mark.parametrize(
@@ -165,6 +192,8 @@ class AbortKeepsLastAuthor(InMemorySubmissionLedger):
         (FinalizeNotIdempotent, "finalize-idempotent"),
         (RenewShortens, "renew-never-shortens"),
         (AbortKeepsLastAuthor, "abort-idempotent-first-author"),
+        (AbortQueuedWaits, "abort-queued-settles-at-once"),
+        (ReserveIgnoresAbort, "reserve-refused-after-abort-intent"),
     ],
 )
 def test_conformance_catches_planted_bug(broken_store, failing_check):
@@ -228,9 +257,11 @@ def test_sqlite_write_contention_is_typed_and_retryable(tmp_path):
     holder = open_database(path)
     holder.execute("BEGIN IMMEDIATE")
     try:
-        with pytest.raises(SqliteWriteContention) as info:
+        # Typed on the ledger port (§9.2): LedgerStoreError carrying the contention.
+        with pytest.raises(LedgerStoreError) as info:
             run(ledger.admit, "c1", "p1", "k1", {"x": 1}, 0)
-        error = info.value
+        assert info.value.retryable is True and info.value.operation == "admit"
+        error = info.value.cause
         assert error.retryable is True
         assert error.name == "SqliteWriteContention"
         assert error.busy_timeout_ms == 50
@@ -256,12 +287,12 @@ def test_sqlite_contention_leaves_nothing_written(tmp_path):
     holder = open_database(path)
     holder.execute("BEGIN IMMEDIATE")
     try:
-        with pytest.raises(SqliteWriteContention):
+        with pytest.raises(LedgerStoreError):
             run(ledger.admit, "c1", "p1", "k2", {"x": 2}, 1)
-        with pytest.raises(SqliteWriteContention):
+        with pytest.raises(LedgerStoreError):
             run(ledger.claim, "c1", "o1", 1_000, 10)
-        with pytest.raises(SqliteWriteContention):
-            run(ledger.request_abort, admitted.submission_id, "ops", "stop")
+        with pytest.raises(LedgerStoreError):
+            run(ledger.request_abort, admitted.submission_id, "ops", "stop", 5)
         # Readers are not blocked under WAL, and see nothing of the refused writes.
         assert run(ledger.get_by_idempotency_key, "c1", "p1", "k2") is None
         snapshot = run(ledger.load_recovery_snapshot, "c1")
@@ -371,7 +402,7 @@ OPERATIONS = st.one_of(
     st.tuples(st.just("release"), st.integers(0, 5)),
     st.tuples(st.just("input_applied"), st.integers(0, 5)),
     st.tuples(st.just("abort"), st.sampled_from(SUBMISSION_IDS), st.sampled_from(("a1", "a2")),
-              st.sampled_from(("r1", "r2"))),
+              st.sampled_from(("r1", "r2")), NOW),
     st.tuples(st.just("reserve"), st.integers(0, 5), st.sampled_from(RECORDS)),
     st.tuples(st.just("reserve"), st.integers(0, 5), st.sampled_from(RECORDS)),
     st.tuples(st.just("finalize"), st.sampled_from(SUBMISSION_IDS), NOW),

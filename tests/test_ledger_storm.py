@@ -42,7 +42,7 @@ def assert_caught(result, invariant: str) -> None:
 
 # SQLite runs also meet overtaking commits (faults/sqlite_overtake.py), whose
 # draws move the other faults: another seed shows every kind there.
-@pytest.mark.parametrize("store, seed", [("memory", 1), ("sqlite", 4)])
+@pytest.mark.parametrize("store, seed", [("memory", 1), ("sqlite", 8)])
 def test_clean_storm_passes_and_is_not_quiet(store, seed):
     result = storm(seed, "6h", store)
     assert result.passed, result.violations

@@ -59,7 +59,7 @@ def _storm(seed: int, duration: str = "3h", **kwargs):
 
 
 def test_restarted_workers_recover_from_checkpoints_and_every_checkpoint_is_checked():
-    result = _storm(1)
+    result = _storm(5)
     assert result.passed, result.violations
     assert result.stats["recoveries_from_checkpoint"] > 0
     assert result.invariants["checkpoint-consistency"] > 0

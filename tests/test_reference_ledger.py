@@ -142,9 +142,11 @@ async def _life_of_two_submissions(ledger: Observed) -> None:
     await ledger.finalize_settlement(first.submission_id, 9_999)  # replays settled_at_ms
     with pytest.raises(Exception):
         await ledger.purge_conversation("c1")  # the second is open
-    await ledger.request_abort(second.submission_id, "client", "no longer needed")
-    await ledger.request_abort(second.submission_id, "ops", "later")  # the first intent wins
     cleanup = await ledger.claim("c1", "w3", 1_000, 3_000)
+    await ledger.request_abort(second.submission_id, "client", "no longer needed", 3_010)  # while it runs
+    await ledger.request_abort(second.submission_id, "ops", "later", 3_020)  # the first intent wins
+    with pytest.raises(Exception):
+        await ledger.reserve_settlement(cleanup, {"outcome": "completed"})  # the intent is the authority
     await ledger.release_ownership(cleanup)
     await ledger.release_ownership(cleanup)  # idempotent
     cleanup = await ledger.claim("c1", "w3", 1_000, 3_100)
@@ -169,7 +171,7 @@ def test_a_whole_life_never_diverges(make_store):
     ledger = Observed(make_store())
     trio.run(_life_of_two_submissions, ledger)
     assert ledger.divergences == []
-    assert ledger.model.calls_checked == 43
+    assert ledger.model.calls_checked == 44
 
 
 def test_purge_forgets_the_conversation():

@@ -9,11 +9,18 @@ a tail and has no digest), or whose ``schema_version`` is unsupported
 SQLite write transaction on the log's connection).
 
 ``load_latest`` returns the checkpoint with the highest ``covered_seq`` at or
-before a sequence, or raises ``CheckpointUnusable`` (``unsupported-version``,
-``corrupt`` — a row that does not decode or whose stored integrity digest no
-longer matches). ``usable_checkpoint`` is what an engine calls: a checkpoint
-it may use, or None and the reason to rebuild from the log; never a
-mismatched checkpoint.
+before a sequence (None when the conversation has none there), raises
+``NotMaterialized`` for a conversation the log does not have (never
+created, or deleted: its checkpoints stay, unused), or raises
+``CheckpointUnusable`` (``unsupported-version``, ``corrupt`` — a row that
+does not decode or whose stored integrity digest no longer matches —, or
+``digest-mismatch`` — its ``tail_digest`` is no longer the log's digest at
+its ``covered_seq``: the log was deleted and written again, or changed). It
+never returns a checkpoint the log does not vouch for; the read of the row
+and of the log's digest is one snapshot (one read transaction on SQLite).
+``usable_checkpoint`` is what an engine calls: a checkpoint it may use, or
+None and the reason to rebuild from the log (``digest-mismatch`` among
+them); never a mismatched checkpoint.
 """
 from __future__ import annotations
 
@@ -70,7 +77,7 @@ class CheckpointRejected(ConversationStoreError):
 
 
 class CheckpointUnusable(ConversationStoreError):
-    KINDS = ("unsupported-version", "corrupt")
+    KINDS = ("unsupported-version", "corrupt", "digest-mismatch")
 
     def __init__(self, kind: str, conversation_id: str, detail: str = "") -> None:
         assert kind in self.KINDS, kind
@@ -135,6 +142,18 @@ def decode_checkpoint_row(conversation_id: str, text: str, integrity: str) -> Ch
     return checkpoint
 
 
+def decide_checkpoint_load(checkpoint: Checkpoint, log_digest: str | None) -> Checkpoint:
+    """The load rule over the log's digest at the checkpoint's covered_seq
+    (None: that seq is no longer a tail of the log): a decoded checkpoint is
+    returned only while that is still its tail digest (§8)."""
+    if log_digest != checkpoint.tail_digest:
+        raise CheckpointUnusable(
+            "digest-mismatch", checkpoint.conversation_id,
+            f"log digest at {checkpoint.covered_seq} is {log_digest}, checkpoint has {checkpoint.tail_digest}",
+        )
+    return checkpoint
+
+
 class InMemoryCheckpointStore:
     """Checkpoints of an ``InMemoryConversationStore`` (or any log with
     ``inspect_tail``/``digest_at`` that never suspend)."""
@@ -156,11 +175,13 @@ class InMemoryCheckpointStore:
     async def load_latest(self, conversation_id: str, at_or_before_seq: int) -> Checkpoint | None:
         require_str("conversation_id", conversation_id)
         require_int("at_or_before_seq", at_or_before_seq)
+        await self._log.inspect_tail(conversation_id)  # NotMaterialized for a conversation the log lacks
         rows = self._rows.get(conversation_id, {})
         eligible = [seq for seq in rows if seq <= at_or_before_seq]
         if not eligible:
             return None
-        return decode_checkpoint_row(conversation_id, *rows[max(eligible)])
+        checkpoint = decode_checkpoint_row(conversation_id, *rows[max(eligible)])
+        return decide_checkpoint_load(checkpoint, await self._log.digest_at(conversation_id, checkpoint.covered_seq))
 
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS conv_checkpoints (
@@ -207,8 +228,21 @@ class SqliteCheckpointStore:
     async def load_latest(self, conversation_id: str, at_or_before_seq: int) -> Checkpoint | None:
         require_str("conversation_id", conversation_id)
         require_int("at_or_before_seq", at_or_before_seq)
-        row = self._conn.execute(_SELECT_LATEST, (conversation_id, at_or_before_seq)).fetchone()
-        return None if row is None else decode_checkpoint_row(conversation_id, row[0], row[1])
+        conn = self._conn
+        # The row and the log's digest from one snapshot (a deferred read
+        # transaction), so a concurrent rewrite cannot slip between them.
+        conn.execute("BEGIN")
+        try:
+            if self._log.tail_now(conversation_id) is None:
+                raise NotMaterialized(conversation_id)
+            row = conn.execute(_SELECT_LATEST, (conversation_id, at_or_before_seq)).fetchone()
+            if row is None:
+                return None
+            checkpoint = decode_checkpoint_row(conversation_id, row[0], row[1])
+            at = self._log.digest_at_now(conversation_id, checkpoint.covered_seq)
+        finally:
+            conn.execute("COMMIT")
+        return decide_checkpoint_load(checkpoint, at)
 
 
 @attrs.frozen
@@ -221,9 +255,17 @@ async def usable_checkpoint(
     checkpoints, log, conversation_id: str, at_or_before_seq: int, *, engine_version: str, definition_digest: str
 ) -> CheckpointDecision:
     """The latest checkpoint an engine may use, or None and why (rebuild from
-    the log). ``CheckpointUnusable`` (unsupported version, corrupt row)
-    propagates: a typed compatibility failure, never a silent fallback."""
-    checkpoint = await checkpoints.load_latest(conversation_id, at_or_before_seq)
+    the log): a checkpoint whose digest the log no longer has (the store's
+    ``CheckpointUnusable("digest-mismatch")``, or this check of the log) is
+    ``digest-mismatch``. Any other ``CheckpointUnusable`` (unsupported
+    version, corrupt row) propagates: a typed compatibility failure, never a
+    silent fallback. ``NotMaterialized`` propagates too."""
+    try:
+        checkpoint = await checkpoints.load_latest(conversation_id, at_or_before_seq)
+    except CheckpointUnusable as unusable:
+        if unusable.kind != "digest-mismatch":
+            raise
+        return CheckpointDecision(None, "digest-mismatch")
     if checkpoint is None:
         return CheckpointDecision(None, "none")
     if checkpoint.engine_version != engine_version:

@@ -66,6 +66,14 @@ class CheckpointStorePort(Protocol):
         ...
 
     async def load_latest(self, conversation_id: str, at_or_before_seq: int) -> Checkpoint | None:
+        """The checkpoint with the highest covered_seq <= ``at_or_before_seq``,
+        or None when the conversation has none there. ``NotMaterialized`` for
+        a conversation the log does not have (never created, or deleted).
+        Never a checkpoint the log no longer vouches for:
+        ``CheckpointUnusable`` with kind ``digest-mismatch`` when its
+        tail_digest is not the log's ``digest_at(covered_seq)``,
+        ``unsupported-version`` or ``corrupt`` for a stored row this build
+        cannot use (checked first)."""
         ...
 
 

@@ -39,6 +39,7 @@ from model import conformance_kit as _kit
 from .records import (
     AbortConflict,
     AbortIntent,
+    AbortRequested,
     AdmissionConflict,
     AdmissionResult,
     Claim,
@@ -179,13 +180,16 @@ async def _(ledger) -> None:
 
 @_check("claim-unready-head-with-abort-intent")
 async def _(ledger) -> None:
+    # An unknown head (admitted, its receipt never sent) is claimable only for
+    # cleanup once its durable abort intent exists; never claimed, the intent
+    # settles it at once (there is nothing of it in the log to clean up).
     result = await _admitted(ledger, ready=False)
-    await ledger.request_abort(result.submission_id, "user:1", "cancelled")
-    claim = await _claimed(ledger)
-    _eq(claim.submission_id, result.submission_id, "unknown head with abort intent is claimable")
-    await ledger.reserve_settlement(claim, ABORTED_RECORD)
-    settled = await ledger.finalize_settlement(result.submission_id, 500)
-    _eq(settled.outcome, "aborted", "cleanup settles as aborted")
+    intent = await ledger.request_abort(result.submission_id, "user:1", "cancelled", 400)
+    _eq(intent.settled_at_ms, 400, "an unknown head never claimed settles by its intent")
+    _eq(await ledger.claim("c1", "o1", 1_000, 450), None, "nothing left to claim")
+    record = await ledger.get(result.submission_id)
+    _eq((record.outcome, record.settled_at_ms, record.reserved_record), ("aborted", 400, {"outcome": "aborted"}),
+        "settled aborted with the aborted record")
 
 
 @_check("claim-respects-live-lease")
@@ -253,13 +257,56 @@ async def _(ledger) -> None:
 @_check("abort-idempotent-first-author")
 async def _(ledger) -> None:
     result = await _admitted(ledger)
-    first = await ledger.request_abort(result.submission_id, "alice", "first")
-    again = await ledger.request_abort(result.submission_id, "bob", "second")
-    _eq(first, AbortIntent(result.submission_id, "alice", "first"), "first intent")
-    _eq(again, first, "a repeat returns the first intent")
+    await _claimed(ledger, now_ms=100)  # running: the intent waits for its owner
+    first = await ledger.request_abort(result.submission_id, "alice", "first", 200)
+    again = await ledger.request_abort(result.submission_id, "bob", "second", 300)
+    _eq(first, AbortIntent(result.submission_id, "alice", "first", 200), "first intent")
+    _eq(again, AbortIntent(result.submission_id, "alice", "first", 200, True), "a repeat returns the first intent")
     record = await ledger.get(result.submission_id)
-    _eq((record.abort_author, record.abort_reason), ("alice", "first"), "stored intent")
-    await _raises(UnknownSubmission, ledger.request_abort("sub-none-1", "a", "r"), "abort of an unknown id")
+    _eq((record.abort_author, record.abort_reason, record.abort_requested_at_ms, record.outcome),
+        ("alice", "first", 200, None), "stored intent, not settled")
+    await _raises(UnknownSubmission, ledger.request_abort("sub-none-1", "a", "r", 0), "abort of an unknown id")
+
+
+@_check("abort-queued-settles-at-once")
+async def _(ledger) -> None:
+    head = await _admitted(ledger, key="k1")
+    queued = await _admitted(ledger, key="k2")
+    claim = await _claimed(ledger, now_ms=100)
+    _eq(claim.submission_id, head.submission_id, "the head runs")
+    intent = await ledger.request_abort(queued.submission_id, "alice", "not needed", 150)
+    _eq((intent.settled_at_ms, intent.replayed), (150, False), "a never-claimed submission settles at once")
+    record = await ledger.get(queued.submission_id)
+    _eq((record.outcome, record.settled_at_ms, record.reserved_record, record.epoch, record.input_applied),
+        ("aborted", 150, {"outcome": "aborted"}, None, False), "settled aborted, never owned, no input")
+    again = await ledger.request_abort(queued.submission_id, "bob", "again", 170)
+    _eq(again, AbortIntent(queued.submission_id, "alice", "not needed", 150, True, 150), "a repeat replays it")
+    _eq([r.submission_id for r in await ledger.scan_nonterminal()], [head.submission_id], "not open work")
+    exc = await _raises(AbortConflict, _abort_after_reserve(ledger, claim), "abort of a terminalizing submission")
+    _eq((exc.outcome, exc.settling), ("completed", True), "conflict names the reserved outcome")
+    _eq((await ledger.get(head.submission_id)).abort_author, None, "a refused abort writes nothing")
+
+
+async def _abort_after_reserve(ledger, claim) -> None:
+    await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    await ledger.request_abort(claim.submission_id, "alice", "late", 180)
+
+
+@_check("reserve-refused-after-abort-intent")
+async def _(ledger) -> None:
+    result = await _admitted(ledger)
+    claim = await _claimed(ledger, now_ms=100)
+    await ledger.request_abort(result.submission_id, "alice", "stop", 200)
+    before = await ledger.get(result.submission_id)
+    for record in (COMPLETED_RECORD, FAILED_RECORD):
+        exc = await _raises(AbortRequested, ledger.reserve_settlement(claim, record),
+                            f"reserve {record['outcome']} after the abort intent")
+        _eq((exc.submission_id, exc.author, exc.attempted_outcome), (result.submission_id, "alice", record["outcome"]),
+            "AbortRequested fields")
+    _eq(await ledger.get(result.submission_id), before, "a refused reservation writes nothing")
+    await ledger.reserve_settlement(claim, ABORTED_RECORD)
+    settled = await ledger.finalize_settlement(result.submission_id, 300)
+    _eq(settled.outcome, "aborted", "the owner settles aborted")
 
 
 @_check("abort-settled-conflict")
@@ -268,8 +315,9 @@ async def _(ledger) -> None:
     claim = await _claimed(ledger)
     await ledger.reserve_settlement(claim, COMPLETED_RECORD)
     await ledger.finalize_settlement(result.submission_id, 300)
-    exc = await _raises(AbortConflict, ledger.request_abort(result.submission_id, "alice", "late"), "abort after settlement")
-    _eq(exc.outcome, "completed", "conflict names the settled outcome")
+    exc = await _raises(AbortConflict, ledger.request_abort(result.submission_id, "alice", "late", 400),
+                        "abort after settlement")
+    _eq((exc.outcome, exc.settling), ("completed", False), "conflict names the settled outcome")
     _eq((await ledger.get(result.submission_id)).abort_author, None, "a refused abort writes nothing")
 
 
@@ -370,7 +418,6 @@ async def _(ledger) -> None:
 async def _(ledger) -> None:
     a = await _admitted(ledger, key="k1")
     b = await _admitted(ledger, key="k2", ready=False)
-    await ledger.request_abort(b.submission_id, "ops", "stuck")
     claim = await _claimed(ledger, lease_ms=500, now_ms=100)
     await ledger.mark_input_applied(claim)
     reserved = await ledger.reserve_settlement(claim, COMPLETED_RECORD)
@@ -380,7 +427,7 @@ async def _(ledger) -> None:
     head, tail = snapshot.submissions
     _eq((head.owner_id, head.epoch, head.lease_expires_ms, head.input_applied, head.reserved_digest, head.settled),
         ("o1", claim.epoch, 600, True, reserved.record_digest, False), "head ownership facts")
-    _eq((tail.ready, tail.abort_requested, tail.abort_author, tail.owner_id), (False, True, "ops", None), "tail facts")
+    _eq((tail.ready, tail.abort_requested, tail.abort_author, tail.owner_id), (False, False, None, None), "tail facts")
     _true(
         not any(isinstance(getattr(s, f, None), Claim) for s in snapshot.submissions for f in dir(s) if not f.startswith("_")),
         "snapshot must not carry a live token",

@@ -37,6 +37,7 @@ from .rules import (
     require_str,
     require_token,
     row_to_record,
+    scan_records,
     submission_id_for,
     validate_abort,
     validate_admit,
@@ -131,17 +132,17 @@ class InMemorySubmissionLedger:
         if row is not None:
             self._put(row)
 
-    async def request_abort(self, submission_id: str, author: str, reason: str) -> AbortIntent:
-        validate_abort(submission_id, author, reason)
-        intent, row = decide_abort(submission_id, self._submissions.get(submission_id), author, reason)
+    async def request_abort(self, submission_id: str, author: str, reason: str, now_ms: int) -> AbortIntent:
+        validate_abort(submission_id, author, reason, now_ms)
+        intent, row = decide_abort(submission_id, self._submissions.get(submission_id), author, reason, now_ms)
         if row is not None:
             self._put(row)
         return intent
 
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:
         require_token(token)
-        record_json, record_digest = encode_settlement(token.submission_id, record)
-        reserved, row = decide_reserve(self._submissions.get(token.submission_id), token, record_json, record_digest)
+        record_json, record_digest, outcome = encode_settlement(token.submission_id, record)
+        reserved, row = decide_reserve(self._submissions.get(token.submission_id), token, record_json, record_digest, outcome)
         if row is not None:
             self._put(row)
         return reserved
@@ -195,8 +196,10 @@ class InMemorySubmissionLedger:
     async def scan_nonterminal(self) -> tuple[SubmissionRecord, ...]:
         # Same order as SQLite's ORDER BY conversation_id, queue_seq (BINARY
         # collation compares UTF-8 bytes, which orders like code points).
-        return tuple(
-            row_to_record(row)
+        # An undecodable row is an ``UnreadableSubmission`` in its place, as
+        # on SQLite (``rules.scan_records``).
+        return scan_records(
+            row
             for conversation_id in sorted(self._queues)
             for row in self._nonterminal(conversation_id)
         )

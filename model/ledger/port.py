@@ -56,7 +56,11 @@ class SubmissionLedgerPort(Protocol):
         """The submission's canonical input is in the log."""
         ...
 
-    async def request_abort(self, submission_id: str, author: str, reason: str) -> AbortIntent:
+    async def request_abort(self, submission_id: str, author: str, reason: str, now_ms: int) -> AbortIntent:
+        """Store the durable abort intent (the first one wins; a repeat replays
+        it). A never-claimed submission settles ``aborted`` at once; a running
+        one's owner observes the intent at its next step and settles
+        ``aborted``. ``AbortConflict`` once settled or terminalizing."""
         ...
 
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:

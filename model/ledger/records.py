@@ -58,11 +58,20 @@ class OwnershipRenewal:
 
 @attrs.frozen
 class AbortIntent:
-    """The durable abort intent: the FIRST author and reason, always."""
+    """The durable abort intent: the FIRST author, reason and time, always
+    (``replayed=True``: an intent already existed and this is it).
+
+    ``settled_at_ms``: set when the intent settled the submission at once —
+    it had never been claimed, so nothing of it is in the log and the intent
+    alone is the authority for its ``aborted`` outcome. A replay returns the
+    original value."""
 
     submission_id: str
     author: str
     reason: str
+    requested_at_ms: int
+    replayed: bool = False
+    settled_at_ms: int | None = None
 
 
 @attrs.frozen
@@ -104,6 +113,7 @@ class SubmissionRecord:
     input_applied: bool
     abort_author: str | None
     abort_reason: str | None
+    abort_requested_at_ms: int | None
     reserved_record: object
     reserved_digest: str | None
     outcome: str | None
@@ -130,6 +140,7 @@ class SubmissionOwnership:
     abort_requested: bool
     abort_author: str | None
     abort_reason: str | None
+    abort_requested_at_ms: int | None
     reserved_digest: str | None
     settled: bool
 
@@ -236,18 +247,42 @@ class SettlementConflict(LedgerError):
 
 
 class AbortConflict(LedgerError):
-    """Abort requested for a submission already settled (with no earlier
-    abort intent to replay)."""
+    """Abort requested for a submission already settled, or already
+    terminalizing (``settling``: its owner reserved a settlement record, which
+    wins), with no earlier abort intent to replay. ``outcome`` names the
+    existing (or reserved) outcome. Nothing was written."""
 
     name = "AbortConflict"
 
-    def __init__(self, submission_id: str, outcome: str) -> None:
+    def __init__(self, submission_id: str, outcome: str, settling: bool = False) -> None:
         self.submission_id = submission_id
         self.outcome = outcome
-        super().__init__(f"cannot abort {submission_id!r}: already settled as {outcome!r}")
+        self.settling = settling
+        state = "already settling" if settling else "already settled"
+        super().__init__(f"cannot abort {submission_id!r}: {state} as {outcome!r}")
 
     def __reduce__(self):
-        return (type(self), (self.submission_id, self.outcome))
+        return (type(self), (self.submission_id, self.outcome, self.settling))
+
+
+class AbortRequested(LedgerError):
+    """A reservation of a non-aborted settlement record for a submission whose
+    durable abort intent exists: the intent is the authority, the owner must
+    settle ``aborted``. Nothing was written."""
+
+    name = "AbortRequested"
+
+    def __init__(self, submission_id: str, author: str, reason: str, attempted_outcome: str) -> None:
+        self.submission_id = submission_id
+        self.author = author
+        self.reason = reason
+        self.attempted_outcome = attempted_outcome
+        super().__init__(
+            f"cannot settle {submission_id!r} as {attempted_outcome!r}: abort requested by {author!r} ({reason})"
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.author, self.reason, self.attempted_outcome))
 
 
 class InvalidSettlement(LedgerError):
@@ -279,3 +314,88 @@ class PurgeRefused(LedgerError):
 
     def __reduce__(self):
         return (type(self), (self.conversation_id, self.open_submissions))
+
+
+# --- storage failures (persistence §9.2, §10, §11) ----------------------------
+#
+# What a store's own storage failed at, typed on the ledger port: the
+# adapters never let a bare ``SqliteWriteContention``, ``sqlite3.Error`` or
+# ``CanonicalDecodeError`` cross it.
+
+
+class LedgerStoreError(LedgerError):
+    """The ledger's storage failed ``operation``; ``cause`` is the
+    underlying error (e.g. ``SqliteWriteContention``). Retryable exactly
+    when the cause is (a refused write lock: nothing was written)."""
+
+    name = "LedgerStoreError"
+
+    def __init__(self, operation: str, cause: BaseException | None = None, detail: str = "") -> None:
+        self.operation = operation
+        self.cause = cause
+        self.detail = detail
+        shown = detail or (f"{getattr(type(cause), 'name', type(cause).__name__)}: {cause}" if cause else "")
+        super().__init__(f"ledger storage failed during {operation}" + (f": {shown}" if shown else ""))
+
+    @property
+    def retryable(self) -> bool:
+        return self.cause is not None and getattr(self.cause, "retryable", False) is True
+
+    def __reduce__(self):
+        return (type(self), (self.operation, self.cause, self.detail))
+
+
+class CorruptSubmission(LedgerError):
+    """A stored submission row that does not decode (§10): JSON that is not
+    canonical JSON, a column of the wrong type. Nothing was written."""
+
+    name = "CorruptSubmission"
+
+    def __init__(self, submission_id: object, detail: str) -> None:
+        self.submission_id = submission_id
+        self.detail = detail
+        super().__init__(f"stored submission {submission_id!r} is corrupt: {detail}")
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.detail))
+
+
+class UnsupportedLedgerVersion(LedgerError):
+    """A stored submission row of a schema version this build does not
+    support (§11: no migration during development). Nothing was written."""
+
+    name = "UnsupportedLedgerVersion"
+
+    def __init__(self, submission_id: object, schema_version: object) -> None:
+        self.submission_id = submission_id
+        self.schema_version = schema_version
+        super().__init__(
+            f"stored submission {submission_id!r} has unsupported schema version {schema_version!r} "
+            f"(supported: {SCHEMA_VERSION})"
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.schema_version))
+
+
+_RECORD_FIELDS = frozenset(attrs.fields_dict(SubmissionRecord)) | {"settled"}
+
+
+@attrs.frozen
+class UnreadableSubmission:
+    """A nonterminal row ``scan_nonterminal`` found but could not decode:
+    its identity (as stored) so the conversation still shows work, and the
+    typed ``error`` (``CorruptSubmission`` / ``UnsupportedLedgerVersion``)
+    that reading any other ``SubmissionRecord`` field raises."""
+
+    submission_id: object
+    conversation_id: object
+    principal_id: object
+    queue_seq: object
+    error: LedgerError = attrs.field(eq=False)
+
+    def __getattr__(self, name: str):
+        # Only reached for attributes the class does not have.
+        if name in _RECORD_FIELDS:
+            raise self.error
+        raise AttributeError(name)

@@ -30,9 +30,18 @@ Decisions where the specification is silent (all in one place, here):
 - ``release`` of a token already released by itself (owner cleared, same
   epoch) is an idempotent no-op.
 - ``request_abort`` on a submission that already has an intent returns the
-  first intent unchanged, even after settlement; on a settled submission
-  without one it raises ``AbortConflict`` (a new error, not
-  ``SettlementConflict``: nothing about the settlement record conflicts).
+  first intent (author, reason, time; ``replayed=True``), even after
+  settlement; on a settled submission without one it raises
+  ``AbortConflict`` (a new error, not ``SettlementConflict``: nothing about
+  the settlement record conflicts), and on one whose owner already reserved a
+  non-aborted record too (``settling=True``: the reservation wins, so the
+  ledger never holds an intent next to another outcome). A submission never
+  claimed (``epoch`` None) settles ``aborted`` in the same write: nothing of
+  it is in the log, and it never waits behind its lane's head. Otherwise the
+  intent is stored and the owner observes it at its next step.
+- ``reserve_settlement`` of a non-aborted record while an abort intent
+  exists is ``AbortRequested`` (nothing written): the owner settles
+  ``aborted`` instead.
 - Settlement shape (§10): ``outcome`` in completed/failed/aborted; failed
   carries ``diagnostic`` = exactly ``{errorTag: str, message: str}`` and no
   ``result``, ``cause`` or ``stack``; aborted carries no ``result`` key (not
@@ -40,12 +49,24 @@ Decisions where the specification is silent (all in one place, here):
 - Finalize of an unknown id is ``UnknownSubmission``; of a known id with no
   reservation, ``SettlementConflict(existing_digest=None)``. Finalize leaves
   the ownership columns as they were (the row is terminal; nothing claims it).
+- Stored rows are validated on every read (§10, §11): a row of another
+  ``schema_version`` is ``UnsupportedLedgerVersion``, a column of the wrong
+  type or JSON that does not decode is ``CorruptSubmission`` (both typed
+  ``LedgerError``s naming the submission), raised before any rule decides,
+  so nothing is written. ``scan_nonterminal`` does not fail on such a row:
+  it answers a ``SubmissionRecord`` per readable row and, in its place, an
+  ``UnreadableSubmission`` (its stored identity: submission, conversation,
+  principal, queue_seq; reading any other field raises the typed error), so
+  the conversation still shows work, a claim there fails typed, and every
+  other conversation proceeds. Storage failures of the SQLite adapter
+  (write contention, any ``sqlite3.Error``) are ``LedgerStoreError`` with
+  the failure as ``cause``, retryable exactly when the cause is.
 """
 from __future__ import annotations
 
 import attrs
 
-from model.canonical import canonical_json, decode, digest, digest_text
+from model.canonical import CanonicalDecodeError, canonical_json, decode, digest, digest_text
 
 from .records import (
     ABORTED,
@@ -55,9 +76,11 @@ from .records import (
     SCHEMA_VERSION,
     AbortConflict,
     AbortIntent,
+    AbortRequested,
     AdmissionConflict,
     AdmissionResult,
     Claim,
+    CorruptSubmission,
     InvalidSettlement,
     OwnershipLost,
     OwnershipRenewal,
@@ -69,6 +92,8 @@ from .records import (
     SubmissionOwnership,
     SubmissionRecord,
     UnknownSubmission,
+    UnreadableSubmission,
+    UnsupportedLedgerVersion,
 )
 
 # --- rows ---------------------------------------------------------------------
@@ -99,6 +124,7 @@ class SubmissionRow:
     input_applied: bool = False
     abort_author: str | None = None
     abort_reason: str | None = None
+    abort_requested_at_ms: int | None = None
     reserved_json: str | None = None
     reserved_digest: str | None = None
     outcome: str | None = None
@@ -110,19 +136,69 @@ class SubmissionRow:
 SUBMISSION_FIELDS: tuple[str, ...] = tuple(field.name for field in attrs.fields(SubmissionRow))
 
 
-def row_to_record(row: SubmissionRow) -> SubmissionRecord:
-    if row.schema_version != SCHEMA_VERSION:
+# Column types of a stored row (§10: validate what storage hands back).
+_STR = (str,)
+_INT = (int,)
+_BOOL = (bool,)
+_OPT_STR = (str, type(None))
+_OPT_INT = (int, type(None))
+_ROW_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
+    ("submission_id", _STR), ("conversation_id", _STR), ("principal_id", _STR), ("idempotency_key", _STR),
+    ("queue_seq", _INT), ("input_json", _STR), ("input_digest", _STR), ("receipt", _STR),
+    ("admitted_at_ms", _INT), ("ready", _BOOL), ("owner_id", _OPT_STR), ("epoch", _OPT_INT),
+    ("lease_expires_ms", _OPT_INT), ("input_applied", _BOOL), ("abort_author", _OPT_STR),
+    ("abort_reason", _OPT_STR), ("abort_requested_at_ms", _OPT_INT), ("reserved_json", _OPT_STR), ("reserved_digest", _OPT_STR),
+    ("outcome", _OPT_STR), ("settled_at_ms", _OPT_INT),
+)
+
+
+def read_row(row: SubmissionRow) -> tuple[object, object]:
+    """Validate a stored row and decode its JSON columns: ``(input,
+    reserved_record)``. ``UnsupportedLedgerVersion`` for a schema version
+    this build does not support (§11, checked first), ``CorruptSubmission``
+    for a column of the wrong type or JSON that does not decode (§10)."""
+    sid = row.submission_id
+    version = row.schema_version
+    if type(version) is not int:
+        raise CorruptSubmission(sid, f"schema_version must be an int, got {type(version).__name__}")
+    if version != SCHEMA_VERSION:
         # Private development promises no migration (§11): fail clearly.
-        raise ValueError(
-            f"submission {row.submission_id!r} has unsupported schema version {row.schema_version!r}"
-        )
+        raise UnsupportedLedgerVersion(sid, version)
+    for name, types in _ROW_TYPES:
+        value = getattr(row, name)
+        if type(value) not in types:
+            raise CorruptSubmission(sid, f"{name} has the wrong type ({type(value).__name__})")
+    try:
+        value = decode(row.input_json)
+    except CanonicalDecodeError as exc:
+        raise CorruptSubmission(sid, f"input_json does not decode: {exc}") from None
+    reserved = None
+    if row.reserved_json is not None:
+        try:
+            reserved = decode(row.reserved_json)
+        except CanonicalDecodeError as exc:
+            raise CorruptSubmission(sid, f"reserved_json does not decode: {exc}") from None
+    return value, reserved
+
+
+def check_row(row: SubmissionRow | None) -> SubmissionRow | None:
+    """``row`` if it reads back whole (``read_row``), else its typed error:
+    what an adapter calls on every row it fetches before a rule decides, so
+    a corrupt or unsupported row fails before anything is written."""
+    if row is not None:
+        read_row(row)
+    return row
+
+
+def row_to_record(row: SubmissionRow) -> SubmissionRecord:
+    value, reserved = read_row(row)
     return SubmissionRecord(
         submission_id=row.submission_id,
         conversation_id=row.conversation_id,
         principal_id=row.principal_id,
         idempotency_key=row.idempotency_key,
         queue_seq=row.queue_seq,
-        input=decode(row.input_json),
+        input=value,
         input_digest=row.input_digest,
         receipt=row.receipt,
         admitted_at_ms=row.admitted_at_ms,
@@ -133,7 +209,8 @@ def row_to_record(row: SubmissionRow) -> SubmissionRecord:
         input_applied=row.input_applied,
         abort_author=row.abort_author,
         abort_reason=row.abort_reason,
-        reserved_record=None if row.reserved_json is None else decode(row.reserved_json),
+        abort_requested_at_ms=row.abort_requested_at_ms,
+        reserved_record=reserved,
         reserved_digest=row.reserved_digest,
         outcome=row.outcome,
         settled_at_ms=row.settled_at_ms,
@@ -141,7 +218,23 @@ def row_to_record(row: SubmissionRow) -> SubmissionRecord:
     )
 
 
+def scan_records(rows) -> tuple[SubmissionRecord | UnreadableSubmission, ...]:
+    """``scan_nonterminal``'s answer over the unsettled rows in order: a
+    record per row that reads back, an ``UnreadableSubmission`` (identity
+    only; its other fields raise the typed error) per row that does not, so
+    one corrupt row never hides the other conversations' work."""
+    found: list[SubmissionRecord | UnreadableSubmission] = []
+    for row in rows:
+        try:
+            found.append(row_to_record(row))
+        except (CorruptSubmission, UnsupportedLedgerVersion) as error:
+            found.append(UnreadableSubmission(row.submission_id, row.conversation_id, row.principal_id,
+                                              row.queue_seq, error))
+    return tuple(found)
+
+
 def row_to_ownership(row: SubmissionRow) -> SubmissionOwnership:
+    check_row(row)
     return SubmissionOwnership(
         submission_id=row.submission_id,
         queue_seq=row.queue_seq,
@@ -153,6 +246,7 @@ def row_to_ownership(row: SubmissionRow) -> SubmissionOwnership:
         abort_requested=row.abort_author is not None,
         abort_author=row.abort_author,
         abort_reason=row.abort_reason,
+        abort_requested_at_ms=row.abort_requested_at_ms,
         reserved_digest=row.reserved_digest,
         settled=row.settled_at_ms is not None,
     )
@@ -212,6 +306,11 @@ def encode_input(value: object) -> tuple[str, str]:
 
 def submission_id_for(conversation_id: str, queue_seq: int) -> str:
     return f"sub-{conversation_id}-{queue_seq}"
+
+
+def queue_seq_of(submission_id: str) -> int:
+    """The queue position a submission id names (``submission_id_for``'s inverse)."""
+    return int(submission_id.rsplit("-", 1)[1])
 
 
 def receipt_for(submission_id: str, input_digest: str) -> str:
@@ -366,16 +465,43 @@ def decide_input_applied(row: SubmissionRow | None, token: Claim) -> SubmissionR
     return attrs.evolve(row, input_applied=True)
 
 
+# The record a submission aborted before it ever ran settles with.
+ABORTED_RECORD_JSON = canonical_json({"outcome": ABORTED})
+ABORTED_RECORD_DIGEST = digest_text(ABORTED_RECORD_JSON)
+
+
+def settled_by_abort(row: SubmissionRow) -> bool:
+    """Settled by its abort intent alone: never claimed, so nothing of it is
+    in the log (no input, no settlement record)."""
+    return row.settled_at_ms is not None and row.epoch is None and row.abort_author is not None
+
+
 def decide_abort(
-    submission_id: str, row: SubmissionRow | None, author: str, reason: str
+    submission_id: str, row: SubmissionRow | None, author: str, reason: str, now_ms: int
 ) -> tuple[AbortIntent, SubmissionRow | None]:
     if row is None:
         raise UnknownSubmission(submission_id)
     if row.abort_author is not None:
-        return AbortIntent(submission_id, row.abort_author, row.abort_reason), None
+        return AbortIntent(submission_id, row.abort_author, row.abort_reason, row.abort_requested_at_ms, True,
+                           row.settled_at_ms if settled_by_abort(row) else None), None
     if row.settled_at_ms is not None:
         raise AbortConflict(submission_id, row.outcome)
-    return AbortIntent(submission_id, author, reason), attrs.evolve(row, abort_author=author, abort_reason=reason)
+    if row.reserved_json is not None:
+        reserved_outcome = decode(row.reserved_json)["outcome"]
+        if reserved_outcome != ABORTED:
+            # Terminalizing: the owner's reserved record wins; an intent
+            # stored now would sit next to a non-aborted outcome.
+            raise AbortConflict(submission_id, reserved_outcome, settling=True)
+    if row.epoch is None:
+        # Never claimed: nothing of it is in the log, and no owner will ever
+        # run it. The intent is the authority: settled ``aborted`` at once,
+        # so an abort never waits behind unrelated work in its lane.
+        return AbortIntent(submission_id, author, reason, now_ms, False, now_ms), attrs.evolve(
+            row, abort_author=author, abort_reason=reason, abort_requested_at_ms=now_ms,
+            reserved_json=ABORTED_RECORD_JSON, reserved_digest=ABORTED_RECORD_DIGEST, outcome=ABORTED,
+            settled_at_ms=now_ms)
+    return AbortIntent(submission_id, author, reason, now_ms), attrs.evolve(
+        row, abort_author=author, abort_reason=reason, abort_requested_at_ms=now_ms)
 
 
 # --- settlement ---------------------------------------------------------------------
@@ -412,22 +538,25 @@ def check_settlement_shape(submission_id: str, record: object) -> None:
         assert outcome == COMPLETED
 
 
-def encode_settlement(submission_id: str, record: object) -> tuple[str, str]:
-    """Validate the record's shape and return ``(canonical_json, digest)``."""
+def encode_settlement(submission_id: str, record: object) -> tuple[str, str, str]:
+    """Validate the record's shape and return ``(canonical_json, digest, outcome)``."""
     check_settlement_shape(submission_id, record)
     try:
         text = canonical_json(record)
     except ValueError as exc:
         raise InvalidSettlement(submission_id, f"not canonical JSON: {exc}") from None
-    return text, digest_text(text)
+    return text, digest_text(text), record["outcome"]
 
 
 def decide_reserve(
-    row: SubmissionRow | None, token: Claim, record_json: str, record_digest: str
+    row: SubmissionRow | None, token: Claim, record_json: str, record_digest: str, outcome: str
 ) -> tuple[ReservedSettlement, SubmissionRow | None]:
+    """``outcome``: the record's (its shape already checked)."""
     row = check_token(row, token)
     reserved = ReservedSettlement(row.submission_id, record_digest)
     if row.reserved_digest is None:
+        if row.abort_author is not None and outcome != ABORTED:
+            raise AbortRequested(row.submission_id, row.abort_author, row.abort_reason, outcome)
         return reserved, attrs.evolve(row, reserved_json=record_json, reserved_digest=record_digest)
     if row.reserved_digest != record_digest:
         raise SettlementConflict(row.submission_id, row.reserved_digest, record_digest)
@@ -443,7 +572,10 @@ def decide_finalize(
         raise SettlementConflict(submission_id, None, None)
     # Validate what was stored, even though we wrote it (§10): a corrupt
     # reservation fails clearly rather than settling.
-    record = decode(row.reserved_json)
+    try:
+        record = decode(row.reserved_json)
+    except CanonicalDecodeError as exc:
+        raise CorruptSubmission(submission_id, f"reserved_json does not decode: {exc}") from None
     check_settlement_shape(submission_id, record)
     if digest(record) != row.reserved_digest:
         raise InvalidSettlement(submission_id, "stored record does not match its reserved digest")
@@ -503,10 +635,11 @@ def validate_renew(token: object, lease_ms: object, now_ms: object) -> None:
     require_int("now_ms", now_ms)
 
 
-def validate_abort(submission_id: object, author: object, reason: object) -> None:
+def validate_abort(submission_id: object, author: object, reason: object, now_ms: object) -> None:
     require_str("submission_id", submission_id)
     require_str("author", author)
     require_str("reason", reason)
+    require_int("now_ms", now_ms)
 
 
 def validate_finalize(submission_id: object, now_ms: object) -> None:

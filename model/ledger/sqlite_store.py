@@ -8,10 +8,20 @@ before COMMIT — so the producer epoch is allocated inside the transaction and
 no other connection can slip between a check and its write. A write lock held
 past the busy timeout surfaces as ``SqliteWriteContention``, with nothing
 written. Methods never await: a call is atomic in the simulator.
+
+Typed errors only (§9.2, §10, §11): every storage failure of a port method
+— a write lock held past the busy timeout (``SqliteWriteContention``), any
+other ``sqlite3.Error`` — is raised as ``LedgerStoreError`` with the failure
+as its ``cause`` (retryable exactly when the cause is), and every row fetched
+is validated (``rules.check_row``) before a rule decides: a corrupt row is
+``CorruptSubmission``, a row of another schema version
+``UnsupportedLedgerVersion``, with nothing written.
 """
 from __future__ import annotations
 
 import sqlite3
+from contextlib import contextmanager
+from typing import Iterator
 
 from model.sqlite_db import create_schema as _create_schema, open_database, require_autocommit, write_transaction
 
@@ -19,6 +29,8 @@ from .records import (
     AbortIntent,
     AdmissionResult,
     Claim,
+    LedgerError,
+    LedgerStoreError,
     OwnershipRenewal,
     RecoverySnapshot,
     ReservedSettlement,
@@ -30,6 +42,7 @@ from .rules import (
     ConversationRow,
     SubmissionRow,
     capabilities,
+    check_row,
     decide_abort,
     decide_admit,
     decide_claim,
@@ -46,6 +59,7 @@ from .rules import (
     require_str,
     require_token,
     row_to_record,
+    scan_records,
     validate_abort,
     validate_admit,
     validate_claim,
@@ -76,6 +90,7 @@ _SCHEMA: tuple[str, ...] = (
         input_applied INTEGER NOT NULL,
         abort_author TEXT,
         abort_reason TEXT,
+        abort_requested_at_ms INTEGER,
         reserved_json TEXT,
         reserved_digest TEXT,
         outcome TEXT,
@@ -130,12 +145,32 @@ _BOOL_INDEXES = tuple(i for i, name in enumerate(SUBMISSION_FIELDS) if name in _
 
 
 def _row(values: tuple | None) -> SubmissionRow | None:
+    """A stored row as read (``rules.read_row`` validates it): a flag column
+    holding anything but 0/1 stays as it is, so it reads back corrupt."""
     if values is None:
         return None
     values = list(values)
     for i in _BOOL_INDEXES:
-        values[i] = bool(values[i])
+        if type(values[i]) is int and values[i] in (0, 1):
+            values[i] = bool(values[i])
     return SubmissionRow(*values)
+
+
+def _checked(values: tuple | None) -> SubmissionRow | None:
+    """A fetched row a rule will decide on: validated first (typed errors)."""
+    return check_row(_row(values))
+
+
+@contextmanager
+def _storage(operation: str) -> Iterator[None]:
+    """Storage failures on the port as ``LedgerStoreError`` (the failure its
+    ``cause``); the ledger's own typed errors pass through."""
+    try:
+        yield
+    except LedgerError:
+        raise
+    except sqlite3.Error as exc:  # SqliteWriteContention is one (an OperationalError)
+        raise LedgerStoreError(operation, exc) from exc
 
 
 def _params(row: SubmissionRow) -> list:
@@ -177,7 +212,13 @@ class SqliteSubmissionLedger:
     # --- row access (inside the caller's transaction for writes) ----------------
 
     def _submission(self, submission_id: str) -> SubmissionRow | None:
-        return _row(self._conn.execute(_SELECT_BY_ID, (submission_id,)).fetchone())
+        return _checked(self._conn.execute(_SELECT_BY_ID, (submission_id,)).fetchone())
+
+    @contextmanager
+    def _writing(self, operation: str) -> Iterator[sqlite3.Connection]:
+        """One ``write_transaction``, its storage failures typed."""
+        with _storage(operation), write_transaction(self._conn) as conn:
+            yield conn
 
     def _conversation(self, conversation_id: str) -> ConversationRow | None:
         values = self._conn.execute(_SELECT_CONVERSATION, (conversation_id,)).fetchone()
@@ -198,9 +239,8 @@ class SqliteSubmissionLedger:
     ) -> AdmissionResult:
         validate_admit(conversation_id, principal_id, idempotency_key, now_ms)
         input_json, input_digest = encode_input(input)
-        conn = self._conn
-        with write_transaction(conn):
-            existing = _row(conn.execute(_SELECT_BY_KEY, (conversation_id, principal_id, idempotency_key)).fetchone())
+        with self._writing("admit") as conn:
+            existing = _checked(conn.execute(_SELECT_BY_KEY, (conversation_id, principal_id, idempotency_key)).fetchone())
             decision = decide_admit(
                 conversation_id, principal_id, idempotency_key, input_json, input_digest, now_ms,
                 self._conversation(conversation_id), existing,
@@ -212,16 +252,15 @@ class SqliteSubmissionLedger:
 
     async def mark_ready(self, submission_id: str) -> None:
         require_str("submission_id", submission_id)
-        with write_transaction(self._conn):
+        with self._writing("mark_ready"):
             row = decide_mark_ready(submission_id, self._submission(submission_id))
             if row is not None:
                 self._update(row)
 
     async def claim(self, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int) -> Claim | None:
         validate_claim(conversation_id, owner_id, lease_ms, now_ms)
-        conn = self._conn
-        with write_transaction(conn):
-            head = _row(conn.execute(_SELECT_HEAD, (conversation_id,)).fetchone())
+        with self._writing("claim") as conn:
+            head = _checked(conn.execute(_SELECT_HEAD, (conversation_id,)).fetchone())
             decision = decide_claim(self._conversation(conversation_id), head, owner_id, lease_ms, now_ms)
             if decision.claim is not None:
                 self._write_conversation(decision.conversation)
@@ -230,7 +269,7 @@ class SqliteSubmissionLedger:
 
     async def renew_ownership(self, token: Claim, lease_ms: int, now_ms: int) -> OwnershipRenewal:
         validate_renew(token, lease_ms, now_ms)
-        with write_transaction(self._conn):
+        with self._writing("renew_ownership"):
             renewal, row = decide_renew(self._submission(token.submission_id), token, lease_ms, now_ms)
             if row is not None:
                 self._update(row)
@@ -238,38 +277,38 @@ class SqliteSubmissionLedger:
 
     async def release_ownership(self, token: Claim) -> None:
         require_token(token)
-        with write_transaction(self._conn):
+        with self._writing("release_ownership"):
             row = decide_release(self._submission(token.submission_id), token)
             if row is not None:
                 self._update(row)
 
     async def mark_input_applied(self, token: Claim) -> None:
         require_token(token)
-        with write_transaction(self._conn):
+        with self._writing("mark_input_applied"):
             row = decide_input_applied(self._submission(token.submission_id), token)
             if row is not None:
                 self._update(row)
 
-    async def request_abort(self, submission_id: str, author: str, reason: str) -> AbortIntent:
-        validate_abort(submission_id, author, reason)
-        with write_transaction(self._conn):
-            intent, row = decide_abort(submission_id, self._submission(submission_id), author, reason)
+    async def request_abort(self, submission_id: str, author: str, reason: str, now_ms: int) -> AbortIntent:
+        validate_abort(submission_id, author, reason, now_ms)
+        with self._writing("request_abort"):
+            intent, row = decide_abort(submission_id, self._submission(submission_id), author, reason, now_ms)
             if row is not None:
                 self._update(row)
         return intent
 
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:
         require_token(token)
-        record_json, record_digest = encode_settlement(token.submission_id, record)
-        with write_transaction(self._conn):
-            reserved, row = decide_reserve(self._submission(token.submission_id), token, record_json, record_digest)
+        record_json, record_digest, outcome = encode_settlement(token.submission_id, record)
+        with self._writing("reserve_settlement"):
+            reserved, row = decide_reserve(self._submission(token.submission_id), token, record_json, record_digest, outcome)
             if row is not None:
                 self._update(row)
         return reserved
 
     async def finalize_settlement(self, submission_id: str, now_ms: int) -> Settlement:
         validate_finalize(submission_id, now_ms)
-        with write_transaction(self._conn):
+        with self._writing("finalize_settlement"):
             settlement, row = decide_finalize(submission_id, self._submission(submission_id), now_ms)
             if row is not None:
                 self._update(row)
@@ -279,8 +318,9 @@ class SqliteSubmissionLedger:
         """Delete a fully settled conversation's rows (retention, after
         archival); returns how many submissions went. Idempotent."""
         require_str("conversation_id", conversation_id)
-        conn = self._conn
-        with write_transaction(conn):
+        with self._writing("purge_conversation") as conn:
+            # Not validated: purge reads only the settled flag, and deleting
+            # a settled conversation's rows must not need them readable.
             rows = [_row(values) for values in conn.execute(_SELECT_ALL_OF, (conversation_id,))]
             decide_purge(conversation_id, rows)
             conn.execute("DELETE FROM ledger_submissions WHERE conversation_id = ?", (conversation_id,))
@@ -291,7 +331,8 @@ class SqliteSubmissionLedger:
 
     async def get(self, submission_id: str) -> SubmissionRecord | None:
         require_str("submission_id", submission_id)
-        row = self._submission(submission_id)
+        with _storage("get"):
+            row = _row(self._conn.execute(_SELECT_BY_ID, (submission_id,)).fetchone())
         return None if row is None else row_to_record(row)
 
     async def get_by_idempotency_key(
@@ -300,7 +341,8 @@ class SqliteSubmissionLedger:
         require_str("conversation_id", conversation_id)
         require_str("principal_id", principal_id)
         require_str("idempotency_key", idempotency_key)
-        row = _row(self._conn.execute(_SELECT_BY_KEY, (conversation_id, principal_id, idempotency_key)).fetchone())
+        with _storage("get_by_idempotency_key"):
+            row = _row(self._conn.execute(_SELECT_BY_KEY, (conversation_id, principal_id, idempotency_key)).fetchone())
         return None if row is None else row_to_record(row)
 
     async def load_recovery_snapshot(self, conversation_id: str) -> RecoverySnapshot:
@@ -308,16 +350,21 @@ class SqliteSubmissionLedger:
         conn = self._conn
         # Two statements: read them in one transaction so the epoch and the
         # rows come from the same snapshot (a deferred read transaction).
-        conn.execute("BEGIN")
-        try:
-            conversation = self._conversation(conversation_id)
-            rows = [_row(values) for values in conn.execute(_SELECT_NONTERMINAL_OF, (conversation_id,))]
-        finally:
-            conn.execute("COMMIT")
+        with _storage("load_recovery_snapshot"):
+            conn.execute("BEGIN")
+            try:
+                conversation = self._conversation(conversation_id)
+                rows = [_row(values) for values in conn.execute(_SELECT_NONTERMINAL_OF, (conversation_id,))]
+            finally:
+                conn.execute("COMMIT")
         return recovery_snapshot(conversation_id, conversation, rows)
 
     async def scan_nonterminal(self) -> tuple[SubmissionRecord, ...]:
-        return tuple(row_to_record(_row(values)) for values in self._conn.execute(_SELECT_NONTERMINAL))
+        # An undecodable row is an ``UnreadableSubmission`` in its place, not
+        # a failed scan (``rules.scan_records``).
+        with _storage("scan_nonterminal"):
+            rows = [_row(values) for values in self._conn.execute(_SELECT_NONTERMINAL)]
+        return scan_records(rows)
 
     def capabilities(self) -> dict:
         return capabilities(durable=True, adapter="sqlite")

@@ -1,4 +1,5 @@
 """The oracles: one invariant per module, each with a stable name (ARCHITECTURE §6)."""
+from scenarios.invariants.aborts import AbortHonoured
 from scenarios.invariants.adopt_own_write import AdoptOwnWrite
 from scenarios.invariants.at_most_once_effect import AtMostOnceEffect
 from scenarios.invariants.bounded_run import BoundedRun
@@ -6,6 +7,7 @@ from scenarios.invariants.broken_deploy import BrokenDeploys
 from scenarios.invariants.cas_linear import CasLinear
 from scenarios.invariants.checkpoints import CheckpointConsistency
 from scenarios.invariants.claim_check import ClaimCheckInvariant
+from scenarios.invariants.claim_fences_log import ClaimFencesLog
 from scenarios.invariants.cold_reopen import ColdReopen
 from scenarios.invariants.contract_safety import ContractSafety
 from scenarios.invariants.exactly_once_settlement import ExactlyOnceSettlement
@@ -20,6 +22,6 @@ from scenarios.invariants.queue_order import QueueOrder
 from scenarios.invariants.reference_model import ReferenceModel
 from scenarios.invariants.replay_determinism import ReplayDeterminism
 
-__all__ = ["AdoptOwnWrite", "AtMostOnceEffect", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant", "ColdReopen", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
+__all__ = ["AbortHonoured", "AdoptOwnWrite", "AtMostOnceEffect", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant", "ClaimFencesLog", "ColdReopen", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
            "FailClosedPagination", "Fencing", "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReferenceModel",
            "ReplayDeterminism"]

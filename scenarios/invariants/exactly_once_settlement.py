@@ -14,9 +14,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from faults.events import ERROR, LedgerFinalizeSettlement, LedgerPurgeConversation, LedgerReserveSettlement, LogAppend
+from faults.events import (ERROR, LedgerFinalizeSettlement, LedgerPurgeConversation, LedgerRequestAbort,
+                           LedgerReserveSettlement, LogAppend)
 from model.canonical import digest
 from model.ledger.rules import submission_id_for
+
+
+def settled_by_abort(record) -> bool:
+    """A submission its abort intent settled before it was ever claimed."""
+    return record.outcome == "aborted" and record.epoch is None and record.abort_author is not None
 from sim.invariants import Checker
 
 if TYPE_CHECKING:
@@ -25,7 +31,8 @@ if TYPE_CHECKING:
 
 class ExactlyOnceSettlement(Checker):
     name = "exactly-once-settlement"
-    kinds = (LedgerReserveSettlement.kind, LogAppend.kind, LedgerFinalizeSettlement.kind, LedgerPurgeConversation.kind)
+    kinds = (LedgerReserveSettlement.kind, LogAppend.kind, LedgerFinalizeSettlement.kind, LedgerPurgeConversation.kind,
+             LedgerRequestAbort.kind)
 
     def __init__(self) -> None:
         super().__init__()
@@ -43,7 +50,18 @@ class ExactlyOnceSettlement(Checker):
         fields = event[4]
         if ERROR in fields:
             return
-        if kind == LedgerReserveSettlement.kind:
+        if kind == LedgerRequestAbort.kind:
+            # An intent that settled a never-claimed submission: settled
+            # without the log (nothing of it is there, nor may be).
+            if fields[LedgerRequestAbort.settled_at_ms] is not None and not fields[LedgerRequestAbort.replayed]:
+                self.checks += 1
+                submission = fields[LedgerRequestAbort.submission]
+                if submission in self._final or submission in self._reserved:
+                    self.fail(f"{submission}: its abort intent settled it although it was being settled already",
+                              (submission,))
+                self.settled += 1
+                self._outcomes["aborted"] = self._outcomes.get("aborted", 0) + 1
+        elif kind == LedgerReserveSettlement.kind:
             self.checks += 1
             submission = fields[LedgerReserveSettlement.submission]
             reserved = fields[LedgerReserveSettlement.digest]
@@ -108,6 +126,13 @@ class ExactlyOnceSettlement(Checker):
                 records = per_submission.get(submission.submission_id, [])
                 if submission.outcome is None:
                     continue  # liveness reports unsettled work
+                if settled_by_abort(submission):
+                    # Settled by its abort intent before any claim: nothing of
+                    # it is in the log, and nothing may be (abort-honoured).
+                    if records:
+                        self.fail(f"{submission.submission_id}: aborted before it ran, yet {len(records)} "
+                                  f"settlement record(s) in the log", (submission.submission_id,))
+                    continue
                 if len(records) != 1:
                     self.fail(f"{submission.submission_id}: {len(records)} settlement records in the log",
                               (submission.submission_id,))

@@ -4,13 +4,13 @@ submission's input never enters the log before the previous settlement.
 """
 from __future__ import annotations
 
-from faults.events import ERROR, LedgerAdmit, LedgerClaim, LedgerFinalizeSettlement, LogAppend
+from faults.events import ERROR, LedgerAdmit, LedgerClaim, LedgerFinalizeSettlement, LedgerRequestAbort, LogAppend
 from sim.invariants import Checker
 
 
 class QueueOrder(Checker):
     name = "fifo-one-active"
-    kinds = (LedgerAdmit.kind, LedgerClaim.kind, LedgerFinalizeSettlement.kind, LogAppend.kind)
+    kinds = (LedgerAdmit.kind, LedgerClaim.kind, LedgerFinalizeSettlement.kind, LedgerRequestAbort.kind, LogAppend.kind)
 
     def __init__(self) -> None:
         super().__init__()
@@ -40,8 +40,13 @@ class QueueOrder(Checker):
             if submission != head:
                 self.fail(f"{conversation}: claimed {submission} while {head} is the unsettled head",
                           (conversation, submission))
-        elif kind == LedgerFinalizeSettlement.kind:
-            submission = fields[LedgerFinalizeSettlement.submission]
+        elif kind == LedgerFinalizeSettlement.kind or kind == LedgerRequestAbort.kind:
+            if kind == LedgerRequestAbort.kind:
+                if fields[LedgerRequestAbort.settled_at_ms] is None:
+                    return  # an intent only: its owner settles it
+                submission = fields[LedgerRequestAbort.submission]  # settled by the intent, never claimed
+            else:
+                submission = fields[LedgerFinalizeSettlement.submission]
             conversation = self._conversation_of.get(submission)
             if conversation is not None:
                 queue = self._unsettled.get(conversation, [])

@@ -12,9 +12,14 @@ and the log reference's state:
   (its tail digest is not the log's digest when the tail was its covered
   seq — a seq inside a batch never was a tail); otherwise it is kept,
   replacing one at the same covered seq;
-- ``load_latest(c, at_or_before_seq)``: the checkpoint with the highest
-  covered seq at or before the given one, as a reader of its canonical text
-  gets it back, or None.
+- ``load_latest(c, at_or_before_seq)``: arguments checked first; a
+  conversation the log does not have (never created, or deleted) is
+  ``NotMaterialized``; else the checkpoint with the highest covered seq at
+  or before the given one, as a reader of its canonical text gets it back,
+  or None when there is none — but never one whose tail digest is no longer
+  the log's digest at its covered seq (the log deleted and written again,
+  or changed): that is ``CheckpointUnusable`` with kind
+  ``digest-mismatch`` (§8: a mismatched checkpoint is never silently used).
 
 Checkpoints are derived and disposable, but nothing in the contract deletes
 them: a deleted conversation's checkpoints stay (as they do in the stores).
@@ -125,7 +130,16 @@ class ReferenceCheckpoints(PortReference):
             return judge(call, key, Refused("ValueError"), _checkpoint_view, self._history)
         rows = self._rows.get(cid, {})
         eligible = [seq for seq in rows if seq <= at_or_before_seq]  # what the call touches
-        expected = _dumps(read_back(rows[max(eligible)])) if eligible else None
+        conversation = self._log.conversations.get(cid)
+        expected: Any = None
+        if conversation is None:
+            expected = Refused("NotMaterialized", conversation_id=cid)
+        elif eligible:
+            value = read_back(rows[max(eligible)])
+            if conversation.boundaries.get(max(eligible)) != value["tailDigest"]:
+                expected = Refused("CheckpointUnusable", kind="digest-mismatch", conversation_id=cid)
+            else:
+                expected = _dumps(value)
         message = judge(call, cid, expected, _checkpoint_view, self._history)
         if message is None and rows:
             self._history.note(cid, call, (at_or_before_seq,), max(eligible) if eligible else None)

@@ -37,7 +37,14 @@ adapters (memory, SQLite) do — each named where it is used:
 - purge forgets the conversation entirely: its queue_seq, its epoch and so
   its submission ids start again from scratch (L6);
 - abort of a settled submission with no earlier intent is
-  ``AbortConflict``; with one, the first intent is returned (L7).
+  ``AbortConflict``; with one, the first intent (author, reason, time) is
+  returned, ``replayed`` (L7);
+- abort while the owner has reserved a non-aborted record is
+  ``AbortConflict`` too, ``settling`` (the reservation wins); abort of a
+  submission never claimed settles it ``aborted`` in the same call, its
+  record ``{"outcome": "aborted"}`` (L8);
+- reserve of a non-aborted record once an abort intent exists is
+  ``AbortRequested`` (L9).
 
 A call whose answer diverges changes nothing in the model (it cannot know
 what the store wrote), so later messages may be consequences of the first.
@@ -67,6 +74,10 @@ from model.ledger.records import (
 from scenarios.reference import HISTORY_MAX, error_name, retryable
 from scenarios.reference.jcs import canonical, digest_text, read_back
 
+_ABORTED_TEXT = canonical({"outcome": "aborted"})
+# The ledger's typed storage failure (persistence §9.2): a write contention
+# crosses the port as this, the contention its ``cause``.
+STORE_ERROR = "LedgerStoreError"
 SCHEMA_VERSION = 1  # persistence §11: every record carries it; one version during development.
 OUTCOMES = ("completed", "failed", "aborted")
 READS = frozenset({"get", "get_by_idempotency_key", "load_recovery_snapshot", "scan_nonterminal", "capabilities"})
@@ -82,7 +93,7 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "renew_ownership": ("token", "lease_ms", "now_ms"),
     "release_ownership": ("token",),
     "mark_input_applied": ("token",),
-    "request_abort": ("submission_id", "author", "reason"),
+    "request_abort": ("submission_id", "author", "reason", "now_ms"),
     "reserve_settlement": ("token", "record"),
     "finalize_settlement": ("submission_id", "now_ms"),
     "purge_conversation": ("conversation_id",),
@@ -116,7 +127,7 @@ class _Row:
 
     __slots__ = ("submission_id", "conversation_id", "principal_id", "idempotency_key", "queue_seq",
                  "input_text", "input_digest", "receipt", "admitted_at_ms", "ready", "owner_id", "epoch",
-                 "lease_expires_ms", "input_applied", "abort_author", "abort_reason", "reserved_text",
+                 "lease_expires_ms", "input_applied", "abort_author", "abort_reason", "abort_at_ms", "reserved_text",
                  "reserved_digest", "outcome", "settled_at_ms", "diagnostic", "_record")
 
     def __init__(self, submission_id: str, conversation_id: str, principal_id: str, idempotency_key: str,
@@ -137,6 +148,7 @@ class _Row:
         self.input_applied = False
         self.abort_author: str | None = None
         self.abort_reason: str | None = None
+        self.abort_at_ms: int | None = None
         self.reserved_text: str | None = None
         self.reserved_digest: str | None = None
         self.outcome: str | None = None
@@ -168,6 +180,7 @@ class _Row:
             admitted_at_ms=self.admitted_at_ms, ready=self.ready, owner_id=self.owner_id, epoch=self.epoch,
             lease_expires_ms=self.lease_expires_ms, input_applied=self.input_applied,
             abort_author=self.abort_author, abort_reason=self.abort_reason,
+            abort_requested_at_ms=self.abort_at_ms,
             reserved_record=(None if self.reserved_digest is None else _ELIDED) if self.reserved_text is None
             else read_back(self.reserved_text),
             reserved_digest=self.reserved_digest, outcome=self.outcome, settled_at_ms=self.settled_at_ms,
@@ -191,7 +204,8 @@ class _Row:
             submission_id=self.submission_id, queue_seq=self.queue_seq, ready=self.ready, owner_id=self.owner_id,
             epoch=self.epoch, lease_expires_ms=self.lease_expires_ms, input_applied=self.input_applied,
             abort_requested=self.abort_author is not None, abort_author=self.abort_author,
-            abort_reason=self.abort_reason, reserved_digest=self.reserved_digest,
+            abort_reason=self.abort_reason, abort_requested_at_ms=self.abort_at_ms,
+            reserved_digest=self.reserved_digest,
             settled=self.settled_at_ms is not None)
 
     def lease_live(self, now_ms: int) -> bool:
@@ -338,7 +352,14 @@ class ReferenceLedger:
             return self._diverged(call, {}, None, f"a call the port does not have (ledger.{call.method} "
                                   f"with args {_short(call.args)} kwargs {_short(call.kwargs)})")
         if call.error is not None and call.method not in READS and retryable(call.error):
-            return None  # a real write contention (persistence §9.2): refused, nothing written
+            # A real write contention (persistence §9.2): refused, nothing
+            # written; on the port it is the ledger's typed storage error
+            # carrying the contention as its cause, never the bare one.
+            if error_name(call.error) == STORE_ERROR and retryable(getattr(call.error, "cause", None)):
+                return None
+            return self._diverged(call, bound, self._conversations.get(self.key_of(call)),
+                                  f"a refused write (a busy write lock) is {STORE_ERROR}(cause=the contention, "
+                                  f"retryable), nothing written")
         conversation = None
         try:
             conversation = getattr(self, "_" + call.method)(call, bound)
@@ -645,9 +666,9 @@ class ReferenceLedger:
         return conversation
 
     def _request_abort(self, call: Any, a: dict) -> _Conversation | None:
-        sid, author, reason = a["submission_id"], a["author"], a["reason"]
-        if not (type(sid) is str and type(author) is str and type(reason) is str):
-            self._want_argument_error(call, "submission_id, author and reason must be str")
+        sid, author, reason, now_ms = a["submission_id"], a["author"], a["reason"], a["now_ms"]
+        if not (type(sid) is str and type(author) is str and type(reason) is str and _is_int(now_ms)):
+            self._want_argument_error(call, "submission_id, author and reason must be str, now_ms an int")
             return None
         row = self._rows.get(sid)
         if row is None:
@@ -655,12 +676,29 @@ class ReferenceLedger:
             return None
         conversation = self._conversations[row.conversation_id]
         if row.abort_author is not None:  # L7: the first intent, always
-            self._want_value(call, AbortIntent(sid, row.abort_author, row.abort_reason), conversation)
+            at_once = row.settled_at_ms if row.settled_at_ms is not None and row.epoch is None else None
+            self._want_value(call, AbortIntent(sid, row.abort_author, row.abort_reason, row.abort_at_ms, True,
+                                               at_once), conversation)
         elif row.settled_at_ms is not None:
-            self._want_error(call, "AbortConflict", {"submission_id": sid, "outcome": row.outcome}, conversation)
+            self._want_error(call, "AbortConflict", {"submission_id": sid, "outcome": row.outcome,
+                                                     "settling": False}, conversation)
+        elif row.reserved_digest is not None and read_back(row.reserved_text)["outcome"] != "aborted":
+            self._want_error(call, "AbortConflict", {"submission_id": sid, "settling": True,
+                                                     "outcome": read_back(row.reserved_text)["outcome"]},
+                             conversation)  # L8
+        elif row.epoch is None:  # L8: never claimed, settled by the intent alone
+            self._want_value(call, AbortIntent(sid, author, reason, now_ms, False, now_ms), conversation)
+            row.abort_author, row.abort_reason, row.abort_at_ms = author, reason, now_ms
+            row.reserved_digest = digest_text(_ABORTED_TEXT)
+            row.outcome, row.settled_at_ms = "aborted", now_ms
+            row.input_text = row.reserved_text = None
+            row.changed()
+            del conversation.open[sid]
+            if not conversation.open:
+                del self._open[row.conversation_id]
         else:
-            self._want_value(call, AbortIntent(sid, author, reason), conversation)
-            row.abort_author, row.abort_reason = author, reason
+            self._want_value(call, AbortIntent(sid, author, reason, now_ms), conversation)
+            row.abort_author, row.abort_reason, row.abort_at_ms = author, reason, now_ms
             row.changed()
         return conversation
 
@@ -685,6 +723,10 @@ class ReferenceLedger:
         if not self._fenced(call, row, token):
             return conversation
         record_digest = digest_text(text)
+        if row.reserved_digest is None and row.abort_author is not None and record["outcome"] != "aborted":
+            self._want_error(call, "AbortRequested", {"submission_id": row.submission_id,
+                             "author": row.abort_author, "attempted_outcome": record["outcome"]}, conversation)
+            return conversation  # L9
         if row.reserved_digest is not None and row.reserved_digest != record_digest:
             self._want_error(call, "SettlementConflict", {"submission_id": row.submission_id,
                              "existing_digest": row.reserved_digest, "attempted_digest": record_digest},

@@ -1,0 +1,272 @@
+"""The Submission Ledger's storage failures are typed on the port
+(persistence §9.2, §10, §11; issue 13):
+
+- a busy write lock on SQLite is ``LedgerStoreError`` carrying the
+  ``SqliteWriteContention`` as ``cause``, retryable (``model.retry``), with
+  nothing written — at every write method, never the bare contention; the
+  fault layer's injected contention at a ledger site is the same error;
+- a stored row that does not decode (bad canonical JSON, a column of the
+  wrong type) is ``CorruptSubmission`` naming the submission; a row of
+  another schema version is ``UnsupportedLedgerVersion``, before anything
+  is written;
+- one such row does not break ``scan_nonterminal``: every readable row is a
+  ``SubmissionRecord``, the unreadable one an ``UnreadableSubmission`` (its
+  conversation still shows work; its other fields raise the typed error),
+  the same on both adapters; a claim there fails typed, other
+  conversations proceed.
+"""
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import trio
+
+from faults.ports import injected_contention
+from model.ledger.memory_store import InMemorySubmissionLedger
+from model.ledger.records import (
+    Claim,
+    CorruptSubmission,
+    LedgerError,
+    LedgerStoreError,
+    SubmissionRecord,
+    UnreadableSubmission,
+    UnsupportedLedgerVersion,
+)
+from model.ledger.rules import SubmissionRow
+from model.ledger.sqlite_store import SqliteSubmissionLedger
+from model.retry import is_retryable
+from model.sqlite_db import SqliteWriteContention, open_database
+
+FAILED = {"outcome": "failed", "diagnostic": {"errorTag": "E", "message": "m"}}
+
+
+def run(async_fn, *args):
+    return trio.run(async_fn, *args)
+
+
+async def _admit_ready(ledger, cid, key="k1", value=None):
+    result = await ledger.admit(cid, "p1", key, {"x": 1} if value is None else value, 0)
+    await ledger.mark_ready(result.submission_id)
+    return result
+
+
+@pytest.fixture
+def sqlite_ledger(tmp_path):
+    ledger = SqliteSubmissionLedger.open(str(tmp_path / "ledger.db"), busy_timeout_ms=20)
+    yield ledger
+    ledger.close()
+
+
+def _raw(ledger, sql, *params):
+    ledger.connection.execute(sql, params)
+
+
+# --- errors ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("error", [
+    LedgerStoreError("claim", SqliteWriteContention(20, "database is locked")),
+    LedgerStoreError("get", None, "disk I/O error"),
+    CorruptSubmission("sub-c-1", "input_json does not decode"),
+    UnsupportedLedgerVersion("sub-c-1", 2),
+])
+def test_new_errors_are_ledger_errors_with_names_fields_and_pickling(error):
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error) and isinstance(error, LedgerError)
+    assert str(copy) == str(error)
+    assert type(error).name == type(error).__name__
+    for field in ("operation", "detail", "submission_id", "schema_version"):
+        if hasattr(error, field):
+            assert getattr(copy, field) == getattr(error, field)
+    if isinstance(error, LedgerStoreError):
+        assert type(copy.cause) is type(error.cause)
+
+
+def test_store_error_is_retryable_exactly_when_its_cause_is():
+    contention = LedgerStoreError("admit", SqliteWriteContention(20, "locked"))
+    assert contention.retryable is True and is_retryable(contention)
+    assert is_retryable(pickle.loads(pickle.dumps(contention)))
+    for other in (LedgerStoreError("admit", None, "x"), LedgerStoreError("admit", OSError("disk"))):
+        assert other.retryable is False and not is_retryable(other)
+    assert not is_retryable(CorruptSubmission("s", "d")) and not is_retryable(UnsupportedLedgerVersion("s", 2))
+
+
+def test_the_fault_layer_injects_what_the_sqlite_ledger_raises():
+    error = injected_contention("ledger", "claim", "ledger.claim")
+    assert isinstance(error, LedgerStoreError) and error.name == "LedgerStoreError"
+    assert isinstance(error.cause, SqliteWriteContention) and is_retryable(error)
+    other = injected_contention("log", "append", "log.append")  # other ports: as before
+    assert type(other) is SqliteWriteContention
+
+
+# --- write contention -----------------------------------------------------------------
+
+
+def test_every_write_under_a_held_lock_is_a_typed_retryable_store_error(sqlite_ledger, tmp_path):
+    ledger = sqlite_ledger
+
+    async def setup():
+        first = await _admit_ready(ledger, "c1")
+        await ledger.admit("c1", "p1", "k2", {"x": 2}, 0)  # not ready
+        token = await ledger.claim("c1", "o1", 1_000, 10)
+        return first, token
+
+    first, token = run(setup)
+    holder = open_database(str(tmp_path / "ledger.db"))
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        calls = {
+            "admit": (ledger.admit, "c1", "p1", "k3", {"x": 3}, 1),
+            "mark_ready": (ledger.mark_ready, "sub-c1-2"),
+            "claim": (ledger.claim, "c2", "o1", 1_000, 10),
+            "renew_ownership": (ledger.renew_ownership, token, 1_000, 20),
+            "mark_input_applied": (ledger.mark_input_applied, token),
+            "reserve_settlement": (ledger.reserve_settlement, token, FAILED),
+            "release_ownership": (ledger.release_ownership, token),
+            "finalize_settlement": (ledger.finalize_settlement, first.submission_id, 30),
+            "purge_conversation": (ledger.purge_conversation, "c9"),
+        }
+        for operation, (method, *args) in calls.items():
+            with pytest.raises(LedgerError) as info:
+                run(method, *args)
+            error = info.value
+            assert type(error) is LedgerStoreError, (operation, error)
+            assert error.operation == operation and error.retryable and is_retryable(error)
+            assert isinstance(error.cause, SqliteWriteContention) and error.__cause__ is error.cause
+            assert not ledger.connection.in_transaction
+        # Nothing was written; readers are not blocked under WAL.
+        record = run(ledger.get, first.submission_id)
+        assert (record.owner_id, record.epoch, record.input_applied, record.reserved_digest) == ("o1", 1, False, None)
+        assert run(ledger.get, "sub-c1-2").ready is False
+        assert run(ledger.get_by_idempotency_key, "c1", "p1", "k3") is None
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert run(ledger.claim, "c2", "o1", 1_000, 10) is None  # the lock gone, the ledger works
+
+
+# --- corrupt and unsupported rows --------------------------------------------------------
+
+
+@pytest.mark.parametrize("column, value, wanted", [
+    ("input_json", "{not json", "input_json"),
+    ("reserved_json", "[1,", "reserved_json"),
+    ("ready", "yes", "ready"),
+    ("queue_seq", "one", "queue_seq"),
+    ("owner_id", b"\x01", "owner_id"),  # TEXT affinity keeps a blob a blob
+])
+def test_a_row_that_does_not_decode_is_corrupt_submission_and_nothing_is_written(sqlite_ledger, column, value,
+                                                                                   wanted):
+    ledger = sqlite_ledger
+    admitted = run(_admit_ready, ledger, "c1")
+    sid = admitted.submission_id
+    _raw(ledger, f"UPDATE ledger_submissions SET {column} = ? WHERE submission_id = ?", value, sid)
+    with pytest.raises(CorruptSubmission) as info:
+        run(ledger.get, sid)
+    assert info.value.submission_id == sid and wanted in info.value.detail
+    with pytest.raises(CorruptSubmission):
+        run(ledger.get_by_idempotency_key, "c1", "p1", "k1")
+    with pytest.raises(CorruptSubmission):
+        run(ledger.load_recovery_snapshot, "c1")
+    with pytest.raises(CorruptSubmission):
+        run(ledger.claim, "c1", "o1", 1_000, 10)
+    with pytest.raises(CorruptSubmission):  # the exact retry reads the stored row too
+        run(ledger.admit, "c1", "p1", "k1", {"x": 1}, 0)
+    with pytest.raises(CorruptSubmission):
+        run(ledger.finalize_settlement, sid, 5)
+    stored = ledger.connection.execute(
+        "SELECT owner_id, epoch, settled_at_ms FROM ledger_submissions WHERE submission_id = ?", (sid,)).fetchone()
+    expected_owner = b"\x01" if column == "owner_id" else None
+    assert stored == (expected_owner, None, None)
+    assert ledger.connection.execute("SELECT epoch FROM ledger_conversations").fetchone() == (0,)
+
+
+def test_an_unsupported_schema_version_fails_typed_before_any_write(sqlite_ledger):
+    ledger = sqlite_ledger
+    admitted = run(ledger.admit, "c1", "p1", "k1", {"x": 1}, 0)
+    sid = admitted.submission_id
+    _raw(ledger, "UPDATE ledger_submissions SET schema_version = 2 WHERE submission_id = ?", sid)
+    for method, *args in ((ledger.get, sid), (ledger.mark_ready, sid), (ledger.claim, "c1", "o1", 1_000, 10)):
+        with pytest.raises(UnsupportedLedgerVersion) as info:
+            run(method, *args)
+        assert (info.value.submission_id, info.value.schema_version) == (sid, 2)
+    assert ledger.connection.execute(
+        "SELECT ready FROM ledger_submissions WHERE submission_id = ?", (sid,)).fetchone() == (0,)
+
+
+# --- one corrupt row never hides the other conversations' work ------------------------------
+
+
+def _scan_shape(records):
+    return [(type(r).__name__, r.submission_id, r.conversation_id, r.principal_id, r.queue_seq) for r in records]
+
+
+def _corrupt_memory_row(ledger, sid, **changes):
+    import attrs
+
+    ledger._submissions[sid] = attrs.evolve(ledger._submissions[sid], **changes)
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "unsupported"])
+def test_scan_keeps_every_readable_row_on_both_adapters(sqlite_ledger, damage):
+    memory = InMemorySubmissionLedger()
+    scans = {}
+    for name, ledger in (("memory", memory), ("sqlite", sqlite_ledger)):
+        async def setup():
+            for cid in ("a", "b", "c"):
+                await _admit_ready(ledger, cid)
+
+        run(setup)
+        if name == "memory":
+            changes = {"input_json": "{bad"} if damage == "corrupt" else {"schema_version": 3}
+            _corrupt_memory_row(memory, "sub-b-1", **changes)
+        elif damage == "corrupt":
+            _raw(ledger, "UPDATE ledger_submissions SET input_json = '{bad' WHERE submission_id = 'sub-b-1'")
+        else:
+            _raw(ledger, "UPDATE ledger_submissions SET schema_version = 3 WHERE submission_id = 'sub-b-1'")
+        scan = run(ledger.scan_nonterminal)
+        scans[name] = _scan_shape(scan)
+        assert [type(r) for r in scan] == [SubmissionRecord, UnreadableSubmission, SubmissionRecord]
+        unreadable = scan[1]
+        wanted = CorruptSubmission if damage == "corrupt" else UnsupportedLedgerVersion
+        assert isinstance(unreadable.error, wanted) and unreadable.error.submission_id == "sub-b-1"
+        with pytest.raises(wanted):
+            unreadable.input  # noqa: B018 - reading the undecodable field is the point
+        with pytest.raises(wanted):
+            unreadable.settled  # noqa: B018
+        with pytest.raises(AttributeError):
+            unreadable.no_such_field  # noqa: B018
+        assert scan[0].input == {"x": 1} and scan[2].input == {"x": 1}
+    assert scans["memory"] == scans["sqlite"] == [
+        ("SubmissionRecord", "sub-a-1", "a", "p1", 1),
+        ("UnreadableSubmission", "sub-b-1", "b", "p1", 1),
+        ("SubmissionRecord", "sub-c-1", "c", "p1", 1),
+    ]
+
+
+def test_a_claim_of_the_corrupt_conversation_fails_typed_the_others_proceed(sqlite_ledger):
+    ledger = sqlite_ledger
+
+    async def setup():
+        for cid in ("a", "b", "c"):
+            await _admit_ready(ledger, cid)
+
+    run(setup)
+    _raw(ledger, "UPDATE ledger_submissions SET reserved_json = 'nope' WHERE submission_id = 'sub-b-1'")
+    claimed = {}
+    for record in run(ledger.scan_nonterminal):
+        try:
+            claimed[record.conversation_id] = run(ledger.claim, record.conversation_id, "o1", 1_000, 10)
+        except CorruptSubmission as error:
+            claimed[record.conversation_id] = error
+    assert isinstance(claimed["a"], Claim) and isinstance(claimed["c"], Claim)
+    assert isinstance(claimed["b"], CorruptSubmission) and claimed["b"].submission_id == "sub-b-1"
+
+
+def test_memory_scan_of_well_formed_rows_is_unchanged():
+    ledger = InMemorySubmissionLedger()
+    run(_admit_ready, ledger, "a")
+    (record,) = run(ledger.scan_nonterminal)
+    assert type(record) is SubmissionRecord and record.input == {"x": 1}
+    assert isinstance(ledger._submissions["sub-a-1"], SubmissionRow)
