@@ -237,11 +237,11 @@ MUTANTS: tuple[Mutant, ...] = (
         ci_seed=1, ci_duration="15m"),
     Mutant(
         "ledger-unready-head-claimable",
-        "The unknown-head check is inverted: an unready head is claimable without its durable abort intent "
-        "(and not with one).",
+        "The claim refuses only a settled head instead of every state the table does not let a claim "
+        "grant: an unready (unknown) head is claimed and run before its receipt ever went out.",
         "model.ledger.rules",
-        "    if not head.ready and head.abort_author is None:\n",
-        "    if not head.ready and head.abort_author is not None:\n", ALL,
+        "    if state_of(head) not in CLAIMABLE:\n",
+        "    if state_of(head) == SETTLED:\n", ALL,
         ci_seed=6, ci_duration="15m", ci_scenario="ledger-storm"),
     Mutant(
         "ledger-reserve-overwrites",
@@ -287,7 +287,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "ledger-abort-waits-for-head",
         "Only an unready (unknown) head is settled by its abort intent at once; a ready queued submission "
         "with an intent waits for the head of its lane behind unrelated work.",
-        "model.ledger.rules", "    if row.epoch is None:\n", "    if row.epoch is None and not row.ready:\n",
+        "model.ledger.rules", "    if after == SETTLED:\n", "    if after == SETTLED and state == ADMITTED:\n",
         LS_PS, ci_seed=0, ci_duration="5m"),
     Mutant(
         "worker-abort-read-once",

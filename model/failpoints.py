@@ -27,26 +27,22 @@ NO_FAILPOINTS = NoFailpoints()
 # this tuple, so a point that never fires in a sweep shows up as a gap.
 DURABLE_STATE_SAVE_AFTER_STORE_WRITE = "durable_state.save.after_store_write"
 KERNEL_EFFECT_DONE_BEFORE_RECORD = "kernel.effect_done.before_record"
-# The submission lifecycle's crash points (ARCHITECTURE §5), in lifecycle order.
-ADMITTED_BEFORE_READY = "submission.admitted.before_ready"
-READY_BEFORE_RECEIPT = "submission.ready.before_receipt"
-CLAIMED_BEFORE_INPUT = "submission.claimed.before_input"
-INPUT_APPENDED_BEFORE_MARKER = "submission.input_appended.before_marker"
-STEP_DONE_BEFORE_RECORD = "submission.step_done.before_record"
-RESERVED_BEFORE_APPEND = "settlement.reserved.before_append"
-APPENDED_BEFORE_FINALIZE = "settlement.appended.before_finalize"
-FINALIZED_BEFORE_REPLY = "settlement.finalized.before_reply"
-
-SUBMISSION_CRASH_POINTS: tuple[str, ...] = (
+# The submission lifecycle's crash points (ARCHITECTURE §5), in lifecycle
+# order: derived from where the lifecycle's state table crosses stores
+# (``model.ledger.states.CROSSINGS``).
+from model.ledger.states import (  # noqa: E402
     ADMITTED_BEFORE_READY,
-    READY_BEFORE_RECEIPT,
-    CLAIMED_BEFORE_INPUT,
-    INPUT_APPENDED_BEFORE_MARKER,
-    STEP_DONE_BEFORE_RECORD,
-    RESERVED_BEFORE_APPEND,
     APPENDED_BEFORE_FINALIZE,
+    CLAIMED_BEFORE_INPUT,
     FINALIZED_BEFORE_REPLY,
+    INPUT_APPENDED_BEFORE_MARKER,
+    LIFECYCLE_CRASH_POINTS,
+    READY_BEFORE_RECEIPT,
+    RESERVED_BEFORE_APPEND,
+    STEP_DONE_BEFORE_RECORD,
 )
+
+SUBMISSION_CRASH_POINTS: tuple[str, ...] = LIFECYCLE_CRASH_POINTS
 
 # The points a sentinel wake passes (a submission worker's step point is not one).
 SENTINEL_CRASH_POINTS: tuple[str, ...] = (

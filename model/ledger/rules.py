@@ -13,6 +13,10 @@ Rows hold JSON values as canonical text (``model.canonical``), so rows are
 plain immutable data, digests are over exactly what is stored, and every
 read is a fresh decode.
 
+Which operation a submission's state allows, and the state it leaves, is
+one table (``states.py``): ``decide_claim``, ``decide_abort`` and
+``decide_finalize`` read it; the crash points are derived from it.
+
 Decisions where the specification is silent (all in one place, here):
 
 - Submission ids are ``sub-{conversation_id}-{queue_seq}`` (unique: the seq is
@@ -34,8 +38,8 @@ Decisions where the specification is silent (all in one place, here):
   settlement; on a settled submission without one it raises
   ``AbortConflict`` (a new error, not ``SettlementConflict``: nothing about
   the settlement record conflicts), and on one whose owner already reserved a
-  non-aborted record too (``settling=True``: the reservation wins, so the
-  ledger never holds an intent next to another outcome). A submission never
+  record too (``settling=True``: the reservation wins, so the ledger never
+  holds an intent next to another outcome). A submission never
   claimed (``epoch`` None) settles ``aborted`` in the same write: nothing of
   it is in the log, and it never waits behind its lane's head. Otherwise the
   intent is stored and the owner observes it at its next step.
@@ -68,6 +72,7 @@ import attrs
 
 from model.canonical import CanonicalDecodeError, canonical_json, decode, digest, digest_text
 
+from .states import ABORT, ADMITTED, CLAIMABLE, FINALIZE, READY, SETTLED, TERMINALIZING, state_of, target
 from .records import (
     ABORTED,
     COMPLETED,
@@ -404,9 +409,9 @@ def decide_claim(
     if head is None:
         return NO_CLAIM
     assert conversation is not None and head.settled_at_ms is None, (conversation, head)
-    if not head.ready and head.abort_author is None:
-        # An unready head is an unknown one: claimable only for cleanup, once
-        # its durable abort intent exists.
+    if state_of(head) not in CLAIMABLE:
+        # An unready head is an unknown one: never claimable (its abort
+        # intent settles it instead: nothing of it is in the log to clean up).
         return NO_CLAIM
     if (
         head.owner_id is not None
@@ -484,15 +489,16 @@ def decide_abort(
     if row.abort_author is not None:
         return AbortIntent(submission_id, row.abort_author, row.abort_reason, row.abort_requested_at_ms, True,
                            row.settled_at_ms if settled_by_abort(row) else None), None
-    if row.settled_at_ms is not None:
-        raise AbortConflict(submission_id, row.outcome)
-    if row.reserved_json is not None:
-        reserved_outcome = decode(row.reserved_json)["outcome"]
-        if reserved_outcome != ABORTED:
-            # Terminalizing: the owner's reserved record wins; an intent
-            # stored now would sit next to a non-aborted outcome.
-            raise AbortConflict(submission_id, reserved_outcome, settling=True)
-    if row.epoch is None:
+    state = state_of(row)
+    after = target(state, ABORT)
+    if after is None:
+        if state == SETTLED:
+            raise AbortConflict(submission_id, row.outcome)
+        # Terminalizing: the owner's reserved record wins; an intent stored
+        # now would sit next to another outcome.
+        assert state == TERMINALIZING, state
+        raise AbortConflict(submission_id, decode(row.reserved_json)["outcome"], settling=True)
+    if after == SETTLED:
         # Never claimed: nothing of it is in the log, and no owner will ever
         # run it. The intent is the authority: settled ``aborted`` at once,
         # so an abort never waits behind unrelated work in its lane.
@@ -568,7 +574,7 @@ def decide_finalize(
 ) -> tuple[Settlement, SubmissionRow | None]:
     if row is None:
         raise UnknownSubmission(submission_id)
-    if row.reserved_json is None:
+    if target(state_of(row), FINALIZE) is None:  # nothing reserved
         raise SettlementConflict(submission_id, None, None)
     # Validate what was stored, even though we wrote it (§10): a corrupt
     # reservation fails clearly rather than settling.

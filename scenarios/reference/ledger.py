@@ -682,7 +682,7 @@ class ReferenceLedger:
         elif row.settled_at_ms is not None:
             self._want_error(call, "AbortConflict", {"submission_id": sid, "outcome": row.outcome,
                                                      "settling": False}, conversation)
-        elif row.reserved_digest is not None and read_back(row.reserved_text)["outcome"] != "aborted":
+        elif row.reserved_digest is not None:
             self._want_error(call, "AbortConflict", {"submission_id": sid, "settling": True,
                                                      "outcome": read_back(row.reserved_text)["outcome"]},
                              conversation)  # L8

@@ -1,0 +1,188 @@
+"""The submission lifecycle as data: one table, read by every rule.
+
+h11's ``_state.py`` is the model. A submission is in exactly one state,
+derived from its row's facts (``state_of``); each ledger write is an
+operation; ``TRANSITIONS[state][operation]`` is the state the operation
+leaves it in, and an operation missing from a state's entry is refused
+there (each rule raises its operation's typed refusal, or answers "nothing
+to do" where the port says so: a claim of an unclaimable head is None).
+Both adapters share it through ``rules.py``, so a state the table does not
+allow cannot be written by either.
+
+The crash points are derived from the table too: the lifecycle crosses two
+stores (persistence §3), and every gap between a ledger transition and the
+log write next to it is a named point where a process may die
+(``CROSSINGS``). ``LIFECYCLE_CRASH_POINTS`` lists them in lifecycle order;
+``model.failpoints`` re-exports them and the crash-consistency sweep must
+fire and recover each (ARCHITECTURE §5).
+
+::
+
+    admitted --mark_ready--> ready --claim--> running --mark_input_applied--> input-applied
+        |                      |                 |                                 |
+        +--abort (settles)-----+                 +-----------reserve---------------+
+                                                                  |
+                               settled <--finalize-- terminalizing
+
+Self-loops keep a state: a claim by a successor (lease lapsed), renewals,
+releases, idempotent repeats, an abort intent stored for a claimed
+submission (its owner settles ``aborted`` at its next step).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+# --- states --------------------------------------------------------------------
+
+ADMITTED = "admitted"  # admitted; its receipt not yet out (an unknown head)
+READY = "ready"  # claimable; never claimed
+RUNNING = "running"  # claimed at least once; its input not yet marked applied
+INPUT_APPLIED = "input-applied"  # its canonical input is in the log
+TERMINALIZING = "terminalizing"  # its exact settlement record is reserved
+SETTLED = "settled"  # finalized (or settled by its abort intent before it ever ran)
+
+STATES: tuple[str, ...] = (ADMITTED, READY, RUNNING, INPUT_APPLIED, TERMINALIZING, SETTLED)
+OPEN_STATES = frozenset(STATES) - {SETTLED}
+
+# --- operations (the ledger's writes) -----------------------------------------------
+
+MARK_READY = "mark_ready"
+CLAIM = "claim"
+RENEW = "renew_ownership"
+RELEASE = "release_ownership"
+MARK_INPUT_APPLIED = "mark_input_applied"
+ABORT = "request_abort"
+RESERVE = "reserve_settlement"
+FINALIZE = "finalize_settlement"
+
+OPERATIONS: tuple[str, ...] = (MARK_READY, CLAIM, RENEW, RELEASE, MARK_INPUT_APPLIED, ABORT, RESERVE, FINALIZE)
+
+# Who may perform an operation: anyone who names the submission, or only the
+# holder of its live ownership token (fenced by owner and epoch).
+ANYONE, OWNER = "anyone", "owner"
+AUTHORITY: dict[str, str] = {
+    MARK_READY: ANYONE, CLAIM: ANYONE, ABORT: ANYONE, FINALIZE: ANYONE,
+    RENEW: OWNER, RELEASE: OWNER, MARK_INPUT_APPLIED: OWNER, RESERVE: OWNER,
+}
+
+# TRANSITIONS[state][operation] -> the state after it. Where a rule's outcome
+# depends on more than the state (an abort of a never-claimed submission
+# settles it; one of a claimed submission stores an intent), both targets are
+# named by the rule and the table lists the state it may reach.
+TRANSITIONS: dict[str, dict[str, str]] = {
+    ADMITTED: {MARK_READY: READY, ABORT: SETTLED},
+    READY: {MARK_READY: READY, CLAIM: RUNNING, ABORT: SETTLED},
+    RUNNING: {MARK_READY: RUNNING, CLAIM: RUNNING, RENEW: RUNNING, RELEASE: RUNNING,
+              MARK_INPUT_APPLIED: INPUT_APPLIED, ABORT: RUNNING, RESERVE: TERMINALIZING},
+    INPUT_APPLIED: {MARK_READY: INPUT_APPLIED, CLAIM: INPUT_APPLIED, RENEW: INPUT_APPLIED,
+                    RELEASE: INPUT_APPLIED, MARK_INPUT_APPLIED: INPUT_APPLIED, ABORT: INPUT_APPLIED,
+                    RESERVE: TERMINALIZING},
+    # A successor claims a terminalizing head to finish its predecessor's
+    # settlement with the reserved record (the canonical record wins).
+    TERMINALIZING: {MARK_READY: TERMINALIZING, CLAIM: TERMINALIZING, RENEW: TERMINALIZING,
+                    RELEASE: TERMINALIZING, MARK_INPUT_APPLIED: TERMINALIZING, RESERVE: TERMINALIZING,
+                    FINALIZE: SETTLED},
+    # Settled is terminal: only idempotent repeats and the last owner's token
+    # upkeep (finalize leaves the ownership columns as they were).
+    SETTLED: {MARK_READY: SETTLED, RENEW: SETTLED, RELEASE: SETTLED, MARK_INPUT_APPLIED: SETTLED,
+              RESERVE: SETTLED, FINALIZE: SETTLED},
+}
+
+# A claim grants the FIFO head only in these states (an unready head is an
+# unknown one: never claimable; it settles by its abort intent instead).
+CLAIMABLE = frozenset(state for state, ops in TRANSITIONS.items() if CLAIM in ops)
+
+
+def allows(state: str, operation: str) -> bool:
+    return operation in TRANSITIONS[state]
+
+
+def target(state: str, operation: str) -> str | None:
+    """The state ``operation`` leaves a submission in ``state`` in; None: refused."""
+    return TRANSITIONS[state].get(operation)
+
+
+def state_of(row: Any) -> str:
+    """The state a ledger row (``rules.SubmissionRow``) is in, from its facts."""
+    if row.settled_at_ms is not None:
+        return SETTLED
+    if row.reserved_digest is not None:
+        return TERMINALIZING
+    if row.input_applied:
+        return INPUT_APPLIED
+    if row.epoch is not None:
+        return RUNNING
+    if row.ready:
+        return READY
+    return ADMITTED
+
+
+# --- where the lifecycle crosses stores: the crash points ------------------------------
+
+# The submission lifecycle's crash points (ARCHITECTURE §5), in lifecycle order.
+ADMITTED_BEFORE_READY = "submission.admitted.before_ready"
+READY_BEFORE_RECEIPT = "submission.ready.before_receipt"
+CLAIMED_BEFORE_INPUT = "submission.claimed.before_input"
+INPUT_APPENDED_BEFORE_MARKER = "submission.input_appended.before_marker"
+STEP_DONE_BEFORE_RECORD = "submission.step_done.before_record"
+RESERVED_BEFORE_APPEND = "settlement.reserved.before_append"
+APPENDED_BEFORE_FINALIZE = "settlement.appended.before_finalize"
+FINALIZED_BEFORE_REPLY = "settlement.finalized.before_reply"
+
+ADMIT = "admit"  # the transition into the first state (no row before it)
+
+
+@attrs.frozen
+class Crossing:
+    """A gap next to a ledger transition where the other store (or the
+    caller) is written: ``point`` is where a process may die in it.
+    ``side``: the gap lies ``before`` or ``after`` the transition."""
+
+    source: str | None  # None: admission (no row before it)
+    operation: str
+    side: str
+    point: str
+    between: str  # what happens in the gap
+
+
+CROSSINGS: tuple[Crossing, ...] = (
+    Crossing(None, ADMIT, "after", ADMITTED_BEFORE_READY, "the log is materialized"),
+    Crossing(ADMITTED, MARK_READY, "after", READY_BEFORE_RECEIPT, "the receipt goes back to the caller"),
+    Crossing(READY, CLAIM, "after", CLAIMED_BEFORE_INPUT, "the owner takes the log over and appends the input"),
+    Crossing(RUNNING, MARK_INPUT_APPLIED, "before", INPUT_APPENDED_BEFORE_MARKER, "the input is in the log"),
+    Crossing(INPUT_APPLIED, RESERVE, "before", STEP_DONE_BEFORE_RECORD,
+             "each step's effect is done, then its record appended"),
+    Crossing(INPUT_APPLIED, RESERVE, "after", RESERVED_BEFORE_APPEND, "the reserved record is appended"),
+    Crossing(TERMINALIZING, FINALIZE, "before", APPENDED_BEFORE_FINALIZE, "the record is in the log"),
+    Crossing(TERMINALIZING, FINALIZE, "after", FINALIZED_BEFORE_REPLY, "the settlement goes back to the caller"),
+)
+
+LIFECYCLE_CRASH_POINTS: tuple[str, ...] = tuple(crossing.point for crossing in CROSSINGS)
+
+
+def _check_table() -> None:
+    """The table's own consistency, at import (a malformed table is a build error)."""
+    assert set(TRANSITIONS) == set(STATES), sorted(TRANSITIONS)
+    for state, operations in TRANSITIONS.items():
+        for operation, after in operations.items():
+            assert operation in OPERATIONS and after in STATES, (state, operation, after)
+    assert set(AUTHORITY) == set(OPERATIONS)
+    for crossing in CROSSINGS:
+        assert crossing.side in ("before", "after"), crossing
+        assert crossing.operation == ADMIT or allows(crossing.source, crossing.operation), crossing
+    assert len(set(LIFECYCLE_CRASH_POINTS)) == len(LIFECYCLE_CRASH_POINTS)
+    # Every open state can still reach settled (nothing is stuck by construction).
+    reach = {SETTLED}
+    changed = True
+    while changed:
+        changed = False
+        for state, operations in TRANSITIONS.items():
+            if state not in reach and any(after in reach for after in operations.values()):
+                reach.add(state)
+                changed = True
+    assert reach == set(STATES), sorted(set(STATES) - reach)
+
+
+_check_table()

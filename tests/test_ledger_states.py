@@ -1,0 +1,137 @@
+"""The submission lifecycle's state table (model/ledger/states.py): both
+adapters move only along its transitions, and the crash points are its
+store crossings."""
+from __future__ import annotations
+
+import attrs
+import pytest
+import trio
+from hypothesis import given, settings, strategies as st
+
+from model import failpoints
+from model.ledger import states
+from model.ledger.memory_store import InMemorySubmissionLedger
+from model.ledger.rules import SubmissionRow
+from model.ledger.sqlite_store import SqliteSubmissionLedger
+from model.sqlite_db import open_database
+from model.ledger.states import (ABORT, ADMITTED, CLAIM, FINALIZE, INPUT_APPLIED, MARK_INPUT_APPLIED, MARK_READY,
+                                 READY, RELEASE, RENEW, RESERVE, RUNNING, SETTLED, TERMINALIZING, TRANSITIONS,
+                                 state_of)
+
+COMPLETED = {"outcome": "completed", "result": 1}
+ABORTED = {"outcome": "aborted"}
+
+
+def _ledger(kind, tmp_path):
+    if kind == "memory":
+        return InMemorySubmissionLedger()
+    return SqliteSubmissionLedger(open_database(str(tmp_path / "ledger.db")))
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_submission_walks_the_table_from_admitted_to_settled(kind, tmp_path):
+    ledger = _ledger(kind, tmp_path)
+
+    async def main():
+        seen = []
+
+        async def note(sid):
+            seen.append(state_of(await ledger.get(sid)))
+
+        sid = (await ledger.admit("c", "p", "k", {"q": 1}, 0)).submission_id
+        await note(sid)
+        await ledger.mark_ready(sid)
+        await note(sid)
+        claim = await ledger.claim("c", "o", 1_000, 1)
+        await note(sid)
+        await ledger.mark_input_applied(claim)
+        await note(sid)
+        await ledger.reserve_settlement(claim, COMPLETED)
+        await note(sid)
+        await ledger.finalize_settlement(sid, 2)
+        await note(sid)
+        return seen
+
+    assert trio.run(main) == [ADMITTED, READY, RUNNING, INPUT_APPLIED, TERMINALIZING, SETTLED]
+
+
+def test_the_crash_points_are_the_tables_store_crossings_in_lifecycle_order():
+    assert failpoints.SUBMISSION_CRASH_POINTS == tuple(c.point for c in states.CROSSINGS)
+    for crossing in states.CROSSINGS:
+        assert crossing.operation == states.ADMIT or crossing.operation in TRANSITIONS[crossing.source]
+    # Every open state reaches settled; settled is terminal (only repeats and upkeep).
+    assert all(after == SETTLED for after in TRANSITIONS[SETTLED].values())
+    assert CLAIM not in TRANSITIONS[ADMITTED] and ABORT not in TRANSITIONS[TERMINALIZING]
+
+
+def test_a_malformed_table_is_refused_at_import(monkeypatch):
+    monkeypatch.setitem(states.TRANSITIONS, RUNNING, {CLAIM: RUNNING})  # running can no longer settle
+    with pytest.raises(AssertionError):
+        states._check_table()
+    monkeypatch.setitem(states.TRANSITIONS, RUNNING, {CLAIM: "paused"})  # a state the table does not know
+    with pytest.raises(AssertionError):
+        states._check_table()
+
+
+def test_state_of_reads_only_the_rows_facts():
+    row = SubmissionRow("sub-c-1", "c", "p", "k", 1, "{}", "d", "r", 0)
+    assert state_of(row) == ADMITTED
+    assert state_of(attrs.evolve(row, ready=True)) == READY
+    assert state_of(attrs.evolve(row, ready=True, epoch=1, owner_id="o")) == RUNNING
+    # A released owner leaves the row running: it ran, its input may be in the log.
+    assert state_of(attrs.evolve(row, ready=True, epoch=1, owner_id=None)) == RUNNING
+
+
+# Random histories: every write either is refused (nothing changes) or moves
+# the submission along an edge of the table.
+OPS = st.lists(st.tuples(st.sampled_from((MARK_READY, CLAIM, RENEW, RELEASE, MARK_INPUT_APPLIED, ABORT, RESERVE,
+                                          FINALIZE)),
+                         st.sampled_from(("o1", "o2")), st.sampled_from((COMPLETED, ABORTED))),
+               min_size=1, max_size=14)
+
+
+@settings(max_examples=120, deadline=None)
+@given(ops=OPS, ready=st.booleans())
+def test_every_write_of_a_random_history_is_an_edge_of_the_table(ops, ready):
+    ledger = InMemorySubmissionLedger()
+
+    async def main():
+        sid = (await ledger.admit("c", "p", "k", {"q": 1}, 0)).submission_id
+        if ready:
+            await ledger.mark_ready(sid)
+        tokens = {}
+        now = 10
+        for operation, owner, record in ops:
+            now += 700
+            before = state_of(await ledger.get(sid))
+            token = tokens.get(owner)
+            try:
+                if operation == MARK_READY:
+                    await ledger.mark_ready(sid)
+                elif operation == CLAIM:
+                    claim = await ledger.claim("c", owner, 1_000, now)
+                    if claim is not None:
+                        tokens[owner] = claim
+                elif operation == ABORT:
+                    await ledger.request_abort(sid, owner, "why", now)
+                elif operation == FINALIZE:
+                    await ledger.finalize_settlement(sid, now)
+                elif token is None:
+                    continue
+                elif operation == RENEW:
+                    await ledger.renew_ownership(token, 1_000, now)
+                elif operation == RELEASE:
+                    await ledger.release_ownership(token)
+                elif operation == MARK_INPUT_APPLIED:
+                    await ledger.mark_input_applied(token)
+                else:
+                    await ledger.reserve_settlement(token, record)
+            except Exception as error:  # refused: a typed verdict, nothing moved
+                assert getattr(type(error), "name", None), error
+                assert state_of(await ledger.get(sid)) == before, (operation, error)
+                continue
+            after = state_of(await ledger.get(sid))
+            if after != before or operation in TRANSITIONS[before]:
+                assert TRANSITIONS[before].get(operation) == after, (before, operation, after)
+
+    trio.run(main)
