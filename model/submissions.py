@@ -272,6 +272,10 @@ class SubmissionWorker:
 LOST_OWNERSHIP_ERRORS = ("OwnershipLost", "FenceRejected", "AppendConflict")
 # A reservation refused because an abort intent exists (the owner settles aborted).
 ABORT_REQUESTED = "AbortRequested"
+# A stored row the ledger cannot read (§10, §11): that conversation's lane is
+# blocked until an operator repairs it, and stays visible (it is open work);
+# every other conversation goes on.
+UNREADABLE_ERRORS = ("CorruptSubmission", "UnsupportedLedgerVersion")
 # Errors a retry can clear are ``model.retry.is_retryable(error, reread=True)``:
 # this process reads every history again from the stores, so besides a busy
 # SQLite writer or a transient store error, a damaged read answer that the
@@ -407,6 +411,9 @@ async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, r
                 name = error_name(error)
                 if name in LOST_OWNERSHIP_ERRORS:
                     probe.emit("submission.abandoned", owner=worker.owner_id, conversation=conversation_id,
+                               error=name)
+                elif name in UNREADABLE_ERRORS:
+                    probe.emit("submission.unreadable", owner=worker.owner_id, conversation=conversation_id,
                                error=name)
                 elif is_retryable(error, reread=True):
                     probe.emit("submission.retry", owner=worker.owner_id, conversation=conversation_id,

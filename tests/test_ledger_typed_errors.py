@@ -270,3 +270,48 @@ def test_memory_scan_of_well_formed_rows_is_unchanged():
     (record,) = run(ledger.scan_nonterminal)
     assert type(record) is SubmissionRecord and record.input == {"x": 1}
     assert isinstance(ledger._submissions["sub-a-1"], SubmissionRow)
+
+
+class _PollOnce:
+    """A worker process's runtime that ends the forever loop at its first poll."""
+
+    class Stop(Exception):
+        pass
+
+    def __init__(self) -> None:
+        self.now = 1_000
+
+    def now_ms(self) -> int:
+        return self.now
+
+    async def sleep_ms(self, ms: int) -> None:
+        raise self.Stop()
+
+
+def test_a_worker_skips_an_unreadable_conversation_and_settles_the_others(tmp_path):
+    """The corrupt row blocks its own lane (and stays visible as open work);
+    the worker neither dies on it nor stops serving other conversations."""
+    from model.conversation.memory_store import InMemoryConversationStore
+    from model.submissions import SubmissionClient, SubmissionWorker, worker_loop
+
+    conn = open_database(str(tmp_path / "ledger.db"))
+    ledger, log, runtime = SqliteSubmissionLedger(conn), InMemoryConversationStore(), _PollOnce()
+    events = []
+
+    class Probe:
+        def emit(self, kind, **fields):
+            events.append((kind, fields))
+
+    client = SubmissionClient(ledger, log, now_ms=runtime.now_ms)
+    broken = trio.run(client.submit, "a", "p", "k1", {"n": 1})
+    fine = trio.run(client.submit, "b", "p", "k1", {"n": 2})
+    conn.execute("UPDATE ledger_submissions SET input_json = '{\"n\": ' WHERE submission_id = ?",
+                 (broken.submission_id,))
+    worker = SubmissionWorker(ledger, log, "w1", lease_ms=1_000, now_ms=runtime.now_ms,
+                              work=lambda request, index: index, probe=Probe())
+    with pytest.raises(_PollOnce.Stop):
+        trio.run(lambda: worker_loop(worker, runtime, poll_ms=10, retry_ms=10))
+    assert trio.run(ledger.get, fine.submission_id).outcome == "completed"
+    assert ("submission.unreadable", {"owner": "w1", "conversation": "a", "error": "CorruptSubmission"}) in events
+    (open_work,) = trio.run(ledger.scan_nonterminal)
+    assert isinstance(open_work, UnreadableSubmission) and open_work.conversation_id == "a"
