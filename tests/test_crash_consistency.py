@@ -239,3 +239,65 @@ def test_the_ledger_rebuilt_from_the_log_matches_the_original(kind, point, tmp_p
     # An at-least-once retry against the rebuilt ledger is a replay, not new work.
     again = drive(rebuilt.admit("c1", "alice", "key-0", {"n": 0, "c": "c1"}, 10**9))
     assert again.replayed and again.submission_id == "sub-c1-1"
+
+
+# -- an abort landing at every point of a running submission -----------------------------
+
+WORKER_POINTS = SUBMISSION_CRASH_POINTS[2:]  # from the claim on: the owner is running it
+SETTLING_POINTS = ("settlement.reserved.before_append", "settlement.appended.before_finalize",
+                   "settlement.finalized.before_reply")
+
+
+class AbortAt:
+    """At the first hit of ``name``, an operator aborts the submission its
+    owner is running (the claimed, unsettled row): the abort lands while the
+    owner is exactly there."""
+
+    def __init__(self, name: str, ledger) -> None:
+        self.name = name
+        self.ledger = ledger
+        self.answer = None
+        self.target = None
+
+        self.running = None  # the submission an owner ran at the last point hit
+
+    def hit(self, name: str) -> None:
+        if self.target is not None:
+            return
+        running = [r for r in drive(self.ledger.scan_nonterminal()) if r.owner_id is not None]
+        if running:
+            self.running = running[0].submission_id
+        if name != self.name:
+            return
+        self.target = self.running  # finalized before the reply: the one just settled
+        try:
+            self.answer = drive(self.ledger.request_abort(self.target, "operator", "stop", 5_000))
+        except Exception as error:
+            self.answer = error
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("point", WORKER_POINTS)
+def test_an_abort_at_each_point_of_a_running_submission_is_honoured_or_refused_typed(kind, point, tmp_path):
+    """Before the reservation the intent wins: settled aborted, no step after
+    the one in flight. From the reservation on the reserved record wins: the
+    abort is refused typed (AbortConflict, naming the outcome), nothing stored."""
+    ledger, log = stores(kind, tmp_path)
+    abort = AbortAt(point, ledger)
+    assert run_lifecycle(ledger, log, abort) == 0
+    assert abort.target is not None and drive(ledger.scan_nonterminal()) == ()
+    row = drive(ledger.get(abort.target))
+    if point in SETTLING_POINTS:
+        assert getattr(type(abort.answer), "name", None) == "AbortConflict", abort.answer
+        assert abort.answer.outcome == row.outcome != "aborted" and row.abort_author is None
+        return
+    assert (abort.answer.author, abort.answer.settled_at_ms) == ("operator", None)
+    assert (row.outcome, row.abort_author, row.reserved_record) == ("aborted", "operator", {"outcome": "aborted"})
+    conversation_id = row.conversation_id
+    records = drive(read_recovery_prefix(log, conversation_id)).records
+    steps = [r for r in records if r.envelope.family == "model-output"
+             and r.envelope.payload["submissionId"] == abort.target]
+    assert len(steps) <= 1  # at most the step in flight when the intent landed
+    settled = [r.envelope.payload["record"] for r in records if r.envelope.family == "submission-settled"
+               and r.envelope.payload["submissionId"] == abort.target]
+    assert settled == [{"outcome": "aborted"}]
