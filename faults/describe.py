@@ -72,6 +72,8 @@ from faults.events import (
     LedgerRenewOwnership,
     LedgerRequestAbort,
     LedgerReserveSettlement,
+    LedgerMarkUnknown,
+    LedgerResolveUnknown,
     LedgerScanNonterminal,
     LogAppend,
     LogDeleteConversation,
@@ -390,9 +392,27 @@ def _purge_conversation(count: Any, /, conversation_id: str) -> dict:
     return LedgerPurgeConversation.build(conversation=conversation_id, purged=count)
 
 
+@describes(SubmissionLedgerPort.mark_unknown, LedgerMarkUnknown)
+def _mark_unknown(marked: Any, /, token: Any, tool_call_id: str) -> dict:
+    if marked is None:
+        return LedgerMarkUnknown.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                       call=tool_call_id)
+    return LedgerMarkUnknown.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                   call=tool_call_id, replayed=marked.replayed)
+
+
+@describes(SubmissionLedgerPort.resolve_unknown, LedgerResolveUnknown)
+def _resolve_unknown(resolved: Any, /, submission_id: str, tool_call_id: str, resolution: str, resolver: str,
+                     result: object, now_ms: int) -> dict:
+    if resolved is None:
+        return LedgerResolveUnknown.build(submission=submission_id, call=tool_call_id, resolution=resolution)
+    return LedgerResolveUnknown.build(submission=submission_id, call=tool_call_id, resolution=resolution,
+                                      replayed=resolved.replayed, open_calls=resolved.open_calls)
+
+
 LEDGER_DESCRIBERS = _table(
     "ledger", _by_key, _purge_conversation, _admit, _mark_ready, _claim, _renew, _release_ownership,
-    _input_applied, _request_abort, _reserve, _finalize, _get, _scan)
+    _input_applied, _request_abort, _reserve, _finalize, _get, _scan, _mark_unknown, _resolve_unknown)
 
 
 # -- conversation log ---------------------------------------------------------

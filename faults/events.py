@@ -387,6 +387,24 @@ class LedgerRequestAbort(PortEvent):
     settled_at_ms: int | None = RESULT  # the intent settled a never-claimed submission at once
 
 
+class LedgerMarkUnknown(PortEvent):
+    kind = "ledger.mark_unknown"
+    submission: str  # the token's
+    owner: str
+    epoch: int
+    call: str  # the tool call whose outcome is unknown
+    replayed: bool = RESULT
+
+
+class LedgerResolveUnknown(PortEvent):
+    kind = "ledger.resolve_unknown"
+    submission: str
+    call: str
+    resolution: str
+    replayed: bool = RESULT
+    open_calls: int = RESULT  # unknown calls still open after it
+
+
 class LedgerReserveSettlement(PortEvent):
     kind = "ledger.reserve_settlement"
     submission: str

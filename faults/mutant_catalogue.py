@@ -172,7 +172,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a conversation never created (or deleted) answers None instead of NotMaterialized.",
         "model.conversation.checkpoints",
         "        await self._log.inspect_tail(conversation_id)  # NotMaterialized for a conversation the log lacks\n",
-        "", LS_PS, ci_seed=4, ci_duration="10s", ci_scenario="port-storm"),
+        "", LS_PS, ci_seed=1, ci_duration="30s", ci_scenario="port-storm"),
 
     # -- the submission ledger: admission, claims, leases, settlement ------------------
     Mutant(
@@ -240,7 +240,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The claim refuses only a settled head instead of every state the table does not let a claim "
         "grant: an unready (unknown) head is claimed and run before its receipt ever went out.",
         "model.ledger.rules",
-        "    if state_of(head) not in CLAIMABLE:\n",
+        "    if not claimable(state_of(head), head.abort_author is not None):\n",
         "    if state_of(head) == SETTLED:\n", ALL,
         ci_seed=6, ci_duration="15m", ci_scenario="ledger-storm"),
     Mutant(
@@ -273,7 +273,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if row.abort_author is not None:\n        return AbortIntent(submission_id, row.abort_author,",
         "    if row.abort_author is not None and row.settled_at_ms is not None:\n"
         "        return AbortIntent(submission_id, row.abort_author,", LS_PS,
-        ci_seed=0, ci_duration="15m", ci_scenario="port-storm"),
+        ci_seed=4, ci_duration="30m", ci_scenario="port-storm"),
     # -- aborts and the claim's fence on the log (issue 13) --------------------------
     Mutant(
         "ledger-reserve-ignores-abort",
@@ -289,6 +289,18 @@ MUTANTS: tuple[Mutant, ...] = (
         "with an intent waits for the head of its lane behind unrelated work.",
         "model.ledger.rules", "    if after == SETTLED:\n", "    if after == SETTLED and state == ADMITTED:\n",
         LS_PS, ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "ledger-unknown-head-claimable",
+        "A head whose tool call's outcome is unknown is claimable like any other, so its next owner replays "
+        "the uncertain tool instead of waiting for a resolution.",
+        "model.ledger.states", "CLAIMABLE_ONLY_TO_ABORT = frozenset({UNKNOWN})\n",
+        "CLAIMABLE_ONLY_TO_ABORT = frozenset()\n", LS_PS, ci_seed=1, ci_duration="5m", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-resolution-last-wins",
+        "A second, contrary resolution of an unknown tool call replaces the first instead of conflicting.",
+        "model.ledger.rules", "    if existing is not None:\n        same = ",
+        "    if existing is not None and existing[\"resolution\"] == resolution:\n        same = ", ("port-storm",),
+        ci_seed=1, ci_duration="5m"),
     Mutant(
         "worker-abort-read-once",
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "

@@ -101,6 +101,8 @@ EDGES = (
     "abort_after_finalize_replays_intent", "abort_raced_settlement", "purge_refused_open_work", "purge_settled",
     "purge_idempotent", "ledger_illegal_rejected", "claim_blocked_before_expiry", "claim_at_exact_lease_expiry",
     "renew_at_expiry_lost", "stale_token_fenced", "shared_claimed", "shared_settled",
+    "unknown_blocks_claim", "unknown_resolution_replayed", "unknown_resolution_conflict",
+    "unknown_resolved_claimable", "unknown_claimed_to_abort",
     # conversation log
     "log_over_1024_records", "read_full_default_page", "read_across_page_boundary", "read_at_page_boundary",
     "read_past_tail_empty", "read_illegal_rejected", "digest_at_batch_boundary", "digest_at_inside_batch",
@@ -444,7 +446,7 @@ class _Process(ClientProcess):
         """Recover, then run episodes until the heal instant, then drain."""
         await self.recover()
         episodes = [self.ds_private, self.ds_illegal, self.ledger_private, self.lease_expiry, self.checkpoints,
-                    self.content, self.churn]
+                    self.content, self.churn, self.unknown_outcome]
         if self.w.races:
             episodes += [self.ds_shared, self.ledger_shared, self.ledger_shared]
         if self.w.late_aborts:
@@ -511,6 +513,13 @@ class _Process(ClientProcess):
                                                                           f"leftover {sid} vanished", sid):
             return False
         record = got.value
+        open_calls = [c for c, v in (record.unknown_calls or {}).items() if v is None]
+        for call_id in open_calls if record.reserved_digest is None and record.abort_author is None else ():
+            # A predecessor left a tool call unknown: nothing replays it blind; resolve it first.
+            out = await self.call("ledger", "resolve_unknown", sid, call_id, "NeverHappened", self.label, None,
+                                  self.now())
+            if not self.expect_ok(out, f"resolve_unknown({sid}, {call_id}) in recovery", sid):
+                return False
         if not record.ready and record.abort_author is None:
             # An unready head is claimable only once its abort intent exists.
             abort = await self.call("ledger", "request_abort", sid, self.label, "recovery: never made ready",
@@ -1102,6 +1111,81 @@ class _Process(ClientProcess):
             return
         final = await self.call("ledger", "finalize_settlement", sid, self.now())
         if self.expect(final.ok and final.value.outcome == "completed", f"finalize({sid}): {final.show()}", conv):
+            purge = await self.call("ledger", "purge_conversation", conv)
+            self.expect(purge.ok, f"purge of {conv}: {purge.show()}", conv)
+
+    async def unknown_outcome(self) -> None:
+        """A tool call whose outcome its owner cannot tell: the lane blocks
+        (no claim grants it) until a resolution, idempotent, the first one
+        winning, makes it claimable again, or an abort intent lets a cleanup
+        owner settle it aborted (never replaying the tool)."""
+        conv = self.private_conversation("u")
+        key = self.uid("key")
+        value = {"tool": self._next()}
+        admission = await self.admit_ready(conv, key, value)
+        if admission is None:
+            return
+        sid = admission.submission_id
+        token = await self.claim_token(conv, self.label, 0)
+        if token is None or not await self._apply_input(conv, token, sid, key, value, 1):
+            return
+        call_id = self.uid("call")
+        marked = await self.call("ledger", "mark_unknown", token, call_id)
+        if not self.expect(marked.ok and marked.value.tool_call_id == call_id and (
+                not marked.value.replayed or marked.lost), f"mark_unknown({sid}) answered {marked.show()}", conv):
+            return
+        blocked = await self.call("ledger", "claim", conv, self.label, self.lease_ms, self.now())
+        if not self.expect(blocked.ok and blocked.value is None, f"claim of {sid} with an unknown call answered "
+                                                                  f"{blocked.show()}", conv):
+            return
+        self.w.edge("unknown_blocks_claim")
+        resolution = self.rng.choice(("NeverHappened", "SafeToRetry", "CompletedWithResult", "abort"))
+        if resolution == "abort":
+            intent = await self._abort(sid, "the tool's outcome is unknown")
+            if intent is None:
+                return
+            cleanup = await self.claim_token(conv, self.label, token.epoch)
+            if cleanup is None or not self.expect(cleanup.submission_id == sid, f"cleanup claim got {cleanup!r}",
+                                                  conv):
+                return
+            self.w.edge("unknown_claimed_to_abort")
+            token, record = cleanup, self.settlement_record("aborted", 1)
+        else:
+            result = {"rows": self._next()} if resolution == "CompletedWithResult" else None
+            now = self.now()
+            out = await self.call("ledger", "resolve_unknown", sid, call_id, resolution, self.label, result, now)
+            want = (sid, call_id, resolution, self.label, now, result, 0)
+            got = None if not out.ok else (out.value.submission_id, out.value.tool_call_id, out.value.resolution,
+                                           out.value.resolver, out.value.resolved_at_ms, out.value.result,
+                                           out.value.open_calls)
+            if not self.expect(got == want and (not out.value.replayed or out.lost),
+                               f"resolve_unknown({sid}, {resolution}) answered {out.show()}", conv):
+                return
+            again = await self.call("ledger", "resolve_unknown", sid, call_id, resolution, f"{self.label}/other",
+                                    result, now + 1)
+            if self.expect(again.ok and again.value.replayed and again.value.resolver == self.label
+                           and again.value.resolved_at_ms == now, f"a repeat resolution answered {again.show()}",
+                           conv):
+                self.w.edge("unknown_resolution_replayed")
+            other = "SafeToRetry" if resolution == "NeverHappened" else "NeverHappened"
+            clash = await self.call("ledger", "resolve_unknown", sid, call_id, other, self.label, None, now + 2)
+            if self.expect_rejected(clash, ("ResolutionConflict",), f"a contrary resolution of {sid}", conv):
+                self.w.edge("unknown_resolution_conflict")
+            token = await self.claim_token(conv, self.label, token.epoch)
+            if token is None or not self.expect(token.submission_id == sid, f"claim after the resolution got "
+                                                                            f"{token!r}", conv):
+                return
+            self.w.edge("unknown_resolved_claimable")
+            record = self.settlement_record("completed", 1)
+        mat = await self.call("log", "materialize", conv, self.label, token.epoch)
+        reserved = await self.call("ledger", "reserve_settlement", token, record)
+        if not (self.expect_ok(mat, f"materialize({conv})", conv) and self.expect_ok(reserved, "reserve", conv)):
+            return
+        if not await self._append_settled(conv, token, sid, reserved.value.record_digest, record):
+            return
+        final = await self.call("ledger", "finalize_settlement", sid, self.now())
+        if self.expect(final.ok and final.value.outcome == record["outcome"], f"finalize({sid}): {final.show()}",
+                       conv):
             purge = await self.call("ledger", "purge_conversation", conv)
             self.expect(purge.ok, f"purge of {conv}: {purge.show()}", conv)
 

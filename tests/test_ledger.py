@@ -475,3 +475,24 @@ def test_memory_and_sqlite_agree_on_random_histories(operations):
             sqlite_ledger.close()
 
     run(main)
+
+
+class UnknownHeadClaimable(InMemorySubmissionLedger):
+    """Claims a head whose tool call's outcome is unknown, as if resolved."""
+
+    async def claim(self, conversation_id, owner_id, lease_ms, now_ms):
+        open_rows = self._nonterminal(conversation_id)
+        head = open_rows[0] if open_rows else None
+        if head is not None and head.unknown_open and head.abort_author is None:
+            self._put(attrs.evolve(head, unknown_open=0))
+            try:
+                return await super().claim(conversation_id, owner_id, lease_ms, now_ms)
+            finally:
+                self._put(attrs.evolve(self._submissions[head.submission_id], unknown_open=head.unknown_open))
+        return await super().claim(conversation_id, owner_id, lease_ms, now_ms)
+
+
+def test_conformance_catches_an_unknown_head_claimed():
+    with pytest.raises(ConformanceFailure) as info:
+        run(run_ledger_conformance, UnknownHeadClaimable)
+    assert "unknown-outcome-blocks-the-lane" in info.value.failed_checks

@@ -40,6 +40,11 @@ from .records import (
     AbortConflict,
     AbortIntent,
     AbortRequested,
+    ResolutionConflict,
+    TransitionRefused,
+    UnknownMarked,
+    UnknownResolution,
+    UnknownToolCall,
     AdmissionConflict,
     AdmissionResult,
     Claim,
@@ -319,6 +324,84 @@ async def _(ledger) -> None:
                         "abort after settlement")
     _eq((exc.outcome, exc.settling), ("completed", False), "conflict names the settled outcome")
     _eq((await ledger.get(result.submission_id)).abort_author, None, "a refused abort writes nothing")
+
+
+# --- unknown tool outcomes -------------------------------------------------------------
+
+
+@_check("unknown-outcome-blocks-the-lane")
+async def _(ledger) -> None:
+    result = await _admitted(ledger)
+    await _admitted(ledger, key="k2")
+    claim = await _claimed(ledger, now_ms=100)
+    await _raises(TransitionRefused, ledger.mark_unknown(claim, "call-1"), "mark_unknown before the input is applied")
+    await ledger.mark_input_applied(claim)
+    marked = await ledger.mark_unknown(claim, "call-1")
+    _eq(marked, UnknownMarked(result.submission_id, "call-1", False), "marked")
+    _eq(await ledger.mark_unknown(claim, "call-1"), UnknownMarked(result.submission_id, "call-1", True),
+        "a repeat by the marking token replays")
+    record = await ledger.get(result.submission_id)
+    _eq((record.owner_id, record.lease_expires_ms, record.unknown_calls), (None, None, {"call-1": None}),
+        "ownership ended, the call open")
+    await _raises(OwnershipLost, ledger.renew_ownership(claim, 1_000, 200), "the marking token no longer owns it")
+    for owner, now_ms in (("o1", 300), ("o2", 5_000)):  # nothing claims it: not the head, not what is behind it
+        _eq(await ledger.claim("c1", owner, 1_000, now_ms), None, f"claim by {owner} of an unknown head")
+    snapshot = await ledger.load_recovery_snapshot("c1")
+    _eq(snapshot.submissions[0].unknown_open, 1, "the snapshot shows the open call")
+
+
+@_check("unknown-resolution-idempotent-first-wins")
+async def _(ledger) -> None:
+    result = await _admitted(ledger)
+    claim = await _claimed(ledger, now_ms=100)
+    await ledger.mark_input_applied(claim)
+    await ledger.mark_unknown(claim, "call-1")
+    await _raises(UnknownToolCall, ledger.resolve_unknown(result.submission_id, "call-9", "SafeToRetry", "r", None, 1),
+                  "resolution of a call never marked")
+    first = await ledger.resolve_unknown(result.submission_id, "call-1", "CompletedWithResult", "reconciler",
+                                         {"rows": 2, "ok": True}, 400)
+    _eq(first, UnknownResolution(result.submission_id, "call-1", "CompletedWithResult", "reconciler", 400,
+                                 {"rows": 2, "ok": True}, False, 0), "the first resolution")
+    again = await ledger.resolve_unknown(result.submission_id, "call-1", "CompletedWithResult", "other",
+                                         {"ok": True, "rows": 2}, 900)
+    _eq(again, UnknownResolution(result.submission_id, "call-1", "CompletedWithResult", "reconciler", 400,
+                                 {"rows": 2, "ok": True}, True, 0), "a repeat (key order irrelevant) replays it")
+    for resolution, value in (("NeverHappened", None), ("CompletedWithResult", {"rows": 3})):
+        exc = await _raises(ResolutionConflict, ledger.resolve_unknown(result.submission_id, "call-1", resolution,
+                                                                       "r", value, 950), f"a contrary {resolution}")
+        _eq((exc.existing, exc.attempted), ("CompletedWithResult", resolution), "conflict fields")
+    await _raises(ValueError, ledger.resolve_unknown(result.submission_id, "call-1", "SafeToRetry", "r", {"x": 1}, 1),
+                  "a result on a resolution that carries none")
+    await _raises(ValueError, ledger.resolve_unknown(result.submission_id, "call-1", "Maybe", "r", None, 1),
+                  "an unknown resolution kind")
+    claim2 = await _claimed(ledger, owner_id="o2", now_ms=5_000)
+    _eq(claim2.submission_id, result.submission_id, "resolved: claimable again")
+    _true(claim2.epoch > claim.epoch, "at a higher epoch")
+    record = await ledger.get(result.submission_id)
+    _eq(record.unknown_calls, {"call-1": {"resolution": "CompletedWithResult", "resolver": "reconciler",
+                                          "resolvedAtMs": 400, "result": {"rows": 2, "ok": True}}}, "stored")
+    exc = await _raises(ResolutionConflict, ledger.mark_unknown(claim2, "call-1"), "marking a resolved call again")
+    _eq((exc.existing, exc.attempted), ("CompletedWithResult", "unknown"), "conflict fields")
+
+
+@_check("unknown-claimable-only-to-abort")
+async def _(ledger) -> None:
+    result = await _admitted(ledger)
+    claim = await _claimed(ledger, now_ms=100)
+    await ledger.mark_input_applied(claim)
+    await ledger.mark_unknown(claim, "call-1")
+    intent = await ledger.request_abort(result.submission_id, "ops", "give up", 200)
+    _eq(intent.settled_at_ms, None, "an unknown head was claimed once: the intent waits for a cleanup owner")
+    cleanup = await _claimed(ledger, owner_id="o2", now_ms=300)
+    _eq(cleanup.submission_id, result.submission_id, "with its abort intent the unknown head is claimable")
+    await _raises(AbortRequested, ledger.reserve_settlement(cleanup, COMPLETED_RECORD),
+                  "the cleanup owner cannot settle it any other way than aborted")
+    await ledger.reserve_settlement(cleanup, {"outcome": "aborted"})
+    settled = await ledger.finalize_settlement(result.submission_id, 400)
+    _eq(settled.outcome, "aborted", "settled aborted")
+    late = await ledger.resolve_unknown(result.submission_id, "call-1", "NeverHappened", "reconciler", None, 500)
+    _eq((late.replayed, late.open_calls), (False, 0), "a resolution after settlement is recorded")
+    _eq((await ledger.get(result.submission_id)).outcome, "aborted", "and changes nothing else")
 
 
 # --- settlement ---------------------------------------------------------------------

@@ -16,6 +16,8 @@ from .records import (
     ReservedSettlement,
     Settlement,
     SubmissionRecord,
+    UnknownMarked,
+    UnknownResolution,
 )
 from .rules import (
     ConversationRow,
@@ -27,10 +29,12 @@ from .rules import (
     decide_finalize,
     decide_input_applied,
     decide_mark_ready,
+    decide_mark_unknown,
     decide_purge,
     decide_release,
     decide_renew,
     decide_reserve,
+    decide_resolve,
     encode_input,
     encode_settlement,
     recovery_snapshot,
@@ -43,7 +47,9 @@ from .rules import (
     validate_admit,
     validate_claim,
     validate_finalize,
+    validate_mark_unknown,
     validate_renew,
+    validate_resolve,
 )
 
 
@@ -138,6 +144,22 @@ class InMemorySubmissionLedger:
         if row is not None:
             self._put(row)
         return intent
+
+    async def mark_unknown(self, token: Claim, tool_call_id: str) -> UnknownMarked:
+        validate_mark_unknown(token, tool_call_id)
+        marked, row = decide_mark_unknown(self._submissions.get(token.submission_id), token, tool_call_id)
+        if row is not None:
+            self._put(row)
+        return marked
+
+    async def resolve_unknown(self, submission_id: str, tool_call_id: str, resolution: str, resolver: str,
+                              result: object, now_ms: int) -> UnknownResolution:
+        result = validate_resolve(submission_id, tool_call_id, resolution, resolver, result, now_ms)
+        resolved, row = decide_resolve(submission_id, self._submissions.get(submission_id), tool_call_id,
+                                       resolution, resolver, result, now_ms)
+        if row is not None:
+            self._put(row)
+        return resolved
 
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:
         require_token(token)

@@ -25,6 +25,8 @@ from .records import (
     ReservedSettlement,
     Settlement,
     SubmissionRecord,
+    UnknownMarked,
+    UnknownResolution,
 )
 
 
@@ -61,6 +63,19 @@ class SubmissionLedgerPort(Protocol):
         it). A never-claimed submission settles ``aborted`` at once; a running
         one's owner observes the intent at its next step and settles
         ``aborted``. ``AbortConflict`` once settled or terminalizing."""
+        ...
+
+    async def mark_unknown(self, token: Claim, tool_call_id: str) -> UnknownMarked:
+        """The owner cannot tell whether a tool call happened: the head is
+        unknown and not claimable (except, with an abort intent, for aborted
+        settlement); ownership ends. Needs the input applied."""
+        ...
+
+    async def resolve_unknown(self, submission_id: str, tool_call_id: str, resolution: str, resolver: str,
+                              result: object, now_ms: int) -> UnknownResolution:
+        """Resolve an unknown call (``NeverHappened``, ``SafeToRetry``,
+        ``CompletedWithResult`` with its ``result``): the first resolution
+        wins; the last open one makes the head claimable again."""
         ...
 
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:

@@ -23,6 +23,14 @@ OUTCOMES: tuple[str, ...] = (COMPLETED, FAILED, ABORTED)
 
 SCHEMA_VERSION = 1
 
+# How a tool call whose outcome was unknown is resolved (persistence §3: an
+# unknown head is never replayed blindly; only a resolution makes it
+# claimable again).
+NEVER_HAPPENED = "NeverHappened"
+SAFE_TO_RETRY = "SafeToRetry"
+COMPLETED_WITH_RESULT = "CompletedWithResult"
+RESOLUTIONS: tuple[str, ...] = (NEVER_HAPPENED, SAFE_TO_RETRY, COMPLETED_WITH_RESULT)
+
 
 @attrs.frozen
 class AdmissionResult:
@@ -75,6 +83,33 @@ class AbortIntent:
 
 
 @attrs.frozen
+class UnknownMarked:
+    """``mark_unknown``'s answer: the tool call's outcome is unknown; the
+    owner's ownership ended (``replayed``: this token had marked it)."""
+
+    submission_id: str
+    tool_call_id: str
+    replayed: bool = False
+
+
+@attrs.frozen
+class UnknownResolution:
+    """A resolution of an unknown tool call: the FIRST one, always
+    (``replayed=True`` on an identical repeat). ``result`` only for
+    ``CompletedWithResult``. ``open_calls``: the submission's unknown calls
+    still unresolved after it (0: claimable again)."""
+
+    submission_id: str
+    tool_call_id: str
+    resolution: str
+    resolver: str
+    resolved_at_ms: int
+    result: object = None
+    replayed: bool = False
+    open_calls: int = 0
+
+
+@attrs.frozen
 class ReservedSettlement:
     submission_id: str
     record_digest: str
@@ -119,10 +154,19 @@ class SubmissionRecord:
     outcome: str | None
     settled_at_ms: int | None
     schema_version: int = SCHEMA_VERSION
+    # Tool calls whose outcome its owner marked unknown: call id -> None while
+    # open, else the resolution ``{resolution, resolver, resolvedAtMs[, result]}``.
+    unknown_calls: object = None
 
     @property
     def settled(self) -> bool:
         return self.settled_at_ms is not None
+
+    @property
+    def unknown_open(self) -> int:
+        """How many of its unknown tool calls are unresolved."""
+        calls = self.unknown_calls
+        return 0 if not calls else sum(1 for resolution in calls.values() if resolution is None)
 
 
 @attrs.frozen
@@ -143,6 +187,7 @@ class SubmissionOwnership:
     abort_requested_at_ms: int | None
     reserved_digest: str | None
     settled: bool
+    unknown_open: int = 0  # unknown tool calls not yet resolved (the head is not claimable)
 
 
 @attrs.frozen
@@ -378,7 +423,7 @@ class UnsupportedLedgerVersion(LedgerError):
         return (type(self), (self.submission_id, self.schema_version))
 
 
-_RECORD_FIELDS = frozenset(attrs.fields_dict(SubmissionRecord)) | {"settled"}
+_RECORD_FIELDS = frozenset(attrs.fields_dict(SubmissionRecord)) | {"settled", "unknown_open"}
 
 
 @attrs.frozen
@@ -399,3 +444,51 @@ class UnreadableSubmission:
         if name in _RECORD_FIELDS:
             raise self.error
         raise AttributeError(name)
+
+
+class TransitionRefused(LedgerError):
+    """An operation the submission's state does not allow (``states.py``),
+    where no more specific error applies. Nothing was written."""
+
+    name = "TransitionRefused"
+
+    def __init__(self, submission_id: str, state: str, operation: str) -> None:
+        self.submission_id = submission_id
+        self.state = state
+        self.operation = operation
+        super().__init__(f"{operation} refused for {submission_id!r}: it is {state}")
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.state, self.operation))
+
+
+class UnknownToolCall(LedgerError):
+    """A resolution of a tool call its submission never marked unknown."""
+
+    name = "UnknownToolCall"
+
+    def __init__(self, submission_id: str, tool_call_id: str) -> None:
+        self.submission_id = submission_id
+        self.tool_call_id = tool_call_id
+        super().__init__(f"{submission_id!r} has no unknown tool call {tool_call_id!r}")
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.tool_call_id))
+
+
+class ResolutionConflict(LedgerError):
+    """A resolution other than the first one of the same unknown tool call
+    (``attempted`` ``"unknown"``: marking an already resolved call unknown)."""
+
+    name = "ResolutionConflict"
+
+    def __init__(self, submission_id: str, tool_call_id: str, existing: str, attempted: str) -> None:
+        self.submission_id = submission_id
+        self.tool_call_id = tool_call_id
+        self.existing = existing
+        self.attempted = attempted
+        super().__init__(f"tool call {tool_call_id!r} of {submission_id!r} was resolved {existing!r}, "
+                         f"attempted {attempted!r}")
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.tool_call_id, self.existing, self.attempted))

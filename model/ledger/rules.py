@@ -14,8 +14,9 @@ plain immutable data, digests are over exactly what is stored, and every
 read is a fresh decode.
 
 Which operation a submission's state allows, and the state it leaves, is
-one table (``states.py``): ``decide_claim``, ``decide_abort`` and
-``decide_finalize`` read it; the crash points are derived from it.
+one table (``states.py``): ``decide_claim``, ``decide_abort``,
+``decide_finalize`` and ``decide_mark_unknown`` read it; the crash points are
+derived from it.
 
 Decisions where the specification is silent (all in one place, here):
 
@@ -46,6 +47,14 @@ Decisions where the specification is silent (all in one place, here):
 - ``reserve_settlement`` of a non-aborted record while an abort intent
   exists is ``AbortRequested`` (nothing written): the owner settles
   ``aborted`` instead.
+- ``mark_unknown`` (the owner cannot tell whether a tool call happened)
+  needs the input applied (else ``TransitionRefused``) and ends ownership:
+  no claim grants the head while a call is open, except with an abort
+  intent (for aborted settlement only). ``resolve_unknown`` by anyone (a
+  reconciler): the first resolution wins, an identical repeat replays it
+  with its resolver and time, another is ``ResolutionConflict``; a call
+  never marked is ``UnknownToolCall``. A resolution may come after the
+  submission settled (aborted meanwhile): recorded, nothing else changes.
 - Settlement shape (§10): ``outcome`` in completed/failed/aborted; failed
   carries ``diagnostic`` = exactly ``{errorTag: str, message: str}`` and no
   ``result``, ``cause`` or ``stack``; aborted carries no ``result`` key (not
@@ -72,7 +81,8 @@ import attrs
 
 from model.canonical import CanonicalDecodeError, canonical_json, decode, digest, digest_text
 
-from .states import ABORT, ADMITTED, CLAIMABLE, FINALIZE, READY, SETTLED, TERMINALIZING, state_of, target
+from .states import (ABORT, ADMITTED, FINALIZE, MARK_UNKNOWN, READY, SETTLED, TERMINALIZING, claimable, state_of,
+                     target)
 from .records import (
     ABORTED,
     COMPLETED,
@@ -82,6 +92,13 @@ from .records import (
     AbortConflict,
     AbortIntent,
     AbortRequested,
+    COMPLETED_WITH_RESULT,
+    RESOLUTIONS,
+    ResolutionConflict,
+    TransitionRefused,
+    UnknownMarked,
+    UnknownResolution,
+    UnknownToolCall,
     AdmissionConflict,
     AdmissionResult,
     Claim,
@@ -134,6 +151,8 @@ class SubmissionRow:
     reserved_digest: str | None = None
     outcome: str | None = None
     settled_at_ms: int | None = None
+    unknown_json: str | None = None  # {callId: None | resolution}: its unknown tool calls, canonical
+    unknown_open: int = 0  # how many of them are unresolved
     schema_version: int = SCHEMA_VERSION
 
 
@@ -153,7 +172,7 @@ _ROW_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
     ("admitted_at_ms", _INT), ("ready", _BOOL), ("owner_id", _OPT_STR), ("epoch", _OPT_INT),
     ("lease_expires_ms", _OPT_INT), ("input_applied", _BOOL), ("abort_author", _OPT_STR),
     ("abort_reason", _OPT_STR), ("abort_requested_at_ms", _OPT_INT), ("reserved_json", _OPT_STR), ("reserved_digest", _OPT_STR),
-    ("outcome", _OPT_STR), ("settled_at_ms", _OPT_INT),
+    ("outcome", _OPT_STR), ("settled_at_ms", _OPT_INT), ("unknown_json", _OPT_STR), ("unknown_open", _INT),
 )
 
 
@@ -220,6 +239,7 @@ def row_to_record(row: SubmissionRow) -> SubmissionRecord:
         outcome=row.outcome,
         settled_at_ms=row.settled_at_ms,
         schema_version=row.schema_version,
+        unknown_calls=None if row.unknown_json is None else decode(row.unknown_json),
     )
 
 
@@ -254,6 +274,7 @@ def row_to_ownership(row: SubmissionRow) -> SubmissionOwnership:
         abort_requested_at_ms=row.abort_requested_at_ms,
         reserved_digest=row.reserved_digest,
         settled=row.settled_at_ms is not None,
+        unknown_open=row.unknown_open,
     )
 
 
@@ -409,7 +430,7 @@ def decide_claim(
     if head is None:
         return NO_CLAIM
     assert conversation is not None and head.settled_at_ms is None, (conversation, head)
-    if state_of(head) not in CLAIMABLE:
+    if not claimable(state_of(head), head.abort_author is not None):
         # An unready head is an unknown one: never claimable (its abort
         # intent settles it instead: nothing of it is in the log to clean up).
         return NO_CLAIM
@@ -508,6 +529,90 @@ def decide_abort(
             settled_at_ms=now_ms)
     return AbortIntent(submission_id, author, reason, now_ms), attrs.evolve(
         row, abort_author=author, abort_reason=reason, abort_requested_at_ms=now_ms)
+
+
+# --- unknown tool outcomes -----------------------------------------------------------
+
+
+def _unknown_calls(row: SubmissionRow) -> dict:
+    return {} if row.unknown_json is None else decode(row.unknown_json)
+
+
+def decide_mark_unknown(
+    row: SubmissionRow | None, token: Claim, tool_call_id: str
+) -> tuple[UnknownMarked, SubmissionRow | None]:
+    """The owner cannot tell whether a tool call happened: the call is open
+    and the submission unknown; ownership ends (nothing may replay it). A
+    repeat by the token that marked it (its ownership already ended) replays."""
+    if row is not None and row.owner_id is None and row.epoch == token.epoch:
+        calls = _unknown_calls(row)
+        if tool_call_id in calls and calls[tool_call_id] is None:
+            return UnknownMarked(row.submission_id, tool_call_id, True), None
+    row = check_token(row, token)
+    state = state_of(row)
+    if target(state, MARK_UNKNOWN) is None:
+        raise TransitionRefused(row.submission_id, state, MARK_UNKNOWN)
+    calls = _unknown_calls(row)
+    if tool_call_id in calls:
+        existing = calls[tool_call_id]
+        if existing is not None:
+            raise ResolutionConflict(row.submission_id, tool_call_id, existing["resolution"], "unknown")
+        return UnknownMarked(row.submission_id, tool_call_id, True), None
+    calls[tool_call_id] = None
+    return UnknownMarked(row.submission_id, tool_call_id), attrs.evolve(
+        row, unknown_json=canonical_json(calls), unknown_open=row.unknown_open + 1, owner_id=None,
+        lease_expires_ms=None)
+
+
+def decide_resolve(
+    submission_id: str, row: SubmissionRow | None, tool_call_id: str, resolution: str, resolver: str,
+    result: object, now_ms: int,
+) -> tuple[UnknownResolution, SubmissionRow | None]:
+    """The first resolution of an unknown call wins; an identical repeat
+    replays it (its resolver and time); another is ``ResolutionConflict``."""
+    if row is None:
+        raise UnknownSubmission(submission_id)
+    calls = _unknown_calls(row)
+    if tool_call_id not in calls:
+        raise UnknownToolCall(submission_id, tool_call_id)
+    existing = calls[tool_call_id]
+    if existing is not None:
+        same = existing["resolution"] == resolution and (
+            resolution != COMPLETED_WITH_RESULT or digest(existing["result"]) == digest(result))
+        if not same:
+            raise ResolutionConflict(submission_id, tool_call_id, existing["resolution"], resolution)
+        return UnknownResolution(submission_id, tool_call_id, resolution, existing["resolver"],
+                                 existing["resolvedAtMs"], existing.get("result"), True, row.unknown_open), None
+    entry = {"resolution": resolution, "resolver": resolver, "resolvedAtMs": now_ms}
+    if resolution == COMPLETED_WITH_RESULT:
+        entry["result"] = result
+    calls[tool_call_id] = entry
+    open_calls = row.unknown_open - 1
+    assert open_calls >= 0, row
+    return UnknownResolution(submission_id, tool_call_id, resolution, resolver, now_ms,
+                             entry.get("result"), False, open_calls), attrs.evolve(
+        row, unknown_json=canonical_json(calls), unknown_open=open_calls)
+
+
+def validate_mark_unknown(token: object, tool_call_id: object) -> None:
+    require_token(token)
+    require_str("tool_call_id", tool_call_id)
+
+
+def validate_resolve(submission_id: object, tool_call_id: object, resolution: object, resolver: object,
+                     result: object, now_ms: object) -> object:
+    """The checks, and ``result`` as the ledger will hold it (a fresh copy)."""
+    require_str("submission_id", submission_id)
+    require_str("tool_call_id", tool_call_id)
+    require_str("resolver", resolver)
+    require_int("now_ms", now_ms)
+    if resolution not in RESOLUTIONS:
+        raise ValueError(f"resolution must be one of {RESOLUTIONS}, got {resolution!r}")
+    if resolution != COMPLETED_WITH_RESULT:
+        if result is not None:
+            raise ValueError(f"a {resolution} resolution carries no result")
+        return None
+    return decode(canonical_json(result))  # not JSON: ValueError / CanonicalEncodingError
 
 
 # --- settlement ---------------------------------------------------------------------

@@ -36,6 +36,8 @@ from .records import (
     ReservedSettlement,
     Settlement,
     SubmissionRecord,
+    UnknownMarked,
+    UnknownResolution,
 )
 from .rules import (
     SUBMISSION_FIELDS,
@@ -49,10 +51,12 @@ from .rules import (
     decide_finalize,
     decide_input_applied,
     decide_mark_ready,
+    decide_mark_unknown,
     decide_purge,
     decide_release,
     decide_renew,
     decide_reserve,
+    decide_resolve,
     encode_input,
     encode_settlement,
     recovery_snapshot,
@@ -64,7 +68,9 @@ from .rules import (
     validate_admit,
     validate_claim,
     validate_finalize,
+    validate_mark_unknown,
     validate_renew,
+    validate_resolve,
 )
 
 _SCHEMA: tuple[str, ...] = (
@@ -95,6 +101,8 @@ _SCHEMA: tuple[str, ...] = (
         reserved_digest TEXT,
         outcome TEXT,
         settled_at_ms INTEGER,
+        unknown_json TEXT,
+        unknown_open INTEGER NOT NULL CHECK (unknown_open >= 0),
         schema_version INTEGER NOT NULL,
         UNIQUE (conversation_id, principal_id, idempotency_key),
         UNIQUE (conversation_id, queue_seq)
@@ -296,6 +304,24 @@ class SqliteSubmissionLedger:
             if row is not None:
                 self._update(row)
         return intent
+
+    async def mark_unknown(self, token: Claim, tool_call_id: str) -> UnknownMarked:
+        validate_mark_unknown(token, tool_call_id)
+        with self._writing("mark_unknown"):
+            marked, row = decide_mark_unknown(self._submission(token.submission_id), token, tool_call_id)
+            if row is not None:
+                self._update(row)
+        return marked
+
+    async def resolve_unknown(self, submission_id: str, tool_call_id: str, resolution: str, resolver: str,
+                              result: object, now_ms: int) -> UnknownResolution:
+        result = validate_resolve(submission_id, tool_call_id, resolution, resolver, result, now_ms)
+        with self._writing("resolve_unknown"):
+            resolved, row = decide_resolve(submission_id, self._submission(submission_id), tool_call_id,
+                                           resolution, resolver, result, now_ms)
+            if row is not None:
+                self._update(row)
+        return resolved
 
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:
         require_token(token)

@@ -19,10 +19,11 @@ fire and recover each (ARCHITECTURE §5).
 ::
 
     admitted --mark_ready--> ready --claim--> running --mark_input_applied--> input-applied
-        |                      |                 |                                 |
-        +--abort (settles)-----+                 +-----------reserve---------------+
-                                                                  |
-                               settled <--finalize-- terminalizing
+        |                      |                 |                              |   ^
+        +--abort (settles)-----+                 +------reserve-------+   mark_unknown | resolve (the last)
+                                                                      |         v   |
+                               settled <--finalize-- terminalizing <--+------ unknown
+                                                                   (reserve: aborted only)
 
 Self-loops keep a state: a claim by a successor (lease lapsed), renewals,
 releases, idempotent repeats, an abort intent stored for a claimed
@@ -40,10 +41,11 @@ ADMITTED = "admitted"  # admitted; its receipt not yet out (an unknown head)
 READY = "ready"  # claimable; never claimed
 RUNNING = "running"  # claimed at least once; its input not yet marked applied
 INPUT_APPLIED = "input-applied"  # its canonical input is in the log
+UNKNOWN = "unknown"  # a tool call's outcome is unknown: blocked until resolved (or aborted)
 TERMINALIZING = "terminalizing"  # its exact settlement record is reserved
 SETTLED = "settled"  # finalized (or settled by its abort intent before it ever ran)
 
-STATES: tuple[str, ...] = (ADMITTED, READY, RUNNING, INPUT_APPLIED, TERMINALIZING, SETTLED)
+STATES: tuple[str, ...] = (ADMITTED, READY, RUNNING, INPUT_APPLIED, UNKNOWN, TERMINALIZING, SETTLED)
 OPEN_STATES = frozenset(STATES) - {SETTLED}
 
 # --- operations (the ledger's writes) -----------------------------------------------
@@ -56,15 +58,18 @@ MARK_INPUT_APPLIED = "mark_input_applied"
 ABORT = "request_abort"
 RESERVE = "reserve_settlement"
 FINALIZE = "finalize_settlement"
+MARK_UNKNOWN = "mark_unknown"
+RESOLVE = "resolve_unknown"
 
-OPERATIONS: tuple[str, ...] = (MARK_READY, CLAIM, RENEW, RELEASE, MARK_INPUT_APPLIED, ABORT, RESERVE, FINALIZE)
+OPERATIONS: tuple[str, ...] = (MARK_READY, CLAIM, RENEW, RELEASE, MARK_INPUT_APPLIED, ABORT, RESERVE, FINALIZE,
+                               MARK_UNKNOWN, RESOLVE)
 
 # Who may perform an operation: anyone who names the submission, or only the
 # holder of its live ownership token (fenced by owner and epoch).
 ANYONE, OWNER = "anyone", "owner"
 AUTHORITY: dict[str, str] = {
-    MARK_READY: ANYONE, CLAIM: ANYONE, ABORT: ANYONE, FINALIZE: ANYONE,
-    RENEW: OWNER, RELEASE: OWNER, MARK_INPUT_APPLIED: OWNER, RESERVE: OWNER,
+    MARK_READY: ANYONE, CLAIM: ANYONE, ABORT: ANYONE, FINALIZE: ANYONE, RESOLVE: ANYONE,
+    RENEW: OWNER, RELEASE: OWNER, MARK_INPUT_APPLIED: OWNER, RESERVE: OWNER, MARK_UNKNOWN: OWNER,
 }
 
 # TRANSITIONS[state][operation] -> the state after it. Where a rule's outcome
@@ -78,21 +83,34 @@ TRANSITIONS: dict[str, dict[str, str]] = {
               MARK_INPUT_APPLIED: INPUT_APPLIED, ABORT: RUNNING, RESERVE: TERMINALIZING},
     INPUT_APPLIED: {MARK_READY: INPUT_APPLIED, CLAIM: INPUT_APPLIED, RENEW: INPUT_APPLIED,
                     RELEASE: INPUT_APPLIED, MARK_INPUT_APPLIED: INPUT_APPLIED, ABORT: INPUT_APPLIED,
-                    RESERVE: TERMINALIZING},
+                    RESERVE: TERMINALIZING, MARK_UNKNOWN: UNKNOWN, RESOLVE: INPUT_APPLIED},
+    # Marking a call unknown ends ownership; only resolutions (the last one
+    # back to input-applied) make the head claimable again, or an abort
+    # intent, for aborted settlement only (never to replay the tool).
+    UNKNOWN: {MARK_READY: UNKNOWN, CLAIM: UNKNOWN, RENEW: UNKNOWN, RELEASE: UNKNOWN,
+              MARK_INPUT_APPLIED: UNKNOWN, ABORT: UNKNOWN, MARK_UNKNOWN: UNKNOWN, RESOLVE: INPUT_APPLIED,
+              RESERVE: TERMINALIZING},
     # A successor claims a terminalizing head to finish its predecessor's
     # settlement with the reserved record (the canonical record wins).
     TERMINALIZING: {MARK_READY: TERMINALIZING, CLAIM: TERMINALIZING, RENEW: TERMINALIZING,
                     RELEASE: TERMINALIZING, MARK_INPUT_APPLIED: TERMINALIZING, RESERVE: TERMINALIZING,
-                    FINALIZE: SETTLED},
+                    FINALIZE: SETTLED, RESOLVE: TERMINALIZING},
     # Settled is terminal: only idempotent repeats and the last owner's token
     # upkeep (finalize leaves the ownership columns as they were).
     SETTLED: {MARK_READY: SETTLED, RENEW: SETTLED, RELEASE: SETTLED, MARK_INPUT_APPLIED: SETTLED,
-              RESERVE: SETTLED, FINALIZE: SETTLED},
+              RESERVE: SETTLED, FINALIZE: SETTLED, RESOLVE: SETTLED},
 }
 
 # A claim grants the FIFO head only in these states (an unready head is an
 # unknown one: never claimable; it settles by its abort intent instead).
 CLAIMABLE = frozenset(state for state, ops in TRANSITIONS.items() if CLAIM in ops)
+# ... and these only when the head's durable abort intent exists (§3: for
+# cleanup and aborted settlement, never uncertain tool replay).
+CLAIMABLE_ONLY_TO_ABORT = frozenset({UNKNOWN})
+
+
+def claimable(state: str, abort_requested: bool) -> bool:
+    return state in CLAIMABLE and (abort_requested or state not in CLAIMABLE_ONLY_TO_ABORT)
 
 
 def allows(state: str, operation: str) -> bool:
@@ -110,6 +128,8 @@ def state_of(row: Any) -> str:
         return SETTLED
     if row.reserved_digest is not None:
         return TERMINALIZING
+    if row.unknown_open:
+        return UNKNOWN
     if row.input_applied:
         return INPUT_APPLIED
     if row.epoch is not None:

@@ -70,6 +70,8 @@ from model.ledger.records import (
     Settlement,
     SubmissionOwnership,
     SubmissionRecord,
+    UnknownMarked,
+    UnknownResolution,
 )
 from scenarios.reference import HISTORY_MAX, error_name, retryable
 from scenarios.reference.jcs import canonical, digest_text, read_back
@@ -82,8 +84,10 @@ SCHEMA_VERSION = 1  # persistence §11: every record carries it; one version dur
 OUTCOMES = ("completed", "failed", "aborted")
 READS = frozenset({"get", "get_by_idempotency_key", "load_recovery_snapshot", "scan_nonterminal", "capabilities"})
 # The methods whose first argument names the submission, not the conversation.
-BY_SUBMISSION = frozenset({"mark_ready", "request_abort", "finalize_settlement", "get"})
-BY_TOKEN = frozenset({"renew_ownership", "release_ownership", "mark_input_applied", "reserve_settlement"})
+BY_SUBMISSION = frozenset({"mark_ready", "request_abort", "finalize_settlement", "get", "resolve_unknown"})
+BY_TOKEN = frozenset({"renew_ownership", "release_ownership", "mark_input_applied", "reserve_settlement",
+                      "mark_unknown"})
+RESOLUTIONS = ("NeverHappened", "SafeToRetry", "CompletedWithResult")
 
 # The port's parameters, in order (model/ledger/port.py): a call may pass any of them by keyword.
 PARAMS: dict[str, tuple[str, ...]] = {
@@ -97,6 +101,8 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "reserve_settlement": ("token", "record"),
     "finalize_settlement": ("submission_id", "now_ms"),
     "purge_conversation": ("conversation_id",),
+    "mark_unknown": ("token", "tool_call_id"),
+    "resolve_unknown": ("submission_id", "tool_call_id", "resolution", "resolver", "result", "now_ms"),
     "get": ("submission_id",),
     "get_by_idempotency_key": ("conversation_id", "principal_id", "idempotency_key"),
     "load_recovery_snapshot": ("conversation_id",),
@@ -128,7 +134,7 @@ class _Row:
     __slots__ = ("submission_id", "conversation_id", "principal_id", "idempotency_key", "queue_seq",
                  "input_text", "input_digest", "receipt", "admitted_at_ms", "ready", "owner_id", "epoch",
                  "lease_expires_ms", "input_applied", "abort_author", "abort_reason", "abort_at_ms", "reserved_text",
-                 "reserved_digest", "outcome", "settled_at_ms", "diagnostic", "_record")
+                 "reserved_digest", "outcome", "settled_at_ms", "diagnostic", "unknown", "_record")
 
     def __init__(self, submission_id: str, conversation_id: str, principal_id: str, idempotency_key: str,
                  queue_seq: int, input_text: str, input_digest: str, receipt: str, admitted_at_ms: int) -> None:
@@ -154,6 +160,9 @@ class _Row:
         self.outcome: str | None = None
         self.settled_at_ms: int | None = None
         self.diagnostic: object = None  # a failed settlement's, once finalized
+        # Tool calls marked unknown, in marking order: call id -> None (open)
+        # or its first resolution; None until the first is marked.
+        self.unknown: dict | None = None
         # The SubmissionRecord the contract says a read returns, built once
         # per change: workers scan the open work every poll, so a scan must
         # cost a comparison, not a decode. Every write calls ``changed``.
@@ -184,7 +193,11 @@ class _Row:
             reserved_record=(None if self.reserved_digest is None else _ELIDED) if self.reserved_text is None
             else read_back(self.reserved_text),
             reserved_digest=self.reserved_digest, outcome=self.outcome, settled_at_ms=self.settled_at_ms,
-            schema_version=SCHEMA_VERSION)
+            schema_version=SCHEMA_VERSION,
+            unknown_calls=None if self.unknown is None else read_back(canonical(self.unknown)))
+
+    def open_unknown(self) -> int:
+        return 0 if self.unknown is None else sum(1 for v in self.unknown.values() if v is None)
 
     def matches(self, record: object) -> bool:
         """Is ``record`` (a store's read) the one the contract says?"""
@@ -206,7 +219,7 @@ class _Row:
             abort_requested=self.abort_author is not None, abort_author=self.abort_author,
             abort_reason=self.abort_reason, abort_requested_at_ms=self.abort_at_ms,
             reserved_digest=self.reserved_digest,
-            settled=self.settled_at_ms is not None)
+            settled=self.settled_at_ms is not None, unknown_open=self.open_unknown())
 
     def lease_live(self, now_ms: int) -> bool:
         # L1: live strictly before the expiry instant. The specification is
@@ -591,16 +604,20 @@ class ReferenceLedger:
         if conversation is not None and conversation.open:
             head = next(iter(conversation.open.values()))  # FIFO: only the lowest unsettled seq
         claimable = head is not None and (
-            # An unready head is an unknown one: claimable only once its
-            # durable abort intent exists (persistence §3), for cleanup.
-            (head.ready or head.abort_author is not None)
+            # An unready head (its receipt never out) is never claimed: its
+            # abort intent settles it. A head with an open unknown tool call
+            # is claimable only once its durable abort intent exists
+            # (persistence §3), for aborted settlement.
+            head.ready and (head.open_unknown() == 0 or head.reserved_digest is not None
+                            or head.abort_author is not None)
             # L1 and L2: another owner's live lease blocks the claim; the same
             # owner may claim again, fencing its own previous token.
             and (head.owner_id is None or head.owner_id == owner or not head.lease_live(now_ms)))
         if not claimable:
             why = "no submission" if head is None else (
-                f"head {head.submission_id} is not ready and has no abort intent"
-                if not (head.ready or head.abort_author is not None)
+                f"head {head.submission_id} is not ready" if not head.ready else
+                f"head {head.submission_id} has an unknown tool call and no abort intent"
+                if head.open_unknown() and head.reserved_digest is None and head.abort_author is None
                 else f"head {head.submission_id} is leased to {head.owner_id} until {head.lease_expires_ms} ms")
             if call.error is not None or call.result is not None:
                 raise self._fail(conversation, f"None ({why})")
@@ -768,6 +785,88 @@ class ReferenceLedger:
         del conversation.open[sid]
         if not conversation.open:
             del self._open[row.conversation_id]
+        return conversation
+
+    def _mark_unknown(self, call: Any, a: dict) -> _Conversation | None:
+        token, call_id = a["token"], a["tool_call_id"]
+        if not isinstance(token, Claim) or type(call_id) is not str:
+            self._want_argument_error(call, "the token must be a Claim, tool_call_id a str")
+            return None
+        row = self._rows.get(token.submission_id)
+        if (row is not None and row.owner_id is None and row.epoch == token.epoch and row.unknown is not None
+                and call_id in row.unknown and row.unknown[call_id] is None):
+            # The token that marked it (its ownership ended with the mark): a replay.
+            conversation = self._conversations[row.conversation_id]
+            self._want_value(call, UnknownMarked(row.submission_id, call_id, True), conversation)
+            return conversation
+        if not self._fenced(call, row, token):
+            return None if row is None else self._conversations[row.conversation_id]
+        conversation = self._conversations[row.conversation_id]
+        if row.settled_at_ms is not None or row.reserved_digest is not None or not row.input_applied:
+            state = ("settled" if row.settled_at_ms is not None else
+                     "terminalizing" if row.reserved_digest is not None else "running")
+            self._want_error(call, "TransitionRefused", {"submission_id": row.submission_id, "state": state,
+                                                         "operation": "mark_unknown"}, conversation)
+            return conversation
+        existing = (row.unknown or {}).get(call_id, _MISSING)
+        if existing is not _MISSING and existing is not None:
+            self._want_error(call, "ResolutionConflict", {"submission_id": row.submission_id, "tool_call_id": call_id,
+                             "existing": existing["resolution"], "attempted": "unknown"}, conversation)
+            return conversation
+        if existing is None:
+            self._want_value(call, UnknownMarked(row.submission_id, call_id, True), conversation)
+            return conversation
+        self._want_value(call, UnknownMarked(row.submission_id, call_id, False), conversation)
+        if row.unknown is None:
+            row.unknown = {}
+        row.unknown[call_id] = None
+        row.owner_id = row.lease_expires_ms = None  # ownership ends: nothing may replay the call
+        row.changed()
+        return conversation
+
+    def _resolve_unknown(self, call: Any, a: dict) -> _Conversation | None:
+        sid, call_id, resolution, resolver, result, now_ms = (
+            a["submission_id"], a["tool_call_id"], a["resolution"], a["resolver"], a["result"], a["now_ms"])
+        if not (type(sid) is str and type(call_id) is str and type(resolver) is str and _is_int(now_ms)):
+            self._want_argument_error(call, "ids and the resolver must be str, now_ms an int")
+            return None
+        if resolution not in RESOLUTIONS or (resolution != "CompletedWithResult") != (result is None):
+            self._want_argument_error(call, "a known resolution, with a result exactly for CompletedWithResult")
+            return None
+        result_text = None
+        if resolution == "CompletedWithResult":
+            try:
+                result_text = canonical(result)
+            except ValueError as exc:
+                self._want_argument_error(call, f"the result is not JSON: {exc}")
+                return None
+        row = self._rows.get(sid)
+        if row is None:
+            self._want_error(call, "UnknownSubmission", {"submission_id": sid}, None)
+            return None
+        conversation = self._conversations[row.conversation_id]
+        if row.unknown is None or call_id not in row.unknown:
+            self._want_error(call, "UnknownToolCall", {"submission_id": sid, "tool_call_id": call_id}, conversation)
+            return conversation
+        existing = row.unknown[call_id]
+        if existing is not None:
+            same = existing["resolution"] == resolution and (
+                result_text is None or canonical(existing["result"]) == result_text)
+            if not same:
+                self._want_error(call, "ResolutionConflict", {"submission_id": sid, "tool_call_id": call_id,
+                                 "existing": existing["resolution"], "attempted": resolution}, conversation)
+                return conversation
+            self._want_value(call, UnknownResolution(sid, call_id, resolution, existing["resolver"],
+                                                     existing["resolvedAtMs"], existing.get("result"), True,
+                                                     row.open_unknown()), conversation)
+            return conversation
+        entry = {"resolution": resolution, "resolver": resolver, "resolvedAtMs": now_ms}
+        if result_text is not None:
+            entry["result"] = read_back(result_text)
+        row.unknown[call_id] = entry
+        self._want_value(call, UnknownResolution(sid, call_id, resolution, resolver, now_ms, entry.get("result"),
+                                                 False, row.open_unknown()), conversation)
+        row.changed()
         return conversation
 
     def _purge_conversation(self, call: Any, a: dict) -> _Conversation | None:
