@@ -74,6 +74,8 @@ from faults.events import (
     LedgerReserveSettlement,
     LedgerMarkUnknown,
     LedgerResolveUnknown,
+    LedgerSuspend,
+    LedgerDecideApproval,
     LedgerScanNonterminal,
     LogAppend,
     LogDeleteConversation,
@@ -410,9 +412,29 @@ def _resolve_unknown(resolved: Any, /, submission_id: str, tool_call_id: str, re
                                       replayed=resolved.replayed, open_calls=resolved.open_calls)
 
 
+@describes(SubmissionLedgerPort.suspend, LedgerSuspend)
+def _suspend(suspension: Any, /, token: Any, tool_call_ids: tuple[str, ...]) -> dict:
+    calls = tuple(tool_call_ids) if isinstance(tool_call_ids, (tuple, list)) else (repr(tool_call_ids),)
+    if suspension is None:
+        return LedgerSuspend.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                   calls=calls)
+    return LedgerSuspend.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch, calls=calls,
+                               pending=suspension.pending, resumed=suspension.resumed, replayed=suspension.replayed)
+
+
+@describes(SubmissionLedgerPort.decide_approval, LedgerDecideApproval)
+def _decide_approval(decided: Any, /, submission_id: str, tool_call_id: str, decision: str, resolver: str,
+                     reason: str, now_ms: int) -> dict:
+    if decided is None:
+        return LedgerDecideApproval.build(submission=submission_id, call=tool_call_id, decision=decision)
+    return LedgerDecideApproval.build(submission=submission_id, call=tool_call_id, decision=decision,
+                                      replayed=decided.replayed, pending=decided.pending)
+
+
 LEDGER_DESCRIBERS = _table(
     "ledger", _by_key, _purge_conversation, _admit, _mark_ready, _claim, _renew, _release_ownership,
-    _input_applied, _request_abort, _reserve, _finalize, _get, _scan, _mark_unknown, _resolve_unknown)
+    _input_applied, _request_abort, _reserve, _finalize, _get, _scan, _mark_unknown, _resolve_unknown,
+    _suspend, _decide_approval)
 
 
 # -- conversation log ---------------------------------------------------------

@@ -405,6 +405,26 @@ class LedgerResolveUnknown(PortEvent):
     open_calls: int = RESULT  # unknown calls still open after it
 
 
+class LedgerSuspend(PortEvent):
+    kind = "ledger.suspend"
+    submission: str  # the token's
+    owner: str
+    epoch: int
+    calls: tuple  # the tool calls whose approvals it waits for
+    pending: tuple = RESULT  # of those, the undecided ones
+    resumed: bool = RESULT
+    replayed: bool = RESULT
+
+
+class LedgerDecideApproval(PortEvent):
+    kind = "ledger.decide_approval"
+    submission: str
+    call: str
+    decision: str
+    replayed: bool = RESULT
+    pending: int = RESULT  # approvals still undecided after it (0: resumed)
+
+
 class LedgerReserveSettlement(PortEvent):
     kind = "ledger.reserve_settlement"
     submission: str

@@ -293,14 +293,29 @@ MUTANTS: tuple[Mutant, ...] = (
         "ledger-unknown-head-claimable",
         "A head whose tool call's outcome is unknown is claimable like any other, so its next owner replays "
         "the uncertain tool instead of waiting for a resolution.",
-        "model.ledger.states", "CLAIMABLE_ONLY_TO_ABORT = frozenset({UNKNOWN})\n",
-        "CLAIMABLE_ONLY_TO_ABORT = frozenset()\n", LS_PS, ci_seed=1, ci_duration="5m", ci_scenario="port-storm"),
+        "model.ledger.states", "CLAIMABLE_ONLY_TO_ABORT = frozenset({UNKNOWN, SUSPENDED})\n",
+        "CLAIMABLE_ONLY_TO_ABORT = frozenset({SUSPENDED})\n", LS_PS, ci_seed=1, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "ledger-resolution-last-wins",
         "A second, contrary resolution of an unknown tool call replaces the first instead of conflicting.",
         "model.ledger.rules", "    if existing is not None:\n        same = ",
         "    if existing is not None and existing[\"resolution\"] == resolution:\n        same = ", ("port-storm",),
         ci_seed=1, ci_duration="5m"),
+    Mutant(
+        "ledger-approval-last-wins",
+        "A contrary decision on a tool call's approval replaces the first instead of conflicting.",
+        "model.ledger.rules",
+        "    if existing is not None:\n        if existing[\"decision\"] != decision:\n",
+        "    if existing is not None and existing[\"decision\"] == decision:\n"
+        "        if existing[\"decision\"] != decision:\n", ("port-storm",), ci_seed=1, ci_duration="5m"),
+    Mutant(
+        "ledger-any-decision-resumes",
+        "The first approval decision resumes a submission suspended on several, so it runs while an approval "
+        "is still pending.",
+        "model.ledger.rules",
+        "        attrs.evolve(row, approvals_json=canonical_json(approvals), approvals_pending=pending)\n",
+        "        attrs.evolve(row, approvals_json=canonical_json(approvals), approvals_pending=0)\n",
+        ("port-storm",), ci_seed=1, ci_duration="5m"),
     Mutant(
         "worker-abort-read-once",
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "

@@ -103,6 +103,8 @@ EDGES = (
     "renew_at_expiry_lost", "stale_token_fenced", "shared_claimed", "shared_settled",
     "unknown_blocks_claim", "unknown_resolution_replayed", "unknown_resolution_conflict",
     "unknown_resolved_claimable", "unknown_claimed_to_abort",
+    "suspended_blocks_claim", "approval_replayed", "approval_conflict", "approval_resumed_claimable",
+    "suspend_decided_resumes_at_once", "suspended_claimed_to_abort",
     # conversation log
     "log_over_1024_records", "read_full_default_page", "read_across_page_boundary", "read_at_page_boundary",
     "read_past_tail_empty", "read_illegal_rejected", "digest_at_batch_boundary", "digest_at_inside_batch",
@@ -446,7 +448,7 @@ class _Process(ClientProcess):
         """Recover, then run episodes until the heal instant, then drain."""
         await self.recover()
         episodes = [self.ds_private, self.ds_illegal, self.ledger_private, self.lease_expiry, self.checkpoints,
-                    self.content, self.churn, self.unknown_outcome]
+                    self.content, self.churn, self.unknown_outcome, self.approvals]
         if self.w.races:
             episodes += [self.ds_shared, self.ledger_shared, self.ledger_shared]
         if self.w.late_aborts:
@@ -514,6 +516,13 @@ class _Process(ClientProcess):
             return False
         record = got.value
         open_calls = [c for c, v in (record.unknown_calls or {}).items() if v is None]
+        pending = [c for c, v in (record.approvals or {}).items() if v is None]
+        for call_id in pending if record.reserved_digest is None and record.abort_author is None else ():
+            # A predecessor suspended on approvals nobody gave: decide them (rejected) first.
+            out = await self.call("ledger", "decide_approval", sid, call_id, "rejected", self.label,
+                                  "recovery: nobody decided", self.now())
+            if not self.expect_ok(out, f"decide_approval({sid}, {call_id}) in recovery", sid):
+                return False
         for call_id in open_calls if record.reserved_digest is None and record.abort_author is None else ():
             # A predecessor left a tool call unknown: nothing replays it blind; resolve it first.
             out = await self.call("ledger", "resolve_unknown", sid, call_id, "NeverHappened", self.label, None,
@@ -938,7 +947,8 @@ class _Process(ClientProcess):
             if intent is None:
                 if self.expect_rejected(late, ("AbortConflict",), f"abort of settled {sid}", conv):
                     self.w.edge("abort_after_finalize_conflict")
-            elif self.expect(late.ok and late.value.replayed and attrs.evolve(late.value, replayed=False) == intent,
+            elif self.expect(late.ok and late.value.replayed
+                             and attrs.evolve(late.value, replayed=False) == attrs.evolve(intent, replayed=False),
                              f"abort of settled {sid} with an earlier intent answered {late.show()}, "
                              f"first {intent!r}", conv):
                 self.w.edge("abort_after_finalize_replays_intent")
@@ -1177,6 +1187,93 @@ class _Process(ClientProcess):
                 return
             self.w.edge("unknown_resolved_claimable")
             record = self.settlement_record("completed", 1)
+        mat = await self.call("log", "materialize", conv, self.label, token.epoch)
+        reserved = await self.call("ledger", "reserve_settlement", token, record)
+        if not (self.expect_ok(mat, f"materialize({conv})", conv) and self.expect_ok(reserved, "reserve", conv)):
+            return
+        if not await self._append_settled(conv, token, sid, reserved.value.record_digest, record):
+            return
+        final = await self.call("ledger", "finalize_settlement", sid, self.now())
+        if self.expect(final.ok and final.value.outcome == record["outcome"], f"finalize({sid}): {final.show()}",
+                       conv):
+            purge = await self.call("ledger", "purge_conversation", conv)
+            self.expect(purge.ok, f"purge of {conv}: {purge.show()}", conv)
+
+    async def approvals(self) -> None:
+        """The owner suspends on approvals: the lane blocks until the last
+        decision (idempotent, the first one winning) resumes it; suspending
+        again on decided calls resumes at once; an abort intent lets a
+        cleanup owner settle it aborted instead."""
+        conv = self.private_conversation("a")
+        key = self.uid("key")
+        value = {"approve": self._next()}
+        admission = await self.admit_ready(conv, key, value)
+        if admission is None:
+            return
+        sid = admission.submission_id
+        token = await self.claim_token(conv, self.label, 0)
+        if token is None or not await self._apply_input(conv, token, sid, key, value, 1):
+            return
+        calls = (self.uid("call"), self.uid("call"))
+        out = await self.call("ledger", "suspend", token, calls)
+        if not self.expect(out.ok and out.value.pending == calls and not out.value.resumed and (
+                not out.value.replayed or out.lost), f"suspend({sid}) answered {out.show()}", conv):
+            return
+        blocked = await self.call("ledger", "claim", conv, self.label, self.lease_ms, self.now())
+        if not self.expect(blocked.ok and blocked.value is None, f"claim of suspended {sid} answered {blocked.show()}",
+                           conv):
+            return
+        self.w.edge("suspended_blocks_claim")
+        if self.rng.below(4) == 0:
+            if await self._abort(sid, "nobody answers") is None:
+                return
+            cleanup = await self.claim_token(conv, self.label, token.epoch)
+            if cleanup is None or not self.expect(cleanup.submission_id == sid, f"cleanup claim got {cleanup!r}",
+                                                  conv):
+                return
+            self.w.edge("suspended_claimed_to_abort")
+            token, record = cleanup, self.settlement_record("aborted", 1)
+        else:
+            decisions = [self.rng.choice(("approved", "rejected")) for _ in calls]
+            for index, (call_id, decision) in enumerate(zip(calls, decisions)):
+                now = self.now()
+                out = await self.call("ledger", "decide_approval", sid, call_id, decision, self.label, "looked", now)
+                want = (decision, self.label, "looked", now, len(calls) - index - 1)
+                got = None if not out.ok else (out.value.decision, out.value.resolver, out.value.reason,
+                                               out.value.decided_at_ms, out.value.pending)
+                if not self.expect(got == want and (not out.value.replayed or out.lost),
+                                   f"decide_approval({sid}, {call_id}) answered {out.show()}", conv):
+                    return
+                if index == 0:
+                    still = await self.call("ledger", "claim", conv, self.label, self.lease_ms, self.now())
+                    self.expect(still.ok and still.value is None, f"claim with one approval pending answered "
+                                                                  f"{still.show()}", conv)
+                    again = await self.call("ledger", "decide_approval", sid, call_id, decision, f"{self.label}/2",
+                                            "again", now + 1)
+                    if self.expect(again.ok and again.value.replayed and again.value.resolver == self.label
+                                   and again.value.decided_at_ms == now, f"a repeat decision answered {again.show()}",
+                                   conv):
+                        self.w.edge("approval_replayed")
+                    contrary = "rejected" if decision == "approved" else "approved"
+                    clash = await self.call("ledger", "decide_approval", sid, call_id, contrary, self.label, "no",
+                                            now + 2)
+                    if self.expect_rejected(clash, ("ApprovalConflict",), f"a contrary decision on {sid}", conv):
+                        self.w.edge("approval_conflict")
+            token = await self.claim_token(conv, self.label, token.epoch)
+            if token is None or not self.expect(token.submission_id == sid, f"claim after the decisions got "
+                                                                            f"{token!r}", conv):
+                return
+            self.w.edge("approval_resumed_claimable")
+            again = await self.call("ledger", "suspend", token, calls)
+            if not self.expect(again.ok and again.value.resumed and again.value.pending == (),
+                               f"suspend on decided calls answered {again.show()}", conv):
+                return
+            self.w.edge("suspend_decided_resumes_at_once")
+            token = await self.claim_token(conv, self.label, token.epoch)
+            if token is None or not self.expect(token.submission_id == sid, f"claim after resuming got {token!r}",
+                                                conv):
+                return
+            record = self.settlement_record("completed" if "rejected" not in decisions else "failed", 1)
         mat = await self.call("log", "materialize", conv, self.label, token.epoch)
         reserved = await self.call("ledger", "reserve_settlement", token, record)
         if not (self.expect_ok(mat, f"materialize({conv})", conv) and self.expect_ok(reserved, "reserve", conv)):

@@ -496,3 +496,24 @@ def test_conformance_catches_an_unknown_head_claimed():
     with pytest.raises(ConformanceFailure) as info:
         run(run_ledger_conformance, UnknownHeadClaimable)
     assert "unknown-outcome-blocks-the-lane" in info.value.failed_checks
+
+
+class SuspendedHeadClaimable(InMemorySubmissionLedger):
+    """Claims a suspended head as if its approvals were decided."""
+
+    async def claim(self, conversation_id, owner_id, lease_ms, now_ms):
+        open_rows = self._nonterminal(conversation_id)
+        head = open_rows[0] if open_rows else None
+        if head is not None and head.approvals_pending and head.abort_author is None:
+            self._put(attrs.evolve(head, approvals_pending=0))
+            try:
+                return await super().claim(conversation_id, owner_id, lease_ms, now_ms)
+            finally:
+                self._put(attrs.evolve(self._submissions[head.submission_id], approvals_pending=head.approvals_pending))
+        return await super().claim(conversation_id, owner_id, lease_ms, now_ms)
+
+
+def test_conformance_catches_a_suspended_head_claimed():
+    with pytest.raises(ConformanceFailure) as info:
+        run(run_ledger_conformance, SuspendedHeadClaimable)
+    assert "suspension-waits-for-every-approval" in info.value.failed_checks

@@ -16,7 +16,7 @@ from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.sqlite_db import open_database
 from model.ledger.states import (ABORT, ADMITTED, CLAIM, FINALIZE, INPUT_APPLIED, MARK_INPUT_APPLIED, MARK_READY,
                                  MARK_UNKNOWN, READY, RELEASE, RENEW, RESERVE, RESOLVE, RUNNING, SETTLED, TERMINALIZING,
-                                 TRANSITIONS, UNKNOWN, state_of)
+                                 TRANSITIONS, UNKNOWN, SUSPEND, DECIDE, SUSPENDED, state_of)
 
 COMPLETED = {"outcome": "completed", "result": 1}
 ABORTED = {"outcome": "aborted"}
@@ -62,7 +62,8 @@ def test_the_crash_points_are_the_tables_store_crossings_in_lifecycle_order():
     # Every open state reaches settled; settled is terminal (only repeats and upkeep).
     assert all(after == SETTLED for after in TRANSITIONS[SETTLED].values())
     assert CLAIM not in TRANSITIONS[ADMITTED] and ABORT not in TRANSITIONS[TERMINALIZING]
-    assert states.claimable(UNKNOWN, abort_requested=True) and not states.claimable(UNKNOWN, abort_requested=False)
+    for blocked in (UNKNOWN, SUSPENDED):
+        assert states.claimable(blocked, abort_requested=True) and not states.claimable(blocked, abort_requested=False)
 
 
 def test_a_malformed_table_is_refused_at_import(monkeypatch):
@@ -86,7 +87,7 @@ def test_state_of_reads_only_the_rows_facts():
 # Random histories: every write either is refused (nothing changes) or moves
 # the submission along an edge of the table.
 OPS = st.lists(st.tuples(st.sampled_from((MARK_READY, CLAIM, RENEW, RELEASE, MARK_INPUT_APPLIED, ABORT, RESERVE,
-                                          FINALIZE, MARK_UNKNOWN, RESOLVE)),
+                                          FINALIZE, MARK_UNKNOWN, RESOLVE, SUSPEND, DECIDE)),
                          st.sampled_from(("o1", "o2")), st.sampled_from((COMPLETED, ABORTED))),
                min_size=1, max_size=14)
 
@@ -117,6 +118,9 @@ def test_every_write_of_a_random_history_is_an_edge_of_the_table(ops, ready):
                     await ledger.request_abort(sid, owner, "why", now)
                 elif operation == FINALIZE:
                     await ledger.finalize_settlement(sid, now)
+                elif operation == DECIDE:
+                    await ledger.decide_approval(sid, "call-2", "approved" if record is COMPLETED else "rejected",
+                                                 owner, "why", now)
                 elif operation == RESOLVE:
                     resolution = "SafeToRetry" if record is COMPLETED else "NeverHappened"
                     await ledger.resolve_unknown(sid, "call-1", resolution, owner, None, now)
@@ -130,6 +134,8 @@ def test_every_write_of_a_random_history_is_an_edge_of_the_table(ops, ready):
                     await ledger.mark_input_applied(token)
                 elif operation == MARK_UNKNOWN:
                     await ledger.mark_unknown(token, "call-1")
+                elif operation == SUSPEND:
+                    await ledger.suspend(token, ("call-2",))
                 else:
                     await ledger.reserve_settlement(token, record)
             except Exception as error:  # refused: a typed verdict, nothing moved

@@ -40,6 +40,10 @@ from .records import (
     AbortConflict,
     AbortIntent,
     AbortRequested,
+    ApprovalConflict,
+    ApprovalDecision,
+    Suspension,
+    UnknownApproval,
     ResolutionConflict,
     TransitionRefused,
     UnknownMarked,
@@ -402,6 +406,64 @@ async def _(ledger) -> None:
     late = await ledger.resolve_unknown(result.submission_id, "call-1", "NeverHappened", "reconciler", None, 500)
     _eq((late.replayed, late.open_calls), (False, 0), "a resolution after settlement is recorded")
     _eq((await ledger.get(result.submission_id)).outcome, "aborted", "and changes nothing else")
+
+
+# --- suspension and approvals ------------------------------------------------------------
+
+
+@_check("suspension-waits-for-every-approval")
+async def _(ledger) -> None:
+    result = await _admitted(ledger)
+    claim = await _claimed(ledger, now_ms=100)
+    await _raises(TransitionRefused, ledger.suspend(claim, ("call-1",)), "suspend before the input is applied")
+    await ledger.mark_input_applied(claim)
+    await _raises(UnknownApproval, ledger.decide_approval(result.submission_id, "call-1", "approved", "r", "ok", 1),
+                  "a decision nobody waits for")
+    suspension = await ledger.suspend(claim, ("call-1", "call-2", "call-1"))
+    _eq(suspension, Suspension(result.submission_id, ("call-1", "call-2"), False), "suspended on both")
+    _eq(await ledger.suspend(claim, ("call-2", "call-1")),
+        Suspension(result.submission_id, ("call-2", "call-1"), False, True), "a repeat by the suspending token")
+    await _raises(OwnershipLost, ledger.renew_ownership(claim, 1_000, 200), "suspension ended ownership")
+    _eq(await ledger.claim("c1", "o2", 1_000, 5_000), None, "a suspended head is not claimable")
+    first = await ledger.decide_approval(result.submission_id, "call-1", "approved", "alice", "fine", 300)
+    _eq(first, ApprovalDecision(result.submission_id, "call-1", "approved", "alice", "fine", 300, False, 1),
+        "one decided, one pending")
+    _eq(await ledger.claim("c1", "o2", 1_000, 5_100), None, "still waiting for the other")
+    again = await ledger.decide_approval(result.submission_id, "call-1", "approved", "bob", "again", 400)
+    _eq(again, ApprovalDecision(result.submission_id, "call-1", "approved", "alice", "fine", 300, True, 1),
+        "a repeat returns the original decision, resolver, reason and time")
+    exc = await _raises(ApprovalConflict, ledger.decide_approval(result.submission_id, "call-1", "rejected", "bob",
+                                                                 "no", 450), "a contrary decision")
+    _eq((exc.existing, exc.attempted), ("approved", "rejected"), "conflict fields")
+    last = await ledger.decide_approval(result.submission_id, "call-2", "rejected", "carol", "too risky", 500)
+    _eq((last.pending, last.replayed), (0, False), "the last decision")
+    resumed = await _claimed(ledger, owner_id="o2", now_ms=5_200)
+    _eq(resumed.submission_id, result.submission_id, "resumed: claimable again")
+    again = await ledger.suspend(resumed, ("call-1", "call-2"))
+    _eq(again, Suspension(result.submission_id, (), True), "everything decided already: resumed at once")
+    _eq((await _claimed(ledger, owner_id="o3", now_ms=5_300)).submission_id, result.submission_id,
+        "and claimable at once")
+    record = await ledger.get(result.submission_id)
+    _eq(record.approvals, {"call-1": {"decision": "approved", "resolver": "alice", "reason": "fine",
+                                      "decidedAtMs": 300},
+                           "call-2": {"decision": "rejected", "resolver": "carol", "reason": "too risky",
+                                      "decidedAtMs": 500}}, "stored decisions")
+
+
+@_check("suspended-claimable-only-to-abort")
+async def _(ledger) -> None:
+    result = await _admitted(ledger)
+    claim = await _claimed(ledger, now_ms=100)
+    await ledger.mark_input_applied(claim)
+    await ledger.suspend(claim, ("call-1",))
+    snapshot = await ledger.load_recovery_snapshot("c1")
+    _eq(snapshot.submissions[0].approvals_pending, 1, "the snapshot shows the pending approval")
+    await ledger.request_abort(result.submission_id, "ops", "nobody answers", 200)
+    cleanup = await _claimed(ledger, owner_id="o2", now_ms=300)
+    _eq(cleanup.submission_id, result.submission_id, "with its abort intent a suspended head is claimable")
+    await _raises(AbortRequested, ledger.reserve_settlement(cleanup, COMPLETED_RECORD), "only aborted")
+    await ledger.reserve_settlement(cleanup, {"outcome": "aborted"})
+    _eq((await ledger.finalize_settlement(result.submission_id, 400)).outcome, "aborted", "settled aborted")
 
 
 # --- settlement ---------------------------------------------------------------------

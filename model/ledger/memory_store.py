@@ -16,6 +16,8 @@ from .records import (
     ReservedSettlement,
     Settlement,
     SubmissionRecord,
+    ApprovalDecision,
+    Suspension,
     UnknownMarked,
     UnknownResolution,
 )
@@ -28,6 +30,7 @@ from .rules import (
     decide_claim,
     decide_finalize,
     decide_input_applied,
+    decide_approval,
     decide_mark_ready,
     decide_mark_unknown,
     decide_purge,
@@ -35,6 +38,7 @@ from .rules import (
     decide_renew,
     decide_reserve,
     decide_resolve,
+    decide_suspend,
     encode_input,
     encode_settlement,
     recovery_snapshot,
@@ -46,10 +50,12 @@ from .rules import (
     validate_abort,
     validate_admit,
     validate_claim,
+    validate_decide,
     validate_finalize,
     validate_mark_unknown,
     validate_renew,
     validate_resolve,
+    validate_suspend,
 )
 
 
@@ -160,6 +166,22 @@ class InMemorySubmissionLedger:
         if row is not None:
             self._put(row)
         return resolved
+
+    async def suspend(self, token: Claim, tool_call_ids: tuple[str, ...]) -> Suspension:
+        validate_suspend(token, tool_call_ids)
+        suspension, row = decide_suspend(self._submissions.get(token.submission_id), token, tuple(tool_call_ids))
+        if row is not None:
+            self._put(row)
+        return suspension
+
+    async def decide_approval(self, submission_id: str, tool_call_id: str, decision: str, resolver: str,
+                              reason: str, now_ms: int) -> ApprovalDecision:
+        validate_decide(submission_id, tool_call_id, decision, resolver, reason, now_ms)
+        decided, row = decide_approval(submission_id, self._submissions.get(submission_id), tool_call_id, decision,
+                                       resolver, reason, now_ms)
+        if row is not None:
+            self._put(row)
+        return decided
 
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:
         require_token(token)

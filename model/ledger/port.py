@@ -25,6 +25,8 @@ from .records import (
     ReservedSettlement,
     Settlement,
     SubmissionRecord,
+    ApprovalDecision,
+    Suspension,
     UnknownMarked,
     UnknownResolution,
 )
@@ -76,6 +78,17 @@ class SubmissionLedgerPort(Protocol):
         """Resolve an unknown call (``NeverHappened``, ``SafeToRetry``,
         ``CompletedWithResult`` with its ``result``): the first resolution
         wins; the last open one makes the head claimable again."""
+        ...
+
+    async def suspend(self, token: Claim, tool_call_ids: tuple[str, ...]) -> Suspension:
+        """The owner waits for approvals of these tool calls: ownership ends;
+        resumed at once (claimable) if every one is decided already."""
+        ...
+
+    async def decide_approval(self, submission_id: str, tool_call_id: str, decision: str, resolver: str,
+                              reason: str, now_ms: int) -> ApprovalDecision:
+        """Decide a tool call's approval (``approved``/``rejected``): the first
+        decision wins; the last pending one resumes the submission."""
         ...
 
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:

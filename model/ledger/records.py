@@ -30,6 +30,10 @@ NEVER_HAPPENED = "NeverHappened"
 SAFE_TO_RETRY = "SafeToRetry"
 COMPLETED_WITH_RESULT = "CompletedWithResult"
 RESOLUTIONS: tuple[str, ...] = (NEVER_HAPPENED, SAFE_TO_RETRY, COMPLETED_WITH_RESULT)
+# An approval decision for a tool call the owner suspended on.
+APPROVED = "approved"
+REJECTED = "rejected"
+DECISIONS: tuple[str, ...] = (APPROVED, REJECTED)
 
 
 @attrs.frozen
@@ -110,6 +114,34 @@ class UnknownResolution:
 
 
 @attrs.frozen
+class Suspension:
+    """``suspend``'s answer: the owner's ownership ended; ``pending``: the
+    approvals still undecided (empty: ``resumed`` at once, claimable again).
+    ``replayed``: this token had suspended it on the same calls."""
+
+    submission_id: str
+    pending: tuple[str, ...]
+    resumed: bool
+    replayed: bool = False
+
+
+@attrs.frozen
+class ApprovalDecision:
+    """A decision on a tool call's approval: the FIRST one, always
+    (``replayed=True`` on an identical repeat). ``pending``: how many of the
+    submission's approvals are still undecided after it (0 resumes it)."""
+
+    submission_id: str
+    tool_call_id: str
+    decision: str
+    resolver: str
+    reason: str
+    decided_at_ms: int
+    replayed: bool = False
+    pending: int = 0
+
+
+@attrs.frozen
 class ReservedSettlement:
     submission_id: str
     record_digest: str
@@ -157,6 +189,9 @@ class SubmissionRecord:
     # Tool calls whose outcome its owner marked unknown: call id -> None while
     # open, else the resolution ``{resolution, resolver, resolvedAtMs[, result]}``.
     unknown_calls: object = None
+    # Approvals it suspended on: call id -> None while pending, else the
+    # decision ``{decision, resolver, reason, decidedAtMs}``.
+    approvals: object = None
 
     @property
     def settled(self) -> bool:
@@ -167,6 +202,12 @@ class SubmissionRecord:
         """How many of its unknown tool calls are unresolved."""
         calls = self.unknown_calls
         return 0 if not calls else sum(1 for resolution in calls.values() if resolution is None)
+
+    @property
+    def approvals_pending(self) -> int:
+        """How many of the approvals it waits for are undecided."""
+        approvals = self.approvals
+        return 0 if not approvals else sum(1 for decision in approvals.values() if decision is None)
 
 
 @attrs.frozen
@@ -188,6 +229,7 @@ class SubmissionOwnership:
     reserved_digest: str | None
     settled: bool
     unknown_open: int = 0  # unknown tool calls not yet resolved (the head is not claimable)
+    approvals_pending: int = 0  # approvals it is suspended on, undecided (not claimable)
 
 
 @attrs.frozen
@@ -423,7 +465,7 @@ class UnsupportedLedgerVersion(LedgerError):
         return (type(self), (self.submission_id, self.schema_version))
 
 
-_RECORD_FIELDS = frozenset(attrs.fields_dict(SubmissionRecord)) | {"settled", "unknown_open"}
+_RECORD_FIELDS = frozenset(attrs.fields_dict(SubmissionRecord)) | {"settled", "unknown_open", "approvals_pending"}
 
 
 @attrs.frozen
@@ -488,6 +530,37 @@ class ResolutionConflict(LedgerError):
         self.existing = existing
         self.attempted = attempted
         super().__init__(f"tool call {tool_call_id!r} of {submission_id!r} was resolved {existing!r}, "
+                         f"attempted {attempted!r}")
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.tool_call_id, self.existing, self.attempted))
+
+
+class UnknownApproval(LedgerError):
+    """A decision on a tool call its submission never suspended on."""
+
+    name = "UnknownApproval"
+
+    def __init__(self, submission_id: str, tool_call_id: str) -> None:
+        self.submission_id = submission_id
+        self.tool_call_id = tool_call_id
+        super().__init__(f"{submission_id!r} never waited for an approval of {tool_call_id!r}")
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.tool_call_id))
+
+
+class ApprovalConflict(LedgerError):
+    """A decision contrary to the first one on the same tool call."""
+
+    name = "ApprovalConflict"
+
+    def __init__(self, submission_id: str, tool_call_id: str, existing: str, attempted: str) -> None:
+        self.submission_id = submission_id
+        self.tool_call_id = tool_call_id
+        self.existing = existing
+        self.attempted = attempted
+        super().__init__(f"approval of {tool_call_id!r} for {submission_id!r} was decided {existing!r}, "
                          f"attempted {attempted!r}")
 
     def __reduce__(self):

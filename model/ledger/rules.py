@@ -55,6 +55,14 @@ Decisions where the specification is silent (all in one place, here):
   with its resolver and time, another is ``ResolutionConflict``; a call
   never marked is ``UnknownToolCall``. A resolution may come after the
   submission settled (aborted meanwhile): recorded, nothing else changes.
+- ``suspend`` (the owner waits for approvals) needs the input applied and
+  ends ownership; it resumes at once (claimable) when every approval it
+  names is decided already (a resumed attempt suspending again on the same
+  calls). ``decide_approval`` by anyone: only for a call some suspension
+  named (else ``UnknownApproval``); the first decision wins, an identical
+  repeat replays it with its resolver, reason and time, a contrary one is
+  ``ApprovalConflict``; the last pending one resumes the submission. A
+  suspended head is claimable only with an abort intent (aborted settlement).
 - Settlement shape (§10): ``outcome`` in completed/failed/aborted; failed
   carries ``diagnostic`` = exactly ``{errorTag: str, message: str}`` and no
   ``result``, ``cause`` or ``stack``; aborted carries no ``result`` key (not
@@ -81,8 +89,8 @@ import attrs
 
 from model.canonical import CanonicalDecodeError, canonical_json, decode, digest, digest_text
 
-from .states import (ABORT, ADMITTED, FINALIZE, MARK_UNKNOWN, READY, SETTLED, TERMINALIZING, claimable, state_of,
-                     target)
+from .states import (ABORT, ADMITTED, DECIDE, FINALIZE, MARK_UNKNOWN, READY, SETTLED, SUSPEND, TERMINALIZING,
+                     claimable, state_of, target)
 from .records import (
     ABORTED,
     COMPLETED,
@@ -93,6 +101,11 @@ from .records import (
     AbortIntent,
     AbortRequested,
     COMPLETED_WITH_RESULT,
+    DECISIONS,
+    ApprovalConflict,
+    ApprovalDecision,
+    Suspension,
+    UnknownApproval,
     RESOLUTIONS,
     ResolutionConflict,
     TransitionRefused,
@@ -153,6 +166,8 @@ class SubmissionRow:
     settled_at_ms: int | None = None
     unknown_json: str | None = None  # {callId: None | resolution}: its unknown tool calls, canonical
     unknown_open: int = 0  # how many of them are unresolved
+    approvals_json: str | None = None  # {callId: None | decision}: the approvals it suspended on, canonical
+    approvals_pending: int = 0  # how many of them are undecided
     schema_version: int = SCHEMA_VERSION
 
 
@@ -173,6 +188,7 @@ _ROW_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
     ("lease_expires_ms", _OPT_INT), ("input_applied", _BOOL), ("abort_author", _OPT_STR),
     ("abort_reason", _OPT_STR), ("abort_requested_at_ms", _OPT_INT), ("reserved_json", _OPT_STR), ("reserved_digest", _OPT_STR),
     ("outcome", _OPT_STR), ("settled_at_ms", _OPT_INT), ("unknown_json", _OPT_STR), ("unknown_open", _INT),
+    ("approvals_json", _OPT_STR), ("approvals_pending", _INT),
 )
 
 
@@ -240,6 +256,7 @@ def row_to_record(row: SubmissionRow) -> SubmissionRecord:
         settled_at_ms=row.settled_at_ms,
         schema_version=row.schema_version,
         unknown_calls=None if row.unknown_json is None else decode(row.unknown_json),
+        approvals=None if row.approvals_json is None else decode(row.approvals_json),
     )
 
 
@@ -275,6 +292,7 @@ def row_to_ownership(row: SubmissionRow) -> SubmissionOwnership:
         reserved_digest=row.reserved_digest,
         settled=row.settled_at_ms is not None,
         unknown_open=row.unknown_open,
+        approvals_pending=row.approvals_pending,
     )
 
 
@@ -613,6 +631,84 @@ def validate_resolve(submission_id: object, tool_call_id: object, resolution: ob
             raise ValueError(f"a {resolution} resolution carries no result")
         return None
     return decode(canonical_json(result))  # not JSON: ValueError / CanonicalEncodingError
+
+
+# --- suspension and approvals ----------------------------------------------------------
+
+
+def _approvals(row: SubmissionRow) -> dict:
+    return {} if row.approvals_json is None else decode(row.approvals_json)
+
+
+def decide_suspend(
+    row: SubmissionRow | None, token: Claim, tool_call_ids: tuple[str, ...]
+) -> tuple[Suspension, SubmissionRow | None]:
+    """The owner waits for approvals of ``tool_call_ids``: ownership ends;
+    suspended while any is undecided, resumed at once (claimable) if every
+    one is decided already. A repeat by the token that suspended replays."""
+    wanted = tuple(dict.fromkeys(tool_call_ids))  # order kept, duplicates dropped
+    if row is not None and row.owner_id is None and row.epoch == token.epoch and row.approvals_json is not None:
+        approvals = _approvals(row)
+        if all(call in approvals for call in wanted):
+            pending = tuple(call for call in wanted if approvals[call] is None)
+            return Suspension(row.submission_id, pending, not pending, True), None
+    row = check_token(row, token)
+    state = state_of(row)
+    if target(state, SUSPEND) is None:
+        raise TransitionRefused(row.submission_id, state, SUSPEND)
+    approvals = _approvals(row)
+    for call in wanted:
+        approvals.setdefault(call, None)
+    pending_total = sum(1 for decision in approvals.values() if decision is None)
+    pending = tuple(call for call in wanted if approvals[call] is None)
+    return Suspension(row.submission_id, pending, not pending), attrs.evolve(
+        row, approvals_json=canonical_json(approvals), approvals_pending=pending_total, owner_id=None,
+        lease_expires_ms=None)
+
+
+def decide_approval(
+    submission_id: str, row: SubmissionRow | None, tool_call_id: str, decision: str, resolver: str, reason: str,
+    now_ms: int,
+) -> tuple[ApprovalDecision, SubmissionRow | None]:
+    """The first decision on a tool call wins; an identical repeat replays it
+    (its resolver, reason and time); a contrary one is ``ApprovalConflict``.
+    The last pending decision resumes the submission."""
+    if row is None:
+        raise UnknownSubmission(submission_id)
+    approvals = _approvals(row)
+    if tool_call_id not in approvals:
+        raise UnknownApproval(submission_id, tool_call_id)
+    existing = approvals[tool_call_id]
+    if existing is not None:
+        if existing["decision"] != decision:
+            raise ApprovalConflict(submission_id, tool_call_id, existing["decision"], decision)
+        return ApprovalDecision(submission_id, tool_call_id, decision, existing["resolver"], existing["reason"],
+                                existing["decidedAtMs"], True, row.approvals_pending), None
+    assert target(state_of(row), DECIDE) is not None, row
+    approvals[tool_call_id] = {"decision": decision, "resolver": resolver, "reason": reason, "decidedAtMs": now_ms}
+    pending = row.approvals_pending - 1
+    assert pending >= 0, row
+    return ApprovalDecision(submission_id, tool_call_id, decision, resolver, reason, now_ms, False, pending), \
+        attrs.evolve(row, approvals_json=canonical_json(approvals), approvals_pending=pending)
+
+
+def validate_suspend(token: object, tool_call_ids: object) -> None:
+    require_token(token)
+    if not isinstance(tool_call_ids, (tuple, list)) or not tool_call_ids:
+        raise ValueError("tool_call_ids must be a non-empty tuple or list of str")
+    for call in tool_call_ids:
+        require_str("tool_call_ids[]", call)
+
+
+def validate_decide(submission_id: object, tool_call_id: object, decision: object, resolver: object,
+                    reason: object, now_ms: object) -> None:
+    require_str("submission_id", submission_id)
+    require_str("tool_call_id", tool_call_id)
+    require_str("resolver", resolver)
+    require_str("reason", reason)
+    require_int("now_ms", now_ms)
+    if decision not in DECISIONS:
+        raise ValueError(f"decision must be one of {DECISIONS}, got {decision!r}")
 
 
 # --- settlement ---------------------------------------------------------------------

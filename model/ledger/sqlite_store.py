@@ -36,6 +36,8 @@ from .records import (
     ReservedSettlement,
     Settlement,
     SubmissionRecord,
+    ApprovalDecision,
+    Suspension,
     UnknownMarked,
     UnknownResolution,
 )
@@ -50,6 +52,7 @@ from .rules import (
     decide_claim,
     decide_finalize,
     decide_input_applied,
+    decide_approval,
     decide_mark_ready,
     decide_mark_unknown,
     decide_purge,
@@ -57,6 +60,7 @@ from .rules import (
     decide_renew,
     decide_reserve,
     decide_resolve,
+    decide_suspend,
     encode_input,
     encode_settlement,
     recovery_snapshot,
@@ -67,10 +71,12 @@ from .rules import (
     validate_abort,
     validate_admit,
     validate_claim,
+    validate_decide,
     validate_finalize,
     validate_mark_unknown,
     validate_renew,
     validate_resolve,
+    validate_suspend,
 )
 
 _SCHEMA: tuple[str, ...] = (
@@ -103,6 +109,8 @@ _SCHEMA: tuple[str, ...] = (
         settled_at_ms INTEGER,
         unknown_json TEXT,
         unknown_open INTEGER NOT NULL CHECK (unknown_open >= 0),
+        approvals_json TEXT,
+        approvals_pending INTEGER NOT NULL CHECK (approvals_pending >= 0),
         schema_version INTEGER NOT NULL,
         UNIQUE (conversation_id, principal_id, idempotency_key),
         UNIQUE (conversation_id, queue_seq)
@@ -322,6 +330,24 @@ class SqliteSubmissionLedger:
             if row is not None:
                 self._update(row)
         return resolved
+
+    async def suspend(self, token: Claim, tool_call_ids: tuple[str, ...]) -> Suspension:
+        validate_suspend(token, tool_call_ids)
+        with self._writing("suspend"):
+            suspension, row = decide_suspend(self._submission(token.submission_id), token, tuple(tool_call_ids))
+            if row is not None:
+                self._update(row)
+        return suspension
+
+    async def decide_approval(self, submission_id: str, tool_call_id: str, decision: str, resolver: str,
+                              reason: str, now_ms: int) -> ApprovalDecision:
+        validate_decide(submission_id, tool_call_id, decision, resolver, reason, now_ms)
+        with self._writing("decide_approval"):
+            decided, row = decide_approval(submission_id, self._submission(submission_id), tool_call_id, decision,
+                                           resolver, reason, now_ms)
+            if row is not None:
+                self._update(row)
+        return decided
 
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:
         require_token(token)

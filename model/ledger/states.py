@@ -42,10 +42,11 @@ READY = "ready"  # claimable; never claimed
 RUNNING = "running"  # claimed at least once; its input not yet marked applied
 INPUT_APPLIED = "input-applied"  # its canonical input is in the log
 UNKNOWN = "unknown"  # a tool call's outcome is unknown: blocked until resolved (or aborted)
+SUSPENDED = "suspended"  # waiting for approvals: blocked until the last is decided (or aborted)
 TERMINALIZING = "terminalizing"  # its exact settlement record is reserved
 SETTLED = "settled"  # finalized (or settled by its abort intent before it ever ran)
 
-STATES: tuple[str, ...] = (ADMITTED, READY, RUNNING, INPUT_APPLIED, UNKNOWN, TERMINALIZING, SETTLED)
+STATES: tuple[str, ...] = (ADMITTED, READY, RUNNING, INPUT_APPLIED, UNKNOWN, SUSPENDED, TERMINALIZING, SETTLED)
 OPEN_STATES = frozenset(STATES) - {SETTLED}
 
 # --- operations (the ledger's writes) -----------------------------------------------
@@ -60,16 +61,18 @@ RESERVE = "reserve_settlement"
 FINALIZE = "finalize_settlement"
 MARK_UNKNOWN = "mark_unknown"
 RESOLVE = "resolve_unknown"
+SUSPEND = "suspend"
+DECIDE = "decide_approval"
 
 OPERATIONS: tuple[str, ...] = (MARK_READY, CLAIM, RENEW, RELEASE, MARK_INPUT_APPLIED, ABORT, RESERVE, FINALIZE,
-                               MARK_UNKNOWN, RESOLVE)
+                               MARK_UNKNOWN, RESOLVE, SUSPEND, DECIDE)
 
 # Who may perform an operation: anyone who names the submission, or only the
 # holder of its live ownership token (fenced by owner and epoch).
 ANYONE, OWNER = "anyone", "owner"
 AUTHORITY: dict[str, str] = {
-    MARK_READY: ANYONE, CLAIM: ANYONE, ABORT: ANYONE, FINALIZE: ANYONE, RESOLVE: ANYONE,
-    RENEW: OWNER, RELEASE: OWNER, MARK_INPUT_APPLIED: OWNER, RESERVE: OWNER, MARK_UNKNOWN: OWNER,
+    MARK_READY: ANYONE, CLAIM: ANYONE, ABORT: ANYONE, FINALIZE: ANYONE, RESOLVE: ANYONE, DECIDE: ANYONE,
+    RENEW: OWNER, RELEASE: OWNER, MARK_INPUT_APPLIED: OWNER, RESERVE: OWNER, MARK_UNKNOWN: OWNER, SUSPEND: OWNER,
 }
 
 # TRANSITIONS[state][operation] -> the state after it. Where a rule's outcome
@@ -83,22 +86,29 @@ TRANSITIONS: dict[str, dict[str, str]] = {
               MARK_INPUT_APPLIED: INPUT_APPLIED, ABORT: RUNNING, RESERVE: TERMINALIZING},
     INPUT_APPLIED: {MARK_READY: INPUT_APPLIED, CLAIM: INPUT_APPLIED, RENEW: INPUT_APPLIED,
                     RELEASE: INPUT_APPLIED, MARK_INPUT_APPLIED: INPUT_APPLIED, ABORT: INPUT_APPLIED,
-                    RESERVE: TERMINALIZING, MARK_UNKNOWN: UNKNOWN, RESOLVE: INPUT_APPLIED},
+                    RESERVE: TERMINALIZING, MARK_UNKNOWN: UNKNOWN, RESOLVE: INPUT_APPLIED,
+                    SUSPEND: SUSPENDED, DECIDE: INPUT_APPLIED},
     # Marking a call unknown ends ownership; only resolutions (the last one
     # back to input-applied) make the head claimable again, or an abort
     # intent, for aborted settlement only (never to replay the tool).
     UNKNOWN: {MARK_READY: UNKNOWN, CLAIM: UNKNOWN, RENEW: UNKNOWN, RELEASE: UNKNOWN,
               MARK_INPUT_APPLIED: UNKNOWN, ABORT: UNKNOWN, MARK_UNKNOWN: UNKNOWN, RESOLVE: INPUT_APPLIED,
-              RESERVE: TERMINALIZING},
+              RESERVE: TERMINALIZING, DECIDE: UNKNOWN},
+    # Suspension ends ownership; the last pending decision resumes it
+    # (back to input-applied, claimable), or an abort intent lets a cleanup
+    # owner settle it aborted.
+    SUSPENDED: {MARK_READY: SUSPENDED, CLAIM: SUSPENDED, RENEW: SUSPENDED, RELEASE: SUSPENDED,
+                MARK_INPUT_APPLIED: SUSPENDED, ABORT: SUSPENDED, SUSPEND: SUSPENDED, DECIDE: INPUT_APPLIED,
+                RESOLVE: SUSPENDED, RESERVE: TERMINALIZING},
     # A successor claims a terminalizing head to finish its predecessor's
     # settlement with the reserved record (the canonical record wins).
     TERMINALIZING: {MARK_READY: TERMINALIZING, CLAIM: TERMINALIZING, RENEW: TERMINALIZING,
                     RELEASE: TERMINALIZING, MARK_INPUT_APPLIED: TERMINALIZING, RESERVE: TERMINALIZING,
-                    FINALIZE: SETTLED, RESOLVE: TERMINALIZING},
+                    FINALIZE: SETTLED, RESOLVE: TERMINALIZING, DECIDE: TERMINALIZING},
     # Settled is terminal: only idempotent repeats and the last owner's token
     # upkeep (finalize leaves the ownership columns as they were).
     SETTLED: {MARK_READY: SETTLED, RENEW: SETTLED, RELEASE: SETTLED, MARK_INPUT_APPLIED: SETTLED,
-              RESERVE: SETTLED, FINALIZE: SETTLED, RESOLVE: SETTLED},
+              RESERVE: SETTLED, FINALIZE: SETTLED, RESOLVE: SETTLED, DECIDE: SETTLED},
 }
 
 # A claim grants the FIFO head only in these states (an unready head is an
@@ -106,7 +116,7 @@ TRANSITIONS: dict[str, dict[str, str]] = {
 CLAIMABLE = frozenset(state for state, ops in TRANSITIONS.items() if CLAIM in ops)
 # ... and these only when the head's durable abort intent exists (§3: for
 # cleanup and aborted settlement, never uncertain tool replay).
-CLAIMABLE_ONLY_TO_ABORT = frozenset({UNKNOWN})
+CLAIMABLE_ONLY_TO_ABORT = frozenset({UNKNOWN, SUSPENDED})
 
 
 def claimable(state: str, abort_requested: bool) -> bool:
@@ -130,6 +140,8 @@ def state_of(row: Any) -> str:
         return TERMINALIZING
     if row.unknown_open:
         return UNKNOWN
+    if row.approvals_pending:
+        return SUSPENDED
     if row.input_applied:
         return INPUT_APPLIED
     if row.epoch is not None:

@@ -70,6 +70,8 @@ from model.ledger.records import (
     Settlement,
     SubmissionOwnership,
     SubmissionRecord,
+    ApprovalDecision,
+    Suspension,
     UnknownMarked,
     UnknownResolution,
 )
@@ -84,9 +86,11 @@ SCHEMA_VERSION = 1  # persistence §11: every record carries it; one version dur
 OUTCOMES = ("completed", "failed", "aborted")
 READS = frozenset({"get", "get_by_idempotency_key", "load_recovery_snapshot", "scan_nonterminal", "capabilities"})
 # The methods whose first argument names the submission, not the conversation.
-BY_SUBMISSION = frozenset({"mark_ready", "request_abort", "finalize_settlement", "get", "resolve_unknown"})
+BY_SUBMISSION = frozenset({"mark_ready", "request_abort", "finalize_settlement", "get", "resolve_unknown",
+                           "decide_approval"})
 BY_TOKEN = frozenset({"renew_ownership", "release_ownership", "mark_input_applied", "reserve_settlement",
-                      "mark_unknown"})
+                      "mark_unknown", "suspend"})
+DECISIONS = ("approved", "rejected")
 RESOLUTIONS = ("NeverHappened", "SafeToRetry", "CompletedWithResult")
 
 # The port's parameters, in order (model/ledger/port.py): a call may pass any of them by keyword.
@@ -103,6 +107,8 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "purge_conversation": ("conversation_id",),
     "mark_unknown": ("token", "tool_call_id"),
     "resolve_unknown": ("submission_id", "tool_call_id", "resolution", "resolver", "result", "now_ms"),
+    "suspend": ("token", "tool_call_ids"),
+    "decide_approval": ("submission_id", "tool_call_id", "decision", "resolver", "reason", "now_ms"),
     "get": ("submission_id",),
     "get_by_idempotency_key": ("conversation_id", "principal_id", "idempotency_key"),
     "load_recovery_snapshot": ("conversation_id",),
@@ -134,7 +140,7 @@ class _Row:
     __slots__ = ("submission_id", "conversation_id", "principal_id", "idempotency_key", "queue_seq",
                  "input_text", "input_digest", "receipt", "admitted_at_ms", "ready", "owner_id", "epoch",
                  "lease_expires_ms", "input_applied", "abort_author", "abort_reason", "abort_at_ms", "reserved_text",
-                 "reserved_digest", "outcome", "settled_at_ms", "diagnostic", "unknown", "_record")
+                 "reserved_digest", "outcome", "settled_at_ms", "diagnostic", "unknown", "approvals", "_record")
 
     def __init__(self, submission_id: str, conversation_id: str, principal_id: str, idempotency_key: str,
                  queue_seq: int, input_text: str, input_digest: str, receipt: str, admitted_at_ms: int) -> None:
@@ -163,6 +169,8 @@ class _Row:
         # Tool calls marked unknown, in marking order: call id -> None (open)
         # or its first resolution; None until the first is marked.
         self.unknown: dict | None = None
+        # Approvals it suspended on: call id -> None (pending) or the first decision.
+        self.approvals: dict | None = None
         # The SubmissionRecord the contract says a read returns, built once
         # per change: workers scan the open work every poll, so a scan must
         # cost a comparison, not a decode. Every write calls ``changed``.
@@ -194,7 +202,11 @@ class _Row:
             else read_back(self.reserved_text),
             reserved_digest=self.reserved_digest, outcome=self.outcome, settled_at_ms=self.settled_at_ms,
             schema_version=SCHEMA_VERSION,
-            unknown_calls=None if self.unknown is None else read_back(canonical(self.unknown)))
+            unknown_calls=None if self.unknown is None else read_back(canonical(self.unknown)),
+            approvals=None if self.approvals is None else read_back(canonical(self.approvals)))
+
+    def pending_approvals(self) -> int:
+        return 0 if self.approvals is None else sum(1 for v in self.approvals.values() if v is None)
 
     def open_unknown(self) -> int:
         return 0 if self.unknown is None else sum(1 for v in self.unknown.values() if v is None)
@@ -219,7 +231,8 @@ class _Row:
             abort_requested=self.abort_author is not None, abort_author=self.abort_author,
             abort_reason=self.abort_reason, abort_requested_at_ms=self.abort_at_ms,
             reserved_digest=self.reserved_digest,
-            settled=self.settled_at_ms is not None, unknown_open=self.open_unknown())
+            settled=self.settled_at_ms is not None, unknown_open=self.open_unknown(),
+            approvals_pending=self.pending_approvals())
 
     def lease_live(self, now_ms: int) -> bool:
         # L1: live strictly before the expiry instant. The specification is
@@ -608,16 +621,17 @@ class ReferenceLedger:
             # abort intent settles it. A head with an open unknown tool call
             # is claimable only once its durable abort intent exists
             # (persistence §3), for aborted settlement.
-            head.ready and (head.open_unknown() == 0 or head.reserved_digest is not None
-                            or head.abort_author is not None)
+            head.ready and ((head.open_unknown() == 0 and head.pending_approvals() == 0)
+                            or head.reserved_digest is not None or head.abort_author is not None)
             # L1 and L2: another owner's live lease blocks the claim; the same
             # owner may claim again, fencing its own previous token.
             and (head.owner_id is None or head.owner_id == owner or not head.lease_live(now_ms)))
         if not claimable:
             why = "no submission" if head is None else (
                 f"head {head.submission_id} is not ready" if not head.ready else
-                f"head {head.submission_id} has an unknown tool call and no abort intent"
-                if head.open_unknown() and head.reserved_digest is None and head.abort_author is None
+                f"head {head.submission_id} is unknown or suspended, without an abort intent"
+                if (head.open_unknown() or head.pending_approvals()) and head.reserved_digest is None
+                and head.abort_author is None
                 else f"head {head.submission_id} is leased to {head.owner_id} until {head.lease_expires_ms} ms")
             if call.error is not None or call.result is not None:
                 raise self._fail(conversation, f"None ({why})")
@@ -866,6 +880,70 @@ class ReferenceLedger:
         row.unknown[call_id] = entry
         self._want_value(call, UnknownResolution(sid, call_id, resolution, resolver, now_ms, entry.get("result"),
                                                  False, row.open_unknown()), conversation)
+        row.changed()
+        return conversation
+
+    def _suspend(self, call: Any, a: dict) -> _Conversation | None:
+        token, calls = a["token"], a["tool_call_ids"]
+        if not isinstance(token, Claim) or not isinstance(calls, (tuple, list)) or not calls or any(
+                type(c) is not str for c in calls):
+            self._want_argument_error(call, "the token must be a Claim, tool_call_ids a non-empty sequence of str")
+            return None
+        wanted = tuple(dict.fromkeys(calls))
+        row = self._rows.get(token.submission_id)
+        if (row is not None and row.owner_id is None and row.epoch == token.epoch and row.approvals is not None
+                and all(c in row.approvals for c in wanted)):
+            conversation = self._conversations[row.conversation_id]  # the suspending token again: a replay
+            pending = tuple(c for c in wanted if row.approvals[c] is None)
+            self._want_value(call, Suspension(row.submission_id, pending, not pending, True), conversation)
+            return conversation
+        if not self._fenced(call, row, token):
+            return None if row is None else self._conversations[row.conversation_id]
+        conversation = self._conversations[row.conversation_id]
+        refused = ("settled" if row.settled_at_ms is not None else "terminalizing" if row.reserved_digest is not None
+                   else "unknown" if row.open_unknown() else "running" if not row.input_applied else None)
+        if refused is not None:
+            self._want_error(call, "TransitionRefused", {"submission_id": row.submission_id, "state": refused,
+                                                         "operation": "suspend"}, conversation)
+            return conversation
+        if row.approvals is None:
+            row.approvals = {}
+        for c in wanted:
+            row.approvals.setdefault(c, None)
+        pending = tuple(c for c in wanted if row.approvals[c] is None)
+        self._want_value(call, Suspension(row.submission_id, pending, not pending, False), conversation)
+        row.owner_id = row.lease_expires_ms = None  # suspension ends ownership
+        row.changed()
+        return conversation
+
+    def _decide_approval(self, call: Any, a: dict) -> _Conversation | None:
+        sid, call_id, decision, resolver, reason, now_ms = (
+            a["submission_id"], a["tool_call_id"], a["decision"], a["resolver"], a["reason"], a["now_ms"])
+        if not (type(sid) is str and type(call_id) is str and type(resolver) is str and type(reason) is str
+                and _is_int(now_ms) and decision in DECISIONS):
+            self._want_argument_error(call, "ids, resolver and reason str, now_ms an int, a known decision")
+            return None
+        row = self._rows.get(sid)
+        if row is None:
+            self._want_error(call, "UnknownSubmission", {"submission_id": sid}, None)
+            return None
+        conversation = self._conversations[row.conversation_id]
+        if row.approvals is None or call_id not in row.approvals:
+            self._want_error(call, "UnknownApproval", {"submission_id": sid, "tool_call_id": call_id}, conversation)
+            return conversation
+        existing = row.approvals[call_id]
+        if existing is not None:
+            if existing["decision"] != decision:
+                self._want_error(call, "ApprovalConflict", {"submission_id": sid, "tool_call_id": call_id,
+                                 "existing": existing["decision"], "attempted": decision}, conversation)
+                return conversation
+            self._want_value(call, ApprovalDecision(sid, call_id, decision, existing["resolver"], existing["reason"],
+                                                    existing["decidedAtMs"], True, row.pending_approvals()),
+                             conversation)
+            return conversation
+        row.approvals[call_id] = {"decision": decision, "resolver": resolver, "reason": reason, "decidedAtMs": now_ms}
+        self._want_value(call, ApprovalDecision(sid, call_id, decision, resolver, reason, now_ms, False,
+                                                row.pending_approvals()), conversation)
         row.changed()
         return conversation
 
