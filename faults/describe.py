@@ -76,6 +76,9 @@ from faults.events import (
     LedgerResolveUnknown,
     LedgerSuspend,
     LedgerDecideApproval,
+    LedgerBeginJoin,
+    LedgerMarkJoined,
+    LedgerRevertJoin,
     LedgerScanNonterminal,
     LogAppend,
     LogDeleteConversation,
@@ -431,10 +434,34 @@ def _decide_approval(decided: Any, /, submission_id: str, tool_call_id: str, dec
                                       replayed=decided.replayed, pending=decided.pending)
 
 
+@describes(SubmissionLedgerPort.begin_join, LedgerBeginJoin)
+def _begin_join(batch: Any, /, token: Any, limit: int) -> dict:
+    if batch is None:
+        return LedgerBeginJoin.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                     limit=limit)
+    return LedgerBeginJoin.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                 limit=limit, followers=batch.followers, replayed=batch.replayed)
+
+
+@describes(SubmissionLedgerPort.mark_joined, LedgerMarkJoined)
+def _mark_joined(marked: Any, /, token: Any, submission_id: str, record_id: str, seq: int) -> dict:
+    if marked is None:
+        return LedgerMarkJoined.build(host=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                      submission=submission_id, record_id=record_id, seq=seq)
+    return LedgerMarkJoined.build(host=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                  submission=submission_id, record_id=record_id, seq=seq, replayed=marked.replayed)
+
+
+@describes(SubmissionLedgerPort.revert_join, LedgerRevertJoin)
+def _revert_join(result: Any, /, token: Any, submission_id: str) -> dict:
+    return LedgerRevertJoin.build(host=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                  submission=submission_id)
+
+
 LEDGER_DESCRIBERS = _table(
     "ledger", _by_key, _purge_conversation, _admit, _mark_ready, _claim, _renew, _release_ownership,
     _input_applied, _request_abort, _reserve, _finalize, _get, _scan, _mark_unknown, _resolve_unknown,
-    _suspend, _decide_approval)
+    _suspend, _decide_approval, _begin_join, _mark_joined, _revert_join)
 
 
 # -- conversation log ---------------------------------------------------------

@@ -425,6 +425,35 @@ class LedgerDecideApproval(PortEvent):
     pending: int = RESULT  # approvals still undecided after it (0: resumed)
 
 
+class LedgerBeginJoin(PortEvent):
+    kind = "ledger.begin_join"
+    submission: str  # the host (the token's)
+    owner: str
+    epoch: int
+    limit: int
+    followers: tuple = RESULT  # joining or joined to it, in queue order
+    replayed: bool = RESULT
+
+
+class LedgerMarkJoined(PortEvent):
+    kind = "ledger.mark_joined"
+    host: str  # the token's submission
+    owner: str
+    epoch: int
+    submission: str  # the follower
+    record_id: str
+    seq: int
+    replayed: bool = RESULT
+
+
+class LedgerRevertJoin(PortEvent):
+    kind = "ledger.revert_join"
+    host: str
+    owner: str
+    epoch: int
+    submission: str
+
+
 class LedgerReserveSettlement(PortEvent):
     kind = "ledger.reserve_settlement"
     submission: str

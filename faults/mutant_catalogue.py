@@ -172,7 +172,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a conversation never created (or deleted) answers None instead of NotMaterialized.",
         "model.conversation.checkpoints",
         "        await self._log.inspect_tail(conversation_id)  # NotMaterialized for a conversation the log lacks\n",
-        "", LS_PS, ci_seed=1, ci_duration="30s", ci_scenario="port-storm"),
+        "", LS_PS, ci_seed=2, ci_duration="1m", ci_scenario="port-storm"),
 
     # -- the submission ledger: admission, claims, leases, settlement ------------------
     Mutant(
@@ -263,7 +263,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the original settlement.",
         "model.ledger.rules",
         "    if row.settled_at_ms is not None:\n        assert row.outcome == outcome, (row.outcome, outcome)\n"
-        "        return Settlement(submission_id, outcome, row.reserved_digest, row.settled_at_ms, diagnostic), None\n",
+        "        return Settlement(submission_id, outcome, row.reserved_digest, row.settled_at_ms, diagnostic), None, []\n",
         "", ALL,
         ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
@@ -273,7 +273,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if row.abort_author is not None:\n        return AbortIntent(submission_id, row.abort_author,",
         "    if row.abort_author is not None and row.settled_at_ms is not None:\n"
         "        return AbortIntent(submission_id, row.abort_author,", LS_PS,
-        ci_seed=4, ci_duration="30m", ci_scenario="port-storm"),
+        ci_seed=0, ci_duration="15m", ci_scenario="port-storm"),
     # -- aborts and the claim's fence on the log (issue 13) --------------------------
     Mutant(
         "ledger-reserve-ignores-abort",
@@ -316,6 +316,18 @@ MUTANTS: tuple[Mutant, ...] = (
         "        attrs.evolve(row, approvals_json=canonical_json(approvals), approvals_pending=pending)\n",
         "        attrs.evolve(row, approvals_json=canonical_json(approvals), approvals_pending=0)\n",
         ("port-storm",), ci_seed=1, ci_duration="5m"),
+    Mutant(
+        "ledger-join-skips-a-gap",
+        "A host joining the submissions behind it steps over one that is not ready and takes the ready ones "
+        "after it, out of queue order.",
+        "model.ledger.rules", "            break\n        taken.append(row)\n",
+        "            continue\n        taken.append(row)\n", ("port-storm",), ci_seed=1, ci_duration="5m"),
+    Mutant(
+        "ledger-lone-follower-left-open",
+        "The host's finalize settles its joined followers only when it holds more than one: a lone joined "
+        "follower stays open forever.",
+        "model.ledger.rules", "    if row.joined_count:\n        follower_json",
+        "    if row.joined_count > 1:\n        follower_json", ("port-storm",), ci_seed=1, ci_duration="5m"),
     Mutant(
         "worker-abort-read-once",
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "

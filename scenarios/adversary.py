@@ -102,9 +102,11 @@ EDGES = (
     "purge_idempotent", "ledger_illegal_rejected", "claim_blocked_before_expiry", "claim_at_exact_lease_expiry",
     "renew_at_expiry_lost", "stale_token_fenced", "shared_claimed", "shared_settled",
     "unknown_blocks_claim", "unknown_resolution_replayed", "unknown_resolution_conflict",
-    "unknown_resolved_claimable", "unknown_claimed_to_abort",
+    "unknown_resolved_claimable", "unknown_claimed_to_abort", "abort_claimed_keeps_first_intent",
     "suspended_blocks_claim", "approval_replayed", "approval_conflict", "approval_resumed_claimable",
     "suspend_decided_resumes_at_once", "suspended_claimed_to_abort",
+    "join_took_ready_prefix", "join_stopped_at_gap", "join_passed_aborted", "joined_abort_refused",
+    "follower_joined", "join_reverted", "joined_settled_with_host",
     # conversation log
     "log_over_1024_records", "read_full_default_page", "read_across_page_boundary", "read_at_page_boundary",
     "read_past_tail_empty", "read_illegal_rejected", "digest_at_batch_boundary", "digest_at_inside_batch",
@@ -448,7 +450,7 @@ class _Process(ClientProcess):
         """Recover, then run episodes until the heal instant, then drain."""
         await self.recover()
         episodes = [self.ds_private, self.ds_illegal, self.ledger_private, self.lease_expiry, self.checkpoints,
-                    self.content, self.churn, self.unknown_outcome, self.approvals]
+                    self.content, self.churn, self.unknown_outcome, self.approvals, self.joins]
         if self.w.races:
             episodes += [self.ds_shared, self.ledger_shared, self.ledger_shared]
         if self.w.late_aborts:
@@ -515,6 +517,8 @@ class _Process(ClientProcess):
                                                                           f"leftover {sid} vanished", sid):
             return False
         record = got.value
+        if record.outcome is not None:
+            return True  # settled meanwhile (a follower, with its host)
         open_calls = [c for c, v in (record.unknown_calls or {}).items() if v is None]
         pending = [c for c, v in (record.approvals or {}).items() if v is None]
         for call_id in pending if record.reserved_digest is None and record.abort_author is None else ():
@@ -1154,6 +1158,12 @@ class _Process(ClientProcess):
             intent = await self._abort(sid, "the tool's outcome is unknown")
             if intent is None:
                 return
+            again = await self.call("ledger", "request_abort", sid, f"{self.label}/other", "second", self.now())
+            if self.expect(again.ok and again.value.replayed and (again.value.author, again.value.reason,
+                                                                  again.value.requested_at_ms)
+                           == (intent.author, intent.reason, intent.requested_at_ms),
+                           f"a second abort of claimed {sid} answered {again.show()}, first {intent!r}", conv):
+                self.w.edge("abort_claimed_keeps_first_intent")
             cleanup = await self.claim_token(conv, self.label, token.epoch)
             if cleanup is None or not self.expect(cleanup.submission_id == sid, f"cleanup claim got {cleanup!r}",
                                                   conv):
@@ -1285,6 +1295,89 @@ class _Process(ClientProcess):
                        conv):
             purge = await self.call("ledger", "purge_conversation", conv)
             self.expect(purge.ok, f"purge of {conv}: {purge.show()}", conv)
+
+    async def joins(self) -> None:
+        """A claimed host takes the ready submissions behind it: the prefix up
+        to a gap (an unready one), past a settled (aborted) one; a follower is
+        never aborted alone; joined ones settle with the host, a reverted one
+        goes back to ready."""
+        conv = self.private_conversation("j")
+        admitted = []
+        third = self.rng.choice(("ready", "unready", "aborted"))
+        for i in range(4):
+            key, value = self.uid("key"), {"join": self._next(), "i": i}
+            if i == 2 and third == "unready":
+                out = await self.call("ledger", "admit", conv, PRINCIPAL, key, value, self.now())
+                if not self.expect_ok(out, f"admit({conv})", conv):
+                    return
+                admission = out.value
+            else:
+                admission = await self.admit_ready(conv, key, value)
+                if admission is None:
+                    return
+            admitted.append((admission.submission_id, key, value))
+        if third == "aborted" and await self._abort(admitted[2][0], "not needed") is None:
+            return
+        host_id, key, value = admitted[0]
+        token = await self.claim_token(conv, self.label, 0)
+        if token is None or not self.expect(token.submission_id == host_id, f"claim got {token!r}", conv):
+            return
+        if not await self._apply_input(conv, token, host_id, key, value, 1):
+            return
+        want = {"ready": (1, 2, 3), "unready": (1,), "aborted": (1, 3)}[third]
+        batch = await self.call("ledger", "begin_join", token, 8)
+        followers = tuple(admitted[i][0] for i in want)
+        if not self.expect(batch.ok and batch.value.followers == followers and (
+                not batch.value.replayed or batch.lost), f"begin_join({host_id}) answered {batch.show()}, "
+                                                         f"expected {followers}", conv):
+            return
+        self.w.edge({"ready": "join_took_ready_prefix", "unready": "join_stopped_at_gap",
+                     "aborted": "join_passed_aborted"}[third])
+        refused = await self.call("ledger", "request_abort", followers[0], self.label, "alone", self.now())
+        if self.expect_rejected(refused, ("JoinedToHost",), f"abort of joining {followers[0]}", conv):
+            self.w.edge("joined_abort_refused")
+        revert = followers[-1] if len(followers) > 1 and self.rng.below(2) else None
+        for fid in followers:
+            if fid == revert:
+                out = await self.call("ledger", "revert_join", token, fid)
+                if self.expect_ok(out, f"revert_join({fid})", conv):
+                    self.w.edge("join_reverted")
+                continue
+            fvalue = next(v for s_, _, v in admitted if s_ == fid)
+            appended = await self._append_one(conv, f"input:{fid}", self.label, token.epoch, "input",
+                                              {"submissionId": fid, "input": fvalue, "joinedTo": host_id})
+            if not self.expect_ok(appended, f"append of {fid}'s input", conv):
+                return
+            seq = appended.value.first_seq
+            marked = await self.call("ledger", "mark_joined", token, fid, f"input:{fid}/0", seq)
+            if not self.expect(marked.ok and marked.value.seq == seq and marked.value.host_submission_id == host_id,
+                               f"mark_joined({fid}) answered {marked.show()}", conv):
+                return
+            self.w.edge("follower_joined")
+        record = self.settlement_record("completed", 1)
+        reserved = await self.call("ledger", "reserve_settlement", token, record)
+        if not self.expect_ok(reserved, "reserve", conv):
+            return
+        if not await self._append_settled(conv, token, host_id, reserved.value.record_digest, record):
+            return
+        final = await self.call("ledger", "finalize_settlement", host_id, self.now())
+        if not self.expect(final.ok and final.value.outcome == "completed", f"finalize({host_id}): {final.show()}",
+                           conv):
+            return
+        joined = [fid for fid in followers if fid != revert]
+        rows = [await self.call("ledger", "get", fid) for fid in joined]
+        if self.expect(all(r.ok and r.value.outcome == "completed" and r.value.settled_at_ms == final.value.settled_at_ms
+                           and r.value.reserved_record == {"outcome": "completed"} for r in rows),
+                       f"joined followers of {host_id} after its settlement: {[r.show() for r in rows]}", conv):
+            self.w.edge("joined_settled_with_host")
+        # What is left (a reverted, an unready, one behind the gap) was never claimed: aborting settles it.
+        for sid, _, _ in admitted[1:]:
+            if sid in joined or (third == "aborted" and sid == admitted[2][0]):
+                continue
+            if await self._abort(sid, "cleanup") is None:
+                return
+        purge = await self.call("ledger", "purge_conversation", conv)
+        self.expect(purge.ok, f"purge of {conv}: {purge.show()}", conv)
 
     async def late_abort_race(self) -> None:
         """A second task of this process asks to abort while the first

@@ -517,3 +517,17 @@ def test_conformance_catches_a_suspended_head_claimed():
     with pytest.raises(ConformanceFailure) as info:
         run(run_ledger_conformance, SuspendedHeadClaimable)
     assert "suspension-waits-for-every-approval" in info.value.failed_checks
+
+
+class JoinSkipsGaps(InMemorySubmissionLedger):
+    """Takes every ready submission behind the host, jumping over a gap."""
+
+    def _behind(self, host):
+        rows = super()._behind(host)
+        return [row for row in rows if row.ready] + [row for row in rows if not row.ready]
+
+
+def test_conformance_catches_a_join_that_skips_a_gap():
+    with pytest.raises(ConformanceFailure) as info:
+        run(run_ledger_conformance, JoinSkipsGaps)
+    assert "join-takes-the-ready-prefix-and-stops-at-a-gap" in info.value.failed_checks

@@ -42,6 +42,9 @@ from .records import (
     AbortRequested,
     ApprovalConflict,
     ApprovalDecision,
+    JoinBatch,
+    JoinedToHost,
+    JoinMarked,
     Suspension,
     UnknownApproval,
     ResolutionConflict,
@@ -464,6 +467,72 @@ async def _(ledger) -> None:
     await _raises(AbortRequested, ledger.reserve_settlement(cleanup, COMPLETED_RECORD), "only aborted")
     await ledger.reserve_settlement(cleanup, {"outcome": "aborted"})
     _eq((await ledger.finalize_settlement(result.submission_id, 400)).outcome, "aborted", "settled aborted")
+
+
+# --- joins ----------------------------------------------------------------------------
+
+
+@_check("join-takes-the-ready-prefix-and-stops-at-a-gap")
+async def _(ledger) -> None:
+    host = await _admitted(ledger, key="k1")
+    ready2 = await _admitted(ledger, key="k2")
+    aborted3 = await _admitted(ledger, key="k3")
+    ready4 = await _admitted(ledger, key="k4")
+    unready5 = await _admitted(ledger, key="k5", ready=False)
+    ready6 = await _admitted(ledger, key="k6")
+    await ledger.request_abort(aborted3.submission_id, "ops", "not needed", 50)  # settled at once: no gap
+    claim = await _claimed(ledger, now_ms=100)
+    _eq(claim.submission_id, host.submission_id, "the host is the head")
+    batch = await ledger.begin_join(claim, 8)
+    _eq(batch, JoinBatch(host.submission_id, (ready2.submission_id, ready4.submission_id)),
+        "the contiguous ready prefix: an aborted one is no gap, an unready one is")
+    _eq(await ledger.begin_join(claim, 8), JoinBatch(host.submission_id, batch.followers, True), "a repeat replays")
+    _eq((await ledger.get(unready5.submission_id)).join_host, None, "the gap was not skipped")
+    _eq((await ledger.get(ready6.submission_id)).join_host, None, "nor anything behind it")
+    exc = await _raises(JoinedToHost, ledger.request_abort(ready2.submission_id, "ops", "stop", 120),
+                        "abort of a joining follower")
+    _eq(exc.host_submission_id, host.submission_id, "JoinedToHost names the host")
+    await _raises(JoinedToHost, ledger.finalize_settlement(ready2.submission_id, 130), "a follower finalized alone")
+    marked = await ledger.mark_joined(claim, ready2.submission_id, "input:2", 3)
+    _eq(marked, JoinMarked(ready2.submission_id, host.submission_id, "input:2", 3), "joined at its log position")
+    _eq(await ledger.mark_joined(claim, ready2.submission_id, "input:2", 3),
+        JoinMarked(ready2.submission_id, host.submission_id, "input:2", 3, True), "a repeat replays")
+    await _raises(TransitionRefused, ledger.mark_joined(claim, ready2.submission_id, "input:9", 9),
+                  "joined elsewhere in the log")
+    await _raises(TransitionRefused, ledger.revert_join(claim, ready2.submission_id), "a joined follower reverted")
+    await ledger.revert_join(claim, ready4.submission_id)
+    await ledger.revert_join(claim, ready4.submission_id)  # idempotent
+    _eq((await ledger.get(ready4.submission_id)).join_host, None, "reverted to ready")
+    again = await ledger.begin_join(claim, 8)
+    _eq(again.followers, (ready2.submission_id, ready4.submission_id), "a reverted one can be taken again")
+
+
+@_check("joined-settle-through-their-host")
+async def _(ledger) -> None:
+    host = await _admitted(ledger, key="k1")
+    joined = await _admitted(ledger, key="k2")
+    joining = await _admitted(ledger, key="k3")
+    claim = await _claimed(ledger, now_ms=100)
+    await ledger.mark_input_applied(claim)
+    await ledger.begin_join(claim, 2)
+    await ledger.mark_joined(claim, joined.submission_id, "input:2", 2)
+    await ledger.reserve_settlement(claim, FAILED_RECORD)
+    settled = await ledger.finalize_settlement(host.submission_id, 500)
+    _eq(settled.outcome, "failed", "the host settles")
+    follower = await ledger.get(joined.submission_id)
+    _eq((follower.outcome, follower.settled_at_ms, follower.reserved_record),
+        ("failed", 500, {"outcome": "failed", "diagnostic": FAILED_RECORD["diagnostic"]}),
+        "its joined follower settles with it: the host's outcome, no independent result")
+    replay = await ledger.finalize_settlement(joined.submission_id, 900)
+    _eq((replay.outcome, replay.settled_at_ms, replay.diagnostic), ("failed", 500, FAILED_RECORD["diagnostic"]),
+        "a finalize of the settled follower replays its settlement")
+    back = await ledger.get(joining.submission_id)
+    _eq((back.join_host, back.outcome), (None, None), "a joining one goes back to ready")
+    _eq((await _claimed(ledger, owner_id="o2", now_ms=600)).submission_id, joining.submission_id,
+        "and is the next head")
+    exc = await _raises(AbortConflict, ledger.request_abort(joined.submission_id, "ops", "late", 700),
+                        "abort of a settled follower")
+    _eq(exc.outcome, "failed", "names its outcome")
 
 
 # --- settlement ---------------------------------------------------------------------

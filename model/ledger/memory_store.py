@@ -17,6 +17,8 @@ from .records import (
     Settlement,
     SubmissionRecord,
     ApprovalDecision,
+    JoinBatch,
+    JoinMarked,
     Suspension,
     UnknownMarked,
     UnknownResolution,
@@ -31,6 +33,9 @@ from .rules import (
     decide_finalize,
     decide_input_applied,
     decide_approval,
+    decide_begin_join,
+    decide_mark_joined,
+    decide_revert_join,
     decide_mark_ready,
     decide_mark_unknown,
     decide_purge,
@@ -50,7 +55,10 @@ from .rules import (
     validate_abort,
     validate_admit,
     validate_claim,
+    validate_begin_join,
     validate_decide,
+    validate_mark_joined,
+    validate_revert_join,
     validate_finalize,
     validate_mark_unknown,
     validate_renew,
@@ -183,6 +191,37 @@ class InMemorySubmissionLedger:
             self._put(row)
         return decided
 
+    def _behind(self, host) -> list:
+        if host is None:
+            return []
+        return [row for row in self._nonterminal(host.conversation_id) if row.queue_seq > host.queue_seq]
+
+    async def begin_join(self, token: Claim, limit: int) -> JoinBatch:
+        validate_begin_join(token, limit)
+        host = self._submissions.get(token.submission_id)
+        batch, host, followers = decide_begin_join(host, token, self._behind(host), limit)
+        if host is not None:
+            self._put(host)
+        for follower in followers:
+            self._put(follower)
+        return batch
+
+    async def mark_joined(self, token: Claim, submission_id: str, record_id: str, seq: int) -> JoinMarked:
+        validate_mark_joined(token, submission_id, record_id, seq)
+        marked, row = decide_mark_joined(self._submissions.get(token.submission_id), token, submission_id,
+                                         self._submissions.get(submission_id), record_id, seq)
+        if row is not None:
+            self._put(row)
+        return marked
+
+    async def revert_join(self, token: Claim, submission_id: str) -> None:
+        validate_revert_join(token, submission_id)
+        host, follower = decide_revert_join(self._submissions.get(token.submission_id), token, submission_id,
+                                            self._submissions.get(submission_id))
+        if host is not None:
+            self._put(host)
+            self._put(follower)
+
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:
         require_token(token)
         record_json, record_digest, outcome = encode_settlement(token.submission_id, record)
@@ -193,9 +232,13 @@ class InMemorySubmissionLedger:
 
     async def finalize_settlement(self, submission_id: str, now_ms: int) -> Settlement:
         validate_finalize(submission_id, now_ms)
-        settlement, row = decide_finalize(submission_id, self._submissions.get(submission_id), now_ms)
+        row = self._submissions.get(submission_id)
+        behind = self._nonterminal(row.conversation_id) if row is not None and row.joined_count else []
+        settlement, row, followers = decide_finalize(submission_id, row, now_ms, behind)
         if row is not None:
             self._put(row)
+        for follower in followers:
+            self._put(follower)
         return settlement
 
     async def purge_conversation(self, conversation_id: str) -> int:

@@ -26,6 +26,8 @@ from .records import (
     Settlement,
     SubmissionRecord,
     ApprovalDecision,
+    JoinBatch,
+    JoinMarked,
     Suspension,
     UnknownMarked,
     UnknownResolution,
@@ -89,6 +91,20 @@ class SubmissionLedgerPort(Protocol):
                               reason: str, now_ms: int) -> ApprovalDecision:
         """Decide a tool call's approval (``approved``/``rejected``): the first
         decision wins; the last pending one resumes the submission."""
+        ...
+
+    async def begin_join(self, token: Claim, limit: int) -> JoinBatch:
+        """The claimed host takes the contiguous prefix of ready submissions
+        behind it (at most ``limit`` followers), stopping at a gap."""
+        ...
+
+    async def mark_joined(self, token: Claim, submission_id: str, record_id: str, seq: int) -> JoinMarked:
+        """The follower's input is in the host's log at ``record_id``/``seq``:
+        it settles through the host's settlement."""
+        ...
+
+    async def revert_join(self, token: Claim, submission_id: str) -> None:
+        """A joining follower back to ready. Idempotent."""
         ...
 
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:

@@ -142,6 +142,29 @@ class ApprovalDecision:
 
 
 @attrs.frozen
+class JoinBatch:
+    """``begin_join``'s answer: the ready submissions right behind the host
+    that are now joining it, in queue order (``replayed``: already joining
+    it, nothing new taken)."""
+
+    host_submission_id: str
+    followers: tuple[str, ...]
+    replayed: bool = False
+
+
+@attrs.frozen
+class JoinMarked:
+    """A follower joined its host: its input is in the host's log at
+    ``record_id``/``seq``. It settles through the host's settlement."""
+
+    submission_id: str
+    host_submission_id: str
+    record_id: str
+    seq: int
+    replayed: bool = False
+
+
+@attrs.frozen
 class ReservedSettlement:
     submission_id: str
     record_digest: str
@@ -192,6 +215,12 @@ class SubmissionRecord:
     # Approvals it suspended on: call id -> None while pending, else the
     # decision ``{decision, resolver, reason, decidedAtMs}``.
     approvals: object = None
+    # Joins: the host this submission joined (or is joining) and where its
+    # input sits in the host's log; on a host, how many followers it holds.
+    join_host: str | None = None
+    joined_record_id: str | None = None
+    joined_seq: int | None = None
+    joined_count: int = 0
 
     @property
     def settled(self) -> bool:
@@ -230,6 +259,7 @@ class SubmissionOwnership:
     settled: bool
     unknown_open: int = 0  # unknown tool calls not yet resolved (the head is not claimable)
     approvals_pending: int = 0  # approvals it is suspended on, undecided (not claimable)
+    join_host: str | None = None  # the host it is joining / joined (it settles through the host)
 
 
 @attrs.frozen
@@ -565,3 +595,18 @@ class ApprovalConflict(LedgerError):
 
     def __reduce__(self):
         return (type(self), (self.submission_id, self.tool_call_id, self.existing, self.attempted))
+
+
+class JoinedToHost(LedgerError):
+    """An abort (or other lone settlement) of a submission joining or joined
+    to a host: it settles only through its host's settlement."""
+
+    name = "JoinedToHost"
+
+    def __init__(self, submission_id: str, host_submission_id: str) -> None:
+        self.submission_id = submission_id
+        self.host_submission_id = host_submission_id
+        super().__init__(f"{submission_id!r} is joined to {host_submission_id!r}: it settles through its host")
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.host_submission_id))

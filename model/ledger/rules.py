@@ -63,6 +63,15 @@ Decisions where the specification is silent (all in one place, here):
   repeat replays it with its resolver, reason and time, a contrary one is
   ``ApprovalConflict``; the last pending one resumes the submission. A
   suspended head is claimable only with an abort intent (aborted settlement).
+- Joins: ``begin_join(token, limit)`` takes the contiguous prefix of ready
+  submissions behind a claimed host (stopping at a gap: a row neither ready
+  nor already its follower), each ``joining``; ``mark_joined`` records where
+  the follower's input sits in the host's log (``joined``); ``revert_join``
+  puts a joining one back to ready (idempotent; a joined one cannot). A
+  follower is never claimed, aborted (``JoinedToHost``) or finalized alone:
+  the host's finalize settles its joined followers in the same write, each
+  with ``joined_record`` (the host's outcome, no independent result), and
+  reverts its joining ones. ``limit`` is at most ``JOIN_LIMIT_MAX``.
 - Settlement shape (§10): ``outcome`` in completed/failed/aborted; failed
   carries ``diagnostic`` = exactly ``{errorTag: str, message: str}`` and no
   ``result``, ``cause`` or ``stack``; aborted carries no ``result`` key (not
@@ -89,8 +98,8 @@ import attrs
 
 from model.canonical import CanonicalDecodeError, canonical_json, decode, digest, digest_text
 
-from .states import (ABORT, ADMITTED, DECIDE, FINALIZE, MARK_UNKNOWN, READY, SETTLED, SUSPEND, TERMINALIZING,
-                     claimable, state_of, target)
+from .states import (ABORT, ADMITTED, BEGIN_JOIN, DECIDE, FINALIZE, JOINED, JOINING, MARK_JOINED, MARK_UNKNOWN,
+                     READY, REVERT_JOIN, SETTLE_JOINED, SETTLED, SUSPEND, TERMINALIZING, claimable, state_of, target)
 from .records import (
     ABORTED,
     COMPLETED,
@@ -104,6 +113,9 @@ from .records import (
     DECISIONS,
     ApprovalConflict,
     ApprovalDecision,
+    JoinBatch,
+    JoinedToHost,
+    JoinMarked,
     Suspension,
     UnknownApproval,
     RESOLUTIONS,
@@ -168,6 +180,10 @@ class SubmissionRow:
     unknown_open: int = 0  # how many of them are unresolved
     approvals_json: str | None = None  # {callId: None | decision}: the approvals it suspended on, canonical
     approvals_pending: int = 0  # how many of them are undecided
+    join_host: str | None = None  # the host it is joining/joined
+    joined_record_id: str | None = None  # where its input sits in the host's log
+    joined_seq: int | None = None
+    joined_count: int = 0  # on a host: its followers still joining or joined
     schema_version: int = SCHEMA_VERSION
 
 
@@ -188,7 +204,8 @@ _ROW_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
     ("lease_expires_ms", _OPT_INT), ("input_applied", _BOOL), ("abort_author", _OPT_STR),
     ("abort_reason", _OPT_STR), ("abort_requested_at_ms", _OPT_INT), ("reserved_json", _OPT_STR), ("reserved_digest", _OPT_STR),
     ("outcome", _OPT_STR), ("settled_at_ms", _OPT_INT), ("unknown_json", _OPT_STR), ("unknown_open", _INT),
-    ("approvals_json", _OPT_STR), ("approvals_pending", _INT),
+    ("approvals_json", _OPT_STR), ("approvals_pending", _INT), ("join_host", _OPT_STR),
+    ("joined_record_id", _OPT_STR), ("joined_seq", _OPT_INT), ("joined_count", _INT),
 )
 
 
@@ -257,6 +274,10 @@ def row_to_record(row: SubmissionRow) -> SubmissionRecord:
         schema_version=row.schema_version,
         unknown_calls=None if row.unknown_json is None else decode(row.unknown_json),
         approvals=None if row.approvals_json is None else decode(row.approvals_json),
+        join_host=row.join_host,
+        joined_record_id=row.joined_record_id,
+        joined_seq=row.joined_seq,
+        joined_count=row.joined_count,
     )
 
 
@@ -293,6 +314,7 @@ def row_to_ownership(row: SubmissionRow) -> SubmissionOwnership:
         settled=row.settled_at_ms is not None,
         unknown_open=row.unknown_open,
         approvals_pending=row.approvals_pending,
+        join_host=row.join_host,
     )
 
 
@@ -531,6 +553,8 @@ def decide_abort(
     state = state_of(row)
     after = target(state, ABORT)
     if after is None:
+        if state in (JOINING, JOINED):
+            raise JoinedToHost(submission_id, row.join_host)  # it settles through its host
         if state == SETTLED:
             raise AbortConflict(submission_id, row.outcome)
         # Terminalizing: the owner's reserved record wins; an intent stored
@@ -711,6 +735,104 @@ def validate_decide(submission_id: object, tool_call_id: object, decision: objec
         raise ValueError(f"decision must be one of {DECISIONS}, got {decision!r}")
 
 
+# --- joins ------------------------------------------------------------------------------
+
+JOIN_LIMIT_MAX = 64  # followers one host may hold
+
+
+def decide_begin_join(
+    host: SubmissionRow | None, token: Claim, behind: list[SubmissionRow], limit: int
+) -> tuple[JoinBatch, SubmissionRow | None, list[SubmissionRow]]:
+    """``behind``: the conversation's unsettled rows after the host, in queue
+    order. The host takes the contiguous prefix of ready ones (its own
+    followers count towards ``limit``), stopping at the first row that is
+    neither ready nor already its follower: a gap is never skipped. An
+    aborted queued submission is settled, so it is no gap."""
+    host = check_token(host, token)
+    state = state_of(host)
+    if target(state, BEGIN_JOIN) is None:
+        raise TransitionRefused(host.submission_id, state, BEGIN_JOIN)
+    mine: list[str] = []
+    taken: list[SubmissionRow] = []
+    for row in behind:
+        assert row.queue_seq > host.queue_seq, (row, host)
+        if row.join_host == host.submission_id:
+            mine.append(row.submission_id)
+            continue
+        if len(mine) + len(taken) >= limit or state_of(row) != READY:
+            break
+        taken.append(row)
+    if not taken:
+        return JoinBatch(host.submission_id, tuple(mine), True), None, []
+    followers = [attrs.evolve(row, join_host=host.submission_id) for row in taken]
+    return (JoinBatch(host.submission_id, tuple(mine) + tuple(row.submission_id for row in taken)),
+            attrs.evolve(host, joined_count=host.joined_count + len(taken)), followers)
+
+
+def decide_mark_joined(
+    host: SubmissionRow | None, token: Claim, submission_id: str, follower: SubmissionRow | None, record_id: str,
+    seq: int,
+) -> tuple[JoinMarked, SubmissionRow | None]:
+    host = check_token(host, token)
+    if follower is None:
+        raise UnknownSubmission(submission_id)
+    state = state_of(follower)
+    if follower.join_host != host.submission_id or target(state, MARK_JOINED) is None:
+        raise TransitionRefused(submission_id, state, MARK_JOINED)
+    marked = JoinMarked(submission_id, host.submission_id, record_id, seq)
+    if follower.joined_seq is not None:
+        if (follower.joined_record_id, follower.joined_seq) != (record_id, seq):
+            raise TransitionRefused(submission_id, state, MARK_JOINED)  # joined elsewhere in the log already
+        return attrs.evolve(marked, replayed=True), None
+    return marked, attrs.evolve(follower, joined_record_id=record_id, joined_seq=seq)
+
+
+def decide_revert_join(
+    host: SubmissionRow | None, token: Claim, submission_id: str, follower: SubmissionRow | None
+) -> tuple[SubmissionRow | None, SubmissionRow | None]:
+    """A joining follower back to ready (the host will not apply its input).
+    Idempotent; a joined one cannot revert (its input is in the log)."""
+    host = check_token(host, token)
+    if follower is None:
+        raise UnknownSubmission(submission_id)
+    state = state_of(follower)
+    if follower.join_host is None and state == READY:
+        return None, None  # reverted already
+    if follower.join_host != host.submission_id or target(state, REVERT_JOIN) is None:
+        raise TransitionRefused(submission_id, state, REVERT_JOIN)
+    return (attrs.evolve(host, joined_count=host.joined_count - 1),
+            attrs.evolve(follower, join_host=None))
+
+
+def joined_record(host_record: dict) -> dict:
+    """A joined follower's settlement record: its host's outcome, no
+    independent result (§10: a joined completed record has none)."""
+    if host_record["outcome"] == FAILED:
+        return {"outcome": FAILED, "diagnostic": host_record["diagnostic"]}
+    return {"outcome": host_record["outcome"]}
+
+
+def validate_begin_join(token: object, limit: object) -> None:
+    require_token(token)
+    require_int("limit", limit)
+    if not 1 <= limit <= JOIN_LIMIT_MAX:
+        raise ValueError(f"limit must be within 1..{JOIN_LIMIT_MAX}, got {limit}")
+
+
+def validate_mark_joined(token: object, submission_id: object, record_id: object, seq: object) -> None:
+    require_token(token)
+    require_str("submission_id", submission_id)
+    require_str("record_id", record_id)
+    require_int("seq", seq)
+    if seq < 1:
+        raise ValueError(f"seq must be >= 1, got {seq}")
+
+
+def validate_revert_join(token: object, submission_id: object) -> None:
+    require_token(token)
+    require_str("submission_id", submission_id)
+
+
 # --- settlement ---------------------------------------------------------------------
 
 
@@ -771,10 +893,15 @@ def decide_reserve(
 
 
 def decide_finalize(
-    submission_id: str, row: SubmissionRow | None, now_ms: int
-) -> tuple[Settlement, SubmissionRow | None]:
+    submission_id: str, row: SubmissionRow | None, now_ms: int, behind: list[SubmissionRow] = ()
+) -> tuple[Settlement, SubmissionRow | None, list[SubmissionRow]]:
+    """``behind``: the conversation's unsettled rows (needed only when the
+    row hosts followers, ``joined_count``): its joined followers settle with
+    it (``joined_record``), its joining ones go back to ready."""
     if row is None:
         raise UnknownSubmission(submission_id)
+    if state_of(row) in (JOINING, JOINED):
+        raise JoinedToHost(submission_id, row.join_host)
     if target(state_of(row), FINALIZE) is None:  # nothing reserved
         raise SettlementConflict(submission_id, None, None)
     # Validate what was stored, even though we wrote it (§10): a corrupt
@@ -790,9 +917,25 @@ def decide_finalize(
     diagnostic = record["diagnostic"] if outcome == FAILED else None
     if row.settled_at_ms is not None:
         assert row.outcome == outcome, (row.outcome, outcome)
-        return Settlement(submission_id, outcome, row.reserved_digest, row.settled_at_ms, diagnostic), None
+        return Settlement(submission_id, outcome, row.reserved_digest, row.settled_at_ms, diagnostic), None, []
     settlement = Settlement(submission_id, outcome, row.reserved_digest, now_ms, diagnostic)
-    return settlement, attrs.evolve(row, outcome=outcome, settled_at_ms=now_ms)
+    followers: list[SubmissionRow] = []
+    if row.joined_count:
+        follower_json = canonical_json(joined_record(record))
+        follower_digest = digest_text(follower_json)
+        for other in behind:
+            if other.join_host != submission_id:
+                continue
+            if state_of(other) == JOINED:
+                assert target(JOINED, SETTLE_JOINED) == SETTLED
+                followers.append(attrs.evolve(other, reserved_json=follower_json, reserved_digest=follower_digest,
+                                              outcome=outcome,
+                                              settled_at_ms=now_ms, input_applied=True))
+            else:
+                assert target(JOINING, REVERT_JOIN) == READY
+                followers.append(attrs.evolve(other, join_host=None))
+        assert len(followers) == row.joined_count, (row, followers)
+    return settlement, attrs.evolve(row, outcome=outcome, settled_at_ms=now_ms, joined_count=0), followers
 
 
 # --- declared capabilities ---------------------------------------------------------

@@ -37,6 +37,8 @@ from .records import (
     Settlement,
     SubmissionRecord,
     ApprovalDecision,
+    JoinBatch,
+    JoinMarked,
     Suspension,
     UnknownMarked,
     UnknownResolution,
@@ -53,6 +55,9 @@ from .rules import (
     decide_finalize,
     decide_input_applied,
     decide_approval,
+    decide_begin_join,
+    decide_mark_joined,
+    decide_revert_join,
     decide_mark_ready,
     decide_mark_unknown,
     decide_purge,
@@ -71,7 +76,10 @@ from .rules import (
     validate_abort,
     validate_admit,
     validate_claim,
+    validate_begin_join,
     validate_decide,
+    validate_mark_joined,
+    validate_revert_join,
     validate_finalize,
     validate_mark_unknown,
     validate_renew,
@@ -111,6 +119,10 @@ _SCHEMA: tuple[str, ...] = (
         unknown_open INTEGER NOT NULL CHECK (unknown_open >= 0),
         approvals_json TEXT,
         approvals_pending INTEGER NOT NULL CHECK (approvals_pending >= 0),
+        join_host TEXT,
+        joined_record_id TEXT,
+        joined_seq INTEGER,
+        joined_count INTEGER NOT NULL CHECK (joined_count >= 0),
         schema_version INTEGER NOT NULL,
         UNIQUE (conversation_id, principal_id, idempotency_key),
         UNIQUE (conversation_id, queue_seq)
@@ -349,6 +361,43 @@ class SqliteSubmissionLedger:
                 self._update(row)
         return decided
 
+    def _open_rows(self, conversation_id: str) -> list:
+        return [_checked(values) for values in self._conn.execute(_SELECT_NONTERMINAL_OF, (conversation_id,))]
+
+    def _behind(self, host) -> list:
+        if host is None:
+            return []
+        return [row for row in self._open_rows(host.conversation_id) if row.queue_seq > host.queue_seq]
+
+    async def begin_join(self, token: Claim, limit: int) -> JoinBatch:
+        validate_begin_join(token, limit)
+        with self._writing("begin_join"):
+            host = self._submission(token.submission_id)
+            batch, host, followers = decide_begin_join(host, token, self._behind(host), limit)
+            if host is not None:
+                self._update(host)
+            for follower in followers:
+                self._update(follower)
+        return batch
+
+    async def mark_joined(self, token: Claim, submission_id: str, record_id: str, seq: int) -> JoinMarked:
+        validate_mark_joined(token, submission_id, record_id, seq)
+        with self._writing("mark_joined"):
+            marked, row = decide_mark_joined(self._submission(token.submission_id), token, submission_id,
+                                             self._submission(submission_id), record_id, seq)
+            if row is not None:
+                self._update(row)
+        return marked
+
+    async def revert_join(self, token: Claim, submission_id: str) -> None:
+        validate_revert_join(token, submission_id)
+        with self._writing("revert_join"):
+            host, follower = decide_revert_join(self._submission(token.submission_id), token, submission_id,
+                                                self._submission(submission_id))
+            if host is not None:
+                self._update(host)
+                self._update(follower)
+
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:
         require_token(token)
         record_json, record_digest, outcome = encode_settlement(token.submission_id, record)
@@ -361,9 +410,13 @@ class SqliteSubmissionLedger:
     async def finalize_settlement(self, submission_id: str, now_ms: int) -> Settlement:
         validate_finalize(submission_id, now_ms)
         with self._writing("finalize_settlement"):
-            settlement, row = decide_finalize(submission_id, self._submission(submission_id), now_ms)
+            row = self._submission(submission_id)
+            behind = self._open_rows(row.conversation_id) if row is not None and row.joined_count else []
+            settlement, row, followers = decide_finalize(submission_id, row, now_ms, behind)
             if row is not None:
                 self._update(row)
+            for follower in followers:
+                self._update(follower)
         return settlement
 
     async def purge_conversation(self, conversation_id: str) -> int:

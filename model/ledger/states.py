@@ -43,10 +43,13 @@ RUNNING = "running"  # claimed at least once; its input not yet marked applied
 INPUT_APPLIED = "input-applied"  # its canonical input is in the log
 UNKNOWN = "unknown"  # a tool call's outcome is unknown: blocked until resolved (or aborted)
 SUSPENDED = "suspended"  # waiting for approvals: blocked until the last is decided (or aborted)
+JOINING = "joining"  # a ready submission a claimed host took behind it; its input not yet in the host's log
+JOINED = "joined"  # its input is in its host's log: it settles through the host's settlement
 TERMINALIZING = "terminalizing"  # its exact settlement record is reserved
 SETTLED = "settled"  # finalized (or settled by its abort intent before it ever ran)
 
-STATES: tuple[str, ...] = (ADMITTED, READY, RUNNING, INPUT_APPLIED, UNKNOWN, SUSPENDED, TERMINALIZING, SETTLED)
+STATES: tuple[str, ...] = (ADMITTED, READY, JOINING, JOINED, RUNNING, INPUT_APPLIED, UNKNOWN, SUSPENDED,
+                           TERMINALIZING, SETTLED)
 OPEN_STATES = frozenset(STATES) - {SETTLED}
 
 # --- operations (the ledger's writes) -----------------------------------------------
@@ -63,9 +66,16 @@ MARK_UNKNOWN = "mark_unknown"
 RESOLVE = "resolve_unknown"
 SUSPEND = "suspend"
 DECIDE = "decide_approval"
+# Joins: the host's operation, and what it does to each follower.
+BEGIN_JOIN = "begin_join"  # on the host (a self-loop); each follower taken: JOIN
+JOIN = "join"  # a follower taken by its host
+MARK_JOINED = "mark_joined"  # by the host's token: the follower's input is in the host's log
+REVERT_JOIN = "revert_join"  # by the host's token, or at the host's settlement: back to ready
+SETTLE_JOINED = "settle_joined"  # at the host's finalize: the follower settles with it
 
 OPERATIONS: tuple[str, ...] = (MARK_READY, CLAIM, RENEW, RELEASE, MARK_INPUT_APPLIED, ABORT, RESERVE, FINALIZE,
-                               MARK_UNKNOWN, RESOLVE, SUSPEND, DECIDE)
+                               MARK_UNKNOWN, RESOLVE, SUSPEND, DECIDE, BEGIN_JOIN, JOIN, MARK_JOINED, REVERT_JOIN,
+                               SETTLE_JOINED)
 
 # Who may perform an operation: anyone who names the submission, or only the
 # holder of its live ownership token (fenced by owner and epoch).
@@ -73,6 +83,8 @@ ANYONE, OWNER = "anyone", "owner"
 AUTHORITY: dict[str, str] = {
     MARK_READY: ANYONE, CLAIM: ANYONE, ABORT: ANYONE, FINALIZE: ANYONE, RESOLVE: ANYONE, DECIDE: ANYONE,
     RENEW: OWNER, RELEASE: OWNER, MARK_INPUT_APPLIED: OWNER, RESERVE: OWNER, MARK_UNKNOWN: OWNER, SUSPEND: OWNER,
+    # The host's owner does all of a join; a follower has no owner of its own.
+    BEGIN_JOIN: OWNER, JOIN: OWNER, MARK_JOINED: OWNER, REVERT_JOIN: OWNER, SETTLE_JOINED: OWNER,
 }
 
 # TRANSITIONS[state][operation] -> the state after it. Where a rule's outcome
@@ -81,13 +93,18 @@ AUTHORITY: dict[str, str] = {
 # named by the rule and the table lists the state it may reach.
 TRANSITIONS: dict[str, dict[str, str]] = {
     ADMITTED: {MARK_READY: READY, ABORT: SETTLED},
-    READY: {MARK_READY: READY, CLAIM: RUNNING, ABORT: SETTLED},
+    READY: {MARK_READY: READY, CLAIM: RUNNING, ABORT: SETTLED, JOIN: JOINING},
+    # A follower is never claimed nor aborted alone (JoinedToHost): its host
+    # marks it joined or reverts it; the host's finalize settles a joined one
+    # and reverts a joining one.
+    JOINING: {MARK_READY: JOINING, JOIN: JOINING, MARK_JOINED: JOINED, REVERT_JOIN: READY},
+    JOINED: {MARK_READY: JOINED, MARK_JOINED: JOINED, SETTLE_JOINED: SETTLED},
     RUNNING: {MARK_READY: RUNNING, CLAIM: RUNNING, RENEW: RUNNING, RELEASE: RUNNING,
-              MARK_INPUT_APPLIED: INPUT_APPLIED, ABORT: RUNNING, RESERVE: TERMINALIZING},
+              MARK_INPUT_APPLIED: INPUT_APPLIED, ABORT: RUNNING, RESERVE: TERMINALIZING, BEGIN_JOIN: RUNNING},
     INPUT_APPLIED: {MARK_READY: INPUT_APPLIED, CLAIM: INPUT_APPLIED, RENEW: INPUT_APPLIED,
                     RELEASE: INPUT_APPLIED, MARK_INPUT_APPLIED: INPUT_APPLIED, ABORT: INPUT_APPLIED,
                     RESERVE: TERMINALIZING, MARK_UNKNOWN: UNKNOWN, RESOLVE: INPUT_APPLIED,
-                    SUSPEND: SUSPENDED, DECIDE: INPUT_APPLIED},
+                    SUSPEND: SUSPENDED, DECIDE: INPUT_APPLIED, BEGIN_JOIN: INPUT_APPLIED},
     # Marking a call unknown ends ownership; only resolutions (the last one
     # back to input-applied) make the head claimable again, or an abort
     # intent, for aborted settlement only (never to replay the tool).
@@ -136,6 +153,8 @@ def state_of(row: Any) -> str:
     """The state a ledger row (``rules.SubmissionRow``) is in, from its facts."""
     if row.settled_at_ms is not None:
         return SETTLED
+    if row.join_host is not None:
+        return JOINING if row.joined_seq is None else JOINED
     if row.reserved_digest is not None:
         return TERMINALIZING
     if row.unknown_open:

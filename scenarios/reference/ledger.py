@@ -71,6 +71,8 @@ from model.ledger.records import (
     SubmissionOwnership,
     SubmissionRecord,
     ApprovalDecision,
+    JoinBatch,
+    JoinMarked,
     Suspension,
     UnknownMarked,
     UnknownResolution,
@@ -89,7 +91,8 @@ READS = frozenset({"get", "get_by_idempotency_key", "load_recovery_snapshot", "s
 BY_SUBMISSION = frozenset({"mark_ready", "request_abort", "finalize_settlement", "get", "resolve_unknown",
                            "decide_approval"})
 BY_TOKEN = frozenset({"renew_ownership", "release_ownership", "mark_input_applied", "reserve_settlement",
-                      "mark_unknown", "suspend"})
+                      "mark_unknown", "suspend", "begin_join", "mark_joined", "revert_join"})
+JOIN_LIMIT_MAX = 64
 DECISIONS = ("approved", "rejected")
 RESOLUTIONS = ("NeverHappened", "SafeToRetry", "CompletedWithResult")
 
@@ -108,6 +111,9 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "mark_unknown": ("token", "tool_call_id"),
     "resolve_unknown": ("submission_id", "tool_call_id", "resolution", "resolver", "result", "now_ms"),
     "suspend": ("token", "tool_call_ids"),
+    "begin_join": ("token", "limit"),
+    "mark_joined": ("token", "submission_id", "record_id", "seq"),
+    "revert_join": ("token", "submission_id"),
     "decide_approval": ("submission_id", "tool_call_id", "decision", "resolver", "reason", "now_ms"),
     "get": ("submission_id",),
     "get_by_idempotency_key": ("conversation_id", "principal_id", "idempotency_key"),
@@ -140,7 +146,8 @@ class _Row:
     __slots__ = ("submission_id", "conversation_id", "principal_id", "idempotency_key", "queue_seq",
                  "input_text", "input_digest", "receipt", "admitted_at_ms", "ready", "owner_id", "epoch",
                  "lease_expires_ms", "input_applied", "abort_author", "abort_reason", "abort_at_ms", "reserved_text",
-                 "reserved_digest", "outcome", "settled_at_ms", "diagnostic", "unknown", "approvals", "_record")
+                 "reserved_digest", "outcome", "settled_at_ms", "diagnostic", "unknown", "approvals", "join_host", "joined_at",
+                 "followers", "_record")
 
     def __init__(self, submission_id: str, conversation_id: str, principal_id: str, idempotency_key: str,
                  queue_seq: int, input_text: str, input_digest: str, receipt: str, admitted_at_ms: int) -> None:
@@ -171,6 +178,11 @@ class _Row:
         self.unknown: dict | None = None
         # Approvals it suspended on: call id -> None (pending) or the first decision.
         self.approvals: dict | None = None
+        # Joins: the host it joined, (record id, seq) of its input in the
+        # host's log once joined; on a host, its followers (ids, queue order).
+        self.join_host: str | None = None
+        self.joined_at: tuple[str, int] | None = None
+        self.followers: list[str] = []
         # The SubmissionRecord the contract says a read returns, built once
         # per change: workers scan the open work every poll, so a scan must
         # cost a comparison, not a decode. Every write calls ``changed``.
@@ -203,7 +215,9 @@ class _Row:
             reserved_digest=self.reserved_digest, outcome=self.outcome, settled_at_ms=self.settled_at_ms,
             schema_version=SCHEMA_VERSION,
             unknown_calls=None if self.unknown is None else read_back(canonical(self.unknown)),
-            approvals=None if self.approvals is None else read_back(canonical(self.approvals)))
+            approvals=None if self.approvals is None else read_back(canonical(self.approvals)),
+            join_host=self.join_host, joined_record_id=None if self.joined_at is None else self.joined_at[0],
+            joined_seq=None if self.joined_at is None else self.joined_at[1], joined_count=len(self.followers))
 
     def pending_approvals(self) -> int:
         return 0 if self.approvals is None else sum(1 for v in self.approvals.values() if v is None)
@@ -232,7 +246,7 @@ class _Row:
             abort_reason=self.abort_reason, abort_requested_at_ms=self.abort_at_ms,
             reserved_digest=self.reserved_digest,
             settled=self.settled_at_ms is not None, unknown_open=self.open_unknown(),
-            approvals_pending=self.pending_approvals())
+            approvals_pending=self.pending_approvals(), join_host=self.join_host)
 
     def lease_live(self, now_ms: int) -> bool:
         # L1: live strictly before the expiry instant. The specification is
@@ -706,6 +720,11 @@ class ReferenceLedger:
             self._want_error(call, "UnknownSubmission", {"submission_id": sid}, None)
             return None
         conversation = self._conversations[row.conversation_id]
+        if row.abort_author is None and row.join_host is not None and row.settled_at_ms is None:
+            # A follower settles only through its host.
+            self._want_error(call, "JoinedToHost", {"submission_id": sid, "host_submission_id": row.join_host},
+                             conversation)
+            return conversation
         if row.abort_author is not None:  # L7: the first intent, always
             at_once = row.settled_at_ms if row.settled_at_ms is not None and row.epoch is None else None
             self._want_value(call, AbortIntent(sid, row.abort_author, row.abort_reason, row.abort_at_ms, True,
@@ -779,6 +798,10 @@ class ReferenceLedger:
             self._want_error(call, "UnknownSubmission", {"submission_id": sid}, None)
             return None
         conversation = self._conversations[row.conversation_id]
+        if row.join_host is not None and row.settled_at_ms is None:
+            self._want_error(call, "JoinedToHost", {"submission_id": sid, "host_submission_id": row.join_host},
+                             conversation)
+            return conversation
         if row.reserved_digest is None:
             self._want_error(call, "SettlementConflict",
                              {"submission_id": sid, "existing_digest": None, "attempted_digest": None}, conversation)
@@ -797,6 +820,22 @@ class ReferenceLedger:
         row.input_text = row.reserved_text = None
         row.changed()
         del conversation.open[sid]
+        # Its joined followers settle with it (its outcome, no independent
+        # result); its joining ones go back to ready.
+        follower_record = {"outcome": outcome} if diagnostic is None else {"outcome": outcome, "diagnostic": diagnostic}
+        for follower_id in row.followers:
+            follower = self._rows[follower_id]
+            if follower.joined_at is None:
+                follower.join_host = None
+            else:
+                follower.reserved_digest = digest_text(canonical(follower_record))
+                follower.outcome, follower.settled_at_ms, follower.diagnostic = outcome, now_ms, diagnostic
+                follower.input_applied = True
+                follower.input_text = None
+                del conversation.open[follower_id]
+            follower.changed()
+        row.followers = []
+        row.changed()
         if not conversation.open:
             del self._open[row.conversation_id]
         return conversation
@@ -946,6 +985,110 @@ class ReferenceLedger:
                                                 row.pending_approvals()), conversation)
         row.changed()
         return conversation
+
+    def _begin_join(self, call: Any, a: dict) -> _Conversation | None:
+        token, limit = a["token"], a["limit"]
+        if not isinstance(token, Claim) or not _is_int(limit) or not 1 <= limit <= JOIN_LIMIT_MAX:
+            self._want_argument_error(call, f"the token must be a Claim, limit within 1..{JOIN_LIMIT_MAX}")
+            return None
+        host = self._rows.get(token.submission_id)
+        if not self._fenced(call, host, token):
+            return None if host is None else self._conversations[host.conversation_id]
+        conversation = self._conversations[host.conversation_id]
+        state = self._state(host)
+        if state not in ("running", "input-applied"):
+            self._want_error(call, "TransitionRefused", {"submission_id": host.submission_id, "state": state,
+                                                         "operation": "begin_join"}, conversation)
+            return conversation
+        taken = []
+        for row in list(conversation.open.values()):
+            if row.queue_seq <= host.queue_seq or row.join_host == host.submission_id:
+                continue
+            if len(host.followers) + len(taken) >= limit or self._state(row) != "ready":
+                break  # a gap: never skipped
+            taken.append(row)
+        followers = tuple(host.followers) + tuple(r.submission_id for r in taken)
+        self._want_value(call, JoinBatch(host.submission_id, followers, not taken), conversation)
+        for row in taken:
+            row.join_host = host.submission_id
+            row.changed()
+        host.followers.extend(r.submission_id for r in taken)
+        host.changed()
+        return conversation
+
+    def _mark_joined(self, call: Any, a: dict) -> _Conversation | None:
+        token, sid, record_id, seq = a["token"], a["submission_id"], a["record_id"], a["seq"]
+        if not (isinstance(token, Claim) and type(sid) is str and type(record_id) is str and _is_int(seq)
+                and seq >= 1):
+            self._want_argument_error(call, "a Claim, ids str, seq a positive int")
+            return None
+        host = self._rows.get(token.submission_id)
+        if not self._fenced(call, host, token):
+            return None if host is None else self._conversations[host.conversation_id]
+        conversation = self._conversations[host.conversation_id]
+        follower = self._rows.get(sid)
+        if follower is None:
+            self._want_error(call, "UnknownSubmission", {"submission_id": sid}, conversation)
+            return conversation
+        state = self._state(follower)
+        if (follower.join_host != host.submission_id or state not in ("joining", "joined")
+                or (follower.joined_at is not None and follower.joined_at != (record_id, seq))):
+            self._want_error(call, "TransitionRefused", {"submission_id": sid, "state": state,
+                                                         "operation": "mark_joined"}, conversation)
+            return conversation
+        replayed = follower.joined_at is not None
+        self._want_value(call, JoinMarked(sid, host.submission_id, record_id, seq, replayed), conversation)
+        if not replayed:
+            follower.joined_at = (record_id, seq)
+            follower.changed()
+        return conversation
+
+    def _revert_join(self, call: Any, a: dict) -> _Conversation | None:
+        token, sid = a["token"], a["submission_id"]
+        if not (isinstance(token, Claim) and type(sid) is str):
+            self._want_argument_error(call, "a Claim and a str")
+            return None
+        host = self._rows.get(token.submission_id)
+        if not self._fenced(call, host, token):
+            return None if host is None else self._conversations[host.conversation_id]
+        conversation = self._conversations[host.conversation_id]
+        follower = self._rows.get(sid)
+        if follower is None:
+            self._want_error(call, "UnknownSubmission", {"submission_id": sid}, conversation)
+            return conversation
+        state = self._state(follower)
+        if follower.join_host is None and state == "ready":
+            self._want_value(call, None, conversation)  # reverted already
+            return conversation
+        if follower.join_host != host.submission_id or state != "joining":
+            self._want_error(call, "TransitionRefused", {"submission_id": sid, "state": state,
+                                                         "operation": "revert_join"}, conversation)
+            return conversation
+        self._want_value(call, None, conversation)
+        follower.join_host = None
+        follower.changed()
+        host.followers.remove(sid)
+        host.changed()
+        return conversation
+
+    @staticmethod
+    def _state(row: _Row) -> str:
+        """The lifecycle state a row is in, read plainly from its facts."""
+        if row.settled_at_ms is not None:
+            return "settled"
+        if row.join_host is not None:
+            return "joining" if row.joined_at is None else "joined"
+        if row.reserved_digest is not None:
+            return "terminalizing"
+        if row.open_unknown():
+            return "unknown"
+        if row.pending_approvals():
+            return "suspended"
+        if row.input_applied:
+            return "input-applied"
+        if row.epoch is not None:
+            return "running"
+        return "ready" if row.ready else "admitted"
 
     def _purge_conversation(self, call: Any, a: dict) -> _Conversation | None:
         cid = a["conversation_id"]
