@@ -147,3 +147,72 @@ def test_every_write_of_a_random_history_is_an_edge_of_the_table(ops, ready):
                 assert TRANSITIONS[before].get(operation) == after, (before, operation, after)
 
     trio.run(main)
+
+
+# Three submissions in one lane, joins included: every state change of every
+# row is an edge of the table, by an operation the call may apply to that row.
+EFFECTS = {
+    states.BEGIN_JOIN: (states.BEGIN_JOIN, states.JOIN),
+    FINALIZE: (FINALIZE, states.SETTLE_JOINED, states.REVERT_JOIN),
+}
+LANE_OPS = st.lists(st.tuples(
+    st.sampled_from((MARK_READY, CLAIM, MARK_INPUT_APPLIED, ABORT, RESERVE, FINALIZE, states.BEGIN_JOIN,
+                     states.MARK_JOINED, states.REVERT_JOIN, RELEASE)),
+    st.integers(1, 3), st.sampled_from(("o1", "o2")), st.sampled_from((COMPLETED, ABORTED))), min_size=1, max_size=16)
+
+
+@settings(max_examples=120, deadline=None)
+@given(ops=LANE_OPS, unready=st.integers(0, 3))
+def test_every_state_change_in_a_lane_with_joins_is_an_edge_of_the_table(ops, unready):
+    ledger = InMemorySubmissionLedger()
+
+    async def main():
+        sids = []
+        for n in (1, 2, 3):
+            sid = (await ledger.admit("c", "p", f"k{n}", {"n": n}, 0)).submission_id
+            if n != unready:
+                await ledger.mark_ready(sid)
+            sids.append(sid)
+        tokens = {}
+        now = 10
+        for operation, n, owner, record in ops:
+            now += 700
+            sid = sids[n - 1]
+            before = {s: state_of(await ledger.get(s)) for s in sids}
+            token = tokens.get(owner)
+            try:
+                if operation == MARK_READY:
+                    await ledger.mark_ready(sid)
+                elif operation == CLAIM:
+                    claim = await ledger.claim("c", owner, 1_000, now)
+                    if claim is not None:
+                        tokens[owner] = claim
+                elif operation == ABORT:
+                    await ledger.request_abort(sid, owner, "why", now)
+                elif operation == FINALIZE:
+                    await ledger.finalize_settlement(sid, now)
+                elif token is None:
+                    continue
+                elif operation == states.BEGIN_JOIN:
+                    await ledger.begin_join(token, 2)
+                elif operation == states.MARK_JOINED:
+                    await ledger.mark_joined(token, sid, f"input:{sid}", n)
+                elif operation == states.REVERT_JOIN:
+                    await ledger.revert_join(token, sid)
+                elif operation == RELEASE:
+                    await ledger.release_ownership(token)
+                elif operation == MARK_INPUT_APPLIED:
+                    await ledger.mark_input_applied(token)
+                else:
+                    await ledger.reserve_settlement(token, record)
+            except Exception as error:  # refused: a typed verdict, nothing moved
+                assert getattr(type(error), "name", None), error
+                assert {s: state_of(await ledger.get(s)) for s in sids} == before, (operation, error)
+                continue
+            for s in sids:
+                after = state_of(await ledger.get(s))
+                if after != before[s]:
+                    edges = {TRANSITIONS[before[s]].get(op) for op in EFFECTS.get(operation, (operation,))}
+                    assert after in edges, (s, before[s], operation, after)
+
+    trio.run(main)

@@ -22,10 +22,15 @@ fire and recover each (ARCHITECTURE §5).
         |                      |                 |                              |   ^
         +--abort (settles)-----+                 +------reserve-------+   mark_unknown | resolve (the last)
                                                                       |         v   |
-                               settled <--finalize-- terminalizing <--+------ unknown
+                               settled <--finalize-- terminalizing <--+------ unknown, suspended
                                                                    (reserve: aborted only)
 
-Self-loops keep a state: a claim by a successor (lease lapsed), renewals,
+    ready --join (by a claimed host)--> joining --mark_joined--> joined
+      ^                                    |                        |
+      +----revert_join / host finalize-----+      host finalize: settled
+
+``suspended`` mirrors ``unknown``: ``suspend`` from input-applied, the last
+``decide_approval`` back to it. Self-loops keep a state: a claim by a successor (lease lapsed), renewals,
 releases, idempotent repeats, an abort intent stored for a claimed
 submission (its owner settles ``aborted`` at its next step).
 """
