@@ -77,6 +77,9 @@ from faults.events import (
     LedgerSuspend,
     LedgerDecideApproval,
     LedgerBeginJoin,
+    LedgerReserveChild,
+    LedgerAttachChild,
+    LedgerReleaseChild,
     LedgerMarkJoined,
     LedgerRevertJoin,
     LedgerScanNonterminal,
@@ -458,10 +461,39 @@ def _revert_join(result: Any, /, token: Any, submission_id: str) -> dict:
                                   submission=submission_id)
 
 
+@describes(SubmissionLedgerPort.reserve_child, LedgerReserveChild)
+def _reserve_child(reserved: Any, /, token: Any, tool_call_id: str, allocation: object) -> dict:
+    if reserved is None:
+        return LedgerReserveChild.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                        call=tool_call_id)
+    return LedgerReserveChild.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                    call=tool_call_id, allocation_digest=reserved.allocation_digest,
+                                    replayed=reserved.replayed)
+
+
+@describes(SubmissionLedgerPort.attach_child, LedgerAttachChild)
+def _attach_child(attached: Any, /, token: Any, tool_call_id: str, child_submission_id: str) -> dict:
+    if attached is None:
+        return LedgerAttachChild.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                       call=tool_call_id, child=child_submission_id)
+    return LedgerAttachChild.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                   call=tool_call_id, child=child_submission_id, replayed=attached.replayed)
+
+
+@describes(SubmissionLedgerPort.release_child, LedgerReleaseChild)
+def _release_child(released: Any, /, submission_id: str, tool_call_id: str, accounting: object,
+                   now_ms: int) -> dict:
+    if released is None:
+        return LedgerReleaseChild.build(submission=submission_id, call=tool_call_id)
+    return LedgerReleaseChild.build(submission=submission_id, call=tool_call_id,
+                                    released_at_ms=released.released_at_ms, replayed=released.replayed)
+
+
 LEDGER_DESCRIBERS = _table(
     "ledger", _by_key, _purge_conversation, _admit, _mark_ready, _claim, _renew, _release_ownership,
     _input_applied, _request_abort, _reserve, _finalize, _get, _scan, _mark_unknown, _resolve_unknown,
-    _suspend, _decide_approval, _begin_join, _mark_joined, _revert_join)
+    _suspend, _decide_approval, _begin_join, _mark_joined, _revert_join, _reserve_child, _attach_child,
+    _release_child)
 
 
 # -- conversation log ---------------------------------------------------------

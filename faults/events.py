@@ -454,6 +454,34 @@ class LedgerRevertJoin(PortEvent):
     submission: str
 
 
+class LedgerReserveChild(PortEvent):
+    kind = "ledger.reserve_child"
+    submission: str  # the parent (the token's)
+    owner: str
+    epoch: int
+    call: str
+    allocation_digest: str = RESULT
+    replayed: bool = RESULT
+
+
+class LedgerAttachChild(PortEvent):
+    kind = "ledger.attach_child"
+    submission: str
+    owner: str
+    epoch: int
+    call: str
+    child: str
+    replayed: bool = RESULT
+
+
+class LedgerReleaseChild(PortEvent):
+    kind = "ledger.release_child"
+    submission: str  # the parent
+    call: str
+    released_at_ms: int = RESULT
+    replayed: bool = RESULT
+
+
 class LedgerReserveSettlement(PortEvent):
     kind = "ledger.reserve_settlement"
     submission: str

@@ -106,7 +106,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        stored = await self.store.load(self.key)\n"
         "        if stored is None or stored.revision != expected_revision + 1:\n",
         "        stored = await self.store.load(self.key)\n        if stored is None:\n", SY_PS,
-        ci_seed=0, ci_duration="2m", ci_scenario="port-storm"),
+        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "ds-adopt-ignores-version",
         "Adopt-own-write adopts an equal payload stored under another contract version.",
@@ -165,7 +165,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the checkpoint's, so a log deleted and written again hands back the old checkpoint.",
         "model.conversation.checkpoints", "    if log_digest != checkpoint.tail_digest:\n",
         "    if log_digest is None:\n", LS_PS,
-        ci_seed=2, ci_duration="30s", ci_scenario="port-storm"),
+        ci_seed=0, ci_duration="30s", ci_scenario="port-storm"),
     Mutant(
         "checkpoint-load-unknown-none",
         "The in-memory checkpoint store's load_latest no longer asks the log whether the conversation exists, so "
@@ -328,6 +328,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "follower stays open forever.",
         "model.ledger.rules", "    if row.joined_count:\n        follower_json",
         "    if row.joined_count > 1:\n        follower_json", ("port-storm",), ci_seed=1, ci_duration="5m"),
+    Mutant(
+        "ledger-child-allocation-as-sent",
+        "A child reservation is identified by the allocation as the caller built it (its member order "
+        "included) instead of its canonical digest: an identical retry with reordered keys conflicts.",
+        "model.ledger.rules", "    return decode(text), digest_text(text)\n",
+        "    return decode(text), digest_text(repr(value))\n", ("port-storm",), ci_seed=1, ci_duration="5m"),
+    Mutant(
+        "ledger-child-release-last-wins",
+        "A second release of a child reservation with other accounting replaces the frozen accounting "
+        "instead of conflicting.",
+        "model.ledger.rules",
+        "    if entry[\"releasedAtMs\"] is not None:\n        if digest(entry[\"accounting\"]) != accounting_digest:\n",
+        "    if entry[\"releasedAtMs\"] is not None and digest(entry[\"accounting\"]) == accounting_digest:\n"
+        "        if digest(entry[\"accounting\"]) != accounting_digest:\n", ("port-storm",), ci_seed=1, ci_duration="5m"),
     Mutant(
         "worker-abort-read-once",
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "

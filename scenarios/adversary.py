@@ -107,6 +107,8 @@ EDGES = (
     "suspend_decided_resumes_at_once", "suspended_claimed_to_abort",
     "join_took_ready_prefix", "join_stopped_at_gap", "join_passed_aborted", "joined_abort_refused",
     "follower_joined", "join_reverted", "joined_settled_with_host",
+    "child_reserved_key_order_irrelevant", "child_allocation_conflict", "child_attached", "child_other_conflict",
+    "child_released_once", "child_accounting_conflict",
     # conversation log
     "log_over_1024_records", "read_full_default_page", "read_across_page_boundary", "read_at_page_boundary",
     "read_past_tail_empty", "read_illegal_rejected", "digest_at_batch_boundary", "digest_at_inside_batch",
@@ -450,7 +452,7 @@ class _Process(ClientProcess):
         """Recover, then run episodes until the heal instant, then drain."""
         await self.recover()
         episodes = [self.ds_private, self.ds_illegal, self.ledger_private, self.lease_expiry, self.checkpoints,
-                    self.content, self.churn, self.unknown_outcome, self.approvals, self.joins]
+                    self.content, self.churn, self.unknown_outcome, self.approvals, self.joins, self.children]
         if self.w.races:
             episodes += [self.ds_shared, self.ledger_shared, self.ledger_shared]
         if self.w.late_aborts:
@@ -1378,6 +1380,73 @@ class _Process(ClientProcess):
                 return
         purge = await self.call("ledger", "purge_conversation", conv)
         self.expect(purge.ok, f"purge of {conv}: {purge.show()}", conv)
+
+    async def children(self) -> None:
+        """A parent reserves a subagent's budget at a tool call (idempotent by
+        the allocation's canonical digest), attaches the child submission, and
+        the child's settlement freezes the accounting once."""
+        conv = self.private_conversation("c")
+        key, value = self.uid("key"), {"parent": self._next()}
+        admission = await self.admit_ready(conv, key, value)
+        if admission is None:
+            return
+        sid = admission.submission_id
+        token = await self.claim_token(conv, self.label, 0)
+        if token is None or not await self._apply_input(conv, token, sid, key, value, 1):
+            return
+        call_id = self.uid("call")
+        allocation = {"tokens": 100 * (1 + self.rng.below(50)), "tools": ["search", "fetch"], "ms": 60_000}
+        first = await self.call("ledger", "reserve_child", token, call_id, allocation)
+        if not self.expect(first.ok and first.value.allocation == allocation and first.value.child_submission_id
+                           is None, f"reserve_child({sid}) answered {first.show()}", conv):
+            return
+        again = await self.call("ledger", "reserve_child", token, call_id, _reordered(allocation))
+        if self.expect(again.ok and again.value.replayed and again.value.allocation_digest
+                       == first.value.allocation_digest, f"reserve_child again answered {again.show()}", conv):
+            self.w.edge("child_reserved_key_order_irrelevant")
+        clash = await self.call("ledger", "reserve_child", token, call_id, {**allocation, "tokens": 1})
+        if self.expect_rejected(clash, ("ChildReservationConflict",), f"another allocation at {call_id}", conv):
+            self.w.edge("child_allocation_conflict")
+        child_conv = self.private_conversation("cc")
+        child = await self.admit_ready(child_conv, self.uid("key"), {"child_of": sid})
+        if child is None:
+            return
+        attached = await self.call("ledger", "attach_child", token, call_id, child.submission_id)
+        if not self.expect(attached.ok and attached.value.child_submission_id == child.submission_id,
+                           f"attach_child answered {attached.show()}", conv):
+            return
+        self.w.edge("child_attached")
+        other = await self.call("ledger", "attach_child", token, call_id, f"{child.submission_id}-other")
+        if self.expect_rejected(other, ("ChildReservationConflict",), f"another child at {call_id}", conv):
+            self.w.edge("child_other_conflict")
+        # The child runs and settles (aborted here: it was never claimed), then its accounting is frozen.
+        if await self._abort(child.submission_id, "a short child") is None:
+            return
+        accounting = {"tokens": self.rng.below(allocation["tokens"]), "calls": 1 + self.rng.below(3)}
+        now = self.now()
+        released = await self.call("ledger", "release_child", sid, call_id, accounting, now)
+        if not self.expect(released.ok and released.value.accounting == accounting
+                           and released.value.released_at_ms == now and (not released.value.replayed or released.lost),
+                           f"release_child answered {released.show()}", conv):
+            return
+        replay = await self.call("ledger", "release_child", sid, call_id, _reordered(accounting), now + 5)
+        if self.expect(replay.ok and replay.value.replayed and replay.value.released_at_ms == now,
+                       f"release_child again answered {replay.show()}", conv):
+            self.w.edge("child_released_once")
+        clash = await self.call("ledger", "release_child", sid, call_id, {**accounting, "calls": 99}, now + 6)
+        if self.expect_rejected(clash, ("ChildReservationConflict",), f"another accounting at {call_id}", conv):
+            self.w.edge("child_accounting_conflict")
+        record = self.settlement_record("completed", 1)
+        reserved = await self.call("ledger", "reserve_settlement", token, record)
+        if not self.expect_ok(reserved, "reserve", conv):
+            return
+        if not await self._append_settled(conv, token, sid, reserved.value.record_digest, record):
+            return
+        final = await self.call("ledger", "finalize_settlement", sid, self.now())
+        if self.expect(final.ok and final.value.outcome == "completed", f"finalize({sid}): {final.show()}", conv):
+            for c in (conv, child_conv):
+                purge = await self.call("ledger", "purge_conversation", c)
+                self.expect(purge.ok, f"purge of {c}: {purge.show()}", c)
 
     async def late_abort_race(self) -> None:
         """A second task of this process asks to abort while the first

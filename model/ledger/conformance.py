@@ -42,6 +42,8 @@ from .records import (
     AbortRequested,
     ApprovalConflict,
     ApprovalDecision,
+    ChildReservationConflict,
+    UnknownChildReservation,
     JoinBatch,
     JoinedToHost,
     JoinMarked,
@@ -533,6 +535,43 @@ async def _(ledger) -> None:
     exc = await _raises(AbortConflict, ledger.request_abort(joined.submission_id, "ops", "late", 700),
                         "abort of a settled follower")
     _eq(exc.outcome, "failed", "names its outcome")
+
+
+# --- child reservations -------------------------------------------------------------------
+
+
+@_check("child-reservation-once-per-call")
+async def _(ledger) -> None:
+    parent = await _admitted(ledger)
+    claim = await _claimed(ledger, now_ms=100)
+    await _raises(TransitionRefused, ledger.reserve_child(claim, "call-1", {"tokens": 10}),
+                  "a reservation before the input is applied")
+    await ledger.mark_input_applied(claim)
+    allocation = {"tokens": 1_000, "tools": ["search"], "ms": 60_000}
+    first = await ledger.reserve_child(claim, "call-1", allocation)
+    _eq((first.submission_id, first.tool_call_id, first.allocation, first.child_submission_id, first.replayed),
+        (parent.submission_id, "call-1", allocation, None, False), "reserved")
+    again = await ledger.reserve_child(claim, "call-1", dict(reversed(list(allocation.items()))))
+    _eq((again.allocation_digest, again.replayed), (first.allocation_digest, True), "key order is irrelevant")
+    exc = await _raises(ChildReservationConflict, ledger.reserve_child(claim, "call-1", {"tokens": 5}),
+                        "another allocation at the same call")
+    _eq(exc.what, "allocation", "conflict names what differs")
+    await _raises(UnknownChildReservation, ledger.attach_child(claim, "call-9", "sub-child-1"), "attach unreserved")
+    attached = await ledger.attach_child(claim, "call-1", "sub-child-1")
+    _eq((attached.child_submission_id, attached.replayed), ("sub-child-1", False), "attached")
+    _eq((await ledger.attach_child(claim, "call-1", "sub-child-1")).replayed, True, "attach again replays")
+    await _raises(ChildReservationConflict, ledger.attach_child(claim, "call-1", "sub-child-2"), "another child")
+    await ledger.reserve_settlement(claim, COMPLETED_RECORD)  # the parent terminalizes; the child may settle later
+    released = await ledger.release_child(parent.submission_id, "call-1", {"tokens": 640, "cost": 0.25}, 700)
+    _eq((released.accounting, released.released_at_ms, released.replayed), ({"tokens": 640, "cost": 0.25}, 700, False),
+        "the accounting frozen at the first release")
+    replay = await ledger.release_child(parent.submission_id, "call-1", {"cost": 0.25, "tokens": 640}, 900)
+    _eq((replay.released_at_ms, replay.replayed), (700, True), "a repeat replays it")
+    exc = await _raises(ChildReservationConflict, ledger.release_child(parent.submission_id, "call-1", {"tokens": 1},
+                                                                        950), "another accounting")
+    _eq(exc.what, "accounting", "conflict names what differs")
+    record = await ledger.get(parent.submission_id)
+    _eq(record.children["call-1"]["accounting"], {"tokens": 640, "cost": 0.25}, "stored")
 
 
 # --- settlement ---------------------------------------------------------------------

@@ -17,6 +17,7 @@ from .records import (
     Settlement,
     SubmissionRecord,
     ApprovalDecision,
+    ChildReservation,
     JoinBatch,
     JoinMarked,
     Suspension,
@@ -33,6 +34,10 @@ from .rules import (
     decide_finalize,
     decide_input_applied,
     decide_approval,
+    decide_attach_child,
+    decide_release_child,
+    decide_reserve_child,
+    encode_json_arg,
     decide_begin_join,
     decide_mark_joined,
     decide_revert_join,
@@ -55,7 +60,10 @@ from .rules import (
     validate_abort,
     validate_admit,
     validate_claim,
+    validate_attach_child,
     validate_begin_join,
+    validate_release_child,
+    validate_reserve_child,
     validate_decide,
     validate_mark_joined,
     validate_revert_join,
@@ -221,6 +229,33 @@ class InMemorySubmissionLedger:
         if host is not None:
             self._put(host)
             self._put(follower)
+
+    async def reserve_child(self, token: Claim, tool_call_id: str, allocation: object) -> ChildReservation:
+        validate_reserve_child(token, tool_call_id)
+        allocation, allocation_digest = encode_json_arg("allocation", allocation)
+        reserved, row = decide_reserve_child(self._submissions.get(token.submission_id), token, tool_call_id,
+                                             allocation, allocation_digest)
+        if row is not None:
+            self._put(row)
+        return reserved
+
+    async def attach_child(self, token: Claim, tool_call_id: str, child_submission_id: str) -> ChildReservation:
+        validate_attach_child(token, tool_call_id, child_submission_id)
+        attached, row = decide_attach_child(self._submissions.get(token.submission_id), token, tool_call_id,
+                                            child_submission_id)
+        if row is not None:
+            self._put(row)
+        return attached
+
+    async def release_child(self, submission_id: str, tool_call_id: str, accounting: object,
+                            now_ms: int) -> ChildReservation:
+        validate_release_child(submission_id, tool_call_id, now_ms)
+        accounting, accounting_digest = encode_json_arg("accounting", accounting)
+        released, row = decide_release_child(submission_id, self._submissions.get(submission_id), tool_call_id,
+                                             accounting, accounting_digest, now_ms)
+        if row is not None:
+            self._put(row)
+        return released
 
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:
         require_token(token)

@@ -26,6 +26,7 @@ from .records import (
     Settlement,
     SubmissionRecord,
     ApprovalDecision,
+    ChildReservation,
     JoinBatch,
     JoinMarked,
     Suspension,
@@ -105,6 +106,20 @@ class SubmissionLedgerPort(Protocol):
 
     async def revert_join(self, token: Claim, submission_id: str) -> None:
         """A joining follower back to ready. Idempotent."""
+        ...
+
+    async def reserve_child(self, token: Claim, tool_call_id: str, allocation: object) -> ChildReservation:
+        """Reserve a subagent's budget at this tool call (identity: the
+        allocation's canonical digest; another at the same call conflicts)."""
+        ...
+
+    async def attach_child(self, token: Claim, tool_call_id: str, child_submission_id: str) -> ChildReservation:
+        """Attach the child submission to its reservation (idempotent)."""
+        ...
+
+    async def release_child(self, submission_id: str, tool_call_id: str, accounting: object,
+                            now_ms: int) -> ChildReservation:
+        """Freeze the child's accounting once, at its first release."""
         ...
 
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:

@@ -165,6 +165,23 @@ class JoinMarked:
 
 
 @attrs.frozen
+class ChildReservation:
+    """A parent's budget reserved for a subagent at one of its tool calls:
+    the allocation (canonical; its digest is its identity), the child
+    submission once attached, the frozen accounting once released
+    (``replayed``: this exact reservation, attachment or release existed)."""
+
+    submission_id: str  # the parent
+    tool_call_id: str
+    allocation: object
+    allocation_digest: str
+    child_submission_id: str | None = None
+    accounting: object = None
+    released_at_ms: int | None = None
+    replayed: bool = False
+
+
+@attrs.frozen
 class ReservedSettlement:
     submission_id: str
     record_digest: str
@@ -221,6 +238,9 @@ class SubmissionRecord:
     joined_record_id: str | None = None
     joined_seq: int | None = None
     joined_count: int = 0
+    # Child reservations by the parent's tool call: {callId: {allocation,
+    # allocationDigest, child, accounting, releasedAtMs}}.
+    children: object = None
 
     @property
     def settled(self) -> bool:
@@ -610,3 +630,33 @@ class JoinedToHost(LedgerError):
 
     def __reduce__(self):
         return (type(self), (self.submission_id, self.host_submission_id))
+
+
+class ChildReservationConflict(LedgerError):
+    """A child reservation other than the existing one at the same tool call
+    (``what``: ``allocation``, ``child`` or ``accounting`` differs)."""
+
+    name = "ChildReservationConflict"
+
+    def __init__(self, submission_id: str, tool_call_id: str, what: str) -> None:
+        self.submission_id = submission_id
+        self.tool_call_id = tool_call_id
+        self.what = what
+        super().__init__(f"child reservation at {tool_call_id!r} of {submission_id!r}: another {what} exists")
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.tool_call_id, self.what))
+
+
+class UnknownChildReservation(LedgerError):
+    """An attach or release of a child reservation that was never made."""
+
+    name = "UnknownChildReservation"
+
+    def __init__(self, submission_id: str, tool_call_id: str) -> None:
+        self.submission_id = submission_id
+        self.tool_call_id = tool_call_id
+        super().__init__(f"{submission_id!r} reserved no child budget at {tool_call_id!r}")
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.tool_call_id))

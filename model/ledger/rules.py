@@ -72,6 +72,14 @@ Decisions where the specification is silent (all in one place, here):
   the host's finalize settles its joined followers in the same write, each
   with ``joined_record`` (the host's outcome, no independent result), and
   reverts its joining ones. ``limit`` is at most ``JOIN_LIMIT_MAX``.
+- Child reservations: the running owner reserves one child budget per
+  tool call (``reserve_child``; identity = the allocation's canonical
+  digest, so key order is irrelevant; another allocation at the same call
+  is ``ChildReservationConflict``) and attaches the child submission
+  (``attach_child``; another child is a conflict); ``release_child`` by
+  anyone freezes the child's accounting once (a repeat replays it, another
+  accounting conflicts), in any state of the parent. A child settling does
+  not yet wake a parent suspended on it (approvals only, for now).
 - Settlement shape (§10): ``outcome`` in completed/failed/aborted; failed
   carries ``diagnostic`` = exactly ``{errorTag: str, message: str}`` and no
   ``result``, ``cause`` or ``stack``; aborted carries no ``result`` key (not
@@ -98,7 +106,7 @@ import attrs
 
 from model.canonical import CanonicalDecodeError, canonical_json, decode, digest, digest_text
 
-from .states import (ABORT, ADMITTED, BEGIN_JOIN, DECIDE, FINALIZE, JOINED, JOINING, MARK_JOINED, MARK_UNKNOWN,
+from .states import (ABORT, ADMITTED, ATTACH_CHILD, BEGIN_JOIN, RESERVE_CHILD, DECIDE, FINALIZE, JOINED, JOINING, MARK_JOINED, MARK_UNKNOWN,
                      READY, REVERT_JOIN, SETTLE_JOINED, SETTLED, SUSPEND, TERMINALIZING, claimable, state_of, target)
 from .records import (
     ABORTED,
@@ -113,6 +121,9 @@ from .records import (
     DECISIONS,
     ApprovalConflict,
     ApprovalDecision,
+    ChildReservation,
+    ChildReservationConflict,
+    UnknownChildReservation,
     JoinBatch,
     JoinedToHost,
     JoinMarked,
@@ -184,6 +195,7 @@ class SubmissionRow:
     joined_record_id: str | None = None  # where its input sits in the host's log
     joined_seq: int | None = None
     joined_count: int = 0  # on a host: its followers still joining or joined
+    children_json: str | None = None  # {callId: child reservation}, canonical
     schema_version: int = SCHEMA_VERSION
 
 
@@ -206,6 +218,7 @@ _ROW_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
     ("outcome", _OPT_STR), ("settled_at_ms", _OPT_INT), ("unknown_json", _OPT_STR), ("unknown_open", _INT),
     ("approvals_json", _OPT_STR), ("approvals_pending", _INT), ("join_host", _OPT_STR),
     ("joined_record_id", _OPT_STR), ("joined_seq", _OPT_INT), ("joined_count", _INT),
+    ("children_json", _OPT_STR),
 )
 
 
@@ -278,6 +291,7 @@ def row_to_record(row: SubmissionRow) -> SubmissionRecord:
         joined_record_id=row.joined_record_id,
         joined_seq=row.joined_seq,
         joined_count=row.joined_count,
+        children=None if row.children_json is None else decode(row.children_json),
     )
 
 
@@ -831,6 +845,107 @@ def validate_mark_joined(token: object, submission_id: object, record_id: object
 def validate_revert_join(token: object, submission_id: object) -> None:
     require_token(token)
     require_str("submission_id", submission_id)
+
+
+# --- child reservations (subagents) ----------------------------------------------------
+
+
+def _children(row: SubmissionRow) -> dict:
+    return {} if row.children_json is None else decode(row.children_json)
+
+
+def _child_answer(submission_id: str, call: str, entry: dict, replayed: bool) -> ChildReservation:
+    return ChildReservation(submission_id, call, entry["allocation"], entry["allocationDigest"], entry["child"],
+                            entry["accounting"], entry["releasedAtMs"], replayed)
+
+
+def decide_reserve_child(
+    row: SubmissionRow | None, token: Claim, tool_call_id: str, allocation: object, allocation_digest: str
+) -> tuple[ChildReservation, SubmissionRow | None]:
+    """One child budget per parent tool call, identified by its allocation's
+    canonical digest (key order irrelevant): the same again replays it,
+    another is ``ChildReservationConflict``."""
+    row = check_token(row, token)
+    state = state_of(row)
+    if target(state, RESERVE_CHILD) is None:
+        raise TransitionRefused(row.submission_id, state, RESERVE_CHILD)
+    children = _children(row)
+    entry = children.get(tool_call_id)
+    if entry is not None:
+        if entry["allocationDigest"] != allocation_digest:
+            raise ChildReservationConflict(row.submission_id, tool_call_id, "allocation")
+        return _child_answer(row.submission_id, tool_call_id, entry, True), None
+    entry = {"allocation": allocation, "allocationDigest": allocation_digest, "child": None, "accounting": None,
+             "releasedAtMs": None}
+    children[tool_call_id] = entry
+    return _child_answer(row.submission_id, tool_call_id, entry, False), attrs.evolve(
+        row, children_json=canonical_json(children))
+
+
+def decide_attach_child(
+    row: SubmissionRow | None, token: Claim, tool_call_id: str, child_submission_id: str
+) -> tuple[ChildReservation, SubmissionRow | None]:
+    row = check_token(row, token)
+    state = state_of(row)
+    if target(state, ATTACH_CHILD) is None:
+        raise TransitionRefused(row.submission_id, state, ATTACH_CHILD)
+    children = _children(row)
+    entry = children.get(tool_call_id)
+    if entry is None:
+        raise UnknownChildReservation(row.submission_id, tool_call_id)
+    if entry["child"] is not None:
+        if entry["child"] != child_submission_id:
+            raise ChildReservationConflict(row.submission_id, tool_call_id, "child")
+        return _child_answer(row.submission_id, tool_call_id, entry, True), None
+    entry["child"] = child_submission_id
+    return _child_answer(row.submission_id, tool_call_id, entry, False), attrs.evolve(
+        row, children_json=canonical_json(children))
+
+
+def decide_release_child(
+    submission_id: str, row: SubmissionRow | None, tool_call_id: str, accounting: object, accounting_digest: str,
+    now_ms: int,
+) -> tuple[ChildReservation, SubmissionRow | None]:
+    """The child's accounting is frozen once, at the first release; a repeat
+    with the same accounting replays it, another is a conflict. Applies in
+    any state of the parent (the child settles when it settles)."""
+    if row is None:
+        raise UnknownSubmission(submission_id)
+    children = _children(row)
+    entry = children.get(tool_call_id)
+    if entry is None:
+        raise UnknownChildReservation(submission_id, tool_call_id)
+    if entry["releasedAtMs"] is not None:
+        if digest(entry["accounting"]) != accounting_digest:
+            raise ChildReservationConflict(submission_id, tool_call_id, "accounting")
+        return _child_answer(submission_id, tool_call_id, entry, True), None
+    entry["accounting"] = accounting
+    entry["releasedAtMs"] = now_ms
+    return _child_answer(submission_id, tool_call_id, entry, False), attrs.evolve(
+        row, children_json=canonical_json(children))
+
+
+def encode_json_arg(name: str, value: object) -> tuple[object, str]:
+    """A JSON argument as the ledger holds it (a fresh copy) and its digest."""
+    text = canonical_json(value)  # not JSON: ValueError / CanonicalEncodingError
+    return decode(text), digest_text(text)
+
+
+def validate_reserve_child(token: object, tool_call_id: object) -> None:
+    require_token(token)
+    require_str("tool_call_id", tool_call_id)
+
+
+def validate_attach_child(token: object, tool_call_id: object, child_submission_id: object) -> None:
+    require_token(token)
+    require_str("tool_call_id", tool_call_id)
+    require_str("child_submission_id", child_submission_id)
+
+
+def validate_release_child(submission_id: object, tool_call_id: object, now_ms: object) -> None:
+    require_str("submission_id", submission_id)
+    require_str("tool_call_id", tool_call_id)
+    require_int("now_ms", now_ms)
 
 
 # --- settlement ---------------------------------------------------------------------

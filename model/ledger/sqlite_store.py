@@ -37,6 +37,7 @@ from .records import (
     Settlement,
     SubmissionRecord,
     ApprovalDecision,
+    ChildReservation,
     JoinBatch,
     JoinMarked,
     Suspension,
@@ -55,6 +56,10 @@ from .rules import (
     decide_finalize,
     decide_input_applied,
     decide_approval,
+    decide_attach_child,
+    decide_release_child,
+    decide_reserve_child,
+    encode_json_arg,
     decide_begin_join,
     decide_mark_joined,
     decide_revert_join,
@@ -76,7 +81,10 @@ from .rules import (
     validate_abort,
     validate_admit,
     validate_claim,
+    validate_attach_child,
     validate_begin_join,
+    validate_release_child,
+    validate_reserve_child,
     validate_decide,
     validate_mark_joined,
     validate_revert_join,
@@ -123,6 +131,7 @@ _SCHEMA: tuple[str, ...] = (
         joined_record_id TEXT,
         joined_seq INTEGER,
         joined_count INTEGER NOT NULL CHECK (joined_count >= 0),
+        children_json TEXT,
         schema_version INTEGER NOT NULL,
         UNIQUE (conversation_id, principal_id, idempotency_key),
         UNIQUE (conversation_id, queue_seq)
@@ -397,6 +406,36 @@ class SqliteSubmissionLedger:
             if host is not None:
                 self._update(host)
                 self._update(follower)
+
+    async def reserve_child(self, token: Claim, tool_call_id: str, allocation: object) -> ChildReservation:
+        validate_reserve_child(token, tool_call_id)
+        allocation, allocation_digest = encode_json_arg("allocation", allocation)
+        with self._writing("reserve_child"):
+            reserved, row = decide_reserve_child(self._submission(token.submission_id), token, tool_call_id,
+                                                 allocation, allocation_digest)
+            if row is not None:
+                self._update(row)
+        return reserved
+
+    async def attach_child(self, token: Claim, tool_call_id: str, child_submission_id: str) -> ChildReservation:
+        validate_attach_child(token, tool_call_id, child_submission_id)
+        with self._writing("attach_child"):
+            attached, row = decide_attach_child(self._submission(token.submission_id), token, tool_call_id,
+                                                child_submission_id)
+            if row is not None:
+                self._update(row)
+        return attached
+
+    async def release_child(self, submission_id: str, tool_call_id: str, accounting: object,
+                            now_ms: int) -> ChildReservation:
+        validate_release_child(submission_id, tool_call_id, now_ms)
+        accounting, accounting_digest = encode_json_arg("accounting", accounting)
+        with self._writing("release_child"):
+            released, row = decide_release_child(submission_id, self._submission(submission_id), tool_call_id,
+                                                 accounting, accounting_digest, now_ms)
+            if row is not None:
+                self._update(row)
+        return released
 
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:
         require_token(token)

@@ -77,10 +77,15 @@ JOIN = "join"  # a follower taken by its host
 MARK_JOINED = "mark_joined"  # by the host's token: the follower's input is in the host's log
 REVERT_JOIN = "revert_join"  # by the host's token, or at the host's settlement: back to ready
 SETTLE_JOINED = "settle_joined"  # at the host's finalize: the follower settles with it
+# Child reservations (subagents): the owner reserves and attaches; the release
+# (frozen accounting) comes from the child's settlement, at any time.
+RESERVE_CHILD = "reserve_child"
+ATTACH_CHILD = "attach_child"
+RELEASE_CHILD = "release_child"
 
 OPERATIONS: tuple[str, ...] = (MARK_READY, CLAIM, RENEW, RELEASE, MARK_INPUT_APPLIED, ABORT, RESERVE, FINALIZE,
                                MARK_UNKNOWN, RESOLVE, SUSPEND, DECIDE, BEGIN_JOIN, JOIN, MARK_JOINED, REVERT_JOIN,
-                               SETTLE_JOINED)
+                               SETTLE_JOINED, RESERVE_CHILD, ATTACH_CHILD, RELEASE_CHILD)
 
 # Who may perform an operation: anyone who names the submission, or only the
 # holder of its live ownership token (fenced by owner and epoch).
@@ -90,6 +95,7 @@ AUTHORITY: dict[str, str] = {
     RENEW: OWNER, RELEASE: OWNER, MARK_INPUT_APPLIED: OWNER, RESERVE: OWNER, MARK_UNKNOWN: OWNER, SUSPEND: OWNER,
     # The host's owner does all of a join; a follower has no owner of its own.
     BEGIN_JOIN: OWNER, JOIN: OWNER, MARK_JOINED: OWNER, REVERT_JOIN: OWNER, SETTLE_JOINED: OWNER,
+    RESERVE_CHILD: OWNER, ATTACH_CHILD: OWNER, RELEASE_CHILD: ANYONE,
 }
 
 # TRANSITIONS[state][operation] -> the state after it. Where a rule's outcome
@@ -109,28 +115,30 @@ TRANSITIONS: dict[str, dict[str, str]] = {
     INPUT_APPLIED: {MARK_READY: INPUT_APPLIED, CLAIM: INPUT_APPLIED, RENEW: INPUT_APPLIED,
                     RELEASE: INPUT_APPLIED, MARK_INPUT_APPLIED: INPUT_APPLIED, ABORT: INPUT_APPLIED,
                     RESERVE: TERMINALIZING, MARK_UNKNOWN: UNKNOWN, RESOLVE: INPUT_APPLIED,
-                    SUSPEND: SUSPENDED, DECIDE: INPUT_APPLIED, BEGIN_JOIN: INPUT_APPLIED},
+                    SUSPEND: SUSPENDED, DECIDE: INPUT_APPLIED, BEGIN_JOIN: INPUT_APPLIED,
+                    RESERVE_CHILD: INPUT_APPLIED, ATTACH_CHILD: INPUT_APPLIED, RELEASE_CHILD: INPUT_APPLIED},
     # Marking a call unknown ends ownership; only resolutions (the last one
     # back to input-applied) make the head claimable again, or an abort
     # intent, for aborted settlement only (never to replay the tool).
     UNKNOWN: {MARK_READY: UNKNOWN, CLAIM: UNKNOWN, RENEW: UNKNOWN, RELEASE: UNKNOWN,
               MARK_INPUT_APPLIED: UNKNOWN, ABORT: UNKNOWN, MARK_UNKNOWN: UNKNOWN, RESOLVE: INPUT_APPLIED,
-              RESERVE: TERMINALIZING, DECIDE: UNKNOWN},
+              RESERVE: TERMINALIZING, DECIDE: UNKNOWN, RELEASE_CHILD: UNKNOWN},
     # Suspension ends ownership; the last pending decision resumes it
     # (back to input-applied, claimable), or an abort intent lets a cleanup
     # owner settle it aborted.
     SUSPENDED: {MARK_READY: SUSPENDED, CLAIM: SUSPENDED, RENEW: SUSPENDED, RELEASE: SUSPENDED,
                 MARK_INPUT_APPLIED: SUSPENDED, ABORT: SUSPENDED, SUSPEND: SUSPENDED, DECIDE: INPUT_APPLIED,
-                RESOLVE: SUSPENDED, RESERVE: TERMINALIZING},
+                RESOLVE: SUSPENDED, RESERVE: TERMINALIZING, RELEASE_CHILD: SUSPENDED},
     # A successor claims a terminalizing head to finish its predecessor's
     # settlement with the reserved record (the canonical record wins).
     TERMINALIZING: {MARK_READY: TERMINALIZING, CLAIM: TERMINALIZING, RENEW: TERMINALIZING,
                     RELEASE: TERMINALIZING, MARK_INPUT_APPLIED: TERMINALIZING, RESERVE: TERMINALIZING,
-                    FINALIZE: SETTLED, RESOLVE: TERMINALIZING, DECIDE: TERMINALIZING},
+                    FINALIZE: SETTLED, RESOLVE: TERMINALIZING, DECIDE: TERMINALIZING,
+                    RELEASE_CHILD: TERMINALIZING},
     # Settled is terminal: only idempotent repeats and the last owner's token
     # upkeep (finalize leaves the ownership columns as they were).
     SETTLED: {MARK_READY: SETTLED, RENEW: SETTLED, RELEASE: SETTLED, MARK_INPUT_APPLIED: SETTLED,
-              RESERVE: SETTLED, FINALIZE: SETTLED, RESOLVE: SETTLED, DECIDE: SETTLED},
+              RESERVE: SETTLED, FINALIZE: SETTLED, RESOLVE: SETTLED, DECIDE: SETTLED, RELEASE_CHILD: SETTLED},
 }
 
 # A claim grants the FIFO head only in these states (an unready head is an

@@ -71,6 +71,7 @@ from model.ledger.records import (
     SubmissionOwnership,
     SubmissionRecord,
     ApprovalDecision,
+    ChildReservation,
     JoinBatch,
     JoinMarked,
     Suspension,
@@ -89,9 +90,10 @@ OUTCOMES = ("completed", "failed", "aborted")
 READS = frozenset({"get", "get_by_idempotency_key", "load_recovery_snapshot", "scan_nonterminal", "capabilities"})
 # The methods whose first argument names the submission, not the conversation.
 BY_SUBMISSION = frozenset({"mark_ready", "request_abort", "finalize_settlement", "get", "resolve_unknown",
-                           "decide_approval"})
+                           "decide_approval", "release_child"})
 BY_TOKEN = frozenset({"renew_ownership", "release_ownership", "mark_input_applied", "reserve_settlement",
-                      "mark_unknown", "suspend", "begin_join", "mark_joined", "revert_join"})
+                      "mark_unknown", "suspend", "begin_join", "mark_joined", "revert_join", "reserve_child",
+                      "attach_child"})
 JOIN_LIMIT_MAX = 64
 DECISIONS = ("approved", "rejected")
 RESOLUTIONS = ("NeverHappened", "SafeToRetry", "CompletedWithResult")
@@ -114,6 +116,9 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "begin_join": ("token", "limit"),
     "mark_joined": ("token", "submission_id", "record_id", "seq"),
     "revert_join": ("token", "submission_id"),
+    "reserve_child": ("token", "tool_call_id", "allocation"),
+    "attach_child": ("token", "tool_call_id", "child_submission_id"),
+    "release_child": ("submission_id", "tool_call_id", "accounting", "now_ms"),
     "decide_approval": ("submission_id", "tool_call_id", "decision", "resolver", "reason", "now_ms"),
     "get": ("submission_id",),
     "get_by_idempotency_key": ("conversation_id", "principal_id", "idempotency_key"),
@@ -147,7 +152,7 @@ class _Row:
                  "input_text", "input_digest", "receipt", "admitted_at_ms", "ready", "owner_id", "epoch",
                  "lease_expires_ms", "input_applied", "abort_author", "abort_reason", "abort_at_ms", "reserved_text",
                  "reserved_digest", "outcome", "settled_at_ms", "diagnostic", "unknown", "approvals", "join_host", "joined_at",
-                 "followers", "_record")
+                 "followers", "children", "_record")
 
     def __init__(self, submission_id: str, conversation_id: str, principal_id: str, idempotency_key: str,
                  queue_seq: int, input_text: str, input_digest: str, receipt: str, admitted_at_ms: int) -> None:
@@ -183,6 +188,8 @@ class _Row:
         self.join_host: str | None = None
         self.joined_at: tuple[str, int] | None = None
         self.followers: list[str] = []
+        # Child reservations by tool call: [allocation text, child id, accounting text, released at].
+        self.children: dict[str, list] = {}
         # The SubmissionRecord the contract says a read returns, built once
         # per change: workers scan the open work every poll, so a scan must
         # cost a comparison, not a decode. Every write calls ``changed``.
@@ -217,7 +224,11 @@ class _Row:
             unknown_calls=None if self.unknown is None else read_back(canonical(self.unknown)),
             approvals=None if self.approvals is None else read_back(canonical(self.approvals)),
             join_host=self.join_host, joined_record_id=None if self.joined_at is None else self.joined_at[0],
-            joined_seq=None if self.joined_at is None else self.joined_at[1], joined_count=len(self.followers))
+            joined_seq=None if self.joined_at is None else self.joined_at[1], joined_count=len(self.followers),
+            children=None if not self.children else {
+                call: {"allocation": read_back(alloc), "allocationDigest": digest_text(alloc), "child": child,
+                       "accounting": None if acct is None else read_back(acct), "releasedAtMs": at}
+                for call, (alloc, child, acct, at) in self.children.items()})
 
     def pending_approvals(self) -> int:
         return 0 if self.approvals is None else sum(1 for v in self.approvals.values() if v is None)
@@ -1069,6 +1080,108 @@ class ReferenceLedger:
         follower.changed()
         host.followers.remove(sid)
         host.changed()
+        return conversation
+
+    def _child_answer(self, row: _Row, call_id: str, replayed: bool) -> ChildReservation:
+        alloc, child, acct, at = row.children[call_id]
+        return ChildReservation(row.submission_id, call_id, read_back(alloc), digest_text(alloc), child,
+                                None if acct is None else read_back(acct), at, replayed)
+
+    def _owned_running(self, call: Any, token: Any, operation: str) -> tuple[_Row | None, _Conversation | None]:
+        """The parent row if ``token`` owns it and it is input-applied; else
+        the refusal is checked and (None, its conversation) returned."""
+        row = self._rows.get(token.submission_id)
+        if not self._fenced(call, row, token):
+            return None, None if row is None else self._conversations[row.conversation_id]
+        conversation = self._conversations[row.conversation_id]
+        state = self._state(row)
+        if state != "input-applied":
+            self._want_error(call, "TransitionRefused", {"submission_id": row.submission_id, "state": state,
+                                                         "operation": operation}, conversation)
+            return None, conversation
+        return row, conversation
+
+    def _reserve_child(self, call: Any, a: dict) -> _Conversation | None:
+        token, call_id, allocation = a["token"], a["tool_call_id"], a["allocation"]
+        if not (isinstance(token, Claim) and type(call_id) is str):
+            self._want_argument_error(call, "a Claim and a str tool_call_id")
+            return None
+        try:
+            text = canonical(allocation)
+        except ValueError as exc:
+            self._want_argument_error(call, f"the allocation is not JSON: {exc}")
+            return None
+        row, conversation = self._owned_running(call, token, "reserve_child")
+        if row is None:
+            return conversation
+        existing = row.children.get(call_id)
+        if existing is not None:
+            if existing[0] != text:
+                self._want_error(call, "ChildReservationConflict", {"submission_id": row.submission_id,
+                                 "tool_call_id": call_id, "what": "allocation"}, conversation)
+                return conversation
+            self._want_value(call, self._child_answer(row, call_id, True), conversation)
+            return conversation
+        row.children[call_id] = [text, None, None, None]
+        self._want_value(call, self._child_answer(row, call_id, False), conversation)
+        row.changed()
+        return conversation
+
+    def _attach_child(self, call: Any, a: dict) -> _Conversation | None:
+        token, call_id, child = a["token"], a["tool_call_id"], a["child_submission_id"]
+        if not (isinstance(token, Claim) and type(call_id) is str and type(child) is str):
+            self._want_argument_error(call, "a Claim, str ids")
+            return None
+        row, conversation = self._owned_running(call, token, "attach_child")
+        if row is None:
+            return conversation
+        existing = row.children.get(call_id)
+        if existing is None:
+            self._want_error(call, "UnknownChildReservation", {"submission_id": row.submission_id,
+                             "tool_call_id": call_id}, conversation)
+            return conversation
+        if existing[1] is not None:
+            if existing[1] != child:
+                self._want_error(call, "ChildReservationConflict", {"submission_id": row.submission_id,
+                                 "tool_call_id": call_id, "what": "child"}, conversation)
+                return conversation
+            self._want_value(call, self._child_answer(row, call_id, True), conversation)
+            return conversation
+        existing[1] = child
+        self._want_value(call, self._child_answer(row, call_id, False), conversation)
+        row.changed()
+        return conversation
+
+    def _release_child(self, call: Any, a: dict) -> _Conversation | None:
+        sid, call_id, accounting, now_ms = a["submission_id"], a["tool_call_id"], a["accounting"], a["now_ms"]
+        if not (type(sid) is str and type(call_id) is str and _is_int(now_ms)):
+            self._want_argument_error(call, "str ids, now_ms an int")
+            return None
+        try:
+            text = canonical(accounting)
+        except ValueError as exc:
+            self._want_argument_error(call, f"the accounting is not JSON: {exc}")
+            return None
+        row = self._rows.get(sid)
+        if row is None:
+            self._want_error(call, "UnknownSubmission", {"submission_id": sid}, None)
+            return None
+        conversation = self._conversations[row.conversation_id]
+        existing = row.children.get(call_id)
+        if existing is None:
+            self._want_error(call, "UnknownChildReservation", {"submission_id": sid, "tool_call_id": call_id},
+                             conversation)
+            return conversation
+        if existing[3] is not None:
+            if existing[2] != text:
+                self._want_error(call, "ChildReservationConflict", {"submission_id": sid, "tool_call_id": call_id,
+                                 "what": "accounting"}, conversation)
+                return conversation
+            self._want_value(call, self._child_answer(row, call_id, True), conversation)
+            return conversation
+        existing[2], existing[3] = text, now_ms
+        self._want_value(call, self._child_answer(row, call_id, False), conversation)
+        row.changed()
         return conversation
 
     @staticmethod
