@@ -1130,6 +1130,22 @@ class _Process(ClientProcess):
             purge = await self.call("ledger", "purge_conversation", conv)
             self.expect(purge.ok, f"purge of {conv}: {purge.show()}", conv)
 
+    async def _settle_and_purge(self, conv: str, token: Claim, sid: str, record: Any) -> bool:
+        """Take the log over at the token's epoch, settle ``sid`` with
+        ``record`` (reserve, append, finalize) and purge the conversation."""
+        mat = await self.call("log", "materialize", conv, self.label, token.epoch)
+        reserved = await self.call("ledger", "reserve_settlement", token, record)
+        if not (self.expect_ok(mat, f"materialize({conv})", conv) and self.expect_ok(reserved, "reserve", conv)):
+            return False
+        if not await self._append_settled(conv, token, sid, reserved.value.record_digest, record):
+            return False
+        final = await self.call("ledger", "finalize_settlement", sid, self.now())
+        if not self.expect(final.ok and final.value.outcome == record["outcome"], f"finalize({sid}): {final.show()}",
+                           conv):
+            return False
+        purge = await self.call("ledger", "purge_conversation", conv)
+        return self.expect(purge.ok, f"purge of {conv}: {purge.show()}", conv)
+
     async def unknown_outcome(self) -> None:
         """A tool call whose outcome its owner cannot tell: the lane blocks
         (no claim grants it) until a resolution, idempotent, the first one
@@ -1199,17 +1215,7 @@ class _Process(ClientProcess):
                 return
             self.w.edge("unknown_resolved_claimable")
             record = self.settlement_record("completed", 1)
-        mat = await self.call("log", "materialize", conv, self.label, token.epoch)
-        reserved = await self.call("ledger", "reserve_settlement", token, record)
-        if not (self.expect_ok(mat, f"materialize({conv})", conv) and self.expect_ok(reserved, "reserve", conv)):
-            return
-        if not await self._append_settled(conv, token, sid, reserved.value.record_digest, record):
-            return
-        final = await self.call("ledger", "finalize_settlement", sid, self.now())
-        if self.expect(final.ok and final.value.outcome == record["outcome"], f"finalize({sid}): {final.show()}",
-                       conv):
-            purge = await self.call("ledger", "purge_conversation", conv)
-            self.expect(purge.ok, f"purge of {conv}: {purge.show()}", conv)
+        await self._settle_and_purge(conv, token, sid, record)
 
     async def approvals(self) -> None:
         """The owner suspends on approvals: the lane blocks until the last
@@ -1286,17 +1292,7 @@ class _Process(ClientProcess):
                                                 conv):
                 return
             record = self.settlement_record("completed" if "rejected" not in decisions else "failed", 1)
-        mat = await self.call("log", "materialize", conv, self.label, token.epoch)
-        reserved = await self.call("ledger", "reserve_settlement", token, record)
-        if not (self.expect_ok(mat, f"materialize({conv})", conv) and self.expect_ok(reserved, "reserve", conv)):
-            return
-        if not await self._append_settled(conv, token, sid, reserved.value.record_digest, record):
-            return
-        final = await self.call("ledger", "finalize_settlement", sid, self.now())
-        if self.expect(final.ok and final.value.outcome == record["outcome"], f"finalize({sid}): {final.show()}",
-                       conv):
-            purge = await self.call("ledger", "purge_conversation", conv)
-            self.expect(purge.ok, f"purge of {conv}: {purge.show()}", conv)
+        await self._settle_and_purge(conv, token, sid, record)
 
     async def joins(self) -> None:
         """A claimed host takes the ready submissions behind it: the prefix up
