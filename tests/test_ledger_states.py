@@ -92,7 +92,7 @@ OPS = st.lists(st.tuples(st.sampled_from((MARK_READY, CLAIM, RENEW, RELEASE, MAR
                min_size=1, max_size=14)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(ops=OPS, ready=st.booleans())
 def test_every_write_of_a_random_history_is_an_edge_of_the_table(ops, ready):
     ledger = InMemorySubmissionLedger()
@@ -161,7 +161,7 @@ LANE_OPS = st.lists(st.tuples(
     st.integers(1, 3), st.sampled_from(("o1", "o2")), st.sampled_from((COMPLETED, ABORTED))), min_size=1, max_size=16)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(ops=LANE_OPS, unready=st.integers(0, 3))
 def test_every_state_change_in_a_lane_with_joins_is_an_edge_of_the_table(ops, unready):
     ledger = InMemorySubmissionLedger()

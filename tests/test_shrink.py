@@ -90,7 +90,7 @@ def test_shrinking_a_passing_run_is_refused():
 def test_loomsim_shrink_writes_a_repro_file_that_still_fails_and_its_repro_changes_no_file(
         stale_tokens_accepted, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    failing = run(registry.get("ledger-storm"), OPTS)
+    failing = run(registry.get("ledger-storm"), attrs.evolve(OPTS, duration_ms=parse_duration_ms("1h")))
     path = repro_file.write_repro(failing, "loomsim run ...", str(tmp_path))
     before = open(path, encoding="utf-8").read()
     assert cli.main(["shrink", path]) == 0
