@@ -1130,6 +1130,22 @@ class _Process(ClientProcess):
             purge = await self.call("ledger", "purge_conversation", conv)
             self.expect(purge.ok, f"purge of {conv}: {purge.show()}", conv)
 
+    async def _running_private(self, what: str, make_value: Callable[[], Any]) -> tuple[str, str, Claim] | None:
+        """A private conversation's first submission (its input ``make_value()``,
+        drawn after the conversation and key), admitted, claimed and its input
+        applied: ``(conversation, submission, token)``, or None."""
+        conv = self.private_conversation(what)
+        key = self.uid("key")
+        value = make_value()
+        admission = await self.admit_ready(conv, key, value)
+        if admission is None:
+            return None
+        sid = admission.submission_id
+        token = await self.claim_token(conv, self.label, 0)
+        if token is None or not await self._apply_input(conv, token, sid, key, value, 1):
+            return None
+        return conv, sid, token
+
     async def _settle_and_purge(self, conv: str, token: Claim, sid: str, record: Any) -> bool:
         """Take the log over at the token's epoch, settle ``sid`` with
         ``record`` (reserve, append, finalize) and purge the conversation."""
@@ -1151,16 +1167,10 @@ class _Process(ClientProcess):
         (no claim grants it) until a resolution, idempotent, the first one
         winning, makes it claimable again, or an abort intent lets a cleanup
         owner settle it aborted (never replaying the tool)."""
-        conv = self.private_conversation("u")
-        key = self.uid("key")
-        value = {"tool": self._next()}
-        admission = await self.admit_ready(conv, key, value)
-        if admission is None:
+        running = await self._running_private("u", lambda: {"tool": self._next()})
+        if running is None:
             return
-        sid = admission.submission_id
-        token = await self.claim_token(conv, self.label, 0)
-        if token is None or not await self._apply_input(conv, token, sid, key, value, 1):
-            return
+        conv, sid, token = running
         call_id = self.uid("call")
         marked = await self.call("ledger", "mark_unknown", token, call_id)
         if not self.expect(marked.ok and marked.value.tool_call_id == call_id and (
@@ -1222,16 +1232,10 @@ class _Process(ClientProcess):
         decision (idempotent, the first one winning) resumes it; suspending
         again on decided calls resumes at once; an abort intent lets a
         cleanup owner settle it aborted instead."""
-        conv = self.private_conversation("a")
-        key = self.uid("key")
-        value = {"approve": self._next()}
-        admission = await self.admit_ready(conv, key, value)
-        if admission is None:
+        running = await self._running_private("a", lambda: {"approve": self._next()})
+        if running is None:
             return
-        sid = admission.submission_id
-        token = await self.claim_token(conv, self.label, 0)
-        if token is None or not await self._apply_input(conv, token, sid, key, value, 1):
-            return
+        conv, sid, token = running
         calls = (self.uid("call"), self.uid("call"))
         out = await self.call("ledger", "suspend", token, calls)
         if not self.expect(out.ok and out.value.pending == calls and not out.value.resumed and (
@@ -1381,15 +1385,10 @@ class _Process(ClientProcess):
         """A parent reserves a subagent's budget at a tool call (idempotent by
         the allocation's canonical digest), attaches the child submission, and
         the child's settlement freezes the accounting once."""
-        conv = self.private_conversation("c")
-        key, value = self.uid("key"), {"parent": self._next()}
-        admission = await self.admit_ready(conv, key, value)
-        if admission is None:
+        running = await self._running_private("c", lambda: {"parent": self._next()})
+        if running is None:
             return
-        sid = admission.submission_id
-        token = await self.claim_token(conv, self.label, 0)
-        if token is None or not await self._apply_input(conv, token, sid, key, value, 1):
-            return
+        conv, sid, token = running
         call_id = self.uid("call")
         allocation = {"tokens": 100 * (1 + self.rng.below(50)), "tools": ["search", "fetch"], "ms": 60_000}
         first = await self.call("ledger", "reserve_child", token, call_id, allocation)
