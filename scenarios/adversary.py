@@ -819,8 +819,10 @@ class _Process(ClientProcess):
         mat = await self.call("log", "materialize", conversation, "admission", 0)
         if not self.expect_ok(mat, f"materialize({conversation}, admission, 0)", conversation):
             return None
-        ready = await self.call("ledger", "mark_ready", out.value.submission_id)
-        if not self.expect_ok(ready, f"mark_ready({out.value.submission_id})", conversation):
+        now = self.now()
+        ready = await self.call("ledger", "mark_ready", out.value.submission_id, now)
+        if not self.expect(ready.ok and ready.value.ready_at_ms == now and (not ready.value.replayed or ready.lost),
+                           f"mark_ready({out.value.submission_id}) at {now} answered {ready.show()}", conversation):
             return None
         return out.value
 
@@ -873,9 +875,11 @@ class _Process(ClientProcess):
         self.expect(by_key.ok and by_key.value is not None and by_key.value.submission_id == sid
                     and _canonical_equal(by_key.value.input, value) and by_key.value.ready,
                     f"get_by_idempotency_key({key}) answered {by_key.show()}", conv)
+        first_ready_ms = getattr(by_key.value, "ready_at_ms", None)
         for _ in range(2):
-            ready = await self.call("ledger", "mark_ready", sid)
-            self.expect(ready.ok and ready.value is None, f"mark_ready({sid}) again: {ready.show()}", conv)
+            ready = await self.call("ledger", "mark_ready", sid, self.now())
+            self.expect(ready.ok and ready.value.replayed and ready.value.ready_at_ms == first_ready_ms,
+                        f"mark_ready({sid}) again: {ready.show()}, first ready at {first_ready_ms}", conv)
         second = await self.admit_ready(conv, self.uid("key"), {"second": True})
         if second is None:
             return
@@ -945,7 +949,8 @@ class _Process(ClientProcess):
         if outcome == "failed":
             self.w.edge("finalize_failed_diagnostic")
         replay = await self.call("ledger", "finalize_settlement", sid, self.now() + 1_000)
-        if self.expect(replay.ok and replay.value == final.value, f"finalize({sid}) again answered {replay.show()}, "
+        if self.expect(replay.ok and replay.value == attrs.evolve(final.value, replayed=True)
+                       and replay.value.settlement_id is not None, f"finalize({sid}) again answered {replay.show()}, "
                                                                   f"first {final.value!r}", conv):
             self.w.edge("finalize_identical_retry")
         if abort_at == "after-finalize" or intent is not None:
@@ -1003,9 +1008,12 @@ class _Process(ClientProcess):
         out = await self._append_one(conv, f"input:{sid}", token.owner_id, token.epoch, "input", payload)
         if not self.expect_ok(out, f"append of input:{sid}", conv):
             return False
-        for _ in range(2):
-            applied = await self.call("ledger", "mark_input_applied", token)
-            if not self.expect(applied.ok, f"mark_input_applied({sid}): {applied.show()}", conv):
+        at = (f"input:{sid}/0", out.value.first_seq)
+        for attempt in range(2):
+            applied = await self.call("ledger", "mark_input_applied", token, *at)
+            if not self.expect(applied.ok and (applied.value.record_id, applied.value.seq) == at
+                               and applied.value.replayed == (attempt > 0 or applied.lost > 0),
+                               f"mark_input_applied({sid}, {at}): {applied.show()}", conv):
                 return False
         self.w.edge("input_applied_idempotent")
         return True
@@ -1031,7 +1039,7 @@ class _Process(ClientProcess):
             ("admit", (conv, PRINCIPAL, "k-nan", {"x": float("nan")}, 0), ("ValueError",)),
             ("admit", (conv, PRINCIPAL, "k-big", {"x": MAX_SAFE + 1}, 0), ("ValueError",)),
             ("admit", (conv, PRINCIPAL, "k-time", {}, 1.5), ("TypeError",)),
-            ("mark_ready", (f"{sid}-none",), ("UnknownSubmission",)),
+            ("mark_ready", (f"{sid}-none", 0), ("UnknownSubmission",)),
             ("claim", (conv, self.label, 0, self.now()), ("ValueError",)),
             ("claim", (conv, self.label, True, self.now()), ("TypeError",)),
             ("renew_ownership", (fake, self.lease_ms, self.now()), ("OwnershipLost",)),
@@ -1106,7 +1114,7 @@ class _Process(ClientProcess):
                            f"claim of {conv} at the expiry instant {expires_ms} answered {out.show()}", conv):
             return
         self.w.edge("claim_at_exact_lease_expiry")
-        stale = [await self.call("ledger", "mark_input_applied", token),
+        stale = [await self.call("ledger", "mark_input_applied", token, f"input:{sid}/0", 1),
                  await self.call("ledger", "reserve_settlement", token, {"outcome": "completed"}),
                  await self.call("ledger", "release_ownership", token)]
         if all(self.expect_rejected(o, ("OwnershipLost",), f"stale token of {sid}", conv) for o in stale):
@@ -1523,7 +1531,7 @@ class _Process(ClientProcess):
         mat = await self.call("log", "materialize", conv, "admission", 0)
         self.allow(mat, ("FenceRejected",), f"materialize({conv}, admission, 0)", conv)
         if self.rng.below(10):  # now and then an admission never made ready: an unknown head
-            ready = await self.call("ledger", "mark_ready", out.value.submission_id)
+            ready = await self.call("ledger", "mark_ready", out.value.submission_id, self.now())
             self.expect_ok(ready, "mark_ready", conv)
         seen = self.max_epoch.get(conv, 0)
         claim = await self.call("ledger", "claim", conv, self.label, self.lease_ms, self.now())
@@ -1568,7 +1576,10 @@ class _Process(ClientProcess):
             out = await self._append_one(conv, f"input:{sid}", self.label, token.epoch, "input", payload)
             if not self.allow(out, races, f"append of input:{sid}", conv):
                 return
-        applied = await self.call("ledger", "mark_input_applied", token)
+            first_seq = out.value.first_seq
+        else:
+            first_seq = found.value.first_seq
+        applied = await self.call("ledger", "mark_input_applied", token, f"input:{sid}/0", first_seq)
         if not self.allow(applied, races, f"mark_input_applied({sid})", conv):
             return
         if row.reserved_digest is not None:
