@@ -108,7 +108,9 @@ EDGES = (
     "join_took_ready_prefix", "join_stopped_at_gap", "join_passed_aborted", "joined_abort_refused",
     "follower_joined", "join_reverted", "joined_settled_with_host",
     "child_reserved_key_order_irrelevant", "child_allocation_conflict", "child_attached", "child_other_conflict",
-    "child_released_once", "child_accounting_conflict",
+    "child_released_once", "child_accounting_conflict", "input_marker_conflict", "child_suspended_blocks_claim",
+    "child_release_woke_parent", "child_decision_woke_parent", "child_released_before_suspend_resumes",
+    "child_suspend_unknown_call",
     # conversation log
     "log_over_1024_records", "read_full_default_page", "read_across_page_boundary", "read_at_page_boundary",
     "read_past_tail_empty", "read_illegal_rejected", "digest_at_batch_boundary", "digest_at_inside_batch",
@@ -1392,11 +1394,26 @@ class _Process(ClientProcess):
     async def children(self) -> None:
         """A parent reserves a subagent's budget at a tool call (idempotent by
         the allocation's canonical digest), attaches the child submission, and
-        the child's settlement freezes the accounting once."""
+        the child's settlement freezes the accounting once. The parent
+        suspends on its child (and, drawn, on an approval too): the lane
+        blocks until the last of them — the child's release or the decision
+        — wakes it; a child released before the suspension resumes it at
+        once. The input marker is refused at another log position.
+
+        The new choices come from a stream forked for this conversation, so
+        the shared stream (and the other episodes' draws) is as before."""
         running = await self._running_private("c", lambda: {"parent": self._next()})
         if running is None:
             return
         conv, sid, token = running
+        pick = self.world.streams.fork(f"workload/adversary/children/{conv}")
+        # The input is at seq 1 of this fresh conversation: another position conflicts.
+        elsewhere = pick.choice(((f"input:{sid}/0", 2), (f"input:{sid}/1", 1)))
+        moved = await self.call("ledger", "mark_input_applied", token, *elsewhere)
+        if self.expect_rejected(moved, ("InputMarkerConflict",), f"mark_input_applied({sid}) at {elsewhere}", conv):
+            self.expect((moved.error.existing_record_id, moved.error.existing_seq) == (f"input:{sid}/0", 1),
+                        f"the marker conflict of {sid} names {moved.show()}", conv)
+            self.w.edge("input_marker_conflict")
         call_id = self.uid("call")
         allocation = {"tokens": 100 * (1 + self.rng.below(50)), "tools": ["search", "fetch"], "ms": 60_000}
         first = await self.call("ledger", "reserve_child", token, call_id, allocation)
@@ -1422,18 +1439,66 @@ class _Process(ClientProcess):
         other = await self.call("ledger", "attach_child", token, call_id, f"{child.submission_id}-other")
         if self.expect_rejected(other, ("ChildReservationConflict",), f"another child at {call_id}", conv):
             self.w.edge("child_other_conflict")
-        # The child runs and settles (aborted here: it was never claimed), then its accounting is frozen.
-        if await self._abort(child.submission_id, "a short child") is None:
-            return
+        # How the parent waits: on its child alone, on the child and an
+        # approval (the decision first or last), or after the release.
+        mode = pick.choice(("child", "approval-first", "release-first", "released-already"))
+        asks = () if mode in ("child", "released-already") else (f"ask-{call_id}",)
+        if pick.below(4) == 0:
+            unknown = await self.call("ledger", "suspend", token, asks, (call_id, f"{call_id}-none"))
+            if self.expect_rejected(unknown, ("UnknownChildReservation",), f"suspend({sid}) on a call with no child",
+                                    conv):
+                self.w.edge("child_suspend_unknown_call")
         accounting = {"tokens": self.rng.below(allocation["tokens"]), "calls": 1 + self.rng.below(3)}
-        now = self.now()
-        released = await self.call("ledger", "release_child", sid, call_id, accounting, now)
-        if not self.expect(released.ok and released.value.accounting == accounting
-                           and released.value.released_at_ms == now and (not released.value.replayed or released.lost),
-                           f"release_child answered {released.show()}", conv):
+        if mode == "released-already":
+            if await self._abort(child.submission_id, "a short child") is None:
+                return
+            if not await self._release_child(conv, sid, call_id, accounting, awaited=False, pending=0):
+                return
+        suspended = await self.call("ledger", "suspend", token, asks, (call_id,))
+        waiting = () if mode == "released-already" else (call_id,)
+        if not self.expect(suspended.ok and suspended.value.pending == asks
+                           and suspended.value.children_pending == waiting
+                           and suspended.value.resumed == (not waiting) and (not suspended.value.replayed
+                                                                             or suspended.lost),
+                           f"suspend({sid}) on {asks} and child {call_id} answered {suspended.show()}", conv):
             return
+        if mode == "released-already":
+            self.w.edge("child_released_before_suspend_resumes")
+        else:
+            blocked = await self.call("ledger", "claim", conv, self.label, self.lease_ms, self.now())
+            if not self.expect(blocked.ok and blocked.value is None,
+                               f"claim of {sid} awaiting its child answered {blocked.show()}", conv):
+                return
+            snap = await self.call("ledger", "load_recovery_snapshot", conv)
+            if self.expect(snap.ok and len(snap.value.submissions) == 1
+                           and snap.value.submissions[0].children_awaited == 1
+                           and snap.value.submissions[0].children == ((call_id, child.submission_id, False),),
+                           f"snapshot of {conv} awaiting its child answered {snap.show()}", conv):
+                self.w.edge("child_suspended_blocks_claim")
+            if mode == "approval-first" and not await self._decide_one(conv, sid, asks[0], pending=1):
+                return
+            # The child runs and settles (aborted here: it was never claimed), then its accounting is frozen.
+            if await self._abort(child.submission_id, "a short child") is None:
+                return
+            last = mode != "release-first"
+            if not await self._release_child(conv, sid, call_id, accounting, awaited=True, pending=0 if last else 1):
+                return
+            if mode == "release-first":
+                still = await self.call("ledger", "claim", conv, self.label, self.lease_ms, self.now())
+                if not self.expect(still.ok and still.value is None,
+                                   f"claim of {sid} with its approval pending answered {still.show()}", conv):
+                    return
+                if not await self._decide_one(conv, sid, asks[0], pending=0):
+                    return
+        token = await self.claim_token(conv, self.label, token.epoch)
+        if token is None or not self.expect(token.submission_id == sid, f"claim of {sid} after its child's release "
+                                                                        f"got {token!r}", conv):
+            return
+        if mode != "released-already":
+            self.w.edge("child_release_woke_parent" if mode != "release-first" else "child_decision_woke_parent")
+        now = self.now()
         replay = await self.call("ledger", "release_child", sid, call_id, _reordered(accounting), now + 5)
-        if self.expect(replay.ok and replay.value.replayed and replay.value.released_at_ms == now,
+        if self.expect(replay.ok and replay.value.replayed and replay.value.pending == 0,
                        f"release_child again answered {replay.show()}", conv):
             self.w.edge("child_released_once")
         clash = await self.call("ledger", "release_child", sid, call_id, {**accounting, "calls": 99}, now + 6)
@@ -1450,6 +1515,26 @@ class _Process(ClientProcess):
             for c in (conv, child_conv):
                 purge = await self.call("ledger", "purge_conversation", c)
                 self.expect(purge.ok, f"purge of {c}: {purge.show()}", c)
+
+    async def _release_child(self, conv: str, sid: str, call_id: str, accounting: dict, *, awaited: bool,
+                             pending: int) -> bool:
+        """The child settled: freeze its accounting once; the parent then
+        awaits ``pending`` things (0 with ``awaited``: this release woke it)."""
+        now = self.now()
+        released = await self.call("ledger", "release_child", sid, call_id, accounting, now)
+        return self.expect(released.ok and released.value.accounting == accounting
+                           and released.value.released_at_ms == now and released.value.awaited == awaited
+                           and released.value.pending == pending and (not released.value.replayed or released.lost),
+                           f"release_child({sid}, {call_id}) answered {released.show()}, expected awaited={awaited} "
+                           f"pending={pending}", conv)
+
+    async def _decide_one(self, conv: str, sid: str, call_id: str, *, pending: int) -> bool:
+        """Approve ``call_id``: the parent then awaits ``pending`` things."""
+        decided = await self.call("ledger", "decide_approval", sid, call_id, "approved", self.label, "fine",
+                                  self.now())
+        return self.expect(decided.ok and decided.value.pending == pending,
+                           f"decide_approval({sid}, {call_id}) answered {decided.show()}, expected pending={pending}",
+                           conv)
 
     async def late_abort_race(self) -> None:
         """A second task of this process asks to abort while the first
