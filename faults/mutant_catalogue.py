@@ -188,9 +188,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "An idempotent admission replay answers with a receipt minted for this request (salted with its time) "
         "instead of the one the ledger issued.",
         "model.ledger.rules",
-        "            AdmissionResult(existing.submission_id, existing.receipt, existing.queue_seq, True, input_digest),\n",
+        "            AdmissionResult(existing.submission_id, existing.receipt, existing.queue_seq, True, input_digest,\n",
         "            AdmissionResult(existing.submission_id, receipt_for(existing.submission_id, f\"{input_digest}@{now_ms}\"),\n"
-        "                            existing.queue_seq, True, input_digest),\n", ALL, ci_seed=7, ci_duration="1d"),
+        "                            existing.queue_seq, True, input_digest,\n", ALL, ci_seed=7, ci_duration="1d"),
     Mutant(
         "ledger-admit-retry-readmits",
         "An admission retried after it stopped before ready is admitted anew (dedupe only of ready rows): a "
@@ -264,7 +264,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "the original settlement.",
         "model.ledger.rules",
         "    if row.settled_at_ms is not None:\n        assert row.outcome == outcome, (row.outcome, outcome)\n"
-        "        return Settlement(submission_id, outcome, row.reserved_digest, row.settled_at_ms, diagnostic), None, []\n",
+        "        return Settlement(submission_id, outcome, row.reserved_digest, row.settled_at_ms, diagnostic,\n"
+        "                          row.settlement_id, True), None, []\n",
         "", ALL,
         ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
@@ -343,6 +344,27 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if entry[\"releasedAtMs\"] is not None:\n        if digest(entry[\"accounting\"]) != accounting_digest:\n",
         "    if entry[\"releasedAtMs\"] is not None and digest(entry[\"accounting\"]) == accounting_digest:\n"
         "        if digest(entry[\"accounting\"]) != accounting_digest:\n", ("port-storm",), ci_seed=1, ci_duration="5m"),
+    Mutant(
+        "ledger-release-child-no-wake",
+        "The release of a child a suspended parent awaits freezes the accounting but never counts it off the "
+        "parent's awaited children, so the parent stays suspended after its last child settled.",
+        "model.ledger.rules",
+        "    awaited = row.children_awaited - 1 if entry[\"awaited\"] else row.children_awaited\n",
+        "    awaited = row.children_awaited\n", ("port-storm",), ci_seed=0, ci_duration="4m"),
+    Mutant(
+        "ledger-input-marker-position-ignored",
+        "A repeat of the input marker replays whatever log position it names, so a marker pointing elsewhere "
+        "than the input record is accepted instead of conflicting.",
+        "model.ledger.rules",
+        "        if (row.input_record_id, row.input_seq) != (record_id, seq):\n"
+        "            raise InputMarkerConflict(row.submission_id, row.input_record_id, row.input_seq, record_id, seq)\n",
+        "", ("port-storm",), ci_seed=0, ci_duration="4m"),
+    Mutant(
+        "ledger-decision-ignores-children",
+        "An approval decision counts only the undecided approvals as still pending, not the awaited children, "
+        "so a decision with a child still awaited answers as the one that resumed the submission.",
+        "model.ledger.rules", "                            pending + row.children_awaited), \\\n",
+        "                            pending), \\\n", ("port-storm",), ci_seed=0, ci_duration="4m"),
     Mutant(
         "worker-abort-read-once",
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "

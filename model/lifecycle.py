@@ -79,6 +79,16 @@ def input_batch_id(submission_id: str) -> str:
     return f"input:{submission_id}"
 
 
+def batch_record_id(batch_id: str, index: int) -> str:
+    """The id of a batch's ``index``-th record (``{batch_id}#{index}``)."""
+    return f"{batch_id}#{index}"
+
+
+def input_record_id(batch_id: str) -> str:
+    """The input record's id: its batch's first (``mark_input_applied`` names it)."""
+    return batch_record_id(batch_id, 0)
+
+
 def settle_batch_id(submission_id: str) -> str:
     """Deterministic per submission, never per attempt: a successor finds its
     predecessor's settlement batch by this id."""
@@ -169,7 +179,7 @@ class SubmissionLifecycle:
                 # Epoch 0 by the admission producer: any claimed owner (epoch
                 # >= 1) takes over from it; a second materialize is a no-op.
                 await self.log.materialize(conversation_id, ADMISSION_PRODUCER, 0)
-        await self.ledger.mark_ready(submission_id)
+        await self.ledger.mark_ready(submission_id, self.now_ms())
 
     # -- ownership ---------------------------------------------------------------
 

@@ -51,8 +51,10 @@ from model.lifecycle import (  # noqa: F401
     DIAGNOSTIC_MESSAGE_MAX,
     SETTLED_FAMILY,
     SubmissionLifecycle,
+    batch_record_id,
     input_batch_id,
     input_entry,
+    input_record_id,
     settle_batch_id,
 )
 from model.probe import NULL_PROBE, Probe
@@ -161,11 +163,14 @@ class SubmissionWorker:
         # a submission aborted before it ran, and no step runs after it.
         aborted = record.abort_author is not None
         if not record.input_applied and not aborted:
-            await self._append_once(conversation_id, claim, input_batch_id(submission_id),
-                                    [input_entry(submission_id, record.input, record.principal_id,
-                                                 record.idempotency_key, record.queue_seq)])
+            batch_id = input_batch_id(submission_id)
+            at = await self._append_once(conversation_id, claim, batch_id,
+                                         [input_entry(submission_id, record.input, record.principal_id,
+                                                      record.idempotency_key, record.queue_seq)])
             self.failpoints.hit(INPUT_APPENDED_BEFORE_MARKER)
-            await self.ledger.mark_input_applied(claim)
+            # The input record is the batch's first (``{batch_id}#0``), here or
+            # where an earlier owner's append put it.
+            await self.ledger.mark_input_applied(claim, input_record_id(batch_id), at.first_seq)
         outputs: list = []
         failure: dict | None = None
         for index in range(self.step_count(record)):
@@ -279,19 +284,21 @@ class SubmissionWorker:
         return record.envelope.payload
 
     async def _append_once(self, conversation_id: str, claim: Claim, batch_id: str,
-                           records: list[tuple[str, Any]]) -> AppendResult | None:
-        """Append a batch unless the log already holds it (an earlier owner's).
+                           records: list[tuple[str, Any]]) -> AppendResult | BatchRecord:
+        """Append a batch unless the log already holds it (an earlier
+        owner's): where it is, either way (``first_seq``/``last_seq``).
 
         The log only grows: a tail behind one it acknowledged to this process
         means acknowledged records are gone (``AcknowledgedWriteLost``)."""
-        if await self.log.lookup_batch(conversation_id, batch_id) is not None:
-            return None
+        found = await self.log.lookup_batch(conversation_id, batch_id)
+        if found is not None:
+            return found
         tail = await self.log.inspect_tail(conversation_id)
         acknowledged = self._acknowledged.get(conversation_id, 0)
         if tail.tail_seq < acknowledged:
             raise AcknowledgedWriteLost(conversation_id, acknowledged, tail.tail_seq)
         envelopes = tuple(
-            RecordEnvelope(record_id=f"{batch_id}#{i}", family=family, schema_version=1,
+            RecordEnvelope(record_id=batch_record_id(batch_id, i), family=family, schema_version=1,
                            created_at_ms=self.now_ms(), deployment_id=DEPLOYMENT_ID, payload=payload,
                            producer_id=self.owner_id, epoch=claim.epoch)
             for i, (family, payload) in enumerate(records))

@@ -40,11 +40,11 @@ def test_a_submission_walks_the_table_from_admitted_to_settled(kind, tmp_path):
 
         sid = (await ledger.admit("c", "p", "k", {"q": 1}, 0)).submission_id
         await note(sid)
-        await ledger.mark_ready(sid)
+        await ledger.mark_ready(sid, 0)
         await note(sid)
         claim = await ledger.claim("c", "o", 1_000, 1)
         await note(sid)
-        await ledger.mark_input_applied(claim)
+        await ledger.mark_input_applied(claim, "input:" + claim.submission_id, 1)
         await note(sid)
         await ledger.reserve_settlement(claim, COMPLETED)
         await note(sid)
@@ -100,7 +100,7 @@ def test_every_write_of_a_random_history_is_an_edge_of_the_table(ops, ready):
     async def main():
         sid = (await ledger.admit("c", "p", "k", {"q": 1}, 0)).submission_id
         if ready:
-            await ledger.mark_ready(sid)
+            await ledger.mark_ready(sid, 0)
         tokens = {}
         now = 10
         for operation, owner, record in ops:
@@ -109,7 +109,7 @@ def test_every_write_of_a_random_history_is_an_edge_of_the_table(ops, ready):
             token = tokens.get(owner)
             try:
                 if operation == MARK_READY:
-                    await ledger.mark_ready(sid)
+                    await ledger.mark_ready(sid, 0)
                 elif operation == CLAIM:
                     claim = await ledger.claim("c", owner, 1_000, now)
                     if claim is not None:
@@ -131,7 +131,7 @@ def test_every_write_of_a_random_history_is_an_edge_of_the_table(ops, ready):
                 elif operation == RELEASE:
                     await ledger.release_ownership(token)
                 elif operation == MARK_INPUT_APPLIED:
-                    await ledger.mark_input_applied(token)
+                    await ledger.mark_input_applied(token, "input:" + token.submission_id, 1)
                 elif operation == MARK_UNKNOWN:
                     await ledger.mark_unknown(token, "call-1")
                 elif operation == SUSPEND:
@@ -171,7 +171,7 @@ def test_every_state_change_in_a_lane_with_joins_is_an_edge_of_the_table(ops, un
         for n in (1, 2, 3):
             sid = (await ledger.admit("c", "p", f"k{n}", {"n": n}, 0)).submission_id
             if n != unready:
-                await ledger.mark_ready(sid)
+                await ledger.mark_ready(sid, 0)
             sids.append(sid)
         tokens = {}
         now = 10
@@ -182,7 +182,7 @@ def test_every_state_change_in_a_lane_with_joins_is_an_edge_of_the_table(ops, un
             token = tokens.get(owner)
             try:
                 if operation == MARK_READY:
-                    await ledger.mark_ready(sid)
+                    await ledger.mark_ready(sid, 0)
                 elif operation == CLAIM:
                     claim = await ledger.claim("c", owner, 1_000, now)
                     if claim is not None:
@@ -202,7 +202,7 @@ def test_every_state_change_in_a_lane_with_joins_is_an_edge_of_the_table(ops, un
                 elif operation == RELEASE:
                     await ledger.release_ownership(token)
                 elif operation == MARK_INPUT_APPLIED:
-                    await ledger.mark_input_applied(token)
+                    await ledger.mark_input_applied(token, "input:" + token.submission_id, 1)
                 else:
                     await ledger.reserve_settlement(token, record)
             except Exception as error:  # refused: a typed verdict, nothing moved
