@@ -733,28 +733,33 @@ MUTANTS: tuple[Mutant, ...] = (
         "A successor that finds a tool call prepared but not settled takes the idempotent one for the one in "
         "doubt: it calls a non-idempotent tool again on a guess (and marks an idempotent one unknown).",
         "model.agent", "            if prepared is not None and not idempotent:\n",
-        "            if prepared is not None and idempotent:\n", AC),
+        "            if prepared is not None and idempotent:\n", AC,
+        ci_seed=4, ci_duration="1h"),
     Mutant(
         "agent-approval-decision-unlogged",
         "The resumed attempt acts on the ledger's approval decision without appending it to the log first.",
         "model.agent",
         '            await self._append_once(conversation_id, claim, f"tool-{APPROVAL_DECIDED}:{call}", [entry])\n',
-        "", AC),
+        "", AC,
+        ci_seed=0, ci_duration="10m"),
     Mutant(
         "agent-approval-assumed",
         "The approval step reports its call approved whatever the decision was.",
         "model.agent", '        return {"call": call, "approval": decided["decision"]}\n',
-        '        return {"call": call, "approval": "approved"}\n', AC),
+        '        return {"call": call, "approval": "approved"}\n', AC,
+        ci_seed=0, ci_duration="10m"),
     Mutant(
         "agent-tend-wakes-unsettled-child",
         "The tending pass releases a child's reservation without checking the child settled: the parent wakes "
         "to a child still running.",
         "model.agent", "                if child is not None and child.settled:\n",
-        "                if child is not None:\n", AC),
+        "                if child is not None:\n", AC,
+        ci_seed=0, ci_duration="10m"),
     Mutant(
         "agent-join-unmarked",
         "A run applies a follow-up's input to its log but never marks it joined, so the follow-up goes back to "
         "the queue when the run settles and runs again on its own.",
         "model.agent",
-        '        await self.ledger.mark_joined(claim, follower_id, f"{batch_id}#0", found.first_seq)\n', "", AC),
+        '        await self.ledger.mark_joined(claim, follower_id, f"{batch_id}#0", found.first_seq)\n', "", AC,
+        ci_seed=0, ci_duration="10m"),
 )

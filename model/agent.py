@@ -37,7 +37,8 @@ from typing import Any, Callable
 
 from model.failpoints import (APPROVAL_DECIDED_BEFORE_EFFECT, CHILD_SETTLED_BEFORE_WAKE,
                               FOLLOWER_APPENDED_BEFORE_JOINED, TOOL_PREPARED_BEFORE_SETTLED)
-from model.ledger.records import COMPLETED_WITH_RESULT, UnreadableSubmission
+from model.ledger.records import ABORTED, COMPLETED_WITH_RESULT, ParentLink, UnreadableSubmission
+from model.retry import error_name
 from model.canonical import digest
 from model.ledger.rules import joined_record
 from model.lifecycle import INPUT_FAMILY, input_batch_id, input_entry, settled_entry
@@ -276,12 +277,12 @@ class AgentWorker(SubmissionWorker):
         if entry is not None and entry["releasedAtMs"] is not None:
             accounting = entry["accounting"]
             return {"call": call, "child": accounting["child"], "childOutcome": accounting["outcome"]}
+        child_conversation = child_conversation_id(conversation_id, record.queue_seq, index)
         if entry is None:
             await self.ledger.reserve_child(claim, call, {"steps": len(self.child_plan(record, index)),
-                                                          "principal": AGENT_PRINCIPAL})
+                                                          "principal": AGENT_PRINCIPAL,
+                                                          "conversation": child_conversation})
         if entry is None or entry["child"] is None:
-            from model.ledger.records import ParentLink  # TEMP until the ledger has it
-            child_conversation = child_conversation_id(conversation_id, record.queue_seq, index)
             admission = await self.lifecycle.admit(
                 child_conversation, AGENT_PRINCIPAL, call, {"n": record.input["n"], "child": call,
                                                            "plan": list(self.child_plan(record, index))},
@@ -298,13 +299,39 @@ class AgentWorker(SubmissionWorker):
         outcome = await super().process(conversation_id, claim)
         if outcome is not None:
             record = await self.ledger.get(outcome.submission_id)
-            if getattr(record, "parent", None) is not None:
+            if outcome.settlement.outcome == ABORTED and record.children:
+                await self._abort_children(record)
+            if record.parent is not None:
                 self.failpoints.hit(CHILD_SETTLED_BEFORE_WAKE)
                 await self._wake_parent(record)
         return outcome
 
+    async def _abort_children(self, parent: Any) -> None:
+        """An aborted run aborts the subagents it started (attached or only
+        admitted: its own attempt may have died between the two)."""
+        for call, entry in sorted(parent.children.items()):
+            allocation = entry["allocation"]
+            child = await self.ledger.get_by_idempotency_key(allocation["conversation"], AGENT_PRINCIPAL, call)
+            if child is not None and not child.settled:
+                await self._abort(child.submission_id, parent.submission_id)
+
+    async def _abort(self, submission_id: str, author: str) -> None:
+        try:
+            await self.ledger.request_abort(submission_id, author, "its parent was aborted", self.now_ms())
+        except Exception as error:
+            if error_name(error) not in ("AbortConflict", "JoinedToHost"):
+                raise  # settling or settled already, or joined to a run: too late, which is fine
+
     async def _wake_parent(self, child: Any) -> None:
+        """Release the parent's reservation with the settled ``child``'s
+        accounting: only once the parent attached it (a child can settle
+        before its parent, dying between admission and attachment, attached
+        it; the parent's next attempt attaches it and a tending pass wakes it)."""
         parent = child.parent
+        record = await self.ledger.get(parent.submission_id)
+        entry = (record.children or {}).get(parent.tool_call_id) if record is not None else None
+        if entry is None or entry["child"] != child.submission_id:
+            return
         release = await self.ledger.release_child(parent.submission_id, parent.tool_call_id,
                                                   child_accounting(child), self.now_ms())
         self.probe.emit("subagent.released", parent=parent.submission_id, call=parent.tool_call_id,
@@ -314,7 +341,16 @@ class AgentWorker(SubmissionWorker):
         """Release every settled child whose release a crash lost (its
         parent would wait forever otherwise)."""
         for record in scan:
-            if isinstance(record, UnreadableSubmission) or not record.children:
+            if isinstance(record, UnreadableSubmission):
+                continue
+            if not record.ready and record.parent is not None:
+                # Admitted, not ready: its parent's attempt died in between.
+                # The parent's next attempt completes the admission; a parent
+                # that settled meanwhile (aborted) never will: abort it.
+                parent = await self.ledger.get(record.parent.submission_id)
+                if parent is not None and parent.settled:
+                    await self._abort(record.submission_id, parent.submission_id)
+            if not record.children:
                 continue
             for call, entry in sorted(record.children.items()):
                 if entry["child"] is None or entry["releasedAtMs"] is not None:

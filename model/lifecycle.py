@@ -155,7 +155,7 @@ class SubmissionLifecycle:
         comes straight from the ledger. ``parent``: a subagent's
         ``ParentLink`` (None: a top-level submission)."""
         admission = await self.ledger.admit(conversation_id, principal_id, idempotency_key, request, admitted_at_ms,
-                                            **({} if parent is None else {"parent": parent}))
+                                            parent)
         assert admission.submission_id and admission.receipt and admission.queue_seq >= 1, admission
         if admission.replayed and not complete_replay:
             return admission
