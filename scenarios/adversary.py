@@ -131,7 +131,7 @@ EDGES = (
 # Counted, but reached only when a fault lands in the right place: not
 # promised by every sweep.
 INCIDENTAL = ("replies_lost_retried", "ds_adopted_after_reply_lost", "damaged_reads_reread",
-              "recovered_leftover_work", "unready_head_aborted", "lease_instant_missed")
+              "recovered_leftover_work", "unready_head_aborted", "lease_instant_missed", "recovered_awaited_child")
 EDGE_STATS = tuple(f"edge_{name}" for name in EDGES)
 
 # --- values at the edges ------------------------------------------------------------
@@ -531,6 +531,13 @@ class _Process(ClientProcess):
                                   "recovery: nobody decided", self.now())
             if not self.expect_ok(out, f"decide_approval({sid}, {call_id}) in recovery", sid):
                 return False
+        awaited = [c for c, e in (record.children or {}).items() if e["awaited"] and e["releasedAtMs"] is None]
+        for call_id in awaited if record.reserved_digest is None and record.abort_author is None else ():
+            # A predecessor suspended on a child whose release never came: release it (nothing spent).
+            out = await self.call("ledger", "release_child", sid, call_id, {"recovered": True}, self.now())
+            if not self.expect_ok(out, f"release_child({sid}, {call_id}) in recovery", sid):
+                return False
+            self.w.edge("recovered_awaited_child")
         for call_id in open_calls if record.reserved_digest is None and record.abort_author is None else ():
             # A predecessor left a tool call unknown: nothing replays it blind; resolve it first.
             out = await self.call("ledger", "resolve_unknown", sid, call_id, "NeverHappened", self.label, None,
