@@ -11,7 +11,9 @@ nothing in the log; its at-least-once client re-submits it.
 
 A settlement with no input before it is a submission aborted after a claim
 but before its input entered the log: the rebuild admits a placeholder there
-and settles it with the logged record.
+and settles it with the logged record (its input never marked applied: there
+is no input record to point at). Every other input marker names where the
+input record sits in the log, as the original one did.
 
 A queue position missing between two inputs is a submission its abort
 intent settled before it ever ran (nothing of it reaches the log; FIFO

@@ -65,7 +65,7 @@ from model.conversation.records import (BATCH_BYTES_MAX, BATCH_RECORDS_MAX, PAGE
 from model.conversation.sqlite_store import SPILL_THRESHOLD_BYTES_DEFAULT
 from model.durable_state.contracts import FUTURE_VERSION, StateContract
 from model.durable_state.store import INT64_MAX, DurableStateWrite, is_revision_conflict
-from model.ledger.records import Claim
+from model.ledger.records import Claim, ParentLink
 from model.retry import error_name, is_retryable
 from scenarios.client import RETRIES_MAX, RETRY_WAIT_MS, ClientProcess, Expectations, Outcome
 from sim.node import Node, NodeDeadError
@@ -110,7 +110,7 @@ EDGES = (
     "child_reserved_key_order_irrelevant", "child_allocation_conflict", "child_attached", "child_other_conflict",
     "child_released_once", "child_accounting_conflict", "input_marker_conflict", "child_suspended_blocks_claim",
     "child_release_woke_parent", "child_decision_woke_parent", "child_released_before_suspend_resumes",
-    "child_suspend_unknown_call",
+    "child_suspend_unknown_call", "admit_parent_conflict",
     # conversation log
     "log_over_1024_records", "read_full_default_page", "read_across_page_boundary", "read_at_page_boundary",
     "read_past_tail_empty", "read_illegal_rejected", "digest_at_batch_boundary", "digest_at_inside_batch",
@@ -131,7 +131,7 @@ EDGES = (
 # Counted, but reached only when a fault lands in the right place: not
 # promised by every sweep.
 INCIDENTAL = ("replies_lost_retried", "ds_adopted_after_reply_lost", "damaged_reads_reread",
-              "recovered_leftover_work", "unready_head_aborted", "lease_instant_missed")
+              "recovered_leftover_work", "unready_head_aborted", "lease_instant_missed", "recovered_awaited_child")
 EDGE_STATS = tuple(f"edge_{name}" for name in EDGES)
 
 # --- values at the edges ------------------------------------------------------------
@@ -531,6 +531,13 @@ class _Process(ClientProcess):
                                   "recovery: nobody decided", self.now())
             if not self.expect_ok(out, f"decide_approval({sid}, {call_id}) in recovery", sid):
                 return False
+        awaited = [c for c, e in (record.children or {}).items() if e["awaited"] and e["releasedAtMs"] is None]
+        for call_id in awaited if record.reserved_digest is None and record.abort_author is None else ():
+            # A predecessor suspended on a child whose release never came: release it (nothing spent).
+            out = await self.call("ledger", "release_child", sid, call_id, {"recovered": True}, self.now())
+            if not self.expect_ok(out, f"release_child({sid}, {call_id}) in recovery", sid):
+                return False
+            self.w.edge("recovered_awaited_child")
         for call_id in open_calls if record.reserved_digest is None and record.abort_author is None else ():
             # A predecessor left a tool call unknown: nothing replays it blind; resolve it first.
             out = await self.call("ledger", "resolve_unknown", sid, call_id, "NeverHappened", self.label, None,
@@ -810,10 +817,13 @@ class _Process(ClientProcess):
 
     # -- the submission ledger ---------------------------------------------------------
 
-    async def admit_ready(self, conversation: str, key: str, value: Any) -> Any:
-        """Admit, materialize at epoch 0, mark ready: the admission path."""
-        out = await self.call("ledger", "admit", conversation, PRINCIPAL, key, value, self.now())
-        if not self.expect_ok(out, f"admit({conversation}, {key})", conversation):
+    async def admit_ready(self, conversation: str, key: str, value: Any, parent: ParentLink | None = None) -> Any:
+        """Admit (under ``parent``, if given), materialize at epoch 0, mark
+        ready: the admission path."""
+        link = () if parent is None else (parent,)
+        out = await self.call("ledger", "admit", conversation, PRINCIPAL, key, value, self.now(), *link)
+        if not self.expect(out.ok and out.value.parent == parent, f"admit({conversation}, {key}, parent={parent!r}) "
+                                                                  f"answered {out.show()}", conversation):
             return None
         self.expect(out.value.replayed == (out.lost > 0),
                     f"first admit of {key} says replayed={out.value.replayed} after {out.lost} lost replies",
@@ -1428,9 +1438,15 @@ class _Process(ClientProcess):
         if self.expect_rejected(clash, ("ChildReservationConflict",), f"another allocation at {call_id}", conv):
             self.w.edge("child_allocation_conflict")
         child_conv = self.private_conversation("cc")
-        child = await self.admit_ready(child_conv, self.uid("key"), {"child_of": sid})
+        child_key, child_value = self.uid("key"), {"child_of": sid}
+        child = await self.admit_ready(child_conv, child_key, child_value, ParentLink(sid, call_id))
         if child is None:
             return
+        orphan = await self.call("ledger", "admit", child_conv, PRINCIPAL, child_key, child_value, self.now(),
+                                 pick.choice((None, ParentLink(sid, f"{call_id}-other"))))
+        if self.expect_rejected(orphan, ("AdmissionConflict",), f"the child's admission under another parent", conv):
+            self.expect(orphan.error.what == "parent", f"the conflict names {orphan.error.what!r}", conv)
+            self.w.edge("admit_parent_conflict")
         attached = await self.call("ledger", "attach_child", token, call_id, child.submission_id)
         if not self.expect(attached.ok and attached.value.child_submission_id == child.submission_id,
                            f"attach_child answered {attached.show()}", conv):

@@ -19,6 +19,11 @@ from model.ledger.conformance import run_ledger_conformance
 from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.records import (
     AdmissionResult,
+    ChildReservation,
+    InputApplied,
+    InputMarkerConflict,
+    Readiness,
+    Suspension,
     Claim,
     OwnershipLost,
     OwnershipRenewal,
@@ -464,3 +469,45 @@ def test_ledger_storm_on_a_newest_first_store_diverges(monkeypatch):
     # whichever the run reaches first.
     assert divergences
     assert "ledger.scan_nonterminal()" in divergences[0] or "FIFO head" in divergences[0], divergences[0]
+
+
+def test_the_ids_positions_and_wakes_the_contract_fixes_are_checked():
+    """Attempt ids, ready_at_ms replays, the input marker's position, the
+    settlement id, and the release that wakes a parent suspended on it."""
+    model, first, _, claim = _admitted_and_claimed()
+    sid = first.submission_id
+    assert feed(model, "mark_ready", sid, 99, result=Readiness(sid, 99, True)) is not None  # first ready at 0
+    assert feed(model, "mark_ready", sid, 99, result=Readiness(sid, 0, True)) is None
+    again = Claim(sid, "o1", claim.epoch + 1, 1_200, "sub-c1-1#a99")
+    assert feed(model, "claim", "c1", "o1", 1_000, 200, result=again) is not None
+    token = Claim(sid, "o1", claim.epoch + 1, 1_200)  # the attempt id derived: sub-c1-1#a<epoch>
+    assert feed(model, "claim", "c1", "o1", 1_000, 200, result=token) is None
+    assert feed(model, "mark_input_applied", token, "input:a", 2, result=InputApplied(sid, "input:a", 2)) is None
+    assert feed(model, "mark_input_applied", token, "input:a", 3,
+                result=InputApplied(sid, "input:a", 3, True)) is not None  # another position must conflict
+    assert feed(model, "mark_input_applied", token, "input:a", 3,
+                error=InputMarkerConflict(sid, "input:a", 2, "input:a", 3)) is None
+    allocation = {"tokens": 5}
+    reserved = ChildReservation(sid, "call-1", allocation, model_digest(allocation))
+    assert feed(model, "reserve_child", token, "call-1", allocation, result=reserved) is None
+    assert feed(model, "suspend", token, (), ("call-1",),
+                result=Suspension(sid, (), False, False, ("call-1",))) is None
+    woke = attrs.evolve(reserved, accounting={"tokens": 1}, released_at_ms=300, awaited=True, pending=0)
+    assert feed(model, "release_child", sid, "call-1", {"tokens": 1}, 300,
+                result=attrs.evolve(woke, pending=1)) is not None  # the last awaited release wakes it
+    assert feed(model, "release_child", sid, "call-1", {"tokens": 1}, 300, result=woke) is None
+    resumed = Claim(sid, "o2", token.epoch + 1, 1_400)
+    assert feed(model, "claim", "c1", "o2", 1_000, 400, result=None) is not None  # claimable again
+    assert feed(model, "claim", "c1", "o2", 1_000, 400, result=resumed) is None
+    record = {"outcome": "completed"}
+    assert feed(model, "reserve_settlement", resumed, record,
+                result=ReservedSettlement(sid, model_digest(record))) is None
+    settled = Settlement(sid, "completed", model_digest(record), 500, None, "stl-wrong")
+    assert feed(model, "finalize_settlement", sid, 500, result=settled) is not None
+    settlement_id = "stl-" + model_digest({"submissionId": sid, "recordDigest": model_digest(record)})
+    assert feed(model, "finalize_settlement", sid, 500,
+                result=attrs.evolve(settled, settlement_id=settlement_id)) is None
+    assert feed(model, "finalize_settlement", sid, 600,
+                result=attrs.evolve(settled, settlement_id=settlement_id)) is not None  # a replay says so
+    assert feed(model, "finalize_settlement", sid, 600,
+                result=attrs.evolve(settled, settlement_id=settlement_id, replayed=True)) is None

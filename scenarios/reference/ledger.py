@@ -1186,11 +1186,15 @@ class ReferenceLedger:
         host.changed()
         return conversation
 
-    def _child_answer(self, row: _Row, call_id: str, replayed: bool) -> ChildReservation:
-        """``row``: the parent as it is after the call."""
-        alloc, child, acct, at, awaited = row.children[call_id]
+    def _child_answer(self, row: _Row, call_id: str, replayed: bool, entry: list | None = None) -> ChildReservation:
+        """The answer about ``row``'s reservation at ``call_id`` once the
+        call applied: ``entry``, its entry then (default: as it is)."""
+        alloc, child, acct, at, awaited = row.children[call_id] if entry is None else entry
+        waiting = row.waiting()
+        if entry is not None and awaited and at is not None and row.children[call_id][3] is None:
+            waiting -= 1  # this release is of an awaited child: one thing less
         return ChildReservation(row.submission_id, call_id, read_back(alloc), digest_text(alloc), child,
-                                None if acct is None else read_back(acct), at, replayed, awaited, row.waiting())
+                                None if acct is None else read_back(acct), at, replayed, awaited, waiting)
 
     def _owned_running(self, call: Any, token: Any, operation: str) -> tuple[_Row | None, _Conversation | None]:
         """The parent row if ``token`` owns it and it is input-applied; else
@@ -1228,7 +1232,11 @@ class ReferenceLedger:
             self._want_value(call, self._child_answer(row, call_id, True), conversation)
             return conversation
         row.children[call_id] = [text, None, None, None, False]
-        self._want_value(call, self._child_answer(row, call_id, False), conversation)
+        try:
+            self._want_value(call, self._child_answer(row, call_id, False), conversation)
+        except _Mismatch:
+            del row.children[call_id]  # a diverging answer changes nothing in the model
+            raise
         row.changed()
         return conversation
 
@@ -1252,8 +1260,9 @@ class ReferenceLedger:
                 return conversation
             self._want_value(call, self._child_answer(row, call_id, True), conversation)
             return conversation
+        self._want_value(call, self._child_answer(row, call_id, False, [existing[0], child, *existing[2:]]),
+                         conversation)
         existing[1] = child
-        self._want_value(call, self._child_answer(row, call_id, False), conversation)
         row.changed()
         return conversation
 
@@ -1284,8 +1293,9 @@ class ReferenceLedger:
                 return conversation
             self._want_value(call, self._child_answer(row, call_id, True), conversation)
             return conversation
+        self._want_value(call, self._child_answer(row, call_id, False, [*existing[:2], text, now_ms, existing[4]]),
+                         conversation)
         existing[2], existing[3] = text, now_ms
-        self._want_value(call, self._child_answer(row, call_id, False), conversation)
         row.changed()
         return conversation
 
