@@ -524,13 +524,6 @@ class LedgerScanNonterminal(PortEvent):
     nonterminal: tuple = RESULT  # submission ids
 
 
-class LedgerLoadRecoverySnapshot(PortEvent):
-    kind = "ledger.load_recovery_snapshot"
-    conversation: str
-    epoch: int = RESULT
-    nonterminal: tuple = RESULT  # submission ids
-
-
 class LedgerGetByIdempotencyKey(PortEvent):
     kind = "ledger.get_by_idempotency_key"
     conversation: str

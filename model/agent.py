@@ -160,16 +160,17 @@ class AgentWorker(SubmissionWorker):
         host = await self.ledger.get(claim.submission_id)
         if not host.joined_count:
             return [entry]
-        snapshot = await self.ledger.load_recovery_snapshot(conversation_id)
         follower_record = joined_record(entry[1]["record"])
         entries = [entry]
-        for row in snapshot.submissions:
-            if row.join_host != claim.submission_id:
+        # Its followers are open rows of its conversation (one strongly
+        # consistent scan; only a host that joined any pays for it).
+        for follower in await self.ledger.scan_nonterminal():
+            if isinstance(follower, UnreadableSubmission) or follower.join_host != claim.submission_id:
                 continue
-            follower = await self.ledger.get(row.submission_id)
-            if follower.joined_seq is None and not await self._mark_joined(conversation_id, claim, row.submission_id):
+            if follower.joined_seq is None and not await self._mark_joined(conversation_id, claim,
+                                                                           follower.submission_id):
                 continue  # joining, its input never applied: the host's finalize puts it back in the queue
-            entries.append(settled_entry(row.submission_id, digest(follower_record), follower_record))
+            entries.append(settled_entry(follower.submission_id, digest(follower_record), follower_record))
         return entries
 
     async def _mark_joined(self, conversation_id: str, claim: Any, follower_id: str) -> bool:
