@@ -314,18 +314,23 @@ KERNEL_DESCRIBERS = _table("kernel", _start, _append, _append_batch, _load_steps
 
 @describes(SubmissionLedgerPort.admit, LedgerAdmit)
 def _admit(result: Any, /, conversation_id: str, principal_id: str, idempotency_key: str, input: object,
-           now_ms: int) -> dict:
+           now_ms: int, parent: Any = None) -> dict:
+    link = None if parent is None else (getattr(parent, "submission_id", repr(parent)),
+                                        getattr(parent, "tool_call_id", None))
     if result is None:
         return LedgerAdmit.build(conversation=conversation_id, principal=principal_id, key=idempotency_key,
-                                 admitted_ms=now_ms)
+                                 admitted_ms=now_ms, parent=link)
     return LedgerAdmit.build(conversation=conversation_id, principal=principal_id, key=idempotency_key,
-                             admitted_ms=now_ms, submission=result.submission_id, queue_seq=result.queue_seq,
-                             replayed=result.replayed)
+                             admitted_ms=now_ms, parent=link, submission=result.submission_id,
+                             queue_seq=result.queue_seq, replayed=result.replayed)
 
 
 @describes(SubmissionLedgerPort.mark_ready, LedgerMarkReady)
-def _mark_ready(result: Any, /, submission_id: str) -> dict:
-    return LedgerMarkReady.build(submission=submission_id)
+def _mark_ready(readiness: Any, /, submission_id: str, now_ms: int) -> dict:
+    if readiness is None:
+        return LedgerMarkReady.build(submission=submission_id, ready_ms=now_ms)
+    return LedgerMarkReady.build(submission=submission_id, ready_ms=now_ms, ready_at_ms=readiness.ready_at_ms,
+                                 replayed=readiness.replayed)
 
 
 @describes(SubmissionLedgerPort.claim, LedgerClaim)
@@ -333,7 +338,7 @@ def _claim(claim: Any, /, conversation_id: str, owner_id: str, lease_ms: int, no
     if claim is None:  # nothing claimable (or the call failed)
         return LedgerClaim.build(conversation=conversation_id, owner=owner_id)
     return LedgerClaim.build(conversation=conversation_id, owner=owner_id, submission=claim.submission_id,
-                             epoch=claim.epoch, lease_expires_ms=claim.lease_expires_ms)
+                             epoch=claim.epoch, lease_expires_ms=claim.lease_expires_ms, attempt=claim.attempt_id)
 
 
 @describes(SubmissionLedgerPort.renew_ownership, LedgerRenewOwnership)
@@ -347,8 +352,12 @@ def _release_ownership(result: Any, /, token: Any) -> dict:
 
 
 @describes(SubmissionLedgerPort.mark_input_applied, LedgerMarkInputApplied)
-def _input_applied(result: Any, /, token: Any) -> dict:
-    return LedgerMarkInputApplied.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch)
+def _input_applied(applied: Any, /, token: Any, record_id: str, seq: int) -> dict:
+    if applied is None:
+        return LedgerMarkInputApplied.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                            record_id=record_id, seq=seq)
+    return LedgerMarkInputApplied.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
+                                        record_id=record_id, seq=seq, replayed=applied.replayed)
 
 
 @describes(SubmissionLedgerPort.request_abort, LedgerRequestAbort)
@@ -361,8 +370,11 @@ def _request_abort(intent: Any, /, submission_id: str, author: str, reason: str,
 
 @describes(SubmissionLedgerPort.reserve_settlement, LedgerReserveSettlement)
 def _reserve(reserved: Any, /, token: Any, record: object) -> dict:
+    if reserved is None:
+        return LedgerReserveSettlement.build(submission=token.submission_id, owner=token.owner_id,
+                                             epoch=token.epoch, record=record)
     return LedgerReserveSettlement.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
-                                         record=record, digest=ABSENT if reserved is None else reserved.record_digest)
+                                         record=record, digest=reserved.record_digest, replayed=reserved.replayed)
 
 
 @describes(SubmissionLedgerPort.finalize_settlement, LedgerFinalizeSettlement)
@@ -370,7 +382,8 @@ def _finalize(settlement: Any, /, submission_id: str, now_ms: int) -> dict:
     if settlement is None:
         return LedgerFinalizeSettlement.build(submission=submission_id)
     return LedgerFinalizeSettlement.build(submission=submission_id, outcome=settlement.outcome,
-                                          digest=settlement.record_digest, settled_at_ms=settlement.settled_at_ms)
+                                          digest=settlement.record_digest, settled_at_ms=settlement.settled_at_ms,
+                                          settlement_id=settlement.settlement_id, replayed=settlement.replayed)
 
 
 @describes(SubmissionLedgerPort.get, LedgerGet)
@@ -419,13 +432,17 @@ def _resolve_unknown(resolved: Any, /, submission_id: str, tool_call_id: str, re
 
 
 @describes(SubmissionLedgerPort.suspend, LedgerSuspend)
-def _suspend(suspension: Any, /, token: Any, tool_call_ids: tuple[str, ...]) -> dict:
+def _suspend(suspension: Any, /, token: Any, tool_call_ids: tuple[str, ...],
+             child_call_ids: tuple[str, ...] = ()) -> dict:
     calls = tuple(tool_call_ids) if isinstance(tool_call_ids, (tuple, list)) else (repr(tool_call_ids),)
+    children = tuple(child_call_ids) if isinstance(child_call_ids, (tuple, list)) else (repr(child_call_ids),)
     if suspension is None:
         return LedgerSuspend.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
-                                   calls=calls)
+                                   calls=calls, children=children)
     return LedgerSuspend.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch, calls=calls,
-                               pending=suspension.pending, resumed=suspension.resumed, replayed=suspension.replayed)
+                               children=children, pending=suspension.pending,
+                               children_pending=suspension.children_pending, resumed=suspension.resumed,
+                               replayed=suspension.replayed)
 
 
 @describes(SubmissionLedgerPort.decide_approval, LedgerDecideApproval)
@@ -486,7 +503,8 @@ def _release_child(released: Any, /, submission_id: str, tool_call_id: str, acco
     if released is None:
         return LedgerReleaseChild.build(submission=submission_id, call=tool_call_id)
     return LedgerReleaseChild.build(submission=submission_id, call=tool_call_id,
-                                    released_at_ms=released.released_at_ms, replayed=released.replayed)
+                                    released_at_ms=released.released_at_ms, replayed=released.replayed,
+                                    awaited=released.awaited, pending=released.pending)
 
 
 LEDGER_DESCRIBERS = _table(

@@ -338,6 +338,7 @@ class LedgerAdmit(PortEvent):
     principal: str
     key: str  # the idempotency key
     admitted_ms: int  # the caller's instant (a slow call commits later)
+    parent: tuple | None  # (parent submission, its tool call), or None
     submission: str = RESULT
     queue_seq: int = RESULT
     replayed: bool = RESULT
@@ -346,6 +347,9 @@ class LedgerAdmit(PortEvent):
 class LedgerMarkReady(PortEvent):
     kind = "ledger.mark_ready"
     submission: str
+    ready_ms: int  # the caller's instant
+    ready_at_ms: int = RESULT  # when it first became ready
+    replayed: bool = RESULT
 
 
 class LedgerClaim(PortEvent):
@@ -355,6 +359,7 @@ class LedgerClaim(PortEvent):
     submission: str = RESULT  # the result group is absent when nothing was claimable
     epoch: int = RESULT
     lease_expires_ms: int = RESULT
+    attempt: str = RESULT  # the claim's attempt id
 
 
 class LedgerRenewOwnership(PortEvent):
@@ -376,6 +381,9 @@ class LedgerMarkInputApplied(PortEvent):
     submission: str
     owner: str
     epoch: int
+    record_id: str  # the input record's position in the log
+    seq: int
+    replayed: bool = RESULT
 
 
 class LedgerRequestAbort(PortEvent):
@@ -411,7 +419,9 @@ class LedgerSuspend(PortEvent):
     owner: str
     epoch: int
     calls: tuple  # the tool calls whose approvals it waits for
-    pending: tuple = RESULT  # of those, the undecided ones
+    children: tuple  # the tool calls whose child's release it waits for
+    pending: tuple = RESULT  # of the approvals, the undecided ones
+    children_pending: tuple = RESULT  # of the children, the unreleased ones
     resumed: bool = RESULT
     replayed: bool = RESULT
 
@@ -422,7 +432,7 @@ class LedgerDecideApproval(PortEvent):
     call: str
     decision: str
     replayed: bool = RESULT
-    pending: int = RESULT  # approvals still undecided after it (0: resumed)
+    pending: int = RESULT  # approvals undecided + awaited children unreleased after it (0: resumed)
 
 
 class LedgerBeginJoin(PortEvent):
@@ -480,6 +490,8 @@ class LedgerReleaseChild(PortEvent):
     call: str
     released_at_ms: int = RESULT
     replayed: bool = RESULT
+    awaited: bool = RESULT  # a suspension of the parent waits for it
+    pending: int = RESULT  # what the parent still awaits after it (0 with awaited: resumed)
 
 
 class LedgerReserveSettlement(PortEvent):
@@ -489,6 +501,7 @@ class LedgerReserveSettlement(PortEvent):
     epoch: int
     record: Any
     digest: str = RESULT  # the reserved record's
+    replayed: bool = RESULT
 
 
 class LedgerFinalizeSettlement(PortEvent):
@@ -497,6 +510,8 @@ class LedgerFinalizeSettlement(PortEvent):
     outcome: str = RESULT
     digest: str = RESULT
     settled_at_ms: int = RESULT
+    settlement_id: str = RESULT
+    replayed: bool = RESULT
 
 
 class LedgerGet(PortEvent):

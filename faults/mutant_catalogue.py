@@ -35,6 +35,7 @@ BOTH = ("sentinel-year", "ledger-storm")
 SY_PS = ("sentinel-year", "port-storm")
 LS_PS = ("ledger-storm", "port-storm")
 ALL = ("sentinel-year", "ledger-storm", "port-storm")
+AC = ("agent-conversations",)
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- canonical JSON (RFC 8785) --------------------------------------------------
@@ -187,9 +188,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "An idempotent admission replay answers with a receipt minted for this request (salted with its time) "
         "instead of the one the ledger issued.",
         "model.ledger.rules",
-        "            AdmissionResult(existing.submission_id, existing.receipt, existing.queue_seq, True, input_digest),\n",
+        "            AdmissionResult(existing.submission_id, existing.receipt, existing.queue_seq, True, input_digest,\n",
         "            AdmissionResult(existing.submission_id, receipt_for(existing.submission_id, f\"{input_digest}@{now_ms}\"),\n"
-        "                            existing.queue_seq, True, input_digest),\n", ALL, ci_seed=7, ci_duration="1d"),
+        "                            existing.queue_seq, True, input_digest,\n", ALL, ci_seed=7, ci_duration="1d"),
     Mutant(
         "ledger-admit-retry-readmits",
         "An admission retried after it stopped before ready is admitted anew (dedupe only of ready rows): a "
@@ -263,7 +264,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "the original settlement.",
         "model.ledger.rules",
         "    if row.settled_at_ms is not None:\n        assert row.outcome == outcome, (row.outcome, outcome)\n"
-        "        return Settlement(submission_id, outcome, row.reserved_digest, row.settled_at_ms, diagnostic), None, []\n",
+        "        return Settlement(submission_id, outcome, row.reserved_digest, row.settled_at_ms, diagnostic,\n"
+        "                          row.settlement_id, True), None, []\n",
         "", ALL,
         ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
@@ -342,6 +344,27 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if entry[\"releasedAtMs\"] is not None:\n        if digest(entry[\"accounting\"]) != accounting_digest:\n",
         "    if entry[\"releasedAtMs\"] is not None and digest(entry[\"accounting\"]) == accounting_digest:\n"
         "        if digest(entry[\"accounting\"]) != accounting_digest:\n", ("port-storm",), ci_seed=1, ci_duration="5m"),
+    Mutant(
+        "ledger-release-child-no-wake",
+        "The release of a child a suspended parent awaits freezes the accounting but never counts it off the "
+        "parent's awaited children, so the parent stays suspended after its last child settled.",
+        "model.ledger.rules",
+        "    awaited = row.children_awaited - 1 if entry[\"awaited\"] else row.children_awaited\n",
+        "    awaited = row.children_awaited\n", ("port-storm",), ci_seed=0, ci_duration="4m"),
+    Mutant(
+        "ledger-input-marker-position-ignored",
+        "A repeat of the input marker replays whatever log position it names, so a marker pointing elsewhere "
+        "than the input record is accepted instead of conflicting.",
+        "model.ledger.rules",
+        "        if (row.input_record_id, row.input_seq) != (record_id, seq):\n"
+        "            raise InputMarkerConflict(row.submission_id, row.input_record_id, row.input_seq, record_id, seq)\n",
+        "", ("port-storm",), ci_seed=0, ci_duration="4m"),
+    Mutant(
+        "ledger-decision-ignores-children",
+        "An approval decision counts only the undecided approvals as still pending, not the awaited children, "
+        "so a decision with a child still awaited answers as the one that resumed the submission.",
+        "model.ledger.rules", "                            pending + row.children_awaited), \\\n",
+        "                            pending), \\\n", ("port-storm",), ci_seed=0, ci_duration="4m"),
     Mutant(
         "worker-abort-read-once",
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "
@@ -703,4 +726,40 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if digest_at_covered != checkpoint.tail_digest:\n",
         "    if digest_at_covered is None:\n", LS_PS,
         ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+
+    # -- an agent's steps that wait for the world (model.agent) --------------------------
+    Mutant(
+        "agent-tool-replays-prepared",
+        "A successor that finds a tool call prepared but not settled takes the idempotent one for the one in "
+        "doubt: it calls a non-idempotent tool again on a guess (and marks an idempotent one unknown).",
+        "model.agent", "            if prepared is not None and not idempotent:\n",
+        "            if prepared is not None and idempotent:\n", AC,
+        ci_seed=4, ci_duration="1h"),
+    Mutant(
+        "agent-approval-decision-unlogged",
+        "The resumed attempt acts on the ledger's approval decision without appending it to the log first.",
+        "model.agent",
+        '            await self._append_once(conversation_id, claim, f"tool-{APPROVAL_DECIDED}:{call}", [entry])\n',
+        "", AC,
+        ci_seed=0, ci_duration="10m"),
+    Mutant(
+        "agent-approval-assumed",
+        "The approval step reports its call approved whatever the decision was.",
+        "model.agent", '        return {"call": call, "approval": decided["decision"]}\n',
+        '        return {"call": call, "approval": "approved"}\n', AC,
+        ci_seed=0, ci_duration="10m"),
+    Mutant(
+        "agent-tend-wakes-unsettled-child",
+        "The tending pass releases a child's reservation without checking the child settled: the parent wakes "
+        "to a child still running.",
+        "model.agent", "                if child is not None and child.settled:\n",
+        "                if child is not None:\n", AC,
+        ci_seed=0, ci_duration="10m"),
+    Mutant(
+        "agent-join-unmarked",
+        "A run applies a follow-up's input to its log but never marks it joined, so the follow-up goes back to "
+        "the queue when the run settles and runs again on its own.",
+        "model.agent",
+        '        await self.ledger.mark_joined(claim, follower_id, f"{batch_id}#0", found.first_seq)\n', "", AC,
+        ci_seed=0, ci_duration="10m"),
 )

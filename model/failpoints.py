@@ -57,8 +57,18 @@ SENTINEL_CRASH_POINTS: tuple[str, ...] = (
     FINALIZED_BEFORE_REPLY,
 )
 
+# An agent's steps (``model.agent``): where a process may die between what it
+# did to the world and the record of it.
+TOOL_PREPARED_BEFORE_SETTLED = "agent.tool_prepared.before_settled"  # the call may or may not happen
+APPROVAL_DECIDED_BEFORE_EFFECT = "agent.approval_decided.before_effect"  # the decision is in the log, not acted on
+CHILD_SETTLED_BEFORE_WAKE = "agent.child_settled.before_wake"  # the child settled, its parent not released
+FOLLOWER_APPENDED_BEFORE_JOINED = "agent.follower_appended.before_joined"  # its input in the host's log, not marked
+AGENT_CRASH_POINTS: tuple[str, ...] = (TOOL_PREPARED_BEFORE_SETTLED, APPROVAL_DECIDED_BEFORE_EFFECT,
+                                       CHILD_SETTLED_BEFORE_WAKE, FOLLOWER_APPENDED_BEFORE_JOINED)
+
 ALL_FAILPOINTS: tuple[str, ...] = (
     DURABLE_STATE_SAVE_AFTER_STORE_WRITE,
     KERNEL_EFFECT_DONE_BEFORE_RECORD,
     *SUBMISSION_CRASH_POINTS,
+    *AGENT_CRASH_POINTS,
 )

@@ -79,6 +79,16 @@ def input_batch_id(submission_id: str) -> str:
     return f"input:{submission_id}"
 
 
+def batch_record_id(batch_id: str, index: int) -> str:
+    """The id of a batch's ``index``-th record (``{batch_id}#{index}``)."""
+    return f"{batch_id}#{index}"
+
+
+def input_record_id(batch_id: str) -> str:
+    """The input record's id: its batch's first (``mark_input_applied`` names it)."""
+    return batch_record_id(batch_id, 0)
+
+
 def settle_batch_id(submission_id: str) -> str:
     """Deterministic per submission, never per attempt: a successor finds its
     predecessor's settlement batch by this id."""
@@ -136,13 +146,16 @@ class SubmissionLifecycle:
 
     async def admit(self, conversation_id: str, principal_id: str, idempotency_key: str, request: Any,
                     admitted_at_ms: int, *, complete_replay: bool, log_is_new: bool = False,
-                    before_ready: Callable[[AdmissionResult], Awaitable[None]] | None = None) -> AdmissionResult:
+                    before_ready: Callable[[AdmissionResult], Awaitable[None]] | None = None,
+                    parent: Any = None) -> AdmissionResult:
         """Admit ``request`` under its idempotency key and make it ready.
 
         A replayed admission (same key, same input) returns at once unless
         ``complete_replay``. ``AdmissionConflict`` (same key, other input)
-        comes straight from the ledger."""
-        admission = await self.ledger.admit(conversation_id, principal_id, idempotency_key, request, admitted_at_ms)
+        comes straight from the ledger. ``parent``: a subagent's
+        ``ParentLink`` (None: a top-level submission)."""
+        admission = await self.ledger.admit(conversation_id, principal_id, idempotency_key, request, admitted_at_ms,
+                                            parent)
         assert admission.submission_id and admission.receipt and admission.queue_seq >= 1, admission
         if admission.replayed and not complete_replay:
             return admission
@@ -166,7 +179,7 @@ class SubmissionLifecycle:
                 # Epoch 0 by the admission producer: any claimed owner (epoch
                 # >= 1) takes over from it; a second materialize is a no-op.
                 await self.log.materialize(conversation_id, ADMISSION_PRODUCER, 0)
-        await self.ledger.mark_ready(submission_id)
+        await self.ledger.mark_ready(submission_id, self.now_ms())
 
     # -- ownership ---------------------------------------------------------------
 

@@ -11,7 +11,9 @@ nothing in the log; its at-least-once client re-submits it.
 
 A settlement with no input before it is a submission aborted after a claim
 but before its input entered the log: the rebuild admits a placeholder there
-and settles it with the logged record.
+and settles it with the logged record (its input never marked applied: there
+is no input record to point at). Every other input marker names where the
+input record sits in the log, as the original one did.
 
 A queue position missing between two inputs is a submission its abort
 intent settled before it ever ran (nothing of it reaches the log; FIFO
@@ -51,6 +53,7 @@ async def rebuild_ledger(log: Any, ledger: Any, conversation_ids: Iterable[str],
         prefix = await read_recovery_prefix(log, conversation_id)
         conversations += 1
         next_seq = 1  # the queue position the next admission gets
+        inputs: dict[str, tuple[str, int]] = {}  # submission -> where its input record sits
         for canonical in prefix.records:
             envelope = canonical.envelope
             payload = envelope.payload
@@ -62,7 +65,8 @@ async def rebuild_ledger(log: Any, ledger: Any, conversation_ids: Iterable[str],
                 if admission.submission_id != payload["submissionId"]:
                     raise AssertionError(f"rebuild admitted {admission.submission_id} for "
                                          f"{payload['submissionId']}: queue order differs")
-                await ledger.mark_ready(admission.submission_id)
+                await ledger.mark_ready(admission.submission_id, envelope.created_at_ms)
+                inputs[admission.submission_id] = (envelope.record_id, canonical.seq)
                 submissions += 1
             elif envelope.family == "submission-settled":
                 queue_seq = queue_seq_of(payload["submissionId"])
@@ -73,12 +77,14 @@ async def rebuild_ledger(log: Any, ledger: Any, conversation_ids: Iterable[str],
                                                 envelope.created_at_ms) + 1
                     held = await ledger.admit(conversation_id, GAP_PRINCIPAL, f"rebuild-held:{queue_seq}", None,
                                               envelope.created_at_ms)
-                    await ledger.mark_ready(held.submission_id)
+                    await ledger.mark_ready(held.submission_id, envelope.created_at_ms)
                 claim = await ledger.claim(conversation_id, REBUILD_OWNER, REBUILD_LEASE_MS, now_ms)
                 if claim is None or claim.submission_id != payload["submissionId"]:
                     raise AssertionError(f"{conversation_id}: settlement of {payload['submissionId']} "
                                          "is not at the head of the rebuilt queue")
-                await ledger.mark_input_applied(claim)
+                position = inputs.pop(claim.submission_id, None)
+                if position is not None:  # a held one never had its input in the log
+                    await ledger.mark_input_applied(claim, *position)
                 await ledger.reserve_settlement(claim, payload["record"])
                 await ledger.finalize_settlement(claim.submission_id, envelope.created_at_ms)
                 settled += 1

@@ -65,6 +65,7 @@ from model.lifecycle import (
     SubmissionLifecycle,
     input_batch_id,
     input_entry,
+    input_record_id,
 )
 from model.retry import is_retryable
 from model.probe import NULL_PROBE, Probe
@@ -232,7 +233,8 @@ class LedgerRuns:
             self.failpoints.hit(INPUT_APPENDED_BEFORE_MARKER)
             input_applied = False
         if not input_applied:
-            await ledger.mark_input_applied(claim)
+            # A run's log starts with its input: one record, at seq 1.
+            await ledger.mark_input_applied(claim, input_record_id(input_batch_id(submission_id)), 1)
         return True
 
     async def _ensure_owned(self, run_id: str) -> None:

@@ -51,8 +51,10 @@ from model.lifecycle import (  # noqa: F401
     DIAGNOSTIC_MESSAGE_MAX,
     SETTLED_FAMILY,
     SubmissionLifecycle,
+    batch_record_id,
     input_batch_id,
     input_entry,
+    input_record_id,
     settle_batch_id,
 )
 from model.probe import NULL_PROBE, Probe
@@ -94,6 +96,19 @@ class ProcessOutcome:
     submission_id: str
     settlement: Settlement
     epoch: int
+
+
+class WorkFailure(Exception):
+    """A step's work failed (its error, as ``cause``): the submission settles
+    ``failed`` with the cause's ``{errorTag, message}``, no retry."""
+
+    def __init__(self, cause: BaseException) -> None:
+        self.cause = cause
+        super().__init__(str(cause))
+
+
+# A step that waits for the world: nothing to record; the owner lets go.
+PARKED = object()
 
 
 class SubmissionWorker:
@@ -148,14 +163,17 @@ class SubmissionWorker:
         # a submission aborted before it ran, and no step runs after it.
         aborted = record.abort_author is not None
         if not record.input_applied and not aborted:
-            await self._append_once(conversation_id, claim, input_batch_id(submission_id),
-                                    [input_entry(submission_id, record.input, record.principal_id,
-                                                 record.idempotency_key, record.queue_seq)])
+            batch_id = input_batch_id(submission_id)
+            at = await self._append_once(conversation_id, claim, batch_id,
+                                         [input_entry(submission_id, record.input, record.principal_id,
+                                                      record.idempotency_key, record.queue_seq)])
             self.failpoints.hit(INPUT_APPENDED_BEFORE_MARKER)
-            await self.ledger.mark_input_applied(claim)
+            # The input record is the batch's first (``{batch_id}#0``), here or
+            # where an earlier owner's append put it.
+            await self.ledger.mark_input_applied(claim, input_record_id(batch_id), at.first_seq)
         outputs: list = []
         failure: dict | None = None
-        for index in range(self.steps):
+        for index in range(self.step_count(record)):
             if aborted or await self._abort_requested(submission_id):
                 aborted = True  # observed at this step: settle aborted, run nothing more
                 break
@@ -166,17 +184,17 @@ class SubmissionWorker:
                 # re-run the effect (its second answer could differ).
                 outputs.append(recorded["output"])
                 continue
-            if self.step_delay is not None:
-                # Renew, then spend the effect's time. A pause longer than the
-                # lease lands here: the owner wakes and writes with its old
-                # epoch, and the log and ledger must fence it.
-                await self.ledger.renew_ownership(claim, self.lease_ms, self.now_ms())
-                await self.step_delay(submission_id, index)
             try:
-                output = self.work(record.input, index)
-            except Exception as error:  # the work failed: settle as failed, no retry
-                failure = {"errorTag": error_name(error), "message": str(error)[:DIAGNOSTIC_MESSAGE_MAX]}
+                output = await self.run_step(conversation_id, claim, record, index)
+            except WorkFailure as failed:  # the work failed: settle as failed, no retry
+                cause = failed.cause
+                failure = {"errorTag": error_name(cause), "message": str(cause)[:DIAGNOSTIC_MESSAGE_MAX]}
                 break
+            if output is PARKED:
+                # The step waits for the world (an approval, a subagent, a
+                # reconciler): ownership ended with the ledger write that said
+                # so; whoever claims the head next takes it from the log.
+                return None
             self.failpoints.hit(STEP_DONE_BEFORE_RECORD)
             await self._append_once(conversation_id, claim, batch_id,
                                     [("model-output", {"submissionId": submission_id, "step": index,
@@ -185,10 +203,11 @@ class SubmissionWorker:
         # The canonical record wins: the log's, else the reserved one, else new.
         batch = await self.lifecycle.logged_settlement(conversation_id, submission_id)
         logged = None if batch is None else (await self._batch_payload(conversation_id, batch))["record"]
-        def append(batch_id: str, entry: tuple[str, Any]) -> Any:
+        async def append(batch_id: str, entry: tuple[str, Any]) -> Any:
             # Append-once: it looks the batch up itself, so it runs even when
             # the record is logged (and then appends nothing).
-            return self._append_once(conversation_id, claim, batch_id, [entry])
+            entries = await self.settlement_entries(conversation_id, claim, record, entry)
+            return await self._append_once(conversation_id, claim, batch_id, entries)
 
         try:
             terminal = await self.lifecycle.terminalize(
@@ -206,6 +225,35 @@ class SubmissionWorker:
         self.probe.emit("submission.settled", submission=submission_id, outcome=settlement.outcome,
                         digest=settlement.record_digest, epoch=claim.epoch)
         return ProcessOutcome(submission_id, settlement, claim.epoch)
+
+    def step_count(self, record: Any) -> int:
+        """How many steps ``record``'s work has."""
+        return self.steps
+
+    async def run_step(self, conversation_id: str, claim: Claim, record: Any, index: int) -> Any:
+        """Do step ``index``'s effect and return its output (recorded by the
+        caller), or ``PARKED``. A ``WorkFailure`` settles the submission
+        ``failed``."""
+        if self.step_delay is not None:
+            # Renew, then spend the effect's time. A pause longer than the
+            # lease lands here: the owner wakes and writes with its old
+            # epoch, and the log and ledger must fence it.
+            await self.ledger.renew_ownership(claim, self.lease_ms, self.now_ms())
+            await self.step_delay(record.submission_id, index)
+        try:
+            return self.work(record.input, index)
+        except Exception as error:
+            raise WorkFailure(error) from error
+
+    async def settlement_entries(self, conversation_id: str, claim: Claim, record: Any,
+                                 entry: tuple[str, Any]) -> list:
+        """The records of the settlement batch whose own record is ``entry``
+        (a host's batch also settles its joined followers)."""
+        return [entry]
+
+    async def tend(self, scan: tuple) -> None:
+        """Upkeep a process does on each scan of open work (none here)."""
+        return None
 
     async def _abort_requested(self, submission_id: str) -> bool:
         """Is a durable abort intent there now? Read before every step: a
@@ -236,19 +284,21 @@ class SubmissionWorker:
         return record.envelope.payload
 
     async def _append_once(self, conversation_id: str, claim: Claim, batch_id: str,
-                           records: list[tuple[str, Any]]) -> AppendResult | None:
-        """Append a batch unless the log already holds it (an earlier owner's).
+                           records: list[tuple[str, Any]]) -> AppendResult | BatchRecord:
+        """Append a batch unless the log already holds it (an earlier
+        owner's): where it is, either way (``first_seq``/``last_seq``).
 
         The log only grows: a tail behind one it acknowledged to this process
         means acknowledged records are gone (``AcknowledgedWriteLost``)."""
-        if await self.log.lookup_batch(conversation_id, batch_id) is not None:
-            return None
+        found = await self.log.lookup_batch(conversation_id, batch_id)
+        if found is not None:
+            return found
         tail = await self.log.inspect_tail(conversation_id)
         acknowledged = self._acknowledged.get(conversation_id, 0)
         if tail.tail_seq < acknowledged:
             raise AcknowledgedWriteLost(conversation_id, acknowledged, tail.tail_seq)
         envelopes = tuple(
-            RecordEnvelope(record_id=f"{batch_id}#{i}", family=family, schema_version=1,
+            RecordEnvelope(record_id=batch_record_id(batch_id, i), family=family, schema_version=1,
                            created_at_ms=self.now_ms(), deployment_id=DEPLOYMENT_ID, payload=payload,
                            producer_id=self.owner_id, epoch=claim.epoch)
             for i, (family, payload) in enumerate(records))
@@ -404,6 +454,12 @@ async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, r
         for record in scan:
             if record.conversation_id not in waiting:
                 waiting.append(record.conversation_id)
+        try:
+            await worker.tend(scan)
+        except Exception as error:
+            if not is_retryable(error, reread=True):
+                raise
+            probe.emit("tend.retry", owner=worker.owner_id, error=error_name(error))
         for conversation_id in waiting:
             try:
                 await worker.process_next(conversation_id)

@@ -65,7 +65,7 @@ from model.conversation.records import (BATCH_BYTES_MAX, BATCH_RECORDS_MAX, PAGE
 from model.conversation.sqlite_store import SPILL_THRESHOLD_BYTES_DEFAULT
 from model.durable_state.contracts import FUTURE_VERSION, StateContract
 from model.durable_state.store import INT64_MAX, DurableStateWrite, is_revision_conflict
-from model.ledger.records import Claim
+from model.ledger.records import Claim, ParentLink
 from model.retry import error_name, is_retryable
 from scenarios.client import RETRIES_MAX, RETRY_WAIT_MS, ClientProcess, Expectations, Outcome
 from sim.node import Node, NodeDeadError
@@ -108,7 +108,9 @@ EDGES = (
     "join_took_ready_prefix", "join_stopped_at_gap", "join_passed_aborted", "joined_abort_refused",
     "follower_joined", "join_reverted", "joined_settled_with_host",
     "child_reserved_key_order_irrelevant", "child_allocation_conflict", "child_attached", "child_other_conflict",
-    "child_released_once", "child_accounting_conflict",
+    "child_released_once", "child_accounting_conflict", "input_marker_conflict", "child_suspended_blocks_claim",
+    "child_release_woke_parent", "child_decision_woke_parent", "child_released_before_suspend_resumes",
+    "child_suspend_unknown_call", "admit_parent_conflict",
     # conversation log
     "log_over_1024_records", "read_full_default_page", "read_across_page_boundary", "read_at_page_boundary",
     "read_past_tail_empty", "read_illegal_rejected", "digest_at_batch_boundary", "digest_at_inside_batch",
@@ -129,7 +131,7 @@ EDGES = (
 # Counted, but reached only when a fault lands in the right place: not
 # promised by every sweep.
 INCIDENTAL = ("replies_lost_retried", "ds_adopted_after_reply_lost", "damaged_reads_reread",
-              "recovered_leftover_work", "unready_head_aborted", "lease_instant_missed")
+              "recovered_leftover_work", "unready_head_aborted", "lease_instant_missed", "recovered_awaited_child")
 EDGE_STATS = tuple(f"edge_{name}" for name in EDGES)
 
 # --- values at the edges ------------------------------------------------------------
@@ -529,6 +531,13 @@ class _Process(ClientProcess):
                                   "recovery: nobody decided", self.now())
             if not self.expect_ok(out, f"decide_approval({sid}, {call_id}) in recovery", sid):
                 return False
+        awaited = [c for c, e in (record.children or {}).items() if e["awaited"] and e["releasedAtMs"] is None]
+        for call_id in awaited if record.reserved_digest is None and record.abort_author is None else ():
+            # A predecessor suspended on a child whose release never came: release it (nothing spent).
+            out = await self.call("ledger", "release_child", sid, call_id, {"recovered": True}, self.now())
+            if not self.expect_ok(out, f"release_child({sid}, {call_id}) in recovery", sid):
+                return False
+            self.w.edge("recovered_awaited_child")
         for call_id in open_calls if record.reserved_digest is None and record.abort_author is None else ():
             # A predecessor left a tool call unknown: nothing replays it blind; resolve it first.
             out = await self.call("ledger", "resolve_unknown", sid, call_id, "NeverHappened", self.label, None,
@@ -808,10 +817,13 @@ class _Process(ClientProcess):
 
     # -- the submission ledger ---------------------------------------------------------
 
-    async def admit_ready(self, conversation: str, key: str, value: Any) -> Any:
-        """Admit, materialize at epoch 0, mark ready: the admission path."""
-        out = await self.call("ledger", "admit", conversation, PRINCIPAL, key, value, self.now())
-        if not self.expect_ok(out, f"admit({conversation}, {key})", conversation):
+    async def admit_ready(self, conversation: str, key: str, value: Any, parent: ParentLink | None = None) -> Any:
+        """Admit (under ``parent``, if given), materialize at epoch 0, mark
+        ready: the admission path."""
+        link = () if parent is None else (parent,)
+        out = await self.call("ledger", "admit", conversation, PRINCIPAL, key, value, self.now(), *link)
+        if not self.expect(out.ok and out.value.parent == parent, f"admit({conversation}, {key}, parent={parent!r}) "
+                                                                  f"answered {out.show()}", conversation):
             return None
         self.expect(out.value.replayed == (out.lost > 0),
                     f"first admit of {key} says replayed={out.value.replayed} after {out.lost} lost replies",
@@ -819,8 +831,10 @@ class _Process(ClientProcess):
         mat = await self.call("log", "materialize", conversation, "admission", 0)
         if not self.expect_ok(mat, f"materialize({conversation}, admission, 0)", conversation):
             return None
-        ready = await self.call("ledger", "mark_ready", out.value.submission_id)
-        if not self.expect_ok(ready, f"mark_ready({out.value.submission_id})", conversation):
+        now = self.now()
+        ready = await self.call("ledger", "mark_ready", out.value.submission_id, now)
+        if not self.expect(ready.ok and ready.value.ready_at_ms == now and (not ready.value.replayed or ready.lost),
+                           f"mark_ready({out.value.submission_id}) at {now} answered {ready.show()}", conversation):
             return None
         return out.value
 
@@ -873,9 +887,11 @@ class _Process(ClientProcess):
         self.expect(by_key.ok and by_key.value is not None and by_key.value.submission_id == sid
                     and _canonical_equal(by_key.value.input, value) and by_key.value.ready,
                     f"get_by_idempotency_key({key}) answered {by_key.show()}", conv)
+        first_ready_ms = getattr(by_key.value, "ready_at_ms", None)
         for _ in range(2):
-            ready = await self.call("ledger", "mark_ready", sid)
-            self.expect(ready.ok and ready.value is None, f"mark_ready({sid}) again: {ready.show()}", conv)
+            ready = await self.call("ledger", "mark_ready", sid, self.now())
+            self.expect(ready.ok and ready.value.replayed and ready.value.ready_at_ms == first_ready_ms,
+                        f"mark_ready({sid}) again: {ready.show()}, first ready at {first_ready_ms}", conv)
         second = await self.admit_ready(conv, self.uid("key"), {"second": True})
         if second is None:
             return
@@ -945,7 +961,8 @@ class _Process(ClientProcess):
         if outcome == "failed":
             self.w.edge("finalize_failed_diagnostic")
         replay = await self.call("ledger", "finalize_settlement", sid, self.now() + 1_000)
-        if self.expect(replay.ok and replay.value == final.value, f"finalize({sid}) again answered {replay.show()}, "
+        if self.expect(replay.ok and replay.value == attrs.evolve(final.value, replayed=True)
+                       and replay.value.settlement_id is not None, f"finalize({sid}) again answered {replay.show()}, "
                                                                   f"first {final.value!r}", conv):
             self.w.edge("finalize_identical_retry")
         if abort_at == "after-finalize" or intent is not None:
@@ -1003,9 +1020,12 @@ class _Process(ClientProcess):
         out = await self._append_one(conv, f"input:{sid}", token.owner_id, token.epoch, "input", payload)
         if not self.expect_ok(out, f"append of input:{sid}", conv):
             return False
-        for _ in range(2):
-            applied = await self.call("ledger", "mark_input_applied", token)
-            if not self.expect(applied.ok, f"mark_input_applied({sid}): {applied.show()}", conv):
+        at = (f"input:{sid}/0", out.value.first_seq)
+        for attempt in range(2):
+            applied = await self.call("ledger", "mark_input_applied", token, *at)
+            if not self.expect(applied.ok and (applied.value.record_id, applied.value.seq) == at
+                               and applied.value.replayed == (attempt > 0 or applied.lost > 0),
+                               f"mark_input_applied({sid}, {at}): {applied.show()}", conv):
                 return False
         self.w.edge("input_applied_idempotent")
         return True
@@ -1031,7 +1051,7 @@ class _Process(ClientProcess):
             ("admit", (conv, PRINCIPAL, "k-nan", {"x": float("nan")}, 0), ("ValueError",)),
             ("admit", (conv, PRINCIPAL, "k-big", {"x": MAX_SAFE + 1}, 0), ("ValueError",)),
             ("admit", (conv, PRINCIPAL, "k-time", {}, 1.5), ("TypeError",)),
-            ("mark_ready", (f"{sid}-none",), ("UnknownSubmission",)),
+            ("mark_ready", (f"{sid}-none", 0), ("UnknownSubmission",)),
             ("claim", (conv, self.label, 0, self.now()), ("ValueError",)),
             ("claim", (conv, self.label, True, self.now()), ("TypeError",)),
             ("renew_ownership", (fake, self.lease_ms, self.now()), ("OwnershipLost",)),
@@ -1106,7 +1126,7 @@ class _Process(ClientProcess):
                            f"claim of {conv} at the expiry instant {expires_ms} answered {out.show()}", conv):
             return
         self.w.edge("claim_at_exact_lease_expiry")
-        stale = [await self.call("ledger", "mark_input_applied", token),
+        stale = [await self.call("ledger", "mark_input_applied", token, f"input:{sid}/0", 1),
                  await self.call("ledger", "reserve_settlement", token, {"outcome": "completed"}),
                  await self.call("ledger", "release_ownership", token)]
         if all(self.expect_rejected(o, ("OwnershipLost",), f"stale token of {sid}", conv) for o in stale):
@@ -1384,11 +1404,26 @@ class _Process(ClientProcess):
     async def children(self) -> None:
         """A parent reserves a subagent's budget at a tool call (idempotent by
         the allocation's canonical digest), attaches the child submission, and
-        the child's settlement freezes the accounting once."""
+        the child's settlement freezes the accounting once. The parent
+        suspends on its child (and, drawn, on an approval too): the lane
+        blocks until the last of them — the child's release or the decision
+        — wakes it; a child released before the suspension resumes it at
+        once. The input marker is refused at another log position.
+
+        The new choices come from a stream forked for this conversation, so
+        the shared stream (and the other episodes' draws) is as before."""
         running = await self._running_private("c", lambda: {"parent": self._next()})
         if running is None:
             return
         conv, sid, token = running
+        pick = self.world.streams.fork(f"workload/adversary/children/{conv}")
+        # The input is at seq 1 of this fresh conversation: another position conflicts.
+        elsewhere = pick.choice(((f"input:{sid}/0", 2), (f"input:{sid}/1", 1)))
+        moved = await self.call("ledger", "mark_input_applied", token, *elsewhere)
+        if self.expect_rejected(moved, ("InputMarkerConflict",), f"mark_input_applied({sid}) at {elsewhere}", conv):
+            self.expect((moved.error.existing_record_id, moved.error.existing_seq) == (f"input:{sid}/0", 1),
+                        f"the marker conflict of {sid} names {moved.show()}", conv)
+            self.w.edge("input_marker_conflict")
         call_id = self.uid("call")
         allocation = {"tokens": 100 * (1 + self.rng.below(50)), "tools": ["search", "fetch"], "ms": 60_000}
         first = await self.call("ledger", "reserve_child", token, call_id, allocation)
@@ -1403,9 +1438,15 @@ class _Process(ClientProcess):
         if self.expect_rejected(clash, ("ChildReservationConflict",), f"another allocation at {call_id}", conv):
             self.w.edge("child_allocation_conflict")
         child_conv = self.private_conversation("cc")
-        child = await self.admit_ready(child_conv, self.uid("key"), {"child_of": sid})
+        child_key, child_value = self.uid("key"), {"child_of": sid}
+        child = await self.admit_ready(child_conv, child_key, child_value, ParentLink(sid, call_id))
         if child is None:
             return
+        orphan = await self.call("ledger", "admit", child_conv, PRINCIPAL, child_key, child_value, self.now(),
+                                 pick.choice((None, ParentLink(sid, f"{call_id}-other"))))
+        if self.expect_rejected(orphan, ("AdmissionConflict",), f"the child's admission under another parent", conv):
+            self.expect(orphan.error.what == "parent", f"the conflict names {orphan.error.what!r}", conv)
+            self.w.edge("admit_parent_conflict")
         attached = await self.call("ledger", "attach_child", token, call_id, child.submission_id)
         if not self.expect(attached.ok and attached.value.child_submission_id == child.submission_id,
                            f"attach_child answered {attached.show()}", conv):
@@ -1414,18 +1455,66 @@ class _Process(ClientProcess):
         other = await self.call("ledger", "attach_child", token, call_id, f"{child.submission_id}-other")
         if self.expect_rejected(other, ("ChildReservationConflict",), f"another child at {call_id}", conv):
             self.w.edge("child_other_conflict")
-        # The child runs and settles (aborted here: it was never claimed), then its accounting is frozen.
-        if await self._abort(child.submission_id, "a short child") is None:
-            return
+        # How the parent waits: on its child alone, on the child and an
+        # approval (the decision first or last), or after the release.
+        mode = pick.choice(("child", "approval-first", "release-first", "released-already"))
+        asks = () if mode in ("child", "released-already") else (f"ask-{call_id}",)
+        if pick.below(4) == 0:
+            unknown = await self.call("ledger", "suspend", token, asks, (call_id, f"{call_id}-none"))
+            if self.expect_rejected(unknown, ("UnknownChildReservation",), f"suspend({sid}) on a call with no child",
+                                    conv):
+                self.w.edge("child_suspend_unknown_call")
         accounting = {"tokens": self.rng.below(allocation["tokens"]), "calls": 1 + self.rng.below(3)}
-        now = self.now()
-        released = await self.call("ledger", "release_child", sid, call_id, accounting, now)
-        if not self.expect(released.ok and released.value.accounting == accounting
-                           and released.value.released_at_ms == now and (not released.value.replayed or released.lost),
-                           f"release_child answered {released.show()}", conv):
+        if mode == "released-already":
+            if await self._abort(child.submission_id, "a short child") is None:
+                return
+            if not await self._release_child(conv, sid, call_id, accounting, awaited=False, pending=0):
+                return
+        suspended = await self.call("ledger", "suspend", token, asks, (call_id,))
+        waiting = () if mode == "released-already" else (call_id,)
+        if not self.expect(suspended.ok and suspended.value.pending == asks
+                           and suspended.value.children_pending == waiting
+                           and suspended.value.resumed == (not waiting) and (not suspended.value.replayed
+                                                                             or suspended.lost),
+                           f"suspend({sid}) on {asks} and child {call_id} answered {suspended.show()}", conv):
             return
+        if mode == "released-already":
+            self.w.edge("child_released_before_suspend_resumes")
+        else:
+            blocked = await self.call("ledger", "claim", conv, self.label, self.lease_ms, self.now())
+            if not self.expect(blocked.ok and blocked.value is None,
+                               f"claim of {sid} awaiting its child answered {blocked.show()}", conv):
+                return
+            snap = await self.call("ledger", "load_recovery_snapshot", conv)
+            if self.expect(snap.ok and len(snap.value.submissions) == 1
+                           and snap.value.submissions[0].children_awaited == 1
+                           and snap.value.submissions[0].children == ((call_id, child.submission_id, False),),
+                           f"snapshot of {conv} awaiting its child answered {snap.show()}", conv):
+                self.w.edge("child_suspended_blocks_claim")
+            if mode == "approval-first" and not await self._decide_one(conv, sid, asks[0], pending=1):
+                return
+            # The child runs and settles (aborted here: it was never claimed), then its accounting is frozen.
+            if await self._abort(child.submission_id, "a short child") is None:
+                return
+            last = mode != "release-first"
+            if not await self._release_child(conv, sid, call_id, accounting, awaited=True, pending=0 if last else 1):
+                return
+            if mode == "release-first":
+                still = await self.call("ledger", "claim", conv, self.label, self.lease_ms, self.now())
+                if not self.expect(still.ok and still.value is None,
+                                   f"claim of {sid} with its approval pending answered {still.show()}", conv):
+                    return
+                if not await self._decide_one(conv, sid, asks[0], pending=0):
+                    return
+        token = await self.claim_token(conv, self.label, token.epoch)
+        if token is None or not self.expect(token.submission_id == sid, f"claim of {sid} after its child's release "
+                                                                        f"got {token!r}", conv):
+            return
+        if mode != "released-already":
+            self.w.edge("child_release_woke_parent" if mode != "release-first" else "child_decision_woke_parent")
+        now = self.now()
         replay = await self.call("ledger", "release_child", sid, call_id, _reordered(accounting), now + 5)
-        if self.expect(replay.ok and replay.value.replayed and replay.value.released_at_ms == now,
+        if self.expect(replay.ok and replay.value.replayed and replay.value.pending == 0,
                        f"release_child again answered {replay.show()}", conv):
             self.w.edge("child_released_once")
         clash = await self.call("ledger", "release_child", sid, call_id, {**accounting, "calls": 99}, now + 6)
@@ -1442,6 +1531,26 @@ class _Process(ClientProcess):
             for c in (conv, child_conv):
                 purge = await self.call("ledger", "purge_conversation", c)
                 self.expect(purge.ok, f"purge of {c}: {purge.show()}", c)
+
+    async def _release_child(self, conv: str, sid: str, call_id: str, accounting: dict, *, awaited: bool,
+                             pending: int) -> bool:
+        """The child settled: freeze its accounting once; the parent then
+        awaits ``pending`` things (0 with ``awaited``: this release woke it)."""
+        now = self.now()
+        released = await self.call("ledger", "release_child", sid, call_id, accounting, now)
+        return self.expect(released.ok and released.value.accounting == accounting
+                           and released.value.released_at_ms == now and released.value.awaited == awaited
+                           and released.value.pending == pending and (not released.value.replayed or released.lost),
+                           f"release_child({sid}, {call_id}) answered {released.show()}, expected awaited={awaited} "
+                           f"pending={pending}", conv)
+
+    async def _decide_one(self, conv: str, sid: str, call_id: str, *, pending: int) -> bool:
+        """Approve ``call_id``: the parent then awaits ``pending`` things."""
+        decided = await self.call("ledger", "decide_approval", sid, call_id, "approved", self.label, "fine",
+                                  self.now())
+        return self.expect(decided.ok and decided.value.pending == pending,
+                           f"decide_approval({sid}, {call_id}) answered {decided.show()}, expected pending={pending}",
+                           conv)
 
     async def late_abort_race(self) -> None:
         """A second task of this process asks to abort while the first
@@ -1523,7 +1632,7 @@ class _Process(ClientProcess):
         mat = await self.call("log", "materialize", conv, "admission", 0)
         self.allow(mat, ("FenceRejected",), f"materialize({conv}, admission, 0)", conv)
         if self.rng.below(10):  # now and then an admission never made ready: an unknown head
-            ready = await self.call("ledger", "mark_ready", out.value.submission_id)
+            ready = await self.call("ledger", "mark_ready", out.value.submission_id, self.now())
             self.expect_ok(ready, "mark_ready", conv)
         seen = self.max_epoch.get(conv, 0)
         claim = await self.call("ledger", "claim", conv, self.label, self.lease_ms, self.now())
@@ -1568,7 +1677,10 @@ class _Process(ClientProcess):
             out = await self._append_one(conv, f"input:{sid}", self.label, token.epoch, "input", payload)
             if not self.allow(out, races, f"append of input:{sid}", conv):
                 return
-        applied = await self.call("ledger", "mark_input_applied", token)
+            first_seq = out.value.first_seq
+        else:
+            first_seq = found.value.first_seq
+        applied = await self.call("ledger", "mark_input_applied", token, f"input:{sid}/0", first_seq)
         if not self.allow(applied, races, f"mark_input_applied({sid})", conv):
             return
         if row.reserved_digest is not None:

@@ -67,13 +67,14 @@ class Submitters(Workload):
     NODE = "client"
 
     def __init__(self, *, conversations: int, every_ms: tuple[int, int], conversation_lifetime_ms: int,
-                 retry_ms: int, abort_every: int = 0) -> None:
+                 retry_ms: int, abort_every: int = 0, abort_late_ms: tuple[int, int] = ABORT_LATE_MS) -> None:
         assert conversations >= 1 and every_ms[0] > 0 and conversation_lifetime_ms > 0 and retry_ms > 0
         self.slots = conversations
         self.every_ms = every_ms
         self.conversation_lifetime_ms = conversation_lifetime_ms
         self.retry_ms = retry_ms
         self.abort_every = abort_every
+        self.abort_late_ms = abort_late_ms
         self.pending: list[tuple[str, str, Any]] = []  # the outside world's unreceipted requests
         self.submitted = 0
 
@@ -108,8 +109,9 @@ class Submitters(Workload):
                         await _abort(client, admission.submission_id)
                     elif self.abort_every and request["n"] % self.abort_every == ABORT_LATE_REMAINDER:
                         sid = admission.submission_id
-                        delay_ms = world.streams.fork(f"workload/abort/{sid}").between(*ABORT_LATE_MS)
+                        delay_ms = world.streams.fork(f"workload/abort/{sid}").between(*self.abort_late_ms)
                         runtime.spawn_on(self.node, f"abort:{sid}", self._late_abort(client, sid, delay_ms))
+                    self.admitted(client, conversation_id, key, request, admission)
                     self.pending.pop(0)
             except Exception as error:
                 if not is_retryable(error):
@@ -122,8 +124,16 @@ class Submitters(Workload):
             self.submitted += 1
             generation = runtime.now_ms() // self.conversation_lifetime_ms
             conversation_id = f"conv-{workload.below(self.slots)}-g{generation}"
-            self.pending.append((conversation_id, f"req-{self.submitted}", {"n": self.submitted}))
+            self.pending.append((conversation_id, f"req-{self.submitted}", self.request(self.submitted)))
 
+
+    def admitted(self, client: SubmissionClient, conversation_id: str, key: str, request: Any,
+                 admission: Any) -> None:
+        """After a request's receipt (a workload that follows up overrides it)."""
+
+    def request(self, n: int) -> Any:
+        """The ``n``-th request's input (a workload of other requests overrides it)."""
+        return {"n": n}
 
     async def _late_abort(self, client: SubmissionClient, submission_id: str, delay_ms: int) -> None:
         """Abort ``submission_id`` after ``delay_ms``, retrying what a retry
@@ -144,8 +154,8 @@ async def _abort(client: SubmissionClient, submission_id: str) -> None:
     try:
         await client.ledger.request_abort(submission_id, "client", "no longer needed", client.now_ms())
     except Exception as error:
-        if getattr(type(error), "name", None) != "AbortConflict":
-            raise  # already settled or settling: too late to abort, which is fine
+        if getattr(type(error), "name", None) not in ("AbortConflict", "JoinedToHost"):
+            raise  # already settled or settling, or joined to a run: too late to abort, which is fine
 
 
 class Workers(Workload):
@@ -197,12 +207,16 @@ class Workers(Workload):
         def attempt(request: Any, index: int) -> Any:
             return work(request, index, node.label, runtime.now_ms())
 
-        worker = SubmissionWorker(ports.ledger, ports.log, node.label, lease_ms=self.lease_ms, now_ms=runtime.now_ms,
+        worker = self.make_worker(node, ports, lease_ms=self.lease_ms, now_ms=runtime.now_ms,
                                   work=attempt, steps=self.steps, failpoints=ports.failpoints,
                                   probe=world.probe_for(node), step_delay=step_delay,
                                   checkpoints=ports.checkpoints if self.checkpoints else None,
                                   recovery_page_size=self.recovery_page_size)
         runtime.spawn_on(node, "worker", worker_loop(worker, runtime, poll_ms=self.poll_ms, retry_ms=self.retry_ms))
+
+    def make_worker(self, node: Node, ports: Any, **settings: Any) -> SubmissionWorker:
+        """The worker a process runs (a workload of other workers overrides it)."""
+        return SubmissionWorker(ports.ledger, ports.log, node.label, **settings)
 
     def _on_recovery(self, event: tuple) -> None:
         if event[4].get("from_checkpoint"):

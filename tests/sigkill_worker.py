@@ -94,10 +94,10 @@ def envelope(record_id: str, family: str, payload: object, now_ms: int, epoch: i
     return RecordEnvelope(record_id, family, 1, now_ms, DEPLOYMENT, payload, owner, epoch)
 
 
-def append(log, conversation_id: str, batch_id: str, owner: str, epoch: int, records: list) -> None:
+def append(log, conversation_id: str, batch_id: str, owner: str, epoch: int, records: list):
     """A fenced append composed from inspect_tail (§6)."""
     tail = run(log.inspect_tail(conversation_id))
-    run(log.append(FencedAppendRequest(
+    return run(log.append(FencedAppendRequest(
         conversation_id, batch_id, owner, epoch, tail.tail_seq, tail.tail_digest, tuple(records),
     )))
 
@@ -138,18 +138,18 @@ class Worker:
         except NotMaterialized:
             run(log.materialize(cid, ADMISSION_PRODUCER, 0))
         self.checkpoint("materialized", n, sid)
-        run(ledger.mark_ready(sid))
+        run(ledger.mark_ready(sid, 0))
         self.checkpoint("ready", n, sid)
         claim = run(ledger.claim(cid, OWNER, LEASE_MS, self.tick()))
         assert claim is not None and claim.submission_id == sid, (claim, sid)
         self.checkpoint("claimed", n, sid)
         epoch = claim.epoch
         run(log.materialize(cid, OWNER, epoch))  # take over the log at the claim's epoch
-        append(log, cid, input_batch_id(sid), OWNER, epoch, [
+        appended = append(log, cid, input_batch_id(sid), OWNER, epoch, [
             envelope(input_record_id(sid), "input", {"submissionId": sid, "input": input_for(n)}, self.tick(), epoch),
         ])
         self.checkpoint("input-appended", n, sid)
-        run(ledger.mark_input_applied(claim))
+        run(ledger.mark_input_applied(claim, input_record_id(sid), appended.first_seq))
         self.checkpoint("input-applied", n, sid)
         for j, size in enumerate(step_batch_sizes(self.seed, n)):
             records = []

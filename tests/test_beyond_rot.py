@@ -56,7 +56,7 @@ def _ledger(store: str, path):
 def _reserved(ledger):
     """A submission claimed and reserved, not yet finalized."""
     submission_id = run_sync(ledger.admit("c", "p", "k", {"q": 1}, 0)).submission_id
-    run_sync(ledger.mark_ready(submission_id))
+    run_sync(ledger.mark_ready(submission_id, 0))
     claim = run_sync(ledger.claim("c", "w", 1_000, 1))
     record = {"outcome": "failed", "diagnostic": {"errorTag": "E", "message": "m"}}
     return submission_id, claim, run_sync(ledger.reserve_settlement(claim, record))

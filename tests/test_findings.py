@@ -449,7 +449,7 @@ class System:
     def admit(self, schedule_id: str, n: int):
         run = run_id_for(schedule_id, n * EVERY)
         admission = run_sync(self.ledger.admit(run, schedule_id, run, {"n": n}, n * EVERY))
-        run_sync(self.ledger.mark_ready(admission.submission_id))
+        run_sync(self.ledger.mark_ready(admission.submission_id, 0))
         return run, admission
 
     def settle(self, schedule_id: str, n: int, found: list | None = None, *, failed: bool = False) -> str:

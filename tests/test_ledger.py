@@ -242,7 +242,7 @@ def test_arguments_validated_before_anything_changes():
         with pytest.raises(ValueError, match="lease_ms"):
             await ledger.claim("c", "o", 0, 0)
         with pytest.raises(TypeError, match="token"):
-            await ledger.mark_input_applied(("sub-c-1", "o", 1, 5))
+            await ledger.mark_input_applied(("sub-c-1", "o", 1, 5), "input:sub-c-1", 1)
         assert await ledger.scan_nonterminal() == ()
 
     run(main)
@@ -280,7 +280,7 @@ def test_sqlite_contention_leaves_nothing_written(tmp_path):
 
     async def setup():
         result = await ledger.admit("c1", "p1", "k1", {"x": 1}, 0)
-        await ledger.mark_ready(result.submission_id)
+        await ledger.mark_ready(result.submission_id, 0)
         return result
 
     admitted = run(setup)
@@ -352,7 +352,7 @@ def test_sqlite_state_survives_reopen_and_shares_a_file(tmp_path):
 
     async def before():
         result = await ledger.admit("c1", "p1", "k1", {"x": 1}, 0)
-        await ledger.mark_ready(result.submission_id)
+        await ledger.mark_ready(result.submission_id, 0)
         claim = await ledger.claim("c1", "o1", 1_000, 10)
         await ledger.reserve_settlement(claim, {"outcome": "completed", "result": 1})
         await kernel.start_execution("r", schedule_id=None, occurrence_ms=None, flow_version=1, input=None,
@@ -364,7 +364,7 @@ def test_sqlite_state_survives_reopen_and_shares_a_file(tmp_path):
     reopened = SqliteSubmissionLedger.open(path)
 
     async def after():
-        assert await reopened.finalize_settlement(claim.submission_id, 999) == settlement
+        assert await reopened.finalize_settlement(claim.submission_id, 999) == attrs.evolve(settlement, replayed=True)
         with pytest.raises(OwnershipLost):
             await reopened.renew_ownership(claim, 10, 2_000)
         assert (await reopened.admit("c1", "p1", "k1", {"x": 1}, 5)).replayed
@@ -387,20 +387,20 @@ RECORDS = (
 NOW = st.integers(0, 60)
 _ADMIT = st.tuples(st.just("admit"), st.sampled_from(CONVERSATIONS), st.sampled_from(("p1", "p2")),
                    st.sampled_from(("k1", "k2", "k3")), st.sampled_from((1, 2, {"a": [1]})), NOW)
-_MARK_READY = st.tuples(st.just("mark_ready"), st.sampled_from(SUBMISSION_IDS))
+_MARK_READY = st.tuples(st.just("mark_ready"), st.sampled_from(SUBMISSION_IDS), NOW)
 _CLAIM = st.tuples(st.just("claim"), st.sampled_from(CONVERSATIONS), st.sampled_from(("o1", "o2")),
                    st.integers(1, 30), NOW)
 # Every history starts from the same few admissions, so the random part
 # mostly exercises claims, fencing and settlement rather than unknown ids.
 PROLOGUE = (
     ("admit", "c1", "p1", "k1", 1, 0), ("admit", "c1", "p1", "k2", 2, 0), ("admit", "c2", "p2", "k1", 1, 0),
-    ("mark_ready", "sub-c1-1"), ("mark_ready", "sub-c2-1"),
+    ("mark_ready", "sub-c1-1", 0), ("mark_ready", "sub-c2-1", 0),
 )
 OPERATIONS = st.one_of(
     _ADMIT, _MARK_READY, _CLAIM, _CLAIM,
     st.tuples(st.just("renew"), st.integers(0, 5), st.integers(1, 30), NOW),
     st.tuples(st.just("release"), st.integers(0, 5)),
-    st.tuples(st.just("input_applied"), st.integers(0, 5)),
+    st.tuples(st.just("input_applied"), st.integers(0, 5), st.integers(1, 2)),
     st.tuples(st.just("abort"), st.sampled_from(SUBMISSION_IDS), st.sampled_from(("a1", "a2")),
               st.sampled_from(("r1", "r2")), NOW),
     st.tuples(st.just("reserve"), st.integers(0, 5), st.sampled_from(RECORDS)),
@@ -435,7 +435,7 @@ async def _apply(ledger, op, tokens):
         if name == "finalize_claimed":
             return await ledger.finalize_settlement(token.submission_id, args[1])
         if name == "input_applied":
-            return await ledger.mark_input_applied(token)
+            return await ledger.mark_input_applied(token, "input:" + token.submission_id, args[1])
         return await ledger.reserve_settlement(token, args[1])
     except LedgerError as exc:
         return (type(exc).__name__, vars(exc))

@@ -47,7 +47,7 @@ def run(async_fn, *args):
 
 async def _admit_ready(ledger, cid, key="k1", value=None):
     result = await ledger.admit(cid, "p1", key, {"x": 1} if value is None else value, 0)
-    await ledger.mark_ready(result.submission_id)
+    await ledger.mark_ready(result.submission_id, 0)
     return result
 
 
@@ -118,10 +118,10 @@ def test_every_write_under_a_held_lock_is_a_typed_retryable_store_error(sqlite_l
     try:
         calls = {
             "admit": (ledger.admit, "c1", "p1", "k3", {"x": 3}, 1),
-            "mark_ready": (ledger.mark_ready, "sub-c1-2"),
+            "mark_ready": (ledger.mark_ready, "sub-c1-2", 5),
             "claim": (ledger.claim, "c2", "o1", 1_000, 10),
             "renew_ownership": (ledger.renew_ownership, token, 1_000, 20),
-            "mark_input_applied": (ledger.mark_input_applied, token),
+            "mark_input_applied": (ledger.mark_input_applied, token, "input:" + token.submission_id, 1),
             "reserve_settlement": (ledger.reserve_settlement, token, FAILED),
             "release_ownership": (ledger.release_ownership, token),
             "finalize_settlement": (ledger.finalize_settlement, first.submission_id, 30),
@@ -187,7 +187,7 @@ def test_an_unsupported_schema_version_fails_typed_before_any_write(sqlite_ledge
     admitted = run(ledger.admit, "c1", "p1", "k1", {"x": 1}, 0)
     sid = admitted.submission_id
     _raw(ledger, "UPDATE ledger_submissions SET schema_version = 2 WHERE submission_id = ?", sid)
-    for method, *args in ((ledger.get, sid), (ledger.mark_ready, sid), (ledger.claim, "c1", "o1", 1_000, 10)):
+    for method, *args in ((ledger.get, sid), (ledger.mark_ready, sid, 5), (ledger.claim, "c1", "o1", 1_000, 10)):
         with pytest.raises(UnsupportedLedgerVersion) as info:
             run(method, *args)
         assert (info.value.submission_id, info.value.schema_version) == (sid, 2)

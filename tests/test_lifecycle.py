@@ -323,7 +323,7 @@ def test_adopt_logged_finalizes_only_a_settlement_the_log_holds(world):
 
 def test_adopt_logged_of_a_log_not_materialized_is_none(world):
     admission = drive(world.ledger.admit("other", "p", "k", {}, 1_000))
-    drive(world.ledger.mark_ready(admission.submission_id))
+    drive(world.ledger.mark_ready(admission.submission_id, 0))
     claim = drive(world.ledger.claim("other", OWNER, LEASE_MS, 1_000))
     drive(world.ledger.reserve_settlement(claim, DONE))
     record = drive(world.ledger.get(admission.submission_id))

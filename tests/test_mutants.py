@@ -80,12 +80,12 @@ def test_a_method_is_swapped_on_its_class_and_its_instances():
     ledger = InMemorySubmissionLedger()  # made before the mutant: it runs the mutant all the same
     for key in ("a", "b"):
         admission = _sync(ledger.admit("c", "p", key, {"k": key}, 1))
-        _sync(ledger.mark_ready(admission.submission_id))
+        _sync(ledger.mark_ready(admission.submission_id, 0))
     with mx.applied(CATALOGUE["ledger-claim-newest-first"]):
         assert _sync(ledger.claim("c", "w", 1_000, 2)).submission_id == "sub-c-2"  # newest first
     fresh = InMemorySubmissionLedger()
     for key in ("a", "b"):
-        _sync(fresh.mark_ready(_sync(fresh.admit("c", "p", key, {"k": key}, 1)).submission_id))
+        _sync(fresh.mark_ready(_sync(fresh.admit("c", "p", key, {"k": key}, 1)).submission_id, 0))
     assert _sync(fresh.claim("c", "w", 1_000, 2)).submission_id == "sub-c-1"  # FIFO again
 
 

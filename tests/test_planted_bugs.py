@@ -104,8 +104,10 @@ def test_double_start_is_caught(monkeypatch):
     the occurrence's run id a second time (a second run of the same wake)."""
     real_decide = ledger_memory.decide_admit
 
-    def forgetful(conversation_id, principal_id, key, input_json, input_digest, now_ms, conversation, existing):
-        return real_decide(conversation_id, principal_id, key, input_json, input_digest, now_ms, conversation, None)
+    def forgetful(conversation_id, principal_id, key, input_json, input_digest, now_ms, conversation, existing,
+                  parent=None):
+        return real_decide(conversation_id, principal_id, key, input_json, input_digest, now_ms, conversation, None,
+                           parent)
 
     monkeypatch.setattr(ledger_memory, "decide_admit", forgetful)
     assert_caught(first_caught(), "exactly-once-wake")

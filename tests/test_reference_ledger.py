@@ -19,6 +19,11 @@ from model.ledger.conformance import run_ledger_conformance
 from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.records import (
     AdmissionResult,
+    ChildReservation,
+    InputApplied,
+    InputMarkerConflict,
+    Readiness,
+    Suspension,
     Claim,
     OwnershipLost,
     OwnershipRenewal,
@@ -117,8 +122,8 @@ async def _life_of_two_submissions(ledger: Observed) -> None:
         await ledger.admit("c1", "p1", "k1", {"text": "other"}, 30)
     second = await ledger.admit("c1", "p1", "k2", ["two"], 40)
     assert await ledger.claim("c1", "w1", 1_000, 50) is None  # the head is not ready
-    await ledger.mark_ready(first.submission_id)
-    await ledger.mark_ready(second.submission_id)
+    await ledger.mark_ready(first.submission_id, 0)
+    await ledger.mark_ready(second.submission_id, 0)
     claim = await ledger.claim("c1", "w1", 1_000, 100)
     assert await ledger.claim("c1", "w2", 1_000, 1_099) is None  # live lease
     await ledger.renew_ownership(claim, 10, 200)  # never shortens
@@ -127,8 +132,8 @@ async def _life_of_two_submissions(ledger: Observed) -> None:
         await ledger.renew_ownership(claim, 100, 2_500)  # lapsed at exactly its expiry
     taken = await ledger.claim("c1", "w2", 1_000, 2_500)  # lapsed: a rival may claim
     with pytest.raises(OwnershipLost):
-        await ledger.mark_input_applied(claim)
-    await ledger.mark_input_applied(taken)
+        await ledger.mark_input_applied(claim, "input:" + claim.submission_id, 1)
+    await ledger.mark_input_applied(taken, "input:" + taken.submission_id, 1)
     same_owner = await ledger.claim("c1", "w2", 1_000, 2_600)  # its own live lease: a fresh epoch
     assert same_owner.epoch > taken.epoch
     with pytest.raises(SettlementConflict):
@@ -160,7 +165,7 @@ async def _life_of_two_submissions(ledger: Observed) -> None:
     # After a purge the conversation starts afresh (ids and epochs reused).
     reborn = await ledger.admit("c1", "p1", "k1", {"text": "one", "n": 1.5}, 4_000)
     assert not reborn.replayed
-    await ledger.mark_ready(reborn.submission_id)
+    await ledger.mark_ready(reborn.submission_id, 0)
     await ledger.claim("c1", "w1", 1_000, 4_100)
     await ledger.load_recovery_snapshot("c1")
     await ledger.scan_nonterminal()
@@ -191,9 +196,9 @@ def _admitted_and_claimed(store=None):
 
     async def go():
         result = await ledger.admit("c1", "p1", "k1", {"text": "hi"}, 5)
-        await ledger.mark_ready(result.submission_id)
+        await ledger.mark_ready(result.submission_id, 0)
         second = await ledger.admit("c1", "p1", "k2", {"text": "second"}, 6)
-        await ledger.mark_ready(second.submission_id)
+        await ledger.mark_ready(second.submission_id, 0)
         return result, second, await ledger.claim("c1", "o1", 1_000, 100)
 
     first, second, claim = trio.run(go)
@@ -276,12 +281,12 @@ def test_wrong_digests_and_error_fields_diverge():
     assert feed(model, "reserve_settlement", claim, COMPLETED, result=right) is None
     # A stale token's refusal must carry the current epoch.
     stale = attrs.evolve(claim, epoch=claim.epoch - 1)
-    assert feed(model, "mark_input_applied", stale,
+    assert feed(model, "mark_input_applied", stale, "input:x#0", 1,
                 error=OwnershipLost(first.submission_id, claim.epoch - 1)) is not None
-    assert feed(model, "mark_input_applied", stale, error=OwnershipLost(first.submission_id, claim.epoch)) is None
+    assert feed(model, "mark_input_applied", stale, "input:x#0", 1, error=OwnershipLost(first.submission_id, claim.epoch)) is None
     # A refusal the contract does not allow, and an answer where a refusal is due.
-    assert feed(model, "mark_input_applied", claim, error=OwnershipLost(first.submission_id, claim.epoch)) is not None
-    assert feed(model, "mark_input_applied", stale, result=None) is not None
+    assert feed(model, "mark_input_applied", claim, "input:x#0", 1, error=OwnershipLost(first.submission_id, claim.epoch)) is not None
+    assert feed(model, "mark_input_applied", stale, "input:x#0", 1, result=None) is not None
 
 
 def test_reads_must_show_the_model_state():
@@ -296,9 +301,9 @@ def test_reads_must_show_the_model_state():
 
 async def _record_after_claim(ledger):
     result = await ledger.admit("c1", "p1", "k1", {"text": "hi"}, 5)
-    await ledger.mark_ready(result.submission_id)
+    await ledger.mark_ready(result.submission_id, 0)
     second = await ledger.admit("c1", "p1", "k2", {"text": "second"}, 6)
-    await ledger.mark_ready(second.submission_id)
+    await ledger.mark_ready(second.submission_id, 0)
     await ledger.claim("c1", "o1", 1_000, 100)
     return await ledger.get(result.submission_id)
 
@@ -319,7 +324,7 @@ def test_key_of_names_the_conversation():
 
     assert key("admit", "c9", "p1", "k1", {}, 0) == "c9"
     assert key("claim", conversation_id="c1", owner_id="o", lease_ms=1, now_ms=0) == "c1"
-    assert key("mark_ready", first.submission_id) == "c1"
+    assert key("mark_ready", first.submission_id, 0) == "c1"
     assert key("reserve_settlement", claim, COMPLETED) == "c1"
     assert key("get", "sub-unknown") == "ledger"
     assert key("scan_nonterminal") == "ledger"
@@ -345,7 +350,7 @@ def test_audit_compares_the_end_state_with_the_store():
     async def go():
         for cid in ("c1", "c2"):
             result = await ledger.admit(cid, "p1", "k1", {"cid": cid}, 0)
-            await ledger.mark_ready(result.submission_id)
+            await ledger.mark_ready(result.submission_id, 0)
         claim = await ledger.claim("c1", "o1", 1_000, 10)
         await ledger.reserve_settlement(claim, FAILED)
         await ledger.finalize_settlement(claim.submission_id, 20)  # settled: compared by digests
@@ -354,7 +359,7 @@ def test_audit_compares_the_end_state_with_the_store():
     trio.run(go)
     assert ledger.divergences == []
     assert ledger.model.audit(_View(store)) == [("c1", None), ("c2", None)]
-    trio.run(store.mark_ready, "sub-c2-2")  # a write the model never saw
+    trio.run(store.mark_ready, "sub-c2-2", 0)  # a write the model never saw
     audit = dict(ledger.model.audit(_View(store)))
     assert audit["c1"] is None and "sub-c2-2" in audit["c2"] and "ready=True" in audit["c2"]
     ledger.model.forget("c2")
@@ -368,7 +373,7 @@ def test_a_forgotten_conversation_leaves_the_scans():
     async def go():
         for cid in ("c1", "c2"):
             result = await ledger.admit(cid, "p1", "k1", {"cid": cid}, 0)
-            await ledger.mark_ready(result.submission_id)
+            await ledger.mark_ready(result.submission_id, 0)
 
     trio.run(go)
     model = ledger.model
@@ -387,7 +392,7 @@ def test_a_forgotten_conversation_leaves_the_scans():
 async def _two_ready(ledger):
     for key in ("k1", "k2", "k3"):
         result = await ledger.admit("c1", "p1", key, {"key": key}, 0)
-        await ledger.mark_ready(result.submission_id)
+        await ledger.mark_ready(result.submission_id, 0)
     await ledger.claim("c1", "o1", 1_000, 100)
 
 
@@ -406,7 +411,7 @@ def test_a_store_accepting_stale_tokens_diverges(stale_tokens_accepted):
         stale = (await ledger.get("sub-c1-1"))
         token = Claim("sub-c1-1", "o1", stale.epoch, stale.lease_expires_ms)
         await ledger.claim("c1", "o2", 1_000, 5_000)
-        await ledger.mark_input_applied(token)  # must be fenced
+        await ledger.mark_input_applied(token, "input:" + token.submission_id, 1)  # must be fenced
 
     trio.run(go)
     assert len(ledger.divergences) == 1 and "OwnershipLost" in ledger.divergences[0]
@@ -464,3 +469,45 @@ def test_ledger_storm_on_a_newest_first_store_diverges(monkeypatch):
     # whichever the run reaches first.
     assert divergences
     assert "ledger.scan_nonterminal()" in divergences[0] or "FIFO head" in divergences[0], divergences[0]
+
+
+def test_the_ids_positions_and_wakes_the_contract_fixes_are_checked():
+    """Attempt ids, ready_at_ms replays, the input marker's position, the
+    settlement id, and the release that wakes a parent suspended on it."""
+    model, first, _, claim = _admitted_and_claimed()
+    sid = first.submission_id
+    assert feed(model, "mark_ready", sid, 99, result=Readiness(sid, 99, True)) is not None  # first ready at 0
+    assert feed(model, "mark_ready", sid, 99, result=Readiness(sid, 0, True)) is None
+    again = Claim(sid, "o1", claim.epoch + 1, 1_200, "sub-c1-1#a99")
+    assert feed(model, "claim", "c1", "o1", 1_000, 200, result=again) is not None
+    token = Claim(sid, "o1", claim.epoch + 1, 1_200)  # the attempt id derived: sub-c1-1#a<epoch>
+    assert feed(model, "claim", "c1", "o1", 1_000, 200, result=token) is None
+    assert feed(model, "mark_input_applied", token, "input:a", 2, result=InputApplied(sid, "input:a", 2)) is None
+    assert feed(model, "mark_input_applied", token, "input:a", 3,
+                result=InputApplied(sid, "input:a", 3, True)) is not None  # another position must conflict
+    assert feed(model, "mark_input_applied", token, "input:a", 3,
+                error=InputMarkerConflict(sid, "input:a", 2, "input:a", 3)) is None
+    allocation = {"tokens": 5}
+    reserved = ChildReservation(sid, "call-1", allocation, model_digest(allocation))
+    assert feed(model, "reserve_child", token, "call-1", allocation, result=reserved) is None
+    assert feed(model, "suspend", token, (), ("call-1",),
+                result=Suspension(sid, (), False, False, ("call-1",))) is None
+    woke = attrs.evolve(reserved, accounting={"tokens": 1}, released_at_ms=300, awaited=True, pending=0)
+    assert feed(model, "release_child", sid, "call-1", {"tokens": 1}, 300,
+                result=attrs.evolve(woke, pending=1)) is not None  # the last awaited release wakes it
+    assert feed(model, "release_child", sid, "call-1", {"tokens": 1}, 300, result=woke) is None
+    resumed = Claim(sid, "o2", token.epoch + 1, 1_400)
+    assert feed(model, "claim", "c1", "o2", 1_000, 400, result=None) is not None  # claimable again
+    assert feed(model, "claim", "c1", "o2", 1_000, 400, result=resumed) is None
+    record = {"outcome": "completed"}
+    assert feed(model, "reserve_settlement", resumed, record,
+                result=ReservedSettlement(sid, model_digest(record))) is None
+    settled = Settlement(sid, "completed", model_digest(record), 500, None, "stl-wrong")
+    assert feed(model, "finalize_settlement", sid, 500, result=settled) is not None
+    settlement_id = "stl-" + model_digest({"submissionId": sid, "recordDigest": model_digest(record)})
+    assert feed(model, "finalize_settlement", sid, 500,
+                result=attrs.evolve(settled, settlement_id=settlement_id)) is None
+    assert feed(model, "finalize_settlement", sid, 600,
+                result=attrs.evolve(settled, settlement_id=settlement_id)) is not None  # a replay says so
+    assert feed(model, "finalize_settlement", sid, 600,
+                result=attrs.evolve(settled, settlement_id=settlement_id, replayed=True)) is None

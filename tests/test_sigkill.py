@@ -40,6 +40,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import attrs
 import pytest
 
 from model.canonical import digest
@@ -305,7 +306,7 @@ def recover(ledger, log, seed: int, rec) -> None:
         run(log.inspect_tail(cid))
     except NotMaterialized:
         run(log.materialize(cid, W.ADMISSION_PRODUCER, 0))
-    run(ledger.mark_ready(sid))
+    run(ledger.mark_ready(sid, 0))
     before = run(read_recovery_prefix(log, cid))
     claim = run(ledger.claim(cid, RECOVERY_OWNER, RECOVERY_LEASE_MS, RECOVERY_NOW_MS))
     assert claim is not None and claim.submission_id == sid, (claim, sid)
@@ -318,7 +319,7 @@ def recover(ledger, log, seed: int, rec) -> None:
         # (the log was just taken over at the new epoch).
         stale = Claim(sid, rec.owner_id or W.OWNER, rec.epoch, rec.lease_expires_ms or 1)
         with pytest.raises(OwnershipLost):
-            run(ledger.mark_input_applied(stale))
+            run(ledger.mark_input_applied(stale, W.input_record_id(sid), 1))
         with pytest.raises(FenceRejected):
             W.append(log, cid, f"{sid}:stale", W.OWNER, rec.epoch, [
                 W.envelope(f"{sid}:stale", "run-warning", {}, 1, rec.epoch),
@@ -329,7 +330,9 @@ def recover(ledger, log, seed: int, rec) -> None:
             W.envelope(W.input_record_id(sid), "input", {"submissionId": sid, "input": rec.input}, now, epoch,
                        RECOVERY_OWNER),
         ])
-    run(ledger.mark_input_applied(claim))  # the canonical input wins over the cached marker
+    batch = run(log.lookup_batch(cid, W.input_batch_id(sid)))
+    # The canonical input (where it sits in the log) wins over the cached marker.
+    run(ledger.mark_input_applied(claim, W.input_record_id(sid), batch.first_seq))
     settle_batch = run(log.lookup_batch(cid, W.settle_batch_id(sid)))
     if settle_batch is not None:
         # Killed between append and finalize: the canonical record wins.
@@ -346,7 +349,7 @@ def recover(ledger, log, seed: int, rec) -> None:
     settlement = run(ledger.finalize_settlement(sid, now + 1))
     assert settlement.record_digest == digest(record) and settlement.outcome == "completed"
     # Idempotent: a replayed finalize returns the same settlement.
-    assert run(ledger.finalize_settlement(sid, now + 99)) == settlement
+    assert run(ledger.finalize_settlement(sid, now + 99)) == attrs.evolve(settlement, replayed=True)
     # An at-least-once client retrying the admission gets the same submission.
     again = run(ledger.admit(cid, W.PRINCIPAL, f"k{n}", W.input_for(n), now + 2))
     assert again.replayed and again.submission_id == sid

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Iterable
 
+import attrs
+
 from model import conformance_kit as _kit
 
 from .records import (
@@ -51,6 +53,10 @@ from .records import (
     UnknownApproval,
     ResolutionConflict,
     TransitionRefused,
+    InputApplied,
+    InputMarkerConflict,
+    ParentLink,
+    Readiness,
     UnknownMarked,
     UnknownResolution,
     UnknownToolCall,
@@ -91,8 +97,13 @@ async def _admitted(ledger, conversation_id="c1", key="k1", input=None, *, ready
     if not isinstance(result, AdmissionResult) or result.replayed:
         raise AssertionError(f"fresh admit of {key!r} did not create a submission: {result!r}")
     if ready:
-        await ledger.mark_ready(result.submission_id)
+        await ledger.mark_ready(result.submission_id, 1)
     return result
+
+
+def _input_at(claim: Claim) -> tuple[str, int]:
+    """Where the conformance checks put a submission's input in its log."""
+    return f"input:{claim.submission_id}#0", 1
 
 
 async def _claimed(ledger, conversation_id="c1", owner_id="o1", lease_ms=1_000, now_ms=100) -> Claim:
@@ -137,6 +148,33 @@ async def _(ledger) -> None:
     _eq(len(await ledger.scan_nonterminal()), 1, "a conflict must create nothing")
 
 
+@_check("admit-parent-link")
+async def _(ledger) -> None:
+    link = ParentLink("sub-elsewhere-3", "call-7")
+    first = await ledger.admit("c1", "p1", "k1", {"task": "child"}, 5, link)
+    _eq((first.replayed, first.parent), (False, link), "admitted with its parent")
+    again = await ledger.admit("c1", "p1", "k1", {"task": "child"}, 9, ParentLink("sub-elsewhere-3", "call-7"))
+    _eq((again.replayed, again.submission_id, again.parent), (True, first.submission_id, link),
+        "an exact retry with the same parent replays")
+    _eq((await ledger.get(first.submission_id)).parent, link, "the record carries the link")
+    for other in (ParentLink("sub-elsewhere-3", "call-8"), ParentLink("sub-other-1", "call-7"), None):
+        exc = await _raises(AdmissionConflict, ledger.admit("c1", "p1", "k1", {"task": "child"}, 9, other),
+                            f"the same key and input under parent {other!r}")
+        _eq((exc.what, exc.existing_digest, exc.attempted_digest), ("parent", first.input_digest, first.input_digest),
+            "the conflict names the parent")
+    plain = await ledger.admit("c1", "p1", "k2", {"task": "plain"}, 5)
+    _eq(plain.parent, None, "no parent")
+    exc = await _raises(AdmissionConflict, ledger.admit("c1", "p1", "k2", {"task": "plain"}, 6, link),
+                        "a parent where the admission had none")
+    _eq(exc.what, "parent", "names the parent")
+    exc = await _raises(AdmissionConflict, ledger.admit("c1", "p1", "k1", {"task": "other"}, 9, link),
+                        "another input under the same parent")
+    _eq(exc.what, "input", "another input is named first")
+    await _raises(TypeError, ledger.admit("c1", "p1", "k3", {}, 5, ("sub-x-1", "call-1")), "a tuple as parent")
+    await _raises(TypeError, ledger.admit("c1", "p1", "k3", {}, 5, ParentLink("sub-x-1", 7)), "a non-str call id")
+    _eq(len(await ledger.scan_nonterminal()), 2, "conflicts and refusals create nothing")
+
+
 @_check("admit-key-scoped-to-conversation-and-principal")
 async def _(ledger) -> None:
     a = await ledger.admit("c1", "p1", "k", {"x": 1}, 0)
@@ -163,10 +201,14 @@ async def _(ledger) -> None:
 @_check("mark-ready-idempotent")
 async def _(ledger) -> None:
     result = await _admitted(ledger, ready=False)
-    await ledger.mark_ready(result.submission_id)
-    await ledger.mark_ready(result.submission_id)
-    _eq((await ledger.get(result.submission_id)).ready, True, "ready after mark_ready")
-    await _raises(UnknownSubmission, ledger.mark_ready("sub-none-1"), "mark_ready of an unknown id")
+    _eq((await ledger.get(result.submission_id)).ready_at_ms, None, "not ready: no ready_at_ms")
+    first = await ledger.mark_ready(result.submission_id, 40)
+    _eq(first, Readiness(result.submission_id, 40, False), "the first mark")
+    again = await ledger.mark_ready(result.submission_id, 90)
+    _eq(again, Readiness(result.submission_id, 40, True), "a repeat replays the first ready_at_ms")
+    record = await ledger.get(result.submission_id)
+    _eq((record.ready, record.ready_at_ms), (True, 40), "ready after mark_ready, at its first time")
+    await _raises(UnknownSubmission, ledger.mark_ready("sub-none-1", 1), "mark_ready of an unknown id")
 
 
 @_check("claim-fifo-head-only")
@@ -174,7 +216,7 @@ async def _(ledger) -> None:
     first = await _admitted(ledger, key="k1", ready=False)
     second = await _admitted(ledger, key="k2", ready=True)
     _eq(await ledger.claim("c1", "o1", 1_000, 100), None, "a ready submission behind an unready head")
-    await ledger.mark_ready(first.submission_id)
+    await ledger.mark_ready(first.submission_id, 1)
     claim = await _claimed(ledger)
     _eq(claim.submission_id, first.submission_id, "claim takes the lowest unsettled queue_seq")
     await ledger.reserve_settlement(claim, COMPLETED_RECORD)
@@ -188,7 +230,7 @@ async def _(ledger) -> None:
 async def _(ledger) -> None:
     result = await _admitted(ledger, ready=False)
     _eq(await ledger.claim("c1", "o1", 1_000, 100), None, "an unready head without abort intent")
-    await ledger.mark_ready(result.submission_id)
+    await ledger.mark_ready(result.submission_id, 1)
     _eq((await _claimed(ledger)).submission_id, result.submission_id, "claimable once ready")
 
 
@@ -222,10 +264,15 @@ async def _(ledger) -> None:
 async def _(ledger) -> None:
     await _admitted(ledger)
     epochs = []
+    attempts = []
     for i in range(4):
         claim = await _claimed(ledger, owner_id=f"o{i}", lease_ms=10, now_ms=100 + 10 * i)
         epochs.append(claim.epoch)
+        attempts.append(claim.attempt_id)
+        _eq(claim.attempt_id, f"{claim.submission_id}#a{claim.epoch}", "the attempt id names the claim")
+        _eq((await ledger.get(claim.submission_id)).attempt_id, claim.attempt_id, "the row holds the latest attempt")
     _true(all(a < b for a, b in zip(epochs, epochs[1:])), f"epochs not strictly increasing: {epochs}")
+    _eq(len(set(attempts)), len(attempts), f"attempt ids differ per claim: {attempts}")
     _eq((await ledger.load_recovery_snapshot("c1")).epoch, epochs[-1], "snapshot carries the current epoch")
 
 
@@ -253,7 +300,7 @@ async def _(ledger) -> None:
     await ledger.release_ownership(claim)  # idempotent for the releasing token
     record = await ledger.get(claim.submission_id)
     _eq((record.owner_id, record.lease_expires_ms), (None, None), "released ownership")
-    await _raises(OwnershipLost, ledger.mark_input_applied(claim), "token used after release")
+    await _raises(OwnershipLost, ledger.mark_input_applied(claim, *_input_at(claim)), "token used after release")
     other = await _claimed(ledger, owner_id="o2", now_ms=200)
     _true(other.epoch > claim.epoch, "claim after release gets a higher epoch")
 
@@ -263,9 +310,32 @@ async def _(ledger) -> None:
     await _admitted(ledger)
     claim = await _claimed(ledger)
     _eq((await ledger.get(claim.submission_id)).input_applied, False, "not applied before the marker")
-    await ledger.mark_input_applied(claim)
-    await ledger.mark_input_applied(claim)
-    _eq((await ledger.get(claim.submission_id)).input_applied, True, "applied after the marker")
+    first = await ledger.mark_input_applied(claim, "input:a#0", 3)
+    _eq(first, InputApplied(claim.submission_id, "input:a#0", 3, False), "the first marker")
+    again = await ledger.mark_input_applied(claim, "input:a#0", 3)
+    _eq(again, InputApplied(claim.submission_id, "input:a#0", 3, True), "a repeat at the same position replays")
+    record = await ledger.get(claim.submission_id)
+    _eq((record.input_applied, record.input_record_id, record.input_seq), (True, "input:a#0", 3),
+        "applied after the marker, at its position")
+
+
+@_check("mark-input-applied-position-conflict")
+async def _(ledger) -> None:
+    await _admitted(ledger)
+    claim = await _claimed(ledger, lease_ms=100, now_ms=100)
+    await ledger.mark_input_applied(claim, "input:a#0", 3)
+    before = await ledger.get(claim.submission_id)
+    for record_id, seq in (("input:a#0", 4), ("input:b#0", 3)):
+        exc = await _raises(InputMarkerConflict, ledger.mark_input_applied(claim, record_id, seq),
+                            f"a marker at another position {record_id}/{seq}")
+        _eq((exc.submission_id, exc.existing_record_id, exc.existing_seq, exc.attempted_record_id,
+             exc.attempted_seq), (claim.submission_id, "input:a#0", 3, record_id, seq), "conflict fields")
+    _eq(await ledger.get(claim.submission_id), before, "a refused marker writes nothing")
+    successor = await _claimed(ledger, owner_id="o2", now_ms=300)
+    replay = await ledger.mark_input_applied(successor, "input:a#0", 3)
+    _eq(replay.replayed, True, "a successor marking the same position replays")
+    await _raises(ValueError, ledger.mark_input_applied(successor, "input:a#0", 0), "a seq below 1")
+    await _raises(TypeError, ledger.mark_input_applied(successor, 7, 3), "a record id that is not a str")
 
 
 @_check("abort-idempotent-first-author")
@@ -344,7 +414,7 @@ async def _(ledger) -> None:
     await _admitted(ledger, key="k2")
     claim = await _claimed(ledger, now_ms=100)
     await _raises(TransitionRefused, ledger.mark_unknown(claim, "call-1"), "mark_unknown before the input is applied")
-    await ledger.mark_input_applied(claim)
+    await ledger.mark_input_applied(claim, *_input_at(claim))
     marked = await ledger.mark_unknown(claim, "call-1")
     _eq(marked, UnknownMarked(result.submission_id, "call-1", False), "marked")
     _eq(await ledger.mark_unknown(claim, "call-1"), UnknownMarked(result.submission_id, "call-1", True),
@@ -363,7 +433,7 @@ async def _(ledger) -> None:
 async def _(ledger) -> None:
     result = await _admitted(ledger)
     claim = await _claimed(ledger, now_ms=100)
-    await ledger.mark_input_applied(claim)
+    await ledger.mark_input_applied(claim, *_input_at(claim))
     await ledger.mark_unknown(claim, "call-1")
     await _raises(UnknownToolCall, ledger.resolve_unknown(result.submission_id, "call-9", "SafeToRetry", "r", None, 1),
                   "resolution of a call never marked")
@@ -397,7 +467,7 @@ async def _(ledger) -> None:
 async def _(ledger) -> None:
     result = await _admitted(ledger)
     claim = await _claimed(ledger, now_ms=100)
-    await ledger.mark_input_applied(claim)
+    await ledger.mark_input_applied(claim, *_input_at(claim))
     await ledger.mark_unknown(claim, "call-1")
     intent = await ledger.request_abort(result.submission_id, "ops", "give up", 200)
     _eq(intent.settled_at_ms, None, "an unknown head was claimed once: the intent waits for a cleanup owner")
@@ -421,7 +491,7 @@ async def _(ledger) -> None:
     result = await _admitted(ledger)
     claim = await _claimed(ledger, now_ms=100)
     await _raises(TransitionRefused, ledger.suspend(claim, ("call-1",)), "suspend before the input is applied")
-    await ledger.mark_input_applied(claim)
+    await ledger.mark_input_applied(claim, *_input_at(claim))
     await _raises(UnknownApproval, ledger.decide_approval(result.submission_id, "call-1", "approved", "r", "ok", 1),
                   "a decision nobody waits for")
     suspension = await ledger.suspend(claim, ("call-1", "call-2", "call-1"))
@@ -459,7 +529,7 @@ async def _(ledger) -> None:
 async def _(ledger) -> None:
     result = await _admitted(ledger)
     claim = await _claimed(ledger, now_ms=100)
-    await ledger.mark_input_applied(claim)
+    await ledger.mark_input_applied(claim, *_input_at(claim))
     await ledger.suspend(claim, ("call-1",))
     snapshot = await ledger.load_recovery_snapshot("c1")
     _eq(snapshot.submissions[0].approvals_pending, 1, "the snapshot shows the pending approval")
@@ -515,7 +585,7 @@ async def _(ledger) -> None:
     joined = await _admitted(ledger, key="k2")
     joining = await _admitted(ledger, key="k3")
     claim = await _claimed(ledger, now_ms=100)
-    await ledger.mark_input_applied(claim)
+    await ledger.mark_input_applied(claim, *_input_at(claim))
     await ledger.begin_join(claim, 2)
     await ledger.mark_joined(claim, joined.submission_id, "input:2", 2)
     await ledger.reserve_settlement(claim, FAILED_RECORD)
@@ -546,7 +616,7 @@ async def _(ledger) -> None:
     claim = await _claimed(ledger, now_ms=100)
     await _raises(TransitionRefused, ledger.reserve_child(claim, "call-1", {"tokens": 10}),
                   "a reservation before the input is applied")
-    await ledger.mark_input_applied(claim)
+    await ledger.mark_input_applied(claim, *_input_at(claim))
     allocation = {"tokens": 1_000, "tools": ["search"], "ms": 60_000}
     first = await ledger.reserve_child(claim, "call-1", allocation)
     _eq((first.submission_id, first.tool_call_id, first.allocation, first.child_submission_id, first.replayed),
@@ -574,6 +644,100 @@ async def _(ledger) -> None:
     _eq(record.children["call-1"]["accounting"], {"tokens": 640, "cost": 0.25}, "stored")
 
 
+async def _parent_with_child(ledger, calls=("call-1",)) -> Claim:
+    """A running parent (input applied) with a child reservation, attached,
+    at each of ``calls``."""
+    await _admitted(ledger)
+    claim = await _claimed(ledger, now_ms=100)
+    await ledger.mark_input_applied(claim, *_input_at(claim))
+    for n, call in enumerate(calls, 1):
+        await ledger.reserve_child(claim, call, {"tokens": 100 * n})
+        await ledger.attach_child(claim, call, f"sub-child-{n}")
+    return claim
+
+
+@_check("suspend-on-child-woken-by-release")
+async def _(ledger) -> None:
+    claim = await _parent_with_child(ledger, ("call-2", "call-1"))
+    sid = claim.submission_id
+    suspension = await ledger.suspend(claim, (), ("call-1", "call-1"))
+    _eq(suspension, Suspension(sid, (), False, False, ("call-1",)), "suspended on the child")
+    _eq(await ledger.suspend(claim, [], ["call-1"]), Suspension(sid, (), False, True, ("call-1",)),
+        "a repeat by the suspending token replays")
+    await _raises(OwnershipLost, ledger.renew_ownership(claim, 1_000, 200), "suspension ended ownership")
+    _eq(await ledger.claim("c1", "o2", 1_000, 5_000), None, "a parent awaiting its child is not claimable")
+    record = await ledger.get(sid)
+    _eq((record.children["call-1"]["awaited"], record.children["call-2"]["awaited"], record.children_awaited),
+        (True, False, 1), "the awaited flag and count")
+    snapshot = (await ledger.load_recovery_snapshot("c1")).submissions[0]
+    _eq((snapshot.children_awaited, snapshot.children),
+        (1, (("call-1", "sub-child-2", False), ("call-2", "sub-child-1", False))), "the snapshot shows the children")
+    other = await ledger.release_child(sid, "call-2", {"tokens": 5}, 300)
+    _eq((other.awaited, other.pending, other.replayed), (False, 1, False), "a release nobody awaits")
+    _eq(await ledger.claim("c1", "o2", 1_000, 5_100), None, "still awaiting call-1")
+    released = await ledger.release_child(sid, "call-1", {"tokens": 60}, 400)
+    _eq((released.awaited, released.pending, released.released_at_ms, released.replayed), (True, 0, 400, False),
+        "the awaited release: nothing pending")
+    replay = await ledger.release_child(sid, "call-1", {"tokens": 60}, 450)
+    _eq((replay.pending, replay.replayed, replay.released_at_ms), (0, True, 400), "a repeat replays")
+    snapshot = (await ledger.load_recovery_snapshot("c1")).submissions[0]
+    _eq((snapshot.children_awaited, snapshot.children),
+        (0, (("call-1", "sub-child-2", True), ("call-2", "sub-child-1", True))), "both released")
+    resumed = await _claimed(ledger, owner_id="o2", now_ms=5_200)
+    _eq(resumed.submission_id, sid, "the release woke the parent: claimable again")
+    again = await ledger.suspend(resumed, (), ("call-1",))
+    _eq(again, Suspension(sid, (), True, False, ()), "the child released already: resumed at once")
+    _eq((await _claimed(ledger, owner_id="o3", now_ms=5_300)).submission_id, sid, "and claimable at once")
+
+
+@_check("suspend-on-approval-and-child")
+async def _(ledger) -> None:
+    for order in ("decision-first", "release-first"):
+        ledger_claim = await _parent_with_child(ledger) if order == "decision-first" else None
+        if ledger_claim is None:
+            # A second parent in its own conversation.
+            await _admitted(ledger, conversation_id="c2")
+            ledger_claim = await _claimed(ledger, conversation_id="c2", now_ms=100)
+            await ledger.mark_input_applied(ledger_claim, *_input_at(ledger_claim))
+            await ledger.reserve_child(ledger_claim, "call-1", {"tokens": 1})
+        claim = ledger_claim
+        sid = claim.submission_id
+        conversation = "c1" if order == "decision-first" else "c2"
+        suspension = await ledger.suspend(claim, ("ask-1",), ("call-1",))
+        _eq(suspension, Suspension(sid, ("ask-1",), False, False, ("call-1",)), f"{order}: suspended on both")
+        if order == "decision-first":
+            decided = await ledger.decide_approval(sid, "ask-1", "approved", "alice", "ok", 200)
+            _eq(decided.pending, 1, f"{order}: the child is still awaited")
+            _eq(await ledger.claim(conversation, "o2", 1_000, 5_000), None, f"{order}: a decision alone does not resume")
+            released = await ledger.release_child(sid, "call-1", {"tokens": 1}, 300)
+            _eq(released.pending, 0, f"{order}: the release was the last")
+        else:
+            released = await ledger.release_child(sid, "call-1", {"tokens": 1}, 200)
+            _eq(released.pending, 1, f"{order}: the approval is still pending")
+            _eq(await ledger.claim(conversation, "o2", 1_000, 5_000), None, f"{order}: a release alone does not resume")
+            decided = await ledger.decide_approval(sid, "ask-1", "approved", "alice", "ok", 300)
+            _eq(decided.pending, 0, f"{order}: the decision was the last")
+            replay = await ledger.decide_approval(sid, "ask-1", "approved", "bob", "again", 400)
+            _eq((replay.pending, replay.replayed), (0, True), f"{order}: a repeat decision replays")
+        resumed = await _claimed(ledger, conversation_id=conversation, owner_id="o2", now_ms=5_100)
+        _eq(resumed.submission_id, sid, f"{order}: resumed by the last of both")
+
+
+@_check("suspend-unknown-child")
+async def _(ledger) -> None:
+    claim = await _parent_with_child(ledger)
+    before = await ledger.get(claim.submission_id)
+    exc = await _raises(UnknownChildReservation, ledger.suspend(claim, ("ask-1",), ("call-1", "call-9")),
+                        "suspend on a call with no child reservation")
+    _eq((exc.submission_id, exc.tool_call_id), (claim.submission_id, "call-9"), "names the call")
+    _eq(await ledger.get(claim.submission_id), before, "a refused suspension writes nothing")
+    await _raises(ValueError, ledger.suspend(claim, (), ()), "a suspension awaiting nothing")
+    await _raises(TypeError, ledger.suspend(claim, (), (7,)), "a child call id that is not a str")
+    await _raises(UnknownChildReservation, ledger.release_child(claim.submission_id, "call-9", {}, 1),
+                  "a release of a reservation never made")
+    _eq((await ledger.suspend(claim, (), ("call-1",))).children_pending, ("call-1",), "the token still owns it")
+
+
 # --- settlement ---------------------------------------------------------------------
 
 
@@ -584,7 +748,8 @@ async def _(ledger) -> None:
     first = await ledger.reserve_settlement(claim, FAILED_RECORD)
     again = await ledger.reserve_settlement(claim, dict(reversed(list(FAILED_RECORD.items()))))
     _true(isinstance(first, ReservedSettlement), f"reserve returned {first!r}")
-    _eq(again, first, "same record reserved again")
+    _eq(first.replayed, False, "the first reservation")
+    _eq(again, attrs.evolve(first, replayed=True), "same record reserved again: replayed")
     record = await ledger.get(claim.submission_id)
     _eq((record.reserved_record, record.reserved_digest), (FAILED_RECORD, first.record_digest), "stored reservation")
 
@@ -631,9 +796,53 @@ async def _(ledger) -> None:
     _true(isinstance(first, Settlement), f"finalize returned {first!r}")
     _eq((first.outcome, first.record_digest, first.settled_at_ms), ("failed", reserved.record_digest, 400), "settlement")
     _eq(first.diagnostic, FAILED_RECORD["diagnostic"], "failed diagnostic projected from the reserved record")
-    _eq(again, first, "a second finalize returns the same settlement (same settled_at_ms)")
+    _eq(first.replayed, False, "the first finalize")
+    _true(type(first.settlement_id) is str and first.settlement_id.startswith("stl-"),
+          f"settlement_id {first.settlement_id!r}")
+    _eq(again, attrs.evolve(first, replayed=True),
+        "a second finalize returns the same settlement (same settled_at_ms and settlement_id), replayed")
     record = await ledger.get(result.submission_id)
-    _eq((record.outcome, record.settled_at_ms), ("failed", 400), "stored settlement")
+    _eq((record.outcome, record.settled_at_ms, record.settlement_id), ("failed", 400, first.settlement_id),
+        "stored settlement")
+
+
+@_check("settlement-ids")
+async def _(ledger) -> None:
+    # Deterministic: "stl-" + digest of {submissionId, recordDigest}; the same
+    # record settled under two submissions gets two ids; a joined follower
+    # and a submission settled by its abort intent get theirs too.
+    host = await _admitted(ledger, key="k1")
+    joined = await _admitted(ledger, key="k2")
+    other = await _admitted(ledger, conversation_id="c2", key="k1")
+    aborted = await _admitted(ledger, conversation_id="c2", key="k2")
+    intent = await ledger.request_abort(aborted.submission_id, "ops", "not needed", 50)
+    _eq(intent.settled_at_ms, 50, "settled by its intent")
+    claim = await _claimed(ledger, now_ms=100)
+    await ledger.mark_input_applied(claim, "input:h#0", 1)
+    await ledger.begin_join(claim, 1)
+    await ledger.mark_joined(claim, joined.submission_id, "input:j#0", 2)
+    await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    first = await ledger.finalize_settlement(host.submission_id, 500)
+    claim2 = await _claimed(ledger, conversation_id="c2", now_ms=100)
+    await ledger.reserve_settlement(claim2, COMPLETED_RECORD)
+    second = await ledger.finalize_settlement(other.submission_id, 600)
+    _eq(first.record_digest, second.record_digest, "the same record")
+    _true(first.settlement_id != second.settlement_id, "two submissions, two settlement ids")
+    ids = {}
+    for sid in (joined.submission_id, aborted.submission_id):
+        settled = await ledger.finalize_settlement(sid, 900)
+        record = await ledger.get(sid)
+        _eq((settled.replayed, settled.settlement_id), (True, record.settlement_id),
+            f"{sid}: a finalize replays its settlement with its id")
+        _true(type(record.settlement_id) is str and record.settlement_id.startswith("stl-"),
+              f"{sid}: settlement_id {record.settlement_id!r}")
+        ids[sid] = record.settlement_id
+    _eq(len(set(ids.values()) | {first.settlement_id, second.settlement_id}), 4, "every settlement its own id")
+    follower = await ledger.get(joined.submission_id)
+    _eq((follower.input_applied, follower.input_record_id, follower.input_seq), (True, "input:j#0", 2),
+        "a joined follower's input is where it joined the host's log")
+    again = await ledger.finalize_settlement(host.submission_id, 950)
+    _eq(again.settlement_id, first.settlement_id, "stable across finalize replays")
     _eq(await ledger.scan_nonterminal(), (), "a settled submission is terminal")
 
 
@@ -654,14 +863,14 @@ async def _(ledger) -> None:
     calls = (
         ("renew", lambda: ledger.renew_ownership(stale, 100, 300)),
         ("release", lambda: ledger.release_ownership(stale)),
-        ("mark_input_applied", lambda: ledger.mark_input_applied(stale)),
+        ("mark_input_applied", lambda: ledger.mark_input_applied(stale, *_input_at(stale))),
         ("reserve", lambda: ledger.reserve_settlement(stale, COMPLETED_RECORD)),
     )
     for what, call in calls:
         exc = await _raises(OwnershipLost, call(), f"{what} with a stale token")
         _eq((exc.submission_id, exc.actual_epoch), (stale.submission_id, fresh.epoch), f"{what}: OwnershipLost fields")
     _eq(await ledger.get(stale.submission_id), before, "stale-token calls must write nothing")
-    await ledger.mark_input_applied(fresh)  # the fresh token still works
+    await ledger.mark_input_applied(fresh, *_input_at(fresh))  # the fresh token still works
 
 
 # --- reads --------------------------------------------------------------------------
@@ -672,7 +881,7 @@ async def _(ledger) -> None:
     a = await _admitted(ledger, key="k1")
     b = await _admitted(ledger, key="k2", ready=False)
     claim = await _claimed(ledger, lease_ms=500, now_ms=100)
-    await ledger.mark_input_applied(claim)
+    await ledger.mark_input_applied(claim, *_input_at(claim))
     reserved = await ledger.reserve_settlement(claim, COMPLETED_RECORD)
     snapshot = await ledger.load_recovery_snapshot("c1")
     _eq((snapshot.conversation_id, snapshot.epoch), ("c1", claim.epoch), "snapshot header")
@@ -680,6 +889,10 @@ async def _(ledger) -> None:
     head, tail = snapshot.submissions
     _eq((head.owner_id, head.epoch, head.lease_expires_ms, head.input_applied, head.reserved_digest, head.settled),
         ("o1", claim.epoch, 600, True, reserved.record_digest, False), "head ownership facts")
+    _eq((head.input_record_id, head.input_seq, head.reserved_outcome, head.attempt_id, head.children),
+        (*_input_at(claim), "completed", claim.attempt_id, ()), "head's input position, reservation, attempt")
+    _eq((tail.input_record_id, tail.input_seq, tail.reserved_outcome, tail.attempt_id), (None, None, None, None),
+        "tail: nothing yet")
     _eq((tail.ready, tail.abort_requested, tail.abort_author, tail.owner_id), (False, False, None, None), "tail facts")
     _true(
         not any(isinstance(getattr(s, f, None), Claim) for s in snapshot.submissions for f in dir(s) if not f.startswith("_")),
@@ -724,7 +937,7 @@ async def _(ledger) -> None:
     value["list"].append(3)
     (await ledger.get(result.submission_id)).input["list"].append(4)
     _eq((await ledger.get(result.submission_id)).input, {"list": [1, 2]}, "input after caller mutations")
-    await ledger.mark_ready(result.submission_id)
+    await ledger.mark_ready(result.submission_id, 1)
     claim = await _claimed(ledger)
     record = {"outcome": "completed", "result": {"rows": [1]}}
     await ledger.reserve_settlement(claim, record)

@@ -23,6 +23,9 @@ from .records import (
     Suspension,
     UnknownMarked,
     UnknownResolution,
+    InputApplied,
+    ParentLink,
+    Readiness,
 )
 from .rules import (
     ConversationRow,
@@ -72,6 +75,8 @@ from .rules import (
     validate_renew,
     validate_resolve,
     validate_suspend,
+    validate_input_applied,
+    validate_mark_ready,
 )
 
 
@@ -103,16 +108,17 @@ class InMemorySubmissionLedger:
     # --- writes ---------------------------------------------------------------
 
     async def admit(
-        self, conversation_id: str, principal_id: str, idempotency_key: str, input: object, now_ms: int
+        self, conversation_id: str, principal_id: str, idempotency_key: str, input: object, now_ms: int,
+        parent: ParentLink | None = None,
     ) -> AdmissionResult:
-        validate_admit(conversation_id, principal_id, idempotency_key, now_ms)
+        validate_admit(conversation_id, principal_id, idempotency_key, now_ms, parent)
         input_json, input_digest = encode_input(input)
         key = (conversation_id, principal_id, idempotency_key)
         existing_id = self._by_key.get(key)
         decision = decide_admit(
             conversation_id, principal_id, idempotency_key, input_json, input_digest, now_ms,
             self._conversations.get(conversation_id),
-            None if existing_id is None else self._submissions[existing_id],
+            None if existing_id is None else self._submissions[existing_id], parent,
         )
         if decision.submission is not None:
             row = decision.submission
@@ -122,11 +128,12 @@ class InMemorySubmissionLedger:
             self._queues.setdefault(conversation_id, []).append(row.submission_id)
         return decision.result
 
-    async def mark_ready(self, submission_id: str) -> None:
-        require_str("submission_id", submission_id)
-        row = decide_mark_ready(submission_id, self._submissions.get(submission_id))
+    async def mark_ready(self, submission_id: str, now_ms: int) -> Readiness:
+        validate_mark_ready(submission_id, now_ms)
+        readiness, row = decide_mark_ready(submission_id, self._submissions.get(submission_id), now_ms)
         if row is not None:
             self._put(row)
+        return readiness
 
     async def claim(self, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int) -> Claim | None:
         validate_claim(conversation_id, owner_id, lease_ms, now_ms)
@@ -154,11 +161,12 @@ class InMemorySubmissionLedger:
         if row is not None:
             self._put(row)
 
-    async def mark_input_applied(self, token: Claim) -> None:
-        require_token(token)
-        row = decide_input_applied(self._submissions.get(token.submission_id), token)
+    async def mark_input_applied(self, token: Claim, record_id: str, seq: int) -> InputApplied:
+        validate_input_applied(token, record_id, seq)
+        applied, row = decide_input_applied(self._submissions.get(token.submission_id), token, record_id, seq)
         if row is not None:
             self._put(row)
+        return applied
 
     async def request_abort(self, submission_id: str, author: str, reason: str, now_ms: int) -> AbortIntent:
         validate_abort(submission_id, author, reason, now_ms)
@@ -183,9 +191,11 @@ class InMemorySubmissionLedger:
             self._put(row)
         return resolved
 
-    async def suspend(self, token: Claim, tool_call_ids: tuple[str, ...]) -> Suspension:
-        validate_suspend(token, tool_call_ids)
-        suspension, row = decide_suspend(self._submissions.get(token.submission_id), token, tuple(tool_call_ids))
+    async def suspend(self, token: Claim, tool_call_ids: tuple[str, ...],
+                      child_call_ids: tuple[str, ...] = ()) -> Suspension:
+        validate_suspend(token, tool_call_ids, child_call_ids)
+        suspension, row = decide_suspend(self._submissions.get(token.submission_id), token, tuple(tool_call_ids),
+                                         tuple(child_call_ids))
         if row is not None:
             self._put(row)
         return suspension

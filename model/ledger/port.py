@@ -32,6 +32,9 @@ from .records import (
     Suspension,
     UnknownMarked,
     UnknownResolution,
+    InputApplied,
+    ParentLink,
+    Readiness,
 )
 
 
@@ -40,13 +43,17 @@ class SubmissionLedgerPort(Protocol):
     # --- writes ---------------------------------------------------------------
 
     async def admit(
-        self, conversation_id: str, principal_id: str, idempotency_key: str, input: object, now_ms: int
+        self, conversation_id: str, principal_id: str, idempotency_key: str, input: object, now_ms: int,
+        parent: ParentLink | None = None,
     ) -> AdmissionResult:
-        """Admit a submission under an idempotency key (an exact retry replays)."""
+        """Admit a submission under an idempotency key, optionally linked to
+        the parent tool call that spawned it (an exact retry, same input and
+        same parent, replays; another input or parent is ``AdmissionConflict``)."""
         ...
 
-    async def mark_ready(self, submission_id: str) -> None:
-        """The submission's receipt went out: it may be claimed."""
+    async def mark_ready(self, submission_id: str, now_ms: int) -> Readiness:
+        """The submission's receipt went out: it may be claimed (a repeat
+        replays the first ``ready_at_ms``)."""
         ...
 
     async def claim(self, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int) -> Claim | None:
@@ -59,8 +66,9 @@ class SubmissionLedgerPort(Protocol):
     async def release_ownership(self, token: Claim) -> None:
         ...
 
-    async def mark_input_applied(self, token: Claim) -> None:
-        """The submission's canonical input is in the log."""
+    async def mark_input_applied(self, token: Claim, record_id: str, seq: int) -> InputApplied:
+        """The submission's canonical input is in the log at ``record_id``/``seq``
+        (a repeat there replays; another position is ``InputMarkerConflict``)."""
         ...
 
     async def request_abort(self, submission_id: str, author: str, reason: str, now_ms: int) -> AbortIntent:
@@ -83,9 +91,12 @@ class SubmissionLedgerPort(Protocol):
         wins; the last open one makes the head claimable again."""
         ...
 
-    async def suspend(self, token: Claim, tool_call_ids: tuple[str, ...]) -> Suspension:
-        """The owner waits for approvals of these tool calls: ownership ends;
-        resumed at once (claimable) if every one is decided already."""
+    async def suspend(self, token: Claim, tool_call_ids: tuple[str, ...],
+                      child_call_ids: tuple[str, ...] = ()) -> Suspension:
+        """The owner waits for approvals of ``tool_call_ids`` and for the
+        release of the child reservations at ``child_call_ids`` (not both
+        empty): ownership ends; resumed at once (claimable) if every one is
+        decided / released already, else by the last decision or release."""
         ...
 
     async def decide_approval(self, submission_id: str, tool_call_id: str, decision: str, resolver: str,
@@ -119,7 +130,8 @@ class SubmissionLedgerPort(Protocol):
 
     async def release_child(self, submission_id: str, tool_call_id: str, accounting: object,
                             now_ms: int) -> ChildReservation:
-        """Freeze the child's accounting once, at its first release."""
+        """Freeze the child's accounting once, at its first release; the
+        release of the last thing a suspended parent awaits resumes it."""
         ...
 
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:

@@ -37,16 +37,50 @@ DECISIONS: tuple[str, ...] = (APPROVED, REJECTED)
 
 
 @attrs.frozen
+class ParentLink:
+    """Where a child submission was spawned: its parent submission and the
+    parent's tool call holding the child reservation (``reserve_child``).
+    The ledger does not require the parent to exist (it may live in another
+    conversation and store); it is part of the admission's identity."""
+
+    submission_id: str
+    tool_call_id: str
+
+
+@attrs.frozen
 class AdmissionResult:
     """What ``admit`` returned. ``replayed=True``: an exact retry of an
-    earlier admission under the same idempotency key; every other field is
-    the original's."""
+    earlier admission under the same idempotency key (same input, same
+    ``parent``); every other field is the original's."""
 
     submission_id: str
     receipt: str
     queue_seq: int
     replayed: bool
     input_digest: str
+    parent: ParentLink | None = None
+
+
+@attrs.frozen
+class Readiness:
+    """``mark_ready``'s answer: when the submission first became ready
+    (``replayed``: it was ready already; ``ready_at_ms`` is the first time)."""
+
+    submission_id: str
+    ready_at_ms: int
+    replayed: bool = False
+
+
+@attrs.frozen
+class InputApplied:
+    """``mark_input_applied``'s answer: the submission's canonical input is
+    in the log at ``record_id``/``seq`` (``replayed``: marked already at that
+    very position)."""
+
+    submission_id: str
+    record_id: str
+    seq: int
+    replayed: bool = False
 
 
 @attrs.frozen
@@ -58,6 +92,15 @@ class Claim:
     owner_id: str
     epoch: int
     lease_expires_ms: int
+    # This claim's attempt: ``f"{submission_id}#a{epoch}"`` (one per claim,
+    # deterministic). Default: derived, so a token built by hand still is one.
+    attempt_id: str = attrs.field(default=attrs.Factory(lambda self: attempt_id_for(self.submission_id, self.epoch),
+                                                        takes_self=True))
+
+
+def attempt_id_for(submission_id: str, epoch: int) -> str:
+    """The attempt id of the claim of ``submission_id`` at ``epoch``."""
+    return f"{submission_id}#a{epoch}"
 
 
 @attrs.frozen
@@ -116,20 +159,24 @@ class UnknownResolution:
 @attrs.frozen
 class Suspension:
     """``suspend``'s answer: the owner's ownership ended; ``pending``: the
-    approvals still undecided (empty: ``resumed`` at once, claimable again).
-    ``replayed``: this token had suspended it on the same calls."""
+    approvals still undecided, ``children_pending``: the awaited child calls
+    whose child is not yet released (both empty: ``resumed`` at once,
+    claimable again). ``replayed``: this token had suspended it on the same
+    calls."""
 
     submission_id: str
     pending: tuple[str, ...]
     resumed: bool
     replayed: bool = False
+    children_pending: tuple[str, ...] = ()
 
 
 @attrs.frozen
 class ApprovalDecision:
     """A decision on a tool call's approval: the FIRST one, always
-    (``replayed=True`` on an identical repeat). ``pending``: how many of the
-    submission's approvals are still undecided after it (0 resumes it)."""
+    (``replayed=True`` on an identical repeat). ``pending``: how many things
+    the submission still awaits after it: its undecided approvals plus its
+    awaited children not yet released (0 resumes it)."""
 
     submission_id: str
     tool_call_id: str
@@ -169,7 +216,11 @@ class ChildReservation:
     """A parent's budget reserved for a subagent at one of its tool calls:
     the allocation (canonical; its digest is its identity), the child
     submission once attached, the frozen accounting once released
-    (``replayed``: this exact reservation, attachment or release existed)."""
+    (``replayed``: this exact reservation, attachment or release existed).
+    ``awaited``: a suspension of the parent named this call (it waits for
+    the child's release); ``pending``: how many things the parent still
+    awaits after this call (undecided approvals plus awaited unreleased
+    children; a release that leaves 0 of an awaited child resumed it)."""
 
     submission_id: str  # the parent
     tool_call_id: str
@@ -179,25 +230,35 @@ class ChildReservation:
     accounting: object = None
     released_at_ms: int | None = None
     replayed: bool = False
+    awaited: bool = False
+    pending: int = 0
 
 
 @attrs.frozen
 class ReservedSettlement:
+    """``replayed``: this exact record was reserved already."""
+
     submission_id: str
     record_digest: str
+    replayed: bool = False
 
 
 @attrs.frozen
 class Settlement:
     """A finalized settlement. ``diagnostic`` is the failed record's exact
     ``{errorTag, message}`` projected from the reserved record (None for the
-    other outcomes), so a replayed finalize returns the same value."""
+    other outcomes), so a replayed finalize returns the same value.
+    ``settlement_id``: ``"stl-"`` + the digest of ``{submissionId,
+    recordDigest}`` (stable across replays). ``replayed``: it was finalized
+    already; this is that settlement."""
 
     submission_id: str
     outcome: str
     record_digest: str
     settled_at_ms: int
     diagnostic: object = None
+    settlement_id: str | None = None
+    replayed: bool = False
 
 
 @attrs.frozen
@@ -239,8 +300,20 @@ class SubmissionRecord:
     joined_seq: int | None = None
     joined_count: int = 0
     # Child reservations by the parent's tool call: {callId: {allocation,
-    # allocationDigest, child, accounting, releasedAtMs}}.
+    # allocationDigest, awaited, child, accounting, releasedAtMs}}.
     children: object = None
+    # The parent it was spawned for (``admit(parent=...)``), if any.
+    parent: ParentLink | None = None
+    # When ``mark_ready`` first made it ready.
+    ready_at_ms: int | None = None
+    # The latest claim's attempt id (``Claim.attempt_id``).
+    attempt_id: str | None = None
+    # The log position of its canonical input (``mark_input_applied``; for a
+    # joined follower, where it sits in its host's log).
+    input_record_id: str | None = None
+    input_seq: int | None = None
+    # Once settled: ``"stl-"`` + digest of {submissionId, recordDigest}.
+    settlement_id: str | None = None
 
     @property
     def settled(self) -> bool:
@@ -257,6 +330,13 @@ class SubmissionRecord:
         """How many of the approvals it waits for are undecided."""
         approvals = self.approvals
         return 0 if not approvals else sum(1 for decision in approvals.values() if decision is None)
+
+    @property
+    def children_awaited(self) -> int:
+        """How many of the child calls it waits for are not yet released."""
+        children = self.children
+        return 0 if not children else sum(1 for entry in children.values()
+                                          if entry["awaited"] and entry["releasedAtMs"] is None)
 
 
 @attrs.frozen
@@ -280,6 +360,13 @@ class SubmissionOwnership:
     unknown_open: int = 0  # unknown tool calls not yet resolved (the head is not claimable)
     approvals_pending: int = 0  # approvals it is suspended on, undecided (not claimable)
     join_host: str | None = None  # the host it is joining / joined (it settles through the host)
+    children_awaited: int = 0  # awaited child calls not yet released (not claimable)
+    input_record_id: str | None = None  # where its canonical input sits in the log
+    input_seq: int | None = None
+    reserved_outcome: str | None = None  # the reserved record's outcome
+    # Its child reservations, by tool call id (code-point order): (call, child or None, released).
+    children: tuple[tuple[str, str | None, bool], ...] = ()
+    attempt_id: str | None = None  # the latest claim's
 
 
 @attrs.frozen
@@ -317,29 +404,34 @@ class UnknownSubmission(LedgerError):
 
 
 class AdmissionConflict(LedgerError):
-    """The idempotency key was already used for a different input."""
+    """The idempotency key was already used for a different admission:
+    ``what`` names the difference (``input``: another input, the digests
+    differ; ``parent``: the same input under another parent link, or one
+    with a parent and one without; the digests are then the input's)."""
 
     name = "AdmissionConflict"
 
     def __init__(
         self, conversation_id: str, principal_id: str, idempotency_key: str,
-        existing_digest: str, attempted_digest: str,
+        existing_digest: str, attempted_digest: str, what: str = "input",
     ) -> None:
         self.conversation_id = conversation_id
         self.principal_id = principal_id
         self.idempotency_key = idempotency_key
         self.existing_digest = existing_digest
         self.attempted_digest = attempted_digest
+        self.what = what
+        detail = (f"admitted input digest {existing_digest}, attempted {attempted_digest}" if what == "input"
+                  else f"admitted under another {what}")
         super().__init__(
             f"admission conflict on key {idempotency_key!r} (conversation {conversation_id!r}, "
-            f"principal {principal_id!r}): admitted input digest {existing_digest}, "
-            f"attempted {attempted_digest}"
+            f"principal {principal_id!r}): {detail}"
         )
 
     def __reduce__(self):
         return (type(self), (
             self.conversation_id, self.principal_id, self.idempotency_key,
-            self.existing_digest, self.attempted_digest,
+            self.existing_digest, self.attempted_digest, self.what,
         ))
 
 
@@ -515,7 +607,8 @@ class UnsupportedLedgerVersion(LedgerError):
         return (type(self), (self.submission_id, self.schema_version))
 
 
-_RECORD_FIELDS = frozenset(attrs.fields_dict(SubmissionRecord)) | {"settled", "unknown_open", "approvals_pending"}
+_RECORD_FIELDS = frozenset(attrs.fields_dict(SubmissionRecord)) | {"settled", "unknown_open", "approvals_pending",
+                                                                   "children_awaited"}
 
 
 @attrs.frozen
@@ -660,3 +753,25 @@ class UnknownChildReservation(LedgerError):
 
     def __reduce__(self):
         return (type(self), (self.submission_id, self.tool_call_id))
+
+
+class InputMarkerConflict(LedgerError):
+    """``mark_input_applied`` at a log position other than the one already
+    marked: the canonical input is at ``existing_record_id``/``existing_seq``.
+    Nothing was written."""
+
+    name = "InputMarkerConflict"
+
+    def __init__(self, submission_id: str, existing_record_id: str, existing_seq: int, attempted_record_id: str,
+                 attempted_seq: int) -> None:
+        self.submission_id = submission_id
+        self.existing_record_id = existing_record_id
+        self.existing_seq = existing_seq
+        self.attempted_record_id = attempted_record_id
+        self.attempted_seq = attempted_seq
+        super().__init__(f"the input of {submission_id!r} is marked at {existing_record_id!r}/{existing_seq}, "
+                         f"attempted {attempted_record_id!r}/{attempted_seq}")
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.existing_record_id, self.existing_seq,
+                             self.attempted_record_id, self.attempted_seq))

@@ -22,7 +22,22 @@ Decisions where the specification is silent (all in one place, here):
 
 - Submission ids are ``sub-{conversation_id}-{queue_seq}`` (unique: the seq is
   the last dash-separated integer); receipts are ``rcpt-`` + the digest of
-  ``{submissionId, inputDigest}``. No randomness anywhere.
+  ``{submissionId, inputDigest}``; a claim's attempt id is
+  ``{submission_id}#a{epoch}`` (``Claim.attempt_id``, also the row's
+  ``attempt_id``: the latest claim's); a settlement id is ``stl-`` + the
+  digest of ``{submissionId, recordDigest}`` (a finalize, its replays, a
+  joined follower's settlement with its own record, an abort that settled a
+  never-claimed one). No randomness anywhere.
+- ``admit(..., parent=None)``: the parent link (``ParentLink``: parent
+  submission and its tool call) is part of the admission's identity: an
+  exact retry (same input, same link) replays; the same key with the same
+  input and another link, or a link where there was none (or none where
+  there was one), is ``AdmissionConflict(what="parent")`` (another input:
+  ``what="input"``, checked first). The parent need not exist in this
+  ledger (it may live in another conversation and store); only its type
+  is checked (``TypeError``).
+- ``mark_ready(submission_id, now_ms)`` answers a ``Readiness``: the first
+  mark stamps ``ready_at_ms``; a repeat replays it (``replayed``).
 - ``claim``: the same owner may claim again while its own lease is live; it
   gets a fresh epoch, fencing its previous incarnation's token. Any other
   owner's live lease (``lease_expires_ms > now_ms``) blocks the claim.
@@ -34,6 +49,15 @@ Decisions where the specification is silent (all in one place, here):
   writes are still the only ones possible, so they are safe.
 - ``release`` of a token already released by itself (owner cleared, same
   epoch) is an idempotent no-op.
+- ``mark_input_applied(token, record_id, seq)``: the position in the log
+  of the input record it refers to is stored (``input_record_id``,
+  ``input_seq``); a repeat at the same position (by any live token)
+  replays (``InputApplied.replayed``), one at another position is
+  ``InputMarkerConflict`` (nothing written). ``seq`` >= 1. A joined
+  follower settled by its host takes its joined position as its input's.
+- Every idempotent answer says whether it replayed: ``Readiness``,
+  ``InputApplied``, ``ReservedSettlement`` (this record was reserved
+  already), ``Settlement`` (finalized already: the first settlement).
 - ``request_abort`` on a submission that already has an intent returns the
   first intent (author, reason, time; ``replayed=True``), even after
   settlement; on a settled submission without one it raises
@@ -55,14 +79,27 @@ Decisions where the specification is silent (all in one place, here):
   with its resolver and time, another is ``ResolutionConflict``; a call
   never marked is ``UnknownToolCall``. A resolution may come after the
   submission settled (aborted meanwhile): recorded, nothing else changes.
-- ``suspend`` (the owner waits for approvals) needs the input applied and
-  ends ownership; it resumes at once (claimable) when every approval it
-  names is decided already (a resumed attempt suspending again on the same
-  calls). ``decide_approval`` by anyone: only for a call some suspension
-  named (else ``UnknownApproval``); the first decision wins, an identical
-  repeat replays it with its resolver, reason and time, a contrary one is
-  ``ApprovalConflict``; the last pending one resumes the submission. A
-  suspended head is claimable only with an abort intent (aborted settlement).
+- ``suspend(token, tool_call_ids, child_call_ids=())`` (the owner waits for
+  approvals of ``tool_call_ids`` and for the release of the child
+  reservations at ``child_call_ids``; either may be empty, not both:
+  ``ValueError``) needs the input applied and ends ownership. A child call
+  with no reservation is ``UnknownChildReservation`` (nothing written).
+  Each named child entry is marked ``awaited`` (``ChildReservation.awaited``,
+  the ``awaited`` flag of its ``children`` entry; it stays set), and the
+  row counts the awaited ones not yet released (``children_awaited``). It
+  is suspended while an approval is undecided or an awaited child
+  unreleased (``Suspension.pending`` / ``children_pending``: the named ones
+  still open) and resumes at once (claimable, ``resumed``) when all are
+  decided / released already. ``decide_approval`` by anyone: only for a
+  call some suspension named (else ``UnknownApproval``); the first decision
+  wins, an identical repeat replays it with its resolver, reason and time,
+  a contrary one is ``ApprovalConflict``. ``ApprovalDecision.pending`` and
+  ``ChildReservation.pending`` count what the submission still awaits after
+  the call (undecided approvals + awaited unreleased children): the last
+  decision or awaited release (pending 0) resumes it; a decision while a
+  child is still awaited does not, nor does a release while an approval is
+  pending. A suspended head is claimable only with an abort intent
+  (aborted settlement).
 - Joins: ``begin_join(token, limit)`` takes the contiguous prefix of ready
   submissions behind a claimed host (stopping at a gap: a row neither ready
   nor already its follower), each ``joining``; ``mark_joined`` records where
@@ -78,8 +115,13 @@ Decisions where the specification is silent (all in one place, here):
   is ``ChildReservationConflict``) and attaches the child submission
   (``attach_child``; another child is a conflict); ``release_child`` by
   anyone freezes the child's accounting once (a repeat replays it, another
-  accounting conflicts), in any state of the parent. A child settling does
-  not yet wake a parent suspended on it (approvals only, for now).
+  accounting conflicts), in any state of the parent; the first release of
+  an awaited child wakes a parent suspended on it when it was the last
+  thing the parent awaited (above).
+- The recovery snapshot's ``SubmissionOwnership`` carries the input's log
+  position, the reserved record's outcome, the child reservations as
+  ``(call, child, released)`` in code-point order of the call ids, the
+  awaited children still unreleased and the latest attempt id.
 - Settlement shape (§10): ``outcome`` in completed/failed/aborted; failed
   carries ``diagnostic`` = exactly ``{errorTag: str, message: str}`` and no
   ``result``, ``cause`` or ``stack``; aborted carries no ``result`` key (not
@@ -138,6 +180,11 @@ from .records import (
     AdmissionConflict,
     AdmissionResult,
     Claim,
+    InputApplied,
+    InputMarkerConflict,
+    ParentLink,
+    Readiness,
+    attempt_id_for,
     CorruptSubmission,
     InvalidSettlement,
     OwnershipLost,
@@ -196,6 +243,14 @@ class SubmissionRow:
     joined_seq: int | None = None
     joined_count: int = 0  # on a host: its followers still joining or joined
     children_json: str | None = None  # {callId: child reservation}, canonical
+    children_awaited: int = 0  # awaited child reservations (a suspension named them) not yet released
+    parent_submission_id: str | None = None  # the parent link it was admitted with (both or neither)
+    parent_tool_call_id: str | None = None
+    ready_at_ms: int | None = None  # when mark_ready first made it ready
+    attempt_id: str | None = None  # the latest claim's (``attempt_id_for``)
+    input_record_id: str | None = None  # where its canonical input sits in the log
+    input_seq: int | None = None
+    settlement_id: str | None = None  # once settled (``settlement_id_for``)
     schema_version: int = SCHEMA_VERSION
 
 
@@ -218,7 +273,9 @@ _ROW_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
     ("outcome", _OPT_STR), ("settled_at_ms", _OPT_INT), ("unknown_json", _OPT_STR), ("unknown_open", _INT),
     ("approvals_json", _OPT_STR), ("approvals_pending", _INT), ("join_host", _OPT_STR),
     ("joined_record_id", _OPT_STR), ("joined_seq", _OPT_INT), ("joined_count", _INT),
-    ("children_json", _OPT_STR),
+    ("children_json", _OPT_STR), ("children_awaited", _INT), ("parent_submission_id", _OPT_STR),
+    ("parent_tool_call_id", _OPT_STR), ("ready_at_ms", _OPT_INT), ("attempt_id", _OPT_STR),
+    ("input_record_id", _OPT_STR), ("input_seq", _OPT_INT), ("settlement_id", _OPT_STR),
 )
 
 
@@ -292,7 +349,19 @@ def row_to_record(row: SubmissionRow) -> SubmissionRecord:
         joined_seq=row.joined_seq,
         joined_count=row.joined_count,
         children=None if row.children_json is None else decode(row.children_json),
+        parent=_parent_of(row),
+        ready_at_ms=row.ready_at_ms,
+        attempt_id=row.attempt_id,
+        input_record_id=row.input_record_id,
+        input_seq=row.input_seq,
+        settlement_id=row.settlement_id,
     )
+
+
+def _parent_of(row: SubmissionRow) -> ParentLink | None:
+    if row.parent_submission_id is None:
+        return None
+    return ParentLink(row.parent_submission_id, row.parent_tool_call_id)
 
 
 def scan_records(rows) -> tuple[SubmissionRecord | UnreadableSubmission, ...]:
@@ -311,7 +380,7 @@ def scan_records(rows) -> tuple[SubmissionRecord | UnreadableSubmission, ...]:
 
 
 def row_to_ownership(row: SubmissionRow) -> SubmissionOwnership:
-    check_row(row)
+    _, reserved = read_row(row)
     return SubmissionOwnership(
         submission_id=row.submission_id,
         queue_seq=row.queue_seq,
@@ -329,6 +398,13 @@ def row_to_ownership(row: SubmissionRow) -> SubmissionOwnership:
         unknown_open=row.unknown_open,
         approvals_pending=row.approvals_pending,
         join_host=row.join_host,
+        children_awaited=row.children_awaited,
+        input_record_id=row.input_record_id,
+        input_seq=row.input_seq,
+        reserved_outcome=None if reserved is None else reserved["outcome"],
+        children=tuple(sorted((call, entry["child"], entry["releasedAtMs"] is not None)
+                              for call, entry in _children(row).items())),
+        attempt_id=row.attempt_id,
     )
 
 
@@ -397,6 +473,10 @@ def receipt_for(submission_id: str, input_digest: str) -> str:
     return "rcpt-" + digest({"inputDigest": input_digest, "submissionId": submission_id})
 
 
+def settlement_id_for(submission_id: str, record_digest: str) -> str:
+    return "stl-" + digest({"recordDigest": record_digest, "submissionId": submission_id})
+
+
 # --- admission --------------------------------------------------------------------
 
 
@@ -416,15 +496,21 @@ def decide_admit(
     now_ms: int,
     conversation: ConversationRow | None,
     existing: SubmissionRow | None,
+    parent: ParentLink | None = None,
 ) -> AdmitDecision:
-    """``existing``: the row under (conversation, principal, key), if any."""
+    """``existing``: the row under (conversation, principal, key), if any.
+    The admission's identity is its input and its parent link."""
     if existing is not None:
         if existing.input_digest != input_digest:
             raise AdmissionConflict(
                 conversation_id, principal_id, idempotency_key, existing.input_digest, input_digest
             )
+        if _parent_of(existing) != parent:
+            raise AdmissionConflict(conversation_id, principal_id, idempotency_key, existing.input_digest,
+                                    input_digest, "parent")
         return AdmitDecision(
-            AdmissionResult(existing.submission_id, existing.receipt, existing.queue_seq, True, input_digest),
+            AdmissionResult(existing.submission_id, existing.receipt, existing.queue_seq, True, input_digest,
+                            parent),
             None,
             None,
         )
@@ -443,20 +529,24 @@ def decide_admit(
         input_digest=input_digest,
         receipt=receipt,
         admitted_at_ms=now_ms,
+        parent_submission_id=None if parent is None else parent.submission_id,
+        parent_tool_call_id=None if parent is None else parent.tool_call_id,
     )
     return AdmitDecision(
-        AdmissionResult(submission_id, receipt, queue_seq, False, input_digest),
+        AdmissionResult(submission_id, receipt, queue_seq, False, input_digest, parent),
         ConversationRow(conversation_id, queue_seq, epoch),
         row,
     )
 
 
-def decide_mark_ready(submission_id: str, row: SubmissionRow | None) -> SubmissionRow | None:
+def decide_mark_ready(submission_id: str, row: SubmissionRow | None,
+                      now_ms: int) -> tuple[Readiness, SubmissionRow | None]:
+    """The first mark stamps ``ready_at_ms``; a repeat replays it."""
     if row is None:
         raise UnknownSubmission(submission_id)
     if row.ready:
-        return None
-    return attrs.evolve(row, ready=True)
+        return Readiness(submission_id, row.ready_at_ms, True), None
+    return Readiness(submission_id, now_ms), attrs.evolve(row, ready=True, ready_at_ms=now_ms)
 
 
 # --- claim --------------------------------------------------------------------------
@@ -497,10 +587,11 @@ def decide_claim(
         return NO_CLAIM
     epoch = conversation.epoch + 1
     lease_expires_ms = now_ms + lease_ms
+    attempt_id = attempt_id_for(head.submission_id, epoch)
     return ClaimDecision(
-        Claim(head.submission_id, owner_id, epoch, lease_expires_ms),
+        Claim(head.submission_id, owner_id, epoch, lease_expires_ms, attempt_id),
         attrs.evolve(conversation, epoch=epoch),
-        attrs.evolve(head, owner_id=owner_id, epoch=epoch, lease_expires_ms=lease_expires_ms),
+        attrs.evolve(head, owner_id=owner_id, epoch=epoch, lease_expires_ms=lease_expires_ms, attempt_id=attempt_id),
     )
 
 
@@ -538,16 +629,32 @@ def decide_release(row: SubmissionRow | None, token: Claim) -> SubmissionRow | N
     return attrs.evolve(row, owner_id=None, lease_expires_ms=None)
 
 
-def decide_input_applied(row: SubmissionRow | None, token: Claim) -> SubmissionRow | None:
+def decide_input_applied(row: SubmissionRow | None, token: Claim, record_id: str,
+                         seq: int) -> tuple[InputApplied, SubmissionRow | None]:
+    """The input is in the log at ``record_id``/``seq``: the first mark
+    stores the position; a repeat at the same position replays, one at
+    another position is ``InputMarkerConflict``."""
     row = check_token(row, token)
+    applied = InputApplied(row.submission_id, record_id, seq)
     if row.input_applied:
-        return None
-    return attrs.evolve(row, input_applied=True)
+        if (row.input_record_id, row.input_seq) != (record_id, seq):
+            raise InputMarkerConflict(row.submission_id, row.input_record_id, row.input_seq, record_id, seq)
+        return attrs.evolve(applied, replayed=True), None
+    return applied, attrs.evolve(row, input_applied=True, input_record_id=record_id, input_seq=seq)
+
+
+def validate_input_applied(token: object, record_id: object, seq: object) -> None:
+    require_token(token)
+    require_str("record_id", record_id)
+    require_int("seq", seq)
+    if seq < 1:
+        raise ValueError(f"seq must be >= 1, got {seq}")
 
 
 # The record a submission aborted before it ever ran settles with.
 ABORTED_RECORD_JSON = canonical_json({"outcome": ABORTED})
 ABORTED_RECORD_DIGEST = digest_text(ABORTED_RECORD_JSON)
+ABORTED_RECORD = {"outcome": ABORTED}
 
 
 def settled_by_abort(row: SubmissionRow) -> bool:
@@ -582,7 +689,7 @@ def decide_abort(
         return AbortIntent(submission_id, author, reason, now_ms, False, now_ms), attrs.evolve(
             row, abort_author=author, abort_reason=reason, abort_requested_at_ms=now_ms,
             reserved_json=ABORTED_RECORD_JSON, reserved_digest=ABORTED_RECORD_DIGEST, outcome=ABORTED,
-            settled_at_ms=now_ms)
+            settled_at_ms=now_ms, settlement_id=settlement_id_for(submission_id, ABORTED_RECORD_DIGEST))
     return AbortIntent(submission_id, author, reason, now_ms), attrs.evolve(
         row, abort_author=author, abort_reason=reason, abort_requested_at_ms=now_ms)
 
@@ -679,29 +786,47 @@ def _approvals(row: SubmissionRow) -> dict:
 
 
 def decide_suspend(
-    row: SubmissionRow | None, token: Claim, tool_call_ids: tuple[str, ...]
+    row: SubmissionRow | None, token: Claim, tool_call_ids: tuple[str, ...], child_call_ids: tuple[str, ...] = ()
 ) -> tuple[Suspension, SubmissionRow | None]:
-    """The owner waits for approvals of ``tool_call_ids``: ownership ends;
-    suspended while any is undecided, resumed at once (claimable) if every
-    one is decided already. A repeat by the token that suspended replays."""
+    """The owner waits for approvals of ``tool_call_ids`` and for the
+    release of the child reservations at ``child_call_ids``: ownership
+    ends; suspended while any approval is undecided or any awaited child
+    unreleased, resumed at once (claimable) if all are decided / released
+    already. A repeat by the token that suspended replays."""
     wanted = tuple(dict.fromkeys(tool_call_ids))  # order kept, duplicates dropped
-    if row is not None and row.owner_id is None and row.epoch == token.epoch and row.approvals_json is not None:
+    wanted_children = tuple(dict.fromkeys(child_call_ids))
+    if row is not None and row.owner_id is None and row.epoch == token.epoch:
         approvals = _approvals(row)
-        if all(call in approvals for call in wanted):
+        children = _children(row)
+        if all(call in approvals for call in wanted) and all(
+                call in children and children[call]["awaited"] for call in wanted_children):
             pending = tuple(call for call in wanted if approvals[call] is None)
-            return Suspension(row.submission_id, pending, not pending, True), None
+            children_pending = tuple(call for call in wanted_children if children[call]["releasedAtMs"] is None)
+            return Suspension(row.submission_id, pending, not pending and not children_pending, True,
+                              children_pending), None
     row = check_token(row, token)
     state = state_of(row)
     if target(state, SUSPEND) is None:
         raise TransitionRefused(row.submission_id, state, SUSPEND)
+    children = _children(row)
+    for call in wanted_children:
+        if call not in children:
+            raise UnknownChildReservation(row.submission_id, call)
     approvals = _approvals(row)
     for call in wanted:
         approvals.setdefault(call, None)
+    for call in wanted_children:
+        children[call]["awaited"] = True
     pending_total = sum(1 for decision in approvals.values() if decision is None)
+    awaited_total = sum(1 for entry in children.values() if entry["awaited"] and entry["releasedAtMs"] is None)
     pending = tuple(call for call in wanted if approvals[call] is None)
-    return Suspension(row.submission_id, pending, not pending), attrs.evolve(
-        row, approvals_json=canonical_json(approvals), approvals_pending=pending_total, owner_id=None,
-        lease_expires_ms=None)
+    children_pending = tuple(call for call in wanted_children if children[call]["releasedAtMs"] is None)
+    return Suspension(row.submission_id, pending, not pending and not children_pending, False,
+                      children_pending), attrs.evolve(
+        row, approvals_json=canonical_json(approvals) if wanted else row.approvals_json,
+        approvals_pending=pending_total,
+        children_json=canonical_json(children) if wanted_children else row.children_json,
+        children_awaited=awaited_total, owner_id=None, lease_expires_ms=None)
 
 
 def decide_approval(
@@ -721,21 +846,25 @@ def decide_approval(
         if existing["decision"] != decision:
             raise ApprovalConflict(submission_id, tool_call_id, existing["decision"], decision)
         return ApprovalDecision(submission_id, tool_call_id, decision, existing["resolver"], existing["reason"],
-                                existing["decidedAtMs"], True, row.approvals_pending), None
+                                existing["decidedAtMs"], True, row.approvals_pending + row.children_awaited), None
     assert target(state_of(row), DECIDE) is not None, row
     approvals[tool_call_id] = {"decision": decision, "resolver": resolver, "reason": reason, "decidedAtMs": now_ms}
     pending = row.approvals_pending - 1
     assert pending >= 0, row
-    return ApprovalDecision(submission_id, tool_call_id, decision, resolver, reason, now_ms, False, pending), \
+    return ApprovalDecision(submission_id, tool_call_id, decision, resolver, reason, now_ms, False,
+                            pending + row.children_awaited), \
         attrs.evolve(row, approvals_json=canonical_json(approvals), approvals_pending=pending)
 
 
-def validate_suspend(token: object, tool_call_ids: object) -> None:
+def validate_suspend(token: object, tool_call_ids: object, child_call_ids: object = ()) -> None:
     require_token(token)
-    if not isinstance(tool_call_ids, (tuple, list)) or not tool_call_ids:
-        raise ValueError("tool_call_ids must be a non-empty tuple or list of str")
-    for call in tool_call_ids:
-        require_str("tool_call_ids[]", call)
+    for name, calls in (("tool_call_ids", tool_call_ids), ("child_call_ids", child_call_ids)):
+        if not isinstance(calls, (tuple, list)):
+            raise ValueError(f"{name} must be a tuple or list of str")
+        for call in calls:
+            require_str(f"{name}[]", call)
+    if not tool_call_ids and not child_call_ids:
+        raise ValueError("a suspension awaits something: tool_call_ids and child_call_ids are both empty")
 
 
 def validate_decide(submission_id: object, tool_call_id: object, decision: object, resolver: object,
@@ -854,9 +983,11 @@ def _children(row: SubmissionRow) -> dict:
     return {} if row.children_json is None else decode(row.children_json)
 
 
-def _child_answer(submission_id: str, call: str, entry: dict, replayed: bool) -> ChildReservation:
-    return ChildReservation(submission_id, call, entry["allocation"], entry["allocationDigest"], entry["child"],
-                            entry["accounting"], entry["releasedAtMs"], replayed)
+def _child_answer(row: SubmissionRow, call: str, entry: dict, replayed: bool) -> ChildReservation:
+    """``row``: the parent as it is after the call (its awaited count)."""
+    return ChildReservation(row.submission_id, call, entry["allocation"], entry["allocationDigest"], entry["child"],
+                            entry["accounting"], entry["releasedAtMs"], replayed, entry["awaited"],
+                            row.approvals_pending + row.children_awaited)
 
 
 def decide_reserve_child(
@@ -874,12 +1005,12 @@ def decide_reserve_child(
     if entry is not None:
         if entry["allocationDigest"] != allocation_digest:
             raise ChildReservationConflict(row.submission_id, tool_call_id, "allocation")
-        return _child_answer(row.submission_id, tool_call_id, entry, True), None
-    entry = {"allocation": allocation, "allocationDigest": allocation_digest, "child": None, "accounting": None,
-             "releasedAtMs": None}
+        return _child_answer(row, tool_call_id, entry, True), None
+    entry = {"allocation": allocation, "allocationDigest": allocation_digest, "awaited": False, "child": None,
+             "accounting": None, "releasedAtMs": None}
     children[tool_call_id] = entry
-    return _child_answer(row.submission_id, tool_call_id, entry, False), attrs.evolve(
-        row, children_json=canonical_json(children))
+    row = attrs.evolve(row, children_json=canonical_json(children))
+    return _child_answer(row, tool_call_id, entry, False), row
 
 
 def decide_attach_child(
@@ -896,10 +1027,10 @@ def decide_attach_child(
     if entry["child"] is not None:
         if entry["child"] != child_submission_id:
             raise ChildReservationConflict(row.submission_id, tool_call_id, "child")
-        return _child_answer(row.submission_id, tool_call_id, entry, True), None
+        return _child_answer(row, tool_call_id, entry, True), None
     entry["child"] = child_submission_id
-    return _child_answer(row.submission_id, tool_call_id, entry, False), attrs.evolve(
-        row, children_json=canonical_json(children))
+    row = attrs.evolve(row, children_json=canonical_json(children))
+    return _child_answer(row, tool_call_id, entry, False), row
 
 
 def decide_release_child(
@@ -908,7 +1039,9 @@ def decide_release_child(
 ) -> tuple[ChildReservation, SubmissionRow | None]:
     """The child's accounting is frozen once, at the first release; a repeat
     with the same accounting replays it, another is a conflict. Applies in
-    any state of the parent (the child settles when it settles)."""
+    any state of the parent (the child settles when it settles). The first
+    release of an awaited child counts it off the parent's awaited ones:
+    the last thing a suspended parent awaited resumes it."""
     if row is None:
         raise UnknownSubmission(submission_id)
     children = _children(row)
@@ -918,11 +1051,13 @@ def decide_release_child(
     if entry["releasedAtMs"] is not None:
         if digest(entry["accounting"]) != accounting_digest:
             raise ChildReservationConflict(submission_id, tool_call_id, "accounting")
-        return _child_answer(submission_id, tool_call_id, entry, True), None
+        return _child_answer(row, tool_call_id, entry, True), None
     entry["accounting"] = accounting
     entry["releasedAtMs"] = now_ms
-    return _child_answer(submission_id, tool_call_id, entry, False), attrs.evolve(
-        row, children_json=canonical_json(children))
+    awaited = row.children_awaited - 1 if entry["awaited"] else row.children_awaited
+    assert awaited >= 0, row
+    row = attrs.evolve(row, children_json=canonical_json(children), children_awaited=awaited)
+    return _child_answer(row, tool_call_id, entry, False), row
 
 
 def encode_json_arg(name: str, value: object) -> tuple[object, str]:
@@ -1004,7 +1139,7 @@ def decide_reserve(
         return reserved, attrs.evolve(row, reserved_json=record_json, reserved_digest=record_digest)
     if row.reserved_digest != record_digest:
         raise SettlementConflict(row.submission_id, row.reserved_digest, record_digest)
-    return reserved, None
+    return attrs.evolve(reserved, replayed=True), None
 
 
 def decide_finalize(
@@ -1032,8 +1167,10 @@ def decide_finalize(
     diagnostic = record["diagnostic"] if outcome == FAILED else None
     if row.settled_at_ms is not None:
         assert row.outcome == outcome, (row.outcome, outcome)
-        return Settlement(submission_id, outcome, row.reserved_digest, row.settled_at_ms, diagnostic), None, []
-    settlement = Settlement(submission_id, outcome, row.reserved_digest, now_ms, diagnostic)
+        return Settlement(submission_id, outcome, row.reserved_digest, row.settled_at_ms, diagnostic,
+                          row.settlement_id, True), None, []
+    settlement_id = settlement_id_for(submission_id, row.reserved_digest)
+    settlement = Settlement(submission_id, outcome, row.reserved_digest, now_ms, diagnostic, settlement_id)
     followers: list[SubmissionRow] = []
     if row.joined_count:
         follower_json = canonical_json(joined_record(record))
@@ -1045,12 +1182,16 @@ def decide_finalize(
                 assert target(JOINED, SETTLE_JOINED) == SETTLED
                 followers.append(attrs.evolve(other, reserved_json=follower_json, reserved_digest=follower_digest,
                                               outcome=outcome,
-                                              settled_at_ms=now_ms, input_applied=True))
+                                              settled_at_ms=now_ms, input_applied=True,
+                                              input_record_id=other.joined_record_id, input_seq=other.joined_seq,
+                                              settlement_id=settlement_id_for(other.submission_id,
+                                                                              follower_digest)))
             else:
                 assert target(JOINING, REVERT_JOIN) == READY
                 followers.append(attrs.evolve(other, join_host=None))
         assert len(followers) == row.joined_count, (row, followers)
-    return settlement, attrs.evolve(row, outcome=outcome, settled_at_ms=now_ms, joined_count=0), followers
+    return settlement, attrs.evolve(row, outcome=outcome, settled_at_ms=now_ms, joined_count=0,
+                                    settlement_id=settlement_id), followers
 
 
 # --- declared capabilities ---------------------------------------------------------
@@ -1080,10 +1221,21 @@ def capabilities(*, durable: bool, adapter: str) -> dict:
 # --- per-method argument checks (both adapters call these first) ---------------------
 
 
-def validate_admit(conversation_id: object, principal_id: object, idempotency_key: object, now_ms: object) -> None:
+def validate_admit(conversation_id: object, principal_id: object, idempotency_key: object, now_ms: object,
+                   parent: object = None) -> None:
     require_str("conversation_id", conversation_id)
     require_str("principal_id", principal_id)
     require_str("idempotency_key", idempotency_key)
+    require_int("now_ms", now_ms)
+    if parent is not None:
+        if type(parent) is not ParentLink:
+            raise TypeError(f"parent must be a ParentLink or None, got {type(parent).__name__}")
+        require_str("parent.submission_id", parent.submission_id)
+        require_str("parent.tool_call_id", parent.tool_call_id)
+
+
+def validate_mark_ready(submission_id: object, now_ms: object) -> None:
+    require_str("submission_id", submission_id)
     require_int("now_ms", now_ms)
 
 

@@ -43,6 +43,9 @@ from .records import (
     Suspension,
     UnknownMarked,
     UnknownResolution,
+    InputApplied,
+    ParentLink,
+    Readiness,
 )
 from .rules import (
     SUBMISSION_FIELDS,
@@ -93,6 +96,8 @@ from .rules import (
     validate_renew,
     validate_resolve,
     validate_suspend,
+    validate_input_applied,
+    validate_mark_ready,
 )
 
 _SCHEMA: tuple[str, ...] = (
@@ -132,6 +137,14 @@ _SCHEMA: tuple[str, ...] = (
         joined_seq INTEGER,
         joined_count INTEGER NOT NULL CHECK (joined_count >= 0),
         children_json TEXT,
+        children_awaited INTEGER NOT NULL CHECK (children_awaited >= 0),
+        parent_submission_id TEXT,
+        parent_tool_call_id TEXT,
+        ready_at_ms INTEGER,
+        attempt_id TEXT,
+        input_record_id TEXT,
+        input_seq INTEGER,
+        settlement_id TEXT,
         schema_version INTEGER NOT NULL,
         UNIQUE (conversation_id, principal_id, idempotency_key),
         UNIQUE (conversation_id, queue_seq)
@@ -272,27 +285,29 @@ class SqliteSubmissionLedger:
     # --- writes ---------------------------------------------------------------
 
     async def admit(
-        self, conversation_id: str, principal_id: str, idempotency_key: str, input: object, now_ms: int
+        self, conversation_id: str, principal_id: str, idempotency_key: str, input: object, now_ms: int,
+        parent: ParentLink | None = None,
     ) -> AdmissionResult:
-        validate_admit(conversation_id, principal_id, idempotency_key, now_ms)
+        validate_admit(conversation_id, principal_id, idempotency_key, now_ms, parent)
         input_json, input_digest = encode_input(input)
         with self._writing("admit") as conn:
             existing = _checked(conn.execute(_SELECT_BY_KEY, (conversation_id, principal_id, idempotency_key)).fetchone())
             decision = decide_admit(
                 conversation_id, principal_id, idempotency_key, input_json, input_digest, now_ms,
-                self._conversation(conversation_id), existing,
+                self._conversation(conversation_id), existing, parent,
             )
             if decision.submission is not None:
                 self._write_conversation(decision.conversation)
                 conn.execute(_INSERT_SUBMISSION, _params(decision.submission))
         return decision.result
 
-    async def mark_ready(self, submission_id: str) -> None:
-        require_str("submission_id", submission_id)
+    async def mark_ready(self, submission_id: str, now_ms: int) -> Readiness:
+        validate_mark_ready(submission_id, now_ms)
         with self._writing("mark_ready"):
-            row = decide_mark_ready(submission_id, self._submission(submission_id))
+            readiness, row = decide_mark_ready(submission_id, self._submission(submission_id), now_ms)
             if row is not None:
                 self._update(row)
+        return readiness
 
     async def claim(self, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int) -> Claim | None:
         validate_claim(conversation_id, owner_id, lease_ms, now_ms)
@@ -319,12 +334,13 @@ class SqliteSubmissionLedger:
             if row is not None:
                 self._update(row)
 
-    async def mark_input_applied(self, token: Claim) -> None:
-        require_token(token)
+    async def mark_input_applied(self, token: Claim, record_id: str, seq: int) -> InputApplied:
+        validate_input_applied(token, record_id, seq)
         with self._writing("mark_input_applied"):
-            row = decide_input_applied(self._submission(token.submission_id), token)
+            applied, row = decide_input_applied(self._submission(token.submission_id), token, record_id, seq)
             if row is not None:
                 self._update(row)
+        return applied
 
     async def request_abort(self, submission_id: str, author: str, reason: str, now_ms: int) -> AbortIntent:
         validate_abort(submission_id, author, reason, now_ms)
@@ -352,10 +368,12 @@ class SqliteSubmissionLedger:
                 self._update(row)
         return resolved
 
-    async def suspend(self, token: Claim, tool_call_ids: tuple[str, ...]) -> Suspension:
-        validate_suspend(token, tool_call_ids)
+    async def suspend(self, token: Claim, tool_call_ids: tuple[str, ...],
+                      child_call_ids: tuple[str, ...] = ()) -> Suspension:
+        validate_suspend(token, tool_call_ids, child_call_ids)
         with self._writing("suspend"):
-            suspension, row = decide_suspend(self._submission(token.submission_id), token, tuple(tool_call_ids))
+            suspension, row = decide_suspend(self._submission(token.submission_id), token, tuple(tool_call_ids),
+                                             tuple(child_call_ids))
             if row is not None:
                 self._update(row)
         return suspension

@@ -29,8 +29,14 @@ fire and recover each (ARCHITECTURE §5).
       ^                                    |                        |
       +----revert_join / host finalize-----+      host finalize: settled
 
-``suspended`` mirrors ``unknown``: ``suspend`` from input-applied, the last
-``decide_approval`` back to it. Self-loops keep a state: a claim by a successor (lease lapsed), renewals,
+    input-applied --suspend (approvals and/or children)--> suspended
+          ^                                                 |
+          +---- the last decide_approval / release_child ---+
+
+``suspended`` mirrors ``unknown``: ``suspend`` from input-applied (waiting
+for approvals, for the release of child reservations, or both), and the
+last of them — a ``decide_approval`` or a ``release_child`` of an awaited
+child — back to it. Self-loops keep a state: a claim by a successor (lease lapsed), renewals,
 releases, idempotent repeats, an abort intent stored for a claimed
 submission (its owner settles ``aborted`` at its next step).
 """
@@ -47,7 +53,7 @@ READY = "ready"  # claimable; never claimed
 RUNNING = "running"  # claimed at least once; its input not yet marked applied
 INPUT_APPLIED = "input-applied"  # its canonical input is in the log
 UNKNOWN = "unknown"  # a tool call's outcome is unknown: blocked until resolved (or aborted)
-SUSPENDED = "suspended"  # waiting for approvals: blocked until the last is decided (or aborted)
+SUSPENDED = "suspended"  # waiting for approvals / children: blocked until the last is decided or released (or aborted)
 JOINING = "joining"  # a ready submission a claimed host took behind it; its input not yet in the host's log
 JOINED = "joined"  # its input is in its host's log: it settles through the host's settlement
 TERMINALIZING = "terminalizing"  # its exact settlement record is reserved
@@ -123,12 +129,13 @@ TRANSITIONS: dict[str, dict[str, str]] = {
     UNKNOWN: {MARK_READY: UNKNOWN, CLAIM: UNKNOWN, RENEW: UNKNOWN, RELEASE: UNKNOWN,
               MARK_INPUT_APPLIED: UNKNOWN, ABORT: UNKNOWN, MARK_UNKNOWN: UNKNOWN, RESOLVE: INPUT_APPLIED,
               RESERVE: TERMINALIZING, DECIDE: UNKNOWN, RELEASE_CHILD: UNKNOWN},
-    # Suspension ends ownership; the last pending decision resumes it
-    # (back to input-applied, claimable), or an abort intent lets a cleanup
-    # owner settle it aborted.
+    # Suspension ends ownership; the last thing awaited — a pending decision
+    # or an awaited child's release — resumes it (back to input-applied,
+    # claimable; an earlier one leaves it suspended), or an abort intent lets
+    # a cleanup owner settle it aborted.
     SUSPENDED: {MARK_READY: SUSPENDED, CLAIM: SUSPENDED, RENEW: SUSPENDED, RELEASE: SUSPENDED,
                 MARK_INPUT_APPLIED: SUSPENDED, ABORT: SUSPENDED, SUSPEND: SUSPENDED, DECIDE: INPUT_APPLIED,
-                RESOLVE: SUSPENDED, RESERVE: TERMINALIZING, RELEASE_CHILD: SUSPENDED},
+                RESOLVE: SUSPENDED, RESERVE: TERMINALIZING, RELEASE_CHILD: INPUT_APPLIED},
     # A successor claims a terminalizing head to finish its predecessor's
     # settlement with the reserved record (the canonical record wins).
     TERMINALIZING: {MARK_READY: TERMINALIZING, CLAIM: TERMINALIZING, RENEW: TERMINALIZING,
@@ -172,7 +179,7 @@ def state_of(row: Any) -> str:
         return TERMINALIZING
     if row.unknown_open:
         return UNKNOWN
-    if row.approvals_pending:
+    if row.approvals_pending or row.children_awaited:
         return SUSPENDED
     if row.input_applied:
         return INPUT_APPLIED

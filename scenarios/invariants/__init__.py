@@ -1,6 +1,7 @@
 """The oracles: one invariant per module, each with a stable name (ARCHITECTURE §6)."""
 from scenarios.invariants.aborts import AbortHonoured
 from scenarios.invariants.adopt_own_write import AdoptOwnWrite
+from scenarios.invariants.approvals import ApprovalPrecedesEffect
 from scenarios.invariants.at_most_once_effect import AtMostOnceEffect
 from scenarios.invariants.bounded_run import BoundedRun
 from scenarios.invariants.broken_deploy import BrokenDeploys
@@ -14,6 +15,7 @@ from scenarios.invariants.exactly_once_settlement import ExactlyOnceSettlement
 from scenarios.invariants.exactly_once_wake import ExactlyOnceWake
 from scenarios.invariants.fail_closed_pagination import FailClosedPagination
 from scenarios.invariants.fencing import Fencing
+from scenarios.invariants.joins import JoinedSettlesOnce
 from scenarios.invariants.findings_projection import FindingsProjection
 from scenarios.invariants.liveness import Liveness
 from scenarios.invariants.log_chain import LogChain
@@ -21,7 +23,9 @@ from scenarios.invariants.pins_survive import PinsSurvive
 from scenarios.invariants.queue_order import QueueOrder
 from scenarios.invariants.reference_model import ReferenceModel
 from scenarios.invariants.replay_determinism import ReplayDeterminism
+from scenarios.invariants.subagents import ChildBeforeParent
+from scenarios.invariants.unknown_outcomes import UnknownNeverReplayed
 
-__all__ = ["AbortHonoured", "AdoptOwnWrite", "AtMostOnceEffect", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant", "ClaimFencesLog", "ColdReopen", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
+__all__ = ["AbortHonoured", "AdoptOwnWrite", "ApprovalPrecedesEffect", "ChildBeforeParent", "JoinedSettlesOnce", "UnknownNeverReplayed", "AtMostOnceEffect", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant", "ClaimFencesLog", "ColdReopen", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
            "FailClosedPagination", "Fencing", "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReferenceModel",
            "ReplayDeterminism"]

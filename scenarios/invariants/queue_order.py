@@ -1,22 +1,30 @@
 """``fifo-one-active``: per conversation, submissions are claimed in queue
 order (only the lowest unsettled one) and at most one is active: the next
 submission's input never enters the log before the previous settlement.
+
+Joins are the one exception, and only as the ledger recorded them: a
+follow-up the active run took (``begin_join``) may have its input applied to
+that run's log, naming the run as its host; the host's settlement settles
+its joined followers and puts its joining ones back in the queue.
 """
 from __future__ import annotations
 
-from faults.events import ERROR, LedgerAdmit, LedgerClaim, LedgerFinalizeSettlement, LedgerRequestAbort, LogAppend
+from faults.events import (ERROR, LedgerAdmit, LedgerBeginJoin, LedgerClaim, LedgerFinalizeSettlement, LedgerMarkJoined,
+                           LedgerRequestAbort, LedgerRevertJoin, LogAppend)
 from sim.invariants import Checker
 
 
 class QueueOrder(Checker):
     name = "fifo-one-active"
-    kinds = (LedgerAdmit.kind, LedgerClaim.kind, LedgerFinalizeSettlement.kind, LedgerRequestAbort.kind, LogAppend.kind)
+    kinds = (LedgerAdmit.kind, LedgerClaim.kind, LedgerFinalizeSettlement.kind, LedgerRequestAbort.kind, LogAppend.kind,
+             LedgerBeginJoin.kind, LedgerMarkJoined.kind, LedgerRevertJoin.kind)
 
     def __init__(self) -> None:
         super().__init__()
         self._unsettled: dict[str, list[tuple[int, str]]] = {}  # conversation -> [(queue_seq, sid)] ascending
         self._conversation_of: dict[str, str] = {}
         self._active: dict[str, str] = {}  # conversation -> submission whose input is in the log, unsettled
+        self._followers: dict[str, dict[str, bool]] = {}  # host -> {follower: joined (its input marked applied)}
 
     def on_event(self, event: tuple) -> None:
         kind = event[3]
@@ -40,6 +48,14 @@ class QueueOrder(Checker):
             if submission != head:
                 self.fail(f"{conversation}: claimed {submission} while {head} is the unsettled head",
                           (conversation, submission))
+        elif kind == LedgerBeginJoin.kind:
+            followers = self._followers.setdefault(fields[LedgerBeginJoin.submission], {})
+            for follower in fields[LedgerBeginJoin.followers]:
+                followers.setdefault(follower, False)
+        elif kind == LedgerMarkJoined.kind:
+            self._followers.setdefault(fields[LedgerMarkJoined.host], {})[fields[LedgerMarkJoined.submission]] = True
+        elif kind == LedgerRevertJoin.kind:
+            self._followers.get(fields[LedgerRevertJoin.host], {}).pop(fields[LedgerRevertJoin.submission], None)
         elif kind == LedgerFinalizeSettlement.kind or kind == LedgerRequestAbort.kind:
             if kind == LedgerRequestAbort.kind:
                 if fields[LedgerRequestAbort.settled_at_ms] is None:
@@ -47,11 +63,16 @@ class QueueOrder(Checker):
                 submission = fields[LedgerRequestAbort.submission]  # settled by the intent, never claimed
             else:
                 submission = fields[LedgerFinalizeSettlement.submission]
+            # A host's settlement settles its joined followers with it; its
+            # joining ones go back to the queue (they stay unsettled).
+            followers = self._followers.pop(submission, {})
+            settled = {submission} | {follower for follower, joined in followers.items() if joined}
             conversation = self._conversation_of.get(submission)
             if conversation is not None:
                 queue = self._unsettled.get(conversation, [])
-                self._unsettled[conversation] = [entry for entry in queue if entry[1] != submission]
-                self._conversation_of.pop(submission, None)
+                self._unsettled[conversation] = [entry for entry in queue if entry[1] not in settled]
+                for gone in settled:
+                    self._conversation_of.pop(gone, None)
         else:
             if fields.get(LogAppend.replayed):
                 return
@@ -62,6 +83,14 @@ class QueueOrder(Checker):
                 if family == "input":
                     self.checks += 1
                     active = self._active.get(conversation)
+                    host = envelope["payload"].get("hostSubmissionId")
+                    if host is not None:
+                        # A follow-up's input applied to its host's run.
+                        if host != active or submission not in self._followers.get(host, {}):
+                            self.fail(f"{conversation}: input of {submission} applied to {host}'s run, which "
+                                      f"{'is not active' if host != active else 'never took it'}",
+                                      (conversation, submission))
+                        continue
                     if active is not None and active != submission:
                         self.fail(f"{conversation}: input of {submission} appended while {active} is unsettled",
                                   (conversation, submission))

@@ -44,7 +44,20 @@ adapters (memory, SQLite) do — each named where it is used:
   submission never claimed settles it ``aborted`` in the same call, its
   record ``{"outcome": "aborted"}`` (L8);
 - reserve of a non-aborted record once an abort intent exists is
-  ``AbortRequested`` (L9).
+  ``AbortRequested`` (L9);
+- the ids the contract fixes are checked exactly: a claim's attempt id is
+  ``{submission}#a{epoch}``, a settlement id ``stl-`` + the digest of
+  ``{submissionId, recordDigest}`` (L10);
+- a parent link is part of an admission's identity: another link (or one
+  where there was none, or none where there was one) under the same key
+  and input is ``AdmissionConflict`` naming ``what="parent"``; another
+  input is named first (``what="input"``) (L11);
+- a suspension names approvals and/or child calls; a child call with no
+  reservation is ``UnknownChildReservation`` with nothing written; the
+  submission waits while an approval is undecided or an awaited child
+  unreleased, and the answers' ``pending`` count both (L12);
+- a joined follower settled by its host has its input where it joined the
+  host's log; a held rebuild placeholder never had one (L13).
 
 A call whose answer diverges changes nothing in the model (it cannot know
 what the store wrote), so later messages may be consequences of the first.
@@ -77,6 +90,9 @@ from model.ledger.records import (
     Suspension,
     UnknownMarked,
     UnknownResolution,
+    InputApplied,
+    ParentLink,
+    Readiness,
 )
 from scenarios.reference import HISTORY_MAX, error_name, retryable
 from scenarios.reference.jcs import canonical, digest_text, read_back
@@ -100,19 +116,19 @@ RESOLUTIONS = ("NeverHappened", "SafeToRetry", "CompletedWithResult")
 
 # The port's parameters, in order (model/ledger/port.py): a call may pass any of them by keyword.
 PARAMS: dict[str, tuple[str, ...]] = {
-    "admit": ("conversation_id", "principal_id", "idempotency_key", "input", "now_ms"),
-    "mark_ready": ("submission_id",),
+    "admit": ("conversation_id", "principal_id", "idempotency_key", "input", "now_ms", "parent"),
+    "mark_ready": ("submission_id", "now_ms"),
     "claim": ("conversation_id", "owner_id", "lease_ms", "now_ms"),
     "renew_ownership": ("token", "lease_ms", "now_ms"),
     "release_ownership": ("token",),
-    "mark_input_applied": ("token",),
+    "mark_input_applied": ("token", "record_id", "seq"),
     "request_abort": ("submission_id", "author", "reason", "now_ms"),
     "reserve_settlement": ("token", "record"),
     "finalize_settlement": ("submission_id", "now_ms"),
     "purge_conversation": ("conversation_id",),
     "mark_unknown": ("token", "tool_call_id"),
     "resolve_unknown": ("submission_id", "tool_call_id", "resolution", "resolver", "result", "now_ms"),
-    "suspend": ("token", "tool_call_ids"),
+    "suspend": ("token", "tool_call_ids", "child_call_ids"),
     "begin_join": ("token", "limit"),
     "mark_joined": ("token", "submission_id", "record_id", "seq"),
     "revert_join": ("token", "submission_id"),
@@ -126,6 +142,8 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "scan_nonterminal": (),
     "capabilities": (),
 }
+# The parameters a call may leave out, and what they are then.
+DEFAULTS: dict[str, dict[str, object]] = {"admit": {"parent": None}, "suspend": {"child_call_ids": ()}}
 
 
 # --- the model's rows ---------------------------------------------------------------
@@ -152,7 +170,8 @@ class _Row:
                  "input_text", "input_digest", "receipt", "admitted_at_ms", "ready", "owner_id", "epoch",
                  "lease_expires_ms", "input_applied", "abort_author", "abort_reason", "abort_at_ms", "reserved_text",
                  "reserved_digest", "outcome", "settled_at_ms", "diagnostic", "unknown", "approvals", "join_host", "joined_at",
-                 "followers", "children", "_record")
+                 "followers", "children", "parent", "ready_at_ms", "attempt_id", "input_at", "settlement_id",
+                 "_record")
 
     def __init__(self, submission_id: str, conversation_id: str, principal_id: str, idempotency_key: str,
                  queue_seq: int, input_text: str, input_digest: str, receipt: str, admitted_at_ms: int) -> None:
@@ -188,8 +207,14 @@ class _Row:
         self.join_host: str | None = None
         self.joined_at: tuple[str, int] | None = None
         self.followers: list[str] = []
-        # Child reservations by tool call: [allocation text, child id, accounting text, released at].
+        # Child reservations by tool call: [allocation text, child id, accounting text, released at,
+        # awaited by a suspension].
         self.children: dict[str, list] = {}
+        self.parent: ParentLink | None = None  # the link it was admitted with
+        self.ready_at_ms: int | None = None  # the first mark_ready's instant
+        self.attempt_id: str | None = None  # the latest claim's
+        self.input_at: tuple[str, int] | None = None  # (record id, seq) of its input in the log
+        self.settlement_id: str | None = None
         # The SubmissionRecord the contract says a read returns, built once
         # per change: workers scan the open work every poll, so a scan must
         # cost a comparison, not a decode. Every write calls ``changed``.
@@ -226,12 +251,23 @@ class _Row:
             join_host=self.join_host, joined_record_id=None if self.joined_at is None else self.joined_at[0],
             joined_seq=None if self.joined_at is None else self.joined_at[1], joined_count=len(self.followers),
             children=None if not self.children else {
-                call: {"allocation": read_back(alloc), "allocationDigest": digest_text(alloc), "child": child,
-                       "accounting": None if acct is None else read_back(acct), "releasedAtMs": at}
-                for call, (alloc, child, acct, at) in self.children.items()})
+                call: {"allocation": read_back(alloc), "allocationDigest": digest_text(alloc), "awaited": awaited,
+                       "child": child, "accounting": None if acct is None else read_back(acct), "releasedAtMs": at}
+                for call, (alloc, child, acct, at, awaited) in self.children.items()},
+            parent=self.parent, ready_at_ms=self.ready_at_ms, attempt_id=self.attempt_id,
+            input_record_id=None if self.input_at is None else self.input_at[0],
+            input_seq=None if self.input_at is None else self.input_at[1], settlement_id=self.settlement_id)
 
     def pending_approvals(self) -> int:
         return 0 if self.approvals is None else sum(1 for v in self.approvals.values() if v is None)
+
+    def awaited_children(self) -> int:
+        """Children a suspension waits for, not yet released."""
+        return sum(1 for entry in self.children.values() if entry[4] and entry[3] is None)
+
+    def waiting(self) -> int:
+        """Everything a suspension still waits for (L12)."""
+        return self.pending_approvals() + self.awaited_children()
 
     def open_unknown(self) -> int:
         return 0 if self.unknown is None else sum(1 for v in self.unknown.values() if v is None)
@@ -257,7 +293,14 @@ class _Row:
             abort_reason=self.abort_reason, abort_requested_at_ms=self.abort_at_ms,
             reserved_digest=self.reserved_digest,
             settled=self.settled_at_ms is not None, unknown_open=self.open_unknown(),
-            approvals_pending=self.pending_approvals(), join_host=self.join_host)
+            approvals_pending=self.pending_approvals(), join_host=self.join_host,
+            children_awaited=self.awaited_children(),
+            input_record_id=None if self.input_at is None else self.input_at[0],
+            input_seq=None if self.input_at is None else self.input_at[1],
+            reserved_outcome=None if self.reserved_digest is None else (
+                self.outcome if self.reserved_text is None else read_back(self.reserved_text)["outcome"]),
+            children=tuple(sorted((call, entry[1], entry[3] is not None) for call, entry in self.children.items())),
+            attempt_id=self.attempt_id)
 
     def lease_live(self, now_ms: int) -> bool:
         # L1: live strictly before the expiry instant. The specification is
@@ -284,6 +327,11 @@ class _Mismatch(Exception):
 
 _MISSING = object()
 PORT_INT_MAX = 2 ** 53 - 1
+
+
+def _settlement_id(submission_id: str, record_digest: str) -> str:
+    """L10: "stl-" + the digest of {submissionId, recordDigest}."""
+    return "stl-" + digest_text(canonical({"submissionId": submission_id, "recordDigest": record_digest}))
 
 
 def _is_int(value: object) -> bool:
@@ -357,13 +405,15 @@ def _bind(call: Any) -> dict | None:
     names = PARAMS.get(call.method)
     if names is None or len(call.args) > len(names):
         return None
-    if not call.kwargs:  # the common case, on every call of a long run
-        return dict(zip(names, call.args)) if len(call.args) == len(names) else None
+    if not call.kwargs and len(call.args) == len(names):  # the common case, on every call of a long run
+        return dict(zip(names, call.args))
     bound = dict(zip(names, call.args))
     for name, value in call.kwargs.items():
         if name not in names or name in bound:
             return None
         bound[name] = value
+    for name, value in DEFAULTS.get(call.method, {}).items():
+        bound.setdefault(name, value)
     if len(bound) != len(names):
         return None
     return {name: bound[name] for name in names}
@@ -562,8 +612,13 @@ class ReferenceLedger:
 
     def _admit(self, call: Any, a: dict) -> _Conversation | None:
         cid, pid, key, now_ms = a["conversation_id"], a["principal_id"], a["idempotency_key"], a["now_ms"]
+        parent = a["parent"]
         if not (type(cid) is str and type(pid) is str and type(key) is str and _is_int(now_ms)):
             self._want_argument_error(call, "ids must be str, now_ms an int")
+            return None
+        if parent is not None and not (type(parent) is ParentLink and type(parent.submission_id) is str
+                                       and type(parent.tool_call_id) is str):
+            self._want_argument_error(call, "parent must be None or a ParentLink of two str")
             return None
         try:
             text = canonical(a["input"])
@@ -577,10 +632,16 @@ class ReferenceLedger:
             if existing.input_digest != input_digest:
                 self._want_error(call, "AdmissionConflict", {
                     "conversation_id": cid, "principal_id": pid, "idempotency_key": key,
-                    "existing_digest": existing.input_digest, "attempted_digest": input_digest}, conversation)
+                    "existing_digest": existing.input_digest, "attempted_digest": input_digest, "what": "input"},
+                    conversation)
+            elif existing.parent != parent:  # L11
+                self._want_error(call, "AdmissionConflict", {
+                    "conversation_id": cid, "principal_id": pid, "idempotency_key": key,
+                    "existing_digest": input_digest, "attempted_digest": input_digest, "what": "parent"},
+                    conversation)
             else:  # an exact retry replays the original admission
                 self._want_value(call, AdmissionResult(existing.submission_id, existing.receipt, existing.queue_seq,
-                                                       True, input_digest), conversation)
+                                                       True, input_digest, existing.parent), conversation)
             return conversation
         # A fresh admission: the store mints the id, the receipt and the seq.
         fresh = "a fresh admission (replayed=False) with a new submission id, a new receipt, the input's digest " \
@@ -593,6 +654,8 @@ class ReferenceLedger:
         problems = []
         if result.replayed is not False:
             problems.append("replayed must be False")
+        if result.parent != parent or type(result.parent) is not type(parent):
+            problems.append(f"parent must be {parent!r}")
         if result.input_digest != input_digest:
             problems.append(f"input_digest must be {input_digest}")
         if type(sid) is not str or not sid or sid in self._rows:
@@ -608,6 +671,7 @@ class ReferenceLedger:
             conversation = self._conversations[cid] = _Conversation()
         # The store's digest string, now known equal to ours: one copy of it in memory.
         row = _Row(sid, cid, pid, key, seq, text, result.input_digest, receipt, now_ms)
+        row.parent = parent
         conversation.last_queue_seq = seq
         conversation.rows[sid] = row
         conversation.open[sid] = row
@@ -618,17 +682,20 @@ class ReferenceLedger:
         return conversation
 
     def _mark_ready(self, call: Any, a: dict) -> _Conversation | None:
-        sid = a["submission_id"]
-        if type(sid) is not str:
-            self._want_argument_error(call, "submission_id must be a str")
+        sid, now_ms = a["submission_id"], a["now_ms"]
+        if type(sid) is not str or not _is_int(now_ms):
+            self._want_argument_error(call, "submission_id must be a str, now_ms an int")
             return None
         row = self._rows.get(sid)
         if row is None:
             self._want_error(call, "UnknownSubmission", {"submission_id": sid}, None)
             return None
         conversation = self._conversations[row.conversation_id]
-        self._want_value(call, None, conversation)
-        row.ready = True  # idempotent
+        if row.ready:  # idempotent: the first time it became ready
+            self._want_value(call, Readiness(sid, row.ready_at_ms, True), conversation)
+            return conversation
+        self._want_value(call, Readiness(sid, now_ms, False), conversation)
+        row.ready, row.ready_at_ms = True, now_ms
         row.changed()
         return conversation
 
@@ -646,7 +713,7 @@ class ReferenceLedger:
             # abort intent settles it. A head with an open unknown tool call
             # is claimable only once its durable abort intent exists
             # (persistence §3), for aborted settlement.
-            head.ready and ((head.open_unknown() == 0 and head.pending_approvals() == 0)
+            head.ready and ((head.open_unknown() == 0 and head.waiting() == 0)
                             or head.reserved_digest is not None or head.abort_author is not None)
             # L1 and L2: another owner's live lease blocks the claim; the same
             # owner may claim again, fencing its own previous token.
@@ -655,7 +722,7 @@ class ReferenceLedger:
             why = "no submission" if head is None else (
                 f"head {head.submission_id} is not ready" if not head.ready else
                 f"head {head.submission_id} is unknown or suspended, without an abort intent"
-                if (head.open_unknown() or head.pending_approvals()) and head.reserved_digest is None
+                if (head.open_unknown() or head.waiting()) and head.reserved_digest is None
                 and head.abort_author is None
                 else f"head {head.submission_id} is leased to {head.owner_id} until {head.lease_expires_ms} ms")
             if call.error is not None or call.result is not None:
@@ -668,10 +735,12 @@ class ReferenceLedger:
         claim = call.result
         if not (isinstance(claim, Claim) and claim.submission_id == head.submission_id
                 and claim.owner_id == owner and _is_int(claim.epoch) and claim.epoch > conversation.epoch
-                and claim.lease_expires_ms == now_ms + lease_ms):
-            raise self._fail(conversation, wanted)
+                and claim.lease_expires_ms == now_ms + lease_ms
+                and claim.attempt_id == f"{head.submission_id}#a{claim.epoch}"):  # L10
+            raise self._fail(conversation, wanted + f", attempt id {head.submission_id}#a<epoch>")
         conversation.epoch = claim.epoch  # adopted: monotonic, its step is the store's
         head.owner_id, head.epoch, head.lease_expires_ms = owner, claim.epoch, now_ms + lease_ms
+        head.attempt_id = claim.attempt_id
         head.changed()
         return conversation
 
@@ -711,13 +780,26 @@ class ReferenceLedger:
         return conversation
 
     def _mark_input_applied(self, call: Any, a: dict) -> _Conversation | None:
-        token = a["token"]
-        row = self._token_row(call, token)
-        if not isinstance(token, Claim) or not self._fenced(call, row, token):
+        token, record_id, seq = a["token"], a["record_id"], a["seq"]
+        if not isinstance(token, Claim) or type(record_id) is not str or not _is_int(seq) or seq < 1:
+            self._want_argument_error(call, "a Claim, a str record id, a seq >= 1")
+            return None
+        row = self._rows.get(token.submission_id)
+        if not self._fenced(call, row, token):
             return None if row is None else self._conversations[row.conversation_id]
         conversation = self._conversations[row.conversation_id]
-        self._want_value(call, None, conversation)
+        if row.input_applied:
+            if row.input_at != (record_id, seq):
+                where = (None, None) if row.input_at is None else row.input_at
+                self._want_error(call, "InputMarkerConflict", {
+                    "submission_id": row.submission_id, "existing_record_id": where[0], "existing_seq": where[1],
+                    "attempted_record_id": record_id, "attempted_seq": seq}, conversation)
+            else:
+                self._want_value(call, InputApplied(row.submission_id, record_id, seq, True), conversation)
+            return conversation
+        self._want_value(call, InputApplied(row.submission_id, record_id, seq, False), conversation)
         row.input_applied = True
+        row.input_at = (record_id, seq)
         row.changed()
         return conversation
 
@@ -752,6 +834,7 @@ class ReferenceLedger:
             row.abort_author, row.abort_reason, row.abort_at_ms = author, reason, now_ms
             row.reserved_digest = digest_text(_ABORTED_TEXT)
             row.outcome, row.settled_at_ms = "aborted", now_ms
+            row.settlement_id = _settlement_id(sid, row.reserved_digest)
             row.input_text = row.reserved_text = None
             row.changed()
             del conversation.open[sid]
@@ -793,7 +876,8 @@ class ReferenceLedger:
                              "existing_digest": row.reserved_digest, "attempted_digest": record_digest},
                              conversation)
             return conversation
-        self._want_value(call, ReservedSettlement(row.submission_id, record_digest), conversation)
+        self._want_value(call, ReservedSettlement(row.submission_id, record_digest, row.reserved_digest is not None),
+                         conversation)
         if row.reserved_digest is None:
             row.reserved_text, row.reserved_digest = text, call.result.record_digest  # equal: the store's copy
             row.changed()
@@ -819,15 +903,18 @@ class ReferenceLedger:
             return conversation
         if row.settled_at_ms is not None:  # idempotent: the first finalize's answer, again
             self._want_value(call, Settlement(sid, row.outcome, row.reserved_digest, row.settled_at_ms,
-                                              row.diagnostic), conversation)
+                                              row.diagnostic, row.settlement_id, True), conversation)
             return conversation
         record = read_back(row.reserved_text)
         outcome = OUTCOMES[OUTCOMES.index(record["outcome"])]  # the constant: one string for every row
         # §10: the failed diagnostic is projected from the exact reserved
         # record, so a replayed finalize returns the same value.
         diagnostic = record["diagnostic"] if outcome == "failed" else None
-        self._want_value(call, Settlement(sid, outcome, row.reserved_digest, now_ms, diagnostic), conversation)
+        settlement_id = _settlement_id(sid, row.reserved_digest)
+        self._want_value(call, Settlement(sid, outcome, row.reserved_digest, now_ms, diagnostic, settlement_id),
+                         conversation)
         row.outcome, row.settled_at_ms, row.diagnostic = outcome, now_ms, diagnostic  # L4: ownership stays
+        row.settlement_id = settlement_id
         row.input_text = row.reserved_text = None
         row.changed()
         del conversation.open[sid]
@@ -841,7 +928,9 @@ class ReferenceLedger:
             else:
                 follower.reserved_digest = digest_text(canonical(follower_record))
                 follower.outcome, follower.settled_at_ms, follower.diagnostic = outcome, now_ms, diagnostic
+                follower.settlement_id = _settlement_id(follower_id, follower.reserved_digest)
                 follower.input_applied = True
+                follower.input_at = follower.joined_at  # L13
                 follower.input_text = None
                 del conversation.open[follower_id]
             follower.changed()
@@ -934,18 +1023,24 @@ class ReferenceLedger:
         return conversation
 
     def _suspend(self, call: Any, a: dict) -> _Conversation | None:
-        token, calls = a["token"], a["tool_call_ids"]
-        if not isinstance(token, Claim) or not isinstance(calls, (tuple, list)) or not calls or any(
-                type(c) is not str for c in calls):
-            self._want_argument_error(call, "the token must be a Claim, tool_call_ids a non-empty sequence of str")
+        token, calls, kids = a["token"], a["tool_call_ids"], a["child_call_ids"]
+        if not isinstance(token, Claim) or not isinstance(calls, (tuple, list)) or not isinstance(
+                kids, (tuple, list)) or not (calls or kids) or any(type(c) is not str for c in (*calls, *kids)):
+            self._want_argument_error(call, "the token must be a Claim, tool_call_ids and child_call_ids "
+                                            "sequences of str, not both empty")
             return None
         wanted = tuple(dict.fromkeys(calls))
+        wanted_kids = tuple(dict.fromkeys(kids))
         row = self._rows.get(token.submission_id)
-        if (row is not None and row.owner_id is None and row.epoch == token.epoch and row.approvals is not None
-                and all(c in row.approvals for c in wanted)):
+        approvals = {} if row is None or row.approvals is None else row.approvals
+        if (row is not None and row.owner_id is None and row.epoch == token.epoch
+                and all(c in approvals for c in wanted)
+                and all(c in row.children and row.children[c][4] for c in wanted_kids)):
             conversation = self._conversations[row.conversation_id]  # the suspending token again: a replay
-            pending = tuple(c for c in wanted if row.approvals[c] is None)
-            self._want_value(call, Suspension(row.submission_id, pending, not pending, True), conversation)
+            pending = tuple(c for c in wanted if approvals[c] is None)
+            kids_pending = tuple(c for c in wanted_kids if row.children[c][3] is None)
+            self._want_value(call, Suspension(row.submission_id, pending, not pending and not kids_pending, True,
+                                              kids_pending), conversation)
             return conversation
         if not self._fenced(call, row, token):
             return None if row is None else self._conversations[row.conversation_id]
@@ -956,12 +1051,21 @@ class ReferenceLedger:
             self._want_error(call, "TransitionRefused", {"submission_id": row.submission_id, "state": refused,
                                                          "operation": "suspend"}, conversation)
             return conversation
-        if row.approvals is None:
+        unknown = next((c for c in wanted_kids if c not in row.children), None)
+        if unknown is not None:  # L12
+            self._want_error(call, "UnknownChildReservation", {"submission_id": row.submission_id,
+                             "tool_call_id": unknown}, conversation)
+            return conversation
+        pending = tuple(c for c in wanted if row.approvals is None or row.approvals.get(c) is None)
+        kids_pending = tuple(c for c in wanted_kids if row.children[c][3] is None)
+        self._want_value(call, Suspension(row.submission_id, pending, not pending and not kids_pending, False,
+                                          kids_pending), conversation)
+        if wanted and row.approvals is None:
             row.approvals = {}
         for c in wanted:
             row.approvals.setdefault(c, None)
-        pending = tuple(c for c in wanted if row.approvals[c] is None)
-        self._want_value(call, Suspension(row.submission_id, pending, not pending, False), conversation)
+        for c in wanted_kids:
+            row.children[c][4] = True
         row.owner_id = row.lease_expires_ms = None  # suspension ends ownership
         row.changed()
         return conversation
@@ -988,12 +1092,12 @@ class ReferenceLedger:
                                  "existing": existing["decision"], "attempted": decision}, conversation)
                 return conversation
             self._want_value(call, ApprovalDecision(sid, call_id, decision, existing["resolver"], existing["reason"],
-                                                    existing["decidedAtMs"], True, row.pending_approvals()),
+                                                    existing["decidedAtMs"], True, row.waiting()),
                              conversation)
             return conversation
         row.approvals[call_id] = {"decision": decision, "resolver": resolver, "reason": reason, "decidedAtMs": now_ms}
         self._want_value(call, ApprovalDecision(sid, call_id, decision, resolver, reason, now_ms, False,
-                                                row.pending_approvals()), conversation)
+                                                row.waiting()), conversation)
         row.changed()
         return conversation
 
@@ -1082,10 +1186,15 @@ class ReferenceLedger:
         host.changed()
         return conversation
 
-    def _child_answer(self, row: _Row, call_id: str, replayed: bool) -> ChildReservation:
-        alloc, child, acct, at = row.children[call_id]
+    def _child_answer(self, row: _Row, call_id: str, replayed: bool, entry: list | None = None) -> ChildReservation:
+        """The answer about ``row``'s reservation at ``call_id`` once the
+        call applied: ``entry``, its entry then (default: as it is)."""
+        alloc, child, acct, at, awaited = row.children[call_id] if entry is None else entry
+        waiting = row.waiting()
+        if entry is not None and awaited and at is not None and row.children[call_id][3] is None:
+            waiting -= 1  # this release is of an awaited child: one thing less
         return ChildReservation(row.submission_id, call_id, read_back(alloc), digest_text(alloc), child,
-                                None if acct is None else read_back(acct), at, replayed)
+                                None if acct is None else read_back(acct), at, replayed, awaited, waiting)
 
     def _owned_running(self, call: Any, token: Any, operation: str) -> tuple[_Row | None, _Conversation | None]:
         """The parent row if ``token`` owns it and it is input-applied; else
@@ -1122,8 +1231,12 @@ class ReferenceLedger:
                 return conversation
             self._want_value(call, self._child_answer(row, call_id, True), conversation)
             return conversation
-        row.children[call_id] = [text, None, None, None]
-        self._want_value(call, self._child_answer(row, call_id, False), conversation)
+        row.children[call_id] = [text, None, None, None, False]
+        try:
+            self._want_value(call, self._child_answer(row, call_id, False), conversation)
+        except _Mismatch:
+            del row.children[call_id]  # a diverging answer changes nothing in the model
+            raise
         row.changed()
         return conversation
 
@@ -1147,8 +1260,9 @@ class ReferenceLedger:
                 return conversation
             self._want_value(call, self._child_answer(row, call_id, True), conversation)
             return conversation
+        self._want_value(call, self._child_answer(row, call_id, False, [existing[0], child, *existing[2:]]),
+                         conversation)
         existing[1] = child
-        self._want_value(call, self._child_answer(row, call_id, False), conversation)
         row.changed()
         return conversation
 
@@ -1179,8 +1293,9 @@ class ReferenceLedger:
                 return conversation
             self._want_value(call, self._child_answer(row, call_id, True), conversation)
             return conversation
+        self._want_value(call, self._child_answer(row, call_id, False, [*existing[:2], text, now_ms, existing[4]]),
+                         conversation)
         existing[2], existing[3] = text, now_ms
-        self._want_value(call, self._child_answer(row, call_id, False), conversation)
         row.changed()
         return conversation
 
@@ -1195,7 +1310,7 @@ class ReferenceLedger:
             return "terminalizing"
         if row.open_unknown():
             return "unknown"
-        if row.pending_approvals():
+        if row.waiting():
             return "suspended"
         if row.input_applied:
             return "input-applied"

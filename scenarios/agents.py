@@ -1,0 +1,276 @@
+"""Agent workloads: submissions whose steps wait for the world.
+
+``AgentSubmitters`` sends requests that carry a plan (``model.agent``):
+model steps, tools (idempotent or not), approvals, subagents.
+``AgentWorkers`` runs ``AgentWorker`` processes. The world they wait for:
+
+- ``ToolService``: the external tools (outside every process: they survive
+  crashes), reached through a ``BoundPort`` so the run's port faults fire at
+  ``tools.invoke``: a crash before the call (nothing happened), a lost ack
+  (it happened, the caller died), a lost reply (it happened, the caller
+  cannot tell). It remembers every call that reached it: what the reconciler
+  looks up and what ``unknown-never-replayed`` counts. An idempotent tool
+  deduplicates by its key; any other acts on every call.
+- ``Approvers``: a human deciding pending approvals (mostly approved) a while
+  after the agent asked.
+- ``Reconciler``: an operator resolving tool calls whose outcome is unknown,
+  from the tool's own history: ``CompletedWithResult`` with what the tool
+  did, else ``NeverHappened`` or ``SafeToRetry``.
+
+The approver and the reconciler work until the run ends (through the settle
+window): without them a suspended or unknown lane never settles.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from faults.events import OPTIONAL, ProbeEvent
+from faults.ports import BoundPort, PortStats
+from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE, AgentWorker, plan_of
+from model.ledger.records import COMPLETED_WITH_RESULT, NEVER_HAPPENED, SAFE_TO_RETRY, UnreadableSubmission
+from model.retry import error_name, is_retryable
+from scenarios.submissions import Submitters, Workers
+from sim.node import Node
+from sim.workload import Workload
+from sim.world import World
+
+TOOLS_PORT = "tools"
+# Calls one tool call id may receive: an idempotent one is retried under its
+# key, a few times at most; more is a runaway, not a workload.
+ARRIVALS_PER_CALL_MAX = 1_000
+PLAN_STEPS = (1, 4)  # steps per plan
+APPROVED_SHARE = 0.8
+JOINING_SHARE = 0.3  # requests that take the follow-ups sent while they run
+FOLLOW_UPS = (1, 3)  # follow-ups per such request
+
+
+class ToolInvoke(ProbeEvent):
+    """``tools.invoke``: one call that reached (or failed on the way to) the
+    tool service, as its ``BoundPort`` traces it."""
+
+    kind = "tools.invoke"
+    call: str
+    tool: str
+    key: str | None
+    result: Any = OPTIONAL
+    error: str = OPTIONAL
+    detail: str = OPTIONAL
+
+
+class ToolService:
+    """The external tools. Survive every process; only an idempotency key
+    deduplicates a call."""
+
+    def __init__(self) -> None:
+        self._arrivals: dict[str, int] = {}  # call id -> calls that reached the service
+        self._effects: dict[str, Any] = {}  # call id -> the result of the effect it had
+        self._by_key: dict[str, str] = {}  # idempotency key -> the call id whose effect it was
+        self.effects = 0
+
+    def bind(self, sender: str) -> "ToolClient":
+        return ToolClient(self, sender)
+
+    def effect(self, call_id: str) -> Any:
+        """What the call did (its result), or None: it never reached the tool."""
+        return self._effects.get(call_id)
+
+    def arrivals(self, call_id: str) -> int:
+        return self._arrivals.get(call_id, 0)
+
+    def calls(self) -> list[str]:
+        return sorted(self._arrivals)
+
+    def _invoke(self, sender: str, call_id: str, tool: str, args: Any, key: str | None) -> Any:
+        arrivals = self._arrivals.get(call_id, 0) + 1
+        assert arrivals <= ARRIVALS_PER_CALL_MAX, call_id
+        self._arrivals[call_id] = arrivals
+        if key is not None and key in self._by_key:
+            return self._effects[self._by_key[key]]
+        self.effects += 1
+        # Each effect's result is its own (a serial number): an effect done
+        # twice answers differently, as a sent e-mail's message id would.
+        result = {"tool": tool, "effect": self.effects, "by": sender, "args": args}
+        self._effects.setdefault(call_id, result)
+        if key is not None:
+            self._by_key[key] = call_id
+        return result
+
+
+class ToolClient:
+    def __init__(self, service: ToolService, sender: str) -> None:
+        self._service = service
+        self._sender = sender
+
+    async def invoke(self, call_id: str, tool: str, args: Any, idempotency_key: str | None) -> Any:
+        return self._service._invoke(self._sender, call_id, tool, args, idempotency_key)
+
+
+def _describe_invoke(args: tuple, kwargs: dict, result: Any) -> dict:
+    call, tool, _, key = (list(args) + [kwargs.get(k) for k in ("call_id", "tool", "args", "idempotency_key")][
+        len(args):])
+    fields = {ToolInvoke.call: call, ToolInvoke.tool: tool, ToolInvoke.key: key}
+    if result is not None:
+        fields[ToolInvoke.result] = result
+    return fields
+
+
+def bind_tools(world: World, node: Node, service: ToolService) -> Any:
+    """``service`` as ``node`` sees it: traced, under the run's port faults
+    (not counted as store calls: the tools are not a store)."""
+    return BoundPort(world, node, TOOLS_PORT, service.bind(node.name), world.plan, {"invoke": _describe_invoke},
+                     PortStats(), world.system.restart_delay_ms)
+
+
+class AgentSubmitters(Submitters):
+    """Requests with plans, each step kind present only where ``kinds`` has it."""
+
+    name = "agent-submitters"
+
+    def __init__(self, *, kinds: tuple[str, ...], follow_ups: bool, **settings: Any) -> None:
+        super().__init__(**settings)
+        assert MODEL in kinds and set(kinds) <= {MODEL, TOOL, TOOL_ONCE, APPROVAL, SUBAGENT}, kinds
+        self.kinds = kinds
+        self.follow_ups = follow_ups
+
+    def request(self, n: int) -> Any:
+        rng = self.world.streams.fork(f"workload/plan/{n}")
+        plan = [rng.choice(self.kinds) for _ in range(rng.between(*PLAN_STEPS))]
+        request = {"n": n, "plan": plan}
+        if self.follow_ups and rng.chance(JOINING_SHARE):
+            request["joins"] = True
+        return request
+
+    def admitted(self, client: Any, conversation_id: str, key: str, request: Any, admission: Any) -> None:
+        """A request that takes follow-ups gets some, sent right after it (the
+        outside world's queue: they survive the client's crashes): those
+        still queued when it runs join it, the others run alone."""
+        if not request.get("joins") or "followUp" in request:
+            return
+        rng = self.world.streams.fork(f"workload/follow-ups/{key}")
+        for i in range(1, rng.between(*FOLLOW_UPS) + 1):
+            self.pending.append((conversation_id, f"{key}/follow-up-{i}",
+                                 {"n": request["n"], "followUp": i, "plan": [MODEL]}))
+
+
+def child_plan(record: Any, index: int) -> list[str]:
+    """A subagent's plan: a model step, and a tool for every other parent."""
+    return [MODEL, TOOL] if record.input["n"] % 2 else [MODEL]
+
+
+class AgentWorkers(Workers):
+    name = "agent-workers"
+
+    def __init__(self, count: int, *, tools: ToolService, **settings: Any) -> None:
+        super().__init__(count, **settings)
+        self.tools = tools
+
+    def make_worker(self, node: Node, ports: Any, **settings: Any) -> AgentWorker:
+        return AgentWorker(ports.ledger, ports.log, node.label, tools=bind_tools(self.world, node, self.tools),
+                           child_plan=child_plan, **settings)
+
+
+class _Operator(Workload):
+    """A person at a console: scans the open work every ``poll_ms`` and acts
+    on what has waited for its delay (drawn per item). Works until the run
+    ends; a crash restarts the console, which scans again."""
+
+    name = "operator"
+    NODE = "operator"
+
+    def __init__(self, *, poll_ms: int, delay_ms: tuple[int, int]) -> None:
+        assert poll_ms > 0 and 0 <= delay_ms[0] <= delay_ms[1], (poll_ms, delay_ms)
+        self.poll_ms = poll_ms
+        self.delay_ms = delay_ms
+        self.acted = 0
+        self._first_seen: dict[str, int] = {}  # item -> when this console first saw it waiting
+
+    def setup(self, world: World) -> None:
+        self.world = world
+        world.add_node(self.NODE, self._start, role="client")
+
+    def _start(self, node: Node) -> None:
+        self.node = node
+        ports = self.world.system.ports_for(node)
+        self.world.runtime.spawn_on(node, self.NODE, self._loop(ports.ledger))
+
+    async def _loop(self, ledger: Any) -> None:
+        runtime = self.world.runtime
+        while True:  # the console's loop: it ends when its process dies
+            try:
+                waiting: list[str] = []
+                for record in await ledger.scan_nonterminal():
+                    if isinstance(record, UnreadableSubmission):
+                        continue
+                    for item in self.waiting(record):
+                        waiting.append(item[1])
+                        first = self._first_seen.setdefault(item[1], runtime.now_ms())
+                        delay_ms = self.world.streams.fork(f"workload/{self.name}/{item[1]}").between(*self.delay_ms)
+                        if runtime.now_ms() >= first + delay_ms:
+                            await self.act(ledger, record, *item)
+                            self.acted += 1
+                # Forget what no longer waits (bounded by the open work).
+                self._first_seen = {item: ms for item, ms in self._first_seen.items() if item in waiting}
+            except Exception as error:
+                if not is_retryable(error, reread=True):
+                    raise
+                self.world.probe_for(self.node).emit(f"{self.name}.retry", error=error_name(error))
+            await runtime.sleep_ms(self.poll_ms)
+
+    def waiting(self, record: Any) -> list[tuple[str, str]]:
+        """``(submission, item)`` pairs this operator acts on."""
+        raise NotImplementedError
+
+    async def act(self, ledger: Any, record: Any, submission_id: str, item: str) -> None:
+        raise NotImplementedError
+
+
+class Approvers(_Operator):
+    """Decides every pending approval, approved ``APPROVED_SHARE`` of the time."""
+
+    name = "approvers"
+    NODE = "approver"
+
+    def metrics(self) -> dict[str, Any]:
+        return {"approvals_decided": self.acted}
+
+    def waiting(self, record: Any) -> list[tuple[str, str]]:
+        approvals = record.approvals or {}
+        return [(record.submission_id, call) for call, decision in sorted(approvals.items()) if decision is None]
+
+    async def act(self, ledger: Any, record: Any, submission_id: str, call: str) -> None:
+        rng = self.world.streams.fork(f"workload/decision/{call}")
+        decision = "approved" if rng.chance(APPROVED_SHARE) else "rejected"
+        await ledger.decide_approval(submission_id, call, decision, "approver",
+                                     "looks right" if decision == "approved" else "not now", self.world.runtime.now_ms())
+
+
+class Reconciler(_Operator):
+    """Resolves unknown tool calls from the tool service's own history."""
+
+    name = "reconciler"
+    NODE = "reconciler"
+
+    def __init__(self, *, tools: ToolService, **settings: Any) -> None:
+        super().__init__(**settings)
+        self.tools = tools
+
+    def metrics(self) -> dict[str, Any]:
+        return {"unknown_resolved": self.acted}
+
+    def waiting(self, record: Any) -> list[tuple[str, str]]:
+        calls = record.unknown_calls or {}
+        return [(record.submission_id, call) for call, resolution in sorted(calls.items()) if resolution is None]
+
+    async def act(self, ledger: Any, record: Any, submission_id: str, call: str) -> None:
+        effect = self.tools.effect(call)
+        now_ms = self.world.runtime.now_ms()
+        if effect is not None:
+            await ledger.resolve_unknown(submission_id, call, COMPLETED_WITH_RESULT, "reconciler", effect, now_ms)
+        else:
+            rng = self.world.streams.fork(f"workload/resolution/{call}")
+            resolution = NEVER_HAPPENED if rng.chance(0.5) else SAFE_TO_RETRY
+            await ledger.resolve_unknown(submission_id, call, resolution, "reconciler", None, now_ms)
+
+
+__all__ = ["AgentSubmitters", "AgentWorkers", "Approvers", "Reconciler", "ToolService", "ToolInvoke", "bind_tools",
+           "plan_of"]

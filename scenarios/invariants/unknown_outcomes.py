@@ -1,0 +1,129 @@
+"""``unknown-never-replayed``: a tool call whose outcome is unknown is never
+called again on a guess; each call reaches a non-idempotent tool at most once.
+
+The tool service's own history (``scenarios.agents.ToolService``) is the
+witness, not the agent's log. Online, at every call that reaches the tools:
+
+- a non-idempotent call id reaches the tool at most once (a second arrival
+  is an in-doubt call replayed blindly);
+- the next attempt of a step (``{step}.{k+1}``) is called only after attempt
+  ``k`` was resolved ``NeverHappened`` or ``SafeToRetry`` in the ledger, and
+  attempt ``k`` indeed never reached the tool;
+- a ``CompletedWithResult`` resolution names a call that did happen;
+- a ``tool-settled`` record holds exactly the result the tool gave that call.
+
+Audit: per step, at most one effect of a non-idempotent tool over all its
+attempts. Memory: the unresolved calls of open submissions, and the
+resolutions of those not yet settled.
+"""
+from __future__ import annotations
+
+from faults.events import ERROR, LedgerFinalizeSettlement, LedgerMarkUnknown, LedgerRequestAbort, LedgerResolveUnknown, LogAppend
+from model.agent import TOOL_CALL_FAMILY, TOOL_SETTLED
+from model.canonical import digest
+from scenarios.agents import ToolInvoke, ToolService
+from sim.invariants import Checker
+
+RETRY_RESOLUTIONS = ("NeverHappened", "SafeToRetry")
+
+
+def _step_and_attempt(call: str) -> tuple[str, int]:
+    step, _, attempt = call.rpartition(".")
+    return step, int(attempt)
+
+
+def _submission_of(call: str) -> str:
+    return call.rpartition("/s")[0]
+
+
+class UnknownNeverReplayed(Checker):
+    name = "unknown-never-replayed"
+    kinds = (ToolInvoke.kind, LedgerMarkUnknown.kind, LedgerResolveUnknown.kind, LedgerRequestAbort.kind,
+             LedgerFinalizeSettlement.kind, LogAppend.kind)
+
+    def __init__(self, tools: ToolService) -> None:
+        super().__init__()
+        self.tools = tools
+        self._open: dict[str, set[str]] = {}  # submission -> its unknown calls not yet resolved
+        self._resolved: dict[str, str] = {}  # call -> its resolution (open submissions only)
+        self.unknown_marked = 0
+        self.tool_unknown_resolved = 0
+        self.aborted_unknown = 0
+
+    def metrics(self) -> dict:
+        return {"tool_unknown_marked": self.unknown_marked, "tool_unknown_resolved": self.tool_unknown_resolved,
+                "aborted_unknown": self.aborted_unknown}
+
+    def on_event(self, event: tuple) -> None:
+        kind = event[3]
+        fields = event[4]
+        if kind == ToolInvoke.kind:
+            self._on_invoke(fields)
+            return
+        if ERROR in fields:
+            return
+        if kind == LedgerMarkUnknown.kind:
+            if not fields[LedgerMarkUnknown.replayed]:
+                self.unknown_marked += 1
+                self._open.setdefault(fields[LedgerMarkUnknown.submission], set()).add(fields[LedgerMarkUnknown.call])
+        elif kind == LedgerResolveUnknown.kind:
+            if fields[LedgerResolveUnknown.replayed]:
+                return
+            self.checks += 1
+            call, resolution = fields[LedgerResolveUnknown.call], fields[LedgerResolveUnknown.resolution]
+            submission = fields[LedgerResolveUnknown.submission]
+            self._open.get(submission, set()).discard(call)
+            self._resolved[call] = resolution
+            self.tool_unknown_resolved += 1
+            happened = self.tools.effect(call) is not None
+            if resolution == "CompletedWithResult" and not happened:
+                self.fail(f"{call}: resolved CompletedWithResult, but it never reached the tool", (call,))
+        elif kind == LedgerRequestAbort.kind:
+            if not fields[LedgerRequestAbort.replayed] and self._open.get(fields[LedgerRequestAbort.submission]):
+                self.aborted_unknown += 1
+        elif kind == LedgerFinalizeSettlement.kind:
+            submission = fields[LedgerFinalizeSettlement.submission]
+            self._open.pop(submission, None)
+            for call in [call for call in self._resolved if _submission_of(call) == submission]:
+                del self._resolved[call]
+        elif not fields.get(LogAppend.replayed):
+            for envelope in fields[LogAppend.envelopes]:
+                if envelope["family"] != TOOL_CALL_FAMILY or envelope["payload"]["phase"] != TOOL_SETTLED:
+                    continue
+                self.checks += 1
+                payload = envelope["payload"]
+                call = payload["call"]
+                effect = self.tools.effect(call)
+                if effect is None or digest(effect) != digest(payload["output"]["result"]):
+                    self.fail(f"{call}: the log settled it with a result the tool never gave it", (call,))
+
+    def _on_invoke(self, fields: dict) -> None:
+        call = fields[ToolInvoke.call]
+        arrivals = self.tools.arrivals(call)
+        if arrivals == 0:
+            return  # it never reached the tool (a crash before the call, a refusal)
+        self.checks += 1
+        if fields[ToolInvoke.key] is None and arrivals > 1:
+            self.fail(f"{call}: a non-idempotent call reached the tool {arrivals} times (its outcome was in "
+                      f"doubt and it was called again)", (call,))
+        step, attempt = _step_and_attempt(call)
+        if attempt and arrivals == 1:
+            previous = f"{step}.{attempt - 1}"
+            resolution = self._resolved.get(previous)
+            if resolution not in RETRY_RESOLUTIONS:
+                self.fail(f"{call}: called again although {previous} was resolved {resolution!r} (only "
+                          f"NeverHappened or SafeToRetry permit another call)", (call,))
+            elif self.tools.effect(previous) is not None:
+                self.fail(f"{previous}: resolved {resolution}, yet it had reached the tool: {call} repeats it",
+                          (call,))
+
+    def audit(self, view) -> None:
+        effects: dict[str, int] = {}
+        for call in self.tools.calls():
+            self.checks += 1
+            step, _ = _step_and_attempt(call)
+            if self.tools.effect(call) is not None:
+                effects[step] = effects.get(step, 0) + 1
+        for step, count in sorted(effects.items()):
+            if count > 1:
+                self.fail(f"{step}: the tool acted {count} times for one step", (step,))
