@@ -5,22 +5,14 @@ from __future__ import annotations
 
 from faults.kinds import OVERTAKING_COMMIT
 from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE
-from model.conversation.records import PAGE_SIZE_MAX
 from model.failpoints import AGENT_CRASH_POINTS
-from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
 from scenarios import api as inv
 from scenarios.agents import AgentSubmitters, AgentWorkers, Approvers, Reconciler, ToolService
-from scenarios.api import (ACK_LOST, BOUNDARY_DELAY, CORRUPT_ROW, CRASH_BEFORE_CALL, FAILPOINT_CRASH, HOUR, LATENCY,
-                           MINUTE, NODE_KILL, NODE_PAUSE, REPLY_LOST, SECOND, SEQUENCE_GAP, SHORT_PAGE,
-                           SUBMISSION_CRASH_POINTS, TRANSIENT_ERROR, WRITE_CONTENTION, Knob, NodeKills, NodePauses,
-                           Param, PortFaults, Run, Stack, SwarmSpace, System, fault_intensity_knob, scenario, work)
+from scenarios.api import (FAILPOINT_CRASH, HOUR, MINUTE, SECOND, SUBMISSION_CRASH_POINTS, NodeKills, NodePauses, Param,
+                           PortFaults, Run, Stack, SwarmSpace, System, scenario, work)
 from scenarios.invariants import ApprovalPrecedesEffect, ChildBeforeParent, JoinedSettlesOnce, UnknownNeverReplayed
+from scenarios.ledger_storm import FAULT_KINDS, KNOBS, OVERTAKE_RATE, RATES, RESTART_MS
 
-RATES = {CRASH_BEFORE_CALL: 2e-4, ACK_LOST: 2e-4, FAILPOINT_CRASH: 2e-3, SHORT_PAGE: 0.05, SEQUENCE_GAP: 0.05,
-         CORRUPT_ROW: 0.05, TRANSIENT_ERROR: 2e-4, WRITE_CONTENTION: 1e-4, LATENCY: 1e-4, REPLY_LOST: 2e-4,
-         BOUNDARY_DELAY: 1e-4}
-OVERTAKE_RATE = 1e-3
-RESTART_MS = (1 * SECOND, 30 * SECOND)
 CRASH_POINTS = SUBMISSION_CRASH_POINTS + AGENT_CRASH_POINTS
 ABORTS, FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS = (
     "client-aborts", "failing-work", "tools", "approvals", "subagents", "follow-ups")
@@ -30,17 +22,8 @@ ABORTS, FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS = (
 RARE_SITES = ("tools.invoke", "ledger.mark_unknown", "ledger.resolve_unknown", "ledger.suspend",
               "ledger.decide_approval", "ledger.reserve_child", "ledger.attach_child", "ledger.release_child",
               "ledger.begin_join", "ledger.mark_joined")
-SWARM = SwarmSpace(
-    fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, NODE_PAUSE, SHORT_PAGE, SEQUENCE_GAP,
-                 CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST, BOUNDARY_DELAY),
-    failpoints=CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
-    workload=(ABORTS, FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS),
-    knobs=(Knob("lease_ms", 20 * SECOND, 5 * SECOND, 60 * SECOND, "claim lease"),
-           Knob("busy_timeout_ms", BUSY_MS, 100, 10_000, "SQLite busy timeout"),
-           Knob("workers", 3, 1, 8, "worker processes"),
-           Knob("recovery_page_size", PAGE_SIZE_MAX, 8, PAGE_SIZE_MAX, "recovery read page (records)",
-                values=(8, 16, 32, 64, 128, 256, 512, PAGE_SIZE_MAX)),
-           fault_intensity_knob(values=(1, 1, 3, 10))))
+SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
+                   workload=(ABORTS, FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS), knobs=KNOBS)
 SOMETIMES = ("settled", "stale_writes_fenced", "worker_crashes", "tool_unknown_resolved", "approval_resumed",
              "child_woke_parent", "join_settled", "aborted_queued", "aborted_running", "aborted_suspended", "aborted_unknown")
 

@@ -23,18 +23,19 @@ RESTART_MS = (1 * SECOND, 30 * SECOND)
 ABORTS, FAILING_WORK, CHECKPOINTS = "client-aborts", "failing-work", "recovery-checkpoints"
 # Checkpoint calls happen only in recoveries: their port faults fire 50x as often.
 RARE_SITES = ("checkpoints.save", "checkpoints.load_latest", "log.digest_at")
-SWARM = SwarmSpace(
-    fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, NODE_PAUSE, SHORT_PAGE, SEQUENCE_GAP,
-                 CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST, BOUNDARY_DELAY),
-    failpoints=SUBMISSION_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
-    workload=(ABORTS, FAILING_WORK, CHECKPOINTS),
-    knobs=(Knob("lease_ms", 20 * SECOND, 5 * SECOND, 60 * SECOND, "claim lease"),
-           Knob("busy_timeout_ms", BUSY_MS, 100, 10_000, "SQLite busy timeout"),
-           Knob("workers", 3, 1, 8, "worker processes"),
-           # Short logs paginate only with small pages, page boundaries and all.
-           Knob("recovery_page_size", PAGE_SIZE_MAX, 8, PAGE_SIZE_MAX, "recovery read page (records)",
-                values=(8, 16, 32, 64, 128, 256, 512, PAGE_SIZE_MAX)),
-           fault_intensity_knob(values=(1, 1, 3, 10))))
+# The fault kinds and knobs of a scenario of submission workers (shared with
+# agent-conversations).
+FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, NODE_PAUSE, SHORT_PAGE, SEQUENCE_GAP,
+               CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST, BOUNDARY_DELAY)
+KNOBS = (Knob("lease_ms", 20 * SECOND, 5 * SECOND, 60 * SECOND, "claim lease"),
+         Knob("busy_timeout_ms", BUSY_MS, 100, 10_000, "SQLite busy timeout"),
+         Knob("workers", 3, 1, 8, "worker processes"),
+         # Short logs paginate only with small pages, page boundaries and all.
+         Knob("recovery_page_size", PAGE_SIZE_MAX, 8, PAGE_SIZE_MAX, "recovery read page (records)",
+              values=(8, 16, 32, 64, 128, 256, 512, PAGE_SIZE_MAX)),
+         fault_intensity_knob(values=(1, 1, 3, 10)))
+SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=SUBMISSION_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
+                   workload=(ABORTS, FAILING_WORK, CHECKPOINTS), knobs=KNOBS)
 SOMETIMES = ("stale_writes_fenced", "damaged_reads_caught", "worker_crashes", "settled", "recoveries_from_checkpoint",
              "aborted_queued", "aborted_running")
 
