@@ -736,6 +736,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if prepared is not None and idempotent:\n", AC,
         ci_seed=4, ci_duration="1h"),
     Mutant(
+        "agent-tool-call-without-deadline",
+        "The tool is called without the deadline its preparation recorded: a paused owner's call lands after the "
+        "reconciler, waiting out that deadline, resolved it as never happened (and a new attempt acts again).",
+        "model.agent",
+        "            result = await self.tools.invoke(call, tool, args, call if idempotent else None, deadline_ms)\n",
+        "            result = await self.tools.invoke(call, tool, args, call if idempotent else None)\n", AC,
+        ci_seed=1, ci_duration="1h"),
+    Mutant(
         "agent-approval-decision-unlogged",
         "The resumed attempt acts on the ledger's approval decision without appending it to the log first.",
         "model.agent",

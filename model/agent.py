@@ -40,6 +40,7 @@ from model.failpoints import (APPROVAL_DECIDED_BEFORE_EFFECT, CHILD_SETTLED_BEFO
 from model.ledger.records import ABORTED, COMPLETED_WITH_RESULT, ParentLink, UnreadableSubmission
 from model.retry import error_name
 from model.canonical import digest
+from model.conversation.records import BatchRecord
 from model.ledger.rules import joined_record
 from model.lifecycle import INPUT_FAMILY, input_batch_id, input_entry, settled_entry
 from model.submissions import PARKED, ProcessOutcome, SubmissionWorker
@@ -58,6 +59,10 @@ AGENT_PRINCIPAL = "agent"
 # A step's attempts at a tool: each NeverHappened/SafeToRetry resolution
 # opens one more. A reconciler that says "retry" forever is a runaway.
 TOOL_ATTEMPTS_MAX = 64
+# How long after its preparation a tool call may still land: past it the
+# tool refuses it (a reconciler waits this out before it says the call never
+# happened).
+TOOL_DEADLINE_MS = 30_000
 
 
 JOIN_LIMIT = 4  # follow-ups one run takes at a time
@@ -103,14 +108,17 @@ class AgentWorker(SubmissionWorker):
     """A submission worker whose steps follow the request's plan.
 
     ``tools``: the process's binding of the tool service (``invoke(call_id,
-    tool, args, idempotency_key)`` -> result); ``child_plan(record, index)``:
-    the plan of the subagent step ``index`` of ``record`` starts."""
+    tool, args, idempotency_key, deadline_ms)`` -> result, refusing a call
+    that arrives after its deadline); ``child_plan(record, index)``: the plan
+    of the subagent step ``index`` of ``record`` starts."""
 
     def __init__(self, *args: Any, tools: Any, child_plan: Callable[[Any, int], list],
-                 **kwargs: Any) -> None:
+                 tool_deadline_ms: int = TOOL_DEADLINE_MS, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        assert tool_deadline_ms > 0, tool_deadline_ms
         self.tools = tools
         self.child_plan = child_plan
+        self.tool_deadline_ms = tool_deadline_ms
 
     def step_count(self, record: Any) -> int:
         return len(plan_of(record))
@@ -223,15 +231,22 @@ class AgentWorker(SubmissionWorker):
         sid = record.submission_id
         tool = "search" if idempotent else "send-email"
         args = {"submission": sid, "step": index}
+        # The call's deadline is durable before the call: past it the tool
+        # refuses the call, so a reconciler that waits it out knows a call
+        # still in flight (a paused owner's) can no longer land.
+        deadline_ms = self.now_ms() + self.tool_deadline_ms
         if not prepared:
-            await self._append_once(conversation_id, claim, f"tool-{TOOL_PREPARED}:{call}", [
-                _tool_record(TOOL_PREPARED, sid, call, tool=tool, args=args, idempotent=idempotent)])
+            where = await self._append_once(conversation_id, claim, f"tool-{TOOL_PREPARED}:{call}", [
+                _tool_record(TOOL_PREPARED, sid, call, tool=tool, args=args, idempotent=idempotent,
+                             deadlineMs=deadline_ms)])
+            if isinstance(where, BatchRecord) and not idempotent:
+                return await self._unknown(claim, call)  # another's preparation, with its own deadline
         self.failpoints.hit(TOOL_PREPARED_BEFORE_SETTLED)
         if self.step_delay is not None:
             await self.ledger.renew_ownership(claim, self.lease_ms, self.now_ms())
             await self.step_delay(sid, index)
         try:
-            result = await self.tools.invoke(call, tool, args, call if idempotent else None)
+            result = await self.tools.invoke(call, tool, args, call if idempotent else None, deadline_ms)
         except Exception:
             if idempotent:
                 raise  # a retry under the same key is safe: the caller's loop tries again

@@ -14,6 +14,9 @@ from scenarios.invariants import ApprovalPrecedesEffect, ChildBeforeParent, Join
 from scenarios.ledger_storm import FAULT_KINDS, KNOBS, OVERTAKE_RATE, RATES, RESTART_MS
 
 CRASH_POINTS = SUBMISSION_CRASH_POINTS + AGENT_CRASH_POINTS
+# Tool calls slow on their way (a congested network, a paused sender): some
+# land after their owner's lease ran out, some after their deadline (refused).
+SLOW_TOOL_SHARE, SLOW_TOOL_MS = 0.05, (1 * SECOND, 90 * SECOND)
 ABORTS, FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS = (
     "client-aborts", "failing-work", "tools", "approvals", "subagents", "follow-ups")
 # The calls an agent makes once per step that waits for the world are rare
@@ -25,7 +28,8 @@ RARE_SITES = ("tools.invoke", "ledger.mark_unknown", "ledger.resolve_unknown", "
 SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
                    workload=(ABORTS, FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS), knobs=KNOBS)
 SOMETIMES = ("settled", "stale_writes_fenced", "worker_crashes", "tool_unknown_resolved", "approval_resumed",
-             "child_woke_parent", "join_settled", "aborted_queued", "aborted_running", "aborted_suspended", "aborted_unknown")
+             "child_woke_parent", "join_settled", "aborted_queued", "aborted_running", "aborted_suspended", "aborted_unknown",
+             "tool_calls_refused_late")
 
 
 @scenario("agent-conversations", "agents whose steps wait for the world: unknown tool outcomes, approvals, "
@@ -34,7 +38,7 @@ SOMETIMES = ("settled", "stale_writes_fenced", "worker_crashes", "tool_unknown_r
                   Param("conversation_lifetime_ms", HOUR, "a conversation's lifetime (ms)", MINUTE, 30 * 24 * HOUR)))
 def agent_conversations(run: Run) -> Stack:
     lease_ms = run.knob("lease_ms")
-    tools = ToolService()
+    tools = ToolService(slow_share=SLOW_TOOL_SHARE, slow_ms=SLOW_TOOL_MS)
     kinds = (MODEL, *((TOOL, TOOL_ONCE) if run.does(TOOLS) else ()), *((APPROVAL,) if run.does(APPROVALS) else ()),
              *((SUBAGENT,) if run.does(SUBAGENTS) else ()))
     workers = AgentWorkers(run.knob("workers"), tools=tools, lease_ms=lease_ms, poll_ms=2 * SECOND,
@@ -49,7 +53,7 @@ def agent_conversations(run: Run) -> Stack:
                             conversation_lifetime_ms=run.param("conversation_lifetime_ms"), retry_ms=2 * SECOND,
                             abort_every=13 if run.does(ABORTS) else 0, abort_late_ms=(200, 90 * SECOND)),
             Approvers(poll_ms=3 * SECOND, delay_ms=(0, 2 * MINUTE)),
-            Reconciler(tools=tools, poll_ms=5 * SECOND, delay_ms=(0, 3 * MINUTE)),
+            Reconciler(tools=tools, poll_ms=5 * SECOND, delay_ms=(0, MINUTE)),
             NodeKills(workers.names, every_ms=(10 * MINUTE, 3 * HOUR), restart_ms=RESTART_MS),
             NodePauses(workers.names, every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
                        pause_ms=((lease_ms + SECOND, lease_ms + 8 * SECOND), (lease_ms + SECOND, 4 * lease_ms))),

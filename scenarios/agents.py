@@ -15,7 +15,10 @@ model steps, tools (idempotent or not), approvals, subagents.
   after the agent asked.
 - ``Reconciler``: an operator resolving tool calls whose outcome is unknown,
   from the tool's own history: ``CompletedWithResult`` with what the tool
-  did, else ``NeverHappened`` or ``SafeToRetry``.
+  did, else, once the call's deadline (in its ``tool-prepared`` record) has
+  passed and the tool refuses it, ``NeverHappened`` or ``SafeToRetry``. A
+  call delayed on its way (a paused owner's) lands before its deadline or
+  never.
 
 The approver and the reconciler work until the run ends (through the settle
 window): without them a suspended or unknown lane never settles.
@@ -26,7 +29,7 @@ from typing import Any
 
 from faults.events import OPTIONAL, ProbeEvent
 from faults.ports import BoundPort, PortStats
-from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE, AgentWorker, plan_of
+from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE, TOOL_PREPARED, AgentWorker, plan_of
 from model.ledger.records import COMPLETED_WITH_RESULT, NEVER_HAPPENED, SAFE_TO_RETRY, UnreadableSubmission
 from model.retry import error_name, is_retryable
 from scenarios.submissions import Submitters, Workers
@@ -52,23 +55,57 @@ class ToolInvoke(ProbeEvent):
     call: str
     tool: str
     key: str | None
+    deadline_ms: int = OPTIONAL
     result: Any = OPTIONAL
     error: str = OPTIONAL
     detail: str = OPTIONAL
 
 
+class ToolDeadlineExceeded(Exception):
+    """The call arrived after its deadline: refused, no effect. Retryable
+    (an idempotent call tries again under its key with a new deadline)."""
+
+    retryable = True
+
+    def __init__(self, call_id: str, deadline_ms: int, arrived_ms: int) -> None:
+        super().__init__(f"{call_id!r} arrived at {arrived_ms} ms, after its deadline {deadline_ms} ms")
+        self.call_id = call_id
+        self.deadline_ms = deadline_ms
+        self.arrived_ms = arrived_ms
+
+
 class ToolService:
     """The external tools. Survive every process; only an idempotency key
-    deduplicates a call."""
+    deduplicates a call; a call that arrives after its deadline is refused
+    (as a payment API refuses an expired request)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, slow_share: float = 0.0, slow_ms: tuple[int, int] = (0, 0)) -> None:
+        assert 0.0 <= slow_share <= 1.0 and 0 <= slow_ms[0] <= slow_ms[1], (slow_share, slow_ms)
+        self.slow_share = slow_share  # calls that take ``slow_ms`` on their way to the tool
+        self.slow_ms = slow_ms
         self._arrivals: dict[str, int] = {}  # call id -> calls that reached the service
+        self._sent: dict[str, int] = {}  # call id -> calls sent (arrived, refused, or still on the way)
         self._effects: dict[str, Any] = {}  # call id -> the result of the effect it had
         self._by_key: dict[str, str] = {}  # idempotency key -> the call id whose effect it was
         self.effects = 0
+        self.refused_late = 0
+        self.slow_calls = 0
 
-    def bind(self, sender: str) -> "ToolClient":
-        return ToolClient(self, sender)
+    def bind(self, sender: str, world: World) -> "ToolClient":
+        return ToolClient(self, sender, world)
+
+    def transit_ms(self, world: World, call_id: str) -> int:
+        """How long this sending of ``call_id`` takes to reach the tool (from
+        a stream of its own: the same whatever else the run drew)."""
+        sent = self._sent.get(call_id, 0) + 1
+        self._sent[call_id] = sent
+        if not self.slow_share:
+            return 0
+        rng = world.streams.fork(f"workload/tool-transit/{call_id}/{sent}")
+        if not rng.chance(self.slow_share):
+            return 0
+        self.slow_calls += 1
+        return rng.between(*self.slow_ms)
 
     def effect(self, call_id: str) -> Any:
         """What the call did (its result), or None: it never reached the tool."""
@@ -80,7 +117,11 @@ class ToolService:
     def calls(self) -> list[str]:
         return sorted(self._arrivals)
 
-    def _invoke(self, sender: str, call_id: str, tool: str, args: Any, key: str | None) -> Any:
+    def _invoke(self, sender: str, call_id: str, tool: str, args: Any, key: str | None, deadline_ms: int | None,
+                now_ms: int) -> Any:
+        if deadline_ms is not None and now_ms > deadline_ms:
+            self.refused_late += 1
+            raise ToolDeadlineExceeded(call_id, deadline_ms, now_ms)
         arrivals = self._arrivals.get(call_id, 0) + 1
         assert arrivals <= ARRIVALS_PER_CALL_MAX, call_id
         self._arrivals[call_id] = arrivals
@@ -97,18 +138,31 @@ class ToolService:
 
 
 class ToolClient:
-    def __init__(self, service: ToolService, sender: str) -> None:
+    """One process's way to the tools: a call may be slow on its way (it
+    lands late, or, past its deadline, is refused); a crash of the sender
+    while it is on the way loses it."""
+
+    def __init__(self, service: ToolService, sender: str, world: World) -> None:
         self._service = service
         self._sender = sender
+        self._world = world
 
-    async def invoke(self, call_id: str, tool: str, args: Any, idempotency_key: str | None) -> Any:
-        return self._service._invoke(self._sender, call_id, tool, args, idempotency_key)
+    async def invoke(self, call_id: str, tool: str, args: Any, idempotency_key: str | None,
+                     deadline_ms: int | None = None) -> Any:
+        runtime = self._world.runtime
+        transit_ms = self._service.transit_ms(self._world, call_id)
+        if transit_ms:
+            await runtime.sleep_ms(transit_ms)
+        return self._service._invoke(self._sender, call_id, tool, args, idempotency_key, deadline_ms,
+                                     runtime.now_ms())
 
 
 def _describe_invoke(args: tuple, kwargs: dict, result: Any) -> dict:
-    call, tool, _, key = (list(args) + [kwargs.get(k) for k in ("call_id", "tool", "args", "idempotency_key")][
-        len(args):])
+    names = ("call_id", "tool", "args", "idempotency_key", "deadline_ms")
+    call, tool, _, key, deadline_ms = (list(args) + [kwargs.get(k) for k in names][len(args):])
     fields = {ToolInvoke.call: call, ToolInvoke.tool: tool, ToolInvoke.key: key}
+    if deadline_ms is not None:
+        fields[ToolInvoke.deadline_ms] = deadline_ms
     if result is not None:
         fields[ToolInvoke.result] = result
     return fields
@@ -117,7 +171,7 @@ def _describe_invoke(args: tuple, kwargs: dict, result: Any) -> dict:
 def bind_tools(world: World, node: Node, service: ToolService) -> Any:
     """``service`` as ``node`` sees it: traced, under the run's port faults
     (not counted as store calls: the tools are not a store)."""
-    return BoundPort(world, node, TOOLS_PORT, service.bind(node.name), world.plan, {"invoke": _describe_invoke},
+    return BoundPort(world, node, TOOLS_PORT, service.bind(node.name, world), world.plan, {"invoke": _describe_invoke},
                      PortStats(), world.system.restart_delay_ms)
 
 
@@ -164,6 +218,10 @@ class AgentWorkers(Workers):
         super().__init__(count, **settings)
         self.tools = tools
 
+    def metrics(self) -> dict[str, Any]:
+        return {**super().metrics(), "tool_calls_slow": self.tools.slow_calls,
+                "tool_calls_refused_late": self.tools.refused_late}
+
     def make_worker(self, node: Node, ports: Any, **settings: Any) -> AgentWorker:
         return AgentWorker(ports.ledger, ports.log, node.label, tools=bind_tools(self.world, node, self.tools),
                            child_plan=child_plan, **settings)
@@ -190,8 +248,8 @@ class _Operator(Workload):
 
     def _start(self, node: Node) -> None:
         self.node = node
-        ports = self.world.system.ports_for(node)
-        self.world.runtime.spawn_on(node, self.NODE, self._loop(ports.ledger))
+        self.ports = self.world.system.ports_for(node)
+        self.world.runtime.spawn_on(node, self.NODE, self._loop(self.ports.ledger))
 
     async def _loop(self, ledger: Any) -> None:
         runtime = self.world.runtime
@@ -205,8 +263,7 @@ class _Operator(Workload):
                         waiting.append(item[1])
                         first = self._first_seen.setdefault(item[1], runtime.now_ms())
                         delay_ms = self.world.streams.fork(f"workload/{self.name}/{item[1]}").between(*self.delay_ms)
-                        if runtime.now_ms() >= first + delay_ms:
-                            await self.act(ledger, record, *item)
+                        if runtime.now_ms() >= first + delay_ms and await self.act(ledger, record, *item):
                             self.acted += 1
                 # Forget what no longer waits (bounded by the open work).
                 self._first_seen = {item: ms for item, ms in self._first_seen.items() if item in waiting}
@@ -220,7 +277,8 @@ class _Operator(Workload):
         """``(submission, item)`` pairs this operator acts on."""
         raise NotImplementedError
 
-    async def act(self, ledger: Any, record: Any, submission_id: str, item: str) -> None:
+    async def act(self, ledger: Any, record: Any, submission_id: str, item: str) -> bool:
+        """Act on ``item`` if it is time: whether it did."""
         raise NotImplementedError
 
 
@@ -237,11 +295,12 @@ class Approvers(_Operator):
         approvals = record.approvals or {}
         return [(record.submission_id, call) for call, decision in sorted(approvals.items()) if decision is None]
 
-    async def act(self, ledger: Any, record: Any, submission_id: str, call: str) -> None:
+    async def act(self, ledger: Any, record: Any, submission_id: str, call: str) -> bool:
         rng = self.world.streams.fork(f"workload/decision/{call}")
         decision = "approved" if rng.chance(APPROVED_SHARE) else "rejected"
         await ledger.decide_approval(submission_id, call, decision, "approver",
                                      "looks right" if decision == "approved" else "not now", self.world.runtime.now_ms())
+        return True
 
 
 class Reconciler(_Operator):
@@ -261,16 +320,26 @@ class Reconciler(_Operator):
         calls = record.unknown_calls or {}
         return [(record.submission_id, call) for call, resolution in sorted(calls.items()) if resolution is None]
 
-    async def act(self, ledger: Any, record: Any, submission_id: str, call: str) -> None:
-        effect = self.tools.effect(call)
+    async def act(self, ledger: Any, record: Any, submission_id: str, call: str) -> bool:
         now_ms = self.world.runtime.now_ms()
+        effect = self.tools.effect(call)
         if effect is not None:
             await ledger.resolve_unknown(submission_id, call, COMPLETED_WITH_RESULT, "reconciler", effect, now_ms)
-        else:
-            rng = self.world.streams.fork(f"workload/resolution/{call}")
-            resolution = NEVER_HAPPENED if rng.chance(0.5) else SAFE_TO_RETRY
-            await ledger.resolve_unknown(submission_id, call, resolution, "reconciler", None, now_ms)
+            return True
+        # No effect yet; a call still in flight may land until its deadline,
+        # which the agent made durable with the call's preparation.
+        prepared = await self.ports.log.lookup_batch(record.conversation_id, f"tool-{TOOL_PREPARED}:{call}")
+        if prepared is None:
+            return False  # the log does not show it yet (a short read): look again later
+        (entry,) = await self.ports.log.read(record.conversation_id, prepared.first_seq - 1, 1)
+        deadline_ms = entry.envelope.payload.get("deadlineMs")
+        if deadline_ms is not None and now_ms <= deadline_ms:
+            return False
+        rng = self.world.streams.fork(f"workload/resolution/{call}")
+        resolution = NEVER_HAPPENED if rng.chance(0.5) else SAFE_TO_RETRY
+        await ledger.resolve_unknown(submission_id, call, resolution, "reconciler", None, now_ms)
+        return True
 
 
-__all__ = ["AgentSubmitters", "AgentWorkers", "Approvers", "Reconciler", "ToolService", "ToolInvoke", "bind_tools",
-           "plan_of"]
+__all__ = ["AgentSubmitters", "AgentWorkers", "Approvers", "Reconciler", "ToolDeadlineExceeded", "ToolService",
+           "ToolInvoke", "bind_tools", "plan_of"]

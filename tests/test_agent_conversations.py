@@ -60,16 +60,26 @@ def test_memory_and_sqlite_are_the_same_history():
 class TestToolService:
     def test_an_idempotent_call_acts_once_per_key(self):
         tools = ToolService()
-        first = tools._invoke("w1", "c.0", "search", {"q": 1}, "c.0")
-        again = tools._invoke("w2", "c.0", "search", {"q": 1}, "c.0")
+        first = tools._invoke("w1", "c.0", "search", {"q": 1}, "c.0", None, 0)
+        again = tools._invoke("w2", "c.0", "search", {"q": 1}, "c.0", None, 0)
         assert first == again and tools.effects == 1 and tools.arrivals("c.0") == 2
 
     def test_a_non_idempotent_call_acts_every_time_and_remembers_the_first(self):
         tools = ToolService()
-        first = tools._invoke("w1", "c.0", "send", {}, None)
-        second = tools._invoke("w1", "c.0", "send", {}, None)
+        first = tools._invoke("w1", "c.0", "send", {}, None, None, 0)
+        second = tools._invoke("w1", "c.0", "send", {}, None, None, 0)
         assert first != second and tools.effects == 2
         assert tools.effect("c.0") == first and tools.effect("c.1") is None
+
+
+    def test_a_call_that_arrives_after_its_deadline_is_refused_without_effect(self):
+        from scenarios.agents import ToolDeadlineExceeded
+
+        tools = ToolService()
+        with pytest.raises(ToolDeadlineExceeded):
+            tools._invoke("w1", "c.0", "send", {}, None, 1_000, 1_001)
+        assert tools.effect("c.0") is None and tools.arrivals("c.0") == 0 and tools.refused_late == 1
+        assert tools._invoke("w1", "c.1", "send", {}, None, 1_000, 1_000) == tools.effect("c.1")
 
 
 def test_the_plans_are_drawn_from_their_own_streams():

@@ -9,7 +9,8 @@ witness, not the agent's log. Online, at every call that reaches the tools:
 - the next attempt of a step (``{step}.{k+1}``) is called only after attempt
   ``k`` was resolved ``NeverHappened`` or ``SafeToRetry`` in the ledger, and
   attempt ``k`` indeed never reached the tool;
-- a ``CompletedWithResult`` resolution names a call that did happen;
+- a ``CompletedWithResult`` resolution names a call that did happen, and
+  a call resolved ``NeverHappened`` or ``SafeToRetry`` never lands later;
 - a ``tool-settled`` record holds exactly the result the tool gave that call.
 
 Audit: per step, at most one effect of a non-idempotent tool over all its
@@ -103,6 +104,10 @@ class UnknownNeverReplayed(Checker):
         if arrivals == 0:
             return  # it never reached the tool (a crash before the call, a refusal)
         self.checks += 1
+        resolved = self._resolved.get(call)
+        if resolved in RETRY_RESOLUTIONS and self.tools.effect(call) is not None:
+            self.fail(f"{call}: resolved {resolved}, yet it reached the tool afterwards (a call in flight landed "
+                      f"after the resolution said it never would)", (call,))
         if fields[ToolInvoke.key] is None and arrivals > 1:
             self.fail(f"{call}: a non-idempotent call reached the tool {arrivals} times (its outcome was in "
                       f"doubt and it was called again)", (call,))
