@@ -869,6 +869,15 @@ class RecoveryFailed(ProbeEvent):
     error: str
 
 
+class AgentStep(ProbeEvent):
+    """``model.agent``: an agent begins step ``index`` of ``submission`` now
+    (after its run's clock allowed it)."""
+
+    kind = "agent.step"
+    submission: str
+    index: int
+
+
 class Fault(ProbeEvent):
     """``sim.world.World.record_fault``: an injected fault."""
 

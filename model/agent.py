@@ -36,25 +36,43 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from model.failpoints import (APPROVAL_DECIDED_BEFORE_EFFECT, CHILD_SETTLED_BEFORE_WAKE,
-                              FOLLOWER_APPENDED_BEFORE_JOINED, TOOL_PREPARED_BEFORE_SETTLED)
+                              FOLLOWER_APPENDED_BEFORE_JOINED, MODEL_REQUESTED_BEFORE_FIRST_DELTA,
+                              TOOL_PREPARED_BEFORE_SETTLED)
 from model.ledger.records import ABORTED, COMPLETED_WITH_RESULT, ParentLink, UnreadableSubmission
 from model.retry import error_name
 from model.canonical import digest
 from model.conversation.records import BatchRecord
 from model.ledger.rules import joined_record
 from model.lifecycle import INPUT_FAMILY, input_batch_id, input_entry, settled_entry
-from model.submissions import PARKED, ProcessOutcome, SubmissionWorker
+from model.submissions import PARKED, ProcessOutcome, SubmissionWorker, WorkFailure
 
-# Step kinds of a plan (``request["plan"]``).
+# Step kinds of a plan (``request["plan"]``). ``open``/``close``: the first
+# and the last request of a conversation.
 MODEL, TOOL, TOOL_ONCE, APPROVAL, SUBAGENT = "model", "tool", "tool-once", "approval", "subagent"
-STEP_KINDS: tuple[str, ...] = (MODEL, TOOL, TOOL_ONCE, APPROVAL, SUBAGENT)
-# What an agent writes to the log besides the lifecycle's records: the
-# canonical families ``tool-call`` and ``subagent``, a ``phase`` each (also
-# the prefix of the batch id, so a successor looks each one up).
+OPEN, CLOSE = "open", "close"
+STEP_KINDS: tuple[str, ...] = (MODEL, TOOL, TOOL_ONCE, APPROVAL, SUBAGENT, OPEN, CLOSE)
+# What an agent writes to the log besides the lifecycle's input, step output
+# and settlement records (persistence §5's families). Families with phases
+# carry a ``phase`` (also the prefix of the batch id, so a successor looks
+# each one up).
 TOOL_CALL_FAMILY, SUBAGENT_FAMILY = "tool-call", "subagent"
-TOOL_PREPARED, TOOL_SETTLED = "prepared", "settled"
+TOOL_REQUESTED, TOOL_PREPARED, TOOL_SETTLED, TOOL_UNKNOWN = "requested", "prepared", "settled", "unknown"
 APPROVAL_REQUESTED, APPROVAL_DECIDED = "approval-requested", "approval-decided"
-SUBAGENT_STARTED = "started"
+SUBAGENT_REQUESTED, SUBAGENT_STARTED, SUBAGENT_JOINED = "requested", "started", "joined"
+RUN_STARTED_FAMILY = "run-started"  # batch and record identity run-start:{runId}: one start per logical run
+MODEL_REQUEST_FAMILY, MODEL_DELTA_FAMILY, MODEL_COMPLETED_FAMILY = "model-request", "model-delta", "model-completed"
+COMPACTION_FAMILY = "compaction"  # phases created, selected
+CONVERSATION_CREATED_FAMILY, CONVERSATION_CLOSED_FAMILY = "conversation-created", "conversation-closed"
+RUN_WARNING_FAMILY, RUN_FAILED_FAMILY, ABORT_REQUESTED_FAMILY = "run-warning", "run-failure", "abort-requested"
+REPAIR_ANNOTATION_FAMILY = "repair-annotation"
+# What a model streams: text and reasoning deltas are canonical; partial
+# tool-argument deltas never are (the completed call is).
+TEXT, REASONING, TOOL_ARGUMENT_DELTA, COMPLETED = "text", "reasoning", "tool-argument-delta", "completed"
+# A run's duration allowance when its request names none (finite, positive).
+RUN_ALLOWANCE_MS = 2 * 60 * 60 * 1000
+# A compaction every this many log records: its batch is named by the bucket
+# (``compaction:{tail // COMPACT_EVERY_RECORDS}``), so there is one per bucket.
+COMPACT_EVERY_RECORDS = 48
 AGENT_PRINCIPAL = "agent"
 # A step's attempts at a tool: each NeverHappened/SafeToRetry resolution
 # opens one more. A reconciler that says "retry" forever is a runaway.
@@ -78,6 +96,55 @@ def plan_of(record: Any) -> tuple[str, ...]:
     plan = request.get("plan", ()) if isinstance(request, dict) else ()
     assert all(kind in STEP_KINDS for kind in plan), plan
     return tuple(plan)
+
+
+def run_allowance_ms(record: Any) -> int:
+    """The run's duration allowance: its request's ``maxDurationMs``, else the default."""
+    request = record.input
+    allowance = request.get("maxDurationMs", RUN_ALLOWANCE_MS) if isinstance(request, dict) else RUN_ALLOWANCE_MS
+    assert isinstance(allowance, int) and allowance > 0, allowance
+    return allowance
+
+
+def run_start_batch_id(run_id: str) -> str:
+    return f"run-start:{run_id}"
+
+
+class RunStartError(Exception):
+    """A run's start evidence cannot be trusted: recovery fails (the run
+    settles failed with this diagnostic) rather than resetting its clock."""
+
+    name = "RunStartError"
+
+    def __init__(self, run_id: str, problem: str) -> None:
+        super().__init__(f"run {run_id!r}: {problem}")
+        self.run_id = run_id
+        self.problem = problem
+
+
+class RunStartMissing(RunStartError):
+    name = "RunStartMissing"
+
+
+class RunStartConflict(RunStartError):
+    name = "RunStartConflict"
+
+
+class RunDurationExceeded(RunStartError):
+    name = "RunDurationExceeded"
+
+
+def usage_total(outputs: list) -> dict:
+    """A run's aggregate usage: the sum of its model calls' usage."""
+    total = {"modelCalls": 0, "inputTokens": 0, "outputTokens": 0, "costMicros": 0}
+    for output in outputs:
+        usage = output.get("usage") if isinstance(output, dict) else None
+        if usage is None:
+            continue
+        total["modelCalls"] += 1
+        for field in ("inputTokens", "outputTokens", "costMicros"):
+            total[field] += usage[field]
+    return total
 
 
 def step_call_id(submission_id: str, index: int) -> str:
@@ -109,32 +176,160 @@ class AgentWorker(SubmissionWorker):
 
     ``tools``: the process's binding of the tool service (``invoke(call_id,
     tool, args, idempotency_key, deadline_ms)`` -> result, refusing a call
-    that arrives after its deadline); ``child_plan(record, index)``: the plan
-    of the subagent step ``index`` of ``record`` starts."""
+    that arrives after its deadline); ``model``: its binding of the model
+    provider (``stream(call_id, request)`` -> chunks: text, reasoning and
+    tool-argument deltas, then ``completed`` with the call's usage);
+    ``child_plan(record, index)``: the plan of the subagent step ``index`` of
+    ``record`` starts."""
 
-    def __init__(self, *args: Any, tools: Any, child_plan: Callable[[Any, int], list],
+    def __init__(self, *args: Any, tools: Any, model: Any, model_profile: dict, child_plan: Callable[[Any, int], list],
                  tool_deadline_ms: int = TOOL_DEADLINE_MS, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         assert tool_deadline_ms > 0, tool_deadline_ms
         self.tools = tools
+        self.model = model
+        self.model_profile = dict(model_profile)  # provider, model, tier: a model request's metadata
         self.child_plan = child_plan
         self.tool_deadline_ms = tool_deadline_ms
+        self._run_deadline: tuple[str, int] | None = None  # (attempt id, the run's deadline) of the last claim
 
     def step_count(self, record: Any) -> int:
         return len(plan_of(record))
 
     async def run_step(self, conversation_id: str, claim: Any, record: Any, index: int) -> Any:
+        await self._check_run_clock(conversation_id, claim, record, index)
+        self.probe.emit("agent.step", submission=record.submission_id, index=index)
         if joins_followers(record):
             await self._join_followers(conversation_id, claim)
         kind = plan_of(record)[index]
         if kind == MODEL:
-            return await super().run_step(conversation_id, claim, record, index)
+            return await self._model_step(conversation_id, claim, record, index)
+        if kind in (OPEN, CLOSE):
+            return await self._conversation_step(conversation_id, claim, record, "created" if kind == OPEN else "closed")
         if kind in (TOOL, TOOL_ONCE):
             return await self._tool_step(conversation_id, claim, record, index, idempotent=kind == TOOL)
         if kind == APPROVAL:
             return await self._approval_step(conversation_id, claim, record, index)
         assert kind == SUBAGENT, kind
         return await self._subagent_step(conversation_id, claim, record, index)
+
+    # -- the run's clock -------------------------------------------------------------
+
+    async def _check_run_clock(self, conversation_id: str, claim: Any, record: Any, index: int) -> None:
+        """Start the run (its first step) or find its start, then refuse a
+        step past its duration allowance. The start is immutable: its
+        envelope's createdAt is the start instant, whoever resumes the run."""
+        sid = record.submission_id
+        attempt = claim.attempt_id
+        if self._run_deadline is None or self._run_deadline[0] != attempt:
+            allowance_ms = run_allowance_ms(record)
+            batch_id = run_start_batch_id(sid)
+            found = await self.log.lookup_batch(conversation_id, batch_id)
+            if found is None:
+                if index > 0:
+                    # Steps are recorded, their start is not: never start the clock again.
+                    raise WorkFailure(RunStartMissing(sid, f"step {index} runs with no start in the log"))
+                found = await self._append_once(conversation_id, claim, batch_id, [
+                    (RUN_STARTED_FAMILY, {"runId": sid, "submissionId": sid, "maxDurationMillis": allowance_ms})])
+            (start,) = await self.log.read(conversation_id, found.first_seq - 1, 1)
+            payload = start.envelope.payload
+            if start.envelope.family != RUN_STARTED_FAMILY or payload.get("runId") != sid:
+                raise WorkFailure(RunStartConflict(sid, f"{batch_id} holds {start.envelope.family} "
+                                                        f"of run {payload.get('runId')!r}"))
+            if payload["maxDurationMillis"] != allowance_ms:
+                raise WorkFailure(RunStartConflict(sid, f"started with {payload['maxDurationMillis']} ms allowed, "
+                                                        f"now asked for {allowance_ms} ms"))
+            started_at_ms = start.envelope.created_at_ms
+            self._run_deadline = (attempt, started_at_ms + payload["maxDurationMillis"])
+        deadline_ms = self._run_deadline[1]
+        if self.now_ms() > deadline_ms:
+            raise WorkFailure(RunDurationExceeded(sid, f"step {index} would start at {self.now_ms()} ms, "
+                                                       f"after the run's deadline {deadline_ms} ms"))
+
+    # -- model turns -------------------------------------------------------------------
+
+    async def _model_step(self, conversation_id: str, claim: Any, record: Any, index: int) -> Any:
+        """Ask the model, stream its answer, log the canonical part of it.
+
+        ``model-request`` (what was asked: provider, model, tier) is durable
+        before the stream; the turn's deltas (text, reasoning) and its
+        completion (with the call's normalized usage) are one batch. A
+        successor that finds the request without the turn asks again."""
+        sid = record.submission_id
+        call = step_call_id(sid, index)
+        turn_batch = f"model-turn:{call}"
+        turn = await self.log.lookup_batch(conversation_id, turn_batch)
+        if turn is None:
+            await self._compact(conversation_id, claim)
+            asked = await self._append_once(conversation_id, claim, f"model-request:{call}", [
+                (MODEL_REQUEST_FAMILY, {"runId": sid, "call": call, **self.model_profile})])
+            if isinstance(asked, BatchRecord):
+                # An attempt asked and died before the answer was logged: ask
+                # again, and say so (the first answer, if any, is lost).
+                await self._append_once(conversation_id, claim, f"repair:model-request:{call}", [
+                    (REPAIR_ANNOTATION_FAMILY, {"runId": sid, "call": call, "repair": "model-call-reissued"})])
+            self.failpoints.hit(MODEL_REQUESTED_BEFORE_FIRST_DELTA)
+            chunks = await self.model.stream(call, {"submission": sid, "step": index})
+            records: list[tuple[str, Any]] = []
+            for chunk in chunks[:-1]:
+                if chunk["kind"] == TOOL_ARGUMENT_DELTA:
+                    continue  # never canonical: the completed tool call is
+                records.append((MODEL_DELTA_FAMILY, {"call": call, "channel": chunk["kind"], "text": chunk["text"]}))
+            completed = chunks[-1]
+            assert completed["kind"] == COMPLETED, completed
+            text = "".join(chunk["text"] for chunk in chunks if chunk["kind"] == TEXT)
+            records.append((MODEL_COMPLETED_FAMILY, {"runId": sid, "call": call, "text": text,
+                                                     "usage": completed["usage"]}))
+            turn = await self._append_once(conversation_id, claim, turn_batch, records)
+        (last,) = await self.log.read(conversation_id, turn.last_seq - 1, 1)
+        payload = last.envelope.payload
+        return {"call": call, "text": payload["text"], "usage": payload["usage"]}
+
+    async def _compact(self, conversation_id: str, claim: Any) -> None:
+        """A long conversation's context is compacted once per
+        ``COMPACT_EVERY_RECORDS`` records: a summary covering the tail (its
+        sequence and digest), created and selected in one batch."""
+        tail = await self.log.inspect_tail(conversation_id)
+        bucket = tail.tail_seq // COMPACT_EVERY_RECORDS
+        if not bucket:
+            return
+        batch_id = f"compaction:{bucket}"
+        if await self.log.lookup_batch(conversation_id, batch_id) is not None:
+            return
+        await self._append_once(conversation_id, claim, batch_id, [
+            (COMPACTION_FAMILY, {"phase": "created", "compactionId": batch_id, "coversSeq": tail.tail_seq,
+                                 "tailDigest": tail.tail_digest}),
+            (COMPACTION_FAMILY, {"phase": "selected", "compactionId": batch_id})])
+
+    async def _conversation_step(self, conversation_id: str, claim: Any, record: Any, phase: str) -> Any:
+        family = CONVERSATION_CREATED_FAMILY if phase == "created" else CONVERSATION_CLOSED_FAMILY
+        await self._append_once(conversation_id, claim, family, [
+            (family, {"conversationId": conversation_id, "submissionId": record.submission_id})])
+        return {"conversation": phase}
+
+    # -- settlement ------------------------------------------------------------------
+
+    def _fresh_record(self, aborted: bool, outputs: list, failure: dict | None) -> dict:
+        """A completed run's record carries its aggregate usage."""
+        record = super()._fresh_record(aborted, outputs, failure)
+        if record["outcome"] == "completed":
+            record["usage"] = usage_total(outputs)
+        return record
+
+    async def _terminal_annotations(self, claim: Any, entry: tuple[str, Any]) -> list:
+        """What the log says beside a terminal outcome: the abort that
+        decided it, or the run's failure."""
+        record = entry[1]["record"]
+        sid = claim.submission_id
+        if record["outcome"] == ABORTED:
+            row = await self.ledger.get(sid)
+            if row is None or row.abort_author is None:
+                return []
+            return [(ABORT_REQUESTED_FAMILY, {"submissionId": sid, "author": row.abort_author,
+                                              "reason": row.abort_reason})]
+        if record["outcome"] == "failed":
+            return [(RUN_FAILED_FAMILY, {"runId": sid, "diagnostic": record["diagnostic"]})]
+        return []
 
     # -- joins -------------------------------------------------------------------
 
@@ -163,11 +358,12 @@ class AgentWorker(SubmissionWorker):
                                  entry: tuple[str, Any]) -> list:
         """The host's record and one per joined follower: its host's outcome,
         no independent result (what the ledger's finalize settles it with)."""
+        annotations = await self._terminal_annotations(claim, entry)
         if not joins_followers(record):
-            return [entry]
+            return [entry, *annotations]
         host = await self.ledger.get(claim.submission_id)
         if not host.joined_count:
-            return [entry]
+            return [entry, *annotations]
         follower_record = joined_record(entry[1]["record"])
         entries = [entry]
         # Its followers are open rows of its conversation (one strongly
@@ -179,7 +375,7 @@ class AgentWorker(SubmissionWorker):
                                                                            follower.submission_id):
                 continue  # joining, its input never applied: the host's finalize puts it back in the queue
             entries.append(settled_entry(follower.submission_id, digest(follower_record), follower_record))
-        return entries
+        return [*entries, *annotations]
 
     async def _mark_joined(self, conversation_id: str, claim: Any, follower_id: str) -> bool:
         """Mark a joining follower joined where its input sits in this run's
@@ -221,7 +417,7 @@ class AgentWorker(SubmissionWorker):
             if prepared is not None and not idempotent:
                 # Its predecessor prepared it and died (or lost the reply):
                 # the call may have happened. Never guess: unknown.
-                return await self._unknown(claim, call)
+                return await self._unknown(conversation_id, claim, call)
             return await self._call_tool(conversation_id, claim, record, index, call, idempotent,
                                          prepared=prepared is not None)
         raise AssertionError(f"{sid}: more than {TOOL_ATTEMPTS_MAX} attempts at step {index}")
@@ -236,11 +432,18 @@ class AgentWorker(SubmissionWorker):
         # still in flight (a paused owner's) can no longer land.
         deadline_ms = self.now_ms() + self.tool_deadline_ms
         if not prepared:
+            # The model's request of the call, and its preparation (the
+            # batch's last record: what a successor and a reconciler read).
             where = await self._append_once(conversation_id, claim, f"tool-{TOOL_PREPARED}:{call}", [
+                _tool_record(TOOL_REQUESTED, sid, call, tool=tool, args=args),
                 _tool_record(TOOL_PREPARED, sid, call, tool=tool, args=args, idempotent=idempotent,
                              deadlineMs=deadline_ms)])
             if isinstance(where, BatchRecord) and not idempotent:
-                return await self._unknown(claim, call)  # another's preparation, with its own deadline
+                return await self._unknown(conversation_id, claim, call)  # another's, with its own deadline
+        else:
+            # An idempotent call prepared by an attempt that died: again, under its key.
+            await self._append_once(conversation_id, claim, f"warning:retried:{call}", [
+                (RUN_WARNING_FAMILY, {"runId": sid, "code": "tool-retried-under-key", "call": call})])
         self.failpoints.hit(TOOL_PREPARED_BEFORE_SETTLED)
         if self.step_delay is not None:
             await self.ledger.renew_ownership(claim, self.lease_ms, self.now_ms())
@@ -251,13 +454,17 @@ class AgentWorker(SubmissionWorker):
             if idempotent:
                 raise  # a retry under the same key is safe: the caller's loop tries again
             # Did it happen? The reply is lost: nobody here can tell.
-            return await self._unknown(claim, call)
+            return await self._unknown(conversation_id, claim, call)
         output = {"call": call, "result": result}
         await self._append_once(conversation_id, claim, f"tool-{TOOL_SETTLED}:{call}",
                                 [_tool_record(TOOL_SETTLED, sid, call, output=output)])
         return output
 
-    async def _unknown(self, claim: Any, call: str) -> Any:
+    async def _unknown(self, conversation_id: str, claim: Any, call: str) -> Any:
+        """The call's outcome is unknown: the log says so, then the ledger
+        blocks the lane until a reconciler resolves it."""
+        await self._append_once(conversation_id, claim, f"tool-{TOOL_UNKNOWN}:{call}", [
+            _tool_record(TOOL_UNKNOWN, claim.submission_id, call)])
         await self.ledger.mark_unknown(claim, call)
         self.probe.emit("tool.unknown", submission=claim.submission_id, call=call)
         return PARKED
@@ -292,12 +499,19 @@ class AgentWorker(SubmissionWorker):
         entry = (record.children or {}).get(call)  # as of the claim
         if entry is not None and entry["releasedAtMs"] is not None:
             accounting = entry["accounting"]
+            await self._append_once(conversation_id, claim, f"subagent-{SUBAGENT_JOINED}:{call}", [
+                (SUBAGENT_FAMILY, {"phase": SUBAGENT_JOINED, "submissionId": sid, "call": call,
+                                   "child": accounting["child"], "outcome": accounting["outcome"],
+                                   "parentLink": {"submissionId": sid, "toolCallId": call}})])
             return {"call": call, "child": accounting["child"], "childOutcome": accounting["outcome"]}
         child_conversation = child_conversation_id(conversation_id, record.queue_seq, index)
         if entry is None:
-            await self.ledger.reserve_child(claim, call, {"steps": len(self.child_plan(record, index)),
-                                                          "principal": AGENT_PRINCIPAL,
-                                                          "conversation": child_conversation})
+            allocation = {"steps": len(self.child_plan(record, index)), "principal": AGENT_PRINCIPAL,
+                          "conversation": child_conversation}
+            await self._append_once(conversation_id, claim, f"subagent-{SUBAGENT_REQUESTED}:{call}", [
+                (SUBAGENT_FAMILY, {"phase": SUBAGENT_REQUESTED, "submissionId": sid, "call": call,
+                                   "allocation": allocation})])
+            await self.ledger.reserve_child(claim, call, allocation)
         if entry is None or entry["child"] is None:
             admission = await self.lifecycle.admit(
                 child_conversation, AGENT_PRINCIPAL, call, {"n": record.input["n"], "child": call,
@@ -306,7 +520,8 @@ class AgentWorker(SubmissionWorker):
             await self.ledger.attach_child(claim, call, admission.submission_id)
             await self._append_once(conversation_id, claim, f"subagent-{SUBAGENT_STARTED}:{call}", [
                 (SUBAGENT_FAMILY, {"phase": SUBAGENT_STARTED, "submissionId": sid, "call": call,
-                                   "child": admission.submission_id})])
+                                   "child": admission.submission_id,
+                                   "parentLink": {"submissionId": sid, "toolCallId": call}})])
         suspension = await self.ledger.suspend(claim, (), (call,))
         self.probe.emit("subagent.waiting", submission=sid, call=call, resumed=suspension.resumed)
         return PARKED

@@ -63,8 +63,10 @@ TOOL_PREPARED_BEFORE_SETTLED = "agent.tool_prepared.before_settled"  # the call 
 APPROVAL_DECIDED_BEFORE_EFFECT = "agent.approval_decided.before_effect"  # the decision is in the log, not acted on
 CHILD_SETTLED_BEFORE_WAKE = "agent.child_settled.before_wake"  # the child settled, its parent not released
 FOLLOWER_APPENDED_BEFORE_JOINED = "agent.follower_appended.before_joined"  # its input in the host's log, not marked
+MODEL_REQUESTED_BEFORE_FIRST_DELTA = "agent.model_requested.before_first_delta"  # asked, nothing streamed yet
 AGENT_CRASH_POINTS: tuple[str, ...] = (TOOL_PREPARED_BEFORE_SETTLED, APPROVAL_DECIDED_BEFORE_EFFECT,
-                                       CHILD_SETTLED_BEFORE_WAKE, FOLLOWER_APPENDED_BEFORE_JOINED)
+                                       CHILD_SETTLED_BEFORE_WAKE, FOLLOWER_APPENDED_BEFORE_JOINED,
+                                       MODEL_REQUESTED_BEFORE_FIRST_DELTA)
 
 ALL_FAILPOINTS: tuple[str, ...] = (
     DURABLE_STATE_SAVE_AFTER_STORE_WRITE,

@@ -7,10 +7,11 @@ from faults.kinds import OVERTAKING_COMMIT
 from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE
 from model.failpoints import AGENT_CRASH_POINTS
 from scenarios import api as inv
-from scenarios.agents import AgentSubmitters, AgentWorkers, Approvers, Reconciler, ToolService
+from scenarios.agents import AgentSubmitters, AgentWorkers, Approvers, ModelService, Reconciler, ToolService
 from scenarios.api import (FAILPOINT_CRASH, HOUR, MINUTE, SECOND, SUBMISSION_CRASH_POINTS, NodeKills, NodePauses, Param,
                            PortFaults, Run, Stack, SwarmSpace, System, scenario, work)
-from scenarios.invariants import ApprovalPrecedesEffect, ChildBeforeParent, JoinedSettlesOnce, UnknownNeverReplayed
+from scenarios.invariants import (ApprovalPrecedesEffect, CanonicalEvents, ChildBeforeParent, JoinedSettlesOnce, RunClock,
+                                  UnknownNeverReplayed)
 from scenarios.ledger_storm import FAULT_KINDS, KNOBS, OVERTAKE_RATE, RATES, RESTART_MS
 
 CRASH_POINTS = SUBMISSION_CRASH_POINTS + AGENT_CRASH_POINTS
@@ -22,14 +23,14 @@ ABORTS, FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS = (
 # The calls an agent makes once per step that waits for the world are rare
 # next to the lifecycle's: their port faults fire 50x as often, so that a
 # short seed sees a tool's reply lost or a suspension's ack lost.
-RARE_SITES = ("tools.invoke", "ledger.mark_unknown", "ledger.resolve_unknown", "ledger.suspend",
+RARE_SITES = ("tools.invoke", "model.stream", "ledger.mark_unknown", "ledger.resolve_unknown", "ledger.suspend",
               "ledger.decide_approval", "ledger.reserve_child", "ledger.attach_child", "ledger.release_child",
               "ledger.begin_join", "ledger.mark_joined")
 SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
                    workload=(ABORTS, FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS), knobs=KNOBS)
 SOMETIMES = ("settled", "stale_writes_fenced", "worker_crashes", "tool_unknown_resolved", "approval_resumed",
              "child_woke_parent", "join_settled", "aborted_queued", "aborted_running", "aborted_suspended", "aborted_unknown",
-             "tool_calls_refused_late")
+             "tool_calls_refused_late", "run_duration_exceeded", "compactions_selected")
 
 
 @scenario("agent-conversations", "agents whose steps wait for the world: unknown tool outcomes, approvals, "
@@ -41,7 +42,7 @@ def agent_conversations(run: Run) -> Stack:
     tools = ToolService(slow_share=SLOW_TOOL_SHARE, slow_ms=SLOW_TOOL_MS)
     kinds = (MODEL, *((TOOL, TOOL_ONCE) if run.does(TOOLS) else ()), *((APPROVAL,) if run.does(APPROVALS) else ()),
              *((SUBAGENT,) if run.does(SUBAGENTS) else ()))
-    workers = AgentWorkers(run.knob("workers"), tools=tools, lease_ms=lease_ms, poll_ms=2 * SECOND,
+    workers = AgentWorkers(run.knob("workers"), tools=tools, model=ModelService(), lease_ms=lease_ms, poll_ms=2 * SECOND,
                            retry_ms=2 * SECOND, step_delay_ms=(50, 3 * SECOND),
                            work=work(fail_every=20 if run.does(FAILING_WORK) else 0),
                            recovery_page_size=run.knob("recovery_page_size"))
@@ -63,5 +64,6 @@ def agent_conversations(run: Run) -> Stack:
         checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.ClaimFencesLog(), inv.AbortHonoured(),
                 inv.LogChain(), inv.FailClosedPagination(), inv.QueueOrder(), inv.Liveness(), inv.ReferenceModel(),
                 UnknownNeverReplayed(tools), ApprovalPrecedesEffect(), ChildBeforeParent(), JoinedSettlesOnce(),
+                RunClock(), CanonicalEvents(),
                 *([inv.ColdReopen()] if run.opts.store == "sqlite" else [])],
         heal_ms_max=HOUR, settle_ms=HOUR)

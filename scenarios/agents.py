@@ -29,7 +29,8 @@ from typing import Any
 
 from faults.events import OPTIONAL, ProbeEvent
 from faults.ports import BoundPort, PortStats
-from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE, TOOL_PREPARED, AgentWorker, plan_of
+from model.agent import (APPROVAL, CLOSE, COMPLETED, MODEL, OPEN, REASONING, SUBAGENT, TEXT, TOOL, TOOL_ARGUMENT_DELTA,
+                         TOOL_ONCE, TOOL_PREPARED, AgentWorker, plan_of)
 from model.ledger.records import COMPLETED_WITH_RESULT, NEVER_HAPPENED, SAFE_TO_RETRY, UnreadableSubmission
 from model.retry import error_name, is_retryable
 from scenarios.submissions import Submitters, Workers
@@ -37,7 +38,11 @@ from sim.node import Node
 from sim.workload import Workload
 from sim.world import World
 
-TOOLS_PORT = "tools"
+TOOLS_PORT, MODEL_PORT = "tools", "model"
+MODEL_PROFILE = {"provider": "simulated", "model": "sim-large", "tier": "standard"}
+# A request's maxDurationMs: a quarter of the runs get two minutes, which an
+# approval or a subagent can outlast.
+RUN_ALLOWANCES_MS = (2 * 60 * 1000, 15 * 60 * 1000, 60 * 60 * 1000, 60 * 60 * 1000)
 # Calls one tool call id may receive: an idempotent one is retried under its
 # key, a few times at most; more is a runaway, not a workload.
 ARRIVALS_PER_CALL_MAX = 1_000
@@ -175,6 +180,70 @@ def bind_tools(world: World, node: Node, service: ToolService) -> Any:
                      PortStats(), world.system.restart_delay_ms)
 
 
+class ModelStream(ProbeEvent):
+    """``model.stream``: one call to the model provider, as its ``BoundPort`` traces it."""
+
+    kind = "model.stream"
+    call: str
+    chunks: int = OPTIONAL
+    error: str = OPTIONAL
+    detail: str = OPTIONAL
+
+
+class ModelService:
+    """The model provider (outside every process). Each call streams
+    reasoning and text deltas, partial tool-argument deltas, then a
+    completion with the call's usage; drawn from a stream of its own per call
+    and sending, so a retried call may answer differently (as a model does)."""
+
+    def __init__(self) -> None:
+        self._sent: dict[str, int] = {}  # call id -> times asked (bounded by the call's retries)
+        self.calls = 0
+
+    def bind(self, world: World) -> "ModelClient":
+        return ModelClient(self, world)
+
+    def answer(self, world: World, call_id: str) -> list[dict]:
+        sent = self._sent.get(call_id, 0) + 1
+        assert sent <= ARRIVALS_PER_CALL_MAX, call_id
+        self._sent[call_id] = sent
+        self.calls += 1
+        rng = world.streams.fork(f"workload/model/{call_id}/{sent}")
+        chunks = [{"kind": REASONING, "text": f"thinking {i}"} for i in range(rng.between(0, 2))]
+        for i in range(rng.between(1, 3)):
+            chunks.append({"kind": TEXT, "text": f"part {i} of {call_id}. "})
+            if rng.chance(0.3):
+                chunks.append({"kind": TOOL_ARGUMENT_DELTA, "text": '{"query": "par'})
+        input_tokens, output_tokens = rng.between(100, 4_000), rng.between(10, 800)
+        chunks.append({"kind": COMPLETED, "usage": {**MODEL_PROFILE, "inputTokens": input_tokens,
+                                                    "outputTokens": output_tokens,
+                                                    "costMicros": 3 * input_tokens + 15 * output_tokens}})
+        return chunks
+
+
+class ModelClient:
+    def __init__(self, service: ModelService, world: World) -> None:
+        self._service = service
+        self._world = world
+
+    async def stream(self, call_id: str, request: Any) -> list[dict]:
+        return self._service.answer(self._world, call_id)
+
+
+def _describe_stream(args: tuple, kwargs: dict, result: Any) -> dict:
+    call = args[0] if args else kwargs["call_id"]
+    fields = {ModelStream.call: call}
+    if result is not None:
+        fields[ModelStream.chunks] = len(result)
+    return fields
+
+
+def bind_model(world: World, node: Node, service: ModelService) -> Any:
+    """The model provider as ``node`` sees it: traced, under the run's port faults."""
+    return BoundPort(world, node, MODEL_PORT, service.bind(world), world.plan, {"stream": _describe_stream},
+                     PortStats(), world.system.restart_delay_ms)
+
+
 class AgentSubmitters(Submitters):
     """Requests with plans, each step kind present only where ``kinds`` has it."""
 
@@ -185,13 +254,23 @@ class AgentSubmitters(Submitters):
         assert MODEL in kinds and set(kinds) <= {MODEL, TOOL, TOOL_ONCE, APPROVAL, SUBAGENT}, kinds
         self.kinds = kinds
         self.follow_ups = follow_ups
+        self._open: dict[str, str] = {}  # slot -> its open conversation (bounded by the slots)
 
-    def request(self, n: int) -> Any:
+    def request(self, n: int, conversation_id: str) -> Any:
         rng = self.world.streams.fork(f"workload/plan/{n}")
         plan = [rng.choice(self.kinds) for _ in range(rng.between(*PLAN_STEPS))]
-        request = {"n": n, "plan": plan}
+        request = {"n": n, "plan": plan, "maxDurationMs": rng.choice(RUN_ALLOWANCES_MS)}
         if self.follow_ups and rng.chance(JOINING_SHARE):
             request["joins"] = True
+        # A conversation's first request opens it; the slot's previous one is
+        # closed by a last request (a conversation lives one generation).
+        slot = conversation_id.rpartition("-g")[0]
+        previous = self._open.get(slot)
+        if previous != conversation_id:
+            if previous is not None:
+                self.pending.append((previous, f"close-{previous}", {"n": n, "closes": True, "plan": [CLOSE]}))
+            self._open[slot] = conversation_id
+            request["plan"] = [OPEN, *plan]
         return request
 
     def admitted(self, client: Any, conversation_id: str, key: str, request: Any, admission: Any) -> None:
@@ -202,8 +281,9 @@ class AgentSubmitters(Submitters):
             return
         rng = self.world.streams.fork(f"workload/follow-ups/{key}")
         for i in range(1, rng.between(*FOLLOW_UPS) + 1):
+            # Steering input redirects the run it joins; a follow-up may run alone.
             self.pending.append((conversation_id, f"{key}/follow-up-{i}",
-                                 {"n": request["n"], "followUp": i, "plan": [MODEL]}))
+                                 {"n": request["n"], "followUp": i, "steering": rng.chance(0.5), "plan": [MODEL]}))
 
 
 def child_plan(record: Any, index: int) -> list[str]:
@@ -214,9 +294,10 @@ def child_plan(record: Any, index: int) -> list[str]:
 class AgentWorkers(Workers):
     name = "agent-workers"
 
-    def __init__(self, count: int, *, tools: ToolService, **settings: Any) -> None:
+    def __init__(self, count: int, *, tools: ToolService, model: ModelService, **settings: Any) -> None:
         super().__init__(count, **settings)
         self.tools = tools
+        self.model = model
 
     def metrics(self) -> dict[str, Any]:
         return {**super().metrics(), "tool_calls_slow": self.tools.slow_calls,
@@ -224,6 +305,7 @@ class AgentWorkers(Workers):
 
     def make_worker(self, node: Node, ports: Any, **settings: Any) -> AgentWorker:
         return AgentWorker(ports.ledger, ports.log, node.label, tools=bind_tools(self.world, node, self.tools),
+                           model=bind_model(self.world, node, self.model), model_profile=MODEL_PROFILE,
                            child_plan=child_plan, **settings)
 
 
@@ -331,7 +413,7 @@ class Reconciler(_Operator):
         prepared = await self.ports.log.lookup_batch(record.conversation_id, f"tool-{TOOL_PREPARED}:{call}")
         if prepared is None:
             return False  # the log does not show it yet (a short read): look again later
-        (entry,) = await self.ports.log.read(record.conversation_id, prepared.first_seq - 1, 1)
+        (entry,) = await self.ports.log.read(record.conversation_id, prepared.last_seq - 1, 1)
         deadline_ms = entry.envelope.payload.get("deadlineMs")
         if deadline_ms is not None and now_ms <= deadline_ms:
             return False
@@ -341,5 +423,5 @@ class Reconciler(_Operator):
         return True
 
 
-__all__ = ["AgentSubmitters", "AgentWorkers", "Approvers", "Reconciler", "ToolDeadlineExceeded", "ToolService",
-           "ToolInvoke", "bind_tools", "plan_of"]
+__all__ = ["AgentSubmitters", "AgentWorkers", "Approvers", "ModelService", "ModelStream", "Reconciler",
+           "ToolDeadlineExceeded", "ToolService", "ToolInvoke", "bind_model", "bind_tools", "plan_of"]

@@ -124,15 +124,17 @@ class Submitters(Workload):
             self.submitted += 1
             generation = runtime.now_ms() // self.conversation_lifetime_ms
             conversation_id = f"conv-{workload.below(self.slots)}-g{generation}"
-            self.pending.append((conversation_id, f"req-{self.submitted}", self.request(self.submitted)))
+            request = self.request(self.submitted, conversation_id)
+            self.pending.append((conversation_id, f"req-{self.submitted}", request))
 
 
     def admitted(self, client: SubmissionClient, conversation_id: str, key: str, request: Any,
                  admission: Any) -> None:
         """After a request's receipt (a workload that follows up overrides it)."""
 
-    def request(self, n: int) -> Any:
-        """The ``n``-th request's input (a workload of other requests overrides it)."""
+    def request(self, n: int, conversation_id: str) -> Any:
+        """The ``n``-th request's input, to ``conversation_id`` (a workload of
+        other requests overrides it)."""
         return {"n": n}
 
     async def _late_abort(self, client: SubmissionClient, submission_id: str, delay_ms: int) -> None:

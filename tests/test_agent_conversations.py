@@ -19,6 +19,15 @@ AGENT_SOMETIMES = ("tool_unknown_resolved", "approval_resumed", "child_woke_pare
                    "aborted_suspended")
 
 
+# Persistence §5's families (by phase, channel or kind of input where one family has several).
+EVENT_FAMILIES = ("conversation-created", "conversation-closed", "input/user", "input/steering", "input/follow-up",
+                  "run-started", "model-request", "model-delta/text", "model-delta/reasoning", "model-completed",
+                  "tool-call/requested", "tool-call/prepared", "tool-call/approval-requested",
+                  "tool-call/approval-decided", "tool-call/settled", "tool-call/unknown", "compaction/created",
+                  "compaction/selected", "subagent/requested", "subagent/started", "subagent/joined", "run-warning",
+                  "run-failure", "abort-requested", "submission-settled", "repair-annotation")
+
+
 def agents(seed: int, duration: str = "2h", store: str = "memory", rates=None):
     return run(registry.get("agent-conversations"),
                ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), store=store, rates=rates))
@@ -34,12 +43,17 @@ def test_clean_run_passes_and_waits_for_the_world(store):
     for name in AGENT_SOMETIMES:
         assert result.stats[name] > 0, (name, result.stats)
     assert all(count > 0 for count in result.invariants.values()), result.invariants
+    # Every canonical event family of an agent's runs reached the log, and is counted.
+    counted = result.stats["canonical_events"]
+    for family in EVENT_FAMILIES:
+        assert counted.get(family, 0) > 0, (family, counted)
 
 
 def test_every_agent_crash_point_fires_and_recovers():
     """ARCHITECTURE §5: a crash at each point of an agent's steps (a tool
     prepared, not settled; a decision logged, not acted on; a child settled,
-    its parent not woken; a follow-up applied, not marked joined) happens,
+    its parent not woken; a follow-up applied, not marked joined; a model
+    asked, nothing streamed) happens,
     and the run still passes: recovery finishes what the crash cut."""
     rates = {**agent_conversations.RATES, "failpoint-crash": 0.03}
     result = agents(1, "2h", rates=rates)
@@ -95,7 +109,12 @@ def test_the_plans_are_drawn_from_their_own_streams():
             streams = Streams(seed)
 
         submitters.world = World()
-        return [submitters.request(n) for n in range(1, 30)]
+        return [submitters.request(n, f"conv-{n % 2}-g{n // 10}") for n in range(1, 30)], submitters.pending
 
     assert plans(5) == plans(5) != plans(6)
-    assert any(request.get("joins") for request in plans(5))
+    requests, closes = plans(5)
+    assert any(request.get("joins") for request in requests)
+    # Each conversation's first request opens it; a slot's next generation closes the previous one.
+    assert [r["n"] for r in requests if r["plan"][0] == "open"] == [1, 2, 10, 11, 20, 21]
+    assert [(conversation, request["plan"]) for conversation, _, request in closes] == [
+        ("conv-0-g0", ["close"]), ("conv-1-g0", ["close"]), ("conv-0-g1", ["close"]), ("conv-1-g1", ["close"])]

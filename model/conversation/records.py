@@ -22,6 +22,8 @@ RECORD_FAMILIES: tuple[str, ...] = (
     "input",
     "run-started",
     "model-request",
+    "model-delta",
+    "model-completed",
     "model-output",
     "tool-call",
     "compaction",

@@ -16,6 +16,7 @@ from scenarios.invariants.exactly_once_wake import ExactlyOnceWake
 from scenarios.invariants.fail_closed_pagination import FailClosedPagination
 from scenarios.invariants.fencing import Fencing
 from scenarios.invariants.joins import JoinedSettlesOnce
+from scenarios.invariants.runs import CanonicalEvents, RunClock
 from scenarios.invariants.findings_projection import FindingsProjection
 from scenarios.invariants.liveness import Liveness
 from scenarios.invariants.log_chain import LogChain
@@ -26,6 +27,6 @@ from scenarios.invariants.replay_determinism import ReplayDeterminism
 from scenarios.invariants.subagents import ChildBeforeParent
 from scenarios.invariants.unknown_outcomes import UnknownNeverReplayed
 
-__all__ = ["AbortHonoured", "AdoptOwnWrite", "ApprovalPrecedesEffect", "ChildBeforeParent", "JoinedSettlesOnce", "UnknownNeverReplayed", "AtMostOnceEffect", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant", "ClaimFencesLog", "ColdReopen", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
+__all__ = ["AbortHonoured", "AdoptOwnWrite", "ApprovalPrecedesEffect", "CanonicalEvents", "RunClock", "ChildBeforeParent", "JoinedSettlesOnce", "UnknownNeverReplayed", "AtMostOnceEffect", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant", "ClaimFencesLog", "ColdReopen", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
            "FailClosedPagination", "Fencing", "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReferenceModel",
            "ReplayDeterminism"]

@@ -1,0 +1,199 @@
+"""An agent's runs as the log tells them: their clock and their canonical events.
+
+``run-clock``: one ``run-started`` per run, and its clock is never reset.
+Online, from what the stores committed and the agent's step probes:
+
+- a run's start (family ``run-started``, batch ``run-start:{runId}``) is
+  appended once: a second start of an open run fails, whatever its batch;
+- execution history (a model request or turn, a tool call, a subagent, a
+  step's output) of a run is appended only after its start: history without
+  start evidence fails;
+- a step begins (``agent.step``) no later than the start's ``createdAtMs``
+  plus its ``maxDurationMillis``, taken from the log's start record, not from
+  the agent (a resumed attempt that measured from its own claim fails here);
+- a run that settles failed for its duration (``RunDurationExceeded``) does
+  so only after that deadline.
+
+``canonical-events``: what reaches the log is canonical (persistence §5).
+Partial tool-argument deltas, queue depth, heartbeats and debug spans never
+are; a model delta is text or reasoning. A completed run's aggregate usage is
+the sum of its model turns' usage as the log holds them; a compaction covers
+exactly the tail it was appended after (sequence and digest). It counts
+every family (by phase, channel or kind of input): the run's JSON stats carry
+the counts.
+
+Memory: the open runs (their start, usage so far), the tail digest of each
+open conversation (dropped when it closes).
+"""
+from __future__ import annotations
+
+from faults.events import ERROR, AgentStep, LedgerFinalizeSettlement, LogAppend
+from sim.invariants import Checker
+
+
+# The families of persistence §5, as this oracle reads them (its own list).
+CANONICAL_FAMILIES = frozenset({
+    "conversation-created", "conversation-closed", "input", "run-started", "model-request", "model-delta",
+    "model-completed", "model-output", "tool-call", "compaction", "subagent", "run-warning", "run-failure",
+    "abort-requested", "submission-settled", "repair-annotation"})
+NON_CANONICAL = frozenset({"tool-argument-delta", "queue-depth", "heartbeat", "debug-span"})
+DELTA_CHANNELS = frozenset({"text", "reasoning"})
+# Families that are a run's execution: they need its start first.
+EXECUTION_FAMILIES = frozenset({"model-request", "model-completed", "model-output", "tool-call", "subagent"})
+USAGE_FIELDS = ("inputTokens", "outputTokens", "costMicros")
+SETTLED_MEMORY_MS = 60 * 60 * 1000  # longer than any pause of an owner that lost its claim
+
+
+def _run_of(payload: dict) -> str | None:
+    run = payload.get("runId", payload.get("submissionId"))
+    return run if isinstance(run, str) else None
+
+
+class RunClock(Checker):
+    name = "run-clock"
+    kinds = (LogAppend.kind, AgentStep.kind, LedgerFinalizeSettlement.kind)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._started: dict[str, int] = {}  # open run -> its deadline (start createdAt + allowance)
+        # Runs settled in the last SETTLED_MEMORY_MS (oldest first): a paused
+        # owner that lost its claim may still begin a step of one (its writes
+        # are fenced; ``fencing`` judges them).
+        self._settled: dict[str, int] = {}
+        self.runs_started = 0
+        self.run_duration_exceeded = 0
+
+    def metrics(self) -> dict:
+        return {"runs_started": self.runs_started, "run_duration_exceeded": self.run_duration_exceeded}
+
+    def on_event(self, event: tuple) -> None:
+        kind = event[3]
+        fields = event[4]
+        if ERROR in fields:
+            return
+        if kind == AgentStep.kind:
+            self.checks += 1
+            run = fields[AgentStep.submission]
+            deadline_ms = self._started.get(run)
+            if deadline_ms is None and run in self._settled:
+                return
+            if deadline_ms is None:
+                self.fail(f"{run}: step {fields[AgentStep.index]} began with no start in the log", (run,))
+            elif event[1] > deadline_ms:
+                self.fail(f"{run}: step {fields[AgentStep.index]} began at {event[1]} ms, after the deadline "
+                          f"{deadline_ms} ms its logged start set (its clock was reset)", (run,))
+        elif kind == LedgerFinalizeSettlement.kind:
+            run = fields[LedgerFinalizeSettlement.submission]
+            if self._started.pop(run, None) is not None:
+                self._settled[run] = event[1]
+            while self._settled:
+                oldest = next(iter(self._settled))
+                if self._settled[oldest] >= event[1] - SETTLED_MEMORY_MS:
+                    break
+                del self._settled[oldest]
+        elif kind == LogAppend.kind and not fields.get(LogAppend.replayed):
+            for envelope in fields[LogAppend.envelopes]:
+                self._on_record(event[1], envelope)
+
+    def _on_record(self, time_ms: int, envelope: dict) -> None:
+        family = envelope["family"]
+        payload = envelope["payload"]
+        if not isinstance(payload, dict):
+            return
+        if family == "run-started":
+            self.checks += 1
+            run = payload["runId"]
+            if run in self._started:
+                self.fail(f"{run}: a second run-started for an open run (its clock starts once)", (run,))
+                return
+            self._started[run] = envelope["createdAtMs"] + payload["maxDurationMillis"]
+            self.runs_started += 1
+        elif family in EXECUTION_FAMILIES:
+            self.checks += 1
+            run = _run_of(payload)
+            if run is not None and run not in self._started:
+                self.fail(f"{run}: {family} appended with no run-started before it (execution history without "
+                          f"start evidence)", (run,))
+        elif family == "submission-settled":
+            diagnostic = payload["record"].get("diagnostic") if isinstance(payload["record"], dict) else None
+            if isinstance(diagnostic, dict) and diagnostic.get("errorTag") == "RunDurationExceeded":
+                self.checks += 1
+                run = payload["submissionId"]
+                deadline_ms = self._started.get(run)
+                if deadline_ms is not None and time_ms <= deadline_ms:
+                    self.fail(f"{run}: settled failed for its duration at {time_ms} ms, before its deadline "
+                              f"{deadline_ms} ms", (run,))
+                self.run_duration_exceeded += 1
+
+
+class CanonicalEvents(Checker):
+    name = "canonical-events"
+    kinds = (LogAppend.kind, LedgerFinalizeSettlement.kind)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[str, int] = {}  # family[/phase|channel|kind] -> records appended
+        self._usage: dict[str, dict[str, int]] = {}  # open run -> its model turns' usage so far
+        self._tails: dict[str, str] = {}  # open conversation -> its tail digest
+
+    def metrics(self) -> dict:
+        return {"canonical_events": dict(sorted(self.counts.items())),
+                "compactions_selected": self.counts.get("compaction/selected", 0)}
+
+    def on_event(self, event: tuple) -> None:
+        kind = event[3]
+        fields = event[4]
+        if ERROR in fields:
+            return
+        if kind == LedgerFinalizeSettlement.kind:
+            self._usage.pop(fields[LedgerFinalizeSettlement.submission], None)
+            return
+        if fields.get(LogAppend.replayed):
+            return
+        conversation = fields[LogAppend.conversation]
+        previous_tail = self._tails.get(conversation)
+        for envelope in fields[LogAppend.envelopes]:
+            self._on_record(conversation, fields[LogAppend.expected_tail_seq], previous_tail, envelope)
+        if conversation in self._tails or fields[LogAppend.first_seq] == 1:
+            self._tails[conversation] = fields[LogAppend.tail_digest]
+        if any(envelope["family"] == "conversation-closed" for envelope in fields[LogAppend.envelopes]):
+            self._tails.pop(conversation, None)
+
+    def _on_record(self, conversation: str, expected_tail_seq: int, previous_tail: str | None,
+                   envelope: dict) -> None:
+        family = envelope["family"]
+        payload = envelope["payload"]
+        self.checks += 1
+        if family in NON_CANONICAL or family not in CANONICAL_FAMILIES:
+            self.fail(f"{conversation}: a {family!r} record reached the log (never canonical)", (conversation,))
+            return
+        detail = payload.get("phase") or payload.get("channel") if isinstance(payload, dict) else None
+        if family == "input" and isinstance(payload, dict):
+            request = payload.get("input")
+            if not isinstance(request, dict) or "followUp" not in request:
+                detail = "user"
+            else:
+                detail = "steering" if request.get("steering") else "follow-up"
+        key = f"{family}/{detail}" if detail else family
+        self.counts[key] = self.counts.get(key, 0) + 1
+        if family == "model-delta" and payload.get("channel") not in DELTA_CHANNELS:
+            self.fail(f"{conversation}: a model delta of channel {payload.get('channel')!r} reached the log "
+                      f"(only text and reasoning deltas are canonical)", (conversation,))
+        elif family == "model-completed":
+            usage = self._usage.setdefault(payload["runId"], dict.fromkeys(USAGE_FIELDS, 0))
+            for field in USAGE_FIELDS:
+                usage[field] += payload["usage"][field]
+        elif family == "compaction" and payload.get("phase") == "created":
+            if payload["coversSeq"] != expected_tail_seq or (previous_tail is not None
+                                                             and payload["tailDigest"] != previous_tail):
+                self.fail(f"{conversation}: a compaction claims to cover seq {payload['coversSeq']} "
+                          f"({payload['tailDigest'][:12]}), appended after seq {expected_tail_seq} "
+                          f"({(previous_tail or '?')[:12]})", (conversation,))
+        elif family == "submission-settled":
+            record = payload["record"]
+            if isinstance(record, dict) and "usage" in record:
+                run = payload["submissionId"]
+                turns = self._usage.get(run, dict.fromkeys(USAGE_FIELDS, 0))
+                if {field: record["usage"][field] for field in USAGE_FIELDS} != turns:
+                    self.fail(f"{run}: settled with usage {record['usage']}, but its logged model turns add up to "
+                              f"{turns}", (run,))
