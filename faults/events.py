@@ -860,6 +860,8 @@ class RecoveryRead(ProbeEvent):
     records: int
     requests: int
     from_checkpoint: int = OPTIONAL  # with a checkpoint store: the seq it started after
+    rejected: str = OPTIONAL  # a checkpoint it would not use, and why (engine-version, definition-digest, ...)
+    definition: str = OPTIONAL  # the configuration the reader runs, when not the recovery's own
     page_size: int = OPTIONAL  # when not the spec's
 
 

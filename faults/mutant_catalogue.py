@@ -720,6 +720,13 @@ MUTANTS: tuple[Mutant, ...] = (
                    "(CheckpointUnusable digest-mismatch, in the same snapshot as the row; issue 13), so this "
                    "re-check of the log never sees a mismatch: it guards third-party stores only"),
     Mutant(
+        "checkpoint-definition-unchecked",
+        "A recovery uses the latest checkpoint whatever configuration made it: after a deploy of a new agent "
+        "configuration, a checkpoint of the old one is trusted.",
+        "model.conversation.checkpoints", "    if checkpoint.definition_digest != definition_digest:\n",
+        "    if checkpoint.definition_digest != checkpoint.definition_digest:\n", AC,
+        ci_seed=1, ci_duration="2h"),
+    Mutant(
         "checkpoint-save-unchecked",
         "Saving a checkpoint no longer checks its tail digest against the log's digest at its position.",
         "model.conversation.checkpoints",
@@ -734,7 +741,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "doubt: it calls a non-idempotent tool again on a guess (and marks an idempotent one unknown).",
         "model.agent", "            if prepared is not None and not idempotent:\n",
         "            if prepared is not None and idempotent:\n", AC,
-        ci_seed=2, ci_duration="1h"),
+        ci_seed=4, ci_duration="2h"),
     Mutant(
         "agent-tool-call-without-deadline",
         "The tool is called without the deadline its preparation recorded: a paused owner's call lands after the "

@@ -117,12 +117,16 @@ class SubmissionWorker:
     def __init__(self, ledger: Any, log: Any, owner_id: str, *, lease_ms: int, now_ms: Callable[[], int],
                  work: Work, steps: int = 2, failpoints: Failpoints = NO_FAILPOINTS,
                  probe: Probe = NULL_PROBE, step_delay: Callable[[str, int], Any] | None = None,
-                 checkpoints: Any = None, recovery_page_size: int = PAGE_SIZE_MAX) -> None:
+                 checkpoints: Any = None, recovery_page_size: int = PAGE_SIZE_MAX,
+                 definition_digest: str = "") -> None:
         """``checkpoints``: a checkpoint store (§8) the recovery pass may use;
         None reads every history whole. ``recovery_page_size``: the recovery
-        read's page (at most the spec's PAGE_SIZE_MAX)."""
+        read's page (at most the spec's PAGE_SIZE_MAX). ``definition_digest``:
+        the configuration this process runs (its checkpoints are bound to it;
+        empty: the recovery's own)."""
         assert lease_ms > 0 and steps >= 0 and 1 <= recovery_page_size <= PAGE_SIZE_MAX
         self.checkpoints = checkpoints
+        self.definition_digest = definition_digest or RECOVERY_DEFINITION
         self.recovery_page_size = recovery_page_size
         # conversation -> the last tail the log acknowledged to this process
         # (the most recent ACKNOWLEDGED_TAILS_MAX conversations).
@@ -353,7 +357,7 @@ def recovery_snapshot(records, previous: Any = None) -> dict:
 
 async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, checkpoints: Any = None,
                         now_ms: Callable[[], int] | None = None, page_size: int = PAGE_SIZE_MAX,
-                        verified: set[str] | None = None) -> int:
+                        verified: set[str] | None = None, definition_digest: str = RECOVERY_DEFINITION) -> int:
     """Verify the prefix of every conversation with nonterminal work.
 
     ``verified``: the conversations an earlier attempt of this process
@@ -371,7 +375,9 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
     With ``checkpoints`` (§8): a usable checkpoint (its position and digest
     still the log's) lets the pass read and verify only the records after
     it; every verified tail is checkpointed for the next pass. A checkpoint
-    is disposable: an unusable one means a full read, never a trusted one.
+    is disposable: an unusable one (another engine, another configuration
+    ``definition_digest``, a digest the log no longer has) means a full
+    read, never a trusted one; the probe says why (``rejected``).
     """
     from model.conversation.checkpoints import Checkpoint, CheckpointRejected, usable_checkpoint
     from model.conversation.recovery import read_recovery_prefix, read_recovery_suffix
@@ -384,12 +390,14 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
         if verified is not None and conversation_id in verified:
             continue
         checkpoint = None
+        rejected = None
         try:
             if checkpoints is not None:
                 decision = await usable_checkpoint(checkpoints, log, conversation_id, _SEQ_MAX,
                                                    engine_version=RECOVERY_ENGINE,
-                                                   definition_digest=RECOVERY_DEFINITION)
+                                                   definition_digest=definition_digest)
                 checkpoint = decision.checkpoint
+                rejected = decision.reason if decision.reason != "none" else None
             pages = {} if page_size == PAGE_SIZE_MAX else {"page_size": page_size}
             if checkpoint is None:
                 prefix = await read_recovery_prefix(log, conversation_id, **pages)
@@ -401,6 +409,10 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
         extra: dict[str, int] = {}
         if checkpoints is not None:
             extra["from_checkpoint"] = 0 if checkpoint is None else checkpoint.covered_seq
+            if rejected is not None:
+                extra["rejected"] = rejected
+            if definition_digest != RECOVERY_DEFINITION:
+                extra["definition"] = definition_digest
         if page_size != PAGE_SIZE_MAX:
             extra["page_size"] = page_size
         probe.emit("recovery.read", conversation=conversation_id, tail_seq=prefix.tail.tail_seq,
@@ -411,7 +423,7 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
             try:
                 await checkpoints.save(Checkpoint(
                     conversation_id, prefix.records[-1].envelope.payload.get("submissionId", "-"), tail.tail_seq,
-                    tail.tail_digest, RECOVERY_ENGINE, RECOVERY_DEFINITION, 1, snapshot,
+                    tail.tail_digest, RECOVERY_ENGINE, definition_digest, 1, snapshot,
                     now_ms() if now_ms is not None else 0))
             except CheckpointRejected:
                 pass  # disposable: the next pass reads more, that is all
@@ -432,7 +444,8 @@ async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, r
     while True:
         try:
             await recovery_pass(worker.log, worker.ledger, probe, checkpoints=worker.checkpoints,
-                                now_ms=worker.now_ms, page_size=worker.recovery_page_size, verified=verified)
+                                now_ms=worker.now_ms, page_size=worker.recovery_page_size, verified=verified,
+                                definition_digest=worker.definition_digest)
             break
         except Exception as error:
             if not is_retryable(error, reread=True):

@@ -8,8 +8,8 @@ from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE
 from model.failpoints import AGENT_CRASH_POINTS
 from scenarios import api as inv
 from scenarios.agents import AgentSubmitters, AgentWorkers, Approvers, ModelService, Reconciler, ToolService
-from scenarios.api import (FAILPOINT_CRASH, HOUR, MINUTE, SECOND, SUBMISSION_CRASH_POINTS, NodeKills, NodePauses, Param,
-                           PortFaults, Run, Stack, SwarmSpace, System, scenario, work)
+from scenarios.api import (FAILPOINT_CRASH, HOUR, MINUTE, SECOND, SUBMISSION_CRASH_POINTS, Deploys, NodeKills,
+                           NodePauses, Param, PortFaults, Run, Stack, SwarmSpace, System, scenario, work)
 from scenarios.invariants import (ApprovalPrecedesEffect, CanonicalEvents, ChildBeforeParent, JoinedSettlesOnce, RunClock,
                                   UnknownNeverReplayed)
 from scenarios.ledger_storm import FAULT_KINDS, KNOBS, OVERTAKE_RATE, RATES, RESTART_MS
@@ -18,8 +18,8 @@ CRASH_POINTS = SUBMISSION_CRASH_POINTS + AGENT_CRASH_POINTS
 # Tool calls slow on their way (a congested network, a paused sender): some
 # land after their owner's lease ran out, some after their deadline (refused).
 SLOW_TOOL_SHARE, SLOW_TOOL_MS = 0.05, (1 * SECOND, 90 * SECOND)
-ABORTS, FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS = (
-    "client-aborts", "failing-work", "tools", "approvals", "subagents", "follow-ups")
+ABORTS, FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS, CHECKPOINTS = (
+    "client-aborts", "failing-work", "tools", "approvals", "subagents", "follow-ups", "recovery-checkpoints")
 # The calls an agent makes once per step that waits for the world are rare
 # next to the lifecycle's: their port faults fire 50x as often, so that a
 # short seed sees a tool's reply lost or a suspension's ack lost.
@@ -27,10 +27,12 @@ RARE_SITES = ("tools.invoke", "model.stream", "ledger.mark_unknown", "ledger.res
               "ledger.decide_approval", "ledger.reserve_child", "ledger.attach_child", "ledger.release_child",
               "ledger.begin_join", "ledger.mark_joined")
 SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
-                   workload=(ABORTS, FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS), knobs=KNOBS)
+                   workload=(ABORTS, FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS, CHECKPOINTS),
+                   knobs=KNOBS)
 SOMETIMES = ("settled", "stale_writes_fenced", "worker_crashes", "tool_unknown_resolved", "approval_resumed",
              "child_woke_parent", "join_settled", "aborted_queued", "aborted_running", "aborted_suspended", "aborted_unknown",
-             "tool_calls_refused_late", "run_duration_exceeded", "compactions_selected")
+             "tool_calls_refused_late", "run_duration_exceeded", "compactions_selected", "recoveries_from_checkpoint",
+             "checkpoints_rejected_rebuilt")
 
 
 @scenario("agent-conversations", "agents whose steps wait for the world: unknown tool outcomes, approvals, "
@@ -45,7 +47,7 @@ def agent_conversations(run: Run) -> Stack:
     workers = AgentWorkers(run.knob("workers"), tools=tools, model=ModelService(), lease_ms=lease_ms, poll_ms=2 * SECOND,
                            retry_ms=2 * SECOND, step_delay_ms=(50, 3 * SECOND),
                            work=work(fail_every=20 if run.does(FAILING_WORK) else 0),
-                           recovery_page_size=run.knob("recovery_page_size"))
+                           recovery_page_size=run.knob("recovery_page_size"), checkpoints=run.does(CHECKPOINTS))
     return Stack(
         system=System(file_name="agent-conversations.db", restart_ms=RESTART_MS, damaged_reads=True),
         workloads=[
@@ -55,6 +57,8 @@ def agent_conversations(run: Run) -> Stack:
                             abort_every=13 if run.does(ABORTS) else 0, abort_late_ms=(200, 90 * SECOND)),
             Approvers(poll_ms=3 * SECOND, delay_ms=(0, 2 * MINUTE)),
             Reconciler(tools=tools, poll_ms=5 * SECOND, delay_ms=(0, MINUTE)),
+            Deploys(workers.deploy_timeline, workers.deploy, nodes=workers.names, duration_ms=run.opts.duration_ms,
+                    restart_ms=RESTART_MS),
             NodeKills(workers.names, every_ms=(10 * MINUTE, 3 * HOUR), restart_ms=RESTART_MS),
             NodePauses(workers.names, every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
                        pause_ms=((lease_ms + SECOND, lease_ms + 8 * SECOND), (lease_ms + SECOND, 4 * lease_ms))),
@@ -64,6 +68,6 @@ def agent_conversations(run: Run) -> Stack:
         checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.ClaimFencesLog(), inv.AbortHonoured(),
                 inv.LogChain(), inv.FailClosedPagination(), inv.QueueOrder(), inv.Liveness(), inv.ReferenceModel(),
                 UnknownNeverReplayed(tools), ApprovalPrecedesEffect(), ChildBeforeParent(), JoinedSettlesOnce(),
-                RunClock(), CanonicalEvents(),
+                RunClock(), CanonicalEvents(), *([inv.CheckpointConsistency()] if run.does(CHECKPOINTS) else []),
                 *([inv.ColdReopen()] if run.opts.store == "sqlite" else [])],
         heal_ms_max=HOUR, settle_ms=HOUR)

@@ -32,6 +32,7 @@ from faults.ports import BoundPort, PortStats
 from model.agent import (APPROVAL, CLOSE, COMPLETED, MODEL, OPEN, REASONING, SUBAGENT, TEXT, TOOL, TOOL_ARGUMENT_DELTA,
                          TOOL_ONCE, TOOL_PREPARED, AgentWorker, plan_of)
 from model.ledger.records import COMPLETED_WITH_RESULT, NEVER_HAPPENED, SAFE_TO_RETRY, UnreadableSubmission
+from model.canonical import digest
 from model.retry import error_name, is_retryable
 from scenarios.submissions import Submitters, Workers
 from sim.node import Node
@@ -42,6 +43,8 @@ TOOLS_PORT, MODEL_PORT = "tools", "model"
 MODEL_PROFILE = {"provider": "simulated", "model": "sim-large", "tier": "standard"}
 # A request's maxDurationMs: a quarter of the runs get two minutes, which an
 # approval or a subagent can outlast.
+CONFIG_DEPLOY_EVERY_MS = (20 * 60 * 1000, 2 * 60 * 60 * 1000)  # a new agent configuration, rolled out
+CONFIG_DEPLOYS_MAX = 10_000
 RUN_ALLOWANCES_MS = (2 * 60 * 1000, 15 * 60 * 1000, 60 * 60 * 1000, 60 * 60 * 1000)
 # Calls one tool call id may receive: an idempotent one is retried under its
 # key, a few times at most; more is a runaway, not a workload.
@@ -292,21 +295,55 @@ def child_plan(record: Any, index: int) -> list[str]:
 
 
 class AgentWorkers(Workers):
+    """Agent worker processes. The agent's configuration (its model profile,
+    its tools) is deployed in generations (``deploy``: a rolling restart);
+    a process runs the generation deployed when it started, and its recovery
+    checkpoints are bound to it: a checkpoint of another generation is
+    rejected and the history read again from the log."""
+
     name = "agent-workers"
 
     def __init__(self, count: int, *, tools: ToolService, model: ModelService, **settings: Any) -> None:
         super().__init__(count, **settings)
         self.tools = tools
         self.model = model
+        self.config_generation = 0
+        self.checkpoints_rejected = 0
+
+    def definition_digest(self) -> str:
+        """The deployed configuration's identity (what checkpoints are bound to)."""
+        return "agent-definition/" + digest({"model": MODEL_PROFILE, "tools": ["search", "send-email"],
+                                             "generation": self.config_generation})[:16]
+
+    def deploy_timeline(self, chaos: Any, duration_ms: int) -> list[tuple[int, int]]:
+        """A new configuration every CONFIG_DEPLOY_EVERY_MS (uniform), drawn at start."""
+        timeline, at_ms, generation = [], 0, 0
+        while len(timeline) < CONFIG_DEPLOYS_MAX:
+            at_ms += chaos.between(*CONFIG_DEPLOY_EVERY_MS)
+            if at_ms >= duration_ms:
+                break
+            generation += 1
+            timeline.append((at_ms, generation))
+        return timeline
+
+    def deploy(self, generation: int) -> dict:
+        self.config_generation = generation
+        return {"build": f"agent-config-{generation}", "definition": self.definition_digest()}
+
+    def _on_recovery(self, event: tuple) -> None:
+        super()._on_recovery(event)
+        if event[4].get("rejected"):
+            self.checkpoints_rejected += 1
 
     def metrics(self) -> dict[str, Any]:
         return {**super().metrics(), "tool_calls_slow": self.tools.slow_calls,
-                "tool_calls_refused_late": self.tools.refused_late}
+                "tool_calls_refused_late": self.tools.refused_late,
+                "checkpoints_rejected_rebuilt": self.checkpoints_rejected}
 
     def make_worker(self, node: Node, ports: Any, **settings: Any) -> AgentWorker:
         return AgentWorker(ports.ledger, ports.log, node.label, tools=bind_tools(self.world, node, self.tools),
                            model=bind_model(self.world, node, self.model), model_profile=MODEL_PROFILE,
-                           child_plan=child_plan, **settings)
+                           child_plan=child_plan, definition_digest=self.definition_digest(), **settings)
 
 
 class _Operator(Workload):

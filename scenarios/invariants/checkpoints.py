@@ -2,7 +2,7 @@
 
 Checkpoints are derived and disposable (persistence §8): a recovery may
 skip the records a checkpoint covers only if the checkpoint is exactly what
-a full read would give. Online, every committed checkpoint must sit on a
+a full read would give, made under the configuration the reader runs. Online, every committed checkpoint must sit on a
 batch boundary the log acknowledged with that very tail digest (the oracle
 follows the log's commits, not the store's answers). Audit: every
 conversation's latest checkpoint holds the fold of the log prefix it
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from faults.events import ERROR, CheckpointSave, LogAppend
-from model.submissions import recovery_snapshot
+from faults.events import ERROR, CheckpointSave, LogAppend, RecoveryRead
+from model.submissions import RECOVERY_DEFINITION, recovery_snapshot
 from sim.invariants import Checker
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 class CheckpointConsistency(Checker):
     name = "checkpoint-consistency"
-    kinds = (LogAppend.kind, CheckpointSave.kind)
+    kinds = (LogAppend.kind, CheckpointSave.kind, RecoveryRead.kind)
 
     def __init__(self) -> None:
         super().__init__()
@@ -43,6 +43,9 @@ class CheckpointConsistency(Checker):
                 self._boundaries.setdefault(fields[LogAppend.conversation], {})[
                     fields[LogAppend.last_seq]] = fields[LogAppend.tail_digest]
             return
+        if event[3] == RecoveryRead.kind:
+            self._on_recovery(fields)
+            return
         self.checks += 1
         conversation = fields[CheckpointSave.conversation]
         seq = fields[CheckpointSave.covered_seq]
@@ -51,6 +54,27 @@ class CheckpointConsistency(Checker):
         if acknowledged != tail_digest:
             self.fail(f"{conversation}: checkpoint at seq {seq} carries digest {tail_digest:.12}…, "
                       f"the log acknowledged {acknowledged!r:.16} there", (conversation,))
+
+    def _on_recovery(self, fields: dict) -> None:
+        """A recovery that started after a checkpoint used one of the
+        configuration its reader runs (the store's latest, read now: when it
+        is the one at that position, its definition must be the reader's)."""
+        covered_seq = fields.get(RecoveryRead.from_checkpoint)
+        if not covered_seq:
+            return
+        conversation = fields[RecoveryRead.conversation]
+        try:
+            checkpoint = self._latest(conversation)
+        except Exception:  # an unusable checkpoint now (the log moved on): nothing to compare
+            return
+        if checkpoint is None or checkpoint.covered_seq != covered_seq:
+            return
+        self.checks += 1
+        reader = fields.get(RecoveryRead.definition, RECOVERY_DEFINITION)
+        if checkpoint.definition_digest != reader:
+            self.fail(f"{conversation}: a recovery started after the checkpoint at seq {covered_seq}, made under "
+                      f"configuration {checkpoint.definition_digest!r}, by a reader of {reader!r} (a checkpoint of "
+                      f"another configuration is never used)", (conversation,))
 
     def audit(self, view: AuditView) -> None:
         for conversation_id in view.conversation_ids():
