@@ -118,3 +118,65 @@ def test_the_plans_are_drawn_from_their_own_streams():
     assert [r["n"] for r in requests if r["plan"][0] == "open"] == [1, 2, 10, 11, 20, 21]
     assert [(conversation, request["plan"]) for conversation, _, request in closes] == [
         ("conv-0-g0", ["close"]), ("conv-1-g0", ["close"]), ("conv-0-g1", ["close"]), ("conv-1-g1", ["close"])]
+
+
+def _checker(checker):
+    from sim.trace import Trace
+
+    violations = []
+    checker.attach(Trace(lambda: 0), lambda: 0, violations.append)
+    return checker, violations
+
+
+def _append(seq, time_ms, conversation, envelopes, *, expected_tail_seq=0, first_seq=1, tail_digest="d1"):
+    return (seq, time_ms, "w1", "log.append", {
+        "conversation": conversation, "batch": "b", "producer": "w1", "epoch": 1,
+        "expected_tail_seq": expected_tail_seq, "record_ids": tuple(f"r{i}" for i in range(len(envelopes))),
+        "envelopes": tuple(envelopes), "first_seq": first_seq, "last_seq": first_seq + len(envelopes) - 1,
+        "tail_digest": tail_digest, "replayed": False})
+
+
+def _started(run, created_at_ms, allowance_ms):
+    return {"family": "run-started", "createdAtMs": created_at_ms,
+            "payload": {"runId": run, "submissionId": run, "maxDurationMillis": allowance_ms}}
+
+
+def test_run_clock_fails_a_second_start_a_step_past_the_deadline_and_history_without_start():
+    from scenarios.invariants.runs import RunClock
+
+    clock, violations = _checker(RunClock())
+    clock.on_event(_append(1, 1_000, "c", [_started("s1", 1_000, 60_000)]))
+    clock.on_event((2, 61_000, "w1", "agent.step", {"submission": "s1", "index": 1}))
+    assert violations == []
+    clock.on_event((3, 61_001, "w2", "agent.step", {"submission": "s1", "index": 2}))
+    assert "after the deadline 61000 ms" in violations[-1].message
+    clock.on_event(_append(4, 62_000, "c", [_started("s1", 62_000, 60_000)]))
+    assert "a second run-started" in violations[-1].message
+    clock.on_event(_append(5, 62_000, "c", [{"family": "model-request", "createdAtMs": 62_000,
+                                             "payload": {"runId": "s2", "call": "s2/s0"}}]))
+    assert "no run-started before it" in violations[-1].message and len(violations) == 3
+
+
+def test_canonical_events_fails_what_is_never_canonical_and_usage_that_does_not_add_up():
+    from scenarios.invariants.runs import CanonicalEvents
+
+    events, violations = _checker(CanonicalEvents())
+    turn = [{"family": "model-delta", "createdAtMs": 1, "payload": {"call": "s1/s0", "channel": "text", "text": "a"}},
+            {"family": "model-completed", "createdAtMs": 1,
+             "payload": {"runId": "s1", "call": "s1/s0", "text": "a",
+                         "usage": {"inputTokens": 5, "outputTokens": 2, "costMicros": 45}}}]
+    events.on_event(_append(1, 1, "c", turn))
+    settled = {"family": "submission-settled", "createdAtMs": 2, "payload": {
+        "submissionId": "s1", "recordDigest": "x", "record": {"outcome": "completed", "result": {}, "usage": {
+            "modelCalls": 1, "inputTokens": 5, "outputTokens": 2, "costMicros": 45}}}}
+    events.on_event(_append(2, 2, "c", [settled], expected_tail_seq=2, first_seq=3))
+    assert violations == [] and events.counts == {"model-delta/text": 1, "model-completed": 1,
+                                                  "submission-settled": 1}
+    settled["payload"]["record"]["usage"]["inputTokens"] = 4
+    events.on_event(_append(3, 3, "c", [settled], expected_tail_seq=3, first_seq=4))
+    assert "its logged model turns add up to" in violations[-1].message
+    events.on_event(_append(4, 4, "c", [{"family": "heartbeat", "createdAtMs": 4, "payload": {}}]))
+    assert "'heartbeat' record reached the log" in violations[-1].message
+    events.on_event(_append(5, 5, "c", [{"family": "model-delta", "createdAtMs": 5,
+                                         "payload": {"call": "s1/s1", "channel": "tool-argument-delta"}}]))
+    assert "only text and reasoning deltas are canonical" in violations[-1].message
