@@ -98,10 +98,11 @@ def plan_of(record: Any) -> tuple[str, ...]:
     return tuple(plan)
 
 
-def run_allowance_ms(record: Any) -> int:
-    """The run's duration allowance: its request's ``maxDurationMs``, else the default."""
+def run_allowance_ms(record: Any, policy_ms: int = RUN_ALLOWANCE_MS) -> int:
+    """The run's duration allowance: its request's ``maxDurationMs``, else
+    the deployed policy's ``policy_ms``."""
     request = record.input
-    allowance = request.get("maxDurationMs", RUN_ALLOWANCE_MS) if isinstance(request, dict) else RUN_ALLOWANCE_MS
+    allowance = request.get("maxDurationMs", policy_ms) if isinstance(request, dict) else policy_ms
     assert isinstance(allowance, int) and allowance > 0, allowance
     return allowance
 
@@ -183,7 +184,8 @@ class AgentWorker(SubmissionWorker):
     ``record`` starts."""
 
     def __init__(self, *args: Any, tools: Any, model: Any, model_profile: dict, child_plan: Callable[[Any, int], list],
-                 tool_deadline_ms: int = TOOL_DEADLINE_MS, **kwargs: Any) -> None:
+                 tool_deadline_ms: int = TOOL_DEADLINE_MS, run_allowance_policy_ms: int = RUN_ALLOWANCE_MS,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         assert tool_deadline_ms > 0, tool_deadline_ms
         self.tools = tools
@@ -191,6 +193,8 @@ class AgentWorker(SubmissionWorker):
         self.model_profile = dict(model_profile)  # provider, model, tier: a model request's metadata
         self.child_plan = child_plan
         self.tool_deadline_ms = tool_deadline_ms
+        assert run_allowance_policy_ms > 0, run_allowance_policy_ms
+        self.run_allowance_policy_ms = run_allowance_policy_ms  # for a request that names no allowance
         self._run_deadline: tuple[str, int] | None = None  # (attempt id, the run's deadline) of the last claim
 
     def step_count(self, record: Any) -> int:
@@ -222,7 +226,7 @@ class AgentWorker(SubmissionWorker):
         sid = record.submission_id
         attempt = claim.attempt_id
         if self._run_deadline is None or self._run_deadline[0] != attempt:
-            allowance_ms = run_allowance_ms(record)
+            allowance_ms = run_allowance_ms(record, self.run_allowance_policy_ms)
             batch_id = run_start_batch_id(sid)
             found = await self.log.lookup_batch(conversation_id, batch_id)
             if found is None:

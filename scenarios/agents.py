@@ -43,6 +43,11 @@ TOOLS_PORT, MODEL_PORT = "tools", "model"
 MODEL_PROFILE = {"provider": "simulated", "model": "sim-large", "tier": "standard"}
 # A request's maxDurationMs: a quarter of the runs get two minutes, which an
 # approval or a subagent can outlast.
+# Requests that name no allowance run under the deployed policy, which each
+# configuration generation changes: a run started under one and resumed
+# under the next fails (RunStartConflict) rather than start its clock again.
+POLICY_ALLOWANCE_SHARE = 0.25
+ALLOWANCE_POLICIES_MS = (30 * 60 * 1000, 45 * 60 * 1000)
 CONFIG_DEPLOY_EVERY_MS = (20 * 60 * 1000, 2 * 60 * 60 * 1000)  # a new agent configuration, rolled out
 CONFIG_DEPLOYS_MAX = 10_000
 RUN_ALLOWANCES_MS = (2 * 60 * 1000, 15 * 60 * 1000, 60 * 60 * 1000, 60 * 60 * 1000)
@@ -262,7 +267,9 @@ class AgentSubmitters(Submitters):
     def request(self, n: int, conversation_id: str) -> Any:
         rng = self.world.streams.fork(f"workload/plan/{n}")
         plan = [rng.choice(self.kinds) for _ in range(rng.between(*PLAN_STEPS))]
-        request = {"n": n, "plan": plan, "maxDurationMs": rng.choice(RUN_ALLOWANCES_MS)}
+        request = {"n": n, "plan": plan}
+        if not rng.chance(POLICY_ALLOWANCE_SHARE):
+            request["maxDurationMs"] = rng.choice(RUN_ALLOWANCES_MS)
         if self.follow_ups and rng.chance(JOINING_SHARE):
             request["joins"] = True
         # A conversation's first request opens it; the slot's previous one is
@@ -343,7 +350,8 @@ class AgentWorkers(Workers):
     def make_worker(self, node: Node, ports: Any, **settings: Any) -> AgentWorker:
         return AgentWorker(ports.ledger, ports.log, node.label, tools=bind_tools(self.world, node, self.tools),
                            model=bind_model(self.world, node, self.model), model_profile=MODEL_PROFILE,
-                           child_plan=child_plan, definition_digest=self.definition_digest(), **settings)
+                           child_plan=child_plan, definition_digest=self.definition_digest(),
+                           run_allowance_policy_ms=ALLOWANCE_POLICIES_MS[self.config_generation % 2], **settings)
 
 
 class _Operator(Workload):

@@ -62,9 +62,11 @@ class RunClock(Checker):
         self._settled: dict[str, int] = {}
         self.runs_started = 0
         self.run_duration_exceeded = 0
+        self.run_start_conflicts = 0
 
     def metrics(self) -> dict:
-        return {"runs_started": self.runs_started, "run_duration_exceeded": self.run_duration_exceeded}
+        return {"runs_started": self.runs_started, "run_duration_exceeded": self.run_duration_exceeded,
+                "run_start_conflicts": self.run_start_conflicts}
 
     def on_event(self, event: tuple) -> None:
         kind = event[3]
@@ -116,6 +118,8 @@ class RunClock(Checker):
                           f"start evidence)", (run,))
         elif family == "submission-settled":
             diagnostic = payload["record"].get("diagnostic") if isinstance(payload["record"], dict) else None
+            if isinstance(diagnostic, dict) and diagnostic.get("errorTag") == "RunStartConflict":
+                self.run_start_conflicts += 1
             if isinstance(diagnostic, dict) and diagnostic.get("errorTag") == "RunDurationExceeded":
                 self.checks += 1
                 run = payload["submissionId"]
