@@ -329,7 +329,7 @@ def test_the_oracle_catches_a_lost_notification_between_the_read_and_the_park():
     _emit(trace, clock, 5, "worker-0", "progress.notify", conversation="c", seq=1, woken=1, dropped=False)
     _emit(trace, clock, 9, "watcher-0", "progress.park", registration=1, conversation="c", deadline_ms=300_000)
     assert not violations
-    _emit(trace, clock, 300_000, "watcher-0", "progress.resume", registration=1, conversation="c", woken=False)
+    _emit(trace, clock, 7_000, "watcher-0", "progress.resume", registration=1, conversation="c", woken=True)
     assert [v.invariant for v in violations] == ["progress-waits"] and "check/park race" in violations[0].message
 
 

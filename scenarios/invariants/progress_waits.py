@@ -21,8 +21,9 @@ Online:
     never while a record after the position it read from had been committed
     before its registration was installed (the subscribe/check race);
 (c) a notification of the conversation after the install (or after the last
-    wake) is never lost: the park returns woken, not at its reconnect
-    deadline (the check/park race);
+    wake) is never lost: one that came before the park makes the park
+    return at once (the latch: the check/park race), and a parked wait it
+    reached is woken, never left to its reconnect deadline;
 (d) no polling: one authoritative read per start, wake or reconnect; a wake
     follows a notification (a timer is not a wake); a timed resume comes no
     sooner than the reconnect period after its install (or at the follow's
@@ -45,7 +46,7 @@ from sim.invariants import Checker
 
 class _Wait:
     __slots__ = ("registration", "conversation", "installed_ms", "committed", "reads", "notified",
-                 "dropped", "parked_ms")
+                 "dropped", "parked_ms", "latched")
 
     def __init__(self, registration: int, conversation: str, installed_ms: int, committed: int) -> None:
         self.registration = registration
@@ -56,6 +57,7 @@ class _Wait:
         self.notified = False  # a notification delivered since the install or the last wake
         self.dropped = False  # a notification of its conversation dropped while it was installed
         self.parked_ms = -1
+        self.latched = False  # notified before its park: the park must return at once
 
 
 class _Follow:
@@ -187,6 +189,7 @@ class ProgressWaits(Checker):
                       f"not installed", key)
             return
         wait.parked_ms = time_ms
+        wait.latched = wait.notified
         after_seq = self._positions.get(key, 0)
         if wait.committed > after_seq:
             self.fail(f"{label}: parked waiting for a record after seq {after_seq} of {key[1]}, but seq "
@@ -202,6 +205,10 @@ class ProgressWaits(Checker):
         if wait is None or wait.registration != fields[ProgressResume.registration]:
             return  # its park was judged already
         self.checks += 1
+        if wait.latched and time_ms > wait.parked_ms:
+            self.fail(f"{label}: registration {wait.registration} of {key[1]} was notified after its install and "
+                      f"before its park, yet the park lasted {time_ms - wait.parked_ms} ms (the notification was "
+                      f"not latched: check/park race)", key)
         if fields[ProgressResume.woken]:
             if not wait.notified:
                 self.fail(f"{label}: woken on {key[1]} (registration {wait.registration}) with no notification "
