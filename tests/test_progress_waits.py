@@ -375,3 +375,20 @@ def test_watchers_follow_every_conversation_through_dropped_notifications(store)
     assert stats["progress_records_delivered"] > 100 and stats["progress_wait_woken"] > 0, stats
     assert stats["progress_waits_immediate"] > 0 and stats["progress_reconnects"] > 0, stats
     assert result.invariants["progress-waits"] > 0
+
+
+def test_dropped_notifications_are_recorded_and_replay_from_the_script():
+    """A ``dropped-notification`` is a fault like any other: in the run's
+    script, replayed at its hit of ``progress.notify`` to the same trace."""
+    import attrs
+
+    from scenarios.agent_conversations import RATES
+
+    opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("20m"),
+                           rates={**RATES, "dropped-notification": 0.3})
+    first = run(registry.get("agent-conversations"), opts)
+    assert first.passed, first.violations
+    dropped = [e for e in first.fault_script if getattr(e, "kind", None) == "dropped-notification"]
+    assert dropped and all(e.site == "progress.notify" and e.hit for e in dropped)
+    again = run(registry.get("agent-conversations"), attrs.evolve(opts, fault_script=tuple(first.fault_script)))
+    assert again.passed and again.trace_digest == first.trace_digest and again.faults == first.faults
