@@ -734,7 +734,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "doubt: it calls a non-idempotent tool again on a guess (and marks an idempotent one unknown).",
         "model.agent", "            if prepared is not None and not idempotent:\n",
         "            if prepared is not None and idempotent:\n", AC,
-        ci_seed=7, ci_duration="20m"),
+        ci_seed=4, ci_duration="45m"),
     Mutant(
         "agent-tool-call-without-deadline",
         "The tool is called without the deadline its preparation recorded: a paused owner's call lands after the "
@@ -789,7 +789,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.progress", "                woken = await registration.park_until_ms(deadline_ms)\n",
         "                registration.rearm()\n                woken = await registration.park_until_ms(deadline_ms)\n",
         AC,
-        ci_seed=0, ci_duration="30m"),
+        ci_seed=0, ci_duration="15m"),
     Mutant(
         "progress-polling-loop",
         "The wait sleeps a second and rereads instead of parking on its registration: a polling loop.",

@@ -22,10 +22,10 @@ CRASH_POINTS = SUBMISSION_CRASH_POINTS + AGENT_CRASH_POINTS
 # harm: any later notification of the conversation, or the reconnect, finds
 # the record).
 FAULT_KINDS = (*LEDGER_FAULT_KINDS, DROPPED_NOTIFICATION)
-RATES = {**LEDGER_RATES, DROPPED_NOTIFICATION: 0.05}
+RATES = {**LEDGER_RATES, DROPPED_NOTIFICATION: 0.1}
 # Watchers' sessions are evicted (and rebuilt) after this long: minutes, the
 # only timed wake of a progress wait.
-WATCH_RECONNECT_MS = 5 * MINUTE
+WATCH_RECONNECT_MS = 2 * MINUTE
 # Tool calls slow on their way (a congested network, a paused sender): some
 # land after their owner's lease ran out, some after their deadline (refused).
 SLOW_TOOL_SHARE, SLOW_TOOL_MS = 0.05, (1 * SECOND, 90 * SECOND)
