@@ -898,3 +898,82 @@ class Deploy(ProbeEvent):
     build: str
     version: int
     broken: bool
+
+
+# -- progress waits (``faults.notifications``, ``scenarios.watchers``) ------------
+
+class ProgressRegister(ProbeEvent):
+    """``faults.notifications``: a registration installed in the notifier
+    (from this instant a notify of its conversation wakes it)."""
+
+    kind = "progress.register"
+    registration: int
+    conversation: str
+
+
+class ProgressPark(ProbeEvent):
+    """A waiter parks on its registration until a wake or ``deadline_ms``."""
+
+    kind = "progress.park"
+    registration: int
+    conversation: str
+    deadline_ms: int
+
+
+class ProgressResume(ProbeEvent):
+    """A parked waiter runs again: ``woken`` by a notification, else at its deadline."""
+
+    kind = "progress.resume"
+    registration: int
+    conversation: str
+    woken: bool
+
+
+class ProgressClose(ProbeEvent):
+    """A registration discarded (the wait returned, reconnects, or its process died)."""
+
+    kind = "progress.close"
+    registration: int
+    conversation: str
+
+
+class ProgressNotify(ProbeEvent):
+    """A notification after a committed append: how many registrations it
+    woke, or ``dropped`` (a ``dropped-notification`` fault: none)."""
+
+    kind = "progress.notify"
+    conversation: str
+    seq: int
+    woken: int
+    dropped: bool
+
+
+class WatchStarted(ProbeEvent):
+    """``scenarios.watchers``: a watcher starts following a conversation from
+    ``from_seq`` (0 after a restart: its cursor is not durable) until ``until_ms``."""
+
+    kind = "watch.started"
+    watcher: str
+    conversation: str
+    from_seq: int
+    until_ms: int
+
+
+class WatchDelivered(ProbeEvent):
+    """A record a watcher delivered (to its user): its position and fingerprint."""
+
+    kind = "watch.delivered"
+    watcher: str
+    conversation: str
+    seq: int
+    record_id: str
+    fingerprint: str
+
+
+class WatchClosed(ProbeEvent):
+    """A watcher stopped following a conversation (its window ended)."""
+
+    kind = "watch.closed"
+    watcher: str
+    conversation: str
+    delivered_seq: int

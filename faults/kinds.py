@@ -20,6 +20,10 @@ REPLY_LOST = "reply-lost"                # the call committed, its reply is lost
 # its write (refused while the transaction holds the write lock, as BEGIN IMMEDIATE takes it).
 OVERTAKING_COMMIT = "overtaking-commit"
 
+# A progress notification (a liveness hint, sent after its append committed) that never reaches its
+# registrations (``faults.notifications``): waiters must find the record anyway, at their next reconnect.
+DROPPED_NOTIFICATION = "dropped-notification"
+
 # Beyond the contract (opt-in, ``--beyond-contract``): the store breaks a
 # promise. The expected outcome is a loud, typed detection, never a pass.
 LOST_WRITE = "lost-write"                # an acknowledged write is gone afterwards
@@ -33,4 +37,4 @@ PORT_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, TRANSIENT_ERROR, WRITE_CONTENTI
 TIMED_FAULT_KINDS = (NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE)
 ALL_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE,
                    SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST,
-                   BOUNDARY_DELAY, LOST_WRITE, TORN_BATCH, OVERTAKING_COMMIT, ROW_ROT)
+                   BOUNDARY_DELAY, LOST_WRITE, TORN_BATCH, OVERTAKING_COMMIT, ROW_ROT, DROPPED_NOTIFICATION)

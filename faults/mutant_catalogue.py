@@ -801,4 +801,40 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.agent",
         '        await self.ledger.mark_joined(claim, follower_id, f"{batch_id}#0", found.first_seq)\n', "", AC,
         ci_seed=0, ci_duration="10m"),
+    # -- progress waits (model.progress, STORE-014) ------------------------------------
+    Mutant(
+        "progress-read-before-register",
+        "The wait reads the log first and installs its registration after: a record committed in between is "
+        "announced to nobody, and the wait parks until its reconnect (subscribe/check race).",
+        "model.progress",
+        "        registration = await notifier.register(conversation_id)\n        try:\n"
+        "            found = await _read_after(log, conversation_id, after_seq)\n",
+        "        found = await _read_after(log, conversation_id, after_seq)\n"
+        "        registration = await notifier.register(conversation_id)\n        try:\n", AC,
+        ci_seed=0, ci_duration="2m"),
+    Mutant(
+        "progress-park-without-latch",
+        "The registration's latch is re-created after the read, just before the park: a notification that "
+        "arrived while the read's reply was on its way is dropped, and the wait sleeps to its reconnect "
+        "(check/park race).",
+        "model.progress", "                woken = await registration.park_until_ms(deadline_ms)\n",
+        "                registration.rearm()\n                woken = await registration.park_until_ms(deadline_ms)\n",
+        AC,
+        ci_seed=0, ci_duration="15m"),
+    Mutant(
+        "progress-polling-loop",
+        "The wait sleeps a second and rereads instead of parking on its registration: a polling loop.",
+        "model.progress", "                woken = await registration.park_until_ms(deadline_ms)\n",
+        "                woken = await runtime.sleep_ms(1_000) or runtime.now_ms() < deadline_ms  # look again soon\n",
+        AC,
+        ci_seed=0, ci_duration="2m"),
+    Mutant(
+        "progress-notification-authoritative",
+        "A wake is taken as the truth about the log: the wait reads the notified record instead of the one after "
+        "the caller's sequence, skipping what the notification did not name.",
+        "model.progress",
+        "                position = after_seq  # a wake only says \"reread\": the position is always the caller's\n",
+        "                position = max(after_seq, registration.notified_seq - 1)  # straight to the notified record\n",
+        AC,
+        ci_seed=0, ci_duration="2m"),
 )

@@ -13,6 +13,25 @@ from __future__ import annotations
 from typing import Any, Coroutine, Protocol
 
 
+class Event(Protocol):
+    """A one-task park/wake latch (``Runtime.event``). ``set()`` wakes the
+    task parked in ``wait_until_ms``; a ``set()`` before the wait is kept
+    (latched), so the wait then returns at once: what closes the race
+    between checking a condition and parking on it. Once set it stays set;
+    a caller that parks again takes a fresh event."""
+
+    def set(self) -> None:
+        """Wake the parked task (if any) now; latch otherwise. Idempotent."""
+
+    def is_set(self) -> bool:
+        """Whether ``set()`` was called."""
+
+    async def wait_until_ms(self, deadline_ms: int) -> bool:
+        """Park the calling task until ``set()`` or ``now_ms() >= deadline_ms``:
+        True if woken (or already set), False at the deadline. At most one
+        task waits on an event at a time."""
+
+
 class Runtime(Protocol):
     def now_ms(self) -> int:
         """Current (virtual or real) time in integer milliseconds."""
@@ -28,3 +47,6 @@ class Runtime(Protocol):
 
     def spawn(self, name: str, coro: Coroutine[Any, Any, Any]) -> None:
         """Start ``coro`` as a new task on the caller's node."""
+
+    def event(self) -> Event:
+        """A new, unset park/wake latch (``Event``)."""

@@ -3,18 +3,29 @@ outcome a crash leaves unknown, approvals, subagents — under every fault,
 with aborts landing in every state of a submission."""
 from __future__ import annotations
 
-from faults.kinds import OVERTAKING_COMMIT
+from faults.kinds import DROPPED_NOTIFICATION, OVERTAKING_COMMIT
 from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE
 from model.failpoints import AGENT_CRASH_POINTS
 from scenarios import api as inv
 from scenarios.agents import AgentSubmitters, AgentWorkers, Approvers, ModelService, Reconciler, ToolService
 from scenarios.api import (FAILPOINT_CRASH, HOUR, MINUTE, SECOND, SUBMISSION_CRASH_POINTS, Deploys, NodeKills,
                            NodePauses, Param, PortFaults, Run, Stack, SwarmSpace, System, scenario, work)
-from scenarios.invariants import (ApprovalPrecedesEffect, CanonicalEvents, ChildBeforeParent, JoinedSettlesOnce, RunClock,
-                                  UnknownNeverReplayed)
-from scenarios.ledger_storm import FAULT_KINDS, KNOBS, OVERTAKE_RATE, RATES, RESTART_MS
+from scenarios.invariants import (ApprovalPrecedesEffect, CanonicalEvents, ChildBeforeParent, JoinedSettlesOnce,
+                                  ProgressWaits, RunClock, UnknownNeverReplayed)
+from scenarios.ledger_storm import FAULT_KINDS as LEDGER_FAULT_KINDS, KNOBS, OVERTAKE_RATE, RESTART_MS
+from scenarios.ledger_storm import RATES as LEDGER_RATES
+from scenarios.watchers import WatcherKills, Watchers
 
 CRASH_POINTS = SUBMISSION_CRASH_POINTS + AGENT_CRASH_POINTS
+# ledger-storm's kinds and rates (its own stay as they are: its traces do not
+# move), and progress notifications dropped on their way (a drop is rare
+# harm: any later notification of the conversation, or the reconnect, finds
+# the record).
+FAULT_KINDS = (*LEDGER_FAULT_KINDS, DROPPED_NOTIFICATION)
+RATES = {**LEDGER_RATES, DROPPED_NOTIFICATION: 0.1}
+# Watchers' sessions are evicted (and rebuilt) after this long: minutes, the
+# only timed wake of a progress wait.
+WATCH_RECONNECT_MS = 2 * MINUTE
 # Tool calls slow on their way (a congested network, a paused sender): some
 # land after their owner's lease ran out, some after their deadline (refused).
 SLOW_TOOL_SHARE, SLOW_TOOL_MS = 0.05, (1 * SECOND, 90 * SECOND)
@@ -32,7 +43,8 @@ SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=CRASH_POINTS, failpoint_r
 SOMETIMES = ("settled", "stale_writes_fenced", "worker_crashes", "tool_unknown_resolved", "approval_resumed",
              "child_woke_parent", "join_settled", "aborted_queued", "aborted_running", "aborted_suspended", "aborted_unknown",
              "tool_calls_refused_late", "run_duration_exceeded", "compactions_selected", "recoveries_from_checkpoint",
-             "checkpoints_rejected_rebuilt", "run_start_conflicts")
+             "checkpoints_rejected_rebuilt", "run_start_conflicts", "progress_wait_woken",
+             "progress_wait_reconnected_after_drop")
 
 
 @scenario("agent-conversations", "agents whose steps wait for the world: unknown tool outcomes, approvals, "
@@ -48,8 +60,10 @@ def agent_conversations(run: Run) -> Stack:
                            retry_ms=2 * SECOND, step_delay_ms=(50, 3 * SECOND),
                            work=work(fail_every=20 if run.does(FAILING_WORK) else 0),
                            recovery_page_size=run.knob("recovery_page_size"), checkpoints=run.does(CHECKPOINTS))
+    watchers = Watchers(slots=run.param("conversations"), conversation_lifetime_ms=run.param("conversation_lifetime_ms"),
+                        reconnect_ms=WATCH_RECONNECT_MS)
     return Stack(
-        system=System(file_name="agent-conversations.db", restart_ms=RESTART_MS, damaged_reads=True),
+        system=System(file_name="agent-conversations.db", restart_ms=RESTART_MS, damaged_reads=True, progress=True),
         workloads=[
             workers,
             AgentSubmitters(kinds=kinds, follow_ups=run.does(FOLLOW_UPS), conversations=run.param("conversations"), every_ms=(2 * SECOND, 60 * SECOND),
@@ -59,9 +73,12 @@ def agent_conversations(run: Run) -> Stack:
             Reconciler(tools=tools, poll_ms=5 * SECOND, delay_ms=(0, MINUTE)),
             Deploys(workers.deploy_timeline, workers.deploy, nodes=workers.names, duration_ms=run.opts.duration_ms,
                     restart_ms=RESTART_MS),
+            watchers,
             NodeKills(workers.names, every_ms=(10 * MINUTE, 3 * HOUR), restart_ms=RESTART_MS),
             NodePauses(workers.names, every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
                        pause_ms=((lease_ms + SECOND, lease_ms + 8 * SECOND), (lease_ms + SECOND, 4 * lease_ms))),
+            # A reloaded page: the watcher follows again from 0.
+            WatcherKills(watchers.names, every_ms=(10 * MINUTE, HOUR), restart_ms=RESTART_MS),
         ],
         faults=PortFaults(run.rates(RATES), failpoints=CRASH_POINTS, boosted_sites=RARE_SITES, boost=50,
                           fixed_rates={OVERTAKING_COMMIT: OVERTAKE_RATE} if run.opts.store == "sqlite" else {}),
@@ -69,5 +86,6 @@ def agent_conversations(run: Run) -> Stack:
                 inv.LogChain(), inv.FailClosedPagination(), inv.QueueOrder(), inv.Liveness(), inv.ReferenceModel(),
                 UnknownNeverReplayed(tools), ApprovalPrecedesEffect(), ChildBeforeParent(), JoinedSettlesOnce(),
                 RunClock(), CanonicalEvents(), *([inv.CheckpointConsistency()] if run.does(CHECKPOINTS) else []),
+                ProgressWaits(reconnect_ms=WATCH_RECONNECT_MS),
                 *([inv.ColdReopen()] if run.opts.store == "sqlite" else [])],
         heal_ms_max=HOUR, settle_ms=HOUR)

@@ -38,6 +38,7 @@ from faults.describe import (
     PIN_DESCRIBERS,
     SCHEDULE_DESCRIBERS,
 )
+from faults.notifications import NotifierPort
 from faults.ports import BoundPort, PortStats, SimFailpoints
 from faults.reads import DamagedReads
 from faults.sqlite_overtake import open_node_database
@@ -55,6 +56,7 @@ from model.kernel.sqlite_store import SqliteExecutionStore
 from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.pins import InMemoryPinIndex, SqlitePinIndex
+from model.progress import NotifyingLog, ProgressNotifier
 from model.repair import rebuild_ledger
 from model.runs import LedgerRuns
 from model.schedule_store import InMemoryScheduleStore, SqliteScheduleStore
@@ -115,6 +117,9 @@ class NodePorts:
     # The kernel's execution store (``model.kernel.store``): the sentinels run
     # on ``LedgerRuns``; the ports adversary drives this port directly.
     kernel: Any = None
+    # The progress notifier as this node sees it (``faults.notifications``);
+    # None unless the System has one (``System(progress=True)``).
+    progress: Any = None
 
 
 def load_store_factory(spec: str) -> dict[str, Any]:
@@ -153,15 +158,21 @@ class System:
     run's options), their ports per node, and the audit view."""
 
     def __init__(self, *, restart_ms: tuple[int, int], file_name: str = "loomsim.db",
-                 damaged_reads: bool = False) -> None:
+                 damaged_reads: bool = False, progress: bool = False) -> None:
         """``restart_ms``: how long a process crashed at a port stays down
         (drawn per crash). ``file_name``: of a temporary SQLite database.
         ``damaged_reads``: log read answers may come back
-        short, gapped or corrupt (the recovery read must fail closed)."""
+        short, gapped or corrupt (the recovery read must fail closed).
+        ``progress``: the deployment has a progress notifier (STORE-014):
+        every node's log port announces its committed appends to it
+        (``model.progress.NotifyingLog``), through the fault site
+        ``progress.notify``; off, the ports are exactly the stores'."""
         assert 0 <= restart_ms[0] <= restart_ms[1], restart_ms
         self.file_name = file_name
         self.restart_ms = restart_ms
         self.damaged_reads = damaged_reads
+        self.progress = progress
+        self.notifier: ProgressNotifier | None = None
         self.port_stats = PortStats()
         self._database: RunDatabase | None = None
         self._world: World | None = None
@@ -199,6 +210,8 @@ class System:
             self.findings = InMemoryFindingsProjection()
             self.checkpoints = InMemoryCheckpointStore(self.log)
             self.kernel = InMemoryExecutionStore()
+        # In memory, like the deployment's notification service: it outlives processes, not the run.
+        self.notifier = ProgressNotifier(world.runtime) if self.progress else None
         # Beyond the contract: the log, durable state and ledger may break their promises.
         self.surgeries = beyond_surgeries(self, world.streams) if beyond_enabled(opts) else {}
         world.trace.subscribe(("ledger.admit", "log.materialize", "ledger.purge_conversation"), self._observe)
@@ -240,10 +253,26 @@ class System:
                 target = DamagedReads(target, world, node, plan)
             return BoundPort(world, node, name, target, plan, DESCRIBERS[name], stats, restart, surgery=surgery)
 
-        return NodePorts(ds=port("ds"), ledger=port("ledger"), log=port("log"), schedules=port("schedules"),
+        log = port("log")
+        progress = None
+        if self.notifier is not None:
+            # Where notifications come from: the appending process, after its
+            # append returned (committed, the reply received), at the port
+            # every appender goes through, so no model call site can forget
+            # one or send one early. A crash in between (an ack lost) loses it.
+            progress = NotifierPort(self.notifier, world, node, plan)
+            log = NotifyingLog(log, progress)
+        return NodePorts(ds=port("ds"), ledger=port("ledger"), log=log, schedules=port("schedules"),
                          content=port("content"), pins=port("pins"), findings=port("findings"),
                          checkpoints=port("checkpoints"), failpoints=SimFailpoints(world, node, plan, restart),
-                         kernel=port("kernel"))
+                         kernel=port("kernel"), progress=progress)
+
+    def notifier_port(self, node: Node, *, transit_ms: Any = None) -> NotifierPort:
+        """The notifier as a waiter on ``node`` reaches it: ``transit_ms()``
+        is a registration's round trip (None: instant)."""
+        world = self._world
+        assert world is not None and self.notifier is not None, "the system has no progress notifier"
+        return NotifierPort(self.notifier, world, node, world.plan, transit_ms)
 
     def unwrapped_store(self, node: Node, port: str) -> Any:
         """The store ``node``'s process talks to at ``port``, without the

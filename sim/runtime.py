@@ -44,7 +44,7 @@ class _Trap:
 
 
 class Task:
-    __slots__ = ("name", "node", "coro", "alive", "sched_priority", "last_call")
+    __slots__ = ("name", "node", "coro", "alive", "sched_priority", "last_call", "parked_on")
 
     def __init__(self, name: str, node: Node, coro: Coroutine[Any, Any, Any]) -> None:
         self.name = name
@@ -56,9 +56,66 @@ class Task:
         self.sched_priority: int | None = None
         # The port call it made last ("after ledger.claim"), for reports.
         self.last_call = ""
+        # The ``SimEvent`` it is parked on (``wait_until_ms``), or None.
+        self.parked_on: SimEvent | None = None
 
     def __repr__(self) -> str:
         return f"<Task {self.node.label}/{self.name}>"
+
+
+class SimEvent:
+    """``model.runtime.Event`` on virtual time: a one-waiter latch.
+
+    A parked task is an ordinary heap entry at its deadline; ``set()``
+    moves it to now (the runtime takes its deadline entry out of the heap
+    and pushes it at the current instant with a fresh order, so the waker
+    runs on and the woken task follows in FIFO position, or wherever the
+    scheduling policy puts it). Nothing here orders by identity: the heap
+    entry is found by the task object's identity only to remove it, and the
+    orders that decide who runs next are the runtime's counter. A crash of
+    the waiter's node drops its entry and this event's reference to it
+    (``SimRuntime.crash_node``): a woken dead task is never pushed.
+    """
+
+    __slots__ = ("_runtime", "_set", "_waiter")
+
+    def __init__(self, runtime: "SimRuntime") -> None:
+        self._runtime = runtime
+        self._set = False
+        self._waiter: Task | None = None
+
+    def set(self) -> None:
+        if self._set:
+            return
+        self._set = True
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            self._runtime._unpark(waiter)
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait_until_ms(self, deadline_ms: int) -> bool:
+        if self._set:
+            return True  # latched: a set() before the wait is not lost
+        runtime = self._runtime
+        if deadline_ms <= runtime._now_ms:
+            return False
+        task = runtime._current
+        assert task is not None, "wait_until_ms() outside a task"
+        assert self._waiter is None, f"{task!r}: an event has one waiter, {self._waiter!r} waits already"
+        assert task.parked_on is None, task
+        self._waiter = task
+        task.parked_on = self
+        try:
+            await _Trap(deadline_ms)
+        finally:
+            # Woken, timed out, or closed by a crash: this task waits no more.
+            task.parked_on = None
+            if self._waiter is task:
+                self._waiter = None
+        return self._set
 
 
 class TaskFailed(Exception):
@@ -133,6 +190,32 @@ class SimRuntime:
         assert current is not None, "spawn() outside a task: use spawn_on()"
         return self.spawn_on(current.node, name, coro)
 
+    def event(self) -> SimEvent:
+        return SimEvent(self)
+
+    def _unpark(self, task: Task) -> None:
+        """``task`` is parked on an event that was just set: run it now.
+
+        Its deadline entry leaves the heap (found by identity, O(heap): a
+        wake is rare next to a switch, and the hot loops stay untouched);
+        if it is not in the heap it is already due at this instant (moved
+        to the policy loop's ready list) and wakes there anyway."""
+        if not task.alive:
+            return
+        if self._drop_entry(task):
+            self._push(self._now_ms, task)
+
+    def _drop_entry(self, task: Task) -> bool:
+        heap = self._heap
+        for index, entry in enumerate(heap):
+            if entry[2] is task:
+                last = heap.pop()
+                if index < len(heap):
+                    heap[index] = last
+                    heapq.heapify(heap)
+                return True
+        return False
+
     # -- harness API ----------------------------------------------------------
 
     @property
@@ -163,6 +246,11 @@ class SimRuntime:
         current = self._current
         for task in list(node.tasks):
             task.alive = False
+            if task.parked_on is not None:
+                # Parked on an event: its deadline entry goes now (not left
+                # to sit in the heap until a reconnect minutes away), and
+                # closing it below unhooks it from the event.
+                self._drop_entry(task)
             if task is current:
                 continue  # a running coroutine can't be closed; it unwinds below
             # Run the dying task's finally blocks now, at a deterministic

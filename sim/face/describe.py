@@ -143,6 +143,7 @@ def fault_sites(scenario: Any, stacks: list[Any]) -> list[dict[str, Any]]:
     from faults.kinds import OVERTAKING_COMMIT, PORT_FAULT_KINDS, WRITE_CONTENTION
     from faults.ports import READ_METHODS
     from faults.reads import READ_FAULT_KINDS
+    from faults.notifications import KINDS as NOTIFY_KINDS, SITE as NOTIFY_SITE
     from faults.sqlite_overtake import SITE as OVERTAKE_SITE
     from scenarios.system import DESCRIBERS, System
 
@@ -163,6 +164,8 @@ def fault_sites(scenario: Any, stacks: list[Any]) -> list[dict[str, Any]]:
             add("log.read.answer", READ_FAULT_KINDS, "read answer")
         if OVERTAKING_COMMIT in (getattr(stack.faults, "fixed_rates", None) or {}):
             add(OVERTAKE_SITE, [OVERTAKING_COMMIT], "sqlite read in a transaction (on sqlite)")
+        if getattr(stack.system, "progress", False):
+            add(NOTIFY_SITE, list(NOTIFY_KINDS), "progress notification after an append")
     for stack in stacks:
         for name in getattr(stack.faults, "boosted_sites", ()):
             method = name.partition(".")[2]
