@@ -756,7 +756,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "suspended past its deadline goes on running.",
         "model.agent", "            started_at_ms = start.envelope.created_at_ms\n",
         "            started_at_ms = self.now_ms()\n", AC,
-        ci_seed=0, ci_duration="1h"),
+        ci_seed=0, ci_duration="2h"),
     Mutant(
         "agent-run-start-per-attempt",
         "Each attempt starts the run afresh under its own attempt id: a resumed run has a second RunStarted.",
