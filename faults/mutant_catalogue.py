@@ -725,7 +725,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "configuration, a checkpoint of the old one is trusted.",
         "model.conversation.checkpoints", "    if checkpoint.definition_digest != definition_digest:\n",
         "    if checkpoint.definition_digest != checkpoint.definition_digest:\n", AC,
-        ci_seed=1, ci_duration="2h"),
+        ci_seed=0, ci_duration="2h"),
     Mutant(
         "checkpoint-save-unchecked",
         "Saving a checkpoint no longer checks its tail digest against the log's digest at its position.",
@@ -741,7 +741,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "doubt: it calls a non-idempotent tool again on a guess (and marks an idempotent one unknown).",
         "model.agent", "            if prepared is not None and not idempotent:\n",
         "            if prepared is not None and idempotent:\n", AC,
-        ci_seed=5, ci_duration="1h"),
+        ci_seed=3, ci_duration="30m"),
     Mutant(
         "agent-tool-call-without-deadline",
         "The tool is called without the deadline its preparation recorded: a paused owner's call lands after the "
@@ -749,38 +749,38 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.agent",
         "            result = await self.tools.invoke(call, tool, args, call if idempotent else None, deadline_ms)\n",
         "            result = await self.tools.invoke(call, tool, args, call if idempotent else None)\n", AC,
-        ci_seed=2, ci_duration="1h"),
+        ci_seed=0, ci_duration="30m"),
     Mutant(
         "agent-run-clock-reset",
         "A resumed run measures its duration allowance from its own claim, not from the logged start: a run "
         "suspended past its deadline goes on running.",
         "model.agent", "            started_at_ms = start.envelope.created_at_ms\n",
         "            started_at_ms = self.now_ms()\n", AC,
-        ci_seed=0, ci_duration="2h"),
+        ci_seed=0, ci_duration="1h"),
     Mutant(
         "agent-run-start-per-attempt",
         "Each attempt starts the run afresh under its own attempt id: a resumed run has a second RunStarted.",
         "model.agent", "            batch_id = run_start_batch_id(sid)\n",
         "            batch_id = run_start_batch_id(attempt)\n", AC,
-        ci_seed=3, ci_duration="10m"),
+        ci_seed=0, ci_duration="10m"),
     Mutant(
         "agent-logs-tool-argument-deltas",
         "Partial tool-argument deltas of the model's stream are logged as model deltas (never canonical).",
         "model.agent", "                    continue  # never canonical: the completed tool call is\n",
         "                    pass\n", AC,
-        ci_seed=3, ci_duration="10m"),
+        ci_seed=0, ci_duration="2m"),
     Mutant(
         "agent-usage-last-turn-only",
         "A run's aggregate usage counts only its last step's model call.",
         "model.agent", "    for output in outputs:\n", "    for output in outputs[-1:]:\n", AC,
-        ci_seed=3, ci_duration="10m"),
+        ci_seed=0, ci_duration="2m"),
     Mutant(
         "agent-approval-decision-unlogged",
         "The resumed attempt acts on the ledger's approval decision without appending it to the log first.",
         "model.agent",
         '            await self._append_once(conversation_id, claim, f"tool-{APPROVAL_DECIDED}:{call}", [entry])\n',
         "", AC,
-        ci_seed=0, ci_duration="10m"),
+        ci_seed=0, ci_duration="2m"),
     Mutant(
         "agent-approval-assumed",
         "The approval step reports its call approved whatever the decision was.",
@@ -793,7 +793,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "to a child still running.",
         "model.agent", "                if child is not None and child.settled:\n",
         "                if child is not None:\n", AC,
-        ci_seed=0, ci_duration="10m"),
+        ci_seed=0, ci_duration="2m"),
     Mutant(
         "agent-join-unmarked",
         "A run applies a follow-up's input to its log but never marks it joined, so the follow-up goes back to "
@@ -820,7 +820,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.progress", "                woken = await registration.park_until_ms(deadline_ms)\n",
         "                registration.rearm()\n                woken = await registration.park_until_ms(deadline_ms)\n",
         AC,
-        ci_seed=0, ci_duration="15m"),
+        ci_seed=0, ci_duration="2m"),
     Mutant(
         "progress-polling-loop",
         "The wait sleeps a second and rereads instead of parking on its registration: a polling loop.",

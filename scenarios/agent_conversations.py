@@ -29,8 +29,11 @@ WATCH_RECONNECT_MS = 2 * MINUTE
 # Tool calls slow on their way (a congested network, a paused sender): some
 # land after their owner's lease ran out, some after their deadline (refused).
 SLOW_TOOL_SHARE, SLOW_TOOL_MS = 0.05, (1 * SECOND, 90 * SECOND)
-ABORTS, FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS, CHECKPOINTS = (
-    "client-aborts", "failing-work", "tools", "approvals", "subagents", "follow-ups", "recovery-checkpoints")
+# Aborts are not a switch here: they land in every seed, in every state a
+# run can be in (the scenario's point, and the abort-requested family).
+FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS, CHECKPOINTS = (
+    "failing-work", "tools", "approvals", "subagents", "follow-ups", "recovery-checkpoints")
+ABORT_EVERY = 13  # one request in this many is aborted (at once or late)
 # The calls an agent makes once per step that waits for the world are rare
 # next to the lifecycle's: their port faults fire 50x as often, so that a
 # short seed sees a tool's reply lost or a suspension's ack lost.
@@ -38,7 +41,7 @@ RARE_SITES = ("tools.invoke", "model.stream", "ledger.mark_unknown", "ledger.res
               "ledger.decide_approval", "ledger.reserve_child", "ledger.attach_child", "ledger.release_child",
               "ledger.begin_join", "ledger.mark_joined")
 SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
-                   workload=(ABORTS, FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS, CHECKPOINTS),
+                   workload=(FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS, CHECKPOINTS),
                    knobs=KNOBS)
 SOMETIMES = ("settled", "stale_writes_fenced", "worker_crashes", "tool_unknown_resolved", "approval_resumed",
              "child_woke_parent", "join_settled", "aborted_queued", "aborted_running", "aborted_suspended", "aborted_unknown",
@@ -68,7 +71,7 @@ def agent_conversations(run: Run) -> Stack:
             workers,
             AgentSubmitters(kinds=kinds, follow_ups=run.does(FOLLOW_UPS), conversations=run.param("conversations"), every_ms=(2 * SECOND, 60 * SECOND),
                             conversation_lifetime_ms=run.param("conversation_lifetime_ms"), retry_ms=2 * SECOND,
-                            abort_every=13 if run.does(ABORTS) else 0, abort_late_ms=(200, 90 * SECOND)),
+                            abort_every=ABORT_EVERY, abort_late_ms=(200, 90 * SECOND)),
             Approvers(poll_ms=3 * SECOND, delay_ms=(0, 2 * MINUTE)),
             Reconciler(tools=tools, poll_ms=5 * SECOND, delay_ms=(0, MINUTE)),
             Deploys(workers.deploy_timeline, workers.deploy, nodes=workers.names, duration_ms=run.opts.duration_ms,
