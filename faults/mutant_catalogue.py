@@ -741,7 +741,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "doubt: it calls a non-idempotent tool again on a guess (and marks an idempotent one unknown).",
         "model.agent", "            if prepared is not None and not idempotent:\n",
         "            if prepared is not None and idempotent:\n", AC,
-        ci_seed=3, ci_duration="30m"),
+        ci_seed=0, ci_duration="2h"),
     Mutant(
         "agent-tool-call-without-deadline",
         "The tool is called without the deadline its preparation recorded: a paused owner's call lands after the "
@@ -756,7 +756,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "suspended past its deadline goes on running.",
         "model.agent", "            started_at_ms = start.envelope.created_at_ms\n",
         "            started_at_ms = self.now_ms()\n", AC,
-        ci_seed=0, ci_duration="1h"),
+        ci_seed=0, ci_duration="10m"),
     Mutant(
         "agent-run-start-per-attempt",
         "Each attempt starts the run afresh under its own attempt id: a resumed run has a second RunStarted.",
@@ -793,7 +793,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "to a child still running.",
         "model.agent", "                if child is not None and child.settled:\n",
         "                if child is not None:\n", AC,
-        ci_seed=0, ci_duration="2m"),
+        ci_seed=0, ci_duration="10m"),
     Mutant(
         "agent-join-unmarked",
         "A run applies a follow-up's input to its log but never marks it joined, so the follow-up goes back to "
@@ -820,7 +820,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.progress", "                woken = await registration.park_until_ms(deadline_ms)\n",
         "                registration.rearm()\n                woken = await registration.park_until_ms(deadline_ms)\n",
         AC,
-        ci_seed=0, ci_duration="2m"),
+        ci_seed=0, ci_duration="10m"),
     Mutant(
         "progress-polling-loop",
         "The wait sleeps a second and rereads instead of parking on its registration: a polling loop.",

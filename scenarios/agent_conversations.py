@@ -7,7 +7,8 @@ from faults.kinds import DROPPED_NOTIFICATION, OVERTAKING_COMMIT
 from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE
 from model.failpoints import AGENT_CRASH_POINTS
 from scenarios import api as inv
-from scenarios.agents import AgentSubmitters, AgentWorkers, Approvers, ModelService, Reconciler, ToolService
+from scenarios.agents import (JOINING_SHARE, AgentSubmitters, AgentWorkers, Approvers, ModelService, Reconciler,
+                             ToolService)
 from scenarios.api import (FAILPOINT_CRASH, HOUR, MINUTE, SECOND, SUBMISSION_CRASH_POINTS, Deploys, NodeKills,
                            NodePauses, Param, PortFaults, Run, Stack, SwarmSpace, System, scenario, work)
 from scenarios.invariants import (ApprovalPrecedesEffect, CanonicalEvents, ChildBeforeParent, JoinedSettlesOnce,
@@ -34,6 +35,9 @@ SLOW_TOOL_SHARE, SLOW_TOOL_MS = 0.05, (1 * SECOND, 90 * SECOND)
 FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS, CHECKPOINTS = (
     "failing-work", "tools", "approvals", "subagents", "follow-ups", "recovery-checkpoints")
 ABORT_EVERY = 13  # one request in this many is aborted (at once or late)
+# A step kind's weight in a plan: every kind appears in every seed, rare where
+# the swarm switched it off (so each seed writes every event family).
+COMMON, RARE = 10, 1
 # The calls an agent makes once per step that waits for the world are rare
 # next to the lifecycle's: their port faults fire 50x as often, so that a
 # short seed sees a tool's reply lost or a suspension's ack lost.
@@ -57,8 +61,10 @@ SOMETIMES = ("settled", "stale_writes_fenced", "worker_crashes", "tool_unknown_r
 def agent_conversations(run: Run) -> Stack:
     lease_ms = run.knob("lease_ms")
     tools = ToolService(slow_share=SLOW_TOOL_SHARE, slow_ms=SLOW_TOOL_MS)
-    kinds = (MODEL, *((TOOL, TOOL_ONCE) if run.does(TOOLS) else ()), *((APPROVAL,) if run.does(APPROVALS) else ()),
-             *((SUBAGENT,) if run.does(SUBAGENTS) else ()))
+    # Every step kind in every seed; the swarm makes a kind common or rare.
+    kinds = ((MODEL,) * COMMON + (TOOL, TOOL_ONCE) * (COMMON if run.does(TOOLS) else RARE)
+             + (APPROVAL,) * (COMMON if run.does(APPROVALS) else RARE)
+             + (SUBAGENT,) * (COMMON if run.does(SUBAGENTS) else RARE))
     workers = AgentWorkers(run.knob("workers"), tools=tools, model=ModelService(), lease_ms=lease_ms, poll_ms=2 * SECOND,
                            retry_ms=2 * SECOND, step_delay_ms=(50, 3 * SECOND),
                            work=work(fail_every=20 if run.does(FAILING_WORK) else 0),
@@ -69,7 +75,8 @@ def agent_conversations(run: Run) -> Stack:
         system=System(file_name="agent-conversations.db", restart_ms=RESTART_MS, damaged_reads=True, progress=True),
         workloads=[
             workers,
-            AgentSubmitters(kinds=kinds, follow_ups=run.does(FOLLOW_UPS), conversations=run.param("conversations"), every_ms=(2 * SECOND, 60 * SECOND),
+            AgentSubmitters(kinds=kinds, joining_share=JOINING_SHARE * (1 if run.does(FOLLOW_UPS) else RARE / COMMON),
+                            conversations=run.param("conversations"), every_ms=(2 * SECOND, 60 * SECOND),
                             conversation_lifetime_ms=run.param("conversation_lifetime_ms"), retry_ms=2 * SECOND,
                             abort_every=ABORT_EVERY, abort_late_ms=(200, 90 * SECOND)),
             Approvers(poll_ms=3 * SECOND, delay_ms=(0, 2 * MINUTE)),

@@ -56,7 +56,7 @@ RUN_ALLOWANCES_MS = (2 * 60 * 1000, 15 * 60 * 1000, 60 * 60 * 1000, 60 * 60 * 10
 ARRIVALS_PER_CALL_MAX = 1_000
 PLAN_STEPS = (1, 4)  # steps per plan
 APPROVED_SHARE = 0.8
-JOINING_SHARE = 0.3  # requests that take the follow-ups sent while they run
+JOINING_SHARE = 0.3  # requests that take the follow-ups sent while they run (when common)
 FOLLOW_UPS = (1, 3)  # follow-ups per such request
 
 
@@ -253,15 +253,18 @@ def bind_model(world: World, node: Node, service: ModelService) -> Any:
 
 
 class AgentSubmitters(Submitters):
-    """Requests with plans, each step kind present only where ``kinds`` has it."""
+    """Requests with plans drawn from ``kinds``; ``joining_share`` of them
+    take follow-ups sent while they run."""
 
     name = "agent-submitters"
 
-    def __init__(self, *, kinds: tuple[str, ...], follow_ups: bool, **settings: Any) -> None:
+    def __init__(self, *, kinds: tuple[str, ...], joining_share: float = JOINING_SHARE, **settings: Any) -> None:
         super().__init__(**settings)
+        # ``kinds``: the step kinds a plan draws from, each as often as it is listed.
         assert MODEL in kinds and set(kinds) <= {MODEL, TOOL, TOOL_ONCE, APPROVAL, SUBAGENT}, kinds
         self.kinds = kinds
-        self.follow_ups = follow_ups
+        assert 0.0 <= joining_share <= 1.0, joining_share
+        self.joining_share = joining_share
         self._open: dict[str, str] = {}  # slot -> its open conversation (bounded by the slots)
 
     def request(self, n: int, conversation_id: str) -> Any:
@@ -270,7 +273,7 @@ class AgentSubmitters(Submitters):
         request = {"n": n, "plan": plan}
         if not rng.chance(POLICY_ALLOWANCE_SHARE):
             request["maxDurationMs"] = rng.choice(RUN_ALLOWANCES_MS)
-        if self.follow_ups and rng.chance(JOINING_SHARE):
+        if rng.chance(self.joining_share):
             request["joins"] = True
         # A conversation's first request opens it; the slot's previous one is
         # closed by a last request (a conversation lives one generation).

@@ -104,7 +104,7 @@ def test_the_plans_are_drawn_from_their_own_streams():
     from scenarios.agents import AgentSubmitters
 
     def plans(seed):
-        submitters = AgentSubmitters(kinds=("model", "tool", "approval"), follow_ups=True, conversations=2,
+        submitters = AgentSubmitters(kinds=("model", "tool", "approval"), conversations=2,
                                      every_ms=(1, 2), conversation_lifetime_ms=1, retry_ms=1)
 
         class World:
