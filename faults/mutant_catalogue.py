@@ -743,6 +743,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if prepared is not None and idempotent:\n", AC,
         ci_seed=0, ci_duration="2h"),
     Mutant(
+        "agent-settles-over-doubt",
+        "A successor takes a run past its deadline to settlement without first marking a call in doubt unknown: "
+        "the run settles failed while its call may still land (and does).",
+        "model.agent", "        if plan_of(record)[index] == TOOL_ONCE:\n", "        if False:\n", AC,
+        ci_seed=36, ci_duration="2h"),
+    Mutant(
         "agent-tool-call-without-deadline",
         "The tool is called without the deadline its preparation recorded: a paused owner's call lands after the "
         "reconciler, waiting out that deadline, resolved it as never happened (and a new attempt acts again).",

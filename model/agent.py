@@ -201,6 +201,13 @@ class AgentWorker(SubmissionWorker):
         return len(plan_of(record))
 
     async def run_step(self, conversation_id: str, claim: Any, record: Any, index: int) -> Any:
+        if plan_of(record)[index] == TOOL_ONCE:
+            # A call in doubt is marked unknown before anything else, a run
+            # past its deadline included: a run never settles over a call
+            # whose outcome nobody knows (it may still land).
+            doubt = await self._tool_step(conversation_id, claim, record, index, idempotent=False, doubt_only=True)
+            if doubt is not None:
+                return doubt
         await self._check_run_clock(conversation_id, claim, record, index)
         self.probe.emit("agent.step", submission=record.submission_id, index=index)
         if joins_followers(record):
@@ -396,7 +403,9 @@ class AgentWorker(SubmissionWorker):
     # -- tools ------------------------------------------------------------------
 
     async def _tool_step(self, conversation_id: str, claim: Any, record: Any, index: int, *,
-                         idempotent: bool) -> Any:
+                         idempotent: bool, doubt_only: bool = False) -> Any:
+        """The step's tool call, from where the log left it. ``doubt_only``:
+        only mark a call in doubt unknown (``PARKED``); None if there is none."""
         sid = record.submission_id
         # ``record`` was read after the claim: every resolution is in it (no
         # claim grants a head with an open call).
@@ -405,13 +414,15 @@ class AgentWorker(SubmissionWorker):
             call = tool_call_id(sid, index, attempt)
             settled = await self._recorded_payload(conversation_id, f"tool-{TOOL_SETTLED}:{call}")
             if settled is not None:
-                return settled["output"]
+                return None if doubt_only else settled["output"]
             if call in unknown:
                 resolution = unknown[call]
                 # A claim never grants a head with an open call (the abort
                 # intent's cleanup excepted: it runs no step).
                 assert resolution is not None, (call, record)
                 if resolution["resolution"] == COMPLETED_WITH_RESULT:
+                    if doubt_only:
+                        return None
                     output = {"call": call, "result": resolution["result"], "reconciled": True}
                     await self._append_once(conversation_id, claim, f"tool-{TOOL_SETTLED}:{call}",
                                             [_tool_record(TOOL_SETTLED, sid, call, output=output)])
@@ -422,6 +433,8 @@ class AgentWorker(SubmissionWorker):
                 # Its predecessor prepared it and died (or lost the reply):
                 # the call may have happened. Never guess: unknown.
                 return await self._unknown(conversation_id, claim, call)
+            if doubt_only:
+                return None
             return await self._call_tool(conversation_id, claim, record, index, call, idempotent,
                                          prepared=prepared is not None)
         raise AssertionError(f"{sid}: more than {TOOL_ATTEMPTS_MAX} attempts at step {index}")
