@@ -27,6 +27,35 @@ class Violation:
     event_seq: int = 0
 
 
+class RecentlySettled:
+    """What a checker remembers of the submissions settled in the last
+    ``window_ms`` (a stale owner, or a call in flight, may still act for
+    one): submission -> a value, oldest first. Bounded by the window."""
+
+    __slots__ = ("window_ms", "_entries")
+
+    def __init__(self, window_ms: int) -> None:
+        assert window_ms > 0, window_ms
+        self.window_ms = window_ms
+        self._entries: dict[str, tuple[int, Any]] = {}
+
+    def add(self, submission: str, now_ms: int, value: Any = None) -> None:
+        self._entries.pop(submission, None)
+        self._entries[submission] = (now_ms, value)
+        while self._entries:
+            oldest = next(iter(self._entries))
+            if self._entries[oldest][0] >= now_ms - self.window_ms:
+                break
+            del self._entries[oldest]
+
+    def __contains__(self, submission: str) -> bool:
+        return submission in self._entries
+
+    def get(self, submission: str) -> Any:
+        entry = self._entries.get(submission)
+        return None if entry is None else entry[1]
+
+
 class Checker:
     """Subclass, set ``name`` and ``kinds``, implement ``on_event``/``audit``."""
 

@@ -28,7 +28,7 @@ open conversation (dropped when it closes).
 from __future__ import annotations
 
 from faults.events import ERROR, AgentStep, LedgerFinalizeSettlement, LogAppend
-from sim.invariants import Checker
+from sim.invariants import Checker, RecentlySettled
 
 
 # The families of persistence §5, as this oracle reads them (its own list).
@@ -59,7 +59,7 @@ class RunClock(Checker):
         # Runs settled in the last SETTLED_MEMORY_MS (oldest first): a paused
         # owner that lost its claim may still begin a step of one (its writes
         # are fenced; ``fencing`` judges them).
-        self._settled: dict[str, int] = {}
+        self._settled = RecentlySettled(SETTLED_MEMORY_MS)
         self.runs_started = 0
         self.run_duration_exceeded = 0
         self.run_start_conflicts = 0
@@ -87,12 +87,7 @@ class RunClock(Checker):
         elif kind == LedgerFinalizeSettlement.kind:
             run = fields[LedgerFinalizeSettlement.submission]
             if self._started.pop(run, None) is not None:
-                self._settled[run] = event[1]
-            while self._settled:
-                oldest = next(iter(self._settled))
-                if self._settled[oldest] >= event[1] - SETTLED_MEMORY_MS:
-                    break
-                del self._settled[oldest]
+                self._settled.add(run, event[1])
         elif kind == LogAppend.kind and not fields.get(LogAppend.replayed):
             for envelope in fields[LogAppend.envelopes]:
                 self._on_record(event[1], envelope)

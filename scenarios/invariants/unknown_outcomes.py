@@ -23,7 +23,7 @@ from faults.events import ERROR, LedgerFinalizeSettlement, LedgerMarkUnknown, Le
 from model.agent import TOOL_CALL_FAMILY, TOOL_SETTLED
 from model.canonical import digest
 from scenarios.agents import ToolInvoke, ToolService
-from sim.invariants import Checker
+from sim.invariants import Checker, RecentlySettled
 
 RETRY_RESOLUTIONS = ("NeverHappened", "SafeToRetry")
 SETTLED_MEMORY_MS = 60 * 60 * 1000  # longer than any call's transit and deadline
@@ -50,7 +50,7 @@ class UnknownNeverReplayed(Checker):
         self._resolved: dict[str, str] = {}  # call -> its resolution (open submissions only)
         # Submissions settled in the last SETTLED_MEMORY_MS -> their outcome (oldest first): a call in flight
         # may still land after its run settled.
-        self._settled: dict[str, tuple[int, str]] = {}
+        self._settled = RecentlySettled(SETTLED_MEMORY_MS)
         self.unknown_marked = 0
         self.tool_unknown_resolved = 0
         self.aborted_unknown = 0
@@ -88,12 +88,7 @@ class UnknownNeverReplayed(Checker):
                 self.aborted_unknown += 1
         elif kind == LedgerFinalizeSettlement.kind:
             submission = fields[LedgerFinalizeSettlement.submission]
-            self._settled[submission] = (event[1], fields[LedgerFinalizeSettlement.outcome])
-            while self._settled:
-                oldest = next(iter(self._settled))
-                if self._settled[oldest][0] >= event[1] - SETTLED_MEMORY_MS:
-                    break
-                del self._settled[oldest]
+            self._settled.add(submission, event[1], fields[LedgerFinalizeSettlement.outcome])
             self._open.pop(submission, None)
             for call in [call for call in self._resolved if _submission_of(call) == submission]:
                 del self._resolved[call]
@@ -114,14 +109,14 @@ class UnknownNeverReplayed(Checker):
         if arrivals == 0:
             return  # it never reached the tool (a crash before the call, a refusal)
         self.checks += 1
-        settled = self._settled.get(_submission_of(call))
-        if settled is not None and fields[ToolInvoke.key] is None and self.tools.effect(call) is not None:
+        outcome = self._settled.get(_submission_of(call))
+        if outcome is not None and fields[ToolInvoke.key] is None and self.tools.effect(call) is not None:
             # A non-idempotent call's effect after its run settled. The spec
             # lets an aborted run settle with a call in doubt (never replaying
             # it); any other outcome was settled over an effect nobody knew of.
             # (An idempotent call landing late is deduplicated by its key.)
-            if settled[1] != "aborted":
-                self.fail(f"{call}: reached the tool after its run settled {settled[1]} (it settled over a call in "
+            if outcome != "aborted":
+                self.fail(f"{call}: reached the tool after its run settled {outcome} (it settled over a call in "
                           f"doubt)", (call,))
             return
         resolved = self._resolved.get(call)
