@@ -282,6 +282,28 @@ def _encode(value: object) -> str:
     )
 
 
+class WorkCounts:
+    """What this process has encoded, hashed and decoded so far: counted
+    figures of the work a run does (``loomsim bench`` divides them by its
+    wakes), independent of the machine's speed. Plain counters; nothing
+    reads them to decide anything."""
+
+    __slots__ = ("encodings", "encoded_chars", "digests", "hashed_bytes", "decodes", "decoded_chars")
+
+    def __init__(self) -> None:
+        self.encodings = self.encoded_chars = self.digests = self.hashed_bytes = 0
+        self.decodes = self.decoded_chars = 0
+
+    def snapshot(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def since(self, before: dict[str, int]) -> dict[str, int]:
+        return {name: getattr(self, name) - before[name] for name in self.__slots__}
+
+
+WORK = WorkCounts()
+
+
 def canonical_json(value: object) -> str:
     """Return the canonical (RFC 8785) JSON text for ``value``.
 
@@ -291,11 +313,14 @@ def canonical_json(value: object) -> str:
     otherwise.
     """
     try:
-        return _encode(value)
+        text = _encode(value)
     except RecursionError:
         raise CanonicalEncodingError(
             "value is nested too deeply (or contains a reference cycle)"
         ) from None
+    WORK.encodings += 1
+    WORK.encoded_chars += len(text)
+    return text
 
 
 def canonical_bytes(value: object) -> bytes:
@@ -306,12 +331,15 @@ def canonical_bytes(value: object) -> bytes:
 
 def digest(value: object) -> str:
     """Lowercase hex sha256 of :func:`canonical_bytes`."""
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+    return digest_text(canonical_json(value))
 
 
 def digest_text(text: str) -> str:
     """:func:`digest` of a value whose canonical text is already at hand."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    data = text.encode("utf-8")
+    WORK.digests += 1
+    WORK.hashed_bytes += len(data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def compose_object(members: "list[tuple[str, str]]") -> str:
@@ -482,6 +510,8 @@ def decode(
     raises :class:`CanonicalDecodeError` (a cap violation's message names
     the cap); a non-text argument raises ``TypeError``.
     """
+    WORK.decodes += 1
+    WORK.decoded_chars += len(text)
     if isinstance(text, (bytes, bytearray, memoryview)):
         size = len(text)
         if size > max_bytes:

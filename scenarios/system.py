@@ -42,6 +42,7 @@ from faults.notifications import NotifierPort
 from faults.ports import BoundPort, PortStats, SimFailpoints
 from faults.reads import DamagedReads
 from faults.sqlite_overtake import open_node_database
+from model.canonical import WORK
 from model.conversation.checkpoints import InMemoryCheckpointStore, SqliteCheckpointStore
 from model.conversation.content_store import InMemoryContentStore, SqliteContentStore
 from model.conversation.memory_store import InMemoryConversationStore
@@ -168,6 +169,7 @@ class System:
         (``model.progress.NotifyingLog``), through the fault site
         ``progress.notify``; off, the ports are exactly the stores'."""
         assert 0 <= restart_ms[0] <= restart_ms[1], restart_ms
+        self._work_before: dict[str, int] | None = None
         self.file_name = file_name
         self.restart_ms = restart_ms
         self.damaged_reads = damaged_reads
@@ -191,6 +193,7 @@ class System:
     # -- phases ------------------------------------------------------------
 
     def open(self, world: World, opts: Any, choices: Any) -> None:
+        self._work_before = WORK.snapshot()  # counted work of this run (``metrics``)
         self._world = world
         busy_timeout_ms = choices.knob_or("busy_timeout_ms", BUSY_TIMEOUT_MS_DEFAULT) if choices else (
             BUSY_TIMEOUT_MS_DEFAULT)
@@ -226,7 +229,8 @@ class System:
 
     def metrics(self) -> dict[str, Any]:
         counters = self._world.counters if self._world else {}
-        return {"store_calls": self.port_stats.calls, "worker_crashes": counters.get("node.crashes", 0)}
+        work = WORK.since(self._work_before) if self._work_before is not None else {}
+        return {"store_calls": self.port_stats.calls, "worker_crashes": counters.get("node.crashes", 0), "work": work}
 
     # -- ports ---------------------------------------------------------------
 

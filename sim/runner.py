@@ -153,6 +153,9 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
         stats.update(world.invariants.metrics())
         for workload in stack.workloads:
             stats.update(workload.metrics())
+        # Counted work (never in the trace): what the system reports it
+        # encoded, hashed and decoded, and what the trace digest hashed.
+        stats["work"] = {**stats.get("work", {}), "trace_hashed_bytes": world.trace.hashed_bytes}
     finally:
         world.shutdown()
         system.close()

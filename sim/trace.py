@@ -35,7 +35,8 @@ _MARSHAL_VERSION = 2
 
 
 class Trace:
-    __slots__ = ("_clock", "_digest", "_ring", "_stream", "_subscribers", "_wildcard", "events", "counts")
+    __slots__ = ("_clock", "_digest", "_ring", "_stream", "_subscribers", "_wildcard", "events", "counts",
+                 "hashed_bytes")
 
     def __init__(self, clock: Callable[[], int], *, ring_size: int = RING_SIZE_DEFAULT,
                  stream_to: TextIO | None = None) -> None:
@@ -48,6 +49,7 @@ class Trace:
         self._wildcard: list[Callable[[Event], None]] = []
         self.events = 0
         self.counts: dict[str, int] = {}
+        self.hashed_bytes = 0  # what the rolling digest has taken in (a counted figure of its work)
 
     def subscribe(self, kinds: Iterable[str] | None, callback: Callable[[Event], None]) -> None:
         """Call ``callback(event)`` for each event of ``kinds`` (None: every event)."""
@@ -61,12 +63,14 @@ class Trace:
         self.events += 1
         event = (self.events, self._clock(), node, kind, fields)
         try:
-            self._digest.update(marshal.dumps(event, _MARSHAL_VERSION))
+            data = marshal.dumps(event, _MARSHAL_VERSION)
         except ValueError:
             # A record object, a set...: its bytes could depend on identity
             # or hash order. Refuse rather than digest something unstable.
             raise TypeError(f"trace event {kind!r} has a field that is not plain data: "
                             f"{sorted(k for k, v in fields.items() if not _plain(v))}") from None
+        self._digest.update(data)
+        self.hashed_bytes += len(data)
         self._ring.append(event)
         counts = self.counts
         counts[kind] = counts.get(kind, 0) + 1

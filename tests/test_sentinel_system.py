@@ -237,7 +237,9 @@ def test_unwired_input_validation_leaves_the_history_byte_identical():
     assert wired.passed and unwired.passed, (wired.violations, unwired.violations)
     assert wired.stats["runs_rejected_input"] == 0
     assert wired.trace_digest == unwired.trace_digest
-    assert wired.stats == unwired.stats
+    # The same history; the counted work of getting there is not part of it.
+    assert {k: v for k, v in wired.stats.items() if k != "work"} == {
+        k: v for k, v in unwired.stats.items() if k != "work"}
 
 
 class _SettlementTap:
@@ -323,7 +325,9 @@ def test_memory_and_sqlite_give_the_same_trace_digest():
     assert memory.passed and sqlite.passed, (memory.violations, sqlite.violations)
     assert sqlite.store == "sqlite"
     assert memory.trace_digest == sqlite.trace_digest
-    assert memory.stats == sqlite.stats
+    # The same history; the work of getting there is each store's own (SQLite encodes and decodes its rows).
+    assert {k: v for k, v in memory.stats.items() if k != "work"} == {k: v for k, v in sqlite.stats.items()
+                                                                      if k != "work"}
 
 
 def test_out_of_band_writers_are_judged_by_every_contract_not_the_deployed_build():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -29,14 +30,53 @@ def _run_child(args: list[str]) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     started = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([sys.executable, "-m", "sim", "run", *args, "--json"], capture_output=True,
                           text=True, env=env, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     elapsed = time.perf_counter() - started
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"bench child failed ({proc.returncode}): {proc.stderr.strip()}")
     result = json.loads(proc.stdout)
     result["process_s"] = round(elapsed, 3)
+    # CPU time (user + sys) of the child: what a loaded machine does not inflate as it does wall time.
+    result["cpu_s"] = round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 3)
     return result
+
+
+# Counted work per wake (ARCHITECTURE §8): figures a noisy machine cannot blur.
+WORK_BUDGETS_PER_WAKE = {"encodings": 20, "hashed_kb": 10.0}
+
+
+def work_per_wake(stats: dict[str, Any]) -> dict[str, Any] | None:
+    """Encodings, digests, decodes, KB hashed (canonical digests and the
+    trace's rolling digest) and store calls per wake, from a run's stats."""
+    work, wakes = stats.get("work"), stats.get("wakes")
+    if not work or not wakes:
+        return None
+    return {"encodings": round(work["encodings"] / wakes, 1), "digests": round(work["digests"] / wakes, 1),
+            "decodes": round(work["decodes"] / wakes, 1),
+            "hashed_kb": round((work["hashed_bytes"] + work["trace_hashed_bytes"]) / wakes / 1000, 2),
+            "store_calls": round(stats.get("store_calls", 0) / wakes, 1)}
+
+
+def verdicts(figures: dict[str, Any]) -> list[tuple[str, bool]]:
+    """(budget, met) for every budgeted figure of ``figures``."""
+    out: list[tuple[str, bool]] = []
+    sched = figures["scheduler"]
+    out.append((f"scheduler <= {sched['budget_ratio']}x the bare loop", sched["ratio"] <= sched["budget_ratio"]))
+    for label, run in figures["runs"].items():
+        if run.get("budget_s"):
+            out.append((f"sentinel-year {label} <= {run['budget_s']:.0f}s CPU", run["cpu_s"] <= run["budget_s"]))
+        work = run.get("work_per_wake")
+        if work and label.startswith("memory"):
+            for name, budget in WORK_BUDGETS_PER_WAKE.items():
+                out.append((f"sentinel-year {label}: {name} per wake <= {budget}", work[name] <= budget))
+    flat = figures.get("memory_flatness")
+    if flat:
+        out.append((f"memory flatness <= {flat['budget_ratio']}x", flat["ratio"] <= flat["budget_ratio"]))
+        out.append((f"peak RSS <= {flat['budget_mb']} MB", flat["year_rss_mb"] <= flat["budget_mb"]))
+    return out
 
 
 def _bare_floor(sleeps: int) -> float:
@@ -95,16 +135,18 @@ def bench(*, quick: bool = False, seed: int = 1) -> dict[str, Any]:
     runs = {}
     for label, args, budget_s in (
         # The default fault mix (ARCHITECTURE §8), not a seed's swarm subset.
-        (f"memory {year}", ["sentinel-year", "--seed", str(seed), "--duration", year, "--no-swarm"], 10.0),
+        # CPU-second budgets (ARCHITECTURE §8), for the year only.
+        (f"memory {year}", ["sentinel-year", "--seed", str(seed), "--duration", year, "--no-swarm"], 60.0),
         (f"sqlite {year}", ["sentinel-year", "--seed", str(seed), "--duration", year, "--store", "sqlite",
-                            "--no-swarm"], 30.0),
+                            "--no-swarm"], 150.0),
         (f"memory {month}", ["sentinel-year", "--seed", str(seed), "--duration", month, "--no-swarm"], None),
     ):
         result = _run_child(args)
-        figure: dict[str, Any] = {"status": result["status"], "wall_s": result["wall_s"]}
+        figure: dict[str, Any] = {"status": result["status"], "wall_s": result["wall_s"], "cpu_s": result["cpu_s"]}
         wakes = (result.get("stats") or {}).get("wakes")  # the scenario's count, if it keeps one
         if wakes is not None:
-            figure.update(wakes=wakes, us_per_wake=round(result["wall_s"] / max(1, wakes) * 1e6, 1))
+            figure.update(wakes=wakes, us_per_wake=round(result["wall_s"] / max(1, wakes) * 1e6, 1),
+                          work_per_wake=work_per_wake(result["stats"]))
         figure.update(peak_rss_mb=result.get("peak_rss_mb"), budget_s=budget_s if not quick else None)
         runs[label] = figure
     figures["runs"] = runs
@@ -125,10 +167,16 @@ def render(figures: dict[str, Any]) -> str:
     for label, run in figures["runs"].items():
         budget = f" (budget {run['budget_s']:.0f}s)" if run["budget_s"] else ""
         wakes = f"{run['wakes']} wakes, {run['us_per_wake']} us/wake, " if "wakes" in run else ""
-        lines.append(f"  sentinel-year {label}: {run['wall_s']:.2f}s wall{budget}, {wakes}"
+        lines.append(f"  sentinel-year {label}: {run['cpu_s']:.2f}s CPU{budget}, {run['wall_s']:.2f}s wall, {wakes}"
                      f"peak RSS {run['peak_rss_mb']} MB, {run['status']}")
+        work = run.get("work_per_wake")
+        if work:
+            lines.append(f"    per wake: {work['encodings']} encodings, {work['digests']} digests, "
+                         f"{work['hashed_kb']} KB hashed, {work['decodes']} decodes, {work['store_calls']} store calls")
     flat = figures.get("memory_flatness")
     if flat:
         lines.append(f"  memory flatness: peak RSS {flat['year_rss_mb']} MB (year) / {flat['month_rss_mb']} MB "
                      f"(month) = {flat['ratio']}x (budget <= {flat['budget_ratio']}x and <= {flat['budget_mb']} MB)")
+    for budget, met in verdicts(figures):
+        lines.append(f"  {'met   ' if met else 'MISSED'} {budget}")
     return "\n".join(lines)

@@ -182,6 +182,7 @@ def build_parser() -> _Parser:
     bench_p.add_argument("--quick", action="store_true", help="short runs (30d/3d) for a smoke check")
     bench_p.add_argument("--seed", type=_seed, default=1)
     bench_p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    bench_p.add_argument("--check", action="store_true", help="exit 1 if any budget is missed")
     run_p = sub.add_parser("run", help="run one scenario with one seed")
     run_p.add_argument("scenario", help="scenario name (see `loomsim list`)")
     run_p.add_argument("--seed", type=_seed, required=True, help="the seed: the handle to the whole run")
@@ -418,11 +419,12 @@ def _main(argv: list[str], *, replaying: bool = False) -> int:
         raise UsageError("no command given: expected one of list, run, sweep, merge, check-determinism, describe, "
                          "mutants, repro, shrink, bench (see loomsim --help)")
     if args.command == "bench":
-        from sim.face.bench import bench, render
+        from sim.face.bench import bench, render, verdicts
 
         figures = bench(quick=args.quick, seed=args.seed)
         print(json.dumps(figures) if args.json else render(figures))
-        return EXIT_PASS
+        missed = args.check and not all(met for _, met in verdicts(figures))
+        return EXIT_VIOLATION if missed else EXIT_PASS
     if args.command == "repro":
         report = ["--report", args.report] if args.report else []
         return _main(repro_argv(args.file, json_output=args.json, scenario_modules=args.scenarios) + report,

@@ -1,0 +1,49 @@
+"""``loomsim bench``'s counted figures and verdicts (no timing here: the
+figures are judged, not measured, by these tests)."""
+from __future__ import annotations
+
+from scenarios import registry
+from sim.clock import parse_duration_ms
+from sim.face.bench import render, verdicts, work_per_wake
+from sim.runner import run
+from sim.scenario import ScenarioOptions
+
+
+def _sentinels(seed: int):
+    return run(registry.get("sentinel-year"), ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("6h")))
+
+
+def test_a_run_counts_its_work_the_same_way_every_time():
+    """Encodings, digests, decodes and bytes hashed are counted per run (not
+    per process: two runs in one process count alike), and do not touch the
+    trace digest."""
+    first, second = _sentinels(2), _sentinels(2)
+    assert first.trace_digest == second.trace_digest
+    work = first.stats["work"]
+    assert work == second.stats["work"]
+    assert work["encodings"] > 0 and work["digests"] > 0 and work["decodes"] > 0
+    assert work["trace_hashed_bytes"] > 0 and work["hashed_bytes"] > 0
+    per_wake = work_per_wake(first.stats)
+    assert per_wake["encodings"] == round(work["encodings"] / first.stats["wakes"], 1)
+    assert per_wake["hashed_kb"] == round((work["hashed_bytes"] + work["trace_hashed_bytes"])
+                                          / first.stats["wakes"] / 1000, 2)
+
+
+def _figures(encodings: float, cpu_s: float) -> dict:
+    work = {"encodings": encodings, "digests": 9.0, "decodes": 5.0, "hashed_kb": 8.0, "store_calls": 20.0}
+    return {"seed": 1, "quick": False,
+            "scheduler": {"sleeps": 10, "floor_s": 1.0, "simruntime_s": 1.2, "ratio": 1.2, "budget_ratio": 1.5},
+            "runs": {"memory 365d": {"status": "pass", "wall_s": cpu_s, "cpu_s": cpu_s, "wakes": 105_120,
+                                     "us_per_wake": 500.0, "work_per_wake": work, "peak_rss_mb": 80.0,
+                                     "budget_s": 60.0}},
+            "memory_flatness": {"month_rss_mb": 70.0, "year_rss_mb": 80.0, "ratio": 1.14, "budget_ratio": 1.3,
+                                "budget_mb": 300}}
+
+
+def test_every_budget_gets_a_verdict_and_a_miss_is_named():
+    met = _figures(encodings=18.0, cpu_s=50.0)
+    assert all(ok for _, ok in verdicts(met)) and "MISSED" not in render(met)
+    missed = _figures(encodings=49.0, cpu_s=170.0)
+    names = [name for name, ok in verdicts(missed) if not ok]
+    assert names == ["sentinel-year memory 365d <= 60s CPU", "sentinel-year memory 365d: encodings per wake <= 20"]
+    assert render(missed).count("MISSED") == 2
