@@ -47,3 +47,20 @@ def test_every_budget_gets_a_verdict_and_a_miss_is_named():
     names = [name for name, ok in verdicts(missed) if not ok]
     assert names == ["sentinel-year memory 365d <= 60s CPU", "sentinel-year memory 365d: encodings per wake <= 20"]
     assert render(missed).count("MISSED") == 2
+
+
+def test_bench_runs_out_of_range_is_one_usage_line(capsys):
+    from sim.face.cli import main
+
+    assert main(["bench", "--runs", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["loomsim: error: --runs 0: expected 1 to 25"]
+
+
+def test_the_median_run_is_reported_with_the_spread(monkeypatch):
+    from sim.face import bench as bench_module
+
+    cpu = iter([3.0, 1.0, 2.0])
+    monkeypatch.setattr(bench_module, "_run_child", lambda args: {"cpu_s": next(cpu), "args": args})
+    median = bench_module._median_run(["sentinel-year"], 3)
+    assert median["cpu_s"] == 2.0 and median["cpu_s_range"] == (1.0, 3.0)

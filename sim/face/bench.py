@@ -124,10 +124,20 @@ def _bare_sim(sleeps: int) -> float:
     return time.perf_counter() - started
 
 
-def bench(*, quick: bool = False, seed: int = 1) -> dict[str, Any]:
+def _median_run(args: list[str], runs: int) -> dict[str, Any]:
+    """The run of median CPU time among ``runs`` runs of ``args`` (the same
+    seed: the same history each time, so only the machine's noise varies)."""
+    assert runs >= 1, runs
+    results = sorted((_run_child(args) for _ in range(runs)), key=lambda result: result["cpu_s"])
+    median = results[len(results) // 2]
+    median["cpu_s_range"] = (results[0]["cpu_s"], results[-1]["cpu_s"])
+    return median
+
+
+def bench(*, quick: bool = False, seed: int = 1, runs: int = 1) -> dict[str, Any]:
     year = "30d" if quick else "365d"
     month = "3d" if quick else "30d"
-    figures: dict[str, Any] = {"seed": seed, "quick": quick}
+    figures: dict[str, Any] = {"seed": seed, "quick": quick, "runs_each": runs}
     floor_s = _bare_floor(BARE_SLEEPS)
     sim_s = _bare_sim(BARE_SLEEPS)
     figures["scheduler"] = {"sleeps": BARE_SLEEPS, "floor_s": round(floor_s, 4), "simruntime_s": round(sim_s, 4),
@@ -141,8 +151,9 @@ def bench(*, quick: bool = False, seed: int = 1) -> dict[str, Any]:
                             "--no-swarm"], 150.0),
         (f"memory {month}", ["sentinel-year", "--seed", str(seed), "--duration", month, "--no-swarm"], None),
     ):
-        result = _run_child(args)
-        figure: dict[str, Any] = {"status": result["status"], "wall_s": result["wall_s"], "cpu_s": result["cpu_s"]}
+        result = _median_run(args, runs)
+        figure: dict[str, Any] = {"status": result["status"], "wall_s": result["wall_s"], "cpu_s": result["cpu_s"],
+                                  "cpu_s_range": list(result["cpu_s_range"])}
         wakes = (result.get("stats") or {}).get("wakes")  # the scenario's count, if it keeps one
         if wakes is not None:
             figure.update(wakes=wakes, us_per_wake=round(result["wall_s"] / max(1, wakes) * 1e6, 1),
@@ -160,14 +171,19 @@ def bench(*, quick: bool = False, seed: int = 1) -> dict[str, Any]:
 
 
 def render(figures: dict[str, Any]) -> str:
-    lines = [f"loomsim bench (seed {figures['seed']}{', quick' if figures['quick'] else ''})"]
+    runs = figures.get("runs_each", 1)
+    lines = [f"loomsim bench (seed {figures['seed']}{', quick' if figures['quick'] else ''}"
+             f"{f', median of {runs} runs' if runs > 1 else ''})"]
     sched = figures["scheduler"]
     lines.append(f"  scheduler, {sched['sleeps']} sleeps of one task: SimRuntime {sched['simruntime_s']:.3f}s vs "
                  f"bare heap loop {sched['floor_s']:.3f}s = {sched['ratio']}x (budget <= {sched['budget_ratio']}x)")
     for label, run in figures["runs"].items():
         budget = f" (budget {run['budget_s']:.0f}s)" if run["budget_s"] else ""
         wakes = f"{run['wakes']} wakes, {run['us_per_wake']} us/wake, " if "wakes" in run else ""
-        lines.append(f"  sentinel-year {label}: {run['cpu_s']:.2f}s CPU{budget}, {run['wall_s']:.2f}s wall, {wakes}"
+        spread = (f" (of {run['cpu_s_range'][0]:.2f}-{run['cpu_s_range'][1]:.2f}s)"
+                  if run.get("cpu_s_range") and run["cpu_s_range"][0] != run["cpu_s_range"][1] else "")
+        lines.append(f"  sentinel-year {label}: {run['cpu_s']:.2f}s CPU{spread}{budget}, {run['wall_s']:.2f}s wall, "
+                     f"{wakes}"
                      f"peak RSS {run['peak_rss_mb']} MB, {run['status']}")
         work = run.get("work_per_wake")
         if work:

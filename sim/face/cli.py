@@ -39,6 +39,7 @@ from sim.runner import DETECTED, PASS, RunResult, run
 from sim.scenario import ScenarioOptions, SetupError
 from sim.trace import event_json
 
+BENCH_RUNS_MAX = 25
 EXIT_PASS = 0
 DEVIATIONS_SHOWN = 3  # scheduling deviations a failure report lists
 EXIT_VIOLATION = 1
@@ -183,6 +184,8 @@ def build_parser() -> _Parser:
     bench_p.add_argument("--seed", type=_seed, default=1)
     bench_p.add_argument("--json", action="store_true", help="print the figures as JSON")
     bench_p.add_argument("--check", action="store_true", help="exit 1 if any budget is missed")
+    bench_p.add_argument("--runs", type=_count, default=1, metavar="N",
+                         help="run each measured scenario N times and report the median (default 1)")
     run_p = sub.add_parser("run", help="run one scenario with one seed")
     run_p.add_argument("scenario", help="scenario name (see `loomsim list`)")
     run_p.add_argument("--seed", type=_seed, required=True, help="the seed: the handle to the whole run")
@@ -421,7 +424,9 @@ def _main(argv: list[str], *, replaying: bool = False) -> int:
     if args.command == "bench":
         from sim.face.bench import bench, render, verdicts
 
-        figures = bench(quick=args.quick, seed=args.seed)
+        if not 1 <= args.runs <= BENCH_RUNS_MAX:
+            raise UsageError(f"--runs {args.runs}: expected 1 to {BENCH_RUNS_MAX}")
+        figures = bench(quick=args.quick, seed=args.seed, runs=args.runs)
         print(json.dumps(figures) if args.json else render(figures))
         missed = args.check and not all(met for _, met in verdicts(figures))
         return EXIT_VIOLATION if missed else EXIT_PASS
