@@ -64,3 +64,31 @@ def test_the_median_run_is_reported_with_the_spread(monkeypatch):
     monkeypatch.setattr(bench_module, "_run_child", lambda args: {"cpu_s": next(cpu), "args": args})
     median = bench_module._median_run(["sentinel-year"], 3)
     assert median["cpu_s"] == 2.0 and median["cpu_s_range"] == (1.0, 3.0)
+
+
+def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
+    """The whole of ``bench`` with its measurements stubbed: every run is
+    asked ``runs_each`` times and its figure is the median one."""
+    from sim.face import bench as bench_module
+
+    calls = []
+
+    def child(args):
+        calls.append(tuple(args))
+        cpu_s = float(len(calls))
+        return {"status": "pass", "wall_s": cpu_s, "cpu_s": cpu_s, "peak_rss_mb": 50.0,
+                "stats": {"wakes": 100, "store_calls": 2_000,
+                          "work": {"encodings": 1_500, "digests": 900, "decodes": 500, "hashed_bytes": 500_000,
+                                   "trace_hashed_bytes": 400_000}}}
+
+    monkeypatch.setattr(bench_module, "_run_child", child)
+    monkeypatch.setattr(bench_module, "_bare_floor", lambda sleeps: 1.0)
+    monkeypatch.setattr(bench_module, "_bare_sim", lambda sleeps: 1.25)
+    figures = bench_module.bench(quick=True, runs_each=3)
+    assert len(calls) == 9 and figures["runs_each"] == 3
+    first = figures["runs"]["memory 30d"]
+    assert first["cpu_s"] == 2.0 and first["cpu_s_range"] == [1.0, 3.0]
+    assert first["work_per_wake"] == {"encodings": 15.0, "digests": 9.0, "decodes": 5.0, "hashed_kb": 9.0,
+                                      "store_calls": 20.0}
+    assert all(met for _, met in verdicts(figures)), verdicts(figures)
+    assert "median of 3 runs" in render(figures)

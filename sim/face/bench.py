@@ -134,10 +134,10 @@ def _median_run(args: list[str], runs: int) -> dict[str, Any]:
     return median
 
 
-def bench(*, quick: bool = False, seed: int = 1, runs: int = 1) -> dict[str, Any]:
+def bench(*, quick: bool = False, seed: int = 1, runs_each: int = 1) -> dict[str, Any]:
     year = "30d" if quick else "365d"
     month = "3d" if quick else "30d"
-    figures: dict[str, Any] = {"seed": seed, "quick": quick, "runs_each": runs}
+    figures: dict[str, Any] = {"seed": seed, "quick": quick, "runs_each": runs_each}
     floor_s = _bare_floor(BARE_SLEEPS)
     sim_s = _bare_sim(BARE_SLEEPS)
     figures["scheduler"] = {"sleeps": BARE_SLEEPS, "floor_s": round(floor_s, 4), "simruntime_s": round(sim_s, 4),
@@ -151,7 +151,7 @@ def bench(*, quick: bool = False, seed: int = 1, runs: int = 1) -> dict[str, Any
                             "--no-swarm"], 150.0),
         (f"memory {month}", ["sentinel-year", "--seed", str(seed), "--duration", month, "--no-swarm"], None),
     ):
-        result = _median_run(args, runs)
+        result = _median_run(args, runs_each)
         figure: dict[str, Any] = {"status": result["status"], "wall_s": result["wall_s"], "cpu_s": result["cpu_s"],
                                   "cpu_s_range": list(result["cpu_s_range"])}
         wakes = (result.get("stats") or {}).get("wakes")  # the scenario's count, if it keeps one

@@ -426,7 +426,7 @@ def _main(argv: list[str], *, replaying: bool = False) -> int:
 
         if not 1 <= args.runs <= BENCH_RUNS_MAX:
             raise UsageError(f"--runs {args.runs}: expected 1 to {BENCH_RUNS_MAX}")
-        figures = bench(quick=args.quick, seed=args.seed, runs=args.runs)
+        figures = bench(quick=args.quick, seed=args.seed, runs_each=args.runs)
         print(json.dumps(figures) if args.json else render(figures))
         missed = args.check and not all(met for _, met in verdicts(figures))
         return EXIT_VIOLATION if missed else EXIT_PASS
