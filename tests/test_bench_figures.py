@@ -85,7 +85,14 @@ def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
     monkeypatch.setattr(bench_module, "_bare_floor", lambda sleeps: 1.0)
     monkeypatch.setattr(bench_module, "_bare_sim", lambda sleeps: 1.25)
     figures = bench_module.bench(quick=True, runs_each=3)
-    assert len(calls) == 9 and figures["runs_each"] == 3
+    assert len(calls) == 18 and figures["runs_each"] == 3  # 3 sentinel-year runs and 3 fleet sizes, 3 times each
+    scaling = figures["scaling"]
+    assert list(scaling["sentinels"]) == ["1", "10", "100"] and [tuple(c[c.index("--sentinels") + 1:][:1])
+                                                                 for c in calls[9:18:3]] == [("1",), ("10",), ("100",)]
+    # Medians: calls 10-12 (11 s) at 1 sentinel, calls 16-18 (17 s) at 100, each over 100 wakes: 1.55x, missed.
+    assert scaling["ratio"] == round(170_000.0 / 110_000.0, 2)
+    assert ("per-wake CPU at 100 sentinels <= 1.2x at 1", False) in verdicts(figures)
+    del figures["scaling"]
     first = figures["runs"]["memory 30d"]
     assert first["cpu_s"] == 2.0 and first["cpu_s_range"] == [1.0, 3.0]
     assert first["work_per_wake"] == {"encodings": 15.0, "digests": 9.0, "decodes": 5.0, "hashed_kb": 9.0,

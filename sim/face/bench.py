@@ -44,6 +44,12 @@ def _run_child(args: list[str]) -> dict[str, Any]:
     return result
 
 
+# (sentinels, duration): about 2,900 wakes each (580 quick). The same number
+# of wakes at each size, so the process's start-up weighs alike in each
+# figure and the ratio compares like with like.
+SCALING = ((1, "10d"), (10, "1d"), (100, "144m"))
+SCALING_QUICK = ((1, "2d"), (10, "288m"), (100, "29m"))
+
 # Counted work per wake (ARCHITECTURE §8): figures a noisy machine cannot blur.
 WORK_BUDGETS_PER_WAKE = {"encodings": 20, "hashed_kb": 10.0}
 
@@ -72,6 +78,10 @@ def verdicts(figures: dict[str, Any]) -> list[tuple[str, bool]]:
         if work and label.startswith("memory"):
             for name, budget in WORK_BUDGETS_PER_WAKE.items():
                 out.append((f"sentinel-year {label}: {name} per wake <= {budget}", work[name] <= budget))
+    scale = figures.get("scaling")
+    if scale:
+        out.append((f"per-wake CPU at 100 sentinels <= {scale['budget_ratio']}x at 1",
+                    scale["ratio"] <= scale["budget_ratio"]))
     flat = figures.get("memory_flatness")
     if flat:
         out.append((f"memory flatness <= {flat['budget_ratio']}x", flat["ratio"] <= flat["budget_ratio"]))
@@ -161,6 +171,18 @@ def bench(*, quick: bool = False, seed: int = 1, runs_each: int = 1) -> dict[str
         figure.update(peak_rss_mb=result.get("peak_rss_mb"), budget_s=budget_s if not quick else None)
         runs[label] = figure
     figures["runs"] = runs
+    # Per-wake cost as the fleet grows: about the same number of wakes at 1,
+    # 10 and 100 sentinels (ARCHITECTURE §8: at 100, <= 1.2x the cost at 1).
+    scaling: dict[str, Any] = {}
+    for sentinels, duration in SCALING_QUICK if quick else SCALING:
+        result = _median_run(["sentinel-year", "--seed", str(seed), "--duration", duration, "--no-swarm",
+                              "--sentinels", str(sentinels)], runs_each)
+        wakes = max(1, (result.get("stats") or {}).get("wakes") or 1)
+        scaling[str(sentinels)] = {"duration": duration, "wakes": wakes, "cpu_s": result["cpu_s"],
+                                   "cpu_us_per_wake": round(result["cpu_s"] / wakes * 1e6, 1),
+                                   "status": result["status"]}
+    figures["scaling"] = {"sentinels": scaling, "budget_ratio": 1.2,
+                          "ratio": round(scaling["100"]["cpu_us_per_wake"] / scaling["1"]["cpu_us_per_wake"], 2)}
     year_rss = runs[f"memory {year}"]["peak_rss_mb"]
     month_rss = runs[f"memory {month}"]["peak_rss_mb"]
     if year_rss and month_rss:
@@ -193,6 +215,11 @@ def render(figures: dict[str, Any]) -> str:
     if flat:
         lines.append(f"  memory flatness: peak RSS {flat['year_rss_mb']} MB (year) / {flat['month_rss_mb']} MB "
                      f"(month) = {flat['ratio']}x (budget <= {flat['budget_ratio']}x and <= {flat['budget_mb']} MB)")
+    scale = figures.get("scaling")
+    if scale:
+        per_wake = ", ".join(f"{n}: {fig['cpu_us_per_wake']} us" for n, fig in scale["sentinels"].items())
+        lines.append(f"  per-wake CPU by sentinels ({per_wake}) = {scale['ratio']}x at 100 "
+                     f"(budget <= {scale['budget_ratio']}x)")
     for budget, met in verdicts(figures):
         lines.append(f"  {'met   ' if met else 'MISSED'} {budget}")
     return "\n".join(lines)
