@@ -84,6 +84,7 @@ def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
     monkeypatch.setattr(bench_module, "_run_child", child)
     monkeypatch.setattr(bench_module, "_bare_floor", lambda sleeps: 1.0)
     monkeypatch.setattr(bench_module, "_bare_sim", lambda sleeps: 1.25)
+    monkeypatch.setattr(bench_module, "_trio_mock_clock", lambda sleeps: 2.5)  # per sleep: 10x SimRuntime's
     figures = bench_module.bench(quick=True, runs_each=3)
     assert len(calls) == 18 and figures["runs_each"] == 3  # 3 sentinel-year runs and 3 fleet sizes, 3 times each
     scaling = figures["scaling"]
@@ -92,6 +93,8 @@ def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
     # Medians: calls 10-12 (11 s) at 1 sentinel, calls 16-18 (17 s) at 100, each over 100 wakes: 1.55x, missed.
     assert scaling["ratio"] == round(170_000.0 / 110_000.0, 2)
     assert ("per-wake CPU at 100 sentinels <= 1.2x at 1", False) in verdicts(figures)
+    assert figures["scheduler"]["speedup_vs_trio"] == 20.0
+    assert ("scheduler >= 20x faster than trio's MockClock per sleep", True) in verdicts(figures)
     del figures["scaling"]
     first = figures["runs"]["memory 30d"]
     assert first["cpu_s"] == 2.0 and first["cpu_s_range"] == [1.0, 3.0]

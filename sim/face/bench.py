@@ -71,6 +71,9 @@ def verdicts(figures: dict[str, Any]) -> list[tuple[str, bool]]:
     out: list[tuple[str, bool]] = []
     sched = figures["scheduler"]
     out.append((f"scheduler <= {sched['budget_ratio']}x the bare loop", sched["ratio"] <= sched["budget_ratio"]))
+    if "speedup_vs_trio" in sched:
+        out.append((f"scheduler >= {sched['budget_speedup']}x faster than trio's MockClock per sleep",
+                    sched["speedup_vs_trio"] >= sched["budget_speedup"]))
     for label, run in figures["runs"].items():
         if run.get("budget_s"):
             out.append((f"sentinel-year {label} <= {run['budget_s']:.0f}s CPU", run["cpu_s"] <= run["budget_s"]))
@@ -144,14 +147,36 @@ def _median_run(args: list[str], runs: int) -> dict[str, Any]:
     return median
 
 
+def _trio_mock_clock(sleeps: int) -> float:
+    """The peer: the same sleeps of one task under trio's ``MockClock``
+    (``autojump_threshold=0``: virtual time jumps as soon as all tasks wait)."""
+    import trio
+    import trio.testing
+
+    async def sleeper() -> None:
+        for _ in range(sleeps):
+            await trio.sleep(300)
+
+    started = time.perf_counter()
+    trio.run(sleeper, clock=trio.testing.MockClock(autojump_threshold=0))
+    return time.perf_counter() - started
+
+
+TRIO_SLEEPS = BARE_SLEEPS // 10  # trio is slower: a tenth of the sleeps, compared per sleep
+
+
 def bench(*, quick: bool = False, seed: int = 1, runs_each: int = 1) -> dict[str, Any]:
     year = "30d" if quick else "365d"
     month = "3d" if quick else "30d"
     figures: dict[str, Any] = {"seed": seed, "quick": quick, "runs_each": runs_each}
     floor_s = _bare_floor(BARE_SLEEPS)
     sim_s = _bare_sim(BARE_SLEEPS)
+    trio_s = _trio_mock_clock(TRIO_SLEEPS)
     figures["scheduler"] = {"sleeps": BARE_SLEEPS, "floor_s": round(floor_s, 4), "simruntime_s": round(sim_s, 4),
-                            "ratio": round(sim_s / floor_s, 2), "budget_ratio": 1.5}
+                            "ratio": round(sim_s / floor_s, 2), "budget_ratio": 1.5,
+                            "trio_sleeps": TRIO_SLEEPS, "trio_mock_clock_s": round(trio_s, 4),
+                            "speedup_vs_trio": round((trio_s / TRIO_SLEEPS) / (sim_s / BARE_SLEEPS), 1),
+                            "budget_speedup": 20}
     runs = {}
     for label, args, budget_s in (
         # The default fault mix (ARCHITECTURE §8), not a seed's swarm subset.
@@ -199,6 +224,10 @@ def render(figures: dict[str, Any]) -> str:
     sched = figures["scheduler"]
     lines.append(f"  scheduler, {sched['sleeps']} sleeps of one task: SimRuntime {sched['simruntime_s']:.3f}s vs "
                  f"bare heap loop {sched['floor_s']:.3f}s = {sched['ratio']}x (budget <= {sched['budget_ratio']}x)")
+    if "speedup_vs_trio" in sched:
+        lines.append(f"  trio MockClock, {sched['trio_sleeps']} sleeps: {sched['trio_mock_clock_s']:.3f}s: "
+                     f"SimRuntime is {sched['speedup_vs_trio']}x faster per sleep "
+                     f"(budget >= {sched['budget_speedup']}x)")
     for label, run in figures["runs"].items():
         budget = f" (budget {run['budget_s']:.0f}s)" if run["budget_s"] else ""
         wakes = f"{run['wakes']} wakes, {run['us_per_wake']} us/wake, " if "wakes" in run else ""
