@@ -112,14 +112,17 @@ class RunClock(Checker):
                 self.fail(f"{run}: {family} appended with no run-started before it (execution history without "
                           f"start evidence)", (run,))
         elif family == "submission-settled":
+            # Counted per run: a joined follower's record repeats its host's
+            # diagnostic, and a follower starts no run of its own.
+            run = payload["submissionId"]
             diagnostic = payload["record"].get("diagnostic") if isinstance(payload["record"], dict) else None
-            if isinstance(diagnostic, dict) and diagnostic.get("errorTag") == "RunStartConflict":
+            tag = diagnostic.get("errorTag") if isinstance(diagnostic, dict) and run in self._started else None
+            if tag == "RunStartConflict":
                 self.run_start_conflicts += 1
-            if isinstance(diagnostic, dict) and diagnostic.get("errorTag") == "RunDurationExceeded":
+            elif tag == "RunDurationExceeded":
                 self.checks += 1
-                run = payload["submissionId"]
-                deadline_ms = self._started.get(run)
-                if deadline_ms is not None and time_ms <= deadline_ms:
+                deadline_ms = self._started[run]
+                if time_ms <= deadline_ms:
                     self.fail(f"{run}: settled failed for its duration at {time_ms} ms, before its deadline "
                               f"{deadline_ms} ms", (run,))
                 self.run_duration_exceeded += 1
