@@ -527,11 +527,25 @@ def _log_append(result: Any, /, request: Any) -> dict:
     fields = LogAppend.build(
         conversation=request.conversation_id, batch=request.batch_id, producer=request.producer_id,
         epoch=request.epoch, expected_tail_seq=request.expected_tail_seq,
-        record_ids=tuple(r.record_id for r in records), envelopes=tuple(r.to_json() for r in records))
+        record_ids=tuple(r.record_id for r in records), envelopes=tuple(r.to_json() for r in records),
+        sizes=tuple(_encoded_size(r) for r in records))
     if result is not None:
         LogAppend.add_result(fields, first_seq=result.first_seq, last_seq=result.last_seq,
-                             tail_digest=result.tail_digest, replayed=result.replayed)
+                             tail_digest=result.tail_digest, batch_digest=result.batch_digest,
+                             replayed=result.replayed)
     return fields
+
+
+def _encoded_size(envelope: Any) -> int | None:
+    """The UTF-8 size of the envelope's canonical text as the append encoded
+    it (None when it was never encoded: the request was refused before).
+    The reference model checks that text, through the batch digest, on every
+    append; an oracle reading the size reads what that check covers."""
+    text = getattr(envelope, "_text", None)
+    if type(text) is not str:
+        return None
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
 
 
 @describes(ConversationLogPort.inspect_tail, LogInspectTail)

@@ -559,10 +559,21 @@ class LogAppend(PortEvent):
     expected_tail_seq: int
     record_ids: tuple
     envelopes: tuple  # each record's envelope JSON: family, payload, createdAtMs, ...
+    sizes: tuple  # each envelope's canonical JSON size in UTF-8 bytes (of the text the append encoded)
     first_seq: int = RESULT
     last_seq: int = RESULT
     tail_digest: str = RESULT
+    batch_digest: str = RESULT  # the trace's digest takes it in place of record_ids, envelopes, sizes
     replayed: bool = RESULT
+
+
+# The trace's digest takes a committed append's batch digest in place of its
+# envelopes, their record ids and sizes (``sim.trace.Trace.cover``): the
+# digest already covers them, so they are hashed once, by the store, not
+# again by the trace. A refused append has no batch digest and is hashed
+# whole.
+COVERED_FIELDS = {LogAppend.kind: ((LogAppend.record_ids, LogAppend.envelopes, LogAppend.sizes),
+                                   LogAppend.batch_digest)}
 
 
 class LogInspectTail(PortEvent):

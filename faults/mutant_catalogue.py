@@ -457,8 +457,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "Each batch's tail digest is chained from zeros instead of the previous tail digest, so the chain no "
         "longer commits to earlier batches.",
         "model.conversation.rules",
-        '        ("previousTailDigest", canonical_json(previous_tail_digest)),\n    ]))\n',
-        '        ("previousTailDigest", canonical_json(ZERO_DIGEST)),\n    ]))\n', ALL, ci_seed=0, ci_duration="6h"),
+        '        ("previousTailDigest", scalar(previous_tail_digest)),\n    ]))\n',
+        '        ("previousTailDigest", scalar(ZERO_DIGEST)),\n    ]))\n', ALL, ci_seed=0, ci_duration="6h"),
     Mutant(
         "log-short-page-end",
         "The recovery read takes a short page as the end of history and checks the digest chain only when "

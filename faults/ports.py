@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 
 import attrs
 
-from faults.events import DETAIL, ERROR
+from faults.events import COVERED_FIELDS, DETAIL, ERROR
 from faults.kinds import (
     ACK_LOST,
     BEYOND_CONTRACT_KINDS,
@@ -150,6 +150,8 @@ class BoundPort:
         """``surgery`` (``faults.beyond``): the store's promises this port may
         break, beyond the contract; None (the default) keeps them."""
         self._target = target
+        for kind, (fields, by) in COVERED_FIELDS.items():
+            world.trace.cover(kind, fields, by)
         latency = world.streams["latency"]
         for method, describe in describers.items():
             kinds = PORT_FAULT_KINDS if method not in READ_METHODS else tuple(

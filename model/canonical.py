@@ -286,12 +286,17 @@ class WorkCounts:
     """What this process has encoded, hashed and decoded so far: counted
     figures of the work a run does (``loomsim bench`` divides them by its
     wakes), independent of the machine's speed. Plain counters; nothing
-    reads them to decide anything."""
+    reads them to decide anything.
 
-    __slots__ = ("encodings", "encoded_chars", "digests", "hashed_bytes", "decodes", "decoded_chars")
+    ``encodings`` counts values encoded whole (:func:`canonical_json`);
+    ``scalars`` counts the strings and integers quoted by :func:`scalar` to
+    splice into a digest's preimage around texts already encoded (a batch
+    id, a sequence number): counted apart, so neither hides the other."""
+
+    __slots__ = ("encodings", "encoded_chars", "scalars", "digests", "hashed_bytes", "decodes", "decoded_chars")
 
     def __init__(self) -> None:
-        self.encodings = self.encoded_chars = self.digests = self.hashed_bytes = 0
+        self.encodings = self.encoded_chars = self.scalars = self.digests = self.hashed_bytes = 0
         self.decodes = self.decoded_chars = 0
 
     def snapshot(self) -> dict[str, int]:
@@ -321,6 +326,19 @@ def canonical_json(value: object) -> str:
     WORK.encodings += 1
     WORK.encoded_chars += len(text)
     return text
+
+
+def scalar(value: "str | int") -> str:
+    """The canonical text of a str or an exact int (within the I-JSON
+    range), for composing a digest's preimage from parts already encoded
+    (:func:`compose_object`)."""
+    WORK.scalars += 1
+    t = type(value)
+    if t is str:
+        return _encode_basestring(value) if value.isascii() else _encode_str(value)
+    if t is int:
+        return _encode_int(value)
+    raise CanonicalEncodingError(f"scalar() takes a str or an int, got {t.__name__}")
 
 
 def canonical_bytes(value: object) -> bytes:
@@ -565,6 +583,25 @@ def decode(
             max_items if check_items else None,
         )
     return value
+
+
+_own_decoder = json.JSONDecoder()
+
+
+def decode_own(text: str) -> object:
+    """Decode a text this process encoded with :func:`canonical_json` and
+    kept in memory (a store's own write): fresh objects, without the caps
+    and checks :func:`decode` applies to foreign input, which this text
+    cannot break (no duplicate names, no NaN, within the caps it was
+    checked against when written). A large integral float spelled as an
+    integer (``1152921504606847000``) still decodes as :func:`decode` reads
+    it, through the strict path."""
+    if _RISKY_NUMBER.search(text):
+        return decode(text, max_bytes=len(text) * 4 + 16, max_depth=1 << 20, max_string_length=len(text) + 1,
+                      max_items=len(text) + 1)
+    WORK.decodes += 1
+    WORK.decoded_chars += len(text)
+    return _own_decoder.decode(text)
 
 
 def json_equal(a: object, b: object) -> bool:

@@ -2,9 +2,14 @@
 
 An event is a plain tuple ``(seq, time_ms, node, kind, fields)``; ``fields``
 is a dict of plain data in the order the emitter wrote it. Each event feeds
-its ``marshal`` encoding (format version 2: no object references, so the
-bytes depend only on the values, never on identity or refcounts) into the
-rolling digest. Dicts marshal in insertion order and sets are never allowed
+the ``marshal`` encoding (format version 2: no object references, so the
+bytes depend only on the values, never on identity or refcounts) of
+``(seq, time_ms, node, shape, values)`` into the rolling digest, where
+``values`` are the fields' values in order and ``shape`` numbers the event's
+kind and the tuple of its field names (the first event of a shape carries
+them as well: a kind and its names are hashed once, not per event). A field another field's digest stands for
+(``Trace.cover``: a committed append's envelopes, covered by its batch
+digest) is left out of the hash, never out of the event. Dicts marshal in insertion order and sets are never allowed
 in fields, so the bytes are independent of ``PYTHONHASHSEED``. marshal is ~4x
 cheaper than ``repr`` here, and an event is hashed on the hot path. A field
 marshal cannot encode (a record object) is a ``TypeError``: describe it as
@@ -35,8 +40,9 @@ _MARSHAL_VERSION = 2
 
 
 class Trace:
-    __slots__ = ("_clock", "_digest", "_ring", "_stream", "_subscribers", "_wildcard", "events", "counts",
-                 "hashed_bytes")
+    __slots__ = ("_clock", "_digest", "_ring", "_stream", "_subscribers", "_wildcard", "_covers", "_shapes",
+                 "events",
+                 "counts", "hashed_bytes")
 
     def __init__(self, clock: Callable[[], int], *, ring_size: int = RING_SIZE_DEFAULT,
                  stream_to: TextIO | None = None) -> None:
@@ -47,6 +53,8 @@ class Trace:
         self._stream = stream_to
         self._subscribers: dict[str, list[Callable[[Event], None]]] = {}
         self._wildcard: list[Callable[[Event], None]] = []
+        self._covers: dict[str, tuple[frozenset[str], str]] = {}
+        self._shapes: dict[tuple, int] = {}  # (kind, names) -> number: bounded by the event types' field sets
         self.events = 0
         self.counts: dict[str, int] = {}
         self.hashed_bytes = 0  # what the rolling digest has taken in (a counted figure of its work)
@@ -59,11 +67,39 @@ class Trace:
         for kind in kinds:
             self._subscribers.setdefault(kind, []).append(callback)
 
+    def cover(self, kind: str, fields: tuple[str, ...], by: str) -> None:
+        """Events of ``kind`` that carry field ``by`` (a digest of what
+        ``fields`` hold, computed by the system) are hashed without
+        ``fields``: the digest stands for them. Subscribers and the JSON
+        stream still get every field; an event without ``by`` is hashed
+        whole."""
+        assert by not in fields and fields, (fields, by)
+        known = self._covers.setdefault(kind, (frozenset(fields), by))
+        assert known == (frozenset(fields), by), (kind, known, fields, by)
+
     def emit(self, node: str, kind: str, fields: dict[str, Any]) -> Event:
         self.events += 1
         event = (self.events, self._clock(), node, kind, fields)
+        cover = self._covers.get(kind) if self._covers else None
+        if cover is not None and cover[1] in fields:
+            skip = cover[0]
+            names = tuple(k for k in fields if k not in skip)
+            values = tuple(v for k, v in fields.items() if k not in skip)
+        else:
+            names = tuple(fields)
+            values = tuple(fields.values())
+        # An event's kind and field names (its shape) are hashed once per
+        # shape: the first event of a shape hashes them with the shape's
+        # number, later ones the number alone. Numbers are given in order of
+        # first appearance, so they depend on the run's history only.
+        key = (kind, names)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = len(self._shapes)
+            self._shapes[key] = shape
+            shape = (shape, kind, names)
         try:
-            data = marshal.dumps(event, _MARSHAL_VERSION)
+            data = marshal.dumps((event[0], event[1], node, shape, values), _MARSHAL_VERSION)
         except ValueError:
             # A record object, a set...: its bytes could depend on identity
             # or hash order. Refuse rather than digest something unstable.

@@ -78,7 +78,7 @@ def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
         cpu_s = float(len(calls))
         return {"status": "pass", "wall_s": cpu_s, "cpu_s": cpu_s, "peak_rss_mb": 50.0,
                 "stats": {"wakes": 100, "store_calls": 2_000,
-                          "work": {"encodings": 1_500, "digests": 900, "decodes": 500, "hashed_bytes": 500_000,
+                          "work": {"encodings": 1_500, "scalars": 2_500, "digests": 900, "decodes": 500, "hashed_bytes": 500_000,
                                    "trace_hashed_bytes": 400_000}}}
 
     monkeypatch.setattr(bench_module, "_run_child", child)
@@ -98,7 +98,7 @@ def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
     del figures["scaling"]
     first = figures["runs"]["memory 30d"]
     assert first["cpu_s"] == 2.0 and first["cpu_s_range"] == [1.0, 3.0]
-    assert first["work_per_wake"] == {"encodings": 15.0, "digests": 9.0, "decodes": 5.0, "hashed_kb": 9.0,
+    assert first["work_per_wake"] == {"encodings": 15.0, "scalars": 25.0, "digests": 9.0, "decodes": 5.0, "hashed_kb": 9.0,
                                       "store_calls": 20.0}
     assert all(met for _, met in verdicts(figures)), verdicts(figures)
     assert "median of 3 runs" in render(figures)

@@ -124,7 +124,7 @@ class WrongDigestChain(InMemoryConversationStore):
         if result.replayed:
             return result
         conv = self._conversations[req.conversation_id]
-        wrong = chain_digest(ZERO_DIGEST, req.batch_id, result.first_seq, [r.to_json() for r in req.records])
+        wrong = chain_digest(ZERO_DIGEST, result.batch_digest, result.first_seq)
         conv.tail_digest = wrong
         conv.boundaries[result.last_seq] = wrong
         return type(result)(result.first_seq, result.last_seq, wrong, result.batch_digest, False)
@@ -408,21 +408,25 @@ def test_digests_use_utf16_key_order():
     payload = {"\uFB01": 1, "\U0001F600": 2}
     assert canonical_json(payload) == '{"\U0001F600":2,"\uFB01":1}'
     env = envelope("r1", payload=payload)
-    want = digest({"batch": {"batchId": "b1", "firstSeq": 1, "records": [env.to_json()]}, "previousTailDigest": ZERO_DIGEST})
+    want_batch = digest({"batchId": "b1", "conversationId": "c1", "epoch": 1, "producerId": "p1",
+                         "records": [env.to_json()]})
+    want = digest({"batchDigest": want_batch, "firstSeq": 1, "previousTailDigest": ZERO_DIGEST})
     import hashlib
 
     text = (
-        '{"batch":{"batchId":"b1","firstSeq":1,"records":[{"createdAtMs":1000,"deploymentId":"dep-1","epoch":1,'
-        '"family":"input","payload":{"\U0001F600":2,"\uFB01":1},"producerId":"p1","recordId":"r1","schemaVersion":1}]},'
-        f'"previousTailDigest":"{ZERO_DIGEST}"}}'
+        '{"batchId":"b1","conversationId":"c1","epoch":1,"producerId":"p1","records":[{"createdAtMs":1000,'
+        '"deploymentId":"dep-1","epoch":1,"family":"input","payload":{"\U0001F600":2,"\uFB01":1},"producerId":"p1",'
+        '"recordId":"r1","schemaVersion":1}]}'
     )
-    assert want == hashlib.sha256(text.encode("utf-8")).hexdigest()
+    assert want_batch == hashlib.sha256(text.encode("utf-8")).hexdigest()
+    link = f'{{"batchDigest":"{want_batch}","firstSeq":1,"previousTailDigest":"{ZERO_DIGEST}"}}'
+    assert want == hashlib.sha256(link.encode("utf-8")).hexdigest()
 
     async def main():
         for store in (InMemoryConversationStore(), sqlite_memory_store()):
             await store.materialize("c1", "p1", 1)
             result = await store.append(FencedAppendRequest("c1", "b1", "p1", 1, 0, ZERO_DIGEST, (env,)))
-            assert result.tail_digest == want
+            assert (result.tail_digest, result.batch_digest) == (want, want_batch)
 
     run(main)
 

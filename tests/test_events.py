@@ -40,7 +40,7 @@ def test_a_field_attribute_is_the_field_name():
     assert LogAppend.kind == "log.append"
     assert (LogAppend.conversation, LogAppend.epoch, LogAppend.first_seq) == ("conversation", "epoch", "first_seq")
     assert LogAppend.fields[:2] == ("conversation", "batch")
-    assert LogAppend.result_fields == ("first_seq", "last_seq", "tail_digest", "replayed")
+    assert LogAppend.result_fields == ("first_seq", "last_seq", "tail_digest", "batch_digest", "replayed")
     assert (LogAppend.error, LogAppend.detail) == (ERROR, DETAIL)
     assert Fault.kind == "fault" and Fault.kind_ == "kind" and Fault.fields == ("site", "kind", "hit")
 

@@ -12,7 +12,7 @@ import model.ledger.memory_store as ledger_memory
 import model.lifecycle as lifecycle
 import model.submissions as submissions
 from model.conversation.recovery import RecoveryPrefix
-from model.conversation.rules import chain_digest_texts
+from model.conversation.rules import chain_digest
 from scenarios import ledger_storm, registry
 from sim.clock import parse_duration_ms
 from sim.runner import run
@@ -81,9 +81,8 @@ def test_broken_digest_chain_is_caught(monkeypatch):
     """The chain link forgets the previous tail digest."""
     import model.conversation.rules as rules
 
-    monkeypatch.setattr(rules, "chain_digest_texts",
-                        lambda previous, batch_id, first_seq, texts: chain_digest_texts("0" * 64, batch_id, first_seq,
-                                                                                        texts))
+    monkeypatch.setattr(rules, "chain_digest",
+                        lambda previous, batch_digest, first_seq: chain_digest("0" * 64, batch_digest, first_seq))
     assert_caught(first_caught("1h"), "log-chain")
 
 

@@ -122,8 +122,8 @@ def test_spelled_out_log_digests_are_the_structures_digests():
     envelopes = [{"recordId": "r1", "payload": {"x": [1, 2.5, "é"]}}, {"recordId": "r2", "payload": None}]
     texts = [jcs.canonical(e) for e in envelopes]
     request = FencedAppendRequest("c\u00e9", "b1", "p1", 3, 0, ZERO, ())
-    assert chain_step(ZERO, "b1", 7, texts) == jcs.digest(
-        {"batch": {"batchId": "b1", "firstSeq": 7, "records": envelopes}, "previousTailDigest": ZERO})
+    one = "1" * 64
+    assert chain_step(ZERO, one, 7) == jcs.digest({"batchDigest": one, "firstSeq": 7, "previousTailDigest": ZERO})
     assert batch_digest(request, texts) == jcs.digest(
         {"batchId": "b1", "conversationId": "c\u00e9", "epoch": 3, "producerId": "p1", "records": envelopes})
 

@@ -26,8 +26,9 @@ carries them as ``.failures``. ``checks=(...)`` runs a subset;
 ``CONFORMANCE_CHECKS`` is the ordered tuple of all names.
 
 The digest chain is pinned here independently of ``rules.py``:
-``digest({"batch": {"batchId", "firstSeq", "records": [envelope JSON]},
-"previousTailDigest": previous})`` from ``ZERO_DIGEST``.
+``digest({"batchDigest", "firstSeq", "previousTailDigest": previous})`` from
+``ZERO_DIGEST``, where the batch digest is ``digest({"batchId",
+"conversationId", "epoch", "producerId", "records": [envelope JSON]})``.
 """
 from __future__ import annotations
 
@@ -75,13 +76,14 @@ def request(cid, batch_id, tail_seq, tail_digest, record_ids, producer_id="p1", 
     )
 
 
-def expected_chain(previous: str, batch_id: str, first_seq: int, envelopes) -> str:
-    return digest(
-        {
-            "batch": {"batchId": batch_id, "firstSeq": first_seq, "records": [e.to_json() for e in envelopes]},
-            "previousTailDigest": previous,
-        }
-    )
+def expected_batch_digest(cid: str, batch_id: str, envelopes, producer_id: str = "p1", epoch: int = 1) -> str:
+    return digest({"batchId": batch_id, "conversationId": cid, "epoch": epoch, "producerId": producer_id,
+                   "records": [e.to_json() for e in envelopes]})
+
+
+def expected_chain(previous: str, batch_id: str, first_seq: int, envelopes, cid: str = "c1") -> str:
+    return digest({"batchDigest": expected_batch_digest(cid, batch_id, envelopes), "firstSeq": first_seq,
+                   "previousTailDigest": previous})
 
 
 async def _tail(store, cid="c1") -> ConversationTail:
@@ -139,6 +141,8 @@ async def _(store) -> None:
         want = expected_chain(previous, f"b{index}", next_seq, [envelope(r) for r in ids])
         _eq((result.first_seq, result.last_seq, result.tail_digest, result.replayed),
             (next_seq, next_seq + len(ids) - 1, want, False), f"result of batch {index}")
+        _eq(result.batch_digest, expected_batch_digest("c1", f"b{index}", [envelope(r) for r in ids]),
+            f"batch digest of batch {index}")
         _eq(await store.digest_at("c1", result.last_seq), want, f"digest_at({result.last_seq})")
         previous = want
         next_seq += len(ids)

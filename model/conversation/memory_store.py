@@ -122,7 +122,7 @@ class InMemoryConversationStore:
         if conv is None:
             raise NotMaterialized(conversation_id)
         return tuple(
-            decode_record(conversation_id, seq, batch_id, text)
+            decode_record(conversation_id, seq, batch_id, text, own=True)
             for seq, (batch_id, text) in enumerate(conv.rows[after_seq:after_seq + limit], after_seq + 1)
         )
 

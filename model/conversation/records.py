@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import attrs
 
+from model.canonical import canonical_json
+
 # --- record families and the schema versions this build reads and writes ------
 #
 # Persistence §11: records carry versions, unsupported versions fail before
@@ -58,6 +60,28 @@ class RecordEnvelope:
     payload: object
     producer_id: str | None = None
     epoch: int | None = None
+    # The envelope's canonical text, encoded once (``canonical_text``): by
+    # the producer's append, or known from the row a store read it from.
+    # Not a field of the record: never compared, never passed to ``evolve``
+    # (an evolved envelope is another record and encodes itself again).
+    _text: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
+
+    def canonical_text(self) -> str:
+        """``canonical_json(self.to_json())``, computed at most once per
+        envelope. The payload is the caller's value: an envelope is not to
+        be mutated after it was appended (a frozen record's payload is data
+        given away, as with any store write)."""
+        text = self._text
+        if text is None:
+            text = canonical_json(self.to_json())
+            object.__setattr__(self, "_text", text)
+        return text
+
+    def with_text(self, text: str) -> "RecordEnvelope":
+        """This envelope, its canonical text known to be ``text`` (a store
+        that wrote that text itself hands it back with the record)."""
+        object.__setattr__(self, "_text", text)
+        return self
 
     def to_json(self) -> dict:
         """The envelope as a JSON object (the form that is stored and digested).

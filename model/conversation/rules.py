@@ -21,15 +21,14 @@ its content alone.
 
 Digest chain (``tail_digest``), per batch, from ``ZERO_DIGEST``::
 
-    tail_digest = digest({"batch": {"batchId": b, "firstSeq": f,
-                                    "records": [envelope JSON, ...]},
+    tail_digest = digest({"batchDigest": batch_digest, "firstSeq": f,
                           "previousTailDigest": previous_tail_digest})
 
-The chained batch holds only what every stored record carries (its batch id,
-its seq, its envelope — producer and epoch are inside each envelope), so the
-chain can be recomputed from a forward read alone: records are regrouped into
-batches by consecutive equal ``batch_id`` (a batch id is used once per
-conversation, so equal neighbours are always one batch).
+A batch's records are hashed once, into its batch digest; the chain links
+batch digests. Both recompute from a forward read alone: records regroup
+into batches by consecutive equal ``batch_id`` (a batch id is used once per
+conversation, so equal neighbours are always one batch), and every record of
+a batch carries its producer and epoch in its envelope.
 """
 from __future__ import annotations
 
@@ -39,11 +38,11 @@ from model.canonical import (
     ZERO_DIGEST,
     CanonicalDecodeError,
     CanonicalEncodingError,
-    canonical_json,
     compose_object,
     decode,
-    digest,
+    decode_own,
     digest_text,
+    scalar,
 )
 
 from .records import (
@@ -152,14 +151,17 @@ def envelope_from_json(value: object) -> RecordEnvelope:
     )
 
 
-@attrs.frozen
 class PreparedBatch:
-    """A validated request: envelope JSON values and texts, its digest."""
+    """A validated request: its envelopes, their canonical texts, its digest."""
 
-    envelope_values: tuple[dict, ...]
-    envelope_texts: tuple[str, ...]
-    record_ids: tuple[str, ...]
-    batch_digest: str
+    __slots__ = ("envelopes", "envelope_texts", "record_ids", "batch_digest")
+
+    def __init__(self, envelopes: tuple, envelope_texts: tuple[str, ...], record_ids: tuple[str, ...],
+                 batch_digest: str) -> None:
+        self.envelopes = envelopes
+        self.envelope_texts = envelope_texts
+        self.record_ids = record_ids
+        self.batch_digest = batch_digest
 
 
 def prepare_append(request: object) -> PreparedBatch:
@@ -188,7 +190,6 @@ def prepare_append(request: object) -> PreparedBatch:
         raise TypeError(f"records must be a tuple of RecordEnvelope, got {type(records).__name__}")
     if not 1 <= len(records) <= BATCH_RECORDS_MAX:
         raise ValueError(f"a batch holds 1..{BATCH_RECORDS_MAX} records, got {len(records)}")
-    values = []
     texts = []
     total_bytes = 0
     for index, record in enumerate(records):
@@ -204,12 +205,11 @@ def prepare_append(request: object) -> PreparedBatch:
                 f"records[{index}] carries producer {record.producer_id!r} epoch {record.epoch!r}, "
                 f"not the request's {request.producer_id!r} epoch {request.epoch!r}"
             )
-        value = record.to_json()
         try:
-            text = canonical_json(value)
+            text = record.canonical_text()  # encoded once per envelope, however often it is sent
         except CanonicalEncodingError as exc:
             raise ValueError(f"records[{index}] payload is not canonical JSON: {exc}") from None
-        total_bytes += len(text.encode("utf-8"))
+        total_bytes += len(text) if text.isascii() else len(text.encode("utf-8"))
         if total_bytes > BATCH_BYTES_MAX:
             raise ValueError(f"batch exceeds {BATCH_BYTES_MAX} bytes of canonical JSON")
         # Store only what reads can decode. The text is our own canonical
@@ -222,68 +222,70 @@ def prepare_append(request: object) -> PreparedBatch:
                 decode(text, **ENVELOPE_DECODE_CAPS)
             except CanonicalDecodeError as exc:
                 raise ValueError(f"records[{index}] exceeds the decode caps: {exc}") from None
-        values.append(value)
         texts.append(text)
-    # digest({"batchId", "conversationId", "epoch", "producerId", "records"}),
-    # composed from the envelope texts just encoded instead of encoding them again.
-    batch_digest = digest_text(compose_object([
-        ("batchId", canonical_json(request.batch_id)),
-        ("conversationId", canonical_json(request.conversation_id)),
-        ("epoch", canonical_json(request.epoch)),
-        ("producerId", canonical_json(request.producer_id)),
-        ("records", "[" + ",".join(texts) + "]"),
-    ]))
-    return PreparedBatch(tuple(values), tuple(texts), tuple(r.record_id for r in records), batch_digest)
+    batch_digest = batch_digest_texts(request.conversation_id, request.batch_id, request.producer_id,
+                                      request.epoch, texts)
+    return PreparedBatch(records, tuple(texts), tuple(r.record_id for r in records), batch_digest)
 
 
 # --- the digest chain ------------------------------------------------------------
 
 
-def chain_digest(previous_tail_digest: str, batch_id: str, first_seq: int, envelope_values) -> str:
-    """The tail digest after a batch (module docstring)."""
-    return digest(
-        {
-            "batch": {"batchId": batch_id, "firstSeq": first_seq, "records": list(envelope_values)},
-            "previousTailDigest": previous_tail_digest,
-        }
-    )
-
-
-def chain_digest_texts(previous_tail_digest: str, batch_id: str, first_seq: int, envelope_texts) -> str:
-    """``chain_digest`` over envelopes given as their canonical texts."""
+def batch_digest_texts(conversation_id: str, batch_id: str, producer_id: str, epoch: int, envelope_texts) -> str:
+    """digest({"batchId", "conversationId", "epoch", "producerId", "records"}),
+    composed around the envelopes' canonical texts instead of encoding them again."""
     return digest_text(compose_object([
-        ("batch", compose_object([
-            ("batchId", canonical_json(batch_id)),
-            ("firstSeq", canonical_json(first_seq)),
-            ("records", "[" + ",".join(envelope_texts) + "]"),
-        ])),
-        ("previousTailDigest", canonical_json(previous_tail_digest)),
+        ("batchId", scalar(batch_id)),
+        ("conversationId", scalar(conversation_id)),
+        ("epoch", scalar(epoch)),
+        ("producerId", scalar(producer_id)),
+        ("records", "[" + ",".join(envelope_texts) + "]"),
+    ]))
+
+
+def chain_digest(previous_tail_digest: str, batch_digest: str, first_seq: int) -> str:
+    """The tail digest after a batch (module docstring): its records enter
+    the chain through their batch's digest, hashed once."""
+    return digest_text(compose_object([
+        ("batchDigest", scalar(batch_digest)),
+        ("firstSeq", scalar(first_seq)),
+        ("previousTailDigest", scalar(previous_tail_digest)),
     ]))
 
 
 def recompute_chain(conversation_id: str, records, first_seq: int = 1, previous_tail_digest: str = ZERO_DIGEST) -> str:
     """Recompute the chain over ``records`` (CanonicalRecord, contiguous from
     ``first_seq``, starting and ending on batch boundaries) and return the
-    resulting tail digest. Raises HistoryCorrupted on a gap."""
+    resulting tail digest. Raises HistoryCorrupted on a gap, or on a batch
+    whose first record names no producer and epoch (every appended record
+    carries them)."""
     tail = previous_tail_digest
     expected = first_seq
-    batch_id = None
-    batch_first = first_seq
-    batch_values: list = []
+    batch: list = []
     for record in records:
         if record.seq != expected:
             raise HistoryCorrupted(conversation_id, expected, record.seq, "sequence gap")
-        if record.batch_id != batch_id:
-            if batch_values:
-                tail = chain_digest(tail, batch_id, batch_first, batch_values)
-            batch_id = record.batch_id
-            batch_first = record.seq
-            batch_values = []
-        batch_values.append(record.envelope.to_json())
+        if batch and record.batch_id != batch[0].batch_id:
+            tail = _chain_batch(conversation_id, tail, batch)
+            batch = []
+        batch.append(record)
         expected += 1
-    if batch_values:
-        tail = chain_digest(tail, batch_id, batch_first, batch_values)
+    if batch:
+        tail = _chain_batch(conversation_id, tail, batch)
     return tail
+
+
+def _chain_batch(conversation_id: str, previous_tail_digest: str, batch: list) -> str:
+    head = batch[0]
+    producer_id, epoch = head.envelope.producer_id, head.envelope.epoch
+    if type(producer_id) is not str or type(epoch) is not int:
+        raise HistoryCorrupted(conversation_id, head.seq, head.seq, "a batch's record names no producer and epoch")
+    try:
+        texts = [record.envelope.canonical_text() for record in batch]
+    except CanonicalEncodingError as exc:
+        raise HistoryCorrupted(conversation_id, head.seq, head.seq, f"record does not encode: {exc}") from None
+    digest_of_batch = batch_digest_texts(conversation_id, head.batch_id, producer_id, epoch, texts)
+    return chain_digest(previous_tail_digest, digest_of_batch, head.seq)
 
 
 # --- the rules ---------------------------------------------------------------------
@@ -383,18 +385,31 @@ def decide_append(
             actual_tail_seq=conversation.tail_seq, actual_tail_digest=conversation.tail_digest,
         )
     first_seq = conversation.tail_seq + 1
-    last_seq = conversation.tail_seq + len(prepared.envelope_values)
-    tail_digest = chain_digest_texts(conversation.tail_digest, request.batch_id, first_seq, prepared.envelope_texts)
+    last_seq = conversation.tail_seq + len(prepared.envelope_texts)
+    tail_digest = chain_digest(conversation.tail_digest, prepared.batch_digest, first_seq)
     return AppendPlan(first_seq, last_seq, conversation.tail_digest, tail_digest, prepared.batch_digest)
 
 
 def decode_record(
-    conversation_id: str, seq: int, batch_id: str, envelope_text: str, payload_text: str | None = None
+    conversation_id: str, seq: int, batch_id: str, envelope_text: str, payload_text: str | None = None,
+    *, own: bool = False,
 ) -> CanonicalRecord:
     """A stored row as a CanonicalRecord (fresh objects); a row that does not
     decode is HistoryCorrupted, an unsupported version UnsupportedSchemaVersion.
     ``payload_text`` (a spilled payload, already digest-verified) replaces the
-    envelope's placeholder payload."""
+    envelope's placeholder payload.
+
+    ``own``: the text is one this store wrote from ``prepare_append`` and
+    kept in memory (it never left the process): it is decoded without the
+    caps and duplicate checks of a foreign row, and handed back with the
+    record as its canonical text. Text read from a file is never ``own``."""
+    if own:
+        assert payload_text is None
+        try:
+            envelope = envelope_from_json(decode_own(envelope_text))
+        except (ValueError, TypeError) as exc:
+            raise HistoryCorrupted(conversation_id, seq, seq, f"record row does not decode: {exc}") from None
+        return CanonicalRecord(conversation_id, seq, batch_id, envelope.with_text(envelope_text))
     try:
         value = decode(envelope_text, **ENVELOPE_DECODE_CAPS)
         if payload_text is not None:

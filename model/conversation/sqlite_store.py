@@ -287,11 +287,12 @@ class SqliteConversationStore:
         conn = self._conn
         cid = request.conversation_id
         rows = []
-        for seq, (record_id, value, text) in enumerate(
-            zip(prepared.record_ids, prepared.envelope_values, prepared.envelope_texts), plan.first_seq
+        for seq, (record_id, envelope, text) in enumerate(
+            zip(prepared.record_ids, prepared.envelopes, prepared.envelope_texts), plan.first_seq
         ):
             spill = None
             if len(text.encode("utf-8")) > self.spill_threshold_bytes:
+                value = envelope.to_json()
                 payload_bytes = canonical_json(value["payload"]).encode("utf-8")
                 if len(payload_bytes) > self.spill_threshold_bytes:
                     ref = self.content.put_in_transaction(payload_bytes)

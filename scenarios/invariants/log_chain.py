@@ -2,11 +2,15 @@
 tail digest recomputes from the chain.
 
 The oracle has its own copy of the chain construction (not the store's):
-``sha256(canonical({"batch": {"batchId", "firstSeq", "records"},
-"previousTailDigest"}))`` from 64 zeros. Online, every committed append must
-start right after the previous tail, cover exactly its records and produce
-the digest the oracle computes. Audit: read every log back from the store
-and recompute the whole chain; record ids must be unique.
+``sha256(canonical({"batchDigest", "firstSeq", "previousTailDigest"}))``
+from 64 zeros, the batch digest being ``sha256(canonical({"batchId",
+"conversationId", "epoch", "producerId", "records"}))``. Online, every
+committed append must start right after the previous tail, cover exactly
+its records and link its batch digest into the digest the oracle computes
+(whether the batch digest is the digest of the request's records is the
+reference model's check, on every append). Audit: read every log back from
+the store, recompute every batch digest from the stored records and the
+whole chain from them; record ids must be unique.
 """
 from __future__ import annotations
 
@@ -20,9 +24,14 @@ if TYPE_CHECKING:
     from scenarios.system import AuditView
 
 
-def oracle_chain_step(previous: str, batch_id: str, first_seq: int, envelopes: list) -> str:
-    return digest({"batch": {"batchId": batch_id, "firstSeq": first_seq, "records": list(envelopes)},
-                   "previousTailDigest": previous})
+def oracle_chain_step(previous: str, batch_digest: str, first_seq: int) -> str:
+    return digest({"batchDigest": batch_digest, "firstSeq": first_seq, "previousTailDigest": previous})
+
+
+def oracle_batch_digest(conversation_id: str, batch_id: str, envelopes: list) -> str:
+    head = envelopes[0]
+    return digest({"batchId": batch_id, "conversationId": conversation_id, "epoch": head.get("epoch"),
+                   "producerId": head.get("producerId"), "records": envelopes})
 
 
 class LogChain(Checker):
@@ -55,7 +64,7 @@ class LogChain(Checker):
             self.fail(f"{conversation}: batch {batch} of {count} records covers {first_seq}..{last_seq}",
                       (conversation,))
         else:
-            expected = oracle_chain_step(tail_digest, batch, first_seq, envelopes)
+            expected = oracle_chain_step(tail_digest, fields[LogAppend.batch_digest], first_seq)
             if expected != fields[LogAppend.tail_digest]:
                 self.fail(f"{conversation}: tail digest after batch {batch} does not recompute", (conversation,))
         self._tail[conversation] = (last_seq, fields[LogAppend.tail_digest])
@@ -80,11 +89,12 @@ class LogChain(Checker):
                 seen.add(record.envelope.record_id)
                 if record.batch_id != batch_id:
                     if batch:
-                        chain = oracle_chain_step(chain, batch_id, batch_first, batch)
+                        chain = oracle_chain_step(chain, oracle_batch_digest(conversation_id, batch_id, batch),
+                                                  batch_first)
                     batch_id, batch_first, batch = record.batch_id, record.seq, []
                 batch.append(record.envelope.to_json())
             if batch:
-                chain = oracle_chain_step(chain, batch_id, batch_first, batch)
+                chain = oracle_chain_step(chain, oracle_batch_digest(conversation_id, batch_id, batch), batch_first)
             if tail is not None and (len(records), chain) != (tail.tail_seq, tail.tail_digest):
                 self.fail(f"{conversation_id}: the chain over {len(records)} records does not recompute "
                           "to the stored tail", (conversation_id,))

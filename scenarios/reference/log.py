@@ -21,8 +21,8 @@ batches by id. The contract, as plain rules:
   JSON ``{recordId, family, schemaVersion, createdAtMs, deploymentId,
   payload[, producerId, epoch]}``; the batch digest
   ``sha256(jcs({batchId, conversationId, epoch, producerId, records}))``;
-  the chain ``tail = sha256(jcs({"batch": {batchId, firstSeq, records},
-  "previousTailDigest": previous}))`` from 64 zeros;
+  the chain ``tail = sha256(jcs({batchDigest, firstSeq,
+  previousTailDigest}))`` from 64 zeros;
 - ``read(c, after_seq, limit)``: records after_seq+1 .. after_seq+limit
   (fewer at the tail), each envelope as a reader of its canonical text
   gets it back; ``inspect_tail``; ``lookup_batch`` (None for an unknown
@@ -71,15 +71,12 @@ def envelope_json(envelope: Any) -> dict:
     return value
 
 
-def chain_step(previous_tail_digest: str, batch_id: str, first_seq: int, envelope_texts: list[str]) -> str:
-    """``sha256(jcs({"batch": {batchId, firstSeq, records}, "previousTailDigest"}))``.
-
-    Spelled out member by member (names in UTF-16 order, each value by
-    ``canonical``) around the envelopes' texts, so a batch is encoded once;
-    a test checks it against ``digest`` of the whole structure."""
-    return digest_text('{"batch":{"batchId":' + canonical(batch_id) + ',"firstSeq":' + canonical(first_seq)
-                       + ',"records":[' + ",".join(envelope_texts) + ']},"previousTailDigest":'
-                       + canonical(previous_tail_digest) + "}")
+def chain_step(previous_tail_digest: str, digest_of_batch: str, first_seq: int) -> str:
+    """``sha256(jcs({"batchDigest", "firstSeq", "previousTailDigest"}))``,
+    spelled out member by member (names in UTF-16 order, each value by
+    ``canonical``); a test checks it against ``digest`` of the structure."""
+    return digest_text('{"batchDigest":' + canonical(digest_of_batch) + ',"firstSeq":' + canonical(first_seq)
+                       + ',"previousTailDigest":' + canonical(previous_tail_digest) + "}")
 
 
 def batch_digest(request: Any, envelope_texts: list[str]) -> str:
@@ -325,7 +322,7 @@ class ReferenceLog(PortReference):
                                    actual_tail_digest=conversation.tail_digest)
             if expected is None:
                 first_seq = conversation.tail_seq + 1
-                tail = chain_step(conversation.tail_digest, request.batch_id, first_seq, texts)
+                tail = chain_step(conversation.tail_digest, digest_of_batch, first_seq)
                 expected = (first_seq, conversation.tail_seq + len(texts), tail, digest_of_batch, False)
                 commit = True
         message = judge(call, cid, expected, _append_view, self._history, args_text)

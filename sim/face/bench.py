@@ -60,7 +60,8 @@ def work_per_wake(stats: dict[str, Any]) -> dict[str, Any] | None:
     work, wakes = stats.get("work"), stats.get("wakes")
     if not work or not wakes:
         return None
-    return {"encodings": round(work["encodings"] / wakes, 1), "digests": round(work["digests"] / wakes, 1),
+    return {"encodings": round(work["encodings"] / wakes, 1), "scalars": round(work.get("scalars", 0) / wakes, 1),
+            "digests": round(work["digests"] / wakes, 1),
             "decodes": round(work["decodes"] / wakes, 1),
             "hashed_kb": round((work["hashed_bytes"] + work["trace_hashed_bytes"]) / wakes / 1000, 2),
             "store_calls": round(stats.get("store_calls", 0) / wakes, 1)}
@@ -238,7 +239,8 @@ def render(figures: dict[str, Any]) -> str:
                      f"peak RSS {run['peak_rss_mb']} MB, {run['status']}")
         work = run.get("work_per_wake")
         if work:
-            lines.append(f"    per wake: {work['encodings']} encodings, {work['digests']} digests, "
+            lines.append(f"    per wake: {work['encodings']} encodings (+{work.get('scalars', 0)} scalars quoted), "
+                         f"{work['digests']} digests, "
                          f"{work['hashed_kb']} KB hashed, {work['decodes']} decodes, {work['store_calls']} store calls")
     flat = figures.get("memory_flatness")
     if flat:
