@@ -226,14 +226,15 @@ class DirectResult:
 
 
 def run_direct(*, seed: int = 1, duration_ms: int, sentinels: int = 1, every_ms: int = EVERY_MS,
-               paging: bool = True) -> DirectResult:
+               paging: bool = True, stores: DirectStores | None = None) -> DirectResult:
     """Run ``sentinels`` schedules for ``duration_ms`` (then sentinel-year's
     settle) on bare stores, driven by ``DirectRuntime``. ``paging``: as
-    ``sentinel-year --no-swarm`` (its ``pager`` switch on)."""
+    ``sentinel-year --no-swarm`` (its ``pager`` switch on). ``stores``:
+    fresh in-memory ones unless given (a test may count their calls)."""
     assert duration_ms > 0 and sentinels >= 1
     runtime = DirectRuntime()
     streams = Streams(seed)
-    stores = DirectStores()
+    stores = DirectStores() if stores is None else stores
     schedules = {s.schedule_id: s for s in (Schedule(f"sentinel-{i}", every_ms, end_ms=duration_ms)
                                             for i in range(sentinels))}
     pager = PagerService().bind(WORKER_NODE)
