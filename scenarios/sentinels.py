@@ -20,7 +20,7 @@ when a deploy lands inside a wake, when an operator's edit races one.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from faults.events import SchedulesRetire
 from faults.kinds import DUPLICATE_WAKE
@@ -28,8 +28,10 @@ from model.claimcheck import INLINE_CAP_BYTES_DEFAULT, ClaimCheck
 from model.durable_state.handle import SentinelState, sentinel_state
 from model.kernel.kernel import Kernel
 from model.kernel.records import STEP_COMPLETED, ExecutionRecord
+from model.failpoints import NO_FAILPOINTS
 from model.findings import project_forever
 from model.retention import Retention, RetentionPolicy, retention_forever
+from model.probe import NULL_PROBE, Probe
 from model.retry import is_retryable
 from model.runs import LedgerRuns
 from model.schedules import Schedule, ScheduleDriver, parse_run_id, run_id_for
@@ -100,8 +102,7 @@ class Sentinels(Workload):
         self.drivers: dict[str, ScheduleDriver] = {}
         self.replay_guard = ReplayGuardStore()
         self._replay_flows: dict[tuple[str, int], Any] = {}
-        self._chains = {(sid, b.name): app.contract_chain(sid, b.version, drop_migration=b.drop_migration)
-                        for sid in self.schedules for b in BUILDS}
+        self._chains = build_chains(self.schedules)
         self.state_keys = {sid: sentinel_state(sid)[1] for sid in sorted(self.schedules)}
         self._schedule_of_key = {key: sid for sid, key in self.state_keys.items()}
         self.runs_failed = 0
@@ -141,72 +142,23 @@ class Sentinels(Workload):
         world = self.world
         runtime = world.runtime
         probe = world.probe_for(node)
-        build = self.build
         ports = world.system.ports_for(node)
-        failpoints = ports.failpoints
         self._pager_port = bind_pager(world, node, self.pager)
         runs = LedgerRuns(ports.ledger, ports.log, ports.schedules, node.label, lease_ms=self.lease_ms,
-                          now_ms=runtime.now_ms, sleep_ms=runtime.sleep_ms, failpoints=failpoints, probe=probe)
-        claim_check = ClaimCheck(ports.content, ports.pins, now_ms=runtime.now_ms, cap_bytes=self.inline_cap_bytes,
-                                 digests={app.STATS_TOOL: app.stats_digest})
-        input_schemas = {build.version: app.validate_input} if self.validate_inputs else None
-        for schedule_id, schedule in self.schedules.items():
-            chain = self._chains[(schedule_id, _chain_build(build).name)]
-            state = SentinelState(schedule_id, chain[build.version], ports.ds, probe=probe, failpoints=failpoints)
-            flow = app.make_flow(state, build.version, self._effects, paging=self.paging)
-            transforms = {(v, build.version): t for v in (1, 2, 3)
-                          if v != build.version and (t := app.load_transform(chain, v, build.version)) is not None}
-            # The kernel's execution store is the runs layer itself: its
-            # faults and trace live in the ledger, log and cursor calls under it.
-            kernel = Kernel(runtime, runs, probe=probe, failpoints=failpoints, middleware=(claim_check,),
-                            transforms=transforms, input_schemas=input_schemas)
-            driver = ScheduleDriver(schedule, kernel, runtime, flow_for=lambda version, f=flow: f,
-                                    deployed_version=lambda v=build.version: v, input_for=app.run_input,
-                                    probe=probe)
-            self.drivers[schedule_id] = driver
-            runtime.spawn_on(node, f"schedule:{schedule_id}", driver.run_forever())
-        retention = Retention(ledger=ports.ledger, log=ports.log, schedules=ports.schedules,
-                              findings=ports.findings, pins=ports.pins, content=ports.content,
-                              policy=self.retention_policy, probe=probe)
-        in_order = [s for _, s in sorted(self.schedules.items())]
-        runtime.spawn_on(node, "projector", project_forever(ports.ledger, ports.findings, ports.pins, in_order, runtime,
-                                                            every_ms=self.project_every_ms))
-        runtime.spawn_on(node, "retention", retention_forever(retention, in_order, runtime))
+                          now_ms=runtime.now_ms, sleep_ms=runtime.sleep_ms, failpoints=ports.failpoints, probe=probe)
+        drivers, processes = worker_processes(
+            runtime, runs, ports, self.schedules, self.build, chains=self._chains, effects=self._effects,
+            inline_cap_bytes=self.inline_cap_bytes, validate_inputs=self.validate_inputs, paging=self.paging,
+            project_every_ms=self.project_every_ms, retention_policy=self.retention_policy,
+            failpoints=ports.failpoints, probe=probe)
+        self.drivers.update(drivers)
+        for name, coro in processes:
+            runtime.spawn_on(node, name, coro)
 
     def _effects(self, run_id: str):
-        runtime = self.world.runtime
-        streams = self.world.streams
-
-        # Drawn from the run's own workload stream: a re-run after a crash
-        # observes the same telemetry, so the effects are idempotent.
-        async def stats() -> dict:
-            rng = streams.fork(f"workload/{run_id}")
-            await runtime.sleep_ms(rng.between(*app.STATS_LATENCY_MS))
-            return app.stats_payload(rng, run_id)
-
-        async def explain() -> dict:
-            rng = streams.fork(f"workload/{run_id}/explain")
-            await runtime.sleep_ms(rng.between(*app.EXPLAIN_LATENCY_MS))
-            return app.explain_payload(rng, run_id)
-
-        async def publish() -> dict:
-            rng = streams.fork(f"workload/{run_id}/publish")
-            latency_ms = rng.between(*app.PUBLISH_LATENCY_MS)
-            if rng.below(app.SLOW_PUBLISH_ONE_IN) == 0:
-                latency_ms = self._period_ms(run_id) * rng.between(*app.SLOW_PUBLISH_PERIODS) // 100
-                self._alarm_on_time(run_id, runtime.now_ms() + latency_ms)
-            await runtime.sleep_ms(latency_ms)
-            return {"published": True}
-
-        def page(reading: int):
-            async def send() -> dict:
-                rng = streams.fork(f"workload/{run_id}/page")
-                await runtime.sleep_ms(rng.between(*app.PAGE_LATENCY_MS))
-                return {"incident": await self._pager_port.page(run_id, app.PAGE_STEP, reading)}
-
-            return send
-
-        return stats, explain, publish, page
+        world = self.world
+        return wake_effects(run_id, runtime=world.runtime, streams=world.streams, period_ms=self._period_ms,
+                            alarm_on_time=self._alarm_on_time, pager=lambda: self._pager_port)
 
     def _alarm_on_time(self, run_id: str, busy_until_ms: int) -> None:
         """The alarm service fires every occurrence on time, whatever the
@@ -383,6 +335,96 @@ class Sentinels(Workload):
     def _on_settled(self, event: tuple) -> None:
         if event[4].get("outcome") == "failed":
             self.runs_failed += 1
+
+
+def build_chains(schedule_ids: Iterable[str]) -> dict[tuple[str, str], dict[int, Any]]:
+    """Every build's contract chain per schedule, keyed ``(schedule id, build name)``."""
+    return {(sid, b.name): app.contract_chain(sid, b.version, drop_migration=b.drop_migration)
+            for sid in schedule_ids for b in BUILDS}
+
+
+def worker_processes(runtime: Any, runs: Any, ports: Any, schedules: Mapping[str, Schedule], build: app.Build, *,
+                     chains: Mapping[tuple[str, str], dict[int, Any]], effects: Callable[[str], Any],
+                     inline_cap_bytes: int, validate_inputs: bool, paging: bool, project_every_ms: int,
+                     retention_policy: RetentionPolicy, failpoints: Any = NO_FAILPOINTS,
+                     probe: Probe = NULL_PROBE) -> tuple[dict[str, ScheduleDriver], list[tuple[str, Any]]]:
+    """The worker process of ``build``: a schedule driver per sentinel, the
+    findings projector and daily retention, over ``runs`` (the execution
+    store) and ``ports`` (``ds``, ``ledger``, ``log``, ``schedules``,
+    ``content``, ``pins``, ``findings``). Returns the drivers by schedule and
+    the process's tasks as ``(name, coroutine)``, in the order to spawn them.
+    The one wiring of a wake: the fleet calls it with the run's ports, the
+    direct driver (``scenarios.direct``) with the bare stores."""
+    claim_check = ClaimCheck(ports.content, ports.pins, now_ms=runtime.now_ms, cap_bytes=inline_cap_bytes,
+                             digests={app.STATS_TOOL: app.stats_digest})
+    input_schemas = {build.version: app.validate_input} if validate_inputs else None
+    drivers: dict[str, ScheduleDriver] = {}
+    processes: list[tuple[str, Any]] = []
+    for schedule_id, schedule in schedules.items():
+        chain = chains[(schedule_id, _chain_build(build).name)]
+        state = SentinelState(schedule_id, chain[build.version], ports.ds, probe=probe, failpoints=failpoints)
+        flow = app.make_flow(state, build.version, effects, paging=paging)
+        transforms = {(v, build.version): t for v in (1, 2, 3)
+                      if v != build.version and (t := app.load_transform(chain, v, build.version)) is not None}
+        # The kernel's execution store is the runs layer itself: its
+        # faults and trace live in the ledger, log and cursor calls under it.
+        kernel = Kernel(runtime, runs, probe=probe, failpoints=failpoints, middleware=(claim_check,),
+                        transforms=transforms, input_schemas=input_schemas)
+        driver = ScheduleDriver(schedule, kernel, runtime, flow_for=lambda version, f=flow: f,
+                                deployed_version=lambda v=build.version: v, input_for=app.run_input,
+                                probe=probe)
+        drivers[schedule_id] = driver
+        processes.append((f"schedule:{schedule_id}", driver.run_forever()))
+    retention = Retention(ledger=ports.ledger, log=ports.log, schedules=ports.schedules,
+                          findings=ports.findings, pins=ports.pins, content=ports.content,
+                          policy=retention_policy, probe=probe)
+    in_order = [s for _, s in sorted(schedules.items())]
+    processes.append(("projector", project_forever(ports.ledger, ports.findings, ports.pins, in_order, runtime,
+                                                   every_ms=project_every_ms)))
+    processes.append(("retention", retention_forever(retention, in_order, runtime)))
+    return drivers, processes
+
+
+def wake_effects(run_id: str, *, runtime: Any, streams: Any, period_ms: Callable[[str], int],
+                 alarm_on_time: Callable[[str, int], None], pager: Callable[[], Any]):
+    """The effects of one wake, ``app.make_flow``'s ``effects(run_id)``:
+    ``(stats, explain, publish, page)``. Shared by the fleet and the direct
+    driver (``scenarios.direct``), so both run the same wakes.
+    ``period_ms(run_id)``: its schedule's period (a slow publish lasts 1.0x
+    to 1.5x of it); ``alarm_on_time(run_id, busy_until_ms)``: told of a slow
+    publish before it sleeps; ``pager()``: the pager as the worker's current
+    process reaches it, read when a page is sent."""
+
+    # Drawn from the run's own workload stream: a re-run after a crash
+    # observes the same telemetry, so the effects are idempotent.
+    async def stats() -> dict:
+        rng = streams.fork(f"workload/{run_id}")
+        await runtime.sleep_ms(rng.between(*app.STATS_LATENCY_MS))
+        return app.stats_payload(rng, run_id)
+
+    async def explain() -> dict:
+        rng = streams.fork(f"workload/{run_id}/explain")
+        await runtime.sleep_ms(rng.between(*app.EXPLAIN_LATENCY_MS))
+        return app.explain_payload(rng, run_id)
+
+    async def publish() -> dict:
+        rng = streams.fork(f"workload/{run_id}/publish")
+        latency_ms = rng.between(*app.PUBLISH_LATENCY_MS)
+        if rng.below(app.SLOW_PUBLISH_ONE_IN) == 0:
+            latency_ms = period_ms(run_id) * rng.between(*app.SLOW_PUBLISH_PERIODS) // 100
+            alarm_on_time(run_id, runtime.now_ms() + latency_ms)
+        await runtime.sleep_ms(latency_ms)
+        return {"published": True}
+
+    def page(reading: int):
+        async def send() -> dict:
+            rng = streams.fork(f"workload/{run_id}/page")
+            await runtime.sleep_ms(rng.between(*app.PAGE_LATENCY_MS))
+            return {"incident": await pager().page(run_id, app.PAGE_STEP, reading)}
+
+        return send
+
+    return stats, explain, publish, page
 
 
 def _chain_build(build: app.Build) -> app.Build:

@@ -1,9 +1,12 @@
 """SimRuntime: the deterministic coroutine scheduler.
 
-Model code is plain ``async def``. The only object that ever crosses from a
-task to the scheduler is a ``_Trap`` (trio's idea: one tiny, named boundary).
-A trap says "wake me at ``wake_ms``"; sleeping, yielding (``checkpoint``) and
-waiting all reduce to it. Store calls in simulation never suspend, so a store
+Model code is plain ``async def``. The only thing that ever crosses from a
+task to the scheduler is a trap (trio's idea: one tiny, named boundary): the
+wake time itself, a plain ``int`` yielded by a generator-based coroutine
+(``_trap``, and the ``sleep_ms``/``sleep_until_ms``/``checkpoint`` written
+in its shape). A trap says "wake me at ``wake_ms``"; sleeping, yielding
+(``checkpoint``) and waiting all reduce to it; anything else a task yields
+is a foreign awaitable, and the task fails. Store calls in simulation never suspend, so a store
 call is atomic with respect to other tasks — interleavings happen only at
 traps, and every trap is a point the scheduling stream may explore.
 
@@ -26,6 +29,8 @@ not a scheduler we can steer or record, and a ``trio.sleep`` under
 from __future__ import annotations
 
 import heapq
+import itertools
+import types
 from typing import Any, Callable, Coroutine
 
 from sim.interleave import DEVIATIONS_MAX, Chooser, Deviation, SchedulePolicy, await_site
@@ -33,23 +38,26 @@ from sim.node import Node, NodeCrashed, NodeDeadError
 from sim.rng import Stream
 
 
-class _Trap:
-    __slots__ = ("wake_ms",)
-
-    def __init__(self, wake_ms: int) -> None:
-        self.wake_ms = wake_ms
-
-    def __await__(self):
-        yield self
+@types.coroutine
+def _trap(wake_ms: int):
+    """Wake me at ``wake_ms``: the one trap. It yields the wake time itself,
+    a plain ``int`` (``type(trap) is int``, never a subclass such as
+    ``bool``), which is all the loop needs to push the task back: no trap
+    object to build, no ``__await__`` call, no attribute to read back. A
+    generator-based coroutine, so awaiting it costs one generator, about
+    half of what a trap object with an ``__await__`` cost (the bare floor
+    of ``loomsim bench`` still pays that, ARCHITECTURE §8)."""
+    yield wake_ms
 
 
 class Task:
-    __slots__ = ("name", "node", "coro", "alive", "sched_priority", "last_call", "parked_on")
+    __slots__ = ("name", "node", "coro", "send", "alive", "sched_priority", "last_call", "parked_on")
 
     def __init__(self, name: str, node: Node, coro: Coroutine[Any, Any, Any]) -> None:
         self.name = name
         self.node = node
         self.coro = coro
+        self.send = coro.send  # bound once: the hot loop calls it every switch
         self.alive = True
         # Owned by the schedule policy (PCT's priority); None until first seen.
         # On the task, not in a policy-side dict, so it dies with the task.
@@ -109,7 +117,7 @@ class SimEvent:
         self._waiter = task
         task.parked_on = self
         try:
-            await _Trap(deadline_ms)
+            await _trap(deadline_ms)
         finally:
             # Woken, timed out, or closed by a crash: this task waits no more.
             task.parked_on = None
@@ -144,7 +152,9 @@ class SimRuntime:
                  schedule: SchedulePolicy | None = None) -> None:
         self._heap: list[tuple[int, int, Task]] = []
         self._now_ms = 0
-        self._order = 0
+        # The heap's tie-break: a global counter (a C iterator, cheaper per
+        # switch than an attribute's read-add-write).
+        self._next_order = itertools.count(1).__next__
         self._scheduling = scheduling
         self._shuffle_ties = shuffle_ties and scheduling is not None
         self._current: Task | None = None
@@ -175,15 +185,24 @@ class SimRuntime:
     def now_ms(self) -> int:
         return self._now_ms
 
-    def sleep_ms(self, duration_ms: int) -> _Trap:
+    # The three traps are generator-based coroutines (``_trap``'s shape,
+    # written out rather than calling it: one generator per await, not two).
+    # Their bodies run at the first ``send``, which the ``await`` makes at
+    # once, in the same step and at the same instant as the call.
+
+    @types.coroutine
+    def sleep_ms(self, duration_ms: int):
         assert duration_ms >= 0, duration_ms
-        return _Trap(self._now_ms + duration_ms)
+        yield self._now_ms + duration_ms
 
-    def sleep_until_ms(self, deadline_ms: int) -> _Trap:
-        return _Trap(deadline_ms if deadline_ms > self._now_ms else self._now_ms)
+    @types.coroutine
+    def sleep_until_ms(self, deadline_ms: int):
+        now_ms = self._now_ms
+        yield deadline_ms if deadline_ms > now_ms else now_ms
 
-    def checkpoint(self) -> _Trap:
-        return _Trap(self._now_ms)
+    @types.coroutine
+    def checkpoint(self):
+        yield self._now_ms
 
     def spawn(self, name: str, coro: Coroutine[Any, Any, Any]) -> Task:
         current = self._current
@@ -273,8 +292,7 @@ class SimRuntime:
         node.paused_until_ms = max(node.paused_until_ms, until_ms)
 
     def _push(self, wake_ms: int, task: Task) -> None:
-        self._order += 1
-        order = self._order
+        order = self._next_order()
         if self._shuffle_ties:
             order |= self._scheduling.next_u64() << 40
         heapq.heappush(self._heap, (wake_ms, order, task))
@@ -284,69 +302,77 @@ class SimRuntime:
         if self.chooser is not None:
             self._run_scheduled(until_ms)
             return
-        # The hot loop of every simulation: locals instead of attribute
-        # lookups, one try per switch, no allocation besides the heap entry.
+        # The hot loop of every simulation (ARCHITECTURE §8: within 1.5x of a
+        # bare heap-of-coroutines loop). Locals instead of attribute lookups;
+        # one try per switch (free in CPython 3.11 until it raises); the trap
+        # is the wake time itself; the order comes from a C counter; the
+        # switch count is kept in a local and stored once on the way out;
+        # ``_current`` is set before each send and cleared on the way out
+        # (between two sends only this loop runs, so nobody can see it
+        # stale). No allocation besides the heap entry.
         heap = self._heap
         heappop = heapq.heappop
         heappush = heapq.heappush
         push = self._push
+        next_order = self._next_order
         shuffle = self._shuffle_ties
-        trap_type = _Trap
         steps_at_instant = 0
+        switches = 0
         now_ms = self._now_ms
-        while heap and not self.stop_requested:
-            entry = heap[0]
-            wake_ms = entry[0]
-            if wake_ms > until_ms:
-                break
-            heappop(heap)
-            task = entry[2]
-            if not task.alive:
-                continue
-            node = task.node
-            if node.paused_until_ms > wake_ms:
-                push(node.paused_until_ms, task)
-                continue
-            if wake_ms != now_ms:
-                assert wake_ms > now_ms, "time went backwards"
-                self._now_ms = now_ms = wake_ms
-                steps_at_instant = 0
-            steps_at_instant += 1
-            assert steps_at_instant <= STEPS_PER_INSTANT_MAX, f"livelock at t={wake_ms}ms"
-            self._current = task
-            self.switches += 1
-            try:
-                trap = task.coro.send(None)
-            except StopIteration:
-                task.alive = False
-                node.tasks.pop(task, None)
-                self._current = None
-                continue
-            except NodeCrashed:
-                task.alive = False
-                self._current = None
-                continue
-            except Exception as error:
-                self._current = None
-                task.alive = False
-                node.tasks.pop(task, None)
-                if not node.alive:
-                    # Its node crashed and a finally block then hit a dead
-                    # port: the process is gone, the error with it.
+        try:
+            while heap and not self.stop_requested:
+                entry = heap[0]
+                wake_ms = entry[0]
+                if wake_ms > until_ms:
+                    break
+                heappop(heap)
+                task = entry[2]
+                if not task.alive:
                     continue
-                raise TaskFailed(task.name, node.label, now_ms, error) from error
+                node = task.node
+                if node.paused_until_ms > wake_ms:
+                    push(node.paused_until_ms, task)
+                    continue
+                if wake_ms != now_ms:
+                    assert wake_ms > now_ms, "time went backwards"
+                    self._now_ms = now_ms = wake_ms
+                    steps_at_instant = 0
+                steps_at_instant += 1
+                assert steps_at_instant <= STEPS_PER_INSTANT_MAX, f"livelock at t={wake_ms}ms"
+                self._current = task
+                switches += 1
+                try:
+                    trap = task.send(None)
+                except StopIteration:
+                    task.alive = False
+                    node.tasks.pop(task, None)
+                    continue
+                except NodeCrashed:
+                    task.alive = False
+                    continue
+                except Exception as error:
+                    self._current = None
+                    task.alive = False
+                    node.tasks.pop(task, None)
+                    if not node.alive:
+                        # Its node crashed and a finally block then hit a dead
+                        # port: the process is gone, the error with it.
+                        continue
+                    raise TaskFailed(task.name, node.label, now_ms, error) from error
+                if type(trap) is not int:
+                    self._current = None
+                    task.alive = False
+                    node.tasks.pop(task, None)
+                    task.coro.close()
+                    raise TaskFailed(task.name, node.label, now_ms,
+                                     TypeError(f"task awaited a foreign awaitable: {type(trap).__name__}"))
+                if shuffle:
+                    push(trap, task)
+                else:  # _push inlined: this line runs once per switch
+                    heappush(heap, (trap, next_order(), task))
+        finally:
             self._current = None
-            if type(trap) is not trap_type:
-                task.alive = False
-                node.tasks.pop(task, None)
-                task.coro.close()
-                raise TaskFailed(task.name, node.label, now_ms,
-                                 TypeError(f"task awaited a foreign awaitable: {type(trap).__name__}"))
-            if shuffle:
-                push(trap.wake_ms, task)
-            else:  # _push inlined: this line runs once per switch
-                self._order = order = self._order + 1
-                heappush(heap, (trap.wake_ms, order, task))
+            self.switches += switches
         if until_ms > self._now_ms and not self.stop_requested:
             self._now_ms = until_ms
 
@@ -404,8 +430,7 @@ class SimRuntime:
                     task = entry[2]
                     wake_ms = self._resume(task, now_ms)
                     if wake_ms is not None:
-                        self._order = order = self._order + 1
-                        heappush(heap, (wake_ms, order, task))
+                        heappush(heap, (wake_ms, self._next_order(), task))
                     continue
                 if self._instant_ms != now_ms:
                     self._instant_ms = now_ms
@@ -432,8 +457,7 @@ class SimRuntime:
                 task = entry[2]
                 wake_ms = self._resume(task, now_ms)
                 if wake_ms is not None:
-                    self._order = order = self._order + 1
-                    heappush(heap, (wake_ms, order, task))
+                    heappush(heap, (wake_ms, self._next_order(), task))
         finally:
             for entry in ready:
                 heappush(heap, entry)
@@ -446,7 +470,7 @@ class SimRuntime:
         self._current = task
         self.switches += 1
         try:
-            trap = task.coro.send(None)
+            trap = task.send(None)
         except StopIteration:
             task.alive = False
             node.tasks.pop(task, None)
@@ -464,13 +488,13 @@ class SimRuntime:
                 return None
             raise TaskFailed(task.name, node.label, now_ms, error) from error
         self._current = None
-        if type(trap) is not _Trap:
+        if type(trap) is not int:
             task.alive = False
             node.tasks.pop(task, None)
             task.coro.close()
             raise TaskFailed(task.name, node.label, now_ms,
                              TypeError(f"task awaited a foreign awaitable: {type(trap).__name__}"))
-        return trap.wake_ms
+        return trap
 
     def _record_deviation(self, step: int, now_ms: int, chosen: Task, preempted: Task) -> None:
         deviation = Deviation(step, now_ms, chosen.name, chosen.node.label, preempted.name,

@@ -2,6 +2,9 @@
 figures are judged, not measured, by these tests)."""
 from __future__ import annotations
 
+import attrs
+import pytest
+
 from scenarios import registry
 from sim.clock import parse_duration_ms
 from sim.face.bench import render, verdicts, work_per_wake
@@ -81,7 +84,15 @@ def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
                           "work": {"encodings": 1_500, "scalars": 2_500, "digests": 900, "decodes": 500, "hashed_bytes": 500_000,
                                    "trace_hashed_bytes": 400_000}}}
 
+    direct_calls = []
+
+    def direct_child(args):
+        direct_calls.append(tuple(args))
+        return {"wakes": 100, "due": 100, "settled": {"completed": 100}, "unsettled": 0, "pages": 2,
+                "switches": 300, "cpu_s": 1.6}
+
     monkeypatch.setattr(bench_module, "_run_child", child)
+    monkeypatch.setattr(bench_module, "_run_direct_child", direct_child)
     monkeypatch.setattr(bench_module, "_bare_floor", lambda sleeps: 1.0)
     monkeypatch.setattr(bench_module, "_bare_sim", lambda sleeps: 1.25)
     monkeypatch.setattr(bench_module, "_trio_mock_clock", lambda sleeps: 2.5)  # per sleep: 10x SimRuntime's
@@ -95,10 +106,102 @@ def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
     assert ("per-wake CPU at 100 sentinels <= 1.2x at 1", False) in verdicts(figures)
     assert figures["scheduler"]["speedup_vs_trio"] == 20.0
     assert ("scheduler >= 20x faster than trio's MockClock per sleep", True) in verdicts(figures)
-    del figures["scaling"]
+    # The harness figure: the month run (calls 7-9, median 8 s over 100 wakes) over the direct driver's.
+    assert direct_calls == [("--seed", "1", "--duration", "3d")] * 3
+    over = figures["harness_overhead"]
+    assert (over["harness_cpu_us_per_wake"], over["direct_cpu_us_per_wake"], over["ratio"]) == (80_000.0, 16_000.0, 5.0)
+    assert ("harness <= 1.4x direct calls per wake (sentinel-year 3d)", False) in verdicts(figures)
+    del figures["scaling"], figures["harness_overhead"]
     first = figures["runs"]["memory 30d"]
     assert first["cpu_s"] == 2.0 and first["cpu_s_range"] == [1.0, 3.0]
     assert first["work_per_wake"] == {"encodings": 15.0, "scalars": 25.0, "digests": 9.0, "decodes": 5.0, "hashed_kb": 9.0,
                                       "store_calls": 20.0}
     assert all(met for _, met in verdicts(figures)), verdicts(figures)
     assert "median of 3 runs" in render(figures)
+
+
+def _direct(**overrides) -> dict:
+    result = {"wakes": 864, "due": 864, "settled": {"completed": 860, "failed": 4}, "unsettled": 0, "pages": 20,
+              "switches": 2_700, "cpu_s": 1.0}
+    result.update(overrides)
+    return result
+
+
+def test_harness_overhead_is_cpu_per_wake_over_the_direct_drivers_with_its_verdict():
+    from sim.face.bench import harness_overhead
+
+    harnessed = {"cpu_s": 5.16, "wakes": 860}  # 6,000 us a wake
+    over = harness_overhead(harnessed, [_direct(cpu_s=2.0), _direct(cpu_s=1.728), _direct(cpu_s=1.9)], "3d")
+    assert over["direct_cpu_s"] == 1.9 and over["direct_cpu_s_range"] == [1.728, 2.0]  # the median
+    assert over["ratio"] == round(6_000.0 / (1.9 / 864 * 1e6), 2) == 2.73 and over["budget_ratio"] == 1.4
+    figures = {**_figures(encodings=18.0, cpu_s=50.0), "harness_overhead": over}
+    assert ("harness <= 1.4x direct calls per wake (sentinel-year 3d)", False) in verdicts(figures)
+    assert "MISSED harness <= 1.4x direct calls per wake" in render(figures)
+    lean = harness_overhead({"cpu_s": 1.2, "wakes": 860}, [_direct(cpu_s=1.0)], "3d")
+    assert lean["ratio"] == 1.21
+    figures["harness_overhead"] = lean
+    assert all(ok for _, ok in verdicts(figures)) and "MISSED" not in render(figures)
+
+
+@pytest.mark.parametrize("short", [{"wakes": 800}, {"settled": {"completed": 860}}, {"unsettled": 3},
+                                   {"wakes": 0, "due": 0, "settled": {}}])
+def test_harness_overhead_refuses_a_direct_run_that_did_less_than_it_claims(short):
+    from sim.face.bench import harness_overhead
+
+    with pytest.raises(RuntimeError, match="did not run the wakes it claims"):
+        harness_overhead({"cpu_s": 2.0, "wakes": 860}, [_direct(), _direct(**short)], "3d")
+
+
+def test_the_direct_driver_runs_the_wakes_it_claims_with_the_harnessed_runs_store_calls():
+    """``scenarios.direct`` starts every due occurrence and settles every run
+    it started, making about the store calls per wake a harnessed
+    sentinel-year run makes (the harness's faults add recoveries and its
+    chaos removes a few wakes, so not exactly): the floor the harness is
+    held to does the same work, not less."""
+    from scenarios.direct import DirectStores, run_direct
+
+    calls = {}
+
+    class Counting:
+        def __init__(self, name, store):
+            self._name, self._store = name, store
+
+        def __getattr__(self, attr):
+            value = getattr(self._store, attr)
+            if not callable(value):
+                return value
+
+            def call(*args, **kwargs):
+                calls[self._name] = calls.get(self._name, 0) + 1
+                return value(*args, **kwargs)
+
+            return call
+
+    bare = DirectStores()
+    counted = DirectStores(**{name: Counting(name, getattr(bare, name)) for name in attrs.fields_dict(DirectStores)})
+    result = run_direct(seed=2, duration_ms=parse_duration_ms("6h"), stores=counted)
+    assert result.wakes == result.due == 72
+    assert sum(result.settled.values()) == 72 and result.settled.get("completed", 0) >= 70 and result.unsettled == 0
+    assert calls["ledger"] >= 6 * 72 and calls["log"] >= 5 * 72 and calls["ds"] >= 2 * 72  # admit..finalize, appends, load+save
+    harnessed = _sentinels(2)
+    direct_per_wake = sum(calls.values()) / result.wakes
+    harness_per_wake = harnessed.stats["store_calls"] / harnessed.stats["wakes"]
+    assert 0.85 * harness_per_wake <= direct_per_wake <= 1.15 * harness_per_wake, (direct_per_wake, harness_per_wake)
+
+
+def test_the_direct_runtime_steps_the_earliest_task_fifo_at_an_instant():
+    from scenarios.direct import DirectRuntime
+
+    runtime, seen = DirectRuntime(), []
+
+    async def task(name, sleeps):
+        for sleep_ms in sleeps:
+            await runtime.sleep_ms(sleep_ms)
+            seen.append((runtime.now_ms(), name))
+
+    runtime.spawn("a", task("a", [10, 0, 5]))
+    runtime.spawn("b", task("b", [10, 3]))
+    runtime.run(12)
+    assert seen == [(10, "a"), (10, "b"), (10, "a")] and runtime.now_ms() == 12
+    runtime.run(100)
+    assert seen[3:] == [(13, "b"), (15, "a")] and not runtime._tasks

@@ -82,6 +82,10 @@ def verdicts(figures: dict[str, Any]) -> list[tuple[str, bool]]:
         if work and label.startswith("memory"):
             for name, budget in WORK_BUDGETS_PER_WAKE.items():
                 out.append((f"sentinel-year {label}: {name} per wake <= {budget}", work[name] <= budget))
+    over = figures.get("harness_overhead")
+    if over:
+        out.append((f"harness <= {over['budget_ratio']}x direct calls per wake (sentinel-year {over['duration']})",
+                    over["ratio"] <= over["budget_ratio"]))
     scale = figures.get("scaling")
     if scale:
         out.append((f"per-wake CPU at 100 sentinels <= {scale['budget_ratio']}x at 1",
@@ -166,6 +170,54 @@ def _trio_mock_clock(sleeps: int) -> float:
 TRIO_SLEEPS = BARE_SLEEPS // 10  # trio is slower: a tenth of the sleeps, compared per sleep
 
 
+# ARCHITECTURE §8: the harness <= 1.4x the same workload driven by direct calls.
+HARNESS_BUDGET_RATIO = 1.4
+
+
+def _run_direct_child(args: list[str]) -> dict[str, Any]:
+    """One run of ``scenarios.direct`` (sentinel-year's wakes driven by direct
+    calls) in a fresh process, measured as ``_run_child`` measures a
+    harnessed run: the child's CPU time (user + sys) from the kernel's
+    accounting, so the two figures of the ratio count the same things
+    (interpreter start-up and imports included in both)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run([sys.executable, "-m", "scenarios.direct", *args, "--json"], capture_output=True,
+                          text=True, env=env, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"direct driver failed ({proc.returncode}): {proc.stderr.strip()}")
+    result = json.loads(proc.stdout)
+    result["cpu_s"] = round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 3)
+    return result
+
+
+def harness_overhead(harnessed: dict[str, Any], direct: list[dict[str, Any]], duration: str) -> dict[str, Any]:
+    """The harness's CPU per wake over the direct driver's: ``harnessed`` is
+    the figure of a sentinel-year run (memory, default fault mix), ``direct``
+    the runs of ``scenarios.direct`` over the same duration; the median by
+    CPU is the one reported. Refuses (``RuntimeError``) a direct run that did
+    less than it claims: every occurrence due started, every run started
+    settled, nothing left unsettled. A driver doing less would make the
+    ratio a lie."""
+    assert direct, "no direct run"
+    for result in direct:
+        settled = sum(result["settled"].values())
+        if not (result["wakes"] == result["due"] > 0 and settled == result["wakes"] and result["unsettled"] == 0):
+            raise RuntimeError(f"the direct driver did not run the wakes it claims: {result}")
+    ordered = sorted(direct, key=lambda result: result["cpu_s"])
+    median = ordered[len(ordered) // 2]
+    harness_wakes = max(1, harnessed.get("wakes") or 0)
+    harness_us = harnessed["cpu_s"] / harness_wakes * 1e6
+    direct_us = median["cpu_s"] / median["wakes"] * 1e6
+    return {"duration": duration, "harness_cpu_s": harnessed["cpu_s"], "harness_wakes": harnessed.get("wakes"),
+            "harness_cpu_us_per_wake": round(harness_us, 1), "direct_cpu_s": median["cpu_s"],
+            "direct_cpu_s_range": [ordered[0]["cpu_s"], ordered[-1]["cpu_s"]], "direct_wakes": median["wakes"],
+            "direct_settled": median["settled"], "direct_cpu_us_per_wake": round(direct_us, 1),
+            "ratio": round(harness_us / direct_us, 2), "budget_ratio": HARNESS_BUDGET_RATIO}
+
+
 def bench(*, quick: bool = False, seed: int = 1, runs_each: int = 1) -> dict[str, Any]:
     year = "30d" if quick else "365d"
     month = "3d" if quick else "30d"
@@ -197,6 +249,9 @@ def bench(*, quick: bool = False, seed: int = 1, runs_each: int = 1) -> dict[str
         figure.update(peak_rss_mb=result.get("peak_rss_mb"), budget_s=budget_s if not quick else None)
         runs[label] = figure
     figures["runs"] = runs
+    # The harness over the same wakes driven by direct calls (ARCHITECTURE §8), per wake, month runs.
+    direct = [_run_direct_child(["--seed", str(seed), "--duration", month]) for _ in range(runs_each)]
+    figures["harness_overhead"] = harness_overhead(runs[f"memory {month}"], direct, month)
     # Per-wake cost as the fleet grows: about the same number of wakes at 1,
     # 10 and 100 sentinels (ARCHITECTURE §8: at 100, <= 1.2x the cost at 1).
     scaling: dict[str, Any] = {}
@@ -242,6 +297,12 @@ def render(figures: dict[str, Any]) -> str:
             lines.append(f"    per wake: {work['encodings']} encodings (+{work.get('scalars', 0)} scalars quoted), "
                          f"{work['digests']} digests, "
                          f"{work['hashed_kb']} KB hashed, {work['decodes']} decodes, {work['store_calls']} store calls")
+    over = figures.get("harness_overhead")
+    if over:
+        lines.append(f"  harness overhead, sentinel-year {over['duration']} (memory, default faults) vs its wakes "
+                     f"driven by direct calls (scenarios.direct): {over['harness_cpu_us_per_wake']} us vs "
+                     f"{over['direct_cpu_us_per_wake']} us CPU per wake ({over['harness_wakes']} vs "
+                     f"{over['direct_wakes']} wakes) = {over['ratio']}x (budget <= {over['budget_ratio']}x)")
     flat = figures.get("memory_flatness")
     if flat:
         lines.append(f"  memory flatness: peak RSS {flat['year_rss_mb']} MB (year) / {flat['month_rss_mb']} MB "
