@@ -4,13 +4,15 @@ An event is a plain tuple ``(seq, time_ms, node, kind, fields)``; ``fields``
 is a dict of plain data in the order the emitter wrote it. Each event feeds
 the ``marshal`` encoding (format version 2: no object references, so the
 bytes depend only on the values, never on identity or refcounts) of
-``(seq, time_ms, node, shape, values)`` into the rolling digest, where
-``values`` are the fields' values in order and ``shape`` numbers the event's
-kind and the tuple of its field names (the first event of a shape carries
-them as well: a kind and its names are hashed once, not per event). A field another field's digest stands for
-(``Trace.cover``: a committed append's envelopes, covered by its batch
-digest) is left out of the hash, never out of the event. Dicts marshal in insertion order and sets are never allowed
-in fields, so the bytes are independent of ``PYTHONHASHSEED``. marshal is ~4x
+``(time step, node, shape, values)`` into the rolling digest: an event's seq
+is its place in that input, its time enters as the step from the previous
+event's, ``values`` are the fields' values in order and ``shape`` numbers the
+event's kind with the tuple of its field names (the first event of a shape
+carries them as well: a kind and its names are hashed once, not per event).
+A field another field's digest stands for (``Trace.cover``: a committed
+append's envelopes, covered by its batch digest) is left out of the hash,
+never out of the event. Dicts marshal in insertion order and sets are never
+allowed in fields, so the bytes are independent of ``PYTHONHASHSEED``. marshal is ~4x
 cheaper than ``repr`` here, and an event is hashed on the hot path. A field
 marshal cannot encode (a record object) is a ``TypeError``: describe it as
 plain data. The marshal format is stable within a Python version; the run's
@@ -40,7 +42,7 @@ _MARSHAL_VERSION = 2
 
 
 class Trace:
-    __slots__ = ("_clock", "_digest", "_ring", "_stream", "_subscribers", "_wildcard", "_covers", "_shapes",
+    __slots__ = ("_clock", "_digest", "_ring", "_stream", "_subscribers", "_wildcard", "_covers", "_shapes", "_then_ms",
                  "events",
                  "counts", "hashed_bytes")
 
@@ -55,6 +57,7 @@ class Trace:
         self._wildcard: list[Callable[[Event], None]] = []
         self._covers: dict[str, tuple[frozenset[str], str]] = {}
         self._shapes: dict[tuple, int] = {}  # (kind, names) -> number: bounded by the event types' field sets
+        self._then_ms = 0  # the previous event's time
         self.events = 0
         self.counts: dict[str, int] = {}
         self.hashed_bytes = 0  # what the rolling digest has taken in (a counted figure of its work)
@@ -79,7 +82,8 @@ class Trace:
 
     def emit(self, node: str, kind: str, fields: dict[str, Any]) -> Event:
         self.events += 1
-        event = (self.events, self._clock(), node, kind, fields)
+        now_ms = self._clock()
+        event = (self.events, now_ms, node, kind, fields)
         cover = self._covers.get(kind) if self._covers else None
         if cover is not None and cover[1] in fields:
             skip = cover[0]
@@ -99,12 +103,16 @@ class Trace:
             self._shapes[key] = shape
             shape = (shape, kind, names)
         try:
-            data = marshal.dumps((event[0], event[1], node, shape, values), _MARSHAL_VERSION)
+            # An event's number is its place in the digest's input, and its
+            # time is hashed as the step from the previous event's (a small
+            # int, where months of milliseconds would marshal as a long).
+            data = marshal.dumps((now_ms - self._then_ms, node, shape, values), _MARSHAL_VERSION)
         except ValueError:
             # A record object, a set...: its bytes could depend on identity
             # or hash order. Refuse rather than digest something unstable.
             raise TypeError(f"trace event {kind!r} has a field that is not plain data: "
                             f"{sorted(k for k, v in fields.items() if not _plain(v))}") from None
+        self._then_ms = now_ms
         self._digest.update(data)
         self.hashed_bytes += len(data)
         self._ring.append(event)
