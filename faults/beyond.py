@@ -303,7 +303,7 @@ class LedgerSurgery:
             return self._store.connection.execute(
                 "SELECT reserved_json, schema_version FROM ledger_submissions WHERE submission_id = ?",
                 (submission_id,)).fetchone()
-        row = self._store._submissions[submission_id]
+        row = self._store._row(submission_id)
         return row.reserved_json, row.schema_version
 
     def _write(self, submission_id: str, text: Any, version: int) -> None:
@@ -313,8 +313,8 @@ class LedgerSurgery:
                 conn.execute("UPDATE ledger_submissions SET reserved_json = ?, schema_version = ? "
                              "WHERE submission_id = ?", (text, version, submission_id))
             return
-        rows = self._store._submissions
-        rows[submission_id] = attrs.evolve(rows[submission_id], reserved_json=text, schema_version=version)
+        store = self._store
+        store._put(attrs.evolve(store._row(submission_id), reserved_json=text, schema_version=version))
 
 
 def beyond_surgeries(system: Any, streams: Any) -> dict[str, Any]:
