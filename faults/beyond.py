@@ -144,10 +144,10 @@ class LogSurgery:
                     "UPDATE conv_records SET envelope_json = substr(envelope_json, 1, length(envelope_json) / 2) "
                     "WHERE conversation_id = ? AND seq >= ?", (cid, from_seq))
             return
-        rows = self._store._conversations[cid].rows
-        for index in range(from_seq - 1, len(rows)):
-            batch_id, text = rows[index]
-            rows[index] = (batch_id, text[: len(text) // 2])
+        store = self._store
+        for seq in range(from_seq, store.surgery_row_count(cid) + 1):
+            batch_id, text = store.surgery_row(cid, seq)
+            store.surgery_set_row(cid, seq, batch_id, text[: len(text) // 2])
 
     def _rot_record(self, request: Any, seq: int) -> None:
         """Damage the stored text of record ``seq``."""
@@ -160,9 +160,8 @@ class LogSurgery:
                 conn.execute("UPDATE conv_records SET envelope_json = ? WHERE conversation_id = ? AND seq = ?",
                              (self._rotter.rot(cid, text), cid, seq))
             return
-        rows = self._store._conversations[cid].rows
-        batch_id, text = rows[seq - 1]
-        rows[seq - 1] = (batch_id, self._rotter.rot(cid, text))
+        batch_id, text = self._store.surgery_row(cid, seq)
+        self._store.surgery_set_row(cid, seq, batch_id, self._rotter.rot(cid, text))
 
     def _drop_records(self, request: Any, from_seq: int) -> None:
         """Forget the batch's records from ``from_seq`` on."""
@@ -172,12 +171,11 @@ class LogSurgery:
                 self._store.connection.execute(
                     "DELETE FROM conv_records WHERE conversation_id = ? AND seq >= ?", (cid, from_seq))
             return
-        conv = self._store._conversations[cid]
-        kept = from_seq - 1
-        dropped = len(conv.rows) - kept
-        assert 0 < dropped <= len(request.records), (cid, from_seq, len(conv.rows))
-        del conv.rows[kept:]
-        conv.record_ids.difference_update(r.record_id for r in request.records[len(request.records) - dropped:])
+        count = self._store.surgery_row_count(cid)
+        dropped = count - (from_seq - 1)
+        assert 0 < dropped <= len(request.records), (cid, from_seq, count)
+        self._store.surgery_drop_rows(cid, from_seq,
+                                      [r.record_id for r in request.records[len(request.records) - dropped:]])
 
     def _rewind_tail(self, request: Any, result: Any) -> None:
         """Forget the batch itself: its row, its boundary, the tail it made."""
@@ -192,11 +190,7 @@ class LogSurgery:
                 conn.execute("UPDATE conv_conversations SET tail_seq = ?, tail_digest = ? WHERE conversation_id = ?",
                              (result.first_seq - 1, previous, cid))
             return
-        conv = self._store._conversations[cid]
-        batch = conv.batches.pop(request.batch_id)
-        conv.boundaries.pop(batch.last_seq, None)
-        conv.tail_seq = batch.first_seq - 1
-        conv.tail_digest = batch.previous_tail_digest
+        self._store.surgery_forget_batch(cid, request.batch_id)
 
 
 class DurableStateSurgery:
@@ -309,7 +303,7 @@ class LedgerSurgery:
             return self._store.connection.execute(
                 "SELECT reserved_json, schema_version FROM ledger_submissions WHERE submission_id = ?",
                 (submission_id,)).fetchone()
-        row = self._store._submissions[submission_id]
+        row = self._store._row(submission_id)
         return row.reserved_json, row.schema_version
 
     def _write(self, submission_id: str, text: Any, version: int) -> None:
@@ -319,8 +313,8 @@ class LedgerSurgery:
                 conn.execute("UPDATE ledger_submissions SET reserved_json = ?, schema_version = ? "
                              "WHERE submission_id = ?", (text, version, submission_id))
             return
-        rows = self._store._submissions
-        rows[submission_id] = attrs.evolve(rows[submission_id], reserved_json=text, schema_version=version)
+        store = self._store
+        store._put(attrs.evolve(store._row(submission_id), reserved_json=text, schema_version=version))
 
 
 def beyond_surgeries(system: Any, streams: Any) -> dict[str, Any]:

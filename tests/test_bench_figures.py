@@ -101,7 +101,10 @@ def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
     monkeypatch.setattr(bench_module, "_bare_sim", lambda sleeps: 1.25)
     monkeypatch.setattr(bench_module, "_trio_mock_clock", lambda sleeps: 2.5)  # per sleep: 10x SimRuntime's
     figures = bench_module.bench(quick=True, runs_each=3)
-    assert len(calls) == 18 and figures["runs_each"] == 3  # 3 sentinel-year runs and 3 fleet sizes, 3 times each
+    # 3 sentinel-year runs and 3 fleet sizes, 3 times each, then ledger-storm at 1 and 3 days, once each
+    assert len(calls) == 20 and figures["runs_each"] == 3
+    assert [c[:1] + c[c.index("--duration") + 1:][:1] for c in calls[18:]] == [("ledger-storm", "1d"),
+                                                                                 ("ledger-storm", "3d")]
     scaling = figures["scaling"]
     assert list(scaling["sentinels"]) == ["1", "10", "100"] and [tuple(c[c.index("--sentinels") + 1:][:1])
                                                                  for c in calls[9:18:3]] == [("1",), ("10",), ("100",)]
@@ -209,3 +212,52 @@ def test_the_direct_runtime_steps_the_earliest_task_fifo_at_an_instant():
     assert seen == [(10, "a"), (10, "b"), (10, "a")] and runtime.now_ms() == 12
     runtime.run(100)
     assert seen[3:] == [(13, "b"), (15, "a")] and not runtime._tasks
+
+
+def _storm(short_mb: float, long_mb: float, *, quick: bool) -> dict:
+    from sim.face import bench as bench_module
+
+    peaks = iter([short_mb, long_mb])
+    return {"seed": 1, "quick": quick, "runs": {}, "scheduler": {"sleeps": 10, "floor_s": 1.0, "simruntime_s": 1.2, "ratio": 1.2,
+                                      "budget_ratio": 1.5},
+            "ledger_storm_memory": _measured(bench_module, peaks, quick)}
+
+
+def _measured(bench_module, peaks, quick):
+    import pytest
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench_module, "_run_child", lambda args: {"status": "pass", "peak_rss_mb": next(peaks),
+                                                                "stats": {"submitted": 4_000}})
+        return bench_module.ledger_storm_memory(quick=quick, seed=1)
+
+
+def test_ledger_storm_memory_is_judged_for_flatness_and_its_30_day_peak():
+    """Full bench: 30 days measured against 3 (<= 1.3x, <= 300 MB); a store
+    that grows per submission misses both."""
+    flat = _storm(120.0, 140.0, quick=False)
+    storm = flat["ledger_storm_memory"]
+    assert list(storm["durations"]) == ["3d", "30d"] and storm["peak_30d_mb"] == 140.0 and not storm["projected"]
+    assert verdicts(flat) == [("scheduler <= 1.5x the bare loop", True),
+                              ("ledger-storm memory flatness: peak RSS 30d <= 1.3x 3d", True),
+                              ("ledger-storm 30d peak RSS <= 300 MB", True)]
+    assert "ledger-storm memory: peak RSS 3d: 120.0 MB" in render(flat) and "MISSED" not in render(flat)
+    growing = _storm(120.0, 917.0, quick=False)
+    assert [name for name, met in verdicts(growing) if not met] == [
+        "ledger-storm memory flatness: peak RSS 30d <= 1.3x 3d", "ledger-storm 30d peak RSS <= 300 MB"]
+    assert render(growing).count("MISSED") == 2
+
+
+def test_quick_ledger_storm_memory_projects_the_30_day_peak_on_a_line():
+    """--quick: 3 days against 1, the 30-day peak projected through both:
+    60 -> 80 MB is 10 MB a day, 80 + 27 x 10 = 350 MB: missed, though 3
+    days alone are far under the budget."""
+    storm = _storm(60.0, 80.0, quick=True)
+    figure = storm["ledger_storm_memory"]
+    assert list(figure["durations"]) == ["1d", "3d"] and figure["projected"]
+    assert figure["peak_30d_mb"] == 350.0 and figure["ratio"] == round(80 / 60, 3)
+    assert dict(verdicts(storm)) == {"scheduler <= 1.5x the bare loop": True,
+                                     "ledger-storm memory flatness: peak RSS 3d <= 1.3x 1d": False,
+                                     "ledger-storm 30d peak RSS (projected) <= 300 MB": False}
+    assert "projected on a line through both: 350.0 MB" in render(storm)
+    assert dict(verdicts(_storm(60.0, 62.0, quick=True)))["ledger-storm 30d peak RSS (projected) <= 300 MB"]

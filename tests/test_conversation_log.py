@@ -7,6 +7,7 @@ import itertools
 import math
 import pickle
 
+import attrs
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
@@ -29,7 +30,7 @@ from model.conversation.conformance import (
     run_conversation_store_conformance,
 )
 from model.conversation.content_store import ContentCorrupted, InMemoryContentStore, SqliteContentStore
-from model.conversation.memory_store import InMemoryConversationStore
+from model.conversation.memory_store import InMemoryConversationStore, pack_row
 from model.conversation.records import (
     AppendConflict,
     FenceRejected,
@@ -111,7 +112,7 @@ class AcceptsPartialBatch(InMemoryConversationStore):
                 for record in req.records:
                     if record.record_id == exc.record_id:
                         break
-                    conv.rows.append((req.batch_id, canonical_json(record.to_json())))
+                    conv.rows.append(pack_row(req.batch_id, canonical_json(record.to_json())))
                     conv.tail_seq += 1
             raise
 
@@ -125,8 +126,11 @@ class WrongDigestChain(InMemoryConversationStore):
             return result
         conv = self._conversations[req.conversation_id]
         wrong = chain_digest(ZERO_DIGEST, result.batch_digest, result.first_seq)
+        batch = await self.lookup_batch(req.conversation_id, req.batch_id)
+        self.surgery_forget_batch(req.conversation_id, req.batch_id)
+        self._put_batch(conv, attrs.evolve(batch, tail_digest=wrong))
+        conv.tail_seq = result.last_seq
         conv.tail_digest = wrong
-        conv.boundaries[result.last_seq] = wrong
         return type(result)(result.first_seq, result.last_seq, wrong, result.batch_digest, False)
 
 

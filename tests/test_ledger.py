@@ -122,7 +122,7 @@ class StaleReserveAccepted(InMemorySubmissionLedger):
     """Reserves without checking the token (no fencing)."""
 
     async def reserve_settlement(self, token, record):
-        row = self._submissions[token.submission_id]
+        row = self._row(token.submission_id)
         current = Claim(row.submission_id, row.owner_id or token.owner_id, row.epoch, row.lease_expires_ms or 0)
         return await super().reserve_settlement(current, record)
 
@@ -131,7 +131,7 @@ class FinalizeNotIdempotent(InMemorySubmissionLedger):
     """Finalizes again on every call, moving settled_at_ms."""
 
     async def finalize_settlement(self, submission_id, now_ms):
-        row = self._submissions.get(submission_id)
+        row = self._row(submission_id)
         if row is not None:
             row = attrs.evolve(row, settled_at_ms=None, outcome=None)
         settlement, new_row = decide_finalize(submission_id, row, now_ms)
@@ -145,14 +145,14 @@ class RenewShortens(InMemorySubmissionLedger):
 
     async def renew_ownership(self, token, lease_ms, now_ms):
         renewal = await super().renew_ownership(token, lease_ms, now_ms)
-        row = attrs.evolve(self._submissions[token.submission_id], lease_expires_ms=now_ms + lease_ms)
+        row = attrs.evolve(self._row(token.submission_id), lease_expires_ms=now_ms + lease_ms)
         self._put(row)
         return attrs.evolve(renewal, lease_expires_ms=now_ms + lease_ms)
 
 
 class AbortKeepsLastAuthor(InMemorySubmissionLedger):
     async def request_abort(self, submission_id, author, reason, now_ms):
-        row = self._submissions.get(submission_id)
+        row = self._row(submission_id)
         if row is not None and row.settled_at_ms is None:
             self._put(attrs.evolve(row, abort_author=None, abort_reason=None))
         return await super().request_abort(submission_id, author, reason, now_ms)
@@ -162,7 +162,7 @@ class AbortQueuedWaits(InMemorySubmissionLedger):
     """Stores the intent of a never-claimed submission without settling it."""
 
     async def request_abort(self, submission_id, author, reason, now_ms):
-        row = self._submissions.get(submission_id)
+        row = self._row(submission_id)
         if row is not None and row.epoch is None and row.abort_author is None and row.settled_at_ms is None:
             self._put(attrs.evolve(row, abort_author=author, abort_reason=reason, abort_requested_at_ms=now_ms))
             return AbortIntent(submission_id, author, reason, now_ms)
@@ -173,14 +173,14 @@ class ReserveIgnoresAbort(InMemorySubmissionLedger):
     """Reserves any record, whatever the abort intent says."""
 
     async def reserve_settlement(self, token, record):
-        row = self._submissions.get(token.submission_id)
+        row = self._row(token.submission_id)
         if row is None or row.abort_author is None:
             return await super().reserve_settlement(token, record)
         self._put(attrs.evolve(row, abort_author=None))
         try:
             return await super().reserve_settlement(token, record)
         finally:
-            self._put(attrs.evolve(self._submissions[token.submission_id], abort_author=row.abort_author))
+            self._put(attrs.evolve(self._row(token.submission_id), abort_author=row.abort_author))
 
 
 @pytest.mark.parametrize(
@@ -488,7 +488,7 @@ class UnknownHeadClaimable(InMemorySubmissionLedger):
             try:
                 return await super().claim(conversation_id, owner_id, lease_ms, now_ms)
             finally:
-                self._put(attrs.evolve(self._submissions[head.submission_id], unknown_open=head.unknown_open))
+                self._put(attrs.evolve(self._row(head.submission_id), unknown_open=head.unknown_open))
         return await super().claim(conversation_id, owner_id, lease_ms, now_ms)
 
 
@@ -509,7 +509,7 @@ class SuspendedHeadClaimable(InMemorySubmissionLedger):
             try:
                 return await super().claim(conversation_id, owner_id, lease_ms, now_ms)
             finally:
-                self._put(attrs.evolve(self._submissions[head.submission_id], approvals_pending=head.approvals_pending))
+                self._put(attrs.evolve(self._row(head.submission_id), approvals_pending=head.approvals_pending))
         return await super().claim(conversation_id, owner_id, lease_ms, now_ms)
 
 

@@ -4,12 +4,23 @@ Implements the same rules as the SQLite adapter by calling the same pure
 functions (``rules.py``). Envelopes are held as canonical JSON text and
 decoded on every read, so callers never share state with the store.
 
+Compact (``model.compact``): a record row is one ``bytes`` (its batch id and
+envelope text, deflated), a batch one packed ``bytes`` (numbers and raw
+digests) in seq order, and a tail digest at a batch boundary is read off
+the batch that ends there rather than kept twice. ``lookup_batch`` and
+``read`` build fresh records from them on every call.
+
 Methods are ``async`` but contain no await: in the simulator each call is
 one atomic step.
 """
 from __future__ import annotations
 
+import struct
+from bisect import bisect_left
+from array import array
+
 from model.canonical import ZERO_DIGEST
+from model.compact import digest_bytes, digest_hex, pack, unpack
 
 from .records import (
     AppendResult,
@@ -35,20 +46,72 @@ from .rules import (
 )
 
 
+# A batch: producer index, epoch, first seq, last seq (the digests follow,
+# each 32 raw bytes or, if not a hex digest, as given, length-prefixed).
+_BATCH = struct.Struct(">IqQQ")
+_ROW_HEAD = struct.Struct(">I")
+
+
+def _pack_digests(*digests: str) -> bytes:
+    parts = []
+    for digest in digests:
+        held = digest_bytes(digest)
+        raw = held if type(held) is bytes else held.encode("utf-8", "surrogatepass")
+        parts.append(bytes((type(held) is bytes,)) + _ROW_HEAD.pack(len(raw)) + raw)
+    return b"".join(parts)
+
+
+def _unpack_digests(data: bytes, offset: int) -> list[str]:
+    digests = []
+    while offset < len(data):
+        is_raw = data[offset]
+        (size,) = _ROW_HEAD.unpack_from(data, offset + 1)
+        raw = data[offset + 5:offset + 5 + size]
+        digests.append(digest_hex(raw) if is_raw else raw.decode("utf-8", "surrogatepass"))
+        offset += 5 + size
+    return digests
+
+
+# A row's first byte: the text is the store's own write (from prepare_append,
+# canonical: read back without a foreign row's checks) or was put there by
+# something else (a surgery beyond the contract: decoded as foreign data).
+_OWN, _FOREIGN = b"o", b"f"
+
+
+def pack_row(batch_id: str, text: "str | bytes", *, own: bool = False) -> bytes:
+    """One record row: its batch id and envelope text (or the bytes a
+    damaged-row surgery left there), as one compact bytes object."""
+    head = batch_id.encode("utf-8", "surrogatepass")
+    return (_OWN if own else _FOREIGN) + _ROW_HEAD.pack(len(head)) + head + pack(text)
+
+
+def unpack_row(row: bytes) -> "tuple[str, str | bytes]":
+    """(batch id, text) of a row."""
+    (size,) = _ROW_HEAD.unpack_from(row, 1)
+    return row[5:5 + size].decode("utf-8", "surrogatepass"), unpack(row[5 + size:])
+
+
+def row_is_own(row: bytes) -> bool:
+    return row[:1] == _OWN
+
+
 class _Conversation:
-    __slots__ = ("producer_id", "epoch", "tail_seq", "tail_digest", "rows", "record_ids", "batches", "boundaries")
+    __slots__ = ("producer_id", "epoch", "tail_seq", "tail_digest", "rows", "record_ids", "batches", "batch_ids",
+                 "last_seqs")
 
     def __init__(self, producer_id: str, epoch: int) -> None:
         self.producer_id = producer_id
         self.epoch = epoch
         self.tail_seq = 0
         self.tail_digest = ZERO_DIGEST
-        # rows[seq - 1] = (batch_id, envelope_text)
-        self.rows: list[tuple[str, str]] = []
+        # rows[seq - 1] = pack_row(batch_id, envelope_text)
+        self.rows: list[bytes] = []
         self.record_ids: set[str] = set()
-        self.batches: dict[str, BatchRecord] = {}
-        # last_seq of each batch -> tail digest after it (0 -> ZERO_DIGEST)
-        self.boundaries: dict[int, str] = {0: ZERO_DIGEST}
+        # batch_id -> packed batch (``_BATCH`` + digests); batch_ids and
+        # last_seqs list the batches in seq order (``digest_at``).
+        self.batches: dict[str, bytes] = {}
+        self.batch_ids: list[str] = []
+        self.last_seqs = array("q")
 
 
 class InMemoryConversationStore:
@@ -56,6 +119,52 @@ class InMemoryConversationStore:
 
     def __init__(self) -> None:
         self._conversations: dict[str, _Conversation] = {}
+        # Producer ids repeat (a handful of processes write every batch):
+        # a batch holds the index of its producer's id here.
+        self._producers: list[str] = []
+        self._producer_index: dict[str, int] = {}
+
+    def _batch(self, conversation_id: str, batch_id: str, packed: bytes) -> BatchRecord:
+        producer, epoch, first_seq, last_seq = _BATCH.unpack_from(packed)
+        batch_digest, previous, tail = _unpack_digests(packed, _BATCH.size)
+        return BatchRecord(conversation_id, batch_id, self._producers[producer], epoch, first_seq, last_seq,
+                           batch_digest, previous, tail)
+
+    def _put_batch(self, conv: _Conversation, batch: BatchRecord) -> None:
+        index = self._producer_index.get(batch.producer_id)
+        if index is None:
+            index = self._producer_index[batch.producer_id] = len(self._producers)
+            self._producers.append(batch.producer_id)
+        conv.batches[batch.batch_id] = _BATCH.pack(index, batch.epoch, batch.first_seq, batch.last_seq) + \
+            _pack_digests(batch.batch_digest, batch.previous_tail_digest, batch.tail_digest)
+        conv.batch_ids.append(batch.batch_id)
+        conv.last_seqs.append(batch.last_seq)
+
+    # -- surgeries (``faults.beyond``: a store breaking its promise) ----------
+
+    def surgery_row(self, conversation_id: str, seq: int) -> "tuple[str, str | bytes]":
+        return unpack_row(self._conversations[conversation_id].rows[seq - 1])
+
+    def surgery_set_row(self, conversation_id: str, seq: int, batch_id: str, text: "str | bytes") -> None:
+        self._conversations[conversation_id].rows[seq - 1] = pack_row(batch_id, text)
+
+    def surgery_row_count(self, conversation_id: str) -> int:
+        return len(self._conversations[conversation_id].rows)
+
+    def surgery_drop_rows(self, conversation_id: str, from_seq: int, record_ids) -> None:
+        conv = self._conversations[conversation_id]
+        del conv.rows[from_seq - 1:]
+        conv.record_ids.difference_update(record_ids)
+
+    def surgery_forget_batch(self, conversation_id: str, batch_id: str) -> None:
+        """Forget the batch (the last one): its row, its boundary, the tail it made."""
+        conv = self._conversations[conversation_id]
+        batch = self._batch(conversation_id, batch_id, conv.batches.pop(batch_id))
+        index = len(conv.batch_ids) - 1 - conv.batch_ids[::-1].index(batch_id)
+        del conv.batch_ids[index]
+        del conv.last_seqs[index]
+        conv.tail_seq = batch.first_seq - 1
+        conv.tail_digest = batch.previous_tail_digest
 
     async def materialize(self, conversation_id: str, producer_id: str, epoch: int) -> None:
         """Create the conversation (empty, tail 0 / ZERO_DIGEST) owned by
@@ -80,7 +189,9 @@ class InMemoryConversationStore:
         reused: list[str] = []
         if conv is not None:
             row = ConversationRow(conv.producer_id, conv.epoch, conv.tail_seq, conv.tail_digest)
-            existing_batch = conv.batches.get(request.batch_id)
+            packed = conv.batches.get(request.batch_id)
+            existing_batch = None if packed is None else self._batch(request.conversation_id, request.batch_id,
+                                                                     packed)
             reused = [rid for rid in prepared.record_ids if rid in conv.record_ids]
         decision = decide_append(request, prepared, row, existing_batch, reused)
         if not isinstance(decision, AppendPlan):
@@ -90,13 +201,12 @@ class InMemoryConversationStore:
 
     def _write(self, conv: _Conversation, request: FencedAppendRequest, prepared, plan: AppendPlan) -> None:
         for text in prepared.envelope_texts:
-            conv.rows.append((request.batch_id, text))
+            conv.rows.append(pack_row(request.batch_id, text, own=True))
         conv.record_ids.update(prepared.record_ids)
-        conv.batches[request.batch_id] = BatchRecord(
+        self._put_batch(conv, BatchRecord(
             request.conversation_id, request.batch_id, request.producer_id, request.epoch,
             plan.first_seq, plan.last_seq, plan.batch_digest, plan.previous_tail_digest, plan.tail_digest,
-        )
-        conv.boundaries[plan.last_seq] = plan.tail_digest
+        ))
         conv.tail_seq = plan.last_seq
         conv.tail_digest = plan.tail_digest
         conv.producer_id = request.producer_id
@@ -122,15 +232,16 @@ class InMemoryConversationStore:
         if conv is None:
             raise NotMaterialized(conversation_id)
         return tuple(
-            decode_record(conversation_id, seq, batch_id, text, own=True)
-            for seq, (batch_id, text) in enumerate(conv.rows[after_seq:after_seq + limit], after_seq + 1)
+            decode_record(conversation_id, seq, *unpack_row(row), own=row_is_own(row))
+            for seq, row in enumerate(conv.rows[after_seq:after_seq + limit], after_seq + 1)
         )
 
     async def lookup_batch(self, conversation_id: str, batch_id: str) -> BatchRecord | None:
         require_str("conversation_id", conversation_id)
         require_str("batch_id", batch_id)
         conv = self._conversations.get(conversation_id)
-        return None if conv is None else conv.batches.get(batch_id)
+        packed = None if conv is None else conv.batches.get(batch_id)
+        return None if packed is None else self._batch(conversation_id, batch_id, packed)
 
     async def digest_at(self, conversation_id: str, seq: int) -> str | None:
         """The tail digest the log had when its tail was ``seq``; None when
@@ -140,7 +251,13 @@ class InMemoryConversationStore:
         conv = self._conversations.get(conversation_id)
         if conv is None:
             raise NotMaterialized(conversation_id)
-        return conv.boundaries.get(seq)
+        if seq == 0:
+            return ZERO_DIGEST
+        # The batch that ends at ``seq``, if one does (batches end in seq order).
+        index = bisect_left(conv.last_seqs, seq)
+        if index == len(conv.last_seqs) or conv.last_seqs[index] != seq:
+            return None
+        return self._batch(conversation_id, conv.batch_ids[index], conv.batches[conv.batch_ids[index]]).tail_digest
 
     def counts(self) -> dict[str, int]:
         return {

@@ -96,6 +96,7 @@ def verdicts(figures: dict[str, Any]) -> list[tuple[str, bool]]:
     if flat:
         out.append((f"memory flatness <= {flat['budget_ratio']}x", flat["ratio"] <= flat["budget_ratio"]))
         out.append((f"peak RSS <= {flat['budget_mb']} MB", flat["year_rss_mb"] <= flat["budget_mb"]))
+    out.extend(ledger_storm_verdicts(figures))
     return out
 
 
@@ -273,7 +274,71 @@ def bench(*, quick: bool = False, seed: int = 1, runs_each: int = 1) -> dict[str
         figures["memory_flatness"] = {"month_rss_mb": month_rss, "year_rss_mb": year_rss,
                                       "ratio": round(year_rss / month_rss, 3), "budget_ratio": 1.3,
                                       "budget_mb": 300}
+    figures["ledger_storm_memory"] = ledger_storm_memory(quick=quick, seed=seed)
     return figures
+
+
+# ledger-storm's memory (ARCHITECTURE §8): 30 days <= 300 MB peak RSS, and
+# flat in simulated time (its stores keep every submission, compactly; no
+# oracle may grow faster than they do). The full bench measures 30 days
+# against 3; --quick measures 3 days against 1 and judges the peak projected
+# to 30 days by a straight line through the two (growth in a flat design is
+# at most linear, so the projection does not flatter it).
+LEDGER_STORM_BUDGET_MB = 300
+LEDGER_STORM_BUDGET_DAYS = 30
+LEDGER_STORM_FLATNESS = 1.3
+LEDGER_STORM_DAYS = (3, 30)
+LEDGER_STORM_DAYS_QUICK = (1, 3)
+
+
+def ledger_storm_memory(*, quick: bool, seed: int) -> dict[str, Any]:
+    """Peak RSS of ledger-storm at two durations (swarm as ``loomsim run``
+    does by default, one run each: RSS does not depend on the machine's
+    load), their ratio, and the peak at 30 days (measured, or projected in
+    quick mode)."""
+    short_days, long_days = LEDGER_STORM_DAYS_QUICK if quick else LEDGER_STORM_DAYS
+    peaks: dict[str, Any] = {}
+    for days in (short_days, long_days):
+        result = _run_child(["ledger-storm", "--seed", str(seed), "--duration", f"{days}d"])
+        peaks[f"{days}d"] = {"peak_rss_mb": result.get("peak_rss_mb"), "status": result["status"],
+                             "submitted": (result.get("stats") or {}).get("submitted")}
+    short_mb, long_mb = peaks[f"{short_days}d"]["peak_rss_mb"], peaks[f"{long_days}d"]["peak_rss_mb"]
+    figure: dict[str, Any] = {"durations": peaks, "budget_mb": LEDGER_STORM_BUDGET_MB,
+                              "budget_days": LEDGER_STORM_BUDGET_DAYS, "budget_ratio": LEDGER_STORM_FLATNESS}
+    if short_mb and long_mb:
+        figure["ratio"] = round(long_mb / short_mb, 3)
+        if long_days == LEDGER_STORM_BUDGET_DAYS:
+            figure.update(peak_30d_mb=long_mb, projected=False)
+        else:
+            per_day = (long_mb - short_mb) / (long_days - short_days)
+            figure.update(peak_30d_mb=round(long_mb + per_day * (LEDGER_STORM_BUDGET_DAYS - long_days), 1),
+                          projected=True)
+    return figure
+
+
+def ledger_storm_verdicts(figures: dict[str, Any]) -> list[tuple[str, bool]]:
+    storm = figures.get("ledger_storm_memory")
+    if not storm or "ratio" not in storm:
+        return []
+    short, long = list(storm["durations"])
+    return [(f"ledger-storm memory flatness: peak RSS {long} <= {storm['budget_ratio']}x {short}",
+             storm["ratio"] <= storm["budget_ratio"]),
+            (f"ledger-storm {storm['budget_days']}d peak RSS{' (projected)' if storm['projected'] else ''} "
+             f"<= {storm['budget_mb']} MB", storm["peak_30d_mb"] <= storm["budget_mb"])]
+
+
+def render_ledger_storm(figures: dict[str, Any]) -> list[str]:
+    storm = figures.get("ledger_storm_memory")
+    if not storm:
+        return []
+    peaks = ", ".join(f"{label}: {fig['peak_rss_mb']} MB ({fig['submitted']} submissions, {fig['status']})"
+                      for label, fig in storm["durations"].items())
+    line = f"  ledger-storm memory: peak RSS {peaks}"
+    if "ratio" in storm:
+        line += (f" = {storm['ratio']}x (budget <= {storm['budget_ratio']}x); "
+                 f"{storm['budget_days']}d {'projected on a line through both' if storm['projected'] else 'measured'}: "
+                 f"{storm['peak_30d_mb']} MB (budget <= {storm['budget_mb']} MB)")
+    return [line]
 
 
 def render(figures: dict[str, Any]) -> str:
@@ -315,6 +380,7 @@ def render(figures: dict[str, Any]) -> str:
         per_wake = ", ".join(f"{n}: {fig['cpu_us_per_wake']} us" for n, fig in scale["sentinels"].items())
         lines.append(f"  per-wake CPU by sentinels ({per_wake}) = {scale['ratio']}x at 100 "
                      f"(budget <= {scale['budget_ratio']}x)")
+    lines.extend(render_ledger_storm(figures))
     for budget, met in verdicts(figures):
         lines.append(f"  {'met   ' if met else 'MISSED'} {budget}")
     return "\n".join(lines)
