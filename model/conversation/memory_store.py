@@ -5,7 +5,7 @@ functions (``rules.py``). Envelopes are held as canonical JSON text and
 decoded on every read, so callers never share state with the store.
 
 Compact (``model.compact``): a record row is one ``bytes`` (its batch id and
-envelope text, deflated), a batch one packed ``bytes`` (numbers and raw
+envelope text), a batch one packed ``bytes`` (numbers and raw
 digests) in seq order, and a tail digest at a batch boundary is read off
 the batch that ends there rather than kept twice. ``lookup_batch`` and
 ``read`` build fresh records from them on every call.

@@ -6,7 +6,7 @@ stores what it returned. Methods are ``async`` but never await, so a call is
 one atomic step in the simulator.
 
 Compact (``model.compact``): a settled row, which the work rarely reads
-again and never changes but through a rule, is held as one deflated
+again and never changes but through a rule, is held as one packed
 ``bytes`` of its columns (what a database file holds), and rebuilt as a
 fresh ``SubmissionRow`` when read; open rows, which every wake reads and
 rewrites, stay rows. Most of a long run's rows are settled: a month of
