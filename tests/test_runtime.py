@@ -250,6 +250,63 @@ def test_crash_kills_all_tasks_at_once_and_finally_blocks_are_refused_by_the_por
     assert world.trace.counts.get("node.crash") == 1
 
 
+def test_a_dying_task_whose_finally_awaits_ends_at_the_crash_not_at_the_garbage_collector():
+    """A finally block that awaits (a cleanup sleep) gets GeneratorExit at
+    that await too: the coroutine ends at the crash, never left suspended
+    for the garbage collector to close later, outside simulated time."""
+    rt, node = _rt_with_node()
+    log: list[tuple] = []
+    coros = []
+
+    async def task() -> None:
+        try:
+            await rt.sleep_ms(1_000)
+        finally:
+            log.append(("finally", rt.now_ms()))
+            try:
+                await rt.sleep_ms(5)
+                log.append(("after the cleanup sleep", rt.now_ms()))
+            finally:
+                log.append(("inner finally", rt.now_ms()))
+
+    coro = task()
+    coros.append(coro)
+    rt.spawn_on(node, "t", coro)
+    rt.run(10)
+    rt.crash_node(node)
+    assert coro.cr_frame is None  # ended, not suspended in its finally block
+    assert log == [("finally", 10), ("inner finally", 10)]
+    rt.run(2_000)
+    assert log == [("finally", 10), ("inner finally", 10)] and rt.idle()
+
+
+def test_a_dying_task_that_awaits_forever_in_its_finally_is_an_assertion():
+    rt, node = _rt_with_node()
+
+    released: list[bool] = []
+
+    async def stubborn() -> None:
+        try:
+            await rt.sleep_ms(1_000)
+        finally:
+            while not released:
+                try:
+                    await rt.sleep_ms(1)
+                except GeneratorExit:
+                    pass
+
+    coro = stubborn()
+    with pytest.raises(AssertionError, match="still awaits after"):
+        runtime_module.close_coroutine(_started(coro))
+    released.append(True)
+    coro.close()  # let it end, so the test leaves no suspended coroutine behind
+
+
+def _started(coro):
+    coro.send(None)  # to its first await
+    return coro
+
+
 def test_crash_of_an_unstarted_task_never_runs_it():
     rt, node = _rt_with_node()
     ran = []
