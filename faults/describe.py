@@ -392,10 +392,10 @@ def _get(record: Any, /, submission_id: str) -> dict:
 
 
 @describes(SubmissionLedgerPort.scan_nonterminal, LedgerScanNonterminal)
-def _scan(records: Any, /) -> dict:
+def _scan(records: Any, /, principal_id: str | None = None) -> dict:
     if records is None:
-        return LedgerScanNonterminal.build()
-    return LedgerScanNonterminal.build(nonterminal=tuple(r.submission_id for r in records))
+        return LedgerScanNonterminal.build(principal=principal_id)
+    return LedgerScanNonterminal.build(principal=principal_id, nonterminal=tuple(r.submission_id for r in records))
 
 
 @describes(SubmissionLedgerPort.get_by_idempotency_key, LedgerGetByIdempotencyKey)

@@ -521,6 +521,7 @@ class LedgerGet(PortEvent):
 
 class LedgerScanNonterminal(PortEvent):
     kind = "ledger.scan_nonterminal"
+    principal: str | None  # only this principal's rows (None: every one)
     nonterminal: tuple = RESULT  # submission ids
 
 

@@ -435,9 +435,9 @@ class LedgerRuns:
 
     async def live_executions(self, schedule_id: str) -> tuple[ExecutionRecord, ...]:
         live = []
-        for record in await self.ledger.scan_nonterminal():
+        for record in await self.ledger.scan_nonterminal(principal_id=schedule_id):
             if record.principal_id != schedule_id:
-                continue
+                continue  # a store that ignored the filter: the reference model says so
             if await self._settle_from_log(record.conversation_id, record):
                 continue  # the recovery finished its settlement: not live
             live.append(self._execution(record.conversation_id, record,

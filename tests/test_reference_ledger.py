@@ -468,7 +468,7 @@ def test_ledger_storm_on_a_newest_first_store_diverges(monkeypatch):
     # Newest first shows in the scan's order and in the claim of the head:
     # whichever the run reaches first.
     assert divergences
-    assert "ledger.scan_nonterminal()" in divergences[0] or "FIFO head" in divergences[0], divergences[0]
+    assert "ledger.scan_nonterminal(" in divergences[0] or "FIFO head" in divergences[0], divergences[0]
 
 
 def test_the_ids_positions_and_wakes_the_contract_fixes_are_checked():

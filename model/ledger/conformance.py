@@ -920,6 +920,18 @@ async def _(ledger) -> None:
     _true(claim.submission_id not in [r.submission_id for r in await ledger.scan_nonterminal()], "settled excluded")
 
 
+@_check("scan-nonterminal-of-one-principal")
+async def _(ledger) -> None:
+    for conversation_id, principal_id in (("c2", "p2"), ("c1", "p1"), ("c3", "p2"), ("c4", "p1")):
+        await _admitted(ledger, conversation_id=conversation_id, principal_id=principal_id)
+    _eq([r.conversation_id for r in await ledger.scan_nonterminal(principal_id="p2")], ["c2", "c3"],
+        "only p2's open work, in order")
+    _eq([r.conversation_id for r in await ledger.scan_nonterminal("p1")], ["c1", "c4"], "positionally too")
+    _eq(await ledger.scan_nonterminal(principal_id="nobody"), (), "a principal with no open work")
+    _eq(len(await ledger.scan_nonterminal(None)), 4, "None: every principal's")
+    await _raises(TypeError, ledger.scan_nonterminal(principal_id=7), "a principal that is not a str")
+
+
 @_check("capabilities")
 async def _(ledger) -> None:
     caps = ledger.capabilities()

@@ -352,15 +352,19 @@ class InMemorySubmissionLedger:
             conversation_id, self._conversations.get(conversation_id), self._nonterminal(conversation_id)
         )
 
-    async def scan_nonterminal(self) -> tuple[SubmissionRecord, ...]:
+    async def scan_nonterminal(self, principal_id: str | None = None) -> tuple[SubmissionRecord, ...]:
         # Same order as SQLite's ORDER BY conversation_id, queue_seq (BINARY
         # collation compares UTF-8 bytes, which orders like code points).
         # An undecodable row is an ``UnreadableSubmission`` in its place, as
-        # on SQLite (``rules.scan_records``).
+        # on SQLite (``rules.scan_records``). Rows of other principals are
+        # left out before they are decoded.
+        if principal_id is not None:
+            require_str("principal_id", principal_id)
         return scan_records(
             row
             for conversation_id in sorted(self._queues)
             for row in self._nonterminal(conversation_id)
+            if principal_id is None or row.principal_id == principal_id
         )
 
     def capabilities(self) -> dict:

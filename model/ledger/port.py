@@ -159,8 +159,11 @@ class SubmissionLedgerPort(Protocol):
     async def load_recovery_snapshot(self, conversation_id: str) -> RecoverySnapshot:
         ...
 
-    async def scan_nonterminal(self) -> tuple[SubmissionRecord, ...]:
-        """Every unsettled submission, by (conversation_id, queue_seq)."""
+    async def scan_nonterminal(self, principal_id: str | None = None) -> tuple[SubmissionRecord, ...]:
+        """Every unsettled submission, by (conversation_id, queue_seq); only
+        ``principal_id``'s when given (a worker asking after its own work
+        reads its rows, not every principal's: the scan's cost follows what
+        it answers)."""
         ...
 
     def capabilities(self) -> dict:

@@ -172,6 +172,10 @@ _SELECT_NONTERMINAL = (
     f"SELECT {_COLUMNS} FROM ledger_submissions WHERE settled_at_ms IS NULL "
     "ORDER BY conversation_id, queue_seq"
 )
+_SELECT_NONTERMINAL_OF_PRINCIPAL = (
+    f"SELECT {_COLUMNS} FROM ledger_submissions WHERE settled_at_ms IS NULL AND principal_id = ? "
+    "ORDER BY conversation_id, queue_seq"
+)
 _SELECT_CONVERSATION = (
     "SELECT conversation_id, last_queue_seq, epoch FROM ledger_conversations WHERE conversation_id = ?"
 )
@@ -521,11 +525,15 @@ class SqliteSubmissionLedger:
                 conn.execute("COMMIT")
         return recovery_snapshot(conversation_id, conversation, rows)
 
-    async def scan_nonterminal(self) -> tuple[SubmissionRecord, ...]:
+    async def scan_nonterminal(self, principal_id: str | None = None) -> tuple[SubmissionRecord, ...]:
         # An undecodable row is an ``UnreadableSubmission`` in its place, not
         # a failed scan (``rules.scan_records``).
+        if principal_id is not None:
+            require_str("principal_id", principal_id)
         with _storage("scan_nonterminal"):
-            rows = [_row(values) for values in self._conn.execute(_SELECT_NONTERMINAL)]
+            cursor = (self._conn.execute(_SELECT_NONTERMINAL) if principal_id is None
+                      else self._conn.execute(_SELECT_NONTERMINAL_OF_PRINCIPAL, (principal_id,)))
+            rows = [_row(values) for values in cursor]
         return scan_records(rows)
 
     def capabilities(self) -> dict:

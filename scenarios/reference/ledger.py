@@ -139,11 +139,12 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "get": ("submission_id",),
     "get_by_idempotency_key": ("conversation_id", "principal_id", "idempotency_key"),
     "load_recovery_snapshot": ("conversation_id",),
-    "scan_nonterminal": (),
+    "scan_nonterminal": ("principal_id",),
     "capabilities": (),
 }
 # The parameters a call may leave out, and what they are then.
-DEFAULTS: dict[str, dict[str, object]] = {"admit": {"parent": None}, "suspend": {"child_call_ids": ()}}
+DEFAULTS: dict[str, dict[str, object]] = {"admit": {"parent": None}, "suspend": {"child_call_ids": ()},
+                                          "scan_nonterminal": {"principal_id": None}}
 
 
 # --- the model's rows ---------------------------------------------------------------
@@ -1381,8 +1382,13 @@ class ReferenceLedger:
         # Ordered by (conversation_id, queue_seq): code-point order of the ids,
         # which is also the byte order of their UTF-8 (SQLite's BINARY).
         forgotten = self._forgotten
+        principal = a.get("principal_id")
+        if principal is not None and type(principal) is not str:
+            self._want_argument_error(call, "principal_id is not a str")
+            return None
         expected = tuple(row.record() for cid in sorted(self._open) if cid not in forgotten
-                         for row in self._open[cid].open.values())
+                         for row in self._open[cid].open.values()
+                         if principal is None or row.principal_id == principal)
         if forgotten and call.error is None and isinstance(call.result, tuple):
             # A diverged conversation's rows are no longer known: leave them out.
             call = attrs.evolve(call, result=tuple(
