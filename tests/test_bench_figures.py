@@ -83,7 +83,9 @@ def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
     def child(args):
         calls.append(tuple(args))
         cpu_s = float(len(calls))
-        return {"status": "pass", "wall_s": cpu_s, "cpu_s": cpu_s, "peak_rss_mb": 50.0,
+        # The fleet runs' audits: 1 s at 1 sentinel, 4 s at 100 (they retain more).
+        audit = {"1": 1.0, "100": 4.0}.get(args[args.index("--sentinels") + 1], 0.0) if "--sentinels" in args else 0.0
+        return {"status": "pass", "wall_s": cpu_s, "cpu_s": cpu_s, "peak_rss_mb": 50.0, "audit_cpu_s": audit,
                 "stats": {"wakes": 100, "store_calls": 2_000,
                           "work": {"encodings": 1_500, "scalars": 2_500, "digests": 900, "decodes": 500, "hashed_bytes": 500_000,
                                    "trace_hashed_bytes": 400_000}}}
@@ -108,8 +110,10 @@ def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
     scaling = figures["scaling"]
     assert list(scaling["sentinels"]) == ["1", "10", "100"] and [tuple(c[c.index("--sentinels") + 1:][:1])
                                                                  for c in calls[9:18:3]] == [("1",), ("10",), ("100",)]
-    # Medians: calls 10-12 (11 s) at 1 sentinel, calls 16-18 (17 s) at 100, each over 100 wakes: 1.55x, missed.
-    assert scaling["ratio"] == round(170_000.0 / 110_000.0, 2)
+    # Medians: calls 10-12 (11 s) at 1 sentinel, calls 16-18 (17 s) at 100, each over 100 wakes, their audits
+    # (1 s and 4 s) set apart: 130,000 vs 100,000 us a wake = 1.3x, missed.
+    assert scaling["sentinels"]["1"]["cpu_us_per_wake"] == 100_000.0 and scaling["ratio"] == 1.3
+    assert "the end-of-run audits, 1.00, 0.00, 4.00 s, set apart" in render(figures)
     assert ("per-wake CPU at 100 sentinels <= 1.2x at 1", False) in verdicts(figures)
     assert figures["scheduler"]["speedup_vs_trio"] == 20.0
     assert ("scheduler >= 20x faster than trio's MockClock per sleep", True) in verdicts(figures)

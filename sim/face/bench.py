@@ -263,8 +263,14 @@ def bench(*, quick: bool = False, seed: int = 1, runs_each: int = 1) -> dict[str
         result = _median_run(["sentinel-year", "--seed", str(seed), "--duration", duration, "--no-swarm",
                               "--sentinels", str(sentinels)], runs_each)
         wakes = max(1, (result.get("stats") or {}).get("wakes") or 1)
+        # The end-of-run audit reads back what the stores retain: after the
+        # same number of wakes, 100 sentinels retain ~all their runs (too
+        # young to archive) where one retains a few, so the audit is set
+        # apart and the per-wake cost is the rest (start-up included).
+        audit_cpu_s = result.get("audit_cpu_s") or 0.0
         scaling[str(sentinels)] = {"duration": duration, "wakes": wakes, "cpu_s": result["cpu_s"],
-                                   "cpu_us_per_wake": round(result["cpu_s"] / wakes * 1e6, 1),
+                                   "audit_cpu_s": audit_cpu_s,
+                                   "cpu_us_per_wake": round((result["cpu_s"] - audit_cpu_s) / wakes * 1e6, 1),
                                    "status": result["status"]}
     figures["scaling"] = {"sentinels": scaling, "budget_ratio": 1.2,
                           "ratio": round(scaling["100"]["cpu_us_per_wake"] / scaling["1"]["cpu_us_per_wake"], 2)}
@@ -378,8 +384,9 @@ def render(figures: dict[str, Any]) -> str:
     scale = figures.get("scaling")
     if scale:
         per_wake = ", ".join(f"{n}: {fig['cpu_us_per_wake']} us" for n, fig in scale["sentinels"].items())
-        lines.append(f"  per-wake CPU by sentinels ({per_wake}) = {scale['ratio']}x at 100 "
-                     f"(budget <= {scale['budget_ratio']}x)")
+        audits = ", ".join(f"{fig.get('audit_cpu_s', 0.0):.2f}" for fig in scale["sentinels"].values())
+        lines.append(f"  per-wake CPU by sentinels ({per_wake}; the end-of-run audits, {audits} s, set apart) "
+                     f"= {scale['ratio']}x at 100 (budget <= {scale['budget_ratio']}x)")
     lines.extend(render_ledger_storm(figures))
     for budget, met in verdicts(figures):
         lines.append(f"  {'met   ' if met else 'MISSED'} {budget}")

@@ -817,7 +817,7 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
         if mutant is not None:
             print(f"mutant: {mutant.name} ({mutant.module}): {mutant.doc}")
     try:
-        result = run(scenario, opts, trace_stream=trace_file, wall_clock=time.perf_counter,
+        result = run(scenario, opts, trace_stream=trace_file, wall_clock=time.perf_counter, cpu_clock=time.process_time,
                      on_start=None if args.json else _print_choices, on_progress=_progress_reporter(args))
     except sqlite3.DatabaseError as error:
         raise UsageError(f"database {args.db or '(temporary)'}: {error}") from None
@@ -931,6 +931,7 @@ def result_json(result: RunResult, command: str, repro_path: str | None) -> dict
         "trace_digest": result.trace_digest,
         "simulated_ms": result.simulated_ms,
         "wall_s": result.wall_s,
+        "audit_cpu_s": result.audit_cpu_s,
         **({"wakes": wakes} if wakes is not None else {}),
         "events": result.events,
         "faults": result.faults,
