@@ -376,7 +376,13 @@ def test_storage_version_mismatch_and_missing_tables(tmp_path):
         SqliteConversationStore.open(path)
     assert info.value.found == 99
     conn = open_database(path)
-    conn.execute("UPDATE conv_storage_version SET version = 1")
+    conn.execute("UPDATE conv_storage_version SET version = 1")  # the chain of an earlier build
+    conn.close()
+    with pytest.raises(StorageVersionMismatch) as info:
+        SqliteConversationStore.open(path)
+    assert info.value.found == 1
+    conn = open_database(path)
+    conn.execute("UPDATE conv_storage_version SET version = 2")
     conn.execute("DROP TABLE conv_batches")
     conn.close()
     with pytest.raises(StorageVersionMismatch, match="missing tables"):

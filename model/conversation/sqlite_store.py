@@ -62,7 +62,10 @@ from .rules import (
     validate_read_args,
 )
 
-STORAGE_VERSION = 1
+# 2: the digest chain links batch digests (version 1 hashed each batch's
+# records into the chain again): a version-1 file is refused as such, not
+# read as a corrupt chain.
+STORAGE_VERSION = 2
 SPILL_THRESHOLD_BYTES_DEFAULT = 16 * 1024
 
 
