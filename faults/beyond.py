@@ -314,7 +314,7 @@ class LedgerSurgery:
                              "WHERE submission_id = ?", (text, version, submission_id))
             return
         store = self._store
-        store._put(attrs.evolve(store._row(submission_id), reserved_json=text, schema_version=version))
+        store.surgery_put(attrs.evolve(store._row(submission_id), reserved_json=text, schema_version=version))
 
 
 def beyond_surgeries(system: Any, streams: Any) -> dict[str, Any]:

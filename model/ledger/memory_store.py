@@ -112,6 +112,19 @@ class InMemorySubmissionLedger:
         # queue_seq order. Settled ones are pruned lazily, so a scan costs the
         # open work, not the whole (indefinitely retained) history.
         self._queues: dict[str, list[str]] = {}
+        # Submissions whose row a surgery beyond the contract replaced.
+        self._foreign: set[str] = set()
+
+    def _own(self, row: SubmissionRow) -> bool:
+        """The row is as the rules wrote it (``rules.read_row``'s ``own``):
+        not one a surgery beyond the contract put in its place."""
+        return row.submission_id not in self._foreign
+
+    def surgery_put(self, row: SubmissionRow) -> None:
+        """A beyond-the-contract surgery's row (``faults.beyond``): read back
+        from now on as foreign data, every column checked."""
+        self._foreign.add(row.submission_id)  # membership only, never iterated
+        self._put(row)
 
     def _put(self, row: SubmissionRow) -> None:
         self._submissions[row.submission_id] = row if row.settled_at_ms is None else _pack_row(row)
@@ -335,7 +348,7 @@ class InMemorySubmissionLedger:
     async def get(self, submission_id: str) -> SubmissionRecord | None:
         require_str("submission_id", submission_id)
         row = self._row(submission_id)
-        return None if row is None else row_to_record(row)
+        return None if row is None else row_to_record(row, own=self._own(row))
 
     async def get_by_idempotency_key(
         self, conversation_id: str, principal_id: str, idempotency_key: str
@@ -344,12 +357,16 @@ class InMemorySubmissionLedger:
         require_str("principal_id", principal_id)
         require_str("idempotency_key", idempotency_key)
         submission_id = self._by_key.get((conversation_id, principal_id, idempotency_key))
-        return None if submission_id is None else row_to_record(self._row(submission_id))
+        if submission_id is None:
+            return None
+        row = self._row(submission_id)
+        return row_to_record(row, own=self._own(row))
 
     async def load_recovery_snapshot(self, conversation_id: str) -> RecoverySnapshot:
         require_str("conversation_id", conversation_id)
         return recovery_snapshot(
-            conversation_id, self._conversations.get(conversation_id), self._nonterminal(conversation_id)
+            conversation_id, self._conversations.get(conversation_id), self._nonterminal(conversation_id),
+            self._own,
         )
 
     async def scan_nonterminal(self, principal_id: str | None = None) -> tuple[SubmissionRecord, ...]:
@@ -360,12 +377,12 @@ class InMemorySubmissionLedger:
         # left out before they are decoded.
         if principal_id is not None:
             require_str("principal_id", principal_id)
-        return scan_records(
+        return scan_records((
             row
             for conversation_id in sorted(self._queues)
             for row in self._nonterminal(conversation_id)
             if principal_id is None or row.principal_id == principal_id
-        )
+        ), self._own)
 
     def capabilities(self) -> dict:
         return capabilities(durable=False, adapter="memory")

@@ -146,7 +146,7 @@ from __future__ import annotations
 
 import attrs
 
-from model.canonical import CanonicalDecodeError, canonical_json, decode, digest, digest_text
+from model.canonical import CanonicalDecodeError, canonical_json, decode, decode_own, digest, digest_text
 
 from .states import (ABORT, ADMITTED, ATTACH_CHILD, BEGIN_JOIN, RESERVE_CHILD, DECIDE, FINALIZE, JOINED, JOINING, MARK_JOINED, MARK_UNKNOWN,
                      READY, REVERT_JOIN, SETTLE_JOINED, SETTLED, SUSPEND, TERMINALIZING, claimable, state_of, target)
@@ -279,11 +279,16 @@ _ROW_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
 )
 
 
-def read_row(row: SubmissionRow) -> tuple[object, object]:
+def read_row(row: SubmissionRow, *, own: bool = False) -> tuple[object, object]:
     """Validate a stored row and decode its JSON columns: ``(input,
     reserved_record)``. ``UnsupportedLedgerVersion`` for a schema version
     this build does not support (§11, checked first), ``CorruptSubmission``
-    for a column of the wrong type or JSON that does not decode (§10)."""
+    for a column of the wrong type or JSON that does not decode (§10).
+
+    ``own``: the row is one the rules made and this process kept in memory
+    (no file, no surgery in between): its columns are the rules' own typed
+    values and canonical texts, decoded without re-validating them. A row
+    read from a file, or put in place by something else, is never ``own``."""
     sid = row.submission_id
     version = row.schema_version
     if type(version) is not int:
@@ -291,6 +296,9 @@ def read_row(row: SubmissionRow) -> tuple[object, object]:
     if version != SCHEMA_VERSION:
         # Private development promises no migration (§11): fail clearly.
         raise UnsupportedLedgerVersion(sid, version)
+    if own:
+        reserved_json = row.reserved_json
+        return decode_own(row.input_json), None if reserved_json is None else decode_own(reserved_json)
     for name, types in _ROW_TYPES:
         value = getattr(row, name)
         if type(value) not in types:
@@ -317,8 +325,10 @@ def check_row(row: SubmissionRow | None) -> SubmissionRow | None:
     return row
 
 
-def row_to_record(row: SubmissionRow) -> SubmissionRecord:
-    value, reserved = read_row(row)
+def row_to_record(row: SubmissionRow, *, own: bool = False) -> SubmissionRecord:
+    """The record of a stored row (``read_row``; ``own`` as there)."""
+    value, reserved = read_row(row, own=own)
+    decode_column = decode_own if own else decode
     return SubmissionRecord(
         submission_id=row.submission_id,
         conversation_id=row.conversation_id,
@@ -342,13 +352,13 @@ def row_to_record(row: SubmissionRow) -> SubmissionRecord:
         outcome=row.outcome,
         settled_at_ms=row.settled_at_ms,
         schema_version=row.schema_version,
-        unknown_calls=None if row.unknown_json is None else decode(row.unknown_json),
-        approvals=None if row.approvals_json is None else decode(row.approvals_json),
+        unknown_calls=None if row.unknown_json is None else decode_column(row.unknown_json),
+        approvals=None if row.approvals_json is None else decode_column(row.approvals_json),
         join_host=row.join_host,
         joined_record_id=row.joined_record_id,
         joined_seq=row.joined_seq,
         joined_count=row.joined_count,
-        children=None if row.children_json is None else decode(row.children_json),
+        children=None if row.children_json is None else decode_column(row.children_json),
         parent=_parent_of(row),
         ready_at_ms=row.ready_at_ms,
         attempt_id=row.attempt_id,
@@ -364,23 +374,24 @@ def _parent_of(row: SubmissionRow) -> ParentLink | None:
     return ParentLink(row.parent_submission_id, row.parent_tool_call_id)
 
 
-def scan_records(rows) -> tuple[SubmissionRecord | UnreadableSubmission, ...]:
+def scan_records(rows, own=None) -> tuple[SubmissionRecord | UnreadableSubmission, ...]:
     """``scan_nonterminal``'s answer over the unsettled rows in order: a
     record per row that reads back, an ``UnreadableSubmission`` (identity
     only; its other fields raise the typed error) per row that does not, so
-    one corrupt row never hides the other conversations' work."""
+    one corrupt row never hides the other conversations' work. ``own(row)``:
+    whether a row is the store's own (``read_row``); None: none is."""
     found: list[SubmissionRecord | UnreadableSubmission] = []
     for row in rows:
         try:
-            found.append(row_to_record(row))
+            found.append(row_to_record(row, own=own is not None and own(row)))
         except (CorruptSubmission, UnsupportedLedgerVersion) as error:
             found.append(UnreadableSubmission(row.submission_id, row.conversation_id, row.principal_id,
                                               row.queue_seq, error))
     return tuple(found)
 
 
-def row_to_ownership(row: SubmissionRow) -> SubmissionOwnership:
-    _, reserved = read_row(row)
+def row_to_ownership(row: SubmissionRow, *, own: bool = False) -> SubmissionOwnership:
+    _, reserved = read_row(row, own=own)
     return SubmissionOwnership(
         submission_id=row.submission_id,
         queue_seq=row.queue_seq,
@@ -409,13 +420,14 @@ def row_to_ownership(row: SubmissionRow) -> SubmissionOwnership:
 
 
 def recovery_snapshot(
-    conversation_id: str, conversation: ConversationRow | None, nonterminal: list[SubmissionRow]
+    conversation_id: str, conversation: ConversationRow | None, nonterminal: list[SubmissionRow], own=None
 ) -> RecoverySnapshot:
-    """``nonterminal``: the conversation's unsettled rows by queue_seq."""
+    """``nonterminal``: the conversation's unsettled rows by queue_seq;
+    ``own`` as in ``scan_records``."""
     return RecoverySnapshot(
         conversation_id,
         0 if conversation is None else conversation.epoch,
-        tuple(row_to_ownership(row) for row in nonterminal),
+        tuple(row_to_ownership(row, own=own is not None and own(row)) for row in nonterminal),
     )
 
 
