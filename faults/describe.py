@@ -541,7 +541,8 @@ def _encoded_size(envelope: Any) -> int | None:
     it (None when it was never encoded: the request was refused before).
     The reference model checks that text, through the batch digest, on every
     append; an oracle reading the size reads what that check covers."""
-    text = getattr(envelope, "_text", None)
+    known = getattr(envelope, "known_text", None)
+    text = known() if known is not None else None
     if type(text) is not str:
         return None
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))

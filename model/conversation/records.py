@@ -77,6 +77,11 @@ class RecordEnvelope:
             object.__setattr__(self, "_text", text)
         return text
 
+    def known_text(self) -> str | None:
+        """The canonical text if it was encoded or handed back already, else
+        None (never encodes: for observers that must not add work)."""
+        return self._text
+
     def with_text(self, text: str) -> "RecordEnvelope":
         """This envelope, its canonical text known to be ``text`` (a store
         that wrote that text itself hands it back with the record)."""
