@@ -531,3 +531,16 @@ def test_conformance_catches_a_join_that_skips_a_gap():
     with pytest.raises(ConformanceFailure) as info:
         run(run_ledger_conformance, JoinSkipsGaps)
     assert "join-takes-the-ready-prefix-and-stops-at-a-gap" in info.value.failed_checks
+
+
+def test_evolve_row_is_attrs_evolve_for_every_field():
+    from model.ledger.rules import SUBMISSION_FIELDS, SubmissionRow, evolve_row
+
+    row = SubmissionRow("sub-c1-1", "c1", "p1", "k1", 1, '{"a":1}', "d" * 64, "rcpt", 0)
+    for index, name in enumerate(SUBMISSION_FIELDS):
+        value = getattr(row, name)
+        changed = f"x{index}" if isinstance(value, str) or value is None else 7
+        assert evolve_row(row, **{name: changed}) == attrs.evolve(row, **{name: changed})
+    assert evolve_row(row) == row and evolve_row(row) is not row
+    with pytest.raises(TypeError, match="no field"):
+        evolve_row(row, no_such_field=1)

@@ -256,6 +256,27 @@ class SubmissionRow:
 
 # Column order shared by the SQLite adapter (and its row <-> SubmissionRow mapping).
 SUBMISSION_FIELDS: tuple[str, ...] = tuple(field.name for field in attrs.fields(SubmissionRow))
+_SUBMISSION_FIELD_SET = frozenset(SUBMISSION_FIELDS)
+
+
+def _make_evolve_row():
+    # ``attrs.evolve`` walks the class's 39 fields generically on every
+    # call (~7 us); a wake rewrites its row ~8 times. This is the same
+    # function written out once for SubmissionRow's fields (~3.5 us).
+    args = ", ".join(f"changes[{name!r}] if {name!r} in changes else row.{name}" for name in SUBMISSION_FIELDS)
+    namespace = {"SubmissionRow": SubmissionRow}
+    exec(f"def evolve_row(row, changes):\n    return SubmissionRow({args})\n", namespace)  # noqa: S102 - our own field names
+    return namespace["evolve_row"]
+
+
+_evolve_row = _make_evolve_row()
+
+
+def evolve_row(row: SubmissionRow, **changes: object) -> SubmissionRow:
+    """``attrs.evolve(row, **changes)`` for a SubmissionRow, faster."""
+    if not changes.keys() <= _SUBMISSION_FIELD_SET:
+        raise TypeError(f"SubmissionRow has no field {sorted(changes.keys() - _SUBMISSION_FIELD_SET)}")
+    return _evolve_row(row, changes)
 
 
 # Column types of a stored row (§10: validate what storage hands back).
@@ -558,7 +579,7 @@ def decide_mark_ready(submission_id: str, row: SubmissionRow | None,
         raise UnknownSubmission(submission_id)
     if row.ready:
         return Readiness(submission_id, row.ready_at_ms, True), None
-    return Readiness(submission_id, now_ms), attrs.evolve(row, ready=True, ready_at_ms=now_ms)
+    return Readiness(submission_id, now_ms), evolve_row(row, ready=True, ready_at_ms=now_ms)
 
 
 # --- claim --------------------------------------------------------------------------
@@ -603,7 +624,7 @@ def decide_claim(
     return ClaimDecision(
         Claim(head.submission_id, owner_id, epoch, lease_expires_ms, attempt_id),
         attrs.evolve(conversation, epoch=epoch),
-        attrs.evolve(head, owner_id=owner_id, epoch=epoch, lease_expires_ms=lease_expires_ms, attempt_id=attempt_id),
+        evolve_row(head, owner_id=owner_id, epoch=epoch, lease_expires_ms=lease_expires_ms, attempt_id=attempt_id),
     )
 
 
@@ -631,14 +652,14 @@ def decide_renew(
     renewal = OwnershipRenewal(row.submission_id, row.owner_id, row.epoch, lease_expires_ms)
     if lease_expires_ms == row.lease_expires_ms:
         return renewal, None
-    return renewal, attrs.evolve(row, lease_expires_ms=lease_expires_ms)
+    return renewal, evolve_row(row, lease_expires_ms=lease_expires_ms)
 
 
 def decide_release(row: SubmissionRow | None, token: Claim) -> SubmissionRow | None:
     if row is not None and row.owner_id is None and row.epoch == token.epoch:
         return None  # this token already released it
     row = check_token(row, token)
-    return attrs.evolve(row, owner_id=None, lease_expires_ms=None)
+    return evolve_row(row, owner_id=None, lease_expires_ms=None)
 
 
 def decide_input_applied(row: SubmissionRow | None, token: Claim, record_id: str,
@@ -652,7 +673,7 @@ def decide_input_applied(row: SubmissionRow | None, token: Claim, record_id: str
         if (row.input_record_id, row.input_seq) != (record_id, seq):
             raise InputMarkerConflict(row.submission_id, row.input_record_id, row.input_seq, record_id, seq)
         return attrs.evolve(applied, replayed=True), None
-    return applied, attrs.evolve(row, input_applied=True, input_record_id=record_id, input_seq=seq)
+    return applied, evolve_row(row, input_applied=True, input_record_id=record_id, input_seq=seq)
 
 
 def validate_input_applied(token: object, record_id: object, seq: object) -> None:
@@ -1148,7 +1169,7 @@ def decide_reserve(
     if row.reserved_digest is None:
         if row.abort_author is not None and outcome != ABORTED:
             raise AbortRequested(row.submission_id, row.abort_author, row.abort_reason, outcome)
-        return reserved, attrs.evolve(row, reserved_json=record_json, reserved_digest=record_digest)
+        return reserved, evolve_row(row, reserved_json=record_json, reserved_digest=record_digest)
     if row.reserved_digest != record_digest:
         raise SettlementConflict(row.submission_id, row.reserved_digest, record_digest)
     return attrs.evolve(reserved, replayed=True), None
@@ -1202,8 +1223,8 @@ def decide_finalize(
                 assert target(JOINING, REVERT_JOIN) == READY
                 followers.append(attrs.evolve(other, join_host=None))
         assert len(followers) == row.joined_count, (row, followers)
-    return settlement, attrs.evolve(row, outcome=outcome, settled_at_ms=now_ms, joined_count=0,
-                                    settlement_id=settlement_id), followers
+    return settlement, evolve_row(row, outcome=outcome, settled_at_ms=now_ms, joined_count=0,
+                                  settlement_id=settlement_id), followers
 
 
 # --- declared capabilities ---------------------------------------------------------
