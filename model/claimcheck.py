@@ -31,7 +31,9 @@ from model.canonical import (
     CanonicalEncodingError,
     canonical_bytes,
     canonical_equal,
+    canonical_json,
     decode,
+    decode_own,
 )
 from model.conversation.content_store import content_ref
 from model.pins import is_ref
@@ -182,14 +184,17 @@ class ClaimCheck:
         """
         assert tool is None or type(tool) is str, tool
         assert type(step_id) is str, step_id
-        data = canonical_bytes(output)
+        text = canonical_json(output)
+        data = text.encode("utf-8")
         size = len(data)
         if size <= self.cap_bytes:
             self.inline += 1
             return output
         digest_fn = self.digest_fn(tool)
         if digest_fn is not None:
-            digest_value = digest_fn(_decode_payload(data))
+            # The digest function sees the payload as a reader of the stored
+            # bytes will: their decode (our own text: no foreign-input checks).
+            digest_value = digest_fn(decode_own(text))
             digest_size = len(canonical_bytes(digest_value))
             if digest_size > self.cap_bytes:
                 raise ClaimDigestTooLarge(tool, step_id, digest_size, self.cap_bytes)  # type: ignore[arg-type]
