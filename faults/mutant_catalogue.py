@@ -376,7 +376,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The worker appends the input record of a submission whose abort intent was already durable when it "
         "claimed it (aborted before its input ever reached the log).",
         "model.submissions", "        if not record.input_applied and not aborted:\n",
-        "        if not record.input_applied:\n", LS, ci_seed=2, ci_duration="4h"),
+        "        if not record.input_applied:\n", LS, ci_seed=15, ci_duration="4h"),
     Mutant(
         "worker-skips-takeover",
         "The worker never takes the log over at its claim's epoch (its first append would), so until then a "
@@ -395,7 +395,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "SQLite write transactions start with a deferred BEGIN instead of BEGIN IMMEDIATE, so a read-then-write "
         "can fail with SQLITE_BUSY_SNAPSHOT that the busy timeout never retries.",
         "model.sqlite_db", '        conn.execute("BEGIN IMMEDIATE")\n', '        conn.execute("BEGIN")\n', LS,
-        store="sqlite", ci_seed=0, ci_duration="1h"),
+        store="sqlite", ci_seed=2, ci_duration="1h"),
     Mutant(
         "sqlite-busy-untyped",
         "A busy database (SQLITE_BUSY at BEGIN IMMEDIATE) is not recognised as write contention: the caller "

@@ -196,6 +196,26 @@ class Retention:
         return record
 
 
+async def retire_conversation(ledger: Any, log: Any, conversation_id: str) -> bool:
+    """Retention of a conversation its client closed: its ledger rows, then
+    its log. True when it is gone whole; False while open work holds it.
+
+    The ledger goes first because its purge is the check: it refuses
+    (``PurgeRefused``) while any submission is open, so open work and the
+    log it is recorded in are never deleted. A process that dies between
+    the two leaves a log no ledger row points at (no recovery reads it: it
+    has no open work); the next pass deletes it. Both calls are idempotent,
+    so a pass that failed anywhere is simply run again."""
+    try:
+        await ledger.purge_conversation(conversation_id)
+    except Exception as error:
+        if getattr(type(error), "name", None) == "PurgeRefused":
+            return False
+        raise
+    await log.delete_conversation(conversation_id)
+    return True
+
+
 async def retention_forever(retention: Retention, schedules: Iterable[Schedule], runtime: Runtime) -> None:
     """The retention process: ``retention.run_pass`` daily at midnight.
 

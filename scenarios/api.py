@@ -24,7 +24,7 @@ from scenarios.invariants import (AbortHonoured, AdoptOwnWrite, BoundedRun, Brok
 from scenarios.invariants.reference_model import ReferenceModel
 from scenarios.registry import scenario
 from scenarios.sentinels import WORKER_NODE, Sentinels
-from scenarios.submissions import Submitters, Workers, work
+from scenarios.submissions import ConversationRetention, Submitters, Workers, work
 from scenarios.system import AuditView, NodePorts, System
 from sim.clock import MS_PER_DAY as DAY, MS_PER_HOUR as HOUR, MS_PER_MINUTE as MINUTE, MS_PER_SECOND as SECOND
 from sim.invariants import Checker
@@ -36,7 +36,7 @@ __all__ = [
     "scenario", "Run", "Param", "Stack", "Workload", "System", "NodePorts", "AuditView", "PortFaults",
     "SwarmSpace", "Knob", "fault_intensity_knob", "Checker", "SECOND", "MINUTE", "HOUR", "DAY",
     # application workloads
-    "Sentinels", "WORKER_NODE", "Schedule", "RetentionPolicy", "Submitters", "Workers", "work", "DurableStateWrite",
+    "Sentinels", "WORKER_NODE", "Schedule", "RetentionPolicy", "Submitters", "Workers", "ConversationRetention", "work", "DurableStateWrite",
     # chaos workloads
     "NodeKills", "NodePauses", "DuplicateAlarms", "OperatorEdits", "Deploys",
     # fault kinds and failpoints

@@ -8,6 +8,11 @@ grow with the run), retries an unreceipted request with the same
 idempotency key until it sees a receipt, and aborts some right after
 admission. New work stops at the heal instant.
 
+``ConversationRetention`` is the operator's retention of the conversations
+the client closed: a process that deletes each one's ledger rows and log a
+while after its lifetime ended, so the stores hold a few lifetimes of
+conversations however long the run.
+
 ``Workers`` are the processes (``worker-1`` ...): each recovers (a
 fail-closed read of every conversation with nonterminal work, from the
 latest usable checkpoint when ``checkpoints`` is on) and then claims,
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from model.retention import retire_conversation
 from model.retry import is_retryable
 from model.submissions import SubmissionClient, SubmissionWorker, worker_loop
 from sim.node import Node
@@ -77,6 +83,14 @@ class Submitters(Workload):
         self.abort_late_ms = abort_late_ms
         self.pending: list[tuple[str, str, Any]] = []  # the outside world's unreceipted requests
         self.submitted = 0
+        # Conversation -> when the client closes it (its slot moves on), in
+        # order of first use; kept only for a ``ConversationRetention``,
+        # which takes them off as it deletes them.
+        self.closes_ms: dict[str, int] = {}
+        self.track_closes = False
+        # Conversation -> the client's late aborts still in flight to it (its
+        # unreceipted requests are ``pending``).
+        self.aborting: dict[str, int] = {}
 
     def setup(self, world: World) -> None:
         self.world = world
@@ -110,7 +124,9 @@ class Submitters(Workload):
                     elif self.abort_every and request["n"] % self.abort_every == ABORT_LATE_REMAINDER:
                         sid = admission.submission_id
                         delay_ms = world.streams.fork(f"workload/abort/{sid}").between(*self.abort_late_ms)
-                        runtime.spawn_on(self.node, f"abort:{sid}", self._late_abort(client, sid, delay_ms))
+                        self._hold(conversation_id, 1)
+                        runtime.spawn_on(self.node, f"abort:{sid}",
+                                         self._late_abort(client, conversation_id, sid, delay_ms))
                     self.admitted(client, conversation_id, key, request, admission)
                     self.pending.pop(0)
             except Exception as error:
@@ -124,8 +140,30 @@ class Submitters(Workload):
             self.submitted += 1
             generation = runtime.now_ms() // self.conversation_lifetime_ms
             conversation_id = f"conv-{workload.below(self.slots)}-g{generation}"
+            if self.track_closes and conversation_id not in self.closes_ms:
+                self.closes_ms[conversation_id] = (generation + 1) * self.conversation_lifetime_ms
             request = self.request(self.submitted, conversation_id)
             self.pending.append((conversation_id, f"req-{self.submitted}", request))
+
+    def _hold(self, conversation_id: str, delta: int) -> None:
+        held = self.aborting.get(conversation_id, 0) + delta
+        assert held >= 0, (conversation_id, held)
+        if held:
+            self.aborting[conversation_id] = held
+        else:
+            del self.aborting[conversation_id]
+
+    def closed(self, now_ms: int, ttl_ms: int) -> list[str]:
+        """The conversations closed at least ``ttl_ms`` before ``now_ms`` that
+        the client no longer writes to, in order of first use."""
+        done = []
+        writing = {conversation_id for conversation_id, _, _ in self.pending}
+        for conversation_id, closes_ms in self.closes_ms.items():
+            if closes_ms + ttl_ms > now_ms:
+                break  # first use order is close order: the rest closed later
+            if conversation_id not in writing and conversation_id not in self.aborting:
+                done.append(conversation_id)
+        return done
 
 
     def admitted(self, client: SubmissionClient, conversation_id: str, key: str, request: Any,
@@ -137,19 +175,23 @@ class Submitters(Workload):
         other requests overrides it)."""
         return {"n": n}
 
-    async def _late_abort(self, client: SubmissionClient, submission_id: str, delay_ms: int) -> None:
+    async def _late_abort(self, client: SubmissionClient, conversation_id: str, submission_id: str,
+                          delay_ms: int) -> None:
         """Abort ``submission_id`` after ``delay_ms``, retrying what a retry
         can clear; ends when the intent is durable or the abort is refused."""
         runtime = self.world.runtime
-        await runtime.sleep_ms(delay_ms)
-        while True:  # bounded: a transient failure clears (faults heal), or the process dies
-            try:
-                await _abort(client, submission_id)
-                return
-            except Exception as error:
-                if not is_retryable(error):
-                    raise
-                await runtime.sleep_ms(self.retry_ms)
+        try:
+            await runtime.sleep_ms(delay_ms)
+            while True:  # bounded: a transient failure clears (faults heal), or the process dies
+                try:
+                    await _abort(client, submission_id)
+                    return
+                except Exception as error:
+                    if not is_retryable(error):
+                        raise
+                    await runtime.sleep_ms(self.retry_ms)
+        finally:
+            self._hold(conversation_id, -1)
 
 
 async def _abort(client: SubmissionClient, submission_id: str) -> None:
@@ -158,6 +200,76 @@ async def _abort(client: SubmissionClient, submission_id: str) -> None:
     except Exception as error:
         if getattr(type(error), "name", None) not in ("AbortConflict", "JoinedToHost"):
             raise  # already settled or settling, or joined to a run: too late to abort, which is fine
+
+
+class ConversationRetention(Workload):
+    """Every ``every_ms``, a process (node ``retention``) retires each
+    conversation the client closed at least ``ttl_ms`` before and no longer
+    writes to (``model.retention.retire_conversation``): its ledger rows,
+    then its log. One that still has open work is tried again at the next
+    pass; a pass that failed on a retryable error starts over ``retry_ms``
+    later (both steps are idempotent)."""
+
+    name = "conversation-retention"
+    NODE = "retention"
+
+    def __init__(self, submitters: Submitters, *, ttl_ms: int, every_ms: int, retry_ms: int) -> None:
+        assert ttl_ms > 0 and every_ms > 0 and retry_ms > 0, (ttl_ms, every_ms, retry_ms)
+        self.submitters = submitters
+        submitters.track_closes = True
+        self.ttl_ms = ttl_ms
+        self.every_ms = every_ms
+        self.retry_ms = retry_ms
+        self.retired = 0
+        self.held_open = 0  # passes' refusals: a closed conversation with open work
+        self.audited = 0  # conversations audited before they went
+
+    def setup(self, world: World) -> None:
+        self.world = world
+        world.add_node(self.NODE, self._start, role="operator")
+
+    def metrics(self) -> dict[str, Any]:
+        return {"conversations_retired": self.retired, "retirements_held_open": self.held_open,
+                "conversations_audited_before_retirement": self.audited}
+
+    def _start(self, node: Node) -> None:
+        ports = self.world.system.ports_for(node)
+        self.world.runtime.spawn_on(node, "retention", self._loop(ports.ledger, ports.log))
+
+    async def _loop(self, ledger: Any, log: Any) -> None:
+        """Forever (a process of the deployment): it ends when the run does."""
+        runtime = self.world.runtime
+        submitters = self.submitters
+        while True:
+            await runtime.sleep_ms(self.every_ms)
+            for conversation_id in submitters.closed(runtime.now_ms(), self.ttl_ms):
+                self._audit(conversation_id)
+                try:
+                    gone = await retire_conversation(ledger, log, conversation_id)
+                except Exception as error:
+                    if not is_retryable(error):
+                        raise
+                    await runtime.sleep_ms(self.retry_ms)  # the rest wait for the next pass
+                    break
+                if gone:
+                    del submitters.closes_ms[conversation_id]
+                    self.retired += 1
+                else:
+                    self.held_open += 1
+
+    def _audit(self, conversation_id: str) -> None:
+        """The harness's audit of a conversation about to go (read from the
+        stores, outside the simulation), while its log and rows are still
+        there to read: what the end-of-run audit would have checked of it.
+        Only a settled one: with open work the purge refuses, and the
+        conversation waits for a later pass (and audit)."""
+        world = self.world
+        view = world.system.audit_view()
+        if any(submission.outcome is None for submission in view.submissions(conversation_id)):
+            return
+        with view.scoped((conversation_id,)) as scoped:
+            world.invariants.audit_retiring(scoped)
+        self.audited += 1
 
 
 class Workers(Workload):

@@ -20,9 +20,10 @@ end-of-run audit.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
-from typing import Any, Iterator, Mapping, Protocol
+from typing import Any, Iterable, Iterator, Mapping, Protocol
 
 import attrs
 
@@ -83,6 +84,7 @@ class AuditView(Protocol):
     """What every invariant's end-of-run audit reads: the stores, directly."""
 
     def conversation_ids(self) -> tuple[str, ...]: ...
+    def scoped(self, conversation_ids: Iterable[str]) -> Any: ...
     def log_records(self, conversation_id: str) -> tuple: ...
     def log_tail(self, conversation_id: str) -> Any: ...
     def submissions(self, conversation_id: str) -> tuple: ...
@@ -182,6 +184,7 @@ class System:
         # stores have no "list everything" operation): conversations in
         # order of first sight, their submissions, until retention purges.
         self._conversations: dict[str, list[str]] = {}
+        self._scope: tuple[str, ...] | None = None  # ``scoped``: the conversations an audit reads
         # SQLite: each process (node incarnation) has a connection of its
         # own to the run's file, as in production: what one commits another
         # sees only through the file (a read outside a transaction, a commit
@@ -348,7 +351,21 @@ class System:
         return opened
 
     def conversation_ids(self) -> tuple[str, ...]:
+        if self._scope is not None:
+            return self._scope
         return tuple(self._conversations)
+
+    @contextlib.contextmanager
+    def scoped(self, conversation_ids: Iterable[str]) -> Iterator["System"]:
+        """This view with ``conversation_ids()`` narrowed to those given
+        (that it knows): what an audit of conversations about to be retired
+        reads. Everything else reads the whole store as before."""
+        assert self._scope is None, "audit scopes do not nest"
+        self._scope = tuple(c for c in conversation_ids if c in self._conversations)
+        try:
+            yield self
+        finally:
+            self._scope = None
 
     def log_records(self, conversation_id: str) -> tuple:
         records: list = []

@@ -89,6 +89,13 @@ class Checker:
         """End-of-run check against the stores (``view``: the system's
         ``AuditView``). Default: nothing to audit."""
 
+    def audit_retiring(self, view: Any) -> None:
+        """The audit of what retention is about to delete: ``view`` is scoped
+        to those conversations (settled, closed). A checker whose audit
+        reads conversation by conversation sets this to its ``audit``, so
+        what the end-of-run audit would have read is read before it goes.
+        Default: nothing."""
+
     def metrics(self) -> dict[str, Any]:
         """What this checker saw, for the run's stats (``wakes``, ``settled``)."""
         return {}
@@ -126,9 +133,17 @@ class InvariantSet:
         (a typed error such as ``HistoryCorrupted``) fails that checker's
         audit with the error named, rather than ending the run in a
         traceback: a damaged store is a finding, not a crash of the harness."""
+        self._each_audit("audit", world)
+
+    def audit_retiring(self, view: Any) -> None:
+        """Every checker's ``audit_retiring`` over ``view`` (scoped to the
+        conversations retention is about to delete), failing as ``audit`` does."""
+        self._each_audit("audit_retiring", view)
+
+    def _each_audit(self, method: str, view: Any) -> None:
         for checker in self.checkers:
             try:
-                checker.audit(world)
+                getattr(checker, method)(view)
             except Exception as error:  # noqa: BLE001 - reported, typed, never swallowed
                 name = getattr(type(error), "name", None)
                 name = name if isinstance(name, str) and name else type(error).__name__

@@ -103,10 +103,11 @@ def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
     monkeypatch.setattr(bench_module, "_bare_sim", lambda sleeps: 1.25)
     monkeypatch.setattr(bench_module, "_trio_mock_clock", lambda sleeps: 2.5)  # per sleep: 10x SimRuntime's
     figures = bench_module.bench(quick=True, runs_each=3)
-    # 3 sentinel-year runs and 3 fleet sizes, 3 times each, then ledger-storm at 1 and 3 days, once each
-    assert len(calls) == 20 and figures["runs_each"] == 3
+    # 3 sentinel-year runs and 3 fleet sizes, 3 times each, then ledger-storm at
+    # 1 and 3 days, once each, with retention and without
+    assert len(calls) == 22 and figures["runs_each"] == 3
     assert [c[:1] + c[c.index("--duration") + 1:][:1] for c in calls[18:]] == [("ledger-storm", "1d"),
-                                                                                 ("ledger-storm", "3d")]
+                                                                                 ("ledger-storm", "3d")] * 2
     scaling = figures["scaling"]
     assert list(scaling["sentinels"]) == ["1", "10", "100"] and [tuple(c[c.index("--sentinels") + 1:][:1])
                                                                  for c in calls[9:18:3]] == [("1",), ("10",), ("100",)]
@@ -221,7 +222,7 @@ def test_the_direct_runtime_steps_the_earliest_task_fifo_at_an_instant():
 def _storm(short_mb: float, long_mb: float, *, quick: bool) -> dict:
     from sim.face import bench as bench_module
 
-    peaks = iter([short_mb, long_mb])
+    peaks = iter([short_mb, long_mb, 70.0, 110.0])  # retention on (judged), then off (shown)
     return {"seed": 1, "quick": quick, "runs": {}, "scheduler": {"sleeps": 10, "floor_s": 1.0, "simruntime_s": 1.2, "ratio": 1.2,
                                       "budget_ratio": 1.5},
             "ledger_storm_memory": _measured(bench_module, peaks, quick)}
@@ -230,10 +231,21 @@ def _storm(short_mb: float, long_mb: float, *, quick: bool) -> dict:
 def _measured(bench_module, peaks, quick):
     import pytest
 
+    calls = []
+
+    def child(args):
+        calls.append(args)
+        return {"status": "pass", "peak_rss_mb": next(peaks), "stats": {"submitted": 4_000}}
+
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(bench_module, "_run_child", lambda args: {"status": "pass", "peak_rss_mb": next(peaks),
-                                                                "stats": {"submitted": 4_000}})
-        return bench_module.ledger_storm_memory(quick=quick, seed=1)
+        patch.setattr(bench_module, "_run_child", child)
+        figure = bench_module.ledger_storm_memory(quick=quick, seed=1)
+    # The judged runs pin retention on at its default TTL; the shown ones switch it off.
+    assert [args[args.index("--duration") + 1:] for args in calls] == [
+        [f"{d}d", *bench_module.LEDGER_STORM_RETENTION] for d in (
+            bench_module.LEDGER_STORM_DAYS_QUICK if quick else bench_module.LEDGER_STORM_DAYS)] + [
+        [f"{d}d", *bench_module.LEDGER_STORM_KEEP_ALL] for d in bench_module.LEDGER_STORM_KEEP_ALL_DAYS]
+    return figure
 
 
 def test_ledger_storm_memory_is_judged_for_flatness_and_its_30_day_peak():
@@ -246,6 +258,9 @@ def test_ledger_storm_memory_is_judged_for_flatness_and_its_30_day_peak():
                               ("ledger-storm memory flatness: peak RSS 30d <= 1.3x 3d", True),
                               ("ledger-storm 30d peak RSS <= 300 MB", True)]
     assert "ledger-storm memory: peak RSS 3d: 120.0 MB" in render(flat) and "MISSED" not in render(flat)
+    assert storm["without_retention"]["mb_per_day"] == 20.0
+    assert "retention off (every record kept; not judged): peak RSS 1d: 70.0 MB (pass), 3d: 110.0 MB (pass), " \
+           "+20.0 MB a simulated day" in render(flat)
     growing = _storm(120.0, 917.0, quick=False)
     assert [name for name, met in verdicts(growing) if not met] == [
         "ledger-storm memory flatness: peak RSS 30d <= 1.3x 3d", "ledger-storm 30d peak RSS <= 300 MB"]

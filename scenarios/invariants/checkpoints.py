@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from faults.events import ERROR, CheckpointSave, LogAppend, RecoveryRead
+from faults.events import ERROR, CheckpointSave, LogAppend, LogDeleteConversation, RecoveryRead
 from model.submissions import RECOVERY_DEFINITION, recovery_snapshot
 from sim.invariants import Checker
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 class CheckpointConsistency(Checker):
     name = "checkpoint-consistency"
-    kinds = (LogAppend.kind, CheckpointSave.kind, RecoveryRead.kind)
+    kinds = (LogAppend.kind, CheckpointSave.kind, RecoveryRead.kind, LogDeleteConversation.kind)
 
     def __init__(self) -> None:
         super().__init__()
@@ -42,6 +42,11 @@ class CheckpointConsistency(Checker):
             if not fields.get(LogAppend.replayed):
                 self._boundaries.setdefault(fields[LogAppend.conversation], {})[
                     fields[LogAppend.last_seq]] = fields[LogAppend.tail_digest]
+            return
+        if event[3] == LogDeleteConversation.kind:
+            if fields.get(LogDeleteConversation.deleted):
+                # Deleted whole (retention): a log created again under its id acknowledges anew.
+                self._boundaries.pop(fields[LogDeleteConversation.conversation], None)
             return
         if event[3] == RecoveryRead.kind:
             self._on_recovery(fields)
@@ -87,3 +92,7 @@ class CheckpointConsistency(Checker):
             if len(records) != checkpoint.covered_seq or checkpoint.snapshot != expected:
                 self.fail(f"{conversation_id}: checkpoint at seq {checkpoint.covered_seq} holds "
                           f"{checkpoint.snapshot}, the log's prefix folds to {expected}", (conversation_id,))
+
+    # Conversation by conversation: what retention deletes is audited first.
+    audit_retiring = audit
+

@@ -12,18 +12,20 @@ from faults.events import (
     ERROR,
     LedgerClaim,
     LedgerMarkInputApplied,
+    LedgerPurgeConversation,
     LedgerReserveSettlement,
     LogAppend,
     LogDeleteConversation,
     LogMaterialize,
 )
+from model.ledger.rules import submission_id_for
 from sim.invariants import Checker
 
 
 class Fencing(Checker):
     name = "fencing"
     kinds = (LogMaterialize.kind, LogAppend.kind, LedgerClaim.kind, LedgerMarkInputApplied.kind,
-             LedgerReserveSettlement.kind, LogDeleteConversation.kind)
+             LedgerReserveSettlement.kind, LogDeleteConversation.kind, LedgerPurgeConversation.kind)
 
     def __init__(self) -> None:
         super().__init__()
@@ -47,6 +49,14 @@ class Fencing(Checker):
             if fields.get(LogDeleteConversation.deleted):
                 # Deleted whole: a conversation created again under its id has no epoch history.
                 self._log_epoch.pop(fields[LogDeleteConversation.conversation], None)
+            return
+        if kind == LedgerPurgeConversation.kind:
+            # Purged whole (retention): its epochs and queue start over, so
+            # what was known of its claims is forgotten, and memory stays flat.
+            conversation = fields[LedgerPurgeConversation.conversation]
+            self._claim_epoch.pop(conversation, None)
+            for seq in range(1, fields[LedgerPurgeConversation.purged] + 1):
+                self._token_epoch.pop(submission_id_for(conversation, seq), None)
             return
         if kind == LogAppend.kind or kind == LogMaterialize.kind:
             if kind == LogAppend.kind:

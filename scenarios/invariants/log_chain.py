@@ -98,3 +98,7 @@ class LogChain(Checker):
             if tail is not None and (len(records), chain) != (tail.tail_seq, tail.tail_digest):
                 self.fail(f"{conversation_id}: the chain over {len(records)} records does not recompute "
                           "to the stored tail", (conversation_id,))
+
+    # Conversation by conversation: what retention deletes is audited first.
+    audit_retiring = audit
+

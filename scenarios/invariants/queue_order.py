@@ -69,8 +69,11 @@ class QueueOrder(Checker):
             settled = {submission} | {follower for follower, joined in followers.items() if joined}
             conversation = self._conversation_of.get(submission)
             if conversation is not None:
-                queue = self._unsettled.get(conversation, [])
-                self._unsettled[conversation] = [entry for entry in queue if entry[1] not in settled]
+                queue = [entry for entry in self._unsettled.get(conversation, ()) if entry[1] not in settled]
+                if queue:
+                    self._unsettled[conversation] = queue
+                else:
+                    self._unsettled.pop(conversation, None)  # nothing unsettled: memory follows open work
                 for gone in settled:
                     self._conversation_of.pop(gone, None)
         else:
