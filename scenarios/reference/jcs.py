@@ -143,6 +143,14 @@ def _integer(value: int) -> str:
 def _object(members: dict) -> str:
     if not members:
         return "{}"
+    pieces: list[str] = []
+    _write_object(members, pieces)
+    return "".join(pieces)
+
+
+def _write_object(members: dict, pieces: list[str]) -> None:
+    """Append a non-empty object's text to ``pieces``: nested objects are
+    written into the same list, joined once at the outermost."""
     # The hot path of every digest. The member names' order and spelling
     # depend on the names alone: worked out once per tuple of names (in the
     # dict's own order) and kept, up to a bound, so the map cannot grow with
@@ -151,26 +159,31 @@ def _object(members: dict) -> str:
     if plan is None:
         plan = _plan(members)
     # Plain scalar members are written inline rather than through _value
-    # (a call per member).
-    parts = []
-    append = parts.append
+    # (a call per member). ``prefix`` is ``{"name":`` for the first member,
+    # ``,"name":`` for the others; ``quoted`` is the prefix and the string's
+    # opening quote.
+    append = pieces.append
     search = _NEEDS_CARE.search
-    for name, spelled in plan:
+    for name, prefix, quoted in plan:
         item = members[name]
         kind = type(item)
         if kind is str and search(item) is None:
-            append(spelled + '"' + item + '"')
+            append(quoted)
+            append(item)
+            append('"')
         elif kind is int and -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
-            append(spelled + str(item))
-        elif kind is dict:
-            append(spelled + _object(item))
+            append(prefix + str(item))
+        elif kind is dict and item:
+            append(prefix)
+            _write_object(item, pieces)
         else:
-            append(spelled + _value(item))
-    return "{" + ",".join(parts) + "}"
+            append(prefix + _value(item))
+    append("}")
 
 
 def _plan(members: dict) -> tuple:
-    """``((name, '"name":'), ...)`` in RFC 8785 member order (§3.2.3);
+    """``((name, prefix, quoted), ...)`` in RFC 8785 member order (§3.2.3)
+    (see ``_write_object``);
     JcsError for a name that is not a string or two names that are the
     same UTF-16 string."""
     try:
@@ -186,7 +199,9 @@ def _plan(members: dict) -> tuple:
         for a, b in zip(ordered, ordered[1:]):
             if _utf16_units(a) == _utf16_units(b):
                 raise JcsError(f"object member names {a!r} and {b!r} are the same UTF-16 string")
-    plan = tuple((name, _string(name) + ":") for name in ordered)
+    spelled = [_string(name) + ":" for name in ordered]
+    plan = tuple((name, ("," if index else "{") + text, ("," if index else "{") + text + '"')
+                 for index, (name, text) in enumerate(zip(ordered, spelled)))
     if type(members) is dict and len(_PLANS) < _PLANS_MAX and all(type(name) is str for name in ordered):
         _PLANS[tuple(members)] = plan
     return plan
