@@ -394,12 +394,20 @@ _BRIEF_FIELDS: dict[type, tuple[str, ...]] = {
 }
 
 
+# The same, as one attrgetter per type (a tuple of the fields' values).
+_BRIEF_GETTERS: dict[type, Any] = {
+    kind: (lambda get: lambda value: (get(value),))(operator.attrgetter(fields[0])) if len(fields) == 1
+    else operator.attrgetter(*fields) for kind, fields in _BRIEF_FIELDS.items()}
+_BRIEF_NAMES: dict[type, tuple[str]] = {kind: (kind.__name__,) for kind in _BRIEF_FIELDS}
+
+
 def _brief_value(value: object) -> object:
-    if value is None or type(value) in (str, int, bool):
+    kind = type(value)
+    if value is None or kind is str or kind is int or kind is bool:
         return value
-    fields = _BRIEF_FIELDS.get(type(value))
-    if fields is not None:
-        return (type(value).__name__,) + tuple(getattr(value, field) for field in fields)
+    get = _BRIEF_GETTERS.get(kind)
+    if get is not None:
+        return _BRIEF_NAMES[kind] + get(value)
     if isinstance(value, dict) and "outcome" in value:
         return ("record", value["outcome"])
     return type(value).__name__
@@ -411,7 +419,7 @@ def _brief(call: Any) -> tuple:
     whatever its calls carried (inputs, records, scans)."""
     answer = error_name(call.error) if call.error is not None else _brief_value(call.result)
     args = call.args + tuple(call.kwargs.values()) if call.kwargs else call.args
-    return (call.time_ms, call.node, call.method, tuple(_brief_value(v) for v in args), answer)
+    return (call.time_ms, call.node, call.method, tuple(map(_brief_value, args)), answer)
 
 
 def _bind(call: Any) -> dict | None:
@@ -455,6 +463,8 @@ class ReferenceLedger:
         self._forgotten: set[str] = set()  # diverged conversations (``forget``)
         self.calls_checked = 0
         self.divergences = 0
+        # The port's methods (every name ``_bind`` knows), bound once.
+        self._methods = {method: getattr(self, "_" + method) for method in PARAMS}
 
     # -- the face ------------------------------------------------------------
 
@@ -476,7 +486,7 @@ class ReferenceLedger:
                                   f"retryable), nothing written")
         conversation = None
         try:
-            conversation = getattr(self, "_" + call.method)(call, bound)
+            conversation = self._methods[call.method](call, bound)
         except _Mismatch as mismatch:
             if call.damaged:
                 # A read fault altered the answer on its way: not the store's
