@@ -211,6 +211,7 @@ def _plan(members: dict) -> tuple:
 # a tuple of names -> its plan, up to a bound.
 _PLANS: dict[tuple, tuple] = {}
 _PLANS_MAX = 4096
+_MEMOS = (_PLANS,)  # emptied by a mutant that patches this module (faults.mutants)
 
 
 def _array(items: list | tuple) -> str:
