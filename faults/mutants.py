@@ -386,8 +386,18 @@ def apply(mutant: Mutant) -> Patch:
         function.__code__ = code
     for name, value in patch.bindings:
         namespace[name] = value
+    _drop_memos(patch.module)
     _applied = patch
     return patch
+
+
+def _drop_memos(module: types.ModuleType) -> None:
+    """Empty the module's memos (``_MEMOS``: the dicts in which its code
+    keeps what it worked out, e.g. ``model.canonical``'s member-order
+    plans): what the clean code kept must not stand in for the mutant's
+    code, nor the mutant's for the clean code after a revert."""
+    for memo in getattr(module, "_MEMOS", ()):
+        memo.clear()
 
 
 def revert() -> None:
@@ -400,6 +410,7 @@ def revert() -> None:
     namespace = vars(_applied.module)
     for name, value in _undo_bindings:
         namespace[name] = value
+    _drop_memos(_applied.module)
     _applied, _undo, _undo_bindings = None, (), ()
 
 

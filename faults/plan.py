@@ -49,6 +49,10 @@ class TimedSource(Protocol):
         """Fire ``event`` (generated or scripted); False if it found nothing to hit."""
 
 
+# A site with no kind to fire: its next firing is beyond any hit count.
+_NEVER = 1 << 62
+
+
 class FaultPlan:
     """The run's faults: probabilistic from ``rates``, or exactly a ``script``."""
 
@@ -81,6 +85,7 @@ class FaultPlan:
         self._site_gaps = {site: {kind: max(1, round(1.0 / rate)) for kind, rate in r.items() if rate > 0}
                            for site, r in (site_rates or {}).items()}
         self._next_fire: dict[str, list[list]] = {}  # site -> [[hit index, kind, gaps], ...]
+        self._due: dict[str, int] = {}  # site -> the earliest hit index in its _next_fire
         # Scripted: the entries by (site, hit), and hand-written ones by time.
         # Each is known by its index in the script, to say which never fired.
         entries = [(index, e) for index, e in enumerate(script or ()) if isinstance(e, FaultEvent)]
@@ -125,8 +130,15 @@ class FaultPlan:
         # Each (site, kind) holds the hit index of its next firing, so the
         # hot path is a dict lookup and an integer comparison per kind. At
         # most one kind fires per hit; a coinciding kind is rescheduled.
-        n = self._hits.get(site, 0) + 1
-        self._hits[site] = n
+        # The site's earliest next firing is kept too: a hit before it (most
+        # hits) is one comparison. Every entry's next firing is past the
+        # current hit, so none is skipped.
+        hits = self._hits
+        n = hits.get(site, 0) + 1
+        hits[site] = n
+        due = self._due.get(site)
+        if due is not None and n < due:
+            return n, None
         schedule = self._next_fire.get(site)
         if schedule is None:
             gaps = self._site_gaps.get(site, self._mean_gap)
@@ -138,6 +150,7 @@ class FaultPlan:
                 entry[0] = n + self._gap(entry[1], entry[2])
                 if fired is None:
                     fired = entry[1]
+        self._due[site] = min([entry[0] for entry in schedule], default=_NEVER)
         if fired is not None and self._clock() >= self.heal_at_ms:
             return n, None
         return n, fired

@@ -178,9 +178,39 @@ def _encode_int(v: int) -> str:
     )
 
 
+# An object's member names recur (a record's, a row's): for names that are
+# all exact ASCII str, their order and spelling (``"name":``) are worked out
+# once per tuple of names, in the dict's own order, and kept up to a bound.
+_PLANS: dict[tuple, tuple] = {}
+_PLANS_MAX = 4096
+# The module's memos: a mutant that patches this module empties them
+# (``faults.mutants``), so a plan the clean code made never masks it.
+_MEMOS = (_PLANS,)
+
+
 def _encode_dict(d: dict) -> str:
     if not d:
         return "{}"
+    plan = _PLANS.get(tuple(d)) if type(d) is dict else None
+    if plan is None:
+        return _encode_dict_planning(d)
+    parts = []
+    append = parts.append
+    for k, prefix in plan:
+        v = d[k]
+        t = type(v)
+        if t is int and _NEG_SAFE <= v <= MAX_SAFE_INTEGER:
+            append(prefix + repr(v))
+        elif t is str and v.isascii():
+            append(prefix + _encode_basestring(v))
+        else:
+            append(prefix + _encode(v))
+    return "{" + ",".join(parts) + "}"
+
+
+def _encode_dict_planning(d: dict) -> str:
+    """``_encode_dict`` the long way, keeping the plan of a dict whose names
+    are all exact ASCII str."""
     try:
         keys = sorted(d)
     except TypeError:
@@ -226,6 +256,8 @@ def _encode_dict(d: dict) -> str:
                     "UTF-16 string"
                 )
         parts = [parts[i] for i in order]
+    elif type(d) is dict and len(_PLANS) < _PLANS_MAX and all(type(k) is str for k in keys):
+        _PLANS[tuple(d)] = tuple((k, _encode_basestring(k) + ":") for k in keys)
     return "{" + ",".join(parts) + "}"
 
 

@@ -42,7 +42,8 @@ _MARSHAL_VERSION = 2
 
 
 class Trace:
-    __slots__ = ("_clock", "_digest", "_ring", "_stream", "_subscribers", "_wildcard", "_covers", "_shapes", "_then_ms",
+    __slots__ = ("_clock", "_digest", "_ring", "_stream", "_subscribers", "_wildcard", "_covers", "_kept", "_shapes",
+                 "_then_ms",
                  "events",
                  "counts", "hashed_bytes")
 
@@ -56,6 +57,7 @@ class Trace:
         self._subscribers: dict[str, list[Callable[[Event], None]]] = {}
         self._wildcard: list[Callable[[Event], None]] = []
         self._covers: dict[str, tuple[frozenset[str], str]] = {}
+        self._kept: dict[tuple, tuple[str, ...]] = {}  # (kind, names) of a covered event -> the names hashed
         self._shapes: dict[tuple, int] = {}  # (kind, names) -> number: bounded by the event types' field sets
         self._then_ms = 0  # the previous event's time
         self.events = 0
@@ -86,9 +88,14 @@ class Trace:
         event = (self.events, now_ms, node, kind, fields)
         cover = self._covers.get(kind) if self._covers else None
         if cover is not None and cover[1] in fields:
-            skip = cover[0]
-            names = tuple(k for k in fields if k not in skip)
-            values = tuple(v for k, v in fields.items() if k not in skip)
+            # The names hashed for this kind and these fields, worked out
+            # once per (kind, field names) (bounded by the event types).
+            every = (kind, tuple(fields))
+            names = self._kept.get(every)
+            if names is None:
+                skip = cover[0]
+                names = self._kept[every] = tuple(k for k in every[1] if k not in skip)
+            values = tuple([fields[k] for k in names])
         else:
             names = tuple(fields)
             values = tuple(fields.values())

@@ -143,50 +143,75 @@ def _integer(value: int) -> str:
 def _object(members: dict) -> str:
     if not members:
         return "{}"
+    pieces: list[str] = []
+    _write_object(members, pieces)
+    return "".join(pieces)
+
+
+def _write_object(members: dict, pieces: list[str]) -> None:
+    """Append a non-empty object's text to ``pieces``: nested objects are
+    written into the same list, joined once at the outermost."""
+    # The hot path of every digest. The member names' order and spelling
+    # depend on the names alone: worked out once per tuple of names (in the
+    # dict's own order) and kept, up to a bound, so the map cannot grow with
+    # the run. A dict subclass, or names that are refused, take the plain path.
+    plan = _PLANS.get(tuple(members)) if type(members) is dict else None
+    if plan is None:
+        plan = _plan(members)
+    # Plain scalar members are written inline rather than through _value
+    # (a call per member). ``prefix`` is ``{"name":`` for the first member,
+    # ``,"name":`` for the others; ``quoted`` is the prefix and the string's
+    # opening quote.
+    append = pieces.append
+    search = _NEEDS_CARE.search
+    for name, prefix, quoted in plan:
+        item = members[name]
+        kind = type(item)
+        if kind is str and search(item) is None:
+            append(quoted)
+            append(item)
+            append('"')
+        elif kind is int and -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+            append(prefix + str(item))
+        elif kind is dict and item:
+            append(prefix)
+            _write_object(item, pieces)
+        else:
+            append(prefix + _value(item))
+    append("}")
+
+
+def _plan(members: dict) -> tuple:
+    """``((name, prefix, quoted), ...)`` in RFC 8785 member order (§3.2.3)
+    (see ``_write_object``);
+    JcsError for a name that is not a string or two names that are the
+    same UTF-16 string."""
     try:
         joined = "".join(members)
     except TypeError:
         culprit = next(name for name in members if not isinstance(name, str))
         raise JcsError(f"object member names must be strings, got {type(culprit).__name__} {culprit!r:.40}") from None
     if joined.isascii():
-        # ASCII names: code-point order is UTF-16 order. Names are unique,
-        # so sorting the members never compares their values.
-        ordered = sorted(members.items())
+        # ASCII names: code-point order is UTF-16 order. Names are unique.
+        ordered = sorted(members)
     else:
-        ordered = sorted(members.items(), key=_name_units)
-        for (a, _), (b, _) in zip(ordered, ordered[1:]):
+        ordered = sorted(members, key=_utf16_units)
+        for a, b in zip(ordered, ordered[1:]):
             if _utf16_units(a) == _utf16_units(b):
                 raise JcsError(f"object member names {a!r} and {b!r} are the same UTF-16 string")
-    # The hot path of every digest: names and plain scalar members are
-    # written inline rather than through _value (a call per member).
-    parts = []
-    append = parts.append
-    names = _NAMES
-    search = _NEEDS_CARE.search
-    for name, item in ordered:
-        spelled = names.get(name)
-        if spelled is None:
-            spelled = _string(name) + ":"
-            if len(names) < _NAMES_MAX and type(name) is str:
-                names[name] = spelled
-        kind = type(item)
-        if kind is str and search(item) is None:
-            append(spelled + '"' + item + '"')
-        elif kind is int and -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
-            append(spelled + str(item))
-        else:
-            append(spelled + _value(item))
-    return "{" + ",".join(parts) + "}"
+    spelled = [_string(name) + ":" for name in ordered]
+    plan = tuple((name, ("," if index else "{") + text, ("," if index else "{") + text + '"')
+                 for index, (name, text) in enumerate(zip(ordered, spelled)))
+    if type(members) is dict and len(_PLANS) < _PLANS_MAX and all(type(name) is str for name in ordered):
+        _PLANS[tuple(members)] = plan
+    return plan
 
 
-# Member names recur (every envelope has the same eight): their spelling is
-# kept, up to a bound, so the map cannot grow with the run.
-_NAMES: dict[str, str] = {}
-_NAMES_MAX = 4096
-
-
-def _name_units(member: tuple) -> bytes:
-    return _utf16_units(member[0])
+# Member names recur (every envelope has the same eight, in the same order):
+# a tuple of names -> its plan, up to a bound.
+_PLANS: dict[tuple, tuple] = {}
+_PLANS_MAX = 4096
+_MEMOS = (_PLANS,)  # emptied by a mutant that patches this module (faults.mutants)
 
 
 def _array(items: list | tuple) -> str:

@@ -36,6 +36,7 @@ answer is compared with what reading that text back gives, exact types.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from model.conversation.records import FencedAppendRequest, RecordEnvelope
@@ -55,7 +56,7 @@ FAMILIES = frozenset({
     "tool-call", "compaction", "subagent", "run-warning", "run-failure", "abort-requested", "terminal-outcome",
     "submission-settled", "repair-annotation"})
 SCHEMA_VERSION = 1
-_HEX = frozenset("0123456789abcdef")
+_DIGEST_TEXT = re.compile("[0-9a-f]{64}")  # a digest: 64 lowercase hex digits, nothing else
 _dumps = json.JSONEncoder(**EXACT).encode
 
 
@@ -88,7 +89,7 @@ def batch_digest(request: Any, envelope_texts: list[str]) -> str:
 
 
 def _is_digest(value: object) -> bool:
-    return type(value) is str and len(value) == 64 and set(value) <= _HEX
+    return type(value) is str and _DIGEST_TEXT.fullmatch(value) is not None
 
 
 def _depth(value: object) -> int:
@@ -122,7 +123,10 @@ PORT_INT_MAX = 2 ** 53 - 1
 
 
 def _out_of_range(*values: int) -> bool:
-    return any(not -PORT_INT_MAX <= v <= PORT_INT_MAX for v in values)
+    for value in values:
+        if not -PORT_INT_MAX <= value <= PORT_INT_MAX:
+            return True
+    return False
 
 
 def check_request(request: object) -> tuple[Refused | None, list[str]]:
