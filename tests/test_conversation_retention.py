@@ -124,3 +124,22 @@ def test_without_the_retirement_audit_the_first_hour_would_go_unchecked(monkeypa
     monkeypatch.setattr(InvariantSet, "audit_retiring", lambda self, view: None)
     result = storm(1, "6h", retention_ttl_ms=3_600_000)
     assert result.passed, result.violations
+
+
+def test_a_ttl_of_zero_keeps_every_record(monkeypatch):
+    """``retention_ttl_ms=0``: no retention process at all (STORE-012's
+    development stage), so nothing is purged or deleted and every
+    conversation is left for the end-of-run audit."""
+    deleted = []
+    real = submissions_workload.retire_conversation
+
+    async def recording(ledger, log, conversation_id):
+        deleted.append(conversation_id)
+        return await real(ledger, log, conversation_id)
+
+    monkeypatch.setattr(submissions_workload, "retire_conversation", recording)
+    kept = storm(1, "4h", retention_ttl_ms=0)
+    assert kept.passed, kept.violations
+    assert "conversations_retired" not in kept.stats and deleted == []
+    retained = storm(1, "4h", retention_ttl_ms=60_000)
+    assert retained.passed and retained.stats["conversations_retired"] == len(deleted) > 0
