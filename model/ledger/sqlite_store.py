@@ -242,6 +242,38 @@ def _storage(operation: str) -> Iterator[None]:
         raise LedgerStoreError(operation, exc) from exc
 
 
+class _Writing:
+    """``with _storage(operation), write_transaction(conn)``, as one context
+    manager class (every ledger write runs it): the rows read in it are
+    remembered for ``_update`` only while it is open."""
+
+    __slots__ = ("_store", "_operation", "_transaction")
+
+    def __init__(self, store: "SqliteSubmissionLedger", operation: str) -> None:
+        self._store = store
+        self._operation = operation
+        self._transaction = write_transaction(store._conn)
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._store._stored.clear()
+        try:
+            return self._transaction.__enter__()
+        except sqlite3.Error as exc:
+            raise LedgerStoreError(self._operation, exc) from exc
+
+    def __exit__(self, exc_type, exc, traceback) -> bool:
+        self._store._stored.clear()
+        try:
+            self._transaction.__exit__(exc_type, exc, traceback)
+        except LedgerError:
+            raise
+        except sqlite3.Error as error:
+            raise LedgerStoreError(self._operation, error) from error
+        if isinstance(exc, sqlite3.Error) and not isinstance(exc, LedgerError):
+            raise LedgerStoreError(self._operation, exc) from exc
+        return False
+
+
 def _params(row: SubmissionRow) -> list:
     values = [getattr(row, name) for name in SUBMISSION_FIELDS]
     for i in _BOOL_INDEXES:
@@ -294,15 +326,9 @@ class SqliteSubmissionLedger:
     def _submission(self, submission_id: str) -> SubmissionRow | None:
         return self._read(self._conn.execute(_SELECT_BY_ID, (submission_id,)).fetchone())
 
-    @contextmanager
-    def _writing(self, operation: str) -> Iterator[sqlite3.Connection]:
-        """One ``write_transaction``, its storage failures typed."""
-        self._stored.clear()
-        try:
-            with _storage(operation), write_transaction(self._conn) as conn:
-                yield conn
-        finally:
-            self._stored.clear()
+    def _writing(self, operation: str) -> "_Writing":
+        """One ``write_transaction``, its storage failures typed (as ``_storage``)."""
+        return _Writing(self, operation)
 
     def _conversation(self, conversation_id: str) -> ConversationRow | None:
         values = self._conn.execute(_SELECT_CONVERSATION, (conversation_id,)).fetchone()
