@@ -19,6 +19,7 @@ is validated (``rules.check_row``) before a rule decides: a corrupt row is
 """
 from __future__ import annotations
 
+import operator
 import sqlite3
 from contextlib import contextmanager
 from typing import Iterator
@@ -274,8 +275,11 @@ class _Writing:
         return False
 
 
+_FIELD_VALUES = operator.attrgetter(*SUBMISSION_FIELDS)
+
+
 def _params(row: SubmissionRow) -> list:
-    values = [getattr(row, name) for name in SUBMISSION_FIELDS]
+    values = list(_FIELD_VALUES(row))
     for i in _BOOL_INDEXES:
         values[i] = int(values[i])
     return values
