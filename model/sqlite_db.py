@@ -15,8 +15,7 @@ Rules every SQLite adapter in ``model/`` follows:
 from __future__ import annotations
 
 import sqlite3
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 BUSY_TIMEOUT_MS_DEFAULT = 5_000
 
@@ -82,29 +81,52 @@ def _contention(conn: sqlite3.Connection, exc: BaseException) -> SqliteWriteCont
     return SqliteWriteContention(busy_timeout_ms, str(exc))
 
 
-@contextmanager
-def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+class write_transaction:
     """``BEGIN IMMEDIATE`` ... ``COMMIT``; ``ROLLBACK`` on any exception.
 
     A "database is locked/busy" error — from ``BEGIN IMMEDIATE`` once the busy
     timeout expired, or from a statement or ``COMMIT`` inside — is raised as
     ``SqliteWriteContention`` (from the original error), after the rollback.
+
+    A context manager class rather than a generator: it runs for every write
+    of every SQLite store, and the generator machinery cost more than the
+    bookkeeping itself.
     """
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.OperationalError as exc:
-        if _is_contention(exc):
-            raise _contention(conn, exc) from exc
-        raise
-    try:
-        yield conn
-        conn.execute("COMMIT")
-    except BaseException as exc:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        if _is_contention(exc):
-            raise _contention(conn, exc) from exc
-        raise
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if _is_contention(exc):
+                raise _contention(conn, exc) from exc
+            raise
+        return conn
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> bool:
+        conn = self._conn
+        if exc is None:
+            try:
+                conn.execute("COMMIT")
+            except BaseException as error:
+                _rollback(conn, error)
+                raise
+            return False
+        _rollback(conn, exc)
+        return False  # the body's own error goes on as it is
+
+
+def _rollback(conn: sqlite3.Connection, exc: BaseException) -> None:
+    """Roll back after ``exc``; raise it as ``SqliteWriteContention`` if it was one."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+    if _is_contention(exc):
+        raise _contention(conn, exc) from exc
 
 
 def require_autocommit(conn: sqlite3.Connection, adapter: str) -> None:

@@ -153,6 +153,15 @@ _SELECT_REUSED = (
     "SELECT record_id FROM conv_records WHERE conversation_id = ? "
     "AND record_id IN (SELECT value FROM json_each(?))"
 )
+# Up to this many record ids are matched with one placeholder each (a
+# statement per count, cached), the same answer as json_each gives for ids
+# SQLite can bind and that hold no NUL; any other batch goes through json_each.
+_REUSED_INLINE_MAX = 8
+_SELECT_REUSED_INLINE = tuple(
+    "SELECT record_id FROM conv_records WHERE conversation_id = ? "
+    f"AND record_id IN ({', '.join('?' for _ in range(n))})" if n else ""
+    for n in range(_REUSED_INLINE_MAX + 1)
+)
 _INSERT_RECORD = (
     "INSERT INTO conv_records (conversation_id, seq, record_id, batch_id, envelope_json, spill) "
     "VALUES (?, ?, ?, ?, ?, ?)"
@@ -276,9 +285,18 @@ class SqliteConversationStore:
                 conversation = ConversationRow(*row)
                 batch_row = conn.execute(_SELECT_BATCH, (cid, request.batch_id)).fetchone()
                 existing_batch = None if batch_row is None else BatchRecord(*batch_row)
-                stored = {
-                    r[0] for r in conn.execute(_SELECT_REUSED, (cid, json.dumps(list(prepared.record_ids))))
-                }
+                record_ids = prepared.record_ids
+                cursor = None
+                # json_each reads an id holding NUL only up to it: such a
+                # batch keeps going through json_each, as it always has.
+                if 0 < len(record_ids) <= _REUSED_INLINE_MAX and "\x00" not in "".join(record_ids):
+                    try:
+                        cursor = conn.execute(_SELECT_REUSED_INLINE[len(record_ids)], (cid, *record_ids))
+                    except UnicodeEncodeError:  # an id SQLite cannot bind (a lone surrogate): as before
+                        cursor = None
+                if cursor is None:
+                    cursor = conn.execute(_SELECT_REUSED, (cid, json.dumps(list(record_ids))))
+                stored = {r[0] for r in cursor}
                 reused = [rid for rid in prepared.record_ids if rid in stored]
             decision = decide_append(request, prepared, conversation, existing_batch, reused)
             if not isinstance(decision, AppendPlan):

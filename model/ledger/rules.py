@@ -144,6 +144,8 @@ Decisions where the specification is silent (all in one place, here):
 """
 from __future__ import annotations
 
+import operator
+
 import attrs
 
 from model.canonical import CanonicalDecodeError, canonical_json, decode, decode_own, digest, digest_text
@@ -299,6 +301,9 @@ _ROW_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
     ("input_record_id", _OPT_STR), ("input_seq", _OPT_INT), ("settlement_id", _OPT_STR),
 )
 
+# The typed columns' values in ``_ROW_TYPES`` order, read in one call.
+_ROW_VALUES = operator.attrgetter(*(name for name, _ in _ROW_TYPES))
+
 
 def read_row(row: SubmissionRow, *, own: bool = False) -> tuple[object, object]:
     """Validate a stored row and decode its JSON columns: ``(input,
@@ -320,8 +325,7 @@ def read_row(row: SubmissionRow, *, own: bool = False) -> tuple[object, object]:
     if own:
         reserved_json = row.reserved_json
         return decode_own(row.input_json), None if reserved_json is None else decode_own(reserved_json)
-    for name, types in _ROW_TYPES:
-        value = getattr(row, name)
+    for (name, types), value in zip(_ROW_TYPES, _ROW_VALUES(row)):
         if type(value) not in types:
             raise CorruptSubmission(sid, f"{name} has the wrong type ({type(value).__name__})")
     try:

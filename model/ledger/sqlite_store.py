@@ -19,6 +19,7 @@ is validated (``rules.check_row``) before a rule decides: a corrupt row is
 """
 from __future__ import annotations
 
+import operator
 import sqlite3
 from contextlib import contextmanager
 from typing import Iterator
@@ -215,6 +216,21 @@ def _checked(values: tuple | None) -> SubmissionRow | None:
     return check_row(_row(values))
 
 
+_UPDATE_CHANGED: dict[tuple[int, ...], str] = {}
+
+
+def _update_changed(indexes: tuple[int, ...]) -> str:
+    """``UPDATE`` of only the columns at ``indexes`` (never the key, 0)."""
+    sql = _UPDATE_CHANGED.get(indexes)
+    if sql is None:
+        sql = _UPDATE_CHANGED[indexes] = (
+            "UPDATE ledger_submissions SET "
+            + ", ".join(f"{SUBMISSION_FIELDS[i]} = ?" for i in indexes)
+            + " WHERE submission_id = ?"
+        )
+    return sql
+
+
 @contextmanager
 def _storage(operation: str) -> Iterator[None]:
     """Storage failures on the port as ``LedgerStoreError`` (the failure its
@@ -227,8 +243,43 @@ def _storage(operation: str) -> Iterator[None]:
         raise LedgerStoreError(operation, exc) from exc
 
 
+class _Writing:
+    """``with _storage(operation), write_transaction(conn)``, as one context
+    manager class (every ledger write runs it): the rows read in it are
+    remembered for ``_update`` only while it is open."""
+
+    __slots__ = ("_store", "_operation", "_transaction")
+
+    def __init__(self, store: "SqliteSubmissionLedger", operation: str) -> None:
+        self._store = store
+        self._operation = operation
+        self._transaction = write_transaction(store._conn)
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._store._stored.clear()
+        try:
+            return self._transaction.__enter__()
+        except sqlite3.Error as exc:
+            raise LedgerStoreError(self._operation, exc) from exc
+
+    def __exit__(self, exc_type, exc, traceback) -> bool:
+        self._store._stored.clear()
+        try:
+            self._transaction.__exit__(exc_type, exc, traceback)
+        except LedgerError:
+            raise
+        except sqlite3.Error as error:
+            raise LedgerStoreError(self._operation, error) from error
+        if isinstance(exc, sqlite3.Error) and not isinstance(exc, LedgerError):
+            raise LedgerStoreError(self._operation, exc) from exc
+        return False
+
+
+_FIELD_VALUES = operator.attrgetter(*SUBMISSION_FIELDS)
+
+
 def _params(row: SubmissionRow) -> list:
-    values = [getattr(row, name) for name in SUBMISSION_FIELDS]
+    values = list(_FIELD_VALUES(row))
     for i in _BOOL_INDEXES:
         values[i] = int(values[i])
     return values
@@ -246,6 +297,8 @@ class SqliteSubmissionLedger:
         require_autocommit(conn, "SqliteSubmissionLedger")
         self._conn = conn
         self._owns_connection = False
+        # Stored values of the rows read in the open write transaction, by id.
+        self._stored: dict[str, tuple] = {}
         create_schema(conn)
 
     @classmethod
@@ -265,14 +318,21 @@ class SqliteSubmissionLedger:
 
     # --- row access (inside the caller's transaction for writes) ----------------
 
-    def _submission(self, submission_id: str) -> SubmissionRow | None:
-        return _checked(self._conn.execute(_SELECT_BY_ID, (submission_id,)).fetchone())
+    def _read(self, values: tuple | None) -> SubmissionRow | None:
+        """A row read inside a write transaction, validated; its stored values
+        are kept until the transaction ends so ``_update`` writes only the
+        columns the rule changed."""
+        row = _checked(values)
+        if row is not None:
+            self._stored[values[0]] = values
+        return row
 
-    @contextmanager
-    def _writing(self, operation: str) -> Iterator[sqlite3.Connection]:
-        """One ``write_transaction``, its storage failures typed."""
-        with _storage(operation), write_transaction(self._conn) as conn:
-            yield conn
+    def _submission(self, submission_id: str) -> SubmissionRow | None:
+        return self._read(self._conn.execute(_SELECT_BY_ID, (submission_id,)).fetchone())
+
+    def _writing(self, operation: str) -> "_Writing":
+        """One ``write_transaction``, its storage failures typed (as ``_storage``)."""
+        return _Writing(self, operation)
 
     def _conversation(self, conversation_id: str) -> ConversationRow | None:
         values = self._conn.execute(_SELECT_CONVERSATION, (conversation_id,)).fetchone()
@@ -282,9 +342,24 @@ class SqliteSubmissionLedger:
         self._conn.execute(_UPSERT_CONVERSATION, (row.conversation_id, row.last_queue_seq, row.epoch))
 
     def _update(self, row: SubmissionRow) -> None:
+        """Write ``row`` over the stored one. When this transaction read the
+        stored row (validated, under the write lock), only the columns whose
+        value differs (type and value) are set: the stored row ends up the
+        same, and an index whose columns did not change is left untouched."""
         params = _params(row)
-        changed = self._conn.execute(_UPDATE_SUBMISSION, params[1:] + params[:1]).rowcount
-        assert changed == 1, (row.submission_id, changed)
+        stored = self._stored.get(params[0])
+        if stored is None:
+            changed = self._conn.execute(_UPDATE_SUBMISSION, params[1:] + params[:1]).rowcount
+            assert changed == 1, (row.submission_id, changed)
+            return
+        indexes = tuple(i for i in range(1, len(params))
+                        if not (params[i] is stored[i] or (type(params[i]) is type(stored[i]) and params[i] == stored[i])))
+        if indexes:
+            values = [params[i] for i in indexes]
+            values.append(params[0])
+            changed = self._conn.execute(_update_changed(indexes), values).rowcount
+            assert changed == 1, (row.submission_id, changed)
+        self._stored[params[0]] = tuple(params)
 
     # --- writes ---------------------------------------------------------------
 
@@ -316,7 +391,7 @@ class SqliteSubmissionLedger:
     async def claim(self, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int) -> Claim | None:
         validate_claim(conversation_id, owner_id, lease_ms, now_ms)
         with self._writing("claim") as conn:
-            head = _checked(conn.execute(_SELECT_HEAD, (conversation_id,)).fetchone())
+            head = self._read(conn.execute(_SELECT_HEAD, (conversation_id,)).fetchone())
             decision = decide_claim(self._conversation(conversation_id), head, owner_id, lease_ms, now_ms)
             if decision.claim is not None:
                 self._write_conversation(decision.conversation)
@@ -393,7 +468,7 @@ class SqliteSubmissionLedger:
         return decided
 
     def _open_rows(self, conversation_id: str) -> list:
-        return [_checked(values) for values in self._conn.execute(_SELECT_NONTERMINAL_OF, (conversation_id,))]
+        return [self._read(values) for values in self._conn.execute(_SELECT_NONTERMINAL_OF, (conversation_id,))]
 
     def _behind(self, host) -> list:
         if host is None:
