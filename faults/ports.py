@@ -41,6 +41,7 @@ from faults.kinds import (
     WRITE_CONTENTION,
 )
 from faults import sqlite_lock
+from model.conversation.records import ConversationStoreError
 from model.ledger.records import LedgerStoreError
 from model.retry import is_retryable
 from model.sqlite_db import SqliteWriteContention
@@ -53,14 +54,32 @@ READ_METHODS = frozenset({
     "live_executions", "schedule_high_water_ms", "load_latest"})
 
 
+# What a SQLite adapter's refused write says under ``faults.sqlite_lock``'s
+# held lock (it sets the call's busy timeout to 0): SQLite's own message.
+HELD_LOCK_BUSY_TIMEOUT_MS = 0
+HELD_LOCK_DETAIL = "database is locked"
+# The conversation adapters (log, content, checkpoints) wrap the contention
+# in ``ConversationStoreError(f"write contention during {what}")``: ``what`` per write.
+CONVERSATION_WRITES = {("log", "materialize"): "materialize", ("log", "append"): "append",
+                       ("log", "delete_conversation"): "delete conversation", ("content", "put"): "content put",
+                       ("content", "delete"): "content delete", ("checkpoints", "save"): "checkpoint save"}
+
+
 def injected_contention(port: str, method: str, site: str) -> Exception:
     """What a store not on SQLite raises for an injected ``write-contention``:
-    what the SQLite adapter of the port raises for a busy write lock. The
-    ledger wraps it in its typed ``LedgerStoreError`` (``cause``: the
-    contention, retryable); the other ports raise it bare, as today."""
-    contention = SqliteWriteContention(None, f"{site}: write lock busy (injected)")
+    exactly what the SQLite adapter of the port raises for the lock
+    ``faults.sqlite_lock`` holds (same type, same text), so a memory run's
+    trace is the SQLite run's. The ledger wraps it in its typed
+    ``LedgerStoreError``, the conversation adapters in
+    ``ConversationStoreError`` (``cause``: the contention, retryable); the
+    other ports raise it bare. ``tests/test_sqlite_lock.py`` holds each equal
+    to the real refusal."""
+    contention = SqliteWriteContention(HELD_LOCK_BUSY_TIMEOUT_MS, HELD_LOCK_DETAIL)
     if port == "ledger":
         return LedgerStoreError(method, contention)
+    what = CONVERSATION_WRITES.get((port, method))
+    if what is not None:
+        return ConversationStoreError(f"write contention during {what}", cause=contention)
     return contention
 
 
@@ -210,7 +229,10 @@ class BoundPort:
                     lock = sqlite_lock.hold(store)
                     if lock is None:
                         contention = injected_contention(port, method, site)
-                        trace.emit(label, site, {**describe(args, kwargs, None), ERROR: contention.name,
+                        name = getattr(type(contention), "name", None)
+                        trace.emit(label, site, {**describe(args, kwargs, None),
+                                                 ERROR: name if isinstance(name, str) and name
+                                                 else type(contention).__name__,
                                                  DETAIL: str(contention)})
                         raise contention
                 elif fault == CRASH_BEFORE_CALL:

@@ -23,6 +23,7 @@ import pytest
 import trio
 
 from faults.ports import injected_contention
+from model.conversation.records import ConversationStoreError
 from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.records import (
     Claim,
@@ -96,7 +97,10 @@ def test_the_fault_layer_injects_what_the_sqlite_ledger_raises():
     error = injected_contention("ledger", "claim", "ledger.claim")
     assert isinstance(error, LedgerStoreError) and error.name == "LedgerStoreError"
     assert isinstance(error.cause, SqliteWriteContention) and is_retryable(error)
-    other = injected_contention("log", "append", "log.append")  # other ports: as before
+    logged = injected_contention("log", "append", "log.append")  # the log wraps it, as its SQLite adapter does
+    assert type(logged) is ConversationStoreError and isinstance(logged.cause, SqliteWriteContention)
+    assert is_retryable(logged)
+    other = injected_contention("ds", "save", "ds.save")  # the other ports raise it bare
     assert type(other) is SqliteWriteContention
 
 

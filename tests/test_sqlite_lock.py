@@ -7,11 +7,14 @@ import io
 import pytest
 
 from faults import sqlite_lock
+from faults.ports import injected_contention
+from model.conversation.content_store import SqliteContentStore
 from model.conversation.records import ConversationStoreError
 from model.conversation.sqlite_store import SqliteConversationStore
 from model.durable_state.memory_store import InMemoryDurableStateStore
 from model.durable_state.sqlite_store import SqliteDurableStateStore
 from model.durable_state.store import DurableStateWrite
+from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.retry import is_retryable
 from model.sqlite_db import SqliteWriteContention
 from scenarios import registry
@@ -49,6 +52,42 @@ def test_the_log_wraps_a_real_contention_retryable(tmp_path):
         assert isinstance(caught.value.cause, SqliteWriteContention) and is_retryable(caught.value)
     finally:
         store.close()
+
+
+def _refused(store, port: str, method: str, call):
+    """The real refusal of ``call`` under a held lock, and the injected one."""
+    lock = sqlite_lock.hold(store)
+    assert lock is not None
+    try:
+        with pytest.raises(Exception) as caught:
+            run_sync(call())
+    finally:
+        lock.release()
+    injected = injected_contention(port, method, f"{port}.{method}")
+    return (type(caught.value).__name__, str(caught.value)), (type(injected).__name__, str(injected))
+
+
+def test_an_injected_contention_is_the_real_refusal_word_for_word(tmp_path):
+    """In memory the fault layer raises what the SQLite adapter raises under
+    the held lock, type and text: the trace of a memory run stays the
+    SQLite run's through every write-contention (the detail is hashed)."""
+    path = str(tmp_path / "db.sqlite")
+    stores = [SqliteDurableStateStore.open(path), SqliteConversationStore.open(path),
+              SqliteSubmissionLedger.open(path), SqliteContentStore.open(path)]
+    ds, log, ledger, content = stores
+    try:
+        cases = [(ds, "ds", "save", lambda: ds.save("k", DurableStateWrite(1, {"a": 1}), 0)),
+                 (log, "log", "materialize", lambda: log.materialize("c", "p", 1)),
+                 (log, "log", "delete_conversation", lambda: log.delete_conversation("c")),
+                 (ledger, "ledger", "admit", lambda: ledger.admit("c", "p", "k", {"n": 1}, 0)),
+                 (content, "content", "put", lambda: content.put(b"blob"))]
+        run_sync(log.materialize("c", "p", 1))  # so that the delete has something to refuse
+        for store, port, method, call in cases:
+            real, injected = _refused(store, port, method, call)
+            assert real == injected, (port, method)
+    finally:
+        for store in stores:
+            sqlite_lock.store_connection(store).close()
 
 
 def test_no_lock_without_a_sqlite_file():
