@@ -528,7 +528,11 @@ def _log_append(result: Any, /, request: Any) -> dict:
         conversation=request.conversation_id, batch=request.batch_id, producer=request.producer_id,
         epoch=request.epoch, expected_tail_seq=request.expected_tail_seq,
         record_ids=tuple(r.record_id for r in records), envelopes=tuple(r.to_json() for r in records),
-        sizes=tuple(_encoded_size(r) for r in records))
+        # A refused append's sizes are None whichever store refused it: whether
+        # the refusal came before or after the encoding is the store's, not
+        # the trace's business (a memory store's injected contention refuses
+        # before it, the SQLite lock after).
+        sizes=tuple(_encoded_size(r) for r in records) if result is not None else (None,) * len(records))
     if result is not None:
         LogAppend.add_result(fields, first_seq=result.first_seq, last_seq=result.last_seq,
                              tail_digest=result.tail_digest, batch_digest=result.batch_digest,
