@@ -828,6 +828,14 @@ MUTANTS: tuple[Mutant, ...] = (
         AC,
         ci_seed=0, ci_duration="10m"),
     Mutant(
+        "retention-deletes-open-log",
+        "Conversation retention deletes the log first and purges the ledger after: where the purge refuses "
+        "(open work), the open submissions' log is gone already.",
+        "model.retention",
+        "    try:\n        await ledger.purge_conversation(conversation_id)\n",
+        "    await log.delete_conversation(conversation_id)\n    try:\n        await ledger.purge_conversation(conversation_id)\n",
+        LS, ci_seed=7, ci_duration="6h"),
+    Mutant(
         "progress-polling-loop",
         "The wait sleeps a second and rereads instead of parking on its registration: a polling loop.",
         "model.progress", "                woken = await registration.park_until_ms(deadline_ms)\n",
