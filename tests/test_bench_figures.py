@@ -102,7 +102,21 @@ def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
     monkeypatch.setattr(bench_module, "_bare_floor", lambda sleeps: 1.0)
     monkeypatch.setattr(bench_module, "_bare_sim", lambda sleeps: 1.25)
     monkeypatch.setattr(bench_module, "_trio_mock_clock", lambda sleeps: 2.5)  # per sleep: 10x SimRuntime's
+    sweeps = []
+
+    def sweep(args):
+        sweeps.append(tuple(args))
+        jobs = int(args[args.index("--jobs") + 1])
+        return {"wall_s": 12.0 / jobs, "seeds": 6, "passed": 6}
+
+    monkeypatch.setattr(bench_module, "_run_sweep", sweep)
     figures = bench_module.bench(quick=True, runs_each=3)
+    # The sweep figure: the same seeds at --jobs 1 and 2, 6 seeds in 12 s and in 6 s = 2.0x, met.
+    assert [s[s.index("--seeds") + 1] for s in sweeps] == ["1:7", "1:7"] and [s[-1] for s in sweeps] == ["1", "2"]
+    assert figures["sweep_throughput"]["ratio"] == 2.0
+    assert ("sweep --jobs 2 >= 1.8x the throughput of --jobs 1", True) in verdicts(figures)
+    assert "--jobs 2 6.00s (1.0 seeds/s) = 2.0x (budget >= 1.8x)" in render(figures)
+    del figures["sweep_throughput"]
     # 3 sentinel-year runs and 3 fleet sizes, 3 times each, then ledger-storm at
     # 1 and 3 days, once each, with retention and without
     assert len(calls) == 22 and figures["runs_each"] == 3
@@ -280,3 +294,22 @@ def test_quick_ledger_storm_memory_projects_the_30_day_peak_on_a_line():
                                      "ledger-storm 30d peak RSS (projected) <= 300 MB": False}
     assert "projected on a line through both: 350.0 MB" in render(storm)
     assert dict(verdicts(_storm(60.0, 62.0, quick=True)))["ledger-storm 30d peak RSS (projected) <= 300 MB"]
+
+
+def test_sweep_throughput_is_judged_and_refuses_a_sweep_that_skipped_seeds(monkeypatch):
+    """--jobs 2 at 1.5x the throughput of --jobs 1 misses the 1.8x budget; a
+    sweep that ran fewer seeds than asked is no figure at all."""
+    import pytest
+
+    from sim.face import bench as bench_module
+
+    walls = iter([30.0, 20.0])
+    monkeypatch.setattr(bench_module, "_run_sweep", lambda args: {"wall_s": next(walls), "seeds": 12, "passed": 12})
+    figure = bench_module.sweep_throughput(quick=False, seed=3)
+    assert (figure["jobs_1"]["seeds_per_s"], figure["jobs_2"]["seeds_per_s"], figure["ratio"]) == (0.4, 0.6, 1.5)
+    figures = {"seed": 3, "quick": False, "runs": {}, "sweep_throughput": figure,
+               "scheduler": {"sleeps": 10, "floor_s": 1.0, "simruntime_s": 1.2, "ratio": 1.2, "budget_ratio": 1.5}}
+    assert ("sweep --jobs 2 >= 1.8x the throughput of --jobs 1", False) in verdicts(figures)
+    monkeypatch.setattr(bench_module, "_run_sweep", lambda args: {"wall_s": 5.0, "seeds": 11, "passed": 11})
+    with pytest.raises(RuntimeError, match="ran 11 of 12 seeds"):
+        bench_module.sweep_throughput(quick=False, seed=3)

@@ -97,6 +97,10 @@ def verdicts(figures: dict[str, Any]) -> list[tuple[str, bool]]:
         out.append((f"memory flatness <= {flat['budget_ratio']}x", flat["ratio"] <= flat["budget_ratio"]))
         out.append((f"peak RSS <= {flat['budget_mb']} MB", flat["year_rss_mb"] <= flat["budget_mb"]))
     out.extend(ledger_storm_verdicts(figures))
+    sweep = figures.get("sweep_throughput")
+    if sweep:
+        out.append((f"sweep --jobs 2 >= {sweep['budget_ratio']}x the throughput of --jobs 1",
+                    sweep["ratio"] >= sweep["budget_ratio"]))
     return out
 
 
@@ -281,7 +285,56 @@ def bench(*, quick: bool = False, seed: int = 1, runs_each: int = 1) -> dict[str
                                       "ratio": round(year_rss / month_rss, 3), "budget_ratio": 1.3,
                                       "budget_mb": 300}
     figures["ledger_storm_memory"] = ledger_storm_memory(quick=quick, seed=seed)
+    figures["sweep_throughput"] = sweep_throughput(quick=quick, seed=seed)
     return figures
+
+
+# ARCHITECTURE §8: ``sweep --jobs 2`` >= 1.8x the throughput of ``--jobs 1``
+# (a 2-core machine). The same seeds of the same scenario both times, so the
+# work is the same and the figure is seeds a wall-clock second. A seed's
+# history is short (its process start-up is a fair share of it: that is what
+# a CI sweep pays too), on memory, within the contract, no failure database.
+SWEEP_BUDGET_RATIO = 1.8
+SWEEP_SEEDS = 12
+SWEEP_SEEDS_QUICK = 6
+SWEEP_DURATION = "2d"
+SWEEP_DURATION_QUICK = "1d"
+
+
+def _run_sweep(args: list[str]) -> dict[str, Any]:
+    """One ``loomsim sweep`` in a fresh process: its wall time (seconds, the
+    parent's clock), and the seeds it ran and passed (from its JSON)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "sim", "sweep", *args, "--json"], capture_output=True, text=True,
+                          env=env, check=False)
+    wall_s = time.perf_counter() - started
+    if proc.returncode not in (0, 1):  # 1: a seed failed, a finding; its seeds still ran
+        raise RuntimeError(f"bench sweep failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout[-300:]}")
+    summary = json.loads(proc.stdout)
+    runs = summary.get("runs") or []
+    return {"wall_s": round(wall_s, 3), "seeds": len(runs),
+            "passed": sum(1 for run in runs if run.get("status") == "pass")}
+
+
+def sweep_throughput(*, quick: bool, seed: int) -> dict[str, Any]:
+    """Seeds a second of ``sweep --jobs 1`` and ``--jobs 2`` over the same
+    seeds; refuses (``RuntimeError``) a sweep that did not run them all."""
+    seeds = SWEEP_SEEDS_QUICK if quick else SWEEP_SEEDS
+    duration = SWEEP_DURATION_QUICK if quick else SWEEP_DURATION
+    base = ["sentinel-year", "--seeds", f"{seed}:{seed + seeds}", "--duration", duration, "--store", "memory",
+            "--beyond-every", "0", "--failure-db", "none"]
+    figure: dict[str, Any] = {"scenario": "sentinel-year", "seeds": seeds, "duration": duration,
+                              "budget_ratio": SWEEP_BUDGET_RATIO}
+    for jobs in (1, 2):
+        result = _run_sweep([*base, "--jobs", str(jobs)])
+        if result["seeds"] != seeds:
+            raise RuntimeError(f"bench sweep --jobs {jobs} ran {result['seeds']} of {seeds} seeds")
+        result["seeds_per_s"] = round(seeds / max(result["wall_s"], 1e-9), 3)
+        figure[f"jobs_{jobs}"] = result
+    figure["ratio"] = round(figure["jobs_2"]["seeds_per_s"] / figure["jobs_1"]["seeds_per_s"], 2)
+    return figure
 
 
 # ledger-storm's memory (ARCHITECTURE §8): 30 days <= 300 MB peak RSS, and
@@ -411,6 +464,13 @@ def render(figures: dict[str, Any]) -> str:
         lines.append(f"  per-wake CPU by sentinels ({per_wake}; the end-of-run audits, {audits} s, set apart) "
                      f"= {scale['ratio']}x at 100 (budget <= {scale['budget_ratio']}x)")
     lines.extend(render_ledger_storm(figures))
+    sweep = figures.get("sweep_throughput")
+    if sweep:
+        one, two = sweep["jobs_1"], sweep["jobs_2"]
+        lines.append(f"  sweep throughput, {sweep['seeds']} seeds of {sweep['scenario']} {sweep['duration']}: "
+                     f"--jobs 1 {one['wall_s']:.2f}s wall ({one['seeds_per_s']} seeds/s), --jobs 2 "
+                     f"{two['wall_s']:.2f}s ({two['seeds_per_s']} seeds/s) = {sweep['ratio']}x "
+                     f"(budget >= {sweep['budget_ratio']}x)")
     for budget, met in verdicts(figures):
         lines.append(f"  {'met   ' if met else 'MISSED'} {budget}")
     return "\n".join(lines)
