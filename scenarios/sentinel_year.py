@@ -33,6 +33,10 @@ RARE_SITE_BOOST = 2_000
 # Findings live 3 days, so a week's sweep sees runs held by their pins
 # released again; one run in 16 is scrubbed before it is archived.
 RETENTION = RetentionPolicy(run_ttl_ms=DAY, blob_ttl_ms=2 * DAY, finding_ttl_ms=3 * DAY, verify_every=16)
+# Runs retention deletes are audited first (the end-of-run audit would
+# never read them): each that went through recovery, and 1 in this many of
+# the others (the audit of one run costs about what its wake costs).
+RETIRE_AUDIT_EVERY = 16
 OPERATOR_EDITS = "operator-edits"
 PAGER = "pager"  # high readings page the on-call: the flow's non-idempotent effect
 # How often the on-call operator looks for runs parked in doubt.
@@ -43,7 +47,12 @@ SWARM = SwarmSpace(
     failpoints=SENTINEL_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH], workload=(OPERATOR_EDITS, PAGER),
     knobs=(Knob("lease_ms", 30 * SECOND, 10 * SECOND, 120 * SECOND, "run claim lease"),
            Knob("inline_cap_bytes", INLINE_CAP_BYTES_DEFAULT, 4_096, 65_536, "claim-check inline cap"),
-           Knob("busy_timeout_ms", BUSY_MS, 100, 10_000, "SQLite busy timeout"), fault_intensity_knob()))
+           Knob("busy_timeout_ms", BUSY_MS, 100, 10_000, "SQLite busy timeout"), fault_intensity_knob(),
+           # Drawn last: no other choice of a seed moves. 1: every run
+           # retention deletes is audited first; n: those that went through
+           # recovery and one in n of the others (scenarios.system).
+           Knob("retire_audit_every", RETIRE_AUDIT_EVERY, 1, 64, "audit 1 in n calm runs before retention "
+                "deletes them (every recovered run always)", values=(1, RETIRE_AUDIT_EVERY, RETIRE_AUDIT_EVERY, 4))))
 SOMETIMES = ("adopted_saves", "save_conflicts", "wakes_skipped", "claim_checked_payloads", "findings",
              "blobs_reclaimed", "runs_held_by_pins", "broken_deploys_caught", "runs_migrated_on_resume",
              "runs_failed_migration_missing", "worker_crashes", "transient_retries", "runs_parked_in_doubt")
@@ -65,7 +74,8 @@ def sentinel_year(run: Run) -> Stack:
                       validate_inputs=bool(run.param("validate_inputs")), paging=run.does(PAGER))
     operator = OperatorEdits.is_operator  # its writes are out of band: no build's
     return Stack(
-        system=System(file_name="sentinel-year.db", restart_ms=RESTART_MS),
+        system=System(file_name="sentinel-year.db", restart_ms=RESTART_MS,
+                      audit_deletes=run.knob("retire_audit_every")),
         workloads=[
             fleet,
             OperatorEdits(fleet.state_keys, duration_ms=d, per_year=12, moment=fleet.edit_moment,

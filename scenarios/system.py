@@ -156,12 +156,31 @@ def _sqlite_stores(conn: Any) -> dict[str, Any]:
             "checkpoints": SqliteCheckpointStore(log), "kernel": SqliteExecutionStore(conn)}
 
 
+class AuditedDeletes:
+    """A log store whose ``delete_conversation`` first calls ``before(id)``
+    (the harness's audit of what is about to go); every other attribute is
+    the store's own. Inside the fault layer: a delete the fault plan refused
+    before the store saw it is not audited, one that reaches the store is."""
+
+    def __init__(self, store: Any, before: Any) -> None:
+        self._store = store
+        self._before = before
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def delete_conversation(self, conversation_id: str, *args: Any, **kwargs: Any) -> Any:
+        if type(conversation_id) is str:
+            self._before(conversation_id)
+        return await self._store.delete_conversation(conversation_id, *args, **kwargs)
+
+
 class System:
     """The stores of one run (memory | sqlite | MODULE:FACTORY, from the
     run's options), their ports per node, and the audit view."""
 
     def __init__(self, *, restart_ms: tuple[int, int], file_name: str = "loomsim.db",
-                 damaged_reads: bool = False, progress: bool = False) -> None:
+                 damaged_reads: bool = False, progress: bool = False, audit_deletes: int = 0) -> None:
         """``restart_ms``: how long a process crashed at a port stays down
         (drawn per crash). ``file_name``: of a temporary SQLite database.
         ``damaged_reads``: log read answers may come back
@@ -169,13 +188,29 @@ class System:
         ``progress``: the deployment has a progress notifier (STORE-014):
         every node's log port announces its committed appends to it
         (``model.progress.NotifyingLog``), through the fault site
-        ``progress.notify``; off, the ports are exactly the stores'."""
+        ``progress.notify``; off, the ports are exactly the stores'.
+        ``audit_deletes`` (n >= 1; 0: off): before a process's
+        ``log.delete_conversation`` reaches the store, the harness runs every
+        checker's ``audit_retiring`` over that conversation
+        (``_audit_before_delete``), so what the model's own retention deletes
+        is not gone unread by the end-of-run audit: every conversation whose
+        history went through recovery (a refused or replayed call, a
+        takeover), and one in ``n`` of the others (1: all). Only where
+        deletes come from retention of settled work (a delete of a
+        conversation in flight would be audited in flight)."""
+        assert type(audit_deletes) is int and audit_deletes >= 0, audit_deletes
         assert 0 <= restart_ms[0] <= restart_ms[1], restart_ms
         self._work_before: dict[str, int] | None = None
         self.file_name = file_name
         self.restart_ms = restart_ms
         self.damaged_reads = damaged_reads
         self.progress = progress
+        self.audit_deletes = audit_deletes
+        self.audited_before_delete = 0  # conversations the harness audited as a process deleted them
+        # Conversations whose history went through recovery: always audited
+        # before they are deleted (forgotten when they are, or purged).
+        self._recovered: set[str] = set()
+        self._calm_deletes = 0  # deletions of conversations that did not go through recovery
         self.notifier: ProgressNotifier | None = None
         self.port_stats = PortStats()
         self._database: RunDatabase | None = None
@@ -221,6 +256,8 @@ class System:
         # Beyond the contract: the log, durable state and ledger may break their promises.
         self.surgeries = beyond_surgeries(self, world.streams) if beyond_enabled(opts) else {}
         world.trace.subscribe(("ledger.admit", "log.materialize", "ledger.purge_conversation"), self._observe)
+        if self.audit_deletes > 0:
+            world.trace.subscribe(("log.append", "ledger.claim"), self._observe_recovery)
 
     def close(self) -> None:
         for conn, _, _ in self._connections.values():
@@ -233,7 +270,10 @@ class System:
     def metrics(self) -> dict[str, Any]:
         counters = self._world.counters if self._world else {}
         work = WORK.since(self._work_before) if self._work_before is not None else {}
-        return {"store_calls": self.port_stats.calls, "worker_crashes": counters.get("node.crashes", 0), "work": work}
+        figures = {"store_calls": self.port_stats.calls, "worker_crashes": counters.get("node.crashes", 0), "work": work}
+        if self.audit_deletes > 0:
+            figures["conversations_audited_before_delete"] = self.audited_before_delete
+        return figures
 
     # -- ports ---------------------------------------------------------------
 
@@ -258,6 +298,8 @@ class System:
             target = stores[name]
             if name == "log" and faults and self.damaged_reads:
                 target = DamagedReads(target, world, node, plan)
+            if name == "log" and self.audit_deletes > 0:
+                target = AuditedDeletes(target, self._audit_before_delete)
             return BoundPort(world, node, name, target, plan, DESCRIBERS[name], stats, restart, surgery=surgery)
 
         log = port("log")
@@ -307,6 +349,38 @@ class System:
         self._connections[node.name] = (conn, node.incarnation, stores)
         return stores
 
+    def _audit_before_delete(self, conversation_id: str) -> None:
+        """Every checker's ``audit_retiring`` over ``conversation_id``, read
+        from the stores just before a process deletes its log: what its
+        ledger rows and log hold then is what the end-of-run audit would
+        have read. Not when the log is gone already (a delete repeated after
+        a crash: its rows were audited the first time) or the view does not
+        know the conversation (its ledger rows were purged first)."""
+        world = self._world
+        assert world is not None, "the system is not open"
+        if conversation_id not in self._conversations or self.log_tail(conversation_id) is None:
+            return
+        if conversation_id not in self._recovered:
+            # A calm run: one in ``audit_deletes``, counted in order of deletion.
+            self._calm_deletes += 1
+            if (self._calm_deletes - 1) % self.audit_deletes != 0:
+                return
+        self._recovered.discard(conversation_id)
+        with self.scoped((conversation_id,)) as view:
+            world.invariants.audit_retiring(view)
+        self.audited_before_delete += 1
+
+    def _observe_recovery(self, event: tuple) -> None:
+        """A conversation whose append or claim was refused, replayed or a
+        takeover (epoch above 1) went through recovery: ``_recovered``."""
+        fields = event[4]
+        conversation = fields.get("conversation")
+        if type(conversation) is not str:
+            return
+        epoch = fields.get("epoch")
+        if "error" in fields or fields.get("replayed") or (type(epoch) is int and epoch > 1):
+            self._recovered.add(conversation)
+
     def _observe(self, event: tuple) -> None:
         kind, fields = event[3], event[4]
         conversation = fields.get("conversation")
@@ -315,6 +389,7 @@ class System:
         if kind == "ledger.purge_conversation":
             if "error" not in fields:
                 self._conversations.pop(conversation, None)
+                self._recovered.discard(conversation)
             return
         if "error" in fields:
             return  # refused: nothing was created

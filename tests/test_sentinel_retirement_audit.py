@@ -1,0 +1,83 @@
+"""sentinel-year's retention deletes each run a day after it settled, long
+before the end-of-run audit, so the harness audits a run as its log is
+deleted (``scenarios.system.System(audit_deletes=n)``): every run whose
+history went through recovery, and one in n of the others (the knob
+``retire_audit_every``)."""
+from __future__ import annotations
+
+import model.runs as model_runs
+from scenarios import registry
+from scenarios.system import System
+from sim.clock import parse_duration_ms
+from sim.invariants import InvariantSet
+from sim.runner import run
+from sim.scenario import ScenarioOptions
+
+FIRST_HOURS_MS = 2 * 3_600_000
+
+
+def year(seed: int, duration: str, *, swarm: bool = False, **knobs: int):
+    return run(registry.get("sentinel-year"),
+               ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), swarm=swarm, knobs=knobs))
+
+
+def forget_keys_in_the_first_hours(monkeypatch):
+    """A planted bug in the first two hours only: a run's input record
+    forgets its idempotency key, so those logs no longer rebuild the ledger.
+    Retention deletes them at the second midnight."""
+    real = model_runs.LedgerRuns._append
+
+    async def forgetful(self, run_id, batch_id, records):
+        if int(run_id.rpartition("@")[2]) < FIRST_HOURS_MS:
+            records = [(family, {k: v for k, v in payload.items() if k != "idempotencyKey"})
+                       if family == "input" else (family, payload) for family, payload in records]
+        return await real(self, run_id, batch_id, records)
+
+    monkeypatch.setattr(model_runs.LedgerRuns, "_append", forgetful)
+
+
+def test_a_run_is_audited_as_retention_deletes_it(monkeypatch):
+    forget_keys_in_the_first_hours(monkeypatch)
+    result = year(1, "50h", retire_audit_every=1)
+    assert not result.passed
+    first = result.violations[0]
+    assert first.invariant == "exactly-once-settlement" and "rebuilding the ledger" in first.message, first
+    assert first.time_ms < parse_duration_ms("49h"), first  # at the second midnight's pass, not the run's end
+
+
+def test_without_the_audit_at_deletion_the_first_hours_would_go_unchecked(monkeypatch):
+    """The same bug, the audit at deletion switched off: the end-of-run
+    audit reads only the last day's runs, and the run passes."""
+    forget_keys_in_the_first_hours(monkeypatch)
+    monkeypatch.setattr(InvariantSet, "audit_retiring", lambda self, view: None)
+    result = year(1, "50h", retire_audit_every=1)
+    assert result.passed, result.violations
+
+
+def test_one_calm_run_in_n_and_every_recovered_run_is_audited(monkeypatch):
+    """``retire_audit_every=64``: of the ~280 runs of the first day, deleted
+    at the second midnight, one calm run in 64 is audited and every run
+    whose history went through recovery is; at 1, every deleted run is."""
+    audited: list[tuple[str, bool]] = []
+    real = System._audit_before_delete
+
+    def recording(self, conversation_id):
+        recovered = conversation_id in self._recovered
+        before = self.audited_before_delete
+        real(self, conversation_id)
+        if self.audited_before_delete > before:
+            audited.append((conversation_id, recovered))
+
+    monkeypatch.setattr(System, "_audit_before_delete", recording)
+    sampled = year(3, "50h", swarm=False, retire_audit_every=64, fault_intensity=100)
+    assert sampled.passed, sampled.violations
+    recovered = [c for c, r in audited if r]
+    calm = [c for c, r in audited if not r]
+    assert recovered, "fault intensity 100 sends some runs through recovery"
+    # The calm ones: the first of every 64 deleted, in order of deletion.
+    assert 1 <= len(calm) <= 288 // 64 + 1, len(calm)
+    assert sampled.stats["conversations_audited_before_delete"] == len(audited)
+    audited.clear()
+    every = year(3, "50h", swarm=False, retire_audit_every=1)
+    assert every.passed, every.violations
+    assert every.stats["conversations_audited_before_delete"] == len(audited) >= 280
