@@ -700,13 +700,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "retention-delete-before-retire",
         "Retention deletes a run's rows before moving the archive watermark past it, so a crash in between "
-        "leaves an occurrence neither archived nor retired.",
+        "leaves a run deleted but not archived: the next pass finds no ledger row and archives the occurrence "
+        "as one that never ran.",
         "model.retention",
         "                await store.retire(schedule_id, occurrence_ms, run_id, summary)\n"
         "                await self._delete(run_id)\n",
         "                await self._delete(run_id)\n"
         "                await store.retire(schedule_id, occurrence_ms, run_id, summary)\n", SY,
-        ci_seed=4, ci_duration="3d"),
+        ci_seed=3, ci_duration="3d"),
 
     # -- checkpoints (persistence §8) ------------------------------------------------------
     Mutant(

@@ -119,8 +119,13 @@ class Retention:
         return bool(await self.findings.live_for_run(run_id))
 
     async def _delete(self, run_id: str) -> None:
-        await self.log.delete_conversation(run_id)
+        # The ledger first, as ``retire_conversation`` does: a pass cut
+        # between the two leaves a log no ledger row points at (nothing
+        # reads it: the ledger is how a run is found), where the other order
+        # left a settled run whose log is gone to every reader until the next
+        # pass finishes the promised deletion (``pending_delete``).
         await self.ledger.purge_conversation(run_id)
+        await self.log.delete_conversation(run_id)
 
     async def run_pass(self, schedules: Iterable[Schedule], now_ms: int) -> RetentionReport:
         report = RetentionReport()

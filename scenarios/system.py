@@ -156,23 +156,32 @@ def _sqlite_stores(conn: Any) -> dict[str, Any]:
             "checkpoints": SqliteCheckpointStore(log), "kernel": SqliteExecutionStore(conn)}
 
 
-class AuditedDeletes:
-    """A log store whose ``delete_conversation`` first calls ``before(id)``
-    (the harness's audit of what is about to go); every other attribute is
-    the store's own. Inside the fault layer: a delete the fault plan refused
-    before the store saw it is not audited, one that reaches the store is."""
+# The calls that delete a conversation's records, by port: whichever of them
+# reaches its store first while the log is there is preceded by the audit.
+_DELETING = {"ledger": "purge_conversation", "log": "delete_conversation"}
 
-    def __init__(self, store: Any, before: Any) -> None:
+
+class AuditedDeletes:
+    """A store whose deleting method (``log.delete_conversation``,
+    ``ledger.purge_conversation``) first calls ``before(id)``: the harness's
+    audit of what is about to go. Every other attribute is the store's own.
+    Inside the fault layer: a call the fault plan refused before the store
+    saw it is not audited, one that reaches the store is."""
+
+    def __init__(self, store: Any, method: str, before: Any) -> None:
         self._store = store
         self._before = before
+        deleting = getattr(store, method)
+
+        async def audited(conversation_id: Any, *args: Any, **kwargs: Any) -> Any:
+            if type(conversation_id) is str:
+                before(conversation_id)
+            return await deleting(conversation_id, *args, **kwargs)
+
+        setattr(self, method, audited)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
-
-    async def delete_conversation(self, conversation_id: str, *args: Any, **kwargs: Any) -> Any:
-        if type(conversation_id) is str:
-            self._before(conversation_id)
-        return await self._store.delete_conversation(conversation_id, *args, **kwargs)
 
 
 class System:
@@ -190,8 +199,9 @@ class System:
         (``model.progress.NotifyingLog``), through the fault site
         ``progress.notify``; off, the ports are exactly the stores'.
         ``audit_deletes`` (n >= 1; 0: off): before a process's
-        ``log.delete_conversation`` reaches the store, the harness runs every
-        checker's ``audit_retiring`` over that conversation
+        ``ledger.purge_conversation`` or ``log.delete_conversation`` reaches
+        the store while the conversation's log is there, the harness runs
+        every checker's ``audit_retiring`` over that conversation
         (``_audit_before_delete``), so what the model's own retention deletes
         is not gone unread by the end-of-run audit: every conversation whose
         history went through recovery (a refused or replayed call, a
@@ -298,8 +308,8 @@ class System:
             target = stores[name]
             if name == "log" and faults and self.damaged_reads:
                 target = DamagedReads(target, world, node, plan)
-            if name == "log" and self.audit_deletes > 0:
-                target = AuditedDeletes(target, self._audit_before_delete)
+            if name in _DELETING and self.audit_deletes > 0:
+                target = AuditedDeletes(target, _DELETING[name], self._audit_before_delete)
             return BoundPort(world, node, name, target, plan, DESCRIBERS[name], stats, restart, surgery=surgery)
 
         log = port("log")
@@ -351,11 +361,11 @@ class System:
 
     def _audit_before_delete(self, conversation_id: str) -> None:
         """Every checker's ``audit_retiring`` over ``conversation_id``, read
-        from the stores just before a process deletes its log: what its
-        ledger rows and log hold then is what the end-of-run audit would
-        have read. Not when the log is gone already (a delete repeated after
-        a crash: its rows were audited the first time) or the view does not
-        know the conversation (its ledger rows were purged first)."""
+        from the stores just before a process purges its ledger rows or
+        deletes its log: what they hold then is what the end-of-run audit
+        would have read. Not when the log is gone already or the view no
+        longer knows the conversation (its ledger rows were purged): the
+        first of the two calls was audited."""
         world = self._world
         assert world is not None, "the system is not open"
         if conversation_id not in self._conversations or self.log_tail(conversation_id) is None:

@@ -81,3 +81,70 @@ def test_one_calm_run_in_n_and_every_recovered_run_is_audited(monkeypatch):
     every = year(3, "50h", swarm=False, retire_audit_every=1)
     assert every.passed, every.violations
     assert every.stats["conversations_audited_before_delete"] == len(audited) >= 280
+
+
+def test_a_pass_cut_between_the_ledger_and_the_log_leaves_nothing_half_visible(monkeypatch):
+    """Retention purges a run's ledger rows, then deletes its log. A process
+    that dies between the two (here: at the last pass before the run ends,
+    so no later pass finishes the promised deletion) leaves a log that no
+    ledger row points at: no reader finds it, and every audit holds. (In the
+    other order, the end-of-run audit found a settled run with no log:
+    exactly-once-settlement and replay-determinism failed.)"""
+    import model.retention as retention
+
+    real = retention.Retention._delete
+    cut: list[str] = []
+
+    async def dies_after_the_purge(self, run_id):
+        if not cut:
+            cut.append(run_id)
+            await self.ledger.purge_conversation(run_id)
+            return
+        await real(self, run_id)
+
+    monkeypatch.setattr(retention.Retention, "_delete", dies_after_the_purge)
+    result = year(1, "48h")
+    assert cut == ["sentinel-0@0"]
+    assert result.passed, result.violations
+
+
+def test_exactly_once_wake_holds_the_archive_to_the_runs_that_started():
+    """The archive is a run's only record once retention deleted its rows:
+    a started occurrence archived as never run loses it, and a run archived
+    for an occurrence that never started is invented. Both are caught as
+    the ``schedules.retire`` commits; a held run and a skipped occurrence
+    are as they should be."""
+    from scenarios.invariants.exactly_once_wake import ExactlyOnceWake
+    from model.schedules import Schedule
+    from sim.trace import Trace
+
+    trace = Trace(clock=lambda: 0)
+    found = []
+    checker = ExactlyOnceWake({"s": Schedule("s", 10, end_ms=100)}, end_ms=100)
+    checker.attach(trace, lambda: 0, found.append)
+
+    def admit(occurrence_ms):
+        trace.emit("w", "ledger.admit", {"conversation": f"s@{occurrence_ms}", "principal": "s",
+                                         "key": f"s@{occurrence_ms}", "admitted_ms": occurrence_ms, "parent": None,
+                                         "submission": f"sub-{occurrence_ms}", "queue_seq": 1, "replayed": False})
+        trace.emit("w", "ledger.finalize_settlement", {"submission": f"sub-{occurrence_ms}"})
+
+    def retire(occurrence_ms, run, *, hold=False, retired=True):
+        trace.emit("w", "schedules.retire", {"schedule": "s", "occurrence_ms": occurrence_ms, "run": run,
+                                             "summary": None, "hold": hold, "retired": retired})
+
+    for occurrence_ms in (0, 10, 20):
+        admit(occurrence_ms)
+    trace.emit("w", "wake.skipped", {"schedule": "s", "first_ms": 30, "last_ms": 30})
+    retire(0, "s@0")  # archived with its summary
+    retire(10, "s@10", hold=True)  # held by a pin
+    retire(30, None)  # never ran: skipped
+    assert found == []
+    retire(20, None, retired=False)  # already retired: no change, nothing judged
+    assert found == []
+    retire(20, None)
+    admit(40)
+    retire(50, "s@50")
+    assert [v.message for v in found] == [
+        "s@20: the run started, yet retention archived the occurrence as one that never ran (its summary is lost)",
+        "s@50: retention archived a run of an occurrence that never started"]

@@ -10,17 +10,22 @@ replayed admission is a duplicate alarm; it ends when it is finalized):
   recorded as skipped (``wake.skipped``) — nothing vanishes silently;
 - under the ``latest`` policy the started occurrence is the latest one due at
   the instant it starts (the admission's ``now_ms``: when the driver chose);
-- at most one occurrence of a schedule is live at a time.
+- at most one occurrence of a schedule is live at a time;
+- retention archives a started occurrence as a run (summary or hold), never
+  as one that never ran, and never archives an occurrence that did not start
+  as a run (``schedules.retire``: the archive is the run's only record once
+  its rows are deleted).
 
 Audit: started + skipped equals the number of occurrences due before the
 schedule's end, and no run is left live (liveness after the faults stop).
-Memory: a few integers per schedule.
+Memory: a few integers per schedule, and the started occurrences retention
+has not archived yet (bounded by its TTL).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
 
-from faults.events import LedgerAdmit, LedgerFinalizeSettlement, WakeSkipped
+from faults.events import LedgerAdmit, LedgerFinalizeSettlement, SchedulesRetire, WakeSkipped
 from model.schedules import Schedule, parse_run_id
 from sim.invariants import Checker
 
@@ -29,7 +34,7 @@ if TYPE_CHECKING:
 
 
 class _ScheduleState:
-    __slots__ = ("last_started_ms", "accounted_ms", "live_run", "started", "skipped")
+    __slots__ = ("last_started_ms", "accounted_ms", "live_run", "started", "skipped", "unarchived")
 
     def __init__(self) -> None:
         self.last_started_ms: int | None = None
@@ -37,11 +42,12 @@ class _ScheduleState:
         self.live_run: str | None = None
         self.started = 0
         self.skipped = 0
+        self.unarchived: set[int] = set()  # started occurrences retention has not archived yet
 
 
 class ExactlyOnceWake(Checker):
     name = "exactly-once-wake"
-    kinds = (LedgerAdmit.kind, WakeSkipped.kind, LedgerFinalizeSettlement.kind)
+    kinds = (LedgerAdmit.kind, WakeSkipped.kind, LedgerFinalizeSettlement.kind, SchedulesRetire.kind)
 
     def __init__(self, schedules: Mapping[str, Schedule], *, end_ms: int) -> None:
         super().__init__()
@@ -78,6 +84,9 @@ class ExactlyOnceWake(Checker):
                                          "submission": fields[LedgerAdmit.submission]})
         elif kind == WakeSkipped.kind:
             self._skipped(fields)
+        elif kind == SchedulesRetire.kind:
+            if SchedulesRetire.error not in fields and fields[SchedulesRetire.retired]:
+                self._archived(fields)
         elif LedgerFinalizeSettlement.error not in fields:
             run_id = self._live_runs.pop(fields[LedgerFinalizeSettlement.submission], None)
             if run_id is not None:
@@ -113,8 +122,28 @@ class ExactlyOnceWake(Checker):
         state.live_run = run_id
         self._live_runs[fields["submission"]] = run_id
         state.last_started_ms = occurrence_ms
+        state.unarchived.add(occurrence_ms)
         state.accounted_ms = occurrence_ms if state.accounted_ms is None else max(state.accounted_ms, occurrence_ms)
         state.started += 1
+
+    def _archived(self, fields: dict) -> None:
+        """Retention moved the archive watermark to ``occurrence_ms``: as a
+        run (``run`` given: archived with a summary, or held by a pin) or as
+        an occurrence that never ran (``run`` None)."""
+        self.checks += 1
+        schedule_id, occurrence_ms = fields[SchedulesRetire.schedule], fields[SchedulesRetire.occurrence_ms]
+        state = self._state.get(schedule_id)
+        if state is None:
+            self.fail(f"{schedule_id}: retention archived an occurrence of an unknown schedule", (schedule_id,))
+            return
+        ran = occurrence_ms in state.unarchived
+        state.unarchived.discard(occurrence_ms)
+        run_id = fields[SchedulesRetire.run]
+        if run_id is None and ran:
+            self.fail(f"{schedule_id}@{occurrence_ms}: the run started, yet retention archived the occurrence as "
+                      "one that never ran (its summary is lost)", (f"{schedule_id}@{occurrence_ms}", schedule_id))
+        elif run_id is not None and not ran:
+            self.fail(f"{run_id}: retention archived a run of an occurrence that never started", (run_id,))
 
     def _skipped(self, fields: dict) -> None:
         self.checks += 1
