@@ -221,6 +221,7 @@ class System:
         # before they are deleted (forgotten when they are, or purged).
         self._recovered: set[str] = set()
         self._calm_deletes = 0  # deletions of conversations that did not go through recovery
+        self._audit_work: dict[str, int] = {}  # WORK done by those audits (model.canonical.WorkCounts)
         self.notifier: ProgressNotifier | None = None
         self.port_stats = PortStats()
         self._database: RunDatabase | None = None
@@ -280,9 +281,13 @@ class System:
     def metrics(self) -> dict[str, Any]:
         counters = self._world.counters if self._world else {}
         work = WORK.since(self._work_before) if self._work_before is not None else {}
+        audit_work = self._audit_work
+        if audit_work:
+            work = {name: count - audit_work.get(name, 0) for name, count in work.items()}
         figures = {"store_calls": self.port_stats.calls, "worker_crashes": counters.get("node.crashes", 0), "work": work}
         if self.audit_deletes > 0:
             figures["conversations_audited_before_delete"] = self.audited_before_delete
+            figures["audit_work"] = dict(audit_work)
         return figures
 
     # -- ports ---------------------------------------------------------------
@@ -376,8 +381,14 @@ class System:
             if (self._calm_deletes - 1) % self.audit_deletes != 0:
                 return
         self._recovered.discard(conversation_id)
+        # The audit's own encodings and digests are the harness's work, not
+        # the wake's: counted apart (``metrics``: ``work`` without them,
+        # ``audit_work`` beside it).
+        before = WORK.snapshot()
         with self.scoped((conversation_id,)) as view:
             world.invariants.audit_retiring(view)
+        for name, count in WORK.since(before).items():
+            self._audit_work[name] = self._audit_work.get(name, 0) + count
         self.audited_before_delete += 1
 
     def _observe_recovery(self, event: tuple) -> None:

@@ -304,12 +304,12 @@ def test_sweep_throughput_is_judged_and_refuses_a_sweep_that_skipped_seeds(monke
     from sim.face import bench as bench_module
 
     walls = iter([30.0, 20.0])
-    monkeypatch.setattr(bench_module, "_run_sweep", lambda args: {"wall_s": next(walls), "seeds": 12, "passed": 12})
+    monkeypatch.setattr(bench_module, "_run_sweep", lambda args: {"wall_s": next(walls), "seeds": 24, "passed": 24})
     figure = bench_module.sweep_throughput(quick=False, seed=3)
-    assert (figure["jobs_1"]["seeds_per_s"], figure["jobs_2"]["seeds_per_s"], figure["ratio"]) == (0.4, 0.6, 1.5)
+    assert (figure["jobs_1"]["seeds_per_s"], figure["jobs_2"]["seeds_per_s"], figure["ratio"]) == (0.8, 1.2, 1.5)
     figures = {"seed": 3, "quick": False, "runs": {}, "sweep_throughput": figure,
                "scheduler": {"sleeps": 10, "floor_s": 1.0, "simruntime_s": 1.2, "ratio": 1.2, "budget_ratio": 1.5}}
     assert ("sweep --jobs 2 >= 1.8x the throughput of --jobs 1", False) in verdicts(figures)
-    monkeypatch.setattr(bench_module, "_run_sweep", lambda args: {"wall_s": 5.0, "seeds": 11, "passed": 11})
-    with pytest.raises(RuntimeError, match="ran 11 of 12 seeds"):
+    monkeypatch.setattr(bench_module, "_run_sweep", lambda args: {"wall_s": 5.0, "seeds": 23, "passed": 23})
+    with pytest.raises(RuntimeError, match="ran 23 of 24 seeds"):
         bench_module.sweep_throughput(quick=False, seed=3)

@@ -148,3 +148,22 @@ def test_exactly_once_wake_holds_the_archive_to_the_runs_that_started():
     assert [v.message for v in found] == [
         "s@20: the run started, yet retention archived the occurrence as one that never ran (its summary is lost)",
         "s@50: retention archived a run of an occurrence that never started"]
+
+
+def test_the_audits_of_deleted_runs_are_counted_apart_from_the_wakes_work(monkeypatch):
+    """``stats.work`` is the system's work per wake (what bench budgets):
+    with every deleted run audited it is what the same run counts with the
+    audit switched off, and the audits' own encodings and digests are
+    ``stats.audit_work``."""
+    from sim.face.bench import work_per_wake
+
+    audited = year(2, "50h", retire_audit_every=1)
+    assert audited.passed, audited.violations
+    with monkeypatch.context() as patch:
+        patch.setattr(InvariantSet, "audit_retiring", lambda self, view: None)
+        unaudited = year(2, "50h", retire_audit_every=1)
+    assert unaudited.trace_digest == audited.trace_digest
+    assert audited.stats["work"] == unaudited.stats["work"]
+    audit = audited.stats["audit_work"]
+    assert audit["digests"] > 0 and audit["decodes"] > 0 and not any(unaudited.stats["audit_work"].values())
+    assert work_per_wake(audited.stats)["audit"]["digests"] == round(audit["digests"] / audited.stats["wakes"], 2)
