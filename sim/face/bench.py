@@ -26,9 +26,16 @@ BARE_SLEEPS = 105_120
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _run_child(args: list[str]) -> dict[str, Any]:
+def _child_env() -> dict[str, str]:
+    """This environment, with the project's root first on ``PYTHONPATH``: a
+    child process imports the same ``sim`` the bench runs from."""
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _run_child(args: list[str]) -> dict[str, Any]:
+    env = _child_env()
     started = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([sys.executable, "-m", "sim", "run", *args, "--json"], capture_output=True,
@@ -196,8 +203,7 @@ def _run_direct_child(args: list[str]) -> dict[str, Any]:
     harnessed run: the child's CPU time (user + sys) from the kernel's
     accounting, so the two figures of the ratio count the same things
     (interpreter start-up and imports included in both)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = _child_env()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([sys.executable, "-m", "scenarios.direct", *args, "--json"], capture_output=True,
                           text=True, env=env, check=False)
@@ -316,8 +322,7 @@ SWEEP_DURATION_QUICK = "1d"
 def _run_sweep(args: list[str]) -> dict[str, Any]:
     """One ``loomsim sweep`` in a fresh process: its wall time (seconds, the
     parent's clock), and the seeds it ran and passed (from its JSON)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = _child_env()
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "sim", "sweep", *args, "--json"], capture_output=True, text=True,
                           env=env, check=False)
