@@ -170,7 +170,6 @@ class AuditedDeletes:
 
     def __init__(self, store: Any, method: str, before: Any) -> None:
         self._store = store
-        self._before = before
         deleting = getattr(store, method)
 
         async def audited(conversation_id: Any, *args: Any, **kwargs: Any) -> Any:
