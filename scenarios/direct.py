@@ -20,7 +20,15 @@ streams), but with everything the harness adds taken away:
   earliest stepped with ``coro.send(None)``, and a plain clock.
 
 What it keeps is the wake itself, so a harnessed run's CPU per wake over this
-driver's is what the harness costs. ``loomsim bench`` runs it as a child
+driver's is what the harness costs.
+
+``--judged`` puts back one piece of the harness, the one no speed-up may
+remove: the reference model (``reference-model``: an independent model of
+every port's contract) judges every store call's answer, as in a harnessed
+run. Each store is reached through ``JudgedStore`` (the call, then its answer
+shown to the reference: no fault plan, no trace, no other oracle). What that
+run costs per wake is the floor of any harnessed run that checks every
+answer, and ``loomsim bench`` prints it beside the harness's figure. ``loomsim bench`` runs it as a child
 process (``python -m scenarios.direct``), as it runs the harnessed one, so
 both figures are whole-process CPU. The counts it prints (wakes started,
 runs settled and how, submissions left unsettled) are the evidence that it
@@ -45,12 +53,16 @@ from model.ledger.memory_store import InMemorySubmissionLedger
 from model.pins import InMemoryPinIndex
 from model.runs import LedgerRuns
 from model.schedule_store import InMemoryScheduleStore
+from faults.describe import DESCRIBERS_BY_PORT
+from faults.ports import PortCall
 from model.schedules import Schedule, parse_run_id
 from scenarios import sentinel_app as app
+from scenarios.invariants.reference_model import ReferenceModel
 from scenarios.pager import PagerService
 from scenarios.sentinel_year import RETENTION
 from scenarios.sentinels import WORKER_NODE, build_chains, wake_effects, worker_processes
 from sim.clock import MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND, parse_duration_ms
+from sim.invariants import Violation
 from sim.rng import Streams
 
 # sentinel-year's defaults (its scenario parameters and knobs, ``--no-swarm``).
@@ -210,6 +222,46 @@ class DirectStores:
     findings: Any = attrs.field(factory=InMemoryFindingsProjection)
 
 
+class JudgedStore:
+    """``target``'s port methods (those a harnessed run traces:
+    ``faults.describe.DESCRIBERS_BY_PORT[port]``), each handing the call and
+    its answer (result, or the error it raised) to ``judge`` once the store
+    answered, as ``faults.ports.BoundPort`` hands them to the run's port
+    observers. Nothing else: no fault, no trace, no dead-node refusal."""
+
+    def __init__(self, port: str, target: Any, judge: Any, now_ms: Any, node: str = WORKER_NODE) -> None:
+        self.target = target
+        for method in DESCRIBERS_BY_PORT[port]:
+            setattr(self, method, _judged(port, method, getattr(target, method), judge, now_ms, node))
+
+
+def _judged(port: str, method: str, fn: Any, judge: Any, now_ms: Any, node: str) -> Any:
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = await fn(*args, **kwargs)
+        except Exception as error:
+            judge(PortCall(now_ms(), node, port, method, args, kwargs, None, error))
+            raise
+        judge(PortCall(now_ms(), node, port, method, args, kwargs, result, None))
+        return result
+
+    call.__name__ = f"{port}.{method}"
+    return call
+
+
+def judged_stores(stores: "DirectStores", runtime: "DirectRuntime") -> tuple["DirectStores", ReferenceModel,
+                                                                              list[Violation]]:
+    """``stores`` behind ``JudgedStore``s feeding one ``ReferenceModel``; its
+    violations are collected in the list returned (a divergence does not
+    end the run: the counts and the list are the evidence)."""
+    reference = ReferenceModel()
+    violations: list[Violation] = []
+    reference.attach(None, runtime.now_ms, violations.append)  # no trace: it judges port calls, not events
+    judged = DirectStores(**{name: JudgedStore(name, getattr(stores, name), reference.on_port_call, runtime.now_ms)
+                             for name in attrs.fields_dict(DirectStores)})
+    return judged, reference, violations
+
+
 @attrs.frozen
 class DirectResult:
     duration_ms: int
@@ -220,21 +272,29 @@ class DirectResult:
     unsettled: int       # submissions the ledger still holds non-terminal at the end
     pages: int           # pages the pager received
     switches: int        # task steps
+    judged: bool = False  # the reference model judged every store call (``--judged``)
+    reference_checks: int = 0   # the answers it judged
+    violations: tuple = ()      # what it found, one line each (a clean model: none)
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
 
 
 def run_direct(*, seed: int = 1, duration_ms: int, sentinels: int = 1, every_ms: int = EVERY_MS,
-               paging: bool = True, stores: DirectStores | None = None) -> DirectResult:
+               paging: bool = True, stores: DirectStores | None = None, judged: bool = False) -> DirectResult:
     """Run ``sentinels`` schedules for ``duration_ms`` (then sentinel-year's
     settle) on bare stores, driven by ``DirectRuntime``. ``paging``: as
     ``sentinel-year --no-swarm`` (its ``pager`` switch on). ``stores``:
-    fresh in-memory ones unless given (a test may count their calls)."""
+    fresh in-memory ones unless given (a test may count their calls).
+    ``judged``: the reference model judges every store call (module docstring)."""
     assert duration_ms > 0 and sentinels >= 1
     runtime = DirectRuntime()
     streams = Streams(seed)
     stores = DirectStores() if stores is None else stores
+    reference = None
+    violations: list[Violation] = []
+    if judged:
+        stores, reference, violations = judged_stores(stores, runtime)
     schedules = {s.schedule_id: s for s in (Schedule(f"sentinel-{i}", every_ms, end_ms=duration_ms)
                                             for i in range(sentinels))}
     pager = PagerService().bind(WORKER_NODE)
@@ -271,7 +331,9 @@ def run_direct(*, seed: int = 1, duration_ms: int, sentinels: int = 1, every_ms:
                         wakes=sum(d.wakes for d in drivers.values()),
                         due=sum(s.due_count(duration_ms) for s in schedules.values()),
                         settled=dict(sorted(runs.settled.items())), unsettled=len(unsettled),
-                        pages=pager._service.pages, switches=runtime.switches)
+                        pages=pager._service.pages, switches=runtime.switches, judged=judged,
+                        reference_checks=0 if reference is None else reference.checks,
+                        violations=tuple(f"{v.invariant} at {v.time_ms} ms: {v.message}" for v in violations))
 
 
 async def _alarm(driver: Any, occurrence_ms: int) -> None:
@@ -294,15 +356,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--duration", default="30d")
     parser.add_argument("--sentinels", type=int, default=1)
+    parser.add_argument("--judged", action="store_true",
+                        help="the reference model judges every store call's answer (the floor of a checked run)")
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")
     args = parser.parse_args(argv)
-    result = run_direct(seed=args.seed, duration_ms=parse_duration_ms(args.duration), sentinels=args.sentinels)
+    result = run_direct(seed=args.seed, duration_ms=parse_duration_ms(args.duration), sentinels=args.sentinels,
+                        judged=args.judged)
     if args.json:
         print(json.dumps(result.to_json(), sort_keys=True))
     else:
+        judged = (f", {result.reference_checks} answers judged, {len(result.violations)} violations"
+                  if result.judged else "")
         print(f"direct: {result.wakes} wakes ({result.due} due), settled {result.settled}, "
-              f"{result.unsettled} unsettled, {result.pages} pages, {result.switches} switches")
-    return 0
+              f"{result.unsettled} unsettled, {result.pages} pages, {result.switches} switches{judged}")
+        for line in result.violations[:5]:
+            print(f"  {line}")
+    # A divergence is a finding (a clean model has none): never a figure.
+    return 1 if result.violations else 0
 
 
 if __name__ == "__main__":

@@ -94,8 +94,10 @@ def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
 
     def direct_child(args):
         direct_calls.append(tuple(args))
+        judged = "--judged" in args
         return {"wakes": 100, "due": 100, "settled": {"completed": 100}, "unsettled": 0, "pages": 2,
-                "switches": 300, "cpu_s": 1.6}
+                "switches": 300, "cpu_s": 2.4 if judged else 1.6, "judged": judged,
+                "reference_checks": 2_300 if judged else 0, "violations": []}
 
     monkeypatch.setattr(bench_module, "_run_child", child)
     monkeypatch.setattr(bench_module, "_run_direct_child", direct_child)
@@ -133,11 +135,17 @@ def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
     assert figures["scheduler"]["speedup_vs_trio"] == 20.0
     assert ("scheduler >= 20x faster than trio's MockClock per sleep", True) in verdicts(figures)
     # The harness figure: the month run (calls 7-9, median 8 s over 100 wakes) over the direct driver's.
-    assert direct_calls == [("--seed", "1", "--duration", "3d")] * 3
+    assert direct_calls == [("--seed", "1", "--duration", "3d")] * 3 + [("--seed", "1", "--duration", "3d",
+                                                                         "--judged")] * 3
     over = figures["harness_overhead"]
     assert (over["harness_cpu_us_per_wake"], over["direct_cpu_us_per_wake"], over["ratio"]) == (80_000.0, 16_000.0, 5.0)
     assert ("harness <= 1.4x direct calls per wake (sentinel-year 3d)", False) in verdicts(figures)
-    del figures["scaling"], figures["harness_overhead"]
+    # The checked floor: the judged direct runs (2.4 s over 100 wakes), the reference's share, a year of them.
+    floor = figures["checked_floor"]
+    assert (floor["judged_cpu_us_per_wake"], floor["reference_cpu_us_per_wake"], floor["year_cpu_s"]) == (
+        24_000.0, 8_000.0, 2522.9)
+    assert "(the model 16000.0, its reference 8000.0), 2522.9s for a year's 105120 wakes" in render(figures)
+    del figures["scaling"], figures["harness_overhead"], figures["checked_floor"]
     first = figures["runs"]["memory 30d"]
     assert first["cpu_s"] == 2.0 and first["cpu_s_range"] == [1.0, 3.0]
     assert first["work_per_wake"] == {"encodings": 15.0, "scalars": 25.0, "digests": 9.0, "decodes": 5.0, "hashed_kb": 9.0,
@@ -178,15 +186,9 @@ def test_harness_overhead_refuses_a_direct_run_that_did_less_than_it_claims(shor
         harness_overhead({"cpu_s": 2.0, "wakes": 860}, [_direct(), _direct(**short)], "3d")
 
 
-def test_the_direct_driver_runs_the_wakes_it_claims_with_the_harnessed_runs_store_calls():
-    """``scenarios.direct`` starts every due occurrence and settles every run
-    it started, making about the store calls per wake a harnessed
-    sentinel-year run makes (the harness's faults add recoveries and its
-    chaos removes a few wakes, so not exactly): the floor the harness is
-    held to does the same work, not less."""
-    from scenarios.direct import DirectStores, run_direct
-
-    calls = {}
+def _counted_stores(calls: dict):
+    """``DirectStores`` whose calls are counted into ``calls`` by store name."""
+    from scenarios.direct import DirectStores
 
     class Counting:
         def __init__(self, name, store):
@@ -204,8 +206,75 @@ def test_the_direct_driver_runs_the_wakes_it_claims_with_the_harnessed_runs_stor
             return call
 
     bare = DirectStores()
-    counted = DirectStores(**{name: Counting(name, getattr(bare, name)) for name in attrs.fields_dict(DirectStores)})
-    result = run_direct(seed=2, duration_ms=parse_duration_ms("6h"), stores=counted)
+    return DirectStores(**{name: Counting(name, getattr(bare, name)) for name in attrs.fields_dict(DirectStores)})
+
+
+def _judged(**overrides) -> dict:
+    return _direct(**{"judged": True, "reference_checks": 19_000, "violations": [], "cpu_s": 1.7, **overrides})
+
+
+def test_the_checked_floor_is_the_judged_direct_runs_cpu_per_wake_scaled_to_a_year():
+    from sim.face.bench import checked_floor, harness_overhead, render
+
+    over = harness_overhead({"cpu_s": 5.16, "wakes": 860}, [_direct(cpu_s=0.432)], "3d")  # 500 us a wake
+    floor = checked_floor([_judged(cpu_s=0.9), _judged(cpu_s=0.864), _judged(cpu_s=1.2)], over)
+    assert floor["judged_cpu_s"] == 0.9 and floor["judged_cpu_us_per_wake"] == round(0.9 / 864 * 1e6, 1) == 1041.7
+    assert floor["reference_cpu_us_per_wake"] == 541.7 and floor["year_cpu_s"] == round(1041.7 * 105_120 / 1e6, 1)
+    # A figure, not a budget: no verdict of its own.
+    figures = {**_figures(encodings=18.0, cpu_s=50.0), "harness_overhead": over}
+    assert verdicts({**figures, "checked_floor": floor}) == verdicts(figures)
+    assert "a checked run's floor (not a budget; the memory year's budget is 60s)" in render(
+        {**figures, "checked_floor": floor})
+
+
+@pytest.mark.parametrize("short", [{"judged": False}, {"reference_checks": 100}, {"violations": ["x"]},
+                                   {"wakes": 800, "due": 800}, {"unsettled": 1}])
+def test_the_checked_floor_refuses_a_run_that_did_or_judged_less_than_it_claims(short):
+    from sim.face.bench import checked_floor, harness_overhead
+
+    over = harness_overhead({"cpu_s": 5.16, "wakes": 860}, [_direct()], "3d")
+    with pytest.raises(RuntimeError, match="did not run and judge the wakes it claims"):
+        checked_floor([_judged(), _judged(**short)], over)
+
+
+def test_the_judged_direct_driver_shows_every_store_answer_to_the_reference_and_reports_a_wrong_one():
+    """``scenarios.direct --judged``: the reference model judges each call
+    the wakes make (a clean model: no violation); a store that answers
+    wrongly (a durable-state load handing back another payload than the
+    one stored, which the wake goes on with) is reported, naming the call."""
+    from model.durable_state.memory_store import InMemoryDurableStateStore
+    from model.durable_state.store import DurableStateRecord
+    from scenarios.direct import DirectStores, run_direct
+
+    calls = {}
+    clean = run_direct(seed=2, duration_ms=parse_duration_ms("6h"), judged=True, stores=_counted_stores(calls))
+    assert clean.judged and clean.wakes == clean.due == 72 and clean.violations == ()
+    assert clean.reference_checks == sum(calls.values()) >= 15 * clean.wakes  # every call the wakes made, judged
+
+    class Forgetful(InMemoryDurableStateStore):
+        async def load(self, key):
+            record = await super().load(key)
+            if record is None or record.revision < 10:
+                return record
+            return DurableStateRecord(record.contract_version, record.revision, {**record.payload, "wakes": 0})
+
+    wrong = run_direct(seed=2, duration_ms=parse_duration_ms("6h"), judged=True, stores=DirectStores(ds=Forgetful()))
+    assert wrong.wakes == 72 and wrong.violations, wrong
+    assert wrong.violations[0].startswith("reference-model at ") and "ds.load" in wrong.violations[0]
+    plain = run_direct(seed=2, duration_ms=parse_duration_ms("6h"), stores=DirectStores(ds=Forgetful()))
+    assert not plain.judged and plain.reference_checks == 0 and plain.violations == ()  # unjudged: unseen
+
+
+def test_the_direct_driver_runs_the_wakes_it_claims_with_the_harnessed_runs_store_calls():
+    """``scenarios.direct`` starts every due occurrence and settles every run
+    it started, making about the store calls per wake a harnessed
+    sentinel-year run makes (the harness's faults add recoveries and its
+    chaos removes a few wakes, so not exactly): the floor the harness is
+    held to does the same work, not less."""
+    from scenarios.direct import run_direct
+
+    calls = {}
+    result = run_direct(seed=2, duration_ms=parse_duration_ms("6h"), stores=_counted_stores(calls))
     assert result.wakes == result.due == 72
     assert sum(result.settled.values()) == 72 and result.settled.get("completed", 0) >= 70 and result.unsettled == 0
     assert calls["ledger"] >= 6 * 72 and calls["log"] >= 5 * 72 and calls["ds"] >= 2 * 72  # admit..finalize, appends, load+save

@@ -209,7 +209,14 @@ def _run_direct_child(args: list[str]) -> dict[str, Any]:
                           text=True, env=env, check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        raise RuntimeError(f"direct driver failed ({proc.returncode}): {proc.stderr.strip()}")
+        try:
+            found = json.loads(proc.stdout).get("violations") or ()
+        except ValueError:
+            found = ()
+        # A judged run that found a divergence: the model is wrong, and no figure stands.
+        detail = f"the reference model found {len(found)} violations, first: {found[0]}" if found else (
+            proc.stderr.strip())
+        raise RuntimeError(f"direct driver failed ({proc.returncode}): {detail}")
     result = json.loads(proc.stdout)
     result["cpu_s"] = round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 3)
     return result
@@ -238,6 +245,34 @@ def harness_overhead(harnessed: dict[str, Any], direct: list[dict[str, Any]], du
             "direct_cpu_s_range": [ordered[0]["cpu_s"], ordered[-1]["cpu_s"]], "direct_wakes": median["wakes"],
             "direct_settled": median["settled"], "direct_cpu_us_per_wake": round(direct_us, 1),
             "ratio": round(harness_us / direct_us, 2), "budget_ratio": HARNESS_BUDGET_RATIO}
+
+
+def checked_floor(judged: list[dict[str, Any]], overhead: dict[str, Any], wakes_a_year: int = BARE_SLEEPS,
+                  year_budget_s: float = 60.0) -> dict[str, Any]:
+    """What the wakes cost with the one piece of the harness no speed-up may
+    take away: ``judged`` are runs of ``scenarios.direct --judged`` (the
+    direct driver's wakes, every store answer judged by the reference model)
+    over ``overhead``'s duration; the median by CPU is reported, per wake and
+    scaled to a year's wakes, beside the plain direct driver's. Not a budget:
+    it says how much of a checked run's cost is the model and its oracle
+    alone. Refuses (``RuntimeError``) a run that did less than the plain
+    one, or judged fewer answers than it made wakes."""
+    assert judged, "no judged run"
+    for result in judged:
+        settled = sum(result["settled"].values())
+        if not (result.get("judged") and result["wakes"] == result["due"] == overhead["direct_wakes"]
+                and settled == result["wakes"] and result["unsettled"] == 0
+                and result["reference_checks"] >= result["wakes"] and not result["violations"]):
+            raise RuntimeError(f"the judged direct driver did not run and judge the wakes it claims: {result}")
+    ordered = sorted(judged, key=lambda result: result["cpu_s"])
+    median = ordered[len(ordered) // 2]
+    judged_us = median["cpu_s"] / median["wakes"] * 1e6
+    return {"duration": overhead["duration"], "judged_cpu_s": median["cpu_s"], "wakes": median["wakes"],
+            "reference_checks": median["reference_checks"], "judged_cpu_us_per_wake": round(judged_us, 1),
+            "direct_cpu_us_per_wake": overhead["direct_cpu_us_per_wake"],
+            "reference_cpu_us_per_wake": round(judged_us - overhead["direct_cpu_us_per_wake"], 1),
+            "year_wakes": wakes_a_year, "year_cpu_s": round(judged_us * wakes_a_year / 1e6, 1),
+            "year_budget_s": year_budget_s}
 
 
 def bench(*, quick: bool = False, seed: int = 1, runs_each: int = 1) -> dict[str, Any]:
@@ -275,6 +310,9 @@ def bench(*, quick: bool = False, seed: int = 1, runs_each: int = 1) -> dict[str
     # The harness over the same wakes driven by direct calls (ARCHITECTURE §8), per wake, month runs.
     direct = [_run_direct_child(["--seed", str(seed), "--duration", month]) for _ in range(runs_each)]
     figures["harness_overhead"] = harness_overhead(runs[f"memory {month}"], direct, month)
+    # The same wakes with every store answer judged by the reference model: a checked run's floor.
+    judged = [_run_direct_child(["--seed", str(seed), "--duration", month, "--judged"]) for _ in range(runs_each)]
+    figures["checked_floor"] = checked_floor(judged, figures["harness_overhead"])
     # Per-wake cost as the fleet grows: about the same number of wakes at 1,
     # 10 and 100 sentinels (ARCHITECTURE §8: at 100, <= 1.2x the cost at 1).
     scaling: dict[str, Any] = {}
@@ -475,6 +513,13 @@ def render(figures: dict[str, Any]) -> str:
                      f"driven by direct calls (scenarios.direct): {over['harness_cpu_us_per_wake']} us vs "
                      f"{over['direct_cpu_us_per_wake']} us CPU per wake ({over['harness_wakes']} vs "
                      f"{over['direct_wakes']} wakes) = {over['ratio']}x (budget <= {over['budget_ratio']}x)")
+    floor = figures.get("checked_floor")
+    if floor:
+        lines.append(f"    the same direct wakes with the reference model judging every answer ({floor['reference_checks']} "
+                     f"answers): {floor['judged_cpu_us_per_wake']} us CPU per wake (the model "
+                     f"{floor['direct_cpu_us_per_wake']}, its reference {floor['reference_cpu_us_per_wake']}), "
+                     f"{floor['year_cpu_s']}s for a year's {floor['year_wakes']} wakes: a checked run's floor "
+                     f"(not a budget; the memory year's budget is {floor['year_budget_s']:.0f}s)")
     flat = figures.get("memory_flatness")
     if flat:
         lines.append(f"  memory flatness: peak RSS {flat['year_rss_mb']} MB (year) / {flat['month_rss_mb']} MB "
