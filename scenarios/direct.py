@@ -20,7 +20,11 @@ streams), but with everything the harness adds taken away:
   earliest stepped with ``coro.send(None)``, and a plain clock.
 
 What it keeps is the wake itself, so a harnessed run's CPU per wake over this
-driver's is what the harness costs.
+driver's is what the harness costs. ``loomsim bench`` runs it as a child
+process (``python -m scenarios.direct``), as it runs the harnessed one, so
+both figures are whole-process CPU. The counts it prints (wakes started,
+runs settled and how, submissions left unsettled) are the evidence that it
+did the work it claims: a driver doing less would make the ratio a lie.
 
 ``--judged`` puts back one piece of the harness, the one no speed-up may
 remove: the reference model (``reference-model``: an independent model of
@@ -28,11 +32,7 @@ every port's contract) judges every store call's answer, as in a harnessed
 run. Each store is reached through ``JudgedStore`` (the call, then its answer
 shown to the reference: no fault plan, no trace, no other oracle). What that
 run costs per wake is the floor of any harnessed run that checks every
-answer, and ``loomsim bench`` prints it beside the harness's figure. ``loomsim bench`` runs it as a child
-process (``python -m scenarios.direct``), as it runs the harnessed one, so
-both figures are whole-process CPU. The counts it prints (wakes started,
-runs settled and how, submissions left unsettled) are the evidence that it
-did the work it claims: a driver doing less would make the ratio a lie.
+answer; ``loomsim bench`` prints it beside the harness's figure.
 """
 from __future__ import annotations
 
@@ -44,6 +44,8 @@ from typing import Any, Coroutine
 
 import attrs
 
+from faults.describe import DESCRIBERS_BY_PORT
+from faults.ports import PortCall
 from model.claimcheck import INLINE_CAP_BYTES_DEFAULT
 from model.conversation.content_store import InMemoryContentStore
 from model.conversation.memory_store import InMemoryConversationStore
@@ -53,8 +55,6 @@ from model.ledger.memory_store import InMemorySubmissionLedger
 from model.pins import InMemoryPinIndex
 from model.runs import LedgerRuns
 from model.schedule_store import InMemoryScheduleStore
-from faults.describe import DESCRIBERS_BY_PORT
-from faults.ports import PortCall
 from model.schedules import Schedule, parse_run_id
 from scenarios import sentinel_app as app
 from scenarios.invariants.reference_model import ReferenceModel
@@ -230,7 +230,6 @@ class JudgedStore:
     observers. Nothing else: no fault, no trace, no dead-node refusal."""
 
     def __init__(self, port: str, target: Any, judge: Any, now_ms: Any, node: str = WORKER_NODE) -> None:
-        self.target = target
         for method in DESCRIBERS_BY_PORT[port]:
             setattr(self, method, _judged(port, method, getattr(target, method), judge, now_ms, node))
 
