@@ -40,7 +40,7 @@ import argparse
 import json
 import sys
 import types
-from typing import Any, Coroutine
+from typing import Any, Coroutine, NoReturn
 
 import attrs
 
@@ -61,7 +61,7 @@ from scenarios.invariants.reference_model import ReferenceModel
 from scenarios.pager import PagerService
 from scenarios.sentinel_year import RETENTION
 from scenarios.sentinels import WORKER_NODE, build_chains, wake_effects, worker_processes
-from sim.clock import MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND, parse_duration_ms
+from sim.clock import MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND, DurationError, parse_duration_ms
 from sim.invariants import Violation
 from sim.rng import Streams
 
@@ -349,18 +349,44 @@ def _run_once(runtime: DirectRuntime, coro: Coroutine[Any, Any, Any]) -> Any:
     raise AssertionError("an in-memory store call suspended")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad input: one ``error:`` line and exit 2, never a usage dump or a traceback."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _duration_ms(text: str) -> int:
+    try:
+        return parse_duration_ms(text)
+    except DurationError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected a whole number of at least 1")
+    return int(text)
+
+
+def _seed(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected a whole number, e.g. --seed 1")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scenarios.direct",
-                                     description="sentinel-year's wakes driven by direct calls (the harness's floor)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--duration", default="30d")
-    parser.add_argument("--sentinels", type=int, default=1)
+    parser = _Parser(prog="python -m scenarios.direct",
+                     description="sentinel-year's wakes driven by direct calls (the harness's floor)")
+    parser.add_argument("--seed", type=_seed, default=1)
+    parser.add_argument("--duration", type=_duration_ms, default="30d")
+    parser.add_argument("--sentinels", type=_count, default=1)
     parser.add_argument("--judged", action="store_true",
                         help="the reference model judges every store call's answer (the floor of a checked run)")
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")
     args = parser.parse_args(argv)
-    result = run_direct(seed=args.seed, duration_ms=parse_duration_ms(args.duration), sentinels=args.sentinels,
-                        judged=args.judged)
+    result = run_direct(seed=args.seed, duration_ms=args.duration, sentinels=args.sentinels, judged=args.judged)
     if args.json:
         print(json.dumps(result.to_json(), sort_keys=True))
     else:

@@ -382,3 +382,14 @@ def test_sweep_throughput_is_judged_and_refuses_a_sweep_that_skipped_seeds(monke
     monkeypatch.setattr(bench_module, "_run_sweep", lambda args: {"wall_s": 5.0, "seeds": 23, "passed": 23})
     with pytest.raises(RuntimeError, match="ran 23 of 24 seeds"):
         bench_module.sweep_throughput(quick=False, seed=3)
+
+
+@pytest.mark.parametrize("argv", [["--duration", "nonsense"], ["--duration", "0d"], ["--seed", "x"],
+                                  ["--sentinels", "0"], ["--bogus"]])
+def test_the_direct_driver_refuses_bad_input_in_one_line(argv, capsys):
+    from scenarios.direct import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith("python -m scenarios.direct: error: ")
