@@ -365,13 +365,13 @@ def _duration_ms(text: str) -> int:
 
 
 def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected a whole number of at least 1")
     return int(text)
 
 
 def _seed(text: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected a whole number, e.g. --seed 1")
     return int(text)
 

@@ -385,7 +385,7 @@ def test_sweep_throughput_is_judged_and_refuses_a_sweep_that_skipped_seeds(monke
 
 
 @pytest.mark.parametrize("argv", [["--duration", "nonsense"], ["--duration", "0d"], ["--seed", "x"],
-                                  ["--sentinels", "0"], ["--bogus"]])
+                                  ["--sentinels", "0"], ["--seed", "²"], ["--bogus"]])
 def test_the_direct_driver_refuses_bad_input_in_one_line(argv, capsys):
     from scenarios.direct import main
 
