@@ -89,7 +89,7 @@ def sentinel_year(run: Run) -> Stack:
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SENTINEL_CRASH_POINTS, periods_ms=(every_ms,),
                           boosted_sites=RARE_SITES, boost=RARE_SITE_BOOST),
-        checks=[inv.BrokenDeploys(out_of_band=operator),  # first: a broken build's load is its finding
+        checks=[inv.BrokenDeploys(app.build_reads, out_of_band=operator),  # first: a broken build's load is its finding
                 inv.CasLinear(), inv.AdoptOwnWrite(),
                 inv.ExactlyOnceWake(fleet.schedules, end_ms=d),
                 inv.ReplayDeterminism(fleet.replay_flow_for, fleet.replay_store_calls,
