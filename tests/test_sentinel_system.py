@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 
+import attrs
 import pytest
 
 import scenarios.sentinel_app as sentinel_app
@@ -506,3 +507,21 @@ def test_a_settled_run_whose_log_is_taken_over_or_appended_to_is_caught():
     bounded.on_event((3, 0, "worker-1#2", "log.delete_conversation", {"conversation": "s@0", "deleted": True}))
     materialize("s@0", 3)  # retention deleted it: forgotten
     assert len(violations) == 2
+
+
+def test_the_sweep_draws_deploys_that_land_while_the_worker_is_down():
+    """One deploy in two finds the worker already crashed at its wake's save
+    (armed by the deploy workload, a recorded fault): the case that once
+    needed a hand-written script is a seed's. Its script replays the run."""
+    from faults.kinds import ACK_LOST, CRASH_BEFORE_CALL, FAILPOINT_CRASH
+
+    opts = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("3d"))
+    result = run(registry.get("sentinel-year"), opts)
+    assert result.passed, result.violations
+    assert result.stats["deploys_while_down"] >= 1, result.stats
+    armed = [e for e in result.fault_script if (e.site, e.kind) in {
+        ("durable_state.save.after_store_write", FAILPOINT_CRASH), ("ds.save", ACK_LOST),
+        ("ds.save", CRASH_BEFORE_CALL)}]
+    assert armed, result.fault_script
+    again = run(registry.get("sentinel-year"), attrs.evolve(opts, fault_script=tuple(result.fault_script)))
+    assert again.trace_digest == result.trace_digest
