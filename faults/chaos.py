@@ -208,30 +208,61 @@ class Deploys(Workload):
     """New code, rolled out with a restart of ``nodes``: ``timeline(chaos,
     duration_ms)`` says when and which build (drawn at start; deploys at or
     after the heal instant are dropped), ``on_deploy(build)`` switches the
-    code and returns the trace fields of the deploy."""
+    code and returns the trace fields of the deploy.
+
+    A deploy often lands while a worker is already down: ``across`` lists
+    the faults, as (site, fault kind), that may crash a worker just before
+    one (a crash between a save's store write and its step record, a lost
+    ack, a call that never reached its store), armed ``lead_ms`` before the
+    deploy at the site's next hit with a restart after it, so the worker
+    comes back on the new code holding work the old code began. One deploy
+    in ``across_one_in`` of each kind is drawn so, from the deploy's own
+    stream (``chaos/deploy-<n>``: the other draws keep their meaning); the
+    crash is a recorded fault, so a repro's script replays it."""
 
     name = "deploys"
 
     def __init__(self, timeline: Callable[[Stream, int], Sequence[tuple[int, Any]]],
                  on_deploy: Callable[[Any], dict], *, nodes: Sequence[str], duration_ms: int,
-                 restart_ms: tuple[int, int]) -> None:
+                 restart_ms: tuple[int, int], across: Sequence[tuple[str, str]] = (),
+                 across_one_in: int = 2, lead_ms: int = 0) -> None:
         assert nodes and duration_ms > 0
+        assert not across or (across_one_in >= 1 and lead_ms > 0), (across_one_in, lead_ms)
         self._timeline = timeline
         self._on_deploy = on_deploy
         self.nodes = tuple(nodes)
         self.duration_ms = duration_ms
         self.restart_ms = restart_ms
+        self.across = tuple(across)
+        self.across_one_in = across_one_in
+        self.lead_ms = lead_ms
         self.deploys = 0
+        self.deploys_while_down = 0
 
     def start(self, world: World) -> None:
         chaos = world.streams["chaos"]
-        for at_ms, build in self._timeline(chaos, self.duration_ms):
+        for index, (at_ms, build) in enumerate(self._timeline(chaos, self.duration_ms)):
             if at_ms < world.heal_at_ms:
                 # The rolling restart's downtime is drawn now, at start: a
                 # scripted replay draws nothing from chaos during the run.
                 downtime_ms = chaos.between(*self.restart_ms)
                 world.at(at_ms, lambda b=build, d=downtime_ms: self._deploy(world, b, d),
                          label=f"deploy {getattr(build, 'name', build)}")
+                self._plan_downtime(world, index, at_ms)
+
+    def _plan_downtime(self, world: World, index: int, at_ms: int) -> None:
+        if not self.across or world.plan is None:
+            return
+        rng = world.streams.fork(f"chaos/deploy-{index}")
+        pick = rng.below(len(self.across) * self.across_one_in)
+        if pick >= len(self.across):
+            return
+        site, kind = self.across[pick]
+        restart_after_ms = self.lead_ms + rng.between(*self.restart_ms)
+        arm_ms = max(0, at_ms - self.lead_ms)
+        world.at(arm_ms, lambda: world.plan.arm_once(site, kind, restart_after_ms=restart_after_ms),
+                 label=f"arm {kind} at {site} before deploy {index}")
+        world.at(at_ms, lambda: world.plan.disarm(site), label=f"disarm {site}")
 
     def _deploy(self, world: World, build: Any, downtime_ms: int) -> None:
         fields = self._on_deploy(build)
@@ -241,9 +272,11 @@ class Deploys(Workload):
             node = world.nodes[name]
             if node.alive:
                 world.crash(node, restart_after_ms=downtime_ms)
+            else:
+                self.deploys_while_down += 1
 
     def metrics(self) -> dict[str, Any]:
-        return {"deploys": self.deploys}
+        return {"deploys": self.deploys, "deploys_while_down": self.deploys_while_down}
 
 
 class InDoubtResolver(Workload):

@@ -707,7 +707,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "                await self._delete(run_id)\n",
         "                await self._delete(run_id)\n"
         "                await store.retire(schedule_id, occurrence_ms, run_id, summary)\n", SY,
-        ci_seed=3, ci_duration="3d"),
+        ci_seed=4, ci_duration="3d"),
 
     # -- checkpoints (persistence §8) ------------------------------------------------------
     Mutant(

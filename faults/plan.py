@@ -85,6 +85,10 @@ class FaultPlan:
         self._site_gaps = {site: {kind: max(1, round(1.0 / rate)) for kind, rate in r.items() if rate > 0}
                            for site, r in (site_rates or {}).items()}
         self._next_fire: dict[str, list[list]] = {}  # site -> [[hit index, kind, gaps], ...]
+        # Armed by a workload (``arm_once``): site -> (kind, restart_after_ms),
+        # fired at the site's next hit; and the restart delays of the fired.
+        self._once: dict[str, tuple[str, int]] = {}
+        self._once_delays: dict[tuple[str, int], int] = {}
         self._due: dict[str, int] = {}  # site -> the earliest hit index in its _next_fire
         # Scripted: the entries by (site, hit), and hand-written ones by time.
         # Each is known by its index in the script, to say which never fired.
@@ -151,9 +155,35 @@ class FaultPlan:
                 if fired is None:
                     fired = entry[1]
         self._due[site] = min([entry[0] for entry in schedule], default=_NEVER)
+        if self._once:
+            fired = self._fire_armed(site, n, kinds, fired)
         if fired is not None and self._clock() >= self.heal_at_ms:
             return n, None
         return n, fired
+
+    def _fire_armed(self, site: str, n: int, kinds: tuple[str, ...], fired: str | None) -> str | None:
+        armed = self._once.get(site)
+        if armed is None or armed[0] not in kinds or self._clock() >= self.heal_at_ms:
+            return fired
+        del self._once[site]
+        self._once_delays[(site, n)] = armed[1]
+        return armed[0]
+
+    def arm_once(self, site: str, kind: str, *, restart_after_ms: int) -> None:
+        """The next hit of ``site`` fires ``kind``, whatever the rates, and a
+        process it crashes stays down ``restart_after_ms``: a workload's
+        planned fault (a worker down across a deploy). The fault is recorded
+        like any other, so the run's script replays it; a scripted plan arms
+        nothing (the script holds what fires)."""
+        assert kind in ALL_FAULT_KINDS and restart_after_ms > 0, (kind, restart_after_ms)
+        if self.scripted:
+            return
+        self._once[site] = (kind, restart_after_ms)
+        self._due[site] = 0  # the next hit takes the slow path
+
+    def disarm(self, site: str) -> None:
+        """Forget an ``arm_once`` of ``site`` that has not fired."""
+        self._once.pop(site, None)
 
     def _draw_scripted(self, site: str, kinds: tuple[str, ...]) -> tuple[int, str | None]:
         n = self._hits.get(site, 0) + 1
@@ -199,7 +229,8 @@ class FaultPlan:
         entry = self._fired.get((site, hit))
         if entry is not None and entry[1].restart_after_ms is not None:
             return entry[1].restart_after_ms
-        return fallback()
+        armed_ms = self._once_delays.pop((site, hit), None) if self._once_delays else None
+        return fallback() if armed_ms is None else armed_ms
 
     def duration_ms(self, site: str, hit: int, fallback: Callable[[], int]) -> int:
         """How long this fault lasts (latency): the script's figure, or drawn now."""

@@ -161,6 +161,16 @@ BUILD_V2 = Build("v2", 2)
 BUILD_V3 = Build("v3", 3)
 BUILD_V3_NO_MIGRATION = Build("v3-no-migration", 3, broken="missing-migration", drop_migration=2)
 BUILD_V1_ROLLBACK = Build("v1-rollback", 1, broken="future-version")
+BUILDS = {b.name: b for b in (BUILD_V1, BUILD_V2, BUILD_V3, BUILD_V3_NO_MIGRATION, BUILD_V1_ROLLBACK)}
+
+
+def build_reads(build_name: str, stored_version: int) -> bool:
+    """Whether the build named ``build_name`` reads a record stored at
+    ``stored_version``: not from its future, and every migration on the way
+    shipped. A broken build is broken for the records it cannot read only:
+    the rollback reads v1, the build without the v2 migration reads v3."""
+    build = BUILDS[build_name]
+    return stored_version <= build.version and build.drop_migration not in range(stored_version, build.version)
 
 
 def load_transform(chain: dict[int, StateContract], from_version: int, to_version: int):

@@ -53,9 +53,16 @@ SWARM = SwarmSpace(
            # recovery and one in n of the others (scenarios.system).
            Knob("retire_audit_every", RETIRE_AUDIT_EVERY, 1, 64, "audit 1 in n calm runs before retention "
                 "deletes them (every recovered run always)", values=(1, RETIRE_AUDIT_EVERY, RETIRE_AUDIT_EVERY, 4))))
+# A deploy lands inside a wake, just after its save: one deploy in two finds
+# the worker already down, crashed at that save by one of these (its write
+# committed or not, its step record lost), and the restarted worker resumes
+# the run on the new code.
+DOWN_ACROSS_DEPLOY = (("durable_state.save.after_store_write", FAILPOINT_CRASH), ("ds.save", ACK_LOST),
+                      ("ds.save", CRASH_BEFORE_CALL))
 SOMETIMES = ("adopted_saves", "save_conflicts", "wakes_skipped", "claim_checked_payloads", "findings",
              "blobs_reclaimed", "runs_held_by_pins", "broken_deploys_caught", "runs_migrated_on_resume",
-             "runs_failed_migration_missing", "worker_crashes", "transient_retries", "runs_parked_in_doubt")
+             "runs_failed_migration_missing", "worker_crashes", "transient_retries", "runs_parked_in_doubt",
+             "deploys_while_down")
 
 
 @scenario("sentinel-year", "sentinels waking every 5 minutes for a year on the whole system: ledger, log, "
@@ -83,13 +90,14 @@ def sentinel_year(run: Run) -> Stack:
             NodeKills([WORKER_NODE], every_ms=(6 * HOUR, 6 * DAY), restart_ms=RESTART_MS,
                       outage_one_in=6, outage_ms=(10 * MINUTE, 45 * MINUTE)),
             DuplicateAlarms(fleet.schedule_ids, fleet.deliver_again, every_ms=(2 * HOUR, 3 * DAY)),
-            Deploys(fleet.deploy_timeline, fleet.on_deploy, nodes=[WORKER_NODE], duration_ms=d, restart_ms=RESTART_MS),
+            Deploys(fleet.deploy_timeline, fleet.on_deploy, nodes=[WORKER_NODE], duration_ms=d, restart_ms=RESTART_MS,
+                    across=DOWN_ACROSS_DEPLOY, lead_ms=app.STATS_LATENCY_MS[1] + 1),
             InDoubtResolver(fleet.schedule_ids, every_ms=ON_CALL_EVERY_MS, lease_ms=run.knob("lease_ms"),
                             delivered=fleet.page_delivered, redrive=fleet.page_again, enabled=fleet.paging),
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SENTINEL_CRASH_POINTS, periods_ms=(every_ms,),
                           boosted_sites=RARE_SITES, boost=RARE_SITE_BOOST),
-        checks=[inv.BrokenDeploys(out_of_band=operator),  # first: a broken build's load is its finding
+        checks=[inv.BrokenDeploys(app.build_reads, out_of_band=operator),  # first: a broken build's load is its finding
                 inv.CasLinear(), inv.AdoptOwnWrite(),
                 inv.ExactlyOnceWake(fleet.schedules, end_ms=d),
                 inv.ReplayDeterminism(fleet.replay_flow_for, fleet.replay_store_calls,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 
+import attrs
 import pytest
 
 import scenarios.sentinel_app as sentinel_app
@@ -210,7 +211,8 @@ def test_app_swallowing_a_contract_mismatch_is_caught(monkeypatch):
     monkeypatch.setattr(sentinel_app, "make_flow", make_flow)
     result = first_caught()
     assert_caught(result, "broken-deploy")
-    assert "committed a save under broken build" in result.violations[0].message
+    # It clears the state first: caught at the clear, before its save.
+    assert "cleared state it cannot read" in result.violations[0].message
 
 
 @pytest.mark.parametrize("seed", CI_BASELINE_SEEDS)
@@ -350,7 +352,7 @@ def test_out_of_band_writers_are_judged_by_every_contract_not_the_deployed_build
     operator = lambda node: node == "operator"  # noqa: E731
     safety = ContractSafety(lambda key: {1: Valid()}, out_of_band=operator,
                             every_contract_for_key=lambda key: {1: Valid(), 2: Valid()})
-    deploys = BrokenDeploys(out_of_band=operator)
+    deploys = BrokenDeploys(sentinel_app.build_reads, out_of_band=operator)
     trace = Trace(lambda: 0)
     for checker in (safety, deploys):
         checker.attach(trace, lambda: 0, violations.append)
@@ -379,13 +381,16 @@ def _attached(checker):
 
 
 def test_a_save_conflicting_with_the_systems_own_other_write_is_caught():
-    """A run whose save record was not durable re-runs its save on new code
-    after a deploy: its conflict is with the system's own earlier commit
-    (other content), not an operator's. Same content (an adoptable re-run)
-    or an operator's commit is no violation."""
+    """A run that re-runs its save with other content on the same code
+    conflicts with the system's own earlier commit at the same contract
+    version: two live writers, or a non-deterministic re-run. Same content
+    (an adoptable re-run), an operator's commit, or the system's own commit
+    at another contract version (a save committed on the old code, re-run on
+    a build of another version after a deploy: ADR 0053 D3 adopts only at
+    the current contract version, so it conflicts loudly) is no violation."""
     from scenarios.invariants.broken_deploy import BrokenDeploys
 
-    deploys = BrokenDeploys(out_of_band=lambda node: node == "operator")
+    deploys = BrokenDeploys(sentinel_app.build_reads, out_of_band=lambda node: node == "operator")
     violations = _attached(deploys)
 
     def commit(node, revision, version, payload):
@@ -400,10 +405,80 @@ def test_a_save_conflicting_with_the_systems_own_other_write_is_caught():
     conflict("worker-1#2", 0, 1, {"wakes": 1})  # its own identical write: adoptable
     commit("operator", 2, 1, {"wakes": 1, "total": 0})
     conflict("worker-1#2", 1, 1, {"wakes": 2})  # an operator's edit: a real concurrent writer
-    assert violations == []
     commit("worker-1#2", 3, 1, {"wakes": 2})
     conflict("worker-1#3", 2, 2, {"wakes": 2, "window": []})  # its own write, re-run on v2 code
+    assert violations == []
+    commit("worker-1#3", 4, 2, {"wakes": 3, "window": []})
+    conflict("worker-1#4", 3, 2, {"wakes": 3, "window": [7]})  # same code, other content
     assert [v.invariant for v in violations] == ["broken-deploy"]
+    assert "same contract version (v2)" in violations[0].message
+
+
+def test_a_broken_build_is_judged_by_the_state_it_meets():
+    """A rollback build reads the state of its own version: a load or a save
+    over v1 state under v1-rollback is no violation; over v2 state it is.
+    The build without the v2 migration reads v3 and nothing older. A broken
+    build replaced before it met state it cannot read owes no rejection."""
+    from scenarios.invariants.broken_deploy import BrokenDeploys
+
+    deploys = BrokenDeploys(sentinel_app.build_reads)
+    violations = _attached(deploys)
+
+    def deploy(build):
+        b = sentinel_app.BUILDS[build]
+        deploys.on_event((0, 0, "harness", "deploy", {"build": b.name, "version": b.version, "broken": b.broken}))
+
+    def commit(revision, version):
+        deploys.on_event((1, 0, "worker-1", "ds.save", {"key": "k", "expected": revision - 1, "version": version,
+                                                        "payload": {}, "revision": revision}))
+
+    def loaded(version):
+        deploys.on_event((2, 0, "worker-1", "ds.loaded", {"key": "k", "found": True, "current": 1,
+                                                          "stored_version": version}))
+
+    commit(1, 1)
+    deploy("v2")
+    deploy("v1-rollback")  # nothing ran v2: the state is still v1
+    loaded(1)
+    commit(2, 1)
+    deploy("v2")
+    assert violations == [] and deploys.caught == 0
+    commit(3, 2)
+    deploy("v1-rollback")
+    loaded(2)
+    commit(4, 1)
+    assert [v.message for v in violations] == [
+        "build v1-rollback loaded state it cannot read (v2)",
+        "a run committed a save under broken build v1-rollback over state it cannot read (v2)"]
+    assert [sentinel_app.build_reads("v3-no-migration", v) for v in (1, 2, 3)] == [False, False, True]
+    assert [sentinel_app.build_reads("v1-rollback", v) for v in (1, 2, 3)] == [True, False, False]
+
+
+# Hand-written fault scripts that failed broken-deploy on the unmodified
+# system (issue 28): a kill across a v2 deploy and its rollback, a lost ack
+# whose restart spans both deploys, and a swarm-drawn script in which a
+# worker crashed between its save's store write and its step record, a v2
+# deploy landing while it was down.
+_SAVE_RERUN_ACROSS_V2 = [  # seed 0 of 7 days deploys v2 at 07:25:00.550 on day 1, inside this wake
+    {"time_ms": 113100549, "node": "worker-1", "site": "durable_state.save.after_store_write",
+     "kind": "failpoint-crash", "restart_after_ms": 40636}]
+
+
+@pytest.mark.parametrize("seed, duration, script", [
+    (1, "2h", [{"time_ms": 600000, "node": "worker-1", "site": "process", "kind": "node-kill",
+                "restart_after_ms": 3600000}]),
+    (1, "2h", [{"time_ms": 600000, "node": "worker-1", "site": "ds.save", "kind": "ack-lost",
+                "restart_after_ms": 2400000}]),
+    (0, "7d", _SAVE_RERUN_ACROSS_V2),
+], ids=["kill-across-rollback", "ack-lost-across-both", "save-rerun-on-v2"])
+def test_downtime_across_deploys_is_no_false_alarm(seed, duration, script):
+    from faults.script import parse_script
+
+    opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration),
+                           fault_script=parse_script(script))
+    result = run(registry.get("sentinel-year"), opts)
+    assert result.passed, result.violations
+    assert result.stats["deploys"] >= 1 and result.stats["worker_crashes"] >= 1, result.stats
 
 
 def test_a_settled_run_whose_log_is_taken_over_or_appended_to_is_caught():
@@ -432,3 +507,21 @@ def test_a_settled_run_whose_log_is_taken_over_or_appended_to_is_caught():
     bounded.on_event((3, 0, "worker-1#2", "log.delete_conversation", {"conversation": "s@0", "deleted": True}))
     materialize("s@0", 3)  # retention deleted it: forgotten
     assert len(violations) == 2
+
+
+def test_the_sweep_draws_deploys_that_land_while_the_worker_is_down():
+    """One deploy in two finds the worker already crashed at its wake's save
+    (armed by the deploy workload, a recorded fault): the case that once
+    needed a hand-written script is a seed's. Its script replays the run."""
+    from faults.kinds import ACK_LOST, CRASH_BEFORE_CALL, FAILPOINT_CRASH
+
+    opts = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("3d"))
+    result = run(registry.get("sentinel-year"), opts)
+    assert result.passed, result.violations
+    assert result.stats["deploys_while_down"] >= 1, result.stats
+    armed = [e for e in result.fault_script if (e.site, e.kind) in {
+        ("durable_state.save.after_store_write", FAILPOINT_CRASH), ("ds.save", ACK_LOST),
+        ("ds.save", CRASH_BEFORE_CALL)}]
+    assert armed, result.fault_script
+    again = run(registry.get("sentinel-year"), attrs.evolve(opts, fault_script=tuple(result.fault_script)))
+    assert again.trace_digest == result.trace_digest
