@@ -27,13 +27,13 @@ import shlex
 import sqlite3
 import sys
 import time
-from typing import Any, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from faults.script import ScriptError, load_script, script_to_json
 from sim.clock import DurationError, format_calendar, format_duration_ms, format_span_ms, parse_duration_ms
 from sim.face import discovery
-from sim.face.repro_file import (ReproFileError, is_repro_file, param_flag, read_repro, repro_argv, repro_command,
-                                 repro_filename, shrunk_filename, write_repro)
+from sim.face.repro_file import (ReproFileError, is_repro_file, param_flag, read_repro, replay_command, repro_argv,
+                                 repro_command, repro_filename, shrunk_filename, write_repro)
 from sim.interleave import Deviation
 from sim.runner import DETECTED, PASS, RunResult, run
 from sim.scenario import ScenarioOptions, SetupError
@@ -172,9 +172,10 @@ def build_parser() -> _Parser:
     shrink_p = sub.add_parser("shrink", help="reduce a repro file's fault script and duration to a minimum "
                                              "that still fails the same way")
     shrink_p.add_argument("file", help="a loomsim-repro-*.json file written by a failing run")
-    shrink_p.add_argument("--out", default=None, metavar="FILE",
-                          help="where to write the shrunk repro file (default: loomsim-shrunk-SCENARIO-SEED.json "
-                               "next to the input)")
+    shrink_p.add_argument("--out", default=None, metavar="FILE|DIR",
+                          help="where to write the shrunk repro file: FILE, or a file in the directory DIR "
+                               "(default: loomsim-shrunk-SCENARIO-SEED.json next to the input); never over "
+                               "an existing file (-2, -3, ...: the name written is printed)")
     shrink_p.add_argument("--max-runs", type=_count, default=300, metavar="N",
                           help="give up shrinking after N runs and keep the best so far (default 300)")
     shrink_p.add_argument("--report", default=None, metavar="DIR",
@@ -865,10 +866,7 @@ def _shrink(args: argparse.Namespace) -> int:
     mutant = _apply_mutant(run_args)  # a repro of a planted bug shrinks with the bug in place
     scenario = registry.get(run_args.scenario)
     opts = _options(scenario, run_args)
-    out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.file)),
-                                   shrunk_filename(scenario.name, opts.seed))
-    if os.path.abspath(out) == os.path.abspath(args.file):
-        raise UsageError(f"--out {out!r} is the input file: the original is kept, choose another name")
+    out = _shrink_out(args.out, args.file, shrunk_filename(scenario.name, opts.seed))
     started_s = time.perf_counter()
     print(f"shrinking {args.file}: {len(opts.fault_script or ())} script entries, "
           f"duration {format_duration_ms(opts.duration_ms)}", flush=True)
@@ -889,10 +887,12 @@ def _shrink(args: argparse.Namespace) -> int:
         result.config["mutant"] = mutant.name
         if run_args.mutants:
             result.config["mutants_module"] = run_args.mutants
-    command = f"loomsim repro {shlex.quote(out)}"
-    path = _write_repro(result, command, "", path=out, scenario_modules=run_args.scenarios, extra={"shrunk_from": {
-        "file": args.file, "entries": shrunk.original_entries,
-        "duration": format_duration_ms(shrunk.original_duration_ms), "runs": shrunk.runs}})
+    # The file's name is decided as it is written (a taken one gets -2, ...):
+    # the command it embeds, prints and reports replays the file written.
+    path = _write_repro(result, replay_command, "", path=out, scenario_modules=run_args.scenarios, extra={
+        "shrunk_from": {"file": args.file, "entries": shrunk.original_entries,
+                        "duration": format_duration_ms(shrunk.original_duration_ms), "runs": shrunk.runs}})
+    command = replay_command(path) if path else ""
     first = result.violations[0]
     kept = result.fault_script
     print(f"shrunk in {shrunk.runs} runs ({time.perf_counter() - started_s:.1f}s"
@@ -917,6 +917,23 @@ def _shrink(args: argparse.Namespace) -> int:
             body["mutant"] = mutant.name
         write_report_or_warn(args.report, body)
     return EXIT_PASS if path else EXIT_VIOLATION
+
+
+def _shrink_out(out: str | None, source: str, default_name: str) -> str:
+    """Where ``shrink`` writes (before any run): ``--out FILE``, a file in
+    ``--out DIR`` (an existing directory) or, without ``--out``, next to
+    the input; the name is then only a wish (taken: -2, -3, ...). A
+    missing directory or the input itself is a usage error."""
+    if out is None:
+        out = os.path.join(os.path.dirname(os.path.abspath(source)), default_name)
+    elif os.path.isdir(out):
+        out = os.path.join(out, default_name)
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--out {out!r}: directory {parent!r} does not exist")
+    if os.path.abspath(out) == os.path.abspath(source):
+        raise UsageError(f"--out {out!r} is the input file: the original is kept, choose another name")
+    return out
 
 
 def result_json(result: RunResult, command: str, repro_path: str | None) -> dict[str, Any]:
@@ -965,7 +982,8 @@ def _peak_rss_mb() -> float | None:
     return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
 
 
-def _write_repro(result: RunResult, command: str, directory: str, **kwargs: Any) -> str | None:
+def _write_repro(result: RunResult, command: str | Callable[[str], str], directory: str,
+                 **kwargs: Any) -> str | None:
     """Write the failure's repro file; on failure to write, say so and go on."""
     try:
         return write_repro(result, command, directory, **kwargs)
