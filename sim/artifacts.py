@@ -93,10 +93,15 @@ def _write_exclusive_at(path: str, text: str) -> bool:
     return True
 
 
+class ArtifactWriteError(Exception):
+    """A ``NewFileStream`` could not create or write its file (the message
+    names it and says why)."""
+
+
 class NewFileStream:
     """A text stream to a new file at ``path`` (or the next free name),
     created at the first ``write``: ``path`` is the name taken, None while
-    nothing was written. Raises ``OSError`` from that first write."""
+    nothing was written. Raises ``ArtifactWriteError``."""
 
     def __init__(self, path: str) -> None:
         self.wanted = path
@@ -104,9 +109,12 @@ class NewFileStream:
         self._stream: IO[str] | None = None
 
     def write(self, text: str) -> int:
-        if self._stream is None:
-            self.path, self._stream = create_exclusive(self.wanted)
-        return self._stream.write(text)
+        try:
+            if self._stream is None:
+                self.path, self._stream = create_exclusive(self.wanted)
+            return self._stream.write(text)
+        except OSError as error:
+            raise ArtifactWriteError(f"{self.path or self.wanted!r}: {error.strerror or error}") from None
 
     def close(self) -> None:
         if self._stream is not None:

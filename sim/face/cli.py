@@ -30,6 +30,7 @@ import time
 from typing import Any, Callable, NoReturn, Sequence
 
 from faults.script import ScriptError, load_script, script_to_json
+from sim.artifacts import ArtifactWriteError, NewFileStream
 from sim.clock import DurationError, format_calendar, format_duration_ms, format_span_ms, parse_duration_ms
 from sim.face import discovery
 from sim.face.repro_file import (ReproFileError, is_repro_file, param_flag, read_repro, replay_command, repro_argv,
@@ -225,7 +226,8 @@ def build_parser() -> _Parser:
     sweep_p.add_argument("--model-coverage", action="store_true",
                          help="trace every seed and report which lines of model/ the sweep executed")
     sweep_p.add_argument("--model-coverage-out", default=None, metavar="FILE",
-                         help="write the model coverage, executed lines and all, as JSON (implies --model-coverage)")
+                         help="write the model coverage, executed lines and all, as JSON (implies --model-coverage); "
+                              "a new file only (taken: -2, -3, ...)")
     sweep_p.add_argument("--sqlite-every", type=_count, default=4, metavar="N",
                          help="without --store: every Nth seed runs on SQLite, the others in memory "
                               "(default 4: seeds 1, 5, 9, ...; 0 for none)")
@@ -533,6 +535,18 @@ def _isatty(stream: Any) -> bool:
         return False
 
 
+def _check_trace_path(path: str) -> str:
+    """Before a run: ``--trace FILE`` names a file in a writable directory."""
+    if os.path.isdir(path):
+        raise UsageError(f"--trace {path!r} is a directory: expected a file name")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--trace {path!r}: directory {parent!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--trace {path!r}: directory {parent!r} is not writable")
+    return path
+
+
 def _check_repro_dir(path: str) -> None:
     """Before a run: a failure's repro file will have somewhere to go."""
     if not os.path.isdir(path):
@@ -603,6 +617,8 @@ def _sweep(args: argparse.Namespace) -> int:
     _check_report_dir(args.report)
     if args.model_coverage_out:
         parent = os.path.dirname(os.path.abspath(args.model_coverage_out))
+        if os.path.isdir(args.model_coverage_out):
+            raise UsageError(f"--model-coverage-out {args.model_coverage_out!r} is a directory: expected a file name")
         if not os.path.isdir(parent):
             raise UsageError(f"--model-coverage-out {args.model_coverage_out!r}: directory {parent!r} does not exist")
     every_param = {p.name for other in registry.all_scenarios() for p in other.params}
@@ -806,13 +822,9 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
     args = _adopt_repro_config(scenario, args, argv)
     mutant = _apply_mutant(args)
     opts = _options(scenario, args)
-    trace_file = None
-    if args.trace:
-        try:
-            # A lone surrogate in a field (a key an adversary sent) is shown escaped.
-            trace_file = open(args.trace, "w", encoding="utf-8", errors="backslashreplace")
-        except OSError as error:
-            raise UsageError(f"--trace {args.trace!r}: {error.strerror or error}") from None
+    # Created at the run's first event (a run refused before it creates
+    # nothing), at a free name: an existing trace is never overwritten.
+    trace_file = None if not args.trace else NewFileStream(_check_trace_path(args.trace))
     if not args.json:
         _print_config(scenario, opts)
         if mutant is not None:
@@ -824,6 +836,8 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(f"database {args.db or '(temporary)'}: {error}") from None
     except SetupError as error:
         raise UsageError(str(error)) from None
+    except ArtifactWriteError as error:
+        raise UsageError(f"--trace {error}") from None
     finally:
         if trace_file is not None:
             trace_file.close()
@@ -843,10 +857,14 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
     body = result_json(result, command, repro_path)
     if mutant is not None:
         body["mutant"] = mutant.name
+    if trace_file is not None:
+        body["trace_file"] = trace_file.path
     if args.json:
         print(json.dumps(body, ensure_ascii=False))
     else:
         _print_result(result, command, repro_path)
+        if trace_file is not None:
+            print(f"trace file: {trace_file.path}")
     if args.report:  # after the repro file: a report that cannot be written costs only itself
         write_report_or_warn(args.report, body, to_stderr=args.json)
     return EXIT_PASS if result.passed else EXIT_VIOLATION
