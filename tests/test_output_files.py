@@ -82,3 +82,17 @@ def test_model_coverage_out_never_overwrites(tmp_path, capsys):
     written = tmp_path / "cov-2.json"
     assert json.loads(written.read_text())["format"] == "loomsim-model-coverage/1"
     assert str(written) in capsys.readouterr().out
+
+
+def test_check_determinism_keeps_an_existing_trace_and_reports_the_names_written(tmp_path, capsys):
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    taken = keep / "trace-ledger-storm-0-hashseed0.jsonl"
+    taken.write_text(KEPT)
+    assert cli.main(["check-determinism", "ledger-storm", "--seeds", "0:1", "--duration", "1m",
+                     "--keep-traces", str(keep), "--json"]) == 0
+    (record,) = json.loads(capsys.readouterr().out)["runs"]
+    assert taken.read_text() == KEPT
+    assert record["traces"] == [str(keep / "trace-ledger-storm-0-hashseed0-2.jsonl"),
+                                str(keep / "trace-ledger-storm-0-hashseed1.jsonl")]
+    assert all(os.path.getsize(path) > 0 for path in record["traces"])
