@@ -917,7 +917,9 @@ def _shrink(args: argparse.Namespace) -> int:
           f"{', run budget spent' if shrunk.budget_spent else ''}): {shrunk.original_entries} -> {len(kept)} "
           f"script entries, duration {format_duration_ms(shrunk.original_duration_ms)} -> "
           f"{format_duration_ms(shrunk.opts.duration_ms)}")
-    print(f"the failure: {first.invariant} at {format_calendar(first.time_ms)}")
+    before = shrunk.original
+    print(f"the failure: {first.invariant} at {format_calendar(first.time_ms)} (was "
+          f"{format_calendar(before.failed_at_ms)}), after {result.events} trace events (was {before.events})")
     print(f"  {first.message}")
     print("the script:" if kept else "the script: empty (the failure needs no fault)")
     for entry in kept:
