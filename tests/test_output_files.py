@@ -96,3 +96,16 @@ def test_check_determinism_keeps_an_existing_trace_and_reports_the_names_written
     assert record["traces"] == [str(keep / "trace-ledger-storm-0-hashseed0-2.jsonl"),
                                 str(keep / "trace-ledger-storm-0-hashseed1.jsonl")]
     assert all(os.path.getsize(path) > 0 for path in record["traces"])
+
+
+def test_a_usage_error_leaves_no_report_directory(tmp_path, capsys):
+    report = tmp_path / "report"
+    assert cli.main([*RUN, "--report", str(report), "--knob", "no_such_knob=3"]) == 2
+    assert "unknown knob" in capsys.readouterr().err
+    assert not report.exists()
+    # ... and a report directory that could never be made is still refused before the run.
+    blocker = tmp_path / "file"
+    blocker.write_text(KEPT)
+    assert cli.main([*RUN, "--report", str(blocker / "report")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("loomsim: error: --report") and err.count("\n") == 1
