@@ -47,18 +47,22 @@ class ReportDirError(Exception):
 
 
 def check_report_dir(directory: str) -> None:
-    """Before a run: make ``directory`` if it is missing, and make sure a
-    report can be written there, so that the run's end never finds out."""
+    """Before a run: a report can be written into ``directory`` (an existing
+    writable directory, or one ``write_report`` can make under its nearest
+    existing, writable ancestor), so that the run's end never finds out.
+    Nothing is made here: a command refused later leaves nothing behind."""
     if not directory:
         raise ReportDirError("the report directory is empty")
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise ReportDirError(f"{directory!r} is not a directory")
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as error:
-        raise ReportDirError(f"{directory!r} cannot be created: {error.strerror or error}") from None
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise ReportDirError(f"{directory!r} is not writable")
+    existing = os.path.abspath(directory)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ReportDirError(f"{directory!r} cannot be created: {existing!r} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ReportDirError(f"{directory!r} is not writable" if existing == os.path.abspath(directory)
+                             else f"{directory!r} cannot be created: {existing!r} is not writable")
 
 
 def _json(body: Mapping[str, Any]) -> str:

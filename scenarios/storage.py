@@ -8,6 +8,7 @@ someone else's SQLite file must never be switched to WAL and given tables.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import tempfile
@@ -27,15 +28,24 @@ def run_sync(coro: Any) -> Any:
     raise RuntimeError("store call suspended during audit")
 
 
+SIDECARS = ("-wal", "-shm")  # what SQLite puts beside a WAL-mode file it opens
+
+
 def _refuse_used_database(path: str) -> None:
     if not os.path.exists(path) or os.path.getsize(path) == 0:
         return
+    # Reading a WAL-mode file (a finished run's) creates its -wal and -shm:
+    # those this look made are removed again, whatever it finds.
+    made = [path + suffix for suffix in SIDECARS if not os.path.lexists(path + suffix)]
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         tables = [row[0] for row in conn.execute(
             "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
     finally:
         conn.close()
+        for sidecar in made:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(sidecar)
     if tables:
         raise SetupError(f"database {path!r} already holds tables ({', '.join(tables[:4])}"
                          f"{', ...' if len(tables) > 4 else ''}); a run starts from empty stores "

@@ -2,8 +2,12 @@
 that still fails the same way.
 
 A failing run is a pure function of (scenario, seed, options, script), so a
-candidate is judged by running it: it *still fails* when its first violation
-is the same invariant. Two phases, each bounded by the run budget:
+candidate is judged by running it: it counts when its first violation is
+the same invariant on the same objects (``Violation.related``) and it is
+no bigger than the best so far by any measure the user sees (``Measures``:
+trace events up to the failure, script entries, the failure's instant, the
+duration). Another failure, or the same one later, is not a smaller repro
+of this one. Two phases, each bounded by the run budget:
 
 1. Delta debugging (Zeller's ddmin) over the script's entries, faults and
    scheduling deviations alike: try halves, then complements, at finer and
@@ -15,8 +19,15 @@ is the same invariant. Two phases, each bounded by the run budget:
 Removing an entry can shift the per-site hit index of the later ones (a
 crash that no longer happens makes fewer calls), so a subset may simply
 stop failing; ddmin only keeps what was seen to fail, and the final
-candidate is the last run that did. Nothing here reads the wall clock:
-the face times it.
+candidate is the last run that did.
+
+A shorter duration is a different plan, not a prefix of the same run: the
+heal instant and timelines drawn over the run (deploys, operator edits)
+are placed as fractions of the duration, so a shortened run may fail the
+same invariant later, after more events and more crashes; the measures
+refuse it and the longer duration stays. (Stopping the same plan earlier
+would gain nothing: a run already stops at its first violation.) Nothing
+here reads the wall clock: the face times it.
 """
 from __future__ import annotations
 
@@ -35,6 +46,24 @@ class BudgetSpent(Exception):
     """The run budget is spent: keep the best candidate so far."""
 
 
+@attrs.frozen(order=False)
+class Measures:
+    """What a user sees of a failing run: a shrunk one is no bigger by any."""
+
+    events: int          # trace events up to the failure (a run stops at its first violation)
+    script_entries: int  # entries of its realized script (faults and scheduling deviations)
+    failed_at_ms: int    # the first violation's simulated instant
+    duration_ms: int
+
+    def within(self, other: "Measures") -> bool:
+        """No bigger than ``other`` by any measure."""
+        return all(mine <= theirs for mine, theirs in zip(attrs.astuple(self), attrs.astuple(other)))
+
+
+def measures(opts: ScenarioOptions, result: RunResult) -> Measures:
+    return Measures(result.events, len(result.fault_script), result.violations[0].time_ms, opts.duration_ms)
+
+
 @attrs.frozen
 class ShrinkResult:
     opts: ScenarioOptions          # the smallest failing options (script, duration)
@@ -43,31 +72,45 @@ class ShrinkResult:
     original_entries: int
     original_duration_ms: int
     budget_spent: bool
+    original: Measures             # the original run's: ``result``'s are no bigger by any
 
 
 class _Judge:
-    """Runs candidates against the budget; remembers the last failing one."""
+    """Runs candidates against the budget; remembers the best one: the
+    last that failed the same way and was no bigger than the best before."""
 
-    def __init__(self, scenario: Scenario, invariant: str, runs_max: int,
+    def __init__(self, scenario: Scenario, runs_max: int,
                  on_run: Callable[[int, bool, ScenarioOptions], None] | None) -> None:
         self.scenario = scenario
-        self.invariant = invariant
         self.runs_max = runs_max
         self.on_run = on_run
         self.runs = 0
+        self.failure: tuple[str, tuple[str, ...]] = ("", ())  # the original's: invariant, objects
         self.best: tuple[ScenarioOptions, RunResult] | None = None
+
+    def start(self, opts: ScenarioOptions, result: RunResult) -> None:
+        """The original run: the failure every candidate must show, the first best."""
+        first = result.violations[0]
+        self.failure = (first.invariant, first.related)
+        self.best = (opts, result)
 
     def fails(self, opts: ScenarioOptions) -> bool:
         if self.runs >= self.runs_max:
             raise BudgetSpent()
         self.runs += 1
         result = run(self.scenario, opts)
-        still = (not result.passed) and bool(result.violations) and result.violations[0].invariant == self.invariant
+        still = self._same_failure(result) and measures(opts, result).within(measures(*self.best))
         if still:
             self.best = (opts, result)
         if self.on_run is not None:
             self.on_run(self.runs, still, opts)
         return still
+
+    def _same_failure(self, result: RunResult) -> bool:
+        if result.passed or not result.violations:
+            return False
+        first = result.violations[0]
+        return (first.invariant, first.related) == self.failure
 
 
 def ddmin(items: Sequence[Any], fails: Callable[[list], bool]) -> list:
@@ -114,28 +157,26 @@ def shrink(scenario: Scenario, opts: ScenarioOptions, *, runs_max: int = RUNS_MA
     """Shrink the failing run ``opts`` (its ``fault_script`` is the realized
     script of the failure). Raises ``ValueError`` if it does not fail."""
     script = tuple(opts.fault_script or ())
-    judge = _Judge(scenario, "", max(1, runs_max), on_run)
+    judge = _Judge(scenario, max(1, runs_max), on_run)
     first = run(scenario, opts)
     judge.runs = 1
     if first.passed or not first.violations:
         raise ValueError("the run does not fail: nothing to shrink (is it the repro file of a failure?)")
-    judge.invariant = first.violations[0].invariant
-    judge.best = (opts, first)
+    judge.start(opts, first)
     spent = False
     try:
-        kept = ddmin(script, lambda subset: judge.fails(attrs.evolve(opts, fault_script=tuple(subset))))
-        current = attrs.evolve(opts, fault_script=tuple(kept))
-        if judge.best[0] != current:
-            judge.fails(current)  # make the kept subset's run the best (ddmin's last success may be earlier)
-        _shorten(judge, current)
+        # ddmin keeps a subset only when the judge took it: the best is the subset kept.
+        ddmin(script, lambda subset: judge.fails(attrs.evolve(opts, fault_script=tuple(subset))))
+        _shorten(judge, judge.best[0])
     except BudgetSpent:
         spent = True
     best_opts, best_result = judge.best
-    return ShrinkResult(best_opts, best_result, judge.runs, len(script), opts.duration_ms, spent)
+    return ShrinkResult(best_opts, best_result, judge.runs, len(script), opts.duration_ms, spent,
+                        measures(opts, first))
 
 
 def _shorten(judge: _Judge, opts: ScenarioOptions) -> None:
-    """Bisect the duration in whole minutes: the shortest that still fails.
+    """Bisect the duration in whole minutes: the shortest the judge takes.
     A failure inside the run is tried first with the run ending just past
     it (the run need not go on), then bisected below that; only if that
     run does not fail (faults heal earlier in a shorter run) above it."""
@@ -145,20 +186,15 @@ def _shorten(judge: _Judge, opts: ScenarioOptions) -> None:
     # (the settle phase after the end may still). One found after the run's
     # end (settling, the audit) may show in any length.
     low = max(0, failed_at_ms // MS_PER_MINUTE - 1) if failed_at_ms < opts.duration_ms else 0
-    best = opts
     past = failed_at_ms // MS_PER_MINUTE + 1  # the first whole minute after the failure
     if failed_at_ms < opts.duration_ms and low < past < high:
-        candidate = attrs.evolve(opts, duration_ms=past * MS_PER_MINUTE)
-        if judge.fails(candidate):
-            high, best = past, candidate
+        if judge.fails(attrs.evolve(opts, duration_ms=past * MS_PER_MINUTE)):
+            high = past
         else:
             low = past
     while high - low > 1:
         middle = (low + high) // 2
-        candidate = attrs.evolve(opts, duration_ms=middle * MS_PER_MINUTE)
-        if judge.fails(candidate):
-            high, best = middle, candidate
+        if judge.fails(attrs.evolve(opts, duration_ms=middle * MS_PER_MINUTE)):
+            high = middle
         else:
             low = middle
-    if judge.best[0] != best:
-        judge.fails(best)

@@ -153,3 +153,33 @@ def test_a_shrunk_repro_of_a_planted_bug_replays_with_the_bug(tmp_path, capsys, 
         assert json.loads(capsys.readouterr().out)["violations"][0]["name"] == "fifo-one-active"
     finally:
         mutants.revert()  # in-process runs: the next test gets the clean code
+
+
+def test_a_shrunk_repro_is_never_bigger_than_its_original_and_names_the_same_failure():
+    """Issue 28 item 3: a shorter duration re-plans the run (the heal instant
+    and the deploy timeline are fractions of it), so a shortened run may fail
+    the same invariant later, on a longer prefix. A 3-day run of this planted
+    bug fails at 03:16; re-planned at 7h 43m it fails again, but at 05:51,
+    after twice the events: a candidate counts only if it is no bigger by
+    any measure and fails the same way on the same object."""
+    from faults import mutants
+    from sim.face.mutants import apply_named
+    from sim.shrink import measures
+
+    scenario = registry.get("sentinel-year")
+    try:
+        apply_named("ds-cas-accepts-stale", None)
+        recorded = run(scenario, ScenarioOptions(seed=0, duration_ms=parse_duration_ms("3d"), swarm=True))
+        assert not recorded.passed
+        opts = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("3d"), swarm=True,
+                               fault_script=recorded.fault_script)
+        original = run(scenario, opts)  # the repro file's replay: what the user shrinks
+        shrunk = shrink(scenario, opts, runs_max=40)
+    finally:
+        mutants.revert()
+    before, after = measures(opts, original), measures(shrunk.opts, shrunk.result)
+    assert shrunk.original == before
+    for name in ("events", "script_entries", "failed_at_ms", "duration_ms"):
+        assert getattr(after, name) <= getattr(before, name), name
+    first, got = original.violations[0], shrunk.result.violations[0]
+    assert (got.invariant, got.related) == (first.invariant, first.related)

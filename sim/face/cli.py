@@ -27,13 +27,14 @@ import shlex
 import sqlite3
 import sys
 import time
-from typing import Any, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from faults.script import ScriptError, load_script, script_to_json
+from sim.artifacts import ArtifactWriteError, NewFileStream
 from sim.clock import DurationError, format_calendar, format_duration_ms, format_span_ms, parse_duration_ms
 from sim.face import discovery
-from sim.face.repro_file import (ReproFileError, is_repro_file, param_flag, read_repro, repro_argv, repro_command,
-                                 repro_filename, shrunk_filename, write_repro)
+from sim.face.repro_file import (ReproFileError, is_repro_file, param_flag, read_repro, replay_command, repro_argv,
+                                 repro_command, repro_filename, shrunk_filename, write_repro)
 from sim.interleave import Deviation
 from sim.runner import DETECTED, PASS, RunResult, run
 from sim.scenario import ScenarioOptions, SetupError
@@ -172,9 +173,10 @@ def build_parser() -> _Parser:
     shrink_p = sub.add_parser("shrink", help="reduce a repro file's fault script and duration to a minimum "
                                              "that still fails the same way")
     shrink_p.add_argument("file", help="a loomsim-repro-*.json file written by a failing run")
-    shrink_p.add_argument("--out", default=None, metavar="FILE",
-                          help="where to write the shrunk repro file (default: loomsim-shrunk-SCENARIO-SEED.json "
-                               "next to the input)")
+    shrink_p.add_argument("--out", default=None, metavar="FILE|DIR",
+                          help="where to write the shrunk repro file: FILE, or a file in the directory DIR "
+                               "(default: loomsim-shrunk-SCENARIO-SEED.json next to the input); never over "
+                               "an existing file (-2, -3, ...: the name written is printed)")
     shrink_p.add_argument("--max-runs", type=_count, default=300, metavar="N",
                           help="give up shrinking after N runs and keep the best so far (default 300)")
     shrink_p.add_argument("--report", default=None, metavar="DIR",
@@ -224,7 +226,8 @@ def build_parser() -> _Parser:
     sweep_p.add_argument("--model-coverage", action="store_true",
                          help="trace every seed and report which lines of model/ the sweep executed")
     sweep_p.add_argument("--model-coverage-out", default=None, metavar="FILE",
-                         help="write the model coverage, executed lines and all, as JSON (implies --model-coverage)")
+                         help="write the model coverage, executed lines and all, as JSON (implies --model-coverage); "
+                              "a new file only (taken: -2, -3, ...)")
     sweep_p.add_argument("--sqlite-every", type=_count, default=4, metavar="N",
                          help="without --store: every Nth seed runs on SQLite, the others in memory "
                               "(default 4: seeds 1, 5, 9, ...; 0 for none)")
@@ -532,6 +535,18 @@ def _isatty(stream: Any) -> bool:
         return False
 
 
+def _check_trace_path(path: str) -> str:
+    """Before a run: ``--trace FILE`` names a file in a writable directory."""
+    if os.path.isdir(path):
+        raise UsageError(f"--trace {path!r} is a directory: expected a file name")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--trace {path!r}: directory {parent!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--trace {path!r}: directory {parent!r} is not writable")
+    return path
+
+
 def _check_repro_dir(path: str) -> None:
     """Before a run: a failure's repro file will have somewhere to go."""
     if not os.path.isdir(path):
@@ -602,6 +617,8 @@ def _sweep(args: argparse.Namespace) -> int:
     _check_report_dir(args.report)
     if args.model_coverage_out:
         parent = os.path.dirname(os.path.abspath(args.model_coverage_out))
+        if os.path.isdir(args.model_coverage_out):
+            raise UsageError(f"--model-coverage-out {args.model_coverage_out!r} is a directory: expected a file name")
         if not os.path.isdir(parent):
             raise UsageError(f"--model-coverage-out {args.model_coverage_out!r}: directory {parent!r} does not exist")
     every_param = {p.name for other in registry.all_scenarios() for p in other.params}
@@ -805,13 +822,9 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
     args = _adopt_repro_config(scenario, args, argv)
     mutant = _apply_mutant(args)
     opts = _options(scenario, args)
-    trace_file = None
-    if args.trace:
-        try:
-            # A lone surrogate in a field (a key an adversary sent) is shown escaped.
-            trace_file = open(args.trace, "w", encoding="utf-8", errors="backslashreplace")
-        except OSError as error:
-            raise UsageError(f"--trace {args.trace!r}: {error.strerror or error}") from None
+    # Created at the run's first event (a run refused before it creates
+    # nothing), at a free name: an existing trace is never overwritten.
+    trace_file = None if not args.trace else NewFileStream(_check_trace_path(args.trace))
     if not args.json:
         _print_config(scenario, opts)
         if mutant is not None:
@@ -823,6 +836,8 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(f"database {args.db or '(temporary)'}: {error}") from None
     except SetupError as error:
         raise UsageError(str(error)) from None
+    except ArtifactWriteError as error:
+        raise UsageError(f"--trace {error}") from None
     finally:
         if trace_file is not None:
             trace_file.close()
@@ -842,10 +857,14 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
     body = result_json(result, command, repro_path)
     if mutant is not None:
         body["mutant"] = mutant.name
+    if trace_file is not None:
+        body["trace_file"] = trace_file.path
     if args.json:
         print(json.dumps(body, ensure_ascii=False))
     else:
         _print_result(result, command, repro_path)
+        if trace_file is not None:
+            print(f"trace file: {trace_file.path}")
     if args.report:  # after the repro file: a report that cannot be written costs only itself
         write_report_or_warn(args.report, body, to_stderr=args.json)
     return EXIT_PASS if result.passed else EXIT_VIOLATION
@@ -865,10 +884,7 @@ def _shrink(args: argparse.Namespace) -> int:
     mutant = _apply_mutant(run_args)  # a repro of a planted bug shrinks with the bug in place
     scenario = registry.get(run_args.scenario)
     opts = _options(scenario, run_args)
-    out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.file)),
-                                   shrunk_filename(scenario.name, opts.seed))
-    if os.path.abspath(out) == os.path.abspath(args.file):
-        raise UsageError(f"--out {out!r} is the input file: the original is kept, choose another name")
+    out = _shrink_out(args.out, args.file, shrunk_filename(scenario.name, opts.seed))
     started_s = time.perf_counter()
     print(f"shrinking {args.file}: {len(opts.fault_script or ())} script entries, "
           f"duration {format_duration_ms(opts.duration_ms)}", flush=True)
@@ -889,17 +905,21 @@ def _shrink(args: argparse.Namespace) -> int:
         result.config["mutant"] = mutant.name
         if run_args.mutants:
             result.config["mutants_module"] = run_args.mutants
-    command = f"loomsim repro {shlex.quote(out)}"
-    path = _write_repro(result, command, "", path=out, scenario_modules=run_args.scenarios, extra={"shrunk_from": {
-        "file": args.file, "entries": shrunk.original_entries,
-        "duration": format_duration_ms(shrunk.original_duration_ms), "runs": shrunk.runs}})
+    # The file's name is decided as it is written (a taken one gets -2, ...):
+    # the command it embeds, prints and reports replays the file written.
+    path = _write_repro(result, replay_command, "", path=out, scenario_modules=run_args.scenarios, extra={
+        "shrunk_from": {"file": args.file, "entries": shrunk.original_entries,
+                        "duration": format_duration_ms(shrunk.original_duration_ms), "runs": shrunk.runs}})
+    command = replay_command(path) if path else ""
     first = result.violations[0]
     kept = result.fault_script
     print(f"shrunk in {shrunk.runs} runs ({time.perf_counter() - started_s:.1f}s"
           f"{', run budget spent' if shrunk.budget_spent else ''}): {shrunk.original_entries} -> {len(kept)} "
           f"script entries, duration {format_duration_ms(shrunk.original_duration_ms)} -> "
           f"{format_duration_ms(shrunk.opts.duration_ms)}")
-    print(f"the failure: {first.invariant} at {format_calendar(first.time_ms)}")
+    before = shrunk.original
+    print(f"the failure: {first.invariant} at {format_calendar(first.time_ms)} (was "
+          f"{format_calendar(before.failed_at_ms)}), after {result.events} trace events (was {before.events})")
     print(f"  {first.message}")
     print("the script:" if kept else "the script: empty (the failure needs no fault)")
     for entry in kept:
@@ -917,6 +937,23 @@ def _shrink(args: argparse.Namespace) -> int:
             body["mutant"] = mutant.name
         write_report_or_warn(args.report, body)
     return EXIT_PASS if path else EXIT_VIOLATION
+
+
+def _shrink_out(out: str | None, source: str, default_name: str) -> str:
+    """Where ``shrink`` writes (before any run): ``--out FILE``, a file in
+    ``--out DIR`` (an existing directory) or, without ``--out``, next to
+    the input; the name is then only a wish (taken: -2, -3, ...). A
+    missing directory or the input itself is a usage error."""
+    if out is None:
+        out = os.path.join(os.path.dirname(os.path.abspath(source)), default_name)
+    elif os.path.isdir(out):
+        out = os.path.join(out, default_name)
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--out {out!r}: directory {parent!r} does not exist")
+    if os.path.abspath(out) == os.path.abspath(source):
+        raise UsageError(f"--out {out!r} is the input file: the original is kept, choose another name")
+    return out
 
 
 def result_json(result: RunResult, command: str, repro_path: str | None) -> dict[str, Any]:
@@ -965,7 +1002,8 @@ def _peak_rss_mb() -> float | None:
     return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
 
 
-def _write_repro(result: RunResult, command: str, directory: str, **kwargs: Any) -> str | None:
+def _write_repro(result: RunResult, command: str | Callable[[str], str], directory: str,
+                 **kwargs: Any) -> str | None:
     """Write the failure's repro file; on failure to write, say so and go on."""
     try:
         return write_repro(result, command, directory, **kwargs)

@@ -82,6 +82,8 @@ def command(args: Any) -> int:
     keep = args.keep_traces
     if keep is not None and not os.path.isdir(keep):
         raise UsageError(f"--keep-traces {keep!r} is not a directory")
+    if keep is not None and not os.access(keep, os.W_OK | os.X_OK):
+        raise UsageError(f"--keep-traces {keep!r} is not writable")
     directory = keep if keep is not None else tempfile.mkdtemp(prefix="loomsim-determinism-")
     try:
         pairs = plan(scenarios, args.seeds, directory, duration_ms=args.duration, store=args.store,
@@ -97,24 +99,17 @@ def command(args: Any) -> int:
 
 def plan(scenarios: Sequence[Any], seeds: range, directory: str, *, duration_ms: int | None, store: str,
          global_args: Sequence[str] = ()) -> list[Pair]:
-    """A pair of runs per (seed, scenario), seed-major; each trace file
-    created empty and exclusively in ``directory`` (a kept trace is never
-    overwritten: a taken name gets ``-2``, ...), the child then writes it."""
-    from sim.artifacts import create_exclusive
-
+    """A pair of runs per (seed, scenario), seed-major; each child writes
+    its trace (``run --trace``) into ``directory``, at a free name (a kept
+    trace is never overwritten: a taken name gets ``-2``, ...) that its
+    result names (``trace_file``)."""
     pairs = []
     for seed in seeds:
         for scenario in scenarios:
             duration = format_duration_ms(duration_ms or scenario.sweep_ms)
             traces = []
             for hash_seed in HASH_SEEDS:
-                wanted = os.path.join(directory, f"trace-{scenario.name}-{seed}-hashseed{hash_seed}.jsonl")
-                try:
-                    path, handle = create_exclusive(wanted)
-                except OSError as error:
-                    raise UsageError(f"cannot create trace file {wanted!r}: {error.strerror or error}") from None
-                handle.close()
-                traces.append(path)
+                traces.append(os.path.join(directory, f"trace-{scenario.name}-{seed}-hashseed{hash_seed}.jsonl"))
             argv = (*global_args, "run", scenario.name, "--seed", str(seed), "--duration", duration, "--store", store,
                     "--repro-dir", directory, "--no-progress", "--json")
             pairs.append(Pair(Job(scenario.name, seed, False, argv), (traces[0], traces[1])))
@@ -166,8 +161,10 @@ def run_pairs(pairs: Sequence[Pair], *, jobs: int, on_record: Any = None) -> lis
 def compare(pair: Pair, first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
     """One seed's verdict from its two results (and, when their digests
     differ, its two trace files: the first diverging event)."""
+    # The names the children wrote (a kept name already taken: -2, ...).
+    traces = [result.get("trace_file") or wanted for result, wanted in zip((first, second), pair.traces)]
     record: dict[str, Any] = {"scenario": pair.job.scenario, "seed": pair.job.seed,
-                              "hash_seeds": list(HASH_SEEDS), "traces": list(pair.traces),
+                              "hash_seeds": list(HASH_SEEDS), "traces": traces,
                               "digests": [first.get("trace_digest"), second.get("trace_digest")],
                               "run_status": [first["status"], second["status"]],
                               "events": [first.get("events"), second.get("events")]}
@@ -177,7 +174,7 @@ def compare(pair: Pair, first: Mapping[str, Any], second: Mapping[str, Any]) -> 
         return {**record, "verdict": ERROR, "error": "; ".join(errors), "divergence": None}
     if first["trace_digest"] == second["trace_digest"]:
         return {**record, "verdict": DETERMINISTIC, "divergence": None}
-    return {**record, "verdict": DIVERGED, "divergence": first_divergence(*pair.traces)}
+    return {**record, "verdict": DIVERGED, "divergence": first_divergence(*traces)}
 
 
 def _events(path: str) -> Iterator[str]:

@@ -24,10 +24,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from faults.script import script_to_json
-from sim.artifacts import FREE_NAMES_MAX, create_exclusive, free_path  # noqa: F401 (re-exported)
+from sim.artifacts import FREE_NAMES_MAX, create_exclusive, free_path, write_new  # noqa: F401 (re-exported)
 from sim.clock import format_duration_ms
 from sim.face import discovery
 from sim.scenario import ScenarioOptions
@@ -53,6 +53,11 @@ def shrunk_filename(scenario: str, seed: int) -> str:
     return f"loomsim-shrunk-{scenario}-{seed}.json"
 
 
+def replay_command(path: str) -> str:
+    """The command that replays the repro file at ``path``."""
+    return f"loomsim repro {shlex.quote(path)}"
+
+
 def scenarios_argv(modules: Iterable[str]) -> list[str]:
     """The global ``--scenarios`` options for ``modules`` (they go before the command)."""
     argv: list[str] = []
@@ -72,11 +77,14 @@ def is_repro_file(path: str) -> bool:
     return True
 
 
-def write_repro(result: Any, command: str, directory: str, *, path: str | None = None,
+def write_repro(result: Any, command: str | Callable[[str], str], directory: str, *, path: str | None = None,
                 extra: dict[str, Any] | None = None, scenario_modules: Iterable[str] = ()) -> str:
     """Write the failure ``result`` (a ``RunResult``) as a new repro file in
     ``directory`` (or at ``path``), at the next free name if that one is
-    taken; return its path. Raises ``OSError``."""
+    taken; return its path. ``command`` is the file's replay command, or
+    the function that makes it from the name the file gets (a command that
+    names the file itself, such as ``loomsim repro FILE``, must name the
+    file written, not the one found taken). Raises ``OSError``."""
     path = path or os.path.join(directory, repro_filename(result.scenario, result.seed))
     body = {
         "format": FORMAT,
@@ -90,11 +98,12 @@ def write_repro(result: Any, command: str, directory: str, *, path: str | None =
         "excerpt": [json.loads(event_json(e)) for e in result.excerpt],
         **(extra or {}),
     }
-    text = json.dumps(body, ensure_ascii=False, indent=1)  # before the file exists: no empty artifact on error
-    path, handle = create_exclusive(path)
-    with handle:
-        handle.write(text)
-    return path
+
+    def render(name: str) -> str:
+        named = body if isinstance(command, str) else {**body, "command": command(name)}
+        return json.dumps(named, ensure_ascii=False, indent=1)
+
+    return write_new(path, render)
 
 
 def read_repro(path: str) -> dict[str, Any]:

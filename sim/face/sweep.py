@@ -361,7 +361,8 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
     if opts.model_coverage:
         summary["model_coverage"] = {**model_coverage.report(executed), "tracing_lost_seeds": lost_seeds}
         if opts.model_coverage_out:
-            _write_model_coverage(opts.model_coverage_out, summary["model_coverage"], executed)
+            summary["model_coverage_file"] = _write_model_coverage(opts.model_coverage_out, summary["model_coverage"],
+                                                                   executed)
     if shard_writer is not None:
         shard_writer(summary, [results[(job.scenario, job.seed)] for job in jobs if (job.scenario, job.seed) in results],
                      executed if opts.model_coverage else None)
@@ -369,6 +370,8 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
         print(json.dumps(summary, ensure_ascii=False))
     else:
         print(render(summary))
+        if summary.get("model_coverage_file"):
+            print(f"model coverage file: {summary['model_coverage_file']}")
     if opts.report_dir is not None:
         from sim.face.cli import write_report_or_warn
 
@@ -444,15 +447,19 @@ def seed_record(result: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _write_model_coverage(path: str, cov: Mapping[str, Any], executed: Mapping[str, set[int]]) -> None:
+def _write_model_coverage(path: str, cov: Mapping[str, Any], executed: Mapping[str, set[int]]) -> str | None:
+    """Write ``--model-coverage-out`` as a new file (a taken name gets -2,
+    ...); return the name written (None, with a warning, if it could not)."""
+    from sim.artifacts import write_new
+
     body = {"format": "loomsim-model-coverage/1", **cov,
             "executed_lines": {name: sorted(lines) for name, lines in sorted(executed.items())}}
     try:
-        with open(path, "w", encoding="utf-8") as stream:
-            json.dump(body, stream, indent=1)
+        return write_new(path, lambda _name: json.dumps(body, indent=1))
     except OSError as error:
         print(f"loomsim: warning: could not write --model-coverage-out {path!r}: {error.strerror or error}",
               file=sys.stderr)
+        return None
 
 
 def outcome(result: Mapping[str, Any]) -> str:
