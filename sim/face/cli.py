@@ -680,11 +680,16 @@ def _scenario_params(scenario: Any, args: argparse.Namespace) -> dict[str, int]:
     return params
 
 
+def _run_store(args: argparse.Namespace) -> str:
+    """The store a run uses: --db implies sqlite; a user's adapter
+    (MODULE:FACTORY) gets the path as given."""
+    return "sqlite" if args.db and args.store in NAMED_STORES else args.store
+
+
 def _options(scenario: Any, args: argparse.Namespace) -> ScenarioOptions:
     """The run's options from its command line (``run``, and what ``repro``
     and ``shrink`` make of a repro file)."""
-    # --db implies sqlite; a user's adapter (MODULE:FACTORY) gets the path as given.
-    store = "sqlite" if args.db and args.store in NAMED_STORES else args.store
+    store = _run_store(args)
     if store not in NAMED_STORES:
         discovery.ensure_cwd_importable()  # the adapter's module, from the user's checkout (as --scenarios)
     if args.db:
@@ -740,7 +745,8 @@ def _mutants(args: argparse.Namespace) -> int:
 
 def _apply_mutant(args: argparse.Namespace) -> Any:
     """``run --mutant NAME``: swap the planted bug in before anything runs
-    (None without one). A mutant that cannot apply is a usage error."""
+    (None without one). A mutant that cannot apply, or whose patched code
+    the run's store never executes, is a usage error."""
     if args.mutant is None:
         if args.mutants:
             raise UsageError("--mutants MODULE names where mutants come from: give --mutant NAME too")
@@ -749,7 +755,7 @@ def _apply_mutant(args: argparse.Namespace) -> Any:
     from sim.face.mutants import apply_named
 
     try:
-        return apply_named(args.mutant, args.mutants)
+        return apply_named(args.mutant, args.mutants, _run_store(args))
     except MutantError as error:
         raise UsageError(str(error)) from None
 
@@ -816,6 +822,9 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
         _print_config(scenario, opts)
         if mutant is not None:
             print(f"mutant: {mutant.name} ({mutant.module}): {mutant.doc}")
+    from faults.mutants import executions
+
+    executed_before = executions()
     try:
         result = run(scenario, opts, trace_stream=trace_file, wall_clock=time.perf_counter, cpu_clock=time.process_time,
                      on_start=None if args.json else _print_choices, on_progress=_progress_reporter(args))
@@ -840,15 +849,25 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
         else:  # a new file, never over an existing one (write_repro takes the next free name)
             repro_path = _write_repro(result, command, args.repro_dir, scenario_modules=args.scenarios)
     body = result_json(result, command, repro_path)
+    untested = None
     if mutant is not None:
+        from sim.face.mutants import MUTANT_UNEXECUTED, unexecuted_note
+
         body["mutant"] = mutant.name
+        after = executions()
+        body["mutant_executions"] = None if after is None or executed_before is None else after - executed_before
+        untested = unexecuted_note(mutant, body["mutant_executions"]) if result.passed else None
+        if untested is not None:  # a green run that never ran the planted bug tested nothing
+            body["status"] = MUTANT_UNEXECUTED
     if args.json:
         print(json.dumps(body, ensure_ascii=False))
     else:
         _print_result(result, command, repro_path)
+        if untested is not None:
+            print(untested)
     if args.report:  # after the repro file: a report that cannot be written costs only itself
         write_report_or_warn(args.report, body, to_stderr=args.json)
-    return EXIT_PASS if result.passed else EXIT_VIOLATION
+    return EXIT_PASS if result.passed and untested is None else EXIT_VIOLATION
 
 
 def _shrink(args: argparse.Namespace) -> int:
