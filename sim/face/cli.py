@@ -32,8 +32,9 @@ from typing import Any, NoReturn, Sequence
 from faults.script import ScriptError, load_script, script_to_json
 from sim.clock import DurationError, format_calendar, format_duration_ms, format_span_ms, parse_duration_ms
 from sim.face import discovery
-from sim.face.repro_file import (ReproFileError, is_repro_file, param_flag, read_repro, repro_argv, repro_command,
-                                 repro_filename, shrunk_filename, write_repro)
+from sim.face.repro_file import (NOT_REPRODUCED, ReproFileError, is_repro_file, param_flag, read_repro, repro_argv,
+                                 repro_command, repro_filename, replay_check, shrunk_filename, version_warning,
+                                 write_repro)
 from sim.interleave import Deviation
 from sim.runner import DETECTED, PASS, RunResult, run
 from sim.scenario import ScenarioOptions, SetupError
@@ -432,8 +433,9 @@ def _main(argv: list[str], *, replaying: bool = False) -> int:
         return EXIT_VIOLATION if missed else EXIT_PASS
     if args.command == "repro":
         report = ["--report", args.report] if args.report else []
-        return _main(repro_argv(args.file, json_output=args.json, scenario_modules=args.scenarios) + report,
-                     replaying=True)
+        replay = repro_argv(args.file, json_output=args.json, scenario_modules=args.scenarios) + report
+        _warn_other_version(args.file)
+        return _main(replay, replaying=True)
     if args.command == "shrink":
         return _shrink(args)
     if args.command == "list" and (args.faults or args.scenario is not None):
@@ -457,7 +459,16 @@ def _main(argv: list[str], *, replaying: bool = False) -> int:
     if not replaying:  # a replay writes next to its file if it can, and warns if not
         _check_repro_dir(args.repro_dir)
     _check_report_dir(args.report)
-    return _run(scenario, args, argv)
+    return _run(scenario, args, argv, replaying=replaying)
+
+
+def _warn_other_version(path: str) -> None:
+    """``repro FILE``: one warning line when another loomsim wrote it."""
+    from sim.runner import LOOMSIM_VERSION
+
+    warning = version_warning(read_repro(path), path, LOOMSIM_VERSION)
+    if warning is not None:
+        print(f"loomsim: warning: {warning}", file=sys.stderr)
 
 
 def version() -> str:
@@ -807,7 +818,10 @@ def _adopt_repro_config(scenario: Any, args: argparse.Namespace, argv: list[str]
     return merged
 
 
-def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
+def _run(scenario: Any, args: argparse.Namespace, argv: list[str], *, replaying: bool = False) -> int:
+    """One run. ``replaying``: ``args.faults`` is the repro file ``loomsim
+    repro`` replays; the replay is then compared with its recording (a
+    failure that did not recur is not a pass: exit 1, and said)."""
     args = _adopt_repro_config(scenario, args, argv)
     mutant = _apply_mutant(args)
     opts = _options(scenario, args)
@@ -859,15 +873,23 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
         untested = unexecuted_note(mutant, body["mutant_executions"]) if result.passed else None
         if untested is not None:  # a green run that never ran the planted bug tested nothing
             body["status"] = MUTANT_UNEXECUTED
+    check = replay_check(read_repro(args.faults), args.faults, result) if replaying else None
+    if check is not None:
+        body["replay"] = check.as_json()
+        if result.passed and not check.reproduced:
+            body["status"] = NOT_REPRODUCED
     if args.json:
         print(json.dumps(body, ensure_ascii=False))
     else:
         _print_result(result, command, repro_path)
         if untested is not None:
             print(untested)
+        for line in check.lines() if check is not None else ():
+            print(line)
     if args.report:  # after the repro file: a report that cannot be written costs only itself
         write_report_or_warn(args.report, body, to_stderr=args.json)
-    return EXIT_PASS if result.passed and untested is None else EXIT_VIOLATION
+    tested = untested is None and (check is None or check.reproduced)
+    return EXIT_PASS if result.passed and tested else EXIT_VIOLATION
 
 
 def _shrink(args: argparse.Namespace) -> int:
