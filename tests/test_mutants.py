@@ -395,3 +395,18 @@ def test_a_run_whose_mutant_executed_says_how_often(capsys, tmp_path):
                      "--repro-dir", str(tmp_path)]) in (0, 1)
     body = json.loads(capsys.readouterr().out)
     assert body["status"] != "mutant-unexecuted" and body["mutant_executions"] > 0
+
+
+def test_the_table_tells_a_survivor_whose_code_never_ran(capsys):
+    # sentinel-year never runs the agents' code: the mutant's runs all hold without executing it.
+    mutant = Mutant("agent-clock-unexecuted", "A test mutant.", CATALOGUE["agent-run-clock-reset"].module,
+                    CATALOGUE["agent-run-clock-reset"].old, CATALOGUE["agent-run-clock-reset"].new, ("sentinel-year",))
+    from sim.face import mutants as face
+
+    job = face._Job(mutant.name, mutant, mutant.scenarios, "memory", [(0, 0)], {"sentinel-year": "1h"})
+    job.results[(0, 0)] = {"status": face.MUTANT_UNEXECUTED, "wall_s": 0.1}
+    row = face._row(job)
+    assert row["status"] == face.SURVIVED and row["never_executed"] is True
+    table = face.summarize([row], seeds=range(0, 1), jobs=1)
+    assert f"unexecuted: {mutant.name}: its patched code never ran" in face.render(table)
+    assert not face._detects(job.results[(0, 0)])

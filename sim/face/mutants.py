@@ -358,11 +358,17 @@ def _progress(job: _Job, done: int, total: int, out: Any) -> None:
     key = job.decided
     if key is None:
         runs = len(job.results)
-        print(f"{head} survived {runs} run{'' if runs == 1 else 's'}", file=out, flush=True)
+        unexecuted = " (its patched code never ran in any)" if _never_executed(job) else ""
+        print(f"{head} survived {runs} run{'' if runs == 1 else 's'}{unexecuted}", file=out, flush=True)
         return
     result = job.results[key]
     status = ERROR if result["status"] == "error" else DETECTED
     print(f"{head} {status} by {job.scenarios[key[1]]} seed {key[0]}: {_verdict(result)}", file=out, flush=True)
+
+
+def _never_executed(job: _Job) -> bool:
+    """Every run of the mutant held, and none executed its patched code."""
+    return bool(job.results) and all(r["status"] == MUTANT_UNEXECUTED for r in job.results.values())
 
 
 def _verdict(result: dict[str, Any]) -> str:
@@ -391,6 +397,7 @@ def _row(job: _Job) -> dict[str, Any]:
         # survivors (the gaps); one a seed detected refutes its argument.
         status = EQUIVALENT if getattr(mutant, "equivalent", None) else SURVIVED
         return {**row, "status": status, "invariant": None, "scenario": None, "seed": None,
+                "never_executed": _never_executed(job),
                 **({"equivalent": mutant.equivalent} if status == EQUIVALENT else {})}
     if getattr(mutant, "equivalent", None):
         row["refutes_equivalence"] = True
@@ -447,6 +454,9 @@ def render(table: dict[str, Any]) -> str:
     for r in table["rows"]:
         if r["status"] == EQUIVALENT:
             lines.append(f"equivalent: {r['mutant']}: {r['equivalent']}")
+        if r.get("never_executed"):
+            lines.append(f"unexecuted: {r['mutant']}: its patched code never ran in any of its {r['runs']} runs "
+                         "(a workload gap, not a judgment of the oracles)")
     for name in table["refuted_equivalence"]:
         lines.append(f"refuted: {name} is marked equivalent in its catalogue entry, but a seed detected it")
     judged = table["mutants"] - table["equivalent"]
