@@ -292,14 +292,14 @@ class ReplayCheck:
     def lines(self) -> list[str]:
         """What a replay prints after its result (nothing when it went as recorded)."""
         lines = []
-        if not self.reproduced:
+        if self.diverged:
+            lines.append(f"the replay diverged from the recorded run: trace digest {self.replayed_digest}, "
+                         f"recorded {self.recorded_digest}")
+        if not self.reproduced:  # last: the verdict
             now = ("this replay held every invariant" if self.replayed_invariant is None
                    else f"this replay failed {self.replayed_invariant} instead")
             lines.append(f"NOT REPRODUCED: the recorded failure did not reproduce: {self.path} records "
                          f"{self.recorded_invariant}; {now}")
-        if self.diverged:
-            lines.append(f"the replay diverged from the recorded run: trace digest {self.replayed_digest}, "
-                         f"recorded {self.recorded_digest}")
         return lines
 
     def as_json(self) -> dict[str, Any]:
