@@ -53,9 +53,9 @@ PROGRESS_EVERY_S = 10.0  # a long run's progress line on stderr, every so many w
 EPILOG = """\
 exit codes: 0 pass, 1 an invariant violated (sweep: a seed failed; with
 --require-coverage also a coverage gap; repro: also a recorded failure that
-did not recur; run --mutant: also a mutant whose code never ran), 2 usage error, 3 infrastructure
-error (a sweep's child crashed or printed no result), 130/143 stopped by
-SIGINT/SIGTERM.
+did not recur; run --mutant: also a mutant whose code never ran), 2 usage
+error, 3 infrastructure error (a sweep's child crashed or printed no
+result), 130/143 stopped by SIGINT/SIGTERM.
 
 fault kinds (--faults-enable/--faults-disable/--rate KIND=P):
   {kinds}
