@@ -33,6 +33,14 @@ Each is a :class:`MutantError`, one line.
 A process applies at most one mutant (:func:`apply` is idempotent for that
 one); :func:`revert` puts the clean code back, for tests that apply
 several in turn.
+
+What a run needs for the mutant to fire is data on the mutant: ``adapter``
+(the built-in store adapter whose code it patches, if any: ``sqlite`` or
+``memory``) and ``scenarios``. :func:`store_problem` says why a run on a
+given ``--store`` cannot execute the patched code (``loomsim run
+--mutant`` refuses it up front). And a swapped function counts its calls
+(:func:`executions`): a run whose mutant never executed tested nothing,
+and says so rather than pass (a module constant cannot be counted: None).
 """
 from __future__ import annotations
 
@@ -47,14 +55,18 @@ from typing import Any, Callable, Iterator, Sequence
 
 import attrs
 
-__all__ = ["Mutant", "MutantError", "Patch", "applied", "apply", "catalogue", "current", "load_user_mutants",
-           "prepare", "revert"]
+__all__ = ["Mutant", "MutantError", "Patch", "applied", "apply", "catalogue", "current", "executions",
+           "load_user_mutants", "prepare", "revert", "store_problem"]
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{1,62}")
 STORES = ("memory", "sqlite")
 DOC_CHARS_MAX = 400
 EQUIVALENT_CHARS_MAX = 600
 MODULE_PREFIX = "model."  # mutants patch the system under test, nothing else
+ADAPTERS = ("memory", "sqlite")
+# The name a swapped function calls on entry to count its executions (bound
+# in the patched module while the mutant is applied).
+HIT_NAME = "__loomsim_mutant_hit__"
 
 
 class MutantError(Exception):
@@ -71,7 +83,11 @@ class Mutant:
     ``doc``: one sentence, the realistic bug it stands for. ``scenarios``:
     the scenarios that exercise the code it patches (the sweep runs those).
     ``store``: the adapter the runs use (a bug in the SQLite adapter lives
-    only under ``--store sqlite``). ``ci_seed``/``ci_duration``: one seed
+    only under ``--store sqlite``). ``adapter``: the built-in store adapter
+    whose code the mutant patches (``sqlite``, ``memory``), or None for
+    model code every store runs; by default read from ``module``
+    (``*.sqlite_store`` and ``model.sqlite_db``: sqlite, ``*.memory_store``:
+    memory). A run on another store never executes the patch. ``ci_seed``/``ci_duration``: one seed
     and the shortest duration measured to detect it (the fast CI subset),
     in ``ci_scenario`` (default: the first of ``scenarios``); None for a
     mutant no seed is known to detect yet.
@@ -96,6 +112,7 @@ class Mutant:
     ci_duration: str | None = None
     ci_scenario: str | None = None
     equivalent: str | None = None
+    adapter: str | None = attrs.field(default=attrs.Factory(lambda self: _adapter_of(self.module), takes_self=True))
 
     def __attrs_post_init__(self) -> None:
         problem = _problem(self)
@@ -108,6 +125,28 @@ class Mutant:
         if self.ci_seed is None or self.ci_duration is None:
             return None
         return (self.ci_scenario or self.scenarios[0], self.ci_seed, self.ci_duration)
+
+
+def _adapter_of(module: object) -> str | None:
+    """The built-in adapter a module is (by its name), or None."""
+    if type(module) is not str:
+        return None
+    last = module.rsplit(".", 1)[-1]
+    if last == "sqlite_store" or module == "model.sqlite_db":
+        return "sqlite"
+    return "memory" if last == "memory_store" else None
+
+
+def store_problem(mutant: Mutant, store: str) -> str | None:
+    """Why a run on ``store`` (memory, sqlite, MODULE:FACTORY) can never
+    execute ``mutant``'s patched code; None when it may."""
+    if mutant.adapter == "sqlite" and store != "sqlite":
+        return (f"mutant {mutant.name} patches the SQLite store adapter ({mutant.module}); this run uses "
+                f"--store {store} (add --store sqlite)")
+    if mutant.adapter == "memory" and store == "sqlite":
+        return (f"mutant {mutant.name} patches an in-memory store adapter ({mutant.module}); this run uses "
+                "--store sqlite, which never runs it (use --store memory)")
+    return None
 
 
 def _problem(m: Mutant) -> str | None:
@@ -126,6 +165,10 @@ def _problem(m: Mutant) -> str | None:
         return "scenarios must be a non-empty tuple of distinct scenario names"
     if m.store not in STORES:
         return f"store must be one of {', '.join(STORES)}, got {m.store!r}"
+    if m.adapter is not None and m.adapter not in ADAPTERS:
+        return f"adapter must be one of {', '.join(ADAPTERS)} or None, got {m.adapter!r}"
+    if m.adapter is not None and m.adapter != m.store:
+        return f"it patches the {m.adapter} adapter: its store must be {m.adapter!r}, got {m.store!r}"
     if (m.ci_seed is None) != (m.ci_duration is None):
         return "ci_seed and ci_duration come together"
     if m.ci_seed is not None and (type(m.ci_seed) is not int or m.ci_seed < 0):
@@ -143,7 +186,8 @@ def _problem(m: Mutant) -> str | None:
 @attrs.frozen
 class Patch:
     """What applying a mutant changes: code objects to swap into live
-    functions, and module names to rebind (module-level edits)."""
+    functions (the patched code, counting its calls: ``HIT_NAME``), and
+    module names to rebind (module-level edits)."""
 
     mutant: Mutant
     swaps: tuple[tuple[types.FunctionType, types.CodeType], ...]
@@ -199,7 +243,28 @@ def prepare(mutant: Mutant) -> Patch:
     if new_code.co_freevars != live.__code__.co_freevars:
         raise fail(f"the closure of {qualname} differs: {live.__code__.co_freevars} -> {new_code.co_freevars}")
     _check_globals(module, new_code, qualname, fail)
-    return Patch(mutant, ((live, new_code),), (), module)
+    counted = _find_code(_counting(patched_tree, qualname, lineno, filename), qualname, lineno, fail)
+    return Patch(mutant, ((live, counted),), (), module)
+
+
+def _counting(tree: ast.Module, qualname: str, lineno: int, filename: str) -> types.CodeType:
+    """The patched module compiled with a call of ``HIT_NAME`` first in the
+    body of function ``qualname`` (after its docstring): its code counts its
+    executions, and does nothing else differently."""
+    body = tree.body
+    parts = qualname.split(".")
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        node = next(n for n in body if isinstance(n, _SCOPES) and n.name == part
+                    and (not last or _lines(n)[0] == lineno))
+        body = node.body
+    first = body[0]
+    at = 1 if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+               and isinstance(first.value.value, str) and len(body) > 1) else 0
+    call = ast.Expr(ast.Call(ast.Name(HIT_NAME, ast.Load()), [], []))
+    body.insert(at, ast.copy_location(call, body[at]))
+    ast.fix_missing_locations(tree)
+    return compile(tree, filename, "exec", dont_inherit=True)
 
 
 def _failer(mutant: Mutant) -> Callable[[str], MutantError]:
@@ -361,6 +426,20 @@ def _module_bindings(module: types.ModuleType, patched: str, patched_tree: ast.M
 _applied: Patch | None = None
 _undo: tuple[tuple[types.FunctionType, types.CodeType], ...] = ()
 _undo_bindings: tuple[tuple[str, Any], ...] = ()
+_hits = [0]  # calls of the applied mutant's swapped functions
+
+
+def _hit() -> None:
+    _hits[0] += 1
+
+
+def executions() -> int | None:
+    """How many times the applied mutant's patched function(s) ran since it
+    was applied; None without a mutant, or for a module-level edit (a
+    constant: what reads it cannot be counted)."""
+    if _applied is None or not _applied.swaps:
+        return None
+    return _hits[0]
 
 
 def current() -> Mutant | None:
@@ -382,6 +461,9 @@ def apply(mutant: Mutant) -> Patch:
     _undo = tuple((function, function.__code__) for function, _ in patch.swaps)
     namespace = vars(patch.module)
     _undo_bindings = tuple((name, namespace[name]) for name, _ in patch.bindings)
+    _hits[0] = 0
+    if patch.swaps:
+        namespace[HIT_NAME] = _hit
     for function, code in patch.swaps:
         function.__code__ = code
     for name, value in patch.bindings:
@@ -410,6 +492,7 @@ def revert() -> None:
     namespace = vars(_applied.module)
     for name, value in _undo_bindings:
         namespace[name] = value
+    namespace.pop(HIT_NAME, None)
     _drop_memos(_applied.module)
     _applied, _undo, _undo_bindings = None, (), ()
 

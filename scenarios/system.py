@@ -10,7 +10,8 @@ the one audit view every invariant reads.
 - ``MODULE:FACTORY``: a user's adapters. ``FACTORY()`` returns a mapping
   with any subset of ``ledger`` (a submission ledger), ``log`` (a
   conversation store) and ``ds`` (a durable-state store); every other store
-  is in memory. They run under the full fault mix like ours.
+  is in memory, each checked against its protocol first
+  (``scenarios.user_stores``). They run under the full fault mix like ours.
 
 ``ports_for(node)`` wraps every store for one process: crashy, traced,
 refusing calls once the node is dead (``faults.ports.BoundPort``), plus the
@@ -21,9 +22,7 @@ end-of-run audit.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import re
-from typing import Any, Iterable, Iterator, Mapping, Protocol
+from typing import Any, Iterable, Iterator, Protocol
 
 import attrs
 
@@ -64,6 +63,7 @@ from model.runs import LedgerRuns
 from model.schedule_store import InMemoryScheduleStore, SqliteScheduleStore
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT
 from scenarios.storage import RunDatabase, run_sync
+from scenarios.user_stores import load_store_factory
 from sim.scenario import SetupError
 from sim.node import Node
 from sim.world import World
@@ -72,8 +72,6 @@ from sim.world import World
 AUDIT_PAGE_SIZE = 1_024
 # The audit reads a log of at most this many pages (a run's log is bounded).
 AUDIT_PAGES_MAX = 100_000
-USER_STORES = ("ledger", "log", "ds")
-_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # What each port's trace records of its calls.
 DESCRIBERS = {"ds": DURABLE_STATE_DESCRIBERS, "ledger": LEDGER_DESCRIBERS, "log": LOG_DESCRIBERS,
               "schedules": SCHEDULE_DESCRIBERS, "content": CONTENT_DESCRIBERS, "pins": PIN_DESCRIBERS,
@@ -123,28 +121,6 @@ class NodePorts:
     # The progress notifier as this node sees it (``faults.notifications``);
     # None unless the System has one (``System(progress=True)``).
     progress: Any = None
-
-
-def load_store_factory(spec: str) -> dict[str, Any]:
-    """``MODULE:FACTORY`` -> the user's stores (any subset of USER_STORES)."""
-    if not _FACTORY.match(spec):
-        raise SetupError(f"invalid --store {spec!r}: expected memory, sqlite or MODULE:FACTORY")
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as error:  # noqa: BLE001 - a user's module: any failure is a usage error
-        raise SetupError(f"cannot load store module {module_name!r}: {type(error).__name__}: {error}") from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise SetupError(f"store factory {spec!r}: {module_name} has no callable {attr!r}")
-    try:
-        stores = factory()
-    except Exception as error:  # noqa: BLE001
-        raise SetupError(f"store factory {spec!r} failed: {type(error).__name__}: {error}") from None
-    if not isinstance(stores, Mapping) or not stores or set(stores) - set(USER_STORES):
-        raise SetupError(f"store factory {spec!r} must return a mapping with any of "
-                         f"{', '.join(USER_STORES)}; got {stores!r:.80}")
-    return dict(stores)
 
 
 def _sqlite_stores(conn: Any) -> dict[str, Any]:

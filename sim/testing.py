@@ -19,7 +19,7 @@ and runs the seeds.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import pytest
 
@@ -27,12 +27,15 @@ MARKER = "loomsim"
 
 
 def seeds(spec: str, *, scenario: str, duration: str | None = None, store: str = "memory",
-          mutant: str | None = None, expect_failure: bool = False) -> Any:
+          mutant: str | None = None, expect_failure: bool = False, scenario_modules: Sequence[str] = ()) -> Any:
     """A marker: run the test once per seed of ``spec`` (``"A:B"``, B
     exclusive, or one seed ``"7"``) of ``scenario`` for ``duration`` (a
     loomsim duration such as ``2h``, ``1d``; default: the scenario's) on
-    ``store`` (``memory`` or ``sqlite``), with the planted bug ``mutant``
-    if given. ``expect_failure``: a failing run is handed to the test
-    instead of failing it."""
+    ``store`` (``memory``, ``sqlite`` or a user's adapter factory
+    ``MODULE:FACTORY``), with the planted bug ``mutant`` if given.
+    ``scenario_modules``: modules to import for their scenarios (as
+    ``loomsim --scenarios``), e.g. the one that registers ``scenario``.
+    ``expect_failure``: a failing run is handed to the test instead of
+    failing it."""
     return pytest.mark.loomsim(spec, scenario=scenario, duration=duration, store=store, mutant=mutant,
-                               expect_failure=expect_failure)
+                               expect_failure=expect_failure, scenario_modules=tuple(scenario_modules))

@@ -347,3 +347,66 @@ def test_the_table_interleaves_scenarios_seed_by_seed(capsys):
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     assert code == 0 and row["status"] == "detected", row
     assert (row["scenario"], row["seed"], row["seeds_to_detect"], row["runs"]) == ("port-storm", 0, 2, 2), row
+
+
+# -- a mutant the run cannot execute (issue 28, item 4a) ----------------------------------
+
+
+@pytest.mark.parametrize("name, store, advice", [
+    ("ds-sqlite-cas-unguarded", "memory", "add --store sqlite"),
+    ("ledger-claim-newest-first", "sqlite", "use --store memory"),
+])
+def test_run_refuses_a_mutant_its_store_never_executes(name, store, advice, capsys, tmp_path):
+    code = cli_main(["run", "sentinel-year", "--seed", "1", "--duration", "1h", "--store", store, "--mutant", name,
+                     "--no-progress", "--repro-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith(f"loomsim: error: mutant {name} patches "), err
+    assert f"--store {store}" in err and advice in err
+    assert mx.current() is None  # refused before it was applied
+
+
+def test_a_catalogue_entry_declares_the_adapter_it_patches():
+    assert CATALOGUE["ds-sqlite-cas-unguarded"].adapter == "sqlite"
+    assert CATALOGUE["ledger-claim-newest-first"].adapter == "memory"
+    assert CATALOGUE["ds-cas-accepts-stale"].adapter is None  # model code: every store runs it
+    with pytest.raises(MutantError, match="store must be 'sqlite'"):
+        Mutant("bad-store", "A bug.", "model.durable_state.sqlite_store", '    "WHERE key = ? AND revision = ?"\n',
+               '    "WHERE key = ?"\n', ("sentinel-year",), store="memory")
+
+
+def test_a_run_whose_mutant_never_executed_does_not_pass(capsys, tmp_path):
+    mutant = CATALOGUE["agent-run-clock-reset"]
+    assert "sentinel-year" not in mutant.scenarios
+    argv = ["run", "sentinel-year", "--seed", "1", "--duration", "1h", "--mutant", mutant.name, "--no-progress",
+            "--repro-dir", str(tmp_path)]
+    assert cli_main(argv) == 1
+    out = capsys.readouterr().out
+    assert f"mutant {mutant.name}" in out and "never ran" in out and "agent-conversations" in out
+    mx.revert()
+    assert cli_main([*argv, "--json"]) == 1
+    body = json.loads(capsys.readouterr().out)
+    assert body["status"] == "mutant-unexecuted" and body["mutant_executions"] == 0
+
+
+def test_a_run_whose_mutant_executed_says_how_often(capsys, tmp_path):
+    mutant = CATALOGUE["ds-cas-accepts-stale"]
+    assert cli_main(["run", "sentinel-year", "--seed", "1", "--duration", "1h", "--mutant", mutant.name, "--json",
+                     "--repro-dir", str(tmp_path)]) in (0, 1)
+    body = json.loads(capsys.readouterr().out)
+    assert body["status"] != "mutant-unexecuted" and body["mutant_executions"] > 0
+
+
+def test_the_table_tells_a_survivor_whose_code_never_ran(capsys):
+    # sentinel-year never runs the agents' code: the mutant's runs all hold without executing it.
+    mutant = Mutant("agent-clock-unexecuted", "A test mutant.", CATALOGUE["agent-run-clock-reset"].module,
+                    CATALOGUE["agent-run-clock-reset"].old, CATALOGUE["agent-run-clock-reset"].new, ("sentinel-year",))
+    from sim.face import mutants as face
+
+    job = face._Job(mutant.name, mutant, mutant.scenarios, "memory", [(0, 0)], {"sentinel-year": "1h"})
+    job.results[(0, 0)] = {"status": face.MUTANT_UNEXECUTED, "wall_s": 0.1}
+    row = face._row(job)
+    assert row["status"] == face.SURVIVED and row["never_executed"] is True
+    table = face.summarize([row], seeds=range(0, 1), jobs=1)
+    assert f"unexecuted: {mutant.name}: its patched code never ran" in face.render(table)
+    assert not face._detects(job.results[(0, 0)])

@@ -162,3 +162,72 @@ def test_a_bad_marker_is_a_collection_error(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
     assert "unknown scenario 'no-such-scenario'" in result.stdout.str()
+
+
+# -- a user's adapter and scenario modules (issue 28, item 10) ----------------------------
+
+SCENARIO_MODULE = "tests.fixtures.hash_order"  # registers ``hash-order``, a scenario no built-in registry has
+BUGGY_STORE = "tests.fixtures.buggy:make"      # a user's ledger adapter with a planted bug (ledger-storm fails)
+
+
+@pytest.fixture
+def user_registry(monkeypatch) -> None:
+    """The user scenario an inner run registers is forgotten after the test
+    (pytester drops the module it imported; the registry would keep it)."""
+    monkeypatch.setattr(registry, "_SCENARIOS", dict(registry._SCENARIOS))
+
+
+USER_FLAGS = ("-p", "no:cacheprovider", "--loomsim-scenario", "hash-order", "--loomsim-duration", "1h",
+              "--loomsim-seeds", "0:1", "--loomsim-failure-db", "none", "-v")
+
+
+def test_scenario_modules_load_from_the_option(pytester, user_registry):
+    result = pytester.runpytest(*USER_FLAGS, "--loomsim-scenarios", SCENARIO_MODULE)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*loomsim::hash-order::seed-0 PASSED*"])
+
+
+def test_scenario_modules_load_from_the_ini(pytester, user_registry):
+    pytester.makeini(f"[pytest]\nloomsim_scenarios = {SCENARIO_MODULE}\n")
+    result = pytester.runpytest(*USER_FLAGS)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*loomsim::hash-order::seed-0 PASSED*"])
+
+
+def test_a_scenario_module_that_cannot_load_is_one_usage_line(pytester):
+    result = pytester.runpytest("-p", "no:cacheprovider", "--loomsim-seeds", "0:1",
+                                "--loomsim-scenarios", "no_such_scenarios_module")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --loomsim-scenarios: cannot load scenario module 'no_such_scenarios_module'*"])
+
+
+def test_a_user_store_adapter_is_put_under_test(pytester):
+    result = pytester.runpytest("-p", "no:cacheprovider", "--loomsim-scenario", "ledger-storm", "--loomsim-duration",
+                                "1h", "--loomsim-seeds", "1", "--loomsim-failure-db", "none",
+                                "--loomsim-store", BUGGY_STORE)
+    result.assert_outcomes(failed=1)
+    assert f"--store {BUGGY_STORE}" in result.stdout.str()  # the repro command runs the same adapter
+
+
+def test_a_wrong_store_adapter_is_one_usage_line(pytester):
+    result = pytester.runpytest("-p", "no:cacheprovider", "--loomsim-seeds", "0:1",
+                                "--loomsim-store", "tests.fixtures.bad_stores:no_clear")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(['ERROR: --loomsim-store: --store tests.fixtures.bad_stores:no_clear: '
+                                 'the "ds" store (NoClear) lacks clear()*'])
+
+
+def test_the_marker_takes_a_user_store_and_scenario_modules(pytester, user_registry):
+    pytester.makepyfile(test_marked=f"""
+        from sim import testing as loomsim
+
+        @loomsim.seeds("1", scenario="ledger-storm", duration="1h", store="{BUGGY_STORE}", expect_failure=True)
+        def test_the_adapter_bug_is_caught(loomsim_result):
+            assert not loomsim_result.passed and loomsim_result.store == "{BUGGY_STORE}"
+
+        @loomsim.seeds("0", scenario="hash-order", duration="1h", scenario_modules=["{SCENARIO_MODULE}"])
+        def test_a_user_scenario(loomsim_result):
+            assert loomsim_result.passed and loomsim_result.scenario == "hash-order"
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=2)

@@ -233,6 +233,8 @@ def _answer_text(answer: Any) -> str:
     if isinstance(answer, BaseException):
         fields = ", ".join(f"{field}={value!r}" for field, value in getattr(answer, "__dict__", {}).items()
                            if not field.startswith("_") and field != "cause")
+        if not fields and str(answer):  # an untyped error: its message is all there is to show
+            fields = show(str(answer))
         if len(fields) > SHOW_CHARS_MAX:
             fields = fields[:SHOW_CHARS_MAX] + "..."
         return f"raises {error_name(answer)}({fields})"

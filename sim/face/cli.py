@@ -1,7 +1,9 @@
 """The command line: ``loomsim`` (also ``python -m sim``).
 
 Exit codes: 0 every invariant held, 1 an invariant was violated (a sweep: a
-seed failed; with --require-coverage, a coverage gap), 2 usage error (unknown
+seed failed; with --require-coverage, a coverage gap) or the run did not
+test what it was asked to (a repro whose recorded failure did not recur, a
+--mutant whose patched code never ran), 2 usage error (unknown
 scenario, malformed seed/duration/flag, unusable database or trace path, a
 scenario module that cannot be loaded), 3 infrastructure error (a sweep's or
 ``mutants``' child crashed or printed no result), 128 + the signal when
@@ -33,8 +35,9 @@ from faults.script import ScriptError, load_script, script_to_json
 from sim.artifacts import ArtifactWriteError, NewFileStream
 from sim.clock import DurationError, format_calendar, format_duration_ms, format_span_ms, parse_duration_ms
 from sim.face import discovery
-from sim.face.repro_file import (ReproFileError, is_repro_file, param_flag, read_repro, replay_command, repro_argv,
-                                 repro_command, repro_filename, shrunk_filename, write_repro)
+from sim.face.repro_file import (NOT_REPRODUCED, ReproFileError, is_repro_file, param_flag, read_repro, replay_check,
+                                 replay_command, repro_argv, repro_command, repro_filename, shrunk_filename,
+                                 version_warning, write_repro)
 from sim.interleave import Deviation
 from sim.runner import DETECTED, PASS, RunResult, run
 from sim.scenario import ScenarioOptions, SetupError
@@ -50,9 +53,10 @@ RESULT_FORMAT = "loomsim-result/1"  # the ``format`` of ``run --json`` (a sweep'
 PROGRESS_EVERY_S = 10.0  # a long run's progress line on stderr, every so many wall seconds
 EPILOG = """\
 exit codes: 0 pass, 1 an invariant violated (sweep: a seed failed; with
---require-coverage also a coverage gap), 2 usage error, 3 infrastructure
-error (a sweep's child crashed or printed no result), 130/143 stopped by
-SIGINT/SIGTERM.
+--require-coverage also a coverage gap; repro: also a recorded failure that
+did not recur; run --mutant: also a mutant whose code never ran), 2 usage
+error, 3 infrastructure error (a sweep's child crashed or printed no
+result), 130/143 stopped by SIGINT/SIGTERM.
 
 fault kinds (--faults-enable/--faults-disable/--rate KIND=P):
   {kinds}
@@ -435,8 +439,9 @@ def _main(argv: list[str], *, replaying: bool = False) -> int:
         return EXIT_VIOLATION if missed else EXIT_PASS
     if args.command == "repro":
         report = ["--report", args.report] if args.report else []
-        return _main(repro_argv(args.file, json_output=args.json, scenario_modules=args.scenarios) + report,
-                     replaying=True)
+        replay = repro_argv(args.file, json_output=args.json, scenario_modules=args.scenarios) + report
+        _warn_other_version(args.file)
+        return _main(replay, replaying=True)
     if args.command == "shrink":
         return _shrink(args)
     if args.command == "list" and (args.faults or args.scenario is not None):
@@ -460,7 +465,16 @@ def _main(argv: list[str], *, replaying: bool = False) -> int:
     if not replaying:  # a replay writes next to its file if it can, and warns if not
         _check_repro_dir(args.repro_dir)
     _check_report_dir(args.report)
-    return _run(scenario, args, argv)
+    return _run(scenario, args, argv, replaying=replaying)
+
+
+def _warn_other_version(path: str) -> None:
+    """``repro FILE``: one warning line when another loomsim wrote it."""
+    from sim.runner import LOOMSIM_VERSION
+
+    warning = version_warning(read_repro(path), path, LOOMSIM_VERSION)
+    if warning is not None:
+        print(f"loomsim: warning: {warning}", file=sys.stderr)
 
 
 def version() -> str:
@@ -697,11 +711,16 @@ def _scenario_params(scenario: Any, args: argparse.Namespace) -> dict[str, int]:
     return params
 
 
+def _run_store(args: argparse.Namespace) -> str:
+    """The store a run uses: --db implies sqlite; a user's adapter
+    (MODULE:FACTORY) gets the path as given."""
+    return "sqlite" if args.db and args.store in NAMED_STORES else args.store
+
+
 def _options(scenario: Any, args: argparse.Namespace) -> ScenarioOptions:
     """The run's options from its command line (``run``, and what ``repro``
     and ``shrink`` make of a repro file)."""
-    # --db implies sqlite; a user's adapter (MODULE:FACTORY) gets the path as given.
-    store = "sqlite" if args.db and args.store in NAMED_STORES else args.store
+    store = _run_store(args)
     if store not in NAMED_STORES:
         discovery.ensure_cwd_importable()  # the adapter's module, from the user's checkout (as --scenarios)
     if args.db:
@@ -757,7 +776,8 @@ def _mutants(args: argparse.Namespace) -> int:
 
 def _apply_mutant(args: argparse.Namespace) -> Any:
     """``run --mutant NAME``: swap the planted bug in before anything runs
-    (None without one). A mutant that cannot apply is a usage error."""
+    (None without one). A mutant that cannot apply, or whose patched code
+    the run's store never executes, is a usage error."""
     if args.mutant is None:
         if args.mutants:
             raise UsageError("--mutants MODULE names where mutants come from: give --mutant NAME too")
@@ -766,7 +786,7 @@ def _apply_mutant(args: argparse.Namespace) -> Any:
     from sim.face.mutants import apply_named
 
     try:
-        return apply_named(args.mutant, args.mutants)
+        return apply_named(args.mutant, args.mutants, _run_store(args))
     except MutantError as error:
         raise UsageError(str(error)) from None
 
@@ -818,7 +838,10 @@ def _adopt_repro_config(scenario: Any, args: argparse.Namespace, argv: list[str]
     return merged
 
 
-def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
+def _run(scenario: Any, args: argparse.Namespace, argv: list[str], *, replaying: bool = False) -> int:
+    """One run. ``replaying``: ``args.faults`` is the repro file ``loomsim
+    repro`` replays; the replay is then compared with its recording (a
+    failure that did not recur is not a pass: exit 1, and said)."""
     args = _adopt_repro_config(scenario, args, argv)
     mutant = _apply_mutant(args)
     opts = _options(scenario, args)
@@ -829,6 +852,9 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
         _print_config(scenario, opts)
         if mutant is not None:
             print(f"mutant: {mutant.name} ({mutant.module}): {mutant.doc}")
+    from faults.mutants import executions
+
+    executed_before = executions()
     try:
         result = run(scenario, opts, trace_stream=trace_file, wall_clock=time.perf_counter, cpu_clock=time.process_time,
                      on_start=None if args.json else _print_choices, on_progress=_progress_reporter(args))
@@ -855,8 +881,21 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
         else:  # a new file, never over an existing one (write_repro takes the next free name)
             repro_path = _write_repro(result, command, args.repro_dir, scenario_modules=args.scenarios)
     body = result_json(result, command, repro_path)
+    untested = None
     if mutant is not None:
+        from sim.face.mutants import MUTANT_UNEXECUTED, unexecuted_note
+
         body["mutant"] = mutant.name
+        after = executions()
+        body["mutant_executions"] = None if after is None or executed_before is None else after - executed_before
+        untested = unexecuted_note(mutant, body["mutant_executions"]) if result.passed else None
+        if untested is not None:  # a green run that never ran the planted bug tested nothing
+            body["status"] = MUTANT_UNEXECUTED
+    check = replay_check(read_repro(args.faults), args.faults, result) if replaying else None
+    if check is not None:
+        body["replay"] = check.as_json()
+        if result.passed and not check.reproduced:
+            body["status"] = NOT_REPRODUCED
     if trace_file is not None:
         body["trace_file"] = trace_file.path
     if args.json:
@@ -865,9 +904,14 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
         _print_result(result, command, repro_path)
         if trace_file is not None:
             print(f"trace file: {trace_file.path}")
+        if untested is not None:
+            print(untested)
+        for line in check.lines() if check is not None else ():  # last: the verdict
+            print(line)
     if args.report:  # after the repro file: a report that cannot be written costs only itself
         write_report_or_warn(args.report, body, to_stderr=args.json)
-    return EXIT_PASS if result.passed else EXIT_VIOLATION
+    tested = untested is None and (check is None or check.reproduced)
+    return EXIT_PASS if result.passed and tested else EXIT_VIOLATION
 
 
 def _shrink(args: argparse.Namespace) -> int:

@@ -47,6 +47,10 @@ from sim.face.sweep import EXIT_ERROR, Job, _child, _outcome, check_interrupted,
 # not run (an infrastructure error; the CLI's usage error is 2).
 EXIT_ALL_DETECTED, EXIT_SURVIVED = 0, 1
 DETECTED, SURVIVED, ERROR, EQUIVALENT = "detected", "survived", "error", "equivalent"
+# ``run --mutant``'s status when the run held every invariant but the
+# mutant's patched code never executed: no test of the mutant (exit 1). In a
+# sweep of the catalogue such a seed is one more that did not detect it.
+MUTANT_UNEXECUTED = "mutant-unexecuted"
 SEEDS_MAX = 10_000
 JOBS_MAX = 64
 WAIT_S = 0.05  # how long the loop waits on a child before looking at the others
@@ -73,17 +77,34 @@ def known_mutants(module: str | None) -> dict[str, Any]:
     return known
 
 
-def apply_named(name: str, module: str | None) -> Any:
-    """Apply the mutant ``name`` (catalogue or ``module``) to this process;
-    returns it. Raises ``faults.mutants.MutantError``."""
-    from faults.mutants import MutantError, apply
+def apply_named(name: str, module: str | None, store: str) -> Any:
+    """Apply the mutant ``name`` (catalogue or ``module``) to this process,
+    for a run on ``store``; returns it. Raises ``faults.mutants.MutantError``
+    (also for a store that never runs the patched code: refused before it
+    is applied)."""
+    from faults.mutants import MutantError, apply, store_problem
 
     known = known_mutants(module)
     mutant = known.get(name)
     if mutant is None:
         raise MutantError(f"unknown mutant {name!r} (see loomsim mutants --list)")
+    problem = store_problem(mutant, store)
+    if problem is not None:
+        raise MutantError(problem)
     apply(mutant)
     return mutant
+
+
+def unexecuted_note(mutant: Any, executions: int | None) -> str | None:
+    """The line a passing run prints when ``mutant``'s patched code never
+    executed (``executions`` 0); None when it did, or cannot be counted."""
+    from faults.mutants import prepare
+
+    if executions != 0:
+        return None
+    targets = ", ".join(prepare(mutant).targets)
+    return (f"NOT A TEST: mutant {mutant.name}'s patched code ({targets}) never ran in this run, so the pass "
+            f"above says nothing about it; the scenarios that run it: {', '.join(mutant.scenarios)}")
 
 
 def add_parser(sub: Any, *, seed_range: Any, count: Any) -> argparse.ArgumentParser:
@@ -303,12 +324,18 @@ def _drive(jobs: list[_Job], args: argparse.Namespace, global_args: list[str], *
                     continue
                 del job.running[key]
                 result = job.results[key] = _outcome(_child_job(job, key, args.mutants, global_args), proc)
-                if not exhaustive and result["status"] != "pass" and (job.decided is None or key < job.decided):
+                if not exhaustive and _detects(result) and (job.decided is None or key < job.decided):
                     job.decided = key
                     _stop_later(job)
             if job.done() and not job.reported:
                 job.reported = True
                 _progress(job, sum(1 for j in jobs if j.reported), len(jobs), out)
+
+
+def _detects(result: dict[str, Any]) -> bool:
+    """Whether a child's result decides its mutant (detected, or an error):
+    a pass, or a pass whose mutant never ran, does not."""
+    return result["status"] not in ("pass", MUTANT_UNEXECUTED)
 
 
 def _stop_later(job: _Job) -> None:
@@ -331,11 +358,17 @@ def _progress(job: _Job, done: int, total: int, out: Any) -> None:
     key = job.decided
     if key is None:
         runs = len(job.results)
-        print(f"{head} survived {runs} run{'' if runs == 1 else 's'}", file=out, flush=True)
+        unexecuted = " (its patched code never ran in any)" if _never_executed(job) else ""
+        print(f"{head} survived {runs} run{'' if runs == 1 else 's'}{unexecuted}", file=out, flush=True)
         return
     result = job.results[key]
     status = ERROR if result["status"] == "error" else DETECTED
     print(f"{head} {status} by {job.scenarios[key[1]]} seed {key[0]}: {_verdict(result)}", file=out, flush=True)
+
+
+def _never_executed(job: _Job) -> bool:
+    """Every run of the mutant held, and none executed its patched code."""
+    return bool(job.results) and all(r["status"] == MUTANT_UNEXECUTED for r in job.results.values())
 
 
 def _verdict(result: dict[str, Any]) -> str:
@@ -364,6 +397,7 @@ def _row(job: _Job) -> dict[str, Any]:
         # survivors (the gaps); one a seed detected refutes its argument.
         status = EQUIVALENT if getattr(mutant, "equivalent", None) else SURVIVED
         return {**row, "status": status, "invariant": None, "scenario": None, "seed": None,
+                "never_executed": _never_executed(job),
                 **({"equivalent": mutant.equivalent} if status == EQUIVALENT else {})}
     if getattr(mutant, "equivalent", None):
         row["refutes_equivalence"] = True
@@ -420,6 +454,9 @@ def render(table: dict[str, Any]) -> str:
     for r in table["rows"]:
         if r["status"] == EQUIVALENT:
             lines.append(f"equivalent: {r['mutant']}: {r['equivalent']}")
+        if r.get("never_executed"):
+            lines.append(f"unexecuted: {r['mutant']}: its patched code never ran in any of its {r['runs']} runs "
+                         "(a workload gap, not a judgment of the oracles)")
     for name in table["refuted_equivalence"]:
         lines.append(f"refuted: {name} is marked equivalent in its catalogue entry, but a seed detected it")
     judged = table["mutants"] - table["equivalent"]

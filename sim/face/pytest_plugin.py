@@ -3,8 +3,9 @@
 Seeds as test items::
 
     pytest --loomsim-seeds 0:20 [--loomsim-scenario NAME ...] [--loomsim-duration 1d]
-           [--loomsim-store memory|sqlite] [--loomsim-mutant NAME]
-           [--loomsim-repro-dir DIR] [--loomsim-failure-db DIR|none] [--loomsim-only]
+           [--loomsim-store memory|sqlite|MODULE:FACTORY] [--loomsim-mutant NAME]
+           [--loomsim-scenarios MODULE ...] [--loomsim-repro-dir DIR]
+           [--loomsim-failure-db DIR|none] [--loomsim-only]
 
 adds one item per (scenario, seed), ``loomsim::sentinel-year::seed-7``
 (default: every registered scenario, each at its sweep duration, as a
@@ -31,6 +32,14 @@ A project's own tests use the marker of ``sim.testing``
 item before its body runs unless ``expect_failure=True``. Marker seeds are
 the test's own, run every time: they write repro files but are not saved to
 the database.
+
+What the CLI accepts, the plugin accepts, through the CLI's own code: a
+user's store adapter (``--loomsim-store MODULE:FACTORY``, the marker's
+``store=``), checked before any seed runs (``scenarios.user_stores``), and
+a user's scenario modules (``--loomsim-scenarios MODULE``, repeatable, the
+ini option ``loomsim_scenarios``, the marker's ``scenario_modules=``),
+loaded by ``sim.face.discovery`` and passed on as ``--scenarios`` to every
+run, so its repro command and file name them.
 
 Without ``--loomsim-seeds`` and without the marker the plugin adds options
 and the marker's name and nothing else: it imports nothing of loomsim's
@@ -62,8 +71,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="only this scenario (repeatable; default: every registered scenario)")
     group.addoption("--loomsim-duration", default=None, metavar="DURATION",
                     help="simulated duration of each seed: 2h, 1d, 30d (default: the scenario's sweep duration)")
-    group.addoption("--loomsim-store", default="memory", choices=("memory", "sqlite"),
-                    help="store backend of the seeds (default memory)")
+    group.addoption("--loomsim-store", default="memory", metavar="STORE",
+                    help="store backend of the seeds: memory (default), sqlite, or MODULE:FACTORY (a store "
+                         "adapter factory, as loomsim run --store)")
+    group.addoption("--loomsim-scenarios", action="append", default=[], metavar="MODULE",
+                    help="import MODULE to register its scenarios (repeatable; as loomsim --scenarios)")
+    parser.addini("loomsim_scenarios", type="linelist", default=[],
+                  help="modules to import for their scenarios (as --loomsim-scenarios)")
     group.addoption("--loomsim-mutant", default=None, metavar="NAME",
                     help="run the seeds (and the saved failures) with the planted bug NAME")
     group.addoption("--loomsim-repro-dir", default=".", metavar="DIR",
@@ -81,11 +95,12 @@ class _Session:
     def __init__(self, config: pytest.Config) -> None:
         option = config.option
         self.seeds = _parse_seeds(option.loomsim_seeds)
+        self.modules = _load_scenario_modules([*config.getini("loomsim_scenarios"), *option.loomsim_scenarios])
         self.scenarios = _scenario_names(option.loomsim_scenario)
         self.duration = option.loomsim_duration
         if self.duration is not None:
             _check_duration(self.duration)
-        self.store = option.loomsim_store
+        self.store = _check_store(option.loomsim_store)
         self.mutant = option.loomsim_mutant
         if self.mutant is not None:
             _check_mutant(self.mutant)
@@ -100,7 +115,8 @@ class _Session:
         self.replays: list[Any] = []
 
     def run_argv(self, scenario: str, seed: int) -> list[str]:
-        argv = ["run", scenario, "--seed", str(seed), "--store", self.store, "--repro-dir", self.repro_dir]
+        argv = [*_scenarios_argv(self.modules), "run", scenario, "--seed", str(seed), "--store", self.store,
+                "--repro-dir", self.repro_dir]
         duration = self.duration or _sweep_duration(scenario)
         if duration:
             argv += ["--duration", duration]
@@ -138,14 +154,52 @@ def _check_duration(text: str, flag: str = "--loomsim-duration") -> int:
         raise _usage(flag, error) from None
 
 
-def _scenario_names(names: list[str], flag: str = "--loomsim-scenario") -> list[str]:
-    from scenarios import registry
+def _load_scenario_modules(modules: Any, flag: str = "--loomsim-scenarios") -> tuple[str, ...]:
+    """Load the built-in scenarios, the ``loomsim.scenarios`` entry points
+    and ``modules`` (``sim.face.discovery``, as ``loomsim --scenarios``)."""
     from sim.face import discovery
 
+    if isinstance(modules, str) or not all(isinstance(m, str) and m for m in modules):
+        raise pytest.UsageError(f"{flag}: expected a list of module names, got {modules!r}")
     try:
-        discovery.load(())  # the ``loomsim.scenarios`` entry points
+        return discovery.load(modules)
     except discovery.ScenarioModuleError as error:
-        raise pytest.UsageError(str(error)) from None
+        raise pytest.UsageError(str(error) if error.source else f"{flag}: {error}") from None
+
+
+def _scenarios_argv(modules: tuple[str, ...]) -> list[str]:
+    from sim.face.repro_file import scenarios_argv
+
+    return scenarios_argv(modules)
+
+
+def _check_store(store: Any, flag: str = "--loomsim-store") -> str:
+    """``store`` as ``loomsim run --store`` takes it; a user's adapter
+    (MODULE:FACTORY) loaded and each port checked now, before any seed."""
+    import argparse
+
+    from sim.face import cli, discovery
+    from sim.scenario import SetupError
+
+    try:
+        store = cli._store(str(store))
+    except argparse.ArgumentTypeError as error:
+        raise _usage(flag, error) from None
+    if store not in cli.NAMED_STORES:
+        from scenarios.user_stores import load_store_factory
+
+        discovery.ensure_cwd_importable()  # as the run will: the adapter's module, from the user's checkout
+        try:
+            load_store_factory(store)
+        except SetupError as error:
+            raise _usage(flag, error) from None
+    return store
+
+
+def _scenario_names(names: list[str], flag: str = "--loomsim-scenario") -> list[str]:
+    from scenarios import registry
+
+    _load_scenario_modules(())  # the ``loomsim.scenarios`` entry points
     if not names:
         return [s.name for s in registry.all_scenarios()]
     for name in names:
@@ -181,7 +235,8 @@ def _sweep_duration(scenario: str) -> str | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", f"{MARKER}(seeds, scenario, duration=None, store='memory', mutant=None, expect_failure=False): "
+        "markers", f"{MARKER}(seeds, scenario, duration=None, store='memory', mutant=None, expect_failure=False, "
+                   "scenario_modules=()): "
                    "run the test once per loomsim seed (use sim.testing.seeds); the loomsim_result fixture is "
                    "the seed's RunResult")
     if config.option.loomsim_seeds is not None:
@@ -364,14 +419,14 @@ def _marker_spec(marker: Any) -> dict[str, Any]:
     if len(marker.args) != 1:
         raise pytest.UsageError("@loomsim.seeds takes one seed range, e.g. @loomsim.seeds('0:5', scenario=...)")
     kwargs = dict(marker.kwargs)
-    spec = {"seeds": _parse_seeds_for(marker.args[0]),
+    modules = _load_scenario_modules(kwargs.get("scenario_modules") or (), "@loomsim.seeds scenario_modules")
+    spec = {"seeds": _parse_seeds_for(marker.args[0]), "modules": modules,
             "scenario": _scenario_names([kwargs.get("scenario") or ""], "@loomsim.seeds scenario")[0],
-            "duration": kwargs.get("duration"), "store": kwargs.get("store", "memory"),
+            "duration": kwargs.get("duration"), "store": _check_store(kwargs.get("store", "memory"),
+                                                                      "@loomsim.seeds store"),
             "mutant": kwargs.get("mutant"), "expect_failure": bool(kwargs.get("expect_failure", False))}
     if spec["duration"] is not None:
         _check_duration(str(spec["duration"]), "@loomsim.seeds duration")
-    if spec["store"] not in ("memory", "sqlite"):
-        raise pytest.UsageError(f"@loomsim.seeds store: expected memory or sqlite, got {spec['store']!r}")
     if spec["mutant"] is not None:
         _check_mutant(spec["mutant"], "@loomsim.seeds mutant")
     return spec
@@ -413,7 +468,8 @@ def loomsim_result(request: pytest.FixtureRequest) -> Any:
     spec = _marker_spec(marker)
     scenario, seed = spec["scenario"], request.param
     repro_dir = request.config.option.loomsim_repro_dir
-    argv = ["run", scenario, "--seed", str(seed), "--store", spec["store"], "--repro-dir", repro_dir]
+    argv = [*_scenarios_argv(spec["modules"]), "run", scenario, "--seed", str(seed), "--store", spec["store"],
+            "--repro-dir", repro_dir]
     duration = spec["duration"] or _sweep_duration(scenario)
     if duration:
         argv += ["--duration", str(duration)]

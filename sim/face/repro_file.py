@@ -17,23 +17,38 @@ A failing run writes ``loomsim-repro-<scenario>-<seed>.json``::
 stands for (its modules, seed, duration, store, parameters and swarm
 choices, with the file itself as ``--faults``); ``repro_command`` is the
 printable command of a run. A file that is missing, not JSON, not this
-format or malformed is a ``ReproFileError``: one line.
+format or malformed is a ``ReproFileError``: one line. A hand-edited file
+is checked field by field (``check_config``: ``FILE: seed must be a
+non-negative integer, got 1.5``); config fields the replay does not read
+(``python``, what a scenario records) are left alone.
+
+After a replay, ``replay_check`` compares it with the recording: a
+failure that did not recur (not a pass: ``loomsim repro`` exits 1 and
+says so), a trace digest that differs; ``version_warning`` tells a file
+written by another loomsim version (``config.loomsim``).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from typing import Any, Callable, Iterable
 
+import attrs
+
 from faults.script import script_to_json
 from sim.artifacts import FREE_NAMES_MAX, create_exclusive, free_path, write_new  # noqa: F401 (re-exported)
-from sim.clock import format_duration_ms
+from model.bounds import INT64_MAX
+from sim.clock import DurationError, format_duration_ms, parse_duration_ms
 from sim.face import discovery
 from sim.scenario import ScenarioOptions
 from sim.trace import event_json
 
 FORMAT = "loomsim-repro/1"
+NOT_REPRODUCED = "not-reproduced"  # ``repro --json``'s status when the recorded failure did not recur
+_STORE = re.compile(r"memory|sqlite|[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+_NAME = re.compile(r"[A-Za-z0-9][\w.-]*")
 
 
 class ReproFileError(Exception):
@@ -144,6 +159,7 @@ def repro_argv(path: str, *, json_output: bool, scenario_modules: Iterable[str] 
     recorded = recorded_modules(body, path)
     modules = discovery.unique((*scenario_modules, *discovery.load(recorded, source=f"named by repro file {path!r}")))
     config = body.get("config")
+    check_config(config, path)
     try:
         name, seed, duration, store = config["scenario"], config["seed"], config["duration"], config["store"]
         params = dict(config.get("params", {}))
@@ -180,6 +196,134 @@ def repro_argv(path: str, *, json_output: bool, scenario_modules: Iterable[str] 
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise ReproFileError(f"repro file {path!r} has a malformed config: {error!r}") from None
     return argv + (["--json"] if json_output else [])
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def check_config(config: Any, path: str) -> None:
+    """Every field of a repro file's ``config`` that a replay reads, by type
+    and range. Raises ``ReproFileError``: ``FILE: FIELD must be ..., got V``."""
+    def fail(field: str, must: str, value: Any) -> ReproFileError:
+        return ReproFileError(f"{path}: {field} must be {must}, got {_shown(value)}")
+
+    if not isinstance(config, dict):
+        raise fail("config", "an object", config)
+    for field in ("scenario", "seed", "duration", "store"):
+        if field not in config:
+            raise ReproFileError(f"{path}: config has no {field}")
+    if type(config["scenario"]) is not str or not config["scenario"]:
+        raise fail("scenario", "a scenario name", config["scenario"])
+    seed = config["seed"]
+    if not _is_int(seed) or seed < 0:
+        raise fail("seed", "a non-negative integer", seed)
+    if seed > INT64_MAX:
+        raise fail("seed", "at most 2**63-1", seed)
+    duration = config["duration"]
+    if type(duration) is not str:
+        raise fail("duration", 'a duration text (e.g. "1h")', duration)
+    try:
+        parse_duration_ms(duration)
+    except DurationError as error:
+        raise ReproFileError(f"{path}: duration {_shown(duration)}: {error}") from None
+    if type(config["store"]) is not str or not _STORE.fullmatch(config["store"]):
+        raise fail("store", "memory, sqlite or MODULE:FACTORY", config["store"])
+    _check_mapping(config.get("params", {}), "params", lambda v: _is_int(v) and v >= 0,
+                   "a non-negative integer", fail)
+    _check_mapping(config.get("rates", {}), "rates", lambda v: type(v) in (int, float) and 0 <= v <= 1,
+                   "a probability in [0, 1]", fail)
+    for field in ("beyond_contract", "script_must_fire"):
+        if field in config and type(config[field]) is not bool:
+            raise fail(field, "true or false", config[field])
+    for field in ("mutant", "mutants_module"):
+        if config.get(field) is not None and (type(config[field]) is not str or not _NAME.fullmatch(config[field])):
+            raise fail(field, "a mutant name" if field == "mutant" else "a module name", config[field])
+    if "loomsim" in config and type(config["loomsim"]) is not str:
+        raise fail("loomsim", "a version text", config["loomsim"])
+    swarm = config.get("swarm")
+    if swarm is None:
+        return
+    if not isinstance(swarm, dict):
+        raise fail("swarm", "an object", swarm)
+    if "swarm" in swarm and type(swarm["swarm"]) is not bool:
+        raise fail("swarm.swarm", "true or false", swarm["swarm"])
+    _check_mapping(swarm.get("knobs", {}), "swarm.knobs", _is_int, "an integer", fail)
+    workload = swarm.get("workload", [])
+    if not isinstance(workload, list) or not all(type(w) is str for w in workload):
+        raise fail("swarm.workload", "a list of names", workload)
+
+
+def _check_mapping(value: Any, field: str, ok: Any, must: str, fail: Any) -> None:
+    if not isinstance(value, dict):
+        raise fail(field, "an object", value)
+    for key, item in value.items():
+        if not ok(item):
+            raise fail(f"{field}.{key}", must, item)
+
+
+def version_warning(body: dict[str, Any], path: str, current: str) -> str | None:
+    """The warning for a file written by another loomsim version than
+    ``current`` (or by one that did not record its version); None if same."""
+    config = body.get("config")
+    recorded = config.get("loomsim") if isinstance(config, dict) else None
+    if recorded == current:
+        return None
+    if recorded is None:
+        return f"{path} records no loomsim version (this is {current}): the replay may differ"
+    return f"{path} was written by loomsim {recorded}, this is {current}: the replay may differ"
+
+
+@attrs.frozen
+class ReplayCheck:
+    """A replay against its recording: whether the recorded failure (the
+    first violation's invariant) recurred, and the two trace digests."""
+
+    path: str
+    recorded_invariant: str | None
+    replayed_invariant: str | None
+    recorded_digest: str | None
+    replayed_digest: str
+
+    @property
+    def reproduced(self) -> bool:
+        return self.recorded_invariant is None or self.recorded_invariant == self.replayed_invariant
+
+    @property
+    def diverged(self) -> bool:
+        return self.recorded_digest is not None and self.recorded_digest != self.replayed_digest
+
+    def lines(self) -> list[str]:
+        """What a replay prints after its result (nothing when it went as recorded)."""
+        lines = []
+        if self.diverged:
+            lines.append(f"the replay diverged from the recorded run: trace digest {self.replayed_digest}, "
+                         f"recorded {self.recorded_digest}")
+        if not self.reproduced:  # last: the verdict
+            now = ("this replay held every invariant" if self.replayed_invariant is None
+                   else f"this replay failed {self.replayed_invariant} instead")
+            lines.append(f"NOT REPRODUCED: the recorded failure did not reproduce: {self.path} records "
+                         f"{self.recorded_invariant}; {now}")
+        return lines
+
+    def as_json(self) -> dict[str, Any]:
+        return {"reproduced": self.reproduced, "recorded_invariant": self.recorded_invariant,
+                "diverged": self.diverged, "recorded_trace_digest": self.recorded_digest}
+
+
+def replay_check(body: dict[str, Any], path: str, result: Any) -> ReplayCheck:
+    """Compare the replay ``result`` (a ``RunResult``) with the repro file's ``body``."""
+    violations = body.get("violations")
+    first = violations[0] if isinstance(violations, list) and violations and isinstance(violations[0], dict) else {}
+    recorded = first.get("name") if type(first.get("name")) is str else None
+    digest = body.get("trace_digest") if type(body.get("trace_digest")) is str else None
+    replayed = result.violations[0].invariant if result.violations else None
+    return ReplayCheck(path, recorded, replayed, digest, result.trace_digest)
 
 
 def repro_command(name: str, opts: ScenarioOptions, *, explicit_duration: bool = True,
