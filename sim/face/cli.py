@@ -30,6 +30,7 @@ import time
 from typing import Any, NoReturn, Sequence
 
 from faults.script import ScriptError, load_script, script_to_json
+from reports.verdict import decide, not_exercised_note
 from sim.clock import DurationError, format_calendar, format_duration_ms, format_span_ms, parse_duration_ms
 from sim.face import discovery
 from sim.face.repro_file import (ReproFileError, is_repro_file, param_flag, read_repro, repro_argv, repro_command,
@@ -349,8 +350,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 reconfigure(errors="backslashreplace")
             except (ValueError, OSError):
                 pass
+    from sim.face.sweep import sigterm_interrupts
+
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv))
+        with sigterm_interrupts():  # SIGTERM cleans up on the way out, as SIGINT does
+            return _main(list(sys.argv[1:] if argv is None else argv))
     except (UsageError, ReproFileError, discovery.ScenarioModuleError) as error:
         print(f"loomsim: error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -848,7 +852,7 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str]) -> int:
         _print_result(result, command, repro_path)
     if args.report:  # after the repro file: a report that cannot be written costs only itself
         write_report_or_warn(args.report, body, to_stderr=args.json)
-    return EXIT_PASS if result.passed else EXIT_VIOLATION
+    return decide(body).exit_code  # the verdict the report shows
 
 
 def _shrink(args: argparse.Namespace) -> int:
@@ -1017,7 +1021,8 @@ def _print_result(result: RunResult, command: str, repro_path: str | None) -> No
         more = f" and {len(broken) - 3} more" if len(broken) > 3 else ""
         print(f"beyond the contract: {shown}{more}")
     if result.status == PASS:
-        print("PASS: every invariant held")
+        shown = {"config": result.config, "status": result.status, "beyond_contract": result.beyond_contract}
+        print("PASS: every invariant held" + not_exercised_note(shown))
         return
     first = result.violations[0]
     print()
