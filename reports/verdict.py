@@ -191,8 +191,8 @@ def saved_failure(replay: Mapping[str, Any]) -> dict[str, Any]:
     """A saved failure that still fails (a sweep's ``saved_failures``
     entry) as a failure: its file (``saved``) is the repro file."""
     return {"scenario": replay.get("scenario"), "seed": replay.get("seed"), "invariant": replay.get("invariant"),
-            "simulated_time": replay.get("simulated_time") or "replayed",
-            "message": f"saved failure {replay.get('file')} still fails: {replay.get('detail')}",
+            "simulated_time": replay.get("simulated_time") or "its replay",
+            "message": f"saved failure {replay.get('file')} still fails: {replay.get('message') or replay.get('detail')}",
             "repro_command": replay.get("repro_command"), "repro_file": replay.get("path"),
             "saved": replay.get("file")}
 

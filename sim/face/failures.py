@@ -62,6 +62,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 
 from sim.artifacts import free_path
+from sim.clock import format_calendar
 from sim.face.repro_file import ReproFileError, read_repro
 
 ENV = "LOOMSIM_FAILURE_DB"
@@ -289,9 +290,14 @@ class Replay:
     run: InProcessRun | None = attrs.field(default=None, eq=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
+        """The replay in a sweep's summary (``saved_failures``); one that
+        still fails with when its violation came (what a report shows)."""
+        violations = self.run.result.violations if self.run is not None and self.outcome == STILL_FAILS else ()
         return {"file": self.name, "path": self.path, "outcome": self.outcome, "detail": self.detail,
                 "scenario": self.scenario, "seed": self.seed, "saved_invariant": self.saved_invariant,
-                "invariant": self.invariant, "repro_command": self.repro_command}
+                "invariant": self.invariant, "repro_command": self.repro_command,
+                "simulated_time": format_calendar(violations[0].time_ms) if violations else None,
+                "message": violations[0].message if violations else None}
 
 
 def _strip_mutant(argv: Sequence[str]) -> list[str]:

@@ -65,7 +65,7 @@ import attrs
 
 from faults.kinds import FAILPOINT_CRASH, TIMED_FAULT_KINDS
 from reports.verdict import (EXIT_ERROR, EXIT_PASS, EXIT_VIOLATION, NOT_EXERCISED, decide_sweep,
-                             not_exercised_why)
+                             not_exercised_why, verdict)
 from sim.face import failures, model_coverage
 
 # The exit codes (``reports.verdict.decide``, the one decision of a sweep's
@@ -789,7 +789,8 @@ def render_scenario(s: Mapping[str, Any]) -> list[str]:
 
 def render(summary: Mapping[str, Any]) -> str:
     """Per scenario: its counts, failures and coverage; then the sweep: the
-    totals, the budget, every coverage gap, and the model coverage."""
+    totals, the budget, every coverage gap, the model coverage, and last
+    the verdict (``reports.verdict.verdict``)."""
     lines = failures.render(summary.get("saved_failures") or [])  # replayed first: listed first
     for s in summary["scenarios"].values():
         lines.extend(render_scenario(s))
@@ -806,6 +807,7 @@ def render(summary: Mapping[str, Any]) -> str:
                      "was reached, every invariant checked)")
     if "model_coverage" in summary:
         lines.append(model_coverage.render(summary["model_coverage"]))
+    lines.append(verdict(summary))  # the first line of every report, the exit code the process returns
     return "\n".join(lines)
 
 
