@@ -2,7 +2,8 @@
 
 One ``testsuite`` per scenario, one ``testcase`` per seed (a run is one
 seed) and one per saved failure of the failure database that still fails
-(``saved failure FILE``). A failing seed carries a ``failure`` whose
+(``saved failure FILE``). A seed beyond the contract in which no promise
+broke is ``skipped`` (it tested nothing). A failing seed carries a ``failure`` whose
 ``type`` is the invariant and whose text holds the simulated time, the
 message and the command that reproduces it; a seed that could not run is an
 ``error``. Every suite's ``properties`` carry the verdict and the exit code
@@ -19,7 +20,8 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, Iterable, Mapping
 
-from reports.verdict import ERROR, coverage_gaps, decide, failures, kind_of, saved_failure, short, still_failing
+from reports.verdict import (ERROR, NOT_EXERCISED, beyond_not_exercised, coverage_gaps, decide, failures, kind_of,
+                             not_exercised_why, saved_failure, short, still_failing)
 from sim.runner import FAIL
 
 SUITE_PREFIX = "loomsim."
@@ -43,7 +45,7 @@ def _failure_text(failure: Mapping[str, Any]) -> str:
 
 
 def _case(suite: ET.Element, scenario: str, name: str, *, wall_s: Any, failure: Mapping[str, Any] | None,
-          error: str | None, props: Iterable[tuple[str, Any]] = ()) -> None:
+          error: str | None, skipped: str | None = None, props: Iterable[tuple[str, Any]] = ()) -> None:
     case = ET.SubElement(suite, "testcase", {"classname": _text(SUITE_PREFIX + scenario), "name": _text(name),
                                              "time": f"{float(wall_s or 0):.3f}"})
     shown = [(k, v) for k, v in props if v is not None]
@@ -60,6 +62,8 @@ def _case(suite: ET.Element, scenario: str, name: str, *, wall_s: Any, failure: 
     elif error is not None:
         element = ET.SubElement(case, "error", {"type": "infrastructure", "message": _text(short(error, 300))})
         element.text = _text(error)
+    elif skipped is not None:
+        ET.SubElement(case, "skipped", {"message": _text(skipped)})
 
 
 def render_junit(body: Mapping[str, Any]) -> str:
@@ -70,19 +74,21 @@ def render_junit(body: Mapping[str, Any]) -> str:
     else:
         suites, gaps_by = _sweep_cases(body)
     status, code = decide(body)
-    totals = {"tests": 0, "failures": 0, "errors": 0}
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for scenario, cases in suites.items():
         counts = {"tests": len(cases), "failures": sum(c["failure"] is not None for c in cases),
-                  "errors": sum(c["failure"] is None and c["error"] is not None for c in cases)}
+                  "errors": sum(c["failure"] is None and c["error"] is not None for c in cases),
+                  "skipped": sum(c["failure"] is None and c["error"] is None and c.get("skipped") is not None
+                                 for c in cases)}
         suite = ET.SubElement(root, "testsuite", {
-            "name": _text(SUITE_PREFIX + scenario), **{k: str(v) for k, v in counts.items()}, "skipped": "0",
+            "name": _text(SUITE_PREFIX + scenario), **{k: str(v) for k, v in counts.items()},
             "time": f"{sum(float(c['wall_s'] or 0) for c in cases):.3f}"})
         verdict = ET.SubElement(suite, "properties")
         for name, value in (("loomsim.status", status), ("loomsim.exit_code", code)):
             ET.SubElement(verdict, "property", {"name": name, "value": _text(value)})
         for c in cases:
             _case(suite, scenario, c.get("name") or f"seed {c['seed']}", wall_s=c["wall_s"], failure=c["failure"],
-                  error=c["error"], props=c["props"])
+                  error=c["error"], skipped=c.get("skipped"), props=c["props"])
         gaps = gaps_by.get(scenario) or []
         if gaps:
             ET.SubElement(suite, "system-out").text = _text("coverage gaps:\n" + "\n".join(gaps))
@@ -98,6 +104,8 @@ def _run_case(body: Mapping[str, Any]) -> dict[str, Any]:
     return {"seed": body.get("seed"), "wall_s": body.get("wall_s"),
             "failure": found[0] if found and body.get("status") not in ("pass", "detected") else None,
             "error": None,
+            "skipped": f"beyond the contract not exercised: {not_exercised_why(body)}"
+                       if beyond_not_exercised(body) else None,
             "props": [("store", body.get("store")), ("status", body.get("status")),
                       ("trace_digest", body.get("trace_digest"))]}
 
@@ -118,6 +126,8 @@ def _sweep_cases(body: Mapping[str, Any]) -> tuple[dict[str, list[dict[str, Any]
             "seed": record.get("seed"), "wall_s": record.get("wall_s"), "failure": failure,
             "error": error or (f"seed {record.get('seed')} printed no result" if record.get("status") == ERROR
                                else None),
+            "skipped": ("beyond the contract not exercised: no broken promise fired within the duration"
+                        if record.get("status") == NOT_EXERCISED else None),
             "props": [("store", record.get("store")), ("status", record.get("status")),
                       ("beyond_contract", "true" if record.get("beyond") else None),
                       ("trace_digest", record.get("trace_digest"))]})

@@ -139,6 +139,8 @@ def test_a_short_sweep_beyond_the_contract_on_the_real_system_exits_0_and_saves_
     body = json.loads(_read(tmp_path / "R" / "loomsim-report.json"))
     assert (body["not_exercised"], body["failed"], body["status"], body["exit_code"]) == (1, 0, "pass", 0)
     assert "1 of 1 beyond the contract not exercised" in _read(tmp_path / "R" / "loomsim-report.md").splitlines()[0]
+    junit = ET.fromstring(_read(tmp_path / "R" / "loomsim-junit.xml").split("\n", 1)[1])
+    assert (junit.get("failures"), junit.get("skipped")) == ("0", "1")  # neither failed nor silently passed
     # Asked to require coverage, a sweep that exercised nothing beyond the contract fails.
     assert cli.main([*argv, "--require-coverage"]) == 1
 
