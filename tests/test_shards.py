@@ -71,6 +71,7 @@ def test_merged_shards_equal_the_unsharded_sweep(capsys, tmp_path, monkeypatch, 
     code, out, _ = _main(capsys, ["merge", *map(str, files), "--json"])
     merged = json.loads(out)
     assert code == full["exit"] == (1 if failing else 0)
+    assert merged["exit_code"] == full["exit_code"] == code  # the verdict it prints and reports is the one it exits with
     assert merged["shards"] == {"count": 2, "merged": [1, 2], "missing": [], "files": list(map(str, files))}
     assert _normal(merged, shard_dir) == _normal({k: v for k, v in full.items() if k != "exit"}, full_dir)
     if failing:
@@ -86,7 +87,7 @@ def test_merged_shards_equal_the_unsharded_sweep(capsys, tmp_path, monkeypatch, 
     if not failing:
         # A missing shard: said, its seeds not run, exit 3 (not 0).
         code, out, _ = _main(capsys, ["merge", str(files[0])])
-        assert code == 3
+        assert code == 3 and out.splitlines()[-2].startswith("ERROR (exit 3): ")
         assert "MISSING SHARDS: merged shards 1 of 2; shards 2 missing" in out
         assert "1 of 2 seeds" in out
         # Files that cannot be merged: one line each, exit 2.
