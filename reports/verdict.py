@@ -80,7 +80,8 @@ def decide_sweep(body: Mapping[str, Any]) -> Verdict:
     """``decide`` for a sweep's summary (its format not checked: a summary
     being built)."""
     if body.get("interrupted"):
-        return Verdict(INTERRUPTED, 128 + signal.Signals[body["interrupted"]].value)
+        signum = signal.Signals.__members__.get(str(body["interrupted"]))
+        return Verdict(INTERRUPTED, EXIT_ERROR if signum is None else 128 + signum.value)
     if (body.get("failed") or still_failing(body)
             or (body.get("require_coverage") and body.get("coverage_gaps"))):
         return Verdict(FAIL, EXIT_VIOLATION)
@@ -192,7 +193,8 @@ def saved_failure(replay: Mapping[str, Any]) -> dict[str, Any]:
     entry) as a failure: its file (``saved``) is the repro file."""
     return {"scenario": replay.get("scenario"), "seed": replay.get("seed"), "invariant": replay.get("invariant"),
             "simulated_time": replay.get("simulated_time") or "its replay",
-            "message": f"saved failure {replay.get('file')} still fails: {replay.get('message') or replay.get('detail')}",
+            "message": f"saved failure {replay.get('file')} still fails: "
+                       f"{replay.get('message') or replay.get('detail')}",
             "repro_command": replay.get("repro_command"), "repro_file": replay.get("path"),
             "saved": replay.get("file")}
 

@@ -61,6 +61,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
+from reports.verdict import STILL_FAILS
 from sim.artifacts import free_path
 from sim.clock import format_calendar
 from sim.face.repro_file import ReproFileError, read_repro
@@ -74,7 +75,8 @@ DIGEST_CHARS = 12
 # A database is read whole before a sweep: past this many files the rest
 # wait for the next one (each replay is a run; the newest are not favoured).
 REPLAYS_MAX = 200
-STILL_FAILS, FIXED, NO_LONGER_APPLIES = "still-fails", "fixed", "no-longer-applies"
+# ``STILL_FAILS`` is spelled by the reports, which fail a sweep on it (``reports.verdict``).
+FIXED, NO_LONGER_APPLIES = "fixed", "no-longer-applies"
 UNFIRED = "fault-script-unfired"
 # The runner's ``fault-script-unfired`` verdict names an entry whose site
 # or node the run never had with these words (``sim.runner.unfired_entries``).
@@ -422,10 +424,6 @@ def save_sweep_failures(db: FailureDb | None, results: Iterable[Mapping[str, Any
         if path is not None:
             saved.append(path)
     return saved
-
-
-def still_failing(replays: Iterable[Mapping[str, Any]]) -> int:
-    return sum(1 for r in replays if r["outcome"] == STILL_FAILS)
 
 
 def progress_line(outcome: Replay) -> str:
