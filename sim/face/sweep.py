@@ -423,8 +423,9 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
         write_report_or_warn(opts.report_dir, summary, to_stderr=opts.json)
     if interrupted is not None:
         stopped = f"; stopped {interrupted.stopped} running child run(s)" if interrupted.stopped else ""
+        unwritten = "; no shard file written" if shard_writer is not None else ""
         print(f"loomsim: interrupted by {summary['interrupted']}{stopped}; the summary is of the {summary['ran']} "
-              "seed run(s) that finished", file=sys.stderr, flush=True)
+              f"seed run(s) that finished{unwritten}", file=sys.stderr, flush=True)
     return code
 
 
