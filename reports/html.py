@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from reports.svg import render_timeline_svg
 from reports.verdict import (calendar, coverage_gaps, failures, first_failing_run, kind_of, short, status_of,
-                             verdict)
+                             still_failing, verdict)
 from sim.clock import format_span_ms
 from sim.runner import DETECTED, PASS
 
@@ -245,7 +245,9 @@ def _sweep_parts(body: Mapping[str, Any]) -> list[str]:
     meta = [("seeds", body.get("seeds")), ("ran", body.get("ran")), ("passed", body.get("passed")),
             ("failed", body.get("failed")), ("errors", body.get("errors")),
             ("beyond the contract", f"{body.get('detected')} of {body.get('beyond_seeds')} detected"
+             + (f", {body['not_exercised']} not exercised" if body.get("not_exercised") else "")
              if body.get("beyond_seeds") else None),
+            ("saved failures still failing", len(still_failing(body)) or None),
             ("wall", f"{body.get('wall_s')}s"), ("jobs", body.get("jobs"))]
     parts = ['<p class="meta">' + "".join(f"<span>{_e(k)}: <b>{_e(v)}</b></span>" for k, v in meta if v is not None)
              + "</p>"]

@@ -1,11 +1,16 @@
 """The JUnit XML report: what a CI system's test view reads.
 
 One ``testsuite`` per scenario, one ``testcase`` per seed (a run is one
-seed). A failing seed carries a ``failure`` whose ``type`` is the invariant
-and whose text holds the simulated time, the message and the command that
-reproduces it; a seed that could not run is an ``error``. Coverage gaps go
+seed) and one per saved failure of the failure database that still fails
+(``saved failure FILE``). A seed beyond the contract in which no promise
+broke is ``skipped`` (it tested nothing). A failing seed carries a ``failure`` whose
+``type`` is the invariant and whose text holds the simulated time, the
+message and the command that reproduces it; a seed that could not run is an
+``error``. Every suite's ``properties`` carry the verdict and the exit code
+of the whole (``reports.verdict.decide``). Coverage gaps go
 to the suite's ``system-out``: they do not fail the build here, as they do
-not fail a sweep without ``--require-coverage``. Built with
+not fail a sweep without ``--require-coverage``; with it, each scenario
+with a gap has a failing ``coverage`` testcase naming them. Built with
 ``xml.etree.ElementTree``, which escapes what the messages hold (keys with
 ``<``, ``&``, quotes); characters XML 1.0 cannot carry at all are replaced.
 """
@@ -15,7 +20,8 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, Iterable, Mapping
 
-from reports.verdict import ERROR, coverage_gaps, failures, kind_of, short
+from reports.verdict import (ERROR, NOT_EXERCISED, beyond_not_exercised, coverage_gaps, decide, failures, kind_of,
+                             not_exercised_why, saved_failure, short, still_failing)
 from sim.runner import FAIL
 
 SUITE_PREFIX = "loomsim."
@@ -38,9 +44,9 @@ def _failure_text(failure: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _case(suite: ET.Element, scenario: str, seed: Any, *, wall_s: Any, failure: Mapping[str, Any] | None,
-          error: str | None, props: Iterable[tuple[str, Any]] = ()) -> None:
-    case = ET.SubElement(suite, "testcase", {"classname": _text(SUITE_PREFIX + scenario), "name": f"seed {seed}",
+def _case(suite: ET.Element, scenario: str, name: str, *, wall_s: Any, failure: Mapping[str, Any] | None,
+          error: str | None, skipped: str | None = None, props: Iterable[tuple[str, Any]] = ()) -> None:
+    case = ET.SubElement(suite, "testcase", {"classname": _text(SUITE_PREFIX + scenario), "name": _text(name),
                                              "time": f"{float(wall_s or 0):.3f}"})
     shown = [(k, v) for k, v in props if v is not None]
     if shown:
@@ -56,6 +62,8 @@ def _case(suite: ET.Element, scenario: str, seed: Any, *, wall_s: Any, failure: 
     elif error is not None:
         element = ET.SubElement(case, "error", {"type": "infrastructure", "message": _text(short(error, 300))})
         element.text = _text(error)
+    elif skipped is not None:
+        ET.SubElement(case, "skipped", {"message": _text(skipped)})
 
 
 def render_junit(body: Mapping[str, Any]) -> str:
@@ -65,16 +73,22 @@ def render_junit(body: Mapping[str, Any]) -> str:
         gaps_by = {body.get("scenario") or "?": coverage_gaps(body)}
     else:
         suites, gaps_by = _sweep_cases(body)
-    totals = {"tests": 0, "failures": 0, "errors": 0}
+    status, code = decide(body)
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for scenario, cases in suites.items():
         counts = {"tests": len(cases), "failures": sum(c["failure"] is not None for c in cases),
-                  "errors": sum(c["failure"] is None and c["error"] is not None for c in cases)}
+                  "errors": sum(c["failure"] is None and c["error"] is not None for c in cases),
+                  "skipped": sum(c["failure"] is None and c["error"] is None and c.get("skipped") is not None
+                                 for c in cases)}
         suite = ET.SubElement(root, "testsuite", {
-            "name": _text(SUITE_PREFIX + scenario), **{k: str(v) for k, v in counts.items()}, "skipped": "0",
+            "name": _text(SUITE_PREFIX + scenario), **{k: str(v) for k, v in counts.items()},
             "time": f"{sum(float(c['wall_s'] or 0) for c in cases):.3f}"})
+        verdict = ET.SubElement(suite, "properties")
+        for name, value in (("loomsim.status", status), ("loomsim.exit_code", code)):
+            ET.SubElement(verdict, "property", {"name": name, "value": _text(value)})
         for c in cases:
-            _case(suite, scenario, c["seed"], wall_s=c["wall_s"], failure=c["failure"], error=c["error"],
-                  props=c["props"])
+            _case(suite, scenario, c.get("name") or f"seed {c['seed']}", wall_s=c["wall_s"], failure=c["failure"],
+                  error=c["error"], skipped=c.get("skipped"), props=c["props"])
         gaps = gaps_by.get(scenario) or []
         if gaps:
             ET.SubElement(suite, "system-out").text = _text("coverage gaps:\n" + "\n".join(gaps))
@@ -90,6 +104,8 @@ def _run_case(body: Mapping[str, Any]) -> dict[str, Any]:
     return {"seed": body.get("seed"), "wall_s": body.get("wall_s"),
             "failure": found[0] if found and body.get("status") not in ("pass", "detected") else None,
             "error": None,
+            "skipped": f"beyond the contract not exercised: {not_exercised_why(body)}"
+                       if beyond_not_exercised(body) else None,
             "props": [("store", body.get("store")), ("status", body.get("status")),
                       ("trace_digest", body.get("trace_digest"))]}
 
@@ -110,11 +126,23 @@ def _sweep_cases(body: Mapping[str, Any]) -> tuple[dict[str, list[dict[str, Any]
             "seed": record.get("seed"), "wall_s": record.get("wall_s"), "failure": failure,
             "error": error or (f"seed {record.get('seed')} printed no result" if record.get("status") == ERROR
                                else None),
+            "skipped": ("beyond the contract not exercised: no broken promise fired within the duration"
+                        if record.get("status") == NOT_EXERCISED else None),
             "props": [("store", record.get("store")), ("status", record.get("status")),
                       ("beyond_contract", "true" if record.get("beyond") else None),
                       ("trace_digest", record.get("trace_digest"))]})
+    for replay in still_failing(body):  # a saved failure that still fails: a failing test of its own
+        suites.setdefault(replay.get("scenario") or "?", []).append({
+            "name": f"saved failure {replay.get('file')}", "seed": replay.get("seed"), "wall_s": 0,
+            "failure": saved_failure(replay), "error": None, "props": [("saved_failure", replay.get("path"))]})
     gaps_by: dict[str, list[str]] = {}
     for gap in body.get("coverage_gaps") or ():
         gaps_by.setdefault(gap.get("scenario") or "?", []).append(f"{gap.get('what')} {gap.get('name')}: "
                                                                  f"{gap.get('detail')}")
+    if body.get("require_coverage"):  # the gaps fail the sweep: a failing test each scenario
+        for scenario, gaps in gaps_by.items():
+            suites.setdefault(scenario, []).append({
+                "name": "coverage", "seed": None, "wall_s": 0, "error": None, "props": [],
+                "failure": {"invariant": "coverage-gap", "simulated_time": "all seeds",
+                            "message": f"{len(gaps)} coverage gap(s) with --require-coverage: " + "; ".join(gaps)}})
     return suites, gaps_by

@@ -223,7 +223,7 @@ def test_a_sweep_report_has_seeds_coverage_and_the_failing_timeline(failing):
     cases = junit.findall("testsuite/testcase")
     assert [c.get("name") for c in cases] == ["seed 1", "seed 7"]
     assert cases[0].find("failure") is not None and cases[1].find("error").get("message") == "exit 3: <boom> & more"
-    assert render_markdown(summary).splitlines()[0].startswith("# ❌ loomsim FAIL: sweep of ledger-storm")
+    assert render_markdown(summary).splitlines()[0].startswith("# ❌ loomsim FAIL (exit 1): sweep of ledger-storm")
 
 
 def test_sweep_report_end_to_end(tmp_path, capsys):

@@ -3,10 +3,10 @@
 The promise: merging the shards gives the unsharded sweep's summary (apart
 from wall times and jobs) and exit code, with and without a failing seed; a
 missing shard is said and exits 3; files that cannot be merged are refused
-in one line. The failing seed is cheap and deterministic: with
-``--beyond-every 2`` seeds 1 and 3 run beyond the contract, and at 2h of
-sentinel-year seed 1 no broken promise fires, so it passes green beyond the
-contract: ``beyond-contract-passed``, a failure of the sweep.
+in one line. The failing seed is cheap and deterministic: ledger-storm seed
+0 on the planted bug of ``tests.fixtures.buggy`` fails ``reference-model``
+within 2h, and with ``--beyond-every 2`` seed 1 runs beyond the contract
+(and ends DETECTED).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from faults.swarm import ROTATION_SEEDS
 from sim.face import cli, shards
 from sim.face.sweep import render
 
-SWEEP = ["sweep", "sentinel-year", "--duration", "2h", "--jobs", "2"]
+SWEEP = ["sweep", "--duration", "2h", "--jobs", "2"]
 
 
 def _main(capsys, argv: list[str]) -> tuple[int, str, str]:
@@ -60,8 +60,10 @@ def _sharded(capsys, tmp_path: Path, flags: list[str], name: str) -> tuple[dict,
     return full, files, shard_dir
 
 
-@pytest.mark.parametrize("flags,failing", [(["--seeds", "0:2", "--beyond-every", "2"], True),
-                                           (["--seeds", "0:2", "--beyond-every", "0", "--sqlite-every", "0"], False)])
+@pytest.mark.parametrize("flags,failing", [
+    (["ledger-storm", "--seeds", "0:2", "--beyond-every", "2", "--store", "tests.fixtures.buggy:make",
+      "--failure-db", "none"], True),
+    (["sentinel-year", "--seeds", "0:2", "--beyond-every", "0", "--sqlite-every", "0"], False)])
 def test_merged_shards_equal_the_unsharded_sweep(capsys, tmp_path, monkeypatch, flags, failing):
     monkeypatch.chdir(tmp_path)  # no failure database of the checkout's replays first
     full, files, shard_dir = _sharded(capsys, tmp_path, flags, "f" if failing else "p")
@@ -69,10 +71,11 @@ def test_merged_shards_equal_the_unsharded_sweep(capsys, tmp_path, monkeypatch, 
     code, out, _ = _main(capsys, ["merge", *map(str, files), "--json"])
     merged = json.loads(out)
     assert code == full["exit"] == (1 if failing else 0)
+    assert merged["exit_code"] == full["exit_code"] == code  # the verdict it prints and reports is the one it exits with
     assert merged["shards"] == {"count": 2, "merged": [1, 2], "missing": [], "files": list(map(str, files))}
     assert _normal(merged, shard_dir) == _normal({k: v for k, v in full.items() if k != "exit"}, full_dir)
     if failing:
-        assert "beyond-contract-passed" in [f["invariant"] for f in merged["failing"] if f["seed"] == 1]
+        assert [(f["seed"], f["invariant"]) for f in merged["failing"]] == [(0, "reference-model")]
     text_code, text, _ = _main(capsys, ["merge", *map(str, reversed(files))])
     assert text_code == code
     assert _text(text, shard_dir) == _text(render({k: v for k, v in full.items() if k != "exit"}), full_dir)
@@ -84,7 +87,7 @@ def test_merged_shards_equal_the_unsharded_sweep(capsys, tmp_path, monkeypatch, 
     if not failing:
         # A missing shard: said, its seeds not run, exit 3 (not 0).
         code, out, _ = _main(capsys, ["merge", str(files[0])])
-        assert code == 3
+        assert code == 3 and out.splitlines()[-2].startswith("ERROR (exit 3): ")
         assert "MISSING SHARDS: merged shards 1 of 2; shards 2 missing" in out
         assert "1 of 2 seeds" in out
         # Files that cannot be merged: one line each, exit 2.
@@ -117,5 +120,5 @@ def test_shards_partition_the_seeds_with_a_fair_mix():
 
 @pytest.mark.parametrize("text", ["0/2", "3/2", "2", "a/b", "1/0", "-1/2"])
 def test_a_bad_shard_is_a_usage_error(capsys, text):
-    code, _, err = _main(capsys, [*SWEEP, "--seeds", "0:2", f"--shard={text}"])
+    code, _, err = _main(capsys, [*SWEEP, "sentinel-year", "--seeds", "0:2", f"--shard={text}"])
     assert code == 2 and "invalid shard" in err and len(err.strip().splitlines()) == 1

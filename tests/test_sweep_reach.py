@@ -189,10 +189,15 @@ def test_a_gap_is_enabled_and_never_fired_or_never_enabled():
 
 def test_beyond_the_contract_a_detection_is_good_and_a_green_pass_a_failure():
     scenario = types.SimpleNamespace(name="s", sometimes=())
+    broke = {"kind": "lost-write", "site": "ds.save"}
     seeds = [_seed(7, kinds_on=["c"], fired={"c": 1}, failpoints_on={}, fp={}, beyond=True, status="detected"),
-             _seed(15, kinds_on=["c"], fired={"c": 1}, failpoints_on={}, fp={}, beyond=True, status="pass")]
+             {**_seed(15, kinds_on=["c"], fired={"c": 1}, failpoints_on={}, fp={}, beyond=True, status="pass"),
+              "beyond_contract": [broke]},
+             # No promise broke: it tested nothing (not a failure; a gap).
+             _seed(23, kinds_on=["c"], fired={"c": 1}, failpoints_on={}, fp={}, beyond=True, status="pass")]
     part = summarize_scenario(scenario, seeds)
-    assert (part["detected"], part["failed"], part["passed"], part["beyond_seeds"]) == (1, 1, 0, 2)
+    assert (part["detected"], part["failed"], part["passed"], part["not_exercised"], part["beyond_seeds"]) == (
+        1, 1, 0, 1, 3)
     assert [(f["seed"], f["invariant"]) for f in part["failing"]] == [(15, BEYOND_PASSED)]
     assert exit_code(summarize_sweep([part], wall_s=1.0, jobs=1), require_coverage=False) == 1
 

@@ -32,6 +32,7 @@ import time
 from typing import Any, Callable, NoReturn, Sequence
 
 from faults.script import ScriptError, load_script, script_to_json
+from reports.verdict import decide, not_exercised_note
 from sim.artifacts import ArtifactWriteError, NewFileStream
 from sim.clock import DurationError, format_calendar, format_duration_ms, format_span_ms, parse_duration_ms
 from sim.face import discovery
@@ -356,8 +357,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 reconfigure(errors="backslashreplace")
             except (ValueError, OSError):
                 pass
+    from sim.face.sweep import sigterm_interrupts
+
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv))
+        with sigterm_interrupts():  # SIGTERM cleans up on the way out, as SIGINT does
+            return _main(list(sys.argv[1:] if argv is None else argv))
     except (UsageError, ReproFileError, discovery.ScenarioModuleError) as error:
         print(f"loomsim: error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -910,8 +914,7 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str], *, replaying:
             print(line)
     if args.report:  # after the repro file: a report that cannot be written costs only itself
         write_report_or_warn(args.report, body, to_stderr=args.json)
-    tested = untested is None and (check is None or check.reproduced)
-    return EXIT_PASS if result.passed and tested else EXIT_VIOLATION
+    return decide(body).exit_code  # the verdict the report shows
 
 
 def _shrink(args: argparse.Namespace) -> int:
@@ -1099,7 +1102,8 @@ def _print_result(result: RunResult, command: str, repro_path: str | None) -> No
         more = f" and {len(broken) - 3} more" if len(broken) > 3 else ""
         print(f"beyond the contract: {shown}{more}")
     if result.status == PASS:
-        print("PASS: every invariant held")
+        shown = {"config": result.config, "status": result.status, "beyond_contract": result.beyond_contract}
+        print("PASS: every invariant held" + not_exercised_note(shown))
         return
     first = result.violations[0]
     print()

@@ -61,7 +61,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
+from reports.verdict import STILL_FAILS
 from sim.artifacts import free_path
+from sim.clock import format_calendar
 from sim.face.repro_file import ReproFileError, read_repro
 
 ENV = "LOOMSIM_FAILURE_DB"
@@ -73,7 +75,8 @@ DIGEST_CHARS = 12
 # A database is read whole before a sweep: past this many files the rest
 # wait for the next one (each replay is a run; the newest are not favoured).
 REPLAYS_MAX = 200
-STILL_FAILS, FIXED, NO_LONGER_APPLIES = "still-fails", "fixed", "no-longer-applies"
+# ``STILL_FAILS`` is spelled by the reports, which fail a sweep on it (``reports.verdict``).
+FIXED, NO_LONGER_APPLIES = "fixed", "no-longer-applies"
 UNFIRED = "fault-script-unfired"
 # The runner's ``fault-script-unfired`` verdict names an entry whose site
 # or node the run never had with these words (``sim.runner.unfired_entries``).
@@ -289,9 +292,14 @@ class Replay:
     run: InProcessRun | None = attrs.field(default=None, eq=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
+        """The replay in a sweep's summary (``saved_failures``); one that
+        still fails with when its violation came (what a report shows)."""
+        violations = self.run.result.violations if self.run is not None and self.outcome == STILL_FAILS else ()
         return {"file": self.name, "path": self.path, "outcome": self.outcome, "detail": self.detail,
                 "scenario": self.scenario, "seed": self.seed, "saved_invariant": self.saved_invariant,
-                "invariant": self.invariant, "repro_command": self.repro_command}
+                "invariant": self.invariant, "repro_command": self.repro_command,
+                "simulated_time": format_calendar(violations[0].time_ms) if violations else None,
+                "message": violations[0].message if violations else None}
 
 
 def _strip_mutant(argv: Sequence[str]) -> list[str]:
@@ -416,10 +424,6 @@ def save_sweep_failures(db: FailureDb | None, results: Iterable[Mapping[str, Any
         if path is not None:
             saved.append(path)
     return saved
-
-
-def still_failing(replays: Iterable[Mapping[str, Any]]) -> int:
-    return sum(1 for r in replays if r["outcome"] == STILL_FAILS)
 
 
 def progress_line(outcome: Replay) -> str:

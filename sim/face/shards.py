@@ -43,8 +43,7 @@ import attrs
 
 from sim.face import model_coverage
 from sim.face.cli import UsageError
-from sim.face.sweep import (EXIT_ERROR, EXIT_PASS, exit_code, render, seed_record, summarize_scenario,
-                            summarize_sweep)
+from sim.face.sweep import render, seal, seed_record, summarize_scenario, summarize_sweep
 
 SHARD_FORMAT = "loomsim-shard/1"
 ROTATION_PERIOD = 8  # faults.swarm.ROTATION_SEEDS: the covering design's period (kept in step by a test)
@@ -325,16 +324,6 @@ def render_merge(summary: Mapping[str, Any]) -> str:
     return text
 
 
-def merge_exit_code(summary: Mapping[str, Any], *, require_coverage: bool) -> int:
-    """The sweep's exit code (1 failure or required coverage gap, 3 a seed
-    that could not run, else 0); a missing shard is 3, not 0 (a failure
-    still outranks it)."""
-    code = exit_code(summary, require_coverage=require_coverage)
-    if code == EXIT_PASS and summary["shards"]["missing"]:
-        return EXIT_ERROR
-    return code
-
-
 def add_merge_parser(sub: Any) -> None:
     """``loomsim merge``'s arguments (called by ``cli.build_parser``)."""
     p = sub.add_parser("merge", help="combine the shard files of a sharded sweep (sweep --shard I/N --out FILE) "
@@ -359,10 +348,11 @@ def merge_command(paths: Sequence[str], *, json_output: bool, require_coverage: 
         _check_report_dir(report_dir)
     summary, identity = merge_shards(paths)
     required = require_coverage or bool(identity["flags"].get("require_coverage"))
+    code = seal(summary, require_coverage=required)  # the verdict the output, the report and the exit share
     print(json.dumps(summary, ensure_ascii=False) if json_output else render_merge(summary), flush=True)
     if report_dir is not None:
         _write_report(report_dir, summary, to_stderr=json_output)
-    return merge_exit_code(summary, require_coverage=required)
+    return code
 
 
 def _check_report_dir(directory: str) -> None:

@@ -17,9 +17,18 @@ memory: the adapters a user deploys are swept too, at a share of the cost
 A share of the seeds (every ``beyond_every``-th: seeds with ``seed %
 beyond_every == beyond_every - 1``) runs beyond the contract
 (``--beyond-contract``): the stores break their promises and the only good
-outcome is a loud, typed detection (DETECTED). Such a seed that passes green
-is a failure, as one in which nothing noticed (``run`` reports that one as
-``beyond-contract-undetected`` itself).
+outcome is a loud, typed detection (DETECTED); one in which a promise broke
+and nothing noticed is a failure (``run`` reports it as
+``beyond-contract-undetected`` itself). One in which no promise broke before
+its end (a short ``--duration``) tested nothing: it is ``not-exercised``,
+counted apart and a coverage gap (failing the sweep only with
+``require_coverage``), neither a failure nor a pass.
+
+SIGINT or SIGTERM stops the running children (they clean up: a SQLite
+seed's temporary database goes), then the sweep prints the summary, and
+writes the report, of the seeds that finished, marked ``interrupted``, and
+exits 128 + the signal. It writes no shard file (a merge then names the
+shard missing, rather than passing on the seeds it did not run).
 
 The summary lists failing seeds with the command that reproduces each (and
 the repro file each wrote), then coverage per scenario. Coverage gaps are
@@ -55,12 +64,16 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 
 from faults.kinds import FAILPOINT_CRASH, TIMED_FAULT_KINDS
+from reports.verdict import (EXIT_ERROR, EXIT_PASS, EXIT_VIOLATION, NOT_EXERCISED, decide_sweep,
+                             not_exercised_why, verdict)
 from sim.face import failures, model_coverage
 
-# 0 every seed passed, 1 a seed failed (or, with ``require_coverage``, a
-# coverage gap), 3 a child could not run (an infrastructure error: it crashed,
-# printed no result); 2 is the CLI's usage error. A failure outranks an error.
-EXIT_PASS, EXIT_VIOLATION, EXIT_ERROR = 0, 1, 3
+# The exit codes (``reports.verdict.decide``, the one decision of a sweep's
+# verdict): 0 every seed passed, 1 a seed or a saved failure failed (or,
+# with ``require_coverage``, a coverage gap), 3 a child could not run (an
+# infrastructure error: it crashed, printed no result); 2 is the CLI's usage
+# error. A failure outranks an error. (``EXIT_ERROR`` is imported for the
+# face modules that read a sweep's codes from here: shards, the tests.)
 # The ``format`` of the sweep's --json object (a run's is ``loomsim-result/1``).
 SWEEP_FORMAT = "loomsim-sweep/1"
 REAP_S = 5.0  # how long a signalled child may take to exit before it is killed
@@ -68,7 +81,9 @@ REAP_S = 5.0  # how long a signalled child may take to exit before it is killed
 BEYOND_EVERY_DEFAULT = 8
 # Every 4th seed runs on SQLite when the sweep is not told a store (1, 5, 9, ...).
 SQLITE_EVERY_DEFAULT = 4
-# A seed beyond the contract that passed green: a failure of the sweep.
+# A seed beyond the contract that passed green with a broken promise (the
+# runner never ends one so: it is DETECTED or FAIL): a failure of the sweep.
+# One in which no promise broke is ``NOT_EXERCISED``: it tested nothing.
 BEYOND_PASSED = "beyond-contract-passed"
 POLL_S = 0.05  # how often the parent looks at its running children
 
@@ -141,6 +156,31 @@ def forwarding_signals() -> Any:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _Signals.pending = None
+
+
+def _raise_interrupted(signum: int, _frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Any:
+    """Within (a whole CLI command): SIGTERM, where it is at its default,
+    raises ``Interrupted`` as SIGINT raises ``KeyboardInterrupt``, so the
+    ``finally`` blocks run on the way out (a run's temporary SQLite
+    database is removed; at its default SIGTERM kills without them) and the
+    CLI exits 143. The loops that run children record it instead
+    (``forwarding_signals``), raising it only at their safe points."""
+    try:
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _raise_interrupted)
+    except ValueError:  # not the main thread: SIGTERM stays as it is
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
@@ -286,9 +326,11 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
           global_args: Sequence[str] = (), shard_writer: Any = None) -> int:
     """Run ``opts.seeds`` of each of ``scenarios`` (``child_args[name]``: the
     ``run`` flags of its seeds, all but ``--seed``); print the summary.
-    Exit 1 if a seed failed (or, with ``require_coverage``, on a coverage
-    gap), else 3 if a seed could not run, else 0 (``exit_code``). SIGINT or
-    SIGTERM stops the children and raises ``Interrupted``. ``shard_writer``
+    Exit 1 if a seed or a saved failure failed (or, with
+    ``require_coverage``, on a coverage gap), else 3 if a seed could not
+    run, else 0 (``seal``). SIGINT or SIGTERM stops the children; what
+    finished is summarized (and reported) all the same, and the exit code is
+    128 + the signal. ``shard_writer``
     (``sim.face.shards.ShardWriter``, ``--out``): given the summary and the
     seeds' results, writes the shard file before the summary is printed."""
     names = [s.name for s in scenarios]
@@ -306,48 +348,52 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
     started: set[str] = set()  # scenarios with a seed started (membership only, never iterated)
     budget_stopped_s = None
     failure: BaseException | None = None
-    with forwarding_signals():
-        try:
-            while pending or running:
-                check_interrupted()
-                if (opts.time_budget_s is not None and budget_stopped_s is None
-                        and time.perf_counter() - started_s >= opts.time_budget_s):
-                    # The budget is spent: start no more seeds, except the first
-                    # of a scenario not started yet (every scenario gets one).
-                    budget_stopped_s = time.perf_counter() - started_s
-                    pending = _first_seeds(pending, started)
-                while pending and len(running) < opts.jobs:
-                    job = pending.pop(0)
-                    started.add(job.scenario)
-                    lines_file = (None if lines_dir is None
-                                  else os.path.join(lines_dir, f"{job.scenario}-{job.seed}.json"))
-                    with spawning():
-                        running.append((job, _child(job, lines_file), lines_file))
-                for entry in list(running):
-                    job, proc, lines_file = entry
-                    if proc.poll() is None:
-                        continue
-                    running.remove(entry)
-                    result = results[(job.scenario, job.seed)] = _outcome(job, proc)
-                    if lines_file is not None:
-                        model_coverage.merge(executed, model_coverage.read_lines(lines_file))
-                        lost_seeds += model_coverage.tracing_lost(lines_file)
-                        if os.path.exists(lines_file):
-                            os.remove(lines_file)
-                    if not opts.json:
-                        _progress(len(results), len(jobs), result, len(names) > 1,
-                                  eta_s=_eta_s(time.perf_counter() - started_s, len(results),
-                                               len(results) + len(running) + len(pending)))
-                if running:
-                    time.sleep(POLL_S)
-        except BaseException as error:
-            failure = error
-            raise
-        finally:
-            # Interrupted (a signal, or anything else): leave no child behind.
-            reap([proc for _, proc, _ in running], failure)
-            if lines_dir is not None:
-                shutil.rmtree(lines_dir, ignore_errors=True)
+    interrupted: Interrupted | None = None
+    try:
+        with forwarding_signals():
+            try:
+                while pending or running:
+                    check_interrupted()
+                    if (opts.time_budget_s is not None and budget_stopped_s is None
+                            and time.perf_counter() - started_s >= opts.time_budget_s):
+                        # The budget is spent: start no more seeds, except the first
+                        # of a scenario not started yet (every scenario gets one).
+                        budget_stopped_s = time.perf_counter() - started_s
+                        pending = _first_seeds(pending, started)
+                    while pending and len(running) < opts.jobs:
+                        job = pending.pop(0)
+                        started.add(job.scenario)
+                        lines_file = (None if lines_dir is None
+                                      else os.path.join(lines_dir, f"{job.scenario}-{job.seed}.json"))
+                        with spawning():
+                            running.append((job, _child(job, lines_file), lines_file))
+                    for entry in list(running):
+                        job, proc, lines_file = entry
+                        if proc.poll() is None:
+                            continue
+                        running.remove(entry)
+                        result = results[(job.scenario, job.seed)] = _outcome(job, proc)
+                        if lines_file is not None:
+                            model_coverage.merge(executed, model_coverage.read_lines(lines_file))
+                            lost_seeds += model_coverage.tracing_lost(lines_file)
+                            if os.path.exists(lines_file):
+                                os.remove(lines_file)
+                        if not opts.json:
+                            _progress(len(results), len(jobs), result, len(names) > 1,
+                                      eta_s=_eta_s(time.perf_counter() - started_s, len(results),
+                                                   len(results) + len(running) + len(pending)))
+                    if running:
+                        time.sleep(POLL_S)
+            except BaseException as error:
+                failure = error
+                raise
+            finally:
+                # Interrupted (a signal, or anything else): leave no child behind.
+                reap([proc for _, proc, _ in running], failure)
+                if lines_dir is not None:
+                    shutil.rmtree(lines_dir, ignore_errors=True)
+    except Interrupted as error:  # the seeds that finished are summarized all the same
+        interrupted = error
     per_scenario = []
     for scenario in scenarios:
         ran = [results[(scenario.name, seed)] for seed in opts.seeds if (scenario.name, seed) in results]
@@ -363,20 +409,39 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
         if opts.model_coverage_out:
             summary["model_coverage_file"] = _write_model_coverage(opts.model_coverage_out, summary["model_coverage"],
                                                                    executed)
-    if shard_writer is not None:
+    code = seal(summary, require_coverage=opts.require_coverage,
+                interrupted=None if interrupted is None else signal.Signals(interrupted.signum).name)
+    if shard_writer is not None and interrupted is None:  # an interrupted shard is a missing one
         shard_writer(summary, [results[(job.scenario, job.seed)] for job in jobs if (job.scenario, job.seed) in results],
                      executed if opts.model_coverage else None)
     if opts.json:
-        print(json.dumps(summary, ensure_ascii=False))
+        print(json.dumps(summary, ensure_ascii=False), flush=True)
     else:
-        print(render(summary))
+        print(render(summary), flush=True)
         if summary.get("model_coverage_file"):
             print(f"model coverage file: {summary['model_coverage_file']}")
     if opts.report_dir is not None:
         from sim.face.cli import write_report_or_warn
 
         write_report_or_warn(opts.report_dir, summary, to_stderr=opts.json)
-    return exit_code(summary, require_coverage=opts.require_coverage)
+    if interrupted is not None:
+        stopped = f"; stopped {interrupted.stopped} running child run(s)" if interrupted.stopped else ""
+        unwritten = "; no shard file written" if shard_writer is not None else ""
+        print(f"loomsim: interrupted by {summary['interrupted']}{stopped}; the summary is of the {summary['ran']} "
+              f"seed run(s) that finished{unwritten}", file=sys.stderr, flush=True)
+    return code
+
+
+def seal(summary: dict[str, Any], *, require_coverage: bool, interrupted: str | None = None) -> int:
+    """Record in ``summary`` what its verdict depends on beyond its seeds
+    (``require_coverage``; ``interrupted``: the name of the signal that
+    stopped the sweep, or None), then the verdict itself (``status``,
+    ``exit_code``: ``reports.verdict.decide``, which every report reads
+    too); return the exit code."""
+    summary["require_coverage"] = require_coverage
+    summary["interrupted"] = interrupted
+    summary["status"], summary["exit_code"] = decide_sweep(summary)
+    return summary["exit_code"]
 
 
 def _first_seeds(pending: Sequence[Job], started: set[str]) -> list[Job]:
@@ -392,15 +457,10 @@ def _first_seeds(pending: Sequence[Job], started: set[str]) -> list[Job]:
 
 
 def exit_code(summary: Mapping[str, Any], *, require_coverage: bool) -> int:
-    """1 on a failing seed (or a required coverage gap), else 3 on a seed
-    that could not run, else 0."""
-    if summary["failed"] or failures.still_failing(summary.get("saved_failures", ())):
-        return EXIT_VIOLATION
-    if summary["errors"]:
-        return EXIT_ERROR
-    if require_coverage and summary["coverage_gaps"]:
-        return EXIT_VIOLATION
-    return EXIT_PASS
+    """The exit code of ``summary`` (``reports.verdict.decide``): 1 on a
+    failing seed or saved failure (or a required coverage gap), else 3 on a
+    seed that could not run, else 0."""
+    return decide_sweep({**summary, "require_coverage": require_coverage}).exit_code
 
 
 def _eta_s(elapsed_s: float, done: int, total: int) -> float | None:
@@ -464,22 +524,20 @@ def _write_model_coverage(path: str, cov: Mapping[str, Any], executed: Mapping[s
 
 def outcome(result: Mapping[str, Any]) -> str:
     """A seed's outcome in the sweep: ``pass``, ``detected`` (beyond the
-    contract, caught: good), ``fail`` or ``error``. A seed beyond the
-    contract that passed green is a ``fail``."""
+    contract, caught: good), ``not-exercised`` (beyond the contract, no
+    promise broke: nothing tested), ``fail`` or ``error``."""
     status = result["status"]
     if status == "pass" and result.get("beyond"):
-        return "fail"
+        return "fail" if result.get("beyond_contract") else NOT_EXERCISED
     if status in ("pass", "detected", "error"):
         return status
     return "fail"
 
 
 def _first_failure(result: Mapping[str, Any]) -> dict[str, Any]:
-    if result["status"] == "pass":  # beyond the contract, passed green
+    if result["status"] == "pass":  # beyond the contract, passed green with a broken promise
         broken = len(result.get("beyond_contract") or ())
-        message = ("passed green beyond the contract: "
-                   + ("no broken-promise fault fired, nothing to detect (lengthen --duration)" if not broken
-                      else f"{broken} broken promise(s), no detection"))
+        message = f"passed green beyond the contract: {broken} broken promise(s), no detection"
         return {"invariant": BEYOND_PASSED, "message": message, "simulated_time": "the end"}
     first = result["violations"][0]
     return {"invariant": first["name"], "message": first["message"], "simulated_time": first["simulated_time"]}
@@ -492,13 +550,16 @@ def _progress(done: int, total: int, result: Mapping[str, Any], named: bool, eta
     elif status in ("fail", "detected"):
         first = _first_failure(result)
         detail = f"{first['invariant']} at {first['simulated_time']}"
+    elif status == NOT_EXERCISED:
+        detail = not_exercised_why(result)
     else:
         detail = result["error"]
     who = f"{result['scenario']} seed {result['seed']}" if named else f"seed {result['seed']}"
     beyond = " (beyond the contract)" if result.get("beyond") else ""
     store = f" [{result['store']}]" if result.get("store") not in (None, "memory") else ""
     eta = "" if eta_s is None or done == total else f"  (ETA {format_wall_s(eta_s)})"
-    print(f"[{done}/{total}] {who}{store}{beyond}: {status.upper()} {detail}{eta}", flush=True)
+    word = status.upper() if status != NOT_EXERCISED else "NOT EXERCISED:"
+    print(f"[{done}/{total}] {who}{store}{beyond}: {word} {detail}{eta}", flush=True)
 
 
 # -- coverage: what each seed enabled, what fired ----------------------------------------
@@ -556,7 +617,7 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
     checks: dict[str, int] = {}
     sometimes: dict[str, int] = {name: 0 for name in scenario.sometimes}
     failing, errors = [], []
-    counts = {"pass": 0, "detected": 0, "fail": 0, "error": 0}
+    counts = {"pass": 0, "detected": 0, NOT_EXERCISED: 0, "fail": 0, "error": 0}
     beyond_seeds = 0
     for result in results:
         status = outcome(result)
@@ -589,14 +650,21 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
                             "repro_file": result.get("repro_file")})
     ran = len(results) - counts["error"]
     gaps = _gaps(scenario.name, ran, kinds, kinds_on, failpoints, failpoints_on, failpoint_hits_on, sometimes,
-                 checks, audited=counts["pass"])
+                 checks, audited=counts["pass"] + counts[NOT_EXERCISED])
+    if counts[NOT_EXERCISED]:
+        gaps.append({"scenario": scenario.name, "what": "beyond the contract", "name": "broken promises",
+                     "reason": NOT_EXERCISED,
+                     "detail": f"{counts[NOT_EXERCISED]} of {beyond_seeds} seeds beyond the contract not exercised: "
+                               "no broken promise fired within the duration (lengthen --duration)"})
     return {
         "scenario": scenario.name,
         "seeds": len(results) if planned is None else planned,
         "ran": len(results),
         "passed": counts["pass"],
-        # Beyond the contract: seeds whose broken promises were caught.
+        # Beyond the contract: seeds whose broken promises were caught, and
+        # seeds in which no promise broke (they tested nothing: a gap).
         "detected": counts["detected"],
+        "not_exercised": counts[NOT_EXERCISED],
         "beyond_seeds": beyond_seeds,
         "failed": counts["fail"],
         "errors": counts["error"],
@@ -661,7 +729,7 @@ def _gaps(scenario: str, ran: int, kinds: Mapping[str, int], kinds_on: Mapping[s
     return gaps
 
 
-TOTALS = ("seeds", "ran", "passed", "detected", "beyond_seeds", "failed", "errors")
+TOTALS = ("seeds", "ran", "passed", "detected", "not_exercised", "beyond_seeds", "failed", "errors")
 # With one scenario, its coverage is the sweep's, at the top of the JSON too.
 SCENARIO_KEYS = ("scenario", "fault_kinds_fired", "fault_kinds_enabled", "faults_by_port", "failpoints_fired",
                  "failpoints_enabled", "never_fired", "never_fired_enabled", "switched_off", "sometimes_reached", "sometimes_never", "invariant_checks")
@@ -695,7 +763,9 @@ def summarize_sweep(per_scenario: Sequence[Mapping[str, Any]], *, wall_s: float,
 
 def _counts(s: Mapping[str, Any]) -> str:
     seeds = f"{s['ran']} of {s['seeds']} seeds" if s["ran"] != s["seeds"] else f"{s['seeds']} seeds"
-    detected = f"{s['detected']} detected of {s['beyond_seeds']} beyond the contract, " if s["beyond_seeds"] else ""
+    unexercised = f" ({s['not_exercised']} not exercised)" if s.get("not_exercised") else ""
+    detected = (f"{s['detected']} detected of {s['beyond_seeds']} beyond the contract{unexercised}, "
+                if s["beyond_seeds"] else "")
     return f"{seeds}, {s['passed']} passed, {detected}{s['failed']} failed, {s['errors']} errors"
 
 
@@ -727,7 +797,8 @@ def render_scenario(s: Mapping[str, Any]) -> list[str]:
 
 def render(summary: Mapping[str, Any]) -> str:
     """Per scenario: its counts, failures and coverage; then the sweep: the
-    totals, the budget, every coverage gap, and the model coverage."""
+    totals, the budget, every coverage gap, the model coverage, and last
+    the verdict (``reports.verdict.verdict``)."""
     lines = failures.render(summary.get("saved_failures") or [])  # replayed first: listed first
     for s in summary["scenarios"].values():
         lines.extend(render_scenario(s))
@@ -744,6 +815,7 @@ def render(summary: Mapping[str, Any]) -> str:
                      "was reached, every invariant checked)")
     if "model_coverage" in summary:
         lines.append(model_coverage.render(summary["model_coverage"]))
+    lines.append(verdict(summary))  # the first line of every report, the exit code the process returns
     return "\n".join(lines)
 
 
