@@ -168,7 +168,7 @@ def test_a_shrunk_repro_is_never_bigger_than_its_original_and_names_the_same_fai
 
     scenario = registry.get("sentinel-year")
     try:
-        apply_named("ds-cas-accepts-stale", None)
+        apply_named("ds-cas-accepts-stale", None, "memory")
         recorded = run(scenario, ScenarioOptions(seed=0, duration_ms=parse_duration_ms("3d"), swarm=True))
         assert not recorded.passed
         opts = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("3d"), swarm=True,
