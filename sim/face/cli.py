@@ -58,6 +58,8 @@ fault kinds (--faults-enable/--faults-disable/--rate KIND=P):
 each scenario's fault kinds, failpoints, workload switches and knobs
 (--knob NAME=VALUE): loomsim list --faults [SCENARIO]
 """
+# The largest seed: any whole number would hash into streams (``sim.rng``), but a
+# seed is also an SQLite INTEGER and a JSON number other tools read: signed 64 bits.
 SEED_MAX = 2**63 - 1
 EXCERPT_LINES = 14  # the full excerpt is in the repro file
 NAMED_STORES = ("memory", "sqlite")
@@ -280,6 +282,8 @@ def _seed_range(text: str) -> range:
         raise argparse.ArgumentTypeError(f"invalid seeds {text!r}: expected A:B (e.g. 0:100)") from None
     if not seeds or seeds.start < 0:
         raise argparse.ArgumentTypeError(f"invalid seeds {text!r}: expected 0 <= A < B")
+    if seeds.stop > SEED_MAX:  # B is exclusive; the range's size stays a machine integer
+        raise argparse.ArgumentTypeError(f"invalid seeds {text!r}: expected 0 <= A < B <= 2**63-1")
     return seeds
 
 
