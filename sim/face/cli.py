@@ -35,6 +35,7 @@ from sim.face import discovery
 from sim.face.repro_file import (ReproFileError, is_repro_file, param_flag, read_repro, repro_argv, repro_command,
                                  repro_filename, shrunk_filename, write_repro)
 from sim.interleave import Deviation
+from sim.numbers import NumberError, parse_decimal, parse_whole
 from sim.runner import DETECTED, PASS, RunResult, run
 from sim.scenario import ScenarioOptions, SetupError
 from sim.trace import event_json
@@ -80,8 +81,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _seed(text: str) -> int:
     try:
-        value = int(text, 10)
-    except ValueError:
+        value = parse_whole(text)
+    except NumberError:
         raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected a whole number, e.g. --seed 1") from None
     if not 0 <= value <= SEED_MAX:
         raise argparse.ArgumentTypeError(f"invalid seed {text!r}: must be between 0 and 2**63-1")
@@ -97,8 +98,8 @@ def _duration(text: str) -> int:
 
 def _count(text: str) -> int:
     try:
-        return int(text, 10)
-    except ValueError:
+        return parse_whole(text)
+    except NumberError:
         raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected a whole number") from None
 
 
@@ -110,8 +111,8 @@ def _rate(text: str) -> tuple[str, float]:
         raise argparse.ArgumentTypeError(f"invalid rate {text!r}: expected KIND=PROBABILITY with KIND one of "
                                          f"{', '.join(ALL_FAULT_KINDS)}")
     try:
-        rate = float(value)
-    except ValueError:
+        rate = parse_decimal(value)
+    except NumberError:
         rate = -1.0
     if not 0.0 <= rate <= 1.0:
         raise argparse.ArgumentTypeError(f"invalid rate {text!r}: the probability per hit must be in [0, 1]")
@@ -123,8 +124,8 @@ def _knob(text: str) -> tuple[str, int]:
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"invalid knob {text!r}: expected NAME=VALUE")
     try:
-        return name, int(value, 10)
-    except ValueError:
+        return name, parse_whole(value)
+    except NumberError:
         raise argparse.ArgumentTypeError(f"invalid knob {text!r}: the value must be a whole number") from None
 
 
@@ -266,8 +267,8 @@ def _wrap(names: Sequence[str], indent: str, width: int = 76, head: str = "") ->
 
 def _progress_every(text: str) -> float:
     try:
-        seconds = float(text)
-    except ValueError:
+        seconds = parse_decimal(text)
+    except NumberError:
         seconds = float("nan")
     if not 0 < seconds < float("inf"):
         raise argparse.ArgumentTypeError(f"invalid progress interval {text!r}: expected seconds, a positive number")
@@ -277,8 +278,9 @@ def _progress_every(text: str) -> float:
 def _seed_range(text: str) -> range:
     first, sep, last = text.partition(":")
     try:
-        seeds = range(int(first, 10), int(last, 10)) if sep else range(int(first, 10), int(first, 10) + 1)
-    except ValueError:
+        start = parse_whole(first)
+        seeds = range(start, parse_whole(last) if sep else start + 1)
+    except NumberError:
         raise argparse.ArgumentTypeError(f"invalid seeds {text!r}: expected A:B (e.g. 0:100)") from None
     if not seeds or seeds.start < 0:
         raise argparse.ArgumentTypeError(f"invalid seeds {text!r}: expected 0 <= A < B")
@@ -290,8 +292,8 @@ def _seed_range(text: str) -> range:
 def _time_budget(text: str) -> float:
     """``--time-budget S``: wall-clock seconds, a positive finite number."""
     try:
-        seconds = float(text)
-    except ValueError:
+        seconds = parse_decimal(text)
+    except NumberError:
         seconds = float("nan")
     if not 0 < seconds < float("inf"):  # NaN fails too
         raise argparse.ArgumentTypeError(f"invalid time budget {text!r}: expected seconds, a positive number "

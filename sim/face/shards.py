@@ -43,6 +43,7 @@ import attrs
 
 from sim.face import model_coverage
 from sim.face.cli import UsageError
+from sim.numbers import NumberError, parse_whole
 from sim.face.sweep import (EXIT_ERROR, EXIT_PASS, exit_code, render, seed_record, summarize_scenario,
                             summarize_sweep)
 
@@ -73,8 +74,8 @@ def parse_shard(text: str) -> Shard:
     """``I/N`` with 1 <= I <= N; else ``ShardError``."""
     index, sep, count = text.partition("/")
     try:
-        shard = Shard(int(index, 10), int(count, 10)) if sep else None
-    except ValueError:
+        shard = Shard(parse_whole(index), parse_whole(count)) if sep else None
+    except NumberError:
         shard = None
     if shard is None or not 1 <= shard.index <= shard.count:
         raise ShardError(f"invalid shard {text!r}: expected I/N with 1 <= I <= N, e.g. --shard 2/4")
