@@ -64,6 +64,7 @@ each scenario's fault kinds, failpoints, workload switches and knobs
 SEED_MAX = 2**63 - 1
 EXCERPT_LINES = 14  # the full excerpt is in the repro file
 NAMED_STORES = ("memory", "sqlite")
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 # A user's store adapter: a factory in an importable module (loaded and
 # validated by the scenario's system, which raises SetupError).
 STORE_FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
@@ -694,9 +695,7 @@ def _options(scenario: Any, args: argparse.Namespace) -> ScenarioOptions:
     if store not in NAMED_STORES:
         discovery.ensure_cwd_importable()  # the adapter's module, from the user's checkout (as --scenarios)
     if args.db:
-        parent = os.path.dirname(os.path.abspath(args.db))
-        if not os.path.isdir(parent):
-            raise UsageError(f"--db {args.db!r}: directory {parent!r} does not exist")
+        _check_db(args.db, sqlite=store == "sqlite")
     fault_script = None
     must_fire = False
     if args.faults:
@@ -721,6 +720,28 @@ def _options(scenario: Any, args: argparse.Namespace) -> ScenarioOptions:
                            faults_enable=_names(args.faults_enable), faults_disable=_names(args.faults_disable),
                            knobs=knobs, schedule=_schedule(args.schedule), beyond_contract=args.beyond_contract,
                            rates=rates or None, script_must_fire=must_fire)
+
+
+def _check_db(path: str, *, sqlite: bool) -> None:
+    """Before anything opens it: ``--db`` is in a directory that exists and,
+    for the SQLite store, names a new file, an empty one or an SQLite
+    database (a user's adapter, MODULE:FACTORY, gets the path as given)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--db {path!r}: directory {parent!r} does not exist")
+    if not sqlite:
+        return
+    if os.path.isdir(path):
+        raise UsageError(f"--db {path!r} is a directory, not a database file")
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return  # a new database
+    except OSError as error:
+        raise UsageError(f"--db {path!r}: {error.strerror or error}") from None
+    if header and header != SQLITE_HEADER:
+        raise UsageError(f"--db {path!r} is not an SQLite database file")
 
 
 def _script_must_fire(path: str) -> bool:
