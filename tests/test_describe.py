@@ -4,6 +4,7 @@ properties are the scenario's, and ``list --faults`` shares its lines."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -52,11 +53,24 @@ def test_unknown_scenario_is_one_usage_line(capsys):
 # -- a user's scenario: the fault kinds its stack uses --------------------------------------
 
 
-def test_a_user_scenario_lists_the_fault_kinds_its_stack_uses(capsys):
+@pytest.fixture
+def two_cadences(monkeypatch):
+    """``--scenarios examples.two_cadences`` for this test only: later tests
+    sweep every registered scenario in children that do not load it."""
+    module = "examples.two_cadences"
+    monkeypatch.setattr(registry, "_SCENARIOS", dict(registry._SCENARIOS))
+    before = sys.modules.pop(module, None)  # imported afresh: it registers into this test's registry
+    yield ["--scenarios", module]
+    sys.modules.pop(module, None)
+    if before is not None:
+        sys.modules[module] = before
+
+
+def test_a_user_scenario_lists_the_fault_kinds_its_stack_uses(capsys, two_cadences):
     from faults.kinds import ACK_LOST, CRASH_BEFORE_CALL, NODE_KILL
 
     # examples/two_cadences.py: PortFaults at crash-before-call and ack-lost, a NodeKills workload, no swarm.
-    modules = ["--scenarios", "examples.two_cadences"]
+    modules = two_cadences
     assert cli.main([*modules, "describe", "two-cadences", "--json"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert not body["swarm"] and set(body["fault_kinds"]) == {CRASH_BEFORE_CALL, ACK_LOST, NODE_KILL}
