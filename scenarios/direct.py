@@ -62,6 +62,7 @@ from scenarios.pager import PagerService
 from scenarios.sentinel_year import RETENTION
 from scenarios.sentinels import WORKER_NODE, build_chains, wake_effects, worker_processes
 from sim.clock import MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND, DurationError, parse_duration_ms
+from sim.numbers import NumberError, parse_whole
 from sim.invariants import Violation
 from sim.rng import Streams
 
@@ -365,15 +366,23 @@ def _duration_ms(text: str) -> int:
 
 
 def _count(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+    try:
+        value = parse_whole(text)
+    except NumberError:
+        value = 0
+    if value < 1:
         raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected a whole number of at least 1")
-    return int(text)
+    return value
 
 
 def _seed(text: str) -> int:
-    if not (text.isascii() and text.isdigit()):
+    try:
+        value = parse_whole(text)
+    except NumberError:
+        value = -1
+    if value < 0:
         raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected a whole number, e.g. --seed 1")
-    return int(text)
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

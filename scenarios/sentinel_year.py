@@ -69,7 +69,7 @@ SOMETIMES = ("adopted_saves", "save_conflicts", "wakes_skipped", "claim_checked_
           "claim-check, findings, pins, retention, contract evolution", duration="365d", sweep="7d", swarm=SWARM,
           sometimes=SOMETIMES, params=(Param("sentinels", 1, "number of sentinel schedules", 1, 1_000),
                                        Param("every_ms", 5 * MINUTE, "wake cadence (ms)", 1_000, DAY),
-                                       Param("validate_inputs", 1, "D7 input-schema validation at start", 0, 1)))
+                                       Param("validate_inputs", 1, "input-schema validation at start (0: off)", 0, 1)))
 def sentinel_year(run: Run) -> Stack:
     d = run.opts.duration_ms
     cap = run.knob("inline_cap_bytes")

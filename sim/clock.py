@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from sim.numbers import DIGITS
+
 MS_PER_SECOND = 1_000
 MS_PER_MINUTE = 60 * MS_PER_SECOND
 MS_PER_HOUR = 60 * MS_PER_MINUTE
@@ -34,9 +36,10 @@ _UNIT_MS = {
     "mo": 365 * MS_PER_DAY // 12,
     "y": 365 * MS_PER_DAY,
 }
-_TERM = r"(\d+)\s*(ms|s|min|mo|m|h|d|w|y)"
-_DURATION_RE = re.compile(r"^\s*" + _TERM + r"(?:\s+" + _TERM + r")*\s*$")
-_TERM_RE = re.compile(_TERM)
+# Counts in ASCII digits (``sim.numbers``: one rule for every number typed), ASCII spaces.
+_TERM = rf"({DIGITS})\s*(ms|s|min|mo|m|h|d|w|y)"
+_DURATION_RE = re.compile(r"^\s*" + _TERM + r"(?:\s+" + _TERM + r")*\s*$", re.ASCII)
+_TERM_RE = re.compile(_TERM, re.ASCII)
 
 # Upper bound on any duration we accept: 100 simulated years.
 DURATION_MS_MAX = 100 * 365 * MS_PER_DAY

@@ -49,7 +49,7 @@ def test_a_sweep_without_a_scenario_runs_every_registered_one(tmp_path, capsys, 
 
 def test_jobs_are_interleaved_and_every_eighth_seed_is_beyond_the_contract():
     opts = SweepOptions(seeds=range(0, 9))
-    jobs = plan_jobs(["a", "b"], {"a": ["--store", "memory"], "b": ["--beyond-contract"]}, opts)
+    jobs = list(plan_jobs(["a", "b"], {"a": ["--store", "memory"], "b": ["--beyond-contract"]}, opts))
     assert [(j.scenario, j.seed) for j in jobs[:4]] == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
     assert sorted({j.seed for j in jobs if j.beyond}) == [7]
     seven = [j for j in jobs if j.seed == 7]
@@ -61,7 +61,7 @@ def test_jobs_are_interleaved_and_every_eighth_seed_is_beyond_the_contract():
 
 def test_a_sweep_told_no_store_runs_every_fourth_seed_on_sqlite():
     opts = SweepOptions(seeds=range(0, 10), sqlite_every=4)
-    jobs = plan_jobs(["a", "b"], {"a": [], "b": ["--store", "memory"]}, opts)
+    jobs = list(plan_jobs(["a", "b"], {"a": [], "b": ["--store", "memory"]}, opts))
     on_sqlite = sorted(j.seed for j in jobs if "sqlite" in j.argv)
     assert on_sqlite == [1, 5, 9]  # only a: b was told its store
     assert all(j.argv.count("--store") == 1 for j in jobs)

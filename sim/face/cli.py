@@ -40,6 +40,7 @@ from sim.face.repro_file import (NOT_REPRODUCED, ReproFileError, is_repro_file, 
                                  replay_command, repro_argv, repro_command, repro_filename, shrunk_filename,
                                  version_warning, write_repro)
 from sim.interleave import Deviation
+from sim.numbers import NumberError, parse_decimal, parse_whole
 from sim.runner import DETECTED, PASS, RunResult, run
 from sim.scenario import ScenarioOptions, SetupError
 from sim.trace import event_json
@@ -64,9 +65,12 @@ fault kinds (--faults-enable/--faults-disable/--rate KIND=P):
 each scenario's fault kinds, failpoints, workload switches and knobs
 (--knob NAME=VALUE): loomsim list --faults [SCENARIO]
 """
+# The largest seed: any whole number would hash into streams (``sim.rng``), but a
+# seed is also an SQLite INTEGER and a JSON number other tools read: signed 64 bits.
 SEED_MAX = 2**63 - 1
 EXCERPT_LINES = 14  # the full excerpt is in the repro file
 NAMED_STORES = ("memory", "sqlite")
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 # A user's store adapter: a factory in an importable module (loaded and
 # validated by the scenario's system, which raises SetupError).
 STORE_FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
@@ -84,8 +88,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _seed(text: str) -> int:
     try:
-        value = int(text, 10)
-    except ValueError:
+        value = parse_whole(text)
+    except NumberError:
         raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected a whole number, e.g. --seed 1") from None
     if not 0 <= value <= SEED_MAX:
         raise argparse.ArgumentTypeError(f"invalid seed {text!r}: must be between 0 and 2**63-1")
@@ -101,8 +105,8 @@ def _duration(text: str) -> int:
 
 def _count(text: str) -> int:
     try:
-        return int(text, 10)
-    except ValueError:
+        return parse_whole(text)
+    except NumberError:
         raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected a whole number") from None
 
 
@@ -114,8 +118,8 @@ def _rate(text: str) -> tuple[str, float]:
         raise argparse.ArgumentTypeError(f"invalid rate {text!r}: expected KIND=PROBABILITY with KIND one of "
                                          f"{', '.join(ALL_FAULT_KINDS)}")
     try:
-        rate = float(value)
-    except ValueError:
+        rate = parse_decimal(value)
+    except NumberError:
         rate = -1.0
     if not 0.0 <= rate <= 1.0:
         raise argparse.ArgumentTypeError(f"invalid rate {text!r}: the probability per hit must be in [0, 1]")
@@ -127,8 +131,8 @@ def _knob(text: str) -> tuple[str, int]:
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"invalid knob {text!r}: expected NAME=VALUE")
     try:
-        return name, int(value, 10)
-    except ValueError:
+        return name, parse_whole(value)
+    except NumberError:
         raise argparse.ArgumentTypeError(f"invalid knob {text!r}: the value must be a whole number") from None
 
 
@@ -272,8 +276,8 @@ def _wrap(names: Sequence[str], indent: str, width: int = 76, head: str = "") ->
 
 def _progress_every(text: str) -> float:
     try:
-        seconds = float(text)
-    except ValueError:
+        seconds = parse_decimal(text)
+    except NumberError:
         seconds = float("nan")
     if not 0 < seconds < float("inf"):
         raise argparse.ArgumentTypeError(f"invalid progress interval {text!r}: expected seconds, a positive number")
@@ -283,19 +287,22 @@ def _progress_every(text: str) -> float:
 def _seed_range(text: str) -> range:
     first, sep, last = text.partition(":")
     try:
-        seeds = range(int(first, 10), int(last, 10)) if sep else range(int(first, 10), int(first, 10) + 1)
-    except ValueError:
+        start = parse_whole(first)
+        seeds = range(start, parse_whole(last) if sep else start + 1)
+    except NumberError:
         raise argparse.ArgumentTypeError(f"invalid seeds {text!r}: expected A:B (e.g. 0:100)") from None
     if not seeds or seeds.start < 0:
         raise argparse.ArgumentTypeError(f"invalid seeds {text!r}: expected 0 <= A < B")
+    if seeds.stop > SEED_MAX:  # B is exclusive; the range's size stays a machine integer
+        raise argparse.ArgumentTypeError(f"invalid seeds {text!r}: expected 0 <= A < B <= 2**63-1")
     return seeds
 
 
 def _time_budget(text: str) -> float:
     """``--time-budget S``: wall-clock seconds, a positive finite number."""
     try:
-        seconds = float(text)
-    except ValueError:
+        seconds = parse_decimal(text)
+    except NumberError:
         seconds = float("nan")
     if not 0 < seconds < float("inf"):  # NaN fails too
         raise argparse.ArgumentTypeError(f"invalid time budget {text!r}: expected seconds, a positive number "
@@ -728,9 +735,7 @@ def _options(scenario: Any, args: argparse.Namespace) -> ScenarioOptions:
     if store not in NAMED_STORES:
         discovery.ensure_cwd_importable()  # the adapter's module, from the user's checkout (as --scenarios)
     if args.db:
-        parent = os.path.dirname(os.path.abspath(args.db))
-        if not os.path.isdir(parent):
-            raise UsageError(f"--db {args.db!r}: directory {parent!r} does not exist")
+        _check_db(args.db, sqlite=store == "sqlite")
     fault_script = None
     must_fire = False
     if args.faults:
@@ -755,6 +760,28 @@ def _options(scenario: Any, args: argparse.Namespace) -> ScenarioOptions:
                            faults_enable=_names(args.faults_enable), faults_disable=_names(args.faults_disable),
                            knobs=knobs, schedule=_schedule(args.schedule), beyond_contract=args.beyond_contract,
                            rates=rates or None, script_must_fire=must_fire)
+
+
+def _check_db(path: str, *, sqlite: bool) -> None:
+    """Before anything opens it: ``--db`` is in a directory that exists and,
+    for the SQLite store, names a new file, an empty one or an SQLite
+    database (a user's adapter, MODULE:FACTORY, gets the path as given)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--db {path!r}: directory {parent!r} does not exist")
+    if not sqlite:
+        return
+    if os.path.isdir(path):
+        raise UsageError(f"--db {path!r} is a directory, not a database file")
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return  # a new database
+    except OSError as error:
+        raise UsageError(f"--db {path!r}: {error.strerror or error}") from None
+    if header and header != SQLITE_HEADER:
+        raise UsageError(f"--db {path!r} is not an SQLite database file")
 
 
 def _script_must_fire(path: str) -> bool:

@@ -2,7 +2,10 @@
 
 Its parameters (flags, ranges, defaults), the fault kinds, failpoints,
 workload switches and knobs its seeds' swarm chooses from (the part ``loomsim
-list --faults`` prints too: ``swarm_lines``), its fault sites, its
+list --faults`` prints too: ``swarm_lines``; a knob drawn from a weighted
+list shows each value once and the weights; a scenario without a swarm
+space, a user's ``Stack`` of ``PortFaults`` and ``NodeKills`` say, shows
+the kinds its own stack fires: ``stack_fault_kinds``), its fault sites, its
 invariants with the one-line doc of each, its ``sometimes`` properties and
 its default and sweep durations; ``--json`` too.
 
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from sim.clock import format_duration_ms
 from sim.face.cli import UsageError, _wrap
@@ -68,19 +71,69 @@ def swarm_lines(scenario: Any) -> list[str]:
     lines = []
     space = scenario.swarm_space
     if space is None:
-        lines.append("  no swarm: the scenario's own fault mix (see coverage in a run's output)")
+        lines.append("  no swarm: the scenario's own fault mix, all of it in every seed")
+        stacks = [_build(scenario, "memory", workload_on=True)]
+        for label, names in (("fault kinds", stack_fault_kinds(stacks)),
+                             ("failpoints (failpoint-crash sites)", stack_failpoints(stacks))):
+            lines.append(f"  {label}: {_wrap(names, '    ', head=f'  {label}: ') or 'none'}")
     else:
         for label, names in (("fault kinds", space.fault_kinds),
                              ("failpoints (failpoint-crash sites)", space.failpoints),
                              ("workload switches", space.workload)):
             lines.append(f"  {label}: {_wrap(names, '    ', head=f'  {label}: ') or 'none'}")
         for knob in space.knobs:
-            lines.append(f"  knob {knob.name}={knob.default} (range {knob.minimum}..{knob.maximum}): {knob.help}")
+            values = f", {knob_values_text(*weighted_values(knob.values))}" if knob.values else ""
+            lines.append(f"  knob {knob.name}={knob.default} (range {knob.minimum}..{knob.maximum}{values}): "
+                         f"{knob.help}")
     for spec in scenario.params:
         lines.append(f"  {param_flag(spec.name)} N ({spec.minimum}..{spec.maximum}): {spec.help}")
     if scenario.sometimes:
         lines.append(f"  sometimes-properties: {', '.join(scenario.sometimes)}")
     return lines
+
+
+def weighted_values(values: Sequence[int]) -> tuple[list[int], list[int]]:
+    """A knob's draw list (a value listed twice is drawn twice as often)
+    as its distinct values, in their order, and each one's weight."""
+    distinct = list(dict.fromkeys(values))
+    return distinct, [values.count(value) for value in distinct]
+
+
+def knob_values_text(values: Sequence[int], weights: Sequence[int]) -> str:
+    """``values 1, 10, 100 drawn 2:1:1``; without ``drawn`` when all are equally likely."""
+    drawn = f" drawn {':'.join(map(str, weights))}" if len(set(weights)) > 1 else ""
+    return f"values {', '.join(map(str, values))}{drawn}"
+
+
+def stack_fault_kinds(stacks: Sequence[Any]) -> list[str]:
+    """The fault kinds the built ``stacks`` can fire, in ``ALL_FAULT_KINDS``
+    order: their port faults' rates above zero (fixed ones too), their
+    chaos workloads' kinds (``NodeKills``: node-kill, ...), the read
+    answers and notifications their system damages. What a scenario
+    without a swarm space fires: its own mix, all of it in every seed."""
+    from faults.kinds import ALL_FAULT_KINDS
+    from faults.notifications import KINDS as NOTIFY_KINDS
+    from faults.reads import READ_FAULT_KINDS
+
+    used: set[str] = set()
+    for stack in stacks:
+        for rates in (getattr(stack.faults, "rates", None), getattr(stack.faults, "fixed_rates", None)):
+            used.update(kind for kind, rate in (rates or {}).items() if rate > 0)
+        used.update(kind for kind in (getattr(w, "kind", None) for w in stack.workloads) if kind)
+        if getattr(stack.system, "damaged_reads", False):
+            used.update(READ_FAULT_KINDS)
+        if getattr(stack.system, "progress", False):
+            used.update(NOTIFY_KINDS)
+    return [kind for kind in ALL_FAULT_KINDS if kind in used] + sorted(used - set(ALL_FAULT_KINDS))
+
+
+def stack_failpoints(stacks: Sequence[Any]) -> list[str]:
+    """The failpoints the built ``stacks`` crash at (their port faults'
+    ``failpoints``, when they rate ``failpoint-crash``), each once."""
+    from faults.kinds import FAILPOINT_CRASH
+
+    return list(dict.fromkeys(site for stack in stacks if FAILPOINT_CRASH in stack_fault_kinds([stack])
+                              for site in getattr(stack.faults, "failpoints", ())))
 
 
 def _build(scenario: Any, store: str, *, workload_on: bool) -> Any:
@@ -176,7 +229,7 @@ def fault_sites(scenario: Any, stacks: list[Any]) -> list[dict[str, Any]]:
     space = scenario.swarm_space
     from faults.kinds import FAILPOINT_CRASH
 
-    for name in (space.failpoints if space is not None else ()):
+    for name in (space.failpoints if space is not None else stack_failpoints(stacks)):
         add(name, [FAILPOINT_CRASH], "failpoint")
     return list(sites.values())
 
@@ -194,16 +247,23 @@ def describe(scenario: Any) -> dict[str, Any]:
         "params": [{"name": p.name, "flag": param_flag(p.name), "default": p.default, "minimum": p.minimum,
                     "maximum": p.maximum, "help": p.help} for p in scenario.params],
         "swarm": space is not None,
-        "fault_kinds": list(space.fault_kinds) if space is not None else [],
-        "failpoints": list(space.failpoints) if space is not None else [],
+        # Without a swarm space: what the scenario's own stack fires (every seed, all of it).
+        "fault_kinds": list(space.fault_kinds) if space is not None else stack_fault_kinds(stacks),
+        "failpoints": list(space.failpoints) if space is not None else stack_failpoints(stacks),
         "workload_switches": list(space.workload) if space is not None else [],
-        "knobs": [{"name": k.name, "default": k.default, "minimum": k.minimum, "maximum": k.maximum,
-                   "values": list(k.values), "help": k.help} for k in (space.knobs if space is not None else ())],
+        "knobs": [_knob(k) for k in (space.knobs if space is not None else ())],
         "fault_sites": fault_sites(scenario, stacks),
         "invariants": invariants,
         "runner_verdicts": runner_verdicts(),
         "sometimes": list(scenario.sometimes),
     }
+
+
+def _knob(knob: Any) -> dict[str, Any]:
+    """A knob as plain data: ``values`` each once, ``weights`` how many times each is drawn."""
+    values, weights = weighted_values(knob.values)
+    return {"name": knob.name, "default": knob.default, "minimum": knob.minimum, "maximum": knob.maximum,
+            "values": values, "weights": weights, "help": knob.help}
 
 
 def render(body: Mapping[str, Any]) -> str:
@@ -213,13 +273,13 @@ def render(body: Mapping[str, Any]) -> str:
     for p in body["params"]:
         lines.append(f"    {p['flag']} N (range {p['minimum']}..{p['maximum']}, default {p['default']}): {p['help']}")
     if not body["swarm"]:
-        lines.append("  no swarm: the scenario's own fault mix")
+        lines.append("  no swarm: the scenario's own fault mix, all of it in every seed")
     for label, key in (("fault kinds", "fault_kinds"), ("failpoints", "failpoints"),
                        ("workload switches", "workload_switches")):
         lines.append(f"  {label}: {_wrap(body[key], '    ', head=f'  {label}: ') or 'none'}")
     lines.append("  knobs:" if body["knobs"] else "  knobs: none")
     for k in body["knobs"]:
-        values = f", values {', '.join(map(str, k['values']))}" if k["values"] else ""
+        values = f", {knob_values_text(k['values'], k['weights'])}" if k["values"] else ""
         lines.append(f"    {k['name']} (range {k['minimum']}..{k['maximum']}, default {k['default']}{values}): "
                      f"{k['help']}")
     lines.append(f"  fault sites ({len(body['fault_sites'])}; derived from the port tables, boosted sites "

@@ -37,12 +37,13 @@ import json
 import math
 import os
 import sys
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
 from sim.face import model_coverage
 from sim.face.cli import UsageError
+from sim.numbers import NumberError, parse_whole
 from sim.face.sweep import render, seal, seed_record, summarize_scenario, summarize_sweep
 
 SHARD_FORMAT = "loomsim-shard/1"
@@ -72,8 +73,8 @@ def parse_shard(text: str) -> Shard:
     """``I/N`` with 1 <= I <= N; else ``ShardError``."""
     index, sep, count = text.partition("/")
     try:
-        shard = Shard(int(index, 10), int(count, 10)) if sep else None
-    except ValueError:
+        shard = Shard(parse_whole(index), parse_whole(count)) if sep else None
+    except NumberError:
         shard = None
     if shard is None or not 1 <= shard.index <= shard.count:
         raise ShardError(f"invalid shard {text!r}: expected I/N with 1 <= I <= N, e.g. --shard 2/4")
@@ -85,11 +86,48 @@ def period(beyond_every: int, sqlite_every: int) -> int:
     return math.lcm(ROTATION_PERIOD, max(1, beyond_every), max(1, sqlite_every))
 
 
-def shard_seeds(seeds: range, shard: Shard, *, beyond_every: int, sqlite_every: int) -> tuple[int, ...]:
-    """The seeds of ``seeds`` that ``shard`` runs, ascending (see the module doc)."""
-    p = period(beyond_every, sqlite_every)
-    dealt = sorted(seeds, key=lambda seed: (seed % p, seed))[shard.index - 1::shard.count]
-    return tuple(sorted(dealt))
+@attrs.frozen
+class ShardSeeds:
+    """The seeds of ``seeds`` that ``shard`` runs, ascending (see the module
+    doc), computed as they are read: a seed's place in the dealing order
+    is arithmetic (``_position``), so neither the range nor the shard is
+    ever listed, whatever its size."""
+
+    seeds: range
+    shard: Shard
+    period: int
+
+    def __len__(self) -> int:
+        return len(range(self.shard.index - 1, len(self.seeds), self.shard.count))
+
+    def __iter__(self) -> Iterator[int]:
+        # A shard owns one seed in every ``count`` of the dealing order: at most
+        # ``count`` seeds are looked at per seed yielded.
+        return (seed for seed in self.seeds if self._owns(seed))
+
+    def __contains__(self, seed: object) -> bool:
+        return isinstance(seed, int) and seed in self.seeds and self._owns(seed)
+
+    def _owns(self, seed: int) -> bool:
+        return self._position(seed) % self.shard.count == self.shard.index - 1
+
+    def _position(self, seed: int) -> int:
+        """``seed``'s index in ``seeds`` ordered by ``(seed % period, seed)``:
+        the seeds of the residues below its own, then its own class's
+        seeds below it."""
+        p, first = self.period, self.seeds.start
+        whole, extra = divmod(len(self.seeds), p)  # every residue has ``whole`` seeds, ``extra`` residues one more
+        residue = seed % p
+        # The residues with one more seed: ``extra`` of them, cyclically from ``first % p``.
+        lo = first % p
+        hi = lo + extra
+        more_below = max(0, min(residue, hi) - lo) + max(0, min(residue, hi - p))
+        return residue * whole + more_below + (seed - first) // p
+
+
+def shard_seeds(seeds: range, shard: Shard, *, beyond_every: int, sqlite_every: int) -> ShardSeeds:
+    """The seeds of ``seeds`` that ``shard`` runs, ascending (see the module doc): lazy."""
+    return ShardSeeds(seeds, shard, period(beyond_every, sqlite_every))
 
 
 def compact_result(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -166,12 +204,11 @@ class ShardWriter:
     path: str
     shard: Shard
     identity: Mapping[str, Any]
-    seeds: tuple[int, ...]
 
     def __call__(self, summary: Mapping[str, Any], results: Iterable[Mapping[str, Any]],
                  executed: Mapping[str, Iterable[int]] | None = None) -> str | None:
         body = {"format": SHARD_FORMAT, "shard": {"index": self.shard.index, "count": self.shard.count},
-                "sweep": dict(self.identity), "shard_seeds": list(self.seeds), "summary": dict(summary),
+                "sweep": dict(self.identity), "summary": dict(summary),
                 "results": [compact_result(r) for r in results]}
         if executed is not None:
             body["model_lines"] = {name: sorted(lines) for name, lines in sorted(executed.items())}
@@ -198,16 +235,17 @@ def plan_shard(shard_text: str | None, out: str | None, scenarios: Sequence[Any]
     if shard_text is None and out is None:
         return opts, None
     shard = parse_shard(shard_text) if shard_text is not None else Shard(1, 1)
+    if out is not None:
+        check_out(out)
     seeds = shard_seeds(opts.seeds, shard, beyond_every=opts.beyond_every, sqlite_every=opts.sqlite_every)
     sharded = attrs.evolve(opts, seeds=seeds)
     if out is None:
         return sharded, None
-    check_out(out)
     flags = {"beyond_every": opts.beyond_every, "all_beyond": opts.all_beyond, "sqlite_every": opts.sqlite_every,
              "require_coverage": opts.require_coverage, "time_budget_s": opts.time_budget_s,
              "model_coverage": opts.model_coverage}
     identity = sweep_identity(opts.seeds, scenarios, child_args, global_args, flags, shard.count)
-    return sharded, ShardWriter(out, shard, identity, seeds)
+    return sharded, ShardWriter(out, shard, identity)
 
 
 # -- merge ----------------------------------------------------------------------------------
@@ -278,8 +316,12 @@ def merge_shards(paths: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     for _, body in bodies.values():
         for result in body["results"]:
             results[(result["scenario"], result["seed"])] = result
-    per_scenario = [summarize_scenario(s, [results[(s.name, seed)] for seed in seeds if (s.name, seed) in results],
-                                       planned=len(seeds)) for s in scenarios]
+    # Seed-major, as the unsharded sweep ran them; only the seeds that ran are read (the range may be huge).
+    order = {s.name: i for i, s in enumerate(scenarios)}
+    ran = sorted((key for key in results if key[0] in order and key[1] in seeds),
+                 key=lambda key: (key[1], order[key[0]]))
+    per_scenario = [summarize_scenario(s, [results[key] for key in ran if key[0] == s.name], planned=len(seeds))
+                    for s in scenarios]
     summaries = [body["summary"] for _, body in bodies.values()]
     stopped = [s["budget_stopped_at_s"] for s in summaries if s.get("budget_stopped")]
     summary = summarize_sweep(per_scenario, wall_s=max(s.get("wall_s") or 0.0 for s in summaries),
@@ -297,8 +339,7 @@ def merge_shards(paths: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     # Each seed's record as its shard's sweep made it (``sweep.seed_record``: what a report draws
     # of a failing seed included), in the unsharded sweep's order: seed-major.
     records = {(r["scenario"], r["seed"]): r for s in summaries for r in s.get("runs", ())}
-    summary["runs"] = [records[(s.name, seed)] if (s.name, seed) in records else seed_record(results[(s.name, seed)])
-                       for seed in seeds for s in scenarios if (s.name, seed) in results]
+    summary["runs"] = [records[key] if key in records else seed_record(results[key]) for key in ran]
     lined = [body for _, body in bodies.values() if "model_lines" in body]
     if lined:
         executed: dict[str, set[int]] = {}

@@ -51,6 +51,7 @@ and to keep a time budget, and starts processes; nothing simulated runs here.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -59,7 +60,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
@@ -228,7 +229,9 @@ def _reap(procs: list[subprocess.Popen], error: BaseException | None) -> None:
 class SweepOptions:
     """What the sweep itself decides (the run flags go to every child as given)."""
 
-    seeds: Sequence[int]  # a range, or a shard's seeds of one (``sim.face.shards.shard_seeds``)
+    # A range, or a shard's seeds of one (``sim.face.shards.shard_seeds``): lazy either way, never a
+    # list of every seed (a time-budgeted sweep over 0:10000000000 starts its first seed at once).
+    seeds: Collection[int]
     jobs: int = 2
     json: bool = False
     time_budget_s: float | None = None       # wall clock: no new seed starts after it
@@ -276,10 +279,10 @@ class Job:
 
 
 def plan_jobs(scenarios: Sequence[str], child_args: Mapping[str, Sequence[str]], opts: SweepOptions,
-              global_args: Sequence[str] = ()) -> list[Job]:
+              global_args: Sequence[str] = ()) -> Iterator[Job]:
     """Every (seed, scenario) of the sweep, seed-major: seed A of every
-    scenario first, so the first ``len(scenarios)`` jobs cover them all."""
-    jobs = []
+    scenario first, so the first ``len(scenarios)`` jobs cover them all.
+    Lazy: each job is made when the sweep is ready to start it."""
     for seed in opts.seeds:
         for name in scenarios:
             args = list(child_args[name])
@@ -289,8 +292,7 @@ def plan_jobs(scenarios: Sequence[str], child_args: Mapping[str, Sequence[str]],
             store = opts.store(seed)
             if store is not None and "--store" not in args:
                 args += ["--store", store]
-            jobs.append(Job(name, seed, beyond, (*global_args, "run", name, "--seed", str(seed), *args, "--json")))
-    return jobs
+            yield Job(name, seed, beyond, (*global_args, "run", name, "--seed", str(seed), *args, "--json"))
 
 
 def _child(job: Job, lines_file: str | None, env_extra: Mapping[str, str] | None = None) -> subprocess.Popen:
@@ -334,7 +336,8 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
     (``sim.face.shards.ShardWriter``, ``--out``): given the summary and the
     seeds' results, writes the shard file before the summary is printed."""
     names = [s.name for s in scenarios]
-    jobs = plan_jobs(names, child_args, opts, global_args)
+    pending = plan_jobs(names, child_args, opts, global_args)
+    planned = len(opts.seeds) * len(names)  # jobs the sweep would start without a time budget
     lines_dir = tempfile.mkdtemp(prefix="loomsim-model-lines-") if opts.model_coverage else None
     executed: dict[str, set[int]] = {}
     lost_seeds = 0  # children whose tracer was switched off before the end
@@ -342,7 +345,8 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
     db = None if opts.failure_db is None else failures.FailureDb(opts.failure_db)
     replays = failures.replay_saved(db, None if opts.all_saved else names, stores=opts.saved_stores, on_replay=None if opts.json else (
         lambda r: print(failures.progress_line(r), flush=True)))
-    pending = list(jobs)
+    upcoming = next(pending, None)  # the next job to start (None: none left)
+    begun: list[Job] = []  # the jobs started, in order (seed-major)
     running: list[tuple[Job, subprocess.Popen, str | None]] = []
     results: dict[tuple[str, int], dict[str, Any]] = {}
     started: set[str] = set()  # scenarios with a seed started (membership only, never iterated)
@@ -352,16 +356,20 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
     try:
         with forwarding_signals():
             try:
-                while pending or running:
+                while upcoming is not None or running:
                     check_interrupted()
                     if (opts.time_budget_s is not None and budget_stopped_s is None
                             and time.perf_counter() - started_s >= opts.time_budget_s):
                         # The budget is spent: start no more seeds, except the first
                         # of a scenario not started yet (every scenario gets one).
                         budget_stopped_s = time.perf_counter() - started_s
-                        pending = _first_seeds(pending, started)
-                    while pending and len(running) < opts.jobs:
-                        job = pending.pop(0)
+                        firsts = _first_seeds(upcoming, pending, started, len(names))
+                        planned = len(begun) + len(firsts)
+                        pending = iter(firsts)
+                        upcoming = next(pending, None)
+                    while upcoming is not None and len(running) < opts.jobs:
+                        job, upcoming = upcoming, next(pending, None)
+                        begun.append(job)
                         started.add(job.scenario)
                         lines_file = (None if lines_dir is None
                                       else os.path.join(lines_dir, f"{job.scenario}-{job.seed}.json"))
@@ -379,9 +387,8 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
                             if os.path.exists(lines_file):
                                 os.remove(lines_file)
                         if not opts.json:
-                            _progress(len(results), len(jobs), result, len(names) > 1,
-                                      eta_s=_eta_s(time.perf_counter() - started_s, len(results),
-                                                   len(results) + len(running) + len(pending)))
+                            _progress(len(results), planned, result, len(names) > 1,
+                                      eta_s=_eta_s(time.perf_counter() - started_s, len(results), planned))
                     if running:
                         time.sleep(POLL_S)
             except BaseException as error:
@@ -394,16 +401,14 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
                     shutil.rmtree(lines_dir, ignore_errors=True)
     except Interrupted as error:  # the seeds that finished are summarized all the same
         interrupted = error
-    per_scenario = []
-    for scenario in scenarios:
-        ran = [results[(scenario.name, seed)] for seed in opts.seeds if (scenario.name, seed) in results]
-        per_scenario.append(summarize_scenario(scenario, ran, planned=len(opts.seeds)))
+    finished = [results[(job.scenario, job.seed)] for job in begun if (job.scenario, job.seed) in results]
+    per_scenario = [summarize_scenario(scenario, [r for r in finished if r["scenario"] == scenario.name],
+                                       planned=len(opts.seeds)) for scenario in scenarios]
     summary = summarize_sweep(per_scenario, wall_s=time.perf_counter() - started_s, jobs=opts.jobs,
                               time_budget_s=opts.time_budget_s, budget_stopped_s=budget_stopped_s)
     failures.save_sweep_failures(db, [r for r in results.values() if outcome(r) == "fail"])
     summary["saved_failures"] = [r.to_json() for r in replays]
-    summary["runs"] = [seed_record(results[(job.scenario, job.seed)]) for job in jobs
-                       if (job.scenario, job.seed) in results]
+    summary["runs"] = [seed_record(result) for result in finished]
     if opts.model_coverage:
         summary["model_coverage"] = {**model_coverage.report(executed), "tracing_lost_seeds": lost_seeds}
         if opts.model_coverage_out:
@@ -412,8 +417,7 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
     code = seal(summary, require_coverage=opts.require_coverage,
                 interrupted=None if interrupted is None else signal.Signals(interrupted.signum).name)
     if shard_writer is not None and interrupted is None:  # an interrupted shard is a missing one
-        shard_writer(summary, [results[(job.scenario, job.seed)] for job in jobs if (job.scenario, job.seed) in results],
-                     executed if opts.model_coverage else None)
+        shard_writer(summary, finished, executed if opts.model_coverage else None)
     if opts.json:
         print(json.dumps(summary, ensure_ascii=False), flush=True)
     else:
@@ -444,12 +448,15 @@ def seal(summary: dict[str, Any], *, require_coverage: bool, interrupted: str | 
     return summary["exit_code"]
 
 
-def _first_seeds(pending: Sequence[Job], started: set[str]) -> list[Job]:
-    """Of ``pending``, the first job of each scenario none of whose seeds
-    has started: what a spent time budget still runs."""
+def _first_seeds(upcoming: Job | None, pending: Iterator[Job], started: set[str], scenarios: int) -> list[Job]:
+    """Of ``upcoming`` and then ``pending``, the first job of each scenario
+    none of whose seeds has started: what a spent time budget still runs.
+    The jobs are seed-major, so those are among the next ``scenarios``
+    jobs: no more are read (the rest may be billions of seeds)."""
     seen = set(started)
     kept = []
-    for job in pending:
+    ahead = [] if upcoming is None else [upcoming]
+    for job in itertools.chain(ahead, itertools.islice(pending, max(0, scenarios - len(ahead)))):
         if job.scenario not in seen:
             seen.add(job.scenario)
             kept.append(job)
