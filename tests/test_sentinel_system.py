@@ -386,7 +386,7 @@ def test_a_save_conflicting_with_the_systems_own_other_write_is_caught():
     version: two live writers, or a non-deterministic re-run. Same content
     (an adoptable re-run), an operator's commit, or the system's own commit
     at another contract version (a save committed on the old code, re-run on
-    a build of another version after a deploy: ADR 0053 D3 adopts only at
+    a build of another version after a deploy: the durable-state save adopts only at
     the current contract version, so it conflicts loudly) is no violation."""
     from scenarios.invariants.broken_deploy import BrokenDeploys
 

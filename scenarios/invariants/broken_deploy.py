@@ -28,7 +28,7 @@ version: a run's save conflicts only with an out-of-band writer's commit,
 or with a commit of the system's own at *another* contract version. The
 latter is a run whose save committed on the old code and whose step record
 was lost with the process (a crash between the store write and the
-record), re-run on a build of another version after a deploy: ADR 0053 D3
+record), re-run on a build of another version after a deploy: the durable-state save
 adopts an own write only when the stored envelope equals the attempt at the
 current contract version, so the re-run conflicts loudly, as specified (the
 run fails typed; the state holds the old code's committed write, which the
