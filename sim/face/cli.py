@@ -560,15 +560,15 @@ def _isatty(stream: Any) -> bool:
         return False
 
 
-def _check_trace_path(path: str) -> str:
-    """Before a run: ``--trace FILE`` names a file in a writable directory."""
+def _check_new_file(flag: str, path: str) -> str:
+    """Before a run: the output ``flag`` names a file in a writable directory."""
     if os.path.isdir(path):
-        raise UsageError(f"--trace {path!r} is a directory: expected a file name")
+        raise UsageError(f"{flag} {path!r} is a directory: expected a file name")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise UsageError(f"--trace {path!r}: directory {parent!r} does not exist")
+        raise UsageError(f"{flag} {path!r}: directory {parent!r} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"--trace {path!r}: directory {parent!r} is not writable")
+        raise UsageError(f"{flag} {path!r}: directory {parent!r} is not writable")
     return path
 
 
@@ -641,11 +641,7 @@ def _sweep(args: argparse.Namespace) -> int:
     _check_repro_dir(args.repro_dir)
     _check_report_dir(args.report)
     if args.model_coverage_out:
-        parent = os.path.dirname(os.path.abspath(args.model_coverage_out))
-        if os.path.isdir(args.model_coverage_out):
-            raise UsageError(f"--model-coverage-out {args.model_coverage_out!r} is a directory: expected a file name")
-        if not os.path.isdir(parent):
-            raise UsageError(f"--model-coverage-out {args.model_coverage_out!r}: directory {parent!r} does not exist")
+        _check_new_file("--model-coverage-out", args.model_coverage_out)
     every_param = {p.name for other in registry.all_scenarios() for p in other.params}
     for scenario in scenarios:
         own = {p.name for p in scenario.params}
@@ -878,7 +874,7 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str], *, replaying:
     opts = _options(scenario, args)
     # Created at the run's first event (a run refused before it creates
     # nothing), at a free name: an existing trace is never overwritten.
-    trace_file = None if not args.trace else NewFileStream(_check_trace_path(args.trace))
+    trace_file = None if not args.trace else NewFileStream(_check_new_file("--trace", args.trace))
     if not args.json:
         _print_config(scenario, opts)
         if mutant is not None:
