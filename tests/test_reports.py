@@ -235,3 +235,14 @@ def test_sweep_report_end_to_end(tmp_path, capsys):
     assert f"report: {tmp_path / 'rep' / 'loomsim-report.html'}" in out.splitlines()[-1]
     body = json.loads(_read(tmp_path / "rep" / "loomsim-report.json"))
     assert body["format"] == "loomsim-sweep/1" and body["runs"][0]["timeline"]["bins"] == timeline.BINS
+
+
+def test_a_sweep_where_no_seed_ran_claims_no_coverage():
+    """Interrupted before its first seed finished: the summary says coverage
+    was not judged, never 'no gaps (every ... fired)'."""
+    from sim.face.sweep import render, seal
+
+    summary = summarize_sweep([summarize_scenario(registry.get("ledger-storm"), [], planned=4)], wall_s=1.0, jobs=1)
+    assert seal(summary, require_coverage=False, interrupted="SIGTERM") == 143
+    text = render(summary)
+    assert "coverage: not judged (no seed ran)" in text and "no gaps" not in text

@@ -817,7 +817,9 @@ def render(summary: Mapping[str, Any]) -> str:
                      f"stopped starting seeds; ran {summary['ran']} of {summary['seeds']} seeds")
     for g in summary["coverage_gaps"]:
         lines.append(f"COVERAGE GAP {g['scenario']}: {g['what']} {g['name']}: {g['detail']}")
-    if not summary["coverage_gaps"]:
+    if not summary["ran"]:
+        lines.append("coverage: not judged (no seed ran)")
+    elif not summary["coverage_gaps"]:
         lines.append("coverage: no gaps (every enabled fault kind and failpoint fired, every sometimes-property "
                      "was reached, every invariant checked)")
     if "model_coverage" in summary:
