@@ -93,7 +93,7 @@ def test_loomsim_shrink_writes_a_repro_file_that_still_fails_and_its_repro_chang
     failing = run(registry.get("ledger-storm"), attrs.evolve(OPTS, duration_ms=parse_duration_ms("1h")))
     path = repro_file.write_repro(failing, "loomsim run ...", str(tmp_path))
     before = open(path, encoding="utf-8").read()
-    assert cli.main(["shrink", path]) == 0
+    assert cli.main(["shrink", path]) == 1  # the shrunk run fails, as its report says
     out = tmp_path / "loomsim-shrunk-ledger-storm-0.json"  # the default name, next to the input
     shown = capsys.readouterr().out
     assert "6 -> 1 script entries" in shown and "worker-2: node-pause at process" in shown
@@ -144,7 +144,7 @@ def test_a_shrunk_repro_of_a_planted_bug_replays_with_the_bug(tmp_path, capsys, 
     argv = ["run", "ledger-storm", "--seed", "0", "--duration", "40m", "--mutant", "ledger-claim-newest-first"]
     try:
         assert cli.main(argv) == 1
-        assert cli.main(["shrink", "loomsim-repro-ledger-storm-0.json"]) == 0
+        assert cli.main(["shrink", "loomsim-repro-ledger-storm-0.json"]) == 1
         body = json.load(open("loomsim-shrunk-ledger-storm-0.json", encoding="utf-8"))
         assert body["config"]["mutant"] == "ledger-claim-newest-first"
         capsys.readouterr()

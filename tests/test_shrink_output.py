@@ -33,7 +33,7 @@ def failing_repro(tmp_path, capsys):
 def _shrink(capsys, *argv: str) -> tuple[str, dict]:
     """Run ``loomsim shrink`` (one run: the budget keeps the test short);
     return the path it printed and that file's body."""
-    assert cli.main(["shrink", *argv, "--max-runs", "1"]) == 0
+    assert cli.main(["shrink", *argv, "--max-runs", "1"]) == 1
     out = capsys.readouterr().out
     (line,) = [line for line in out.splitlines() if line.startswith("repro file: ")]
     path = line[len("repro file: "):]
@@ -53,6 +53,8 @@ def test_a_taken_default_name_is_kept_and_the_command_names_the_file_written(fai
     reported = json.loads((report / "loomsim-report.json").read_text())
     assert reported["repro_command"] == f"loomsim repro {path}" and reported["repro_file"] == path
     assert f"loomsim repro {path}" in (report / "loomsim-report.md").read_text()
+    # The report's verdict is the process's: the shrunk run fails, exit 1 (``_shrink``).
+    assert (report / "loomsim-report.md").read_text().startswith("# ❌ loomsim FAIL (exit 1)")
 
 
 def test_out_over_an_unrelated_file_prints_and_embeds_the_name_it_wrote(failing_repro, tmp_path, capsys):

@@ -1001,12 +1001,14 @@ def _shrink(args: argparse.Namespace) -> int:
     if path:
         print(f"repro file: {path}")
         print(f"replay: {command}")
+    body = result_json(result, command, path)
     if args.report:
-        body = result_json(result, command, path)
         if mutant is not None:
             body["mutant"] = mutant.name
         write_report_or_warn(args.report, body)
-    return EXIT_PASS if path else EXIT_VIOLATION
+    # The shrunk run fails, as its report says: shrink exits with its verdict
+    # (1), as ``repro`` of a failing file does.
+    return decide(body).exit_code
 
 
 def _shrink_out(out: str | None, source: str, default_name: str) -> str:
