@@ -1,7 +1,8 @@
 """The command line: ``loomsim`` (also ``python -m sim``).
 
 Exit codes: 0 every invariant held, 1 an invariant was violated (a sweep: a
-seed failed; with --require-coverage, a coverage gap) or the run did not
+seed failed or a saved failure still fails; with --require-coverage, a
+coverage gap; shrink: the shrunk run it wrote fails) or the run did not
 test what it was asked to (a repro whose recorded failure did not recur, a
 --mutant whose patched code never ran), 2 usage error (unknown
 scenario, malformed seed/duration/flag, unusable database or trace path, a
@@ -56,7 +57,8 @@ PROGRESS_EVERY_S = 10.0  # a long run's progress line on stderr, every so many w
 EPILOG = """\
 exit codes: 0 pass, 1 an invariant violated (sweep: a seed failed; with
 --require-coverage also a coverage gap; repro: also a recorded failure that
-did not recur; run --mutant: also a mutant whose code never ran), 2 usage
+did not recur; run --mutant: also a mutant whose code never ran; shrink:
+the shrunk run it wrote fails), 2 usage
 error, 3 infrastructure error (a sweep's child crashed or printed no
 result), 130/143 stopped by SIGINT/SIGTERM.
 
