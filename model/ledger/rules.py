@@ -113,7 +113,11 @@ Decisions where the specification is silent (all in one place, here):
   tool call (``reserve_child``; identity = the allocation's canonical
   digest, so key order is irrelevant; another allocation at the same call
   is ``ChildReservationConflict``) and attaches the child submission
-  (``attach_child``; another child is a conflict); ``release_child`` by
+  (``attach_child``; another child is a conflict), whether or not its
+  input is applied yet; an existing reservation (attachment) is answered
+  before the token is checked — an identical replay, even by a fenced
+  owner, replays it (it creates nothing), another is the conflict — and
+  only what is new is fenced; ``release_child`` by
   anyone freezes the child's accounting once (a repeat replays it, another
   accounting conflicts), in any state of the parent; the first release of
   an awaited child wakes a parent suspended on it when it was the last
@@ -1032,17 +1036,21 @@ def decide_reserve_child(
 ) -> tuple[ChildReservation, SubmissionRow | None]:
     """One child budget per parent tool call, identified by its allocation's
     canonical digest (key order irrelevant): the same again replays it,
-    another is ``ChildReservationConflict``."""
+    another is ``ChildReservationConflict``. An existing reservation is
+    answered before the token is checked: an identical replay creates
+    nothing, so a fenced owner's retry learns it stands; anything new is
+    fenced."""
+    if row is not None:
+        entry = _children(row).get(tool_call_id)
+        if entry is not None:
+            if entry["allocationDigest"] != allocation_digest:
+                raise ChildReservationConflict(row.submission_id, tool_call_id, "allocation")
+            return _child_answer(row, tool_call_id, entry, True), None
     row = check_token(row, token)
     state = state_of(row)
     if target(state, RESERVE_CHILD) is None:
         raise TransitionRefused(row.submission_id, state, RESERVE_CHILD)
     children = _children(row)
-    entry = children.get(tool_call_id)
-    if entry is not None:
-        if entry["allocationDigest"] != allocation_digest:
-            raise ChildReservationConflict(row.submission_id, tool_call_id, "allocation")
-        return _child_answer(row, tool_call_id, entry, True), None
     entry = {"allocation": allocation, "allocationDigest": allocation_digest, "awaited": False, "child": None,
              "accounting": None, "releasedAtMs": None}
     children[tool_call_id] = entry
@@ -1053,6 +1061,14 @@ def decide_reserve_child(
 def decide_attach_child(
     row: SubmissionRow | None, token: Claim, tool_call_id: str, child_submission_id: str
 ) -> tuple[ChildReservation, SubmissionRow | None]:
+    """An attached child is answered before the token is checked (as
+    ``decide_reserve_child``): the same child replays, another conflicts."""
+    if row is not None:
+        entry = _children(row).get(tool_call_id)
+        if entry is not None and entry["child"] is not None:
+            if entry["child"] != child_submission_id:
+                raise ChildReservationConflict(row.submission_id, tool_call_id, "child")
+            return _child_answer(row, tool_call_id, entry, True), None
     row = check_token(row, token)
     state = state_of(row)
     if target(state, ATTACH_CHILD) is None:
@@ -1061,10 +1077,6 @@ def decide_attach_child(
     entry = children.get(tool_call_id)
     if entry is None:
         raise UnknownChildReservation(row.submission_id, tool_call_id)
-    if entry["child"] is not None:
-        if entry["child"] != child_submission_id:
-            raise ChildReservationConflict(row.submission_id, tool_call_id, "child")
-        return _child_answer(row, tool_call_id, entry, True), None
     entry["child"] = child_submission_id
     row = attrs.evolve(row, children_json=canonical_json(children))
     return _child_answer(row, tool_call_id, entry, False), row
