@@ -535,3 +535,21 @@ def test_a_running_owner_reserves_and_a_fenced_identical_replay_replays():
     assert feed(model, "reserve_child", claim, "call-2", allocation,
                 result=attrs.evolve(reserved, tool_call_id="call-2")) is not None
     assert feed(model, "reserve_child", claim, "call-2", allocation, error=lost) is None
+
+
+def test_an_owner_write_on_a_settled_row_is_a_settlement_conflict_naming_its_outcome():
+    """Issue 29 (3): suspend and mark_unknown of a settled submission."""
+    model, first, _, claim = _admitted_and_claimed()
+    sid = first.submission_id
+    record = {"outcome": "completed"}
+    assert feed(model, "reserve_settlement", claim, record, result=ReservedSettlement(sid, model_digest(record))) is None
+    settlement_id = "stl-" + model_digest({"submissionId": sid, "recordDigest": model_digest(record)})
+    settled = Settlement(sid, "completed", model_digest(record), 300, None, settlement_id)
+    assert feed(model, "finalize_settlement", sid, 300, result=settled) is None
+    refused = TransitionRefused(sid, "settled", "suspend")
+    assert feed(model, "suspend", claim, ("call-a",), (), error=refused) is not None
+    unnamed = SettlementConflict(sid, None, None)
+    assert feed(model, "suspend", claim, ("call-a",), (), error=unnamed) is not None
+    conflict = SettlementConflict(sid, None, None, "completed")
+    assert feed(model, "suspend", claim, ("call-a",), (), error=conflict) is None
+    assert feed(model, "mark_unknown", attrs.evolve(claim, epoch=99), "call-u", error=conflict) is None

@@ -811,6 +811,26 @@ async def _(ledger) -> None:
     _eq((await ledger.get(claim.submission_id)).reserved_digest, first.record_digest, "reservation unchanged")
 
 
+@_check("settled-row-answers-settlement-conflict")
+async def _(ledger) -> None:
+    # The owner's writes on a settled row name its outcome, whatever token.
+    result = await _admitted(ledger)
+    claim = await _claimed(ledger)
+    await ledger.mark_input_applied(claim, *_input_at(claim))
+    await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    exc = await _raises(SettlementConflict, ledger.reserve_settlement(claim, FAILED_RECORD), "another record")
+    _eq(exc.existing_outcome, "completed", "a reserve conflict names the reserved outcome")
+    await ledger.finalize_settlement(result.submission_id, 300)
+    before = await ledger.get(result.submission_id)
+    for what, attempt in (("suspend", lambda token: ledger.suspend(token, ("call-a", "call-b"))),
+                          ("mark_unknown", lambda token: ledger.mark_unknown(token, "call-u"))):
+        for token in (claim, attrs.evolve(claim, epoch=claim.epoch + 100)):
+            exc = await _raises(SettlementConflict, attempt(token), f"{what} of a settled submission")
+            _eq((exc.submission_id, exc.existing_outcome), (result.submission_id, "completed"),
+                f"{what}: names the settled outcome")
+    _eq(await ledger.get(result.submission_id), before, "nothing written")
+
+
 @_check("reserve-shape-rules")
 async def _(ledger) -> None:
     await _admitted(ledger)

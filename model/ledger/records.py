@@ -456,23 +456,29 @@ class OwnershipLost(LedgerError):
 
 
 class SettlementConflict(LedgerError):
-    """Reserve with a record other than the reserved one (both digests), or
-    finalize of a submission with no reservation (``existing_digest`` None)."""
+    """Reserve with a record other than the reserved one (both digests), an
+    owner's write (``suspend``, ``mark_unknown``) on a settled submission
+    (no digests), or finalize of a submission with no reservation (all
+    None). ``existing_outcome``: the reserved or settled outcome, if any."""
 
     name = "SettlementConflict"
 
-    def __init__(self, submission_id: str, existing_digest: str | None, attempted_digest: str | None) -> None:
+    def __init__(self, submission_id: str, existing_digest: str | None, attempted_digest: str | None,
+                 existing_outcome: str | None = None) -> None:
         self.submission_id = submission_id
         self.existing_digest = existing_digest
         self.attempted_digest = attempted_digest
-        if existing_digest is None:
-            message = "no settlement is reserved"
-        else:
+        self.existing_outcome = existing_outcome
+        if existing_digest is not None:
             message = f"reserved record digest {existing_digest}, attempted {attempted_digest}"
+        elif existing_outcome is not None:
+            message = f"already settled {existing_outcome!r}"
+        else:
+            message = "no settlement is reserved"
         super().__init__(f"settlement conflict on {submission_id!r}: {message}")
 
     def __reduce__(self):
-        return (type(self), (self.submission_id, self.existing_digest, self.attempted_digest))
+        return (type(self), (self.submission_id, self.existing_digest, self.attempted_digest, self.existing_outcome))
 
 
 class AbortConflict(LedgerError):

@@ -130,6 +130,9 @@ Decisions where the specification is silent (all in one place, here):
   carries ``diagnostic`` = exactly ``{errorTag: str, message: str}`` and no
   ``result``, ``cause`` or ``stack``; aborted carries no ``result`` key (not
   even null). ``completed`` may omit ``result`` (a joined completion).
+- ``suspend`` and ``mark_unknown`` of a settled submission are
+  ``SettlementConflict`` naming its ``existing_outcome`` (before any replay
+  or token check); a reserve of another record names the reserved one's.
 - Finalize of an unknown id is ``UnknownSubmission``; of a known id with no
   reservation, ``SettlementConflict(existing_digest=None)``. Finalize leaves
   the ownership columns as they were (the row is terminal; nothing claims it).
@@ -639,6 +642,14 @@ def decide_claim(
 # --- fenced ownership operations ------------------------------------------------------
 
 
+def refuse_settled(row: SubmissionRow | None) -> None:
+    """An owner's write on a settled submission (``suspend``,
+    ``mark_unknown``): ``SettlementConflict`` naming its outcome, before
+    any replay or token check (whatever the token, nothing can change)."""
+    if row is not None and row.settled_at_ms is not None:
+        raise SettlementConflict(row.submission_id, None, None, row.outcome)
+
+
 def check_token(row: SubmissionRow | None, token: Claim, now_ms: int | None = None) -> SubmissionRow:
     """The row, if ``token`` still owns it; else ``OwnershipLost``."""
     if row is None:
@@ -748,6 +759,7 @@ def decide_mark_unknown(
     """The owner cannot tell whether a tool call happened: the call is open
     and the submission unknown; ownership ends (nothing may replay it). A
     repeat by the token that marked it (its ownership already ended) replays."""
+    refuse_settled(row)
     if row is not None and row.owner_id is None and row.epoch == token.epoch:
         calls = _unknown_calls(row)
         if tool_call_id in calls and calls[tool_call_id] is None:
@@ -836,6 +848,7 @@ def decide_suspend(
     already. A repeat by the token that suspended replays."""
     wanted = tuple(dict.fromkeys(tool_call_ids))  # order kept, duplicates dropped
     wanted_children = tuple(dict.fromkeys(child_call_ids))
+    refuse_settled(row)
     if row is not None and row.owner_id is None and row.epoch == token.epoch:
         approvals = _approvals(row)
         children = _children(row)
@@ -1187,7 +1200,8 @@ def decide_reserve(
             raise AbortRequested(row.submission_id, row.abort_author, row.abort_reason, outcome)
         return reserved, evolve_row(row, reserved_json=record_json, reserved_digest=record_digest)
     if row.reserved_digest != record_digest:
-        raise SettlementConflict(row.submission_id, row.reserved_digest, record_digest)
+        raise SettlementConflict(row.submission_id, row.reserved_digest, record_digest,
+                                 decode(row.reserved_json)["outcome"])
     return attrs.evolve(reserved, replayed=True), None
 
 

@@ -62,7 +62,10 @@ adapters (memory, SQLite) do — each named where it is used:
   or not its input is applied; an existing reservation (an attached child)
   is answered before the token is checked, so an identical replay by a
   fenced owner replays and another allocation (child) conflicts; only a
-  new reservation or attachment is fenced (L14).
+  new reservation or attachment is fenced (L14);
+- ``suspend`` and ``mark_unknown`` of a settled submission are
+  ``SettlementConflict`` naming its ``existing_outcome``, before any replay
+  or token check; a reserve conflict names the reserved outcome (L15).
 
 A call whose answer diverges changes nothing in the model (it cannot know
 what the store wrote), so later messages may be consequences of the first.
@@ -617,6 +620,16 @@ class ReferenceLedger:
             return None
         return self._rows.get(token.submission_id)
 
+    def _settled_conflict(self, call: Any, row: _Row | None) -> bool:
+        """L15: an owner's suspend or mark_unknown on a settled row is
+        ``SettlementConflict`` naming its outcome, whatever the token."""
+        if row is None or row.settled_at_ms is None:
+            return False
+        self._want_error(call, "SettlementConflict", {"submission_id": row.submission_id, "existing_digest": None,
+                                                      "existing_outcome": row.outcome},
+                         self._conversations[row.conversation_id])
+        return True
+
     def _fenced(self, call: Any, row: _Row | None, token: Claim, now_ms: int | None = None) -> bool:
         """True if ``token`` still owns ``row``; else checks the store refused
         with the error the contract names and returns False."""
@@ -900,9 +913,10 @@ class ReferenceLedger:
                              "author": row.abort_author, "attempted_outcome": record["outcome"]}, conversation)
             return conversation  # L9
         if row.reserved_digest is not None and row.reserved_digest != record_digest:
+            reserved_outcome = row.outcome if row.outcome is not None else read_back(row.reserved_text)["outcome"]
             self._want_error(call, "SettlementConflict", {"submission_id": row.submission_id,
-                             "existing_digest": row.reserved_digest, "attempted_digest": record_digest},
-                             conversation)
+                             "existing_digest": row.reserved_digest, "attempted_digest": record_digest,
+                             "existing_outcome": reserved_outcome}, conversation)
             return conversation
         self._want_value(call, ReservedSettlement(row.submission_id, record_digest, row.reserved_digest is not None),
                          conversation)
@@ -974,6 +988,8 @@ class ReferenceLedger:
             self._want_argument_error(call, "the token must be a Claim, tool_call_id a str")
             return None
         row = self._rows.get(token.submission_id)
+        if self._settled_conflict(call, row):
+            return self._conversations[row.conversation_id]
         if (row is not None and row.owner_id is None and row.epoch == token.epoch and row.unknown is not None
                 and call_id in row.unknown and row.unknown[call_id] is None):
             # The token that marked it (its ownership ended with the mark): a replay.
@@ -1060,6 +1076,8 @@ class ReferenceLedger:
         wanted = tuple(dict.fromkeys(calls))
         wanted_kids = tuple(dict.fromkeys(kids))
         row = self._rows.get(token.submission_id)
+        if self._settled_conflict(call, row):
+            return self._conversations[row.conversation_id]
         approvals = {} if row is None or row.approvals is None else row.approvals
         if (row is not None and row.owner_id is None and row.epoch == token.epoch
                 and all(c in approvals for c in wanted)
