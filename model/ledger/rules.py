@@ -145,7 +145,9 @@ Decisions where the specification is silent (all in one place, here):
   ``UnreadableSubmission`` (its stored identity: submission, conversation,
   principal, queue_seq; reading any other field raises the typed error), so
   the conversation still shows work, a claim there fails typed, and every
-  other conversation proceeds. Storage failures of the SQLite adapter
+  other conversation proceeds — unless the row's receipt (a control field
+  the scan answers) is empty or not a string: then the scan itself fails,
+  ``CorruptSubmission`` with ``operation="scan_nonterminal"``. Storage failures of the SQLite adapter
   (write contention, any ``sqlite3.Error``) are ``LedgerStoreError`` with
   the failure as ``cause``, retryable exactly when the cause is.
 """
@@ -335,6 +337,8 @@ def read_row(row: SubmissionRow, *, own: bool = False) -> tuple[object, object]:
     for (name, types), value in zip(_ROW_TYPES, _ROW_VALUES(row)):
         if type(value) not in types:
             raise CorruptSubmission(sid, f"{name} has the wrong type ({type(value).__name__})")
+    if not row.receipt:
+        raise CorruptSubmission(sid, "receipt is empty")
     try:
         value = decode(row.input_json)
     except CanonicalDecodeError as exc:
@@ -414,6 +418,11 @@ def scan_records(rows, own=None) -> tuple[SubmissionRecord | UnreadableSubmissio
     whether a row is the store's own (``read_row``); None: none is."""
     found: list[SubmissionRecord | UnreadableSubmission] = []
     for row in rows:
+        if type(row.receipt) is not str or not row.receipt:
+            # A control field the scan answers for every row, readable or
+            # not: without it the row cannot be named as work, so the scan
+            # itself fails, typed, naming the operation.
+            raise CorruptSubmission(row.submission_id, f"receipt is {row.receipt!r}", "scan_nonterminal")
         try:
             found.append(row_to_record(row, own=own is not None and own(row)))
         except (CorruptSubmission, UnsupportedLedgerVersion) as error:
