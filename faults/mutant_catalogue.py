@@ -337,6 +337,35 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules", "    return decode(text), digest_text(text)\n",
         "    return decode(text), digest_text(repr(value))\n", ("port-storm",), ci_seed=1, ci_duration="5m"),
     Mutant(
+        "ledger-child-reserve-needs-input",
+        "A child reservation (and attachment) by the running owner is refused until its input is applied, "
+        "though the owner reserves whenever it runs.",
+        "model.ledger.states", "              RESERVE_CHILD: RUNNING, ATTACH_CHILD: RUNNING, RELEASE_CHILD: RUNNING},\n",
+        "              },\n", ("port-storm",), ci_seed=0, ci_duration="4m"),
+    Mutant(
+        "ledger-child-replay-after-fence",
+        "The token is checked before an existing child reservation is looked up, so a fenced owner's identical "
+        "replay is OwnershipLost instead of the replay.",
+        "model.ledger.rules",
+        "    if row is not None:\n        entry = _children(row).get(tool_call_id)\n        if entry is not None:\n",
+        "    row = check_token(row, token)\n    if row is not None:\n        entry = _children(row).get(tool_call_id)\n"
+        "        if entry is not None:\n", ("port-storm",), ci_seed=0, ci_duration="4m"),
+    Mutant(
+        "ledger-suspend-settled-refused",
+        "suspend of a settled submission is checked like any other (token, then state): TransitionRefused, "
+        "not SettlementConflict naming the outcome.",
+        "model.ledger.rules",
+        "    refuse_settled(row)\n    if row is not None and row.owner_id is None and row.epoch == token.epoch:\n"
+        "        approvals",
+        "    if row is not None and row.owner_id is None and row.epoch == token.epoch:\n        approvals",
+        ("port-storm",), ci_seed=0, ci_duration="4m"),
+    Mutant(
+        "ledger-empty-receipt-readable",
+        "A stored row with an empty receipt is scanned as readable instead of failing the scan typed.",
+        "model.ledger.rules", "        if type(row.receipt) is not str or not row.receipt:\n",
+        "        if type(row.receipt) is not str:\n", ("port-storm",)),  # a survivor: no scenario stores an
+    # empty receipt (the beyond-contract row rot damages reserved records only), so the sweep never meets one.
+    Mutant(
         "ledger-child-release-last-wins",
         "A second release of a child reservation with other accounting replaces the frozen accounting "
         "instead of conflicting.",

@@ -110,7 +110,8 @@ EDGES = (
     "child_reserved_key_order_irrelevant", "child_allocation_conflict", "child_attached", "child_other_conflict",
     "child_released_once", "child_accounting_conflict", "input_marker_conflict", "child_suspended_blocks_claim",
     "child_release_woke_parent", "child_decision_woke_parent", "child_released_before_suspend_resumes",
-    "child_suspend_unknown_call", "admit_parent_conflict",
+    "child_suspend_unknown_call", "admit_parent_conflict", "child_reserved_while_running",
+    "child_replay_before_fence", "settled_suspend_conflict",
     # conversation log
     "log_over_1024_records", "read_full_default_page", "read_across_page_boundary", "read_at_page_boundary",
     "read_past_tail_empty", "read_illegal_rejected", "digest_at_batch_boundary", "digest_at_inside_batch",
@@ -1401,6 +1402,58 @@ class _Process(ClientProcess):
         purge = await self.call("ledger", "purge_conversation", conv)
         self.expect(purge.ok, f"purge of {conv}: {purge.show()}", conv)
 
+    async def _child_of_a_running_owner(self) -> None:
+        """The running owner reserves a child budget before its input is
+        applied; after a successor claims, the fenced owner's identical
+        replay is answered as a replay (it creates nothing) while a new
+        reservation by it is fenced; once settled, the owner's suspend and
+        mark_unknown are ``SettlementConflict`` naming the outcome."""
+        conv = self.private_conversation("cr")
+        key, value = self.uid("key"), {"parent": self._next()}
+        admission = await self.admit_ready(conv, key, value)
+        if admission is None:
+            return
+        sid = admission.submission_id
+        token = await self.claim_token(conv, self.label, 0)
+        if token is None:
+            return
+        call_id = self.uid("call")
+        allocation = {"turns": 4, "toolCalls": 8}
+        first = await self.call("ledger", "reserve_child", token, call_id, allocation)
+        if not self.expect(first.ok and first.value.replayed == (first.lost > 0),
+                           f"reserve_child({sid}) by its running owner answered {first.show()}", conv):
+            return
+        self.w.edge("child_reserved_while_running")
+        if not self.expect_ok(await self.call("ledger", "release_ownership", token), f"release({sid})", conv):
+            return
+        successor = await self.claim_token(conv, f"{self.label}/successor", token.epoch)
+        if successor is None:
+            return
+        stale = await self.call("ledger", "reserve_child", token, call_id, _reordered(allocation))
+        if self.expect(stale.ok and stale.value == attrs.evolve(first.value, replayed=True),
+                       f"the fenced owner's identical reserve_child({sid}) answered {stale.show()}", conv):
+            self.w.edge("child_replay_before_fence")
+        fenced = await self.call("ledger", "reserve_child", token, f"{call_id}-new", allocation)
+        self.expect_rejected(fenced, ("OwnershipLost",), f"a new reserve_child({sid}) by the fenced owner", conv)
+        if not await self._apply_input(conv, successor, sid, key, value, 1):
+            return
+        record = self.settlement_record("completed", 1)
+        mat = await self.call("log", "materialize", conv, successor.owner_id, successor.epoch)
+        reserved = await self.call("ledger", "reserve_settlement", successor, record)
+        if not (self.expect_ok(mat, f"materialize({conv})", conv) and self.expect_ok(reserved, "reserve", conv)):
+            return
+        if not await self._append_settled(conv, successor, sid, reserved.value.record_digest, record):
+            return
+        final = await self.call("ledger", "finalize_settlement", sid, self.now())
+        if not self.expect(final.ok and final.value.outcome == "completed", f"finalize({sid}): {final.show()}", conv):
+            return
+        late = await self.call("ledger", "suspend", successor, (f"{call_id}-ask",), ())
+        if self.expect_rejected(late, ("SettlementConflict",), f"suspend of settled {sid}", conv):
+            self.expect(late.error.existing_outcome == "completed", f"the conflict names {late.show()}", conv)
+            self.w.edge("settled_suspend_conflict")
+        purge = await self.call("ledger", "purge_conversation", conv)
+        self.expect(purge.ok, f"purge of {conv}: {purge.show()}", conv)
+
     async def children(self) -> None:
         """A parent reserves a subagent's budget at a tool call (idempotent by
         the allocation's canonical digest), attaches the child submission, and
@@ -1412,6 +1465,7 @@ class _Process(ClientProcess):
 
         The new choices come from a stream forked for this conversation, so
         the shared stream (and the other episodes' draws) is as before."""
+        await self._child_of_a_running_owner()
         running = await self._running_private("c", lambda: {"parent": self._next()})
         if running is None:
             return

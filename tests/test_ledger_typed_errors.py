@@ -321,3 +321,36 @@ def test_a_worker_skips_an_unreadable_conversation_and_settles_the_others(tmp_pa
     assert ("submission.unreadable", {"owner": "w1", "conversation": "a", "error": "CorruptSubmission"}) in events
     (open_work,) = trio.run(ledger.scan_nonterminal)
     assert isinstance(open_work, UnreadableSubmission) and open_work.conversation_id == "a"
+
+
+def test_an_empty_stored_receipt_fails_the_scan_typed_naming_the_operation(sqlite_ledger):
+    """Issue 29 (7): the receipt is a control field the scan answers; a row
+    whose stored receipt is empty is not readable: the scan fails with a
+    typed ``LedgerError`` naming the operation (``operation``, ``message``),
+    a by-id read fails typed, and nothing stored changes."""
+    memory = InMemorySubmissionLedger()
+    for name, ledger in (("memory", memory), ("sqlite", sqlite_ledger)):
+        async def setup():
+            for cid in ("a", "b"):
+                await _admit_ready(ledger, cid)
+
+        run(setup)
+        if name == "memory":
+            _corrupt_memory_row(memory, "sub-b-1", receipt="")
+        else:
+            _raw(ledger, "UPDATE ledger_submissions SET receipt = '' WHERE submission_id = 'sub-b-1'")
+        with pytest.raises(LedgerError) as info:
+            run(ledger.scan_nonterminal)
+        error = info.value
+        assert isinstance(error, CorruptSubmission) and error.submission_id == "sub-b-1", (name, error)
+        assert error.operation == "scan_nonterminal" and "receipt" in error.message, (name, error)
+        copy = pickle.loads(pickle.dumps(error))
+        assert (copy.operation, copy.message) == (error.operation, error.message)
+        with pytest.raises(CorruptSubmission):
+            run(ledger.get, "sub-b-1")
+        assert run(ledger.get, "sub-a-1").receipt.startswith("rcpt-")
+        if name == "sqlite":
+            assert ledger.connection.execute(
+                "SELECT receipt, ready FROM ledger_submissions WHERE submission_id = 'sub-b-1'").fetchone() == ("", 1)
+        else:
+            assert memory._row("sub-b-1").receipt == ""

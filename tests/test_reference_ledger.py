@@ -30,6 +30,7 @@ from model.ledger.records import (
     ReservedSettlement,
     Settlement,
     SettlementConflict,
+    TransitionRefused,
 )
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from scenarios.reference.ledger import PARAMS, ReferenceLedger
@@ -511,3 +512,44 @@ def test_the_ids_positions_and_wakes_the_contract_fixes_are_checked():
                 result=attrs.evolve(settled, settlement_id=settlement_id)) is not None  # a replay says so
     assert feed(model, "finalize_settlement", sid, 600,
                 result=attrs.evolve(settled, settlement_id=settlement_id, replayed=True)) is None
+
+
+def test_a_running_owner_reserves_and_a_fenced_identical_replay_replays():
+    """Issue 29 (1, 2): a child reservation before the input is applied is
+    the running owner's to make; an identical replay by a fenced owner is a
+    replay (it creates nothing), while a new reservation by it is fenced."""
+    model, first, _, claim = _admitted_and_claimed()
+    sid = first.submission_id
+    allocation = {"turns": 4}
+    refused = TransitionRefused(sid, "running", "reserve_child")
+    assert feed(model, "reserve_child", claim, "call-1", allocation, error=refused) is not None
+    reserved = ChildReservation(sid, "call-1", allocation, model_digest(allocation))
+    assert feed(model, "reserve_child", claim, "call-1", allocation, result=reserved) is None
+    assert feed(model, "release_ownership", claim, result=None) is None
+    successor = Claim(sid, "o2", claim.epoch + 1, 1_200)
+    assert feed(model, "claim", "c1", "o2", 1_000, 200, result=successor) is None
+    lost = OwnershipLost(sid, successor.epoch, "token epoch 1")
+    assert feed(model, "reserve_child", claim, "call-1", allocation, error=lost) is not None
+    assert feed(model, "reserve_child", claim, "call-1", allocation,
+                result=attrs.evolve(reserved, replayed=True)) is None
+    assert feed(model, "reserve_child", claim, "call-2", allocation,
+                result=attrs.evolve(reserved, tool_call_id="call-2")) is not None
+    assert feed(model, "reserve_child", claim, "call-2", allocation, error=lost) is None
+
+
+def test_an_owner_write_on_a_settled_row_is_a_settlement_conflict_naming_its_outcome():
+    """Issue 29 (3): suspend and mark_unknown of a settled submission."""
+    model, first, _, claim = _admitted_and_claimed()
+    sid = first.submission_id
+    record = {"outcome": "completed"}
+    assert feed(model, "reserve_settlement", claim, record, result=ReservedSettlement(sid, model_digest(record))) is None
+    settlement_id = "stl-" + model_digest({"submissionId": sid, "recordDigest": model_digest(record)})
+    settled = Settlement(sid, "completed", model_digest(record), 300, None, settlement_id)
+    assert feed(model, "finalize_settlement", sid, 300, result=settled) is None
+    refused = TransitionRefused(sid, "settled", "suspend")
+    assert feed(model, "suspend", claim, ("call-a",), (), error=refused) is not None
+    unnamed = SettlementConflict(sid, None, None)
+    assert feed(model, "suspend", claim, ("call-a",), (), error=unnamed) is not None
+    conflict = SettlementConflict(sid, None, None, "completed")
+    assert feed(model, "suspend", claim, ("call-a",), (), error=conflict) is None
+    assert feed(model, "mark_unknown", attrs.evolve(claim, epoch=99), "call-u", error=conflict) is None

@@ -614,8 +614,6 @@ async def _(ledger) -> None:
 async def _(ledger) -> None:
     parent = await _admitted(ledger)
     claim = await _claimed(ledger, now_ms=100)
-    await _raises(TransitionRefused, ledger.reserve_child(claim, "call-1", {"tokens": 10}),
-                  "a reservation before the input is applied")
     await ledger.mark_input_applied(claim, *_input_at(claim))
     allocation = {"tokens": 1_000, "tools": ["search"], "ms": 60_000}
     first = await ledger.reserve_child(claim, "call-1", allocation)
@@ -642,6 +640,54 @@ async def _(ledger) -> None:
     _eq(exc.what, "accounting", "conflict names what differs")
     record = await ledger.get(parent.submission_id)
     _eq(record.children["call-1"]["accounting"], {"tokens": 640, "cost": 0.25}, "stored")
+
+
+@_check("child-reservation-by-a-running-owner")
+async def _(ledger) -> None:
+    # The running owner reserves: its input need not be applied yet.
+    parent = await _admitted(ledger)
+    claim = await _claimed(ledger, now_ms=100)
+    allocation = {"turns": 4, "toolCalls": 8}
+    first = await ledger.reserve_child(claim, "call-1", allocation)
+    _eq((first.submission_id, first.allocation, first.child_submission_id, first.replayed),
+        (parent.submission_id, allocation, None, False), "reserved before the input is applied")
+    again = await ledger.reserve_child(claim, "call-1", {"toolCalls": 8, "turns": 4})
+    _eq((again.allocation_digest, again.replayed), (first.allocation_digest, True), "an identical retry replays")
+    exc = await _raises(ChildReservationConflict, ledger.reserve_child(claim, "call-1", {"turns": 64, "toolCalls": 8}),
+                        "another allocation at the same call")
+    _eq(exc.what, "allocation", "conflict names what differs")
+    attached = await ledger.attach_child(claim, "call-1", "sub-child-1")
+    _eq((attached.child_submission_id, attached.replayed), ("sub-child-1", False), "attached while running")
+    record = await ledger.get(parent.submission_id)
+    _eq((record.input_applied, sorted(record.children)), (False, ["call-1"]), "one reservation, input not applied")
+
+
+@_check("child-reservation-replay-before-fence")
+async def _(ledger) -> None:
+    # An identical replay creates nothing: it is answered as a replay before
+    # the token is checked, so a fenced (older) owner that retries learns
+    # its reservation stands. Anything new stays fenced.
+    parent = await _admitted(ledger)
+    claim = await _claimed(ledger, now_ms=100)
+    bogus = attrs.evolve(claim, epoch=claim.epoch + 100)
+    await _raises(OwnershipLost, ledger.reserve_child(bogus, "call-1", {"turns": 4}), "a token never issued")
+    _eq((await ledger.get(parent.submission_id)).children, None, "a fenced reservation writes nothing")
+    first = await ledger.reserve_child(claim, "call-1", {"turns": 4})
+    await ledger.release_ownership(claim)
+    successor = await _claimed(ledger, owner_id="o2", now_ms=200)
+    _true(successor.epoch > claim.epoch, "the successor claims at a higher epoch")
+    await _raises(OwnershipLost, ledger.attach_child(claim, "call-1", "sub-child-1"), "a stale attach")
+    await _raises(OwnershipLost, ledger.reserve_child(claim, "call-2", {"turns": 4}), "a stale new reservation")
+    replay = await ledger.reserve_child(claim, "call-1", {"turns": 4})
+    _eq(replay, attrs.evolve(first, replayed=True), "the stale owner's identical replay")
+    attached = await ledger.attach_child(successor, "call-1", "sub-child-1")
+    _eq((attached.child_submission_id, attached.replayed), ("sub-child-1", False), "the successor attaches")
+    again = await ledger.attach_child(claim, "call-1", "sub-child-1")
+    _eq((again.child_submission_id, again.replayed), ("sub-child-1", True), "the stale owner's identical attach")
+    await _raises(ChildReservationConflict, ledger.attach_child(claim, "call-1", "sub-child-2"), "another child")
+    record = await ledger.get(parent.submission_id)
+    _eq((sorted(record.children), record.children["call-1"]["child"]), (["call-1"], "sub-child-1"),
+        "nothing written by the fenced calls")
 
 
 async def _parent_with_child(ledger, calls=("call-1",)) -> Claim:
@@ -763,6 +809,26 @@ async def _(ledger) -> None:
     _eq(exc.existing_digest, first.record_digest, "conflict existing_digest")
     _true(exc.attempted_digest not in (None, first.record_digest), "conflict attempted_digest")
     _eq((await ledger.get(claim.submission_id)).reserved_digest, first.record_digest, "reservation unchanged")
+
+
+@_check("settled-row-answers-settlement-conflict")
+async def _(ledger) -> None:
+    # The owner's writes on a settled row name its outcome, whatever token.
+    result = await _admitted(ledger)
+    claim = await _claimed(ledger)
+    await ledger.mark_input_applied(claim, *_input_at(claim))
+    await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    exc = await _raises(SettlementConflict, ledger.reserve_settlement(claim, FAILED_RECORD), "another record")
+    _eq(exc.existing_outcome, "completed", "a reserve conflict names the reserved outcome")
+    await ledger.finalize_settlement(result.submission_id, 300)
+    before = await ledger.get(result.submission_id)
+    for what, attempt in (("suspend", lambda token: ledger.suspend(token, ("call-a", "call-b"))),
+                          ("mark_unknown", lambda token: ledger.mark_unknown(token, "call-u"))):
+        for token in (claim, attrs.evolve(claim, epoch=claim.epoch + 100)):
+            exc = await _raises(SettlementConflict, attempt(token), f"{what} of a settled submission")
+            _eq((exc.submission_id, exc.existing_outcome), (result.submission_id, "completed"),
+                f"{what}: names the settled outcome")
+    _eq(await ledger.get(result.submission_id), before, "nothing written")
 
 
 @_check("reserve-shape-rules")

@@ -387,9 +387,16 @@ class RecoverySnapshot:
 
 
 class LedgerError(Exception):
-    """Base class of the Submission Ledger's typed errors."""
+    """Base class of the Submission Ledger's typed errors. ``operation``:
+    the port operation that failed, where an error names it (None
+    otherwise); ``message``: the error's text."""
 
     name = "LedgerError"
+    operation: str | None = None
+
+    @property
+    def message(self) -> str:
+        return str(self)
 
 
 class UnknownSubmission(LedgerError):
@@ -456,23 +463,29 @@ class OwnershipLost(LedgerError):
 
 
 class SettlementConflict(LedgerError):
-    """Reserve with a record other than the reserved one (both digests), or
-    finalize of a submission with no reservation (``existing_digest`` None)."""
+    """Reserve with a record other than the reserved one (both digests), an
+    owner's write (``suspend``, ``mark_unknown``) on a settled submission
+    (no digests), or finalize of a submission with no reservation (all
+    None). ``existing_outcome``: the reserved or settled outcome, if any."""
 
     name = "SettlementConflict"
 
-    def __init__(self, submission_id: str, existing_digest: str | None, attempted_digest: str | None) -> None:
+    def __init__(self, submission_id: str, existing_digest: str | None, attempted_digest: str | None,
+                 existing_outcome: str | None = None) -> None:
         self.submission_id = submission_id
         self.existing_digest = existing_digest
         self.attempted_digest = attempted_digest
-        if existing_digest is None:
-            message = "no settlement is reserved"
-        else:
+        self.existing_outcome = existing_outcome
+        if existing_digest is not None:
             message = f"reserved record digest {existing_digest}, attempted {attempted_digest}"
+        elif existing_outcome is not None:
+            message = f"already settled {existing_outcome!r}"
+        else:
+            message = "no settlement is reserved"
         super().__init__(f"settlement conflict on {submission_id!r}: {message}")
 
     def __reduce__(self):
-        return (type(self), (self.submission_id, self.existing_digest, self.attempted_digest))
+        return (type(self), (self.submission_id, self.existing_digest, self.attempted_digest, self.existing_outcome))
 
 
 class AbortConflict(LedgerError):
@@ -576,17 +589,22 @@ class LedgerStoreError(LedgerError):
 
 class CorruptSubmission(LedgerError):
     """A stored submission row that does not decode (§10): JSON that is not
-    canonical JSON, a column of the wrong type. Nothing was written."""
+    canonical JSON, a column of the wrong type, an empty receipt. Nothing
+    was written. ``operation``: the port operation it failed, when the
+    failure is the whole call's (a scan meeting a row whose control fields
+    it answers are unreadable)."""
 
     name = "CorruptSubmission"
 
-    def __init__(self, submission_id: object, detail: str) -> None:
+    def __init__(self, submission_id: object, detail: str, operation: str | None = None) -> None:
         self.submission_id = submission_id
         self.detail = detail
-        super().__init__(f"stored submission {submission_id!r} is corrupt: {detail}")
+        self.operation = operation
+        during = f" ({operation})" if operation is not None else ""
+        super().__init__(f"stored submission {submission_id!r} is corrupt{during}: {detail}")
 
     def __reduce__(self):
-        return (type(self), (self.submission_id, self.detail))
+        return (type(self), (self.submission_id, self.detail, self.operation))
 
 
 class UnsupportedLedgerVersion(LedgerError):

@@ -113,7 +113,11 @@ Decisions where the specification is silent (all in one place, here):
   tool call (``reserve_child``; identity = the allocation's canonical
   digest, so key order is irrelevant; another allocation at the same call
   is ``ChildReservationConflict``) and attaches the child submission
-  (``attach_child``; another child is a conflict); ``release_child`` by
+  (``attach_child``; another child is a conflict), whether or not its
+  input is applied yet; an existing reservation (attachment) is answered
+  before the token is checked — an identical replay, even by a fenced
+  owner, replays it (it creates nothing), another is the conflict — and
+  only what is new is fenced; ``release_child`` by
   anyone freezes the child's accounting once (a repeat replays it, another
   accounting conflicts), in any state of the parent; the first release of
   an awaited child wakes a parent suspended on it when it was the last
@@ -126,6 +130,9 @@ Decisions where the specification is silent (all in one place, here):
   carries ``diagnostic`` = exactly ``{errorTag: str, message: str}`` and no
   ``result``, ``cause`` or ``stack``; aborted carries no ``result`` key (not
   even null). ``completed`` may omit ``result`` (a joined completion).
+- ``suspend`` and ``mark_unknown`` of a settled submission are
+  ``SettlementConflict`` naming its ``existing_outcome`` (before any replay
+  or token check); a reserve of another record names the reserved one's.
 - Finalize of an unknown id is ``UnknownSubmission``; of a known id with no
   reservation, ``SettlementConflict(existing_digest=None)``. Finalize leaves
   the ownership columns as they were (the row is terminal; nothing claims it).
@@ -138,7 +145,9 @@ Decisions where the specification is silent (all in one place, here):
   ``UnreadableSubmission`` (its stored identity: submission, conversation,
   principal, queue_seq; reading any other field raises the typed error), so
   the conversation still shows work, a claim there fails typed, and every
-  other conversation proceeds. Storage failures of the SQLite adapter
+  other conversation proceeds — unless the row's receipt (a control field
+  the scan answers) is empty or not a string: then the scan itself fails,
+  ``CorruptSubmission`` with ``operation="scan_nonterminal"``. Storage failures of the SQLite adapter
   (write contention, any ``sqlite3.Error``) are ``LedgerStoreError`` with
   the failure as ``cause``, retryable exactly when the cause is.
 """
@@ -328,6 +337,8 @@ def read_row(row: SubmissionRow, *, own: bool = False) -> tuple[object, object]:
     for (name, types), value in zip(_ROW_TYPES, _ROW_VALUES(row)):
         if type(value) not in types:
             raise CorruptSubmission(sid, f"{name} has the wrong type ({type(value).__name__})")
+    if not row.receipt:
+        raise CorruptSubmission(sid, "receipt is empty")
     try:
         value = decode(row.input_json)
     except CanonicalDecodeError as exc:
@@ -407,6 +418,11 @@ def scan_records(rows, own=None) -> tuple[SubmissionRecord | UnreadableSubmissio
     whether a row is the store's own (``read_row``); None: none is."""
     found: list[SubmissionRecord | UnreadableSubmission] = []
     for row in rows:
+        if type(row.receipt) is not str or not row.receipt:
+            # A control field the scan answers for every row, readable or
+            # not: without it the row cannot be named as work, so the scan
+            # itself fails, typed, naming the operation.
+            raise CorruptSubmission(row.submission_id, f"receipt is {row.receipt!r}", "scan_nonterminal")
         try:
             found.append(row_to_record(row, own=own is not None and own(row)))
         except (CorruptSubmission, UnsupportedLedgerVersion) as error:
@@ -635,6 +651,14 @@ def decide_claim(
 # --- fenced ownership operations ------------------------------------------------------
 
 
+def refuse_settled(row: SubmissionRow | None) -> None:
+    """An owner's write on a settled submission (``suspend``,
+    ``mark_unknown``): ``SettlementConflict`` naming its outcome, before
+    any replay or token check (whatever the token, nothing can change)."""
+    if row is not None and row.settled_at_ms is not None:
+        raise SettlementConflict(row.submission_id, None, None, row.outcome)
+
+
 def check_token(row: SubmissionRow | None, token: Claim, now_ms: int | None = None) -> SubmissionRow:
     """The row, if ``token`` still owns it; else ``OwnershipLost``."""
     if row is None:
@@ -744,6 +768,7 @@ def decide_mark_unknown(
     """The owner cannot tell whether a tool call happened: the call is open
     and the submission unknown; ownership ends (nothing may replay it). A
     repeat by the token that marked it (its ownership already ended) replays."""
+    refuse_settled(row)
     if row is not None and row.owner_id is None and row.epoch == token.epoch:
         calls = _unknown_calls(row)
         if tool_call_id in calls and calls[tool_call_id] is None:
@@ -832,6 +857,7 @@ def decide_suspend(
     already. A repeat by the token that suspended replays."""
     wanted = tuple(dict.fromkeys(tool_call_ids))  # order kept, duplicates dropped
     wanted_children = tuple(dict.fromkeys(child_call_ids))
+    refuse_settled(row)
     if row is not None and row.owner_id is None and row.epoch == token.epoch:
         approvals = _approvals(row)
         children = _children(row)
@@ -1032,17 +1058,21 @@ def decide_reserve_child(
 ) -> tuple[ChildReservation, SubmissionRow | None]:
     """One child budget per parent tool call, identified by its allocation's
     canonical digest (key order irrelevant): the same again replays it,
-    another is ``ChildReservationConflict``."""
+    another is ``ChildReservationConflict``. An existing reservation is
+    answered before the token is checked: an identical replay creates
+    nothing, so a fenced owner's retry learns it stands; anything new is
+    fenced."""
+    if row is not None:
+        entry = _children(row).get(tool_call_id)
+        if entry is not None:
+            if entry["allocationDigest"] != allocation_digest:
+                raise ChildReservationConflict(row.submission_id, tool_call_id, "allocation")
+            return _child_answer(row, tool_call_id, entry, True), None
     row = check_token(row, token)
     state = state_of(row)
     if target(state, RESERVE_CHILD) is None:
         raise TransitionRefused(row.submission_id, state, RESERVE_CHILD)
     children = _children(row)
-    entry = children.get(tool_call_id)
-    if entry is not None:
-        if entry["allocationDigest"] != allocation_digest:
-            raise ChildReservationConflict(row.submission_id, tool_call_id, "allocation")
-        return _child_answer(row, tool_call_id, entry, True), None
     entry = {"allocation": allocation, "allocationDigest": allocation_digest, "awaited": False, "child": None,
              "accounting": None, "releasedAtMs": None}
     children[tool_call_id] = entry
@@ -1053,6 +1083,14 @@ def decide_reserve_child(
 def decide_attach_child(
     row: SubmissionRow | None, token: Claim, tool_call_id: str, child_submission_id: str
 ) -> tuple[ChildReservation, SubmissionRow | None]:
+    """An attached child is answered before the token is checked (as
+    ``decide_reserve_child``): the same child replays, another conflicts."""
+    if row is not None:
+        entry = _children(row).get(tool_call_id)
+        if entry is not None and entry["child"] is not None:
+            if entry["child"] != child_submission_id:
+                raise ChildReservationConflict(row.submission_id, tool_call_id, "child")
+            return _child_answer(row, tool_call_id, entry, True), None
     row = check_token(row, token)
     state = state_of(row)
     if target(state, ATTACH_CHILD) is None:
@@ -1061,10 +1099,6 @@ def decide_attach_child(
     entry = children.get(tool_call_id)
     if entry is None:
         raise UnknownChildReservation(row.submission_id, tool_call_id)
-    if entry["child"] is not None:
-        if entry["child"] != child_submission_id:
-            raise ChildReservationConflict(row.submission_id, tool_call_id, "child")
-        return _child_answer(row, tool_call_id, entry, True), None
     entry["child"] = child_submission_id
     row = attrs.evolve(row, children_json=canonical_json(children))
     return _child_answer(row, tool_call_id, entry, False), row
@@ -1175,7 +1209,8 @@ def decide_reserve(
             raise AbortRequested(row.submission_id, row.abort_author, row.abort_reason, outcome)
         return reserved, evolve_row(row, reserved_json=record_json, reserved_digest=record_digest)
     if row.reserved_digest != record_digest:
-        raise SettlementConflict(row.submission_id, row.reserved_digest, record_digest)
+        raise SettlementConflict(row.submission_id, row.reserved_digest, record_digest,
+                                 decode(row.reserved_json)["outcome"])
     return attrs.evolve(reserved, replayed=True), None
 
 

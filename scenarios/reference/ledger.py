@@ -57,7 +57,15 @@ adapters (memory, SQLite) do — each named where it is used:
   submission waits while an approval is undecided or an awaited child
   unreleased, and the answers' ``pending`` count both (L12);
 - a joined follower settled by its host has its input where it joined the
-  host's log; a held rebuild placeholder never had one (L13).
+  host's log; a held rebuild placeholder never had one (L13);
+- the running owner reserves child budgets and attaches children whether
+  or not its input is applied; an existing reservation (an attached child)
+  is answered before the token is checked, so an identical replay by a
+  fenced owner replays and another allocation (child) conflicts; only a
+  new reservation or attachment is fenced (L14);
+- ``suspend`` and ``mark_unknown`` of a settled submission are
+  ``SettlementConflict`` naming its ``existing_outcome``, before any replay
+  or token check; a reserve conflict names the reserved outcome (L15).
 
 A call whose answer diverges changes nothing in the model (it cannot know
 what the store wrote), so later messages may be consequences of the first.
@@ -612,6 +620,16 @@ class ReferenceLedger:
             return None
         return self._rows.get(token.submission_id)
 
+    def _settled_conflict(self, call: Any, row: _Row | None) -> bool:
+        """L15: an owner's suspend or mark_unknown on a settled row is
+        ``SettlementConflict`` naming its outcome, whatever the token."""
+        if row is None or row.settled_at_ms is None:
+            return False
+        self._want_error(call, "SettlementConflict", {"submission_id": row.submission_id, "existing_digest": None,
+                                                      "existing_outcome": row.outcome},
+                         self._conversations[row.conversation_id])
+        return True
+
     def _fenced(self, call: Any, row: _Row | None, token: Claim, now_ms: int | None = None) -> bool:
         """True if ``token`` still owns ``row``; else checks the store refused
         with the error the contract names and returns False."""
@@ -895,9 +913,10 @@ class ReferenceLedger:
                              "author": row.abort_author, "attempted_outcome": record["outcome"]}, conversation)
             return conversation  # L9
         if row.reserved_digest is not None and row.reserved_digest != record_digest:
+            reserved_outcome = row.outcome if row.outcome is not None else read_back(row.reserved_text)["outcome"]
             self._want_error(call, "SettlementConflict", {"submission_id": row.submission_id,
-                             "existing_digest": row.reserved_digest, "attempted_digest": record_digest},
-                             conversation)
+                             "existing_digest": row.reserved_digest, "attempted_digest": record_digest,
+                             "existing_outcome": reserved_outcome}, conversation)
             return conversation
         self._want_value(call, ReservedSettlement(row.submission_id, record_digest, row.reserved_digest is not None),
                          conversation)
@@ -969,6 +988,8 @@ class ReferenceLedger:
             self._want_argument_error(call, "the token must be a Claim, tool_call_id a str")
             return None
         row = self._rows.get(token.submission_id)
+        if self._settled_conflict(call, row):
+            return self._conversations[row.conversation_id]
         if (row is not None and row.owner_id is None and row.epoch == token.epoch and row.unknown is not None
                 and call_id in row.unknown and row.unknown[call_id] is None):
             # The token that marked it (its ownership ended with the mark): a replay.
@@ -1055,6 +1076,8 @@ class ReferenceLedger:
         wanted = tuple(dict.fromkeys(calls))
         wanted_kids = tuple(dict.fromkeys(kids))
         row = self._rows.get(token.submission_id)
+        if self._settled_conflict(call, row):
+            return self._conversations[row.conversation_id]
         approvals = {} if row is None or row.approvals is None else row.approvals
         if (row is not None and row.owner_id is None and row.epoch == token.epoch
                 and all(c in approvals for c in wanted)
@@ -1220,14 +1243,15 @@ class ReferenceLedger:
                                 None if acct is None else read_back(acct), at, replayed, awaited, waiting)
 
     def _owned_running(self, call: Any, token: Any, operation: str) -> tuple[_Row | None, _Conversation | None]:
-        """The parent row if ``token`` owns it and it is input-applied; else
-        the refusal is checked and (None, its conversation) returned."""
+        """The parent row if ``token`` owns it and it runs (its input applied
+        or not yet: the running owner reserves); else the refusal is checked
+        and (None, its conversation) returned."""
         row = self._rows.get(token.submission_id)
         if not self._fenced(call, row, token):
             return None, None if row is None else self._conversations[row.conversation_id]
         conversation = self._conversations[row.conversation_id]
         state = self._state(row)
-        if state != "input-applied":
+        if state not in ("running", "input-applied"):
             self._want_error(call, "TransitionRefused", {"submission_id": row.submission_id, "state": state,
                                                          "operation": operation}, conversation)
             return None, conversation
@@ -1243,16 +1267,20 @@ class ReferenceLedger:
         except ValueError as exc:
             self._want_argument_error(call, f"the allocation is not JSON: {exc}")
             return None
-        row, conversation = self._owned_running(call, token, "reserve_child")
-        if row is None:
-            return conversation
-        existing = row.children.get(call_id)
+        # L14: an existing reservation is answered before the token is
+        # checked (an identical replay creates nothing); only a new one is fenced.
+        row = self._rows.get(token.submission_id)
+        existing = None if row is None else row.children.get(call_id)
         if existing is not None:
+            conversation = self._conversations[row.conversation_id]
             if existing[0] != text:
                 self._want_error(call, "ChildReservationConflict", {"submission_id": row.submission_id,
                                  "tool_call_id": call_id, "what": "allocation"}, conversation)
                 return conversation
             self._want_value(call, self._child_answer(row, call_id, True), conversation)
+            return conversation
+        row, conversation = self._owned_running(call, token, "reserve_child")
+        if row is None:
             return conversation
         row.children[call_id] = [text, None, None, None, False]
         try:
@@ -1268,6 +1296,16 @@ class ReferenceLedger:
         if not (isinstance(token, Claim) and type(call_id) is str and type(child) is str):
             self._want_argument_error(call, "a Claim, str ids")
             return None
+        row = self._rows.get(token.submission_id)
+        existing = None if row is None else row.children.get(call_id)
+        if existing is not None and existing[1] is not None:  # L14: an attached child, before the token
+            conversation = self._conversations[row.conversation_id]
+            if existing[1] != child:
+                self._want_error(call, "ChildReservationConflict", {"submission_id": row.submission_id,
+                                 "tool_call_id": call_id, "what": "child"}, conversation)
+                return conversation
+            self._want_value(call, self._child_answer(row, call_id, True), conversation)
+            return conversation
         row, conversation = self._owned_running(call, token, "attach_child")
         if row is None:
             return conversation
@@ -1275,13 +1313,6 @@ class ReferenceLedger:
         if existing is None:
             self._want_error(call, "UnknownChildReservation", {"submission_id": row.submission_id,
                              "tool_call_id": call_id}, conversation)
-            return conversation
-        if existing[1] is not None:
-            if existing[1] != child:
-                self._want_error(call, "ChildReservationConflict", {"submission_id": row.submission_id,
-                                 "tool_call_id": call_id, "what": "child"}, conversation)
-                return conversation
-            self._want_value(call, self._child_answer(row, call_id, True), conversation)
             return conversation
         self._want_value(call, self._child_answer(row, call_id, False, [existing[0], child, *existing[2:]]),
                          conversation)
