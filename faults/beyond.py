@@ -250,7 +250,9 @@ class DurableStateSurgery:
 # The ledger's own rots of a stored reservation, ahead of ``ROTS`` (its text).
 OTHER_RECORD = "other-record"
 SCHEMA_VERSION_ROT = "schema-version"
-LEDGER_ROTS: tuple[tuple[str, Any, bool], ...] = ((OTHER_RECORD, None, False), (SCHEMA_VERSION_ROT, None, False))
+EMPTY_RECEIPT = "empty-receipt"  # the row's receipt column emptied: every scan must refuse it typed
+LEDGER_ROTS: tuple[tuple[str, Any, bool], ...] = ((OTHER_RECORD, None, False), (SCHEMA_VERSION_ROT, None, False),
+                                                  (EMPTY_RECEIPT, None, False))
 
 
 class LedgerSurgery:
@@ -259,7 +261,9 @@ class LedgerSurgery:
     Another valid record of the same outcome is what only the reserved
     digest can tell apart (finalize must refuse it: ``InvalidSettlement``);
     a schema version the store does not support, what every read of the
-    row must refuse; damaged text (``ROTS``), what its decode must refuse."""
+    row must refuse; an empty receipt, what every read and scan must refuse
+    typed (``CorruptSubmission`` naming the operation); damaged text
+    (``ROTS``), what its decode must refuse."""
 
     kinds = LEDGER_KINDS
 
@@ -284,6 +288,9 @@ class LedgerSurgery:
         if name == SCHEMA_VERSION_ROT:
             self._write(submission_id, text, self._unsupported_version)
             return True
+        if name == EMPTY_RECEIPT:
+            self._empty_receipt(submission_id)
+            return True
         if name == OTHER_RECORD:
             try:
                 record = decode(text)
@@ -297,6 +304,15 @@ class LedgerSurgery:
             return True
         self._write(submission_id, damage(text), version)
         return True
+
+    def _empty_receipt(self, submission_id: str) -> None:
+        if self._sqlite:
+            conn = self._store.connection
+            with write_transaction(conn):
+                conn.execute("UPDATE ledger_submissions SET receipt = '' WHERE submission_id = ?", (submission_id,))
+            return
+        store = self._store
+        store.surgery_put(attrs.evolve(store._row(submission_id), receipt=""))
 
     def _stored(self, submission_id: str) -> tuple[Any, int]:
         if self._sqlite:

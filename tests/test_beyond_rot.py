@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 import faults.beyond as beyond
-from faults.beyond import LEDGER_ROTS, OTHER_RECORD, ROTS, SCHEMA_VERSION_ROT, LedgerSurgery, beyond_surgeries
+from faults.beyond import (EMPTY_RECEIPT, LEDGER_ROTS, OTHER_RECORD, ROTS, SCHEMA_VERSION_ROT, LedgerSurgery,
+                           beyond_surgeries)
 from faults.kinds import ROW_ROT
 from faults.script import parse_script
 from model.ledger.memory_store import InMemorySubmissionLedger
@@ -74,6 +75,11 @@ def test_every_rot_of_a_reservation_is_refused_typed(store, tmp_path):
             with pytest.raises(UnsupportedLedgerVersion, match="unsupported schema version"):
                 run_sync(ledger.get(submission_id))
             continue
+        if name == EMPTY_RECEIPT:  # a control field every scan answers: the scan itself fails, typed
+            with pytest.raises(CorruptSubmission, match="receipt is ''") as refused:
+                run_sync(ledger.scan_nonterminal())
+            assert refused.value.operation == "scan_nonterminal"
+            continue
         with pytest.raises((CorruptSubmission, InvalidSettlement)) as refused:
             run_sync(ledger.finalize_settlement(submission_id, 2))
         expected = "does not match its reserved digest" if name == OTHER_RECORD else REFUSALS[name]
@@ -119,7 +125,8 @@ def _rot_a_reservation(store: str = "memory"):
 
 
 @pytest.mark.parametrize("name, store", [(OTHER_RECORD, "memory"), (SCHEMA_VERSION_ROT, "sqlite"),
-                                         ("long-key", "memory")])
+                                         ("long-key", "memory"), (EMPTY_RECEIPT, "memory"),
+                                         (EMPTY_RECEIPT, "sqlite")])
 def test_a_rotten_reservation_in_a_run_is_detected(monkeypatch, name, store):
     _force(monkeypatch, name)
     result = _rot_a_reservation(store)
@@ -135,3 +142,14 @@ def test_finalize_itself_names_another_record_than_the_reserved_one(monkeypatch,
     first = result.violations[0]
     assert result.status == DETECTED and first.invariant == "no-uncaught-errors", first
     assert "does not match its reserved digest" in first.message, first.message
+
+
+def test_an_emptied_receipt_is_refused_by_the_scan_itself(monkeypatch, without_reference_model):
+    """Not only the reference model: the stores refuse the row typed when it
+    is read back (a scan names the operation; issue 29: an empty receipt is
+    not readable)."""
+    _force(monkeypatch, EMPTY_RECEIPT)
+    result = _rot_a_reservation()
+    assert result.status == DETECTED, result.violations
+    assert any("CorruptSubmission" in v.message and "receipt is" in v.message for v in result.violations), \
+        result.violations
