@@ -795,6 +795,11 @@ MUTANTS: tuple[Mutant, ...] = (
         '        return {"call": call, "approval": "approved"}\n', AC,
         ci_seed=0, ci_duration="10m"),
     Mutant(
+        "agent-abort-after-settlement",
+        "The settlement batch of an aborted run logs the abort intent after the settlement record it decided.",
+        "model.agent", "            return [abort, entry]\n", "            return [entry, abort]\n", AC,
+        ci_seed=3, ci_duration="10m"),
+    Mutant(
         "agent-tend-wakes-unsettled-child",
         "The tending pass releases a child's reservation without checking the child settled: the parent wakes "
         "to a child still running.",

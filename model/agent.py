@@ -327,20 +327,23 @@ class AgentWorker(SubmissionWorker):
             record["usage"] = usage_total(outputs)
         return record
 
-    async def _terminal_annotations(self, claim: Any, entry: tuple[str, Any]) -> list:
-        """What the log says beside a terminal outcome: the abort that
-        decided it, or the run's failure."""
+    async def _terminal_records(self, claim: Any, entry: tuple[str, Any]) -> list:
+        """The settlement batch's records around the settlement ``entry``:
+        the abort intent that decided an aborted outcome comes before it (the
+        intent is canonical before the settlement it caused), the run's
+        failure after it."""
         record = entry[1]["record"]
         sid = claim.submission_id
         if record["outcome"] == ABORTED:
             row = await self.ledger.get(sid)
             if row is None or row.abort_author is None:
-                return []
-            return [(ABORT_REQUESTED_FAMILY, {"submissionId": sid, "author": row.abort_author,
-                                              "reason": row.abort_reason})]
+                return [entry]
+            abort = (ABORT_REQUESTED_FAMILY, {"submissionId": sid, "author": row.abort_author,
+                                              "reason": row.abort_reason})
+            return [abort, entry]
         if record["outcome"] == "failed":
-            return [(RUN_FAILED_FAMILY, {"runId": sid, "diagnostic": record["diagnostic"]})]
-        return []
+            return [entry, (RUN_FAILED_FAMILY, {"runId": sid, "diagnostic": record["diagnostic"]})]
+        return [entry]
 
     # -- joins -------------------------------------------------------------------
 
@@ -369,14 +372,15 @@ class AgentWorker(SubmissionWorker):
                                  entry: tuple[str, Any]) -> list:
         """The host's record and one per joined follower: its host's outcome,
         no independent result (what the ledger's finalize settles it with)."""
-        annotations = await self._terminal_annotations(claim, entry)
+        own = await self._terminal_records(claim, entry)
         if not joins_followers(record):
-            return [entry, *annotations]
+            return own
         host = await self.ledger.get(claim.submission_id)
         if not host.joined_count:
-            return [entry, *annotations]
+            return own
         follower_record = joined_record(entry[1]["record"])
-        entries = [entry]
+        at = own.index(entry) + 1
+        before, entries, after = own[:at - 1], [entry], own[at:]
         # Its followers are open rows of its conversation (one strongly
         # consistent scan; only a host that joined any pays for it).
         for follower in await self.ledger.scan_nonterminal():
@@ -386,7 +390,7 @@ class AgentWorker(SubmissionWorker):
                                                                            follower.submission_id):
                 continue  # joining, its input never applied: the host's finalize puts it back in the queue
             entries.append(settled_entry(follower.submission_id, digest(follower_record), follower_record))
-        return [*entries, *annotations]
+        return [*before, *entries, *after]
 
     async def _mark_joined(self, conversation_id: str, claim: Any, follower_id: str) -> bool:
         """Mark a joining follower joined where its input sits in this run's
