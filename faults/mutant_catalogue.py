@@ -789,11 +789,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "", AC,
         ci_seed=0, ci_duration="2m"),
     Mutant(
-        "agent-approval-assumed",
-        "The approval step reports its call approved whatever the decision was.",
-        "model.agent", '        return {"call": call, "approval": decided["decision"]}\n',
-        '        return {"call": call, "approval": "approved"}\n', AC,
-        ci_seed=0, ci_duration="10m"),
+        "agent-approval-rejection-ignored",
+        "A rejected approval neither fails the run nor stops it: the step reports the rejection and the run "
+        "goes on to the guarded call and completes.",
+        "model.agent",
+        '        if decided["decision"] == REJECTED:\n'
+        '            # Rejected: the guarded call and every later step never run.\n'
+        '            raise WorkFailure(ApprovalRejected(call, decided["resolver"], decided["reason"]))\n', "", AC,
+        ci_seed=1, ci_duration="4m"),
     Mutant(
         "agent-abort-after-settlement",
         "The settlement batch of an aborted run logs the abort intent after the settlement record it decided.",

@@ -19,7 +19,8 @@ agent did, so whoever claims the head next takes the step from there:
 - **approval**: an ``approval-requested`` record and ``suspend`` (the
   request is the suspension's whole footprint); the resumed attempt appends
   ``approval-decided`` (the ledger's decision, verbatim) before acting on
-  it: the step's output names the decision.
+  it: approved, the step's output names the decision; rejected, the run
+  settles ``failed`` (``ApprovalRejected``) and no later step runs.
 - **subagent**: ``reserve_child`` (the budget), the child admitted in its own
   conversation with its parent link, ``attach_child``, a
   ``subagent-started`` record, then ``suspend`` on the child. The child's
@@ -38,7 +39,7 @@ from typing import Any, Callable
 from model.failpoints import (APPROVAL_DECIDED_BEFORE_EFFECT, CHILD_SETTLED_BEFORE_WAKE,
                               FOLLOWER_APPENDED_BEFORE_JOINED, MODEL_REQUESTED_BEFORE_FIRST_DELTA,
                               TOOL_PREPARED_BEFORE_SETTLED)
-from model.ledger.records import ABORTED, COMPLETED_WITH_RESULT, ParentLink, UnreadableSubmission
+from model.ledger.records import ABORTED, COMPLETED_WITH_RESULT, REJECTED, ParentLink, UnreadableSubmission
 from model.retry import error_name
 from model.canonical import digest
 from model.conversation.records import BatchRecord
@@ -133,6 +134,20 @@ class RunStartConflict(RunStartError):
 
 class RunDurationExceeded(RunStartError):
     name = "RunDurationExceeded"
+
+
+class ApprovalRejected(Exception):
+    """The approval a step waited for was rejected: the run settles
+    ``failed`` with this diagnostic and the call it guarded never starts
+    (nor does any later step)."""
+
+    name = "ApprovalRejected"
+
+    def __init__(self, tool_call_id: str, resolver: str, reason: str) -> None:
+        super().__init__(f"approval of {tool_call_id!r} rejected by {resolver!r}: {reason}")
+        self.tool_call_id = tool_call_id
+        self.resolver = resolver
+        self.reason = reason
 
 
 def usage_total(outputs: list) -> dict:
@@ -510,6 +525,9 @@ class AgentWorker(SubmissionWorker):
             await self._append_once(conversation_id, claim, f"tool-{APPROVAL_DECIDED}:{call}", [entry])
             decided = entry[1]
             self.failpoints.hit(APPROVAL_DECIDED_BEFORE_EFFECT)
+        if decided["decision"] == REJECTED:
+            # Rejected: the guarded call and every later step never run.
+            raise WorkFailure(ApprovalRejected(call, decided["resolver"], decided["reason"]))
         return {"call": call, "approval": decided["decision"]}
 
     # -- subagents ------------------------------------------------------------------

@@ -48,6 +48,7 @@ SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=CRASH_POINTS, failpoint_r
                    workload=(FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS, CHECKPOINTS),
                    knobs=KNOBS)
 SOMETIMES = ("settled", "stale_writes_fenced", "worker_crashes", "tool_unknown_resolved", "approval_resumed",
+             "approval_rejected_failed",
              "child_woke_parent", "join_settled", "aborted_queued", "aborted_running", "aborted_suspended", "aborted_unknown",
              "tool_calls_refused_late", "run_duration_exceeded", "compactions_selected", "recoveries_from_checkpoint",
              "checkpoints_rejected_rebuilt", "run_start_conflicts", "progress_wait_woken",

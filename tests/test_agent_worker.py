@@ -24,6 +24,7 @@ from model.agent import (
     child_conversation_id,
     step_call_id,
 )
+from model.failpoints import APPROVAL_DECIDED_BEFORE_EFFECT
 from model.conversation.memory_store import InMemoryConversationStore
 from model.conversation.sqlite_store import SqliteConversationStore
 from model.ledger.memory_store import InMemorySubmissionLedger
@@ -152,6 +153,32 @@ def test_a_rejected_approval_fails_the_run_and_the_guarded_tool_never_runs(world
     decided = [r.envelope.payload for r in world.records()
                if r.envelope.family == "tool-call" and r.envelope.payload["phase"] == "approval-decided"]
     assert [d["decision"] for d in decided] == ["rejected"]
+
+
+class Crash(Exception):
+    pass
+
+
+class CrashAt:
+    def __init__(self, point: str) -> None:
+        self.point = point
+
+    def hit(self, name: str) -> None:
+        if name == self.point:
+            raise Crash(name)
+
+
+def test_a_successor_that_finds_the_rejection_logged_fails_the_run_too(world):
+    sid, call = _suspend_on_approval(world)
+    drive(world.ledger.decide_approval(sid, call, "rejected", "alice", "not now", world.now()))
+    dying = world.worker("w2")
+    dying.failpoints = CrashAt(APPROVAL_DECIDED_BEFORE_EFFECT)
+    with pytest.raises(Crash):
+        drive(dying.process_next(C))  # the decision is in the log, not acted on
+    world.ms += LEASE_MS + 1
+    outcome = drive(world.worker("w3").process_next(C))
+    assert outcome.settlement.outcome == "failed"
+    assert world.tools.calls == [] and "model-output" not in world.families()
 
 
 def test_an_approved_approval_goes_on_to_the_tool(world):
