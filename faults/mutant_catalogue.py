@@ -803,6 +803,26 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.agent", "            return [abort, entry]\n", "            return [entry, abort]\n", AC,
         ci_seed=3, ci_duration="10m"),
     Mutant(
+        "agent-orphan-reservation-kept",
+        "An aborted run leaves the reservation of a child it never admitted reserved: nothing will ever "
+        "release it.",
+        "model.agent",
+        "                release = await self.ledger.release_child(sid, call, ORPHAN_ACCOUNTING, self.now_ms())\n"
+        '                self.probe.emit("subagent.orphan_released", parent=sid, call=call, replayed=release.replayed)\n',
+        "", AC),
+    Mutant(
+        "agent-child-abort-author-parent-id",
+        "An aborted run aborts its open subagents under its own submission id as the author, not "
+        "subagent-parent-abort.",
+        "model.agent", "                await self._abort(child.submission_id, SUBAGENT_PARENT_ABORT)\n",
+        "                await self._abort(child.submission_id, sid)\n", AC,
+        ci_seed=0, ci_duration="90m"),
+    Mutant(
+        "agent-aborted-parent-no-joined",
+        "An aborted run settles without a subagent joined record of the children it aborted.",
+        "model.agent", "            return [abort, *joined, entry]\n", "            return [abort, entry]\n", AC,
+        ci_seed=2, ci_duration="15m"),
+    Mutant(
         "agent-tend-wakes-unsettled-child",
         "The tending pass releases a child's reservation without checking the child settled: the parent wakes "
         "to a child still running.",

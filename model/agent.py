@@ -75,6 +75,11 @@ RUN_ALLOWANCE_MS = 2 * 60 * 60 * 1000
 # (``compaction:{tail // COMPACT_EVERY_RECORDS}``), so there is one per bucket.
 COMPACT_EVERY_RECORDS = 48
 AGENT_PRINCIPAL = "agent"
+# The author of the abort an aborted run's open subagents get.
+SUBAGENT_PARENT_ABORT = "subagent-parent-abort"
+# The accounting a reservation whose child was never admitted is released
+# with (its run was aborted: no child will ever settle it).
+ORPHAN_ACCOUNTING = {"child": None, "outcome": None, "settledAtMs": None}
 # A step's attempts at a tool: each NeverHappened/SafeToRetry resolution
 # opens one more. A reconciler that says "retry" forever is a runaway.
 TOOL_ATTEMPTS_MAX = 64
@@ -181,6 +186,12 @@ def child_accounting(child: Any) -> dict:
     """What a parent learns of its settled child: the same from the worker
     that settled it and from a tending pass (a release must not conflict)."""
     return {"child": child.submission_id, "outcome": child.outcome, "settledAtMs": child.settled_at_ms}
+
+
+def _joined_entry(submission_id: str, call: str, child: str, outcome: str) -> tuple[str, dict]:
+    """A ``subagent joined`` record: the parent's call learned its child's outcome."""
+    return SUBAGENT_FAMILY, {"phase": SUBAGENT_JOINED, "submissionId": submission_id, "call": call, "child": child,
+                             "outcome": outcome, "parentLink": {"submissionId": submission_id, "toolCallId": call}}
 
 
 def _tool_record(phase: str, submission_id: str, call: str, **fields: Any) -> tuple[str, dict]:
@@ -355,7 +366,8 @@ class AgentWorker(SubmissionWorker):
                 return [entry]
             abort = (ABORT_REQUESTED_FAMILY, {"submissionId": sid, "author": row.abort_author,
                                               "reason": row.abort_reason})
-            return [abort, entry]
+            joined = await self._abort_children(row.conversation_id, row)
+            return [abort, *joined, entry]
         if record["outcome"] == "failed":
             return [entry, (RUN_FAILED_FAMILY, {"runId": sid, "diagnostic": record["diagnostic"]})]
         return [entry]
@@ -539,9 +551,7 @@ class AgentWorker(SubmissionWorker):
         if entry is not None and entry["releasedAtMs"] is not None:
             accounting = entry["accounting"]
             await self._append_once(conversation_id, claim, f"subagent-{SUBAGENT_JOINED}:{call}", [
-                (SUBAGENT_FAMILY, {"phase": SUBAGENT_JOINED, "submissionId": sid, "call": call,
-                                   "child": accounting["child"], "outcome": accounting["outcome"],
-                                   "parentLink": {"submissionId": sid, "toolCallId": call}})])
+                _joined_entry(sid, call, accounting["child"], accounting["outcome"])])
             return {"call": call, "child": accounting["child"], "childOutcome": accounting["outcome"]}
         child_conversation = child_conversation_id(conversation_id, record.queue_seq, index)
         if entry is None:
@@ -569,21 +579,55 @@ class AgentWorker(SubmissionWorker):
         outcome = await super().process(conversation_id, claim)
         if outcome is not None:
             record = await self.ledger.get(outcome.submission_id)
-            if outcome.settlement.outcome == ABORTED and record.children:
-                await self._abort_children(record)
             if record.parent is not None:
                 self.failpoints.hit(CHILD_SETTLED_BEFORE_WAKE)
                 await self._wake_parent(record)
         return outcome
 
-    async def _abort_children(self, parent: Any) -> None:
-        """An aborted run aborts the subagents it started (attached or only
-        admitted: its own attempt may have died between the two)."""
-        for call, entry in sorted(parent.children.items()):
-            allocation = entry["allocation"]
-            child = await self.ledger.get_by_idempotency_key(allocation["conversation"], AGENT_PRINCIPAL, call)
-            if child is not None and not child.settled:
-                await self._abort(child.submission_id, parent.submission_id)
+    async def _abort_children(self, conversation_id: str, parent: Any) -> list:
+        """An aborted run's subagents, before its settlement record is
+        appended (its settlement batch holds what this returns, before the
+        settlement): a reservation whose child was never admitted is
+        released (``ReleaseOrphanChildReservation``: nothing will ever
+        settle it); a child admitted (attached or not: the run's attempt may
+        have died between the two) and open is aborted by
+        ``SUBAGENT_PARENT_ABORT``; each child gets a ``subagent joined``
+        record with its outcome — ``aborted`` once its intent is durable
+        (the ledger settles nothing else after it), else the one it settled
+        or reserved. A settled child's reservation is released here; an open
+        one's when it settles (``_wake_parent``). Idempotent: a successor
+        that settles the same run does it again and writes the same."""
+        sid = parent.submission_id
+        joined = []
+        for call, entry in sorted((parent.children or {}).items()):
+            if entry["releasedAtMs"] is not None:
+                accounting = entry["accounting"]
+                if accounting["child"] is not None and await self.log.lookup_batch(
+                        conversation_id, f"subagent-{SUBAGENT_JOINED}:{call}") is None:
+                    joined.append(_joined_entry(sid, call, accounting["child"], accounting["outcome"]))
+                continue
+            child = None
+            if entry["child"] is not None:
+                child = await self.ledger.get(entry["child"])
+            if child is None:
+                allocation = entry["allocation"]
+                child = await self.ledger.get_by_idempotency_key(allocation["conversation"], AGENT_PRINCIPAL, call)
+            if child is None:
+                release = await self.ledger.release_child(sid, call, ORPHAN_ACCOUNTING, self.now_ms())
+                self.probe.emit("subagent.orphan_released", parent=sid, call=call, replayed=release.replayed)
+                continue
+            if not child.settled:
+                await self._abort(child.submission_id, SUBAGENT_PARENT_ABORT)
+                child = await self.ledger.get(child.submission_id)
+            if child.settled:
+                await self.ledger.release_child(sid, call, child_accounting(child), self.now_ms())
+                outcome = child.outcome
+            elif child.abort_author is not None:
+                outcome = ABORTED  # its intent is durable: the ledger settles it aborted, nothing else
+            else:
+                outcome = child.reserved_record["outcome"]  # settling already: its reserved record wins
+            joined.append(_joined_entry(sid, call, child.submission_id, outcome))
+        return joined
 
     async def _abort(self, submission_id: str, author: str) -> None:
         try:
@@ -600,8 +644,10 @@ class AgentWorker(SubmissionWorker):
         parent = child.parent
         record = await self.ledger.get(parent.submission_id)
         entry = (record.children or {}).get(parent.tool_call_id) if record is not None else None
-        if entry is None or entry["child"] != child.submission_id:
+        if entry is None:
             return
+        if entry["child"] != child.submission_id and not (entry["child"] is None and record.settled):
+            return  # not attached yet (the parent's next attempt attaches it), or another child
         release = await self.ledger.release_child(parent.submission_id, parent.tool_call_id,
                                                   child_accounting(child), self.now_ms())
         self.probe.emit("subagent.released", parent=parent.submission_id, call=parent.tool_call_id,
@@ -619,7 +665,7 @@ class AgentWorker(SubmissionWorker):
                 # that settled meanwhile (aborted) never will: abort it.
                 parent = await self.ledger.get(record.parent.submission_id)
                 if parent is not None and parent.settled:
-                    await self._abort(record.submission_id, parent.submission_id)
+                    await self._abort(record.submission_id, SUBAGENT_PARENT_ABORT)
             if not record.children:
                 continue
             for call, entry in sorted(record.children.items()):

@@ -24,7 +24,7 @@ from model.agent import (
     child_conversation_id,
     step_call_id,
 )
-from model.failpoints import APPROVAL_DECIDED_BEFORE_EFFECT
+from model.failpoints import APPROVAL_DECIDED_BEFORE_EFFECT, RESERVED_BEFORE_APPEND
 from model.conversation.memory_store import InMemoryConversationStore
 from model.conversation.sqlite_store import SqliteConversationStore
 from model.ledger.memory_store import InMemorySubmissionLedger
@@ -73,14 +73,15 @@ class World:
         self.ms += 1
         return self.ms
 
-    def worker(self, owner: str = "w1", child_plan=lambda record, index: [MODEL]) -> AgentWorker:
+    def worker(self, owner: str = "w1", child_plan=lambda record, index: [MODEL], **settings) -> AgentWorker:
         return AgentWorker(self.ledger, self.log, owner, lease_ms=LEASE_MS, now_ms=self.now, tools=self.tools,
                            model=Model(), model_profile={"provider": "p", "model": "m", "tier": "t"},
-                           child_plan=child_plan, work=None)
+                           child_plan=child_plan, work=None, **settings)
 
-    def submit(self, plan: list, conversation: str = C, key: str = "k1") -> str:
+    def submit(self, plan: list, conversation: str = C, key: str = "k1", **extra) -> str:
         life = SubmissionLifecycle(self.ledger, self.log, now_ms=self.now)
-        admission = drive(life.admit(conversation, "p", key, {"n": 1, "plan": plan, "maxDurationMs": 10 ** 9},
+        admission = drive(life.admit(conversation, "p", key, {"n": 1, "plan": plan, "maxDurationMs": 10 ** 9,
+                                                              **extra},
                                      self.ms, complete_replay=True))
         return admission.submission_id
 
@@ -171,14 +172,31 @@ class CrashAt:
 def test_a_successor_that_finds_the_rejection_logged_fails_the_run_too(world):
     sid, call = _suspend_on_approval(world)
     drive(world.ledger.decide_approval(sid, call, "rejected", "alice", "not now", world.now()))
-    dying = world.worker("w2")
-    dying.failpoints = CrashAt(APPROVAL_DECIDED_BEFORE_EFFECT)
+    dying = world.worker("w2", failpoints=CrashAt(APPROVAL_DECIDED_BEFORE_EFFECT))
     with pytest.raises(Crash):
         drive(dying.process_next(C))  # the decision is in the log, not acted on
     world.ms += LEASE_MS + 1
     outcome = drive(world.worker("w3").process_next(C))
     assert outcome.settlement.outcome == "failed"
     assert world.tools.calls == [] and "model-output" not in world.families()
+
+
+def test_a_successor_of_a_reserved_failure_runs_no_step_again(world):
+    """The owner reserved the failed record and died before appending it: the
+    successor settles with it and runs nothing again (a host does not join
+    follow-ups behind a reserved record: the ledger refuses it)."""
+    sid = world.submit([APPROVAL, TOOL], joins=True)
+    assert drive(world.worker().process_next(C)) is None
+    call = step_call_id(sid, 0)
+    world.submit([MODEL], key="k2")  # a follow-up queued behind it
+    drive(world.ledger.decide_approval(sid, call, "rejected", "alice", "not now", world.now()))
+    dying = world.worker("w2", failpoints=CrashAt(RESERVED_BEFORE_APPEND))
+    with pytest.raises(Crash):
+        drive(dying.process_next(C))
+    world.ms += LEASE_MS + 1
+    outcome = drive(world.worker("w3").process_next(C))
+    assert outcome.settlement.outcome == "failed"
+    assert world.tools.calls == []
 
 
 def test_an_approved_approval_goes_on_to_the_tool(world):
