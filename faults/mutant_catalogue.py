@@ -763,7 +763,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "suspended past its deadline goes on running.",
         "model.agent", "            started_at_ms = start.envelope.created_at_ms\n",
         "            started_at_ms = self.now_ms()\n", AC,
-        ci_seed=0, ci_duration="10m"),
+        ci_seed=4, ci_duration="10m"),
     Mutant(
         "agent-run-start-per-attempt",
         "Each attempt starts the run afresh under its own attempt id: a resumed run has a second RunStarted.",
@@ -800,7 +800,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "agent-abort-after-settlement",
         "The settlement batch of an aborted run logs the abort intent after the settlement record it decided.",
-        "model.agent", "            return [abort, entry]\n", "            return [entry, abort]\n", AC,
+        "model.agent", "            return [abort, *joined, entry]\n", "            return [*joined, entry, abort]\n", AC,
         ci_seed=3, ci_duration="10m"),
     Mutant(
         "agent-orphan-reservation-kept",
@@ -809,19 +809,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.agent",
         "                release = await self.ledger.release_child(sid, call, ORPHAN_ACCOUNTING, self.now_ms())\n"
         '                self.probe.emit("subagent.orphan_released", parent=sid, call=call, replayed=release.replayed)\n',
-        "", AC),
+        "", AC,
+        ci_seed=3, ci_duration="30m"),
     Mutant(
         "agent-child-abort-author-parent-id",
         "An aborted run aborts its open subagents under its own submission id as the author, not "
         "subagent-parent-abort.",
         "model.agent", "                await self._abort(child.submission_id, SUBAGENT_PARENT_ABORT)\n",
         "                await self._abort(child.submission_id, sid)\n", AC,
-        ci_seed=0, ci_duration="90m"),
+        ci_seed=4, ci_duration="90m"),
     Mutant(
         "agent-aborted-parent-no-joined",
         "An aborted run settles without a subagent joined record of the children it aborted.",
         "model.agent", "            return [abort, *joined, entry]\n", "            return [abort, entry]\n", AC,
-        ci_seed=2, ci_duration="15m"),
+        ci_seed=5, ci_duration="15m"),
     Mutant(
         "agent-tend-wakes-unsettled-child",
         "The tending pass releases a child's reservation without checking the child settled: the parent wakes "

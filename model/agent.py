@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from model.failpoints import (APPROVAL_DECIDED_BEFORE_EFFECT, CHILD_SETTLED_BEFORE_WAKE,
+from model.failpoints import (APPROVAL_DECIDED_BEFORE_EFFECT, CHILD_RESERVED_BEFORE_ADMIT, CHILD_SETTLED_BEFORE_WAKE,
                               FOLLOWER_APPENDED_BEFORE_JOINED, MODEL_REQUESTED_BEFORE_FIRST_DELTA,
                               TOOL_PREPARED_BEFORE_SETTLED)
 from model.ledger.records import ABORTED, COMPLETED_WITH_RESULT, REJECTED, ParentLink, UnreadableSubmission
@@ -224,6 +224,11 @@ class AgentWorker(SubmissionWorker):
         self._run_deadline: tuple[str, int] | None = None  # (attempt id, the run's deadline) of the last claim
 
     def step_count(self, record: Any) -> int:
+        if record.reserved_record is not None:
+            # A predecessor reserved the record this settles with (the
+            # canonical record wins): no step runs again behind it (a failed
+            # run's step would fail again, after joining follow-ups).
+            return 0
         return len(plan_of(record))
 
     async def run_step(self, conversation_id: str, claim: Any, record: Any, index: int) -> Any:
@@ -561,6 +566,7 @@ class AgentWorker(SubmissionWorker):
                 (SUBAGENT_FAMILY, {"phase": SUBAGENT_REQUESTED, "submissionId": sid, "call": call,
                                    "allocation": allocation})])
             await self.ledger.reserve_child(claim, call, allocation)
+            self.failpoints.hit(CHILD_RESERVED_BEFORE_ADMIT)
         if entry is None or entry["child"] is None:
             admission = await self.lifecycle.admit(
                 child_conversation, AGENT_PRINCIPAL, call, {"n": record.input["n"], "child": call,

@@ -178,11 +178,6 @@ class SubmissionWorker:
         outputs: list = []
         failure: dict | None = None
         for index in range(self.step_count(record)):
-            if record.reserved_record is not None:
-                # A predecessor reserved the record this settles with (the
-                # canonical record wins): no step runs again behind it (a
-                # failed one's step would fail again, after its side effects).
-                break
             if aborted or await self._abort_requested(submission_id):
                 aborted = True  # observed at this step: settle aborted, run nothing more
                 break
