@@ -748,7 +748,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A successor takes a run past its deadline to settlement without first marking a call in doubt unknown: "
         "the run settles failed while its call may still land (and does).",
         "model.agent", "        if plan_of(record)[index] == TOOL_ONCE:\n", "        if False:\n", AC,
-        ci_seed=36, ci_duration="2h"),
+        ci_seed=4, ci_duration="6h"),
     Mutant(
         "agent-tool-call-without-deadline",
         "The tool is called without the deadline its preparation recorded: a paused owner's call lands after the "
