@@ -780,7 +780,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A successor takes a run past its deadline to settlement without first marking a call in doubt unknown: "
         "the run settles failed while its call may still land (and does).",
         "model.agent", "        if plan_of(record)[index] == TOOL_ONCE:\n", "        if False:\n", AC,
-        ci_seed=36, ci_duration="2h"),
+        ci_seed=4, ci_duration="6h"),
     Mutant(
         "agent-tool-call-without-deadline",
         "The tool is called without the deadline its preparation recorded: a paused owner's call lands after the "
@@ -795,7 +795,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "suspended past its deadline goes on running.",
         "model.agent", "            started_at_ms = start.envelope.created_at_ms\n",
         "            started_at_ms = self.now_ms()\n", AC,
-        ci_seed=0, ci_duration="10m"),
+        ci_seed=4, ci_duration="10m"),
     Mutant(
         "agent-run-start-per-attempt",
         "Each attempt starts the run afresh under its own attempt id: a resumed run has a second RunStarted.",
@@ -821,11 +821,40 @@ MUTANTS: tuple[Mutant, ...] = (
         "", AC,
         ci_seed=0, ci_duration="2m"),
     Mutant(
-        "agent-approval-assumed",
-        "The approval step reports its call approved whatever the decision was.",
-        "model.agent", '        return {"call": call, "approval": decided["decision"]}\n',
-        '        return {"call": call, "approval": "approved"}\n', AC,
-        ci_seed=0, ci_duration="10m"),
+        "agent-approval-rejection-ignored",
+        "A rejected approval neither fails the run nor stops it: the step reports the rejection and the run "
+        "goes on to the guarded call and completes.",
+        "model.agent",
+        '        if decided["decision"] == REJECTED:\n'
+        '            # Rejected: the guarded call and every later step never run.\n'
+        '            raise WorkFailure(ApprovalRejected(call, decided["resolver"], decided["reason"]))\n', "", AC,
+        ci_seed=1, ci_duration="4m"),
+    Mutant(
+        "agent-abort-after-settlement",
+        "The settlement batch of an aborted run logs the abort intent after the settlement record it decided.",
+        "model.agent", "            return [abort, *joined, entry]\n", "            return [*joined, entry, abort]\n", AC,
+        ci_seed=3, ci_duration="10m"),
+    Mutant(
+        "agent-orphan-reservation-kept",
+        "An aborted run leaves the reservation of a child it never admitted reserved: nothing will ever "
+        "release it.",
+        "model.agent",
+        "                release = await self.ledger.release_child(sid, call, ORPHAN_ACCOUNTING, self.now_ms())\n"
+        '                self.probe.emit("subagent.orphan_released", parent=sid, call=call, replayed=release.replayed)\n',
+        "", AC,
+        ci_seed=3, ci_duration="30m"),
+    Mutant(
+        "agent-child-abort-author-parent-id",
+        "An aborted run aborts its open subagents under its own submission id as the author, not "
+        "subagent-parent-abort.",
+        "model.agent", "                await self._abort(child.submission_id, SUBAGENT_PARENT_ABORT)\n",
+        "                await self._abort(child.submission_id, sid)\n", AC,
+        ci_seed=4, ci_duration="90m"),
+    Mutant(
+        "agent-aborted-parent-no-joined",
+        "An aborted run settles without a subagent joined record of the children it aborted.",
+        "model.agent", "            return [abort, *joined, entry]\n", "            return [abort, entry]\n", AC,
+        ci_seed=5, ci_duration="15m"),
     Mutant(
         "agent-tend-wakes-unsettled-child",
         "The tending pass releases a child's reservation without checking the child settled: the parent wakes "

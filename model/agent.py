@@ -19,7 +19,8 @@ agent did, so whoever claims the head next takes the step from there:
 - **approval**: an ``approval-requested`` record and ``suspend`` (the
   request is the suspension's whole footprint); the resumed attempt appends
   ``approval-decided`` (the ledger's decision, verbatim) before acting on
-  it: the step's output names the decision.
+  it: approved, the step's output names the decision; rejected, the run
+  settles ``failed`` (``ApprovalRejected``) and no later step runs.
 - **subagent**: ``reserve_child`` (the budget), the child admitted in its own
   conversation with its parent link, ``attach_child``, a
   ``subagent-started`` record, then ``suspend`` on the child. The child's
@@ -35,10 +36,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from model.failpoints import (APPROVAL_DECIDED_BEFORE_EFFECT, CHILD_SETTLED_BEFORE_WAKE,
+from model.failpoints import (APPROVAL_DECIDED_BEFORE_EFFECT, CHILD_RESERVED_BEFORE_ADMIT, CHILD_SETTLED_BEFORE_WAKE,
                               FOLLOWER_APPENDED_BEFORE_JOINED, MODEL_REQUESTED_BEFORE_FIRST_DELTA,
                               TOOL_PREPARED_BEFORE_SETTLED)
-from model.ledger.records import ABORTED, COMPLETED_WITH_RESULT, ParentLink, UnreadableSubmission
+from model.ledger.records import ABORTED, COMPLETED_WITH_RESULT, REJECTED, ParentLink, UnreadableSubmission
 from model.retry import error_name
 from model.canonical import digest
 from model.conversation.records import BatchRecord
@@ -74,6 +75,11 @@ RUN_ALLOWANCE_MS = 2 * 60 * 60 * 1000
 # (``compaction:{tail // COMPACT_EVERY_RECORDS}``), so there is one per bucket.
 COMPACT_EVERY_RECORDS = 48
 AGENT_PRINCIPAL = "agent"
+# The author of the abort an aborted run's open subagents get.
+SUBAGENT_PARENT_ABORT = "subagent-parent-abort"
+# The accounting a reservation whose child was never admitted is released
+# with (its run was aborted: no child will ever settle it).
+ORPHAN_ACCOUNTING = {"child": None, "outcome": None, "settledAtMs": None}
 # A step's attempts at a tool: each NeverHappened/SafeToRetry resolution
 # opens one more. A reconciler that says "retry" forever is a runaway.
 TOOL_ATTEMPTS_MAX = 64
@@ -135,6 +141,20 @@ class RunDurationExceeded(RunStartError):
     name = "RunDurationExceeded"
 
 
+class ApprovalRejected(Exception):
+    """The approval a step waited for was rejected: the run settles
+    ``failed`` with this diagnostic and the call it guarded never starts
+    (nor does any later step)."""
+
+    name = "ApprovalRejected"
+
+    def __init__(self, tool_call_id: str, resolver: str, reason: str) -> None:
+        super().__init__(f"approval of {tool_call_id!r} rejected by {resolver!r}: {reason}")
+        self.tool_call_id = tool_call_id
+        self.resolver = resolver
+        self.reason = reason
+
+
 def usage_total(outputs: list) -> dict:
     """A run's aggregate usage: the sum of its model calls' usage."""
     total = {"modelCalls": 0, "inputTokens": 0, "outputTokens": 0, "costMicros": 0}
@@ -168,6 +188,12 @@ def child_accounting(child: Any) -> dict:
     return {"child": child.submission_id, "outcome": child.outcome, "settledAtMs": child.settled_at_ms}
 
 
+def _joined_entry(submission_id: str, call: str, child: str, outcome: str) -> tuple[str, dict]:
+    """A ``subagent joined`` record: the parent's call learned its child's outcome."""
+    return SUBAGENT_FAMILY, {"phase": SUBAGENT_JOINED, "submissionId": submission_id, "call": call, "child": child,
+                             "outcome": outcome, "parentLink": {"submissionId": submission_id, "toolCallId": call}}
+
+
 def _tool_record(phase: str, submission_id: str, call: str, **fields: Any) -> tuple[str, dict]:
     return TOOL_CALL_FAMILY, {"phase": phase, "submissionId": submission_id, "call": call, **fields}
 
@@ -198,6 +224,11 @@ class AgentWorker(SubmissionWorker):
         self._run_deadline: tuple[str, int] | None = None  # (attempt id, the run's deadline) of the last claim
 
     def step_count(self, record: Any) -> int:
+        if record.reserved_record is not None:
+            # A predecessor reserved the record this settles with (the
+            # canonical record wins): no step runs again behind it (a failed
+            # run's step would fail again, after joining follow-ups).
+            return 0
         return len(plan_of(record))
 
     async def run_step(self, conversation_id: str, claim: Any, record: Any, index: int) -> Any:
@@ -327,20 +358,24 @@ class AgentWorker(SubmissionWorker):
             record["usage"] = usage_total(outputs)
         return record
 
-    async def _terminal_annotations(self, claim: Any, entry: tuple[str, Any]) -> list:
-        """What the log says beside a terminal outcome: the abort that
-        decided it, or the run's failure."""
+    async def _terminal_records(self, claim: Any, entry: tuple[str, Any]) -> list:
+        """The settlement batch's records around the settlement ``entry``:
+        the abort intent that decided an aborted outcome comes before it (the
+        intent is canonical before the settlement it caused), the run's
+        failure after it."""
         record = entry[1]["record"]
         sid = claim.submission_id
         if record["outcome"] == ABORTED:
             row = await self.ledger.get(sid)
             if row is None or row.abort_author is None:
-                return []
-            return [(ABORT_REQUESTED_FAMILY, {"submissionId": sid, "author": row.abort_author,
-                                              "reason": row.abort_reason})]
+                return [entry]
+            abort = (ABORT_REQUESTED_FAMILY, {"submissionId": sid, "author": row.abort_author,
+                                              "reason": row.abort_reason})
+            joined = await self._abort_children(row.conversation_id, row)
+            return [abort, *joined, entry]
         if record["outcome"] == "failed":
-            return [(RUN_FAILED_FAMILY, {"runId": sid, "diagnostic": record["diagnostic"]})]
-        return []
+            return [entry, (RUN_FAILED_FAMILY, {"runId": sid, "diagnostic": record["diagnostic"]})]
+        return [entry]
 
     # -- joins -------------------------------------------------------------------
 
@@ -369,14 +404,15 @@ class AgentWorker(SubmissionWorker):
                                  entry: tuple[str, Any]) -> list:
         """The host's record and one per joined follower: its host's outcome,
         no independent result (what the ledger's finalize settles it with)."""
-        annotations = await self._terminal_annotations(claim, entry)
+        own = await self._terminal_records(claim, entry)
         if not joins_followers(record):
-            return [entry, *annotations]
+            return own
         host = await self.ledger.get(claim.submission_id)
         if not host.joined_count:
-            return [entry, *annotations]
+            return own
         follower_record = joined_record(entry[1]["record"])
-        entries = [entry]
+        at = own.index(entry) + 1
+        before, entries, after = own[:at - 1], [entry], own[at:]
         # Its followers are open rows of its conversation (one strongly
         # consistent scan; only a host that joined any pays for it).
         for follower in await self.ledger.scan_nonterminal():
@@ -386,7 +422,7 @@ class AgentWorker(SubmissionWorker):
                                                                            follower.submission_id):
                 continue  # joining, its input never applied: the host's finalize puts it back in the queue
             entries.append(settled_entry(follower.submission_id, digest(follower_record), follower_record))
-        return [*entries, *annotations]
+        return [*before, *entries, *after]
 
     async def _mark_joined(self, conversation_id: str, claim: Any, follower_id: str) -> bool:
         """Mark a joining follower joined where its input sits in this run's
@@ -506,6 +542,9 @@ class AgentWorker(SubmissionWorker):
             await self._append_once(conversation_id, claim, f"tool-{APPROVAL_DECIDED}:{call}", [entry])
             decided = entry[1]
             self.failpoints.hit(APPROVAL_DECIDED_BEFORE_EFFECT)
+        if decided["decision"] == REJECTED:
+            # Rejected: the guarded call and every later step never run.
+            raise WorkFailure(ApprovalRejected(call, decided["resolver"], decided["reason"]))
         return {"call": call, "approval": decided["decision"]}
 
     # -- subagents ------------------------------------------------------------------
@@ -517,9 +556,7 @@ class AgentWorker(SubmissionWorker):
         if entry is not None and entry["releasedAtMs"] is not None:
             accounting = entry["accounting"]
             await self._append_once(conversation_id, claim, f"subagent-{SUBAGENT_JOINED}:{call}", [
-                (SUBAGENT_FAMILY, {"phase": SUBAGENT_JOINED, "submissionId": sid, "call": call,
-                                   "child": accounting["child"], "outcome": accounting["outcome"],
-                                   "parentLink": {"submissionId": sid, "toolCallId": call}})])
+                _joined_entry(sid, call, accounting["child"], accounting["outcome"])])
             return {"call": call, "child": accounting["child"], "childOutcome": accounting["outcome"]}
         child_conversation = child_conversation_id(conversation_id, record.queue_seq, index)
         if entry is None:
@@ -529,6 +566,7 @@ class AgentWorker(SubmissionWorker):
                 (SUBAGENT_FAMILY, {"phase": SUBAGENT_REQUESTED, "submissionId": sid, "call": call,
                                    "allocation": allocation})])
             await self.ledger.reserve_child(claim, call, allocation)
+            self.failpoints.hit(CHILD_RESERVED_BEFORE_ADMIT)
         if entry is None or entry["child"] is None:
             admission = await self.lifecycle.admit(
                 child_conversation, AGENT_PRINCIPAL, call, {"n": record.input["n"], "child": call,
@@ -547,21 +585,55 @@ class AgentWorker(SubmissionWorker):
         outcome = await super().process(conversation_id, claim)
         if outcome is not None:
             record = await self.ledger.get(outcome.submission_id)
-            if outcome.settlement.outcome == ABORTED and record.children:
-                await self._abort_children(record)
             if record.parent is not None:
                 self.failpoints.hit(CHILD_SETTLED_BEFORE_WAKE)
                 await self._wake_parent(record)
         return outcome
 
-    async def _abort_children(self, parent: Any) -> None:
-        """An aborted run aborts the subagents it started (attached or only
-        admitted: its own attempt may have died between the two)."""
-        for call, entry in sorted(parent.children.items()):
-            allocation = entry["allocation"]
-            child = await self.ledger.get_by_idempotency_key(allocation["conversation"], AGENT_PRINCIPAL, call)
-            if child is not None and not child.settled:
-                await self._abort(child.submission_id, parent.submission_id)
+    async def _abort_children(self, conversation_id: str, parent: Any) -> list:
+        """An aborted run's subagents, before its settlement record is
+        appended (its settlement batch holds what this returns, before the
+        settlement): a reservation whose child was never admitted is
+        released (``ReleaseOrphanChildReservation``: nothing will ever
+        settle it); a child admitted (attached or not: the run's attempt may
+        have died between the two) and open is aborted by
+        ``SUBAGENT_PARENT_ABORT``; each child gets a ``subagent joined``
+        record with its outcome — ``aborted`` once its intent is durable
+        (the ledger settles nothing else after it), else the one it settled
+        or reserved. A settled child's reservation is released here; an open
+        one's when it settles (``_wake_parent``). Idempotent: a successor
+        that settles the same run does it again and writes the same."""
+        sid = parent.submission_id
+        joined = []
+        for call, entry in sorted((parent.children or {}).items()):
+            if entry["releasedAtMs"] is not None:
+                accounting = entry["accounting"]
+                if accounting["child"] is not None and await self.log.lookup_batch(
+                        conversation_id, f"subagent-{SUBAGENT_JOINED}:{call}") is None:
+                    joined.append(_joined_entry(sid, call, accounting["child"], accounting["outcome"]))
+                continue
+            child = None
+            if entry["child"] is not None:
+                child = await self.ledger.get(entry["child"])
+            if child is None:
+                allocation = entry["allocation"]
+                child = await self.ledger.get_by_idempotency_key(allocation["conversation"], AGENT_PRINCIPAL, call)
+            if child is None:
+                release = await self.ledger.release_child(sid, call, ORPHAN_ACCOUNTING, self.now_ms())
+                self.probe.emit("subagent.orphan_released", parent=sid, call=call, replayed=release.replayed)
+                continue
+            if not child.settled:
+                await self._abort(child.submission_id, SUBAGENT_PARENT_ABORT)
+                child = await self.ledger.get(child.submission_id)
+            if child.settled:
+                await self.ledger.release_child(sid, call, child_accounting(child), self.now_ms())
+                outcome = child.outcome
+            elif child.abort_author is not None:
+                outcome = ABORTED  # its intent is durable: the ledger settles it aborted, nothing else
+            else:
+                outcome = child.reserved_record["outcome"]  # settling already: its reserved record wins
+            joined.append(_joined_entry(sid, call, child.submission_id, outcome))
+        return joined
 
     async def _abort(self, submission_id: str, author: str) -> None:
         try:
@@ -578,8 +650,10 @@ class AgentWorker(SubmissionWorker):
         parent = child.parent
         record = await self.ledger.get(parent.submission_id)
         entry = (record.children or {}).get(parent.tool_call_id) if record is not None else None
-        if entry is None or entry["child"] != child.submission_id:
+        if entry is None:
             return
+        if entry["child"] != child.submission_id and not (entry["child"] is None and record.settled):
+            return  # not attached yet (the parent's next attempt attaches it), or another child
         release = await self.ledger.release_child(parent.submission_id, parent.tool_call_id,
                                                   child_accounting(child), self.now_ms())
         self.probe.emit("subagent.released", parent=parent.submission_id, call=parent.tool_call_id,
@@ -597,7 +671,7 @@ class AgentWorker(SubmissionWorker):
                 # that settled meanwhile (aborted) never will: abort it.
                 parent = await self.ledger.get(record.parent.submission_id)
                 if parent is not None and parent.settled:
-                    await self._abort(record.submission_id, parent.submission_id)
+                    await self._abort(record.submission_id, SUBAGENT_PARENT_ABORT)
             if not record.children:
                 continue
             for call, entry in sorted(record.children.items()):

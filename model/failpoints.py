@@ -64,9 +64,10 @@ APPROVAL_DECIDED_BEFORE_EFFECT = "agent.approval_decided.before_effect"  # the d
 CHILD_SETTLED_BEFORE_WAKE = "agent.child_settled.before_wake"  # the child settled, its parent not released
 FOLLOWER_APPENDED_BEFORE_JOINED = "agent.follower_appended.before_joined"  # its input in the host's log, not marked
 MODEL_REQUESTED_BEFORE_FIRST_DELTA = "agent.model_requested.before_first_delta"  # asked, nothing streamed yet
+CHILD_RESERVED_BEFORE_ADMIT = "agent.child_reserved.before_admit"  # a child budget reserved, no child admitted
 AGENT_CRASH_POINTS: tuple[str, ...] = (TOOL_PREPARED_BEFORE_SETTLED, APPROVAL_DECIDED_BEFORE_EFFECT,
                                        CHILD_SETTLED_BEFORE_WAKE, FOLLOWER_APPENDED_BEFORE_JOINED,
-                                       MODEL_REQUESTED_BEFORE_FIRST_DELTA)
+                                       MODEL_REQUESTED_BEFORE_FIRST_DELTA, CHILD_RESERVED_BEFORE_ADMIT)
 
 ALL_FAILPOINTS: tuple[str, ...] = (
     DURABLE_STATE_SAVE_AFTER_STORE_WRITE,

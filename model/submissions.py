@@ -206,7 +206,8 @@ class SubmissionWorker:
             outputs.append(output)
         # The canonical record wins: the log's, else the reserved one, else new.
         batch = await self.lifecycle.logged_settlement(conversation_id, submission_id)
-        logged = None if batch is None else (await self._batch_payload(conversation_id, batch))["record"]
+        logged = None if batch is None else (
+            await self._settled_payload(conversation_id, batch, submission_id))["record"]
         async def append(batch_id: str, entry: tuple[str, Any]) -> Any:
             # Append-once: it looks the batch up itself, so it runs even when
             # the record is logged (and then appends nothing).
@@ -281,6 +282,17 @@ class SubmissionWorker:
         if batch is None:
             return None
         return await self._batch_payload(conversation_id, batch)
+
+    async def _settled_payload(self, conversation_id: str, batch: BatchRecord, submission_id: str) -> Any:
+        """The payload of ``submission_id``'s settlement record in its
+        settlement batch (records the log keeps beside it, an abort intent
+        among them, may come before it)."""
+        for seq in range(batch.first_seq, batch.last_seq + 1):
+            (record,) = await self.log.read(conversation_id, seq - 1, 1)  # one record: as ``_batch_payload``
+            payload = record.envelope.payload
+            if record.envelope.family == SETTLED_FAMILY and payload["submissionId"] == submission_id:
+                return payload
+        raise AssertionError(f"{batch.batch_id}: no settlement record of {submission_id}")
 
     async def _batch_payload(self, conversation_id: str, batch: BatchRecord) -> Any:
         """The payload of a one-record batch's record."""

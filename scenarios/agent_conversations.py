@@ -7,8 +7,8 @@ from faults.kinds import DROPPED_NOTIFICATION, OVERTAKING_COMMIT
 from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE
 from model.failpoints import AGENT_CRASH_POINTS
 from scenarios import api as inv
-from scenarios.agents import (JOINING_SHARE, AgentSubmitters, AgentWorkers, Approvers, ModelService, Reconciler,
-                             ToolService)
+from scenarios.agents import (JOINING_SHARE, AgentSubmitters, AgentWorkers, Approvers, Cancellers, ModelService,
+                              Reconciler, ToolService)
 from scenarios.api import (FAILPOINT_CRASH, HOUR, MINUTE, SECOND, SUBMISSION_CRASH_POINTS, Deploys, NodeKills,
                            NodePauses, Param, PortFaults, Run, Stack, SwarmSpace, System, scenario, work)
 from scenarios.invariants import (ApprovalPrecedesEffect, CanonicalEvents, ChildBeforeParent, JoinedSettlesOnce,
@@ -48,6 +48,7 @@ SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=CRASH_POINTS, failpoint_r
                    workload=(FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS, CHECKPOINTS),
                    knobs=KNOBS)
 SOMETIMES = ("settled", "stale_writes_fenced", "worker_crashes", "tool_unknown_resolved", "approval_resumed",
+             "approval_rejected_failed",
              "child_woke_parent", "join_settled", "aborted_queued", "aborted_running", "aborted_suspended", "aborted_unknown",
              "tool_calls_refused_late", "run_duration_exceeded", "compactions_selected", "recoveries_from_checkpoint",
              "checkpoints_rejected_rebuilt", "run_start_conflicts", "progress_wait_woken",
@@ -81,6 +82,7 @@ def agent_conversations(run: Run) -> Stack:
                             abort_every=ABORT_EVERY, abort_late_ms=(200, 90 * SECOND)),
             Approvers(poll_ms=3 * SECOND, delay_ms=(0, 2 * MINUTE)),
             Reconciler(tools=tools, poll_ms=5 * SECOND, delay_ms=(0, MINUTE)),
+            Cancellers(poll_ms=2 * SECOND, delay_ms=(2 * SECOND, 4 * SECOND)),
             Deploys(workers.deploy_timeline, workers.deploy, nodes=workers.names, duration_ms=run.opts.duration_ms,
                     restart_ms=RESTART_MS),
             watchers,

@@ -13,6 +13,8 @@ model steps, tools (idempotent or not), approvals, subagents.
   deduplicates by its key; any other acts on every call.
 - ``Approvers``: a human deciding pending approvals (mostly approved) a while
   after the agent asked.
+- ``Cancellers``: an operator cancelling a run whose subagent budget is
+  reserved with no child started (its owner died in between).
 - ``Reconciler``: an operator resolving tool calls whose outcome is unknown,
   from the tool's own history: ``CompletedWithResult`` with what the tool
   did, else, once the call's deadline (in its ``tool-prepared`` record) has
@@ -433,6 +435,33 @@ class Approvers(_Operator):
         return True
 
 
+class Cancellers(_Operator):
+    """Cancels a run that looks stuck: a subagent budget reserved and no
+    child started after the console's delay (its owner died between the
+    two; a live owner admits the child at once). Its abort reaches the run
+    before a successor does, so the run settles aborted with a reservation
+    whose child was never admitted."""
+
+    name = "cancellers"
+    NODE = "canceller"
+    AUTHOR = "operator"
+
+    def metrics(self) -> dict[str, Any]:
+        return {"stuck_runs_cancelled": self.acted}
+
+    def waiting(self, record: Any) -> list[tuple[str, str]]:
+        if record.abort_author is not None or record.outcome is not None:
+            return []
+        stuck = [call for call, entry in sorted((record.children or {}).items())
+                 if entry["child"] is None and entry["releasedAtMs"] is None]
+        return [(record.submission_id, call) for call in stuck[:1]]
+
+    async def act(self, ledger: Any, record: Any, submission_id: str, call: str) -> bool:
+        await ledger.request_abort(submission_id, self.AUTHOR, f"stuck: no child started at {call}",
+                                   self.world.runtime.now_ms())
+        return True
+
+
 class Reconciler(_Operator):
     """Resolves unknown tool calls from the tool service's own history."""
 
@@ -471,5 +500,5 @@ class Reconciler(_Operator):
         return True
 
 
-__all__ = ["AgentSubmitters", "AgentWorkers", "Approvers", "ModelService", "ModelStream", "Reconciler",
+__all__ = ["AgentSubmitters", "AgentWorkers", "Approvers", "Cancellers", "ModelService", "ModelStream", "Reconciler",
            "ToolDeadlineExceeded", "ToolService", "ToolInvoke", "bind_model", "bind_tools", "plan_of"]

@@ -12,7 +12,9 @@ Online, from what the stores committed:
   after its intent was durable (aborted before it ran: nothing to apply);
 - once the intent is durable, each claim of the submission appends at most
   one more step record (``model-output``): the one in flight when the
-  intent landed. The next step observes it.
+  intent landed. The next step observes it;
+- a batch that holds a submission's ``abort-requested`` record and its
+  ``submission-settled`` record holds the abort first.
 
 Audit, from the stores: no row holds an intent next to a non-aborted
 outcome or reservation, and no never-claimed row with an intent is open.
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
 ABORTED = "aborted"
 INPUT_FAMILY = "input"
 STEP_FAMILY = "model-output"
+SETTLED_FAMILY = "submission-settled"
+ABORT_FAMILY = "abort-requested"
 STEPS_AFTER_INTENT_MAX = 1  # the step in flight when the intent landed
 
 
@@ -118,7 +122,10 @@ class AbortHonoured(Checker):
             for seq in range(1, fields[LedgerPurgeConversation.purged] + 1):
                 self._forget(submission_id_for(conversation, seq))
         else:
-            if not self._intent_ms or fields.get(LogAppend.replayed):
+            if fields.get(LogAppend.replayed):
+                return
+            self._check_abort_before_settlement(fields[LogAppend.envelopes])
+            if not self._intent_ms:
                 return
             epoch = fields[LogAppend.epoch]
             for envelope in fields[LogAppend.envelopes]:
@@ -144,6 +151,23 @@ class AbortHonoured(Checker):
                         self.fail(f"{submission}: {count} step records appended at epoch {epoch} after its abort "
                                   f"intent ({intent_ms} ms): a running submission honours it at its next step",
                                   (submission,))
+
+    def _check_abort_before_settlement(self, envelopes: list) -> None:
+        """In one batch, a submission's abort record comes before its
+        settlement: the intent is canonical before the outcome it decided."""
+        settled: set[str] = set()
+        for envelope in envelopes:
+            payload = envelope["payload"]
+            if not isinstance(payload, dict):
+                continue
+            if envelope["family"] == SETTLED_FAMILY:
+                settled.add(payload.get("submissionId"))
+            elif envelope["family"] == ABORT_FAMILY:
+                self.checks += 1
+                submission = payload.get("submissionId")
+                if submission in settled:
+                    self.fail(f"{submission}: its abort-requested record comes after its settlement in the "
+                              f"settlement batch (the intent is canonical before the outcome)", (submission,))
 
     def audit(self, view: AuditView) -> None:
         for conversation_id in view.conversation_ids():

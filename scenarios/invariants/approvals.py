@@ -7,12 +7,19 @@ decision; a step's output that acts on an approval comes after that record
 in its conversation's log and acts on the same decision (a step that acts
 while the approval is pending, or on another decision, fails here).
 
+A rejected approval ends its run: once a rejection is in a submission's
+log, no step output (nothing acts on it) and no tool call record of that
+submission follows (the call it guarded never starts, nor does any later
+step), and a submission with a rejected decision never settles
+``completed``.
+
 Memory: the decisions and logged decisions of open submissions.
 """
 from __future__ import annotations
 
 from faults.events import ERROR, LedgerDecideApproval, LedgerFinalizeSettlement, LedgerRequestAbort, LedgerSuspend, LogAppend
 from model.agent import APPROVAL_DECIDED, TOOL_CALL_FAMILY
+from model.ledger.records import REJECTED
 from sim.invariants import Checker
 
 STEP_FAMILY = "model-output"
@@ -30,9 +37,18 @@ class ApprovalPrecedesEffect(Checker):
         self._suspended: set[str] = set()  # submissions waiting for an approval now
         self.approval_resumed = 0
         self.aborted_suspended = 0
+        self.approval_rejected_failed = 0  # runs that settled failed on a rejected approval
 
     def metrics(self) -> dict:
-        return {"approval_resumed": self.approval_resumed, "aborted_suspended": self.aborted_suspended}
+        return {"approval_resumed": self.approval_resumed, "aborted_suspended": self.aborted_suspended,
+                "approval_rejected_failed": self.approval_rejected_failed}
+
+    def _rejected(self, decisions: dict[str, dict[str, str]], submission: str) -> str | None:
+        """A call of ``submission`` with a rejected decision in ``decisions``, if any."""
+        for call, decision in sorted(decisions.get(submission, {}).items()):
+            if decision == REJECTED:
+                return call
+        return None
 
     def on_event(self, event: tuple) -> None:
         kind = event[3]
@@ -55,6 +71,15 @@ class ApprovalPrecedesEffect(Checker):
                 self.aborted_suspended += 1
         elif kind == LedgerFinalizeSettlement.kind:
             submission = fields[LedgerFinalizeSettlement.submission]
+            rejected = self._rejected(self._decided, submission)
+            if rejected is not None:
+                self.checks += 1
+                outcome = fields[LedgerFinalizeSettlement.outcome]
+                if outcome == "completed":
+                    self.fail(f"{submission}: settled completed although its approval {rejected} was rejected "
+                              f"(a rejected approval fails the run)", (submission,))
+                elif outcome == "failed":
+                    self.approval_rejected_failed += 1
             self._decided.pop(submission, None)
             self._logged.pop(submission, None)
             self._suspended.discard(submission)
@@ -62,6 +87,15 @@ class ApprovalPrecedesEffect(Checker):
             for envelope in fields[LogAppend.envelopes]:
                 family = envelope["family"]
                 payload = envelope["payload"]
+                if family in (TOOL_CALL_FAMILY, STEP_FAMILY) and isinstance(payload, dict):
+                    rejected = self._rejected(self._logged, payload.get("submissionId"))
+                    if rejected is not None:
+                        self.checks += 1
+                        what = payload["phase"] if family == TOOL_CALL_FAMILY else "a step output"
+                        self.fail(f"{payload['submissionId']}: {family} ({what}) appended after its approval "
+                                  f"{rejected} was rejected (the guarded call and every later step never run)",
+                                  (payload["submissionId"],))
+                        continue
                 if family == TOOL_CALL_FAMILY and payload["phase"] == APPROVAL_DECIDED:
                     self.checks += 1
                     submission, call = payload["submissionId"], payload["call"]
