@@ -518,9 +518,23 @@ class AgentWorker(SubmissionWorker):
         blocks the lane until a reconciler resolves it."""
         await self._append_once(conversation_id, claim, f"tool-{TOOL_UNKNOWN}:{call}", [
             _tool_record(TOOL_UNKNOWN, claim.submission_id, call)])
-        await self.ledger.mark_unknown(claim, call)
-        self.probe.emit("tool.unknown", submission=claim.submission_id, call=call)
+        if await self._parked(self.ledger.mark_unknown(claim, call)) is not None:
+            self.probe.emit("tool.unknown", submission=claim.submission_id, call=call)
         return PARKED
+
+    @staticmethod
+    async def _parked(write: Any) -> Any:
+        """``write``'s answer (a suspend or mark_unknown of this claim), or
+        None when the row settled meanwhile: the ledger answers a write to a
+        settled row with ``SettlementConflict`` before it looks at the
+        token (another owner settled it after this claim's lease ran out).
+        The claim has ended, as with ``OwnershipLost``: nothing to park."""
+        try:
+            return await write
+        except Exception as error:
+            if error_name(error) != "SettlementConflict":
+                raise
+            return None
 
     # -- approvals ----------------------------------------------------------------
 
@@ -533,8 +547,9 @@ class AgentWorker(SubmissionWorker):
             if decision is None:
                 await self._append_once(conversation_id, claim, f"tool-{APPROVAL_REQUESTED}:{call}", [
                     _tool_record(APPROVAL_REQUESTED, sid, call, tool="deploy", args={"submission": sid, "step": index})])
-                suspension = await self.ledger.suspend(claim, (call,))
-                self.probe.emit("approval.suspended", submission=sid, call=call, resumed=suspension.resumed)
+                suspension = await self._parked(self.ledger.suspend(claim, (call,)))
+                if suspension is not None:
+                    self.probe.emit("approval.suspended", submission=sid, call=call, resumed=suspension.resumed)
                 return PARKED  # resumed at once or not, the claim ended: the next claim goes on
             # The decision is recorded before anything acts on it.
             entry = _tool_record(APPROVAL_DECIDED, sid, call, decision=decision["decision"],
@@ -577,8 +592,9 @@ class AgentWorker(SubmissionWorker):
                 (SUBAGENT_FAMILY, {"phase": SUBAGENT_STARTED, "submissionId": sid, "call": call,
                                    "child": admission.submission_id,
                                    "parentLink": {"submissionId": sid, "toolCallId": call}})])
-        suspension = await self.ledger.suspend(claim, (), (call,))
-        self.probe.emit("subagent.waiting", submission=sid, call=call, resumed=suspension.resumed)
+        suspension = await self._parked(self.ledger.suspend(claim, (), (call,)))
+        if suspension is not None:
+            self.probe.emit("subagent.waiting", submission=sid, call=call, resumed=suspension.resumed)
         return PARKED
 
     async def process(self, conversation_id: str, claim: Any) -> ProcessOutcome | None:
