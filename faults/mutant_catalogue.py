@@ -453,6 +453,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if request.expected_tail_seq != conversation.tail_seq:\n", ALL,
         ci_seed=0, ci_duration="2m", ci_scenario="port-storm"),
     Mutant(
+        "log-batch-cap-1024",
+        "Append takes a batch of up to 1,024 records, four times the peer's limit of 256 on one canonical "
+        "batch: a history written here has batches no peer store accepts.",
+        "model.conversation.rules",
+        "    if not 1 <= len(records) <= BATCH_RECORDS_MAX:\n",
+        "    if not 1 <= len(records) <= 1024:\n", ("port-storm",), ci_seed=9, ci_duration="30s"),
+    Mutant(
         "log-chain-unlinked",
         "Each batch's tail digest is chained from zeros instead of the previous tail digest, so the chain no "
         "longer commits to earlier batches.",
