@@ -276,6 +276,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if row.abort_author is not None and row.settled_at_ms is not None:\n"
         "        return AbortIntent(submission_id, row.abort_author,", LS_PS,
         ci_seed=0, ci_duration="15m", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-settlement-id-digest",
+        "Settlement ids are made as before the peer's format was adopted: \"stl-\" + the digest of "
+        "{submissionId, recordDigest} instead of \"settlement:{submissionId}\".",
+        "model.ledger.rules",
+        '    return f"settlement:{submission_id}"\n',
+        '    return "stl-" + digest({"recordDigest": record_digest, "submissionId": submission_id})\n', LS_PS,
+        ci_seed=0, ci_duration="30s"),
     # -- aborts and the claim's fence on the log (issue 13) --------------------------
     Mutant(
         "ledger-reserve-ignores-abort",
