@@ -515,6 +515,22 @@ MUTANTS: tuple[Mutant, ...] = (
 
     # -- the lifecycle: reserve -> append -> finalize, the canonical record wins ---------------
     Mutant(
+        "lifecycle-record-ids-by-place",
+        "Every record is named by its place in its batch ({batch}#{index}), as before the peer's formats: "
+        "the input, settlement and abort records are no longer input:{sid}, settlement:{sid}, abort:{sid}.",
+        "model.lifecycle",
+        '    if type(payload) is dict and type(payload.get("submissionId")) is str:\n',
+        "    if False:\n", BOTH,
+        ci_seed=0, ci_duration="1m"),
+    Mutant(
+        "lifecycle-settle-batch-id-old",
+        "The settlement batch is named settle:{sid}, the model's old format, not the peer's "
+        "submission-settlement:{sid}.",
+        "model.lifecycle",
+        '    return f"submission-settlement:{submission_id}"\n',
+        '    return f"settle:{submission_id}"\n', BOTH,
+        ci_seed=0, ci_duration="1m"),
+    Mutant(
         "lifecycle-finalize-before-append",
         "Terminalization finalizes the ledger before appending the canonical settlement record to the log.",
         "model.lifecycle",

@@ -43,7 +43,7 @@ from model.retry import error_name
 from model.canonical import digest
 from model.conversation.records import BatchRecord
 from model.ledger.rules import joined_record
-from model.lifecycle import INPUT_FAMILY, input_batch_id, input_entry, settled_entry
+from model.lifecycle import INPUT_FAMILY, input_batch_id, input_entry, input_record_id, settled_entry
 from model.submissions import PARKED, ProcessOutcome, SubmissionWorker, WorkFailure
 
 # Step kinds of a plan (``request["plan"]``). ``open``/``close``: the first
@@ -397,7 +397,7 @@ class AgentWorker(SubmissionWorker):
         found = await self.log.lookup_batch(conversation_id, batch_id)
         if found is None:
             return False
-        await self.ledger.mark_joined(claim, follower_id, f"{batch_id}#0", found.first_seq)
+        await self.ledger.mark_joined(claim, follower_id, input_record_id(follower_id), found.first_seq)
         return True
 
     # -- tools ------------------------------------------------------------------

@@ -75,24 +75,57 @@ SETTLED_FAMILY = "submission-settled"
 Append = Callable[[str, tuple[str, Any]], Awaitable[Any]]
 
 
+ABORT_REQUESTED_FAMILY = "abort-requested"
+
+# Deterministic ids, the peer implementation's formats (so a history written
+# by one implementation reads the same in the other): the input batch
+# ``submission-input:{sid}`` holds the record ``input:{sid}``; the settlement
+# batch ``submission-settlement:{sid}`` holds ``settlement:{sid}`` (also the
+# ledger's settlement id); an abort beside a settlement is ``abort:{sid}``.
+
+
 def input_batch_id(submission_id: str) -> str:
-    return f"input:{submission_id}"
+    return f"submission-input:{submission_id}"
 
 
 def batch_record_id(batch_id: str, index: int) -> str:
-    """The id of a batch's ``index``-th record (``{batch_id}#{index}``)."""
+    """The id of a batch's ``index``-th record (``{batch_id}#{index}``), for
+    records without an id of their own (``entry_record_id``)."""
     return f"{batch_id}#{index}"
 
 
-def input_record_id(batch_id: str) -> str:
-    """The input record's id: its batch's first (``mark_input_applied`` names it)."""
-    return batch_record_id(batch_id, 0)
+def input_record_id(submission_id: str) -> str:
+    """The input record's id (``mark_input_applied`` and ``mark_joined`` name it)."""
+    return f"input:{submission_id}"
+
+
+def settlement_record_id(submission_id: str) -> str:
+    return f"settlement:{submission_id}"
+
+
+def abort_record_id(submission_id: str) -> str:
+    return f"abort:{submission_id}"
+
+
+def entry_record_id(batch_id: str, index: int, family: str, payload: Any) -> str:
+    """The record id of a batch's ``index``-th entry: a submission's input,
+    settlement and abort records are named by their submission (the peer's
+    formats), any other record by its place in its batch."""
+    if type(payload) is dict and type(payload.get("submissionId")) is str:
+        sid = payload["submissionId"]
+        if family == INPUT_FAMILY:
+            return input_record_id(sid)
+        if family == SETTLED_FAMILY:
+            return settlement_record_id(sid)
+        if family == ABORT_REQUESTED_FAMILY:
+            return abort_record_id(sid)
+    return batch_record_id(batch_id, index)
 
 
 def settle_batch_id(submission_id: str) -> str:
     """Deterministic per submission, never per attempt: a successor finds its
     predecessor's settlement batch by this id."""
-    return f"settle:{submission_id}"
+    return f"submission-settlement:{submission_id}"
 
 
 def input_entry(submission_id: str, input: Any, principal_id: str, idempotency_key: str,

@@ -63,6 +63,7 @@ from model.lifecycle import (
     INPUT_FAMILY,
     SETTLED_FAMILY,
     SubmissionLifecycle,
+    entry_record_id,
     input_batch_id,
     input_entry,
     input_record_id,
@@ -234,7 +235,7 @@ class LedgerRuns:
             input_applied = False
         if not input_applied:
             # A run's log starts with its input: one record, at seq 1.
-            await ledger.mark_input_applied(claim, input_record_id(input_batch_id(submission_id)), 1)
+            await ledger.mark_input_applied(claim, input_record_id(submission_id), 1)
         return True
 
     async def _ensure_owned(self, run_id: str) -> None:
@@ -290,7 +291,8 @@ class LedgerRuns:
         tail_seq, tail_digest = self._tails[run_id]
         now_ms = self.now_ms()
         envelopes = tuple(
-            RecordEnvelope(record_id=f"{batch_id}#{i}", family=family, schema_version=1, created_at_ms=now_ms,
+            RecordEnvelope(record_id=entry_record_id(batch_id, i, family, payload), family=family,
+                           schema_version=1, created_at_ms=now_ms,
                            deployment_id=DEPLOYMENT_ID, payload=payload, producer_id=self.owner_id,
                            epoch=claim.epoch)
             for i, (family, payload) in enumerate(records))

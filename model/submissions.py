@@ -51,7 +51,7 @@ from model.lifecycle import (  # noqa: F401
     DIAGNOSTIC_MESSAGE_MAX,
     SETTLED_FAMILY,
     SubmissionLifecycle,
-    batch_record_id,
+    entry_record_id,
     input_batch_id,
     input_entry,
     input_record_id,
@@ -172,9 +172,9 @@ class SubmissionWorker:
                                          [input_entry(submission_id, record.input, record.principal_id,
                                                       record.idempotency_key, record.queue_seq)])
             self.failpoints.hit(INPUT_APPENDED_BEFORE_MARKER)
-            # The input record is the batch's first (``{batch_id}#0``), here or
+            # The input record is the batch's first (``input:{sid}``), here or
             # where an earlier owner's append put it.
-            await self.ledger.mark_input_applied(claim, input_record_id(batch_id), at.first_seq)
+            await self.ledger.mark_input_applied(claim, input_record_id(submission_id), at.first_seq)
         outputs: list = []
         failure: dict | None = None
         for index in range(self.step_count(record)):
@@ -302,7 +302,7 @@ class SubmissionWorker:
         if tail.tail_seq < acknowledged:
             raise AcknowledgedWriteLost(conversation_id, acknowledged, tail.tail_seq)
         envelopes = tuple(
-            RecordEnvelope(record_id=batch_record_id(batch_id, i), family=family, schema_version=1,
+            RecordEnvelope(record_id=entry_record_id(batch_id, i, family, payload), family=family, schema_version=1,
                            created_at_ms=self.now_ms(), deployment_id=DEPLOYMENT_ID, payload=payload,
                            producer_id=self.owner_id, epoch=claim.epoch)
             for i, (family, payload) in enumerate(records))

@@ -252,7 +252,7 @@ def test_start_steps_finish_settles_exactly_once(world, status):
                                     output)
     check_settled_once(world, run, record, steps=3)
     settle = world.log_records(run)[-2:]
-    assert {r.batch_id for r in settle} == {f"settle:{row.submission_id}"}  # the last step and the settlement: one batch
+    assert {r.batch_id for r in settle} == {f"submission-settlement:{row.submission_id}"}  # the last step and the settlement: one batch
     assert world.record(run).settled_at_ms == T0 + 99
     assert drive(runs.load_execution(run)) == final
     assert drive(runs.load_steps(run)) == steps_of(run, 1, STEPS)
