@@ -837,7 +837,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A run applies a follow-up's input to its log but never marks it joined, so the follow-up goes back to "
         "the queue when the run settles and runs again on its own.",
         "model.agent",
-        '        await self.ledger.mark_joined(claim, follower_id, f"{batch_id}#0", found.first_seq)\n', "", AC,
+        '        await self.ledger.mark_joined(claim, follower_id, input_record_id(follower_id), found.first_seq)\n', "", AC,
         ci_seed=0, ci_duration="10m"),
     # -- progress waits (model.progress, STORE-014) ------------------------------------
     Mutant(
