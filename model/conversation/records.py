@@ -23,6 +23,7 @@ RECORD_FAMILIES: tuple[str, ...] = (
     "conversation-closed",
     "input",
     "run-started",
+    "run-completed",
     "model-request",
     "model-delta",
     "model-completed",

@@ -33,8 +33,8 @@ from sim.invariants import Checker, RecentlySettled
 
 # The families of persistence §5, as this oracle reads them (its own list).
 CANONICAL_FAMILIES = frozenset({
-    "conversation-created", "conversation-closed", "input", "run-started", "model-request", "model-delta",
-    "model-completed", "model-output", "tool-call", "compaction", "subagent", "run-warning", "run-failure",
+    "conversation-created", "conversation-closed", "input", "run-started", "run-completed", "model-request",
+    "model-delta", "model-completed", "model-output", "tool-call", "compaction", "subagent", "run-warning", "run-failure",
     "abort-requested", "submission-settled", "repair-annotation"})
 NON_CANONICAL = frozenset({"tool-argument-delta", "queue-depth", "heartbeat", "debug-span"})
 DELTA_CHANNELS = frozenset({"text", "reasoning"})
@@ -44,9 +44,15 @@ USAGE_FIELDS = ("inputTokens", "outputTokens", "costMicros")
 SETTLED_MEMORY_MS = 60 * 60 * 1000  # longer than any pause of an owner that lost its claim
 
 
+def _submission_of_run(run: str) -> str:
+    """A run id ``run:{submissionId}`` as the submission it runs (the key
+    this oracle keeps runs by: steps and settlements name the submission)."""
+    return run[4:] if run.startswith("run:") else run
+
+
 def _run_of(payload: dict) -> str | None:
     run = payload.get("runId", payload.get("submissionId"))
-    return run if isinstance(run, str) else None
+    return _submission_of_run(run) if isinstance(run, str) else None
 
 
 class RunClock(Checker):
@@ -99,7 +105,7 @@ class RunClock(Checker):
             return
         if family == "run-started":
             self.checks += 1
-            run = payload["runId"]
+            run = _submission_of_run(payload["runId"])
             if run in self._started:
                 self.fail(f"{run}: a second run-started for an open run (its clock starts once)", (run,))
                 return
@@ -182,7 +188,7 @@ class CanonicalEvents(Checker):
             self.fail(f"{conversation}: a model delta of channel {payload.get('channel')!r} reached the log "
                       f"(only text and reasoning deltas are canonical)", (conversation,))
         elif family == "model-completed":
-            usage = self._usage.setdefault(payload["runId"], dict.fromkeys(USAGE_FIELDS, 0))
+            usage = self._usage.setdefault(_submission_of_run(payload["runId"]), dict.fromkeys(USAGE_FIELDS, 0))
             for field in USAGE_FIELDS:
                 usage[field] += payload["usage"][field]
         elif family == "compaction" and payload.get("phase") == "created":

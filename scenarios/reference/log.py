@@ -51,7 +51,8 @@ ENVELOPE_DEPTH_MAX = 64
 ENVELOPE_ITEMS_MAX = 1_000_000
 # Record families at schema version 1 (persistence §5, §11).
 FAMILIES = frozenset({
-    "conversation-created", "conversation-closed", "input", "run-started", "model-request", "model-delta",
+    "conversation-created", "conversation-closed", "input", "run-started", "run-completed", "model-request",
+    "model-delta",
     "model-completed", "model-output",
     "tool-call", "compaction", "subagent", "run-warning", "run-failure", "abort-requested", "terminal-outcome",
     "submission-settled", "repair-annotation"})
