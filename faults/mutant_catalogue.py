@@ -839,6 +839,42 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.agent",
         '        await self.ledger.mark_joined(claim, follower_id, input_record_id(follower_id), found.first_seq)\n', "", AC,
         ci_seed=0, ci_duration="10m"),
+    Mutant(
+        "worker-created-not-first",
+        "A conversation's first record is its first submission's input: no conversation-created record "
+        "opens the log (the peer's histories always begin with it).",
+        "model.submissions",
+        "        if tail.tail_seq == 0 and batch_id != created_batch_id(conversation_id):\n",
+        "        if False:\n", ("ledger-storm", "agent-conversations"),
+        ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "runs-created-not-first",
+        "A run's log begins with its input: the runs layer writes no conversation-created record first.",
+        "model.runs",
+        "            await self._append(run_id, created_batch_id(run_id), [created_entry(run_id)])\n",
+        "", SY, ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "agent-no-run-completed",
+        "A completed run settles with no run-completed record before its settlement record.",
+        "model.agent",
+        '            entry_list = [(RUN_COMPLETED_FAMILY, {"runId": run_id, "submissionId": claim.submission_id}), entry]\n',
+        "            entry_list = [entry]\n", AC, ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "agent-follower-without-run",
+        "A joined follower's settlement record does not carry its host's run id.",
+        "model.agent",
+        "            entries.append(settled_entry(follower.submission_id, digest(follower_record), follower_record, run_id))\n",
+        "            entries.append(settled_entry(follower.submission_id, digest(follower_record), follower_record))\n",
+        AC, ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "agent-no-tool-resolved",
+        "A call the reconciler resolved is acted on with no tool-call resolved record in the log.",
+        "model.agent",
+        "                if not doubt_only:\n"
+        '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
+        "                if False:\n"
+        '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
+        AC, ci_seed=0, ci_duration="2h"),
     # -- progress waits (model.progress, STORE-014) ------------------------------------
     Mutant(
         "progress-read-before-register",

@@ -12,7 +12,8 @@ reached the log (the log is canonical); and a submission's input,
 settlement and abort records carry the peer implementation's deterministic
 ids (record ``input:{sid}`` in batch ``submission-input:{sid}``, record
 ``settlement:{sid}`` in a ``submission-settlement:`` batch, its own or its
-host's, record ``abort:{sid}``), so a history reads the same in either.
+host's, record ``abort:{sid}``), and every non-empty log begins with its
+``conversation-created:{id}`` record, so a history reads the same in either.
 """
 from __future__ import annotations
 
@@ -140,6 +141,14 @@ class ExactlyOnceSettlement(Checker):
         for conversation_id in view.conversation_ids():
             per_submission: dict[str, list[str]] = {}
             for record in view.log_records(conversation_id):
+                if record.seq == 1:
+                    self.checks += 1
+                    if (record.envelope.family, record.envelope.record_id, record.batch_id) != (
+                            "conversation-created", f"conversation-created:{conversation_id}",
+                            f"conversation-created:{conversation_id}"):
+                        self.fail(f"{conversation_id}: its first record is {record.envelope.family} "
+                                  f"{record.envelope.record_id!r}, not its conversation-created record",
+                                  (conversation_id,))
                 self._check_ids(record)
                 if record.envelope.family == "submission-settled":
                     payload = record.envelope.payload

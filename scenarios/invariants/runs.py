@@ -18,7 +18,12 @@ Online, from what the stores committed and the agent's step probes:
 Partial tool-argument deltas, queue depth, heartbeats and debug spans never
 are; a model delta is text or reasoning. A completed run's aggregate usage is
 the sum of its model turns' usage as the log holds them; a compaction covers
-exactly the tail it was appended after (sequence and digest). It counts
+exactly the tail it was appended after (sequence and digest). The peer
+implementation's records, in its order: a settlement record carries the run
+that settled it (``runId``: its own ``run:{sid}``, or a joined follower's
+host's), a completed run's own settlement comes after its ``run-completed``
+record in the same batch, and a call the reconciler resolved is settled
+only after its ``tool-call`` ``resolved`` record. It counts
 every family (by phase, channel or kind of input): the run's JSON stats carry
 the counts.
 
@@ -143,6 +148,7 @@ class CanonicalEvents(Checker):
         self.counts: dict[str, int] = {}  # family[/phase|channel|kind] -> records appended
         self._usage: dict[str, dict[str, int]] = {}  # open run -> its model turns' usage so far
         self._tails: dict[str, str] = {}  # open conversation -> its tail digest
+        self._resolved: dict[str, set[str]] = {}  # open submission -> its calls with a resolved record
 
     def metrics(self) -> dict:
         return {"canonical_events": dict(sorted(self.counts.items())),
@@ -155,6 +161,7 @@ class CanonicalEvents(Checker):
             return
         if kind == LedgerFinalizeSettlement.kind:
             self._usage.pop(fields[LedgerFinalizeSettlement.submission], None)
+            self._resolved.pop(fields[LedgerFinalizeSettlement.submission], None)
             return
         if fields.get(LogAppend.replayed):
             return
@@ -162,10 +169,44 @@ class CanonicalEvents(Checker):
         previous_tail = self._tails.get(conversation)
         for envelope in fields[LogAppend.envelopes]:
             self._on_record(conversation, fields[LogAppend.expected_tail_seq], previous_tail, envelope)
+        self._peer_order(conversation, fields[LogAppend.envelopes])
         if conversation in self._tails or fields[LogAppend.first_seq] == 1:
             self._tails[conversation] = fields[LogAppend.tail_digest]
         if any(envelope["family"] == "conversation-closed" for envelope in fields[LogAppend.envelopes]):
             self._tails.pop(conversation, None)
+
+    def _peer_order(self, conversation: str, envelopes) -> None:
+        """The peer's records and order within one batch (module docstring)."""
+        completed: set = set()
+        host_run = None
+        for envelope in envelopes:
+            family, payload = envelope["family"], envelope["payload"]
+            if not isinstance(payload, dict):
+                continue
+            if family == "run-completed":
+                completed.add(payload.get("runId"))
+            elif family == "tool-call" and payload.get("phase") == "resolved":
+                self._resolved.setdefault(payload["submissionId"], set()).add(payload["call"])
+            elif family == "tool-call" and payload.get("phase") == "settled":
+                output = payload.get("output")
+                if isinstance(output, dict) and output.get("reconciled"):
+                    self.checks += 1
+                    if payload["call"] not in self._resolved.get(payload["submissionId"], ()):
+                        self.fail(f"{payload['submissionId']}: call {payload['call']} settled from its "
+                                  f"resolution with no tool-call resolved record before it", (conversation,))
+            elif family == "submission-settled":
+                self.checks += 1
+                sid, run = payload["submissionId"], payload.get("runId")
+                record = payload["record"]
+                if host_run is None:
+                    host_run = f"run:{sid}"
+                    if run != host_run:
+                        self.fail(f"{sid}: its settlement carries run {run!r}, not its run {host_run!r}", (sid,))
+                    elif isinstance(record, dict) and record.get("outcome") == "completed" and run not in completed:
+                        self.fail(f"{sid}: a completed run settled with no run-completed record before it",
+                                  (sid,))
+                elif run != host_run:
+                    self.fail(f"{sid}: joined to {host_run}, its settlement carries run {run!r}", (sid,))
 
     def _on_record(self, conversation: str, expected_tail_seq: int, previous_tail: str | None,
                    envelope: dict) -> None:
