@@ -107,7 +107,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        stored = await self.store.load(self.key)\n"
         "        if stored is None or stored.revision != expected_revision + 1:\n",
         "        stored = await self.store.load(self.key)\n        if stored is None:\n", SY_PS,
-        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+        ci_seed=1, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "ds-adopt-ignores-version",
         "Adopt-own-write adopts an equal payload stored under another contract version.",
@@ -403,7 +403,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "SQLite write transactions start with a deferred BEGIN instead of BEGIN IMMEDIATE, so a read-then-write "
         "can fail with SQLITE_BUSY_SNAPSHOT that the busy timeout never retries.",
         "model.sqlite_db", '        conn.execute("BEGIN IMMEDIATE")\n', '        conn.execute("BEGIN")\n', LS,
-        store="sqlite", ci_seed=2, ci_duration="1h"),
+        store="sqlite", ci_seed=6, ci_duration="1h"),
     Mutant(
         "sqlite-busy-untyped",
         "A busy database (SQLITE_BUSY at BEGIN IMMEDIATE) is not recognised as write contention: the caller "
@@ -427,7 +427,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "still matches.",
         "model.conversation.rules",
         "    if request.epoch < conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
-        "", ALL, ci_seed=4, ci_duration="2h", ci_scenario="ledger-storm"),
+        "", ALL, ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "log-append-epoch-shared",
         "Append lets another producer write at the conversation's current epoch (the same-epoch producer "
@@ -902,7 +902,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.retention",
         "    try:\n        await ledger.purge_conversation(conversation_id)\n",
         "    await log.delete_conversation(conversation_id)\n    try:\n        await ledger.purge_conversation(conversation_id)\n",
-        LS, ci_seed=7, ci_duration="6h"),
+        LS, ci_seed=9, ci_duration="6h"),
     Mutant(
         "progress-polling-loop",
         "The wait sleeps a second and rereads instead of parking on its registration: a polling loop.",
