@@ -107,7 +107,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        stored = await self.store.load(self.key)\n"
         "        if stored is None or stored.revision != expected_revision + 1:\n",
         "        stored = await self.store.load(self.key)\n        if stored is None:\n", SY_PS,
-        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+        ci_seed=1, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "ds-adopt-ignores-version",
         "Adopt-own-write adopts an equal payload stored under another contract version.",
@@ -276,6 +276,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if row.abort_author is not None and row.settled_at_ms is not None:\n"
         "        return AbortIntent(submission_id, row.abort_author,", LS_PS,
         ci_seed=0, ci_duration="15m", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-settlement-id-digest",
+        "Settlement ids are made as before the peer's format was adopted: \"stl-\" + the digest of "
+        "{submissionId, recordDigest} instead of \"settlement:{submissionId}\".",
+        "model.ledger.rules",
+        '    return f"settlement:{submission_id}"\n',
+        '    return "stl-" + digest({"recordDigest": record_digest, "submissionId": submission_id})\n', LS_PS,
+        ci_seed=0, ci_duration="30s"),
     # -- aborts and the claim's fence on the log (issue 13) --------------------------
     Mutant(
         "ledger-reserve-ignores-abort",
@@ -427,7 +435,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "SQLite write transactions start with a deferred BEGIN instead of BEGIN IMMEDIATE, so a read-then-write "
         "can fail with SQLITE_BUSY_SNAPSHOT that the busy timeout never retries.",
         "model.sqlite_db", '        conn.execute("BEGIN IMMEDIATE")\n', '        conn.execute("BEGIN")\n', LS,
-        store="sqlite", ci_seed=2, ci_duration="1h"),
+        store="sqlite", ci_seed=6, ci_duration="1h"),
     Mutant(
         "sqlite-busy-untyped",
         "A busy database (SQLITE_BUSY at BEGIN IMMEDIATE) is not recognised as write contention: the caller "
@@ -451,7 +459,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "still matches.",
         "model.conversation.rules",
         "    if request.epoch < conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
-        "", ALL, ci_seed=4, ci_duration="2h", ci_scenario="ledger-storm"),
+        "", ALL, ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "log-append-epoch-shared",
         "Append lets another producer write at the conversation's current epoch (the same-epoch producer "
@@ -484,6 +492,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if request.expected_tail_seq != conversation.tail_seq or request.expected_tail_digest != conversation.tail_digest:\n",
         "    if request.expected_tail_seq != conversation.tail_seq:\n", ALL,
         ci_seed=0, ci_duration="2m", ci_scenario="port-storm"),
+    Mutant(
+        "log-batch-cap-1024",
+        "Append takes a batch of up to 1,024 records, four times the peer's limit of 256 on one canonical "
+        "batch: a history written here has batches no peer store accepts.",
+        "model.conversation.rules",
+        "    if not 1 <= len(records) <= BATCH_RECORDS_MAX:\n",
+        "    if not 1 <= len(records) <= 1024:\n", ("port-storm",), ci_seed=9, ci_duration="30s"),
     Mutant(
         "log-chain-unlinked",
         "Each batch's tail digest is chained from zeros instead of the previous tail digest, so the chain no "
@@ -531,6 +546,22 @@ MUTANTS: tuple[Mutant, ...] = (
                    "differs"),
 
     # -- the lifecycle: reserve -> append -> finalize, the canonical record wins ---------------
+    Mutant(
+        "lifecycle-record-ids-by-place",
+        "Every record is named by its place in its batch ({batch}#{index}), as before the peer's formats: "
+        "the input, settlement and abort records are no longer input:{sid}, settlement:{sid}, abort:{sid}.",
+        "model.lifecycle",
+        '    if type(payload) is dict and type(payload.get("submissionId")) is str:\n',
+        "    if False:\n", BOTH,
+        ci_seed=0, ci_duration="1m"),
+    Mutant(
+        "lifecycle-settle-batch-id-old",
+        "The settlement batch is named settle:{sid}, the model's old format, not the peer's "
+        "submission-settlement:{sid}.",
+        "model.lifecycle",
+        '    return f"submission-settlement:{submission_id}"\n',
+        '    return f"settle:{submission_id}"\n', BOTH,
+        ci_seed=0, ci_duration="1m"),
     Mutant(
         "lifecycle-finalize-before-append",
         "Terminalization finalizes the ledger before appending the canonical settlement record to the log.",
@@ -867,8 +898,44 @@ MUTANTS: tuple[Mutant, ...] = (
         "A run applies a follow-up's input to its log but never marks it joined, so the follow-up goes back to "
         "the queue when the run settles and runs again on its own.",
         "model.agent",
-        '        await self.ledger.mark_joined(claim, follower_id, f"{batch_id}#0", found.first_seq)\n', "", AC,
+        '        await self.ledger.mark_joined(claim, follower_id, input_record_id(follower_id), found.first_seq)\n', "", AC,
         ci_seed=0, ci_duration="10m"),
+    Mutant(
+        "worker-created-not-first",
+        "A conversation's first record is its first submission's input: no conversation-created record "
+        "opens the log (the peer's histories always begin with it).",
+        "model.submissions",
+        "        if tail.tail_seq == 0 and batch_id != created_batch_id(conversation_id):\n",
+        "        if False:\n", ("ledger-storm", "agent-conversations"),
+        ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "runs-created-not-first",
+        "A run's log begins with its input: the runs layer writes no conversation-created record first.",
+        "model.runs",
+        "            await self._append(run_id, created_batch_id(run_id), [created_entry(run_id)])\n",
+        "", SY, ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "agent-no-run-completed",
+        "A completed run settles with no run-completed record before its settlement record.",
+        "model.agent",
+        '            entry_list = [(RUN_COMPLETED_FAMILY, {"runId": run_id, "submissionId": claim.submission_id}), entry]\n',
+        "            entry_list = [entry]\n", AC, ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "agent-follower-without-run",
+        "A joined follower's settlement record does not carry its host's run id.",
+        "model.agent",
+        "            entries.append(settled_entry(follower.submission_id, digest(follower_record), follower_record, run_id))\n",
+        "            entries.append(settled_entry(follower.submission_id, digest(follower_record), follower_record))\n",
+        AC, ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "agent-no-tool-resolved",
+        "A call the reconciler resolved is acted on with no tool-call resolved record in the log.",
+        "model.agent",
+        "                if not doubt_only:\n"
+        '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
+        "                if False:\n"
+        '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
+        AC, ci_seed=0, ci_duration="2h"),
     # -- progress waits (model.progress, STORE-014) ------------------------------------
     Mutant(
         "progress-read-before-register",
@@ -896,7 +963,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.retention",
         "    try:\n        await ledger.purge_conversation(conversation_id)\n",
         "    await log.delete_conversation(conversation_id)\n    try:\n        await ledger.purge_conversation(conversation_id)\n",
-        LS, ci_seed=7, ci_duration="6h"),
+        LS, ci_seed=9, ci_duration="6h"),
     Mutant(
         "progress-polling-loop",
         "The wait sleeps a second and rereads instead of parking on its registration: a polling loop.",

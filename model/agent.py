@@ -44,7 +44,8 @@ from model.retry import error_name
 from model.canonical import digest
 from model.conversation.records import BatchRecord
 from model.ledger.rules import joined_record
-from model.lifecycle import INPUT_FAMILY, input_batch_id, input_entry, settled_entry
+from model.lifecycle import (INPUT_FAMILY, RUN_COMPLETED_FAMILY, created_batch_id, input_batch_id, input_entry,
+                             input_record_id, run_id_for, settled_entry)
 from model.submissions import PARKED, ProcessOutcome, SubmissionWorker, WorkFailure
 
 # Step kinds of a plan (``request["plan"]``). ``open``/``close``: the first
@@ -58,6 +59,10 @@ STEP_KINDS: tuple[str, ...] = (MODEL, TOOL, TOOL_ONCE, APPROVAL, SUBAGENT, OPEN,
 # each one up).
 TOOL_CALL_FAMILY, SUBAGENT_FAMILY = "tool-call", "subagent"
 TOOL_REQUESTED, TOOL_PREPARED, TOOL_SETTLED, TOOL_UNKNOWN = "requested", "prepared", "settled", "unknown"
+TOOL_RESOLVED = "resolved"  # an unknown call's resolution, in the log before anything acts on it
+# The resolutions as the peer's tool-call-resolved record names them.
+RESOLUTION_NAMES = {"NeverHappened": "never-happened", "SafeToRetry": "safe-to-retry",
+                    "CompletedWithResult": "completed-with-result"}
 APPROVAL_REQUESTED, APPROVAL_DECIDED = "approval-requested", "approval-decided"
 SUBAGENT_REQUESTED, SUBAGENT_STARTED, SUBAGENT_JOINED = "requested", "started", "joined"
 RUN_STARTED_FAMILY = "run-started"  # batch and record identity run-start:{runId}: one start per logical run
@@ -272,10 +277,11 @@ class AgentWorker(SubmissionWorker):
                     # Steps are recorded, their start is not: never start the clock again.
                     raise WorkFailure(RunStartMissing(sid, f"step {index} runs with no start in the log"))
                 found = await self._append_once(conversation_id, claim, batch_id, [
-                    (RUN_STARTED_FAMILY, {"runId": sid, "submissionId": sid, "maxDurationMillis": allowance_ms})])
+                    (RUN_STARTED_FAMILY, {"runId": run_id_for(sid), "submissionId": sid,
+                                          "maxDurationMillis": allowance_ms})])
             (start,) = await self.log.read(conversation_id, found.first_seq - 1, 1)
             payload = start.envelope.payload
-            if start.envelope.family != RUN_STARTED_FAMILY or payload.get("runId") != sid:
+            if start.envelope.family != RUN_STARTED_FAMILY or payload.get("runId") != run_id_for(sid):
                 raise WorkFailure(RunStartConflict(sid, f"{batch_id} holds {start.envelope.family} "
                                                         f"of run {payload.get('runId')!r}"))
             if payload["maxDurationMillis"] != allowance_ms:
@@ -304,12 +310,12 @@ class AgentWorker(SubmissionWorker):
         if turn is None:
             await self._compact(conversation_id, claim)
             asked = await self._append_once(conversation_id, claim, f"model-request:{call}", [
-                (MODEL_REQUEST_FAMILY, {"runId": sid, "call": call, **self.model_profile})])
+                (MODEL_REQUEST_FAMILY, {"runId": run_id_for(sid), "call": call, **self.model_profile})])
             if isinstance(asked, BatchRecord):
                 # An attempt asked and died before the answer was logged: ask
                 # again, and say so (the first answer, if any, is lost).
                 await self._append_once(conversation_id, claim, f"repair:model-request:{call}", [
-                    (REPAIR_ANNOTATION_FAMILY, {"runId": sid, "call": call, "repair": "model-call-reissued"})])
+                    (REPAIR_ANNOTATION_FAMILY, {"runId": run_id_for(sid), "call": call, "repair": "model-call-reissued"})])
             self.failpoints.hit(MODEL_REQUESTED_BEFORE_FIRST_DELTA)
             chunks = await self.model.stream(call, {"submission": sid, "step": index})
             records: list[tuple[str, Any]] = []
@@ -320,7 +326,7 @@ class AgentWorker(SubmissionWorker):
             completed = chunks[-1]
             assert completed["kind"] == COMPLETED, completed
             text = "".join(chunk["text"] for chunk in chunks if chunk["kind"] == TEXT)
-            records.append((MODEL_COMPLETED_FAMILY, {"runId": sid, "call": call, "text": text,
+            records.append((MODEL_COMPLETED_FAMILY, {"runId": run_id_for(sid), "call": call, "text": text,
                                                      "usage": completed["usage"]}))
             turn = await self._append_once(conversation_id, claim, turn_batch, records)
         (last,) = await self.log.read(conversation_id, turn.last_seq - 1, 1)
@@ -344,7 +350,13 @@ class AgentWorker(SubmissionWorker):
             (COMPACTION_FAMILY, {"phase": "selected", "compactionId": batch_id})])
 
     async def _conversation_step(self, conversation_id: str, claim: Any, record: Any, phase: str) -> Any:
-        family = CONVERSATION_CREATED_FAMILY if phase == "created" else CONVERSATION_CLOSED_FAMILY
+        if phase == "created":
+            # The conversation-created record is the log's first (written
+            # before its first record): the step finds it there.
+            await self._append_once(conversation_id, claim, created_batch_id(conversation_id), [
+                (CONVERSATION_CREATED_FAMILY, {"conversationId": conversation_id})])
+            return {"conversation": phase}
+        family = CONVERSATION_CLOSED_FAMILY
         await self._append_once(conversation_id, claim, family, [
             (family, {"conversationId": conversation_id, "submissionId": record.submission_id})])
         return {"conversation": phase}
@@ -361,8 +373,8 @@ class AgentWorker(SubmissionWorker):
     async def _terminal_records(self, claim: Any, entry: tuple[str, Any]) -> list:
         """The settlement batch's records around the settlement ``entry``:
         the abort intent that decided an aborted outcome comes before it (the
-        intent is canonical before the settlement it caused), the run's
-        failure after it."""
+        intent is canonical before the settlement it caused), as the run's
+        completion does (the peer's order); the run's failure after it."""
         record = entry[1]["record"]
         sid = claim.submission_id
         if record["outcome"] == ABORTED:
@@ -374,7 +386,10 @@ class AgentWorker(SubmissionWorker):
             joined = await self._abort_children(row.conversation_id, row)
             return [abort, *joined, entry]
         if record["outcome"] == "failed":
-            return [entry, (RUN_FAILED_FAMILY, {"runId": sid, "diagnostic": record["diagnostic"]})]
+            return [entry, (RUN_FAILED_FAMILY, {"runId": run_id_for(sid), "diagnostic": record["diagnostic"]})]
+        if record["outcome"] == "completed":
+            # The run completed: said before its settlement (the peer's order).
+            return [(RUN_COMPLETED_FAMILY, {"runId": run_id_for(sid), "submissionId": sid}), entry]
         return [entry]
 
     # -- joins -------------------------------------------------------------------
@@ -404,6 +419,8 @@ class AgentWorker(SubmissionWorker):
                                  entry: tuple[str, Any]) -> list:
         """The host's record and one per joined follower: its host's outcome,
         no independent result (what the ledger's finalize settles it with)."""
+        run_id = run_id_for(claim.submission_id)
+        entry = settled_entry(claim.submission_id, entry[1]["recordDigest"], entry[1]["record"], run_id)
         own = await self._terminal_records(claim, entry)
         if not joins_followers(record):
             return own
@@ -421,7 +438,8 @@ class AgentWorker(SubmissionWorker):
             if follower.joined_seq is None and not await self._mark_joined(conversation_id, claim,
                                                                            follower.submission_id):
                 continue  # joining, its input never applied: the host's finalize puts it back in the queue
-            entries.append(settled_entry(follower.submission_id, digest(follower_record), follower_record))
+            # A joined follower settles with its host's run (its id on the record).
+            entries.append(settled_entry(follower.submission_id, digest(follower_record), follower_record, run_id))
         return [*before, *entries, *after]
 
     async def _mark_joined(self, conversation_id: str, claim: Any, follower_id: str) -> bool:
@@ -433,7 +451,7 @@ class AgentWorker(SubmissionWorker):
         found = await self.log.lookup_batch(conversation_id, batch_id)
         if found is None:
             return False
-        await self.ledger.mark_joined(claim, follower_id, f"{batch_id}#0", found.first_seq)
+        await self.ledger.mark_joined(claim, follower_id, input_record_id(follower_id), found.first_seq)
         return True
 
     # -- tools ------------------------------------------------------------------
@@ -456,10 +474,14 @@ class AgentWorker(SubmissionWorker):
                 # A claim never grants a head with an open call (the abort
                 # intent's cleanup excepted: it runs no step).
                 assert resolution is not None, (call, record)
+                if not doubt_only:
+                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [
+                        _tool_record(TOOL_RESOLVED, sid, call, resolution=RESOLUTION_NAMES[resolution["resolution"]],
+                                     author=resolution["resolver"])])
                 if resolution["resolution"] == COMPLETED_WITH_RESULT:
                     if doubt_only:
                         return None
-                    output = {"call": call, "result": resolution["result"], "reconciled": True}
+                    output = {"call": call, "result": resolution["result"], "isFailure": False, "reconciled": True}
                     await self._append_once(conversation_id, claim, f"tool-{TOOL_SETTLED}:{call}",
                                             [_tool_record(TOOL_SETTLED, sid, call, output=output)])
                     return output
@@ -496,7 +518,7 @@ class AgentWorker(SubmissionWorker):
         else:
             # An idempotent call prepared by an attempt that died: again, under its key.
             await self._append_once(conversation_id, claim, f"warning:retried:{call}", [
-                (RUN_WARNING_FAMILY, {"runId": sid, "code": "tool-retried-under-key", "call": call})])
+                (RUN_WARNING_FAMILY, {"runId": run_id_for(sid), "code": "tool-retried-under-key", "call": call})])
         self.failpoints.hit(TOOL_PREPARED_BEFORE_SETTLED)
         if self.step_delay is not None:
             await self.ledger.renew_ownership(claim, self.lease_ms, self.now_ms())
@@ -508,7 +530,7 @@ class AgentWorker(SubmissionWorker):
                 raise  # a retry under the same key is safe: the caller's loop tries again
             # Did it happen? The reply is lost: nobody here can tell.
             return await self._unknown(conversation_id, claim, call)
-        output = {"call": call, "result": result}
+        output = {"call": call, "result": result, "isFailure": False}
         await self._append_once(conversation_id, claim, f"tool-{TOOL_SETTLED}:{call}",
                                 [_tool_record(TOOL_SETTLED, sid, call, output=output)])
         return output

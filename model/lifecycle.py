@@ -75,24 +75,76 @@ SETTLED_FAMILY = "submission-settled"
 Append = Callable[[str, tuple[str, Any]], Awaitable[Any]]
 
 
+ABORT_REQUESTED_FAMILY = "abort-requested"
+CREATED_FAMILY = "conversation-created"  # a conversation's first record, always
+RUN_COMPLETED_FAMILY = "run-completed"
+
+# Deterministic ids, the peer implementation's formats (so a history written
+# by one implementation reads the same in the other): the input batch
+# ``submission-input:{sid}`` holds the record ``input:{sid}``; the settlement
+# batch ``submission-settlement:{sid}`` holds ``settlement:{sid}`` (also the
+# ledger's settlement id); an abort beside a settlement is ``abort:{sid}``;
+# a conversation's first record (and its batch) is
+# ``conversation-created:{conversationId}``; a submission's run is ``run:{sid}``.
+
+
+def created_batch_id(conversation_id: str) -> str:
+    return f"conversation-created:{conversation_id}"
+
+
+def created_entry(conversation_id: str) -> tuple[str, dict]:
+    """The conversation-created record: the first record of every conversation."""
+    return (CREATED_FAMILY, {"conversationId": conversation_id})
+
+
+def run_id_for(submission_id: str) -> str:
+    return f"run:{submission_id}"
+
+
 def input_batch_id(submission_id: str) -> str:
-    return f"input:{submission_id}"
+    return f"submission-input:{submission_id}"
 
 
 def batch_record_id(batch_id: str, index: int) -> str:
-    """The id of a batch's ``index``-th record (``{batch_id}#{index}``)."""
+    """The id of a batch's ``index``-th record (``{batch_id}#{index}``), for
+    records without an id of their own (``entry_record_id``)."""
     return f"{batch_id}#{index}"
 
 
-def input_record_id(batch_id: str) -> str:
-    """The input record's id: its batch's first (``mark_input_applied`` names it)."""
-    return batch_record_id(batch_id, 0)
+def input_record_id(submission_id: str) -> str:
+    """The input record's id (``mark_input_applied`` and ``mark_joined`` name it)."""
+    return f"input:{submission_id}"
+
+
+def settlement_record_id(submission_id: str) -> str:
+    return f"settlement:{submission_id}"
+
+
+def abort_record_id(submission_id: str) -> str:
+    return f"abort:{submission_id}"
+
+
+def entry_record_id(batch_id: str, index: int, family: str, payload: Any) -> str:
+    """The record id of a batch's ``index``-th entry: a submission's input,
+    settlement and abort records are named by their submission (the peer's
+    formats), any other record by its place in its batch."""
+    if family == CREATED_FAMILY and type(payload) is dict and type(payload.get("conversationId")) is str:
+        return created_batch_id(payload["conversationId"])
+    if type(payload) is dict and type(payload.get("submissionId")) is str:
+        sid = payload["submissionId"]
+        if family == INPUT_FAMILY:
+            return input_record_id(sid)
+        if family == SETTLED_FAMILY:
+            return settlement_record_id(sid)
+        if family == ABORT_REQUESTED_FAMILY:
+            return abort_record_id(sid)
+    return batch_record_id(batch_id, index)
 
 
 def settle_batch_id(submission_id: str) -> str:
     """Deterministic per submission, never per attempt: a successor finds its
     predecessor's settlement batch by this id."""
-    return f"settle:{submission_id}"
+    return f"submission-settlement:{submission_id}"
 
 
 def input_entry(submission_id: str, input: Any, principal_id: str, idempotency_key: str,
@@ -102,9 +154,14 @@ def input_entry(submission_id: str, input: Any, principal_id: str, idempotency_k
                            "idempotencyKey": idempotency_key, "queueSeq": queue_seq})
 
 
-def settled_entry(submission_id: str, record_digest: str, record: Any) -> tuple[str, dict]:
-    """The settlement record, as the log holds it: the exact reserved record and its digest."""
-    return (SETTLED_FAMILY, {"submissionId": submission_id, "recordDigest": record_digest, "record": record})
+def settled_entry(submission_id: str, record_digest: str, record: Any, run_id: str | None = None) -> tuple[str, dict]:
+    """The settlement record, as the log holds it: the exact reserved record
+    and its digest; ``run_id``: the run that settled it (a joined follower's
+    is its host's run), when a run did."""
+    payload = {"submissionId": submission_id, "recordDigest": record_digest, "record": record}
+    if run_id is not None:
+        payload["runId"] = run_id
+    return (SETTLED_FAMILY, payload)
 
 
 def canonical_record(logged: Any, reserved: Any, fresh: Callable[[], Any]) -> Any:

@@ -63,6 +63,9 @@ from model.lifecycle import (
     INPUT_FAMILY,
     SETTLED_FAMILY,
     SubmissionLifecycle,
+    created_batch_id,
+    created_entry,
+    entry_record_id,
     input_batch_id,
     input_entry,
     input_record_id,
@@ -227,14 +230,22 @@ class LedgerRuns:
         else:
             observed = await self.log.inspect_tail(run_id)
             self._tails[run_id] = (observed.tail_seq, observed.tail_digest)
-        if self._tails[run_id][0] == 0:
-            await self._append(run_id, input_batch_id(submission_id), [
-                input_entry(submission_id, run_input, parse_run_id(run_id)[0], run_id, 1)])
-            self.failpoints.hit(INPUT_APPENDED_BEFORE_MARKER)
+        empty = self._tails[run_id][0] == 0
+        if empty:
+            # A run's log starts with its conversation-created record, then its input.
+            await self._append(run_id, created_batch_id(run_id), [created_entry(run_id)])
             input_applied = False
         if not input_applied:
-            # A run's log starts with its input: one record, at seq 1.
-            await ledger.mark_input_applied(claim, input_record_id(input_batch_id(submission_id)), 1)
+            # An empty log holds no input yet; else an earlier owner's may be there.
+            found = None if empty else await self.log.lookup_batch(run_id, input_batch_id(submission_id))
+            if found is None:
+                appended = await self._append(run_id, input_batch_id(submission_id), [
+                    input_entry(submission_id, run_input, parse_run_id(run_id)[0], run_id, 1)])
+                self.failpoints.hit(INPUT_APPENDED_BEFORE_MARKER)
+                input_seq = appended.first_seq
+            else:
+                input_seq = found.first_seq
+            await ledger.mark_input_applied(claim, input_record_id(submission_id), input_seq)
         return True
 
     async def _ensure_owned(self, run_id: str) -> None:
@@ -280,7 +291,7 @@ class LedgerRuns:
 
     # -- the log -------------------------------------------------------------
 
-    async def _append(self, run_id: str, batch_id: str, records: list[tuple[str, Any]]) -> None:
+    async def _append(self, run_id: str, batch_id: str, records: list[tuple[str, Any]]) -> Any:
         claim = self._claims[run_id]
         if run_id not in self._tails:
             # The last append's outcome is unknown (its reply was lost):
@@ -290,7 +301,8 @@ class LedgerRuns:
         tail_seq, tail_digest = self._tails[run_id]
         now_ms = self.now_ms()
         envelopes = tuple(
-            RecordEnvelope(record_id=f"{batch_id}#{i}", family=family, schema_version=1, created_at_ms=now_ms,
+            RecordEnvelope(record_id=entry_record_id(batch_id, i, family, payload), family=family,
+                           schema_version=1, created_at_ms=now_ms,
                            deployment_id=DEPLOYMENT_ID, payload=payload, producer_id=self.owner_id,
                            epoch=claim.epoch)
             for i, (family, payload) in enumerate(records))
@@ -313,6 +325,7 @@ class LedgerRuns:
                 del self._tails[run_id]
             raise
         self._tails[run_id] = (result.last_seq, result.tail_digest)
+        return result
 
     async def _read_all(self, run_id: str) -> tuple:
         records = await self.log.read(run_id, 0, RUN_RECORDS_MAX)

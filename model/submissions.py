@@ -31,6 +31,7 @@ from model.conversation.records import (
     AcknowledgedWriteLost,
     AppendResult,
     BatchRecord,
+    ConversationTail,
     FencedAppendRequest,
     PAGE_SIZE_MAX,
     NotMaterialized,
@@ -51,7 +52,9 @@ from model.lifecycle import (  # noqa: F401
     DIAGNOSTIC_MESSAGE_MAX,
     SETTLED_FAMILY,
     SubmissionLifecycle,
-    batch_record_id,
+    created_batch_id,
+    created_entry,
+    entry_record_id,
     input_batch_id,
     input_entry,
     input_record_id,
@@ -172,9 +175,9 @@ class SubmissionWorker:
                                          [input_entry(submission_id, record.input, record.principal_id,
                                                       record.idempotency_key, record.queue_seq)])
             self.failpoints.hit(INPUT_APPENDED_BEFORE_MARKER)
-            # The input record is the batch's first (``{batch_id}#0``), here or
+            # The input record is the batch's first (``input:{sid}``), here or
             # where an earlier owner's append put it.
-            await self.ledger.mark_input_applied(claim, input_record_id(batch_id), at.first_seq)
+            await self.ledger.mark_input_applied(claim, input_record_id(submission_id), at.first_seq)
         outputs: list = []
         failure: dict | None = None
         for index in range(self.step_count(record)):
@@ -206,8 +209,7 @@ class SubmissionWorker:
             outputs.append(output)
         # The canonical record wins: the log's, else the reserved one, else new.
         batch = await self.lifecycle.logged_settlement(conversation_id, submission_id)
-        logged = None if batch is None else (
-            await self._settled_payload(conversation_id, batch, submission_id))["record"]
+        logged = None if batch is None else await self._settled_record(conversation_id, batch, submission_id)
         async def append(batch_id: str, entry: tuple[str, Any]) -> Any:
             # Append-once: it looks the batch up itself, so it runs even when
             # the record is logged (and then appends nothing).
@@ -283,16 +285,16 @@ class SubmissionWorker:
             return None
         return await self._batch_payload(conversation_id, batch)
 
-    async def _settled_payload(self, conversation_id: str, batch: BatchRecord, submission_id: str) -> Any:
-        """The payload of ``submission_id``'s settlement record in its
-        settlement batch (records the log keeps beside it, an abort intent
-        among them, may come before it)."""
+    async def _settled_record(self, conversation_id: str, batch: BatchRecord, submission_id: str) -> Any:
+        """The settlement record of ``submission_id`` in its settlement batch
+        (a run's batch may say the run completed before it). One record per
+        read, as every single-record read here (it is near the batch's start)."""
         for seq in range(batch.first_seq, batch.last_seq + 1):
-            (record,) = await self.log.read(conversation_id, seq - 1, 1)  # one record: as ``_batch_payload``
+            (record,) = await self.log.read(conversation_id, seq - 1, 1)
             payload = record.envelope.payload
-            if record.envelope.family == SETTLED_FAMILY and payload["submissionId"] == submission_id:
-                return payload
-        raise AssertionError(f"{batch.batch_id}: no settlement record of {submission_id}")
+            if record.envelope.family == SETTLED_FAMILY and payload.get("submissionId") == submission_id:
+                return payload["record"]
+        raise AssertionError(f"{submission_id}: its settlement batch holds no settlement record of it")
 
     async def _batch_payload(self, conversation_id: str, batch: BatchRecord) -> Any:
         """The payload of a one-record batch's record."""
@@ -313,8 +315,17 @@ class SubmissionWorker:
         acknowledged = self._acknowledged.get(conversation_id, 0)
         if tail.tail_seq < acknowledged:
             raise AcknowledgedWriteLost(conversation_id, acknowledged, tail.tail_seq)
+        if tail.tail_seq == 0 and batch_id != created_batch_id(conversation_id):
+            # The conversation-created record is every conversation's first.
+            created = await self._append_at(conversation_id, claim, created_batch_id(conversation_id),
+                                            [created_entry(conversation_id)], tail)
+            tail = ConversationTail(created.last_seq, created.tail_digest, claim.epoch)
+        return await self._append_at(conversation_id, claim, batch_id, records, tail)
+
+    async def _append_at(self, conversation_id: str, claim: Claim, batch_id: str,
+                         records: list[tuple[str, Any]], tail: Any) -> AppendResult:
         envelopes = tuple(
-            RecordEnvelope(record_id=batch_record_id(batch_id, i), family=family, schema_version=1,
+            RecordEnvelope(record_id=entry_record_id(batch_id, i, family, payload), family=family, schema_version=1,
                            created_at_ms=self.now_ms(), deployment_id=DEPLOYMENT_ID, payload=payload,
                            producer_id=self.owner_id, epoch=claim.epoch)
             for i, (family, payload) in enumerate(records))

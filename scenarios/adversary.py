@@ -118,7 +118,7 @@ EDGES = (
     "digest_at_beyond_tail", "append_identical_retry_replayed", "append_batch_digest_conflict",
     "append_record_identity_conflict", "append_tail_conflict", "append_stale_digest_conflict",
     "append_stale_epoch_fenced", "append_epoch_takeover",
-    "batch_1024_records", "batch_over_record_cap_rejected", "batch_over_byte_cap_rejected",
+    "batch_at_record_cap", "batch_over_record_cap_rejected", "batch_over_byte_cap_rejected",
     "log_payload_at_spill_sizes", "lookup_batch_checked", "conversation_deleted", "deleted_conversation_unreadable",
     # checkpoints
     "checkpoint_at_batch_boundary", "checkpoint_at_zero", "checkpoint_inside_batch_rejected",
@@ -1831,16 +1831,21 @@ class _Process(ClientProcess):
         tail = (0, ZERO_DIGEST)
         # A node's first long log opens with a full batch (the record cap exactly).
         first = BATCH_RECORDS_MAX if self.w.long_logs.get(self.node.name) == 1 and self.node.incarnation == 1 else (
-            self.rng.choice((BATCH_RECORDS_MAX, BATCH_RECORDS_MAX - 1, 1000, 700)))
-        sizes = [first, PAGE_SIZE_MAX + self.rng.between(1, 40) - first if first < PAGE_SIZE_MAX else 1, 3]
-        if sizes[1] <= 0:
-            sizes[1] = 1
+            self.rng.choice((BATCH_RECORDS_MAX, BATCH_RECORDS_MAX - 1, 200, 150)))
+        # Batches of at most the record cap until the log is past one page,
+        # then one of records at the spill sizes.
+        over_page = PAGE_SIZE_MAX + self.rng.between(1, 40)
+        sizes = [first]
+        while sum(sizes) < over_page:
+            sizes.append(min(BATCH_RECORDS_MAX, over_page - sum(sizes)))
+        spill = len(sizes)
+        sizes.append(3)
         for index, count in enumerate(sizes):
             batch_id = self.uid("batch")
             records = []
             for _ in range(count):
                 n = len(written) + len(records) + 1
-                payload = {"n": n} if index != 2 else _sized(SPILL_BYTES + len(records) - 1, {"n": n, "k": "\ue000"})
+                payload = {"n": n} if index != spill else _sized(SPILL_BYTES + len(records) - 1, {"n": n, "k": "\ue000"})
                 records.append(self.envelope(f"{conv}/r{n}", producer, 1, payload))
             request = FencedAppendRequest(conv, batch_id, producer, 1, tail[0], tail[1], tuple(records))
             out = await self.call("log", "append", request)
@@ -1854,8 +1859,8 @@ class _Process(ClientProcess):
             tail = (out.value.last_seq, out.value.tail_digest)
             boundaries[tail[0]] = tail[1]
             if count == BATCH_RECORDS_MAX:
-                self.w.edge("batch_1024_records")
-            if index == 2:
+                self.w.edge("batch_at_record_cap")
+            if index == spill:
                 self.w.edge("log_payload_at_spill_sizes")
                 again = await self.call("log", "append", request)
                 if self.expect(again.ok and again.value.replayed and (again.value.first_seq, again.value.last_seq,

@@ -165,17 +165,18 @@ def test_canonical_events_fails_what_is_never_canonical_and_usage_that_does_not_
     events, violations = _checker(CanonicalEvents())
     turn = [{"family": "model-delta", "createdAtMs": 1, "payload": {"call": "s1/s0", "channel": "text", "text": "a"}},
             {"family": "model-completed", "createdAtMs": 1,
-             "payload": {"runId": "s1", "call": "s1/s0", "text": "a",
+             "payload": {"runId": "run:s1", "call": "s1/s0", "text": "a",
                          "usage": {"inputTokens": 5, "outputTokens": 2, "costMicros": 45}}}]
     events.on_event(_append(1, 1, "c", turn))
     settled = {"family": "submission-settled", "createdAtMs": 2, "payload": {
-        "submissionId": "s1", "recordDigest": "x", "record": {"outcome": "completed", "result": {}, "usage": {
+        "submissionId": "s1", "runId": "run:s1", "recordDigest": "x", "record": {"outcome": "completed", "result": {}, "usage": {
             "modelCalls": 1, "inputTokens": 5, "outputTokens": 2, "costMicros": 45}}}}
-    events.on_event(_append(2, 2, "c", [settled], expected_tail_seq=2, first_seq=3))
+    completed = {"family": "run-completed", "createdAtMs": 2, "payload": {"runId": "run:s1", "submissionId": "s1"}}
+    events.on_event(_append(2, 2, "c", [completed, settled], expected_tail_seq=2, first_seq=3))
     assert violations == [] and events.counts == {"model-delta/text": 1, "model-completed": 1,
-                                                  "submission-settled": 1}
+                                                  "run-completed": 1, "submission-settled": 1}
     settled["payload"]["record"]["usage"]["inputTokens"] = 4
-    events.on_event(_append(3, 3, "c", [settled], expected_tail_seq=3, first_seq=4))
+    events.on_event(_append(3, 3, "c", [completed, settled], expected_tail_seq=4, first_seq=5))
     assert "its logged model turns add up to" in violations[-1].message
     events.on_event(_append(4, 4, "c", [{"family": "heartbeat", "createdAtMs": 4, "payload": {}}]))
     assert "'heartbeat' record reached the log" in violations[-1].message

@@ -818,3 +818,31 @@ def test_json_equal_distinguishes_bool_from_int_but_not_int_from_float():
     assert not json_equal(None, 0)
     assert not json_equal({"a": 1}, {"a": 1, "b": 2})
     assert json_equal("\ud83d\ude00", "\U0001F600") == canonical_equal("\ud83d\ude00", "\U0001F600")
+
+
+# The peer implementation's digest vectors (its published test vectors, and
+# values derived with its algorithm): digest = sha256 of the canonical JSON.
+PEER_VECTORS = [
+    ({"z": "\ud800", "value": "😀é"}, '{"value":"😀é","z":"\\ud800"}',
+     "a2ae949a2f22f7fc31138231e3db19f57f017e0d8a09f7b2b049398f9346f57c"),
+    ([[{"z": "last", "a": [False, None, 2.5]}], [], {"nested": [[1], {"b": 2, "a": 3}]}],
+     '[[{"a":[false,null,2.5],"z":"last"}],[],{"nested":[[1],{"a":3,"b":2}]}]',
+     "8f7312be37bd42bc167b496ac42e8e8289a845c133097cf7ab5c8e5f7e38f5ab"),
+    ({}, "{}", "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"),
+    ({"city": "Lisbon"}, '{"city":"Lisbon"}', "0ee04e560ed3acf087b2285f8dc173d1828f479e2fceb2fa1fd10abf65e3ff1e"),
+    ({"\uff01": 1, "\U0001F600": 2}, '{"😀":2,"！":1}',
+     "c97d01429c864fb3c08b02523a167c69017bb6860885dfc219e23f8ebb28d9e9"),
+    ({"n": 1.0}, '{"n":1}', "2bfd14f43d17fc7cea24e0917a8879b4b2f880b8baeec1b9d90fbaad655e71bd"),
+    ({"s": "é"}, '{"s":"é"}', "86028b41ba792eaf82aa26a45b218f6734f7f1096a86f1746c8296e088a0ccb4"),
+    # 123456789012345680000 as a float: an integer beyond 2**53 - 1 is refused (I-JSON).
+    ({"a": 1e21, "b": 1e-7, "c": -0.0, "d": 0.1, "e": 123456789012345680000.0},
+     '{"a":1e+21,"b":1e-7,"c":0,"d":0.1,"e":123456789012345680000}',
+     "67c32255d560645a0806bac4efc1c4b3865ff3d9aa0842d45dfc69807fe88e87"),
+]
+
+
+@pytest.mark.parametrize("value, text, expected", PEER_VECTORS)
+def test_peer_digest_vectors(value, text, expected) -> None:
+    from model.canonical import canonical_json, digest
+    assert canonical_json(value) == text
+    assert digest(value) == expected

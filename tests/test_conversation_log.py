@@ -198,7 +198,7 @@ async def _filled(total: int, store=None):
     seq = 0
     batch = 0
     while seq < total:
-        n = min(700, total - seq)
+        n = min(250, total - seq)
         tail = await store.inspect_tail("c1")
         await store.append(request("c1", f"b{batch}", tail.tail_seq, tail.tail_digest, [f"r{i}" for i in range(seq, seq + n)]))
         seq += n

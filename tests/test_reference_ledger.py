@@ -503,9 +503,10 @@ def test_the_ids_positions_and_wakes_the_contract_fixes_are_checked():
     record = {"outcome": "completed"}
     assert feed(model, "reserve_settlement", resumed, record,
                 result=ReservedSettlement(sid, model_digest(record))) is None
-    settled = Settlement(sid, "completed", model_digest(record), 500, None, "stl-wrong")
+    settled = Settlement(sid, "completed", model_digest(record), 500, None, "stl-" + model_digest(
+        {"submissionId": sid, "recordDigest": model_digest(record)}))  # the old, digest-based format
     assert feed(model, "finalize_settlement", sid, 500, result=settled) is not None
-    settlement_id = "stl-" + model_digest({"submissionId": sid, "recordDigest": model_digest(record)})
+    settlement_id = f"settlement:{sid}"  # the peer's format
     assert feed(model, "finalize_settlement", sid, 500,
                 result=attrs.evolve(settled, settlement_id=settlement_id)) is None
     assert feed(model, "finalize_settlement", sid, 600,
@@ -543,8 +544,7 @@ def test_an_owner_write_on_a_settled_row_is_a_settlement_conflict_naming_its_out
     sid = first.submission_id
     record = {"outcome": "completed"}
     assert feed(model, "reserve_settlement", claim, record, result=ReservedSettlement(sid, model_digest(record))) is None
-    settlement_id = "stl-" + model_digest({"submissionId": sid, "recordDigest": model_digest(record)})
-    settled = Settlement(sid, "completed", model_digest(record), 300, None, settlement_id)
+    settled = Settlement(sid, "completed", model_digest(record), 300, None, f"settlement:{sid}")
     assert feed(model, "finalize_settlement", sid, 300, result=settled) is None
     refused = TransitionRefused(sid, "settled", "suspend")
     assert feed(model, "suspend", claim, ("call-a",), (), error=refused) is not None

@@ -56,6 +56,7 @@ from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.records import AdmissionConflict, OwnershipLost
 from model.ledger.rules import submission_id_for
 from model.ledger.sqlite_store import SqliteSubmissionLedger
+from model.lifecycle import CREATED_FAMILY
 from model.runs import (
     CLAIM_RETRY_MS,
     RUN_INPUT_FAMILY,
@@ -210,7 +211,7 @@ def check_settled_once(world: World, run: str, record: dict, *, steps: int) -> N
     assert len(settled) == 1, settled
     assert settled[0] == {"submissionId": ledger_row.submission_id, "recordDigest": digest(record), "record": record}
     families = world.families(run)
-    assert families == [RUN_INPUT_FAMILY] + [STEP_FAMILY] * steps + [SETTLED_FAMILY], families
+    assert families == [CREATED_FAMILY, RUN_INPUT_FAMILY] + [STEP_FAMILY] * steps + [SETTLED_FAMILY], families
     assert drive(world.ledger.scan_nonterminal()) == ()
     # One submission per run: the run id is the idempotency key.
     assert drive(world.ledger.get(submission_id_for(run, 2))) is None
@@ -233,7 +234,7 @@ def test_start_steps_finish_settles_exactly_once(world, status):
     assert (row.ready, row.input_applied, row.owner_id, row.epoch) == (True, True, "worker-a", 1)
     assert row.lease_expires_ms == T0 + LEASE_MS
     assert world.cursor().high_water_ms == 3 * EVERY
-    assert world.families(run) == [RUN_INPUT_FAMILY]
+    assert world.families(run) == [CREATED_FAMILY, RUN_INPUT_FAMILY]
     # Steps: fenced batch appends, one log record per step.
     assert drive(runs.append_steps(run, 1, STEPS[:2])) == steps_of(run, 1, STEPS[:2])
     assert drive(runs.load_steps(run)) == steps_of(run, 1, STEPS[:2])
@@ -252,7 +253,7 @@ def test_start_steps_finish_settles_exactly_once(world, status):
                                     output)
     check_settled_once(world, run, record, steps=3)
     settle = world.log_records(run)[-2:]
-    assert {r.batch_id for r in settle} == {f"settle:{row.submission_id}"}  # the last step and the settlement: one batch
+    assert {r.batch_id for r in settle} == {f"submission-settlement:{row.submission_id}"}  # the last step and the settlement: one batch
     assert world.record(run).settled_at_ms == T0 + 99
     assert drive(runs.load_execution(run)) == final
     assert drive(runs.load_steps(run)) == steps_of(run, 1, STEPS)
@@ -295,7 +296,7 @@ def test_duplicate_start_replays_without_a_second_submission(world):
     assert world.record(run_id(1)) == row  # no second claim, nothing moved
     assert drive(world.ledger.get(submission_id_for(run_id(1), 2))) is None
     assert len(drive(world.ledger.scan_nonterminal())) == 1
-    assert world.families(run_id(1)) == [RUN_INPUT_FAMILY]
+    assert world.families(run_id(1)) == [CREATED_FAMILY, RUN_INPUT_FAMILY]
     # After the run settled, a duplicate replays its final record.
     final = drive(runs.finish_execution(run_id(1), status=COMPLETED, output={"ok": 1}, finished_at_ms=T0 + 1))
     assert start(world.runs("worker-c"), 1) == StartOutcome(final, True)
@@ -392,7 +393,7 @@ def test_restarted_process_waits_for_the_lease_then_resumes_at_a_higher_epoch(wo
     check_settled_once(world, run, {"outcome": "completed", "result": {"by": "b"}}, steps=3)
     log = world.log_records(run)
     assert [(r.envelope.producer_id, r.envelope.epoch) for r in log] == (
-        [("worker-a", 1)] * 3 + [("worker-b", 2)] * 2)
+        [("worker-a", 1)] * 4 + [("worker-b", 2)] * 2)
 
 
 def test_a_claim_that_never_comes_stops_at_its_bound(world, monkeypatch):
@@ -424,7 +425,7 @@ def test_the_same_owner_id_reclaims_without_waiting(world):
     assert drive(again.load_steps(run_id(0))) == ()
     assert world.clock.slept == []
     assert world.record(run_id(0)).epoch == 2
-    assert world.families(run_id(0)) == [RUN_INPUT_FAMILY]
+    assert world.families(run_id(0)) == [CREATED_FAMILY, RUN_INPUT_FAMILY]
 
 
 def test_stale_owner_is_fenced_after_takeover(world):
@@ -634,7 +635,7 @@ def test_admitted_but_not_ready_is_live_and_ensure_owned_completes_admission(wor
     row = world.record(run)
     assert (row.ready, row.input_applied, row.owner_id, row.epoch) == (True, True, "worker-b", 1)
     assert world.cursor().high_water_ms == 3 * EVERY
-    assert world.families(run) == [RUN_INPUT_FAMILY]
+    assert world.families(run) == [CREATED_FAMILY, RUN_INPUT_FAMILY]
     assert drive(world.log.inspect_tail(run)).epoch == 1
     drive(b.append_steps(run, 1, STEPS))
     drive(b.finish_execution(run, status=COMPLETED, output={"ok": True}, finished_at_ms=world.clock.ms))

@@ -173,7 +173,7 @@ def test_finalize_before_the_settlement_record_is_in_the_log_is_caught(monkeypat
     real_append = LedgerRuns._append
 
     async def finalize_first(self, run_id, batch_id, records):
-        if batch_id.startswith("settle:"):
+        if batch_id.startswith("submission-settlement:"):
             await self.ledger.finalize_settlement(self._claims[run_id].submission_id, self.now_ms())
         return await real_append(self, run_id, batch_id, records)
 

@@ -235,8 +235,26 @@ async def _(store) -> None:
     await _raises(ValueError, store.append(FencedAppendRequest("c1", "b", "p1", 1, 0, ZERO_DIGEST, foreign)), "other producer's record")
     await _unchanged(store, ConversationTail(0, ZERO_DIGEST, 1), 0, "after refused batches")
     _eq(await store.lookup_batch("c1", "b"), None, "refused batch id stays free")
-    result = await store.append(FencedAppendRequest("c1", "b", "p1", 1, 0, ZERO_DIGEST, big[:PAGE_SIZE_MAX]))
-    _eq((result.first_seq, result.last_seq), (1, PAGE_SIZE_MAX), "a full batch")
+    result = await store.append(FencedAppendRequest("c1", "b", "p1", 1, 0, ZERO_DIGEST, big[:BATCH_RECORDS_CAP]))
+    _eq((result.first_seq, result.last_seq), (1, BATCH_RECORDS_CAP), "a full batch")
+
+
+#: The most records one batch may carry, pinned here independently of
+#: ``records.BATCH_RECORDS_MAX`` (the peer implementation's canonical batch
+#: holds at most 256 records).
+BATCH_RECORDS_CAP = 256
+
+
+@_check("batch-record-cap-256")
+async def _(store) -> None:
+    await store.materialize("c1", "p1", 1)
+    over = tuple(envelope(f"r{i}") for i in range(BATCH_RECORDS_CAP + 1))
+    await _raises(ValueError, store.append(FencedAppendRequest("c1", "b", "p1", 1, 0, ZERO_DIGEST, over)),
+                  f"a batch of {BATCH_RECORDS_CAP + 1} records")
+    await _unchanged(store, ConversationTail(0, ZERO_DIGEST, 1), 0, "after a batch over the record cap")
+    _eq(await store.lookup_batch("c1", "b"), None, "refused batch id stays free")
+    result = await store.append(FencedAppendRequest("c1", "b", "p1", 1, 0, ZERO_DIGEST, over[:BATCH_RECORDS_CAP]))
+    _eq((result.first_seq, result.last_seq), (1, BATCH_RECORDS_CAP), f"a batch of exactly {BATCH_RECORDS_CAP}")
 
 
 @_check("read-bounded-forward-pages")

@@ -23,6 +23,7 @@ RECORD_FAMILIES: tuple[str, ...] = (
     "conversation-closed",
     "input",
     "run-started",
+    "run-completed",
     "model-request",
     "model-delta",
     "model-completed",
@@ -41,8 +42,10 @@ SUPPORTED_SCHEMA_VERSIONS: dict[str, frozenset[int]] = {family: frozenset({1}) f
 
 #: Largest page a forward read returns, and the recovery page size (§7).
 PAGE_SIZE_MAX = 1024
-#: Most records one batch may carry.
-BATCH_RECORDS_MAX = 1024
+#: Most records one batch may carry: 256, the peer implementation's limit
+#: on one canonical batch (a larger batch is refused with ``ValueError``
+#: before anything is read or written, like an empty one).
+BATCH_RECORDS_MAX = 256
 #: Largest canonical JSON (UTF-8 bytes) of one batch's envelopes.
 BATCH_BYTES_MAX = 8 * 1024 * 1024
 

@@ -863,8 +863,7 @@ async def _(ledger) -> None:
     _eq((first.outcome, first.record_digest, first.settled_at_ms), ("failed", reserved.record_digest, 400), "settlement")
     _eq(first.diagnostic, FAILED_RECORD["diagnostic"], "failed diagnostic projected from the reserved record")
     _eq(first.replayed, False, "the first finalize")
-    _true(type(first.settlement_id) is str and first.settlement_id.startswith("stl-"),
-          f"settlement_id {first.settlement_id!r}")
+    _eq(first.settlement_id, f"settlement:{result.submission_id}", "settlement_id (settlement:{submissionId})")
     _eq(again, attrs.evolve(first, replayed=True),
         "a second finalize returns the same settlement (same settled_at_ms and settlement_id), replayed")
     record = await ledger.get(result.submission_id)
@@ -874,7 +873,7 @@ async def _(ledger) -> None:
 
 @_check("settlement-ids")
 async def _(ledger) -> None:
-    # Deterministic: "stl-" + digest of {submissionId, recordDigest}; the same
+    # Deterministic, the peer's format: "settlement:{submissionId}"; the same
     # record settled under two submissions gets two ids; a joined follower
     # and a submission settled by its abort intent get theirs too.
     host = await _admitted(ledger, key="k1")
@@ -894,14 +893,15 @@ async def _(ledger) -> None:
     second = await ledger.finalize_settlement(other.submission_id, 600)
     _eq(first.record_digest, second.record_digest, "the same record")
     _true(first.settlement_id != second.settlement_id, "two submissions, two settlement ids")
+    _eq((first.settlement_id, second.settlement_id),
+        (f"settlement:{host.submission_id}", f"settlement:{other.submission_id}"), "settlement:{submissionId}")
     ids = {}
     for sid in (joined.submission_id, aborted.submission_id):
         settled = await ledger.finalize_settlement(sid, 900)
         record = await ledger.get(sid)
         _eq((settled.replayed, settled.settlement_id), (True, record.settlement_id),
             f"{sid}: a finalize replays its settlement with its id")
-        _true(type(record.settlement_id) is str and record.settlement_id.startswith("stl-"),
-              f"{sid}: settlement_id {record.settlement_id!r}")
+        _eq(record.settlement_id, f"settlement:{sid}", f"{sid}: settlement_id")
         ids[sid] = record.settlement_id
     _eq(len(set(ids.values()) | {first.settlement_id, second.settlement_id}), 4, "every settlement its own id")
     follower = await ledger.get(joined.submission_id)

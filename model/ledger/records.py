@@ -248,8 +248,7 @@ class Settlement:
     """A finalized settlement. ``diagnostic`` is the failed record's exact
     ``{errorTag, message}`` projected from the reserved record (None for the
     other outcomes), so a replayed finalize returns the same value.
-    ``settlement_id``: ``"stl-"`` + the digest of ``{submissionId,
-    recordDigest}`` (stable across replays). ``replayed``: it was finalized
+    ``settlement_id``: ``"settlement:{submissionId}"`` (stable across replays). ``replayed``: it was finalized
     already; this is that settlement."""
 
     submission_id: str
@@ -312,7 +311,7 @@ class SubmissionRecord:
     # joined follower, where it sits in its host's log).
     input_record_id: str | None = None
     input_seq: int | None = None
-    # Once settled: ``"stl-"`` + digest of {submissionId, recordDigest}.
+    # Once settled: ``"settlement:{submissionId}"``.
     settlement_id: str | None = None
 
     @property

@@ -24,10 +24,10 @@ Decisions where the specification is silent (all in one place, here):
   the last dash-separated integer); receipts are ``rcpt-`` + the digest of
   ``{submissionId, inputDigest}``; a claim's attempt id is
   ``{submission_id}#a{epoch}`` (``Claim.attempt_id``, also the row's
-  ``attempt_id``: the latest claim's); a settlement id is ``stl-`` + the
-  digest of ``{submissionId, recordDigest}`` (a finalize, its replays, a
-  joined follower's settlement with its own record, an abort that settled a
-  never-claimed one). No randomness anywhere.
+  ``attempt_id``: the latest claim's); a settlement id is
+  ``settlement:{submissionId}``, the peer implementation's format (a
+  finalize, its replays, a joined follower's settlement with its own
+  record, an abort that settled a never-claimed one). No randomness anywhere.
 - ``admit(..., parent=None)``: the parent link (``ParentLink``: parent
   submission and its tool call) is part of the admission's identity: an
   exact retry (same input, same link) replays; the same key with the same
@@ -527,7 +527,9 @@ def receipt_for(submission_id: str, input_digest: str) -> str:
 
 
 def settlement_id_for(submission_id: str, record_digest: str) -> str:
-    return "stl-" + digest({"recordDigest": record_digest, "submissionId": submission_id})
+    """``settlement:{submissionId}``: one settlement per submission, so the
+    id names the submission alone (``record_digest`` does not enter it)."""
+    return f"settlement:{submission_id}"
 
 
 # --- admission --------------------------------------------------------------------

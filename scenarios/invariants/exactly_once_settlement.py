@@ -7,8 +7,13 @@ reserved record; finalize comes only after that record is in the log, and a
 repeated finalize reports the same outcome, digest and settlement time.
 Audit, from the stores: every finalized submission has exactly one
 settlement record in its conversation's log, equal to the ledger's digest;
-and a ledger rebuilt from the log alone agrees on every submission that
-reached the log (the log is canonical).
+a ledger rebuilt from the log alone agrees on every submission that
+reached the log (the log is canonical); and a submission's input,
+settlement and abort records carry the peer implementation's deterministic
+ids (record ``input:{sid}`` in batch ``submission-input:{sid}``, record
+``settlement:{sid}`` in a ``submission-settlement:`` batch, its own or its
+host's, record ``abort:{sid}``), and every non-empty log begins with its
+``conversation-created:{id}`` record, so a history reads the same in either.
 """
 from __future__ import annotations
 
@@ -114,10 +119,37 @@ class ExactlyOnceSettlement(Checker):
     def outcomes(self) -> dict[str, int]:
         return dict(sorted(self._outcomes.items()))
 
+    def _check_ids(self, record) -> None:
+        """The peer's id formats for a submission's own records (module docstring)."""
+        envelope = record.envelope
+        payload = envelope.payload
+        if envelope.family not in ("input", "submission-settled", "abort-requested") or not isinstance(payload, dict):
+            return
+        sid = payload.get("submissionId")
+        self.checks += 1
+        if envelope.family == "input":
+            want, batch_ok = f"input:{sid}", record.batch_id == f"submission-input:{sid}"
+        elif envelope.family == "submission-settled":
+            want, batch_ok = f"settlement:{sid}", record.batch_id.startswith("submission-settlement:")
+        else:
+            want, batch_ok = f"abort:{sid}", True
+        if envelope.record_id != want or not batch_ok:
+            self.fail(f"{sid}: its {envelope.family} record is {envelope.record_id!r} in batch {record.batch_id!r}, "
+                      f"not the peer's {want!r}", (str(sid),))
+
     def audit(self, view: AuditView) -> None:
         for conversation_id in view.conversation_ids():
             per_submission: dict[str, list[str]] = {}
             for record in view.log_records(conversation_id):
+                if record.seq == 1:
+                    self.checks += 1
+                    if (record.envelope.family, record.envelope.record_id, record.batch_id) != (
+                            "conversation-created", f"conversation-created:{conversation_id}",
+                            f"conversation-created:{conversation_id}"):
+                        self.fail(f"{conversation_id}: its first record is {record.envelope.family} "
+                                  f"{record.envelope.record_id!r}, not its conversation-created record",
+                                  (conversation_id,))
+                self._check_ids(record)
                 if record.envelope.family == "submission-settled":
                     payload = record.envelope.payload
                     per_submission.setdefault(payload["submissionId"], []).append(digest(payload["record"]))

@@ -80,10 +80,10 @@ class JoinedSettlesOnce(Checker):
             followers = [row for row in rows.values() if row.join_host is not None and row.outcome is not None]
             if not followers:
                 continue
-            batches: dict[str, list[str]] = {}  # submission -> record ids of its settlement records
+            batches: dict[str, list[str]] = {}  # submission -> batch ids of its settlement records
             for record in view.log_records(conversation_id):
                 if record.envelope.family == "submission-settled":
-                    batches.setdefault(record.envelope.payload["submissionId"], []).append(record.envelope.record_id)
+                    batches.setdefault(record.envelope.payload["submissionId"], []).append(record.batch_id)
             for follower in followers:
                 self.checks += 1
                 host = rows.get(follower.join_host)
@@ -93,6 +93,6 @@ class JoinedSettlesOnce(Checker):
                               (follower.submission_id,))
                     continue
                 where = batches.get(follower.submission_id, [])
-                if len(where) != 1 or not where[0].startswith(settle_batch_id(host.submission_id) + "#"):
+                if len(where) != 1 or where[0] != settle_batch_id(host.submission_id):
                     self.fail(f"{follower.submission_id}: its settlement records {where} are not one record in "
                               f"its host's settlement batch", (follower.submission_id,))

@@ -18,7 +18,12 @@ Online, from what the stores committed and the agent's step probes:
 Partial tool-argument deltas, queue depth, heartbeats and debug spans never
 are; a model delta is text or reasoning. A completed run's aggregate usage is
 the sum of its model turns' usage as the log holds them; a compaction covers
-exactly the tail it was appended after (sequence and digest). It counts
+exactly the tail it was appended after (sequence and digest). The peer
+implementation's records, in its order: a settlement record carries the run
+that settled it (``runId``: its own ``run:{sid}``, or a joined follower's
+host's), a completed run's own settlement comes after its ``run-completed``
+record in the same batch, and a call the reconciler resolved is settled
+only after its ``tool-call`` ``resolved`` record. It counts
 every family (by phase, channel or kind of input): the run's JSON stats carry
 the counts.
 
@@ -33,8 +38,8 @@ from sim.invariants import Checker, RecentlySettled
 
 # The families of persistence §5, as this oracle reads them (its own list).
 CANONICAL_FAMILIES = frozenset({
-    "conversation-created", "conversation-closed", "input", "run-started", "model-request", "model-delta",
-    "model-completed", "model-output", "tool-call", "compaction", "subagent", "run-warning", "run-failure",
+    "conversation-created", "conversation-closed", "input", "run-started", "run-completed", "model-request",
+    "model-delta", "model-completed", "model-output", "tool-call", "compaction", "subagent", "run-warning", "run-failure",
     "abort-requested", "submission-settled", "repair-annotation"})
 NON_CANONICAL = frozenset({"tool-argument-delta", "queue-depth", "heartbeat", "debug-span"})
 DELTA_CHANNELS = frozenset({"text", "reasoning"})
@@ -44,9 +49,15 @@ USAGE_FIELDS = ("inputTokens", "outputTokens", "costMicros")
 SETTLED_MEMORY_MS = 60 * 60 * 1000  # longer than any pause of an owner that lost its claim
 
 
+def _submission_of_run(run: str) -> str:
+    """A run id ``run:{submissionId}`` as the submission it runs (the key
+    this oracle keeps runs by: steps and settlements name the submission)."""
+    return run[4:] if run.startswith("run:") else run
+
+
 def _run_of(payload: dict) -> str | None:
     run = payload.get("runId", payload.get("submissionId"))
-    return run if isinstance(run, str) else None
+    return _submission_of_run(run) if isinstance(run, str) else None
 
 
 class RunClock(Checker):
@@ -99,7 +110,7 @@ class RunClock(Checker):
             return
         if family == "run-started":
             self.checks += 1
-            run = payload["runId"]
+            run = _submission_of_run(payload["runId"])
             if run in self._started:
                 self.fail(f"{run}: a second run-started for an open run (its clock starts once)", (run,))
                 return
@@ -137,6 +148,7 @@ class CanonicalEvents(Checker):
         self.counts: dict[str, int] = {}  # family[/phase|channel|kind] -> records appended
         self._usage: dict[str, dict[str, int]] = {}  # open run -> its model turns' usage so far
         self._tails: dict[str, str] = {}  # open conversation -> its tail digest
+        self._resolved: dict[str, set[str]] = {}  # open submission -> its calls with a resolved record
 
     def metrics(self) -> dict:
         return {"canonical_events": dict(sorted(self.counts.items())),
@@ -149,6 +161,7 @@ class CanonicalEvents(Checker):
             return
         if kind == LedgerFinalizeSettlement.kind:
             self._usage.pop(fields[LedgerFinalizeSettlement.submission], None)
+            self._resolved.pop(fields[LedgerFinalizeSettlement.submission], None)
             return
         if fields.get(LogAppend.replayed):
             return
@@ -156,10 +169,44 @@ class CanonicalEvents(Checker):
         previous_tail = self._tails.get(conversation)
         for envelope in fields[LogAppend.envelopes]:
             self._on_record(conversation, fields[LogAppend.expected_tail_seq], previous_tail, envelope)
+        self._peer_order(conversation, fields[LogAppend.envelopes])
         if conversation in self._tails or fields[LogAppend.first_seq] == 1:
             self._tails[conversation] = fields[LogAppend.tail_digest]
         if any(envelope["family"] == "conversation-closed" for envelope in fields[LogAppend.envelopes]):
             self._tails.pop(conversation, None)
+
+    def _peer_order(self, conversation: str, envelopes) -> None:
+        """The peer's records and order within one batch (module docstring)."""
+        completed: set = set()
+        host_run = None
+        for envelope in envelopes:
+            family, payload = envelope["family"], envelope["payload"]
+            if not isinstance(payload, dict):
+                continue
+            if family == "run-completed":
+                completed.add(payload.get("runId"))
+            elif family == "tool-call" and payload.get("phase") == "resolved":
+                self._resolved.setdefault(payload["submissionId"], set()).add(payload["call"])
+            elif family == "tool-call" and payload.get("phase") == "settled":
+                output = payload.get("output")
+                if isinstance(output, dict) and output.get("reconciled"):
+                    self.checks += 1
+                    if payload["call"] not in self._resolved.get(payload["submissionId"], ()):
+                        self.fail(f"{payload['submissionId']}: call {payload['call']} settled from its "
+                                  f"resolution with no tool-call resolved record before it", (conversation,))
+            elif family == "submission-settled":
+                self.checks += 1
+                sid, run = payload["submissionId"], payload.get("runId")
+                record = payload["record"]
+                if host_run is None:
+                    host_run = f"run:{sid}"
+                    if run != host_run:
+                        self.fail(f"{sid}: its settlement carries run {run!r}, not its run {host_run!r}", (sid,))
+                    elif isinstance(record, dict) and record.get("outcome") == "completed" and run not in completed:
+                        self.fail(f"{sid}: a completed run settled with no run-completed record before it",
+                                  (sid,))
+                elif run != host_run:
+                    self.fail(f"{sid}: joined to {host_run}, its settlement carries run {run!r}", (sid,))
 
     def _on_record(self, conversation: str, expected_tail_seq: int, previous_tail: str | None,
                    envelope: dict) -> None:
@@ -182,7 +229,7 @@ class CanonicalEvents(Checker):
             self.fail(f"{conversation}: a model delta of channel {payload.get('channel')!r} reached the log "
                       f"(only text and reasoning deltas are canonical)", (conversation,))
         elif family == "model-completed":
-            usage = self._usage.setdefault(payload["runId"], dict.fromkeys(USAGE_FIELDS, 0))
+            usage = self._usage.setdefault(_submission_of_run(payload["runId"]), dict.fromkeys(USAGE_FIELDS, 0))
             for field in USAGE_FIELDS:
                 usage[field] += payload["usage"][field]
         elif family == "compaction" and payload.get("phase") == "created":

@@ -46,8 +46,8 @@ adapters (memory, SQLite) do — each named where it is used:
 - reserve of a non-aborted record once an abort intent exists is
   ``AbortRequested`` (L9);
 - the ids the contract fixes are checked exactly: a claim's attempt id is
-  ``{submission}#a{epoch}``, a settlement id ``stl-`` + the digest of
-  ``{submissionId, recordDigest}`` (L10);
+  ``{submission}#a{epoch}``, a settlement id ``settlement:{submission}``
+  (L10);
 - a parent link is part of an admission's identity: another link (or one
   where there was none, or none where there was one) under the same key
   and input is ``AdmissionConflict`` naming ``what="parent"``; another
@@ -351,8 +351,8 @@ PORT_INT_MAX = 2 ** 53 - 1
 
 
 def _settlement_id(submission_id: str, record_digest: str) -> str:
-    """L10: "stl-" + the digest of {submissionId, recordDigest}."""
-    return "stl-" + digest_text(canonical({"submissionId": submission_id, "recordDigest": record_digest}))
+    """L10: "settlement:" + the submission id (one settlement per submission)."""
+    return f"settlement:{submission_id}"
 
 
 def _is_int(value: object) -> bool:

@@ -45,13 +45,14 @@ from scenarios.reference.jcs import ZERO_DIGEST, JcsError, canonical, digest_tex
 
 # The log's bounds (persistence §7 page, batch size and bytes, decode caps).
 PAGE_SIZE_MAX = 1024
-BATCH_RECORDS_MAX = 1024
+BATCH_RECORDS_MAX = 256  # the peer implementation's limit on one canonical batch
 BATCH_BYTES_MAX = 8 * 1024 * 1024
 ENVELOPE_DEPTH_MAX = 64
 ENVELOPE_ITEMS_MAX = 1_000_000
 # Record families at schema version 1 (persistence §5, §11).
 FAMILIES = frozenset({
-    "conversation-created", "conversation-closed", "input", "run-started", "model-request", "model-delta",
+    "conversation-created", "conversation-closed", "input", "run-started", "run-completed", "model-request",
+    "model-delta",
     "model-completed", "model-output",
     "tool-call", "compaction", "subagent", "run-warning", "run-failure", "abort-requested", "terminal-outcome",
     "submission-settled", "repair-annotation"})
