@@ -810,8 +810,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "agent-settles-over-doubt",
         "A successor takes a run past its deadline to settlement without first marking a call in doubt unknown: "
         "the run settles failed while its call may still land (and does).",
-        "model.agent", "        if plan_of(record)[index] == TOOL_ONCE:\n", "        if False:\n", AC,
-        ci_seed=4, ci_duration="6h"),
+        "model.agent", "        if plan_of(record)[index] == TOOL_ONCE:\n", "        if False:\n", AC),
+    # No ci seed: it survives seeds 0:16 at 2h since the agent-conversations traces moved (issue 29), and the
+    # seeds that "detect" it at 6h (4, 5) fail progress-waits without it too (a known failure at 6h).
     Mutant(
         "agent-tool-call-without-deadline",
         "The tool is called without the deadline its preparation recorded: a paused owner's call lands after the "
@@ -918,8 +919,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "agent-no-run-completed",
         "A completed run settles with no run-completed record before its settlement record.",
         "model.agent",
-        '            entry_list = [(RUN_COMPLETED_FAMILY, {"runId": run_id, "submissionId": claim.submission_id}), entry]\n',
-        "            entry_list = [entry]\n", AC, ci_seed=0, ci_duration="5m"),
+        '            return [(RUN_COMPLETED_FAMILY, {"runId": run_id_for(sid), "submissionId": sid}), entry]\n',
+        "            return [entry]\n", AC, ci_seed=0, ci_duration="5m"),
     Mutant(
         "agent-follower-without-run",
         "A joined follower's settlement record does not carry its host's run id.",
@@ -935,7 +936,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
         "                if False:\n"
         '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
-        AC, ci_seed=0, ci_duration="2h"),
+        AC, ci_seed=3, ci_duration="2h"),
     # -- progress waits (model.progress, STORE-014) ------------------------------------
     Mutant(
         "progress-read-before-register",
