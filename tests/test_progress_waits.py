@@ -359,6 +359,26 @@ def test_the_oracle_passes_a_clean_history_and_counts_its_checks():
     assert not violations and checker.checks == 4
 
 
+def test_a_follow_whose_window_closes_while_its_watcher_is_down_is_owed_nothing():
+    """A restart reopens only the conversations still in their follow window:
+    a follow that ends while its watcher is down ends with the process (the
+    audit once failed it as 'missed for good': agent-conversations seeds at
+    6h). One still in its window when the watcher comes back is owed the
+    whole log."""
+    for until_ms, restart_after_ms, owed in ((1_000, 200, False), (5_000, 200, True), (5_000, None, False)):
+        trace, clock, checker, violations = _checker(records=("r1", "r2"))
+        _emit(trace, clock, 0, "watcher-0#1", "watch.started", watcher="watcher-0", conversation="c", from_seq=0,
+              until_ms=until_ms)
+        _append(trace, clock, 5, 1)
+        _append(trace, clock, 6, 2)
+        _emit(trace, clock, 900, "watcher-0#1", "node.crash", restart_after_ms=restart_after_ms)
+        clock[0] = 10 * 60_000
+        checker.audit(_View(("r1", "r2")))
+        assert bool(violations) == owed, (until_ms, restart_after_ms, violations)
+        if owed:
+            assert "missed for good" in violations[0].message
+
+
 # -- the watchers in a short agent-conversations run ----------------------------------------------
 
 

@@ -146,6 +146,7 @@ class ProgressWaits(Checker):
             for key in [key for key in self._positions if key[0] == label]:
                 del self._positions[key]
             self._after_drop = {key for key in self._after_drop if key[0] != label}
+            self._end_follows_of(label, time_ms, fields.get(NodeCrash.restart_after_ms))
         elif kind == WatchStarted.kind:
             key = (fields[WatchStarted.watcher], fields[WatchStarted.conversation])
             old = self._follows.get(key)
@@ -159,6 +160,17 @@ class ProgressWaits(Checker):
             follow = self._follows.pop(key, None)
             if follow is not None:
                 self._compare(key, follow)
+
+    def _end_follows_of(self, label: str, time_ms: int, restart_after_ms: int | None) -> None:
+        """The follows of a crashed watcher whose window is over when it comes
+        back (or that never comes back) end with it: a restart reopens only
+        the conversations still in their follow window (``scenarios.watchers``),
+        so none is owed the rest of its log. What each delivered is still
+        compared with the log."""
+        restart_ms = None if restart_after_ms is None else time_ms + restart_after_ms
+        for key in [key for key, follow in self._follows.items()
+                    if follow.label == label and (restart_ms is None or follow.until_ms <= restart_ms)]:
+            self._compare(key, self._follows.pop(key))
 
     # -- the waits ---------------------------------------------------------------
 
