@@ -272,7 +272,7 @@ def test_a_pass_archives_and_deletes_runs_older_than_the_ttl(world):
                                                              findings_closed=0, unpinned=0, reclaimed=0))
     # The summary commits to the run's log and settlement.
     assert summaries[0]["runId"] == runs[0] and summaries[0]["outcome"] == "completed"
-    assert summaries[0]["tailSeq"] == 3  # input, the step, the settlement
+    assert summaries[0]["tailSeq"] == 4  # conversation-created, the input, the step, the settlement
     # A late duplicate alarm for an archived run is refused (by a fresh process).
     fresh = LedgerRuns(world.ledger, world.log, world.schedules, "worker-2", lease_ms=LEASE_MS,
                        now_ms=world.clock.now, sleep_ms=world.clock.sleep)
