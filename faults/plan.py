@@ -163,8 +163,8 @@ class FaultPlan:
 
     def _fire_armed(self, site: str, n: int, kinds: tuple[str, ...], fired: str | None) -> str | None:
         armed = self._once.get(site)
-        if armed is None or armed[0] not in kinds or self._clock() >= self.heal_at_ms:
-            return fired
+        if armed is None or armed[0] not in kinds:
+            return fired  # (after the heal instant the caller fires nothing, armed or not)
         del self._once[site]
         self._once_delays[(site, n)] = armed[1]
         return armed[0]
