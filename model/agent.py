@@ -677,7 +677,7 @@ class AgentWorker(SubmissionWorker):
         try:
             await self.ledger.request_abort(submission_id, author, "its parent was aborted", self.now_ms())
         except Exception as error:
-            if error_name(error) not in ("AbortConflict", "JoinedToHost"):
+            if error_name(error) not in ("AbortConflict", "SettlementConflict", "JoinedToHost"):
                 raise  # settling or settled already, or joined to a run: too late, which is fine
 
     async def _wake_parent(self, child: Any) -> None:

@@ -65,7 +65,7 @@ from model.conversation.records import (BATCH_BYTES_MAX, BATCH_RECORDS_MAX, PAGE
 from model.conversation.sqlite_store import SPILL_THRESHOLD_BYTES_DEFAULT
 from model.durable_state.contracts import FUTURE_VERSION, StateContract
 from model.durable_state.store import INT64_MAX, DurableStateWrite, is_revision_conflict
-from model.ledger.records import Claim, ParentLink
+from model.ledger.records import AbortIntent, Claim, ParentLink
 from model.retry import error_name, is_retryable
 from scenarios.client import RETRIES_MAX, RETRY_WAIT_MS, ClientProcess, Expectations, Outcome
 from sim.node import Node, NodeDeadError
@@ -967,15 +967,14 @@ class _Process(ClientProcess):
                                                                   f"first {final.value!r}", conv):
             self.w.edge("finalize_identical_retry")
         if abort_at == "after-finalize" or intent is not None:
+            # A settled submission: SettlementConflict naming its outcome,
+            # whether or not an earlier intent exists (it does not replay).
             late = await self.call("ledger", "request_abort", sid, self.label, "after the fact", self.now())
-            if intent is None:
-                if self.expect_rejected(late, ("AbortConflict",), f"abort of settled {sid}", conv):
-                    self.w.edge("abort_after_finalize_conflict")
-            elif self.expect(late.ok and late.value.replayed
-                             and attrs.evolve(late.value, replayed=False) == attrs.evolve(intent, replayed=False),
-                             f"abort of settled {sid} with an earlier intent answered {late.show()}, "
-                             f"first {intent!r}", conv):
-                self.w.edge("abort_after_finalize_replays_intent")
+            if self.expect(not late.ok and _matches(late.error, ("SettlementConflict",)) and _typed(late.error)
+                           and getattr(late.error, "existing_outcome", None) == outcome,
+                           f"abort of settled {sid} answered {late.show()}, settled {outcome}", conv):
+                self.w.edge("abort_after_finalize_conflict" if intent is None
+                            else "abort_after_finalize_replays_intent")
         for _ in range(2):
             released = await self.call("ledger", "release_ownership", token)
             if not self.expect(released.ok, f"release of {sid}: {released.show()}", conv):
@@ -1034,6 +1033,13 @@ class _Process(ClientProcess):
     async def _abort(self, sid: str, reason: str) -> Any:
         """The first abort intent of an unsettled submission: this one."""
         out = await self.call("ledger", "request_abort", sid, self.label, reason, self.now())
+        if out.lost and not out.ok and _matches(out.error, ("SettlementConflict",)) and getattr(
+                out.error, "existing_outcome", None) == "aborted":
+            # Its lost reply settled a never-claimed one: the retry meets the settled row.
+            row = (await self.call("ledger", "get", sid)).value
+            if row is not None and (row.abort_author, row.abort_reason) == (self.label, reason):
+                out = Outcome(AbortIntent(sid, row.abort_author, row.abort_reason, row.abort_requested_at_ms, True,
+                                          row.settled_at_ms), None, out.lost, out.attempts)
         got = None if not out.ok else (out.value.submission_id, out.value.author, out.value.reason)
         self.expect(got == (sid, self.label, reason), f"request_abort({sid}, {reason}) answered {out.show()}", sid)
         return out.value
@@ -1663,7 +1669,7 @@ class _Process(ClientProcess):
         if out.ok:
             ok = (out.value.author, out.value.reason) == (author, "racing")
         else:
-            ok = _matches(out.error, ("AbortConflict",)) and _typed(out.error)
+            ok = _matches(out.error, ("AbortConflict", "SettlementConflict")) and _typed(out.error)
         got = await self.call("ledger", "get", sid)
         row = got.value if got.ok else None
         # An intent stored means an aborted outcome; a refused abort, the completed one.
@@ -1778,7 +1784,8 @@ class _Process(ClientProcess):
         head = open_work[0]
         target = head if not head.ready and not head.abort_requested else self.rng.choice(open_work)
         out = await self.call("ledger", "request_abort", target.submission_id, self.label, "late", self.now())
-        if self.allow(out, ("AbortConflict", "UnknownSubmission"), f"late abort of {target.submission_id}", conv):
+        if self.allow(out, ("AbortConflict", "SettlementConflict", "UnknownSubmission"),
+                      f"late abort of {target.submission_id}", conv):
             if target is head and not head.ready:
                 self.w.edge("unready_head_aborted")
 

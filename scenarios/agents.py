@@ -395,7 +395,7 @@ class _Operator(Workload):
                         waiting.append(item[1])
                         first = self._first_seen.setdefault(item[1], runtime.now_ms())
                         delay_ms = self.world.streams.fork(f"workload/{self.name}/{item[1]}").between(*self.delay_ms)
-                        if runtime.now_ms() >= first + delay_ms and await self.act(ledger, record, *item):
+                        if runtime.now_ms() >= first + delay_ms and await self._act(ledger, record, *item):
                             self.acted += 1
                 # Forget what no longer waits (bounded by the open work).
                 self._first_seen = {item: ms for item, ms in self._first_seen.items() if item in waiting}
@@ -404,6 +404,16 @@ class _Operator(Workload):
                     raise
                 self.world.probe_for(self.node).emit(f"{self.name}.retry", error=error_name(error))
             await runtime.sleep_ms(self.poll_ms)
+
+    async def _act(self, ledger: Any, record: Any, submission_id: str, item: str) -> bool:
+        """``act``; a submission that settled since the scan (the ledger
+        answers ``SettlementConflict``) needs nothing any more."""
+        try:
+            return await self.act(ledger, record, submission_id, item)
+        except Exception as error:
+            if error_name(error) != "SettlementConflict":
+                raise
+            return False
 
     def waiting(self, record: Any) -> list[tuple[str, str]]:
         """``(submission, item)`` pairs this operator acts on."""

@@ -198,7 +198,7 @@ async def _abort(client: SubmissionClient, submission_id: str) -> None:
     try:
         await client.ledger.request_abort(submission_id, "client", "no longer needed", client.now_ms())
     except Exception as error:
-        if getattr(type(error), "name", None) not in ("AbortConflict", "JoinedToHost"):
+        if getattr(type(error), "name", None) not in ("AbortConflict", "SettlementConflict", "JoinedToHost"):
             raise  # already settled or settling, or joined to a run: too late to abort, which is fine
 
 

@@ -363,8 +363,9 @@ async def _(ledger) -> None:
     record = await ledger.get(queued.submission_id)
     _eq((record.outcome, record.settled_at_ms, record.reserved_record, record.epoch, record.input_applied),
         ("aborted", 150, {"outcome": "aborted"}, None, False), "settled aborted, never owned, no input")
-    again = await ledger.request_abort(queued.submission_id, "bob", "again", 170)
-    _eq(again, AbortIntent(queued.submission_id, "alice", "not needed", 150, True, 150), "a repeat replays it")
+    exc = await _raises(SettlementConflict, ledger.request_abort(queued.submission_id, "bob", "again", 170),
+                        "a repeat once it settled")
+    _eq((exc.submission_id, exc.existing_outcome), (queued.submission_id, "aborted"), "names the settled outcome")
     _eq([r.submission_id for r in await ledger.scan_nonterminal()], [head.submission_id], "not open work")
     exc = await _raises(AbortConflict, _abort_after_reserve(ledger, claim), "abort of a terminalizing submission")
     _eq((exc.outcome, exc.settling), ("completed", True), "conflict names the reserved outcome")
@@ -395,14 +396,31 @@ async def _(ledger) -> None:
 
 @_check("abort-settled-conflict")
 async def _(ledger) -> None:
+    """Peer cases ``abortIdempotency`` (an abort of a settled submission) and
+    ``unknownAbortClaim`` (a repeat of the intent that settled it): a settled
+    submission answers ``SettlementConflict`` naming its outcome, whether or
+    not an intent exists; while it is still terminalizing, the intent replays."""
     result = await _admitted(ledger)
     claim = await _claimed(ledger)
     await ledger.reserve_settlement(claim, COMPLETED_RECORD)
     await ledger.finalize_settlement(result.submission_id, 300)
-    exc = await _raises(AbortConflict, ledger.request_abort(result.submission_id, "alice", "late", 400),
+    before = await ledger.get(result.submission_id)
+    exc = await _raises(SettlementConflict, ledger.request_abort(result.submission_id, "alice", "late", 400),
                         "abort after settlement")
-    _eq((exc.outcome, exc.settling), ("completed", False), "conflict names the settled outcome")
-    _eq((await ledger.get(result.submission_id)).abort_author, None, "a refused abort writes nothing")
+    _eq((exc.submission_id, exc.existing_outcome), (result.submission_id, "completed"),
+        "conflict names the settled outcome")
+    _eq(await ledger.get(result.submission_id), before, "a refused abort writes nothing")
+    aborted = await _admitted(ledger, key="k2")
+    owner = await _claimed(ledger, owner_id="o2", now_ms=500)
+    _eq(owner.submission_id, aborted.submission_id, "the next one runs")
+    first = await ledger.request_abort(aborted.submission_id, "alice", "stop", 600)
+    await ledger.reserve_settlement(owner, ABORTED_RECORD)
+    again = await ledger.request_abort(aborted.submission_id, "bob", "again", 650)
+    _eq(again, attrs.evolve(first, replayed=True), "terminalizing: the first intent replays")
+    await ledger.finalize_settlement(aborted.submission_id, 700)
+    exc = await _raises(SettlementConflict, ledger.request_abort(aborted.submission_id, "alice", "stop", 800),
+                        "the same abort once it settled")
+    _eq(exc.existing_outcome, "aborted", "names the settled outcome")
 
 
 # --- unknown tool outcomes -------------------------------------------------------------
@@ -478,9 +496,12 @@ async def _(ledger) -> None:
     await ledger.reserve_settlement(cleanup, {"outcome": "aborted"})
     settled = await ledger.finalize_settlement(result.submission_id, 400)
     _eq(settled.outcome, "aborted", "settled aborted")
-    late = await ledger.resolve_unknown(result.submission_id, "call-1", "NeverHappened", "reconciler", None, 500)
-    _eq((late.replayed, late.open_calls), (False, 0), "a resolution after settlement is recorded")
-    _eq((await ledger.get(result.submission_id)).outcome, "aborted", "and changes nothing else")
+    before = await ledger.get(result.submission_id)
+    exc = await _raises(SettlementConflict, ledger.resolve_unknown(result.submission_id, "call-1", "NeverHappened",
+                                                                   "reconciler", None, 500),
+                        "a resolution after settlement")
+    _eq(exc.existing_outcome, "aborted", "names the settled outcome")
+    _eq(await ledger.get(result.submission_id), before, "and writes nothing")
 
 
 # --- suspension and approvals ------------------------------------------------------------
@@ -488,6 +509,8 @@ async def _(ledger) -> None:
 
 @_check("suspension-waits-for-every-approval")
 async def _(ledger) -> None:
+    """Peer cases ``approvalDecisionIdempotency`` and
+    ``suspendResumesImmediatelyWhenDecided``."""
     result = await _admitted(ledger)
     claim = await _claimed(ledger, now_ms=100)
     await _raises(TransitionRefused, ledger.suspend(claim, ("call-1",)), "suspend before the input is applied")
@@ -523,6 +546,13 @@ async def _(ledger) -> None:
                                       "decidedAtMs": 300},
                            "call-2": {"decision": "rejected", "resolver": "carol", "reason": "too risky",
                                       "decidedAtMs": 500}}, "stored decisions")
+    owner = await _claimed(ledger, owner_id="o4", now_ms=9_000)
+    await ledger.reserve_settlement(owner, FAILED_RECORD)
+    await ledger.finalize_settlement(result.submission_id, 9_100)
+    for call, decision in (("call-1", "approved"), ("call-3", "approved")):  # a replay, a new call
+        exc = await _raises(SettlementConflict, ledger.decide_approval(result.submission_id, call, decision, "bob",
+                                                                       "late", 9_200), f"deciding {call} once settled")
+        _eq(exc.existing_outcome, "failed", "names the settled outcome")
 
 
 @_check("suspended-claimable-only-to-abort")
@@ -602,9 +632,9 @@ async def _(ledger) -> None:
     _eq((back.join_host, back.outcome), (None, None), "a joining one goes back to ready")
     _eq((await _claimed(ledger, owner_id="o2", now_ms=600)).submission_id, joining.submission_id,
         "and is the next head")
-    exc = await _raises(AbortConflict, ledger.request_abort(joined.submission_id, "ops", "late", 700),
+    exc = await _raises(SettlementConflict, ledger.request_abort(joined.submission_id, "ops", "late", 700),
                         "abort of a settled follower")
-    _eq(exc.outcome, "failed", "names its outcome")
+    _eq(exc.existing_outcome, "failed", "names its outcome")
 
 
 # --- child reservations -------------------------------------------------------------------
@@ -813,7 +843,12 @@ async def _(ledger) -> None:
 
 @_check("settled-row-answers-settlement-conflict")
 async def _(ledger) -> None:
-    # The owner's writes on a settled row name its outcome, whatever token.
+    """Peer cases ``suspendResumesImmediatelyWhenDecided`` (suspend),
+    ``approvalDecisionIdempotency`` (a decision),
+    ``unknownResolutionLifecycle`` (a resolution) and ``abortIdempotency``
+    (an abort) on a settled submission: ``SettlementConflict`` naming its
+    ``existing_outcome``, before any replay, token or unknown-call check;
+    nothing is written."""
     result = await _admitted(ledger)
     claim = await _claimed(ledger)
     await ledger.mark_input_applied(claim, *_input_at(claim))
@@ -828,6 +863,13 @@ async def _(ledger) -> None:
             exc = await _raises(SettlementConflict, attempt(token), f"{what} of a settled submission")
             _eq((exc.submission_id, exc.existing_outcome), (result.submission_id, "completed"),
                 f"{what}: names the settled outcome")
+    sid = result.submission_id
+    for what, attempt in (
+            ("decide_approval", lambda: ledger.decide_approval(sid, "call-new", "approved", "r", "ok", 400)),
+            ("resolve_unknown", lambda: ledger.resolve_unknown(sid, "call-new", "NeverHappened", "r", None, 400)),
+            ("request_abort", lambda: ledger.request_abort(sid, "alice", "late", 400))):
+        exc = await _raises(SettlementConflict, attempt(), f"{what} of a settled submission")
+        _eq((exc.submission_id, exc.existing_outcome), (sid, "completed"), f"{what}: names the settled outcome")
     _eq(await ledger.get(result.submission_id), before, "nothing written")
 
 

@@ -462,8 +462,9 @@ class OwnershipLost(LedgerError):
 
 
 class SettlementConflict(LedgerError):
-    """Reserve with a record other than the reserved one (both digests), an
-    owner's write (``suspend``, ``mark_unknown``) on a settled submission
+    """Reserve with a record other than the reserved one (both digests), a
+    write (``suspend``, ``mark_unknown``, ``request_abort``,
+    ``decide_approval``, ``resolve_unknown``) on a settled submission
     (no digests), or finalize of a submission with no reservation (all
     None). ``existing_outcome``: the reserved or settled outcome, if any."""
 
@@ -488,10 +489,11 @@ class SettlementConflict(LedgerError):
 
 
 class AbortConflict(LedgerError):
-    """Abort requested for a submission already settled, or already
-    terminalizing (``settling``: its owner reserved a settlement record, which
-    wins), with no earlier abort intent to replay. ``outcome`` names the
-    existing (or reserved) outcome. Nothing was written."""
+    """Abort requested for a submission already terminalizing
+    (``settling``: its owner reserved a settlement record, which wins), with
+    no earlier abort intent to replay (a settled one is
+    ``SettlementConflict``). ``outcome`` names the reserved outcome. Nothing
+    was written."""
 
     name = "AbortConflict"
 

@@ -58,13 +58,14 @@ Decisions where the specification is silent (all in one place, here):
 - Every idempotent answer says whether it replayed: ``Readiness``,
   ``InputApplied``, ``ReservedSettlement`` (this record was reserved
   already), ``Settlement`` (finalized already: the first settlement).
-- ``request_abort`` on a submission that already has an intent returns the
-  first intent (author, reason, time; ``replayed=True``), even after
-  settlement; on a settled submission without one it raises
-  ``AbortConflict`` (a new error, not ``SettlementConflict``: nothing about
-  the settlement record conflicts), and on one whose owner already reserved a
-  record too (``settling=True``: the reservation wins, so the ledger never
-  holds an intent next to another outcome). A submission never
+- ``request_abort`` on a settled submission is ``SettlementConflict``
+  naming its ``existing_outcome``, with or without an earlier intent (the
+  peer implementation's answer). On an unsettled one that already has an
+  intent it returns the first intent (author, reason, time;
+  ``replayed=True``); on one whose owner already reserved a record and that
+  has no intent it raises ``AbortConflict`` (``settling=True``: the
+  reservation wins, so the ledger never holds an intent next to another
+  outcome). A submission never
   claimed (``epoch`` None) settles ``aborted`` in the same write: nothing of
   it is in the log, and it never waits behind its lane's head. Otherwise the
   intent is stored and the owner observes it at its next step.
@@ -77,8 +78,8 @@ Decisions where the specification is silent (all in one place, here):
   intent (for aborted settlement only). ``resolve_unknown`` by anyone (a
   reconciler): the first resolution wins, an identical repeat replays it
   with its resolver and time, another is ``ResolutionConflict``; a call
-  never marked is ``UnknownToolCall``. A resolution may come after the
-  submission settled (aborted meanwhile): recorded, nothing else changes.
+  never marked is ``UnknownToolCall``. A resolution after the submission
+  settled (aborted meanwhile) is ``SettlementConflict`` (below).
 - ``suspend(token, tool_call_ids, child_call_ids=())`` (the owner waits for
   approvals of ``tool_call_ids`` and for the release of the child
   reservations at ``child_call_ids``; either may be empty, not both:
@@ -130,9 +131,11 @@ Decisions where the specification is silent (all in one place, here):
   carries ``diagnostic`` = exactly ``{errorTag: str, message: str}`` and no
   ``result``, ``cause`` or ``stack``; aborted carries no ``result`` key (not
   even null). ``completed`` may omit ``result`` (a joined completion).
-- ``suspend`` and ``mark_unknown`` of a settled submission are
-  ``SettlementConflict`` naming its ``existing_outcome`` (before any replay
-  or token check); a reserve of another record names the reserved one's.
+- ``suspend``, ``mark_unknown``, ``request_abort``, ``decide_approval``
+  and ``resolve_unknown`` of a settled submission are
+  ``SettlementConflict`` naming its ``existing_outcome`` (before any replay,
+  token or unknown-call check); a reserve of another record names the
+  reserved one's.
 - Finalize of an unknown id is ``UnknownSubmission``; of a known id with no
   reservation, ``SettlementConflict(existing_digest=None)``. Finalize leaves
   the ownership columns as they were (the row is terminal; nothing claims it).
@@ -654,9 +657,10 @@ def decide_claim(
 
 
 def refuse_settled(row: SubmissionRow | None) -> None:
-    """An owner's write on a settled submission (``suspend``,
-    ``mark_unknown``): ``SettlementConflict`` naming its outcome, before
-    any replay or token check (whatever the token, nothing can change)."""
+    """A write on a settled submission (``suspend``, ``mark_unknown``,
+    ``request_abort``, ``decide_approval``, ``resolve_unknown``):
+    ``SettlementConflict`` naming its outcome, before any replay, token or
+    call check (whatever is asked, nothing can change)."""
     if row is not None and row.settled_at_ms is not None:
         raise SettlementConflict(row.submission_id, None, None, row.outcome)
 
@@ -731,6 +735,7 @@ def decide_abort(
 ) -> tuple[AbortIntent, SubmissionRow | None]:
     if row is None:
         raise UnknownSubmission(submission_id)
+    refuse_settled(row)
     if row.abort_author is not None:
         return AbortIntent(submission_id, row.abort_author, row.abort_reason, row.abort_requested_at_ms, True,
                            row.settled_at_ms if settled_by_abort(row) else None), None
@@ -739,8 +744,6 @@ def decide_abort(
     if after is None:
         if state in (JOINING, JOINED):
             raise JoinedToHost(submission_id, row.join_host)  # it settles through its host
-        if state == SETTLED:
-            raise AbortConflict(submission_id, row.outcome)
         # Terminalizing: the owner's reserved record wins; an intent stored
         # now would sit next to another outcome.
         assert state == TERMINALIZING, state
@@ -799,6 +802,7 @@ def decide_resolve(
     replays it (its resolver and time); another is ``ResolutionConflict``."""
     if row is None:
         raise UnknownSubmission(submission_id)
+    refuse_settled(row)
     calls = _unknown_calls(row)
     if tool_call_id not in calls:
         raise UnknownToolCall(submission_id, tool_call_id)
@@ -903,6 +907,7 @@ def decide_approval(
     The last pending decision resumes the submission."""
     if row is None:
         raise UnknownSubmission(submission_id)
+    refuse_settled(row)
     approvals = _approvals(row)
     if tool_call_id not in approvals:
         raise UnknownApproval(submission_id, tool_call_id)

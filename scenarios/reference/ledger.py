@@ -36,9 +36,8 @@ adapters (memory, SQLite) do — each named where it is used:
   before the submission exists; tokens are checked epoch first (L5);
 - purge forgets the conversation entirely: its queue_seq, its epoch and so
   its submission ids start again from scratch (L6);
-- abort of a settled submission with no earlier intent is
-  ``AbortConflict``; with one, the first intent (author, reason, time) is
-  returned, ``replayed`` (L7);
+- abort of an unsettled submission with an earlier intent returns that
+  first intent (author, reason, time), ``replayed`` (L7);
 - abort while the owner has reserved a non-aborted record is
   ``AbortConflict`` too, ``settling`` (the reservation wins); abort of a
   submission never claimed settles it ``aborted`` in the same call, its
@@ -63,9 +62,11 @@ adapters (memory, SQLite) do — each named where it is used:
   is answered before the token is checked, so an identical replay by a
   fenced owner replays and another allocation (child) conflicts; only a
   new reservation or attachment is fenced (L14);
-- ``suspend`` and ``mark_unknown`` of a settled submission are
-  ``SettlementConflict`` naming its ``existing_outcome``, before any replay
-  or token check; a reserve conflict names the reserved outcome (L15).
+- ``suspend``, ``mark_unknown``, ``request_abort``, ``decide_approval`` and
+  ``resolve_unknown`` of a settled submission are ``SettlementConflict``
+  naming its ``existing_outcome``, before any replay, token or call check
+  (an intent that settled it does not replay); a reserve conflict names the
+  reserved outcome (L15).
 
 A call whose answer diverges changes nothing in the model (it cannot know
 what the store wrote), so later messages may be consequences of the first.
@@ -621,8 +622,9 @@ class ReferenceLedger:
         return self._rows.get(token.submission_id)
 
     def _settled_conflict(self, call: Any, row: _Row | None) -> bool:
-        """L15: an owner's suspend or mark_unknown on a settled row is
-        ``SettlementConflict`` naming its outcome, whatever the token."""
+        """L15: any write on a settled row (suspend, mark_unknown, an abort,
+        a decision, a resolution) is ``SettlementConflict`` naming its
+        outcome, whatever else is asked."""
         if row is None or row.settled_at_ms is None:
             return False
         self._want_error(call, "SettlementConflict", {"submission_id": row.submission_id, "existing_digest": None,
@@ -854,18 +856,16 @@ class ReferenceLedger:
             self._want_error(call, "UnknownSubmission", {"submission_id": sid}, None)
             return None
         conversation = self._conversations[row.conversation_id]
+        if self._settled_conflict(call, row):  # L15
+            return conversation
         if row.abort_author is None and row.join_host is not None and row.settled_at_ms is None:
             # A follower settles only through its host.
             self._want_error(call, "JoinedToHost", {"submission_id": sid, "host_submission_id": row.join_host},
                              conversation)
             return conversation
-        if row.abort_author is not None:  # L7: the first intent, always
-            at_once = row.settled_at_ms if row.settled_at_ms is not None and row.epoch is None else None
+        if row.abort_author is not None:  # L7: the first intent, while unsettled
             self._want_value(call, AbortIntent(sid, row.abort_author, row.abort_reason, row.abort_at_ms, True,
-                                               at_once), conversation)
-        elif row.settled_at_ms is not None:
-            self._want_error(call, "AbortConflict", {"submission_id": sid, "outcome": row.outcome,
-                                                     "settling": False}, conversation)
+                                               None), conversation)
         elif row.reserved_digest is not None:
             self._want_error(call, "AbortConflict", {"submission_id": sid, "settling": True,
                                                      "outcome": read_back(row.reserved_text)["outcome"]},
@@ -1042,6 +1042,8 @@ class ReferenceLedger:
             self._want_error(call, "UnknownSubmission", {"submission_id": sid}, None)
             return None
         conversation = self._conversations[row.conversation_id]
+        if self._settled_conflict(call, row):  # L15
+            return conversation
         if row.unknown is None or call_id not in row.unknown:
             self._want_error(call, "UnknownToolCall", {"submission_id": sid, "tool_call_id": call_id}, conversation)
             return conversation
@@ -1128,6 +1130,8 @@ class ReferenceLedger:
             self._want_error(call, "UnknownSubmission", {"submission_id": sid}, None)
             return None
         conversation = self._conversations[row.conversation_id]
+        if self._settled_conflict(call, row):  # L15
+            return conversation
         if row.approvals is None or call_id not in row.approvals:
             self._want_error(call, "UnknownApproval", {"submission_id": sid, "tool_call_id": call_id}, conversation)
             return conversation
