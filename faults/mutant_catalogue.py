@@ -368,6 +368,32 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if row is not None and row.owner_id is None and row.epoch == token.epoch:\n        approvals",
         ("port-storm",), ci_seed=0, ci_duration="4m"),
     Mutant(
+        "ledger-abort-settled-replays",
+        "An abort of a settled submission replays its earlier intent (or, with none, is AbortConflict) instead "
+        "of SettlementConflict naming the settled outcome.",
+        "model.ledger.rules",
+        "    refuse_settled(row)\n    if row.abort_author is not None:\n",
+        "    if row.settled_at_ms is not None and row.abort_author is None:\n"
+        "        raise AbortConflict(submission_id, row.outcome)\n    if row.abort_author is not None:\n",
+        ("port-storm",),
+        ci_seed=0, ci_duration="30s"),
+    Mutant(
+        "ledger-resolve-settled-recorded",
+        "A resolution of an unknown call after its submission settled is recorded instead of "
+        "SettlementConflict naming the settled outcome.",
+        "model.ledger.rules",
+        "    refuse_settled(row)\n    calls = _unknown_calls(row)\n    if tool_call_id not in calls:\n",
+        "    calls = _unknown_calls(row)\n    if tool_call_id not in calls:\n", ("port-storm",),
+        ci_seed=0, ci_duration="30s"),
+    Mutant(
+        "ledger-approval-settled-replays",
+        "A decision on a settled submission replays an earlier decision (a new call: UnknownApproval) instead "
+        "of SettlementConflict naming the settled outcome.",
+        "model.ledger.rules",
+        "    refuse_settled(row)\n    approvals = _approvals(row)\n    if tool_call_id not in approvals:\n",
+        "    approvals = _approvals(row)\n    if tool_call_id not in approvals:\n", ("port-storm",),
+        ci_seed=0, ci_duration="30s"),
+    Mutant(
         "ledger-empty-receipt-readable",
         "A stored row with an empty receipt is scanned as readable instead of failing the scan typed.",
         "model.ledger.rules", "        if type(row.receipt) is not str or not row.receipt:\n",

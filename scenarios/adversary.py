@@ -98,7 +98,8 @@ EDGES = (
     "reserve_identical_retry", "reserve_reordered_same_digest", "reserve_conflict_same_outcome",
     "reserve_invalid_shape_rejected", "finalize_identical_retry", "finalize_failed_diagnostic",
     "abort_before_reserve", "abort_between_reserve_and_finalize", "abort_after_finalize_conflict",
-    "abort_after_finalize_replays_intent", "abort_raced_settlement", "purge_refused_open_work", "purge_settled",
+    "abort_after_finalize_replays_intent", "approval_after_finalize_conflict",
+    "resolution_after_finalize_conflict", "abort_raced_settlement", "purge_refused_open_work", "purge_settled",
     "purge_idempotent", "ledger_illegal_rejected", "claim_blocked_before_expiry", "claim_at_exact_lease_expiry",
     "renew_at_expiry_lost", "stale_token_fenced", "shared_claimed", "shared_settled",
     "unknown_blocks_claim", "unknown_resolution_replayed", "unknown_resolution_conflict",
@@ -975,6 +976,18 @@ class _Process(ClientProcess):
                            f"abort of settled {sid} answered {late.show()}, settled {outcome}", conv):
                 self.w.edge("abort_after_finalize_conflict" if intent is None
                             else "abort_after_finalize_replays_intent")
+        # A decision or a resolution once it settled: SettlementConflict too,
+        # before the call (never named here) is looked up.
+        for method, args, edge in (
+                ("decide_approval", (sid, "call-late", "approved", self.label, "late", self.now()),
+                 "approval_after_finalize_conflict"),
+                ("resolve_unknown", (sid, "call-late", "NeverHappened", self.label, None, self.now()),
+                 "resolution_after_finalize_conflict")):
+            late = await self.call("ledger", method, *args)
+            if self.expect(not late.ok and _matches(late.error, ("SettlementConflict",)) and _typed(late.error)
+                           and getattr(late.error, "existing_outcome", None) == outcome,
+                           f"{method} of settled {sid} answered {late.show()}, settled {outcome}", conv):
+                self.w.edge(edge)
         for _ in range(2):
             released = await self.call("ledger", "release_ownership", token)
             if not self.expect(released.ok, f"release of {sid}: {released.show()}", conv):
