@@ -1013,6 +1013,47 @@ async def _(ledger) -> None:
     _eq((empty.epoch, empty.submissions), (0, ()), "snapshot of an unknown conversation")
 
 
+@_check("recovery-snapshot-carries-decisions")
+async def _(ledger) -> None:
+    """Peer case ``recoverySnapshotConsistency`` and the snapshot halves of
+    ``approvalDecisionIdempotency``, ``unknownResolutionLifecycle``,
+    ``suspendResumesImmediatelyWhenDecided`` and ``admissionParentLinkage``:
+    a recovering producer reads, without a token, every approval decision
+    and unknown-call resolution, what a suspension still waits for, the
+    parent link and the readiness time."""
+    link = ParentLink("sub-elsewhere-1", "call-parent")
+    a = await ledger.admit("c1", "p1", "k1", {"text": "child"}, 5, link)
+    await ledger.mark_ready(a.submission_id, 7)
+    claim = await _claimed(ledger, now_ms=100)
+    await ledger.mark_input_applied(claim, *_input_at(claim))
+    await ledger.reserve_child(claim, "call-kid", {"turns": 2})
+    await ledger.suspend(claim, ("call-a", "call-b"), ("call-kid",))
+    await ledger.decide_approval(a.submission_id, "call-a", "approved", "alice", "fine", 200)
+    (head,) = (await ledger.load_recovery_snapshot("c1")).submissions
+    _eq((head.parent, head.ready_at_ms), (link, 7), "parent link and readiness")
+    _eq(head.approvals, {"call-a": {"decision": "approved", "resolver": "alice", "reason": "fine",
+                                    "decidedAtMs": 200}, "call-b": None}, "approval decisions, the open one None")
+    _eq(head.children_pending, ("call-kid",), "the awaited child not yet released")
+    await ledger.decide_approval(a.submission_id, "call-b", "approved", "bob", "ok", 210)
+    await ledger.release_child(a.submission_id, "call-kid", {"turns": 1}, 220)
+    owner = await _claimed(ledger, owner_id="o2", now_ms=300)
+    await ledger.mark_unknown(owner, "call-u1")
+    (head,) = (await ledger.load_recovery_snapshot("c1")).submissions
+    _eq((head.unknown_calls, head.unknown_open, head.children_pending), ({"call-u1": None}, 1, ()),
+        "the open call None; the child released")
+    await ledger.resolve_unknown(a.submission_id, "call-u1", "NeverHappened", "rec", None, 400)
+    (head,) = (await ledger.load_recovery_snapshot("c1")).submissions
+    _eq(head.unknown_calls, {"call-u1": {"resolution": "NeverHappened", "resolver": "rec", "resolvedAtMs": 400}},
+        "its resolution")
+    head.approvals["call-a"]["decision"] = "changed"
+    (again,) = (await ledger.load_recovery_snapshot("c1")).submissions
+    _eq(again.approvals["call-a"]["decision"], "approved", "a snapshot's values are copies")
+    plain = await _admitted(ledger, conversation_id="c2")
+    (row,) = (await ledger.load_recovery_snapshot("c2")).submissions
+    _eq((row.submission_id, row.parent, row.approvals, row.unknown_calls, row.children_pending, row.ready_at_ms),
+        (plain.submission_id, None, None, None, (), 1), "nothing decided, no parent")
+
+
 @_check("scan-nonterminal-ordered")
 async def _(ledger) -> None:
     made = []

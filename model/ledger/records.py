@@ -366,6 +366,16 @@ class SubmissionOwnership:
     # Its child reservations, by tool call id (code-point order): (call, child or None, released).
     children: tuple[tuple[str, str | None, bool], ...] = ()
     attempt_id: str | None = None  # the latest claim's
+    # What a recovering producer needs besides the counts (fresh copies, as
+    # ``SubmissionRecord`` has them): each approval decision by call (None:
+    # undecided), each unknown call's resolution (None: open), the awaited
+    # child calls not yet released (code-point order), the parent link, and
+    # when it was made ready.
+    approvals: object = None
+    unknown_calls: object = None
+    children_pending: tuple[str, ...] = ()
+    parent: ParentLink | None = None
+    ready_at_ms: int | None = None
 
 
 @attrs.frozen

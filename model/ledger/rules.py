@@ -126,7 +126,9 @@ Decisions where the specification is silent (all in one place, here):
 - The recovery snapshot's ``SubmissionOwnership`` carries the input's log
   position, the reserved record's outcome, the child reservations as
   ``(call, child, released)`` in code-point order of the call ids, the
-  awaited children still unreleased and the latest attempt id.
+  awaited children still unreleased (their count and their calls), the
+  latest attempt id, every approval decision and unknown-call resolution
+  (None while open), the parent link and the readiness time.
 - Settlement shape (§10): ``outcome`` in completed/failed/aborted; failed
   carries ``diagnostic`` = exactly ``{errorTag: str, message: str}`` and no
   ``result``, ``cause`` or ``stack``; aborted carries no ``result`` key (not
@@ -436,6 +438,8 @@ def scan_records(rows, own=None) -> tuple[SubmissionRecord | UnreadableSubmissio
 
 def row_to_ownership(row: SubmissionRow, *, own: bool = False) -> SubmissionOwnership:
     _, reserved = read_row(row, own=own)
+    decode_column = decode_own if own else decode
+    children = _children(row)
     return SubmissionOwnership(
         submission_id=row.submission_id,
         queue_seq=row.queue_seq,
@@ -458,8 +462,14 @@ def row_to_ownership(row: SubmissionRow, *, own: bool = False) -> SubmissionOwne
         input_seq=row.input_seq,
         reserved_outcome=None if reserved is None else reserved["outcome"],
         children=tuple(sorted((call, entry["child"], entry["releasedAtMs"] is not None)
-                              for call, entry in _children(row).items())),
+                              for call, entry in children.items())),
         attempt_id=row.attempt_id,
+        approvals=None if row.approvals_json is None else decode_column(row.approvals_json),
+        unknown_calls=None if row.unknown_json is None else decode_column(row.unknown_json),
+        children_pending=tuple(sorted(call for call, entry in children.items()
+                                      if entry["awaited"] and entry["releasedAtMs"] is None)),
+        parent=_parent_of(row),
+        ready_at_ms=row.ready_at_ms,
     )
 
 

@@ -322,7 +322,12 @@ class _Row:
             reserved_outcome=None if self.reserved_digest is None else (
                 self.outcome if self.reserved_text is None else read_back(self.reserved_text)["outcome"]),
             children=tuple(sorted((call, entry[1], entry[3] is not None) for call, entry in self.children.items())),
-            attempt_id=self.attempt_id)
+            attempt_id=self.attempt_id,
+            approvals=None if self.approvals is None else read_back(canonical(self.approvals)),
+            unknown_calls=None if self.unknown is None else read_back(canonical(self.unknown)),
+            children_pending=tuple(sorted(call for call, entry in self.children.items()
+                                          if entry[4] and entry[3] is None)),
+            parent=self.parent, ready_at_ms=self.ready_at_ms)
 
     def lease_live(self, now_ms: int) -> bool:
         # L1: live strictly before the expiry instant. The specification is
