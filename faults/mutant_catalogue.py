@@ -394,6 +394,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "    approvals = _approvals(row)\n    if tool_call_id not in approvals:\n", ("port-storm",),
         ci_seed=0, ci_duration="30s"),
     Mutant(
+        "ledger-snapshot-without-decisions",
+        "The recovery snapshot leaves out the approval decisions, so a recovering producer cannot tell which "
+        "calls were approved without a token.",
+        "model.ledger.rules",
+        "        approvals=None if row.approvals_json is None else decode_column(row.approvals_json),\n"
+        "        unknown_calls=",
+        "        approvals=None,\n        unknown_calls=", ("port-storm",),
+        ci_seed=0, ci_duration="1m"),
+    Mutant(
+        "ledger-snapshot-children-pending-all",
+        "The recovery snapshot names every awaited child as pending, released or not.",
+        "model.ledger.rules",
+        "                                      if entry[\"awaited\"] and entry[\"releasedAtMs\"] is None)),\n",
+        "                                      if entry[\"awaited\"])),\n", ("port-storm",),
+        ci_seed=0, ci_duration="2m"),
+    Mutant(
         "ledger-empty-receipt-readable",
         "A stored row with an empty receipt is scanned as readable instead of failing the scan typed.",
         "model.ledger.rules", "        if type(row.receipt) is not str or not row.receipt:\n",

@@ -105,7 +105,8 @@ EDGES = (
     "unknown_blocks_claim", "unknown_resolution_replayed", "unknown_resolution_conflict",
     "unknown_resolved_claimable", "unknown_claimed_to_abort", "abort_claimed_keeps_first_intent",
     "suspended_blocks_claim", "approval_replayed", "approval_conflict", "approval_resumed_claimable",
-    "suspend_decided_resumes_at_once", "suspended_claimed_to_abort",
+    "suspend_decided_resumes_at_once", "suspended_claimed_to_abort", "snapshot_shows_decisions",
+    "snapshot_child_released_approval_open",
     "join_took_ready_prefix", "join_stopped_at_gap", "join_passed_aborted", "joined_abort_refused",
     "follower_joined", "join_reverted", "joined_settled_with_host",
     "child_reserved_key_order_irrelevant", "child_allocation_conflict", "child_attached", "child_other_conflict",
@@ -1321,6 +1322,14 @@ class _Process(ClientProcess):
                                             now + 2)
                     if self.expect_rejected(clash, ("ApprovalConflict",), f"a contrary decision on {sid}", conv):
                         self.w.edge("approval_conflict")
+                    # A recovering producer reads the decisions without a token.
+                    snap = await self.call("ledger", "load_recovery_snapshot", conv)
+                    mine = [s for s in snap.value.submissions if s.submission_id == sid] if snap.ok else []
+                    if self.expect(len(mine) == 1 and isinstance(mine[0].approvals, dict)
+                                   and (mine[0].approvals.get(call_id) or {}).get("decision") == decision
+                                   and sum(v is None for v in mine[0].approvals.values()) == len(calls) - 1,
+                                   f"snapshot of {conv} after deciding {call_id} answered {snap.show()}", conv):
+                        self.w.edge("snapshot_shows_decisions")
             token = await self.claim_token(conv, self.label, token.epoch)
             if token is None or not self.expect(token.submission_id == sid, f"claim after the decisions got "
                                                                             f"{token!r}", conv):
@@ -1577,6 +1586,12 @@ class _Process(ClientProcess):
                 if not self.expect(still.ok and still.value is None,
                                    f"claim of {sid} with its approval pending answered {still.show()}", conv):
                     return
+                snap = await self.call("ledger", "load_recovery_snapshot", conv)
+                mine = [s for s in snap.value.submissions if s.submission_id == sid] if snap.ok else []
+                if self.expect(len(mine) == 1 and mine[0].children_pending == ()
+                               and mine[0].approvals == {call: None for call in asks},
+                               f"snapshot of {conv} with its child released answered {snap.show()}", conv):
+                    self.w.edge("snapshot_child_released_approval_open")
                 if not await self._decide_one(conv, sid, asks[0], pending=0):
                     return
         token = await self.claim_token(conv, self.label, token.epoch)
