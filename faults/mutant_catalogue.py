@@ -214,10 +214,11 @@ MUTANTS: tuple[Mutant, ...] = (
         ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "ledger-renew-after-expiry",
-        "Renewal does not check the lease is unexpired, so a lapsed owner resurrects its lease instead of "
-        "claiming anew at a new epoch.",
-        "model.ledger.rules", "    row = check_token(row, token, now_ms)\n", "    row = check_token(row, token)\n", LS_PS,
-        ci_seed=4, ci_duration="2h"),
+        "Renewal refuses a lapsed lease (OwnershipLost) though nobody claimed since, so the owner must claim "
+        "anew at a new epoch instead of renewing.",
+        "model.ledger.rules", "    row = check_token(row, token)  # a lapsed lease renews until another owner claims\n",
+        "    row = check_token(row, token, now_ms)\n", LS_PS,
+        ci_seed=0, ci_duration="2m", ci_scenario="port-storm"),
     Mutant(
         "ledger-epoch-per-submission",
         "A claim allocates the next epoch from the submission's own epoch instead of the conversation's "

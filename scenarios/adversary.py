@@ -101,7 +101,7 @@ EDGES = (
     "abort_after_finalize_replays_intent", "approval_after_finalize_conflict",
     "resolution_after_finalize_conflict", "abort_raced_settlement", "purge_refused_open_work", "purge_settled",
     "purge_idempotent", "ledger_illegal_rejected", "claim_blocked_before_expiry", "claim_at_exact_lease_expiry",
-    "renew_at_expiry_lost", "stale_token_fenced", "shared_claimed", "shared_settled",
+    "renew_at_expiry_lost", "renew_after_lapse_unclaimed", "stale_token_fenced", "shared_claimed", "shared_settled",
     "unknown_blocks_claim", "unknown_resolution_replayed", "unknown_resolution_conflict",
     "unknown_resolved_claimable", "unknown_claimed_to_abort", "abort_claimed_keeps_first_intent",
     "suspended_blocks_claim", "approval_replayed", "approval_conflict", "approval_resumed_claimable",
@@ -1137,9 +1137,6 @@ class _Process(ClientProcess):
         if self.now() != expires_ms:
             self.w.edge("lease_instant_missed")
             return
-        renew = await self.call("ledger", "renew_ownership", token, self.lease_ms, expires_ms)
-        if self.expect_rejected(renew, ("OwnershipLost",), f"renew of {sid} at its expiry instant", conv):
-            self.w.edge("renew_at_expiry_lost")
         out = await self.call("ledger", "claim", conv, owner_b, self.lease_ms, expires_ms)
         taken = out.value if out.ok else None
         if not self.expect(taken is not None and taken.submission_id == sid and taken.owner_id == owner_b
@@ -1147,6 +1144,10 @@ class _Process(ClientProcess):
                            f"claim of {conv} at the expiry instant {expires_ms} answered {out.show()}", conv):
             return
         self.w.edge("claim_at_exact_lease_expiry")
+        # The lapsed lease renewed until then; now the new owner's epoch fences it.
+        renew = await self.call("ledger", "renew_ownership", token, self.lease_ms, expires_ms)
+        if self.expect_rejected(renew, ("OwnershipLost",), f"renew of {sid} at its expiry instant", conv):
+            self.w.edge("renew_at_expiry_lost")
         stale = [await self.call("ledger", "mark_input_applied", token, f"input:{sid}/0", 1),
                  await self.call("ledger", "reserve_settlement", token, {"outcome": "completed"}),
                  await self.call("ledger", "release_ownership", token)]
@@ -1160,6 +1161,16 @@ class _Process(ClientProcess):
             self.w.edge("append_stale_epoch_fenced")
         older = await self.call("log", "materialize", conv, owner_a, token.epoch)
         self.expect_rejected(older, ("FenceRejected",), f"materialize at the superseded epoch of {conv}", conv)
+        # The new owner's lease lapses with nobody claiming since: it renews
+        # (same epoch, the lease from now on), as the peer's ledger does.
+        if self.now() <= taken.lease_expires_ms:
+            await self.runtime.sleep_ms(taken.lease_expires_ms + 1 - self.now())
+        now = self.now()
+        lapsed = await self.call("ledger", "renew_ownership", taken, self.lease_ms, now)
+        if self.expect(lapsed.ok and lapsed.value.epoch == taken.epoch
+                       and lapsed.value.lease_expires_ms >= now + self.lease_ms,
+                       f"renew of {sid} after its lease lapsed unclaimed answered {lapsed.show()}", conv):
+            self.w.edge("renew_after_lapse_unclaimed")
         record = self.settlement_record("completed", 3)
         reserved = await self.call("ledger", "reserve_settlement", taken, record)
         if not self.expect_ok(reserved, f"reserve({sid})", conv):

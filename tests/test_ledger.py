@@ -365,8 +365,8 @@ def test_sqlite_state_survives_reopen_and_shares_a_file(tmp_path):
 
     async def after():
         assert await reopened.finalize_settlement(claim.submission_id, 999) == attrs.evolve(settlement, replayed=True)
-        with pytest.raises(OwnershipLost):
-            await reopened.renew_ownership(claim, 10, 2_000)
+        with pytest.raises(OwnershipLost):  # the epoch survives the reopen: another one is fenced
+            await reopened.renew_ownership(attrs.evolve(claim, epoch=claim.epoch + 1), 10, 2_000)
         assert (await reopened.admit("c1", "p1", "k1", {"x": 1}, 5)).replayed
 
     run(after)

@@ -129,9 +129,9 @@ async def _life_of_two_submissions(ledger: Observed) -> None:
     assert await ledger.claim("c1", "w2", 1_000, 1_099) is None  # live lease
     await ledger.renew_ownership(claim, 10, 200)  # never shortens
     await ledger.renew_ownership(claim, 2_000, 500)
+    taken = await ledger.claim("c1", "w2", 1_000, 2_500)  # lapsed at exactly its expiry: a rival may claim
     with pytest.raises(OwnershipLost):
-        await ledger.renew_ownership(claim, 100, 2_500)  # lapsed at exactly its expiry
-    taken = await ledger.claim("c1", "w2", 1_000, 2_500)  # lapsed: a rival may claim
+        await ledger.renew_ownership(claim, 100, 2_500)  # fenced by the rival's epoch
     with pytest.raises(OwnershipLost):
         await ledger.mark_input_applied(claim, "input:" + claim.submission_id, 1)
     await ledger.mark_input_applied(taken, "input:" + taken.submission_id, 1)

@@ -281,6 +281,7 @@ async def _(ledger) -> None:
 
 @_check("renew-never-shortens")
 async def _(ledger) -> None:
+    """Peer case ``leaseExpiryReclaim`` (renewals)."""
     await _admitted(ledger)
     claim = await _claimed(ledger, lease_ms=1_000, now_ms=100)
     renewal = await ledger.renew_ownership(claim, 10, 200)
@@ -289,7 +290,13 @@ async def _(ledger) -> None:
     _eq(renewal.lease_expires_ms, 2_500, "a long renewal extends")
     _eq((renewal.epoch, renewal.owner_id), (claim.epoch, claim.owner_id), "renewal keeps epoch and owner")
     _eq((await ledger.get(claim.submission_id)).lease_expires_ms, 2_500, "stored lease")
-    await _raises(OwnershipLost, ledger.renew_ownership(claim, 100, 2_500), "renew after the lease lapsed")
+    lapsed = await ledger.renew_ownership(claim, 100, 2_600)
+    _eq((lapsed.epoch, lapsed.lease_expires_ms), (claim.epoch, 2_700),
+        "a lapsed lease nobody claimed since renews, strictly later")
+    taken = await _claimed(ledger, owner_id="o2", now_ms=2_800)
+    exc = await _raises(OwnershipLost, ledger.renew_ownership(claim, 100, 2_900), "renew once another owner claimed")
+    _eq(exc.actual_epoch, taken.epoch, "names the reclaim epoch")
+    _eq((await ledger.renew_ownership(taken, 100, 2_900)).epoch, taken.epoch, "the new token renews")
 
 
 @_check("release-ownership")

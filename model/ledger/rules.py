@@ -42,11 +42,10 @@ Decisions where the specification is silent (all in one place, here):
   gets a fresh epoch, fencing its previous incarnation's token. Any other
   owner's live lease (``lease_expires_ms > now_ms``) blocks the claim.
 - A token is valid while the submission's row still carries its owner and
-  epoch. ``renew`` also needs the lease unexpired at ``now_ms`` (a lapsed
-  owner must claim anew, at a new epoch). ``release``, ``mark_input_applied``
-  and ``reserve_settlement`` take no clock and are fenced by owner + epoch:
-  until another owner actually claims (a higher epoch), a lapsed owner's
-  writes are still the only ones possible, so they are safe.
+  epoch. No fenced call takes the clock into account, ``renew`` included
+  (the peer implementation's rule): until another owner actually claims (a
+  higher epoch), a lapsed owner's writes are still the only ones possible,
+  so they are safe, and its renewal extends the lease from ``now_ms``.
 - ``release`` of a token already released by itself (owner cleared, same
   epoch) is an idempotent no-op.
 - ``mark_input_applied(token, record_id, seq)``: the position in the log
@@ -691,7 +690,7 @@ def check_token(row: SubmissionRow | None, token: Claim, now_ms: int | None = No
 def decide_renew(
     row: SubmissionRow | None, token: Claim, lease_ms: int, now_ms: int
 ) -> tuple[OwnershipRenewal, SubmissionRow | None]:
-    row = check_token(row, token, now_ms)
+    row = check_token(row, token)  # a lapsed lease renews until another owner claims
     lease_expires_ms = max(row.lease_expires_ms, now_ms + lease_ms)  # never shortens
     renewal = OwnershipRenewal(row.submission_id, row.owner_id, row.epoch, lease_expires_ms)
     if lease_expires_ms == row.lease_expires_ms:

@@ -28,8 +28,8 @@ adapters (memory, SQLite) do — each named where it is used:
   at exactly its expiry instant it has lapsed (L1);
 - the same owner may claim again while its own lease is live, at a new
   epoch (L2);
-- release, the input marker and reserve are fenced by owner + epoch only,
-  not by the clock; renew also needs the lease live (L3);
+- renew, release, the input marker and reserve are fenced by owner + epoch
+  only, not by the clock: a lapsed lease nobody claimed since renews (L3);
 - finalize leaves the ownership columns as they are, so a settled row's
   token still renews, releases and re-reserves its own record (L4);
 - which error wins when several apply: reserve checks the record's shape
@@ -645,10 +645,9 @@ class ReferenceLedger:
             return False
         conversation = self._conversations[row.conversation_id]
         # L5: a token is a (submission, owner, epoch) triple, valid while the
-        # row still carries that owner and epoch. L3: renew also needs the
-        # lease live at ``now_ms``; the others take no clock, since until a
-        # rival actually claims (a higher epoch) the lapsed owner's writes
-        # are the only ones possible.
+        # row still carries that owner and epoch. L3: no call takes the clock
+        # (``now_ms`` is unused here), since until a rival actually claims (a
+        # higher epoch) the lapsed owner's writes are the only ones possible.
         if row.epoch != token.epoch or row.owner_id != token.owner_id or (
                 now_ms is not None and not row.lease_live(now_ms)):
             self._want_error(call, "OwnershipLost",
@@ -798,7 +797,7 @@ class ReferenceLedger:
             self._want_argument_error(call, "lease_ms must be a positive int, now_ms an int")
             return None
         row = self._token_row(call, token)
-        if not isinstance(token, Claim) or not self._fenced(call, row, token, now_ms):
+        if not isinstance(token, Claim) or not self._fenced(call, row, token):
             return None if row is None else self._conversations[row.conversation_id]
         conversation = self._conversations[row.conversation_id]
         lease_expires_ms = max(row.lease_expires_ms, now_ms + lease_ms)  # a renewal never shortens the lease
