@@ -37,6 +37,7 @@ from typing import Any, Awaitable, Callable, Iterable
 import attrs
 
 from model import conformance_kit as _kit
+from model.canonical import digest as _digest
 
 from .records import (
     AbortConflict,
@@ -118,6 +119,8 @@ async def _claimed(ledger, conversation_id="c1", owner_id="o1", lease_ms=1_000, 
 
 @_check("admit-creates")
 async def _(ledger) -> None:
+    """Peer cases ``admissionIdempotency`` (the first admission) and ``lookupByIdAndKey`` (a by-id
+    lookup: identity, input digest, receipt, not ready, not settled; an unknown id is none)."""
     result = await ledger.admit("c1", "p1", "k1", {"text": "hi"}, 5)
     _eq(result.replayed, False, "first admit replayed")
     _eq(result.queue_seq, 1, "first queue_seq")
@@ -125,11 +128,16 @@ async def _(ledger) -> None:
     _true(record is not None, "admitted submission not found by get")
     _eq((record.input, record.input_digest, record.receipt, record.ready, record.settled_at_ms),
         ({"text": "hi"}, result.input_digest, result.receipt, False, None), "admitted record")
+    _eq(result.input_digest, _digest({"text": "hi"}), "input_digest: the canonical digest of the input")
+    _eq((record.ready_at_ms, record.outcome, record.parent, record.principal_id, record.idempotency_key,
+         record.queue_seq), (None, None, None, "p1", "k1", 1), "not ready, not settled, no parent; its identity")
     _eq(await ledger.get("sub-nope"), None, "get of an unknown id")
 
 
 @_check("admit-replays-exact-retry")
 async def _(ledger) -> None:
+    """Peer cases ``admissionIdempotency`` and ``concurrentAdmissionFifo`` (an identical retry
+    replays with the same submission, receipt and queue position), sequentially."""
     first = await ledger.admit("c1", "p1", "k1", {"a": 1, "b": [1, 2]}, 5)
     again = await ledger.admit("c1", "p1", "k1", {"b": [1, 2], "a": 1}, 9)  # same canonical input
     _eq(again.replayed, True, "exact retry replayed")
@@ -140,16 +148,25 @@ async def _(ledger) -> None:
 
 @_check("admit-conflict-different-input")
 async def _(ledger) -> None:
+    """Peer case ``admissionIdempotency``: another input under the same key is ``AdmissionConflict``
+    with both input digests (``existing_digest``, ``attempted_digest``: each the canonical digest of
+    its input)."""
     first = await ledger.admit("c1", "p1", "k1", {"text": "one"}, 5)
     exc = await _raises(AdmissionConflict, ledger.admit("c1", "p1", "k1", {"text": "two"}, 6), "same key, new input")
     _eq(exc.existing_digest, first.input_digest, "conflict existing_digest")
     _true(exc.attempted_digest != first.input_digest, "conflict attempted_digest must be the new input's")
+    _eq(exc.attempted_digest, _digest({"text": "two"}), "attempted_digest: the new input's canonical digest")
+    await ledger.mark_ready(first.submission_id, 7)
+    again = await ledger.admit("c1", "p1", "k1", {"text": "one"}, 8)
+    _eq((again.replayed, again.submission_id, again.receipt, again.queue_seq),
+        (True, first.submission_id, first.receipt, first.queue_seq), "the original replays after mark_ready")
     _eq(exc.name, "AdmissionConflict", "error name")
     _eq(len(await ledger.scan_nonterminal()), 1, "a conflict must create nothing")
 
 
 @_check("admit-parent-link")
 async def _(ledger) -> None:
+    """Peer case ``admissionParentLinkage``."""
     link = ParentLink("sub-elsewhere-3", "call-7")
     first = await ledger.admit("c1", "p1", "k1", {"task": "child"}, 5, link)
     _eq((first.replayed, first.parent), (False, link), "admitted with its parent")
@@ -177,6 +194,8 @@ async def _(ledger) -> None:
 
 @_check("admit-key-scoped-to-conversation-and-principal")
 async def _(ledger) -> None:
+    """Peer cases ``crossPrincipalAdmissionScoping`` and ``lookupByIdAndKey`` (lookup by key is
+    scoped to the principal)."""
     a = await ledger.admit("c1", "p1", "k", {"x": 1}, 0)
     b = await ledger.admit("c1", "p2", "k", {"x": 2}, 0)
     c = await ledger.admit("c2", "p1", "k", {"x": 3}, 0)
@@ -184,11 +203,18 @@ async def _(ledger) -> None:
     _eq(len({a.submission_id, b.submission_id, c.submission_id}), 3, "distinct submission ids")
     found = await ledger.get_by_idempotency_key("c1", "p2", "k")
     _eq(found.submission_id if found else None, b.submission_id, "lookup by idempotency key")
+    mine = await ledger.get_by_idempotency_key("c1", "p1", "k")
+    _eq(mine.submission_id if mine else None, a.submission_id, "the other principal's lookup: its own")
+    _true(len({a.receipt, b.receipt}) == 2 and a.queue_seq != b.queue_seq, "distinct receipts and queue positions")
+    replay = await ledger.admit("c1", "p1", "k", {"x": 1}, 9)
+    _eq((replay.replayed, replay.submission_id), (True, a.submission_id), "the first principal's replay: its own")
     _eq(await ledger.get_by_idempotency_key("c2", "p2", "k"), None, "lookup of an unused key")
 
 
 @_check("admit-queue-seq-increasing")
 async def _(ledger) -> None:
+    """Peer cases ``admissionIdempotency`` and ``fifoHeadClaim`` (a later admission, a higher queue
+    position)."""
     seqs = [(await ledger.admit("c1", "p1", f"k{i}", i, i)).queue_seq for i in range(5)]
     _true(all(a < b for a, b in zip(seqs, seqs[1:])), f"queue_seq not strictly increasing: {seqs}")
     other = await ledger.admit("c2", "p1", "k0", 0, 0)
@@ -200,6 +226,8 @@ async def _(ledger) -> None:
 
 @_check("mark-ready-idempotent")
 async def _(ledger) -> None:
+    """Peer cases ``admissionIdempotency`` and ``lookupByIdAndKey`` (mark_ready twice: ready, its
+    first time kept)."""
     result = await _admitted(ledger, ready=False)
     _eq((await ledger.get(result.submission_id)).ready_at_ms, None, "not ready: no ready_at_ms")
     first = await ledger.mark_ready(result.submission_id, 40)
@@ -213,6 +241,8 @@ async def _(ledger) -> None:
 
 @_check("claim-fifo-head-only")
 async def _(ledger) -> None:
+    """Peer cases ``fifoHeadClaim``, ``concurrentAdmissionFifo`` (claims in queue order, none on a
+    drained lane) and ``claimNeverGrantsBlockedHead`` (an unready head blocks what is behind it)."""
     first = await _admitted(ledger, key="k1", ready=False)
     second = await _admitted(ledger, key="k2", ready=True)
     _eq(await ledger.claim("c1", "o1", 1_000, 100), None, "a ready submission behind an unready head")
@@ -228,6 +258,7 @@ async def _(ledger) -> None:
 
 @_check("claim-requires-ready")
 async def _(ledger) -> None:
+    """Peer case ``fifoHeadClaim``."""
     result = await _admitted(ledger, ready=False)
     _eq(await ledger.claim("c1", "o1", 1_000, 100), None, "an unready head without abort intent")
     await ledger.mark_ready(result.submission_id, 1)
@@ -236,6 +267,8 @@ async def _(ledger) -> None:
 
 @_check("claim-unready-head-with-abort-intent")
 async def _(ledger) -> None:
+    """Peer cases ``queuedAbortSettlementAuthority`` and ``abortedSettledRowIsNotAJoiningGap`` (an
+    aborted queued submission needs no owner)."""
     # An unknown head (admitted, its receipt never sent) is claimable only for
     # cleanup once its durable abort intent exists; never claimed, the intent
     # settles it at once (there is nothing of it in the log to clean up).
@@ -250,6 +283,8 @@ async def _(ledger) -> None:
 
 @_check("claim-respects-live-lease")
 async def _(ledger) -> None:
+    """Peer cases ``fifoHeadClaim`` (another owner during a live lease gets none) and
+    ``leaseExpiryReclaim`` (after expiry it takes over)."""
     await _admitted(ledger)
     first = await _claimed(ledger, owner_id="o1", lease_ms=1_000, now_ms=100)
     _eq(first.lease_expires_ms, 1_100, "lease expiry = now + lease")
@@ -262,6 +297,8 @@ async def _(ledger) -> None:
 
 @_check("claim-epoch-increasing")
 async def _(ledger) -> None:
+    """Peer cases ``fifoHeadClaim`` and ``leaseExpiryReclaim`` (each claim a higher epoch and a new
+    attempt id)."""
     await _admitted(ledger)
     epochs = []
     attempts = []
@@ -301,6 +338,7 @@ async def _(ledger) -> None:
 
 @_check("release-ownership")
 async def _(ledger) -> None:
+    """Peer case ``releaseMakesHeadClaimable``."""
     await _admitted(ledger)
     claim = await _claimed(ledger, lease_ms=10_000, now_ms=100)
     await ledger.release_ownership(claim)
@@ -308,12 +346,18 @@ async def _(ledger) -> None:
     record = await ledger.get(claim.submission_id)
     _eq((record.owner_id, record.lease_expires_ms), (None, None), "released ownership")
     await _raises(OwnershipLost, ledger.mark_input_applied(claim, *_input_at(claim)), "token used after release")
+    await _raises(OwnershipLost, ledger.renew_ownership(claim, 1_000, 150), "renew with a released token")
     other = await _claimed(ledger, owner_id="o2", now_ms=200)
     _true(other.epoch > claim.epoch, "claim after release gets a higher epoch")
+    exc = await _raises(OwnershipLost, ledger.release_ownership(claim), "release by the old token once reclaimed")
+    _eq(exc.actual_epoch, other.epoch, "names the new epoch")
+    await ledger.reserve_settlement(other, COMPLETED_RECORD)
+    _eq((await ledger.finalize_settlement(other.submission_id, 300)).outcome, "completed", "the new owner settles")
 
 
 @_check("mark-input-applied-idempotent")
 async def _(ledger) -> None:
+    """Peer case ``inputAppliedIdempotency``."""
     await _admitted(ledger)
     claim = await _claimed(ledger)
     _eq((await ledger.get(claim.submission_id)).input_applied, False, "not applied before the marker")
@@ -328,6 +372,7 @@ async def _(ledger) -> None:
 
 @_check("mark-input-applied-position-conflict")
 async def _(ledger) -> None:
+    """Peer case ``inputAppliedIdempotency`` (a conflicting marker fails, the original kept)."""
     await _admitted(ledger)
     claim = await _claimed(ledger, lease_ms=100, now_ms=100)
     await ledger.mark_input_applied(claim, "input:a#0", 3)
@@ -347,6 +392,7 @@ async def _(ledger) -> None:
 
 @_check("abort-idempotent-first-author")
 async def _(ledger) -> None:
+    """Peer case ``abortIdempotency`` (the first intent wins; an unknown id fails typed)."""
     result = await _admitted(ledger)
     await _claimed(ledger, now_ms=100)  # running: the intent waits for its owner
     first = await ledger.request_abort(result.submission_id, "alice", "first", 200)
@@ -361,6 +407,7 @@ async def _(ledger) -> None:
 
 @_check("abort-queued-settles-at-once")
 async def _(ledger) -> None:
+    """Peer cases ``queuedAbortSettlementAuthority`` and ``abortIdempotency``."""
     head = await _admitted(ledger, key="k1")
     queued = await _admitted(ledger, key="k2")
     claim = await _claimed(ledger, now_ms=100)
@@ -386,6 +433,8 @@ async def _abort_after_reserve(ledger, claim) -> None:
 
 @_check("reserve-refused-after-abort-intent")
 async def _(ledger) -> None:
+    """Peer case ``queuedAbortSettlementAuthority`` (with an intent only the aborted record
+    settles)."""
     result = await _admitted(ledger)
     claim = await _claimed(ledger, now_ms=100)
     await ledger.request_abort(result.submission_id, "alice", "stop", 200)
@@ -435,6 +484,7 @@ async def _(ledger) -> None:
 
 @_check("unknown-outcome-blocks-the-lane")
 async def _(ledger) -> None:
+    """Peer case ``claimNeverGrantsBlockedHead`` (an unknown head)."""
     result = await _admitted(ledger)
     await _admitted(ledger, key="k2")
     claim = await _claimed(ledger, now_ms=100)
@@ -456,6 +506,8 @@ async def _(ledger) -> None:
 
 @_check("unknown-resolution-idempotent-first-wins")
 async def _(ledger) -> None:
+    """Peer cases ``unknownResolutionLifecycle`` and the adapter check that a key-reordered
+    ``CompletedWithResult`` result is an identical replay."""
     result = await _admitted(ledger)
     claim = await _claimed(ledger, now_ms=100)
     await ledger.mark_input_applied(claim, *_input_at(claim))
@@ -490,6 +542,8 @@ async def _(ledger) -> None:
 
 @_check("unknown-claimable-only-to-abort")
 async def _(ledger) -> None:
+    """Peer cases ``unknownAbortClaim`` and ``unknownResolutionLifecycle`` (a resolution once
+    settled)."""
     result = await _admitted(ledger)
     claim = await _claimed(ledger, now_ms=100)
     await ledger.mark_input_applied(claim, *_input_at(claim))
@@ -564,6 +618,8 @@ async def _(ledger) -> None:
 
 @_check("suspended-claimable-only-to-abort")
 async def _(ledger) -> None:
+    """Peer cases ``claimNeverGrantsBlockedHead`` (a suspended head) and ``unknownAbortClaim`` (its
+    abort intent makes it claimable for aborted settlement)."""
     result = await _admitted(ledger)
     claim = await _claimed(ledger, now_ms=100)
     await ledger.mark_input_applied(claim, *_input_at(claim))
@@ -583,6 +639,10 @@ async def _(ledger) -> None:
 
 @_check("join-takes-the-ready-prefix-and-stops-at-a-gap")
 async def _(ledger) -> None:
+    """Peer cases ``joiningPrefixClaim``, ``revertJoiningReturnsToReady``,
+    ``markJoinedIdempotency``, ``abortedSettledRowIsNotAJoiningGap`` and
+    ``claimNeverGrantsBlockedHead`` (a joining or joined one is never aborted alone:
+    ``JoinedToHost``)."""
     host = await _admitted(ledger, key="k1")
     ready2 = await _admitted(ledger, key="k2")
     aborted3 = await _admitted(ledger, key="k3")
@@ -618,6 +678,8 @@ async def _(ledger) -> None:
 
 @_check("joined-settle-through-their-host")
 async def _(ledger) -> None:
+    """Peer case ``joinedSettlementLinkageAuthority``: a joined follower settles through its host's
+    link, whatever token."""
     host = await _admitted(ledger, key="k1")
     joined = await _admitted(ledger, key="k2")
     joining = await _admitted(ledger, key="k3")
@@ -649,6 +711,8 @@ async def _(ledger) -> None:
 
 @_check("child-reservation-once-per-call")
 async def _(ledger) -> None:
+    """Peer cases ``childReservationIdempotency``, ``attachChildIdempotency``,
+    ``beginReleaseFreezesAccountingOnce`` and ``releaseAppliedExactlyOnce``."""
     parent = await _admitted(ledger)
     claim = await _claimed(ledger, now_ms=100)
     await ledger.mark_input_applied(claim, *_input_at(claim))
@@ -681,6 +745,7 @@ async def _(ledger) -> None:
 
 @_check("child-reservation-by-a-running-owner")
 async def _(ledger) -> None:
+    """Peer case ``childReservationIdempotency`` (the running owner reserves; key order irrelevant)."""
     # The running owner reserves: its input need not be applied yet.
     parent = await _admitted(ledger)
     claim = await _claimed(ledger, now_ms=100)
@@ -701,6 +766,7 @@ async def _(ledger) -> None:
 
 @_check("child-reservation-replay-before-fence")
 async def _(ledger) -> None:
+    """Peer case ``childReservationFencing``."""
     # An identical replay creates nothing: it is answered as a replay before
     # the token is checked, so a fenced (older) owner that retries learns
     # its reservation stands. Anything new stays fenced.
@@ -741,6 +807,8 @@ async def _parent_with_child(ledger, calls=("call-1",)) -> Claim:
 
 @_check("suspend-on-child-woken-by-release")
 async def _(ledger) -> None:
+    """Peer cases ``recordChildSettledWake`` and ``suspendResumesImmediatelyForSettledChildren``
+    (the release of the last awaited child wakes the parent; one released already resumes at once)."""
     claim = await _parent_with_child(ledger, ("call-2", "call-1"))
     sid = claim.submission_id
     suspension = await ledger.suspend(claim, (), ("call-1", "call-1"))
@@ -775,6 +843,8 @@ async def _(ledger) -> None:
 
 @_check("suspend-on-approval-and-child")
 async def _(ledger) -> None:
+    """Peer cases ``recordChildSettledWake`` and ``suspendResumesImmediatelyWhenDecided`` (the last
+    of both resumes)."""
     for order in ("decision-first", "release-first"):
         ledger_claim = await _parent_with_child(ledger) if order == "decision-first" else None
         if ledger_claim is None:
@@ -808,6 +878,7 @@ async def _(ledger) -> None:
 
 @_check("suspend-unknown-child")
 async def _(ledger) -> None:
+    """Peer case ``recordChildSettledWake`` (a child the parent never reserved)."""
     claim = await _parent_with_child(ledger)
     before = await ledger.get(claim.submission_id)
     exc = await _raises(UnknownChildReservation, ledger.suspend(claim, ("ask-1",), ("call-1", "call-9")),
@@ -826,6 +897,8 @@ async def _(ledger) -> None:
 
 @_check("reserve-idempotent")
 async def _(ledger) -> None:
+    """Peer case ``settlementLifecycle`` (an identical reservation replays with the same record
+    digest)."""
     await _admitted(ledger)
     claim = await _claimed(ledger)
     first = await ledger.reserve_settlement(claim, FAILED_RECORD)
@@ -839,6 +912,7 @@ async def _(ledger) -> None:
 
 @_check("reserve-conflict")
 async def _(ledger) -> None:
+    """Peer case ``settlementConflicts``."""
     await _admitted(ledger)
     claim = await _claimed(ledger)
     first = await ledger.reserve_settlement(claim, COMPLETED_RECORD)
@@ -882,6 +956,7 @@ async def _(ledger) -> None:
 
 @_check("reserve-shape-rules")
 async def _(ledger) -> None:
+    """Peer case ``settlementLifecycle`` (the failed record's diagnostic)."""
     await _admitted(ledger)
     claim = await _claimed(ledger)
     bad_records = (
@@ -903,6 +978,7 @@ async def _(ledger) -> None:
 
 @_check("finalize-idempotent")
 async def _(ledger) -> None:
+    """Peer case ``settlementLifecycle`` (a later finalize keeps the first ``settled_at_ms``)."""
     result = await _admitted(ledger)
     claim = await _claimed(ledger)
     reserved = await ledger.reserve_settlement(claim, FAILED_RECORD)
@@ -922,6 +998,7 @@ async def _(ledger) -> None:
 
 @_check("settlement-ids")
 async def _(ledger) -> None:
+    """Peer case ``settlementLifecycle`` (``settlement:{submissionId}``)."""
     # Deterministic, the peer's format: "settlement:{submissionId}"; the same
     # record settled under two submissions gets two ids; a joined follower
     # and a submission settled by its abort intent get theirs too.
@@ -963,6 +1040,7 @@ async def _(ledger) -> None:
 
 @_check("finalize-unreserved-conflict")
 async def _(ledger) -> None:
+    """Peer case ``settlementConflicts`` (finalize without a reservation)."""
     result = await _admitted(ledger)
     await _raises(SettlementConflict, ledger.finalize_settlement(result.submission_id, 100), "finalize unreserved")
     _eq((await ledger.get(result.submission_id)).settled_at_ms, None, "nothing settled")
@@ -971,6 +1049,8 @@ async def _(ledger) -> None:
 
 @_check("stale-token-fenced")
 async def _(ledger) -> None:
+    """Peer cases ``leaseExpiryReclaim`` (each fenced call names the reclaim epoch; a fenced
+    reservation leaves none) and ``releaseMakesHeadClaimable``."""
     await _admitted(ledger)
     stale = await _claimed(ledger, owner_id="o1", lease_ms=100, now_ms=100)
     fresh = await _claimed(ledger, owner_id="o2", lease_ms=10_000, now_ms=300)
@@ -993,6 +1073,7 @@ async def _(ledger) -> None:
 
 @_check("recovery-snapshot")
 async def _(ledger) -> None:
+    """Peer case ``recoverySnapshotConsistency``."""
     a = await _admitted(ledger, key="k1")
     b = await _admitted(ledger, key="k2", ready=False)
     claim = await _claimed(ledger, lease_ms=500, now_ms=100)
@@ -1063,6 +1144,7 @@ async def _(ledger) -> None:
 
 @_check("scan-nonterminal-ordered")
 async def _(ledger) -> None:
+    """Peer case ``scanNonterminalWorklist``."""
     made = []
     for conversation_id in ("c2", "c1", "c3"):
         for key in ("k1", "k2"):
@@ -1078,6 +1160,7 @@ async def _(ledger) -> None:
 
 @_check("scan-nonterminal-of-one-principal")
 async def _(ledger) -> None:
+    """Peer case ``scanNonterminalWorklist`` (scan rows carry the principal)."""
     for conversation_id, principal_id in (("c2", "p2"), ("c1", "p1"), ("c3", "p2"), ("c4", "p1")):
         await _admitted(ledger, conversation_id=conversation_id, principal_id=principal_id)
     _eq([r.conversation_id for r in await ledger.scan_nonterminal(principal_id="p2")], ["c2", "c3"],
@@ -1090,6 +1173,7 @@ async def _(ledger) -> None:
 
 @_check("capabilities")
 async def _(ledger) -> None:
+    """The declared capabilities (the peer's ``capabilities.durability``)."""
     caps = ledger.capabilities()
     _true(isinstance(caps, dict), f"capabilities must be a dict, got {caps!r}")
     for key in ("durable", "atomic_admission", "fencing"):
@@ -1100,6 +1184,7 @@ async def _(ledger) -> None:
 
 @_check("json-values-copied")
 async def _(ledger) -> None:
+    """Peer adapter check: persisted JSON is copied (key order and caller mutation irrelevant)."""
     value = {"list": [1, 2]}
     result = await ledger.admit("c1", "p1", "k1", value, 0)
     value["list"].append(3)
