@@ -447,7 +447,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "An approval decision counts only the undecided approvals as still pending, not the awaited children, "
         "so a decision with a child still awaited answers as the one that resumed the submission.",
         "model.ledger.rules", "                            pending + row.children_awaited), \\\n",
-        "                            pending), \\\n", ("port-storm",), ci_seed=0, ci_duration="4m"),
+        "                            pending), \\\n", ("port-storm",), ci_seed=3, ci_duration="4m"),
     Mutant(
         "worker-abort-read-once",
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "
@@ -478,7 +478,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "SQLite write transactions start with a deferred BEGIN instead of BEGIN IMMEDIATE, so a read-then-write "
         "can fail with SQLITE_BUSY_SNAPSHOT that the busy timeout never retries.",
         "model.sqlite_db", '        conn.execute("BEGIN IMMEDIATE")\n', '        conn.execute("BEGIN")\n', LS,
-        store="sqlite", ci_seed=6, ci_duration="1h"),
+        store="sqlite", ci_seed=8, ci_duration="1h"),
     Mutant(
         "sqlite-busy-untyped",
         "A busy database (SQLITE_BUSY at BEGIN IMMEDIATE) is not recognised as write contention: the caller "
