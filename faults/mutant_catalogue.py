@@ -266,7 +266,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "    if row.settled_at_ms is not None:\n        assert row.outcome == outcome, (row.outcome, outcome)\n"
         "        return Settlement(submission_id, outcome, row.reserved_digest, row.settled_at_ms, diagnostic,\n"
-        "                          row.settlement_id, True), None, []\n",
+        "                          row.settlement_id, True, row.receipt), None, []\n",
         "", ALL,
         ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
@@ -410,6 +410,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "                                      if entry[\"awaited\"] and entry[\"releasedAtMs\"] is None)),\n",
         "                                      if entry[\"awaited\"])),\n", ("port-storm",),
         ci_seed=0, ci_duration="2m"),
+    Mutant(
+        "ledger-reserve-answer-bare",
+        "A reservation answers only its record digest, without the settlement id and outcome it will finalize as.",
+        "model.ledger.rules",
+        "    reserved = ReservedSettlement(row.submission_id, record_digest, False,\n"
+        "                                  settlement_id_for(row.submission_id, record_digest), outcome)\n",
+        "    reserved = ReservedSettlement(row.submission_id, record_digest)\n", LS_PS, ci_seed=0, ci_duration="30s"),
+    Mutant(
+        "ledger-settlement-without-receipt",
+        "A first finalize answers the settlement without the admission's receipt.",
+        "model.ledger.rules",
+        "    settlement = Settlement(submission_id, outcome, row.reserved_digest, now_ms, diagnostic, settlement_id,\n"
+        "                            receipt=row.receipt)\n",
+        "    settlement = Settlement(submission_id, outcome, row.reserved_digest, now_ms, diagnostic, settlement_id)\n",
+        LS_PS, ci_seed=0, ci_duration="30s"),
     Mutant(
         "ledger-empty-receipt-readable",
         "A stored row with an empty receipt is scanned as readable instead of failing the scan typed.",

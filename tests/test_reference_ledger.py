@@ -277,7 +277,8 @@ def test_finalize_before_reserve_diverges():
 
 def test_wrong_digests_and_error_fields_diverge():
     model, first, _, claim = _admitted_and_claimed()
-    right = ReservedSettlement(first.submission_id, model_digest(COMPLETED))
+    right = ReservedSettlement(first.submission_id, model_digest(COMPLETED), False,
+                               f"settlement:{first.submission_id}", "completed")
     assert feed(model, "reserve_settlement", claim, COMPLETED, result=attrs.evolve(right, record_digest="0" * 64))
     assert feed(model, "reserve_settlement", claim, COMPLETED, result=right) is None
     # A stale token's refusal must carry the current epoch.
@@ -502,9 +503,11 @@ def test_the_ids_positions_and_wakes_the_contract_fixes_are_checked():
     assert feed(model, "claim", "c1", "o2", 1_000, 400, result=resumed) is None
     record = {"outcome": "completed"}
     assert feed(model, "reserve_settlement", resumed, record,
-                result=ReservedSettlement(sid, model_digest(record))) is None
+                result=ReservedSettlement(sid, model_digest(record))) is not None  # no settlement id, outcome
+    assert feed(model, "reserve_settlement", resumed, record,
+                result=ReservedSettlement(sid, model_digest(record), False, f"settlement:{sid}", "completed")) is None
     settled = Settlement(sid, "completed", model_digest(record), 500, None, "stl-" + model_digest(
-        {"submissionId": sid, "recordDigest": model_digest(record)}))  # the old, digest-based format
+        {"submissionId": sid, "recordDigest": model_digest(record)}), receipt=first.receipt)
     assert feed(model, "finalize_settlement", sid, 500, result=settled) is not None
     settlement_id = f"settlement:{sid}"  # the peer's format
     assert feed(model, "finalize_settlement", sid, 500,
@@ -543,8 +546,10 @@ def test_an_owner_write_on_a_settled_row_is_a_settlement_conflict_naming_its_out
     model, first, _, claim = _admitted_and_claimed()
     sid = first.submission_id
     record = {"outcome": "completed"}
-    assert feed(model, "reserve_settlement", claim, record, result=ReservedSettlement(sid, model_digest(record))) is None
-    settled = Settlement(sid, "completed", model_digest(record), 300, None, f"settlement:{sid}")
+    assert feed(model, "reserve_settlement", claim, record,
+                result=ReservedSettlement(sid, model_digest(record), False, f"settlement:{sid}", "completed")) is None
+    settled = Settlement(sid, "completed", model_digest(record), 300, None, f"settlement:{sid}",
+                         receipt=first.receipt)
     assert feed(model, "finalize_settlement", sid, 300, result=settled) is None
     refused = TransitionRefused(sid, "settled", "suspend")
     assert feed(model, "suspend", claim, ("call-a",), (), error=refused) is not None

@@ -905,6 +905,9 @@ async def _(ledger) -> None:
     again = await ledger.reserve_settlement(claim, dict(reversed(list(FAILED_RECORD.items()))))
     _true(isinstance(first, ReservedSettlement), f"reserve returned {first!r}")
     _eq(first.replayed, False, "the first reservation")
+    _eq((first.settlement_id, first.outcome, first.record_digest),
+        (f"settlement:{claim.submission_id}", "failed", _digest(FAILED_RECORD)),
+        "the reservation names its settlement id, outcome and record digest")
     _eq(again, attrs.evolve(first, replayed=True), "same record reserved again: replayed")
     record = await ledger.get(claim.submission_id)
     _eq((record.reserved_record, record.reserved_digest), (FAILED_RECORD, first.record_digest), "stored reservation")
@@ -989,6 +992,7 @@ async def _(ledger) -> None:
     _eq(first.diagnostic, FAILED_RECORD["diagnostic"], "failed diagnostic projected from the reserved record")
     _eq(first.replayed, False, "the first finalize")
     _eq(first.settlement_id, f"settlement:{result.submission_id}", "settlement_id (settlement:{submissionId})")
+    _eq(first.receipt, result.receipt, "the settlement carries the admission's receipt")
     _eq(again, attrs.evolve(first, replayed=True),
         "a second finalize returns the same settlement (same settled_at_ms and settlement_id), replayed")
     record = await ledger.get(result.submission_id)

@@ -236,11 +236,15 @@ class ChildReservation:
 
 @attrs.frozen
 class ReservedSettlement:
-    """``replayed``: this exact record was reserved already."""
+    """``replayed``: this exact record was reserved already.
+    ``settlement_id`` (``settlement:{submissionId}``) and ``outcome``: the
+    settlement it will finalize as (the peer's reservation answer)."""
 
     submission_id: str
     record_digest: str
     replayed: bool = False
+    settlement_id: str | None = None
+    outcome: str | None = None
 
 
 @attrs.frozen
@@ -249,7 +253,7 @@ class Settlement:
     ``{errorTag, message}`` projected from the reserved record (None for the
     other outcomes), so a replayed finalize returns the same value.
     ``settlement_id``: ``"settlement:{submissionId}"`` (stable across replays). ``replayed``: it was finalized
-    already; this is that settlement."""
+    already; this is that settlement. ``receipt``: the admission's receipt."""
 
     submission_id: str
     outcome: str
@@ -258,6 +262,7 @@ class Settlement:
     diagnostic: object = None
     settlement_id: str | None = None
     replayed: bool = False
+    receipt: str | None = None
 
 
 @attrs.frozen

@@ -1219,7 +1219,8 @@ def decide_reserve(
 ) -> tuple[ReservedSettlement, SubmissionRow | None]:
     """``outcome``: the record's (its shape already checked)."""
     row = check_token(row, token)
-    reserved = ReservedSettlement(row.submission_id, record_digest)
+    reserved = ReservedSettlement(row.submission_id, record_digest, False,
+                                  settlement_id_for(row.submission_id, record_digest), outcome)
     if row.reserved_digest is None:
         if row.abort_author is not None and outcome != ABORTED:
             raise AbortRequested(row.submission_id, row.abort_author, row.abort_reason, outcome)
@@ -1256,9 +1257,10 @@ def decide_finalize(
     if row.settled_at_ms is not None:
         assert row.outcome == outcome, (row.outcome, outcome)
         return Settlement(submission_id, outcome, row.reserved_digest, row.settled_at_ms, diagnostic,
-                          row.settlement_id, True), None, []
+                          row.settlement_id, True, row.receipt), None, []
     settlement_id = settlement_id_for(submission_id, row.reserved_digest)
-    settlement = Settlement(submission_id, outcome, row.reserved_digest, now_ms, diagnostic, settlement_id)
+    settlement = Settlement(submission_id, outcome, row.reserved_digest, now_ms, diagnostic, settlement_id,
+                            receipt=row.receipt)
     followers: list[SubmissionRow] = []
     if row.joined_count:
         follower_json = canonical_json(joined_record(record))

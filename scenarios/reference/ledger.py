@@ -922,8 +922,9 @@ class ReferenceLedger:
                              "existing_digest": row.reserved_digest, "attempted_digest": record_digest,
                              "existing_outcome": reserved_outcome}, conversation)
             return conversation
-        self._want_value(call, ReservedSettlement(row.submission_id, record_digest, row.reserved_digest is not None),
-                         conversation)
+        self._want_value(call, ReservedSettlement(row.submission_id, record_digest, row.reserved_digest is not None,
+                                                  _settlement_id(row.submission_id, record_digest),
+                                                  read_back(text)["outcome"]), conversation)
         if row.reserved_digest is None:
             row.reserved_text, row.reserved_digest = text, call.result.record_digest  # equal: the store's copy
             row.changed()
@@ -949,7 +950,7 @@ class ReferenceLedger:
             return conversation
         if row.settled_at_ms is not None:  # idempotent: the first finalize's answer, again
             self._want_value(call, Settlement(sid, row.outcome, row.reserved_digest, row.settled_at_ms,
-                                              row.diagnostic, row.settlement_id, True), conversation)
+                                              row.diagnostic, row.settlement_id, True, row.receipt), conversation)
             return conversation
         record = read_back(row.reserved_text)
         outcome = OUTCOMES[OUTCOMES.index(record["outcome"])]  # the constant: one string for every row
@@ -957,8 +958,8 @@ class ReferenceLedger:
         # record, so a replayed finalize returns the same value.
         diagnostic = record["diagnostic"] if outcome == "failed" else None
         settlement_id = _settlement_id(sid, row.reserved_digest)
-        self._want_value(call, Settlement(sid, outcome, row.reserved_digest, now_ms, diagnostic, settlement_id),
-                         conversation)
+        self._want_value(call, Settlement(sid, outcome, row.reserved_digest, now_ms, diagnostic, settlement_id,
+                                          receipt=row.receipt), conversation)
         row.outcome, row.settled_at_ms, row.diagnostic = outcome, now_ms, diagnostic  # L4: ownership stays
         row.settlement_id = settlement_id
         row.input_text = row.reserved_text = None
