@@ -253,6 +253,9 @@ async def _(ledger) -> None:
     await ledger.finalize_settlement(first.submission_id, 200)
     nxt = await _claimed(ledger, owner_id="o2", now_ms=300)
     _eq(nxt.submission_id, second.submission_id, "after settlement the next one is the head")
+    settled = await ledger.get_by_idempotency_key("c1", "p1", "k1")
+    _eq((settled.submission_id, settled.receipt, settled.outcome), (first.submission_id, first.receipt, "completed"),
+        "a settled admission is still found by its key, with its outcome")
     _eq(await ledger.claim("c-empty", "o1", 1_000, 100), None, "claim on an empty conversation")
 
 
@@ -674,6 +677,44 @@ async def _(ledger) -> None:
     _eq((await ledger.get(ready4.submission_id)).join_host, None, "reverted to ready")
     again = await ledger.begin_join(claim, 8)
     _eq(again.followers, (ready2.submission_id, ready4.submission_id), "a reverted one can be taken again")
+
+
+@_check("join-prefix-by-limit")
+async def _(ledger) -> None:
+    """Peer cases ``joiningPrefixClaim`` and ``markJoinedIdempotency``: a
+    token never issued takes nothing; the limit bounds the prefix; already
+    joining rows are kept, an unready one is a gap until it is made ready;
+    the snapshot links each follower to its host. (Here the batch answers
+    every follower the host holds, the peer's only the newly taken ones.)"""
+    host = await _admitted(ledger, key="k1")
+    s2 = await _admitted(ledger, key="k2")
+    s3 = await _admitted(ledger, key="k3")
+    s4 = await _admitted(ledger, key="k4", ready=False)
+    s5 = await _admitted(ledger, key="k5")
+    claim = await _claimed(ledger, now_ms=100)
+    bogus = attrs.evolve(claim, epoch=claim.epoch + 100)
+    await _raises(OwnershipLost, ledger.begin_join(bogus, 1), "a token never issued")
+    _eq((await ledger.get(s2.submission_id)).join_host, None, "a fenced join takes nothing")
+    first = await ledger.begin_join(claim, 1)
+    _eq(first.followers, (s2.submission_id,), "limit 1: the first ready one")
+    second = await ledger.begin_join(claim, 8)
+    _eq((second.followers, second.replayed), ((s2.submission_id, s3.submission_id), False), "up to the gap")
+    _eq((await ledger.get(s4.submission_id)).join_host, None, "the unready one is not taken")
+    _eq((await ledger.get(s5.submission_id)).join_host, None, "nor what is behind it")
+    await ledger.mark_ready(s4.submission_id, 150)
+    third = await ledger.begin_join(claim, 8)
+    _eq(third.followers, tuple(r.submission_id for r in (s2, s3, s4, s5)), "made ready: the prefix goes on")
+    snapshot = await ledger.load_recovery_snapshot("c1")
+    _eq([(row.submission_id, row.join_host) for row in snapshot.submissions],
+        [(host.submission_id, None)] + [(r.submission_id, host.submission_id) for r in (s2, s3, s4, s5)],
+        "each follower linked to its host")
+    await _raises(OwnershipLost, ledger.mark_joined(bogus, s2.submission_id, "input:2", 3), "mark_joined, bogus")
+    await ledger.release_ownership(claim)
+    successor = await _claimed(ledger, owner_id="o2", now_ms=200)
+    _eq(successor.submission_id, host.submission_id, "the host again, a higher epoch")
+    await _raises(OwnershipLost, ledger.mark_joined(claim, s3.submission_id, "input:3", 4), "the old host token")
+    marked = await ledger.mark_joined(successor, s3.submission_id, "input:3", 4)
+    _eq((marked.host_submission_id, marked.seq), (host.submission_id, 4), "the new host token marks it")
 
 
 @_check("joined-settle-through-their-host")
