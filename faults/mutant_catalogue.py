@@ -425,6 +425,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "                            receipt=row.receipt)\n",
         "    settlement = Settlement(submission_id, outcome, row.reserved_digest, now_ms, diagnostic, settlement_id)\n",
         LS_PS, ci_seed=0, ci_duration="30s"),
+    # A survivor: no scenario asks a store for its capabilities (the fault
+    # layer does not wrap the call, so neither the adversary nor the
+    # reference ledger sees it); the conformance kit holds the declaration.
+    Mutant(
+        "ledger-durability-undeclared",
+        "The capabilities leave out the peer's durability declaration.",
+        "model.ledger.rules",
+        "        \"durability\": \"durable-node\" if durable else \"non-durable\",  # the peer's declaration\n", "",
+        ("port-storm",)),
     Mutant(
         "ledger-empty-receipt-readable",
         "A stored row with an empty receipt is scanned as readable instead of failing the scan typed.",

@@ -308,6 +308,29 @@ def test_sqlite_contention_leaves_nothing_written(tmp_path):
     ledger.close()
 
 
+def test_sqlite_snapshot_reads_committed_state_beside_an_uncommitted_write(tmp_path):
+    """Peer adapter check (yielded-dev sqlite ledger): a recovery snapshot
+    taken while another connection holds an uncommitted write shows the
+    committed state (admitted, not ready), and the read leaves no
+    transaction open, so a later write commits."""
+    path = str(tmp_path / "snapshot.db")
+    ledger = SqliteSubmissionLedger.open(path, busy_timeout_ms=50)
+    admitted = run(ledger.admit, "c1", "p1", "k1", {"x": 1}, 0)
+    holder = open_database(path)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        holder.execute("UPDATE ledger_submissions SET ready = 1, ready_at_ms = 5 WHERE submission_id = ?",
+                       (admitted.submission_id,))
+        (row,) = run(ledger.load_recovery_snapshot, "c1").submissions
+        assert (row.submission_id, row.ready, row.ready_at_ms) == (admitted.submission_id, False, None)
+        assert not ledger.connection.in_transaction
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert run(ledger.mark_ready, admitted.submission_id, 9).ready_at_ms == 9
+    ledger.close()
+
+
 def test_sqlite_concurrent_duplicate_admissions_one_winner(tmp_path):
     path = str(tmp_path / "race.db")
     SqliteSubmissionLedger.open(path).close()  # schema first, outside the race

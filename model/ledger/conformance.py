@@ -1218,13 +1218,16 @@ async def _(ledger) -> None:
 
 @_check("capabilities")
 async def _(ledger) -> None:
-    """The declared capabilities (the peer's ``capabilities.durability``)."""
+    """The declared capabilities, with the peer's ``durability`` (peer
+    adapter check: a durable ledger declares ``durable-node``)."""
     caps = ledger.capabilities()
     _true(isinstance(caps, dict), f"capabilities must be a dict, got {caps!r}")
     for key in ("durable", "atomic_admission", "fencing"):
         _true(key in caps, f"capabilities lacks {key!r}")
     _true(isinstance(caps["durable"], bool), "capabilities['durable'] must be a bool")
     _eq((caps["atomic_admission"], caps["fencing"]), (True, "epoch"), "declared contract")
+    _eq(caps.get("durability"), "durable-node" if caps["durable"] else "non-durable",
+        "durability, in the peer's words, agrees with durable")
 
 
 @_check("json-values-copied")

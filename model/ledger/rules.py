@@ -1299,6 +1299,7 @@ def capabilities(*, durable: bool, adapter: str) -> dict:
     return {
         "adapter": adapter,
         "durable": durable,
+        "durability": "durable-node" if durable else "non-durable",  # the peer's declaration
         "atomic_admission": True,
         "atomic_settlement_transitions": True,
         "fencing": "epoch",

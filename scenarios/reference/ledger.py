@@ -1461,8 +1461,10 @@ class ReferenceLedger:
     def _capabilities(self, call: Any, a: dict) -> None:
         caps = call.result
         if call.error is not None or not isinstance(caps, dict) or not isinstance(caps.get("durable"), bool) or (
-                caps.get("atomic_admission"), caps.get("fencing")) != (True, "epoch"):
-            raise self._fail(None, "a dict declaring durable (a bool), atomic_admission=True and fencing='epoch'")
+                caps.get("atomic_admission"), caps.get("fencing")) != (True, "epoch") or caps.get(
+                "durability") != ("durable-node" if caps["durable"] else "non-durable"):
+            raise self._fail(None, "a dict declaring durable (a bool), its durability ('durable-node' or "
+                                   "'non-durable'), atomic_admission=True and fencing='epoch'")
         return None
 
 
