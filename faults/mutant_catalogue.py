@@ -425,6 +425,18 @@ MUTANTS: tuple[Mutant, ...] = (
         "                            receipt=row.receipt)\n",
         "    settlement = Settlement(submission_id, outcome, row.reserved_digest, now_ms, diagnostic, settlement_id)\n",
         LS_PS, ci_seed=0, ci_duration="30s"),
+    Mutant(
+        "ledger-snapshot-child-outcome-dropped",
+        "The recovery snapshot names an attached child's state but not the outcome it settled with.",
+        "model.ledger.rules", "    return state_of(child), child.outcome\n", "    return state_of(child), None\n",
+        ("port-storm",),
+        ci_seed=0, ci_duration="2m"),
+    Mutant(
+        "ledger-snapshot-state-stale",
+        "The recovery snapshot names a claimed submission's state as ready until its input is applied.",
+        "model.ledger.rules", "        state=state_of(row),\n",
+        "        state=\"ready\" if state_of(row) == \"running\" else state_of(row),\n", ("port-storm",),
+        ci_seed=1, ci_duration="1m"),
     # A survivor: no scenario asks a store for its capabilities (the fault
     # layer does not wrap the call, so neither the adversary nor the
     # reference ledger sees it); the conformance kit holds the declaration.

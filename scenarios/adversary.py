@@ -106,7 +106,7 @@ EDGES = (
     "unknown_resolved_claimable", "unknown_claimed_to_abort", "abort_claimed_keeps_first_intent",
     "suspended_blocks_claim", "approval_replayed", "approval_conflict", "approval_resumed_claimable",
     "suspend_decided_resumes_at_once", "suspended_claimed_to_abort", "snapshot_shows_decisions",
-    "snapshot_child_released_approval_open",
+    "snapshot_child_released_approval_open", "snapshot_names_state",
     "join_took_ready_prefix", "join_stopped_at_gap", "join_passed_aborted", "joined_abort_refused",
     "follower_joined", "join_reverted", "joined_settled_with_host",
     "child_reserved_key_order_irrelevant", "child_allocation_conflict", "child_attached", "child_other_conflict",
@@ -1144,6 +1144,11 @@ class _Process(ClientProcess):
                            f"claim of {conv} at the expiry instant {expires_ms} answered {out.show()}", conv):
             return
         self.w.edge("claim_at_exact_lease_expiry")
+        snap = await self.call("ledger", "load_recovery_snapshot", conv)
+        if self.expect(snap.ok and [(s.submission_id, s.state, s.owner_id) for s in snap.value.submissions]
+                       == [(sid, "running", owner_b)], f"snapshot of {conv} after the takeover answered "
+                                                       f"{snap.show()}", conv):
+            self.w.edge("snapshot_names_state")
         # The lapsed lease renewed until then; now the new owner's epoch fences it.
         renew = await self.call("ledger", "renew_ownership", token, self.lease_ms, expires_ms)
         if self.expect_rejected(renew, ("OwnershipLost",), f"renew of {sid} at its expiry instant", conv):
@@ -1600,7 +1605,9 @@ class _Process(ClientProcess):
                 snap = await self.call("ledger", "load_recovery_snapshot", conv)
                 mine = [s for s in snap.value.submissions if s.submission_id == sid] if snap.ok else []
                 if self.expect(len(mine) == 1 and mine[0].children_pending == ()
-                               and mine[0].approvals == {call: None for call in asks},
+                               and mine[0].approvals == {call: None for call in asks}
+                               and mine[0].state == "suspended"
+                               and mine[0].child_states == ((call_id, child.submission_id, "settled", "aborted"),),
                                f"snapshot of {conv} with its child released answered {snap.show()}", conv):
                     self.w.edge("snapshot_child_released_approval_open")
                 if not await self._decide_one(conv, sid, asks[0], pending=0):

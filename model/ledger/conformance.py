@@ -1187,6 +1187,37 @@ async def _(ledger) -> None:
         (plain.submission_id, None, None, None, (), 1), "nothing decided, no parent")
 
 
+@_check("recovery-snapshot-states-and-children")
+async def _(ledger) -> None:
+    """Peer cases ``attachChildIdempotency`` (the parent's snapshot lists
+    each attachment with the child's state and, once settled, its outcome)
+    and ``recoverySnapshotConsistency`` / ``joiningPrefixClaim`` (each
+    submission's state, in the peer's names)."""
+    parent = await _admitted(ledger, key="k1")
+    behind = await _admitted(ledger, key="k2", ready=False)
+    claim = await _claimed(ledger, now_ms=100)
+    await ledger.reserve_child(claim, "call-b", {"turns": 1})
+    await ledger.reserve_child(claim, "call-a", {"turns": 2})
+    await ledger.reserve_child(claim, "call-c", {"turns": 3})
+    child_a = await ledger.admit("c2", "p1", "child-a", {"task": "a"}, 110, ParentLink(parent.submission_id, "call-a"))
+    await ledger.mark_ready(child_a.submission_id, 111)
+    child_b = await ledger.admit("c3", "p1", "child-b", {"task": "b"}, 110, ParentLink(parent.submission_id, "call-b"))
+    await ledger.attach_child(claim, "call-a", child_a.submission_id)
+    await ledger.attach_child(claim, "call-b", child_b.submission_id)
+    head, tail = (await ledger.load_recovery_snapshot("c1")).submissions
+    _eq((head.state, tail.state), ("running", "admitted"), "states, in the peer's names")
+    _eq(head.child_states, (("call-a", child_a.submission_id, "ready", None),
+                            ("call-b", child_b.submission_id, "admitted", None)),
+        "each attached child with its state, by call; an unattached reservation is not listed")
+    await ledger.request_abort(child_b.submission_id, "ops", "not needed", 120)
+    await ledger.mark_input_applied(claim, *_input_at(claim))
+    (head, _) = (await ledger.load_recovery_snapshot("c1")).submissions
+    _eq(head.state, "input-applied", "the input applied")
+    _eq(head.child_states[1], ("call-b", child_b.submission_id, "settled", "aborted"),
+        "a settled child names its outcome")
+    _eq(behind.submission_id, tail.submission_id, "the tail")
+
+
 @_check("scan-nonterminal-ordered")
 async def _(ledger) -> None:
     """Peer case ``scanNonterminalWorklist``."""

@@ -67,6 +67,7 @@ from .rules import (
     encode_input,
     encode_settlement,
     recovery_snapshot,
+    attached_children,
     require_str,
     require_token,
     row_to_record,
@@ -364,9 +365,10 @@ class InMemorySubmissionLedger:
 
     async def load_recovery_snapshot(self, conversation_id: str) -> RecoverySnapshot:
         require_str("conversation_id", conversation_id)
+        rows = self._nonterminal(conversation_id)
         return recovery_snapshot(
-            conversation_id, self._conversations.get(conversation_id), self._nonterminal(conversation_id),
-            self._own,
+            conversation_id, self._conversations.get(conversation_id), rows, self._own,
+            {child: self._row(child) for row in rows for child in attached_children(row)},
         )
 
     async def scan_nonterminal(self, principal_id: str | None = None) -> tuple[SubmissionRecord, ...]:

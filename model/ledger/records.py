@@ -381,6 +381,12 @@ class SubmissionOwnership:
     children_pending: tuple[str, ...] = ()
     parent: ParentLink | None = None
     ready_at_ms: int | None = None
+    # Its lifecycle state (``states.py``: the peer's names), and each
+    # attached child as ``(call, child, child's state, child's outcome)`` in
+    # code-point order of the calls (state None: the ledger no longer holds
+    # the child; outcome None until it settled).
+    state: str | None = None
+    child_states: tuple[tuple[str, str, str | None, str | None], ...] = ()
 
 
 @attrs.frozen

@@ -435,7 +435,15 @@ def scan_records(rows, own=None) -> tuple[SubmissionRecord | UnreadableSubmissio
     return tuple(found)
 
 
-def row_to_ownership(row: SubmissionRow, *, own: bool = False) -> SubmissionOwnership:
+def attached_children(row: SubmissionRow) -> list[str]:
+    """The child submissions attached to ``row``'s reservations (whose state
+    its recovery snapshot names)."""
+    return [entry["child"] for entry in _children(row).values() if entry["child"] is not None]
+
+
+def row_to_ownership(row: SubmissionRow, *, own: bool = False, child_rows=None) -> SubmissionOwnership:
+    """``child_rows``: the rows of ``attached_children(row)`` by id (None:
+    the ledger no longer holds it)."""
     _, reserved = read_row(row, own=own)
     decode_column = decode_own if own else decode
     children = _children(row)
@@ -469,18 +477,30 @@ def row_to_ownership(row: SubmissionRow, *, own: bool = False) -> SubmissionOwne
                                       if entry["awaited"] and entry["releasedAtMs"] is None)),
         parent=_parent_of(row),
         ready_at_ms=row.ready_at_ms,
+        state=state_of(row),
+        child_states=tuple(sorted(
+            (call, entry["child"], *_child_state((child_rows or {}).get(entry["child"])))
+            for call, entry in children.items() if entry["child"] is not None)),
     )
 
 
+def _child_state(child: SubmissionRow | None) -> tuple[str | None, str | None]:
+    if child is None:
+        return None, None
+    return state_of(child), child.outcome
+
+
 def recovery_snapshot(
-    conversation_id: str, conversation: ConversationRow | None, nonterminal: list[SubmissionRow], own=None
+    conversation_id: str, conversation: ConversationRow | None, nonterminal: list[SubmissionRow], own=None,
+    child_rows=None,
 ) -> RecoverySnapshot:
     """``nonterminal``: the conversation's unsettled rows by queue_seq;
-    ``own`` as in ``scan_records``."""
+    ``own`` as in ``scan_records``; ``child_rows``: every row of their
+    ``attached_children`` the ledger holds, by id."""
     return RecoverySnapshot(
         conversation_id,
         0 if conversation is None else conversation.epoch,
-        tuple(row_to_ownership(row, own=own is not None and own(row)) for row in nonterminal),
+        tuple(row_to_ownership(row, own=own is not None and own(row), child_rows=child_rows) for row in nonterminal),
     )
 
 

@@ -78,6 +78,7 @@ from .rules import (
     encode_input,
     encode_settlement,
     recovery_snapshot,
+    attached_children,
     require_str,
     require_token,
     row_to_record,
@@ -596,9 +597,11 @@ class SqliteSubmissionLedger:
             try:
                 conversation = self._conversation(conversation_id)
                 rows = [_row(values) for values in conn.execute(_SELECT_NONTERMINAL_OF, (conversation_id,))]
+                children = {child: _row(conn.execute(_SELECT_BY_ID, (child,)).fetchone())
+                            for row in rows for child in attached_children(row)}
             finally:
                 conn.execute("COMMIT")
-        return recovery_snapshot(conversation_id, conversation, rows)
+        return recovery_snapshot(conversation_id, conversation, rows, child_rows=children)
 
     async def scan_nonterminal(self, principal_id: str | None = None) -> tuple[SubmissionRecord, ...]:
         # An undecodable row is an ``UnreadableSubmission`` in its place, not

@@ -1436,9 +1436,23 @@ class ReferenceLedger:
         if conversation is None:
             expected = RecoverySnapshot(cid, 0, ())
         else:
-            expected = RecoverySnapshot(cid, conversation.epoch, tuple(r.ownership() for r in conversation.open.values()))
+            expected = RecoverySnapshot(cid, conversation.epoch, tuple(
+                attrs.evolve(r.ownership(), state=self._state(r), child_states=self._child_states(r))
+                for r in conversation.open.values()))
         self._want_value(call, expected, conversation)
         return conversation
+
+    def _child_states(self, row: _Row) -> tuple:
+        """Each attached child: (call, child, its state, its outcome), by call;
+        a child the ledger no longer holds (purged) has neither."""
+        found = []
+        for call, (_alloc, child, _acct, _at, _awaited) in sorted(row.children.items()):
+            if child is None:
+                continue
+            held = self._rows.get(child)
+            found.append((call, child, None if held is None else self._state(held),
+                          None if held is None else held.outcome))
+        return tuple(found)
 
     def _scan_nonterminal(self, call: Any, a: dict) -> None:
         # Ordered by (conversation_id, queue_seq): code-point order of the ids,
