@@ -373,11 +373,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "An abort of a settled submission replays its earlier intent (or, with none, is AbortConflict) instead "
         "of SettlementConflict naming the settled outcome.",
         "model.ledger.rules",
-        "    refuse_settled(row)\n    if row.abort_author is not None:\n",
+        "    if not settled_by_abort(row):  # settled by its own intent: that intent replays\n"
+        "        refuse_settled(row)\n    if row.abort_author is not None:\n",
         "    if row.settled_at_ms is not None and row.abort_author is None:\n"
         "        raise AbortConflict(submission_id, row.outcome)\n    if row.abort_author is not None:\n",
         ("port-storm",),
         ci_seed=0, ci_duration="30s"),
+    Mutant(
+        "ledger-abort-queued-repeat-conflicts",
+        "A repeated abort of a submission its first abort settled before it was ever claimed is "
+        "SettlementConflict instead of that first intent.",
+        "model.ledger.rules",
+        "    if not settled_by_abort(row):  # settled by its own intent: that intent replays\n"
+        "        refuse_settled(row)\n",
+        "    refuse_settled(row)\n", ("port-storm",),
+        ci_seed=0, ci_duration="1m"),
     Mutant(
         "ledger-resolve-settled-recorded",
         "A resolution of an unknown call after its submission settled is recorded instead of "

@@ -29,7 +29,6 @@ import attrs
 
 from model.conversation.recovery import read_recovery_prefix
 from model.ledger.rules import queue_seq_of
-from model.ledger.records import SettlementConflict
 
 REBUILD_OWNER = "ledger-rebuild"
 GAP_PRINCIPAL = "ledger-rebuild"
@@ -98,9 +97,6 @@ async def _hold_gaps(ledger: Any, conversation_id: str, next_seq: int, queue_seq
     (submissions aborted before they ran); returns ``queue_seq``."""
     while next_seq < queue_seq:
         gap = await ledger.admit(conversation_id, GAP_PRINCIPAL, f"rebuild-gap:{next_seq}", None, now_ms)
-        try:
-            await ledger.request_abort(gap.submission_id, REBUILD_OWNER, "aborted before it ran", now_ms)
-        except SettlementConflict:
-            pass  # a rebuild run again: this placeholder was admitted and aborted already
+        await ledger.request_abort(gap.submission_id, REBUILD_OWNER, "aborted before it ran", now_ms)
         next_seq += 1
     return queue_seq

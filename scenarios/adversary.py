@@ -65,7 +65,7 @@ from model.conversation.records import (BATCH_BYTES_MAX, BATCH_RECORDS_MAX, PAGE
 from model.conversation.sqlite_store import SPILL_THRESHOLD_BYTES_DEFAULT
 from model.durable_state.contracts import FUTURE_VERSION, StateContract
 from model.durable_state.store import INT64_MAX, DurableStateWrite, is_revision_conflict
-from model.ledger.records import AbortIntent, Claim, ParentLink
+from model.ledger.records import Claim, ParentLink
 from model.retry import error_name, is_retryable
 from scenarios.client import RETRIES_MAX, RETRY_WAIT_MS, ClientProcess, Expectations, Outcome
 from sim.node import Node, NodeDeadError
@@ -1047,13 +1047,6 @@ class _Process(ClientProcess):
     async def _abort(self, sid: str, reason: str) -> Any:
         """The first abort intent of an unsettled submission: this one."""
         out = await self.call("ledger", "request_abort", sid, self.label, reason, self.now())
-        if out.lost and not out.ok and _matches(out.error, ("SettlementConflict",)) and getattr(
-                out.error, "existing_outcome", None) == "aborted":
-            # Its lost reply settled a never-claimed one: the retry meets the settled row.
-            row = (await self.call("ledger", "get", sid)).value
-            if row is not None and (row.abort_author, row.abort_reason) == (self.label, reason):
-                out = Outcome(AbortIntent(sid, row.abort_author, row.abort_reason, row.abort_requested_at_ms, True,
-                                          row.settled_at_ms), None, out.lost, out.attempts)
         got = None if not out.ok else (out.value.submission_id, out.value.author, out.value.reason)
         self.expect(got == (sid, self.label, reason), f"request_abort({sid}, {reason}) answered {out.show()}", sid)
         return out.value

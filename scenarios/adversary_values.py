@@ -361,18 +361,12 @@ class _ValuesProcess(_Process):
 
     async def _abort_twice(self, conv: str, sid: str, epoch: int) -> bool:
         """A second submission, aborted by two authors: the second request
-        returns the first intent while it is unsettled, ``SettlementConflict``
-        once the first settled it (never claimed); then it is settled aborted."""
+        returns the first intent; then it is settled aborted."""
         first = await self._abort(sid, "first")
         again = await self.call("ledger", "request_abort", sid, f"{self.label}/other", "second", self.now())
         # (The first may be a replay itself: its reply lost, the retry answered by the intent it made.)
-        if first is not None and first.settled_at_ms is not None:
-            answered = not again.ok and getattr(type(again.error), "name", None) == "SettlementConflict" and getattr(
-                again.error, "existing_outcome", None) == "aborted"
-        else:
-            answered = again.ok and again.value.replayed and attrs.evolve(again.value, replayed=False) == attrs.evolve(
-                first, replayed=False)
-        if not self.expect(first is not None and answered,
+        if not self.expect(first is not None and again.ok and again.value.replayed
+                           and attrs.evolve(again.value, replayed=False) == attrs.evolve(first, replayed=False),
                            f"a second abort of {sid} by another author answered {again.show()}, first {first!r}", conv):
             return False
         self.w.edge("abort_keeps_first_intent")

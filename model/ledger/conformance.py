@@ -270,14 +270,19 @@ async def _(ledger) -> None:
 
 @_check("claim-unready-head-with-abort-intent")
 async def _(ledger) -> None:
-    """Peer cases ``queuedAbortSettlementAuthority`` and ``abortedSettledRowIsNotAJoiningGap`` (an
-    aborted queued submission needs no owner)."""
+    """Peer cases ``abortIdempotency`` (an admitted, unready submission's
+    abort and its repeat), ``queuedAbortSettlementAuthority`` and
+    ``abortedSettledRowIsNotAJoiningGap`` (an aborted queued submission
+    needs no owner)."""
     # An unknown head (admitted, its receipt never sent) is claimable only for
     # cleanup once its durable abort intent exists; never claimed, the intent
     # settles it at once (there is nothing of it in the log to clean up).
     result = await _admitted(ledger, ready=False)
+    _eq((await ledger.get(result.submission_id)).abort_author, None, "no intent yet")
     intent = await ledger.request_abort(result.submission_id, "user:1", "cancelled", 400)
     _eq(intent.settled_at_ms, 400, "an unknown head never claimed settles by its intent")
+    again = await ledger.request_abort(result.submission_id, "user:2", "another reason", 1_400)
+    _eq(again, attrs.evolve(intent, replayed=True), "a repeat returns the original author, reason and time")
     _eq(await ledger.claim("c1", "o1", 1_000, 450), None, "nothing left to claim")
     record = await ledger.get(result.submission_id)
     _eq((record.outcome, record.settled_at_ms, record.reserved_record), ("aborted", 400, {"outcome": "aborted"}),
@@ -420,9 +425,9 @@ async def _(ledger) -> None:
     record = await ledger.get(queued.submission_id)
     _eq((record.outcome, record.settled_at_ms, record.reserved_record, record.epoch, record.input_applied),
         ("aborted", 150, {"outcome": "aborted"}, None, False), "settled aborted, never owned, no input")
-    exc = await _raises(SettlementConflict, ledger.request_abort(queued.submission_id, "bob", "again", 170),
-                        "a repeat once it settled")
-    _eq((exc.submission_id, exc.existing_outcome), (queued.submission_id, "aborted"), "names the settled outcome")
+    again = await ledger.request_abort(queued.submission_id, "bob", "again", 170)
+    _eq(again, AbortIntent(queued.submission_id, "alice", "not needed", 150, True, 150),
+        "a repeat replays the intent that settled it")
     _eq([r.submission_id for r in await ledger.scan_nonterminal()], [head.submission_id], "not open work")
     exc = await _raises(AbortConflict, _abort_after_reserve(ledger, claim), "abort of a terminalizing submission")
     _eq((exc.outcome, exc.settling), ("completed", True), "conflict names the reserved outcome")

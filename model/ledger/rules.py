@@ -59,8 +59,10 @@ Decisions where the specification is silent (all in one place, here):
   already), ``Settlement`` (finalized already: the first settlement).
 - ``request_abort`` on a settled submission is ``SettlementConflict``
   naming its ``existing_outcome``, with or without an earlier intent (the
-  peer implementation's answer). On an unsettled one that already has an
-  intent it returns the first intent (author, reason, time;
+  peer implementation's answer), except one its own intent settled before
+  it was ever claimed (below): the peer holds that one as an intent until
+  recovery settles it, so its repeat returns the first intent, as on any
+  unsettled one that already has an intent (author, reason, time;
   ``replayed=True``); on one whose owner already reserved a record and that
   has no intent it raises ``AbortConflict`` (``settling=True``: the
   reservation wins, so the ledger never holds an intent next to another
@@ -132,10 +134,10 @@ Decisions where the specification is silent (all in one place, here):
   carries ``diagnostic`` = exactly ``{errorTag: str, message: str}`` and no
   ``result``, ``cause`` or ``stack``; aborted carries no ``result`` key (not
   even null). ``completed`` may omit ``result`` (a joined completion).
-- ``suspend``, ``mark_unknown``, ``request_abort``, ``decide_approval``
-  and ``resolve_unknown`` of a settled submission are
-  ``SettlementConflict`` naming its ``existing_outcome`` (before any replay,
-  token or unknown-call check); a reserve of another record names the
+- ``suspend``, ``mark_unknown``, ``request_abort`` (but for the replay
+  above), ``decide_approval`` and ``resolve_unknown`` of a settled
+  submission are ``SettlementConflict`` naming its ``existing_outcome``
+  (before any replay, token or unknown-call check); a reserve of another record names the
   reserved one's.
 - Finalize of an unknown id is ``UnknownSubmission``; of a known id with no
   reservation, ``SettlementConflict(existing_digest=None)``. Finalize leaves
@@ -764,7 +766,8 @@ def decide_abort(
 ) -> tuple[AbortIntent, SubmissionRow | None]:
     if row is None:
         raise UnknownSubmission(submission_id)
-    refuse_settled(row)
+    if not settled_by_abort(row):  # settled by its own intent: that intent replays
+        refuse_settled(row)
     if row.abort_author is not None:
         return AbortIntent(submission_id, row.abort_author, row.abort_reason, row.abort_requested_at_ms, True,
                            row.settled_at_ms if settled_by_abort(row) else None), None

@@ -36,8 +36,9 @@ adapters (memory, SQLite) do — each named where it is used:
   before the submission exists; tokens are checked epoch first (L5);
 - purge forgets the conversation entirely: its queue_seq, its epoch and so
   its submission ids start again from scratch (L6);
-- abort of an unsettled submission with an earlier intent returns that
-  first intent (author, reason, time), ``replayed`` (L7);
+- abort of an unsettled submission with an earlier intent, or of one that
+  intent settled before any claim, returns that first intent (author,
+  reason, time), ``replayed`` (L7);
 - abort while the owner has reserved a non-aborted record is
   ``AbortConflict`` too, ``settling`` (the reservation wins); abort of a
   submission never claimed settles it ``aborted`` in the same call, its
@@ -65,8 +66,8 @@ adapters (memory, SQLite) do — each named where it is used:
 - ``suspend``, ``mark_unknown``, ``request_abort``, ``decide_approval`` and
   ``resolve_unknown`` of a settled submission are ``SettlementConflict``
   naming its ``existing_outcome``, before any replay, token or call check
-  (an intent that settled it does not replay); a reserve conflict names the
-  reserved outcome (L15).
+  (an intent replays only where it settled a never-claimed one, L7); a
+  reserve conflict names the reserved outcome (L15).
 
 A call whose answer diverges changes nothing in the model (it cannot know
 what the store wrote), so later messages may be consequences of the first.
@@ -860,16 +861,19 @@ class ReferenceLedger:
             self._want_error(call, "UnknownSubmission", {"submission_id": sid}, None)
             return None
         conversation = self._conversations[row.conversation_id]
-        if self._settled_conflict(call, row):  # L15
+        # L15, but a submission its own intent settled before any claim (L8)
+        # replays that intent.
+        never_ran = row.epoch is None and row.abort_author is not None
+        if not never_ran and self._settled_conflict(call, row):
             return conversation
         if row.abort_author is None and row.join_host is not None and row.settled_at_ms is None:
             # A follower settles only through its host.
             self._want_error(call, "JoinedToHost", {"submission_id": sid, "host_submission_id": row.join_host},
                              conversation)
             return conversation
-        if row.abort_author is not None:  # L7: the first intent, while unsettled
+        if row.abort_author is not None:  # L7: the first intent
             self._want_value(call, AbortIntent(sid, row.abort_author, row.abort_reason, row.abort_at_ms, True,
-                                               None), conversation)
+                                               row.settled_at_ms if never_ran else None), conversation)
         elif row.reserved_digest is not None:
             self._want_error(call, "AbortConflict", {"submission_id": sid, "settling": True,
                                                      "outcome": read_back(row.reserved_text)["outcome"]},
