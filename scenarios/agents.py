@@ -407,11 +407,13 @@ class _Operator(Workload):
 
     async def _act(self, ledger: Any, record: Any, submission_id: str, item: str) -> bool:
         """``act``; a submission that settled since the scan (the ledger
-        answers ``SettlementConflict``) needs nothing any more."""
+        answers ``SettlementConflict``), or whose owner reserved its
+        settlement meanwhile (an abort's ``AbortConflict``), needs nothing
+        any more."""
         try:
             return await self.act(ledger, record, submission_id, item)
         except Exception as error:
-            if error_name(error) != "SettlementConflict":
+            if error_name(error) not in ("SettlementConflict", "AbortConflict"):
                 raise
             return False
 
