@@ -83,6 +83,7 @@ from faults.events import (
     LedgerMarkJoined,
     LedgerRevertJoin,
     LedgerScanNonterminal,
+    LedgerLoadRecoverySnapshot,
     LogAppend,
     LogDeleteConversation,
     LogDigestAt,
@@ -398,6 +399,14 @@ def _scan(records: Any, /, principal_id: str | None = None) -> dict:
     return LedgerScanNonterminal.build(principal=principal_id, nonterminal=tuple(r.submission_id for r in records))
 
 
+@describes(SubmissionLedgerPort.load_recovery_snapshot, LedgerLoadRecoverySnapshot)
+def _recovery_snapshot(snapshot: Any, /, conversation_id: str) -> dict:
+    if snapshot is None:
+        return LedgerLoadRecoverySnapshot.build(conversation=conversation_id)
+    return LedgerLoadRecoverySnapshot.build(conversation=conversation_id, epoch=snapshot.epoch,
+                                            open=tuple(o.submission_id for o in snapshot.submissions))
+
+
 @describes(SubmissionLedgerPort.get_by_idempotency_key, LedgerGetByIdempotencyKey)
 def _by_key(record: Any, /, conversation_id: str, principal_id: str, idempotency_key: str) -> dict:
     if record is None:
@@ -511,7 +520,7 @@ LEDGER_DESCRIBERS = _table(
     "ledger", _by_key, _purge_conversation, _admit, _mark_ready, _claim, _renew, _release_ownership,
     _input_applied, _request_abort, _reserve, _finalize, _get, _scan, _mark_unknown, _resolve_unknown,
     _suspend, _decide_approval, _begin_join, _mark_joined, _revert_join, _reserve_child, _attach_child,
-    _release_child)
+    _release_child, _recovery_snapshot)
 
 
 # -- conversation log ---------------------------------------------------------

@@ -525,6 +525,13 @@ class LedgerScanNonterminal(PortEvent):
     nonterminal: tuple = RESULT  # submission ids
 
 
+class LedgerLoadRecoverySnapshot(PortEvent):
+    kind = "ledger.load_recovery_snapshot"
+    conversation: str
+    epoch: int = RESULT  # the conversation's lane epoch
+    open: tuple = RESULT  # the open submissions' ids, in queue order
+
+
 class LedgerGetByIdempotencyKey(PortEvent):
     kind = "ledger.get_by_idempotency_key"
     conversation: str

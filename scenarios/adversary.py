@@ -74,15 +74,11 @@ from sim.world import World
 
 # --- the ports and methods it drives ------------------------------------------
 
-# What the fault layer wraps and traces (``faults.describe``), plus the port
-# methods it does not (called on the store itself: see ``_Process.call``).
+# What the fault layer wraps and traces (``faults.describe``): every port method.
 PORT_METHODS: dict[str, tuple[str, ...]] = {
     "ds": tuple(DURABLE_STATE_DESCRIBERS), "ledger": tuple(LEDGER_DESCRIBERS), "log": tuple(LOG_DESCRIBERS),
     "checkpoints": tuple(CHECKPOINT_DESCRIBERS), "content": tuple(CONTENT_DESCRIBERS)}
-UNWRAPPED_METHODS = tuple((port, method) for port, method in (("ledger", "load_recovery_snapshot"),)
-                          if method not in PORT_METHODS[port])
-CALL_STATS = tuple(f"calls_{port}_{method}" for port, methods in PORT_METHODS.items() for method in methods) + tuple(
-    f"calls_{port}_{method}" for port, method in UNWRAPPED_METHODS)
+CALL_STATS = tuple(f"calls_{port}_{method}" for port, methods in PORT_METHODS.items() for method in methods)
 
 # --- the edges it counts (each a ``sometimes`` property of port-storm) ----------
 
