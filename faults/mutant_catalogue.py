@@ -455,7 +455,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The capabilities leave out the peer's durability declaration.",
         "model.ledger.rules",
         "        \"durability\": \"durable-node\" if durable else \"non-durable\",  # the peer's declaration\n", "",
-        ("port-storm",)),
+        ("port-storm",), ci_seed=0, ci_duration="30s"),
     Mutant(
         "ledger-empty-receipt-readable",
         "A stored row with an empty receipt is scanned as readable instead of failing the scan typed.",

@@ -80,6 +80,9 @@ PORT_METHODS: dict[str, tuple[str, ...]] = {
     "checkpoints": tuple(CHECKPOINT_DESCRIBERS), "content": tuple(CONTENT_DESCRIBERS)}
 CALL_STATS = tuple(f"calls_{port}_{method}" for port, methods in PORT_METHODS.items() for method in methods)
 
+# The ledger's durability declaration (its capabilities' ``durability``), by its ``durable``.
+DURABILITY = {True: "durable-node", False: "non-durable"}
+
 # --- the edges it counts (each a ``sometimes`` property of port-storm) ----------
 
 EDGES = (
@@ -451,6 +454,11 @@ class _Process(ClientProcess):
 
     async def main(self) -> None:
         """Recover, then run episodes until the heal instant, then drain."""
+        capabilities = self.world.system.ledger.capabilities()
+        durable = capabilities.get("durable")
+        self.expect(type(durable) is bool and capabilities.get("durability") == DURABILITY[durable],
+                    f"the ledger's capabilities declare durable={durable!r} but durability="
+                    f"{capabilities.get('durability')!r}")
         await self.recover()
         episodes = [self.ds_private, self.ds_illegal, self.ledger_private, self.lease_expiry, self.checkpoints,
                     self.content, self.churn, self.unknown_outcome, self.approvals, self.joins, self.children]

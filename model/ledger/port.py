@@ -167,4 +167,7 @@ class SubmissionLedgerPort(Protocol):
         ...
 
     def capabilities(self) -> dict:
+        """What the adapter declares: at least ``durable`` (a bool: does a
+        commit survive the process) and the peer's ``durability``
+        (``"durable-node"`` for a durable one, ``"non-durable"`` otherwise)."""
         ...
