@@ -118,6 +118,7 @@ EDGES = (
     "digest_at_beyond_tail", "append_identical_retry_replayed", "append_batch_digest_conflict",
     "append_record_identity_conflict", "append_tail_conflict", "append_stale_digest_conflict",
     "append_stale_epoch_fenced", "append_epoch_takeover", "append_higher_epoch_fenced",
+    "append_fenced_retry_refused", "append_replay_other_tail_conflict", "append_tail_before_identity",
     "batch_at_record_cap", "batch_over_record_cap_rejected", "batch_over_byte_cap_rejected",
     "log_payload_at_spill_sizes", "lookup_batch_checked", "conversation_deleted", "deleted_conversation_unreadable",
     # checkpoints
@@ -1873,6 +1874,11 @@ class _Process(ClientProcess):
                                    out.value.first_seq, out.value.last_seq, out.value.tail_digest),
                                f"identical append retry of {batch_id}: {again.show()}", conv):
                     self.w.edge("append_identical_retry_replayed")
+                moved = FencedAppendRequest(conv, batch_id, producer, 1, tail[0], tail[1], request.records)
+                clash = await self.call("log", "append", moved)
+                if self.expect_rejected(clash, ("AppendConflict",), f"append of {batch_id} from another tail", conv):
+                    if self.expect(clash.error.kind == "batch-digest", f"conflict kind {clash.error.kind}", conv):
+                        self.w.edge("append_replay_other_tail_conflict")
                 changed = FencedAppendRequest(conv, batch_id, producer, 1, tail[0], tail[1],
                                               (self.envelope(f"{conv}/other", producer, 1, {"other": 1}),))
                 clash = await self.call("log", "append", changed)
@@ -1922,6 +1928,14 @@ class _Process(ClientProcess):
         producer is fenced from then on, and the same epoch from another
         producer too."""
         successor = f"{producer}/next"
+        last = await self.call("log", "inspect_tail", conv)
+        if not self.expect_ok(last, f"inspect_tail({conv})", conv):
+            return
+        own = FencedAppendRequest(conv, self.uid("batch"), producer, 1, last.value.tail_seq, last.value.tail_digest,
+                                  (self.envelope(f"{conv}/own-last", producer, 1, {"last": True}),))
+        if not self.expect_ok(await self.call("log", "append", own), f"append of {own.batch_id} to {conv}", conv):
+            return
+        tail = (last.value.tail_seq + 1, tail[1])
         early = await self._append_one(conv, self.uid("batch"), successor, 2, "run-warning", {"early": True})
         if self.expect_rejected(early, ("FenceRejected",), f"append at epoch 2 by {successor} to {conv} before "
                                                            f"it took over", conv):
@@ -1937,7 +1951,12 @@ class _Process(ClientProcess):
         if self.expect(tail_now.ok and tail_now.value.epoch == 2 and tail_now.value.tail_seq == tail[0] + 1,
                        f"inspect_tail({conv}) after a takeover: {tail_now.show()}", conv):
             self.w.edge("append_epoch_takeover")
-        for who, epoch in ((producer, 1), (f"{producer}/rival", 2)):
+        # The fence comes before a known batch id: the old owner's exact retry
+        # of its committed batch is FenceRejected, not a replay.
+        if self.expect_rejected(await self.call("log", "append", own), ("FenceRejected",),
+                                f"the fenced owner's retry of its committed {own.batch_id} on {conv}", conv):
+            self.w.edge("append_fenced_retry_refused")
+        for who, epoch in ((producer, 1), (f"{producer}/rival", 2), (successor, 1), (successor, 3)):
             fenced = await self._append_one(conv, self.uid("batch"), who, epoch, "run-warning", {"late": who})
             if self.expect_rejected(fenced, ("FenceRejected",), f"append by {who} at epoch {epoch} after the "
                                                                  f"takeover of {conv}", conv):
@@ -1955,6 +1974,13 @@ class _Process(ClientProcess):
             if self.expect_rejected(out, ("AppendConflict",), f"append reusing a record id in {conv}", conv):
                 self.expect(out.error.kind == "record-identity", f"conflict kind {out.error.kind}", conv)
         self.w.edge("append_record_identity_conflict")
+        # The tail is checked before record identity.
+        stale_reuse = FencedAppendRequest(conv, self.uid("batch"), producer, 1, tail[0] - 1, tail[1], reused.records)
+        out = await self.call("log", "append", stale_reuse)
+        if self.expect_rejected(out, ("AppendConflict",), f"append reusing a record id at a stale tail of {conv}",
+                                conv):
+            if self.expect(out.error.kind == "tail", f"conflict kind {out.error.kind}, not tail", conv):
+                self.w.edge("append_tail_before_identity")
         stale_seq = self.rng.between(0, tail[0] - 1)
         stale = FencedAppendRequest(conv, self.uid("batch"), producer, 1, stale_seq, ZERO_DIGEST,
                                     (self.envelope(f"{conv}/stale", producer, 1, {}),))
