@@ -557,6 +557,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if len(records) > BATCH_RECORDS_MAX:\n",
         "    if len(records) > 1024:\n", ("port-storm",), ci_seed=9, ci_duration="30s"),
     Mutant(
+        "log-bounds-untyped",
+        "An envelope over the store's canonical-JSON bounds (nested past 64 containers, or over 1,000,000 "
+        "elements and members) is refused with a bare ValueError from a trial decode, not the typed "
+        "CanonicalJsonBoundsError naming the traversal bound.",
+        "model.conversation.rules",
+        "            check_bounds(record.to_json(), ENVELOPE_BOUNDS)  # CanonicalJsonBoundsError (a ValueError)\n",
+        "            try:\n                decode(text, **ENVELOPE_DECODE_CAPS)\n"
+        "            except CanonicalDecodeError as exc:\n"
+        '                raise ValueError(f"records[{index}] exceeds the decode caps: {exc}") from None\n',
+        ("port-storm",), ci_seed=0, ci_duration="30s"),
+    Mutant(
         "log-chain-unlinked",
         "Each batch's tail digest is chained from zeros instead of the previous tail digest, so the chain no "
         "longer commits to earlier batches.",

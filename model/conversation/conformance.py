@@ -462,6 +462,32 @@ async def _(store) -> None:
         _eq(exc.conversation_id, "nope", f"{name}: NotMaterialized.conversation_id")
 
 
+@_check("canonical-json-bounds")
+async def _(store) -> None:
+    """Canonical JSON bounds: an envelope nested past the store's depth bound
+    (64 containers, the envelope itself the first) is
+    ``CanonicalJsonBoundsError`` naming "traversal", and writes nothing; at
+    the bound it is stored."""
+    from model.canonical import CanonicalJsonBoundsError
+
+    def nested(levels: int) -> object:
+        value: object = 0
+        for _ in range(levels):
+            value = [value]
+        return value
+
+    await store.materialize("c1", "p1", 1)
+    over = (envelope("deep", payload=nested(64)),)
+    exc = await _raises(CanonicalJsonBoundsError, store.append(FencedAppendRequest("c1", "b", "p1", 1, 0, ZERO_DIGEST, over)),
+                        "an envelope 65 containers deep")
+    _eq(("traversal" in str(exc), isinstance(exc, ValueError)), (True, True), "the bounds error")
+    await _unchanged(store, ConversationTail(0, ZERO_DIGEST, 1), 0, "after an envelope over the bounds")
+    at = (envelope("deep", payload=nested(63)),)
+    result = await store.append(FencedAppendRequest("c1", "b", "p1", 1, 0, ZERO_DIGEST, at))
+    _eq((await store.read("c1", 0, 1))[0].envelope.payload, nested(63), "an envelope at the bound reads back")
+    _eq(result.last_seq, 1, "stored")
+
+
 CONFORMANCE_CHECKS: tuple[str, ...] = _SUITE.names()
 
 

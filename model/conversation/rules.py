@@ -40,6 +40,8 @@ from model.canonical import (
     ZERO_DIGEST,
     CanonicalDecodeError,
     CanonicalEncodingError,
+    CanonicalJsonBounds,
+    check_bounds,
     compose_object,
     decode,
     decode_own,
@@ -69,6 +71,15 @@ from .records import (
 
 #: Decode caps for one stored envelope (persistence §10: cap before decode).
 ENVELOPE_DECODE_CAPS = dict(max_bytes=BATCH_BYTES_MAX, max_depth=64, max_string_length=BATCH_BYTES_MAX, max_items=1_000_000)
+#: The canonical-JSON bounds an appended envelope must keep: exactly the
+#: decode caps above (depth 64; 1,000,000 elements and members, so
+#: 1,000,001 values with the envelope itself), so every stored row reads
+#: back. Collection length and text units are left unbounded: the nodes
+#: bound and BATCH_BYTES_MAX already hold them. Over a bound the append is
+#: ``CanonicalJsonBoundsError`` (kind ``traversal``), before anything is
+#: read or written.
+ENVELOPE_BOUNDS = CanonicalJsonBounds(depth=ENVELOPE_DECODE_CAPS["max_depth"],
+                                      nodes=ENVELOPE_DECODE_CAPS["max_items"] + 1)
 # prepare_append relies on this: a text within BATCH_BYTES_MAX cannot break
 # the string cap, so only depth and (for long texts) items need checking.
 assert ENVELOPE_DECODE_CAPS["max_string_length"] >= BATCH_BYTES_MAX
@@ -225,10 +236,7 @@ def prepare_append(request: object) -> PreparedBatch:
         # fewer characters than the item cap, prove both without decoding.
         if (text.count("[") + text.count("{") > ENVELOPE_DECODE_CAPS["max_depth"]
                 or len(text) > ENVELOPE_DECODE_CAPS["max_items"]):
-            try:
-                decode(text, **ENVELOPE_DECODE_CAPS)
-            except CanonicalDecodeError as exc:
-                raise ValueError(f"records[{index}] exceeds the decode caps: {exc}") from None
+            check_bounds(record.to_json(), ENVELOPE_BOUNDS)  # CanonicalJsonBoundsError (a ValueError)
         texts.append(text)
     batch_digest = batch_digest_texts(request.conversation_id, request.batch_id, request.producer_id,
                                       request.epoch, texts)

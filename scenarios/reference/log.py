@@ -44,7 +44,7 @@ from typing import Any
 
 from model.conversation.records import FencedAppendRequest, RecordEnvelope
 from scenarios.reference import EXACT, History, PortReference, Refused, bind, divergence, judge, show
-from scenarios.reference.jcs import ZERO_DIGEST, JcsError, canonical, digest_text, read_back
+from scenarios.reference.jcs import ZERO_DIGEST, JcsError, bounds_kind, canonical, digest_text, read_back
 
 # The log's bounds (persistence §7 page, batch size and bytes, decode caps).
 PAGE_SIZE_MAX = 1024
@@ -94,31 +94,6 @@ def batch_digest(request: Any, envelope_texts: list[str]) -> str:
 
 def _is_digest(value: object) -> bool:
     return type(value) is str and _DIGEST_TEXT.fullmatch(value) is not None
-
-
-def _depth(value: object) -> int:
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list, tuple)):
-            deepest = max(deepest, depth)
-            if depth > ENVELOPE_DEPTH_MAX:
-                return depth
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
-
-
-def _items(value: object) -> int:
-    count, stack = 0, [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, (dict, list, tuple)):
-            children = list(item.values()) if isinstance(item, dict) else list(item)
-            count += len(children)
-            if count > ENVELOPE_ITEMS_MAX:
-                return count
-            stack.extend(children)
-    return count
 
 
 # The contract's integers are JSON numbers: within +/-(2**53 - 1); both
@@ -177,11 +152,11 @@ def check_request(request: object) -> tuple[Refused | None, list[str]]:
         total_bytes += len(text) if text.isascii() else len(text.encode("utf-8"))
         if total_bytes > BATCH_BYTES_MAX:
             return Refused("ValueError"), []
-        # Every stored row must decode within the caps (persistence §10).
-        if text.count("[") + text.count("{") > ENVELOPE_DEPTH_MAX and _depth(value) > ENVELOPE_DEPTH_MAX:
-            return Refused("ValueError"), []
-        if len(text) > ENVELOPE_ITEMS_MAX and _items(value) > ENVELOPE_ITEMS_MAX:
-            return Refused("ValueError"), []
+        # Every stored row must decode within the caps (persistence §10):
+        # the envelope's canonical-JSON bounds are those caps.
+        if (text.count("[") + text.count("{") > ENVELOPE_DEPTH_MAX or len(text) > ENVELOPE_ITEMS_MAX) and bounds_kind(
+                value, depth=ENVELOPE_DEPTH_MAX, nodes=ENVELOPE_ITEMS_MAX + 1) is not None:
+            return Refused("CanonicalJsonBoundsError", kind="traversal"), []
         texts.append(text)
     return None, texts
 
