@@ -547,14 +547,71 @@ MUTANTS: tuple[Mutant, ...] = (
         "Append skips the stale-epoch check: a fenced-out producer's batch lands when its expected tail "
         "still matches.",
         "model.conversation.rules",
-        "    if request.epoch < conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
+        "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
         "", ALL, ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+    Mutant(
+        "log-append-higher-epoch-takes-over",
+        "An append at an epoch above the conversation's takes the log over (as materialize does) instead of "
+        "being fenced: the old rule, not the peer's exact-epoch rule.",
+        "model.conversation.rules",
+        "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n"
+        "    if request.producer_id != conversation.producer_id:\n",
+        "    if request.epoch < conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n"
+        "    if request.epoch == conversation.epoch and request.producer_id != conversation.producer_id:\n",
+        ("port-storm",),
+        ci_seed=4, ci_duration="1m"),
+    Mutant(
+        "log-replay-before-fence",
+        "A committed batch id is answered (replay or batch-digest) before the epoch check, so a fenced-out "
+        "producer's retry still gets its replay: the old order, not the peer's.",
+        "model.conversation.rules",
+        "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
+        "    if existing_batch is not None and existing_batch.tail_digest == chain_digest(\n"
+        "            request.expected_tail_digest, prepared.batch_digest, request.expected_tail_seq + 1):\n"
+        "        return replay_result(existing_batch)\n"
+        "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
+        ("port-storm",), ci_seed=4, ci_duration="1m"),
+    Mutant(
+        "log-replay-ignores-expected-tail",
+        "A committed batch id with the same content is a replay whatever expected tail the request names "
+        "(batch digests compared, not the chain step from the request's tail): the old rule.",
+        "model.conversation.rules",
+        "        if existing_batch.tail_digest == from_request:\n",
+        "        if existing_batch.batch_digest == prepared.batch_digest:\n", ("port-storm",),
+        ci_seed=4, ci_duration="1m"),
+    Mutant(
+        "log-identity-before-tail",
+        "Record identity is checked before the expected tail, so a stale request reusing a record id is "
+        "told record-identity, not tail with the actual tail: the old order.",
+        "model.conversation.rules",
+        "    if request.expected_tail_seq != conversation.tail_seq or request.expected_tail_digest != conversation.tail_digest:\n"
+        "        raise AppendConflict(\n",
+        "    if set(reused_record_ids) or len(set(prepared.record_ids)) != len(prepared.record_ids):\n"
+        "        pass\n"
+        "    elif request.expected_tail_seq != conversation.tail_seq or request.expected_tail_digest != conversation.tail_digest:\n"
+        "        raise AppendConflict(\n", ("port-storm",),
+        ci_seed=4, ci_duration="1m"),
+    Mutant(
+        "log-batch-too-large-untyped",
+        "A batch over 256 records is refused with a bare ValueError, not the typed BatchTooLarge naming the "
+        "operation and the limit.",
+        "model.conversation.rules",
+        '        raise BatchTooLarge("append", BATCH_RECORDS_MAX, len(records))\n',
+        '        raise ValueError(f"a batch holds 1..{BATCH_RECORDS_MAX} records, got {len(records)}")\n',
+        ("port-storm",), ci_seed=4, ci_duration="1m"),
+    Mutant(
+        "log-read-limit-untyped",
+        "A read limit outside 1..1024 is a bare ValueError, not the typed ReadLimitOutOfRange.",
+        "model.conversation.rules",
+        '        raise ReadLimitOutOfRange("read", limit, PAGE_SIZE_MAX)\n',
+        '        raise ValueError(f"limit must be in 1..{PAGE_SIZE_MAX}, got {limit}")\n',
+        ("port-storm",), ci_seed=4, ci_duration="1m"),
     Mutant(
         "log-append-epoch-shared",
         "Append lets another producer write at the conversation's current epoch (the same-epoch producer "
         "check is gone).",
         "model.conversation.rules",
-        "    if request.epoch == conversation.epoch and request.producer_id != conversation.producer_id:\n"
+        "    if request.producer_id != conversation.producer_id:\n"
         '        raise FenceRejected(cid, request.epoch, conversation.epoch, f"epoch held by producer {conversation.producer_id!r}")\n',
         "", ALL,
         ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
@@ -570,7 +627,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A batch id already committed is always answered as an exact retry, without comparing batch digests "
         "(different content under a reused id is silently dropped).",
         "model.conversation.rules",
-        "        if existing_batch.batch_digest == prepared.batch_digest:\n            return replay_result(existing_batch)\n"
+        "        if existing_batch.tail_digest == from_request:\n            return replay_result(existing_batch)\n"
         '        raise AppendConflict(cid, "batch-digest", request.batch_id)\n',
         "        return replay_result(existing_batch)\n", ALL,
         ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
@@ -586,8 +643,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "Append takes a batch of up to 1,024 records, four times the peer's limit of 256 on one canonical "
         "batch: a history written here has batches no peer store accepts.",
         "model.conversation.rules",
-        "    if not 1 <= len(records) <= BATCH_RECORDS_MAX:\n",
-        "    if not 1 <= len(records) <= 1024:\n", ("port-storm",), ci_seed=9, ci_duration="30s"),
+        "    if len(records) > BATCH_RECORDS_MAX:\n",
+        "    if len(records) > 1024:\n", ("port-storm",), ci_seed=9, ci_duration="30s"),
+    Mutant(
+        "log-bounds-untyped",
+        "An envelope over the store's canonical-JSON bounds (nested past 64 containers, or over 1,000,000 "
+        "elements and members) is refused with a bare ValueError from a trial decode, not the typed "
+        "CanonicalJsonBoundsError naming the traversal bound.",
+        "model.conversation.rules",
+        "            check_bounds(record.to_json(), ENVELOPE_BOUNDS)  # CanonicalJsonBoundsError (a ValueError)\n",
+        "            try:\n                decode(text, **ENVELOPE_DECODE_CAPS)\n"
+        "            except CanonicalDecodeError as exc:\n"
+        '                raise ValueError(f"records[{index}] exceeds the decode caps: {exc}") from None\n',
+        ("port-storm",), ci_seed=0, ci_duration="30s"),
     Mutant(
         "log-chain-unlinked",
         "Each batch's tail digest is chained from zeros instead of the previous tail digest, so the chain no "

@@ -72,6 +72,8 @@ from itertools import accumulate
 
 __all__ = [
     "CanonicalDecodeError",
+    "CanonicalJsonBounds",
+    "CanonicalJsonBoundsError",
     "CanonicalEncodingError",
     "MAX_SAFE_INTEGER",
     "ZERO_DIGEST",
@@ -95,6 +97,98 @@ class CanonicalEncodingError(ValueError):
 
 class CanonicalDecodeError(ValueError):
     """The text is not acceptable JSON, or exceeds one of the decode caps."""
+
+
+class CanonicalJsonBounds:
+    """Optional size bounds on a value to encode (each None: unbounded).
+
+    - ``depth``: containers nested on one path (the outermost array or
+      object is depth 1; a scalar alone is depth 0);
+    - ``nodes``: values visited, every container and scalar, the root
+      included (object member names are not values);
+    - ``collection_length``: elements of one array or members of one object;
+    - ``text_units``: UTF-16 code units of one string or member name (a
+      character above U+FFFF is two).
+    """
+
+    __slots__ = ("depth", "nodes", "collection_length", "text_units")
+
+    def __init__(self, depth: int | None = None, nodes: int | None = None, collection_length: int | None = None,
+                 text_units: int | None = None) -> None:
+        self.depth = depth
+        self.nodes = nodes
+        self.collection_length = collection_length
+        self.text_units = text_units
+
+    def __repr__(self) -> str:
+        return (f"CanonicalJsonBounds(depth={self.depth}, nodes={self.nodes}, "
+                f"collection_length={self.collection_length}, text_units={self.text_units})")
+
+
+class CanonicalJsonBoundsError(CanonicalEncodingError):
+    """A value over one of its :class:`CanonicalJsonBounds`. ``kind`` is
+    ``traversal`` (depth or nodes), ``collection`` (collection_length) or
+    ``text`` (text_units), and the message names it; ``bound`` names the
+    bound, ``limit`` its value. When several bounds are exceeded the first
+    of depth, nodes, collection_length, text_units is reported."""
+
+    KINDS = {"depth": "traversal", "nodes": "traversal", "collection_length": "collection", "text_units": "text"}
+
+    def __init__(self, bound: str, limit: int) -> None:
+        self.bound = bound
+        self.kind = self.KINDS[bound]
+        self.limit = limit
+        super().__init__(f"canonical JSON {self.kind} bound exceeded: {bound} over {limit}")
+
+    def __reduce__(self):
+        return (type(self), (self.bound, self.limit))
+
+
+def _utf16_units(text: str) -> int:
+    if text.isascii():
+        return len(text)
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def check_bounds(value: object, bounds: CanonicalJsonBounds) -> None:
+    """Raise :class:`CanonicalJsonBoundsError` when ``value`` is over one of
+    ``bounds``. Iterative (no recursion), and it stops at the first
+    container past the depth bound or the first node past the nodes bound,
+    so a cyclic or absurdly deep value is refused, not walked."""
+    max_depth, max_nodes = bounds.depth, bounds.nodes
+    max_length, max_units = bounds.collection_length, bounds.text_units
+    longest = units = 0
+    nodes = 0
+    stack: list = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item, depth = pop()
+        nodes += 1
+        if max_nodes is not None and nodes > max_nodes:
+            raise CanonicalJsonBoundsError("nodes", max_nodes)
+        if isinstance(item, str):
+            if max_units is not None:
+                units = max(units, _utf16_units(item))
+            continue
+        if isinstance(item, dict):
+            children = item.values()
+            if max_units is not None:
+                for name in item:
+                    if isinstance(name, str):
+                        units = max(units, _utf16_units(name))
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if max_depth is not None and depth > max_depth:
+            raise CanonicalJsonBoundsError("depth", max_depth)
+        longest = max(longest, len(item))
+        for child in children:
+            push((child, depth + 1))
+    if max_length is not None and longest > max_length:
+        raise CanonicalJsonBoundsError("collection_length", max_length)
+    if max_units is not None and units > max_units:
+        raise CanonicalJsonBoundsError("text_units", max_units)
 
 
 # --------------------------------------------------------------------------
@@ -341,14 +435,17 @@ class WorkCounts:
 WORK = WorkCounts()
 
 
-def canonical_json(value: object) -> str:
+def canonical_json(value: object, bounds: CanonicalJsonBounds | None = None) -> str:
     """Return the canonical (RFC 8785) JSON text for ``value``.
 
     Accepts None, bool, int (|v| <= 2**53 - 1), finite float, str,
     list/tuple and dict with str keys, nested arbitrarily (within the
     interpreter's recursion limit).  Raises :class:`CanonicalEncodingError`
-    otherwise.
+    otherwise, and :class:`CanonicalJsonBoundsError` (one of them) for a
+    value over ``bounds`` (checked first, when given).
     """
+    if bounds is not None:
+        check_bounds(value, bounds)
     try:
         text = _encode(value)
     except RecursionError:

@@ -118,7 +118,8 @@ EDGES = (
     "read_past_tail_empty", "read_illegal_rejected", "digest_at_batch_boundary", "digest_at_inside_batch",
     "digest_at_beyond_tail", "append_identical_retry_replayed", "append_batch_digest_conflict",
     "append_record_identity_conflict", "append_tail_conflict", "append_stale_digest_conflict",
-    "append_stale_epoch_fenced", "append_epoch_takeover",
+    "append_stale_epoch_fenced", "append_epoch_takeover", "append_higher_epoch_fenced",
+    "append_fenced_retry_refused", "append_replay_other_tail_conflict", "append_tail_before_identity",
     "batch_at_record_cap", "batch_over_record_cap_rejected", "batch_over_byte_cap_rejected",
     "log_payload_at_spill_sizes", "lookup_batch_checked", "conversation_deleted", "deleted_conversation_unreadable",
     # checkpoints
@@ -604,6 +605,11 @@ class _Process(ClientProcess):
             return False
         if found.value is not None:
             return True
+        # An append's epoch must be the log's own: the token's owner takes
+        # the log over first (a no-op when it already holds it).
+        mat = await self.call("log", "materialize", conversation, token.owner_id, token.epoch)
+        if not self.expect_ok(mat, f"materialize({conversation}, epoch {token.epoch})", conversation):
+            return False
         payload = {"submissionId": sid, "recordDigest": digest, "record": record}
         out = await self._append_one(conversation, batch_id, token.owner_id, token.epoch, "submission-settled",
                                      payload)
@@ -1918,6 +1924,11 @@ class _Process(ClientProcess):
                                    out.value.first_seq, out.value.last_seq, out.value.tail_digest),
                                f"identical append retry of {batch_id}: {again.show()}", conv):
                     self.w.edge("append_identical_retry_replayed")
+                moved = FencedAppendRequest(conv, batch_id, producer, 1, tail[0], tail[1], request.records)
+                clash = await self.call("log", "append", moved)
+                if self.expect_rejected(clash, ("AppendConflict",), f"append of {batch_id} from another tail", conv):
+                    if self.expect(clash.error.kind == "batch-digest", f"conflict kind {clash.error.kind}", conv):
+                        self.w.edge("append_replay_other_tail_conflict")
                 changed = FencedAppendRequest(conv, batch_id, producer, 1, tail[0], tail[1],
                                               (self.envelope(f"{conv}/other", producer, 1, {"other": 1}),))
                 clash = await self.call("log", "append", changed)
@@ -1945,7 +1956,7 @@ class _Process(ClientProcess):
         if self.expect(all(o.ok and o.value == () for o in past), f"reads at and past the tail of {conv}: "
                                                                    f"{[o.show() for o in past]}", conv):
             self.w.edge("read_past_tail_empty")
-        illegal = [((conv, 0, 0), ("ValueError",)), ((conv, 0, PAGE_SIZE_MAX + 1), ("ValueError",)),
+        illegal = [((conv, 0, 0), ("ReadLimitOutOfRange",)), ((conv, 0, PAGE_SIZE_MAX + 1), ("ReadLimitOutOfRange",)),
                    ((conv, -1, 5), ("ValueError",)), ((conv, 0, True), ("TypeError",)),
                    ((conv, 1.0, 5), ("TypeError",)), ((f"{conv}-none", 0, 5), ("NotMaterialized",))]
         for index in self.rng_sample(len(illegal), 3):
@@ -1962,18 +1973,40 @@ class _Process(ClientProcess):
             await self._delete_log(conv)
 
     async def _takeover(self, conv: str, producer: str, tail: tuple[int, str]) -> None:
-        """A higher epoch takes the log over by appending; the old producer
-        is fenced from then on, and the same epoch from another producer too."""
+        """An append's epoch must be exactly the log's: a higher epoch is
+        fenced until it materializes (the takeover), then appends; the old
+        producer is fenced from then on, and the same epoch from another
+        producer too."""
         successor = f"{producer}/next"
+        last = await self.call("log", "inspect_tail", conv)
+        if not self.expect_ok(last, f"inspect_tail({conv})", conv):
+            return
+        own = FencedAppendRequest(conv, self.uid("batch"), producer, 1, last.value.tail_seq, last.value.tail_digest,
+                                  (self.envelope(f"{conv}/own-last", producer, 1, {"last": True}),))
+        if not self.expect_ok(await self.call("log", "append", own), f"append of {own.batch_id} to {conv}", conv):
+            return
+        tail = (last.value.tail_seq + 1, tail[1])
+        early = await self._append_one(conv, self.uid("batch"), successor, 2, "run-warning", {"early": True})
+        if self.expect_rejected(early, ("FenceRejected",), f"append at epoch 2 by {successor} to {conv} before "
+                                                           f"it took over", conv):
+            self.w.edge("append_higher_epoch_fenced")
+        taken = await self.call("log", "materialize", conv, successor, 2)
+        if not self.expect(taken.ok, f"materialize {conv} at epoch 2 by {successor}: {taken.show()}", conv):
+            return
         out = await self._append_one(conv, self.uid("batch"), successor, 2, "run-warning", {"takeover": True})
         if not self.expect(out.ok and out.value.first_seq == tail[0] + 1, f"append at epoch 2 by {successor} to "
                                                                          f"{conv}: {out.show()}", conv):
             return
         tail_now = await self.call("log", "inspect_tail", conv)
         if self.expect(tail_now.ok and tail_now.value.epoch == 2 and tail_now.value.tail_seq == tail[0] + 1,
-                       f"inspect_tail({conv}) after a takeover by append: {tail_now.show()}", conv):
+                       f"inspect_tail({conv}) after a takeover: {tail_now.show()}", conv):
             self.w.edge("append_epoch_takeover")
-        for who, epoch in ((producer, 1), (f"{producer}/rival", 2)):
+        # The fence comes before a known batch id: the old owner's exact retry
+        # of its committed batch is FenceRejected, not a replay.
+        if self.expect_rejected(await self.call("log", "append", own), ("FenceRejected",),
+                                f"the fenced owner's retry of its committed {own.batch_id} on {conv}", conv):
+            self.w.edge("append_fenced_retry_refused")
+        for who, epoch in ((producer, 1), (f"{producer}/rival", 2), (successor, 1), (successor, 3)):
             fenced = await self._append_one(conv, self.uid("batch"), who, epoch, "run-warning", {"late": who})
             if self.expect_rejected(fenced, ("FenceRejected",), f"append by {who} at epoch {epoch} after the "
                                                                  f"takeover of {conv}", conv):
@@ -1991,6 +2024,13 @@ class _Process(ClientProcess):
             if self.expect_rejected(out, ("AppendConflict",), f"append reusing a record id in {conv}", conv):
                 self.expect(out.error.kind == "record-identity", f"conflict kind {out.error.kind}", conv)
         self.w.edge("append_record_identity_conflict")
+        # The tail is checked before record identity.
+        stale_reuse = FencedAppendRequest(conv, self.uid("batch"), producer, 1, tail[0] - 1, tail[1], reused.records)
+        out = await self.call("log", "append", stale_reuse)
+        if self.expect_rejected(out, ("AppendConflict",), f"append reusing a record id at a stale tail of {conv}",
+                                conv):
+            if self.expect(out.error.kind == "tail", f"conflict kind {out.error.kind}, not tail", conv):
+                self.w.edge("append_tail_before_identity")
         stale_seq = self.rng.between(0, tail[0] - 1)
         stale = FencedAppendRequest(conv, self.uid("batch"), producer, 1, stale_seq, ZERO_DIGEST,
                                     (self.envelope(f"{conv}/stale", producer, 1, {}),))
@@ -2002,10 +2042,12 @@ class _Process(ClientProcess):
                            f"{error.actual_tail_digest}, tail is {tail}", conv):
                 self.w.edge("append_tail_conflict")
         over = tuple(self.envelope(f"{conv}/over{i}", producer, 1, i) for i in range(BATCH_RECORDS_MAX + 1))
-        empty_and_over = [FencedAppendRequest(conv, self.uid("batch"), producer, 1, tail[0], tail[1], over),
-                          FencedAppendRequest(conv, self.uid("batch"), producer, 1, tail[0], tail[1], ())]
-        for request in empty_and_over:
-            self.expect_rejected(await self.call("log", "append", request), ("ValueError",),
+        empty_and_over = [(FencedAppendRequest(conv, self.uid("batch"), producer, 1, tail[0], tail[1], over),
+                           ("BatchTooLarge",)),
+                          (FencedAppendRequest(conv, self.uid("batch"), producer, 1, tail[0], tail[1], ()),
+                           ("ValueError",))]
+        for request, names in empty_and_over:
+            self.expect_rejected(await self.call("log", "append", request), names,
                                  f"append of {len(request.records)} records", conv)
         self.w.edge("batch_over_record_cap_rejected")
         if not self.w.byte_cap_probed:

@@ -846,3 +846,63 @@ def test_peer_digest_vectors(value, text, expected) -> None:
     from model.canonical import canonical_json, digest
     assert canonical_json(value) == text
     assert digest(value) == expected
+
+
+# --- canonical-JSON bounds (the peer's CanonicalJsonBoundsError) ------------------------
+
+from model.canonical import CanonicalJsonBounds, CanonicalJsonBoundsError, check_bounds  # noqa: E402
+from scenarios.reference.jcs import bounds_kind  # noqa: E402
+
+
+@pytest.mark.parametrize("value, bounds, kind, bound", [
+    ([[[1]]], CanonicalJsonBounds(depth=2), "traversal", "depth"),
+    ({"a": {"b": {}}}, CanonicalJsonBounds(depth=2), "traversal", "depth"),
+    ([1, 2, 3], CanonicalJsonBounds(nodes=3), "traversal", "nodes"),
+    ({"a": [1, 2]}, CanonicalJsonBounds(collection_length=1), "collection", "collection_length"),
+    (["abc"], CanonicalJsonBounds(text_units=2), "text", "text_units"),
+    ({"\U0001F600": 1}, CanonicalJsonBounds(text_units=1), "text", "text_units"),  # two UTF-16 units
+])
+def test_canonical_json_over_a_bound_names_it(value, bounds, kind, bound):
+    with pytest.raises(CanonicalJsonBoundsError) as refused:
+        canonical_json(value, bounds)
+    assert (refused.value.kind, refused.value.bound) == (kind, bound)
+    assert kind in str(refused.value)
+    assert isinstance(refused.value, CanonicalEncodingError)
+    assert bounds_kind(value, bounds.depth, bounds.nodes, bounds.collection_length, bounds.text_units) == kind
+
+
+@pytest.mark.parametrize("value, bounds", [
+    ([[1]], CanonicalJsonBounds(depth=2)),
+    (1, CanonicalJsonBounds(depth=0, nodes=1)),
+    ([1, 2], CanonicalJsonBounds(nodes=3, collection_length=2)),
+    ("\U0001F600", CanonicalJsonBounds(text_units=2)),
+])
+def test_canonical_json_at_a_bound_encodes(value, bounds):
+    assert canonical_json(value, bounds) == canonical_json(value)
+
+
+def test_bounds_stop_a_cyclic_value():
+    cyclic: list = []
+    cyclic.append(cyclic)
+    with pytest.raises(CanonicalJsonBoundsError, match="traversal"):
+        check_bounds(cyclic, CanonicalJsonBounds(depth=10))
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=4),
+    max_leaves=20)
+_limit = st.none() | st.integers(0, 6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json_values, _limit, _limit, _limit, _limit)
+def test_bounds_agree_with_the_reference_jcs(value, depth, nodes, collection, text):
+    """The model's bounds and the reference JCS's, written apart, refuse the
+    same values with the same kind."""
+    try:
+        check_bounds(value, CanonicalJsonBounds(depth, nodes, collection, text))
+        kind = None
+    except CanonicalJsonBoundsError as refused:
+        kind = refused.kind
+    assert kind == bounds_kind(value, depth, nodes, collection, text)

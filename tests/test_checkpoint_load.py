@@ -160,3 +160,54 @@ def test_damage_is_told_before_the_digest_and_other_kinds_propagate(kind, tmp_pa
 
 def test_digest_mismatch_is_a_kind_of_checkpoint_unusable():
     assert "digest-mismatch" in CheckpointUnusable.KINDS
+
+
+# --- the peer's checkpoint cases (checkpointBoundaries and its adapter rules) -----------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_checkpoint_boundaries(kind, tmp_path):
+    """checkpointBoundaries: save/load before materializing is
+    NotMaterialized; ahead of the tail is ``ahead-of-tail``; a wrong digest,
+    or a seq inside a batch (no chain digest there), is ``digest-mismatch``
+    and never loadable; an unsupported version is ``unsupported-version``;
+    saving the same seq again replaces it; load takes the highest seq at or
+    before the bound and re-verifies it; a bound of 0 finds none."""
+    from model.conversation.checkpoints import CheckpointRejected
+    import attrs
+
+    log, checkpoints = _stores(kind, tmp_path)
+
+    async def main():
+        with pytest.raises(NotMaterialized):
+            await checkpoints.save(_checkpoint(0, ZERO_DIGEST))
+        with pytest.raises(NotMaterialized):
+            await checkpoints.load_latest("c1", 0)
+        first = await _write(log, "c1", ["r1", "r2"])
+        for seq, dig, why in ((3, first, "ahead-of-tail"), (2, ZERO_DIGEST, "digest-mismatch"),
+                              (1, first, "digest-mismatch")):  # 1 is inside the batch
+            with pytest.raises(CheckpointRejected) as refused:
+                await checkpoints.save(_checkpoint(seq, dig))
+            assert refused.value.kind == why
+        with pytest.raises(CheckpointRejected) as refused:
+            await checkpoints.save(attrs.evolve(_checkpoint(2, first), schema_version=2))
+        assert refused.value.kind == "unsupported-version"
+        assert await checkpoints.load_latest("c1", 2) is None  # rejected ones never load
+        await checkpoints.save(_checkpoint(2, first))
+        await checkpoints.save(_checkpoint(2, first))  # idempotent
+        assert (await checkpoints.load_latest("c1", 2)).tail_digest == first
+        await checkpoints.save(attrs.evolve(_checkpoint(2, first), snapshot={"state": "again"}))
+        assert (await checkpoints.load_latest("c1", 5)).snapshot == {"state": "again"}  # replaced
+        assert await checkpoints.load_latest("c1", 0) is None
+        tail = await log.inspect_tail("c1")
+        second = await log.append(request("c1", "b2", tail.tail_seq, tail.tail_digest, ["r3"]))
+        assert (await checkpoints.load_latest("c1", second.last_seq)).covered_seq == 2  # the older one
+        await checkpoints.save(_checkpoint(3, second.tail_digest))
+        assert (await checkpoints.load_latest("c1", 3)).covered_seq == 3
+        assert (await checkpoints.load_latest("c1", 2)).covered_seq == 2
+
+    try:
+        run(main)
+    finally:
+        if kind == "sqlite":
+            log.close()

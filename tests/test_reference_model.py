@@ -283,13 +283,21 @@ def test_log_reference_agrees_with_the_store():
     second = d.agrees("append", request("c1", "b2", 2, first.tail_digest, ["r3", "r4", "r5"]))
     d.agrees("materialize", "c1", "p2", 2)
     d.agrees("append", request("c1", "b3", 5, second.tail_digest, ["r6"]))  # fenced: epoch 1 < 2
+    d.agrees("append", request("c1", "b3", 5, second.tail_digest, ["r6"], producer="p3", epoch=4))  # fenced: 4 > 2
+    d.agrees("append", request("c1", "b1", 0, ZERO, ["r1", "r2"], payload={"f": 5.0, "s": "\ud800"}))  # fenced replay
+    d.agrees("materialize", "c1", "p3", 4)
     third = d.agrees("append", request("c1", "b3", 5, second.tail_digest, ["r6"], producer="p3", epoch=4))
+    d.agrees("append", request("c1", "b3", 0, ZERO, ["r6"], producer="p3", epoch=4))  # batch-digest: other tail
+    d.agrees("append", request("c1", "b4", 0, ZERO, ["r6"], producer="p3", epoch=4))  # tail before record identity
+    d.agrees("append", request("c1", "b5", 6, third.tail_digest, [f"o{i}" for i in range(257)],
+                               producer="p3", epoch=4))  # BatchTooLarge
     d.agrees("append", request("c1", "b9", 0, ZERO, ["x"], epoch=0))  # ValueError: epoch 0
     d.agrees("append", request("nope", "b1", 0, ZERO, ["x"]))  # NotMaterialized
     assert d.agrees("inspect_tail", "c1").epoch == 4
     for after, limit in ((0, 1024), (1, 2), (5, 3), (6, 1), (9, 4)):
         d.agrees("read", "c1", after, limit)
-    d.agrees("read", "c1", 0, 0)  # ValueError
+    d.agrees("read", "c1", 0, 0)  # ReadLimitOutOfRange
+    d.agrees("read", "c1", 0, 1025)  # ReadLimitOutOfRange
     d.agrees("read", "c1", after_seq=2, limit=2)
     for seq in (0, 1, 2, 3, 5, 6, 7, -1):
         d.agrees("digest_at", "c1", seq)

@@ -23,6 +23,7 @@ from model.canonical import ZERO_DIGEST
 from model.compact import digest_bytes, digest_hex, pack, unpack
 
 from .records import (
+    PAGE_SIZE_MAX,
     AppendResult,
     BatchRecord,
     CanonicalRecord,
@@ -38,7 +39,9 @@ from .rules import (
     decide_append,
     decide_materialize,
     decode_record,
+    parse_offset,
     prepare_append,
+    record_offset,
     require_int,
     require_str,
     validate_materialize_args,
@@ -76,6 +79,9 @@ def _unpack_digests(data: bytes, offset: int) -> list[str]:
 # canonical: read back without a foreign row's checks) or was put there by
 # something else (a surgery beyond the contract: decoded as foreign data).
 _OWN, _FOREIGN = b"o", b"f"
+
+#: The adapter part of this store's observation offsets: ``memory:v1:{base64(id)}:{seq}``.
+OFFSET_ADAPTER = "memory"
 
 
 def pack_row(batch_id: str, text: "str | bytes", *, own: bool = False) -> bytes:
@@ -232,9 +238,25 @@ class InMemoryConversationStore:
         if conv is None:
             raise NotMaterialized(conversation_id)
         return tuple(
-            decode_record(conversation_id, seq, *unpack_row(row), own=row_is_own(row))
+            decode_record(conversation_id, seq, *unpack_row(row), own=row_is_own(row),
+                          offset=record_offset(OFFSET_ADAPTER, conversation_id, seq))
             for seq, row in enumerate(conv.rows[after_seq:after_seq + limit], after_seq + 1)
         )
+
+    async def observe(self, conversation_id: str, after_offset: str | None = None):
+        """The records after ``after_offset`` (an offset a read or an
+        observation handed out; None: from the start), in order, page by
+        page up to the tail. ``MalformedOffset`` for an offset this store
+        did not hand out for this conversation."""
+        require_str("conversation_id", conversation_id)
+        after_seq = parse_offset(OFFSET_ADAPTER, conversation_id, after_offset)
+        while True:
+            page = await self.read(conversation_id, after_seq, PAGE_SIZE_MAX)
+            for record in page:
+                yield record
+            if len(page) < PAGE_SIZE_MAX:
+                return
+            after_seq = page[-1].seq
 
     async def lookup_batch(self, conversation_id: str, batch_id: str) -> BatchRecord | None:
         require_str("conversation_id", conversation_id)

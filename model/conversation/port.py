@@ -21,7 +21,7 @@ transaction) are an adapter's own business and not part of a port.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, AsyncIterator, Protocol, runtime_checkable
 
 from .records import AppendResult, BatchRecord, CanonicalRecord, ConversationTail, FencedAppendRequest
 
@@ -49,6 +49,13 @@ class ConversationLogPort(Protocol):
 
     async def read(self, conversation_id: str, after_seq: int, limit: int) -> tuple[CanonicalRecord, ...]:
         """Records after_seq+1 .. after_seq+limit (fewer at the tail)."""
+        ...
+
+    def observe(self, conversation_id: str, after_offset: str | None = None) -> AsyncIterator[CanonicalRecord]:
+        """The records after ``after_offset`` (an opaque offset a read handed
+        out on a record; None: from the start), in order, up to the tail
+        (an async generator). ``MalformedOffset`` for an offset this store
+        did not hand out for this conversation."""
         ...
 
     async def lookup_batch(self, conversation_id: str, batch_id: str) -> BatchRecord | None:

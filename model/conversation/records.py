@@ -43,8 +43,8 @@ SUPPORTED_SCHEMA_VERSIONS: dict[str, frozenset[int]] = {family: frozenset({1}) f
 #: Largest page a forward read returns, and the recovery page size (§7).
 PAGE_SIZE_MAX = 1024
 #: Most records one batch may carry: 256, the peer implementation's limit
-#: on one canonical batch (a larger batch is refused with ``ValueError``
-#: before anything is read or written, like an empty one).
+#: on one canonical batch (a larger batch is refused with the typed
+#: ``BatchTooLarge`` before anything is read or written).
 BATCH_RECORDS_MAX = 256
 #: Largest canonical JSON (UTF-8 bytes) of one batch's envelopes.
 BATCH_BYTES_MAX = 8 * 1024 * 1024
@@ -121,6 +121,10 @@ class CanonicalRecord:
     seq: int
     batch_id: str
     envelope: RecordEnvelope
+    #: The adapter's opaque observation offset of this record (``observe``
+    #: resumes after it); set by a store's read, not part of the record's
+    #: identity (each adapter spells it its own way).
+    offset: str | None = attrs.field(default=None, eq=False, repr=False, kw_only=True)
 
 
 @attrs.frozen
@@ -252,6 +256,41 @@ class AppendConflict(ConversationStoreError):
 
 def _rebuild_append_conflict(args, kwargs):
     return AppendConflict(*args, **kwargs)
+
+
+class BatchTooLarge(ConversationStoreError, ValueError):
+    """An append whose batch carries more than ``limit`` records (the
+    canonical batch holds at most 256): refused before anything is read or
+    written. Names the ``operation`` and the ``limit``; also a ValueError."""
+
+    def __init__(self, operation: str, limit: int, actual: int) -> None:
+        self.operation = operation
+        self.limit = limit
+        self.actual = actual
+        super().__init__(f"{operation}: a batch of {actual} records is over the limit of {limit} records")
+        self._args = (operation, limit, actual)
+
+
+class ReadLimitOutOfRange(ConversationStoreError, ValueError):
+    """A read or observation ``limit`` outside ``1..limit_max`` (1024)."""
+
+    def __init__(self, operation: str, limit: object, limit_max: int) -> None:
+        self.operation = operation
+        self.limit = limit
+        self.limit_max = limit_max
+        super().__init__(f"{operation}: limit must be an integer in 1..{limit_max}, got {limit!r}")
+        self._args = (operation, limit, limit_max)
+
+
+class MalformedOffset(ConversationStoreError, ValueError):
+    """``observe`` given an offset this adapter did not hand out for this
+    conversation (the peer's "Malformed observation offset")."""
+
+    def __init__(self, conversation_id: str, offset: object) -> None:
+        self.conversation_id = conversation_id
+        self.offset = offset
+        super().__init__(f"Malformed observation offset {offset!r:.120} for conversation {conversation_id!r}")
+        self._args = (conversation_id, offset)
 
 
 class UnsupportedSchemaVersion(ConversationStoreError):

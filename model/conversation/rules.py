@@ -32,12 +32,16 @@ a batch carries its producer and epoch in its envelope.
 """
 from __future__ import annotations
 
+import base64
+
 import attrs
 
 from model.canonical import (
     ZERO_DIGEST,
     CanonicalDecodeError,
     CanonicalEncodingError,
+    CanonicalJsonBounds,
+    check_bounds,
     compose_object,
     decode,
     decode_own,
@@ -53,17 +57,29 @@ from .records import (
     AppendConflict,
     AppendResult,
     BatchRecord,
+    BatchTooLarge,
     CanonicalRecord,
     FenceRejected,
     FencedAppendRequest,
     HistoryCorrupted,
+    MalformedOffset,
     NotMaterialized,
+    ReadLimitOutOfRange,
     RecordEnvelope,
     UnsupportedSchemaVersion,
 )
 
 #: Decode caps for one stored envelope (persistence §10: cap before decode).
 ENVELOPE_DECODE_CAPS = dict(max_bytes=BATCH_BYTES_MAX, max_depth=64, max_string_length=BATCH_BYTES_MAX, max_items=1_000_000)
+#: The canonical-JSON bounds an appended envelope must keep: exactly the
+#: decode caps above (depth 64; 1,000,000 elements and members, so
+#: 1,000,001 values with the envelope itself), so every stored row reads
+#: back. Collection length and text units are left unbounded: the nodes
+#: bound and BATCH_BYTES_MAX already hold them. Over a bound the append is
+#: ``CanonicalJsonBoundsError`` (kind ``traversal``), before anything is
+#: read or written.
+ENVELOPE_BOUNDS = CanonicalJsonBounds(depth=ENVELOPE_DECODE_CAPS["max_depth"],
+                                      nodes=ENVELOPE_DECODE_CAPS["max_items"] + 1)
 # prepare_append relies on this: a text within BATCH_BYTES_MAX cannot break
 # the string cap, so only depth and (for long texts) items need checking.
 assert ENVELOPE_DECODE_CAPS["max_string_length"] >= BATCH_BYTES_MAX
@@ -115,7 +131,7 @@ def validate_read_args(conversation_id: object, after_seq: object, limit: object
     if after_seq < 0:
         raise ValueError(f"after_seq must be >= 0, got {after_seq}")
     if not 1 <= limit <= PAGE_SIZE_MAX:
-        raise ValueError(f"limit must be in 1..{PAGE_SIZE_MAX}, got {limit}")
+        raise ReadLimitOutOfRange("read", limit, PAGE_SIZE_MAX)
 
 
 def check_schema_version(family: str, schema_version: object) -> None:
@@ -188,8 +204,10 @@ def prepare_append(request: object) -> PreparedBatch:
     records = request.records
     if type(records) is not tuple:
         raise TypeError(f"records must be a tuple of RecordEnvelope, got {type(records).__name__}")
-    if not 1 <= len(records) <= BATCH_RECORDS_MAX:
-        raise ValueError(f"a batch holds 1..{BATCH_RECORDS_MAX} records, got {len(records)}")
+    if not records:
+        raise ValueError(f"a batch holds 1..{BATCH_RECORDS_MAX} records, got 0")
+    if len(records) > BATCH_RECORDS_MAX:
+        raise BatchTooLarge("append", BATCH_RECORDS_MAX, len(records))
     texts = []
     total_bytes = 0
     for index, record in enumerate(records):
@@ -218,10 +236,7 @@ def prepare_append(request: object) -> PreparedBatch:
         # fewer characters than the item cap, prove both without decoding.
         if (text.count("[") + text.count("{") > ENVELOPE_DECODE_CAPS["max_depth"]
                 or len(text) > ENVELOPE_DECODE_CAPS["max_items"]):
-            try:
-                decode(text, **ENVELOPE_DECODE_CAPS)
-            except CanonicalDecodeError as exc:
-                raise ValueError(f"records[{index}] exceeds the decode caps: {exc}") from None
+            check_bounds(record.to_json(), ENVELOPE_BOUNDS)  # CanonicalJsonBoundsError (a ValueError)
         texts.append(text)
     batch_digest = batch_digest_texts(request.conversation_id, request.batch_id, request.producer_id,
                                       request.epoch, texts)
@@ -345,33 +360,42 @@ def decide_append(
     existing_batch: BatchRecord | None,
     reused_record_ids,
 ) -> AppendResult | AppendPlan:
-    """The append rule (§6), in this order of precedence:
+    """The append rule (§6), in this order of precedence (the peer
+    implementation's reference adapter checks them in this order too):
 
     1. unmaterialized conversation -> NotMaterialized;
-    2. batch id already committed: same batch digest -> the original result
-       (``replayed=True``; answered even to a since-fenced producer, because
-       it only reports a committed fact), else ``batch-digest`` conflict;
-    3. epoch below the conversation's, or equal from another producer ->
-       FenceRejected (a higher epoch takes over, recorded with the batch);
-    4. a record id twice in the batch, or already in the log ->
+    2. the request's epoch not exactly the conversation's, or the same epoch
+       from another producer -> FenceRejected (a higher epoch is fenced as
+       well: only ``materialize`` takes a conversation over);
+    3. batch id already committed: the chain digest computed from the
+       request's own expected tail equal to the committed batch's tail
+       digest -> the original result (``replayed=True``), else
+       ``batch-digest`` conflict;
+    4. expected tail (seq and digest) not the committed tail -> ``tail``,
+       carrying the actual tail;
+    5. a record id twice in the batch, or already in the log ->
        ``record-identity`` (``reused_record_ids``: the request's ids already
-       stored, in request order);
-    5. expected tail (seq and digest) not the committed tail -> ``tail``,
-       carrying the actual tail.
+       stored, in request order).
 
     Returns an AppendResult for a replay or the AppendPlan to write.
     """
     cid = request.conversation_id
     if conversation is None:
         raise NotMaterialized(cid)
+    if request.epoch != conversation.epoch:
+        raise FenceRejected(cid, request.epoch, conversation.epoch)
+    if request.producer_id != conversation.producer_id:
+        raise FenceRejected(cid, request.epoch, conversation.epoch, f"epoch held by producer {conversation.producer_id!r}")
     if existing_batch is not None:
-        if existing_batch.batch_digest == prepared.batch_digest:
+        from_request = chain_digest(request.expected_tail_digest, prepared.batch_digest, request.expected_tail_seq + 1)
+        if existing_batch.tail_digest == from_request:
             return replay_result(existing_batch)
         raise AppendConflict(cid, "batch-digest", request.batch_id)
-    if request.epoch < conversation.epoch:
-        raise FenceRejected(cid, request.epoch, conversation.epoch)
-    if request.epoch == conversation.epoch and request.producer_id != conversation.producer_id:
-        raise FenceRejected(cid, request.epoch, conversation.epoch, f"epoch held by producer {conversation.producer_id!r}")
+    if request.expected_tail_seq != conversation.tail_seq or request.expected_tail_digest != conversation.tail_digest:
+        raise AppendConflict(
+            cid, "tail", request.batch_id,
+            actual_tail_seq=conversation.tail_seq, actual_tail_digest=conversation.tail_digest,
+        )
     seen: set[str] = set()
     for record_id in prepared.record_ids:
         if record_id in seen:
@@ -379,11 +403,6 @@ def decide_append(
         seen.add(record_id)
     for record_id in reused_record_ids:
         raise AppendConflict(cid, "record-identity", request.batch_id, record_id=record_id)
-    if request.expected_tail_seq != conversation.tail_seq or request.expected_tail_digest != conversation.tail_digest:
-        raise AppendConflict(
-            cid, "tail", request.batch_id,
-            actual_tail_seq=conversation.tail_seq, actual_tail_digest=conversation.tail_digest,
-        )
     first_seq = conversation.tail_seq + 1
     last_seq = conversation.tail_seq + len(prepared.envelope_texts)
     tail_digest = chain_digest(conversation.tail_digest, prepared.batch_digest, first_seq)
@@ -392,7 +411,7 @@ def decide_append(
 
 def decode_record(
     conversation_id: str, seq: int, batch_id: str, envelope_text: str, payload_text: str | None = None,
-    *, own: bool = False,
+    *, own: bool = False, offset: str | None = None,
 ) -> CanonicalRecord:
     """A stored row as a CanonicalRecord (fresh objects); a row that does not
     decode is HistoryCorrupted, an unsupported version UnsupportedSchemaVersion.
@@ -409,7 +428,7 @@ def decode_record(
             envelope = envelope_from_json(decode_own(envelope_text))
         except (ValueError, TypeError) as exc:
             raise HistoryCorrupted(conversation_id, seq, seq, f"record row does not decode: {exc}") from None
-        return CanonicalRecord(conversation_id, seq, batch_id, envelope.with_text(envelope_text))
+        return CanonicalRecord(conversation_id, seq, batch_id, envelope.with_text(envelope_text), offset=offset)
     try:
         value = decode(envelope_text, **ENVELOPE_DECODE_CAPS)
         if payload_text is not None:
@@ -419,7 +438,41 @@ def decode_record(
         envelope = envelope_from_json(value)
     except (CanonicalDecodeError, ValueError, TypeError) as exc:
         raise HistoryCorrupted(conversation_id, seq, seq, f"record row does not decode: {exc}") from None
-    return CanonicalRecord(conversation_id, seq, batch_id, envelope)
+    return CanonicalRecord(conversation_id, seq, batch_id, envelope, offset=offset)
+
+
+# --- observation offsets -------------------------------------------------------
+#
+# An offset is opaque to its reader: ``{adapter}:v1:{base64(conversation
+# id)}:{seq}`` (the memory adapter's form is the peer implementation's
+# ``memory:v1:...``; SQLite spells its own ``sqlite:v1:...``). A store
+# accepts back only its own form, for the conversation it is asked about.
+
+
+def record_offset(adapter: str, conversation_id: str, seq: int) -> str:
+    encoded = base64.b64encode(conversation_id.encode("utf-8", "surrogatepass")).decode("ascii")
+    return f"{adapter}:v1:{encoded}:{seq}"
+
+
+def parse_offset(adapter: str, conversation_id: str, offset: object) -> int:
+    """The seq an offset of ``adapter`` names on ``conversation_id`` (records
+    after it follow); ``None`` -> 0; anything else is ``MalformedOffset``."""
+    if offset is None:
+        return 0
+    if type(offset) is not str:
+        raise MalformedOffset(conversation_id, offset)
+    parts = offset.split(":")
+    if len(parts) != 4 or parts[0] != adapter or parts[1] != "v1":
+        raise MalformedOffset(conversation_id, offset)
+    seq_text = parts[3]
+    if not seq_text.isascii() or not seq_text.isdigit() or (len(seq_text) > 1 and seq_text[0] == "0"):
+        raise MalformedOffset(conversation_id, offset)
+    if record_offset(adapter, conversation_id, int(seq_text)) != offset:
+        raise MalformedOffset(conversation_id, offset)
+    seq = int(seq_text)
+    if seq < 1 or seq > INT_ARG_MAX:
+        raise MalformedOffset(conversation_id, offset)
+    return seq
 
 
 def check_page(conversation_id: str, after_seq: int, records) -> None:

@@ -35,6 +35,7 @@ from model.sqlite_db import open_database, write_transaction
 
 from .content_store import ContentStoreError, SqliteContentStore
 from .records import (
+    PAGE_SIZE_MAX,
     AppendResult,
     BatchRecord,
     CanonicalRecord,
@@ -54,7 +55,9 @@ from .rules import (
     decide_append,
     decide_materialize,
     decode_record,
+    parse_offset,
     prepare_append,
+    record_offset,
     recompute_chain,
     require_int,
     require_str,
@@ -66,6 +69,9 @@ from .rules import (
 # records into the chain again): a version-1 file is refused as such, not
 # read as a corrupt chain.
 STORAGE_VERSION = 2
+
+#: The adapter part of this store's observation offsets: ``sqlite:v1:{base64(id)}:{seq}``.
+OFFSET_ADAPTER = "sqlite"
 SPILL_THRESHOLD_BYTES_DEFAULT = 16 * 1024
 
 
@@ -348,12 +354,28 @@ class SqliteConversationStore:
         check_page(conversation_id, after_seq, records)
         return records
 
+    async def observe(self, conversation_id: str, after_offset: str | None = None):
+        """The records after ``after_offset`` (an offset a read or an
+        observation handed out; None: from the start), in order, page by
+        page up to the tail. ``MalformedOffset`` for an offset this store
+        did not hand out for this conversation."""
+        require_str("conversation_id", conversation_id)
+        after_seq = parse_offset(OFFSET_ADAPTER, conversation_id, after_offset)
+        while True:
+            page = await self.read(conversation_id, after_seq, PAGE_SIZE_MAX)
+            for record in page:
+                yield record
+            if len(page) < PAGE_SIZE_MAX:
+                return
+            after_seq = page[-1].seq
+
     def _decode_row(self, conversation_id: str, row: tuple) -> CanonicalRecord:
         seq, record_id, batch_id, envelope_text, spill = row
         payload_text = None
         if spill is not None:
             payload_text = self._resolve_spill(conversation_id, seq, spill)
-        record = decode_record(conversation_id, seq, batch_id, envelope_text, payload_text)
+        record = decode_record(conversation_id, seq, batch_id, envelope_text, payload_text,
+                               offset=record_offset(OFFSET_ADAPTER, conversation_id, seq))
         if record.envelope.record_id != record_id:
             raise HistoryCorrupted(conversation_id, seq, seq, "record id column disagrees with the envelope")
         return record

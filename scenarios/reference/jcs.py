@@ -285,3 +285,42 @@ def read_back(text: str) -> object:
     """The JSON value a reader gets from canonical ``text`` (the value a store
     that keeps canonical text hands back: ``5.0`` is read as ``5``)."""
     return _READER.decode(text)
+
+
+# --- size bounds (the peer's optional canonical-JSON bounds) -------------------------
+#
+# depth: containers nested on one path (outermost = 1); nodes: every value,
+# containers and scalars, the root among them (member names are not values);
+# collection: the elements or members of one container; text: the UTF-16
+# code units of one string or member name. Over a bound, the kind reported
+# is, by precedence, "traversal" (depth or nodes), then "collection", then
+# "text".
+
+
+def bounds_kind(value: object, depth: int | None = None, nodes: int | None = None,
+                collection: int | None = None, text: int | None = None) -> str | None:
+    """The kind of the bound ``value`` is over, or None when within all."""
+    deepest = count = widest = longest = 0
+    pending = [(value, 1)]
+    while pending:
+        item, level = pending.pop()
+        count += 1
+        if nodes is not None and count > nodes:
+            return "traversal"
+        if isinstance(item, str):
+            longest = max(longest, len(_utf16_units(item)) // 2)
+        elif isinstance(item, (dict, list, tuple)):
+            deepest = max(deepest, level)
+            if depth is not None and deepest > depth:
+                return "traversal"
+            widest = max(widest, len(item))
+            if isinstance(item, dict):
+                longest = max([longest] + [len(_utf16_units(name)) // 2 for name in item if isinstance(name, str)])
+                pending.extend((child, level + 1) for child in item.values())
+            else:
+                pending.extend((child, level + 1) for child in item)
+    if collection is not None and widest > collection:
+        return "collection"
+    if text is not None and longest > text:
+        return "text"
+    return None

@@ -8,15 +8,18 @@ batches by id. The contract, as plain rules:
   zeros) owned by (producer, epoch); a higher epoch takes over (the log
   stays), the same epoch and producer is a no-op, a lower epoch — or the
   same epoch from another producer — is ``FenceRejected``;
-- ``append(request)``, in this order: an unknown conversation is
-  ``NotMaterialized``; a batch id already used answers the original result
-  with ``replayed=True`` when its batch digest is the same, else
-  ``AppendConflict(batch-digest)``; a stale epoch (or the same epoch from
-  another producer) is ``FenceRejected``; a record id used twice in the
-  batch or already in the log is ``AppendConflict(record-identity)``; an
-  expected tail that is not the tail is ``AppendConflict(tail)`` carrying
-  the actual tail; otherwise the records take seqs tail+1.. and the
-  producer/epoch of the request become the conversation's;
+- ``append(request)``: more than 256 records is ``BatchTooLarge`` (with the
+  other argument rules, before anything else); then, in this order: an
+  unknown conversation is ``NotMaterialized``; an epoch other than the
+  conversation's (higher too), or its epoch from another producer, is
+  ``FenceRejected``; a batch id already used answers the original result
+  with ``replayed=True`` when the tail its batch made is the chain step
+  from the request's own expected tail, else
+  ``AppendConflict(batch-digest)``; an expected tail that is not the tail
+  is ``AppendConflict(tail)`` carrying the actual tail; a record id used
+  twice in the batch or already in the log is
+  ``AppendConflict(record-identity)``; otherwise the records take seqs
+  tail+1..;
 - digests, with this package's own RFC 8785 encoder (``jcs``): envelope
   JSON ``{recordId, family, schemaVersion, createdAtMs, deploymentId,
   payload[, producerId, epoch]}``; the batch digest
@@ -25,7 +28,7 @@ batches by id. The contract, as plain rules:
   previousTailDigest}))`` from 64 zeros;
 - ``read(c, after_seq, limit)``: records after_seq+1 .. after_seq+limit
   (fewer at the tail), each envelope as a reader of its canonical text
-  gets it back; ``inspect_tail``; ``lookup_batch`` (None for an unknown
+  gets it back; a limit outside 1..1024 is ``ReadLimitOutOfRange``; ``inspect_tail``; ``lookup_batch`` (None for an unknown
   batch or conversation); ``digest_at(c, seq)``: the tail digest when the
   tail was ``seq`` (64 zeros at 0), None inside a batch or beyond the tail;
   ``delete_conversation``: True when there was one, and it is gone whole.
@@ -41,7 +44,7 @@ from typing import Any
 
 from model.conversation.records import FencedAppendRequest, RecordEnvelope
 from scenarios.reference import EXACT, History, PortReference, Refused, bind, divergence, judge, show
-from scenarios.reference.jcs import ZERO_DIGEST, JcsError, canonical, digest_text, read_back
+from scenarios.reference.jcs import ZERO_DIGEST, JcsError, bounds_kind, canonical, digest_text, read_back
 
 # The log's bounds (persistence §7 page, batch size and bytes, decode caps).
 PAGE_SIZE_MAX = 1024
@@ -93,31 +96,6 @@ def _is_digest(value: object) -> bool:
     return type(value) is str and _DIGEST_TEXT.fullmatch(value) is not None
 
 
-def _depth(value: object) -> int:
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list, tuple)):
-            deepest = max(deepest, depth)
-            if depth > ENVELOPE_DEPTH_MAX:
-                return depth
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
-
-
-def _items(value: object) -> int:
-    count, stack = 0, [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, (dict, list, tuple)):
-            children = list(item.values()) if isinstance(item, dict) else list(item)
-            count += len(children)
-            if count > ENVELOPE_ITEMS_MAX:
-                return count
-            stack.extend(children)
-    return count
-
-
 # The contract's integers are JSON numbers: within +/-(2**53 - 1); both
 # adapters refuse others with a ValueError.
 PORT_INT_MAX = 2 ** 53 - 1
@@ -148,8 +126,10 @@ def check_request(request: object) -> tuple[Refused | None, list[str]]:
     records = request.records
     if type(records) is not tuple:
         return Refused("TypeError"), []
-    if not 1 <= len(records) <= BATCH_RECORDS_MAX:
+    if not records:
         return Refused("ValueError"), []
+    if len(records) > BATCH_RECORDS_MAX:
+        return Refused("BatchTooLarge", operation="append", limit=BATCH_RECORDS_MAX, actual=len(records)), []
     texts = []
     total_bytes = 0
     for record in records:
@@ -172,11 +152,11 @@ def check_request(request: object) -> tuple[Refused | None, list[str]]:
         total_bytes += len(text) if text.isascii() else len(text.encode("utf-8"))
         if total_bytes > BATCH_BYTES_MAX:
             return Refused("ValueError"), []
-        # Every stored row must decode within the caps (persistence §10).
-        if text.count("[") + text.count("{") > ENVELOPE_DEPTH_MAX and _depth(value) > ENVELOPE_DEPTH_MAX:
-            return Refused("ValueError"), []
-        if len(text) > ENVELOPE_ITEMS_MAX and _items(value) > ENVELOPE_ITEMS_MAX:
-            return Refused("ValueError"), []
+        # Every stored row must decode within the caps (persistence §10):
+        # the envelope's canonical-JSON bounds are those caps.
+        if (text.count("[") + text.count("{") > ENVELOPE_DEPTH_MAX or len(text) > ENVELOPE_ITEMS_MAX) and bounds_kind(
+                value, depth=ENVELOPE_DEPTH_MAX, nodes=ENVELOPE_ITEMS_MAX + 1) is not None:
+            return Refused("CanonicalJsonBoundsError", kind="traversal"), []
         texts.append(text)
     return None, texts
 
@@ -308,23 +288,24 @@ class ReferenceLog(PortReference):
         existing = conversation.batches.get(request.batch_id)
         expected: Any
         commit = False
-        if existing is not None:
-            if existing[4] == digest_of_batch:
+        if request.epoch != conversation.epoch or request.producer_id != conversation.producer_id:
+            expected = Refused("FenceRejected", conversation_id=cid, attempted_epoch=request.epoch,
+                               actual_epoch=conversation.epoch)
+        elif existing is not None:
+            # A replay is the same batch sent from the same tail: the tail
+            # it made is the chain step from the request's expected tail.
+            if existing[6] == chain_step(request.expected_tail_digest, digest_of_batch,
+                                         request.expected_tail_seq + 1):
                 expected = (existing[2], existing[3], existing[6], existing[4], True)
             else:
                 expected = Refused("AppendConflict", conversation_id=cid, kind="batch-digest",
                                    batch_id=request.batch_id)
-        elif request.epoch < conversation.epoch or (
-                request.epoch == conversation.epoch and request.producer_id != conversation.producer_id):
-            expected = Refused("FenceRejected", conversation_id=cid, attempted_epoch=request.epoch,
-                               actual_epoch=conversation.epoch)
+        elif (request.expected_tail_seq != conversation.tail_seq
+              or request.expected_tail_digest != conversation.tail_digest):
+            expected = Refused("AppendConflict", conversation_id=cid, kind="tail", batch_id=request.batch_id,
+                               actual_tail_seq=conversation.tail_seq, actual_tail_digest=conversation.tail_digest)
         else:
             expected = self._identity_conflict(conversation, request)
-            if expected is None and (request.expected_tail_seq != conversation.tail_seq
-                                     or request.expected_tail_digest != conversation.tail_digest):
-                expected = Refused("AppendConflict", conversation_id=cid, kind="tail", batch_id=request.batch_id,
-                                   actual_tail_seq=conversation.tail_seq,
-                                   actual_tail_digest=conversation.tail_digest)
             if expected is None:
                 first_seq = conversation.tail_seq + 1
                 tail = chain_step(conversation.tail_digest, digest_of_batch, first_seq)
@@ -342,7 +323,6 @@ class ReferenceLog(PortReference):
             conversation.record_ids.update(record.record_id for record in request.records)
             conversation.boundaries[last_seq] = tail
             conversation.tail_seq, conversation.tail_digest = last_seq, tail
-            conversation.producer_id, conversation.epoch = request.producer_id, request.epoch
         outcome = expected.name if isinstance(expected, Refused) else expected[:2] + (
             "replayed" if expected[4] else "committed",)
         self._history.note(cid, call, brief, outcome)
@@ -370,8 +350,11 @@ class ReferenceLog(PortReference):
         cid, after_seq, limit = bound
         if type(cid) is not str or type(after_seq) is not int or type(limit) is not int:
             return judge(call, key, Refused("TypeError"), _same, self._history)
-        if after_seq < 0 or not 1 <= limit <= PAGE_SIZE_MAX or _out_of_range(after_seq):
+        if after_seq < 0 or _out_of_range(after_seq, limit):
             return judge(call, key, Refused("ValueError"), _same, self._history)
+        if not 1 <= limit <= PAGE_SIZE_MAX:
+            return judge(call, key, Refused("ReadLimitOutOfRange", operation="read", limit=limit,
+                                            limit_max=PAGE_SIZE_MAX), _same, self._history)
         conversation = self.conversations.get(cid)
         if conversation is None:
             return judge(call, key, Refused("NotMaterialized", conversation_id=cid), _same, self._history)
