@@ -1721,9 +1721,14 @@ class _Process(ClientProcess):
             ok = _matches(out.error, ("AbortConflict", "SettlementConflict")) and _typed(out.error)
         got = await self.call("ledger", "get", sid)
         row = got.value if got.ok else None
-        # An intent stored means an aborted outcome; a refused abort, the completed one.
-        ok = ok and row is not None and row.outcome == ("aborted" if out.ok else "completed") and (
-            row.abort_author == (author if out.ok else None))
+        # An intent stored means an aborted outcome; a refused abort, the completed one. A
+        # SettlementConflict on an aborted row: an attempt whose reply was lost stored the
+        # intent, and its retry met the row settled (a settled row answers every write so).
+        stored = out.ok or (row is not None and row.outcome == "aborted" and out.error is not None
+                            and _matches(out.error, ("SettlementConflict",))
+                            and getattr(out.error, "existing_outcome", None) == "aborted")
+        ok = ok and row is not None and row.outcome == ("aborted" if stored else "completed") and (
+            row.abort_author == (author if stored else None))
         if self.expect(ok, f"abort racing {sid}'s settlement answered {out.show()} ({' -> '.join(steps)}); "
                            f"the row holds outcome {getattr(row, 'outcome', None)} abort by "
                            f"{getattr(row, 'abort_author', None)}", conv):
