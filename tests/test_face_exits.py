@@ -273,3 +273,21 @@ def _signals_at_safe_points(sweep_module) -> None:
         with sweep_module.forwarding_signals():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.01)
+
+
+def test_a_sweep_child_that_writes_more_than_a_pipe_holds_is_read_not_blocked():
+    """A child's output goes to files, not pipes the parent reads only after
+    it exits: a child that wrote more than 64 KiB (here, a 100,000-character
+    scenario name echoed in its one error line) exits and is read whole."""
+    from sim.face.sweep import Job, _child, _outcome
+
+    name = "x" * 100_000
+    proc = _child(Job(name, 1, False, ("run", name, "--seed", "1", "--json")), None)
+    try:
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    result = _outcome(Job(name, 1, False, ()), proc)
+    assert proc.returncode == 2
+    assert result["status"] == "error" and name in result["error"], result["error"][:200]

@@ -41,7 +41,7 @@ from typing import Any, Sequence
 import attrs
 
 from sim.clock import DurationError, format_duration_ms, parse_duration_ms
-from sim.face.sweep import EXIT_ERROR, Job, _child, _outcome, check_interrupted, forwarding_signals, reap, spawning
+from sim.face.sweep import EXIT_ERROR, Job, _child, _outcome, _output, check_interrupted, forwarding_signals, reap, spawning
 
 # 0 every mutant detected, 1 one survived, 3 none survived but a child could
 # not run (an infrastructure error; the CLI's usage error is 2).
@@ -344,7 +344,7 @@ def _stop_later(job: _Job) -> None:
         if key > job.decided:  # type: ignore[operator]
             proc = job.running.pop(key)
             proc.kill()
-            proc.communicate()
+            _output(proc)
 
 
 def _progress(job: _Job, done: int, total: int, out: Any) -> None:

@@ -219,10 +219,7 @@ def _reap(procs: list[subprocess.Popen], error: BaseException | None) -> None:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-        proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        _output(proc)
 
 
 @attrs.frozen
@@ -302,14 +299,34 @@ def _child(job: Job, lines_file: str | None, env_extra: Mapping[str, str] | None
     env = {**os.environ, **(env_extra or {})}
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     head = ["-m", "sim"] if lines_file is None else ["-m", "sim.face.model_coverage", lines_file, "--"]
-    return subprocess.Popen([sys.executable, *head, *job.argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+    # Its output goes to unnamed temporary files, not pipes: the parent polls
+    # and reads only after the child exits, and a child that wrote more than
+    # a pipe holds (64 KiB) would block on a pipe forever.
+    out, err = tempfile.TemporaryFile("w+", encoding="utf-8"), tempfile.TemporaryFile("w+", encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, *head, *job.argv], stdout=out, stderr=err, text=True, env=env)
+    proc.output_files = (out, err)  # type: ignore[attr-defined]
+    return proc
+
+
+def _output(proc: subprocess.Popen) -> tuple[str, str]:
+    """What an exited ``_child`` wrote to stdout and stderr, once: its files
+    are closed after (a second call reads nothing)."""
+    proc.wait()
+    texts = []
+    for handle in proc.output_files:  # type: ignore[attr-defined]
+        if handle.closed:
+            texts.append("")
+            continue
+        handle.seek(0)
+        texts.append(handle.read())
+        handle.close()
+    return texts[0], texts[1]
 
 
 def _outcome(job: Job, proc: subprocess.Popen) -> dict[str, Any]:
     """The child's JSON result, tagged with the job; an ``error`` record when
     it printed none (a usage error, a crash of the harness)."""
-    out, err = proc.communicate()
+    out, err = _output(proc)
     result = None
     if proc.returncode in (EXIT_PASS, EXIT_VIOLATION):
         try:
