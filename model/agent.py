@@ -118,6 +118,20 @@ def run_allowance_ms(record: Any, policy_ms: int = RUN_ALLOWANCE_MS) -> int:
     return allowance
 
 
+def turn_batch_id(run_id: str, n: int) -> str:
+    """The batch of run ``run_id``'s ``n``-th model turn (n from 1): the
+    peer's deterministic format ``turn:{runId}:{n}``."""
+    assert n >= 1, n
+    return f"turn:{run_id}:{n}"
+
+
+def turn_number(record: Any, index: int) -> int:
+    """Step ``index``'s turn number: its place among the plan's model steps (from 1)."""
+    plan = plan_of(record)
+    assert plan[index] == MODEL, (plan, index)
+    return plan[:index + 1].count(MODEL)
+
+
 def run_start_batch_id(run_id: str) -> str:
     return f"run-start:{run_id}"
 
@@ -305,7 +319,7 @@ class AgentWorker(SubmissionWorker):
         successor that finds the request without the turn asks again."""
         sid = record.submission_id
         call = step_call_id(sid, index)
-        turn_batch = f"model-turn:{call}"
+        turn_batch = turn_batch_id(run_id_for(sid), turn_number(record, index))
         turn = await self.log.lookup_batch(conversation_id, turn_batch)
         if turn is None:
             await self._compact(conversation_id, claim)
