@@ -222,3 +222,41 @@ def test_a_process_that_dies_at_a_point_is_recovered(point, kind, tmp_path):
         assert len(once) == len(set(once))
     finally:
         world.close()
+
+
+# --- in simulation: a failpoint kills its node, and says where ------------------------------
+
+
+def test_a_simulated_failpoint_crash_carries_its_location():
+    """A failpoint only ever kills its process in loomsim: the crash's cause
+    is ``FailpointFired`` naming the location, and the recorded fault event's
+    site is that location."""
+    from faults.kinds import FAILPOINT_CRASH
+    from faults.plan import FaultPlan
+    from faults.ports import SimFailpoints
+    from sim.node import NodeCrashed
+    from sim.world import World as SimWorld
+
+    world = SimWorld(0)
+    plan = FaultPlan(world, rates={FAILPOINT_CRASH: 1.0}, heal_at_ms=10 ** 9)
+    seen: list = []
+
+    def start(node):
+        failpoints = SimFailpoints(world, node, plan, lambda: 1_000)
+
+        async def task():
+            try:
+                failpoints.hit(fp.TURN_RESPONSE_APPENDED)
+            except NodeCrashed as crashed:
+                seen.append(crashed.__cause__)
+                raise
+
+        world.runtime.spawn_on(node, "agent", task())
+
+    node = world.add_node("w", start)
+    world.run_until(10)
+    assert not node.alive or seen
+    (cause,) = seen
+    assert isinstance(cause, fp.FailpointFired) and cause.location == fp.TURN_RESPONSE_APPENDED
+    (event,) = [e for e in world.fault_events if e.kind == FAILPOINT_CRASH]
+    assert event.site == fp.TURN_RESPONSE_APPENDED
