@@ -922,6 +922,13 @@ MUTANTS: tuple[Mutant, ...] = (
         '            return [(RUN_COMPLETED_FAMILY, {"runId": run_id_for(sid), "submissionId": sid}), entry]\n',
         "            return [entry]\n", AC, ci_seed=0, ci_duration="5m"),
     Mutant(
+        "agent-turn-id-per-call",
+        "A run's model turn is logged as the batch model-turn:{call} (its step's call id), not the peer's "
+        "turn:{runId}:{n}: a history the peer's implementation reads differently.",
+        "model.agent",
+        "        turn_batch = turn_batch_id(run_id_for(sid), turn_number(record, index))\n",
+        '        turn_batch = f"model-turn:{call}"\n', AC, ci_seed=0, ci_duration="30s"),
+    Mutant(
         "agent-follower-without-run",
         "A joined follower's settlement record does not carry its host's run id.",
         "model.agent",
