@@ -64,12 +64,13 @@ from model.ledger.states import (  # noqa: E402
 
 SUBMISSION_CRASH_POINTS: tuple[str, ...] = LIFECYCLE_CRASH_POINTS
 
-# The points a sentinel wake passes (a submission worker's step point is not one).
+# The points a sentinel wake passes (a submission worker's step points are not
+# among them, nor the client's submit:after-materialize: a run's log is born
+# with its admission).
 SENTINEL_CRASH_POINTS: tuple[str, ...] = (
     DURABLE_STATE_SAVE_AFTER_STORE_WRITE,
     KERNEL_EFFECT_DONE_BEFORE_RECORD,
     ADMITTED_BEFORE_READY,
-    MATERIALIZED_BEFORE_READY,
     READY_BEFORE_RECEIPT,
     CLAIMED_BEFORE_INPUT,
     INPUT_APPENDED_BEFORE_MARKER,

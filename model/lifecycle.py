@@ -241,7 +241,10 @@ class SubmissionLifecycle:
                 # Epoch 0 by the admission producer: any claimed owner (epoch
                 # >= 1) takes over from it; a second materialize is a no-op.
                 await self.log.materialize(conversation_id, ADMISSION_PRODUCER, 0)
-        self.failpoints.hit(MATERIALIZED_BEFORE_READY)
+            # The peer's submit path (a client's, a subagent's child): not a
+            # sentinel run's, whose log is born with its admission and whose
+            # crash points are the runs layer's (``SENTINEL_CRASH_POINTS``).
+            self.failpoints.hit(MATERIALIZED_BEFORE_READY)
         await self.ledger.mark_ready(submission_id, self.now_ms())
 
     # -- ownership ---------------------------------------------------------------

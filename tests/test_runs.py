@@ -33,6 +33,7 @@ from model.failpoints import (
     FINALIZED_BEFORE_REPLY,
     RESERVED_BEFORE_APPEND,
     STEP_DONE_BEFORE_RECORD,
+    MATERIALIZED_BEFORE_READY,
     STEP_RECORDED,
     SUBMISSION_CRASH_POINTS,
 )
@@ -552,8 +553,9 @@ def test_crash_after_append_second_owner_finalizes_the_logged_record(world):
 # --- every crash point of the lifecycle ---------------------------------------------------
 
 
-# A submission worker's step points: a run's steps go through the kernel's own.
-WORKER_STEP_POINTS = (STEP_DONE_BEFORE_RECORD, STEP_RECORDED)
+# A submission worker's step points (a run's steps go through the kernel's
+# own) and the client's submit:after-materialize (a run's log is born with it).
+WORKER_STEP_POINTS = (MATERIALIZED_BEFORE_READY, STEP_DONE_BEFORE_RECORD, STEP_RECORDED)
 
 
 def test_the_lifecycle_reaches_every_run_crash_point(world):
