@@ -159,7 +159,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "wrapper, so a busy write lock crosses the port as a bare SqliteWriteContention, not a LedgerStoreError.",
         "model.ledger.sqlite_store", '        with self._writing("claim") as conn:\n',
         "        with write_transaction(self._conn) as conn:\n", LS_PS, store="sqlite",
-        ci_seed=7, ci_duration="30m"),
+        ci_seed=0, ci_duration="30m", ci_scenario="port-storm"),
     Mutant(
         "checkpoint-load-digest-unchecked",
         "load_latest only checks that the log still has a digest at the checkpoint's position, not that it is "
@@ -229,14 +229,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "ledger-claim-newest-first",
         "The in-memory ledger hands out the newest open submission instead of the FIFO head.",
         "model.ledger.memory_store", "            nonterminal[0] if nonterminal else None,\n",
-        "            nonterminal[-1] if nonterminal else None,\n", LS_PS, ci_seed=1, ci_duration="15m"),
+        "            nonterminal[-1] if nonterminal else None,\n", LS_PS, ci_seed=0, ci_duration="15m",
+        ci_scenario="port-storm"),
     Mutant(
         "ledger-sqlite-head-desc",
         "The SQLite ledger's head query orders by queue_seq DESC: the newest open submission is claimed "
         "first (module constant).",
         "model.ledger.sqlite_store", '_SELECT_HEAD = _SELECT_NONTERMINAL_OF + " LIMIT 1"\n',
         '_SELECT_HEAD = _SELECT_NONTERMINAL_OF + " DESC LIMIT 1"\n', LS_PS, store="sqlite",
-        ci_seed=1, ci_duration="15m"),
+        ci_seed=0, ci_duration="15m", ci_scenario="port-storm"),
     Mutant(
         "ledger-unready-head-claimable",
         "The claim refuses only a settled head instead of every state the table does not let a claim "
@@ -499,13 +500,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "
         "runs is not honoured at its next step.",
         "model.submissions", "            if aborted or await self._abort_requested(submission_id):\n",
-        "            if aborted:\n", LS, ci_seed=0, ci_duration="30m"),
+        "            if aborted:\n", LS, ci_seed=1, ci_duration="30m"),
     Mutant(
         "worker-input-despite-abort",
         "The worker appends the input record of a submission whose abort intent was already durable when it "
         "claimed it (aborted before its input ever reached the log).",
         "model.submissions", "        if not record.input_applied and not aborted:\n",
-        "        if not record.input_applied:\n", LS, ci_seed=15, ci_duration="4h"),
+        "        if not record.input_applied:\n", LS, ci_seed=10, ci_duration="4h"),
     Mutant(
         "worker-skips-takeover",
         "The worker never takes the log over at its claim's epoch (its first append would), so until then a "
@@ -678,7 +679,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        records.extend(got)\n        if len(got) < want:\n            break  # a short page: the end of history\n"
         "    recomputed = recompute_chain(conversation_id, records, start_seq + 1, after_digest)\n"
         "    if len(records) == total - start_seq and recomputed != tail.tail_digest:\n", LS_PS,
-        ci_seed=1, ci_duration="15m"),
+        ci_seed=0, ci_duration="15m", ci_scenario="port-storm"),
     Mutant(
         "log-gap-accepted",
         "The recovery read's page check looks only at the last sequence number a page reaches, so a page "
@@ -689,7 +690,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                raise HistoryCorrupted(conversation_id, expected, record.seq, "non-contiguous page")\n'
         "        if len(got) != want:\n",
         "        if not got or got[-1].seq != after_seq + want:\n", LS_PS,
-        ci_seed=6, ci_duration="30m"),
+        ci_seed=10, ci_duration="30m"),
     Mutant(
         "log-chain-gap-regrouped",
         "Recomputing the digest chain regroups records by batch id alone and ignores their sequence numbers, "
@@ -752,7 +753,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A successor settles with a freshly computed record instead of the one its predecessor reserved.",
         "model.lifecycle", "    if reserved is not None:\n        return reserved\n    return fresh()\n",
         "    return fresh()\n", BOTH,
-        ci_seed=2, ci_duration="2h", ci_scenario="ledger-storm"),
+        ci_seed=5, ci_duration="2h", ci_scenario="ledger-storm"),
     Mutant(
         "runs-resume-settled",
         "A restarted worker resumes a run whose log already holds its settlement instead of only finalizing it "
@@ -984,7 +985,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "suspended past its deadline goes on running.",
         "model.agent", "            started_at_ms = start.envelope.created_at_ms\n",
         "            started_at_ms = self.now_ms()\n", AC,
-        ci_seed=4, ci_duration="10m"),
+        ci_seed=0, ci_duration="10m"),
     Mutant(
         "agent-run-start-per-attempt",
         "Each attempt starts the run afresh under its own attempt id: a resumed run has a second RunStarted.",
@@ -1038,7 +1039,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "subagent-parent-abort.",
         "model.agent", "                await self._abort(child.submission_id, SUBAGENT_PARENT_ABORT)\n",
         "                await self._abort(child.submission_id, sid)\n", AC,
-        ci_seed=4, ci_duration="90m"),
+        ci_seed=3, ci_duration="90m"),
     Mutant(
         "agent-aborted-parent-no-joined",
         "An aborted run settles without a subagent joined record of the children it aborted.",
@@ -1078,6 +1079,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.agent",
         '            return [(RUN_COMPLETED_FAMILY, {"runId": run_id_for(sid), "submissionId": sid}), entry]\n',
         "            return [entry]\n", AC, ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "agent-turn-id-per-call",
+        "A run's model turn is logged as the batch model-turn:{call} (its step's call id), not the peer's "
+        "turn:{runId}:{n}: a history the peer's implementation reads differently.",
+        "model.agent",
+        "        turn_batch = turn_batch_id(run_id_for(sid), turn_number(record, index))\n",
+        '        turn_batch = f"model-turn:{call}"\n', AC, ci_seed=0, ci_duration="30s"),
     Mutant(
         "agent-follower-without-run",
         "A joined follower's settlement record does not carry its host's run id.",
@@ -1121,7 +1129,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.retention",
         "    try:\n        await ledger.purge_conversation(conversation_id)\n",
         "    await log.delete_conversation(conversation_id)\n    try:\n        await ledger.purge_conversation(conversation_id)\n",
-        LS, ci_seed=9, ci_duration="6h"),
+        LS, ci_seed=2, ci_duration="6h"),
     Mutant(
         "progress-polling-loop",
         "The wait sleeps a second and rereads instead of parking on its registration: a polling loop.",

@@ -42,6 +42,7 @@ from faults.kinds import (
 )
 from faults import sqlite_lock
 from model.conversation.records import ConversationStoreError
+from model.failpoints import FailpointFired
 from model.ledger.records import LedgerStoreError
 from model.retry import is_retryable
 from model.sqlite_db import SqliteWriteContention
@@ -139,7 +140,7 @@ class PortCall:
 
 _FAILPOINT_KINDS = (FAILPOINT_CRASH,)
 from faults.plan import FaultPlan
-from sim.node import Node, NodeDeadError
+from sim.node import Node, NodeCrashed, NodeDeadError
 from sim.world import World
 
 # ``faults.describe``: the call's arguments and result -> the event's fields
@@ -294,7 +295,10 @@ class BoundPort:
 
 
 class SimFailpoints:
-    """``model.failpoints.Failpoints`` for one node: may crash it at a named point."""
+    """``model.failpoints.Failpoints`` for one node: may crash it at a named
+    point. A failpoint only ever kills here; the death's cause
+    (``NodeCrashed.__cause__``) is ``FailpointFired`` naming the location,
+    as the fault event's site does."""
 
     __slots__ = ("_world", "_node", "_plan", "_restart_after")
 
@@ -312,4 +316,7 @@ class SimFailpoints:
         if fault is not None:
             delay_ms = plan.restart_delay_ms(name, hit, self._restart_after)
             self._world.record_fault(self._node, name, fault, hit, restart_after_ms=delay_ms)
-            self._world.crash(self._node, restart_after_ms=delay_ms)
+            try:
+                self._world.crash(self._node, restart_after_ms=delay_ms)
+            except NodeCrashed as crashed:
+                raise crashed from FailpointFired(name)

@@ -85,6 +85,10 @@ class SwarmSpace:
     workload: tuple[str, ...] = ()
     knobs: tuple[Knob, ...] = ()
     failpoint_rate: float = 1e-4  # the scenario's failpoint-crash rate per hit
+    # Rare failpoints (few hits a seed: a parent aborted while its child
+    # waits, a join): (name, multiplier) of ``failpoint_rate`` when activated,
+    # so that a sweep fires each. It changes no draw.
+    failpoint_boosts: tuple[tuple[str, float], ...] = ()
 
     def knob(self, name: str) -> Knob:
         for knob in self.knobs:
@@ -200,7 +204,8 @@ def choose(space: SwarmSpace, stream: Stream, *, swarm: bool, enable: tuple[str,
         for index, name in enumerate(space.failpoints):
             rotated = _rotated_on(seed, index)
             on = stream.below(2) == 0 or rotated
-            fraction = min(1.0, space.failpoint_rate * stream.choice(FAILPOINT_RATE_FACTORS))
+            fraction = min(1.0, space.failpoint_rate * dict(space.failpoint_boosts).get(name, 1)
+                           * stream.choice(FAILPOINT_RATE_FACTORS))
             if on:
                 failpoints.append((name, fraction))
                 rotated_failpoint = rotated_failpoint or rotated

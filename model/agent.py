@@ -36,9 +36,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from model.failpoints import (APPROVAL_DECIDED_BEFORE_EFFECT, CHILD_RESERVED_BEFORE_ADMIT, CHILD_SETTLED_BEFORE_WAKE,
-                              FOLLOWER_APPENDED_BEFORE_JOINED, MODEL_REQUESTED_BEFORE_FIRST_DELTA,
-                              TOOL_PREPARED_BEFORE_SETTLED)
+from model.failpoints import (APPROVAL_DECIDED_BEFORE_EFFECT, APPROVAL_REQUEST_APPENDED, APPROVAL_SUSPENDED,
+                              CHILD_RESERVED_BEFORE_ADMIT, CHILD_SETTLED_BEFORE_WAKE, COMPACTION_APPENDED,
+                              FOLLOWER_APPENDED_BEFORE_JOINED, JOIN_CLAIMED, MODEL_REQUESTED_BEFORE_FIRST_DELTA,
+                              SUBAGENT_CHILD_ABORT_INTENT, SUBAGENT_JOIN_APPENDED, SUBAGENT_RELEASED,
+                              SUBAGENT_REQUEST_APPENDED, SUBAGENT_START_APPENDED, SUBAGENT_SUSPENDED,
+                              TOOL_PREPARED_BEFORE_SETTLED, TOOL_RESULTS_APPENDED, TURN_RESPONSE_APPENDED)
 from model.ledger.records import ABORTED, COMPLETED_WITH_RESULT, REJECTED, ParentLink, UnreadableSubmission
 from model.retry import error_name
 from model.canonical import digest
@@ -116,6 +119,20 @@ def run_allowance_ms(record: Any, policy_ms: int = RUN_ALLOWANCE_MS) -> int:
     allowance = request.get("maxDurationMs", policy_ms) if isinstance(request, dict) else policy_ms
     assert isinstance(allowance, int) and allowance > 0, allowance
     return allowance
+
+
+def turn_batch_id(run_id: str, n: int) -> str:
+    """The batch of run ``run_id``'s ``n``-th model turn (n from 1): the
+    peer's deterministic format ``turn:{runId}:{n}``."""
+    assert n >= 1, n
+    return f"turn:{run_id}:{n}"
+
+
+def turn_number(record: Any, index: int) -> int:
+    """Step ``index``'s turn number: its place among the plan's model steps (from 1)."""
+    plan = plan_of(record)
+    assert plan[index] == MODEL, (plan, index)
+    return plan[:index + 1].count(MODEL)
 
 
 def run_start_batch_id(run_id: str) -> str:
@@ -305,7 +322,7 @@ class AgentWorker(SubmissionWorker):
         successor that finds the request without the turn asks again."""
         sid = record.submission_id
         call = step_call_id(sid, index)
-        turn_batch = f"model-turn:{call}"
+        turn_batch = turn_batch_id(run_id_for(sid), turn_number(record, index))
         turn = await self.log.lookup_batch(conversation_id, turn_batch)
         if turn is None:
             await self._compact(conversation_id, claim)
@@ -329,6 +346,7 @@ class AgentWorker(SubmissionWorker):
             records.append((MODEL_COMPLETED_FAMILY, {"runId": run_id_for(sid), "call": call, "text": text,
                                                      "usage": completed["usage"]}))
             turn = await self._append_once(conversation_id, claim, turn_batch, records)
+            self.failpoints.hit(TURN_RESPONSE_APPENDED)
         (last,) = await self.log.read(conversation_id, turn.last_seq - 1, 1)
         payload = last.envelope.payload
         return {"call": call, "text": payload["text"], "usage": payload["usage"]}
@@ -348,6 +366,7 @@ class AgentWorker(SubmissionWorker):
             (COMPACTION_FAMILY, {"phase": "created", "compactionId": batch_id, "coversSeq": tail.tail_seq,
                                  "tailDigest": tail.tail_digest}),
             (COMPACTION_FAMILY, {"phase": "selected", "compactionId": batch_id})])
+        self.failpoints.hit(COMPACTION_APPENDED)
 
     async def _conversation_step(self, conversation_id: str, claim: Any, record: Any, phase: str) -> Any:
         if phase == "created":
@@ -401,6 +420,8 @@ class AgentWorker(SubmissionWorker):
         in the log (an earlier attempt died before marking it) is marked at
         the position it has."""
         batch = await self.ledger.begin_join(claim, JOIN_LIMIT)
+        if batch.followers:
+            self.failpoints.hit(JOIN_CLAIMED)
         for follower_id in batch.followers:
             follower = await self.ledger.get(follower_id)
             if follower.joined_seq is not None:
@@ -533,6 +554,7 @@ class AgentWorker(SubmissionWorker):
         output = {"call": call, "result": result, "isFailure": False}
         await self._append_once(conversation_id, claim, f"tool-{TOOL_SETTLED}:{call}",
                                 [_tool_record(TOOL_SETTLED, sid, call, output=output)])
+        self.failpoints.hit(TOOL_RESULTS_APPENDED)
         return output
 
     async def _unknown(self, conversation_id: str, claim: Any, call: str) -> Any:
@@ -569,9 +591,11 @@ class AgentWorker(SubmissionWorker):
             if decision is None:
                 await self._append_once(conversation_id, claim, f"tool-{APPROVAL_REQUESTED}:{call}", [
                     _tool_record(APPROVAL_REQUESTED, sid, call, tool="deploy", args={"submission": sid, "step": index})])
+                self.failpoints.hit(APPROVAL_REQUEST_APPENDED)
                 suspension = await self._parked(self.ledger.suspend(claim, (call,)))
                 if suspension is not None:
                     self.probe.emit("approval.suspended", submission=sid, call=call, resumed=suspension.resumed)
+                    self.failpoints.hit(APPROVAL_SUSPENDED)
                 return PARKED  # resumed at once or not, the claim ended: the next claim goes on
             # The decision is recorded before anything acts on it.
             entry = _tool_record(APPROVAL_DECIDED, sid, call, decision=decision["decision"],
@@ -594,6 +618,7 @@ class AgentWorker(SubmissionWorker):
             accounting = entry["accounting"]
             await self._append_once(conversation_id, claim, f"subagent-{SUBAGENT_JOINED}:{call}", [
                 _joined_entry(sid, call, accounting["child"], accounting["outcome"])])
+            self.failpoints.hit(SUBAGENT_JOIN_APPENDED)
             return {"call": call, "child": accounting["child"], "childOutcome": accounting["outcome"]}
         child_conversation = child_conversation_id(conversation_id, record.queue_seq, index)
         if entry is None:
@@ -602,6 +627,7 @@ class AgentWorker(SubmissionWorker):
             await self._append_once(conversation_id, claim, f"subagent-{SUBAGENT_REQUESTED}:{call}", [
                 (SUBAGENT_FAMILY, {"phase": SUBAGENT_REQUESTED, "submissionId": sid, "call": call,
                                    "allocation": allocation})])
+            self.failpoints.hit(SUBAGENT_REQUEST_APPENDED)
             await self.ledger.reserve_child(claim, call, allocation)
             self.failpoints.hit(CHILD_RESERVED_BEFORE_ADMIT)
         if entry is None or entry["child"] is None:
@@ -614,9 +640,11 @@ class AgentWorker(SubmissionWorker):
                 (SUBAGENT_FAMILY, {"phase": SUBAGENT_STARTED, "submissionId": sid, "call": call,
                                    "child": admission.submission_id,
                                    "parentLink": {"submissionId": sid, "toolCallId": call}})])
+            self.failpoints.hit(SUBAGENT_START_APPENDED)
         suspension = await self._parked(self.ledger.suspend(claim, (), (call,)))
         if suspension is not None:
             self.probe.emit("subagent.waiting", submission=sid, call=call, resumed=suspension.resumed)
+            self.failpoints.hit(SUBAGENT_SUSPENDED)
         return PARKED
 
     async def process(self, conversation_id: str, claim: Any) -> ProcessOutcome | None:
@@ -662,6 +690,7 @@ class AgentWorker(SubmissionWorker):
                 continue
             if not child.settled:
                 await self._abort(child.submission_id, SUBAGENT_PARENT_ABORT)
+                self.failpoints.hit(SUBAGENT_CHILD_ABORT_INTENT)
                 child = await self.ledger.get(child.submission_id)
             if child.settled:
                 await self.ledger.release_child(sid, call, child_accounting(child), self.now_ms())
@@ -696,6 +725,7 @@ class AgentWorker(SubmissionWorker):
                                                   child_accounting(child), self.now_ms())
         self.probe.emit("subagent.released", parent=parent.submission_id, call=parent.tool_call_id,
                         child=child.submission_id, replayed=release.replayed)
+        self.failpoints.hit(SUBAGENT_RELEASED)
 
     async def tend(self, scan: tuple) -> None:
         """Release every settled child whose release a crash lost (its

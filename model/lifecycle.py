@@ -6,8 +6,10 @@ passes through recoverable states instead, with a named crash point in every
 gap between two durable steps (``model.failpoints``, ARCHITECTURE §5):
 
 - **admission**: admit the ledger row -> ``ADMITTED_BEFORE_READY`` ->
-  materialize the conversation (epoch 0, the admission producer) -> mark the
-  submission ready -> ``READY_BEFORE_RECEIPT``;
+  materialize the conversation (epoch 0, the admission producer) ->
+  ``MATERIALIZED_BEFORE_READY`` -> mark the submission ready ->
+  ``READY_BEFORE_RECEIPT`` (a subagent's child: ``SUBAGENT_ADMITTED`` and
+  ``SUBAGENT_CHILD_READY`` in place of the first and the last);
 - **terminalization**: reserve the exact settlement record in the ledger ->
   ``RESERVED_BEFORE_APPEND`` -> append that record to the log ->
   ``APPENDED_BEFORE_FINALIZE`` -> finalize the ledger ->
@@ -53,9 +55,12 @@ from model.failpoints import (
     ADMITTED_BEFORE_READY,
     APPENDED_BEFORE_FINALIZE,
     FINALIZED_BEFORE_REPLY,
+    MATERIALIZED_BEFORE_READY,
     NO_FAILPOINTS,
     READY_BEFORE_RECEIPT,
     RESERVED_BEFORE_APPEND,
+    SUBAGENT_ADMITTED,
+    SUBAGENT_CHILD_READY,
     Failpoints,
 )
 from model.ledger.records import AdmissionResult, Claim, ReservedSettlement, Settlement
@@ -216,11 +221,11 @@ class SubmissionLifecycle:
         assert admission.submission_id and admission.receipt and admission.queue_seq >= 1, admission
         if admission.replayed and not complete_replay:
             return admission
-        self.failpoints.hit(ADMITTED_BEFORE_READY)
+        self.failpoints.hit(ADMITTED_BEFORE_READY if parent is None else SUBAGENT_ADMITTED)
         if before_ready is not None:
             await before_ready(admission)
         await self.make_ready(conversation_id, admission.submission_id, log_is_new=log_is_new)
-        self.failpoints.hit(READY_BEFORE_RECEIPT)
+        self.failpoints.hit(READY_BEFORE_RECEIPT if parent is None else SUBAGENT_CHILD_READY)
         return admission
 
     async def make_ready(self, conversation_id: str, submission_id: str, *, log_is_new: bool = False) -> None:
@@ -236,6 +241,10 @@ class SubmissionLifecycle:
                 # Epoch 0 by the admission producer: any claimed owner (epoch
                 # >= 1) takes over from it; a second materialize is a no-op.
                 await self.log.materialize(conversation_id, ADMISSION_PRODUCER, 0)
+            # The peer's submit path (a client's, a subagent's child): not a
+            # sentinel run's, whose log is born with its admission and whose
+            # crash points are the runs layer's (``SENTINEL_CRASH_POINTS``).
+            self.failpoints.hit(MATERIALIZED_BEFORE_READY)
         await self.ledger.mark_ready(submission_id, self.now_ms())
 
     # -- ownership ---------------------------------------------------------------

@@ -42,6 +42,7 @@ from model.failpoints import (
     INPUT_APPENDED_BEFORE_MARKER,
     NO_FAILPOINTS,
     STEP_DONE_BEFORE_RECORD,
+    STEP_RECORDED,
     Failpoints,
 )
 from model.ledger.records import AdmissionResult, Claim, Settlement
@@ -206,6 +207,7 @@ class SubmissionWorker:
             await self._append_once(conversation_id, claim, batch_id,
                                     [("model-output", {"submissionId": submission_id, "step": index,
                                                        "output": output})])
+            self.failpoints.hit(STEP_RECORDED)
             outputs.append(output)
         # The canonical record wins: the log's, else the reserved one, else new.
         batch = await self.lifecycle.logged_settlement(conversation_id, submission_id)

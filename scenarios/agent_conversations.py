@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from faults.kinds import DROPPED_NOTIFICATION, OVERTAKING_COMMIT
 from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE
-from model.failpoints import AGENT_CRASH_POINTS
+from model.failpoints import (AGENT_CRASH_POINTS, COMPACTION_APPENDED, FOLLOWER_APPENDED_BEFORE_JOINED,
+                              SUBAGENT_CHILD_ABORT_INTENT)
 from scenarios import api as inv
 from scenarios.agents import (JOINING_SHARE, AgentSubmitters, AgentWorkers, Approvers, Cancellers, ModelService,
                               Reconciler, ToolService)
@@ -44,7 +45,14 @@ COMMON, RARE = 10, 1
 RARE_SITES = ("tools.invoke", "model.stream", "ledger.mark_unknown", "ledger.resolve_unknown", "ledger.suspend",
               "ledger.decide_approval", "ledger.reserve_child", "ledger.attach_child", "ledger.release_child",
               "ledger.begin_join", "ledger.mark_joined")
+# Crash points a seed passes a few times only (a parent aborted while its
+# child waits, a follow-up's input joined, a compaction): activated, they
+# fire this many times as often, so that a sweep fires each (a joining
+# host passes join:after-claim at each step: it needs no boost).
+RARE_POINTS_BOOST = 25
+RARE_POINTS = (COMPACTION_APPENDED, FOLLOWER_APPENDED_BEFORE_JOINED, SUBAGENT_CHILD_ABORT_INTENT)
 SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
+                   failpoint_boosts=tuple((point, RARE_POINTS_BOOST) for point in RARE_POINTS),
                    workload=(FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS, CHECKPOINTS),
                    knobs=KNOBS)
 SOMETIMES = ("settled", "stale_writes_fenced", "worker_crashes", "tool_unknown_resolved", "approval_resumed",

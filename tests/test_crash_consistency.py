@@ -15,7 +15,8 @@ from model.canonical import digest
 from model.conversation.memory_store import InMemoryConversationStore
 from model.conversation.recovery import read_recovery_prefix
 from model.conversation.sqlite_store import SqliteConversationStore
-from model.failpoints import SUBMISSION_CRASH_POINTS
+from model.failpoints import (APPENDED_BEFORE_FINALIZE, CLAIMED_BEFORE_INPUT, FINALIZED_BEFORE_REPLY,
+                              RESERVED_BEFORE_APPEND, SUBMISSION_CRASH_POINTS)
 from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.sqlite_db import open_database
@@ -243,9 +244,9 @@ def test_the_ledger_rebuilt_from_the_log_matches_the_original(kind, point, tmp_p
 
 # -- an abort landing at every point of a running submission -----------------------------
 
-WORKER_POINTS = SUBMISSION_CRASH_POINTS[2:]  # from the claim on: the owner is running it
-SETTLING_POINTS = ("settlement.reserved.before_append", "settlement.appended.before_finalize",
-                   "settlement.finalized.before_reply")
+# from the claim on: the owner is running it
+WORKER_POINTS = SUBMISSION_CRASH_POINTS[SUBMISSION_CRASH_POINTS.index(CLAIMED_BEFORE_INPUT):]
+SETTLING_POINTS = (RESERVED_BEFORE_APPEND, APPENDED_BEFORE_FINALIZE, FINALIZED_BEFORE_REPLY)
 
 
 class AbortAt:

@@ -41,8 +41,10 @@ def assert_caught(result, invariant: str) -> None:
 
 
 # SQLite runs also meet overtaking commits (faults/sqlite_overtake.py), whose
-# draws move the other faults: another seed shows every kind there.
-@pytest.mark.parametrize("store, seed", [("memory", 1), ("sqlite", 8)])
+# draws move the other faults: another seed shows every kind there (seed 0
+# since the peer's failpoints joined the swarm: seed 8 no longer draws a
+# damaged page).
+@pytest.mark.parametrize("store, seed", [("memory", 1), ("sqlite", 0)])
 def test_clean_storm_passes_and_is_not_quiet(store, seed):
     result = storm(seed, "6h", store)
     assert result.passed, result.violations
@@ -129,7 +131,12 @@ def test_lease_that_never_expires_is_caught(monkeypatch, without_reference_model
         return real(conversation, head, owner_id, lease_ms, now_ms)
 
     monkeypatch.setattr(ledger_memory, "decide_claim", sticky)
-    assert_caught(first_caught("2h"), "liveness")
+    result = first_caught("2h")
+    assert result is not None and not result.passed, "the planted bug went unnoticed"
+    # An owner that died between its settlement's append and its finalize
+    # (terminalize:after-canonical-append) is never succeeded either: the
+    # rebuild from the log (exactly-once) may see that stuck row first.
+    assert "liveness" in {v.invariant for v in result.violations}, result.violations
 
 
 def test_log_that_cannot_rebuild_the_ledger_is_caught(monkeypatch):

@@ -29,6 +29,7 @@ from model.failpoints import (
     ADMITTED_BEFORE_READY,
     APPENDED_BEFORE_FINALIZE,
     FINALIZED_BEFORE_REPLY,
+    MATERIALIZED_BEFORE_READY,
     READY_BEFORE_RECEIPT,
     RESERVED_BEFORE_APPEND,
 )
@@ -144,7 +145,7 @@ def test_admission_passes_its_crash_points_in_order(world):
     admission = drive(life.admit(C, "p", "k1", {"x": 1}, 1_000, complete_replay=True))
     assert admission.replayed is False
     assert world.calls == ["ledger.admit", ADMITTED_BEFORE_READY, "log.inspect_tail", "log.materialize",
-                           "ledger.mark_ready", READY_BEFORE_RECEIPT]
+                           MATERIALIZED_BEFORE_READY, "ledger.mark_ready", READY_BEFORE_RECEIPT]
     record = drive(world.ledger.get(admission.submission_id))
     assert record.ready and record.admitted_at_ms == 1_000
     assert drive(world.log.inspect_tail(C)).epoch == 0
@@ -160,8 +161,8 @@ def test_a_replay_completes_the_admission_only_when_asked(world):
     world.calls.clear()
     drive(life.admit(C, "p", "k1", {"x": 1}, 2_000, complete_replay=True))
     # The client: through ready again (the log exists: not materialized twice).
-    assert world.calls == ["ledger.admit", ADMITTED_BEFORE_READY, "log.inspect_tail", "ledger.mark_ready",
-                           READY_BEFORE_RECEIPT]
+    assert world.calls == ["ledger.admit", ADMITTED_BEFORE_READY, "log.inspect_tail", MATERIALIZED_BEFORE_READY,
+                           "ledger.mark_ready", READY_BEFORE_RECEIPT]
 
 
 def test_a_new_log_is_materialized_outright_after_the_hook(world):
@@ -176,13 +177,13 @@ def test_a_new_log_is_materialized_outright_after_the_hook(world):
                                  before_ready=before_ready))
     assert seen == [admission.submission_id]
     assert world.calls == ["ledger.admit", ADMITTED_BEFORE_READY, "hook", "log.materialize", "ledger.mark_ready",
-                           READY_BEFORE_RECEIPT]
+                           READY_BEFORE_RECEIPT]  # a run's admission: no submit:after-materialize
 
 
 def test_make_ready_finishes_an_admission_that_stopped_before_ready(world):
     admission = drive(world.ledger.admit(C, "p", "k1", {"x": 1}, 1_000))
     drive(world.lifecycle(None).make_ready(C, admission.submission_id))
-    assert world.calls == ["log.inspect_tail", "log.materialize", "ledger.mark_ready"]
+    assert world.calls == ["log.inspect_tail", "log.materialize", MATERIALIZED_BEFORE_READY, "ledger.mark_ready"]
     assert drive(world.ledger.get(admission.submission_id)).ready
     assert drive(world.log.inspect_tail(C)).epoch == 0  # the admission producer's
     drive(world.log.materialize(C, ADMISSION_PRODUCER, 0))  # ... whose materialize is a no-op

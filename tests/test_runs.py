@@ -33,6 +33,8 @@ from model.failpoints import (
     FINALIZED_BEFORE_REPLY,
     RESERVED_BEFORE_APPEND,
     STEP_DONE_BEFORE_RECORD,
+    MATERIALIZED_BEFORE_READY,
+    STEP_RECORDED,
     SUBMISSION_CRASH_POINTS,
 )
 from model.kernel.records import (
@@ -551,6 +553,11 @@ def test_crash_after_append_second_owner_finalizes_the_logged_record(world):
 # --- every crash point of the lifecycle ---------------------------------------------------
 
 
+# A submission worker's step points (a run's steps go through the kernel's
+# own) and the client's submit:after-materialize (a run's log is born with it).
+WORKER_STEP_POINTS = (MATERIALIZED_BEFORE_READY, STEP_DONE_BEFORE_RECORD, STEP_RECORDED)
+
+
 def test_the_lifecycle_reaches_every_run_crash_point(world):
     seen = Recording()
     runs = world.runs(failpoints=seen)
@@ -558,7 +565,7 @@ def test_the_lifecycle_reaches_every_run_crash_point(world):
     drive(runs.append_steps(run_id(0), 1, STEPS[:2]))
     drive(runs.finish_execution(run_id(0), status=COMPLETED, output={}, finished_at_ms=T0, steps=STEPS[2:],
                                 first_seq=3))
-    expected = [p for p in SUBMISSION_CRASH_POINTS if p != STEP_DONE_BEFORE_RECORD]
+    expected = [p for p in SUBMISSION_CRASH_POINTS if p not in WORKER_STEP_POINTS]
     assert seen.reached == expected
 
 
@@ -577,7 +584,7 @@ def recover(world: World, owner: str, output: dict) -> ExecutionRecord | None:
     return final
 
 
-@pytest.mark.parametrize("point", [p for p in SUBMISSION_CRASH_POINTS if p != STEP_DONE_BEFORE_RECORD])
+@pytest.mark.parametrize("point", [p for p in SUBMISSION_CRASH_POINTS if p not in WORKER_STEP_POINTS])
 def test_a_crash_at_any_point_settles_exactly_once(world, point):
     run = run_id(2)
     a = world.runs("worker-a", CrashAt(point))

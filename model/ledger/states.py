@@ -196,13 +196,17 @@ def state_of(row: Any) -> str:
 # --- where the lifecycle crosses stores: the crash points ------------------------------
 
 # The submission lifecycle's crash points (ARCHITECTURE §5), in lifecycle order.
-ADMITTED_BEFORE_READY = "submission.admitted.before_ready"
+# Where the peer implementation names the same place, the point has its
+# name (``area:after-step``); the others are the model's own.
+ADMITTED_BEFORE_READY = "submit:after-admit"
+MATERIALIZED_BEFORE_READY = "submit:after-materialize"
 READY_BEFORE_RECEIPT = "submission.ready.before_receipt"
-CLAIMED_BEFORE_INPUT = "submission.claimed.before_input"
-INPUT_APPENDED_BEFORE_MARKER = "submission.input_appended.before_marker"
+CLAIMED_BEFORE_INPUT = "claim:after-claim"
+INPUT_APPENDED_BEFORE_MARKER = "input:after-canonical-append"
 STEP_DONE_BEFORE_RECORD = "submission.step_done.before_record"
-RESERVED_BEFORE_APPEND = "settlement.reserved.before_append"
-APPENDED_BEFORE_FINALIZE = "settlement.appended.before_finalize"
+STEP_RECORDED = "step:after-step-append"
+RESERVED_BEFORE_APPEND = "terminalize:after-reserve"
+APPENDED_BEFORE_FINALIZE = "terminalize:after-canonical-append"
 FINALIZED_BEFORE_REPLY = "settlement.finalized.before_reply"
 
 ADMIT = "admit"  # the transition into the first state (no row before it)
@@ -223,11 +227,13 @@ class Crossing:
 
 CROSSINGS: tuple[Crossing, ...] = (
     Crossing(None, ADMIT, "after", ADMITTED_BEFORE_READY, "the log is materialized"),
+    Crossing(ADMITTED, MARK_READY, "before", MATERIALIZED_BEFORE_READY, "the log is materialized"),
     Crossing(ADMITTED, MARK_READY, "after", READY_BEFORE_RECEIPT, "the receipt goes back to the caller"),
     Crossing(READY, CLAIM, "after", CLAIMED_BEFORE_INPUT, "the owner takes the log over and appends the input"),
     Crossing(RUNNING, MARK_INPUT_APPLIED, "before", INPUT_APPENDED_BEFORE_MARKER, "the input is in the log"),
     Crossing(INPUT_APPLIED, RESERVE, "before", STEP_DONE_BEFORE_RECORD,
              "each step's effect is done, then its record appended"),
+    Crossing(INPUT_APPLIED, RESERVE, "before", STEP_RECORDED, "a step's record is in the log; the next step runs"),
     Crossing(INPUT_APPLIED, RESERVE, "after", RESERVED_BEFORE_APPEND, "the reserved record is appended"),
     Crossing(TERMINALIZING, FINALIZE, "before", APPENDED_BEFORE_FINALIZE, "the record is in the log"),
     Crossing(TERMINALIZING, FINALIZE, "after", FINALIZED_BEFORE_REPLY, "the settlement goes back to the caller"),

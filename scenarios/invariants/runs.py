@@ -22,8 +22,10 @@ exactly the tail it was appended after (sequence and digest). The peer
 implementation's records, in its order: a settlement record carries the run
 that settled it (``runId``: its own ``run:{sid}``, or a joined follower's
 host's), a completed run's own settlement comes after its ``run-completed``
-record in the same batch, and a call the reconciler resolved is settled
-only after its ``tool-call`` ``resolved`` record. It counts
+record in the same batch, a call the reconciler resolved is settled
+only after its ``tool-call`` ``resolved`` record, and a run's n-th model
+turn (its ``model-completed`` record) is the batch ``turn:{runId}:{n}``
+(n from 1, in the order the turns reach the log). It counts
 every family (by phase, channel or kind of input): the run's JSON stats carry
 the counts.
 
@@ -149,6 +151,7 @@ class CanonicalEvents(Checker):
         self._usage: dict[str, dict[str, int]] = {}  # open run -> its model turns' usage so far
         self._tails: dict[str, str] = {}  # open conversation -> its tail digest
         self._resolved: dict[str, set[str]] = {}  # open submission -> its calls with a resolved record
+        self._turns: dict[str, int] = {}  # open submission -> its run's model turns logged so far
 
     def metrics(self) -> dict:
         return {"canonical_events": dict(sorted(self.counts.items())),
@@ -162,6 +165,7 @@ class CanonicalEvents(Checker):
         if kind == LedgerFinalizeSettlement.kind:
             self._usage.pop(fields[LedgerFinalizeSettlement.submission], None)
             self._resolved.pop(fields[LedgerFinalizeSettlement.submission], None)
+            self._turns.pop(fields[LedgerFinalizeSettlement.submission], None)
             return
         if fields.get(LogAppend.replayed):
             return
@@ -170,6 +174,7 @@ class CanonicalEvents(Checker):
         for envelope in fields[LogAppend.envelopes]:
             self._on_record(conversation, fields[LogAppend.expected_tail_seq], previous_tail, envelope)
         self._peer_order(conversation, fields[LogAppend.envelopes])
+        self._turn_ids(conversation, fields[LogAppend.batch], fields[LogAppend.envelopes])
         if conversation in self._tails or fields[LogAppend.first_seq] == 1:
             self._tails[conversation] = fields[LogAppend.tail_digest]
         if any(envelope["family"] == "conversation-closed" for envelope in fields[LogAppend.envelopes]):
@@ -207,6 +212,20 @@ class CanonicalEvents(Checker):
                                   (sid,))
                 elif run != host_run:
                     self.fail(f"{sid}: joined to {host_run}, its settlement carries run {run!r}", (sid,))
+
+    def _turn_ids(self, conversation: str, batch: str, envelopes) -> None:
+        """A run's n-th model turn is the batch ``turn:{runId}:{n}`` (the peer's id)."""
+        for envelope in envelopes:
+            payload = envelope["payload"]
+            if envelope["family"] != "model-completed" or not isinstance(payload, dict):
+                continue
+            self.checks += 1
+            run = payload["runId"]
+            sid = _submission_of_run(run)
+            n = self._turns.get(sid, 0) + 1
+            self._turns[sid] = n
+            if batch != f"turn:{run}:{n}":
+                self.fail(f"{sid}: its model turn {n} is the batch {batch!r}, not 'turn:{run}:{n}'", (conversation,))
 
     def _on_record(self, conversation: str, expected_tail_seq: int, previous_tail: str | None,
                    envelope: dict) -> None:
