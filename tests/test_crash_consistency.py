@@ -282,12 +282,18 @@ class AbortAt:
 def test_an_abort_at_each_point_of_a_running_submission_is_honoured_or_refused_typed(kind, point, tmp_path):
     """Before the reservation the intent wins: settled aborted, no step after
     the one in flight. From the reservation on the reserved record wins: the
-    abort is refused typed (AbortConflict, naming the outcome), nothing stored."""
+    abort is refused typed, nothing stored (AbortConflict naming the outcome
+    while settling; once finalized, SettlementConflict naming it, as every
+    write on a settled row)."""
     ledger, log = stores(kind, tmp_path)
     abort = AbortAt(point, ledger)
     assert run_lifecycle(ledger, log, abort) == 0
     assert abort.target is not None and drive(ledger.scan_nonterminal()) == ()
     row = drive(ledger.get(abort.target))
+    if point == FINALIZED_BEFORE_REPLY:
+        assert getattr(type(abort.answer), "name", None) == "SettlementConflict", abort.answer
+        assert abort.answer.existing_outcome == row.outcome != "aborted" and row.abort_author is None
+        return
     if point in SETTLING_POINTS:
         assert getattr(type(abort.answer), "name", None) == "AbortConflict", abort.answer
         assert abort.answer.outcome == row.outcome != "aborted" and row.abort_author is None
