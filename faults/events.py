@@ -877,6 +877,19 @@ class RecoveryRead(ProbeEvent):
     page_size: int = OPTIONAL  # when not the spec's
 
 
+class RecoveryDecision(ProbeEvent):
+    """``model.submissions``: a recovery pass's decision for one open
+    submission (``model.recovery_decisions``), made against the verified
+    prefix through ``tail_seq``."""
+
+    kind = "recovery.decision"
+    submission: str
+    conversation: str
+    decision: str
+    disposition: str
+    tail_seq: int
+
+
 class RecoveryFailed(ProbeEvent):
     kind = "recovery.failed"
     owner: str
