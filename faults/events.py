@@ -888,6 +888,7 @@ class RecoveryDecision(ProbeEvent):
     decision: str
     disposition: str
     tail_seq: int
+    row: dict  # what the table read of the ledger row (``model.recovery_decisions.row_facts``)
 
 
 class RecoveryFailed(ProbeEvent):

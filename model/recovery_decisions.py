@@ -144,6 +144,8 @@ TABLE: tuple[Rule, ...] = (
     (SUSPENDED, lambda row, log, ctx: row.approvals_pending > 0, AWAIT_APPROVAL_DECISION, DEFERRED),
     (SUSPENDED, lambda row, log, ctx: _child_settled(row, ctx), RESUME_WAITING_PARENT, REPAIRED),
     (SUSPENDED, lambda row, log, ctx: True, AWAIT_CHILD_SETTLEMENT, DEFERRED),
+    (UNKNOWN, lambda row, log, ctx: row.abort_author is not None and bool(_pending_children(row)),
+     PROPAGATE_CHILD_ABORT, REPAIRED),
     (UNKNOWN, lambda row, log, ctx: row.abort_author is not None, SETTLE_ABORTED, REPAIRED),
     (UNKNOWN, lambda row, log, ctx: True, AWAIT_UNKNOWN_RESOLUTION, UNKNOWN_DISPOSITION),
     (TERMINALIZING, lambda row, log, ctx: True, APPEND_RESERVED_SETTLEMENT, REPAIRED),
@@ -168,6 +170,18 @@ def classify(row: Any, log: LogFacts, ctx: Context = Context()) -> Decision:
         if rule_state in ("*", state) and condition(row, log, ctx):
             return Decision(name, disposition)
     raise AssertionError(f"no recovery decision for state {state!r}")  # every state's last rule matches
+
+
+def row_facts(row: Any, ctx: Context) -> dict:
+    """What the table read of the row and its place, as the trace carries it
+    (``recovery.decision``'s ``row``): an oracle re-derives the decision
+    from it and the log, and compares it with the store's row."""
+    if not hasattr(row, "settled_at_ms"):
+        return {"state": "unreadable"}
+    return {"state": state_of(row), "aborting": row.abort_author is not None, "head": ctx.head,
+            "child": row.parent is not None, "approvals": row.approvals_pending > 0,
+            "children": bool(_pending_children(row)), "childSettled": _child_settled(row, ctx),
+            "hostOpen": row.join_host is not None and row.join_host in ctx.open_ids}
 
 
 def facts_from_records(records: Any) -> dict[str, LogFacts]:

@@ -73,6 +73,7 @@ from model.recovery_decisions import (
     LogFacts,
     classify,
     facts_from_records,
+    row_facts,
 )
 from model.retry import error_name, is_retryable
 
@@ -525,9 +526,10 @@ async def _classify(log: Any, ledger: Any, probe: Probe, now_ms: Callable[[], in
     lifecycle = None if now_ms is None else SubmissionLifecycle(ledger, log, now_ms=now_ms)
     for index, row in enumerate(rows):
         sid = row.submission_id
-        decision = classify(row, facts.get(sid, LogFacts()), Context(head=index == 0, open_ids=open_ids))
+        context = Context(head=index == 0, open_ids=open_ids)
+        decision = classify(row, facts.get(sid, LogFacts()), context)
         probe.emit("recovery.decision", submission=sid, conversation=conversation_id, decision=decision.name,
-                   disposition=decision.disposition, tail_seq=tail_seq)
+                   disposition=decision.disposition, tail_seq=tail_seq, row=row_facts(row, context))
         if lifecycle is None:
             continue
         if decision.name == COMPLETE_MATERIALIZATION:

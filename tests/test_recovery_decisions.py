@@ -143,7 +143,7 @@ def _row(**fields) -> SubmissionRecord:
 CLAIMED = {"owner_id": "w", "epoch": 1, "lease_expires_ms": 5}
 
 
-@pytest.mark.parametrize("row, log, ctx, expected", [
+CASES = [
     (_row(ready=False), LogFacts(), Context(), ("CompleteMaterialization", "repaired")),
     (_row(ready=False, parent=ParentLink("p", "call")), LogFacts(), Context(), ("AwaitChildAdmission", "deferred")),
     (_row(), LogFacts(), Context(head=True), ("ApplyInput", "repaired")),
@@ -168,7 +168,17 @@ CLAIMED = {"owner_id": "w", "epoch": 1, "lease_expires_ms": 5}
      Context(open_ids=frozenset({"h"})), ("AwaitHostSettlement", "deferred")),
     (_row(join_host="h", joined_seq=3, joined_record_id="input:s"), LogFacts(input=True), Context(),
      ("SettleJoinedWithHost", "repaired")),
-])
+    (_row(**CLAIMED, input_applied=True, abort_author="user",
+          children={"t": {"awaited": True, "releasedAtMs": None, "child": None}}), LogFacts(input=True), Context(),
+     ("PropagateChildAbort", "repaired")),
+    (_row(**CLAIMED, input_applied=True, children={"t": {"awaited": True, "releasedAtMs": None, "child": "k"}}),
+     LogFacts(input=True), Context(open_ids=frozenset({"k"})), ("AwaitChildSettlement", "deferred")),
+    (_row(**CLAIMED, input_applied=True, children={"t": {"awaited": True, "releasedAtMs": None, "child": "k"}}),
+     LogFacts(input=True), Context(), ("ResumeWaitingParent", "repaired")),
+]
+
+
+@pytest.mark.parametrize("row, log, ctx, expected", CASES)
 def test_each_row_and_prefix_has_its_decision(row, log, ctx, expected):
     assert classify(row, log, ctx) == Decision(*expected)
 
@@ -254,3 +264,80 @@ def test_a_pass_without_a_clock_only_classifies(world):
     drive(recovery_pass(log, ledger, probe))
     assert probe.decisions() == {sid: ("FinalizeLedgerFromHistory", "repaired")}
     assert drive(ledger.get(sid)).settled_at_ms is None
+
+
+# -- the oracle (scenarios/invariants/recovery_decisions.py) -------------------------------------
+
+@pytest.mark.parametrize("row, log, ctx, expected", CASES)
+def test_the_oracle_table_agrees_with_the_classifier(row, log, ctx, expected):
+    from model.recovery_decisions import row_facts
+    from scenarios.invariants.recovery_decisions import expected_decision
+
+    assert expected_decision(row_facts(row, ctx), log.input, log.settlement) == expected
+
+
+class _View:
+    def __init__(self, ledger, log, edit=lambda row: row) -> None:
+        self.ledger, self.log, self.edit = ledger, log, edit
+
+    def log_records(self, conversation):
+        return drive(read_recovery_prefix(self.log, conversation)).records
+
+    def submissions(self, conversation):
+        found = (drive(self.ledger.get(f"sub-{conversation}-{n}")) for n in range(1, 5))
+        return tuple(self.edit(r) for r in found if r is not None)
+
+    def conversation_ids(self):
+        return (C,)
+
+
+def _checked(world, events, edit=lambda row: row):
+    from scenarios.invariants.recovery_decisions import RecoveryDecisions
+    from sim.trace import Trace
+
+    ledger, log, clock = world
+    checker = RecoveryDecisions()
+    violations = []
+    checker.attach(Trace(clock), clock, violations.append, _View(ledger, log, edit))
+    for fields in events:
+        checker.on_event((0, 0, "worker-1", "recovery.decision", fields))
+    checker.audit(checker.view)
+    return checker, violations
+
+
+def test_the_oracle_holds_a_pass_to_its_table_and_its_repair(world):
+    ledger, log, clock = world
+    crashed_at(world, APPENDED_BEFORE_FINALIZE)
+    probe = recover(world)
+    events = [fields for kind, fields in probe.events if kind == "recovery.decision"]
+    checker, violations = _checked(world, events)
+    assert violations == [] and checker.checks == 3  # decision, row facts, repair at the audit
+    wrong = [{**events[0], "decision": "AppendReservedSettlement"}]
+    _, violations = _checked(world, wrong)
+    assert [v.invariant for v in violations] == ["recovery-decisions"]
+    assert "imply FinalizeLedgerFromHistory [repaired]" in violations[0].message
+
+
+def test_the_oracle_finds_a_repair_that_did_not_happen(world):
+    crashed_at(world, APPENDED_BEFORE_FINALIZE)
+    events = [fields for kind, fields in recover(world).events if kind == "recovery.decision"]
+    # The ledger settled with another record than the one its log holds.
+    _, violations = _checked(world, events, edit=lambda row: attrs.evolve(row, reserved_digest="0" * 64))
+    assert len(violations) == 1
+    assert "settled with another digest than the logged record's" in violations[0].message
+
+
+def test_run_results_count_decisions_by_name_and_disposition():
+    from sim.face.cli import main
+
+    import contextlib
+    import io
+    import json
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["run", "ledger-storm", "--seed", "0", "--duration", "6h", "--no-progress", "--json"])
+    result = json.loads(out.getvalue())
+    decisions, dispositions = result["stats"]["recovery_decisions"], result["stats"]["recovery_dispositions"]
+    assert decisions and sum(decisions.values()) == sum(dispositions.values())
+    assert result["invariants"]["recovery-decisions"] > 0 and result["status"] == "pass"
