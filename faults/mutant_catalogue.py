@@ -981,4 +981,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "                position = max(after_seq, registration.notified_seq - 1)  # straight to the notified record\n",
         AC,
         ci_seed=0, ci_duration="2m"),
+    Mutant(
+        "recovery-terminalizing-as-logged",
+        "Recovery classifies a reserved settlement the log does not hold as one it holds: "
+        "FinalizeLedgerFromHistory instead of AppendReservedSettlement (two decisions swapped).",
+        "model.recovery_decisions",
+        "    (TERMINALIZING, lambda row, log, ctx: True, APPEND_RESERVED_SETTLEMENT, REPAIRED),\n",
+        "    (TERMINALIZING, lambda row, log, ctx: True, FINALIZE_LEDGER_FROM_HISTORY, REPAIRED),\n",
+        ("ledger-storm", "agent-conversations"),
+        ci_seed=4, ci_duration="5m"),
 )
