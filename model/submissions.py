@@ -192,6 +192,13 @@ class SubmissionWorker:
             # The input record is the batch's first (``input:{sid}``), here or
             # where an earlier owner's append put it.
             await self.ledger.mark_input_applied(claim, input_record_id(submission_id), at.first_seq)
+        elif not record.input_applied:
+            # Aborted after an earlier owner applied its input and died before
+            # the marker: no input enters now, but the one in the log is
+            # marked (``RepairInputMarker``: the canonical record wins).
+            found = await self.log.lookup_batch(conversation_id, input_batch_id(submission_id))
+            if found is not None:
+                await self.ledger.mark_input_applied(claim, input_record_id(submission_id), found.first_seq)
         outputs: list = []
         failure: dict | None = None
         for index in range(self.step_count(record)):

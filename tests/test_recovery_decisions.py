@@ -341,3 +341,18 @@ def test_run_results_count_decisions_by_name_and_disposition():
     decisions, dispositions = result["stats"]["recovery_decisions"], result["stats"]["recovery_dispositions"]
     assert decisions and sum(decisions.values()) == sum(dispositions.values())
     assert result["invariants"]["recovery-decisions"] > 0 and result["status"] == "pass"
+
+
+def test_repair_input_marker_is_applied_even_when_an_abort_came_after_the_decision(world):
+    # agent-conversations seed 5 (sqlite, 12h): a child's input reached the log, its owner died before the
+    # marker, recovery decided RepairInputMarker, then its parent's abort landed: it settled aborted with
+    # its input record in the log and no marker at it.
+    ledger, log, clock = world
+    (sid,) = crashed_at(world, INPUT_APPENDED_BEFORE_MARKER)
+    assert recover(world).decisions() == {sid: ("RepairInputMarker", "repaired")}
+    drive(ledger.request_abort(sid, "user", "stop", clock()))
+    drive(worker(ledger, log, clock, "w2").process_next(C))
+    row = drive(ledger.get(sid))
+    (input_record,) = [r for r in drive(read_recovery_prefix(log, C)).records if r.envelope.family == "input"]
+    assert row.outcome == "aborted"
+    assert (row.input_record_id, row.input_seq) == (f"input:{sid}", input_record.seq)
