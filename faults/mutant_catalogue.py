@@ -159,7 +159,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "wrapper, so a busy write lock crosses the port as a bare SqliteWriteContention, not a LedgerStoreError.",
         "model.ledger.sqlite_store", '        with self._writing("claim") as conn:\n',
         "        with write_transaction(self._conn) as conn:\n", LS_PS, store="sqlite",
-        ci_seed=7, ci_duration="30m"),
+        ci_seed=0, ci_duration="30m", ci_scenario="port-storm"),
     Mutant(
         "checkpoint-load-digest-unchecked",
         "load_latest only checks that the log still has a digest at the checkpoint's position, not that it is "
@@ -416,7 +416,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The worker appends the input record of a submission whose abort intent was already durable when it "
         "claimed it (aborted before its input ever reached the log).",
         "model.submissions", "        if not record.input_applied and not aborted:\n",
-        "        if not record.input_applied:\n", LS, ci_seed=15, ci_duration="4h"),
+        "        if not record.input_applied:\n", LS, ci_seed=4, ci_duration="4h"),
     Mutant(
         "worker-skips-takeover",
         "The worker never takes the log over at its claim's epoch (its first append would), so until then a "
@@ -595,7 +595,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A successor settles with a freshly computed record instead of the one its predecessor reserved.",
         "model.lifecycle", "    if reserved is not None:\n        return reserved\n    return fresh()\n",
         "    return fresh()\n", BOTH,
-        ci_seed=2, ci_duration="2h", ci_scenario="ledger-storm"),
+        ci_seed=7, ci_duration="2h", ci_scenario="ledger-storm"),
     Mutant(
         "runs-resume-settled",
         "A restarted worker resumes a run whose log already holds its settlement instead of only finalizing it "
@@ -881,7 +881,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "subagent-parent-abort.",
         "model.agent", "                await self._abort(child.submission_id, SUBAGENT_PARENT_ABORT)\n",
         "                await self._abort(child.submission_id, sid)\n", AC,
-        ci_seed=4, ci_duration="90m"),
+        ci_seed=1, ci_duration="90m"),
     Mutant(
         "agent-aborted-parent-no-joined",
         "An aborted run settles without a subagent joined record of the children it aborted.",
