@@ -990,4 +990,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "    (TERMINALIZING, lambda row, log, ctx: True, FINALIZE_LEDGER_FROM_HISTORY, REPAIRED),\n",
         ("ledger-storm", "agent-conversations"),
         ci_seed=4, ci_duration="5m"),
+    Mutant(
+        "recovery-annotates-the-logged-case",
+        "The claim holder writes the AppendReservedSettlement repair annotation when the reserved record is "
+        "already in the log, not when it appends it for a predecessor.",
+        "model.submissions",
+        "        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is None else None\n",
+        "        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is not None else None\n",
+        ("ledger-storm", "agent-conversations"),
+        ci_seed=4, ci_duration="5m"),
 )

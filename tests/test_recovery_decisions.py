@@ -356,3 +356,40 @@ def test_repair_input_marker_is_applied_even_when_an_abort_came_after_the_decisi
     (input_record,) = [r for r in drive(read_recovery_prefix(log, C)).records if r.envelope.family == "input"]
     assert row.outcome == "aborted"
     assert (row.input_record_id, row.input_seq) == (f"input:{sid}", input_record.seq)
+
+
+def _settlement_events(annotated: bool) -> list[tuple]:
+    reserve = {"submission": "s1", "owner": "w1", "epoch": 1, "record": {"outcome": "completed"},
+               "digest": "d", "replayed": False}
+    annotation = {"family": REPAIR_FAMILY, "payload": {"submissionId": "s1", "decision": "AppendReservedSettlement",
+                                                        "disposition": "repaired"}}
+    settled = {"family": "submission-settled", "payload": {"submissionId": "s1", "recordDigest": "d"}}
+
+    def append(batch, envelopes):
+        return ("log.append", {"conversation": C, "batch": batch, "producer": "w2", "epoch": 2,
+                               "expected_tail_seq": 3, "record_ids": (), "envelopes": envelopes, "sizes": (),
+                               "first_seq": 4, "last_seq": 4, "tail_digest": "t", "batch_digest": "b",
+                               "replayed": False})
+
+    events = [("ledger.reserve_settlement", reserve)]
+    if annotated:
+        events.append(append("repair:s1:AppendReservedSettlement", (annotation,)))
+    events.append(append("submission-settlement:s1", (settled,)))
+    return events
+
+
+@pytest.mark.parametrize("annotated", [True, False])
+def test_a_successor_appending_a_reserved_record_annotates_it_first(annotated):
+    from scenarios.invariants.recovery_decisions import RecoveryDecisions
+    from sim.trace import Trace
+
+    clock = Clock()
+    checker = RecoveryDecisions()
+    violations = []
+    checker.attach(Trace(clock), clock, violations.append, None)
+    for kind, fields in _settlement_events(annotated):
+        checker.on_event((0, 0, "w2", kind, fields))
+    assert checker.checks == 1
+    assert [v.message for v in violations] == ([] if annotated else [
+        "s1: its settlement, reserved at epoch 1, was appended at epoch 2 with no repair annotation "
+        "repair:s1:AppendReservedSettlement before it"])

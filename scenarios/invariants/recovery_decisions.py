@@ -21,12 +21,18 @@ log, the ledger's marker at it (unless it settled aborted before it ran);
 ``RepairJoinMarker`` / ``SettleJoinedWithHost``: settled with the outcome of
 its host. A submission still open at the audit is liveness's to report.
 
+Online, from the trace: a settlement record appended under another epoch
+than the one its record was reserved under is a successor's repair
+(``AppendReservedSettlement``): its repair annotation
+``repair:{sid}:AppendReservedSettlement`` reached the log before it.
+
 Memory: the repaired decisions per conversation until its audit (the end
-of the run, or retention's audit of it), and one conversation's log facts.
+of the run, or retention's audit of it), one conversation's log facts, the
+epoch of each open reservation.
 """
 from __future__ import annotations
 
-from faults.events import RecoveryDecision
+from faults.events import ERROR, LedgerFinalizeSettlement, LedgerReserveSettlement, LogAppend, RecoveryDecision
 from sim.invariants import Checker
 
 _REPAIRED, _DEFERRED, _UNKNOWN = "repaired", "deferred", "unknown"
@@ -90,7 +96,7 @@ def expected_decision(row: dict, has_input: bool, has_settlement: bool) -> tuple
 
 class RecoveryDecisions(Checker):
     name = "recovery-decisions"
-    kinds = (RecoveryDecision.kind,)
+    kinds = (RecoveryDecision.kind, LedgerReserveSettlement.kind, LedgerFinalizeSettlement.kind, LogAppend.kind)
 
     def __init__(self) -> None:
         super().__init__()
@@ -98,6 +104,10 @@ class RecoveryDecisions(Checker):
         self._repaired: dict[str, dict[str, set[str]]] = {}
         self._facts_key: tuple[str, int] | None = None
         self._facts: dict[str, tuple[bool, bool]] = {}
+        # Open reservations: submission -> the epoch it was reserved under; and
+        # the submissions whose AppendReservedSettlement annotation reached the log.
+        self._reserved_at: dict[str, int] = {}
+        self._annotated: set[str] = set()
 
     def _read(self, conversation: str, tail_seq: int) -> None:
         """The conversation's log facts through ``tail_seq`` (a prefix never
@@ -122,6 +132,10 @@ class RecoveryDecisions(Checker):
 
     def on_event(self, event: tuple) -> None:
         fields = event[4]
+        kind = event[3]
+        if kind != RecoveryDecision.kind:
+            self._on_settlement_event(kind, fields)
+            return
         sid, conversation = fields[RecoveryDecision.submission], fields[RecoveryDecision.conversation]
         row = fields[RecoveryDecision.row]
         decision = (fields[RecoveryDecision.decision], fields[RecoveryDecision.disposition])
@@ -145,6 +159,43 @@ class RecoveryDecisions(Checker):
                 self.fail(f"{sid}: the decision's row holds an abort intent the ledger's row does not", (sid,))
         if decision[1] == _REPAIRED:
             self._repaired.setdefault(conversation, {}).setdefault(sid, set()).add(decision[0])
+
+    def _on_settlement_event(self, kind: str, fields: dict) -> None:
+        """A reserved record appended under another epoch than its
+        reservation's is a successor's repair (``AppendReservedSettlement``):
+        its annotation must be in the log before it."""
+        if kind == LedgerReserveSettlement.kind:
+            if ERROR not in fields:
+                self._reserved_at.setdefault(fields[LedgerReserveSettlement.submission],
+                                             fields[LedgerReserveSettlement.epoch])
+        elif kind == LedgerFinalizeSettlement.kind:
+            if ERROR not in fields:
+                sid = fields[LedgerFinalizeSettlement.submission]
+                self._reserved_at.pop(sid, None)
+                self._annotated.discard(sid)
+        else:
+            # An annotation counts even from a call that failed (its reply
+            # may be lost after it committed): a miss, never a false alarm.
+            for envelope in fields[LogAppend.envelopes]:
+                payload = envelope["payload"]
+                if envelope["family"] == "repair-annotation" and isinstance(payload, dict) and \
+                        payload.get("decision") == "AppendReservedSettlement":
+                    self._annotated.add(payload.get("submissionId"))
+            if ERROR in fields or fields.get(LogAppend.replayed):
+                return
+            for envelope in fields[LogAppend.envelopes]:
+                payload = envelope["payload"]
+                if envelope["family"] != "submission-settled" or not isinstance(payload, dict):
+                    continue
+                sid = payload.get("submissionId")
+                reserved_at = self._reserved_at.get(sid)
+                if reserved_at is None or reserved_at == fields[LogAppend.epoch]:
+                    continue
+                self.checks += 1
+                if sid not in self._annotated:
+                    self.fail(f"{sid}: its settlement, reserved at epoch {reserved_at}, was appended at epoch "
+                              f"{fields[LogAppend.epoch]} with no repair annotation "
+                              f"repair:{sid}:AppendReservedSettlement before it", (sid,))
 
     def audit(self, view) -> None:
         for conversation in view.conversation_ids():
