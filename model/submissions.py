@@ -13,8 +13,10 @@ recoverable states instead:
   (``model.lifecycle``).
 
 Every step is idempotent and every gap between two durable steps is a named
-crash point (``model.failpoints.SUBMISSION_CRASH_POINTS``). Recovery is
-simply doing it again: an at-least-once client re-admits with the same
+crash point (``model.failpoints.SUBMISSION_CRASH_POINTS``). A worker's
+recovery pass classifies every open submission (``model.recovery_decisions``:
+a named decision and its disposition) and applies the repairs that need no
+claim; the rest is doing it again: an at-least-once client re-admits with the same
 idempotency key; a worker re-claims after the lease lapses, at a higher
 epoch, and finds what the previous owner already made durable — batches are
 looked up by their deterministic ids before being appended, and a settlement
@@ -411,7 +413,8 @@ def recovery_snapshot(records, previous: Any = None) -> dict:
 async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, checkpoints: Any = None,
                         now_ms: Callable[[], int] | None = None, page_size: int = PAGE_SIZE_MAX,
                         verified: set[str] | None = None, definition_digest: str = RECOVERY_DEFINITION) -> int:
-    """Verify the prefix of every conversation with nonterminal work.
+    """Verify the prefix of every conversation with nonterminal work, and
+    classify each of its open submissions against it (``_classify``).
 
     ``verified``: the conversations an earlier attempt of this process
     verified, skipped (membership only); each one verified now is added. A
