@@ -884,6 +884,20 @@ class RecoveryRead(ProbeEvent):
     page_size: int = OPTIONAL  # when not the spec's
 
 
+class RecoveryDecision(ProbeEvent):
+    """``model.submissions``: a recovery pass's decision for one open
+    submission (``model.recovery_decisions``), made against the verified
+    prefix through ``tail_seq``."""
+
+    kind = "recovery.decision"
+    submission: str
+    conversation: str
+    decision: str
+    disposition: str
+    tail_seq: int
+    row: dict  # what the table read of the ledger row (``model.recovery_decisions.row_facts``)
+
+
 class RecoveryFailed(ProbeEvent):
     kind = "recovery.failed"
     owner: str

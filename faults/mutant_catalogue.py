@@ -1146,4 +1146,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "                position = max(after_seq, registration.notified_seq - 1)  # straight to the notified record\n",
         AC,
         ci_seed=0, ci_duration="2m"),
+    Mutant(
+        "recovery-terminalizing-as-logged",
+        "Recovery classifies a reserved settlement the log does not hold as one it holds: "
+        "FinalizeLedgerFromHistory instead of AppendReservedSettlement (two decisions swapped).",
+        "model.recovery_decisions",
+        "    (TERMINALIZING, lambda row, log, ctx: True, APPEND_RESERVED_SETTLEMENT, REPAIRED),\n",
+        "    (TERMINALIZING, lambda row, log, ctx: True, FINALIZE_LEDGER_FROM_HISTORY, REPAIRED),\n",
+        ("ledger-storm", "agent-conversations"),
+        ci_seed=4, ci_duration="5m"),
+    Mutant(
+        "recovery-annotates-the-logged-case",
+        "The claim holder writes the AppendReservedSettlement repair annotation when the reserved record is "
+        "already in the log, not when it appends it for a predecessor.",
+        "model.submissions",
+        "        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is None else None\n",
+        "        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is not None else None\n",
+        ("ledger-storm", "agent-conversations"),
+        ci_seed=4, ci_duration="5m"),
 )

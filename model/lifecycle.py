@@ -83,6 +83,7 @@ Append = Callable[[str, tuple[str, Any]], Awaitable[Any]]
 ABORT_REQUESTED_FAMILY = "abort-requested"
 CREATED_FAMILY = "conversation-created"  # a conversation's first record, always
 RUN_COMPLETED_FAMILY = "run-completed"
+REPAIR_FAMILY = "repair-annotation"  # a recovery decision applied (``repair:{sid}:{DecisionTag}``)
 
 # Deterministic ids, the peer implementation's formats (so a history written
 # by one implementation reads the same in the other): the input batch
@@ -137,6 +138,8 @@ def entry_record_id(batch_id: str, index: int, family: str, payload: Any) -> str
         return created_batch_id(payload["conversationId"])
     if type(payload) is dict and type(payload.get("submissionId")) is str:
         sid = payload["submissionId"]
+        if family == REPAIR_FAMILY and type(payload.get("decision")) is str:
+            return repair_record_id(sid, payload["decision"])
         if family == INPUT_FAMILY:
             return input_record_id(sid)
         if family == SETTLED_FAMILY:
@@ -144,6 +147,18 @@ def entry_record_id(batch_id: str, index: int, family: str, payload: Any) -> str
         if family == ABORT_REQUESTED_FAMILY:
             return abort_record_id(sid)
     return batch_record_id(batch_id, index)
+
+
+def repair_record_id(submission_id: str, decision: str) -> str:
+    """A recovery decision's repair annotation ``repair:{sid}:{DecisionTag}``:
+    its batch id and its record id (the peer's format)."""
+    return f"repair:{submission_id}:{decision}"
+
+
+def repair_entry(submission_id: str, decision: str, disposition: str) -> tuple[str, dict]:
+    """The repair annotation a claim holder appends when it applies a
+    recovery decision (persistence §5: "repair annotations")."""
+    return (REPAIR_FAMILY, {"submissionId": submission_id, "decision": decision, "disposition": disposition})
 
 
 def settle_batch_id(submission_id: str) -> str:

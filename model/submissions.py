@@ -13,8 +13,10 @@ recoverable states instead:
   (``model.lifecycle``).
 
 Every step is idempotent and every gap between two durable steps is a named
-crash point (``model.failpoints.SUBMISSION_CRASH_POINTS``). Recovery is
-simply doing it again: an at-least-once client re-admits with the same
+crash point (``model.failpoints.SUBMISSION_CRASH_POINTS``). A worker's
+recovery pass classifies every open submission (``model.recovery_decisions``:
+a named decision and its disposition) and applies the repairs that need no
+claim; the rest is doing it again: an at-least-once client re-admits with the same
 idempotency key; a worker re-claims after the lease lapses, at a higher
 epoch, and finds what the previous owner already made durable — batches are
 looked up by their deterministic ids before being appended, and a settlement
@@ -59,9 +61,23 @@ from model.lifecycle import (  # noqa: F401
     input_batch_id,
     input_entry,
     input_record_id,
+    repair_entry,
+    repair_record_id,
     settle_batch_id,
 )
 from model.probe import NULL_PROBE, Probe
+from model.recovery_decisions import (
+    ANNOTATED,
+    APPEND_RESERVED_SETTLEMENT,
+    COMPLETE_MATERIALIZATION,
+    FINALIZE_LEDGER_FROM_HISTORY,
+    REPAIRED,
+    Context,
+    LogFacts,
+    classify,
+    facts_from_records,
+    row_facts,
+)
 from model.retry import error_name, is_retryable
 
 # What a submission's work is: ``steps`` deterministic outputs, computed from
@@ -179,6 +195,13 @@ class SubmissionWorker:
             # The input record is the batch's first (``input:{sid}``), here or
             # where an earlier owner's append put it.
             await self.ledger.mark_input_applied(claim, input_record_id(submission_id), at.first_seq)
+        elif not record.input_applied:
+            # Aborted after an earlier owner applied its input and died before
+            # the marker: no input enters now, but the one in the log is
+            # marked (``RepairInputMarker``: the canonical record wins).
+            found = await self.log.lookup_batch(conversation_id, input_batch_id(submission_id))
+            if found is not None:
+                await self.ledger.mark_input_applied(claim, input_record_id(submission_id), found.first_seq)
         outputs: list = []
         failure: dict | None = None
         for index in range(self.step_count(record)):
@@ -212,7 +235,16 @@ class SubmissionWorker:
         # The canonical record wins: the log's, else the reserved one, else new.
         batch = await self.lifecycle.logged_settlement(conversation_id, submission_id)
         logged = None if batch is None else await self._settled_record(conversation_id, batch, submission_id)
+        # Reserved by an earlier owner, not in the log: this claim applies
+        # the recovery decision ``AppendReservedSettlement`` and says so in
+        # the log, before the record (``repair:{sid}:AppendReservedSettlement``).
+        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is None else None
+
         async def append(batch_id: str, entry: tuple[str, Any]) -> Any:
+            if repair in ANNOTATED:
+                annotation = repair_record_id(submission_id, repair)
+                await self._append_once(conversation_id, claim, annotation,
+                                        [repair_entry(submission_id, repair, REPAIRED)])
             # Append-once: it looks the batch up itself, so it runs even when
             # the record is logged (and then appends nothing).
             entries = await self.settlement_entries(conversation_id, claim, record, entry)
@@ -383,7 +415,8 @@ def recovery_snapshot(records, previous: Any = None) -> dict:
 async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, checkpoints: Any = None,
                         now_ms: Callable[[], int] | None = None, page_size: int = PAGE_SIZE_MAX,
                         verified: set[str] | None = None, definition_digest: str = RECOVERY_DEFINITION) -> int:
-    """Verify the prefix of every conversation with nonterminal work.
+    """Verify the prefix of every conversation with nonterminal work, and
+    classify each of its open submissions against it (``_classify``).
 
     ``verified``: the conversations an earlier attempt of this process
     verified, skipped (membership only); each one verified now is added. A
@@ -408,9 +441,11 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
     from model.conversation.recovery import read_recovery_prefix, read_recovery_suffix
 
     conversations = []
-    for record in await ledger.scan_nonterminal():
+    scan = await ledger.scan_nonterminal()
+    for record in scan:
         if record.conversation_id not in conversations:
             conversations.append(record.conversation_id)
+    open_ids = frozenset(sid for sid in (getattr(record, "submission_id", None) for record in scan) if sid)
     for conversation_id in conversations:
         if verified is not None and conversation_id in verified:
             continue
@@ -430,7 +465,10 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
                 prefix = await read_recovery_suffix(log, conversation_id, after_seq=checkpoint.covered_seq,
                                                     after_digest=checkpoint.tail_digest, **pages)
         except NotMaterialized:
-            continue  # admitted, not materialized yet: nothing to verify
+            # Admitted, not materialized yet: nothing to verify; its rows are
+            # classified with an empty history.
+            await _classify(log, ledger, probe, now_ms, conversation_id, scan, open_ids, {}, 0)
+            continue
         extra: dict[str, int] = {}
         if checkpoints is not None:
             extra["from_checkpoint"] = 0 if checkpoint is None else checkpoint.covered_seq
@@ -452,10 +490,71 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
                     now_ms() if now_ms is not None else 0))
             except CheckpointRejected:
                 pass  # disposable: the next pass reads more, that is all
+        if checkpoint is None:
+            facts = facts_from_records(prefix.records)
+        else:
+            facts = await _facts_after_checkpoint(log, conversation_id, scan, prefix)
+        tail_seq = prefix.tail.tail_seq
         del prefix
+        await _classify(log, ledger, probe, now_ms, conversation_id, scan, open_ids, facts, tail_seq)
         if verified is not None:
             verified.add(conversation_id)
     return len(conversations)
+
+
+async def _facts_after_checkpoint(log: Any, conversation_id: str, scan: Any, prefix: Any) -> dict:
+    """The facts of the conversation's open rows when the pass read only the
+    records after a checkpoint: the suffix's, and for what lies before it
+    the deterministic batches looked up (within the verified tail)."""
+    facts = facts_from_records(prefix.records)
+    tail_seq = prefix.tail.tail_seq
+    for record in scan:
+        sid = getattr(record, "submission_id", None)
+        if record.conversation_id != conversation_id or sid is None:
+            continue
+        known = facts.get(sid, LogFacts())
+        found = {}
+        for key, batch_id in (("input", input_batch_id(sid)), ("settlement", settle_batch_id(sid))):
+            if not getattr(known, key):
+                batch = await log.lookup_batch(conversation_id, batch_id)
+                if batch is not None and batch.first_seq <= tail_seq:
+                    found[key] = True
+        if found:
+            facts[sid] = attrs.evolve(known, **found)
+    return facts
+
+
+async def _classify(log: Any, ledger: Any, probe: Probe, now_ms: Callable[[], int] | None, conversation_id: str,
+                    scan: Any, open_ids: frozenset, facts: dict, tail_seq: int) -> None:
+    """Classify each open row of the conversation (``model.recovery_decisions``)
+    against the verified prefix's ``facts``, trace the decision
+    (``recovery.decision``) and apply the repairs that need no claim:
+    ``CompleteMaterialization`` (admission's second half) and
+    ``FinalizeLedgerFromHistory`` (the log holds the settlement: the ledger
+    finalizes it). Without ``now_ms`` the pass classifies only. Each is
+    applied to the row read again just before: the scan's may be older."""
+    rows = [record for record in scan
+            if record.conversation_id == conversation_id and getattr(record, "submission_id", None)]
+    lifecycle = None if now_ms is None else SubmissionLifecycle(ledger, log, now_ms=now_ms)
+    for index, row in enumerate(rows):
+        sid = row.submission_id
+        context = Context(head=index == 0, open_ids=open_ids)
+        decision = classify(row, facts.get(sid, LogFacts()), context)
+        probe.emit("recovery.decision", submission=sid, conversation=conversation_id, decision=decision.name,
+                   disposition=decision.disposition, tail_seq=tail_seq, row=row_facts(row, context))
+        if lifecycle is None:
+            continue
+        if decision.name == COMPLETE_MATERIALIZATION:
+            current = await ledger.get(sid)
+            if current is not None and not current.ready and current.settled_at_ms is None:
+                await lifecycle.make_ready(conversation_id, sid)
+        elif decision.name == FINALIZE_LEDGER_FROM_HISTORY:
+            current = await ledger.get(sid)
+            if current is not None and current.settled_at_ms is None:
+                settlement = await lifecycle.adopt_logged(conversation_id, current)
+                if settlement is not None:
+                    probe.emit("submission.settled", submission=sid, outcome=settlement.outcome,
+                               digest=settlement.record_digest, epoch=current.epoch)
 
 
 async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, retry_ms: int) -> None:

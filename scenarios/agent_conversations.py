@@ -103,7 +103,7 @@ def agent_conversations(run: Run) -> Stack:
         faults=PortFaults(run.rates(RATES), failpoints=CRASH_POINTS, boosted_sites=RARE_SITES, boost=50,
                           fixed_rates={OVERTAKING_COMMIT: OVERTAKE_RATE} if run.opts.store == "sqlite" else {}),
         checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.ClaimFencesLog(), inv.AbortHonoured(),
-                inv.LogChain(), inv.FailClosedPagination(), inv.QueueOrder(), inv.Liveness(), inv.ReferenceModel(),
+                inv.LogChain(), inv.FailClosedPagination(), inv.QueueOrder(), inv.Liveness(), inv.ReferenceModel(), inv.RecoveryDecisions(),
                 UnknownNeverReplayed(tools), ApprovalPrecedesEffect(), ChildBeforeParent(), JoinedSettlesOnce(),
                 RunClock(), CanonicalEvents(), *([inv.CheckpointConsistency()] if run.does(CHECKPOINTS) else []),
                 ProgressWaits(reconnect_ms=WATCH_RECONNECT_MS),

@@ -21,6 +21,7 @@ from scenarios.invariants import (AbortHonoured, AdoptOwnWrite, BoundedRun, Brok
                                   ClaimCheckInvariant, ClaimFencesLog, ColdReopen, ContractSafety, ExactlyOnceSettlement, ExactlyOnceWake,
                                   FailClosedPagination, Fencing, FindingsProjection, Liveness, LogChain, PinsSurvive,
                                   QueueOrder, ReplayDeterminism)
+from scenarios.invariants.recovery_decisions import RecoveryDecisions
 from scenarios.invariants.reference_model import ReferenceModel
 from scenarios.registry import scenario
 from scenarios.sentinels import WORKER_NODE, Sentinels
@@ -48,5 +49,5 @@ __all__ = [
     "AbortHonoured", "AdoptOwnWrite", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency",
     "ClaimCheckInvariant", "ClaimFencesLog", "ColdReopen",
     "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake", "FailClosedPagination", "Fencing",
-    "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "ReferenceModel", "ReplayDeterminism",
+    "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "QueueOrder", "RecoveryDecisions", "ReferenceModel", "ReplayDeterminism",
 ]

@@ -81,7 +81,7 @@ def ledger_storm(run: Run) -> Stack:
                           fixed_rates={OVERTAKING_COMMIT: OVERTAKE_RATE} if run.opts.store == "sqlite" else {}),
         checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.ClaimFencesLog(), inv.AbortHonoured(),
                 inv.LogChain(), inv.FailClosedPagination(),
-                inv.QueueOrder(), inv.Liveness(), inv.ReferenceModel(),
+                inv.QueueOrder(), inv.Liveness(), inv.ReferenceModel(), inv.RecoveryDecisions(),
                 *([inv.ColdReopen()] if run.opts.store == "sqlite" else []),
                 *([inv.CheckpointConsistency()] if run.does(CHECKPOINTS) else [])],
         heal_ms_max=HOUR, settle_ms=HOUR)

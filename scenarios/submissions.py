@@ -289,17 +289,23 @@ class Workers(Workload):
         self.checkpoints = checkpoints
         self.recovery_page_size = recovery_page_size
         self.recoveries_from_checkpoint = 0
+        self.recovery_decisions: dict[str, int] = {}  # decision -> how many the recovery passes made
+        self.recovery_dispositions: dict[str, int] = {}  # repaired / deferred / unknown / none -> how many
         self.owners: dict[str, str] = {}  # owner (node label) -> the submission it claimed, until settled
 
     def setup(self, world: World) -> None:
         self.world = world
         world.trace.subscribe(("recovery.read",), self._on_recovery)
+        world.trace.subscribe(("recovery.decision",), self._on_decision)
         world.trace.subscribe(("ledger.claim", "ledger.finalize_settlement"), self._track_owners)
         for name in self.names:
             world.add_node(name, self._start)
 
     def metrics(self) -> dict[str, Any]:
-        return {"recoveries_from_checkpoint": self.recoveries_from_checkpoint}
+        return {"recoveries_from_checkpoint": self.recoveries_from_checkpoint,
+                # The recovery passes' decisions (``model.recovery_decisions``), by name and by disposition.
+                "recovery_decisions": dict(sorted(self.recovery_decisions.items())),
+                "recovery_dispositions": dict(sorted(self.recovery_dispositions.items()))}
 
     def busy(self) -> dict[str, str]:
         """Which processes hold a claim right now (pauses prefer them)."""
@@ -331,6 +337,12 @@ class Workers(Workload):
     def make_worker(self, node: Node, ports: Any, **settings: Any) -> SubmissionWorker:
         """The worker a process runs (a workload of other workers overrides it)."""
         return SubmissionWorker(ports.ledger, ports.log, node.label, **settings)
+
+    def _on_decision(self, event: tuple) -> None:
+        fields = event[4]
+        name, disposition = fields["decision"], fields["disposition"]
+        self.recovery_decisions[name] = self.recovery_decisions.get(name, 0) + 1
+        self.recovery_dispositions[disposition] = self.recovery_dispositions.get(disposition, 0) + 1
 
     def _on_recovery(self, event: tuple) -> None:
         if event[4].get("from_checkpoint"):

@@ -23,11 +23,12 @@ from scenarios.invariants.log_chain import LogChain
 from scenarios.invariants.pins_survive import PinsSurvive
 from scenarios.invariants.progress_waits import ProgressWaits
 from scenarios.invariants.queue_order import QueueOrder
+from scenarios.invariants.recovery_decisions import RecoveryDecisions
 from scenarios.invariants.reference_model import ReferenceModel
 from scenarios.invariants.replay_determinism import ReplayDeterminism
 from scenarios.invariants.subagents import ChildBeforeParent
 from scenarios.invariants.unknown_outcomes import UnknownNeverReplayed
 
 __all__ = ["AbortHonoured", "AdoptOwnWrite", "ApprovalPrecedesEffect", "CanonicalEvents", "RunClock", "ChildBeforeParent", "JoinedSettlesOnce", "UnknownNeverReplayed", "AtMostOnceEffect", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant", "ClaimFencesLog", "ColdReopen", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
-           "FailClosedPagination", "Fencing", "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "ProgressWaits", "QueueOrder", "ReferenceModel",
+           "FailClosedPagination", "Fencing", "FindingsProjection", "Liveness", "LogChain", "PinsSurvive", "ProgressWaits", "QueueOrder", "RecoveryDecisions", "ReferenceModel",
            "ReplayDeterminism"]

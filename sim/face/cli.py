@@ -1112,6 +1112,10 @@ def _print_result(result: RunResult, command: str, repro_path: str | None) -> No
     shown = ", ".join(f"{k}={stats[k]}" for k in interesting if k in stats)
     if shown:
         print(f"system: {shown}")
+    decisions = stats.get("recovery_decisions")
+    if decisions:
+        by_disposition = ", ".join(f"{k}={v}" for k, v in stats.get("recovery_dispositions", {}).items())
+        print(f"recovery decisions: {', '.join(f'{k}={v}' for k, v in decisions.items())} ({by_disposition})")
     checks = ", ".join(f"{k}={v}" for k, v in result.invariants.items())
     print(f"invariant checks: {checks}")
     cov = result.coverage
