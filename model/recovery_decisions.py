@@ -40,6 +40,7 @@ from typing import Any, Callable
 
 import attrs
 
+from model.ledger.records import UnreadableSubmission
 from model.ledger.states import (
     ADMITTED,
     INPUT_APPLIED,
@@ -163,7 +164,7 @@ DECISIONS: tuple[str, ...] = tuple(dict.fromkeys(rule[2] for rule in TABLE)) + (
 def classify(row: Any, log: LogFacts, ctx: Context = Context()) -> Decision:
     """The decision for one open row (``row``: a ledger ``SubmissionRecord``,
     or an ``UnreadableSubmission``: ``HoldUnreadableRow``, an operator's)."""
-    if not hasattr(row, "settled_at_ms"):
+    if isinstance(row, UnreadableSubmission):  # any field of it raises its error (hasattr included)
         return Decision(HOLD_UNREADABLE, UNKNOWN_DISPOSITION)
     state = state_of(row)
     for rule_state, condition, name, disposition in TABLE:
@@ -176,7 +177,7 @@ def row_facts(row: Any, ctx: Context) -> dict:
     """What the table read of the row and its place, as the trace carries it
     (``recovery.decision``'s ``row``): an oracle re-derives the decision
     from it and the log, and compares it with the store's row."""
-    if not hasattr(row, "settled_at_ms"):
+    if isinstance(row, UnreadableSubmission):
         return {"state": "unreadable"}
     return {"state": state_of(row), "aborting": row.abort_author is not None, "head": ctx.head,
             "child": row.parent is not None, "approvals": row.approvals_pending > 0,

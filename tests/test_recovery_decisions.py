@@ -393,3 +393,15 @@ def test_a_successor_appending_a_reserved_record_annotates_it_first(annotated):
     assert [v.message for v in violations] == ([] if annotated else [
         "s1: its settlement, reserved at epoch 1, was appended at epoch 2 with no repair annotation "
         "repair:s1:AppendReservedSettlement before it"])
+
+
+def test_an_unreadable_row_is_held_for_an_operator_not_a_crash_of_the_pass():
+    """A row the ledger cannot decode (``UnreadableSubmission``: every field
+    raises its typed error, ``hasattr`` included) is ``HoldUnreadableRow``."""
+    from model.ledger.records import CorruptSubmission, UnreadableSubmission
+    from model.recovery_decisions import row_facts
+
+    row = UnreadableSubmission("sub-a-1", "a", "p", 1, CorruptSubmission("sub-a-1", "input_json does not decode"))
+    decision = classify(row, LogFacts())
+    assert (decision.name, decision.disposition) == ("HoldUnreadableRow", "unknown")
+    assert row_facts(row, Context()) == {"state": "unreadable"}
