@@ -247,6 +247,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if state_of(head) == SETTLED:\n", ALL,
         ci_seed=6, ci_duration="15m", ci_scenario="ledger-storm"),
     Mutant(
+        "ledger-handoff-over-a-gap",
+        "A cooperative handoff takes as many leading rows as the handoff names deferred instead of every row "
+        "up to the named one, so it grants the named submission over an admitted-only or another ready row "
+        "between them.",
+        "model.ledger.rules", "    deferred = lane[:at]\n",
+        "    deferred = lane[:len(handoff.deferred_submission_ids)]\n", ("port-storm",),
+        ci_seed=1, ci_duration="2m"),
+    Mutant(
+        "ledger-handoff-stale-epoch",
+        "A cooperative handoff checks the deferred head's epoch against the lane's but never against the "
+        "producer's epoch the handoff names, so a producer superseded by an intervening claim still hands off.",
+        "model.ledger.rules", "    if not conversation.epoch == deferred[-1].epoch == handoff.producer_epoch:\n",
+        "    if not conversation.epoch == deferred[-1].epoch:\n", ("port-storm",),
+        ci_seed=0, ci_duration="5m"),
+    Mutant(
         "ledger-reserve-overwrites",
         "A second reservation with other content replaces the first instead of conflicting (last writer "
         "wins over the exact reserved record).",

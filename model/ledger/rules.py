@@ -710,24 +710,25 @@ def decide_claim_handoff(
 ) -> ClaimDecision:
     """``lane``: the conversation's unsettled submissions in queue order.
     Grants ``handoff.submission_id`` or nothing (module docstring)."""
-    if conversation is None or conversation.epoch != handoff.producer_epoch or not handoff.deferred_submission_ids:
-        return NO_CLAIM  # another claim came between (or no producer ever claimed)
+    if conversation is None or not handoff.deferred_submission_ids:
+        return NO_CLAIM
     ids = [row.submission_id for row in lane]
     if handoff.submission_id not in ids:
         return NO_CLAIM  # foreign, unknown or settled
     at = ids.index(handoff.submission_id)
-    if tuple(ids[:at]) != tuple(handoff.deferred_submission_ids):
+    deferred = lane[:at]
+    if tuple(row.submission_id for row in deferred) != tuple(handoff.deferred_submission_ids):
         return NO_CLAIM  # a gap or another ready row ahead of it: not the next one
-    for row in lane[:at]:
+    for row in deferred:
         if (state_of(row) != INPUT_APPLIED or row.owner_id is not None or row.abort_author is not None
                 or row.joined_count):
             return NO_CLAIM  # live, unapplied, aborted, suspended, unknown, ... : not deferred
-    if lane[at - 1].epoch != handoff.producer_epoch:
-        return NO_CLAIM
+    if not conversation.epoch == deferred[-1].epoch == handoff.producer_epoch:
+        return NO_CLAIM  # stale: a claim came since the producer's, or another producer deferred it
     nxt = lane[at]
     if state_of(nxt) != READY or nxt.owner_id is not None or nxt.abort_author is not None:
         return NO_CLAIM
-    epoch = conversation.epoch + 1
+    epoch = conversation.epoch + 1  # a new epoch for the lane
     lease_expires_ms = now_ms + lease_ms
     attempt_id = attempt_id_for(nxt.submission_id, epoch)
     return ClaimDecision(
