@@ -262,6 +262,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if not conversation.epoch == deferred[-1].epoch:\n", ("port-storm",),
         ci_seed=0, ci_duration="5m"),
     Mutant(
+        "ledger-handoff-over-a-live-head",
+        "A cooperative handoff checks that the deferred head's input is applied but not that its producer "
+        "released it, so a head still owned under a live lease is handed over: two owners run the lane.",
+        "model.ledger.rules",
+        "        if (state_of(row) != INPUT_APPLIED or row.owner_id is not None or row.abort_author is not None\n",
+        "        if (state_of(row) != INPUT_APPLIED or row.abort_author is not None\n", ("port-storm",),
+        ci_seed=3, ci_duration="2m"),
+    Mutant(
         "ledger-reserve-overwrites",
         "A second reservation with other content replaces the first instead of conflicting (last writer "
         "wins over the exact reserved record).",
