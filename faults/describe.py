@@ -335,10 +335,15 @@ def _mark_ready(readiness: Any, /, submission_id: str, now_ms: int) -> dict:
 
 
 @describes(SubmissionLedgerPort.claim, LedgerClaim)
-def _claim(claim: Any, /, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int) -> dict:
+def _claim(claim: Any, /, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int,
+           handoff: Any = None) -> dict:
+    handed = None if handoff is None else (
+        getattr(handoff, "producer_epoch", repr(handoff)), tuple(getattr(handoff, "deferred_submission_ids", ())),
+        getattr(handoff, "submission_id", None))
     if claim is None:  # nothing claimable (or the call failed)
-        return LedgerClaim.build(conversation=conversation_id, owner=owner_id)
-    return LedgerClaim.build(conversation=conversation_id, owner=owner_id, submission=claim.submission_id,
+        return LedgerClaim.build(conversation=conversation_id, owner=owner_id, handoff=handed)
+    return LedgerClaim.build(conversation=conversation_id, owner=owner_id, handoff=handed,
+                             submission=claim.submission_id,
                              epoch=claim.epoch, lease_expires_ms=claim.lease_expires_ms, attempt=claim.attempt_id)
 
 

@@ -356,6 +356,8 @@ class LedgerClaim(PortEvent):
     kind = "ledger.claim"
     conversation: str
     owner: str
+    # A cooperative handoff's (producer epoch, deferred ids, handed-to id); None: an ordinary claim.
+    handoff: Any
     submission: str = RESULT  # the result group is absent when nothing was claimable
     epoch: int = RESULT
     lease_expires_ms: int = RESULT

@@ -166,7 +166,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the checkpoint's, so a log deleted and written again hands back the old checkpoint.",
         "model.conversation.checkpoints", "    if log_digest != checkpoint.tail_digest:\n",
         "    if log_digest is None:\n", LS_PS,
-        ci_seed=0, ci_duration="30s", ci_scenario="port-storm"),
+        ci_seed=2, ci_duration="30s", ci_scenario="port-storm"),
     Mutant(
         "checkpoint-load-unknown-none",
         "The in-memory checkpoint store's load_latest no longer asks the log whether the conversation exists, so "
@@ -246,6 +246,29 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if not claimable(state_of(head), head.abort_author is not None):\n",
         "    if state_of(head) == SETTLED:\n", ALL,
         ci_seed=6, ci_duration="15m", ci_scenario="ledger-storm"),
+    Mutant(
+        "ledger-handoff-over-a-gap",
+        "A cooperative handoff takes as many leading rows as the handoff names deferred instead of every row "
+        "up to the named one, so it grants the named submission over an admitted-only or another ready row "
+        "between them.",
+        "model.ledger.rules", "    deferred = lane[:at]\n",
+        "    deferred = lane[:len(handoff.deferred_submission_ids)]\n", ("port-storm",),
+        ci_seed=1, ci_duration="2m"),
+    Mutant(
+        "ledger-handoff-stale-epoch",
+        "A cooperative handoff checks the deferred head's epoch against the lane's but never against the "
+        "producer's epoch the handoff names, so a producer superseded by an intervening claim still hands off.",
+        "model.ledger.rules", "    if not conversation.epoch == deferred[-1].epoch == handoff.producer_epoch:\n",
+        "    if not conversation.epoch == deferred[-1].epoch:\n", ("port-storm",),
+        ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "ledger-handoff-over-a-live-head",
+        "A cooperative handoff checks that the deferred head's input is applied but not that its producer "
+        "released it, so a head still owned under a live lease is handed over: two owners run the lane.",
+        "model.ledger.rules",
+        "        if (state_of(row) != INPUT_APPLIED or row.owner_id is not None or row.abort_author is not None\n",
+        "        if (state_of(row) != INPUT_APPLIED or row.abort_author is not None\n", ("port-storm",),
+        ci_seed=3, ci_duration="2m"),
     Mutant(
         "ledger-reserve-overwrites",
         "A second reservation with other content replaces the first instead of conflicting (last writer "
@@ -333,7 +356,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A host joining the submissions behind it steps over one that is not ready and takes the ready ones "
         "after it, out of queue order.",
         "model.ledger.rules", "            break\n        taken.append(row)\n",
-        "            continue\n        taken.append(row)\n", ("port-storm",), ci_seed=1, ci_duration="5m"),
+        "            continue\n        taken.append(row)\n", ("port-storm",), ci_seed=0, ci_duration="5m"),
     Mutant(
         "ledger-lone-follower-left-open",
         "The host's finalize settles its joined followers only when it holds more than one: a lone joined "
@@ -379,7 +402,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if row.settled_at_ms is not None and row.abort_author is None:\n"
         "        raise AbortConflict(submission_id, row.outcome)\n    if row.abort_author is not None:\n",
         ("port-storm",),
-        ci_seed=0, ci_duration="30s"),
+        ci_seed=3, ci_duration="30s"),
     Mutant(
         "ledger-abort-queued-repeat-conflicts",
         "A repeated abort of a submission its first abort settled before it was ever claimed is "
@@ -396,7 +419,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "    refuse_settled(row)\n    calls = _unknown_calls(row)\n    if tool_call_id not in calls:\n",
         "    calls = _unknown_calls(row)\n    if tool_call_id not in calls:\n", ("port-storm",),
-        ci_seed=0, ci_duration="30s"),
+        ci_seed=3, ci_duration="30s"),
     Mutant(
         "ledger-approval-settled-replays",
         "A decision on a settled submission replays an earlier decision (a new call: UnknownApproval) instead "
@@ -404,7 +427,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "    refuse_settled(row)\n    approvals = _approvals(row)\n    if tool_call_id not in approvals:\n",
         "    approvals = _approvals(row)\n    if tool_call_id not in approvals:\n", ("port-storm",),
-        ci_seed=0, ci_duration="30s"),
+        ci_seed=3, ci_duration="30s"),
     Mutant(
         "ledger-snapshot-without-decisions",
         "The recovery snapshot leaves out the approval decisions, so a recovering producer cannot tell which "
@@ -413,14 +436,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "        approvals=None if row.approvals_json is None else decode_column(row.approvals_json),\n"
         "        unknown_calls=",
         "        approvals=None,\n        unknown_calls=", ("port-storm",),
-        ci_seed=0, ci_duration="1m"),
+        ci_seed=1, ci_duration="1m"),
     Mutant(
         "ledger-snapshot-children-pending-all",
         "The recovery snapshot names every awaited child as pending, released or not.",
         "model.ledger.rules",
         "                                      if entry[\"awaited\"] and entry[\"releasedAtMs\"] is None)),\n",
         "                                      if entry[\"awaited\"])),\n", ("port-storm",),
-        ci_seed=0, ci_duration="2m"),
+        ci_seed=11, ci_duration="2m"),
     Mutant(
         "ledger-reserve-answer-bare",
         "A reservation answers only its record digest, without the settlement id and outcome it will finalize as.",
@@ -441,7 +464,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The recovery snapshot names an attached child's state but not the outcome it settled with.",
         "model.ledger.rules", "    return state_of(child), child.outcome\n", "    return state_of(child), None\n",
         ("port-storm",),
-        ci_seed=0, ci_duration="2m"),
+        ci_seed=11, ci_duration="2m"),
     Mutant(
         "ledger-snapshot-state-stale",
         "The recovery snapshot names a claimed submission's state as ready until its input is applied.",
@@ -494,7 +517,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "An approval decision counts only the undecided approvals as still pending, not the awaited children, "
         "so a decision with a child still awaited answers as the one that resumed the submission.",
         "model.ledger.rules", "                            pending + row.children_awaited), \\\n",
-        "                            pending), \\\n", ("port-storm",), ci_seed=3, ci_duration="4m"),
+        "                            pending), \\\n", ("port-storm",), ci_seed=0, ci_duration="4m"),
     Mutant(
         "worker-abort-read-once",
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "
@@ -525,7 +548,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "SQLite write transactions start with a deferred BEGIN instead of BEGIN IMMEDIATE, so a read-then-write "
         "can fail with SQLITE_BUSY_SNAPSHOT that the busy timeout never retries.",
         "model.sqlite_db", '        conn.execute("BEGIN IMMEDIATE")\n', '        conn.execute("BEGIN")\n', LS,
-        store="sqlite", ci_seed=8, ci_duration="1h"),
+        store="sqlite", ci_seed=1, ci_duration="1h"),
     Mutant(
         "sqlite-busy-untyped",
         "A busy database (SQLITE_BUSY at BEGIN IMMEDIATE) is not recognised as write contention: the caller "
@@ -645,7 +668,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "batch: a history written here has batches no peer store accepts.",
         "model.conversation.rules",
         "    if len(records) > BATCH_RECORDS_MAX:\n",
-        "    if len(records) > 1024:\n", ("port-storm",), ci_seed=9, ci_duration="30s"),
+        "    if len(records) > 1024:\n", ("port-storm",), ci_seed=4, ci_duration="30s"),
     Mutant(
         "log-bounds-untyped",
         "An envelope over the store's canonical-JSON bounds (nested past 64 containers, or over 1,000,000 "

@@ -65,7 +65,8 @@ from model.conversation.records import (BATCH_BYTES_MAX, BATCH_RECORDS_MAX, PAGE
 from model.conversation.sqlite_store import SPILL_THRESHOLD_BYTES_DEFAULT
 from model.durable_state.contracts import FUTURE_VERSION, StateContract
 from model.durable_state.store import INT64_MAX, DurableStateWrite, is_revision_conflict
-from model.ledger.records import Claim, ParentLink
+from model.ledger.conformance import HANDOFF_SCENARIOS
+from model.ledger.records import Claim, ClaimHandoff, ParentLink
 from model.retry import error_name, is_retryable
 from scenarios.client import RETRIES_MAX, RETRY_WAIT_MS, ClientProcess, Expectations, Outcome
 from sim.node import Node, NodeDeadError
@@ -113,6 +114,8 @@ EDGES = (
     "child_release_woke_parent", "child_decision_woke_parent", "child_released_before_suspend_resumes",
     "child_suspend_unknown_call", "admit_parent_conflict", "child_reserved_while_running",
     "child_replay_before_fence", "settled_suspend_conflict",
+    *(f"handoff_{scenario}_{'granted' if scenario == 'ready' else 'refused'}" for scenario in HANDOFF_SCENARIOS),
+    "handoff_deferred_head_again",
     # conversation log
     "log_over_1024_records", "read_full_default_page", "read_across_page_boundary", "read_at_page_boundary",
     "read_past_tail_empty", "read_illegal_rejected", "digest_at_batch_boundary", "digest_at_inside_batch",
@@ -134,7 +137,8 @@ EDGES = (
 # Counted, but reached only when a fault lands in the right place: not
 # promised by every sweep.
 INCIDENTAL = ("replies_lost_retried", "ds_adopted_after_reply_lost", "damaged_reads_reread",
-              "recovered_leftover_work", "unready_head_aborted", "lease_instant_missed", "recovered_awaited_child")
+              "recovered_leftover_work", "unready_head_aborted", "lease_instant_missed", "recovered_awaited_child",
+              "handoff_reply_lost")
 EDGE_STATS = tuple(f"edge_{name}" for name in EDGES)
 
 # --- values at the edges ------------------------------------------------------------
@@ -462,7 +466,8 @@ class _Process(ClientProcess):
                     f"{capabilities.get('durability')!r}")
         await self.recover()
         episodes = [self.ds_private, self.ds_illegal, self.ledger_private, self.lease_expiry, self.checkpoints,
-                    self.content, self.churn, self.unknown_outcome, self.approvals, self.joins, self.children]
+                    self.content, self.churn, self.unknown_outcome, self.approvals, self.joins, self.children,
+                    self.handoffs]
         if self.w.races:
             episodes += [self.ds_shared, self.ledger_shared, self.ledger_shared]
         if self.w.late_aborts:
@@ -1221,6 +1226,93 @@ class _Process(ClientProcess):
             return False
         purge = await self.call("ledger", "purge_conversation", conv)
         return self.expect(purge.ok, f"purge of {conv}: {purge.show()}", conv)
+
+    async def handoffs(self) -> None:
+        """The peer's ``cooperativeHandoff``, one of its nine scenarios a
+        time: a producer that applied the head's input and released it
+        hands the lane to the next ready submission; only "ready" grants it
+        (at a higher epoch); live, stale, abort, approval, gap,
+        ready-prefix, unapplied and foreign grant nothing. Once the
+        handed-to one settles an ordinary claim takes the deferred head
+        again. Whatever is left is settled as a recovery would."""
+        scenario = HANDOFF_SCENARIOS[self.rng.below(len(HANDOFF_SCENARIOS))]
+        conv = self.private_conversation("h")
+        first_key, first_value = self.uid("key"), {"handoff": scenario}
+        first = await self.admit_ready(conv, first_key, first_value)
+        if first is None:
+            return
+        seq = 1
+        if scenario in ("gap", "ready-prefix"):
+            seq += 1
+            out = await self.call("ledger", "admit", conv, PRINCIPAL, self.uid("key"), {"between": 1}, self.now())
+            if not self.expect_ok(out, f"admit between in {conv}", conv):
+                return
+            if scenario == "ready-prefix":
+                ready = await self.call("ledger", "mark_ready", out.value.submission_id, self.now())
+                if not self.expect_ok(ready, f"mark_ready between in {conv}", conv):
+                    return
+        # Every row admitted (and its log materialized) before the producer's claim.
+        next_key, next_value = self.uid("key"), {"handed": True}
+        nxt = await self.admit_ready(conv, next_key, next_value)
+        if nxt is None:
+            return
+        token = await self.claim_token(conv, self.label, 0)
+        if token is None:
+            return
+        if scenario != "unapplied" and not await self._apply_input(conv, token, first.submission_id, first_key,
+                                                                   first_value, 1):
+            return
+        if scenario == "approval":
+            out = await self.call("ledger", "suspend", token, (self.uid("call"),))
+        elif scenario != "live":
+            out = await self.call("ledger", "release_ownership", token)
+        if scenario != "live" and not self.expect_ok(out, f"deferral of {first.submission_id}", conv):
+            return
+        if scenario == "abort":
+            await self._abort(first.submission_id, "handoff")
+        if scenario == "stale":
+            between = await self.claim_token(conv, f"{self.label}/b", token.epoch)
+            if between is None or not self.expect_ok(await self.call("ledger", "release_ownership", between),
+                                                     f"release of {conv}", conv):
+                return
+        target = f"sub-{self.private_conversation('f')}-1" if scenario == "foreign" else nxt.submission_id
+        handoff = ClaimHandoff(token.epoch, (first.submission_id,), target)
+        owner = f"{self.label}/b"
+        out = await self.call("ledger", "claim", conv, owner, self.lease_ms, self.now(), handoff)
+        if not self.expect_ok(out, f"handoff claim of {conv} ({scenario})", conv):
+            return
+        granted = out.value
+        if scenario != "ready":
+            if self.expect(granted is None, f"handoff claim of {conv} in scenario {scenario} granted {granted!r}",
+                           conv):
+                self.w.edge(f"handoff_{scenario}_refused")
+        elif granted is None and out.lost:
+            self.w.edge("handoff_reply_lost")  # granted unheard: its retry finds the epoch moved on
+        elif self.expect(granted is not None and granted.submission_id == nxt.submission_id
+                         and granted.owner_id == owner and granted.epoch > token.epoch,
+                         f"handoff claim of {conv} (ready) granted {granted!r}, expected {nxt.submission_id}", conv):
+            self.w.edge("handoff_ready_granted")
+            if not await self._apply_input(conv, granted, nxt.submission_id, next_key, next_value, seq + 1):
+                return
+            record = self.settlement_record("completed", self._next())
+            mat = await self.call("log", "materialize", conv, owner, granted.epoch)
+            reserved = await self.call("ledger", "reserve_settlement", granted, record)
+            if not (self.expect_ok(mat, f"materialize({conv})", conv) and self.expect_ok(reserved, "reserve", conv)):
+                return
+            if not await self._append_settled(conv, granted, nxt.submission_id, reserved.value.record_digest, record):
+                return
+            final = await self.call("ledger", "finalize_settlement", nxt.submission_id, self.now())
+            if not self.expect(final.ok and final.value.outcome == "completed",
+                               f"finalize({nxt.submission_id}): {final.show()}", conv):
+                return
+            again = await self.claim_token(conv, self.label, granted.epoch)
+            got = await self.call("ledger", "get", first.submission_id)
+            if self.expect(again is not None and again.submission_id == first.submission_id and got.ok
+                           and got.value is not None and got.value.receipt == first.receipt,
+                           f"after the handed-to one settled, claim of {conv} gave {again!r}, row {got.show()}",
+                           conv):
+                self.w.edge("handoff_deferred_head_again")
+        await self._settle_leftovers(conv)
 
     async def unknown_outcome(self) -> None:
         """A tool call whose outcome its owner cannot tell: the lane blocks

@@ -558,3 +558,25 @@ def test_an_owner_write_on_a_settled_row_is_a_settlement_conflict_naming_its_out
     conflict = SettlementConflict(sid, None, None, "completed")
     assert feed(model, "suspend", claim, ("call-a",), (), error=conflict) is None
     assert feed(model, "mark_unknown", attrs.evolve(claim, epoch=99), "call-u", error=conflict) is None
+
+
+def test_a_handoff_claim_is_judged_on_the_handoff_rule():
+    """Peer case ``cooperativeHandoff``: the model grants the named next one
+    only to a deferral (input applied, released, same epoch), never over a
+    live head or a stale epoch."""
+    from model.ledger.records import ClaimHandoff
+
+    model, first, second, claim = _admitted_and_claimed()
+    handoff = ClaimHandoff(claim.epoch, (first.submission_id,), second.submission_id)
+    granted = Claim(second.submission_id, "o2", claim.epoch + 1, 1_200)
+    # The head is still live (not released, input not applied): nothing.
+    assert feed(model, "claim", "c1", "o2", 1_000, 200, handoff=handoff, result=granted) is not None
+    assert feed(model, "claim", "c1", "o2", 1_000, 200, handoff=handoff, result=None) is None
+    assert feed(model, "mark_input_applied", claim, "input:1", 1,
+                result=InputApplied(first.submission_id, "input:1", 1, False)) is None
+    assert feed(model, "release_ownership", claim, result=None) is None
+    stale = ClaimHandoff(claim.epoch - 1, (first.submission_id,), second.submission_id)
+    assert feed(model, "claim", "c1", "o2", 1_000, 200, handoff=stale, result=granted) is not None
+    assert feed(model, "claim", "c1", "o2", 1_000, 200, handoff=stale, result=None) is None
+    assert feed(model, "claim", "c1", "o2", 1_000, 200, handoff=handoff, result=None) is not None  # due
+    assert feed(model, "claim", "c1", "o2", 1_000, 200, handoff=handoff, result=granted) is None

@@ -64,6 +64,7 @@ from .records import (
     AdmissionConflict,
     AdmissionResult,
     Claim,
+    ClaimHandoff,
     InvalidSettlement,
     OwnershipLost,
     ReservedSettlement,
@@ -319,6 +320,60 @@ async def _(ledger) -> None:
     _true(all(a < b for a, b in zip(epochs, epochs[1:])), f"epochs not strictly increasing: {epochs}")
     _eq(len(set(attempts)), len(attempts), f"attempt ids differ per claim: {attempts}")
     _eq((await ledger.load_recovery_snapshot("c1")).epoch, epochs[-1], "snapshot carries the current epoch")
+
+
+HANDOFF_SCENARIOS = ("live", "stale", "abort", "approval", "gap", "ready-prefix", "unapplied", "foreign", "ready")
+
+
+@_check("claim-handoff-grants-only-the-next-ready")
+async def _(ledger) -> None:
+    """Peer case ``cooperativeHandoff`` (nine scenarios): a producer that
+    applied the head's input and released it hands the lane to the next
+    ready submission — ``claim(B, handoff=ClaimHandoff(epoch, (first,),
+    next))`` grants exactly ``next`` at a higher epoch only in "ready"; none
+    in "live" (not released), "stale" (another claim since), "abort",
+    "approval" (suspended), "gap" (an admitted-only row between),
+    "ready-prefix" (another ready row between), "unapplied" and "foreign"
+    (another conversation's submission). Once ``next`` settles, an ordinary
+    claim grants ``first`` again; receipts are unchanged."""
+    foreign = await _admitted(ledger, conversation_id="elsewhere", key="foreign")
+    for scenario in HANDOFF_SCENARIOS:
+        cid = f"handoff-{scenario}"
+        first = await _admitted(ledger, conversation_id=cid, key="first")
+        claim = await _claimed(ledger, conversation_id=cid, owner_id="A", now_ms=100)
+        if scenario != "unapplied":
+            await ledger.mark_input_applied(claim, *_input_at(claim))
+        if scenario in ("gap", "ready-prefix"):
+            await _admitted(ledger, conversation_id=cid, key="between", ready=scenario == "ready-prefix")
+        nxt = await _admitted(ledger, conversation_id=cid, key="next")
+        if scenario == "approval":
+            await ledger.suspend(claim, ("call-1",))
+        elif scenario != "live":
+            await ledger.release_ownership(claim)
+        if scenario == "abort":
+            await ledger.request_abort(first.submission_id, "user", "stop", 150)
+        if scenario == "stale":
+            await ledger.release_ownership(await _claimed(ledger, conversation_id=cid, owner_id="B", now_ms=150))
+        handoff = ClaimHandoff(claim.epoch, (first.submission_id,),
+                               foreign.submission_id if scenario == "foreign" else nxt.submission_id)
+        granted = await ledger.claim(cid, "B", 1_000, 200, handoff=handoff)
+        if scenario != "ready":
+            _eq(granted, None, f"{scenario}: a handoff claim grants nothing")
+            continue
+        _true(isinstance(granted, Claim), f"ready: the handoff claim returned {granted!r}")
+        _eq((granted.submission_id, granted.owner_id, granted.attempt_id),
+            (nxt.submission_id, "B", f"{nxt.submission_id}#a{granted.epoch}"), "ready: the next one, to B")
+        _true(granted.epoch > claim.epoch, f"ready: epoch {granted.epoch} not above the producer's {claim.epoch}")
+        await ledger.mark_input_applied(granted, *_input_at(granted))
+        await ledger.reserve_settlement(granted, COMPLETED_RECORD)
+        await ledger.finalize_settlement(nxt.submission_id, 300)
+        again = await _claimed(ledger, conversation_id=cid, owner_id="A", now_ms=400)
+        _eq(again.submission_id, first.submission_id, "after the handed-to one settled: the deferred head again")
+        _true(again.epoch > granted.epoch, "the deferred head's new claim fences the handoff's epoch")
+        _eq(((await ledger.get(first.submission_id)).receipt, (await ledger.get(nxt.submission_id)).receipt),
+            (first.receipt, nxt.receipt), "receipts unchanged")
+    await _raises(TypeError, ledger.claim("handoff-ready", "B", 1_000, 500, handoff=("not", "a", "handoff")),
+                  "a handoff that is not a ClaimHandoff")
 
 
 # --- ownership ---------------------------------------------------------------------

@@ -22,6 +22,7 @@ from .records import (
     AbortIntent,
     AdmissionResult,
     Claim,
+    ClaimHandoff,
     OwnershipRenewal,
     RecoverySnapshot,
     ReservedSettlement,
@@ -46,6 +47,7 @@ from .rules import (
     decide_abort,
     decide_admit,
     decide_claim,
+    decide_claim_handoff,
     decide_finalize,
     decide_input_applied,
     decide_approval,
@@ -76,6 +78,7 @@ from .rules import (
     validate_abort,
     validate_admit,
     validate_claim,
+    validate_claim_handoff,
     validate_attach_child,
     validate_begin_join,
     validate_release_child,
@@ -176,14 +179,20 @@ class InMemorySubmissionLedger:
             self._put(row)
         return readiness
 
-    async def claim(self, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int) -> Claim | None:
+    async def claim(self, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int,
+                    handoff: ClaimHandoff | None = None) -> Claim | None:
         validate_claim(conversation_id, owner_id, lease_ms, now_ms)
+        validate_claim_handoff(handoff)
         nonterminal = self._nonterminal(conversation_id)
-        decision = decide_claim(
-            self._conversations.get(conversation_id),
-            nonterminal[0] if nonterminal else None,
-            owner_id, lease_ms, now_ms,
-        )
+        if handoff is not None:
+            decision = decide_claim_handoff(self._conversations.get(conversation_id), nonterminal, handoff,
+                                            owner_id, lease_ms, now_ms)
+        else:
+            decision = decide_claim(
+                self._conversations.get(conversation_id),
+                nonterminal[0] if nonterminal else None,
+                owner_id, lease_ms, now_ms,
+            )
         if decision.claim is not None:
             self._conversations[conversation_id] = decision.conversation
             self._put(decision.submission)

@@ -20,6 +20,7 @@ from .records import (
     AbortIntent,
     AdmissionResult,
     Claim,
+    ClaimHandoff,
     OwnershipRenewal,
     RecoverySnapshot,
     ReservedSettlement,
@@ -56,8 +57,11 @@ class SubmissionLedgerPort(Protocol):
         replays the first ``ready_at_ms``)."""
         ...
 
-    async def claim(self, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int) -> Claim | None:
-        """Claim the conversation's FIFO head under a lease and a new epoch; None: nothing claimable."""
+    async def claim(self, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int,
+                    handoff: ClaimHandoff | None = None) -> Claim | None:
+        """Claim the conversation's FIFO head under a lease and a new epoch; None: nothing claimable.
+        With ``handoff``: exactly its ``submission_id`` (the deferred head's
+        successor), or None unless every handoff condition holds (``rules``)."""
         ...
 
     async def renew_ownership(self, token: Claim, lease_ms: int, now_ms: int) -> OwnershipRenewal:

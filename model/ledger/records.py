@@ -104,6 +104,19 @@ def attempt_id_for(submission_id: str, epoch: int) -> str:
 
 
 @attrs.frozen
+class ClaimHandoff:
+    """A cooperative handoff (the peer's ``ClaimHandoff``): the producer that
+    claimed at ``producer_epoch`` applied the input of each of
+    ``deferred_submission_ids`` (the lane's unsettled rows ahead of
+    ``submission_id``, in queue order), then released them unsettled; it
+    hands the lane to ``submission_id``, the next ready one."""
+
+    producer_epoch: int
+    deferred_submission_ids: tuple[str, ...]
+    submission_id: str
+
+
+@attrs.frozen
 class OwnershipRenewal:
     submission_id: str
     owner_id: str

@@ -41,6 +41,21 @@ Decisions where the specification is silent (all in one place, here):
 - ``claim``: the same owner may claim again while its own lease is live; it
   gets a fresh epoch, fencing its previous incarnation's token. Any other
   owner's live lease (``lease_expires_ms > now_ms``) blocks the claim.
+- ``claim(..., handoff=ClaimHandoff(producer_epoch, deferred_submission_ids,
+  submission_id))``, the peer implementation's cooperative handoff
+  (``cooperativeHandoff``): a producer that applied its head's input and
+  released it unsettled (deferred it) hands the lane to the next ready
+  submission. ``decide_claim_handoff`` grants exactly ``submission_id``, at
+  a new epoch, only when the lane's epoch is still ``producer_epoch`` (no
+  claim since the producer's), the deferred ids are exactly the lane's
+  unsettled rows ahead of ``submission_id`` in queue order (no gap, no
+  other ready row between), each of them input-applied, released, with no
+  abort intent, not suspended, unknown, terminalizing or hosting followers,
+  the last of them claimed at ``producer_epoch``, and ``submission_id`` a
+  ready, never-claimed row of this lane; otherwise None (nothing written).
+  An ordinary claim is unchanged: the FIFO head (the deferred one, once its
+  successor settled; the successor's token stays valid on its own row, as
+  every token does until its row is claimed again).
 - A token is valid while the submission's row still carries its owner and
   epoch. No fenced call takes the clock into account, ``renew`` included
   (the peer implementation's rule): until another owner actually claims (a
@@ -166,7 +181,7 @@ import attrs
 from model.canonical import CanonicalDecodeError, canonical_json, decode, decode_own, digest, digest_text
 
 from .states import (ABORT, ADMITTED, ATTACH_CHILD, BEGIN_JOIN, RESERVE_CHILD, DECIDE, FINALIZE, JOINED, JOINING, MARK_JOINED, MARK_UNKNOWN,
-                     READY, REVERT_JOIN, SETTLE_JOINED, SETTLED, SUSPEND, TERMINALIZING, claimable, state_of, target)
+                     INPUT_APPLIED, READY, REVERT_JOIN, SETTLE_JOINED, SETTLED, SUSPEND, TERMINALIZING, claimable, state_of, target)
 from .records import (
     ABORTED,
     COMPLETED,
@@ -197,6 +212,7 @@ from .records import (
     AdmissionConflict,
     AdmissionResult,
     Claim,
+    ClaimHandoff,
     InputApplied,
     InputMarkerConflict,
     ParentLink,
@@ -682,6 +698,57 @@ def decide_claim(
         attrs.evolve(conversation, epoch=epoch),
         evolve_row(head, owner_id=owner_id, epoch=epoch, lease_expires_ms=lease_expires_ms, attempt_id=attempt_id),
     )
+
+
+def decide_claim_handoff(
+    conversation: ConversationRow | None,
+    lane: list[SubmissionRow],
+    handoff: ClaimHandoff,
+    owner_id: str,
+    lease_ms: int,
+    now_ms: int,
+) -> ClaimDecision:
+    """``lane``: the conversation's unsettled submissions in queue order.
+    Grants ``handoff.submission_id`` or nothing (module docstring)."""
+    if conversation is None or not handoff.deferred_submission_ids:
+        return NO_CLAIM
+    ids = [row.submission_id for row in lane]
+    if handoff.submission_id not in ids:
+        return NO_CLAIM  # foreign, unknown or settled
+    at = ids.index(handoff.submission_id)
+    deferred = lane[:at]
+    if tuple(row.submission_id for row in deferred) != tuple(handoff.deferred_submission_ids):
+        return NO_CLAIM  # a gap or another ready row ahead of it: not the next one
+    for row in deferred:
+        if (state_of(row) != INPUT_APPLIED or row.owner_id is not None or row.abort_author is not None
+                or row.joined_count):
+            return NO_CLAIM  # live, unapplied, aborted, suspended, unknown, ... : not deferred
+    if not conversation.epoch == deferred[-1].epoch == handoff.producer_epoch:
+        return NO_CLAIM  # stale: a claim came since the producer's, or another producer deferred it
+    nxt = lane[at]
+    if state_of(nxt) != READY or nxt.owner_id is not None or nxt.abort_author is not None:
+        return NO_CLAIM
+    epoch = conversation.epoch + 1  # a new epoch for the lane
+    lease_expires_ms = now_ms + lease_ms
+    attempt_id = attempt_id_for(nxt.submission_id, epoch)
+    return ClaimDecision(
+        Claim(nxt.submission_id, owner_id, epoch, lease_expires_ms, attempt_id),
+        attrs.evolve(conversation, epoch=epoch),
+        evolve_row(nxt, owner_id=owner_id, epoch=epoch, lease_expires_ms=lease_expires_ms, attempt_id=attempt_id),
+    )
+
+
+def validate_claim_handoff(handoff: object) -> None:
+    if handoff is None:
+        return
+    if not isinstance(handoff, ClaimHandoff):
+        raise TypeError(f"handoff must be a ClaimHandoff or None, not {type(handoff).__name__}")
+    require_int("handoff.producer_epoch", handoff.producer_epoch)
+    if not isinstance(handoff.deferred_submission_ids, tuple):
+        raise TypeError("handoff.deferred_submission_ids must be a tuple of str")
+    for sid in handoff.deferred_submission_ids:
+        require_str("handoff.deferred_submission_ids[]", sid)
+    require_str("handoff.submission_id", handoff.submission_id)
 
 
 # --- fenced ownership operations ------------------------------------------------------

@@ -30,6 +30,7 @@ from .records import (
     AbortIntent,
     AdmissionResult,
     Claim,
+    ClaimHandoff,
     LedgerError,
     LedgerStoreError,
     OwnershipRenewal,
@@ -57,6 +58,7 @@ from .rules import (
     decide_abort,
     decide_admit,
     decide_claim,
+    decide_claim_handoff,
     decide_finalize,
     decide_input_applied,
     decide_approval,
@@ -86,6 +88,7 @@ from .rules import (
     validate_abort,
     validate_admit,
     validate_claim,
+    validate_claim_handoff,
     validate_attach_child,
     validate_begin_join,
     validate_release_child,
@@ -389,11 +392,18 @@ class SqliteSubmissionLedger:
                 self._update(row)
         return readiness
 
-    async def claim(self, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int) -> Claim | None:
+    async def claim(self, conversation_id: str, owner_id: str, lease_ms: int, now_ms: int,
+                    handoff: ClaimHandoff | None = None) -> Claim | None:
         validate_claim(conversation_id, owner_id, lease_ms, now_ms)
+        validate_claim_handoff(handoff)
         with self._writing("claim") as conn:
-            head = self._read(conn.execute(_SELECT_HEAD, (conversation_id,)).fetchone())
-            decision = decide_claim(self._conversation(conversation_id), head, owner_id, lease_ms, now_ms)
+            if handoff is not None:
+                lane = [self._read(values) for values in conn.execute(_SELECT_NONTERMINAL_OF, (conversation_id,))]
+                decision = decide_claim_handoff(self._conversation(conversation_id), lane, handoff,
+                                                owner_id, lease_ms, now_ms)
+            else:
+                head = self._read(conn.execute(_SELECT_HEAD, (conversation_id,)).fetchone())
+                decision = decide_claim(self._conversation(conversation_id), head, owner_id, lease_ms, now_ms)
             if decision.claim is not None:
                 self._write_conversation(decision.conversation)
                 self._update(decision.submission)

@@ -2,6 +2,12 @@
 order (only the lowest unsettled one) and at most one is active: the next
 submission's input never enters the log before the previous settlement.
 
+A cooperative handoff is the other (``claim`` with a ``handoff``): the
+producer deferred the head (its input applied, released unsettled) and the
+lane went to the named next submission — allowed when the deferred ids are
+exactly the unsettled ones ahead of it; the deferred input is then parked,
+so the next one's input may enter the log.
+
 Joins are the one exception, and only as the ledger recorded them: a
 follow-up the active run took (``begin_join``) may have its input applied to
 that run's log, naming the run as its host; the host's settlement settles
@@ -45,6 +51,17 @@ class QueueOrder(Checker):
             conversation, submission = fields[LedgerClaim.conversation], fields[LedgerClaim.submission]
             queue = self._unsettled.get(conversation, [])
             head = queue[0][1] if queue else None
+            handoff = fields[LedgerClaim.handoff]
+            if handoff is not None and submission != head:
+                ahead = tuple(sid for _, sid in queue[:[sid for _, sid in queue].index(submission)]) \
+                    if any(sid == submission for _, sid in queue) else None
+                if submission == handoff[2] and ahead is not None and ahead == tuple(handoff[1]):
+                    if self._active.get(conversation) in ahead:
+                        del self._active[conversation]  # parked: the lane is handed to the next one
+                    return
+                self.fail(f"{conversation}: a handoff claimed {submission} while {ahead} (not the deferred "
+                          f"{tuple(handoff[1])}) are unsettled ahead of it", (conversation, submission))
+                return
             if submission != head:
                 self.fail(f"{conversation}: claimed {submission} while {head} is the unsettled head",
                           (conversation, submission))

@@ -88,6 +88,7 @@ from model.ledger.records import (
     AbortIntent,
     AdmissionResult,
     Claim,
+    ClaimHandoff,
     OwnershipRenewal,
     RecoverySnapshot,
     ReservedSettlement,
@@ -129,7 +130,7 @@ RESOLUTIONS = ("NeverHappened", "SafeToRetry", "CompletedWithResult")
 PARAMS: dict[str, tuple[str, ...]] = {
     "admit": ("conversation_id", "principal_id", "idempotency_key", "input", "now_ms", "parent"),
     "mark_ready": ("submission_id", "now_ms"),
-    "claim": ("conversation_id", "owner_id", "lease_ms", "now_ms"),
+    "claim": ("conversation_id", "owner_id", "lease_ms", "now_ms", "handoff"),
     "renew_ownership": ("token", "lease_ms", "now_ms"),
     "release_ownership": ("token",),
     "mark_input_applied": ("token", "record_id", "seq"),
@@ -154,7 +155,7 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "capabilities": (),
 }
 # The parameters a call may leave out, and what they are then.
-DEFAULTS: dict[str, dict[str, object]] = {"admit": {"parent": None}, "suspend": {"child_call_ids": ()},
+DEFAULTS: dict[str, dict[str, object]] = {"admit": {"parent": None}, "claim": {"handoff": None}, "suspend": {"child_call_ids": ()},
                                           "scan_nonterminal": {"principal_id": None}}
 
 
@@ -753,6 +754,8 @@ class ReferenceLedger:
             self._want_argument_error(call, "ids must be str, lease_ms a positive int, now_ms an int")
             return None
         conversation = self._conversations.get(cid)
+        if a["handoff"] is not None:
+            return self._claim_handoff(call, conversation, a["handoff"], owner, lease_ms, now_ms)
         head = None
         if conversation is not None and conversation.open:
             head = next(iter(conversation.open.values()))  # FIFO: only the lowest unsettled seq
@@ -790,6 +793,65 @@ class ReferenceLedger:
         head.owner_id, head.epoch, head.lease_expires_ms = owner, claim.epoch, now_ms + lease_ms
         head.attempt_id = claim.attempt_id
         head.changed()
+        return conversation
+
+    def _claim_handoff(self, call: Any, conversation: _Conversation | None, handoff: Any, owner: str,
+                       lease_ms: int, now_ms: int) -> _Conversation | None:
+        """The peer's cooperativeHandoff: the lane goes to the named
+        submission only if the producer that claimed at the handoff's epoch
+        deferred exactly the open rows ahead of it (each applied, released,
+        not aborted, suspended, unknown, reserved or hosting) and no claim
+        came since; else nothing is granted."""
+        if not (isinstance(handoff, ClaimHandoff) and _is_int(handoff.producer_epoch)
+                and type(handoff.deferred_submission_ids) is tuple
+                and all(type(d) is str for d in handoff.deferred_submission_ids)
+                and type(handoff.submission_id) is str):
+            self._want_argument_error(call, "handoff must be a ClaimHandoff(int, tuple of str, str)")
+            return None
+        why = None
+        rows = list(conversation.open.values()) if conversation is not None else []
+        position = next((i for i, r in enumerate(rows) if r.submission_id == handoff.submission_id), None)
+        if conversation is None or conversation.epoch != handoff.producer_epoch:
+            why = "another claim came after the producer's epoch"
+        elif position is None:
+            why = f"{handoff.submission_id} is no open submission of this conversation"
+        elif not handoff.deferred_submission_ids or tuple(
+                r.submission_id for r in rows[:position]) != handoff.deferred_submission_ids:
+            why = "the deferred ids are not exactly the open rows ahead of it (a gap or another ready row)"
+        else:
+            deferred, wanted_row = rows[:position], rows[position]
+            for r in deferred:
+                hosting = any(f in conversation.open and conversation.open[f].join_host == r.submission_id
+                              for f in r.followers)
+                if not (r.ready and r.input_applied and r.owner_id is None and r.abort_author is None
+                        and r.open_unknown() == 0 and r.waiting() == 0 and r.reserved_digest is None
+                        and r.join_host is None and not hosting):
+                    why = f"{r.submission_id} was not deferred (applied, released, not aborted or waiting)"
+                    break
+            if why is None and deferred[-1].epoch != handoff.producer_epoch:
+                why = f"the last deferred one was not claimed at epoch {handoff.producer_epoch}"
+            if why is None and not (wanted_row.ready and wanted_row.epoch is None and wanted_row.owner_id is None
+                                    and wanted_row.abort_author is None and wanted_row.join_host is None):
+                why = f"{wanted_row.submission_id} is not ready and unclaimed"
+        if why is not None:
+            if call.error is not None or call.result is not None:
+                raise self._fail(conversation, f"None ({why})")
+            return conversation
+        assert conversation is not None and position is not None
+        row = rows[position]
+        wanted = (f"a handoff claim of {row.submission_id} for {owner} at an epoch above {conversation.epoch}, "
+                  f"lease until {now_ms + lease_ms} ms, attempt id {row.submission_id}#a<epoch>")
+        self._no_error(call, conversation, wanted)
+        claim = call.result
+        if not (isinstance(claim, Claim) and claim.submission_id == row.submission_id and claim.owner_id == owner
+                and _is_int(claim.epoch) and claim.epoch > conversation.epoch
+                and claim.lease_expires_ms == now_ms + lease_ms
+                and claim.attempt_id == f"{row.submission_id}#a{claim.epoch}"):
+            raise self._fail(conversation, wanted)
+        conversation.epoch = claim.epoch
+        row.owner_id, row.epoch, row.lease_expires_ms = owner, claim.epoch, now_ms + lease_ms
+        row.attempt_id = claim.attempt_id
+        row.changed()
         return conversation
 
     def _renew_ownership(self, call: Any, a: dict) -> _Conversation | None:
