@@ -113,6 +113,9 @@ EDGES = (
     "child_release_woke_parent", "child_decision_woke_parent", "child_released_before_suspend_resumes",
     "child_suspend_unknown_call", "admit_parent_conflict", "child_reserved_while_running",
     "child_replay_before_fence", "settled_suspend_conflict",
+    "admission_group_occupied", "admission_group_replay_first", "admission_group_conflict",  # adversary_admission
+    "admission_group_held_terminalizing", "admission_group_freed_at_finalize", "admission_fence_replay_after_move",
+    "admission_fence_stale_refused", "admission_metadata_conflict",
     # conversation log
     "log_over_1024_records", "read_full_default_page", "read_across_page_boundary", "read_at_page_boundary",
     "read_past_tail_empty", "read_illegal_rejected", "digest_at_batch_boundary", "digest_at_inside_batch",
@@ -462,7 +465,8 @@ class _Process(ClientProcess):
                     f"{capabilities.get('durability')!r}")
         await self.recover()
         episodes = [self.ds_private, self.ds_illegal, self.ledger_private, self.lease_expiry, self.checkpoints,
-                    self.content, self.churn, self.unknown_outcome, self.approvals, self.joins, self.children]
+                    self.content, self.churn, self.unknown_outcome, self.approvals, self.joins, self.children,
+                    self.admission_policies]
         if self.w.races:
             episodes += [self.ds_shared, self.ledger_shared, self.ledger_shared]
         if self.w.late_aborts:
@@ -1034,6 +1038,11 @@ class _Process(ClientProcess):
         await self._check_snapshot(conv, 0, ())
         if self.rng.below(2) == 0:
             await self._delete_log(conv)
+
+    async def admission_policies(self) -> None:
+        """Admission groups, fences and metadata (``scenarios.adversary_admission``)."""
+        from scenarios.adversary_admission import admission_policies
+        await admission_policies(self)
 
     async def _apply_input(self, conv: str, token: Claim, sid: str, key: str, value: Any, queue_seq: int) -> bool:
         mat = await self.call("log", "materialize", conv, token.owner_id, token.epoch)
