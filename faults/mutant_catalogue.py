@@ -199,6 +199,29 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if existing is not None and existing.ready:\n        if existing.input_digest != input_digest:\n", ALL,
         ci_seed=6, ci_duration="15m", ci_scenario="ledger-storm"),
     Mutant(
+        "ledger-admit-policy-before-replay",
+        "Admission checks its policies (fence, group occupancy) before it looks for an earlier admission, so an "
+        "exact retry of the submission holding its group is refused as occupied (and a retry after its fence "
+        "moved as stale) instead of replaying.",
+        "model.ledger.rules", "    if existing is not None:\n        if existing.input_digest != input_digest:\n",
+        "    if check_admission_policy(fence, fence_revision, admission_group, group_rows) or existing is not None:\n"
+        "        if existing.input_digest != input_digest:\n", LS_PS,
+        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-group-freed-at-reserve",
+        "An admission group counts only submissions without a reserved settlement as occupying it: the group is "
+        "freed at reserve instead of at finalize, so a successor is admitted while the original is terminalizing.",
+        "model.ledger.rules", "    return any(row.settled_at_ms is None for row in rows)\n",
+        "    return any(row.settled_at_ms is None and row.reserved_digest is None for row in rows)\n", LS_PS,
+        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-fence-stale-accepted",
+        "The admission fence refuses only a revision newer than the one it stands at: an admission under a stale "
+        "revision is taken.",
+        "model.ledger.rules", "        if fence.revision != fence_revision:\n",
+        "        if fence.revision > fence_revision:\n", LS_PS,
+        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
+    Mutant(
         "ledger-claim-ignores-live-lease",
         "A claim compares another owner's lease expiry with now + lease_ms (the lease counted twice), so a "
         "live lease never blocks it.",

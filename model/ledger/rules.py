@@ -639,9 +639,21 @@ def decide_admit(
     adapter holds as unsettled (any conversation). An exact replay is
     resolved before the policies (fence, group) are checked."""
     if existing is not None:
+        if existing.input_digest != input_digest:
+            raise AdmissionConflict(
+                conversation_id, principal_id, idempotency_key, existing.input_digest, input_digest
+            )
+        if _parent_of(existing) != parent:
+            raise AdmissionConflict(conversation_id, principal_id, idempotency_key, existing.input_digest,
+                                    input_digest, "parent")
+        for what, same in (("admission_group", existing.admission_group == admission_group),
+                           ("metadata", existing.metadata_json == metadata_json)):
+            if not same:
+                raise AdmissionConflict(conversation_id, principal_id, idempotency_key, existing.input_digest,
+                                        input_digest, what)
         return AdmitDecision(
-            _replay_admission(conversation_id, principal_id, idempotency_key, input_digest, existing, parent,
-                              admission_group, metadata_json),
+            AdmissionResult(existing.submission_id, existing.receipt, existing.queue_seq, True, input_digest,
+                            parent, admission_group, None if metadata_json is None else decode(metadata_json)),
             None,
             None,
         )
@@ -672,25 +684,6 @@ def decide_admit(
         ConversationRow(conversation_id, queue_seq, epoch),
         row,
     )
-
-
-def _replay_admission(conversation_id: str, principal_id: str, idempotency_key: str, input_digest: str,
-                      existing: SubmissionRow, parent: ParentLink | None, admission_group: str | None,
-                      metadata_json: str | None) -> AdmissionResult:
-    """The replay of ``existing``, or the ``AdmissionConflict`` naming the
-    first part of the identity that differs (input, parent, group, metadata)."""
-    if existing.input_digest != input_digest:
-        raise AdmissionConflict(
-            conversation_id, principal_id, idempotency_key, existing.input_digest, input_digest
-        )
-    for what, same in (("parent", _parent_of(existing) == parent),
-                       ("admission_group", existing.admission_group == admission_group),
-                       ("metadata", existing.metadata_json == metadata_json)):
-        if not same:
-            raise AdmissionConflict(conversation_id, principal_id, idempotency_key, existing.input_digest,
-                                    input_digest, what)
-    return AdmissionResult(existing.submission_id, existing.receipt, existing.queue_seq, True, input_digest,
-                           parent, admission_group, None if metadata_json is None else decode(metadata_json))
 
 
 def group_occupied(rows) -> bool:
