@@ -166,7 +166,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the checkpoint's, so a log deleted and written again hands back the old checkpoint.",
         "model.conversation.checkpoints", "    if log_digest != checkpoint.tail_digest:\n",
         "    if log_digest is None:\n", LS_PS,
-        ci_seed=0, ci_duration="30s", ci_scenario="port-storm"),
+        ci_seed=8, ci_duration="30s", ci_scenario="port-storm"),
     Mutant(
         "checkpoint-load-unknown-none",
         "The in-memory checkpoint store's load_latest no longer asks the log whether the conversation exists, so "
@@ -402,7 +402,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if row.settled_at_ms is not None and row.abort_author is None:\n"
         "        raise AbortConflict(submission_id, row.outcome)\n    if row.abort_author is not None:\n",
         ("port-storm",),
-        ci_seed=0, ci_duration="30s"),
+        ci_seed=3, ci_duration="30s"),
     Mutant(
         "ledger-abort-queued-repeat-conflicts",
         "A repeated abort of a submission its first abort settled before it was ever claimed is "
@@ -419,7 +419,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "    refuse_settled(row)\n    calls = _unknown_calls(row)\n    if tool_call_id not in calls:\n",
         "    calls = _unknown_calls(row)\n    if tool_call_id not in calls:\n", ("port-storm",),
-        ci_seed=0, ci_duration="30s"),
+        ci_seed=4, ci_duration="30s"),
     Mutant(
         "ledger-approval-settled-replays",
         "A decision on a settled submission replays an earlier decision (a new call: UnknownApproval) instead "
@@ -427,7 +427,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "    refuse_settled(row)\n    approvals = _approvals(row)\n    if tool_call_id not in approvals:\n",
         "    approvals = _approvals(row)\n    if tool_call_id not in approvals:\n", ("port-storm",),
-        ci_seed=0, ci_duration="30s"),
+        ci_seed=4, ci_duration="30s"),
     Mutant(
         "ledger-snapshot-without-decisions",
         "The recovery snapshot leaves out the approval decisions, so a recovering producer cannot tell which "
@@ -517,7 +517,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "An approval decision counts only the undecided approvals as still pending, not the awaited children, "
         "so a decision with a child still awaited answers as the one that resumed the submission.",
         "model.ledger.rules", "                            pending + row.children_awaited), \\\n",
-        "                            pending), \\\n", ("port-storm",), ci_seed=3, ci_duration="4m"),
+        "                            pending), \\\n", ("port-storm",), ci_seed=4, ci_duration="4m"),
     Mutant(
         "worker-abort-read-once",
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "
@@ -548,7 +548,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "SQLite write transactions start with a deferred BEGIN instead of BEGIN IMMEDIATE, so a read-then-write "
         "can fail with SQLITE_BUSY_SNAPSHOT that the busy timeout never retries.",
         "model.sqlite_db", '        conn.execute("BEGIN IMMEDIATE")\n', '        conn.execute("BEGIN")\n', LS,
-        store="sqlite", ci_seed=8, ci_duration="1h"),
+        store="sqlite", ci_seed=1, ci_duration="1h"),
     Mutant(
         "sqlite-busy-untyped",
         "A busy database (SQLITE_BUSY at BEGIN IMMEDIATE) is not recognised as write contention: the caller "
@@ -661,14 +661,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.conversation.rules",
         "    if request.expected_tail_seq != conversation.tail_seq or request.expected_tail_digest != conversation.tail_digest:\n",
         "    if request.expected_tail_seq != conversation.tail_seq:\n", ALL,
-        ci_seed=0, ci_duration="2m", ci_scenario="port-storm"),
+        ci_seed=2, ci_duration="2m", ci_scenario="port-storm"),
     Mutant(
         "log-batch-cap-1024",
         "Append takes a batch of up to 1,024 records, four times the peer's limit of 256 on one canonical "
         "batch: a history written here has batches no peer store accepts.",
         "model.conversation.rules",
         "    if len(records) > BATCH_RECORDS_MAX:\n",
-        "    if len(records) > 1024:\n", ("port-storm",), ci_seed=9, ci_duration="30s"),
+        "    if len(records) > 1024:\n", ("port-storm",), ci_seed=4, ci_duration="30s"),
     Mutant(
         "log-bounds-untyped",
         "An envelope over the store's canonical-JSON bounds (nested past 64 containers, or over 1,000,000 "
@@ -702,7 +702,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        records.extend(got)\n        if len(got) < want:\n            break  # a short page: the end of history\n"
         "    recomputed = recompute_chain(conversation_id, records, start_seq + 1, after_digest)\n"
         "    if len(records) == total - start_seq and recomputed != tail.tail_digest:\n", LS_PS,
-        ci_seed=0, ci_duration="15m", ci_scenario="port-storm"),
+        ci_seed=3, ci_duration="15m", ci_scenario="port-storm"),
     Mutant(
         "log-gap-accepted",
         "The recovery read's page check looks only at the last sequence number a page reaches, so a page "
