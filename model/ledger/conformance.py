@@ -1430,6 +1430,52 @@ async def _(ledger) -> None:
     _eq((await ledger.get(plain.submission_id)).metadata, None, "no metadata")
 
 
+@_check("admission-worker-lane")
+async def _(ledger) -> None:
+    """Peer case ``workerAdmissionIdentity``: a worker admission (metadata
+    ``kind`` ``"WorkerAdmission"``) survives lookup and recovery, parent
+    absent; a replay replays; changed metadata conflicts; a new key of the
+    same origin with other parameters is admitted behind it; a new key that
+    omits or replaces the origin, or ordinary work, on that lane, and a
+    worker admission on a lane holding ordinary work, are
+    ``AdmissionPolicyError(reason="refused")``; of an ordinary and a worker
+    admission on a fresh lane exactly one is admitted."""
+    origin = {"workerId": "w1", "expiresAtMillis": 60_000}
+
+    def worker(key: str, parameters: dict, **changes: object) -> dict:
+        return {"kind": "WorkerAdmission", "messageId": key, "parameters": parameters, "sourceSubmissionId": "sub-src-1",
+                "origin": origin, **changes}
+
+    first = await ledger.admit("w", "p1", "m1", {"text": "task"}, 0, metadata=worker("m1", {"n": 1}))
+    record = await ledger.get(first.submission_id)
+    _eq((record.metadata, record.parent), (worker("m1", {"n": 1}), None), "lookup returns the worker admission")
+    _eq([s.metadata for s in (await ledger.load_recovery_snapshot("w")).submissions], [worker("m1", {"n": 1})],
+        "recovery returns the worker admission")
+    again = await ledger.admit("w", "p1", "m1", {"text": "task"}, 1, metadata=worker("m1", {"n": 1}))
+    _eq((again.replayed, again.receipt), (True, first.receipt), "an identical replay")
+    for changed in (None, worker("m1", {"n": 2}), worker("m1", {"n": 1}, sourceSubmissionId="sub-src-2"),
+                    worker("m1", {"n": 1}, origin={"workerId": "w1", "expiresAtMillis": 60_001})):
+        await _raises(AdmissionConflict, ledger.admit("w", "p1", "m1", {"text": "task"}, 2, metadata=changed),
+                      f"the same key with metadata {changed!r}")
+    second = await ledger.admit("w", "p1", "m2", {"text": "task"}, 3, metadata=worker("m2", {"n": 2}))
+    _eq((second.replayed, second.queue_seq > first.queue_seq), (False, True), "a new key of the same origin")
+    for metadata, code in ((None, "worker-lane"), ({k: v for k, v in worker("m3", {}).items() if k != "origin"},
+                                                   "worker-origin"),
+                           (worker("m3", {}, origin={"workerId": "w2"}), "worker-origin")):
+        exc = await _raises(AdmissionPolicyError, ledger.admit("w", "p1", "m3", {"text": "task"}, 4, metadata=metadata),
+                            f"a new key with metadata {metadata!r} on a worker lane")
+        _eq((exc.reason, exc.code), ("refused", code), "refused")
+    await ledger.admit("o", "p1", "k1", {"text": "ordinary"}, 5)
+    exc = await _raises(AdmissionPolicyError, ledger.admit("o", "p1", "m1", {"text": "task"}, 6,
+                                                           metadata=worker("m1", {"n": 1})),
+                        "a worker admission on a lane holding ordinary work")
+    _eq((exc.reason, exc.code), ("refused", "ordinary-lane"), "refused")
+    _eq(await ledger.get_by_idempotency_key("o", "p1", "m1"), None, "a refused admission writes nothing")
+    await ledger.admit("fresh", "p1", "m1", {"text": "task"}, 7, metadata=worker("m1", {"n": 1}))
+    await _raises(AdmissionPolicyError, ledger.admit("fresh", "p1", "k1", {"text": "ordinary"}, 8),
+                  "the second of an ordinary and a worker admission on a fresh lane")
+
+
 CONFORMANCE_CHECKS: tuple[str, ...] = _SUITE.names()
 
 

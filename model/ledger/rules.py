@@ -58,8 +58,17 @@ Decisions where the specification is silent (all in one place, here):
   ledger does not hold ``reason="unavailable"`` (``no-fence``); the fence
   is not part of the identity. Every policy is checked inside the
   admission's transaction, after the replay (an exact retry replays
-  whatever the group or fence say now), fence first; a refusal writes
-  nothing.
+  whatever the group or fence say now), fence first, then the group, then
+  the lane: a conversation's first admission fixes its lane kind until the
+  conversation is purged (the peer's worker lanes, case
+  ``workerAdmissionIdentity``): a worker admission (metadata ``{"kind":
+  "WorkerAdmission", "origin": ...}``) makes it the worker lane of that
+  origin, any other admission an ordinary lane; a fresh admission of
+  another kind is ``AdmissionPolicyError(reason="refused")``
+  (``ordinary-lane``: a worker admission where ordinary work is;
+  ``worker-lane``: ordinary work on a worker lane; ``worker-origin``: a
+  worker admission omitting or replacing the lane's origin). A refusal
+  writes nothing.
 - ``mark_ready(submission_id, now_ms)`` answers a ``Readiness``: the first
   mark stamps ``ready_at_ms``; a repeat replays it (``replayed``).
 - ``claim``: the same owner may claim again while its own lease is live; it
@@ -253,6 +262,7 @@ class ConversationRow:
     conversation_id: str
     last_queue_seq: int  # 0 before the first admission
     epoch: int  # the conversation's producer epoch; 0 before the first claim
+    lane: str | None = None  # its lane kind (``lane_of``), fixed by its first admission until a purge
 
 
 @attrs.frozen
@@ -658,6 +668,8 @@ def decide_admit(
             None,
         )
     check_admission_policy(fence, fence_revision, admission_group, group_rows)
+    lane = lane_of(metadata_json)
+    check_lane(conversation, lane)
     last_queue_seq = 0 if conversation is None else conversation.last_queue_seq
     epoch = 0 if conversation is None else conversation.epoch
     queue_seq = last_queue_seq + 1
@@ -681,7 +693,7 @@ def decide_admit(
     return AdmitDecision(
         AdmissionResult(submission_id, receipt, queue_seq, False, input_digest, parent, admission_group,
                         None if metadata_json is None else decode_own(metadata_json)),
-        ConversationRow(conversation_id, queue_seq, epoch),
+        ConversationRow(conversation_id, queue_seq, epoch, lane if conversation is None else conversation.lane or lane),
         row,
     )
 
@@ -709,6 +721,36 @@ def check_admission_policy(fence: AdmissionFence | None, fence_revision: int | N
     if admission_group is not None and group_occupied(group_rows):
         raise AdmissionPolicyError("occupied", "group-occupied",
                                    f"admission group {admission_group!r} holds an unsettled submission")
+
+
+WORKER_ADMISSION = "WorkerAdmission"
+ORDINARY_LANE = "ordinary"
+
+
+def lane_of(metadata_json: str | None) -> str:
+    """The lane kind an admission asks for: a worker admission (metadata
+    ``{"kind": "WorkerAdmission", "origin": ...}``) asks for the worker lane
+    of its origin, ``"worker:"`` + the origin's canonical text (an omitted
+    origin is ``null``); any other admission for an ordinary lane."""
+    if metadata_json is not None:
+        metadata = decode_own(metadata_json)
+        if type(metadata) is dict and metadata.get("kind") == WORKER_ADMISSION:
+            return "worker:" + canonical_json(metadata.get("origin"))
+    return ORDINARY_LANE
+
+
+def check_lane(conversation: ConversationRow | None, lane: str) -> None:
+    """A conversation's first admission fixes its lane kind; a fresh
+    admission of another kind is ``AdmissionPolicyError(refused)``: a
+    worker admission on an ordinary lane (``ordinary-lane``), an ordinary
+    one on a worker lane (``worker-lane``), a worker admission of another
+    origin (``worker-origin``)."""
+    held = None if conversation is None else conversation.lane
+    if held is None or held == lane:
+        return
+    code = ("ordinary-lane" if held == ORDINARY_LANE else "worker-lane" if lane == ORDINARY_LANE
+            else "worker-origin")
+    raise AdmissionPolicyError("refused", code, f"the lane holds {held[:80]!r} work, the admission asks {lane[:80]!r}")
 
 
 def decide_set_admission_fence(policy_id: str, key: str, revision: int,

@@ -110,7 +110,8 @@ _SCHEMA: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS ledger_conversations (
         conversation_id TEXT PRIMARY KEY NOT NULL,
         last_queue_seq INTEGER NOT NULL CHECK (last_queue_seq >= 0),
-        epoch INTEGER NOT NULL CHECK (epoch >= 0)
+        epoch INTEGER NOT NULL CHECK (epoch >= 0),
+        lane TEXT
     ) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS ledger_submissions (
         submission_id TEXT PRIMARY KEY NOT NULL,
@@ -204,12 +205,12 @@ _UPSERT_FENCE = (
     "ON CONFLICT (policy_id, fence_key) DO UPDATE SET revision = excluded.revision"
 )
 _SELECT_CONVERSATION = (
-    "SELECT conversation_id, last_queue_seq, epoch FROM ledger_conversations WHERE conversation_id = ?"
+    "SELECT conversation_id, last_queue_seq, epoch, lane FROM ledger_conversations WHERE conversation_id = ?"
 )
 _UPSERT_CONVERSATION = (
-    "INSERT INTO ledger_conversations (conversation_id, last_queue_seq, epoch) VALUES (?, ?, ?) "
+    "INSERT INTO ledger_conversations (conversation_id, last_queue_seq, epoch, lane) VALUES (?, ?, ?, ?) "
     "ON CONFLICT (conversation_id) DO UPDATE SET "
-    "last_queue_seq = excluded.last_queue_seq, epoch = excluded.epoch"
+    "last_queue_seq = excluded.last_queue_seq, epoch = excluded.epoch, lane = excluded.lane"
 )
 _INSERT_SUBMISSION = (
     f"INSERT INTO ledger_submissions ({_COLUMNS}) VALUES ({', '.join('?' for _ in SUBMISSION_FIELDS)})"
@@ -365,7 +366,7 @@ class SqliteSubmissionLedger:
         return None if values is None else ConversationRow(*values)
 
     def _write_conversation(self, row: ConversationRow) -> None:
-        self._conn.execute(_UPSERT_CONVERSATION, (row.conversation_id, row.last_queue_seq, row.epoch))
+        self._conn.execute(_UPSERT_CONVERSATION, (row.conversation_id, row.last_queue_seq, row.epoch, row.lane))
 
     def _update(self, row: SubmissionRow) -> None:
         """Write ``row`` over the stored one. When this transaction read the

@@ -78,7 +78,13 @@ adapters (memory, SQLite) do — each named where it is used:
   an unsettled submission, terminalizing included, is
   ``occupied``/``group-occupied``; nothing is written. A fence moves
   forward only (``set_admission_fence``: the same revision replays, an
-  older one is ``refused``/``revision-regressed``).
+  older one is ``refused``/``revision-regressed``). Last, a conversation's
+  first admission fixes its lane until a purge: a worker admission
+  (metadata ``kind`` ``"WorkerAdmission"``) the worker lane of its
+  ``origin``, any other an ordinary one; a fresh admission asking for
+  another is ``refused``: ``ordinary-lane`` (a worker admission where
+  ordinary work was), ``worker-lane`` (ordinary work on a worker lane),
+  ``worker-origin`` (another origin, or none).
 
 A call whose answer diverges changes nothing in the model (it cannot know
 what the store wrote), so later messages may be consequences of the first.
@@ -360,7 +366,7 @@ class _Row:
 
 
 class _Conversation:
-    __slots__ = ("epoch", "last_queue_seq", "rows", "open", "history")
+    __slots__ = ("epoch", "last_queue_seq", "rows", "open", "history", "lane")
 
     def __init__(self) -> None:
         self.epoch = 0  # the producer epoch: 0 before the first claim (RecoverySnapshot)
@@ -368,6 +374,9 @@ class _Conversation:
         self.rows: dict[str, _Row] = {}  # every held submission, by admission (= queue) order
         self.open: dict[str, _Row] = {}  # the unsettled ones, in queue order: the first is the FIFO head
         self.history: collections.deque = collections.deque(maxlen=HISTORY_MAX)
+        # L16: what its first admission made it, until a purge: None (ordinary work) or a worker
+        # admission's origin, as canonical text.
+        self.lane: tuple[str | None] | None = None
 
 
 class _Mismatch(Exception):
@@ -762,6 +771,14 @@ class ReferenceLedger:
                     return conversation
             elif held:
                 refusal = ("occupied", "group-occupied")
+        # L16: the lane kind its first admission fixed.
+        metadata = None if metadata_text is None else read_back(metadata_text)
+        wants = (canonical(metadata.get("origin")),) if (
+            isinstance(metadata, dict) and metadata.get("kind") == "WorkerAdmission") else (None,)
+        if refusal is None and conversation is not None and conversation.lane is not None \
+                and conversation.lane != wants:
+            refusal = ("refused", "ordinary-lane" if conversation.lane == (None,) else
+                       "worker-lane" if wants == (None,) else "worker-origin")
         if refusal is not None:
             self._want_error(call, "AdmissionPolicyError", {"reason": refusal[0], "code": refusal[1]}, conversation)
             return conversation
@@ -795,6 +812,8 @@ class ReferenceLedger:
             raise self._fail(conversation, fresh + " (" + "; ".join(problems) + ")")
         if conversation is None:
             conversation = self._conversations[cid] = _Conversation()
+        if conversation.lane is None:
+            conversation.lane = wants
         # The store's digest string, now known equal to ours: one copy of it in memory.
         row = _Row(sid, cid, pid, key, seq, text, result.input_digest, receipt, now_ms)
         row.parent = parent
