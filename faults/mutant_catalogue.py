@@ -222,6 +222,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if fence.revision > fence_revision:\n", LS_PS,
         ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
     Mutant(
+        "ledger-worker-on-ordinary-lane",
+        "Only a worker lane checks what is admitted to it: a worker admission on a lane holding ordinary work is "
+        "taken, and the lane now mixes both.",
+        "model.ledger.rules", "    if held is None or held == lane:\n",
+        "    if held is None or held == lane or held == ORDINARY_LANE:\n", LS_PS,
+        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
+    Mutant(
         "ledger-claim-ignores-live-lease",
         "A claim compares another owner's lease expiry with now + lease_ms (the lease counted twice), so a "
         "live lease never blocks it.",
@@ -411,7 +418,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if not settled_by_abort(row):  # settled by its own intent: that intent replays\n"
         "        refuse_settled(row)\n",
         "    refuse_settled(row)\n", ("port-storm",),
-        ci_seed=0, ci_duration="1m"),
+        ci_seed=2, ci_duration="1m"),
     Mutant(
         "ledger-resolve-settled-recorded",
         "A resolution of an unknown call after its submission settled is recorded instead of "
@@ -436,14 +443,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "        approvals=None if row.approvals_json is None else decode_column(row.approvals_json),\n"
         "        unknown_calls=",
         "        approvals=None,\n        unknown_calls=", ("port-storm",),
-        ci_seed=0, ci_duration="1m"),
+        ci_seed=1, ci_duration="1m"),
     Mutant(
         "ledger-snapshot-children-pending-all",
         "The recovery snapshot names every awaited child as pending, released or not.",
         "model.ledger.rules",
         "                                      if entry[\"awaited\"] and entry[\"releasedAtMs\"] is None)),\n",
         "                                      if entry[\"awaited\"])),\n", ("port-storm",),
-        ci_seed=0, ci_duration="2m"),
+        ci_seed=11, ci_duration="2m"),
     Mutant(
         "ledger-reserve-answer-bare",
         "A reservation answers only its record digest, without the settlement id and outcome it will finalize as.",
@@ -464,7 +471,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The recovery snapshot names an attached child's state but not the outcome it settled with.",
         "model.ledger.rules", "    return state_of(child), child.outcome\n", "    return state_of(child), None\n",
         ("port-storm",),
-        ci_seed=0, ci_duration="2m"),
+        ci_seed=11, ci_duration="2m"),
     Mutant(
         "ledger-snapshot-state-stale",
         "The recovery snapshot names a claimed submission's state as ready until its input is applied.",

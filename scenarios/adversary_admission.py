@@ -92,6 +92,7 @@ async def admission_policies(p: Any) -> None:
                     f"admit of {successor_key} once the original settled answered {successor.show()}", other):
         return
     p.w.edge("admission_group_freed_at_finalize")
+    await _lanes(p, admit, conv)
     purge = await p.call("ledger", "purge_conversation", conv)
     p.expect(purge.ok, f"purge of {conv}: {purge.show()}", conv)
     # The successor, never made ready: its abort settles it at once and frees the group.
@@ -107,3 +108,39 @@ async def _occupied(p: Any, admit, conversation: str, key: str, group: str, when
     return p.expect(not out.ok and _matches(out.error, ("AdmissionPolicyError",)) and _typed(out.error)
                     and (out.error.reason, out.error.code) == ("occupied", "group-occupied"),
                     f"a successor in group {group} {when} answered {out.show()}", conversation)
+
+
+async def _lanes(p: Any, admit, ordinary: str) -> None:
+    """A worker lane of one origin: a second worker admission of that origin
+    joins it; ordinary work or another origin there is refused, and so is a
+    worker admission on ``ordinary`` (a lane holding ordinary work). Its
+    submissions, never made ready, are aborted (settled at once) and the
+    lane purged."""
+    lane, origin = p.private_conversation("w"), {"worker": p.node.name, "expiresAtMillis": p.now() + 60_000}
+
+    def worker(key: str, n: int, **changes: Any) -> dict:
+        return {"kind": "WorkerAdmission", "messageId": key, "parameters": {"n": n}, "origin": origin, **changes}
+
+    admitted = []
+    for n in (1, 2):
+        key = p.uid("msg")
+        out = await admit(lane, key, {"task": n}, metadata=worker(key, n))
+        if not p.expect(out.ok and out.value.metadata == worker(key, n),
+                        f"worker admission {key} on {lane} answered {out.show()}", lane):
+            return
+        admitted.append(out.value.submission_id)
+    for metadata, code in ((None, "worker-lane"), (worker("m", 3, origin={"worker": "elsewhere"}), "worker-origin")):
+        out = await admit(lane, p.uid("msg"), {"task": 3}, metadata=metadata)
+        if p.expect_rejected(out, ("AdmissionPolicyError",), f"admission asking {code} refused on {lane}", lane):
+            p.edge_if(p.expect(out.error.code == code, f"refusal on {lane}: {out.show()}", lane),
+                      "admission_worker_lane_refused")
+    out = await admit(ordinary, p.uid("msg"), {"task": 4}, metadata=worker("m", 4))
+    if p.expect_rejected(out, ("AdmissionPolicyError",), f"worker admission on ordinary {ordinary}", ordinary):
+        p.edge_if(p.expect(out.error.code == "ordinary-lane", f"refusal on {ordinary}: {out.show()}", ordinary),
+                  "admission_ordinary_lane_refused")
+    for sid in admitted:
+        abort = await p.call("ledger", "request_abort", sid, p.label, "done", p.now())
+        if not p.expect(abort.ok and abort.value.settled_at_ms is not None, f"abort of {sid}: {abort.show()}", lane):
+            return
+    purge = await p.call("ledger", "purge_conversation", lane)
+    p.expect(purge.ok, f"purge of {lane}: {purge.show()}", lane)
