@@ -80,6 +80,7 @@ from faults.events import (
     LedgerReserveChild,
     LedgerAttachChild,
     LedgerReleaseChild,
+    LedgerSetAdmissionFence,
     LedgerMarkJoined,
     LedgerRevertJoin,
     LedgerScanNonterminal,
@@ -315,15 +316,28 @@ KERNEL_DESCRIBERS = _table("kernel", _start, _append, _append_batch, _load_steps
 
 @describes(SubmissionLedgerPort.admit, LedgerAdmit)
 def _admit(result: Any, /, conversation_id: str, principal_id: str, idempotency_key: str, input: object,
-           now_ms: int, parent: Any = None) -> dict:
+           now_ms: int, parent: Any = None, admission_group: str | None = None, admission_fence: Any = None,
+           metadata: object = None) -> dict:
     link = None if parent is None else (getattr(parent, "submission_id", repr(parent)),
                                         getattr(parent, "tool_call_id", None))
+    fence = None if admission_fence is None else (getattr(admission_fence, "policy_id", repr(admission_fence)),
+                                                  getattr(admission_fence, "key", None),
+                                                  getattr(admission_fence, "revision", None))
     if result is None:
         return LedgerAdmit.build(conversation=conversation_id, principal=principal_id, key=idempotency_key,
-                                 admitted_ms=now_ms, parent=link)
+                                 admitted_ms=now_ms, parent=link, group=admission_group, fence=fence,
+                                 metadata=metadata)
     return LedgerAdmit.build(conversation=conversation_id, principal=principal_id, key=idempotency_key,
-                             admitted_ms=now_ms, parent=link, submission=result.submission_id,
+                             admitted_ms=now_ms, parent=link, group=admission_group, fence=fence,
+                             metadata=metadata, submission=result.submission_id,
                              queue_seq=result.queue_seq, replayed=result.replayed)
+
+
+@describes(SubmissionLedgerPort.set_admission_fence, LedgerSetAdmissionFence)
+def _set_admission_fence(state: Any, /, policy_id: str, key: str, revision: int) -> dict:
+    if state is None:
+        return LedgerSetAdmissionFence.build(policy=policy_id, key=key, revision=revision)
+    return LedgerSetAdmissionFence.build(policy=policy_id, key=key, revision=revision, replayed=state.replayed)
 
 
 @describes(SubmissionLedgerPort.mark_ready, LedgerMarkReady)
@@ -522,7 +536,7 @@ def _release_child(released: Any, /, submission_id: str, tool_call_id: str, acco
 
 
 LEDGER_DESCRIBERS = _table(
-    "ledger", _by_key, _purge_conversation, _admit, _mark_ready, _claim, _renew, _release_ownership,
+    "ledger", _by_key, _purge_conversation, _admit, _set_admission_fence, _mark_ready, _claim, _renew, _release_ownership,
     _input_applied, _request_abort, _reserve, _finalize, _get, _scan, _mark_unknown, _resolve_unknown,
     _suspend, _decide_approval, _begin_join, _mark_joined, _revert_join, _reserve_child, _attach_child,
     _release_child, _recovery_snapshot)

@@ -339,8 +339,19 @@ class LedgerAdmit(PortEvent):
     key: str  # the idempotency key
     admitted_ms: int  # the caller's instant (a slow call commits later)
     parent: tuple | None  # (parent submission, its tool call), or None
+    group: str | None  # the admission group, or None
+    fence: tuple | None  # the admission fence (policy, key, revision), or None
+    metadata: object  # the opaque admission metadata, or None
     submission: str = RESULT
     queue_seq: int = RESULT
+    replayed: bool = RESULT
+
+
+class LedgerSetAdmissionFence(PortEvent):
+    kind = "ledger.set_admission_fence"
+    policy: str
+    key: str
+    revision: int
     replayed: bool = RESULT
 
 

@@ -199,6 +199,36 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if existing is not None and existing.ready:\n        if existing.input_digest != input_digest:\n", ALL,
         ci_seed=6, ci_duration="15m", ci_scenario="ledger-storm"),
     Mutant(
+        "ledger-admit-policy-before-replay",
+        "Admission checks its policies (fence, group occupancy) before it looks for an earlier admission, so an "
+        "exact retry of the submission holding its group is refused as occupied (and a retry after its fence "
+        "moved as stale) instead of replaying.",
+        "model.ledger.rules", "    if existing is not None:\n        if existing.input_digest != input_digest:\n",
+        "    if check_admission_policy(fence, fence_revision, admission_group, group_rows) or existing is not None:\n"
+        "        if existing.input_digest != input_digest:\n", LS_PS,
+        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-group-freed-at-reserve",
+        "An admission group counts only submissions without a reserved settlement as occupying it: the group is "
+        "freed at reserve instead of at finalize, so a successor is admitted while the original is terminalizing.",
+        "model.ledger.rules", "    return any(row.settled_at_ms is None for row in rows)\n",
+        "    return any(row.settled_at_ms is None and row.reserved_digest is None for row in rows)\n", LS_PS,
+        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-fence-stale-accepted",
+        "The admission fence refuses only a revision newer than the one it stands at: an admission under a stale "
+        "revision is taken.",
+        "model.ledger.rules", "        if fence.revision != fence_revision:\n",
+        "        if fence.revision > fence_revision:\n", LS_PS,
+        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-worker-on-ordinary-lane",
+        "Only a worker lane checks what is admitted to it: a worker admission on a lane holding ordinary work is "
+        "taken, and the lane now mixes both.",
+        "model.ledger.rules", "    if held is None or held == lane:\n",
+        "    if held is None or held == lane or held == ORDINARY_LANE:\n", LS_PS,
+        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
+    Mutant(
         "ledger-claim-ignores-live-lease",
         "A claim compares another owner's lease expiry with now + lease_ms (the lease counted twice), so a "
         "live lease never blocks it.",
@@ -411,7 +441,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if not settled_by_abort(row):  # settled by its own intent: that intent replays\n"
         "        refuse_settled(row)\n",
         "    refuse_settled(row)\n", ("port-storm",),
-        ci_seed=0, ci_duration="1m"),
+        ci_seed=2, ci_duration="1m"),
     Mutant(
         "ledger-resolve-settled-recorded",
         "A resolution of an unknown call after its submission settled is recorded instead of "
@@ -661,7 +691,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.conversation.rules",
         "    if request.expected_tail_seq != conversation.tail_seq or request.expected_tail_digest != conversation.tail_digest:\n",
         "    if request.expected_tail_seq != conversation.tail_seq:\n", ALL,
-        ci_seed=0, ci_duration="2m", ci_scenario="port-storm"),
+        ci_seed=2, ci_duration="2m", ci_scenario="port-storm"),
     Mutant(
         "log-batch-cap-1024",
         "Append takes a batch of up to 1,024 records, four times the peer's limit of 256 on one canonical "
@@ -702,7 +732,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        records.extend(got)\n        if len(got) < want:\n            break  # a short page: the end of history\n"
         "    recomputed = recompute_chain(conversation_id, records, start_seq + 1, after_digest)\n"
         "    if len(records) == total - start_seq and recomputed != tail.tail_digest:\n", LS_PS,
-        ci_seed=0, ci_duration="15m", ci_scenario="port-storm"),
+        ci_seed=3, ci_duration="15m", ci_scenario="port-storm"),
     Mutant(
         "log-gap-accepted",
         "The recovery read's page check looks only at the last sequence number a page reaches, so a page "

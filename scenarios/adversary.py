@@ -116,6 +116,10 @@ EDGES = (
     "child_replay_before_fence", "settled_suspend_conflict",
     *(f"handoff_{scenario}_{'granted' if scenario == 'ready' else 'refused'}" for scenario in HANDOFF_SCENARIOS),
     "handoff_deferred_head_again",
+    "admission_group_occupied", "admission_group_replay_first", "admission_group_conflict",  # adversary_admission
+    "admission_group_held_terminalizing", "admission_group_freed_at_finalize", "admission_fence_replay_after_move",
+    "admission_fence_stale_refused", "admission_metadata_conflict", "admission_worker_lane_refused",
+    "admission_ordinary_lane_refused",
     # conversation log
     "log_over_1024_records", "read_full_default_page", "read_across_page_boundary", "read_at_page_boundary",
     "read_past_tail_empty", "read_illegal_rejected", "digest_at_batch_boundary", "digest_at_inside_batch",
@@ -467,7 +471,8 @@ class _Process(ClientProcess):
         await self.recover()
         episodes = [self.ds_private, self.ds_illegal, self.ledger_private, self.lease_expiry, self.checkpoints,
                     self.content, self.churn, self.unknown_outcome, self.approvals, self.joins, self.children,
-                    self.handoffs]
+                    self.handoffs,
+                    self.admission_policies]
         if self.w.races:
             episodes += [self.ds_shared, self.ledger_shared, self.ledger_shared]
         if self.w.late_aborts:
@@ -1039,6 +1044,11 @@ class _Process(ClientProcess):
         await self._check_snapshot(conv, 0, ())
         if self.rng.below(2) == 0:
             await self._delete_log(conv)
+
+    async def admission_policies(self) -> None:
+        """Admission groups, fences and metadata (``scenarios.adversary_admission``)."""
+        from scenarios.adversary_admission import admission_policies
+        await admission_policies(self)
 
     async def _apply_input(self, conv: str, token: Claim, sid: str, key: str, value: Any, queue_seq: int) -> bool:
         mat = await self.call("log", "materialize", conv, token.owner_id, token.epoch)

@@ -22,6 +22,7 @@ from model.ledger.records import (
     AbortConflict,
     AbortIntent,
     AdmissionConflict,
+    AdmissionFence,
     Claim,
     InvalidSettlement,
     LedgerError,
@@ -432,6 +433,11 @@ OPERATIONS = st.one_of(
     # Finalize what a token claimed: most reach a reserved submission.
     st.tuples(st.just("finalize_claimed"), st.integers(0, 5), NOW),
     st.tuples(st.just("finalize_claimed"), st.integers(0, 5), NOW),
+    # Admission policies: a group across both conversations, a fence, metadata.
+    st.tuples(st.just("admit_policy"), st.sampled_from(CONVERSATIONS), st.sampled_from(("p1", "p2")),
+              st.sampled_from(("k1", "k4", "k5")), st.sampled_from((1, 2)), NOW, st.sampled_from((None, "g1", "g2")),
+              st.sampled_from((None, 1, 2)), st.sampled_from((None, {"kind": "update"}))),
+    st.tuples(st.just("set_fence"), st.sampled_from((1, 2, 3))),
 )
 
 
@@ -440,6 +446,12 @@ async def _apply(ledger, op, tokens):
     try:
         if name == "admit":
             return await ledger.admit(*args)
+        if name == "admit_policy":
+            *plain, group, revision, metadata = args
+            fence = None if revision is None else AdmissionFence("policy", "fence", revision)
+            return await ledger.admit(*plain, admission_group=group, admission_fence=fence, metadata=metadata)
+        if name == "set_fence":
+            return await ledger.set_admission_fence("policy", "fence", args[0])
         if name == "mark_ready":
             return await ledger.mark_ready(*args)
         if name == "claim":

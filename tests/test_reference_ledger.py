@@ -580,3 +580,76 @@ def test_a_handoff_claim_is_judged_on_the_handoff_rule():
     assert feed(model, "claim", "c1", "o2", 1_000, 200, handoff=stale, result=None) is None
     assert feed(model, "claim", "c1", "o2", 1_000, 200, handoff=handoff, result=None) is not None  # due
     assert feed(model, "claim", "c1", "o2", 1_000, 200, handoff=handoff, result=granted) is None
+
+
+# --- admission policies (peer cases admissionGroupRace, admissionGroupSettlement, admission fence) ------
+
+
+async def _group_held_through_terminalizing(ledger: Observed) -> None:
+    from model.ledger.records import AdmissionFence, AdmissionPolicyError
+
+    await ledger.set_admission_fence("policy", "entity", 1)
+    first = await ledger.admit("c1", "p1", "k1", {"n": 1}, 0, admission_group="g", metadata={"kind": "update"})
+    await ledger.admit("c1", "p1", "k1", {"n": 1}, 1, admission_group="g", metadata={"kind": "update"})
+    await ledger.mark_ready(first.submission_id, 2)
+    claim = await ledger.claim("c1", "o1", 1_000, 3)
+    await ledger.mark_input_applied(claim, "input:" + claim.submission_id, 1)
+    await ledger.reserve_settlement(claim, COMPLETED)
+    try:
+        await ledger.admit("c2", "p1", "k2", {"n": 2}, 4, admission_group="g")
+    except AdmissionPolicyError:
+        pass
+    await ledger.set_admission_fence("policy", "entity", 2)
+    try:
+        await ledger.admit("c2", "p1", "k3", {"n": 3}, 5, admission_fence=AdmissionFence("policy", "entity", 1))
+    except AdmissionPolicyError:
+        pass
+    await ledger.finalize_settlement(first.submission_id, 6)
+    await ledger.admit("c2", "p1", "k2", {"n": 2}, 7, admission_group="g")
+
+
+def test_admission_policies_never_diverge(make_store):
+    ledger = Observed(make_store())
+    trio.run(_group_held_through_terminalizing, ledger)
+    assert ledger.divergences == []
+    assert ledger.model.calls_checked == 12
+
+
+@pytest.mark.parametrize("planted, wanted", [
+    ("freed-at-reserve", "AdmissionPolicyError(reason='occupied', code='group-occupied')"),
+    ("stale-accepted", "AdmissionPolicyError(reason='refused', code='stale-revision')"),
+    ("policy-before-replay", "AdmissionResult(submission_id='sub-c1-1'"),
+])
+def test_a_store_breaking_an_admission_policy_diverges(monkeypatch, planted, wanted):
+    """The three planted admission bugs of the mutant catalogue, each named by the model."""
+    from model.ledger import rules
+
+    if planted == "freed-at-reserve":
+        monkeypatch.setattr(rules, "group_occupied",
+                            lambda rows: any(r.settled_at_ms is None and r.reserved_digest is None for r in rows))
+    elif planted == "stale-accepted":
+        real = rules.check_admission_policy
+
+        def lenient(fence, fence_revision, group, rows):
+            stale = fence is not None and fence_revision is not None and fence.revision < fence_revision
+            return real(None if stale else fence, fence_revision, group, rows)
+
+        monkeypatch.setattr(rules, "check_admission_policy", lenient)
+    else:
+        real_decide = rules.decide_admit
+
+        def policy_first(*args, **kwargs):
+            rules.check_admission_policy(args[11], args[12], args[9], args[13])
+            return real_decide(*args, **kwargs)
+
+        monkeypatch.setattr(rules, "decide_admit", policy_first)
+        import model.ledger.memory_store as memory_store
+        monkeypatch.setattr(memory_store, "decide_admit", policy_first)
+    from model.ledger.records import LedgerError
+
+    ledger = Observed(InMemorySubmissionLedger())
+    try:
+        trio.run(_group_held_through_terminalizing, ledger)
+    except LedgerError:
+        pass  # the planted bug refused what the flow needs next; the model named it already
+    assert ledger.divergences and wanted in ledger.divergences[0], ledger.divergences

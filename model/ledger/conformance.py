@@ -62,6 +62,8 @@ from .records import (
     UnknownResolution,
     UnknownToolCall,
     AdmissionConflict,
+    AdmissionFence,
+    AdmissionPolicyError,
     AdmissionResult,
     Claim,
     ClaimHandoff,
@@ -1336,6 +1338,197 @@ async def _(ledger) -> None:
     record["result"]["rows"].append(2)
     _eq((await ledger.get(result.submission_id)).reserved_record, {"outcome": "completed", "result": {"rows": [1]}},
         "reserved record after caller mutations")
+
+
+# --- admission policies: groups, fences, metadata (the peer's yielded-dev cases) --------
+
+
+@_check("admission-group-race")
+async def _(ledger) -> None:
+    """Peer case ``admissionGroupRace``: two keys in one admission group, the
+    second while the first is unsettled (in another conversation too: a
+    group is ledger-wide) -> exactly one admitted, the other
+    ``AdmissionPolicyError(reason="occupied")``, nothing written; the
+    winner's lookup and snapshot name the group; re-admitting the winner
+    with another group, or none, is ``AdmissionConflict``."""
+    winner = await ledger.admit("c1", "p1", "k1", {"text": "one"}, 0, admission_group="entity")
+    _eq((winner.replayed, winner.admission_group), (False, "entity"), "the first admission into the group")
+    for cid, key in (("c1", "k2"), ("c2", "k3")):
+        exc = await _raises(AdmissionPolicyError, ledger.admit(cid, "p2", key, {"text": "two"}, 1,
+                                                               admission_group="entity"), "a second key in the group")
+        _eq((exc.name, exc.reason, exc.code), ("AdmissionPolicyError", "occupied", "group-occupied"), "occupied")
+        _eq(await ledger.get_by_idempotency_key(cid, "p2", key), None, "a refused admission writes nothing")
+    _eq(len(await ledger.scan_nonterminal()), 1, "only the winner is admitted")
+    _eq((await ledger.get(winner.submission_id)).admission_group, "entity", "the winner's lookup names its group")
+    snapshot = await ledger.load_recovery_snapshot("c1")
+    _eq([(s.submission_id, s.admission_group) for s in snapshot.submissions], [(winner.submission_id, "entity")],
+        "the winner's recovery snapshot names its group")
+    for group in ("other", None):
+        exc = await _raises(AdmissionConflict, ledger.admit("c1", "p1", "k1", {"text": "one"}, 2,
+                                                            admission_group=group), f"the winner under group {group!r}")
+        _eq(exc.what, "admission_group", "the conflict names the group")
+    other = await ledger.admit("c2", "p2", "k4", {"text": "three"}, 3, admission_group="other")
+    _eq(other.replayed, False, "another group is free")
+
+
+@_check("admission-group-held-until-finalize")
+async def _(ledger) -> None:
+    """Peer case ``admissionGroupSettlement``: a successor in the group fails
+    while the original is open; an exact retry of the original replays (a
+    replay is resolved before the occupancy check); the successor still
+    fails while the original is terminalizing; after the finalize it is
+    admitted (``replayed=False``)."""
+    original = await ledger.admit("c1", "p1", "orig", {"text": "o"}, 0, admission_group="entity-work")
+    await _raises(AdmissionPolicyError, ledger.admit("c2", "p1", "next", {"text": "n"}, 1,
+                                                     admission_group="entity-work"), "a successor while open")
+    again = await ledger.admit("c1", "p1", "orig", {"text": "o"}, 2, admission_group="entity-work")
+    _eq((again.replayed, again.submission_id, again.receipt), (True, original.submission_id, original.receipt),
+        "an exact retry of the original replays, the group occupied by it")
+    await ledger.mark_ready(original.submission_id, 3)
+    claim = await _claimed(ledger, "c1")
+    await ledger.mark_input_applied(claim, *_input_at(claim))
+    await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    exc = await _raises(AdmissionPolicyError, ledger.admit("c2", "p1", "next", {"text": "n"}, 4,
+                                                           admission_group="entity-work"),
+                        "a successor while the original is terminalizing")
+    _eq(exc.reason, "occupied", "still occupied while terminalizing")
+    await ledger.finalize_settlement(original.submission_id, 5)
+    successor = await ledger.admit("c2", "p1", "next", {"text": "n"}, 6, admission_group="entity-work")
+    _eq((successor.replayed, successor.admission_group), (False, "entity-work"), "the finalize frees the group")
+    again = await ledger.admit("c1", "p1", "orig", {"text": "o"}, 7, admission_group="entity-work")
+    _eq((again.replayed, again.submission_id), (True, original.submission_id),
+        "the settled original still replays while the successor holds the group")
+
+
+@_check("admission-tuple-boundaries")
+async def _(ledger) -> None:
+    """Peer case ``admissionTupleBoundaries``: (principal "p\\x1fq", key "r")
+    and ("p", "q\\x1fr") are distinct submissions; each lookup and replay
+    resolves to its own."""
+    first = await ledger.admit("c1", "p\x1fq", "r", {"text": "x"}, 0)
+    second = await ledger.admit("c1", "p", "q\x1fr", {"text": "x"}, 1)
+    _eq((second.replayed, second.queue_seq), (False, first.queue_seq + 1), "the second tuple is a new submission")
+    _true(second.submission_id != first.submission_id, "distinct submissions")
+    for principal, key, result in (("p\x1fq", "r", first), ("p", "q\x1fr", second)):
+        record = await ledger.get_by_idempotency_key("c1", principal, key)
+        _eq((record.submission_id, record.principal_id, record.idempotency_key),
+            (result.submission_id, principal, key), f"lookup of ({principal!r}, {key!r})")
+        again = await ledger.admit("c1", principal, key, {"text": "x"}, 2)
+        _eq((again.replayed, again.submission_id), (True, result.submission_id), f"replay of ({principal!r}, {key!r})")
+
+
+@_check("admission-fence-revision")
+async def _(ledger) -> None:
+    """Peer adapter case: an admission fence (``admissionFence{policyId, key,
+    revision}``), checked inside the admission: at the fence's revision a
+    fresh key is admitted; after the revision moves, the exact replay still
+    replays, a fresh key at the old revision is
+    ``AdmissionPolicyError(reason="refused", code="stale-revision")`` and
+    nothing is written; a fence the ledger does not hold is
+    ``reason="unavailable"`` while a replay still replays."""
+    state = await ledger.set_admission_fence("policy", "entity", 1)
+    _eq((state.revision, state.replayed), (1, False), "the fence set")
+    _eq((await ledger.set_admission_fence("policy", "entity", 1)).replayed, True, "the same revision replays")
+    at_1 = AdmissionFence("policy", "entity", 1)
+    first = await ledger.admit("c1", "p1", "k1", {"text": "one"}, 0, admission_fence=at_1)
+    _eq(first.replayed, False, "admitted at the fence's revision")
+    await ledger.set_admission_fence("policy", "entity", 2)
+    again = await ledger.admit("c1", "p1", "k1", {"text": "one"}, 1, admission_fence=at_1)
+    _eq((again.replayed, again.submission_id), (True, first.submission_id), "the exact replay after the move")
+    exc = await _raises(AdmissionPolicyError, ledger.admit("c1", "p1", "k2", {"text": "two"}, 2, admission_fence=at_1),
+                        "a fresh key at a stale revision")
+    _eq((exc.reason, exc.code), ("refused", "stale-revision"), "stale revision refused")
+    _eq(await ledger.get_by_idempotency_key("c1", "p1", "k2"), None, "a refused admission writes nothing")
+    _eq(len(await ledger.scan_nonterminal()), 1, "nothing admitted")
+    exc = await _raises(AdmissionPolicyError, ledger.admit("c1", "p1", "k2", {"text": "two"}, 2,
+                                                           admission_fence=AdmissionFence("policy", "entity", 3)),
+                        "a revision the fence never stood at")
+    _eq((exc.reason, exc.code), ("refused", "unknown-revision"), "a newer revision refused")
+    exc = await _raises(AdmissionPolicyError, ledger.admit("c1", "p1", "k2", {"text": "two"}, 2,
+                                                           admission_fence=AdmissionFence("nope", "entity", 1)),
+                        "a fence the ledger does not hold")
+    _eq((exc.reason, exc.code), ("unavailable", "no-fence"), "an unknown fence")
+    again = await ledger.admit("c1", "p1", "k1", {"text": "one"}, 3, admission_fence=AdmissionFence("nope", "x", 1))
+    _eq(again.replayed, True, "the replay still replays when the fence is unavailable")
+    fresh = await ledger.admit("c1", "p1", "k2", {"text": "two"}, 4, admission_fence=AdmissionFence("policy", "entity", 2))
+    _eq(fresh.replayed, False, "admitted at the current revision")
+    exc = await _raises(AdmissionPolicyError, ledger.set_admission_fence("policy", "entity", 1), "a fence moved back")
+    _eq((exc.reason, exc.code), ("refused", "revision-regressed"), "a fence never moves back")
+
+
+@_check("admission-metadata-identity")
+async def _(ledger) -> None:
+    """Peer cases ``workerAdmissionIdentity``, ``messageAdmissionIdentity``,
+    ``workerUpdateIdentity``, ``workerCompletionIdentity`` (their identity
+    part): opaque admission metadata is kept apart from the input, returned
+    by lookup and recovery, and part of the replay identity: omitted or
+    changed metadata is ``AdmissionConflict(what="metadata")``."""
+    metadata = {"kind": "WorkerUpdate", "update": {"sequence": 1, "value": {"progress": 0.5}}}
+    first = await ledger.admit("c1", "p1", "k1", {"text": "app input"}, 0, metadata=metadata)
+    _eq(first.metadata, metadata, "the admission answers its metadata")
+    record = await ledger.get(first.submission_id)
+    _eq((record.input, record.metadata, record.parent), ({"text": "app input"}, metadata, None),
+        "the input stays the application input; the metadata apart")
+    _eq([s.metadata for s in (await ledger.load_recovery_snapshot("c1")).submissions], [metadata],
+        "recovery returns the metadata")
+    again = await ledger.admit("c1", "p1", "k1", {"text": "app input"}, 1,
+                               metadata={"update": {"value": {"progress": 0.5}, "sequence": 1}, "kind": "WorkerUpdate"})
+    _eq((again.replayed, again.receipt), (True, first.receipt), "an exact replay (key order irrelevant)")
+    for changed in (None, {"kind": "WorkerUpdate", "update": {"sequence": 2, "value": {"progress": 0.5}}},
+                    {"kind": "WorkerUpdate", "update": {"sequence": 1, "value": {"progress": 0.6}}}):
+        exc = await _raises(AdmissionConflict, ledger.admit("c1", "p1", "k1", {"text": "app input"}, 2,
+                                                            metadata=changed), f"metadata {changed!r}")
+        _eq(exc.what, "metadata", "the conflict names the metadata")
+    plain = await ledger.admit("c1", "p1", "k2", {"text": "app input"}, 3)
+    await _raises(AdmissionConflict, ledger.admit("c1", "p1", "k2", {"text": "app input"}, 4,
+                                                  metadata={"kind": "WorkerCompletion"}), "metadata where there was none")
+    _eq((await ledger.get(plain.submission_id)).metadata, None, "no metadata")
+
+
+@_check("admission-worker-lane")
+async def _(ledger) -> None:
+    """Peer case ``workerAdmissionIdentity``: a worker admission (metadata
+    ``kind`` ``"WorkerAdmission"``) survives lookup and recovery, parent
+    absent; a replay replays; changed metadata conflicts; a new key of the
+    same origin with other parameters is admitted behind it; a new key that
+    omits or replaces the origin, or ordinary work, on that lane, and a
+    worker admission on a lane holding ordinary work, are
+    ``AdmissionPolicyError(reason="refused")``; of an ordinary and a worker
+    admission on a fresh lane exactly one is admitted."""
+    origin = {"workerId": "w1", "expiresAtMillis": 60_000}
+
+    def worker(key: str, parameters: dict, **changes: object) -> dict:
+        return {"kind": "WorkerAdmission", "messageId": key, "parameters": parameters, "sourceSubmissionId": "sub-src-1",
+                "origin": origin, **changes}
+
+    first = await ledger.admit("w", "p1", "m1", {"text": "task"}, 0, metadata=worker("m1", {"n": 1}))
+    record = await ledger.get(first.submission_id)
+    _eq((record.metadata, record.parent), (worker("m1", {"n": 1}), None), "lookup returns the worker admission")
+    _eq([s.metadata for s in (await ledger.load_recovery_snapshot("w")).submissions], [worker("m1", {"n": 1})],
+        "recovery returns the worker admission")
+    again = await ledger.admit("w", "p1", "m1", {"text": "task"}, 1, metadata=worker("m1", {"n": 1}))
+    _eq((again.replayed, again.receipt), (True, first.receipt), "an identical replay")
+    for changed in (None, worker("m1", {"n": 2}), worker("m1", {"n": 1}, sourceSubmissionId="sub-src-2"),
+                    worker("m1", {"n": 1}, origin={"workerId": "w1", "expiresAtMillis": 60_001})):
+        await _raises(AdmissionConflict, ledger.admit("w", "p1", "m1", {"text": "task"}, 2, metadata=changed),
+                      f"the same key with metadata {changed!r}")
+    second = await ledger.admit("w", "p1", "m2", {"text": "task"}, 3, metadata=worker("m2", {"n": 2}))
+    _eq((second.replayed, second.queue_seq > first.queue_seq), (False, True), "a new key of the same origin")
+    for metadata, code in ((None, "worker-lane"), ({k: v for k, v in worker("m3", {}).items() if k != "origin"},
+                                                   "worker-origin"),
+                           (worker("m3", {}, origin={"workerId": "w2"}), "worker-origin")):
+        exc = await _raises(AdmissionPolicyError, ledger.admit("w", "p1", "m3", {"text": "task"}, 4, metadata=metadata),
+                            f"a new key with metadata {metadata!r} on a worker lane")
+        _eq((exc.reason, exc.code), ("refused", code), "refused")
+    await ledger.admit("o", "p1", "k1", {"text": "ordinary"}, 5)
+    exc = await _raises(AdmissionPolicyError, ledger.admit("o", "p1", "m1", {"text": "task"}, 6,
+                                                           metadata=worker("m1", {"n": 1})),
+                        "a worker admission on a lane holding ordinary work")
+    _eq((exc.reason, exc.code), ("refused", "ordinary-lane"), "refused")
+    _eq(await ledger.get_by_idempotency_key("o", "p1", "m1"), None, "a refused admission writes nothing")
+    await ledger.admit("fresh", "p1", "m1", {"text": "task"}, 7, metadata=worker("m1", {"n": 1}))
+    await _raises(AdmissionPolicyError, ledger.admit("fresh", "p1", "k1", {"text": "ordinary"}, 8),
+                  "the second of an ordinary and a worker admission on a fresh lane")
 
 
 CONFORMANCE_CHECKS: tuple[str, ...] = _SUITE.names()

@@ -20,6 +20,8 @@ from model.compact import pack, unpack
 
 from .records import (
     AbortIntent,
+    AdmissionFence,
+    AdmissionFenceState,
     AdmissionResult,
     Claim,
     ClaimHandoff,
@@ -46,6 +48,7 @@ from .rules import (
     capabilities,
     decide_abort,
     decide_admit,
+    decide_set_admission_fence,
     decide_claim,
     decide_claim_handoff,
     decide_finalize,
@@ -77,6 +80,7 @@ from .rules import (
     submission_id_for,
     validate_abort,
     validate_admit,
+    validate_set_admission_fence,
     validate_claim,
     validate_claim_handoff,
     validate_attach_child,
@@ -116,6 +120,10 @@ class InMemorySubmissionLedger:
         # queue_seq order. Settled ones are pruned lazily, so a scan costs the
         # open work, not the whole (indefinitely retained) history.
         self._queues: dict[str, list[str]] = {}
+        # admission group -> its submissions not known to be settled (pruned at each admission into it).
+        self._groups: dict[str, list[str]] = {}
+        # (policy_id, key) -> the admission fence's revision.
+        self._fences: dict[tuple[str, str], int] = {}
         # Submissions whose row a surgery beyond the contract replaced.
         self._foreign: set[str] = set()
 
@@ -153,16 +161,28 @@ class InMemorySubmissionLedger:
 
     async def admit(
         self, conversation_id: str, principal_id: str, idempotency_key: str, input: object, now_ms: int,
-        parent: ParentLink | None = None,
+        parent: ParentLink | None = None, admission_group: str | None = None,
+        admission_fence: AdmissionFence | None = None, metadata: object = None,
     ) -> AdmissionResult:
-        validate_admit(conversation_id, principal_id, idempotency_key, now_ms, parent)
+        metadata_json = validate_admit(conversation_id, principal_id, idempotency_key, now_ms, parent,
+                                       admission_group, admission_fence, metadata)
         input_json, input_digest = encode_input(input)
         key = (conversation_id, principal_id, idempotency_key)
         existing_id = self._by_key.get(key)
+        group_rows = ()
+        if admission_group is not None:
+            # The group's submissions not known to be settled (settled ones pruned here).
+            held = [row for row in map(self._row, self._groups.get(admission_group, ()))
+                    if row is not None and row.settled_at_ms is None]
+            self._groups[admission_group] = [row.submission_id for row in held]
+            group_rows = tuple(held)
         decision = decide_admit(
             conversation_id, principal_id, idempotency_key, input_json, input_digest, now_ms,
             self._conversations.get(conversation_id),
-            None if existing_id is None else self._row(existing_id), parent,
+            None if existing_id is None else self._row(existing_id), parent, admission_group, metadata_json,
+            admission_fence,
+            None if admission_fence is None else self._fences.get((admission_fence.policy_id, admission_fence.key)),
+            group_rows,
         )
         if decision.submission is not None:
             row = decision.submission
@@ -170,7 +190,16 @@ class InMemorySubmissionLedger:
             self._put(row)
             self._by_key[key] = row.submission_id
             self._queues.setdefault(conversation_id, []).append(row.submission_id)
+            if admission_group is not None:
+                self._groups[admission_group].append(row.submission_id)
         return decision.result
+
+    async def set_admission_fence(self, policy_id: str, key: str, revision: int) -> AdmissionFenceState:
+        validate_set_admission_fence(policy_id, key, revision)
+        state, write = decide_set_admission_fence(policy_id, key, revision, self._fences.get((policy_id, key)))
+        if write:
+            self._fences[(policy_id, key)] = revision
+        return state
 
     async def mark_ready(self, submission_id: str, now_ms: int) -> Readiness:
         validate_mark_ready(submission_id, now_ms)

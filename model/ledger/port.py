@@ -18,6 +18,8 @@ from typing import Protocol, runtime_checkable
 
 from .records import (
     AbortIntent,
+    AdmissionFence,
+    AdmissionFenceState,
     AdmissionResult,
     Claim,
     ClaimHandoff,
@@ -45,11 +47,21 @@ class SubmissionLedgerPort(Protocol):
 
     async def admit(
         self, conversation_id: str, principal_id: str, idempotency_key: str, input: object, now_ms: int,
-        parent: ParentLink | None = None,
+        parent: ParentLink | None = None, admission_group: str | None = None,
+        admission_fence: AdmissionFence | None = None, metadata: object = None,
     ) -> AdmissionResult:
         """Admit a submission under an idempotency key, optionally linked to
-        the parent tool call that spawned it (an exact retry, same input and
-        same parent, replays; another input or parent is ``AdmissionConflict``)."""
+        the parent tool call that spawned it, in an admission group, under
+        an admission fence, with opaque metadata (an exact retry, same
+        input, parent, group and metadata, replays; another is
+        ``AdmissionConflict``; a fresh one refused by the fence or an
+        occupied group is ``AdmissionPolicyError``)."""
+        ...
+
+    async def set_admission_fence(self, policy_id: str, key: str, revision: int) -> AdmissionFenceState:
+        """Move the admission fence ``(policy_id, key)`` forward to
+        ``revision`` (its current revision replays; an older one is
+        ``AdmissionPolicyError``)."""
         ...
 
     async def mark_ready(self, submission_id: str, now_ms: int) -> Readiness:

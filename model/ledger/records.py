@@ -59,6 +59,33 @@ class AdmissionResult:
     replayed: bool
     input_digest: str
     parent: ParentLink | None = None
+    # The admission group it occupies and its opaque admission metadata
+    # (``admit(admission_group=..., metadata=...)``), the original's on a replay.
+    admission_group: str | None = None
+    metadata: object = None
+
+
+@attrs.frozen
+class AdmissionFence:
+    """An admission's fence (``admit(admission_fence=...)``, the peer's
+    ``admissionFence{policyId,key,revision}``): the admission is taken only
+    while the ledger's fence ``(policy_id, key)`` stands at ``revision``
+    (``set_admission_fence``), checked inside the admission's transaction."""
+
+    policy_id: str
+    key: str
+    revision: int
+
+
+@attrs.frozen
+class AdmissionFenceState:
+    """What ``set_admission_fence`` returned: the fence now stands at
+    ``revision``; ``replayed``: it stood there already."""
+
+    policy_id: str
+    key: str
+    revision: int
+    replayed: bool = False
 
 
 @attrs.frozen
@@ -331,6 +358,9 @@ class SubmissionRecord:
     input_seq: int | None = None
     # Once settled: ``"settlement:{submissionId}"``.
     settlement_id: str | None = None
+    # Its admission group and opaque admission metadata (``admit``), if any.
+    admission_group: str | None = None
+    metadata: object = None
 
     @property
     def settled(self) -> bool:
@@ -400,6 +430,9 @@ class SubmissionOwnership:
     # the child; outcome None until it settled).
     state: str | None = None
     child_states: tuple[tuple[str, str, str | None, str | None], ...] = ()
+    # Its admission group and opaque admission metadata (``admit``), if any.
+    admission_group: str | None = None
+    metadata: object = None
 
 
 @attrs.frozen
@@ -447,7 +480,10 @@ class AdmissionConflict(LedgerError):
     """The idempotency key was already used for a different admission:
     ``what`` names the difference (``input``: another input, the digests
     differ; ``parent``: the same input under another parent link, or one
-    with a parent and one without; the digests are then the input's)."""
+    with a parent and one without; ``admission_group`` / ``metadata``:
+    the same input and link under another admission group / admission
+    metadata, or one where there was none, or none where there was one;
+    the digests are then the input's)."""
 
     name = "AdmissionConflict"
 
@@ -473,6 +509,29 @@ class AdmissionConflict(LedgerError):
             self.conversation_id, self.principal_id, self.idempotency_key,
             self.existing_digest, self.attempted_digest, self.what,
         ))
+
+
+class AdmissionPolicyError(LedgerError):
+    """An admission policy refused a fresh admission (the peer's
+    ``AdmissionPolicyError{reason, code}``); nothing was written.
+    ``reason``: ``"occupied"`` (its admission group holds an unsettled
+    submission, ``code="group-occupied"``), ``"refused"`` (its admission
+    fence stands at another revision: ``code="stale-revision"`` for an
+    older one, ``"unknown-revision"`` for a newer one; or a fence moved
+    back: ``"revision-regressed"``) or ``"unavailable"`` (the ledger holds
+    no such fence, ``code="no-fence"``). An exact replay of an earlier
+    admission is never refused: it is resolved first."""
+
+    name = "AdmissionPolicyError"
+
+    def __init__(self, reason: str, code: str, detail: str = "") -> None:
+        self.reason = reason
+        self.code = code
+        self.detail = detail
+        super().__init__(f"admission refused ({reason}, {code})" + (f": {detail}" if detail else ""))
+
+    def __reduce__(self):
+        return (type(self), (self.reason, self.code, self.detail))
 
 
 class OwnershipLost(LedgerError):

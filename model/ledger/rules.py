@@ -36,6 +36,39 @@ Decisions where the specification is silent (all in one place, here):
   ``what="input"``, checked first). The parent need not exist in this
   ledger (it may live in another conversation and store); only its type
   is checked (``TypeError``).
+- Admission policies (the peer's admission groups and fences; the
+  specification is silent on both). ``admit(..., admission_group=...,
+  metadata=...)``: the group and the opaque metadata (any JSON, kept
+  canonical and apart from the input; None: none) are part of the
+  admission's identity, checked after the input and the parent, in that
+  order (``AdmissionConflict(what="admission_group"/"metadata")``). A
+  group is ledger-wide, across keys, principals and conversations (the
+  peer's cases name a group, "entity", and never a conversation: a lane
+  already runs its work one at a time, so a group serializes work about
+  one entity across lanes): it holds at most one unsettled submission, from
+  admission through terminalizing until its finalize (or any other
+  settlement); a fresh admission into an occupied group is
+  ``AdmissionPolicyError(reason="occupied", code="group-occupied")``.
+  ``admit(..., admission_fence=AdmissionFence(policy_id, key, revision))``
+  is taken only while the ledger's fence ``(policy_id, key)`` stands at
+  ``revision``; ``set_admission_fence`` moves a fence forward (its current
+  revision replays; an older one is refused, ``revision-regressed``). A
+  fence at another revision is ``reason="refused"`` (``stale-revision``
+  for an older one, ``unknown-revision`` for a newer one), a fence the
+  ledger does not hold ``reason="unavailable"`` (``no-fence``); the fence
+  is not part of the identity. Every policy is checked inside the
+  admission's transaction, after the replay (an exact retry replays
+  whatever the group or fence say now), fence first, then the group, then
+  the lane: a conversation's first admission fixes its lane kind until the
+  conversation is purged (the peer's worker lanes, case
+  ``workerAdmissionIdentity``): a worker admission (metadata ``{"kind":
+  "WorkerAdmission", "origin": ...}``) makes it the worker lane of that
+  origin, any other admission an ordinary lane; a fresh admission of
+  another kind is ``AdmissionPolicyError(reason="refused")``
+  (``ordinary-lane``: a worker admission where ordinary work is;
+  ``worker-lane``: ordinary work on a worker lane; ``worker-origin``: a
+  worker admission omitting or replacing the lane's origin). A refusal
+  writes nothing.
 - ``mark_ready(submission_id, now_ms)`` answers a ``Readiness``: the first
   mark stamps ``ready_at_ms``; a repeat replays it (``replayed``).
 - ``claim``: the same owner may claim again while its own lease is live; it
@@ -210,6 +243,9 @@ from .records import (
     UnknownResolution,
     UnknownToolCall,
     AdmissionConflict,
+    AdmissionFence,
+    AdmissionFenceState,
+    AdmissionPolicyError,
     AdmissionResult,
     Claim,
     ClaimHandoff,
@@ -242,6 +278,7 @@ class ConversationRow:
     conversation_id: str
     last_queue_seq: int  # 0 before the first admission
     epoch: int  # the conversation's producer epoch; 0 before the first claim
+    lane: str | None = None  # its lane kind (``lane_of``), fixed by its first admission until a purge
 
 
 @attrs.frozen
@@ -284,6 +321,8 @@ class SubmissionRow:
     input_record_id: str | None = None  # where its canonical input sits in the log
     input_seq: int | None = None
     settlement_id: str | None = None  # once settled (``settlement_id_for``)
+    admission_group: str | None = None  # the admission group it occupies until settled
+    metadata_json: str | None = None  # its opaque admission metadata, canonical
     schema_version: int = SCHEMA_VERSION
 
 
@@ -330,6 +369,7 @@ _ROW_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
     ("children_json", _OPT_STR), ("children_awaited", _INT), ("parent_submission_id", _OPT_STR),
     ("parent_tool_call_id", _OPT_STR), ("ready_at_ms", _OPT_INT), ("attempt_id", _OPT_STR),
     ("input_record_id", _OPT_STR), ("input_seq", _OPT_INT), ("settlement_id", _OPT_STR),
+    ("admission_group", _OPT_STR), ("metadata_json", _OPT_STR),
 )
 
 # The typed columns' values in ``_ROW_TYPES`` order, read in one call.
@@ -371,6 +411,11 @@ def read_row(row: SubmissionRow, *, own: bool = False) -> tuple[object, object]:
             reserved = decode(row.reserved_json)
         except CanonicalDecodeError as exc:
             raise CorruptSubmission(sid, f"reserved_json does not decode: {exc}") from None
+    if row.metadata_json is not None:
+        try:
+            decode(row.metadata_json)
+        except CanonicalDecodeError as exc:
+            raise CorruptSubmission(sid, f"metadata_json does not decode: {exc}") from None
     return value, reserved
 
 
@@ -423,6 +468,8 @@ def row_to_record(row: SubmissionRow, *, own: bool = False) -> SubmissionRecord:
         input_record_id=row.input_record_id,
         input_seq=row.input_seq,
         settlement_id=row.settlement_id,
+        admission_group=row.admission_group,
+        metadata=None if row.metadata_json is None else decode_column(row.metadata_json),
     )
 
 
@@ -499,6 +546,8 @@ def row_to_ownership(row: SubmissionRow, *, own: bool = False, child_rows=None) 
         child_states=tuple(sorted(
             (call, entry["child"], *_child_state((child_rows or {}).get(entry["child"])))
             for call, entry in children.items() if entry["child"] is not None)),
+        admission_group=row.admission_group,
+        metadata=None if row.metadata_json is None else decode_column(row.metadata_json),
     )
 
 
@@ -602,9 +651,19 @@ def decide_admit(
     conversation: ConversationRow | None,
     existing: SubmissionRow | None,
     parent: ParentLink | None = None,
+    admission_group: str | None = None,
+    metadata_json: str | None = None,
+    fence: AdmissionFence | None = None,
+    fence_revision: int | None = None,
+    group_rows: tuple[SubmissionRow, ...] = (),
 ) -> AdmitDecision:
     """``existing``: the row under (conversation, principal, key), if any.
-    The admission's identity is its input and its parent link."""
+    The admission's identity is its input, its parent link, its admission
+    group and its metadata (canonical text). ``fence_revision``: the
+    revision the ledger's fence ``fence`` names stands at (None: no such
+    fence); ``group_rows``: the ledger's rows in ``admission_group`` the
+    adapter holds as unsettled (any conversation). An exact replay is
+    resolved before the policies (fence, group) are checked."""
     if existing is not None:
         if existing.input_digest != input_digest:
             raise AdmissionConflict(
@@ -613,12 +672,20 @@ def decide_admit(
         if _parent_of(existing) != parent:
             raise AdmissionConflict(conversation_id, principal_id, idempotency_key, existing.input_digest,
                                     input_digest, "parent")
+        for what, same in (("admission_group", existing.admission_group == admission_group),
+                           ("metadata", existing.metadata_json == metadata_json)):
+            if not same:
+                raise AdmissionConflict(conversation_id, principal_id, idempotency_key, existing.input_digest,
+                                        input_digest, what)
         return AdmitDecision(
             AdmissionResult(existing.submission_id, existing.receipt, existing.queue_seq, True, input_digest,
-                            parent),
+                            parent, admission_group, None if metadata_json is None else decode(metadata_json)),
             None,
             None,
         )
+    check_admission_policy(fence, fence_revision, admission_group, group_rows)
+    lane = lane_of(metadata_json)
+    check_lane(conversation, lane)
     last_queue_seq = 0 if conversation is None else conversation.last_queue_seq
     epoch = 0 if conversation is None else conversation.epoch
     queue_seq = last_queue_seq + 1
@@ -636,12 +703,84 @@ def decide_admit(
         admitted_at_ms=now_ms,
         parent_submission_id=None if parent is None else parent.submission_id,
         parent_tool_call_id=None if parent is None else parent.tool_call_id,
+        admission_group=admission_group,
+        metadata_json=metadata_json,
     )
     return AdmitDecision(
-        AdmissionResult(submission_id, receipt, queue_seq, False, input_digest, parent),
-        ConversationRow(conversation_id, queue_seq, epoch),
+        AdmissionResult(submission_id, receipt, queue_seq, False, input_digest, parent, admission_group,
+                        None if metadata_json is None else decode_own(metadata_json)),
+        ConversationRow(conversation_id, queue_seq, epoch, lane if conversation is None else conversation.lane or lane),
         row,
     )
+
+
+def group_occupied(rows) -> bool:
+    """Does one of an admission group's rows hold it? An unsettled one does,
+    terminalizing included: the group is free only once its submission is
+    finalized (or settled otherwise)."""
+    return any(row.settled_at_ms is None for row in rows)
+
+
+def check_admission_policy(fence: AdmissionFence | None, fence_revision: int | None,
+                           admission_group: str | None, group_rows) -> None:
+    """A fresh admission's policies, in order: its fence must stand at the
+    revision it names, then its group must be free (``AdmissionPolicyError``)."""
+    if fence is not None:
+        if fence_revision is None:
+            raise AdmissionPolicyError("unavailable", "no-fence",
+                                       f"no admission fence {fence.policy_id!r}/{fence.key!r}")
+        if fence.revision != fence_revision:
+            raise AdmissionPolicyError(
+                "refused", "stale-revision" if fence.revision < fence_revision else "unknown-revision",
+                f"fence {fence.policy_id!r}/{fence.key!r} stands at {fence_revision}, the admission names "
+                f"{fence.revision}")
+    if admission_group is not None and group_occupied(group_rows):
+        raise AdmissionPolicyError("occupied", "group-occupied",
+                                   f"admission group {admission_group!r} holds an unsettled submission")
+
+
+WORKER_ADMISSION = "WorkerAdmission"
+ORDINARY_LANE = "ordinary"
+
+
+def lane_of(metadata_json: str | None) -> str:
+    """The lane kind an admission asks for: a worker admission (metadata
+    ``{"kind": "WorkerAdmission", "origin": ...}``) asks for the worker lane
+    of its origin, ``"worker:"`` + the origin's canonical text (an omitted
+    origin is ``null``); any other admission for an ordinary lane."""
+    if metadata_json is not None:
+        metadata = decode_own(metadata_json)
+        if type(metadata) is dict and metadata.get("kind") == WORKER_ADMISSION:
+            return "worker:" + canonical_json(metadata.get("origin"))
+    return ORDINARY_LANE
+
+
+def check_lane(conversation: ConversationRow | None, lane: str) -> None:
+    """A conversation's first admission fixes its lane kind; a fresh
+    admission of another kind is ``AdmissionPolicyError(refused)``: a
+    worker admission on an ordinary lane (``ordinary-lane``), an ordinary
+    one on a worker lane (``worker-lane``), a worker admission of another
+    origin (``worker-origin``)."""
+    held = None if conversation is None else conversation.lane
+    if held is None or held == lane:
+        return
+    code = ("ordinary-lane" if held == ORDINARY_LANE else "worker-lane" if lane == ORDINARY_LANE
+            else "worker-origin")
+    raise AdmissionPolicyError("refused", code, f"the lane holds {held[:80]!r} work, the admission asks {lane[:80]!r}")
+
+
+def decide_set_admission_fence(policy_id: str, key: str, revision: int,
+                               current: int | None) -> tuple[AdmissionFenceState, bool]:
+    """``(answer, write)``: a fence moves forward only; its current revision
+    replays; an older one is ``AdmissionPolicyError(refused, revision-regressed)``."""
+    if current is not None:
+        if revision == current:
+            return AdmissionFenceState(policy_id, key, revision, True), False
+        if revision < current:
+            raise AdmissionPolicyError("refused", "revision-regressed",
+                                       f"fence {policy_id!r}/{key!r} stands at {current}, not moved back to "
+                                       f"{revision}")
+    return AdmissionFenceState(policy_id, key, revision), True
 
 
 def decide_mark_ready(submission_id: str, row: SubmissionRow | None,
@@ -1403,7 +1542,9 @@ def capabilities(*, durable: bool, adapter: str) -> dict:
 
 
 def validate_admit(conversation_id: object, principal_id: object, idempotency_key: object, now_ms: object,
-                   parent: object = None) -> None:
+                   parent: object = None, admission_group: object = None, admission_fence: object = None,
+                   metadata: object = None) -> str | None:
+    """Checks the arguments; returns the metadata's canonical text (None: no metadata)."""
     require_str("conversation_id", conversation_id)
     require_str("principal_id", principal_id)
     require_str("idempotency_key", idempotency_key)
@@ -1413,6 +1554,21 @@ def validate_admit(conversation_id: object, principal_id: object, idempotency_ke
             raise TypeError(f"parent must be a ParentLink or None, got {type(parent).__name__}")
         require_str("parent.submission_id", parent.submission_id)
         require_str("parent.tool_call_id", parent.tool_call_id)
+    if admission_group is not None:
+        require_str("admission_group", admission_group)
+    if admission_fence is not None:
+        if type(admission_fence) is not AdmissionFence:
+            raise TypeError(f"admission_fence must be an AdmissionFence or None, got {type(admission_fence).__name__}")
+        validate_set_admission_fence(admission_fence.policy_id, admission_fence.key, admission_fence.revision)
+    return None if metadata is None else canonical_json(metadata)
+
+
+def validate_set_admission_fence(policy_id: object, key: object, revision: object) -> None:
+    require_str("policy_id", policy_id)
+    require_str("key", key)
+    require_int("revision", revision)
+    if revision < 1:
+        raise ValueError(f"revision must be >= 1, got {revision}")
 
 
 def validate_mark_ready(submission_id: object, now_ms: object) -> None:

@@ -28,6 +28,8 @@ from model.sqlite_db import create_schema as _create_schema, open_database, requ
 
 from .records import (
     AbortIntent,
+    AdmissionFence,
+    AdmissionFenceState,
     AdmissionResult,
     Claim,
     ClaimHandoff,
@@ -57,6 +59,7 @@ from .rules import (
     check_row,
     decide_abort,
     decide_admit,
+    decide_set_admission_fence,
     decide_claim,
     decide_claim_handoff,
     decide_finalize,
@@ -87,6 +90,7 @@ from .rules import (
     scan_records,
     validate_abort,
     validate_admit,
+    validate_set_admission_fence,
     validate_claim,
     validate_claim_handoff,
     validate_attach_child,
@@ -109,7 +113,8 @@ _SCHEMA: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS ledger_conversations (
         conversation_id TEXT PRIMARY KEY NOT NULL,
         last_queue_seq INTEGER NOT NULL CHECK (last_queue_seq >= 0),
-        epoch INTEGER NOT NULL CHECK (epoch >= 0)
+        epoch INTEGER NOT NULL CHECK (epoch >= 0),
+        lane TEXT
     ) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS ledger_submissions (
         submission_id TEXT PRIMARY KEY NOT NULL,
@@ -150,6 +155,8 @@ _SCHEMA: tuple[str, ...] = (
         input_record_id TEXT,
         input_seq INTEGER,
         settlement_id TEXT,
+        admission_group TEXT,
+        metadata_json TEXT,
         schema_version INTEGER NOT NULL,
         UNIQUE (conversation_id, principal_id, idempotency_key),
         UNIQUE (conversation_id, queue_seq)
@@ -159,6 +166,16 @@ _SCHEMA: tuple[str, ...] = (
     """CREATE INDEX IF NOT EXISTS ledger_submissions_nonterminal
         ON ledger_submissions (conversation_id, queue_seq)
         WHERE settled_at_ms IS NULL""",
+    # An admission group's unsettled submission (at most one), ledger-wide.
+    """CREATE INDEX IF NOT EXISTS ledger_submissions_group
+        ON ledger_submissions (admission_group)
+        WHERE settled_at_ms IS NULL AND admission_group IS NOT NULL""",
+    """CREATE TABLE IF NOT EXISTS ledger_admission_fences (
+        policy_id TEXT NOT NULL,
+        fence_key TEXT NOT NULL,
+        revision INTEGER NOT NULL CHECK (revision >= 1),
+        PRIMARY KEY (policy_id, fence_key)
+    ) WITHOUT ROWID""",
 )
 
 _COLUMNS = ", ".join(SUBMISSION_FIELDS)
@@ -181,13 +198,22 @@ _SELECT_NONTERMINAL_OF_PRINCIPAL = (
     f"SELECT {_COLUMNS} FROM ledger_submissions WHERE settled_at_ms IS NULL AND principal_id = ? "
     "ORDER BY conversation_id, queue_seq"
 )
+_SELECT_GROUP_OPEN = (
+    f"SELECT {_COLUMNS} FROM ledger_submissions WHERE admission_group = ? AND settled_at_ms IS NULL "
+    "ORDER BY submission_id"
+)
+_SELECT_FENCE = "SELECT revision FROM ledger_admission_fences WHERE policy_id = ? AND fence_key = ?"
+_UPSERT_FENCE = (
+    "INSERT INTO ledger_admission_fences (policy_id, fence_key, revision) VALUES (?, ?, ?) "
+    "ON CONFLICT (policy_id, fence_key) DO UPDATE SET revision = excluded.revision"
+)
 _SELECT_CONVERSATION = (
-    "SELECT conversation_id, last_queue_seq, epoch FROM ledger_conversations WHERE conversation_id = ?"
+    "SELECT conversation_id, last_queue_seq, epoch, lane FROM ledger_conversations WHERE conversation_id = ?"
 )
 _UPSERT_CONVERSATION = (
-    "INSERT INTO ledger_conversations (conversation_id, last_queue_seq, epoch) VALUES (?, ?, ?) "
+    "INSERT INTO ledger_conversations (conversation_id, last_queue_seq, epoch, lane) VALUES (?, ?, ?, ?) "
     "ON CONFLICT (conversation_id) DO UPDATE SET "
-    "last_queue_seq = excluded.last_queue_seq, epoch = excluded.epoch"
+    "last_queue_seq = excluded.last_queue_seq, epoch = excluded.epoch, lane = excluded.lane"
 )
 _INSERT_SUBMISSION = (
     f"INSERT INTO ledger_submissions ({_COLUMNS}) VALUES ({', '.join('?' for _ in SUBMISSION_FIELDS)})"
@@ -343,7 +369,7 @@ class SqliteSubmissionLedger:
         return None if values is None else ConversationRow(*values)
 
     def _write_conversation(self, row: ConversationRow) -> None:
-        self._conn.execute(_UPSERT_CONVERSATION, (row.conversation_id, row.last_queue_seq, row.epoch))
+        self._conn.execute(_UPSERT_CONVERSATION, (row.conversation_id, row.last_queue_seq, row.epoch, row.lane))
 
     def _update(self, row: SubmissionRow) -> None:
         """Write ``row`` over the stored one. When this transaction read the
@@ -369,20 +395,38 @@ class SqliteSubmissionLedger:
 
     async def admit(
         self, conversation_id: str, principal_id: str, idempotency_key: str, input: object, now_ms: int,
-        parent: ParentLink | None = None,
+        parent: ParentLink | None = None, admission_group: str | None = None,
+        admission_fence: AdmissionFence | None = None, metadata: object = None,
     ) -> AdmissionResult:
-        validate_admit(conversation_id, principal_id, idempotency_key, now_ms, parent)
+        metadata_json = validate_admit(conversation_id, principal_id, idempotency_key, now_ms, parent,
+                                       admission_group, admission_fence, metadata)
         input_json, input_digest = encode_input(input)
         with self._writing("admit") as conn:
             existing = _checked(conn.execute(_SELECT_BY_KEY, (conversation_id, principal_id, idempotency_key)).fetchone())
+            group_rows = () if admission_group is None else tuple(
+                _checked(values) for values in conn.execute(_SELECT_GROUP_OPEN, (admission_group,)).fetchall())
+            fence_revision = None
+            if admission_fence is not None:
+                found = conn.execute(_SELECT_FENCE, (admission_fence.policy_id, admission_fence.key)).fetchone()
+                fence_revision = None if found is None else found[0]
             decision = decide_admit(
                 conversation_id, principal_id, idempotency_key, input_json, input_digest, now_ms,
-                self._conversation(conversation_id), existing, parent,
+                self._conversation(conversation_id), existing, parent, admission_group, metadata_json,
+                admission_fence, fence_revision, group_rows,
             )
             if decision.submission is not None:
                 self._write_conversation(decision.conversation)
                 conn.execute(_INSERT_SUBMISSION, _params(decision.submission))
         return decision.result
+
+    async def set_admission_fence(self, policy_id: str, key: str, revision: int) -> AdmissionFenceState:
+        validate_set_admission_fence(policy_id, key, revision)
+        with self._writing("set_admission_fence") as conn:
+            found = conn.execute(_SELECT_FENCE, (policy_id, key)).fetchone()
+            state, write = decide_set_admission_fence(policy_id, key, revision, None if found is None else found[0])
+            if write:
+                conn.execute(_UPSERT_FENCE, (policy_id, key, revision))
+        return state
 
     async def mark_ready(self, submission_id: str, now_ms: int) -> Readiness:
         validate_mark_ready(submission_id, now_ms)

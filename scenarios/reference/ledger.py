@@ -67,7 +67,24 @@ adapters (memory, SQLite) do — each named where it is used:
   ``resolve_unknown`` of a settled submission are ``SettlementConflict``
   naming its ``existing_outcome``, before any replay, token or call check
   (an intent replays only where it settled a never-claimed one, L7); a
-  reserve conflict names the reserved outcome (L15).
+  reserve conflict names the reserved outcome (L15);
+- admission policies (L16): the admission group and the opaque metadata
+  (canonical) are part of an admission's identity, named after the input
+  and the parent; an exact replay is answered before any policy; a fresh
+  admission whose fence ``(policy, key)`` the ledger does not hold is
+  ``AdmissionPolicyError`` ``unavailable``/``no-fence``, one whose fence
+  stands at a newer (older) revision is ``refused``/``stale-revision``
+  (``unknown-revision``), and then one into a group (ledger-wide) holding
+  an unsettled submission, terminalizing included, is
+  ``occupied``/``group-occupied``; nothing is written. A fence moves
+  forward only (``set_admission_fence``: the same revision replays, an
+  older one is ``refused``/``revision-regressed``). Last, a conversation's
+  first admission fixes its lane until a purge: a worker admission
+  (metadata ``kind`` ``"WorkerAdmission"``) the worker lane of its
+  ``origin``, any other an ordinary one; a fresh admission asking for
+  another is ``refused``: ``ordinary-lane`` (a worker admission where
+  ordinary work was), ``worker-lane`` (ordinary work on a worker lane),
+  ``worker-origin`` (another origin, or none).
 
 A call whose answer diverges changes nothing in the model (it cannot know
 what the store wrote), so later messages may be consequences of the first.
@@ -86,6 +103,8 @@ import attrs
 
 from model.ledger.records import (
     AbortIntent,
+    AdmissionFence,
+    AdmissionFenceState,
     AdmissionResult,
     Claim,
     ClaimHandoff,
@@ -128,7 +147,9 @@ RESOLUTIONS = ("NeverHappened", "SafeToRetry", "CompletedWithResult")
 
 # The port's parameters, in order (model/ledger/port.py): a call may pass any of them by keyword.
 PARAMS: dict[str, tuple[str, ...]] = {
-    "admit": ("conversation_id", "principal_id", "idempotency_key", "input", "now_ms", "parent"),
+    "admit": ("conversation_id", "principal_id", "idempotency_key", "input", "now_ms", "parent", "admission_group",
+              "admission_fence", "metadata"),
+    "set_admission_fence": ("policy_id", "key", "revision"),
     "mark_ready": ("submission_id", "now_ms"),
     "claim": ("conversation_id", "owner_id", "lease_ms", "now_ms", "handoff"),
     "renew_ownership": ("token", "lease_ms", "now_ms"),
@@ -155,7 +176,9 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "capabilities": (),
 }
 # The parameters a call may leave out, and what they are then.
-DEFAULTS: dict[str, dict[str, object]] = {"admit": {"parent": None}, "claim": {"handoff": None}, "suspend": {"child_call_ids": ()},
+DEFAULTS: dict[str, dict[str, object]] = {"admit": {"parent": None, "admission_group": None, "admission_fence": None,
+                                                     "metadata": None}, "claim": {"handoff": None},
+                                          "suspend": {"child_call_ids": ()},
                                           "scan_nonterminal": {"principal_id": None}}
 
 
@@ -188,7 +211,7 @@ class _Row:
                  "lease_expires_ms", "input_applied", "abort_author", "abort_reason", "abort_at_ms", "reserved_text",
                  "reserved_digest", "outcome", "settled_at_ms", "diagnostic", "unknown", "approvals", "join_host", "joined_at",
                  "followers", "children", "parent", "ready_at_ms", "attempt_id", "input_at", "settlement_id",
-                 "_record")
+                 "group", "metadata_text", "_record")
 
     def __init__(self, submission_id: str, conversation_id: str, principal_id: str, idempotency_key: str,
                  queue_seq: int, input_text: str, input_digest: str, receipt: str, admitted_at_ms: int) -> None:
@@ -232,6 +255,8 @@ class _Row:
         self.attempt_id: str | None = None  # the latest claim's
         self.input_at: tuple[str, int] | None = None  # (record id, seq) of its input in the log
         self.settlement_id: str | None = None
+        self.group: str | None = None  # its admission group (L16)
+        self.metadata_text: str | None = None  # its admission metadata, canonical (L16)
         # The SubmissionRecord the contract says a read returns, built once
         # per change: workers scan the open work every poll, so a scan must
         # cost a comparison, not a decode. Every write calls ``changed``.
@@ -273,7 +298,9 @@ class _Row:
                 for call, (alloc, child, acct, at, awaited) in self.children.items()},
             parent=self.parent, ready_at_ms=self.ready_at_ms, attempt_id=self.attempt_id,
             input_record_id=None if self.input_at is None else self.input_at[0],
-            input_seq=None if self.input_at is None else self.input_at[1], settlement_id=self.settlement_id)
+            input_seq=None if self.input_at is None else self.input_at[1], settlement_id=self.settlement_id,
+            admission_group=self.group,
+            metadata=None if self.metadata_text is None else read_back(self.metadata_text))
 
     def pending_approvals(self) -> int:
         return 0 if self.approvals is None else sum(1 for v in self.approvals.values() if v is None)
@@ -329,7 +356,8 @@ class _Row:
             unknown_calls=None if self.unknown is None else read_back(canonical(self.unknown)),
             children_pending=tuple(sorted(call for call, entry in self.children.items()
                                           if entry[4] and entry[3] is None)),
-            parent=self.parent, ready_at_ms=self.ready_at_ms)
+            parent=self.parent, ready_at_ms=self.ready_at_ms, admission_group=self.group,
+            metadata=None if self.metadata_text is None else read_back(self.metadata_text))
 
     def lease_live(self, now_ms: int) -> bool:
         # L1: live strictly before the expiry instant. The specification is
@@ -340,7 +368,7 @@ class _Row:
 
 
 class _Conversation:
-    __slots__ = ("epoch", "last_queue_seq", "rows", "open", "history")
+    __slots__ = ("epoch", "last_queue_seq", "rows", "open", "history", "lane")
 
     def __init__(self) -> None:
         self.epoch = 0  # the producer epoch: 0 before the first claim (RecoverySnapshot)
@@ -348,6 +376,9 @@ class _Conversation:
         self.rows: dict[str, _Row] = {}  # every held submission, by admission (= queue) order
         self.open: dict[str, _Row] = {}  # the unsettled ones, in queue order: the first is the FIFO head
         self.history: collections.deque = collections.deque(maxlen=HISTORY_MAX)
+        # L16: what its first admission made it, until a purge: None (ordinary work) or a worker
+        # admission's origin, as canonical text.
+        self.lane: tuple[str | None] | None = None
 
 
 class _Mismatch(Exception):
@@ -473,6 +504,10 @@ class ReferenceLedger:
         self._rows: dict[str, _Row] = {}
         self._by_key: dict[tuple[str, str, str], _Row] = {}
         self._receipts: dict[str, str] = {}  # receipt -> submission id, for uniqueness
+        # L16: each admission group's rows admitted into it (its open one, if any, among them), and each
+        # admission fence's revision by (policy, key).
+        self._groups: dict[str, list[_Row]] = {}
+        self._fences: dict[tuple[str, str], int] = {}
         # The conversations with unsettled work: a scan costs the open work,
         # not the whole (indefinitely retained) history.
         self._open: dict[str, _Conversation] = {}
@@ -530,7 +565,7 @@ class ReferenceLedger:
         if method in BY_SUBMISSION:
             row = self._rows.get(first) if type(first) is str else None
             return self.port if row is None else row.conversation_id
-        if method in ("scan_nonterminal", "capabilities") or type(first) is not str:
+        if method in ("scan_nonterminal", "capabilities", "set_admission_fence") or type(first) is not str:
             return self.port
         return first
 
@@ -661,13 +696,26 @@ class ReferenceLedger:
 
     def _admit(self, call: Any, a: dict) -> _Conversation | None:
         cid, pid, key, now_ms = a["conversation_id"], a["principal_id"], a["idempotency_key"], a["now_ms"]
-        parent = a["parent"]
+        parent, group, fence = a["parent"], a["admission_group"], a["admission_fence"]
         if not (type(cid) is str and type(pid) is str and type(key) is str and _is_int(now_ms)):
             self._want_argument_error(call, "ids must be str, now_ms an int")
             return None
         if parent is not None and not (type(parent) is ParentLink and type(parent.submission_id) is str
                                        and type(parent.tool_call_id) is str):
             self._want_argument_error(call, "parent must be None or a ParentLink of two str")
+            return None
+        if group is not None and type(group) is not str:
+            self._want_argument_error(call, "admission_group must be None or a str")
+            return None
+        if fence is not None and not (type(fence) is AdmissionFence and type(fence.policy_id) is str
+                                      and type(fence.key) is str and _is_int(fence.revision)
+                                      and fence.revision >= 1):
+            self._want_argument_error(call, "admission_fence must be None or an AdmissionFence (str, str, int >= 1)")
+            return None
+        try:
+            metadata_text = None if a["metadata"] is None else canonical(a["metadata"])
+        except ValueError as exc:
+            self._want_argument_error(call, f"the metadata is not JSON: {exc}")
             return None
         try:
             text = canonical(a["input"])
@@ -678,19 +726,63 @@ class ReferenceLedger:
         existing = self._by_key.get((cid, pid, key))
         conversation = self._conversations.get(cid)
         if existing is not None:
+            # L16: the replay is resolved before any admission policy, and the group and the metadata are
+            # part of the identity, after the input and the parent.
             if existing.input_digest != input_digest:
+                what = "input"
+            elif existing.parent != parent:  # L11
+                what = "parent"
+            elif existing.group != group:
+                what = "admission_group"
+            elif existing.metadata_text != metadata_text:
+                what = "metadata"
+            else:
+                what = None
+            if what == "input":
                 self._want_error(call, "AdmissionConflict", {
                     "conversation_id": cid, "principal_id": pid, "idempotency_key": key,
                     "existing_digest": existing.input_digest, "attempted_digest": input_digest, "what": "input"},
                     conversation)
-            elif existing.parent != parent:  # L11
+            elif what is not None:
                 self._want_error(call, "AdmissionConflict", {
                     "conversation_id": cid, "principal_id": pid, "idempotency_key": key,
-                    "existing_digest": input_digest, "attempted_digest": input_digest, "what": "parent"},
+                    "existing_digest": input_digest, "attempted_digest": input_digest, "what": what},
                     conversation)
             else:  # an exact retry replays the original admission
-                self._want_value(call, AdmissionResult(existing.submission_id, existing.receipt, existing.queue_seq,
-                                                       True, input_digest, existing.parent), conversation)
+                self._want_value(call, AdmissionResult(
+                    existing.submission_id, existing.receipt, existing.queue_seq, True, input_digest,
+                    existing.parent, existing.group,
+                    None if existing.metadata_text is None else read_back(existing.metadata_text)), conversation)
+            return conversation
+        # L16: a fresh admission's policies, the fence first, then the group.
+        refusal = None
+        if fence is not None:
+            standing = self._fences.get((fence.policy_id, fence.key))
+            if standing is None:
+                refusal = ("unavailable", "no-fence")
+            elif fence.revision < standing:
+                refusal = ("refused", "stale-revision")
+            elif fence.revision > standing:
+                refusal = ("refused", "unknown-revision")
+        if refusal is None and group is not None:
+            held = [row for row in self._groups.get(group, ()) if row.settled_at_ms is None]
+            self._groups[group] = held
+            if any(row.conversation_id in self._forgotten for row in held):
+                # A diverged conversation's row: whether it still holds the group is no longer known.
+                if call.error is not None and error_name(call.error) == "AdmissionPolicyError":
+                    return conversation
+            elif held:
+                refusal = ("occupied", "group-occupied")
+        # L16: the lane kind its first admission fixed.
+        metadata = None if metadata_text is None else read_back(metadata_text)
+        wants = (canonical(metadata.get("origin")),) if (
+            isinstance(metadata, dict) and metadata.get("kind") == "WorkerAdmission") else (None,)
+        if refusal is None and conversation is not None and conversation.lane is not None \
+                and conversation.lane != wants:
+            refusal = ("refused", "ordinary-lane" if conversation.lane == (None,) else
+                       "worker-lane" if wants == (None,) else "worker-origin")
+        if refusal is not None:
+            self._want_error(call, "AdmissionPolicyError", {"reason": refusal[0], "code": refusal[1]}, conversation)
             return conversation
         # A fresh admission: the store mints the id, the receipt and the seq.
         fresh = "a fresh admission (replayed=False) with a new submission id, a new receipt, the input's digest " \
@@ -705,6 +797,10 @@ class ReferenceLedger:
             problems.append("replayed must be False")
         if result.parent != parent or type(result.parent) is not type(parent):
             problems.append(f"parent must be {parent!r}")
+        if result.admission_group != group:
+            problems.append(f"admission_group must be {group!r}")
+        if (None if result.metadata is None else canonical(result.metadata)) != metadata_text:
+            problems.append(f"metadata must be {metadata_text}")
         if result.input_digest != input_digest:
             problems.append(f"input_digest must be {input_digest}")
         if type(sid) is not str or not sid or sid in self._rows:
@@ -718,9 +814,15 @@ class ReferenceLedger:
             raise self._fail(conversation, fresh + " (" + "; ".join(problems) + ")")
         if conversation is None:
             conversation = self._conversations[cid] = _Conversation()
+        if conversation.lane is None:
+            conversation.lane = wants
         # The store's digest string, now known equal to ours: one copy of it in memory.
         row = _Row(sid, cid, pid, key, seq, text, result.input_digest, receipt, now_ms)
         row.parent = parent
+        row.group = group
+        row.metadata_text = metadata_text
+        if group is not None:
+            self._groups.setdefault(group, []).append(row)
         conversation.last_queue_seq = seq
         conversation.rows[sid] = row
         conversation.open[sid] = row
@@ -729,6 +831,19 @@ class ReferenceLedger:
         self._by_key[(cid, pid, key)] = row
         self._receipts[receipt] = sid
         return conversation
+
+    def _set_admission_fence(self, call: Any, a: dict) -> None:
+        policy, key, revision = a["policy_id"], a["key"], a["revision"]
+        if not (type(policy) is str and type(key) is str and _is_int(revision) and revision >= 1):
+            self._want_argument_error(call, "policy_id and key must be str, revision an int >= 1")
+            return None
+        standing = self._fences.get((policy, key))
+        if standing is not None and revision < standing:  # L16: a fence only moves forward
+            self._want_error(call, "AdmissionPolicyError", {"reason": "refused", "code": "revision-regressed"}, None)
+            return None
+        self._want_value(call, AdmissionFenceState(policy, key, revision, standing == revision), None)
+        self._fences[(policy, key)] = revision
+        return None
 
     def _mark_ready(self, call: Any, a: dict) -> _Conversation | None:
         sid, now_ms = a["submission_id"], a["now_ms"]
