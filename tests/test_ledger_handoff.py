@@ -54,7 +54,7 @@ def _feed(checker: QueueOrder, kind: str, fields: dict) -> None:
 def _lane(checker: QueueOrder, *sids: str) -> None:
     for seq, sid in enumerate(sids, 1):
         _feed(checker, LedgerAdmit.kind, LedgerAdmit.build(conversation="c1", principal="p", key=sid, admitted_ms=0,
-                                                           parent=None, submission=sid, queue_seq=seq,
+                                                           parent=None, group=None, fence=None, metadata=None, submission=sid, queue_seq=seq,
                                                            replayed=False))
 
 
