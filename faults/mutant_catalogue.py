@@ -647,6 +647,30 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if len(records) > BATCH_RECORDS_MAX:\n",
         "    if len(records) > 1024:\n", ("port-storm",), ci_seed=9, ci_duration="30s"),
     Mutant(
+        "log-observe-resumes-at-offset",
+        "Observation resumes at the record whose offset it was given instead of after it, so a resumed "
+        "stream delivers that record a second time.",
+        "model.conversation.rules",
+        "        raise MalformedOffset(conversation_id, offset)\n    return seq\n",
+        "        raise MalformedOffset(conversation_id, offset)\n    return seq - 1\n", ("port-storm",),
+        ci_seed=0, ci_duration="30s"),
+    Mutant(
+        "log-observe-skips-after-offset",
+        "Observation from an offset skips the first record after it (an off-by-one in the seq the offset "
+        "names), so a resumed stream silently loses a record.",
+        "model.conversation.rules",
+        "        raise MalformedOffset(conversation_id, offset)\n    return seq\n",
+        "        raise MalformedOffset(conversation_id, offset)\n    return seq + 1\n", ("port-storm",),
+        ci_seed=0, ci_duration="30s"),
+    Mutant(
+        "log-observe-foreign-offset-accepted",
+        "An offset is parsed for its seq without checking the conversation it was handed out for, so "
+        "another conversation's offset is accepted instead of MalformedOffset.",
+        "model.conversation.rules",
+        "    if record_offset(adapter, conversation_id, int(seq_text)) != offset:\n"
+        "        raise MalformedOffset(conversation_id, offset)\n",
+        "", ("port-storm",), ci_seed=0, ci_duration="30s"),
+    Mutant(
         "log-bounds-untyped",
         "An envelope over the store's canonical-JSON bounds (nested past 64 containers, or over 1,000,000 "
         "elements and members) is refused with a bare ValueError from a trial decode, not the typed "
