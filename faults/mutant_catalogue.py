@@ -671,6 +671,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "        raise MalformedOffset(conversation_id, offset)\n",
         "", ("port-storm",), ci_seed=0, ci_duration="30s"),
     Mutant(
+        "log-nodes-bound-off-by-one",
+        "The envelope's nodes bound is the decode cap's 1,000,000 elements and members, forgetting the "
+        "envelope itself, so an envelope of exactly 1,000,001 values (one that reads back) is refused.",
+        "model.conversation.rules",
+        '                                      nodes=ENVELOPE_DECODE_CAPS["max_items"] + 1)\n',
+        '                                      nodes=ENVELOPE_DECODE_CAPS["max_items"])\n', ("port-storm",),
+        ci_seed=0, ci_duration="30s"),
+    Mutant(
+        "log-nodes-bound-dropped",
+        "The log bounds an envelope's depth but not its values, so an envelope of over a million values is "
+        "stored, and no reader within the decode caps reads it back.",
+        "model.conversation.rules",
+        '                                      nodes=ENVELOPE_DECODE_CAPS["max_items"] + 1)\n',
+        "                                      nodes=None)\n", ("port-storm",), ci_seed=0, ci_duration="30s"),
+    Mutant(
         "log-bounds-untyped",
         "An envelope over the store's canonical-JSON bounds (nested past 64 containers, or over 1,000,000 "
         "elements and members) is refused with a bare ValueError from a trial decode, not the typed "

@@ -125,7 +125,8 @@ EDGES = (
     "log_payload_at_spill_sizes", "lookup_batch_checked", "conversation_deleted", "deleted_conversation_unreadable",
     "observe_from_start", "observe_from_offset", "observe_at_tail_empty", "observe_resumed_after_append",
     "observe_malformed_offset_rejected", "observe_foreign_offset_rejected", "observe_unknown_conversation_rejected",
-    "observe_long_log",
+    "observe_long_log", "envelope_over_depth_bound_rejected", "envelope_over_nodes_bound_rejected",
+    "envelope_at_nodes_bound_stored",
     # checkpoints
     "checkpoint_at_batch_boundary", "checkpoint_at_zero", "checkpoint_inside_batch_rejected",
     "checkpoint_ahead_rejected", "checkpoint_bad_version_rejected", "checkpoint_load_at_boundary",
@@ -150,6 +151,10 @@ INT_EDGES = (MAX_SAFE, -MAX_SAFE)
 # Keys that sort one way by UTF-16 code units (RFC 8785) and another by code
 # points (Python's sorted): U+1F600 is a surrogate pair D83D DE00, below
 # U+E000 and U+FB01 in UTF-16, above both as a code point.
+# The canonical-JSON bounds the log applies to one envelope (persistence §10's
+# decode caps as bounds: what is stored must read back).
+ENVELOPE_DEPTH_BOUND = 64
+ENVELOPE_NODES_BOUND = 1_000_001
 UTF16_KEYS = ("\U0001F600", "\uFB01", "\ue000", "a", "\U00010000", "\uffff")
 INLINE_CAP = INLINE_CAP_BYTES_DEFAULT
 SPILL_BYTES = SPILL_THRESHOLD_BYTES_DEFAULT
@@ -220,6 +225,19 @@ def _typed(error: BaseException) -> bool:
     return type(error).__module__.startswith("model.")
 
 
+def _values(value: Any) -> int:
+    """How many JSON values ``value`` is: every container and scalar, itself included."""
+    count, pending = 0, [value]
+    while pending:
+        item = pending.pop()
+        count += 1
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+    return count
+
+
 async def _drained(stream: Any) -> tuple:
     """A stream's items, all of them (a stream method called as one call)."""
     return tuple([item async for item in stream])
@@ -283,6 +301,7 @@ class Adversary(Workload):
         self.long_logs_per_node = long_logs_per_node
         self.long_logs: dict[str, int] = {}  # node name -> long logs its processes started
         self.byte_cap_probed = False  # a batch over BATCH_BYTES_MAX was sent (once a run: 8 MiB)
+        self.nodes_bound_probed = False  # envelopes over and at the nodes bound were sent (once a run: 2 MB each)
         # node name -> (conversation, offset, seq): where its processes' observation stood, stored
         # outside the process (as a client stores its offset) for the next incarnation to resume from.
         self.saved_offsets: dict[str, tuple[str, str, int]] = {}
@@ -2078,6 +2097,7 @@ class _Process(ClientProcess):
                                                                        tail[0], tail[1], (big,)))
             if self.expect_rejected(out, ("ValueError",), f"append of a batch over {BATCH_BYTES_MAX} bytes", conv):
                 self.w.edge("batch_over_byte_cap_rejected")
+        await self._bounds(conv, producer, tail)
         bad = [self.envelope(f"{conv}/v2", producer, 1, {}), self.envelope(f"{conv}/fam", producer, 1, {}),
                self.envelope(f"{conv}/who", "someone-else", 1, {}), self.envelope(f"{conv}/nan", producer, 1,
                                                                                  [float("nan")])]
@@ -2094,6 +2114,42 @@ class _Process(ClientProcess):
         after = await self.call("log", "inspect_tail", conv)
         self.expect(after.ok and (after.value.tail_seq, after.value.tail_digest) == tail,
                     f"rejected appends moved the tail of {conv}: {after.show()}, was {tail}", conv)
+
+    async def _bounds(self, conv: str, producer: str, tail: tuple[int, str]) -> None:
+        """The canonical-JSON bounds the log applies to an envelope (depth 64,
+        1,000,001 values, the envelope itself counted): one over each is the
+        typed ``CanonicalJsonBoundsError`` naming the traversal bound, and
+        writes nothing (the caller checks the tail after); once a run, an
+        envelope of exactly 1,000,001 values is stored (then its own log is
+        deleted)."""
+        depth = ENVELOPE_DEPTH_BOUND
+        nested: Any = 0
+        for _ in range(depth):  # the envelope is the first container: its payload at depth 64 is the 65th
+            nested = [nested]
+        probes = [("depth", self.envelope(f"{conv}/deep", producer, 1, nested))]
+        if not self.w.nodes_bound_probed:
+            self.w.nodes_bound_probed = True  # once a run: a million values to encode, check and trace
+            base = _values(self.envelope(f"{conv}/wide", producer, 1, []).to_json())
+            probes.append(("nodes", self.envelope(f"{conv}/wide", producer, 1, [0] * (ENVELOPE_NODES_BOUND - base + 1))))
+        for bound, envelope in probes:
+            out = await self.call("log", "append", FencedAppendRequest(conv, self.uid("batch"), producer, 1, *tail,
+                                                                       (envelope,)))
+            if self.expect_rejected(out, ("CanonicalJsonBoundsError",), f"append of an envelope over the {bound} "
+                                                                         f"bound", conv) and self.expect(
+                    (out.error.kind, out.error.bound) == ("traversal", bound),
+                    f"the bounds error names {out.error.kind} {out.error.bound}, not traversal {bound}", conv):
+                self.w.edge(f"envelope_over_{bound}_bound_rejected")
+        if len(probes) == 2:
+            at = f"{conv}-at-bound"
+            if not self.expect_ok(await self.call("log", "materialize", at, producer, 1), f"materialize({at})", at):
+                return
+            envelope = self.envelope(f"{at}/wide", producer, 1, [0] * (ENVELOPE_NODES_BOUND - base))
+            out = await self.call("log", "append", FencedAppendRequest(at, self.uid("batch"), producer, 1, 0,
+                                                                       ZERO_DIGEST, (envelope,)))
+            if self.expect(out.ok and out.value.last_seq == 1, f"append of an envelope of exactly "
+                                                               f"{ENVELOPE_NODES_BOUND} values: {out.show()}", at):
+                self.w.edge("envelope_at_nodes_bound_stored")
+            self.expect_ok(await self.call("log", "delete_conversation", at), f"delete of {at}", at)
 
     async def _digests(self, conv: str, boundaries: dict[int, str], total: int,
                        info: tuple[str, int, int, str]) -> None:

@@ -167,5 +167,6 @@ def test_port_storm_observes_logs_and_the_reference_judges_them(store):
     assert result.passed, result.violations
     assert result.stats["calls_log_observe"] > 0
     for edge in ("observe_from_start", "observe_from_offset", "observe_malformed_offset_rejected",
-                 "observe_foreign_offset_rejected"):
+                 "observe_foreign_offset_rejected", "envelope_over_depth_bound_rejected",
+                 "envelope_over_nodes_bound_rejected", "envelope_at_nodes_bound_stored"):
         assert result.stats[f"edge_{edge}"] > 0, edge
