@@ -72,6 +72,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "_encode_basestring = json.encoder.encode_basestring_ascii\n", ALL,
         ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
+        "canonical-text-units-code-points",
+        "The text bound counts code points instead of UTF-16 code units, so a string of astral characters "
+        "passes a bound it is twice over for an ECMAScript peer.",
+        "model.canonical", "    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)\n",
+        "    return len(text)\n", ("port-storm",), ci_seed=0, ci_duration="2m"),
+    Mutant(
+        "canonical-collection-bound-inclusive",
+        "The collection bound refuses a collection of exactly its length (>= instead of >).",
+        "model.canonical", "    if max_length is not None and longest > max_length:\n",
+        "    if max_length is not None and longest >= max_length:\n", ("port-storm",), ci_seed=0, ci_duration="2m"),
+    Mutant(
         "canonical-equal-by-value",
         "canonical_equal compares Python values instead of canonical texts, so True equals 1 and a bool payload "
         "is adopted as an int one.",

@@ -170,3 +170,5 @@ def test_port_storm_observes_logs_and_the_reference_judges_them(store):
                  "observe_foreign_offset_rejected", "envelope_over_depth_bound_rejected",
                  "envelope_over_nodes_bound_rejected", "envelope_at_nodes_bound_stored"):
         assert result.stats[f"edge_{edge}"] > 0, edge
+    # The library's collection and text bounds (no store applies them), judged against the reference's.
+    assert result.stats["values_canonical_bounds_judged"] > 0
