@@ -288,7 +288,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if row.abort_author is not None:\n        return AbortIntent(submission_id, row.abort_author,",
         "    if row.abort_author is not None and row.settled_at_ms is not None:\n"
         "        return AbortIntent(submission_id, row.abort_author,", LS_PS,
-        ci_seed=0, ci_duration="15m", ci_scenario="port-storm"),
+        ci_seed=1, ci_duration="15m", ci_scenario="port-storm"),
     Mutant(
         "ledger-settlement-id-digest",
         "Settlement ids are made as before the peer's format was adopted: \"stl-\" + the digest of "
@@ -390,7 +390,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if row.settled_at_ms is not None and row.abort_author is None:\n"
         "        raise AbortConflict(submission_id, row.outcome)\n    if row.abort_author is not None:\n",
         ("port-storm",),
-        ci_seed=0, ci_duration="30s"),
+        ci_seed=3, ci_duration="30s"),
     Mutant(
         "ledger-abort-queued-repeat-conflicts",
         "A repeated abort of a submission its first abort settled before it was ever claimed is "
@@ -399,7 +399,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if not settled_by_abort(row):  # settled by its own intent: that intent replays\n"
         "        refuse_settled(row)\n",
         "    refuse_settled(row)\n", ("port-storm",),
-        ci_seed=0, ci_duration="1m"),
+        ci_seed=1, ci_duration="1m"),
     Mutant(
         "ledger-resolve-settled-recorded",
         "A resolution of an unknown call after its submission settled is recorded instead of "
@@ -407,7 +407,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "    refuse_settled(row)\n    calls = _unknown_calls(row)\n    if tool_call_id not in calls:\n",
         "    calls = _unknown_calls(row)\n    if tool_call_id not in calls:\n", ("port-storm",),
-        ci_seed=0, ci_duration="30s"),
+        ci_seed=4, ci_duration="30s"),
     Mutant(
         "ledger-approval-settled-replays",
         "A decision on a settled submission replays an earlier decision (a new call: UnknownApproval) instead "
@@ -415,7 +415,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "    refuse_settled(row)\n    approvals = _approvals(row)\n    if tool_call_id not in approvals:\n",
         "    approvals = _approvals(row)\n    if tool_call_id not in approvals:\n", ("port-storm",),
-        ci_seed=0, ci_duration="30s"),
+        ci_seed=4, ci_duration="30s"),
     Mutant(
         "ledger-snapshot-without-decisions",
         "The recovery snapshot leaves out the approval decisions, so a recovering producer cannot tell which "
@@ -424,14 +424,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "        approvals=None if row.approvals_json is None else decode_column(row.approvals_json),\n"
         "        unknown_calls=",
         "        approvals=None,\n        unknown_calls=", ("port-storm",),
-        ci_seed=0, ci_duration="1m"),
+        ci_seed=1, ci_duration="1m"),
     Mutant(
         "ledger-snapshot-children-pending-all",
         "The recovery snapshot names every awaited child as pending, released or not.",
         "model.ledger.rules",
         "                                      if entry[\"awaited\"] and entry[\"releasedAtMs\"] is None)),\n",
         "                                      if entry[\"awaited\"])),\n", ("port-storm",),
-        ci_seed=0, ci_duration="2m"),
+        ci_seed=1, ci_duration="2m"),
     Mutant(
         "ledger-reserve-answer-bare",
         "A reservation answers only its record digest, without the settlement id and outcome it will finalize as.",
@@ -452,7 +452,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The recovery snapshot names an attached child's state but not the outcome it settled with.",
         "model.ledger.rules", "    return state_of(child), child.outcome\n", "    return state_of(child), None\n",
         ("port-storm",),
-        ci_seed=0, ci_duration="2m"),
+        ci_seed=1, ci_duration="2m"),
     Mutant(
         "ledger-snapshot-state-stale",
         "The recovery snapshot names a claimed submission's state as ready until its input is applied.",
@@ -505,7 +505,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "An approval decision counts only the undecided approvals as still pending, not the awaited children, "
         "so a decision with a child still awaited answers as the one that resumed the submission.",
         "model.ledger.rules", "                            pending + row.children_awaited), \\\n",
-        "                            pending), \\\n", ("port-storm",), ci_seed=3, ci_duration="4m"),
+        "                            pending), \\\n", ("port-storm",), ci_seed=1, ci_duration="4m"),
     Mutant(
         "worker-abort-read-once",
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "
@@ -656,7 +656,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "batch: a history written here has batches no peer store accepts.",
         "model.conversation.rules",
         "    if len(records) > BATCH_RECORDS_MAX:\n",
-        "    if len(records) > 1024:\n", ("port-storm",), ci_seed=9, ci_duration="30s"),
+        "    if len(records) > 1024:\n", ("port-storm",), ci_seed=4, ci_duration="30s"),
     Mutant(
         "log-observe-resumes-at-offset",
         "Observation resumes at the record whose offset it was given instead of after it, so a resumed "
@@ -688,14 +688,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.conversation.rules",
         '                                      nodes=ENVELOPE_DECODE_CAPS["max_items"] + 1)\n',
         '                                      nodes=ENVELOPE_DECODE_CAPS["max_items"])\n', ("port-storm",),
-        ci_seed=0, ci_duration="30s"),
+        ci_seed=4, ci_duration="30s"),
     Mutant(
         "log-nodes-bound-dropped",
         "The log bounds an envelope's depth but not its values, so an envelope of over a million values is "
         "stored, and no reader within the decode caps reads it back.",
         "model.conversation.rules",
         '                                      nodes=ENVELOPE_DECODE_CAPS["max_items"] + 1)\n',
-        "                                      nodes=None)\n", ("port-storm",), ci_seed=0, ci_duration="30s"),
+        "                                      nodes=None)\n", ("port-storm",), ci_seed=4, ci_duration="30s"),
     Mutant(
         "log-bounds-untyped",
         "An envelope over the store's canonical-JSON bounds (nested past 64 containers, or over 1,000,000 "
@@ -706,7 +706,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            try:\n                decode(text, **ENVELOPE_DECODE_CAPS)\n"
         "            except CanonicalDecodeError as exc:\n"
         '                raise ValueError(f"records[{index}] exceeds the decode caps: {exc}") from None\n',
-        ("port-storm",), ci_seed=0, ci_duration="30s"),
+        ("port-storm",), ci_seed=1, ci_duration="30s"),
     Mutant(
         "log-chain-unlinked",
         "Each batch's tail digest is chained from zeros instead of the previous tail digest, so the chain no "
