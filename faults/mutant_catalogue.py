@@ -674,6 +674,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "        raise MalformedOffset(conversation_id, offset)\n    return seq + 1\n", ("port-storm",),
         ci_seed=0, ci_duration="30s"),
     Mutant(
+        "log-observe-page-skip",
+        "The in-memory store's observation pages on from one past the last record of a full page, so a "
+        "stream over a log longer than a page loses the record after each page boundary.",
+        "model.conversation.memory_store", "            after_seq = page[-1].seq\n",
+        "            after_seq = page[-1].seq + 1\n", ("port-storm",), ci_seed=4, ci_duration="30s"),
+    Mutant(
         "log-observe-foreign-offset-accepted",
         "An offset is parsed for its seq without checking the conversation it was handed out for, so "
         "another conversation's offset is accepted instead of MalformedOffset.",
