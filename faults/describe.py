@@ -91,6 +91,7 @@ from faults.events import (
     LogInspectTail,
     LogLookupBatch,
     LogMaterialize,
+    LogObserve,
     LogRead,
     PinBlob,
     PinExpiredUnpinned,
@@ -595,6 +596,14 @@ def _log_read(records: Any, /, conversation_id: str, after_seq: int, limit: int)
                          seqs=ABSENT if records is None else tuple(r.seq for r in records))
 
 
+@describes(ConversationLogPort.observe, LogObserve)
+def _log_observe(records: Any, /, conversation_id: str, after_offset: str | None = None) -> dict:
+    """``records``: the whole observation (``faults.ports`` drains the stream
+    as one call)."""
+    return LogObserve.build(conversation=conversation_id, from_offset=after_offset is not None,
+                            seqs=ABSENT if records is None else tuple(r.seq for r in records))
+
+
 @describes(ConversationLogPort.lookup_batch, LogLookupBatch)
 def _lookup_batch(batch: Any, /, conversation_id: str, batch_id: str) -> dict:
     if batch is None:
@@ -614,7 +623,7 @@ def _digest_at(found: Any, /, conversation_id: str, seq: int) -> dict:
 
 
 LOG_DESCRIBERS = _table("log", _delete_conversation, _materialize, _log_append, _inspect_tail, _log_read,
-                        _lookup_batch, _digest_at)
+                        _log_observe, _lookup_batch, _digest_at)
 
 
 # -- checkpoints (persistence §8) ----------------------------------------------

@@ -613,6 +613,17 @@ class LogRead(PortEvent):
     seqs: tuple = RESULT
 
 
+class LogObserve(PortEvent):
+    """An observation, drained whole by the fault layer (``faults.ports``):
+    whether it resumed from an offset (``from_offset``; the offset itself is
+    the adapter's opaque spelling, so the trace of a memory run and of a
+    SQLite run stays one) and the seqs it answered."""
+    kind = "log.observe"
+    conversation: str
+    from_offset: bool
+    seqs: tuple = RESULT
+
+
 class LogLookupBatch(PortEvent):
     kind = "log.lookup_batch"
     conversation: str

@@ -72,6 +72,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "_encode_basestring = json.encoder.encode_basestring_ascii\n", ALL,
         ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
+        "canonical-text-units-code-points",
+        "The text bound counts code points instead of UTF-16 code units, so a string of astral characters "
+        "passes a bound it is twice over for an ECMAScript peer.",
+        "model.canonical", "    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)\n",
+        "    return len(text)\n", ("port-storm",), ci_seed=0, ci_duration="2m"),
+    Mutant(
+        "canonical-collection-bound-inclusive",
+        "The collection bound refuses a collection of exactly its length (>= instead of >).",
+        "model.canonical", "    if max_length is not None and longest > max_length:\n",
+        "    if max_length is not None and longest >= max_length:\n", ("port-storm",), ci_seed=0, ci_duration="2m"),
+    Mutant(
         "canonical-equal-by-value",
         "canonical_equal compares Python values instead of canonical texts, so True equals 1 and a bool payload "
         "is adopted as an int one.",
@@ -330,7 +341,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if row.abort_author is not None:\n        return AbortIntent(submission_id, row.abort_author,",
         "    if row.abort_author is not None and row.settled_at_ms is not None:\n"
         "        return AbortIntent(submission_id, row.abort_author,", LS_PS,
-        ci_seed=0, ci_duration="15m", ci_scenario="port-storm"),
+        ci_seed=1, ci_duration="15m", ci_scenario="port-storm"),
     Mutant(
         "ledger-settlement-id-digest",
         "Settlement ids are made as before the peer's format was adopted: \"stl-\" + the digest of "
@@ -709,7 +720,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            try:\n                decode(text, **ENVELOPE_DECODE_CAPS)\n"
         "            except CanonicalDecodeError as exc:\n"
         '                raise ValueError(f"records[{index}] exceeds the decode caps: {exc}") from None\n',
-        ("port-storm",), ci_seed=0, ci_duration="30s"),
+        ("port-storm",), ci_seed=1, ci_duration="30s"),
     Mutant(
         "log-chain-unlinked",
         "Each batch's tail digest is chained from zeros instead of the previous tail digest, so the chain no "

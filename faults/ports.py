@@ -52,7 +52,15 @@ READ_METHODS = frozenset({
     "load", "get", "get_by_idempotency_key", "read", "inspect_tail", "lookup_batch", "scan_nonterminal",
     "load_recovery_snapshot", "digest_at", "cursor", "checkpoint", "live_findings", "live_for_run", "has",
     "is_pinned", "pinned_refs", "holders", "expired_unpinned", "blob", "load_steps", "load_execution",
-    "live_executions", "schedule_high_water_ms", "load_latest"})
+    "live_executions", "schedule_high_water_ms", "load_latest", "observe"})
+
+# Port methods that stream (an async generator, ``ConversationLogPort.observe``):
+# the fault layer drains the stream as one call (the stores never suspend
+# inside it, so it is atomic as every other call is), traces and judges the
+# whole answer, then hands its items out one by one. A fault hits the
+# observation whole: a lost reply loses all of it, and the caller observes
+# again from where it stood.
+STREAM_METHODS = frozenset({"observe"})
 
 
 # What a SQLite adapter's refused write says under ``faults.sqlite_lock``'s
@@ -178,8 +186,12 @@ class BoundPort:
                 k for k in PORT_FAULT_KINDS if k != WRITE_CONTENTION)
             if surgery is not None:
                 kinds += surgery.kinds.get(method, ())
-            setattr(self, method, self._wrap(world, node, f"{port}.{method}", getattr(target, method), describe,
-                                             plan, stats, restart_after, kinds, latency, surgery, target))
+            fn = getattr(target, method)
+            if method in STREAM_METHODS:
+                fn = _drained(fn)
+            wrapped = self._wrap(world, node, f"{port}.{method}", fn, describe, plan, stats, restart_after, kinds,
+                                 latency, surgery, target)
+            setattr(self, method, _streamed(wrapped) if method in STREAM_METHODS else wrapped)
 
     @staticmethod
     def _wrap(world: World, node: Node, site: str, fn: Callable, describe: Describe,
@@ -292,6 +304,24 @@ class BoundPort:
 
         call.__name__ = site
         return call
+
+
+def _drained(stream: Callable) -> Callable:
+    """A streaming method as a call answering every item, in a tuple."""
+    async def drain(*args: Any, **kwargs: Any) -> tuple:
+        return tuple([item async for item in stream(*args, **kwargs)])
+
+    return drain
+
+
+def _streamed(call: Callable) -> Callable:
+    """The wrapped call as the stream the port promises (an async generator)."""
+    async def stream(*args: Any, **kwargs: Any) -> Any:
+        for item in await call(*args, **kwargs):
+            yield item
+
+    stream.__name__ = call.__name__
+    return stream
 
 
 class SimFailpoints:

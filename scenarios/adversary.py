@@ -67,6 +67,7 @@ from model.durable_state.contracts import FUTURE_VERSION, StateContract
 from model.durable_state.store import INT64_MAX, DurableStateWrite, is_revision_conflict
 from model.ledger.conformance import HANDOFF_SCENARIOS
 from model.ledger.records import Claim, ClaimHandoff, ParentLink
+from faults.ports import STREAM_METHODS
 from model.retry import error_name, is_retryable
 from scenarios.client import RETRIES_MAX, RETRY_WAIT_MS, ClientProcess, Expectations, Outcome
 from sim.node import Node, NodeDeadError
@@ -129,6 +130,10 @@ EDGES = (
     "append_fenced_retry_refused", "append_replay_other_tail_conflict", "append_tail_before_identity",
     "batch_at_record_cap", "batch_over_record_cap_rejected", "batch_over_byte_cap_rejected",
     "log_payload_at_spill_sizes", "lookup_batch_checked", "conversation_deleted", "deleted_conversation_unreadable",
+    "observe_from_start", "observe_from_offset", "observe_at_tail_empty", "observe_resumed_after_append",
+    "observe_malformed_offset_rejected", "observe_foreign_offset_rejected", "observe_unknown_conversation_rejected",
+    "observe_long_log", "envelope_over_depth_bound_rejected", "envelope_over_nodes_bound_rejected",
+    "envelope_at_nodes_bound_stored",
     # checkpoints
     "checkpoint_at_batch_boundary", "checkpoint_at_zero", "checkpoint_inside_batch_rejected",
     "checkpoint_ahead_rejected", "checkpoint_bad_version_rejected", "checkpoint_load_at_boundary",
@@ -142,7 +147,7 @@ EDGES = (
 # promised by every sweep.
 INCIDENTAL = ("replies_lost_retried", "ds_adopted_after_reply_lost", "damaged_reads_reread",
               "recovered_leftover_work", "unready_head_aborted", "lease_instant_missed", "recovered_awaited_child",
-              "handoff_reply_lost")
+              "handoff_reply_lost", "observe_resumed_after_restart")
 EDGE_STATS = tuple(f"edge_{name}" for name in EDGES)
 
 # --- values at the edges ------------------------------------------------------------
@@ -153,6 +158,10 @@ INT_EDGES = (MAX_SAFE, -MAX_SAFE)
 # Keys that sort one way by UTF-16 code units (RFC 8785) and another by code
 # points (Python's sorted): U+1F600 is a surrogate pair D83D DE00, below
 # U+E000 and U+FB01 in UTF-16, above both as a code point.
+# The canonical-JSON bounds the log applies to one envelope (persistence §10's
+# decode caps as bounds: what is stored must read back).
+ENVELOPE_DEPTH_BOUND = 64
+ENVELOPE_NODES_BOUND = 1_000_001
 UTF16_KEYS = ("\U0001F600", "\uFB01", "\ue000", "a", "\U00010000", "\uffff")
 INLINE_CAP = INLINE_CAP_BYTES_DEFAULT
 SPILL_BYTES = SPILL_THRESHOLD_BYTES_DEFAULT
@@ -223,6 +232,24 @@ def _typed(error: BaseException) -> bool:
     return type(error).__module__.startswith("model.")
 
 
+def _values(value: Any) -> int:
+    """How many JSON values ``value`` is: every container and scalar, itself included."""
+    count, pending = 0, [value]
+    while pending:
+        item = pending.pop()
+        count += 1
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+    return count
+
+
+async def _drained(stream: Any) -> tuple:
+    """A stream's items, all of them (a stream method called as one call)."""
+    return tuple([item async for item in stream])
+
+
 def _same_record(a: Any, b: Any) -> bool:
     if a is None or b is None:
         return a is None and b is None
@@ -281,6 +308,10 @@ class Adversary(Workload):
         self.long_logs_per_node = long_logs_per_node
         self.long_logs: dict[str, int] = {}  # node name -> long logs its processes started
         self.byte_cap_probed = False  # a batch over BATCH_BYTES_MAX was sent (once a run: 8 MiB)
+        self.nodes_bound_probed = False  # envelopes over and at the nodes bound were sent (once a run: 2 MB each)
+        # node name -> (conversation, offset, seq): where its processes' observation stood, stored
+        # outside the process (as a client stores its offset) for the next incarnation to resume from.
+        self.saved_offsets: dict[str, tuple[str, str, int]] = {}
         self.checker = AdversaryExpectations()
         self.edges: dict[str, int] = dict.fromkeys(EDGES + INCIDENTAL, 0)
         self.calls: dict[str, int] = {}
@@ -403,7 +434,7 @@ class _Process(ClientProcess):
             if untraced:
                 self.w.count_untraced(port, method)
             try:
-                value = await fn(*args)
+                value = await (_drained(fn(*args)) if method in STREAM_METHODS else fn(*args))
             except NodeDeadError:
                 raise
             except Exception as error:  # noqa: BLE001 - classified below, never swallowed silently
@@ -468,11 +499,12 @@ class _Process(ClientProcess):
         self.expect(type(durable) is bool and capabilities.get("durability") == DURABILITY[durable],
                     f"the ledger's capabilities declare durable={durable!r} but durability="
                     f"{capabilities.get('durability')!r}")
+        await self._resume_observation()
         await self.recover()
         episodes = [self.ds_private, self.ds_illegal, self.ledger_private, self.lease_expiry, self.checkpoints,
                     self.content, self.churn, self.unknown_outcome, self.approvals, self.joins, self.children,
                     self.handoffs,
-                    self.admission_policies]
+                    self.admission_policies, self.observe_log]
         if self.w.races:
             episodes += [self.ds_shared, self.ledger_shared, self.ledger_shared]
         if self.w.late_aborts:
@@ -2063,6 +2095,7 @@ class _Process(ClientProcess):
         if self.expect(all(o.ok and o.value == () for o in past), f"reads at and past the tail of {conv}: "
                                                                    f"{[o.show() for o in past]}", conv):
             self.w.edge("read_past_tail_empty")
+        await self._observe_long(conv, written)
         illegal = [((conv, 0, 0), ("ReadLimitOutOfRange",)), ((conv, 0, PAGE_SIZE_MAX + 1), ("ReadLimitOutOfRange",)),
                    ((conv, -1, 5), ("ValueError",)), ((conv, 0, True), ("TypeError",)),
                    ((conv, 1.0, 5), ("TypeError",)), ((f"{conv}-none", 0, 5), ("NotMaterialized",))]
@@ -2164,6 +2197,7 @@ class _Process(ClientProcess):
                                                                        tail[0], tail[1], (big,)))
             if self.expect_rejected(out, ("ValueError",), f"append of a batch over {BATCH_BYTES_MAX} bytes", conv):
                 self.w.edge("batch_over_byte_cap_rejected")
+        await self._bounds(conv, producer, tail)
         bad = [self.envelope(f"{conv}/v2", producer, 1, {}), self.envelope(f"{conv}/fam", producer, 1, {}),
                self.envelope(f"{conv}/who", "someone-else", 1, {}), self.envelope(f"{conv}/nan", producer, 1,
                                                                                  [float("nan")])]
@@ -2180,6 +2214,42 @@ class _Process(ClientProcess):
         after = await self.call("log", "inspect_tail", conv)
         self.expect(after.ok and (after.value.tail_seq, after.value.tail_digest) == tail,
                     f"rejected appends moved the tail of {conv}: {after.show()}, was {tail}", conv)
+
+    async def _bounds(self, conv: str, producer: str, tail: tuple[int, str]) -> None:
+        """The canonical-JSON bounds the log applies to an envelope (depth 64,
+        1,000,001 values, the envelope itself counted): one over each is the
+        typed ``CanonicalJsonBoundsError`` naming the traversal bound, and
+        writes nothing (the caller checks the tail after); once a run, an
+        envelope of exactly 1,000,001 values is stored (then its own log is
+        deleted)."""
+        depth = ENVELOPE_DEPTH_BOUND
+        nested: Any = 0
+        for _ in range(depth):  # the envelope is the first container: its payload at depth 64 is the 65th
+            nested = [nested]
+        probes = [("depth", self.envelope(f"{conv}/deep", producer, 1, nested))]
+        if not self.w.nodes_bound_probed:
+            self.w.nodes_bound_probed = True  # once a run: a million values to encode, check and trace
+            base = _values(self.envelope(f"{conv}/wide", producer, 1, []).to_json())
+            probes.append(("nodes", self.envelope(f"{conv}/wide", producer, 1, [0] * (ENVELOPE_NODES_BOUND - base + 1))))
+        for bound, envelope in probes:
+            out = await self.call("log", "append", FencedAppendRequest(conv, self.uid("batch"), producer, 1, *tail,
+                                                                       (envelope,)))
+            if self.expect_rejected(out, ("CanonicalJsonBoundsError",), f"append of an envelope over the {bound} "
+                                                                         f"bound", conv) and self.expect(
+                    (out.error.kind, out.error.bound) == ("traversal", bound),
+                    f"the bounds error names {out.error.kind} {out.error.bound}, not traversal {bound}", conv):
+                self.w.edge(f"envelope_over_{bound}_bound_rejected")
+        if len(probes) == 2:
+            at = f"{conv}-at-bound"
+            if not self.expect_ok(await self.call("log", "materialize", at, producer, 1), f"materialize({at})", at):
+                return
+            envelope = self.envelope(f"{at}/wide", producer, 1, [0] * (ENVELOPE_NODES_BOUND - base))
+            out = await self.call("log", "append", FencedAppendRequest(at, self.uid("batch"), producer, 1, 0,
+                                                                       ZERO_DIGEST, (envelope,)))
+            if self.expect(out.ok and out.value.last_seq == 1, f"append of an envelope of exactly "
+                                                               f"{ENVELOPE_NODES_BOUND} values: {out.show()}", at):
+                self.w.edge("envelope_at_nodes_bound_stored")
+            self.expect_ok(await self.call("log", "delete_conversation", at), f"delete of {at}", at)
 
     async def _digests(self, conv: str, boundaries: dict[int, str], total: int,
                        info: tuple[str, int, int, str]) -> None:
@@ -2227,6 +2297,111 @@ class _Process(ClientProcess):
                 self.expect(batch.ok and batch.value is None, f"lookup_batch in deleted {conv}: {batch.show()}",
                             conv)):
             self.w.edge("deleted_conversation_unreadable")
+
+    async def observed(self, conv: str, after: str | None, want: list[tuple[int, str]], what: str) -> tuple | None:
+        """``observe(conv, after)``, whose answer must be exactly ``want``
+        (seq, record id), in order, each record with an offset (a str)."""
+        out = await self.call("log", "observe", conv, after)
+        if not self.expect_ok(out, what, conv):
+            return None
+        got = [(r.seq, r.envelope.record_id) for r in out.value]
+        if not self.expect(got == want and all(type(r.offset) is str for r in out.value),
+                           f"{what} answered {got[:4]}..{got[-2:]} ({len(got)}), expected {want[:4]}..{want[-2:]} "
+                           f"({len(want)}), each with an offset", conv):
+            return None
+        return out.value
+
+    async def observe_log(self) -> None:
+        """Observation (``observe``): from the start, from a record's offset
+        (exactly the records after it), from the tail's (nothing), again
+        after an append (resumed), a malformed and another conversation's
+        offset refused typed, an unknown conversation; then the offset is
+        stored for the next incarnation to resume from."""
+        conv = f"o-{self.node.name}-{self.label}-{self._next()}"
+        producer = self.label
+        if not self.expect_ok(await self.call("log", "materialize", conv, producer, 1), f"materialize({conv})", conv):
+            return
+        written: list[tuple[int, str]] = []
+        tail = (0, ZERO_DIGEST)
+        for _ in range(self.rng.between(2, 4)):
+            records = tuple(self.envelope(f"{conv}/r{len(written) + i + 1}", producer, 1, {"n": len(written) + i})
+                            for i in range(self.rng.between(1, 5)))
+            out = await self.call("log", "append", FencedAppendRequest(conv, self.uid("batch"), producer, 1, *tail,
+                                                                       records))
+            if not self.expect(out.ok, f"append to {conv}: {out.show()}", conv):
+                return
+            written += [(tail[0] + i + 1, r.record_id) for i, r in enumerate(records)]
+            tail = (out.value.last_seq, out.value.tail_digest)
+        everything = await self.observed(conv, None, written, f"observe({conv}) from the start")
+        if everything is None:
+            return
+        self.w.edge("observe_from_start")
+        index = self.rng.below(len(written))
+        offset = everything[index].offset
+        if await self.observed(conv, offset, written[index + 1:],
+                               f"observe({conv}) after record {index + 1}") is not None:
+            self.w.edge("observe_from_offset")
+        if await self.observed(conv, everything[-1].offset, [], f"observe({conv}) after its tail") is not None:
+            self.w.edge("observe_at_tail_empty")
+        more = self.envelope(f"{conv}/more", producer, 1, {"more": True})
+        out = await self.call("log", "append", FencedAppendRequest(conv, self.uid("batch"), producer, 1, *tail,
+                                                                   (more,)))
+        if self.expect(out.ok, f"append to {conv}: {out.show()}", conv):
+            written.append((out.value.last_seq, more.record_id))
+            if await self.observed(conv, offset, written[index + 1:],
+                                   f"observe({conv}) resumed after an append") is not None:
+                self.w.edge("observe_resumed_after_append")
+        # Offsets this store never handed out for this conversation.
+        malformed = (offset + "~", "not-an-offset", "", 7)
+        junk = malformed[self.rng.below(len(malformed))]
+        if self.expect_rejected(await self.call("log", "observe", conv, junk), ("MalformedOffset",),
+                                f"observe({conv}, {junk!r}) from a malformed offset", conv):
+            self.w.edge("observe_malformed_offset_rejected")
+        other = f"{conv}-other"
+        if self.expect_ok(await self.call("log", "materialize", other, producer, 1), f"materialize({other})", other):
+            one = self.envelope(f"{other}/r1", producer, 1, {"other": True})
+            out = await self.call("log", "append", FencedAppendRequest(other, self.uid("batch"), producer, 1, 0,
+                                                                       ZERO_DIGEST, (one,)))
+            theirs = await self.observed(other, None, [(1, one.record_id)], f"observe({other})") if out.ok else None
+            if theirs and self.expect_rejected(await self.call("log", "observe", conv, theirs[0].offset),
+                                               ("MalformedOffset",), f"observe({conv}) from {other}'s offset", conv):
+                self.w.edge("observe_foreign_offset_rejected")
+            self.expect_ok(await self.call("log", "delete_conversation", other), f"delete of {other}", other)
+        if self.expect_rejected(await self.call("log", "observe", f"{conv}-none"), ("NotMaterialized",),
+                                f"observe of {conv}-none", conv):
+            self.w.edge("observe_unknown_conversation_rejected")
+        self.w.saved_offsets[self.node.name] = (conv, offset, index + 1)
+
+    async def _observe_long(self, conv: str, written: list[RecordEnvelope]) -> None:
+        """A log past one page observed whole, then from an offset just
+        before the page boundary (the stream pages on past it)."""
+        want = [(seq, envelope.record_id) for seq, envelope in enumerate(written, 1)]
+        everything = await self.observed(conv, None, want, f"observe({conv}), a log past one page")
+        if everything is None:
+            return
+        index = PAGE_SIZE_MAX - self.rng.between(1, 3)
+        if await self.observed(conv, everything[index - 1].offset, want[index:],
+                               f"observe({conv}) after record {index}, across the page boundary") is not None:
+            self.w.edge("observe_long_log")
+
+    async def _resume_observation(self) -> None:
+        """A new incarnation resumes its predecessor's observation from the
+        stored offset: the records after it, up to the tail, in order."""
+        saved = self.w.saved_offsets.pop(self.node.name, None)
+        if saved is None:
+            return
+        conv, offset, seq = saved
+        tail = await self.call("log", "inspect_tail", conv)
+        if not self.expect_ok(tail, f"inspect_tail({conv})", conv):
+            return
+        out = await self.call("log", "observe", conv, offset)
+        if not self.expect_ok(out, f"observe({conv}) resumed from a stored offset", conv):
+            return
+        seqs = [r.seq for r in out.value]
+        if self.expect(seqs == list(range(seq + 1, tail.value.tail_seq + 1)),
+                       f"observe({conv}) resumed after record {seq} answered seqs {seqs}, the tail is "
+                       f"{tail.value.tail_seq}", conv):
+            self.w.edge("observe_resumed_after_restart")
 
     async def churn(self) -> None:
         """Many small writes, each checked against the one before: a CAS

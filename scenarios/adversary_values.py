@@ -13,7 +13,7 @@ bytes that are not UTF-8, nesting past the cap, half a document).
 
 ``ValuesAdversary`` runs ``nodes`` processes (``values-1`` ...), each an
 incarnation of the store adversary's process (its call/retry loop, its
-expectations, its recovery of private leftovers) with four episodes of its
+expectations, its recovery of private leftovers) with five episodes of its
 own, through the node's crashy traced ports (every answer judged by the
 ``reference-model`` oracle: a typed error must be the contract's):
 
@@ -38,7 +38,12 @@ own, through the node's crashy traced ports (every answer judged by the
   whose NaN sits after nested containers refused; and, through the payload
   check every backend shares (``encode_payload``: no port call can carry
   them), a cycle and (one seed in ``DS_DEEP_ONE_IN``) nesting past the
-  payload depth cap refused as ValueError naming where.
+  payload depth cap refused as ValueError naming where;
+- ``bounds_values``: ``canonical_json`` with each of its optional bounds
+  (depth, nodes, collection length, UTF-16 text units) at and one past the
+  bound, judged against the reference encoder's own walk. No store applies
+  the collection or text bound (the log bounds an envelope's depth and
+  values), so this library call is where a sweep reaches them.
 
 What the trace cannot hold stays out of the traced arguments (the trace
 marshals each call's arguments: no subclass instances, cycles or nesting
@@ -51,7 +56,7 @@ from typing import Any
 
 import attrs
 
-from model.canonical import ZERO_DIGEST, canonical_bytes, canonical_json
+from model.canonical import ZERO_DIGEST, CanonicalJsonBounds, CanonicalJsonBoundsError, canonical_bytes, canonical_json
 from model.claimcheck import ClaimCheck, resolve_ref, verify_claim
 from model.conversation.records import FencedAppendRequest
 from model.durable_state.store import DurableStateWrite, encode_payload
@@ -59,6 +64,7 @@ from model.ledger.records import Claim
 from model.retry import error_name, is_retryable
 from scenarios.adversary import INLINE_CAP, PRINCIPAL, AdversaryExpectations, _Process, _ref, _sized
 from scenarios.client import RETRIES_MAX, RETRY_WAIT_MS, Outcome
+from scenarios.reference.jcs import bounds_kind
 from sim.node import Node, NodeDeadError
 from sim.workload import Workload
 from sim.world import World
@@ -66,7 +72,8 @@ from sim.world import World
 EDGES = ("admit_edges_replayed", "admit_illegal_rejected", "token_paths_refused", "settled_edges",
          "abort_keeps_first_intent",
          "log_edges_read_back", "log_illegal_rejected", "claim_blobs_refused", "claim_verifier_refused",
-         "claim_digest_too_large", "ds_edges_roundtrip", "ds_illegal_rejected", "ds_unencodable_refused")
+         "claim_digest_too_large", "ds_edges_roundtrip", "ds_illegal_rejected", "ds_unencodable_refused",
+         "canonical_bounds_judged")
 SOMETIMES = tuple(f"values_{name}" for name in EDGES)
 
 # --- the values -----------------------------------------------------------------------------
@@ -272,7 +279,7 @@ class _ValuesProcess(_Process):
 
     async def main(self) -> None:
         await self.recover()
-        episodes = [self.ledger_values, self.log_values, self.claimcheck_values, self.ds_values]
+        episodes = [self.ledger_values, self.log_values, self.claimcheck_values, self.ds_values, self.bounds_values]
         heal_at_ms = self.world.heal_at_ms
         while self.now() < heal_at_ms:
             order = list(episodes)
@@ -287,6 +294,48 @@ class _ValuesProcess(_Process):
 
     def rejected(self, outcome: Outcome, names: tuple[str, ...], what: str, *related: str) -> bool:
         return self.expect_rejected(outcome, names, what, *related)
+
+    # -- canonical-JSON bounds (the library's: no store applies collection or text bounds) ------
+
+    async def bounds_values(self) -> None:
+        """``canonical_json(value, bounds)`` at and one past each bound
+        (depth, nodes, collection length, text units — astral characters
+        are two UTF-16 units), judged against the reference encoder's own
+        bounds walk (``scenarios.reference.jcs.bounds_kind``): the same
+        kind refused (``CanonicalJsonBoundsError``, its message naming it),
+        or the same text as without bounds. Library-only: the log bounds
+        an envelope's depth and values, nothing applies the other two."""
+        rng = self.rng
+        width = rng.between(1, 6)
+        units = rng.between(2, 9)
+        astral = "\U0001F600" * (units // 2) + "a" * (units % 2)  # ``units`` UTF-16 units, fewer code points
+        values: list[Any] = [
+            list(range(width)), {f"k{i}": i for i in range(width)}, astral, {astral: [astral]},
+            [[0] * width, {"t": astral}], _nested(rng.between(1, 5)),
+            [astral] * width,
+        ]
+        judged = 0
+        for value in values:
+            for depth, nodes, collection, text in ((None, None, width, units), (None, None, width - 1, units),
+                                                   (None, None, width, units - 1), (rng.between(0, 5), None, None,
+                                                                                    None),
+                                                   (None, rng.between(1, 12), None, None)):
+                bounds = CanonicalJsonBounds(depth=depth, nodes=nodes, collection_length=collection, text_units=text)
+                want = bounds_kind(value, depth=depth, nodes=nodes, collection=collection, text=text)
+                try:
+                    got, detail = canonical_json(value, bounds), None
+                except CanonicalJsonBoundsError as error:
+                    got, detail = error.kind, str(error)
+                except Exception as error:  # noqa: BLE001 - any other answer is a finding
+                    got, detail = f"{type(error).__name__}: {error}", None
+                if want is None:
+                    ok = got == canonical_json(value)
+                else:
+                    ok = got == want and detail is not None and want in detail
+                judged += self.expect(ok, f"canonical_json({value!r:.80}, {bounds!r}) answered {got!r:.80}, "
+                                          f"the reference's bounds: {want or 'within'}")
+        if judged == len(values) * 5:
+            self.w.edge("canonical_bounds_judged")
 
     # -- the ledger ----------------------------------------------------------------------------
 

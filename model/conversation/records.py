@@ -284,12 +284,14 @@ class ReadLimitOutOfRange(ConversationStoreError, ValueError):
 
 class MalformedOffset(ConversationStoreError, ValueError):
     """``observe`` given an offset this adapter did not hand out for this
-    conversation (the peer's "Malformed observation offset")."""
+    conversation (the peer's "Malformed observation offset"). The offset is
+    ``offset``, not part of the message: it is the adapter's own spelling,
+    and the message is the same whichever adapter refused it."""
 
     def __init__(self, conversation_id: str, offset: object) -> None:
         self.conversation_id = conversation_id
         self.offset = offset
-        super().__init__(f"Malformed observation offset {offset!r:.120} for conversation {conversation_id!r}")
+        super().__init__(f"Malformed observation offset for conversation {conversation_id!r}")
         self._args = (conversation_id, offset)
 
 

@@ -31,7 +31,16 @@ batches by id. The contract, as plain rules:
   gets it back; a limit outside 1..1024 is ``ReadLimitOutOfRange``; ``inspect_tail``; ``lookup_batch`` (None for an unknown
   batch or conversation); ``digest_at(c, seq)``: the tail digest when the
   tail was ``seq`` (64 zeros at 0), None inside a batch or beyond the tail;
-  ``delete_conversation``: True when there was one, and it is gone whole.
+  ``delete_conversation``: True when there was one, and it is gone whole;
+- offsets: every record a read answers carries an offset (a str, opaque:
+  each adapter spells its own), one per (conversation, seq) — the same
+  record read again carries the same one; ``observe(c, after_offset)``
+  answers the records after the record whose offset it is (None: from
+  the start), in order, up to the tail, each with its own offset; an
+  offset the store never handed out for ``c`` (another conversation's
+  included) is ``MalformedOffset``, checked before ``NotMaterialized``.
+  The model learns which offsets the store handed out from the reads it
+  judges, and never reads their spelling.
 
 A record is held as its canonical text (what the store holds); a read's
 answer is compared with what reading that text back gives, exact types.
@@ -43,7 +52,7 @@ import re
 from typing import Any
 
 from model.conversation.records import FencedAppendRequest, RecordEnvelope
-from scenarios.reference import EXACT, History, PortReference, Refused, bind, divergence, judge, show
+from scenarios.reference import EXACT, History, PortReference, Refused, bind, bound_args, divergence, judge, show
 from scenarios.reference.jcs import ZERO_DIGEST, JcsError, bounds_kind, canonical, digest_text, read_back
 
 # The log's bounds (persistence §7 page, batch size and bytes, decode caps).
@@ -211,8 +220,12 @@ class ReferenceLog(PortReference):
 
     def __init__(self) -> None:
         self.conversations: dict[str, Conversation] = {}
+        # Every offset the store handed out on a record it answered -> (conversation, seq);
+        # kept across a deletion (a recreated conversation's records are named alike).
+        self.offsets: dict[str, tuple[str, int]] = {}
         self._history = History()
         self._handlers = {"materialize": self._materialize, "append": self._append, "read": self._read,
+                          "observe": self._observe,
                           "inspect_tail": self._inspect_tail, "lookup_batch": self._lookup_batch,
                           "digest_at": self._digest_at, "delete_conversation": self._delete}
 
@@ -362,12 +375,57 @@ class ReferenceLog(PortReference):
             return None  # a read fault altered the answer on its way; the store was fine
         rows = conversation.records[after_seq:after_seq + limit]
         if call.error is None:
-            message = self._compare_page(call, cid, after_seq, rows)
+            message = self._compare_page(call, cid, after_seq, rows) or self._note_offsets(call, cid, call.result)
         else:
             page = f"{len(rows)} records {after_seq + 1}..{after_seq + len(rows)}" if rows else "no records"
             message = judge(call, cid, f"{page} (not shown)", _same, self._history)
         if message is None:
             self._history.note(cid, call, (after_seq, limit), len(rows))
+        return message
+
+    def _note_offsets(self, call: Any, cid: str, records: Any) -> str | None:
+        """The offsets on records that matched the model: each a str, one per
+        (conversation, seq), never another record's."""
+        offsets = self.offsets
+        for record in records:
+            offset = getattr(record, "offset", None)
+            seq = record.seq
+            if type(offset) is not str:
+                return divergence(call, cid, f"answers record {seq} with the offset {show(offset)}",
+                                  f"answers record {seq} with an offset (a str)", self._history)
+            named = offsets.setdefault(offset, (cid, seq))
+            if named != (cid, seq):
+                return divergence(call, cid, f"answers record {seq} with the offset {offset!r:.80}",
+                                  f"never hands out one offset for two records: it named record {named[1]} "
+                                  f"of {named[0]!r}", self._history)
+        return None
+
+    def _observe(self, call: Any) -> str | None:
+        key = self.key_of(call)
+        bound = bound_args(call, ("conversation_id", "after_offset"), {"after_offset": None})
+        if bound is None or "conversation_id" not in bound or type(bound["conversation_id"]) is not str:
+            return judge(call, key, Refused("TypeError"), _same, self._history)
+        cid, offset = bound["conversation_id"], bound["after_offset"]
+        after_seq = 0
+        if offset is not None:
+            named = self.offsets.get(offset) if type(offset) is str else None
+            if named is None or named[0] != cid:
+                return judge(call, cid, Refused("MalformedOffset", conversation_id=cid, offset=offset), _same,
+                             self._history)
+            after_seq = named[1]
+        conversation = self.conversations.get(cid)
+        if conversation is None:
+            return judge(call, cid, Refused("NotMaterialized", conversation_id=cid), _same, self._history)
+        if call.damaged:
+            return None
+        rows = conversation.records[after_seq:]
+        if call.error is None:
+            message = self._compare_page(call, cid, after_seq, rows) or self._note_offsets(call, cid, call.result)
+        else:
+            page = f"{len(rows)} records {after_seq + 1}..{after_seq + len(rows)}" if rows else "no records"
+            message = judge(call, cid, f"{page} (not shown)", _same, self._history)
+        if message is None:
+            self._history.note(cid, call, ("after", after_seq), len(rows))
         return message
 
     def _compare_page(self, call: Any, cid: str, after_seq: int, rows: list[tuple[str, str]]) -> str | None:
