@@ -338,8 +338,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "ledger-lone-follower-left-open",
         "The host's finalize settles its joined followers only when it holds more than one: a lone joined "
         "follower stays open forever.",
-        "model.ledger.rules", "    if row.joined_count:\n        follower_json",
-        "    if row.joined_count > 1:\n        follower_json", ("port-storm",), ci_seed=1, ci_duration="5m"),
+        "model.ledger.rules", "    if row.joined_count:\n        for other in behind:",
+        "    if row.joined_count > 1:\n        for other in behind:", ("port-storm",), ci_seed=1, ci_duration="5m"),
     Mutant(
         "ledger-child-allocation-as-sent",
         "A child reservation is identified by the allocation as the caller built it (its member order "
@@ -428,6 +428,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "    reserved = ReservedSettlement(row.submission_id, record_digest, False,\n"
         "                                  settlement_id_for(row.submission_id, record_digest), outcome)\n",
         "    reserved = ReservedSettlement(row.submission_id, record_digest)\n", LS_PS, ci_seed=0, ci_duration="30s"),
+    Mutant(
+        "settlement-digest-over-payload",
+        "The settlement's record digest is over its outcome record alone, not over the record envelope the "
+        "log appends (peer case 78: recordDigest = digestJson(encode(RecordEnvelope))).",
+        "model.ledger.rules",
+        "    return text, digest_text(text), settlement_of(record)[\"outcome\"]\n",
+        "    return text, digest_text(canonical_json(settlement_of(record))), settlement_of(record)[\"outcome\"]\n",
+        LS_PS, ci_seed=0, ci_duration="30s"),
+    Mutant(
+        "settlement-restamped-on-append",
+        "The settlement record is stamped again when it is appended: its createdAt is the appender's clock, "
+        "not the reservation's, so the log's record is not byte-equal to the reserved one (peer case 111).",
+        "model.lifecycle",
+        "                              schema_version=entry[\"schemaVersion\"], created_at_ms=entry[\"createdAtMs\"],\n",
+        "                              schema_version=entry[\"schemaVersion\"], created_at_ms=created_at_ms,\n",
+        BOTH, ci_seed=0, ci_duration="30s"),
     Mutant(
         "ledger-settlement-without-receipt",
         "A first finalize answers the settlement without the admission's receipt.",
@@ -725,8 +741,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "Terminalization finalizes the ledger before appending the canonical settlement record to the log.",
         "model.lifecycle",
         "        self.failpoints.hit(RESERVED_BEFORE_APPEND)\n        if logged is None or append_if_logged:\n"
-        "            await append(settle_batch_id(submission_id),\n"
-        "                         settled_entry(submission_id, reservation.record_digest, record))\n"
+        "            await append(settle_batch_id(submission_id), envelope)\n"
         "        self.failpoints.hit(APPENDED_BEFORE_FINALIZE)\n"
         "        settlement = await self.ledger.finalize_settlement(\n"
         "            submission_id, self.now_ms() if finalized_at_ms is None else finalized_at_ms)\n",
@@ -734,8 +749,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        settlement = await self.ledger.finalize_settlement(\n"
         "            submission_id, self.now_ms() if finalized_at_ms is None else finalized_at_ms)\n"
         "        self.failpoints.hit(APPENDED_BEFORE_FINALIZE)\n        if logged is None or append_if_logged:\n"
-        "            await append(settle_batch_id(submission_id),\n"
-        "                         settled_entry(submission_id, reservation.record_digest, record))\n", BOTH,
+        "            await append(settle_batch_id(submission_id), envelope)\n", BOTH,
         ci_seed=0, ci_duration="6h"),
     Mutant(
         "lifecycle-ledger-over-log",
@@ -1089,9 +1103,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "agent-follower-without-run",
         "A joined follower's settlement record does not carry its host's run id.",
-        "model.agent",
-        "            entries.append(settled_entry(follower.submission_id, digest(follower_record), follower_record, run_id))\n",
-        "            entries.append(settled_entry(follower.submission_id, digest(follower_record), follower_record))\n",
+        "model.ledger.rules",
+        "                               deployment_id=host_envelope[\"deploymentId\"], run_id=host.get(\"runId\"))\n",
+        "                               deployment_id=host_envelope[\"deploymentId\"], run_id=None)\n",
         AC, ci_seed=0, ci_duration="5m"),
     Mutant(
         "agent-no-tool-resolved",
