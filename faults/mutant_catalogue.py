@@ -443,7 +443,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.lifecycle",
         "                              schema_version=entry[\"schemaVersion\"], created_at_ms=entry[\"createdAtMs\"],\n",
         "                              schema_version=entry[\"schemaVersion\"], created_at_ms=created_at_ms,\n",
-        BOTH, ci_seed=0, ci_duration="30s"),
+        BOTH, ci_seed=5, ci_duration="90s", ci_scenario="ledger-storm"),
     Mutant(
         "ledger-settlement-without-receipt",
         "A first finalize answers the settlement without the admission's receipt.",
@@ -522,7 +522,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The worker appends the input record of a submission whose abort intent was already durable when it "
         "claimed it (aborted before its input ever reached the log).",
         "model.submissions", "        if not record.input_applied and not aborted:\n",
-        "        if not record.input_applied:\n", LS, ci_seed=10, ci_duration="4h"),
+        "        if not record.input_applied:\n", LS, ci_seed=0, ci_duration="4h"),
     Mutant(
         "worker-skips-takeover",
         "The worker never takes the log over at its claim's epoch (its first append would), so until then a "
@@ -541,7 +541,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "SQLite write transactions start with a deferred BEGIN instead of BEGIN IMMEDIATE, so a read-then-write "
         "can fail with SQLITE_BUSY_SNAPSHOT that the busy timeout never retries.",
         "model.sqlite_db", '        conn.execute("BEGIN IMMEDIATE")\n', '        conn.execute("BEGIN")\n', LS,
-        store="sqlite", ci_seed=8, ci_duration="1h"),
+        store="sqlite", ci_seed=1, ci_duration="1h"),
     Mutant(
         "sqlite-busy-untyped",
         "A busy database (SQLITE_BUSY at BEGIN IMMEDIATE) is not recognised as write contention: the caller "
@@ -1115,7 +1115,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
         "                if False:\n"
         '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
-        AC, ci_seed=3, ci_duration="2h"),
+        AC, ci_seed=2, ci_duration="2h"),
     # -- progress waits (model.progress, STORE-014) ------------------------------------
     Mutant(
         "progress-read-before-register",
@@ -1168,7 +1168,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    (TERMINALIZING, lambda row, log, ctx: True, APPEND_RESERVED_SETTLEMENT, REPAIRED),\n",
         "    (TERMINALIZING, lambda row, log, ctx: True, FINALIZE_LEDGER_FROM_HISTORY, REPAIRED),\n",
         ("ledger-storm", "agent-conversations"),
-        ci_seed=4, ci_duration="5m"),
+        ci_seed=3, ci_duration="10m", ci_scenario="agent-conversations"),
     Mutant(
         "recovery-annotates-the-logged-case",
         "The claim holder writes the AppendReservedSettlement repair annotation when the reserved record is "
@@ -1177,5 +1177,5 @@ MUTANTS: tuple[Mutant, ...] = (
         "        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is None else None\n",
         "        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is not None else None\n",
         ("ledger-storm", "agent-conversations"),
-        ci_seed=4, ci_duration="5m"),
+        ci_seed=5, ci_duration="5m"),
 )
