@@ -44,7 +44,6 @@ from model.failpoints import (APPROVAL_DECIDED_BEFORE_EFFECT, APPROVAL_REQUEST_A
                               TOOL_PREPARED_BEFORE_SETTLED, TOOL_RESULTS_APPENDED, TURN_RESPONSE_APPENDED)
 from model.ledger.records import ABORTED, COMPLETED_WITH_RESULT, REJECTED, ParentLink, UnreadableSubmission
 from model.retry import error_name
-from model.canonical import digest
 from model.conversation.records import BatchRecord
 from model.ledger.records import settlement_of
 from model.ledger.rules import joined_envelope

@@ -36,7 +36,6 @@ from model.conversation.records import (
     AppendConflict,
     FencedAppendRequest,
     NotMaterialized,
-    RecordEnvelope,
 )
 from model.failpoints import (
     CLAIMED_BEFORE_INPUT,

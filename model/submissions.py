@@ -37,7 +37,6 @@ from model.conversation.records import (
     FencedAppendRequest,
     PAGE_SIZE_MAX,
     NotMaterialized,
-    RecordEnvelope,
 )
 from model.failpoints import (
     CLAIMED_BEFORE_INPUT,
