@@ -1081,6 +1081,27 @@ async def _(ledger) -> None:
         "finalized with the envelope's digest")
 
 
+@_check("joined-follower-envelope-is-its-hosts")
+async def _(ledger) -> None:
+    """Peer cases 78 and 127: a joined follower settles with its host's
+    settlement envelope re-addressed to it (``settlement:{followerId}``, its
+    own submission id), with the host's ``createdAtMs``, ``deploymentId``
+    and run (``runId``), the host's outcome and no independent result; its
+    record digest is that envelope's."""
+    host = await _admitted(ledger, key="k1")
+    joined = await _admitted(ledger, key="k2")
+    claim = await _claimed(ledger, now_ms=100)
+    await ledger.mark_input_applied(claim, *_input_at(claim))
+    await ledger.begin_join(claim, 1)
+    await ledger.mark_joined(claim, joined.submission_id, "input:2", 2)
+    await ledger.reserve_settlement(claim, _env(claim, COMPLETED_RECORD, 321, run_id="run:host"))
+    await ledger.finalize_settlement(host.submission_id, 500)
+    follower = await ledger.get(joined.submission_id)
+    want = _env_for(joined.submission_id, {"outcome": "completed"}, 321, run_id="run:host")
+    _eq((follower.outcome, follower.reserved_record, follower.reserved_digest), ("completed", want, _digest(want)),
+        "the follower's record is its host's envelope re-addressed to it, digested whole")
+
+
 @_check("finalize-idempotent")
 async def _(ledger) -> None:
     """Peer case ``settlementLifecycle`` (a later finalize keeps the first ``settled_at_ms``)."""
