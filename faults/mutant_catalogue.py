@@ -402,8 +402,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "ledger-lone-follower-left-open",
         "The host's finalize settles its joined followers only when it holds more than one: a lone joined "
         "follower stays open forever.",
-        "model.ledger.rules", "    if row.joined_count:\n        follower_json",
-        "    if row.joined_count > 1:\n        follower_json", ("port-storm",), ci_seed=1, ci_duration="5m"),
+        "model.ledger.rules", "    if row.joined_count:\n        for other in behind:",
+        "    if row.joined_count > 1:\n        for other in behind:", ("port-storm",), ci_seed=1, ci_duration="5m"),
     Mutant(
         "ledger-child-allocation-as-sent",
         "A child reservation is identified by the allocation as the caller built it (its member order "
@@ -493,6 +493,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "                                  settlement_id_for(row.submission_id, record_digest), outcome)\n",
         "    reserved = ReservedSettlement(row.submission_id, record_digest)\n", LS_PS, ci_seed=0, ci_duration="30s"),
     Mutant(
+        "settlement-digest-over-payload",
+        "The settlement's record digest is over its outcome record alone, not over the record envelope the "
+        "log appends (peer case 78: recordDigest = digestJson(encode(RecordEnvelope))).",
+        "model.ledger.rules",
+        "    return text, digest_text(text), settlement_of(record)[\"outcome\"]\n",
+        "    return text, digest_text(canonical_json(settlement_of(record))), settlement_of(record)[\"outcome\"]\n",
+        LS_PS, ci_seed=0, ci_duration="30s"),
+    Mutant(
+        "settlement-restamped-on-append",
+        "The settlement record is stamped again when it is appended: its createdAt is the appender's clock, "
+        "not the reservation's, so the log's record is not byte-equal to the reserved one (peer case 111).",
+        "model.lifecycle",
+        "                              schema_version=entry[\"schemaVersion\"], created_at_ms=entry[\"createdAtMs\"],\n",
+        "                              schema_version=entry[\"schemaVersion\"], created_at_ms=created_at_ms,\n",
+        BOTH, ci_seed=5, ci_duration="90s", ci_scenario="ledger-storm"),
+    Mutant(
         "ledger-settlement-without-receipt",
         "A first finalize answers the settlement without the admission's receipt.",
         "model.ledger.rules",
@@ -570,7 +586,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The worker appends the input record of a submission whose abort intent was already durable when it "
         "claimed it (aborted before its input ever reached the log).",
         "model.submissions", "        if not record.input_applied and not aborted:\n",
-        "        if not record.input_applied:\n", LS, ci_seed=10, ci_duration="4h"),
+        "        if not record.input_applied:\n", LS, ci_seed=0, ci_duration="4h"),
     Mutant(
         "worker-skips-takeover",
         "The worker never takes the log over at its claim's epoch (its first append would), so until then a "
@@ -789,8 +805,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "Terminalization finalizes the ledger before appending the canonical settlement record to the log.",
         "model.lifecycle",
         "        self.failpoints.hit(RESERVED_BEFORE_APPEND)\n        if logged is None or append_if_logged:\n"
-        "            await append(settle_batch_id(submission_id),\n"
-        "                         settled_entry(submission_id, reservation.record_digest, record))\n"
+        "            await append(settle_batch_id(submission_id), envelope)\n"
         "        self.failpoints.hit(APPENDED_BEFORE_FINALIZE)\n"
         "        settlement = await self.ledger.finalize_settlement(\n"
         "            submission_id, self.now_ms() if finalized_at_ms is None else finalized_at_ms)\n",
@@ -798,8 +813,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        settlement = await self.ledger.finalize_settlement(\n"
         "            submission_id, self.now_ms() if finalized_at_ms is None else finalized_at_ms)\n"
         "        self.failpoints.hit(APPENDED_BEFORE_FINALIZE)\n        if logged is None or append_if_logged:\n"
-        "            await append(settle_batch_id(submission_id),\n"
-        "                         settled_entry(submission_id, reservation.record_digest, record))\n", BOTH,
+        "            await append(settle_batch_id(submission_id), envelope)\n", BOTH,
         ci_seed=0, ci_duration="6h"),
     Mutant(
         "lifecycle-ledger-over-log",
@@ -1153,9 +1167,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "agent-follower-without-run",
         "A joined follower's settlement record does not carry its host's run id.",
-        "model.agent",
-        "            entries.append(settled_entry(follower.submission_id, digest(follower_record), follower_record, run_id))\n",
-        "            entries.append(settled_entry(follower.submission_id, digest(follower_record), follower_record))\n",
+        "model.ledger.rules",
+        "                               deployment_id=host_envelope[\"deploymentId\"], run_id=host.get(\"runId\"))\n",
+        "                               deployment_id=host_envelope[\"deploymentId\"], run_id=None)\n",
         AC, ci_seed=0, ci_duration="5m"),
     Mutant(
         "agent-no-tool-resolved",
@@ -1165,7 +1179,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
         "                if False:\n"
         '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
-        AC, ci_seed=3, ci_duration="2h"),
+        AC, ci_seed=2, ci_duration="2h"),
     # -- progress waits (model.progress, STORE-014) ------------------------------------
     Mutant(
         "progress-read-before-register",
@@ -1218,7 +1232,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    (TERMINALIZING, lambda row, log, ctx: True, APPEND_RESERVED_SETTLEMENT, REPAIRED),\n",
         "    (TERMINALIZING, lambda row, log, ctx: True, FINALIZE_LEDGER_FROM_HISTORY, REPAIRED),\n",
         ("ledger-storm", "agent-conversations"),
-        ci_seed=4, ci_duration="5m"),
+        ci_seed=3, ci_duration="10m", ci_scenario="agent-conversations"),
     Mutant(
         "recovery-annotates-the-logged-case",
         "The claim holder writes the AppendReservedSettlement repair annotation when the reserved record is "
@@ -1227,5 +1241,5 @@ MUTANTS: tuple[Mutant, ...] = (
         "        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is None else None\n",
         "        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is not None else None\n",
         ("ledger-storm", "agent-conversations"),
-        ci_seed=4, ci_duration="5m"),
+        ci_seed=5, ci_duration="5m"),
 )

@@ -44,11 +44,11 @@ from model.failpoints import (APPROVAL_DECIDED_BEFORE_EFFECT, APPROVAL_REQUEST_A
                               TOOL_PREPARED_BEFORE_SETTLED, TOOL_RESULTS_APPENDED, TURN_RESPONSE_APPENDED)
 from model.ledger.records import ABORTED, COMPLETED_WITH_RESULT, REJECTED, ParentLink, UnreadableSubmission
 from model.retry import error_name
-from model.canonical import digest
 from model.conversation.records import BatchRecord
-from model.ledger.rules import joined_record
+from model.ledger.records import settlement_of
+from model.ledger.rules import joined_envelope
 from model.lifecycle import (INPUT_FAMILY, RUN_COMPLETED_FAMILY, created_batch_id, input_batch_id, input_entry,
-                             input_record_id, run_id_for, settled_entry)
+                             input_record_id, run_id_for)
 from model.submissions import PARKED, ProcessOutcome, SubmissionWorker, WorkFailure
 
 # Step kinds of a plan (``request["plan"]``). ``open``/``close``: the first
@@ -389,12 +389,12 @@ class AgentWorker(SubmissionWorker):
             record["usage"] = usage_total(outputs)
         return record
 
-    async def _terminal_records(self, claim: Any, entry: tuple[str, Any]) -> list:
+    async def _terminal_records(self, claim: Any, entry: dict) -> list:
         """The settlement batch's records around the settlement ``entry``:
         the abort intent that decided an aborted outcome comes before it (the
         intent is canonical before the settlement it caused), as the run's
         completion does (the peer's order); the run's failure after it."""
-        record = entry[1]["record"]
+        record = settlement_of(entry)
         sid = claim.submission_id
         if record["outcome"] == ABORTED:
             row = await self.ledger.get(sid)
@@ -436,19 +436,21 @@ class AgentWorker(SubmissionWorker):
             assert joined, follower_id
             self.probe.emit("submission.joined", submission=follower_id, host=claim.submission_id)
 
+    def settlement_run_id(self, submission_id: str) -> str | None:
+        """A submission's settlement names its run (``run:{sid}``)."""
+        return run_id_for(submission_id)
+
     async def settlement_entries(self, conversation_id: str, claim: Any, record: Any,
-                                 entry: tuple[str, Any]) -> list:
-        """The host's record and one per joined follower: its host's outcome,
-        no independent result (what the ledger's finalize settles it with)."""
-        run_id = run_id_for(claim.submission_id)
-        entry = settled_entry(claim.submission_id, entry[1]["recordDigest"], entry[1]["record"], run_id)
+                                 entry: dict) -> list:
+        """The host's record envelope (as reserved) and one per joined
+        follower (``joined_envelope``: its host's outcome, no independent
+        result, its host's run; what the ledger's finalize settles it with)."""
         own = await self._terminal_records(claim, entry)
         if not joins_followers(record):
             return own
         host = await self.ledger.get(claim.submission_id)
         if not host.joined_count:
             return own
-        follower_record = joined_record(entry[1]["record"])
         at = own.index(entry) + 1
         before, entries, after = own[:at - 1], [entry], own[at:]
         # Its followers are open rows of its conversation (one strongly
@@ -460,7 +462,7 @@ class AgentWorker(SubmissionWorker):
                                                                            follower.submission_id):
                 continue  # joining, its input never applied: the host's finalize puts it back in the queue
             # A joined follower settles with its host's run (its id on the record).
-            entries.append(settled_entry(follower.submission_id, digest(follower_record), follower_record, run_id))
+            entries.append(joined_envelope(entry, follower.submission_id))
         return [*before, *entries, *after]
 
     async def _mark_joined(self, conversation_id: str, claim: Any, follower_id: str) -> bool:
@@ -698,7 +700,7 @@ class AgentWorker(SubmissionWorker):
             elif child.abort_author is not None:
                 outcome = ABORTED  # its intent is durable: the ledger settles it aborted, nothing else
             else:
-                outcome = child.reserved_record["outcome"]  # settling already: its reserved record wins
+                outcome = settlement_of(child.reserved_record)["outcome"]  # settling already: its reserved record wins
             joined.append(_joined_entry(sid, call, child.submission_id, outcome))
         return joined
 

@@ -555,7 +555,7 @@ async def project_once(ledger: Any, findings: Any, pins: Any, schedules: Sequenc
             elif record.outcome is None:
                 break  # not settled: projected in order, so wait
             else:
-                result = record.reserved_record.get("result") if record.outcome == "completed" else None
+                result = record.reserved_record["payload"]["record"].get("result") if record.outcome == "completed" else None
                 found = (result or {}).get("findings", [])
                 for finding in found:
                     for ref in finding["evidence"]:

@@ -50,7 +50,7 @@ from typing import Any, Awaitable, Callable
 
 import attrs
 
-from model.conversation.records import BatchRecord, NotMaterialized
+from model.conversation.records import BatchRecord, NotMaterialized, RecordEnvelope
 from model.failpoints import (
     ADMITTED_BEFORE_READY,
     APPENDED_BEFORE_FINALIZE,
@@ -63,21 +63,29 @@ from model.failpoints import (
     SUBAGENT_CHILD_READY,
     Failpoints,
 )
-from model.ledger.records import AdmissionResult, Claim, ReservedSettlement, Settlement
+from model.ledger.records import (
+    DEPLOYMENT_ID,
+    SETTLED_FAMILY,
+    AdmissionResult,
+    Claim,
+    ReservedSettlement,
+    Settlement,
+    settlement_envelope,
+    settlement_of,
+)
 
 # The producer that materializes a conversation at admission (epoch 0): any
 # claimed owner (epoch >= 1) takes the log over from it.
 ADMISSION_PRODUCER = "admission"
-DEPLOYMENT_ID = "loomsim"
 # A failed settlement's diagnostic is bounded (durability §12).
 DIAGNOSTIC_MESSAGE_MAX = 1_000
 INPUT_FAMILY = "input"  # the canonical input record: the ledger can be rebuilt from it
-SETTLED_FAMILY = "submission-settled"
 
 # ``append(batch_id, entry)``: the caller's fenced append of one settlement
-# batch (``entry`` is its ``(family, payload)``; the caller may add records
-# before it, as the runs layer adds its last steps).
-Append = Callable[[str, tuple[str, Any]], Awaitable[Any]]
+# batch (``entry`` is the exact settlement record envelope the ledger
+# reserved, a dict, appended as it is by ``record_envelope``; the caller may
+# add records before it, as the runs layer adds its last steps).
+Append = Callable[[str, dict], Awaitable[Any]]
 
 
 ABORT_REQUESTED_FAMILY = "abort-requested"
@@ -174,14 +182,30 @@ def input_entry(submission_id: str, input: Any, principal_id: str, idempotency_k
                            "idempotencyKey": idempotency_key, "queueSeq": queue_seq})
 
 
-def settled_entry(submission_id: str, record_digest: str, record: Any, run_id: str | None = None) -> tuple[str, dict]:
-    """The settlement record, as the log holds it: the exact reserved record
-    and its digest; ``run_id``: the run that settled it (a joined follower's
-    is its host's run), when a run did."""
-    payload = {"submissionId": submission_id, "recordDigest": record_digest, "record": record}
-    if run_id is not None:
-        payload["runId"] = run_id
-    return (SETTLED_FAMILY, payload)
+def record_envelope(batch_id: str, index: int, entry: Any, created_at_ms: int, producer_id: str,
+                    epoch: int) -> RecordEnvelope:
+    """The envelope a producer appends for a batch's ``index``-th entry: an
+    exact record (a dict: the reserved settlement envelope) as it is, never
+    re-stamped (its ``createdAtMs`` is the reservation's, whoever appends
+    it), else ``(family, payload)`` stamped now."""
+    if type(entry) is dict:
+        return RecordEnvelope(record_id=entry["recordId"], family=entry["family"],
+                              schema_version=entry["schemaVersion"], created_at_ms=entry["createdAtMs"],
+                              deployment_id=entry["deploymentId"], payload=entry["payload"], producer_id=producer_id,
+                              epoch=epoch)
+    family, payload = entry
+    return RecordEnvelope(record_id=entry_record_id(batch_id, index, family, payload), family=family,
+                          schema_version=1, created_at_ms=created_at_ms, deployment_id=DEPLOYMENT_ID,
+                          payload=payload, producer_id=producer_id, epoch=epoch)
+
+
+def logged_record(envelope: RecordEnvelope) -> dict:
+    """A logged record as the ledger reserves it: its envelope without the
+    producer's identity and epoch (the append adds those)."""
+    value = envelope.to_json()
+    value.pop("producerId", None)
+    value.pop("epoch", None)
+    return value
 
 
 def canonical_record(logged: Any, reserved: Any, fresh: Callable[[], Any]) -> Any:
@@ -199,9 +223,10 @@ class Terminal:
     """A finished terminalization: the record settled with, what the ledger
     reserved for it and what it finalized."""
 
-    record: Any
+    record: Any  # the outcome record (``settlement_of(envelope)``)
     reserved: ReservedSettlement
     settlement: Settlement
+    envelope: Any = None  # the settlement record envelope reserved and appended
 
 
 class SubmissionLifecycle:
@@ -280,29 +305,35 @@ class SubmissionLifecycle:
 
     async def terminalize(self, claim: Claim, *, logged: Any, reserved: Any, fresh: Callable[[], Any],
                           append: Append, append_if_logged: bool = False, finalized_at_ms: int | None = None,
-                          on_reserved: Callable[[Any], None] | None = None) -> Terminal:
+                          on_reserved: Callable[[Any], None] | None = None, run_id: str | None = None) -> Terminal:
         """Settle the claimed submission: reserve -> append -> finalize.
 
-        ``logged``: the settlement record the log is known to hold (None: not
-        known to); ``reserved``: the one the ledger had reserved when the
-        caller read it; ``fresh()``: a new one, used only when neither exists.
-        ``on_reserved(record)`` runs right after the reservation (the caller
-        remembers the record, so a retry in the same process reuses it)."""
+        ``logged``: the settlement record envelope the log is known to hold
+        (``logged_record``; None: not known to); ``reserved``: the one the
+        ledger had reserved when the caller read it; ``fresh()``: a new
+        outcome record, used only when neither exists, in a new envelope
+        created now (naming ``run_id``, the run that settles it, if any).
+        The ledger reserves the envelope (its digest is the envelope's) and
+        the log gets exactly it: a successor appends its predecessor's
+        reservation byte for byte. ``on_reserved(envelope)`` runs right
+        after the reservation (the caller remembers it, so a retry in the
+        same process reuses it)."""
         # Pre: the caller holds this process's claim token.
         assert isinstance(claim, Claim) and claim.submission_id, claim
         assert self.owner_id is not None and claim.owner_id == self.owner_id, (claim, self.owner_id)
         assert finalized_at_ms is None or type(finalized_at_ms) is int, finalized_at_ms
         submission_id = claim.submission_id
-        record = canonical_record(logged, reserved, fresh)
-        reservation = await self.ledger.reserve_settlement(claim, record)
+        envelope = canonical_record(logged, reserved, lambda: settlement_envelope(
+            submission_id, fresh(), self.now_ms(), run_id=run_id))
+        record = settlement_of(envelope)
+        reservation = await self.ledger.reserve_settlement(claim, envelope)
         # Post (reserve): the ledger holds exactly this record for this submission.
         assert reservation.submission_id == submission_id and reservation.record_digest, (reservation, claim)
         if on_reserved is not None:
-            on_reserved(record)
+            on_reserved(envelope)
         self.failpoints.hit(RESERVED_BEFORE_APPEND)
         if logged is None or append_if_logged:
-            await append(settle_batch_id(submission_id),
-                         settled_entry(submission_id, reservation.record_digest, record))
+            await append(settle_batch_id(submission_id), envelope)
         self.failpoints.hit(APPENDED_BEFORE_FINALIZE)
         settlement = await self.ledger.finalize_settlement(
             submission_id, self.now_ms() if finalized_at_ms is None else finalized_at_ms)
@@ -311,7 +342,7 @@ class SubmissionLifecycle:
         assert settlement.submission_id == submission_id, (settlement, claim)
         assert settlement.record_digest == reservation.record_digest, (settlement, reservation)
         assert settlement.outcome == record["outcome"], (settlement, record)
-        return Terminal(record, reservation, settlement)
+        return Terminal(record, reservation, settlement, envelope)
 
     async def adopt_logged(self, conversation_id: str, record: Any) -> Settlement | None:
         """Finalize a settlement the log holds already (its owner died between

@@ -29,6 +29,7 @@ import attrs
 
 from model.conversation.recovery import read_recovery_prefix
 from model.ledger.rules import queue_seq_of
+from model.lifecycle import logged_record
 
 REBUILD_OWNER = "ledger-rebuild"
 GAP_PRINCIPAL = "ledger-rebuild"
@@ -85,7 +86,9 @@ async def rebuild_ledger(log: Any, ledger: Any, conversation_ids: Iterable[str],
                 position = inputs.pop(claim.submission_id, None)
                 if position is not None:  # a held one never had its input in the log
                     await ledger.mark_input_applied(claim, *position)
-                await ledger.reserve_settlement(claim, payload["record"])
+                # The canonical record wins: the ledger reserves exactly the
+                # logged record envelope (the same digest as the original).
+                await ledger.reserve_settlement(claim, logged_record(envelope))
                 await ledger.finalize_settlement(claim.submission_id, envelope.created_at_ms)
                 settled += 1
         del prefix  # one conversation's prefix in memory at a time

@@ -27,6 +27,8 @@ from typing import Any, Iterable
 import attrs
 
 from model.conversation.records import HistoryCorrupted
+from model.canonical import digest
+from model.lifecycle import logged_record
 from model.conversation.recovery import read_recovery_prefix
 from model.retry import is_retryable
 from model.runtime import Runtime
@@ -92,8 +94,10 @@ async def run_summary(ledger: Any, log: Any, run_id: str, record: Any, *, verify
                 "tailSeq": tail.tail_seq, "tailDigest": tail.tail_digest}
     prefix = await read_recovery_prefix(log, run_id)
     tail = prefix.tail
-    settled = [r.envelope.payload for r in prefix.records if r.envelope.family == "submission-settled"]
-    if record.outcome is not None and (not settled or settled[-1]["recordDigest"] != record.reserved_digest):
+    # A settlement's digest is its record envelope's (without the producer's
+    # identity and epoch, which the append adds).
+    settled = [digest(logged_record(r.envelope)) for r in prefix.records if r.envelope.family == "submission-settled"]
+    if record.outcome is not None and (not settled or settled[-1] != record.reserved_digest):
         raise HistoryCorrupted(run_id, tail.tail_seq + 1, None,
                                f"the ledger settled this run ({record.reserved_digest}) but its log holds "
                                "no such settlement")

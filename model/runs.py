@@ -36,7 +36,6 @@ from model.conversation.records import (
     AppendConflict,
     FencedAppendRequest,
     NotMaterialized,
-    RecordEnvelope,
 )
 from model.failpoints import (
     CLAIMED_BEFORE_INPUT,
@@ -57,18 +56,19 @@ from model.kernel.records import (
     StepSequenceConflict,
     UnknownExecution,
 )
+from model.ledger.records import settlement_of
 from model.lifecycle import (
-    DEPLOYMENT_ID,
     DIAGNOSTIC_MESSAGE_MAX,
     INPUT_FAMILY,
     SETTLED_FAMILY,
     SubmissionLifecycle,
     created_batch_id,
     created_entry,
-    entry_record_id,
     input_batch_id,
     input_entry,
     input_record_id,
+    logged_record,
+    record_envelope,
 )
 from model.retry import is_retryable
 from model.probe import NULL_PROBE, Probe
@@ -300,12 +300,8 @@ class LedgerRuns:
             self._tails[run_id] = (observed.tail_seq, observed.tail_digest)
         tail_seq, tail_digest = self._tails[run_id]
         now_ms = self.now_ms()
-        envelopes = tuple(
-            RecordEnvelope(record_id=entry_record_id(batch_id, i, family, payload), family=family,
-                           schema_version=1, created_at_ms=now_ms,
-                           deployment_id=DEPLOYMENT_ID, payload=payload, producer_id=self.owner_id,
-                           epoch=claim.epoch)
-            for i, (family, payload) in enumerate(records))
+        envelopes = tuple(record_envelope(batch_id, i, entry, now_ms, self.owner_id, claim.epoch)
+                          for i, entry in enumerate(records))
         try:
             result = await self.log.append(FencedAppendRequest(
                 conversation_id=run_id, batch_id=batch_id, producer_id=self.owner_id, epoch=claim.epoch,
@@ -345,7 +341,7 @@ class LedgerRuns:
         records = await self._read_all(run_id)
         for record in records:
             if record.envelope.family == SETTLED_FAMILY:
-                self._settled[run_id] = record.envelope.payload["record"]
+                self._settled[run_id] = logged_record(record.envelope)
         steps = self.step_records(run_id, records)
         self._steps[run_id] = len(steps)
         return steps
@@ -425,7 +421,7 @@ class LedgerRuns:
     def _execution(self, run_id: str, record: Any, status: str | None = None) -> ExecutionRecord:
         schedule_id, occurrence_ms = parse_run_id(run_id)
         run_input = record.input
-        settled = record.reserved_record if record.outcome is not None else None
+        settled = settlement_of(record.reserved_record) if record.outcome is not None else None
         return ExecutionRecord(run_id, schedule_id, occurrence_ms, run_input["flowVersion"], run_input["input"],
                                status or _status_of(record.outcome), record.admitted_at_ms, record.settled_at_ms,
                                _output_of(settled))

@@ -37,7 +37,6 @@ from model.conversation.records import (
     FencedAppendRequest,
     PAGE_SIZE_MAX,
     NotMaterialized,
-    RecordEnvelope,
 )
 from model.failpoints import (
     CLAIMED_BEFORE_INPUT,
@@ -61,6 +60,8 @@ from model.lifecycle import (  # noqa: F401
     input_batch_id,
     input_entry,
     input_record_id,
+    logged_record,
+    record_envelope,
     repair_entry,
     repair_record_id,
     settle_batch_id,
@@ -253,7 +254,8 @@ class SubmissionWorker:
         try:
             terminal = await self.lifecycle.terminalize(
                 claim, logged=logged, reserved=record.reserved_record,
-                fresh=lambda: self._fresh_record(aborted, outputs, failure), append=append, append_if_logged=True)
+                fresh=lambda: self._fresh_record(aborted, outputs, failure), append=append, append_if_logged=True,
+                run_id=self.settlement_run_id(submission_id))
         except Exception as error:
             if error_name(error) != ABORT_REQUESTED:
                 raise
@@ -261,7 +263,7 @@ class SubmissionWorker:
             # reserved): it wins, settle aborted.
             terminal = await self.lifecycle.terminalize(
                 claim, logged=None, reserved=None, fresh=lambda: self._fresh_record(True, [], None), append=append,
-                append_if_logged=True)
+                append_if_logged=True, run_id=self.settlement_run_id(submission_id))
         settlement = terminal.settlement
         self.probe.emit("submission.settled", submission=submission_id, outcome=settlement.outcome,
                         digest=settlement.record_digest, epoch=claim.epoch)
@@ -286,8 +288,12 @@ class SubmissionWorker:
         except Exception as error:
             raise WorkFailure(error) from error
 
+    def settlement_run_id(self, submission_id: str) -> str | None:
+        """The run a fresh settlement record names (``runId``): none here."""
+        return None
+
     async def settlement_entries(self, conversation_id: str, claim: Claim, record: Any,
-                                 entry: tuple[str, Any]) -> list:
+                                 entry: dict) -> list:
         """The records of the settlement batch whose own record is ``entry``
         (a host's batch also settles its joined followers)."""
         return [entry]
@@ -320,14 +326,14 @@ class SubmissionWorker:
         return await self._batch_payload(conversation_id, batch)
 
     async def _settled_record(self, conversation_id: str, batch: BatchRecord, submission_id: str) -> Any:
-        """The settlement record of ``submission_id`` in its settlement batch
+        """The settlement record envelope of ``submission_id`` (``logged_record``) in its settlement batch
         (a run's batch may say the run completed before it). One record per
         read, as every single-record read here (it is near the batch's start)."""
         for seq in range(batch.first_seq, batch.last_seq + 1):
             (record,) = await self.log.read(conversation_id, seq - 1, 1)
             payload = record.envelope.payload
             if record.envelope.family == SETTLED_FAMILY and payload.get("submissionId") == submission_id:
-                return payload["record"]
+                return logged_record(record.envelope)
         raise AssertionError(f"{submission_id}: its settlement batch holds no settlement record of it")
 
     async def _batch_payload(self, conversation_id: str, batch: BatchRecord) -> Any:
@@ -358,11 +364,8 @@ class SubmissionWorker:
 
     async def _append_at(self, conversation_id: str, claim: Claim, batch_id: str,
                          records: list[tuple[str, Any]], tail: Any) -> AppendResult:
-        envelopes = tuple(
-            RecordEnvelope(record_id=entry_record_id(batch_id, i, family, payload), family=family, schema_version=1,
-                           created_at_ms=self.now_ms(), deployment_id=DEPLOYMENT_ID, payload=payload,
-                           producer_id=self.owner_id, epoch=claim.epoch)
-            for i, (family, payload) in enumerate(records))
+        envelopes = tuple(record_envelope(batch_id, i, entry, self.now_ms(), self.owner_id, claim.epoch)
+                          for i, entry in enumerate(records))
         result = await self.log.append(FencedAppendRequest(
             conversation_id=conversation_id, batch_id=batch_id, producer_id=self.owner_id, epoch=claim.epoch,
             expected_tail_seq=tail.tail_seq, expected_tail_digest=tail.tail_digest, records=envelopes))

@@ -203,6 +203,25 @@ def _canonical_equal(a: Any, b: Any) -> bool:
     return canonical_json(a) == canonical_json(b)
 
 
+# A settlement envelope's creation time in the adversary's reservations: one
+# constant, so an identical retry reserves the identical record.
+SETTLEMENT_CREATED_MS = 0
+
+
+def digest_of(value: Any) -> str:
+    """The digest of a JSON value: sha256 of its canonical JSON (peer case 76)."""
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def _is_envelope(value: Any) -> bool:
+    return type(value) is dict and "payload" in value and "recordId" in value
+
+
+def _outcome_of(record: Any) -> Any:
+    """The outcome of an outcome record or of a settlement envelope."""
+    return record["payload"]["record"]["outcome"] if _is_envelope(record) else record["outcome"]
+
+
 def _reordered(value: Any) -> Any:
     """The same JSON value with every object's members inserted in reverse."""
     if type(value) is dict:
@@ -628,7 +647,7 @@ class _Process(ClientProcess):
         mat = await self.call("log", "materialize", conversation, self.label, token.epoch)
         if not self.expect_ok(mat, f"materialize({conversation}, epoch {token.epoch})", conversation):
             return False
-        reserved = await self.call("ledger", "reserve_settlement", token, settle)
+        reserved = await self.call("ledger", "reserve_settlement", token, self._settlement(token, settle))
         if not self.expect_ok(reserved, f"reserve({sid}) in recovery", sid):
             return False
         self.expect(record.reserved_digest in (None, reserved.value.record_digest),
@@ -636,11 +655,25 @@ class _Process(ClientProcess):
         if not await self._append_settled(conversation, token, sid, reserved.value.record_digest, settle):
             return False
         final = await self.call("ledger", "finalize_settlement", sid, self.now())
-        return self.expect(final.ok and final.value.outcome == settle["outcome"],
+        return self.expect(final.ok and final.value.outcome == _outcome_of(settle),
                            f"finalize({sid}) in recovery answered {final.show()}", sid)
 
+    @staticmethod
+    def _settlement(token: Any, record: Any) -> Any:
+        """``record`` (an outcome record) in the settlement record envelope
+        of ``token``'s submission: what a reservation holds and the log
+        appends. A reserved envelope read back (the canonical record wins)
+        is passed on as it is."""
+        if _is_envelope(record):
+            return record
+        sid = getattr(token, "submission_id", None)
+        return {"recordId": f"settlement:{sid}", "family": "submission-settled", "schemaVersion": 1,
+                "createdAtMs": SETTLEMENT_CREATED_MS, "deploymentId": DEPLOYMENT,
+                "payload": {"submissionId": sid, "record": record}}
+
     async def _append_settled(self, conversation: str, token: Claim, sid: str, digest: str, record: Any) -> bool:
-        """Append the settlement record once (looked up by its batch id first)."""
+        """Append the settlement record envelope once (looked up by its batch
+        id first), exactly as reserved: its digest is ``digest``."""
         batch_id = f"settle:{sid}"
         found = await self.call("log", "lookup_batch", conversation, batch_id)
         if not self.expect_ok(found, f"lookup_batch({conversation}, {batch_id})", conversation):
@@ -652,10 +685,22 @@ class _Process(ClientProcess):
         mat = await self.call("log", "materialize", conversation, token.owner_id, token.epoch)
         if not self.expect_ok(mat, f"materialize({conversation}, epoch {token.epoch})", conversation):
             return False
-        payload = {"submissionId": sid, "recordDigest": digest, "record": record}
-        out = await self._append_one(conversation, batch_id, token.owner_id, token.epoch, "submission-settled",
-                                     payload)
+        envelope = self._settlement(attrs.evolve(token, submission_id=sid), record)
+        self.expect(digest_of(envelope) == digest, f"the envelope appended for {sid} is not the one reserved", sid)
+        out = await self._append_exact(conversation, batch_id, token.owner_id, token.epoch, envelope)
         return self.expect_ok(out, f"append of {batch_id}", conversation)
+
+    async def _append_exact(self, conversation: str, batch_id: str, producer: str, epoch: int,
+                            envelope: dict) -> Outcome:
+        """Append one exact record envelope (never re-stamped)."""
+        tail = await self.call("log", "inspect_tail", conversation)
+        if not tail.ok:
+            return tail
+        record = RecordEnvelope(envelope["recordId"], envelope["family"], envelope["schemaVersion"],
+                                envelope["createdAtMs"], envelope["deploymentId"], envelope["payload"], producer,
+                                epoch)
+        return await self.call("log", "append", FencedAppendRequest(
+            conversation, batch_id, producer, epoch, tail.value.tail_seq, tail.value.tail_digest, (record,)))
 
     async def _append_one(self, conversation: str, batch_id: str, producer: str, epoch: int, family: str,
                           payload: Any) -> Outcome:
@@ -971,8 +1016,12 @@ class _Process(ClientProcess):
                            f"renew of {sid} with a shorter lease at {now} answered {renewal.show()}, "
                            f"lease was {token.lease_expires_ms}", conv):
                 self.w.edge("renew_never_shortens")
-        else:
+        elif not renewal.ok:  # lapsed and claimed by another owner since: fenced
             self.expect_rejected(renewal, ("OwnershipLost",), f"renew of {sid} after its lease lapsed", conv)
+        else:  # lapsed with nobody claiming since: it renews at the same epoch (the peer's ledger does)
+            self.expect(renewal.value.epoch == token.epoch
+                        and renewal.value.lease_expires_ms >= now + max(1, self.lease_ms // 4),
+                        f"renew of {sid} after its lease lapsed unclaimed answered {renewal.show()}", conv)
         if not await self._apply_input(conv, token, sid, key, value, first.queue_seq):
             return
         intent = None
@@ -981,20 +1030,20 @@ class _Process(ClientProcess):
             self.w.edge("abort_before_reserve")
         outcome = "aborted" if intent is not None else self.rng.choice(("completed", "failed"))
         record = self.settlement_record(outcome, 1)
-        reserved = await self.call("ledger", "reserve_settlement", token, record)
+        reserved = await self.call("ledger", "reserve_settlement", token, self._settlement(token, record))
         if not self.expect_ok(reserved, f"reserve({sid})", conv):
             return
         digest = reserved.value.record_digest
-        retry = await self.call("ledger", "reserve_settlement", token, record)
+        retry = await self.call("ledger", "reserve_settlement", token, self._settlement(token, record))
         if self.expect(retry.ok and retry.value.record_digest == digest, f"identical re-reserve of {sid}: "
                                                                            f"{retry.show()}", conv):
             self.w.edge("reserve_identical_retry")
-        mirrored = await self.call("ledger", "reserve_settlement", token, _reordered(record))
+        mirrored = await self.call("ledger", "reserve_settlement", token, _reordered(self._settlement(token, record)))
         if self.expect(mirrored.ok and mirrored.value.record_digest == digest,
                        f"re-reserve of {sid} with members reordered: {mirrored.show()}", conv):
             self.w.edge("reserve_reordered_same_digest")
         different = {**record, "note": "another record, same outcome"}
-        clash = await self.call("ledger", "reserve_settlement", token, different)
+        clash = await self.call("ledger", "reserve_settlement", token, self._settlement(token, different))
         if self.expect_rejected(clash, ("SettlementConflict",), f"re-reserve of {sid} with other content", conv):
             self.w.edge("reserve_conflict_same_outcome")
         if abort_at == "between":
@@ -1054,7 +1103,7 @@ class _Process(ClientProcess):
         await self._abort(second.submission_id, "cleanup")
         aborted = self.settlement_record("aborted", 2)
         mat = await self.call("log", "materialize", conv, self.label, token2.epoch)
-        reserved2 = await self.call("ledger", "reserve_settlement", token2, aborted)
+        reserved2 = await self.call("ledger", "reserve_settlement", token2, self._settlement(token2, aborted))
         if not (self.expect_ok(mat, f"materialize({conv})", conv) and self.expect_ok(reserved2, "reserve", conv)):
             return
         if not await self._append_settled(conv, token2, second.submission_id, reserved2.value.record_digest,
@@ -1127,12 +1176,17 @@ class _Process(ClientProcess):
             ("claim", (conv, self.label, True, self.now()), ("TypeError",)),
             ("renew_ownership", (fake, self.lease_ms, self.now()), ("OwnershipLost",)),
             ("renew_ownership", (fake, -5, self.now()), ("ValueError",)),
-            ("reserve_settlement", (fake, {"outcome": "completed"}), ("OwnershipLost",)),
-            ("reserve_settlement", (fake, {"outcome": "maybe"}), ("InvalidSettlement",)),
-            ("reserve_settlement", (fake, {"outcome": "failed"}), ("InvalidSettlement",)),
-            ("reserve_settlement", (fake, {"outcome": "aborted", "result": None}), ("InvalidSettlement",)),
-            ("reserve_settlement", (fake, {"outcome": "failed", "diagnostic": {"errorTag": "T", "message": "m"},
-                                           "stack": "..."}), ("InvalidSettlement",)),
+            ("reserve_settlement", (fake, self._settlement(fake, {"outcome": "completed"})), ("OwnershipLost",)),
+            ("reserve_settlement", (fake, self._settlement(fake, {"outcome": "maybe"})), ("InvalidSettlement",)),
+            ("reserve_settlement", (fake, self._settlement(fake, {"outcome": "failed"})), ("InvalidSettlement",)),
+            ("reserve_settlement", (fake, self._settlement(fake, {"outcome": "aborted", "result": None})),
+             ("InvalidSettlement",)),
+            ("reserve_settlement", (fake, self._settlement(fake, {"outcome": "failed", "diagnostic": {
+                "errorTag": "T", "message": "m"}, "stack": "..."})), ("InvalidSettlement",)),
+            # A bare outcome record, or an envelope addressed to another submission, is no settlement.
+            ("reserve_settlement", (fake, {"outcome": "completed"}), ("InvalidSettlement",)),
+            ("reserve_settlement", (fake, {**self._settlement(fake, {"outcome": "completed"}),
+                                           "recordId": f"settlement:{sid}-other"}), ("InvalidSettlement",)),
             ("finalize_settlement", (f"{sid}-none", 0), ("UnknownSubmission",)),
             ("finalize_settlement", (sid, 0), ("SettlementConflict",)),
             ("request_abort", (f"{sid}-none", "me", "why", 0), ("UnknownSubmission",)),
@@ -1204,7 +1258,7 @@ class _Process(ClientProcess):
         if self.expect_rejected(renew, ("OwnershipLost",), f"renew of {sid} at its expiry instant", conv):
             self.w.edge("renew_at_expiry_lost")
         stale = [await self.call("ledger", "mark_input_applied", token, f"input:{sid}/0", 1),
-                 await self.call("ledger", "reserve_settlement", token, {"outcome": "completed"}),
+                 await self.call("ledger", "reserve_settlement", token, self._settlement(token, {"outcome": "completed"})),
                  await self.call("ledger", "release_ownership", token)]
         if all(self.expect_rejected(o, ("OwnershipLost",), f"stale token of {sid}", conv) for o in stale):
             self.w.edge("stale_token_fenced")
@@ -1227,7 +1281,7 @@ class _Process(ClientProcess):
                        f"renew of {sid} after its lease lapsed unclaimed answered {lapsed.show()}", conv):
             self.w.edge("renew_after_lapse_unclaimed")
         record = self.settlement_record("completed", 3)
-        reserved = await self.call("ledger", "reserve_settlement", taken, record)
+        reserved = await self.call("ledger", "reserve_settlement", taken, self._settlement(taken, record))
         if not self.expect_ok(reserved, f"reserve({sid})", conv):
             return
         if not await self._append_settled(conv, taken, sid, reserved.value.record_digest, record):
@@ -1257,13 +1311,13 @@ class _Process(ClientProcess):
         """Take the log over at the token's epoch, settle ``sid`` with
         ``record`` (reserve, append, finalize) and purge the conversation."""
         mat = await self.call("log", "materialize", conv, self.label, token.epoch)
-        reserved = await self.call("ledger", "reserve_settlement", token, record)
+        reserved = await self.call("ledger", "reserve_settlement", token, self._settlement(token, record))
         if not (self.expect_ok(mat, f"materialize({conv})", conv) and self.expect_ok(reserved, "reserve", conv)):
             return False
         if not await self._append_settled(conv, token, sid, reserved.value.record_digest, record):
             return False
         final = await self.call("ledger", "finalize_settlement", sid, self.now())
-        if not self.expect(final.ok and final.value.outcome == record["outcome"], f"finalize({sid}): {final.show()}",
+        if not self.expect(final.ok and final.value.outcome == _outcome_of(record), f"finalize({sid}): {final.show()}",
                            conv):
             return False
         purge = await self.call("ledger", "purge_conversation", conv)
@@ -1559,7 +1613,7 @@ class _Process(ClientProcess):
                 return
             self.w.edge("follower_joined")
         record = self.settlement_record("completed", 1)
-        reserved = await self.call("ledger", "reserve_settlement", token, record)
+        reserved = await self.call("ledger", "reserve_settlement", token, self._settlement(token, record))
         if not self.expect_ok(reserved, "reserve", conv):
             return
         if not await self._append_settled(conv, token, host_id, reserved.value.record_digest, record):
@@ -1571,7 +1625,8 @@ class _Process(ClientProcess):
         joined = [fid for fid in followers if fid != revert]
         rows = [await self.call("ledger", "get", fid) for fid in joined]
         if self.expect(all(r.ok and r.value.outcome == "completed" and r.value.settled_at_ms == final.value.settled_at_ms
-                           and r.value.reserved_record == {"outcome": "completed"} for r in rows),
+                           and r.value.reserved_record["payload"]["record"] == {"outcome": "completed"}
+                           for r in rows),
                        f"joined followers of {host_id} after its settlement: {[r.show() for r in rows]}", conv):
             self.w.edge("joined_settled_with_host")
         # What is left (a reverted, an unready, one behind the gap) was never claimed: aborting settles it.
@@ -1620,7 +1675,7 @@ class _Process(ClientProcess):
             return
         record = self.settlement_record("completed", 1)
         mat = await self.call("log", "materialize", conv, successor.owner_id, successor.epoch)
-        reserved = await self.call("ledger", "reserve_settlement", successor, record)
+        reserved = await self.call("ledger", "reserve_settlement", successor, self._settlement(successor, record))
         if not (self.expect_ok(mat, f"materialize({conv})", conv) and self.expect_ok(reserved, "reserve", conv)):
             return
         if not await self._append_settled(conv, successor, sid, reserved.value.record_digest, record):
@@ -1764,7 +1819,7 @@ class _Process(ClientProcess):
         if self.expect_rejected(clash, ("ChildReservationConflict",), f"another accounting at {call_id}", conv):
             self.w.edge("child_accounting_conflict")
         record = self.settlement_record("completed", 1)
-        reserved = await self.call("ledger", "reserve_settlement", token, record)
+        reserved = await self.call("ledger", "reserve_settlement", token, self._settlement(token, record))
         if not self.expect_ok(reserved, "reserve", conv):
             return
         if not await self._append_settled(conv, token, sid, reserved.value.record_digest, record):
@@ -1821,13 +1876,13 @@ class _Process(ClientProcess):
         self.runtime.spawn_on(self.node, "adversary:racer", racer())
         record = self.settlement_record("completed", 4)
         await self.sleep(0, 200)
-        reserved = await self.call("ledger", "reserve_settlement", token, record)
+        reserved = await self.call("ledger", "reserve_settlement", token, self._settlement(token, record))
         steps.append("reserved")
         if not reserved.ok and _matches(reserved.error, ("AbortRequested",)) and _typed(reserved.error):
             # The intent landed first: it is the authority, settle aborted.
             steps[-1] = "reserve refused (abort requested)"
             record = self.settlement_record("aborted", 4)
-            reserved = await self.call("ledger", "reserve_settlement", token, record)
+            reserved = await self.call("ledger", "reserve_settlement", token, self._settlement(token, record))
             steps.append("reserved aborted")
         if not self.expect_ok(reserved, f"reserve({sid})", conv):
             return
@@ -1837,7 +1892,7 @@ class _Process(ClientProcess):
         await self.sleep(0, 200)
         final = await self.call("ledger", "finalize_settlement", sid, self.now())
         steps.append("finalized")
-        if not self.expect(final.ok and final.value.outcome == record["outcome"],
+        if not self.expect(final.ok and final.value.outcome == _outcome_of(record),
                            f"finalize({sid}) racing an abort: {final.show()}", conv):
             return
         for _ in range(WAITS_MAX):  # the racer answers within its retries; the node's death ends both
@@ -1937,22 +1992,21 @@ class _Process(ClientProcess):
             record = self.settlement_record("aborted", row.queue_seq)
         else:
             record = self.settlement_record(self.rng.choice(("completed", "failed")), row.queue_seq)
-        reserved = await self.call("ledger", "reserve_settlement", token, record)
+        reserved = await self.call("ledger", "reserve_settlement", token, self._settlement(token, record))
         if not self.allow(reserved, races, f"reserve({sid})", conv):
             return
         batch = await self.call("log", "lookup_batch", conv, f"settle:{sid}")
         if not self.expect_ok(batch, "lookup_batch", conv):
             return
         if batch.value is None:
-            payload = {"submissionId": sid, "recordDigest": reserved.value.record_digest, "record": record}
-            out = await self._append_one(conv, f"settle:{sid}", self.label, token.epoch, "submission-settled",
-                                         payload)
+            out = await self._append_exact(conv, f"settle:{sid}", self.label, token.epoch,
+                                           self._settlement(token, record))
             if not self.allow(out, races, f"append of settle:{sid}", conv):
                 return
         final = await self.call("ledger", "finalize_settlement", sid, self.now())
-        if self.expect(final.ok and final.value.outcome == record["outcome"]
+        if self.expect(final.ok and final.value.outcome == _outcome_of(record)
                        and final.value.record_digest == reserved.value.record_digest,
-                       f"finalize({sid}) of a reserved {record['outcome']} answered {final.show()}", conv):
+                       f"finalize({sid}) of a reserved {_outcome_of(record)} answered {final.show()}", conv):
             self.w.edge("shared_settled")
         released = await self.call("ledger", "release_ownership", token)
         self.allow(released, ("OwnershipLost",), f"release({sid})", conv)

@@ -370,11 +370,15 @@ class _ValuesProcess(_Process):
             return
         record = {"outcome": "completed", "result": value}
         cases = [
-            ((LookalikeClaim(sid, token.owner_id, token.epoch, token.lease_expires_ms), record), ("TypeError",)),
-            ((token, ["completed"]), ("InvalidSettlement",)),
-            ((token, {"outcome": "completed", "result": {"x": float("nan")}}), ("InvalidSettlement",)),
-            ((token, {"outcome": "completed", "result": {1: "x", "a": 2}}), ("InvalidSettlement",)),
-            ((Claim(f"{sid}-none", token.owner_id, token.epoch, token.lease_expires_ms), record),
+            ((LookalikeClaim(sid, token.owner_id, token.epoch, token.lease_expires_ms), self._settlement(token, record)),
+             ("TypeError",)),
+            ((token, self._settlement(token, ["completed"])), ("InvalidSettlement",)),
+            ((token, self._settlement(token, {"outcome": "completed", "result": {"x": float("nan")}})),
+             ("InvalidSettlement",)),
+            ((token, self._settlement(token, {"outcome": "completed", "result": {1: "x", "a": 2}})),
+             ("InvalidSettlement",)),
+            ((Claim(f"{sid}-none", token.owner_id, token.epoch, token.lease_expires_ms),
+              self._settlement(Claim(f"{sid}-none", token.owner_id, token.epoch, token.lease_expires_ms), record)),
              ("UnknownSubmission",)),
         ]
         refused = 0
@@ -384,7 +388,7 @@ class _ValuesProcess(_Process):
         released = await self.call("ledger", "release_ownership", token)
         if not self.expect_ok(released, f"release of {sid}", conv):
             return
-        stale = await self.call("ledger", "reserve_settlement", token, record)
+        stale = await self.call("ledger", "reserve_settlement", token, self._settlement(token, record))
         refused += self.rejected(stale, ("OwnershipLost",), f"reserve of {sid} with a released token", conv)
         if refused == len(cases) + 1:
             self.w.edge("token_paths_refused")
@@ -392,7 +396,7 @@ class _ValuesProcess(_Process):
         if token is None:
             return
         mat = await self.call("log", "materialize", conv, self.label, token.epoch)
-        reserved = await self.call("ledger", "reserve_settlement", token, record)
+        reserved = await self.call("ledger", "reserve_settlement", token, self._settlement(token, record))
         if not (self.expect_ok(mat, f"materialize({conv})", conv) and self.expect_ok(reserved, "reserve", conv)):
             return
         if not await self._append_settled(conv, token, sid, reserved.value.record_digest, record):
@@ -430,7 +434,7 @@ class _ValuesProcess(_Process):
             return False
         record = self.settlement_record("aborted", 2)
         mat = await self.call("log", "materialize", conv, self.label, token.epoch)
-        reserved = await self.call("ledger", "reserve_settlement", token, record)
+        reserved = await self.call("ledger", "reserve_settlement", token, self._settlement(token, record))
         if not (self.expect_ok(mat, f"materialize({conv})", conv) and self.expect_ok(reserved, "reserve", conv)):
             return False
         if not await self._append_settled(conv, token, sid, reserved.value.record_digest, record):

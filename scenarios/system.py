@@ -478,8 +478,12 @@ class System:
                         mismatches.append(original.submission_id)
                     continue
                 # Unsettled work may hold a reservation the log has not seen
-                # yet; only what the log settled is canonical.
-                settled = original.outcome is not None
+                # yet; only what the log settled is canonical. A submission
+                # settled by its abort intent alone (never claimed) has no
+                # record in the log: its record envelope is the ledger's,
+                # created when the intent settled it, a time no log holds.
+                settled = original.outcome is not None and not (
+                    original.epoch is None and original.abort_author is not None)
                 if (copy.queue_seq, copy.outcome, copy.reserved_digest if settled else None) != (
                         original.queue_seq, original.outcome, original.reserved_digest if settled else None):
                     mismatches.append(original.submission_id)

@@ -30,6 +30,8 @@ from model.conversation.records import FencedAppendRequest, NotMaterialized, Rec
 from model.conversation.sqlite_store import SqliteConversationStore
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.sqlite_db import open_database
+from model.ledger.records import settlement_envelope
+
 
 OWNER = "worker"
 #: The producer that materializes a conversation at admission, at epoch 0
@@ -70,7 +72,7 @@ def input_batch_id(submission_id: str) -> str:
 
 
 def settle_record_id(submission_id: str) -> str:
-    return f"{submission_id}:settle"
+    return f"settlement:{submission_id}"
 
 
 def settle_batch_id(submission_id: str) -> str:
@@ -164,10 +166,12 @@ class Worker:
             append(log, cid, f"{sid}:s{j}", OWNER, epoch, records)
         # reserve settlement -> append exact canonical record -> finalize ledger.
         record = settlement_record(sid, n, self.seed)
-        run(ledger.reserve_settlement(claim, record))
+        settled = settlement_envelope(sid, record, self.tick(), deployment_id=DEPLOYMENT)
+        run(ledger.reserve_settlement(claim, settled))
         self.checkpoint("reserved", n, sid)
-        append(log, cid, settle_batch_id(sid), OWNER, epoch, [
-            envelope(settle_record_id(sid), "submission-settled", record, self.tick(), epoch),
+        append(log, cid, settle_batch_id(sid), OWNER, epoch, [  # exactly the reserved record
+            RecordEnvelope(settled["recordId"], settled["family"], settled["schemaVersion"], settled["createdAtMs"],
+                           settled["deploymentId"], settled["payload"], OWNER, epoch),
         ])
         self.checkpoint("settle-appended", n, sid)
         run(ledger.finalize_settlement(sid, self.tick()))

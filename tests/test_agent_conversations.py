@@ -173,7 +173,7 @@ def test_canonical_events_fails_what_is_never_canonical_and_usage_that_does_not_
                          "usage": {"inputTokens": 5, "outputTokens": 2, "costMicros": 45}}}]
     events.on_event(_append(1, 1, "c", turn, batch="turn:run:s1:1"))
     settled = {"family": "submission-settled", "createdAtMs": 2, "payload": {
-        "submissionId": "s1", "runId": "run:s1", "recordDigest": "x", "record": {"outcome": "completed", "result": {}, "usage": {
+        "submissionId": "s1", "runId": "run:s1", "record": {"outcome": "completed", "result": {}, "usage": {
             "modelCalls": 1, "inputTokens": 5, "outputTokens": 2, "costMicros": 45}}}}
     completed = {"family": "run-completed", "createdAtMs": 2, "payload": {"runId": "run:s1", "submissionId": "s1"}}
     events.on_event(_append(2, 2, "c", [completed, settled], expected_tail_seq=2, first_seq=3))

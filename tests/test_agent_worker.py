@@ -145,7 +145,7 @@ def test_a_rejected_approval_fails_the_run_and_the_guarded_tool_never_runs(world
     outcome = drive(world.worker("w2").process_next(C))
     assert outcome.settlement.outcome == "failed"
     record = drive(world.ledger.get(sid))
-    assert record.reserved_record["diagnostic"]["errorTag"] == "ApprovalRejected"
+    assert record.reserved_record["payload"]["record"]["diagnostic"]["errorTag"] == "ApprovalRejected"
     assert world.tools.calls == []  # the tool step never started
     families = world.families()
     assert "model-output" not in families  # nothing acted on the rejected approval

@@ -26,6 +26,13 @@ from sim.clock import parse_duration_ms
 from sim.rng import Streams
 from sim.runner import DETECTED, run
 from sim.scenario import ScenarioOptions
+from model.ledger.records import settlement_envelope
+
+
+def _env(claim, record):
+    """``record`` in ``claim``'s settlement record envelope (what the ledger reserves)."""
+    return settlement_envelope(claim.submission_id, record, 0)
+
 
 # What each text rot's refusal names: the check it must reach.
 REFUSALS = {
@@ -60,7 +67,7 @@ def _reserved(ledger):
     run_sync(ledger.mark_ready(submission_id, 0))
     claim = run_sync(ledger.claim("c", "w", 1_000, 1))
     record = {"outcome": "failed", "diagnostic": {"errorTag": "E", "message": "m"}}
-    return submission_id, claim, run_sync(ledger.reserve_settlement(claim, record))
+    return submission_id, claim, run_sync(ledger.reserve_settlement(claim, _env(claim, record)))
 
 
 @pytest.mark.parametrize("store", ["memory", "sqlite"])

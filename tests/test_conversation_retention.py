@@ -101,8 +101,8 @@ def forget_keys_in_the_first_generation(monkeypatch):
 
     async def forgetful(self, conversation_id, claim, batch_id, records):
         if conversation_id.endswith("-g0"):
-            records = [(family, {k: v for k, v in payload.items() if k != "idempotencyKey"})
-                       if family == "input" else (family, payload) for family, payload in records]
+            records = [(entry[0], {k: v for k, v in entry[1].items() if k != "idempotencyKey"})
+                       if type(entry) is tuple and entry[0] == "input" else entry for entry in records]
         return await real(self, conversation_id, claim, batch_id, records)
 
     monkeypatch.setattr(model_submissions.SubmissionWorker, "_append_once", forgetful)

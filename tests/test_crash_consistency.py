@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from model.canonical import digest
+from model.canonical import canonical_json, digest
 from model.conversation.memory_store import InMemoryConversationStore
 from model.conversation.recovery import read_recovery_prefix
 from model.conversation.sqlite_store import SqliteConversationStore
@@ -154,13 +154,16 @@ def check_invariants(ledger, log) -> None:
         assert ids == expected_ids, "FIFO: settled in queue order, each exactly once"
         if ABORTED_SUBMISSION in admitted:
             aborted = drive(ledger.get(ABORTED_SUBMISSION))
-            assert (aborted.outcome, aborted.epoch, aborted.input_applied, aborted.reserved_record) == (
-                "aborted", None, False, {"outcome": "aborted"})
+            assert (aborted.outcome, aborted.epoch, aborted.input_applied,
+                    aborted.reserved_record["payload"]["record"]) == ("aborted", None, False, {"outcome": "aborted"})
         for record in settled:
             submission = drive(ledger.get(record.envelope.payload["submissionId"]))
             assert submission.outcome == expected_outcome(submission.submission_id, submission.input)
-            assert submission.reserved_digest == record.envelope.payload["recordDigest"]
-            assert digest(record.envelope.payload["record"]) == submission.reserved_digest
+            # Byte-equal: the logged envelope (less its producer stamp) is the
+            # reserved record, and the reservation's digest is its digest.
+            logged = {k: v for k, v in record.envelope.to_json().items() if k not in ("producerId", "epoch")}
+            assert canonical_json(logged) == canonical_json(submission.reserved_record)
+            assert digest(logged) == submission.reserved_digest
             batch = drive(log.lookup_batch(conversation_id, settle_batch_id(submission.submission_id)))
             assert (batch.first_seq, batch.last_seq) == (record.seq, record.seq)
         # One input per submission, and one active submission at a time: a
@@ -299,7 +302,8 @@ def test_an_abort_at_each_point_of_a_running_submission_is_honoured_or_refused_t
         assert abort.answer.outcome == row.outcome != "aborted" and row.abort_author is None
         return
     assert (abort.answer.author, abort.answer.settled_at_ms) == ("operator", None)
-    assert (row.outcome, row.abort_author, row.reserved_record) == ("aborted", "operator", {"outcome": "aborted"})
+    assert (row.outcome, row.abort_author, row.reserved_record["payload"]["record"]) == (
+        "aborted", "operator", {"outcome": "aborted"})
     conversation_id = row.conversation_id
     records = drive(read_recovery_prefix(log, conversation_id)).records
     steps = [r for r in records if r.envelope.family == "model-output"

@@ -29,6 +29,13 @@ from model.schedules import Schedule, run_id_for
 from model.sqlite_db import open_database
 from scenarios.storage import run_sync
 from tests.fakes import FakeRuntime, Flaky, Stop
+from model.ledger.records import settlement_envelope
+
+
+def _env(claim, record):
+    """``record`` in ``claim``'s settlement record envelope (what the ledger reserves)."""
+    return settlement_envelope(claim.submission_id, record, 0)
+
 
 
 def ref(n: int) -> str:
@@ -457,7 +464,7 @@ class System:
         claim = run_sync(self.ledger.claim(run, "worker-1", 30_000, n * EVERY))
         record = ({"outcome": "failed", "diagnostic": {"errorTag": "Boom", "message": "no"}} if failed
                   else {"outcome": "completed", "result": {"findings": found or []}})
-        run_sync(self.ledger.reserve_settlement(claim, record))
+        run_sync(self.ledger.reserve_settlement(claim, _env(claim, record)))
         run_sync(self.ledger.finalize_settlement(admission.submission_id, n * EVERY + 1_000))
         return run
 

@@ -34,6 +34,13 @@ from model.ledger.records import (
 from model.ledger.rules import decide_claim, decide_finalize
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.sqlite_db import SqliteWriteContention, open_database
+from model.ledger.records import settlement_envelope
+
+
+def _env(claim, record):
+    """``record`` in ``claim``'s settlement record envelope (what the ledger reserves)."""
+    return settlement_envelope(claim.submission_id, record, 0)
+
 
 
 def run(async_fn, *args):
@@ -378,7 +385,7 @@ def test_sqlite_state_survives_reopen_and_shares_a_file(tmp_path):
         result = await ledger.admit("c1", "p1", "k1", {"x": 1}, 0)
         await ledger.mark_ready(result.submission_id, 0)
         claim = await ledger.claim("c1", "o1", 1_000, 10)
-        await ledger.reserve_settlement(claim, {"outcome": "completed", "result": 1})
+        await ledger.reserve_settlement(claim, _env(claim, {"outcome": "completed", "result": 1}))
         await kernel.start_execution("r", schedule_id=None, occurrence_ms=None, flow_version=1, input=None,
                                      started_at_ms=0)
         return claim, await ledger.finalize_settlement(result.submission_id, 50)
@@ -471,7 +478,7 @@ async def _apply(ledger, op, tokens):
             return await ledger.finalize_settlement(token.submission_id, args[1])
         if name == "input_applied":
             return await ledger.mark_input_applied(token, "input:" + token.submission_id, args[1])
-        return await ledger.reserve_settlement(token, args[1])
+        return await ledger.reserve_settlement(token, _env(token, args[1]))
     except LedgerError as exc:
         return (type(exc).__name__, vars(exc))
 

@@ -19,6 +19,14 @@ from model.ledger.states import (ABORT, ADMITTED, CLAIM, FINALIZE, INPUT_APPLIED
                                  TRANSITIONS, UNKNOWN, SUSPEND, DECIDE, SUSPENDED, RESERVE_CHILD, RELEASE_CHILD,
                                  state_of)
 
+from model.ledger.records import settlement_envelope
+
+
+def _env(claim, record):
+    """``record`` in ``claim``'s settlement record envelope (what the ledger reserves)."""
+    return settlement_envelope(claim.submission_id, record, 0)
+
+
 COMPLETED = {"outcome": "completed", "result": 1}
 ABORTED = {"outcome": "aborted"}
 
@@ -47,7 +55,7 @@ def test_a_submission_walks_the_table_from_admitted_to_settled(kind, tmp_path):
         await note(sid)
         await ledger.mark_input_applied(claim, "input:" + claim.submission_id, 1)
         await note(sid)
-        await ledger.reserve_settlement(claim, COMPLETED)
+        await ledger.reserve_settlement(claim, _env(claim, COMPLETED))
         await note(sid)
         await ledger.finalize_settlement(sid, 2)
         await note(sid)
@@ -150,7 +158,7 @@ def test_every_write_of_a_random_history_is_an_edge_of_the_table(ops, ready):
                 elif operation == RESERVE_CHILD:
                     await ledger.reserve_child(token, "child-1", {"tokens": 10})
                 else:
-                    await ledger.reserve_settlement(token, record)
+                    await ledger.reserve_settlement(token, _env(token, record))
             except Exception as error:  # refused: a typed verdict, nothing moved
                 assert getattr(type(error), "name", None), error
                 assert state_of(await ledger.get(sid)) == before, (operation, error)
@@ -219,7 +227,7 @@ def test_every_state_change_in_a_lane_with_joins_is_an_edge_of_the_table(ops, un
                 elif operation == MARK_INPUT_APPLIED:
                     await ledger.mark_input_applied(token, "input:" + token.submission_id, 1)
                 else:
-                    await ledger.reserve_settlement(token, record)
+                    await ledger.reserve_settlement(token, _env(token, record))
             except Exception as error:  # refused: a typed verdict, nothing moved
                 assert getattr(type(error), "name", None), error
                 assert {s: state_of(await ledger.get(s)) for s in sids} == before, (operation, error)

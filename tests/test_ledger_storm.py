@@ -149,8 +149,8 @@ def test_log_that_cannot_rebuild_the_ledger_is_caught(monkeypatch):
     real = submissions.SubmissionWorker._append_once
 
     async def forgetful(self, conversation_id, claim, batch_id, records):
-        records = [(family, {k: v for k, v in payload.items() if k != "idempotencyKey"})
-                   if family == "input" else (family, payload) for family, payload in records]
+        records = [(entry[0], {k: v for k, v in entry[1].items() if k != "idempotencyKey"})
+                   if type(entry) is tuple and entry[0] == "input" else entry for entry in records]
         return await real(self, conversation_id, claim, batch_id, records)
 
     monkeypatch.setattr(submissions.SubmissionWorker, "_append_once", forgetful)

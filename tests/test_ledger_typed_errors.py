@@ -34,6 +34,7 @@ from model.ledger.records import (
     UnreadableSubmission,
     UnsupportedLedgerVersion,
 )
+from model.ledger.records import settlement_envelope
 from model.ledger.rules import SubmissionRow
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.retry import is_retryable
@@ -126,7 +127,8 @@ def test_every_write_under_a_held_lock_is_a_typed_retryable_store_error(sqlite_l
             "claim": (ledger.claim, "c2", "o1", 1_000, 10),
             "renew_ownership": (ledger.renew_ownership, token, 1_000, 20),
             "mark_input_applied": (ledger.mark_input_applied, token, "input:" + token.submission_id, 1),
-            "reserve_settlement": (ledger.reserve_settlement, token, FAILED),
+            "reserve_settlement": (ledger.reserve_settlement, token,
+                                   settlement_envelope(token.submission_id, FAILED, 0)),
             "release_ownership": (ledger.release_ownership, token),
             "finalize_settlement": (ledger.finalize_settlement, first.submission_id, 30),
             "purge_conversation": (ledger.purge_conversation, "c9"),

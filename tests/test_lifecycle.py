@@ -41,9 +41,10 @@ from model.lifecycle import (
     SETTLED_FAMILY,
     SubmissionLifecycle,
     canonical_record,
+    record_envelope,
     settle_batch_id,
-    settled_entry,
 )
+from model.ledger.records import settlement_envelope
 from model.retry import error_name, is_retryable
 from model.sqlite_db import SqliteWriteContention, open_database
 from scenarios.storage import run_sync as drive  # a call that must not suspend
@@ -52,6 +53,11 @@ C = "conv-1"
 OWNER = "worker-1"
 LEASE_MS = 30_000
 DONE = {"outcome": "completed", "result": {"n": 1}}
+
+
+def env(claim, record=DONE, at_ms=1_000):
+    """``record``'s settlement envelope for ``claim``'s submission."""
+    return settlement_envelope(claim.submission_id, record, at_ms)
 
 
 class Recorder:
@@ -111,13 +117,10 @@ class World:
         """An append port as the callers give it: a fenced append at the tail."""
         async def append(batch_id, entry):
             tail = await self.log.inspect_tail(C)
-            family, payload = entry
             await self.log.append(FencedAppendRequest(
                 conversation_id=C, batch_id=batch_id, producer_id=claim.owner_id, epoch=claim.epoch,
                 expected_tail_seq=tail.tail_seq, expected_tail_digest=tail.tail_digest,
-                records=(RecordEnvelope(record_id=f"{batch_id}#0", family=family, schema_version=1,
-                                        created_at_ms=self.ms, deployment_id="t", payload=payload,
-                                        producer_id=claim.owner_id, epoch=claim.epoch),)))
+                records=(record_envelope(batch_id, 0, entry, self.ms, claim.owner_id, claim.epoch),)))
             self.calls.append("append")
         return append
 
@@ -207,9 +210,9 @@ def test_terminalize_reserves_appends_finalizes_in_order(world):
                                       append=world.append(claim), finalized_at_ms=5_000))
     assert world.calls == ["ledger.reserve_settlement", RESERVED_BEFORE_APPEND, "append", APPENDED_BEFORE_FINALIZE,
                            "ledger.finalize_settlement", FINALIZED_BEFORE_REPLY]
-    assert terminal.record == DONE and terminal.reserved.record_digest == digest(DONE)
+    assert terminal.record == DONE and terminal.reserved.record_digest == digest(env(claim))
     assert (terminal.settlement.outcome, terminal.settlement.settled_at_ms) == ("completed", 5_000)
-    assert world.settlements() == [settled_entry(claim.submission_id, digest(DONE), DONE)[1]]
+    assert world.settlements() == [env(claim)["payload"]]
     assert drive(world.log.lookup_batch(C, settle_batch_id(claim.submission_id))) is not None
 
 
@@ -223,21 +226,21 @@ def test_terminalize_finalizes_at_the_clock_without_a_time(world):
 
 def test_a_reserved_record_wins_and_on_reserved_sees_it(world):
     life, claim = world.admitted_and_claimed()
-    drive(world.ledger.reserve_settlement(claim, DONE))  # a predecessor reserved, then died
+    drive(world.ledger.reserve_settlement(claim, env(claim)))  # a predecessor reserved, then died
     remembered = []
-    terminal = drive(life.terminalize(claim, logged=None, reserved=DONE, fresh=lambda: {"outcome": "aborted"},
+    terminal = drive(life.terminalize(claim, logged=None, reserved=env(claim), fresh=lambda: {"outcome": "aborted"},
                                       append=world.append(claim), on_reserved=remembered.append))
-    assert terminal.record == DONE and remembered == [DONE]
+    assert terminal.record == DONE and remembered == [env(claim)]
     assert world.settlements()[0]["record"] == DONE
 
 
 def test_a_logged_record_is_not_appended_again_unless_the_append_is_append_once(world):
     life, claim = world.admitted_and_claimed()
-    drive(world.ledger.reserve_settlement(claim, DONE))
-    drive(world.append(claim)(settle_batch_id(claim.submission_id), settled_entry(claim.submission_id,
-                                                                                   digest(DONE), DONE)))
+    drive(world.ledger.reserve_settlement(claim, env(claim)))
+    drive(world.append(claim)(settle_batch_id(claim.submission_id), env(claim)))
     world.calls.clear()
-    drive(life.terminalize(claim, logged=DONE, reserved=DONE, fresh=lambda: None, append=world.append(claim),
+    drive(life.terminalize(claim, logged=env(claim), reserved=env(claim), fresh=lambda: None,
+                           append=world.append(claim),
                            finalized_at_ms=5_000))
     assert "append" not in world.calls  # the runs layer knows from its read
     assert len(world.settlements()) == 1
@@ -247,16 +250,17 @@ def test_a_logged_record_is_not_appended_again_unless_the_append_is_append_once(
     async def append_once(batch_id, entry):
         called.append(batch_id)
 
-    drive(life.terminalize(claim, logged=DONE, reserved=DONE, fresh=lambda: None, append=append_once,
+    drive(life.terminalize(claim, logged=env(claim), reserved=env(claim), fresh=lambda: None, append=append_once,
                            append_if_logged=True, finalized_at_ms=5_000))
     assert called == [settle_batch_id(claim.submission_id)]
 
 
 def test_a_conflicting_record_is_the_ledgers_typed_error(world):
     life, claim = world.admitted_and_claimed()
-    drive(world.ledger.reserve_settlement(claim, DONE))
+    drive(world.ledger.reserve_settlement(claim, env(claim)))
     with pytest.raises(SettlementConflict):
-        drive(life.terminalize(claim, logged={"outcome": "aborted"}, reserved=DONE, fresh=lambda: None,
+        drive(life.terminalize(claim, logged=env(claim, {"outcome": "aborted"}), reserved=env(claim),
+                               fresh=lambda: None,
                                append=world.append(claim)))
     assert world.settlements() == []
 
@@ -308,16 +312,15 @@ def test_adopt_logged_finalizes_only_a_settlement_the_log_holds(world):
     record = drive(world.ledger.get(claim.submission_id))
     assert drive(life.adopt_logged(C, record)) is None  # nothing reserved
     assert world.calls == []
-    drive(world.ledger.reserve_settlement(claim, DONE))
+    drive(world.ledger.reserve_settlement(claim, env(claim)))
     record = drive(world.ledger.get(claim.submission_id))
     assert drive(life.adopt_logged(C, record)) is None  # reserved, not in the log
     assert world.calls == ["log.lookup_batch"]
-    drive(world.append(claim)(settle_batch_id(claim.submission_id),
-                              settled_entry(claim.submission_id, digest(DONE), DONE)))
+    drive(world.append(claim)(settle_batch_id(claim.submission_id), env(claim)))
     world.calls.clear()
     world.ms = 9_000
     settlement = drive(life.adopt_logged(C, record))
-    assert (settlement.outcome, settlement.record_digest, settlement.settled_at_ms) == ("completed", digest(DONE),
+    assert (settlement.outcome, settlement.record_digest, settlement.settled_at_ms) == ("completed", digest(env(claim)),
                                                                                           9_000)
     assert world.calls == ["log.lookup_batch", "ledger.finalize_settlement", FINALIZED_BEFORE_REPLY]
 
@@ -326,7 +329,7 @@ def test_adopt_logged_of_a_log_not_materialized_is_none(world):
     admission = drive(world.ledger.admit("other", "p", "k", {}, 1_000))
     drive(world.ledger.mark_ready(admission.submission_id, 0))
     claim = drive(world.ledger.claim("other", OWNER, LEASE_MS, 1_000))
-    drive(world.ledger.reserve_settlement(claim, DONE))
+    drive(world.ledger.reserve_settlement(claim, env(claim)))
     record = drive(world.ledger.get(admission.submission_id))
     assert drive(world.lifecycle().adopt_logged("other", record)) is None
     assert drive(world.lifecycle().logged_settlement("other", admission.submission_id)) is None

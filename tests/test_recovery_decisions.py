@@ -9,6 +9,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
+from model.canonical import canonical_json
 from model.conversation.memory_store import InMemoryConversationStore
 from model.conversation.recovery import read_recovery_prefix
 from model.conversation.sqlite_store import SqliteConversationStore
@@ -233,7 +234,10 @@ def test_reserved_before_append_is_append_reserved_settlement_with_its_annotatio
     batch = drive(log.lookup_batch(C, f"repair:{sid}:AppendReservedSettlement"))
     assert batch is not None and batch.first_seq == batch.last_seq
     settled = [e for e in envelopes if e.family == "submission-settled"]
-    assert len(settled) == 1 and settled[0].payload["record"] == reserved
+    assert len(settled) == 1 and settled[0].payload == reserved["payload"]
+    # Byte-equal to the reservation (peer case 111), its creation time included.
+    logged = {k: v for k, v in settled[0].to_json().items() if k not in ("producerId", "epoch")}
+    assert canonical_json(logged) == canonical_json(reserved)
     assert envelopes.index(annotation[0]) < envelopes.index(settled[0])
     assert drive(ledger.get(sid)).settled_at_ms is not None
 
@@ -363,7 +367,7 @@ def _settlement_events(annotated: bool) -> list[tuple]:
                "digest": "d", "replayed": False}
     annotation = {"family": REPAIR_FAMILY, "payload": {"submissionId": "s1", "decision": "AppendReservedSettlement",
                                                         "disposition": "repaired"}}
-    settled = {"family": "submission-settled", "payload": {"submissionId": "s1", "recordDigest": "d"}}
+    settled = {"family": "submission-settled", "payload": {"submissionId": "s1", "record": {"outcome": "completed"}}}
 
     def append(batch, envelopes):
         return ("log.append", {"conversation": C, "batch": batch, "producer": "w2", "epoch": 2,

@@ -35,6 +35,13 @@ from model.ledger.records import (
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from scenarios.reference.ledger import PARAMS, ReferenceLedger
 from tests.fixtures.buggy import NewestFirstLedger
+from model.ledger.records import settlement_envelope
+
+
+def _env(claim, record):
+    """``record`` in ``claim``'s settlement record envelope (what the ledger reserves)."""
+    return settlement_envelope(claim.submission_id, record, 0)
+
 
 COMPLETED = {"outcome": "completed", "result": {"text": "done"}}
 FAILED = {"outcome": "failed", "diagnostic": {"errorTag": "ToolError", "message": "boom"}}
@@ -139,10 +146,10 @@ async def _life_of_two_submissions(ledger: Observed) -> None:
     assert same_owner.epoch > taken.epoch
     with pytest.raises(SettlementConflict):
         await ledger.finalize_settlement(first.submission_id, 2_700)  # nothing reserved
-    await ledger.reserve_settlement(same_owner, FAILED)
-    await ledger.reserve_settlement(same_owner, dict(reversed(list(FAILED.items()))))
+    await ledger.reserve_settlement(same_owner, _env(same_owner, FAILED))
+    await ledger.reserve_settlement(same_owner, _env(same_owner, dict(reversed(list(FAILED.items())))))
     with pytest.raises(SettlementConflict):
-        await ledger.reserve_settlement(same_owner, COMPLETED)
+        await ledger.reserve_settlement(same_owner, _env(same_owner, COMPLETED))
     await ledger.load_recovery_snapshot("c1")
     await ledger.finalize_settlement(first.submission_id, 2_800)
     await ledger.finalize_settlement(first.submission_id, 9_999)  # replays settled_at_ms
@@ -152,11 +159,11 @@ async def _life_of_two_submissions(ledger: Observed) -> None:
     await ledger.request_abort(second.submission_id, "client", "no longer needed", 3_010)  # while it runs
     await ledger.request_abort(second.submission_id, "ops", "later", 3_020)  # the first intent wins
     with pytest.raises(Exception):
-        await ledger.reserve_settlement(cleanup, {"outcome": "completed"})  # the intent is the authority
+        await ledger.reserve_settlement(cleanup, _env(cleanup, {"outcome": "completed"}))  # the intent is the authority
     await ledger.release_ownership(cleanup)
     await ledger.release_ownership(cleanup)  # idempotent
     cleanup = await ledger.claim("c1", "w3", 1_000, 3_100)
-    await ledger.reserve_settlement(cleanup, {"outcome": "aborted", "diagnostic": {"reason": "client"}})
+    await ledger.reserve_settlement(cleanup, _env(cleanup, {"outcome": "aborted", "diagnostic": {"reason": "client"}}))
     await ledger.finalize_settlement(second.submission_id, 3_200)
     await ledger.get(second.submission_id)
     await ledger.get_by_idempotency_key("c1", "p1", "k1")
@@ -277,10 +284,14 @@ def test_finalize_before_reserve_diverges():
 
 def test_wrong_digests_and_error_fields_diverge():
     model, first, _, claim = _admitted_and_claimed()
-    right = ReservedSettlement(first.submission_id, model_digest(COMPLETED), False,
+    right = ReservedSettlement(first.submission_id, model_digest(_env(claim, COMPLETED)), False,
                                f"settlement:{first.submission_id}", "completed")
-    assert feed(model, "reserve_settlement", claim, COMPLETED, result=attrs.evolve(right, record_digest="0" * 64))
-    assert feed(model, "reserve_settlement", claim, COMPLETED, result=right) is None
+    assert feed(model, "reserve_settlement", claim, _env(claim, COMPLETED),
+                result=attrs.evolve(right, record_digest="0" * 64))
+    # The digest of the outcome record alone is not the record envelope's (peer case 78).
+    assert feed(model, "reserve_settlement", claim, _env(claim, COMPLETED),
+                result=attrs.evolve(right, record_digest=model_digest(COMPLETED)))
+    assert feed(model, "reserve_settlement", claim, _env(claim, COMPLETED), result=right) is None
     # A stale token's refusal must carry the current epoch.
     stale = attrs.evolve(claim, epoch=claim.epoch - 1)
     assert feed(model, "mark_input_applied", stale, "input:x#0", 1,
@@ -327,7 +338,7 @@ def test_key_of_names_the_conversation():
     assert key("admit", "c9", "p1", "k1", {}, 0) == "c9"
     assert key("claim", conversation_id="c1", owner_id="o", lease_ms=1, now_ms=0) == "c1"
     assert key("mark_ready", first.submission_id, 0) == "c1"
-    assert key("reserve_settlement", claim, COMPLETED) == "c1"
+    assert key("reserve_settlement", claim, _env(claim, COMPLETED)) == "c1"
     assert key("get", "sub-unknown") == "ledger"
     assert key("scan_nonterminal") == "ledger"
 
@@ -354,7 +365,7 @@ def test_audit_compares_the_end_state_with_the_store():
             result = await ledger.admit(cid, "p1", "k1", {"cid": cid}, 0)
             await ledger.mark_ready(result.submission_id, 0)
         claim = await ledger.claim("c1", "o1", 1_000, 10)
-        await ledger.reserve_settlement(claim, FAILED)
+        await ledger.reserve_settlement(claim, _env(claim, FAILED))
         await ledger.finalize_settlement(claim.submission_id, 20)  # settled: compared by digests
         await ledger.admit("c2", "p1", "k2", {"n": 2}, 30)
 
@@ -501,7 +512,7 @@ def test_the_ids_positions_and_wakes_the_contract_fixes_are_checked():
     resumed = Claim(sid, "o2", token.epoch + 1, 1_400)
     assert feed(model, "claim", "c1", "o2", 1_000, 400, result=None) is not None  # claimable again
     assert feed(model, "claim", "c1", "o2", 1_000, 400, result=resumed) is None
-    record = {"outcome": "completed"}
+    record = _env(resumed, {"outcome": "completed"})
     assert feed(model, "reserve_settlement", resumed, record,
                 result=ReservedSettlement(sid, model_digest(record))) is not None  # no settlement id, outcome
     assert feed(model, "reserve_settlement", resumed, record,
@@ -545,7 +556,7 @@ def test_an_owner_write_on_a_settled_row_is_a_settlement_conflict_naming_its_out
     """Issue 29 (3): suspend and mark_unknown of a settled submission."""
     model, first, _, claim = _admitted_and_claimed()
     sid = first.submission_id
-    record = {"outcome": "completed"}
+    record = _env(claim, {"outcome": "completed"})
     assert feed(model, "reserve_settlement", claim, record,
                 result=ReservedSettlement(sid, model_digest(record), False, f"settlement:{sid}", "completed")) is None
     settled = Settlement(sid, "completed", model_digest(record), 300, None, f"settlement:{sid}",

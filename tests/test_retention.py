@@ -183,7 +183,7 @@ class World:
             elif record.outcome is None:
                 return  # not settled: wait, in order
             else:
-                found = record.reserved_record["result"]["findings"]
+                found = record.reserved_record["payload"]["record"]["result"]["findings"]
                 for f in found:
                     for ref in f["evidence"]:
                         drive(self.pins.pin(ref, f["id"]))

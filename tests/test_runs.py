@@ -171,6 +171,17 @@ class World:
     def settlements(self, run_id: str) -> list[dict]:
         return [r.envelope.payload for r in self.log_records(run_id) if r.envelope.family == SETTLED_FAMILY]
 
+    def settlement_envelopes(self, run_id: str) -> list[dict]:
+        """The log's settlement records, each its envelope without the
+        producer's identity and epoch (as the ledger reserves it)."""
+        out = []
+        for r in self.log_records(run_id):
+            if r.envelope.family == SETTLED_FAMILY:
+                value = r.envelope.to_json()
+                value.pop("producerId"), value.pop("epoch")
+                out.append(value)
+        return out
+
     def cursor(self):
         return drive(self.schedules.cursor(S))
 
@@ -207,11 +218,11 @@ def check_settled_once(world: World, run: str, record: dict, *, steps: int) -> N
     ledger_row = world.record(run)
     assert ledger_row.outcome == record["outcome"]
     assert ledger_row.settled_at_ms is not None
-    assert ledger_row.reserved_record == record
-    assert ledger_row.reserved_digest == digest(record)
-    settled = world.settlements(run)
+    assert ledger_row.reserved_record["payload"] == {"submissionId": ledger_row.submission_id, "record": record}
+    assert ledger_row.reserved_digest == digest(ledger_row.reserved_record)
+    settled = world.settlement_envelopes(run)
     assert len(settled) == 1, settled
-    assert settled[0] == {"submissionId": ledger_row.submission_id, "recordDigest": digest(record), "record": record}
+    assert settled[0] == ledger_row.reserved_record  # byte-equal: the reserved record envelope
     families = world.families(run)
     assert families == [CREATED_FAMILY, RUN_INPUT_FAMILY] + [STEP_FAMILY] * steps + [SETTLED_FAMILY], families
     assert drive(world.ledger.scan_nonterminal()) == ()
@@ -511,7 +522,7 @@ def test_crash_after_reserve_second_owner_settles_with_the_reserved_record(world
         drive(a.finish_execution(run, status=COMPLETED, output={"v": "a"}, finished_at_ms=T0,
                                  steps=STEPS[2:], first_seq=3))
     reserved = {"outcome": "completed", "result": {"v": "a"}}
-    assert world.record(run).reserved_record == reserved
+    assert world.record(run).reserved_record["payload"]["record"] == reserved
     assert world.settlements(run) == []
     b = world.runs("worker-b")
     resumed = drive(b.load_steps(run))

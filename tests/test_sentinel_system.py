@@ -288,7 +288,7 @@ def test_malformed_inputs_are_rejected_and_settle_as_failed(monkeypatch):
     outcomes: dict[int, set[str]] = {}
     for fields in tap.reserved:
         occurrence_ms = int(fields["submission"].rsplit("@", 1)[1].rsplit("-", 1)[0])
-        record = fields["record"]
+        record = fields["record"]["payload"]["record"]  # the outcome record in its settlement envelope
         tag = "completed" if record["outcome"] == "completed" else record["diagnostic"]["errorTag"]
         outcomes.setdefault(occurrence_ms, set()).add(tag)
     rejected = {o for o, tags in outcomes.items() if "InputValidationError" in tags}

@@ -51,6 +51,8 @@ from model.ledger.records import Claim, OwnershipLost
 from model.ledger.rules import submission_id_for
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.sqlite_db import open_database
+from model.ledger.records import settlement_envelope
+
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_PATH = Path(__file__).resolve().parent / "sigkill_worker.py"
@@ -234,7 +236,7 @@ def check_invariants(conn, ledger, log, seed: int, reported: list[str]) -> dict:
             if r.envelope.family == "input":
                 inputs[r.envelope.payload["submissionId"]].append(r)
             elif r.envelope.family == "submission-settled":
-                settles[r.envelope.payload["result"]["submissionId"]].append(r)
+                settles[r.envelope.payload["submissionId"]].append(r)
 
         seen_unsettled = False
         claimed_unsettled = []
@@ -253,13 +255,15 @@ def check_invariants(conn, ledger, log, seed: int, reported: list[str]) -> dict:
                 assert digest(rec.reserved_record) == rec.reserved_digest
             if settles[sid]:
                 assert rec.reserved_digest is not None, f"{sid}: settlement record appended without a reservation"
-                assert digest(settles[sid][0].envelope.payload) == rec.reserved_digest, sid
+                logged = {k: v for k, v in settles[sid][0].envelope.to_json().items() if k not in ("producerId", "epoch")}
+                assert digest(logged) == rec.reserved_digest, sid  # the exact reserved record
             if rec.settled:
                 assert not seen_unsettled, f"{sid}: settled behind an unsettled submission (FIFO)"
                 assert rec.reserved_digest is not None, f"{sid}: finalized without its reservation"
                 assert len(settles[sid]) == 1, f"{sid}: finalized with {len(settles[sid])} settlement records"
-                assert settles[sid][0].envelope.payload == rec.reserved_record
-                assert rec.reserved_record == W.settlement_record(sid, n, seed)
+                assert {k: v for k, v in settles[sid][0].envelope.to_json().items()
+                        if k not in ("producerId", "epoch")} == rec.reserved_record
+                assert rec.reserved_record["payload"]["record"] == W.settlement_record(sid, n, seed)
                 assert rec.outcome == "completed"
                 settled_ids.add(sid)
             else:
@@ -338,13 +342,15 @@ def recover(ledger, log, seed: int, rec) -> None:
         # Killed between append and finalize: the canonical record wins.
         (stored,) = run(log.read(cid, settle_batch.first_seq - 1, 1))
         assert stored.envelope.record_id == W.settle_record_id(sid)
-        record = stored.envelope.payload
+        record = {k: v for k, v in stored.envelope.to_json().items() if k not in ("producerId", "epoch")}
         run(ledger.reserve_settlement(claim, record))  # already reserved: same digest
     else:
-        record = W.settlement_record(sid, n, seed)
+        record = rec.reserved_record or settlement_envelope(sid, W.settlement_record(sid, n, seed), now,
+                                                            deployment_id=W.DEPLOYMENT)
         run(ledger.reserve_settlement(claim, record))
-        W.append(log, cid, W.settle_batch_id(sid), RECOVERY_OWNER, epoch, [
-            W.envelope(W.settle_record_id(sid), "submission-settled", record, now, epoch, RECOVERY_OWNER),
+        W.append(log, cid, W.settle_batch_id(sid), RECOVERY_OWNER, epoch, [  # exactly the reserved record
+            W.envelope(record["recordId"], "submission-settled", record["payload"], record["createdAtMs"], epoch,
+                       RECOVERY_OWNER),
         ])
     settlement = run(ledger.finalize_settlement(sid, now + 1))
     assert settlement.record_digest == digest(record) and settlement.outcome == "completed"

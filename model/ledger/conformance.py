@@ -37,6 +37,7 @@ from typing import Any, Awaitable, Callable, Iterable
 import attrs
 
 from model import conformance_kit as _kit
+from model.canonical import canonical_json as _canonical
 from model.canonical import digest as _digest
 
 from .records import (
@@ -94,6 +95,20 @@ def _true(condition: bool, what: str) -> None:
 COMPLETED_RECORD = {"outcome": "completed", "result": {"text": "done"}}
 FAILED_RECORD = {"outcome": "failed", "diagnostic": {"errorTag": "ToolError", "message": "boom"}}
 ABORTED_RECORD = {"outcome": "aborted", "diagnostic": {"reason": "user"}}
+
+
+def _env(claim: Claim, record: object, created_at_ms: int = 100, run_id: str | None = None) -> dict:
+    """``record`` in the settlement record envelope of ``claim``'s submission
+    (what a settlement reserves: the record the log appends)."""
+    return _env_for(claim.submission_id, record, created_at_ms, run_id)
+
+
+def _env_for(submission_id: str, record: object, created_at_ms: int, run_id: str | None = None) -> dict:
+    payload = {"submissionId": submission_id, "record": record}
+    if run_id is not None:
+        payload["runId"] = run_id
+    return {"recordId": f"settlement:{submission_id}", "family": "submission-settled", "schemaVersion": 1,
+            "createdAtMs": created_at_ms, "deploymentId": "loomsim", "payload": payload}
 
 
 async def _admitted(ledger, conversation_id="c1", key="k1", input=None, *, ready=True, principal_id="p1", now_ms=0):
@@ -252,7 +267,7 @@ async def _(ledger) -> None:
     await ledger.mark_ready(first.submission_id, 1)
     claim = await _claimed(ledger)
     _eq(claim.submission_id, first.submission_id, "claim takes the lowest unsettled queue_seq")
-    await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    await ledger.reserve_settlement(claim, _env(claim, COMPLETED_RECORD))
     await ledger.finalize_settlement(first.submission_id, 200)
     nxt = await _claimed(ledger, owner_id="o2", now_ms=300)
     _eq(nxt.submission_id, second.submission_id, "after settlement the next one is the head")
@@ -288,8 +303,10 @@ async def _(ledger) -> None:
     _eq(again, attrs.evolve(intent, replayed=True), "a repeat returns the original author, reason and time")
     _eq(await ledger.claim("c1", "o1", 1_000, 450), None, "nothing left to claim")
     record = await ledger.get(result.submission_id)
-    _eq((record.outcome, record.settled_at_ms, record.reserved_record), ("aborted", 400, {"outcome": "aborted"}),
-        "settled aborted with the aborted record")
+    _eq((record.outcome, record.settled_at_ms, record.reserved_record),
+        ("aborted", 400, _env_for(result.submission_id, {"outcome": "aborted"}, 400)),
+        "settled aborted with the aborted record, in its envelope created when the intent settled it")
+    _eq(record.reserved_digest, _digest(record.reserved_record), "its digest is its envelope's")
 
 
 @_check("claim-respects-live-lease")
@@ -416,7 +433,7 @@ async def _(ledger) -> None:
     _true(other.epoch > claim.epoch, "claim after release gets a higher epoch")
     exc = await _raises(OwnershipLost, ledger.release_ownership(claim), "release by the old token once reclaimed")
     _eq(exc.actual_epoch, other.epoch, "names the new epoch")
-    await ledger.reserve_settlement(other, COMPLETED_RECORD)
+    await ledger.reserve_settlement(other, _env(other, COMPLETED_RECORD))
     _eq((await ledger.finalize_settlement(other.submission_id, 300)).outcome, "completed", "the new owner settles")
 
 
@@ -481,7 +498,8 @@ async def _(ledger) -> None:
     _eq((intent.settled_at_ms, intent.replayed), (150, False), "a never-claimed submission settles at once")
     record = await ledger.get(queued.submission_id)
     _eq((record.outcome, record.settled_at_ms, record.reserved_record, record.epoch, record.input_applied),
-        ("aborted", 150, {"outcome": "aborted"}, None, False), "settled aborted, never owned, no input")
+        ("aborted", 150, _env_for(queued.submission_id, {"outcome": "aborted"}, 150), None, False),
+        "settled aborted, never owned, no input")
     again = await ledger.request_abort(queued.submission_id, "bob", "again", 170)
     _eq(again, AbortIntent(queued.submission_id, "alice", "not needed", 150, True, 150),
         "a repeat replays the intent that settled it")
@@ -492,7 +510,7 @@ async def _(ledger) -> None:
 
 
 async def _abort_after_reserve(ledger, claim) -> None:
-    await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    await ledger.reserve_settlement(claim, _env(claim, COMPLETED_RECORD))
     await ledger.request_abort(claim.submission_id, "alice", "late", 180)
 
 
@@ -505,12 +523,12 @@ async def _(ledger) -> None:
     await ledger.request_abort(result.submission_id, "alice", "stop", 200)
     before = await ledger.get(result.submission_id)
     for record in (COMPLETED_RECORD, FAILED_RECORD):
-        exc = await _raises(AbortRequested, ledger.reserve_settlement(claim, record),
+        exc = await _raises(AbortRequested, ledger.reserve_settlement(claim, _env(claim, record)),
                             f"reserve {record['outcome']} after the abort intent")
         _eq((exc.submission_id, exc.author, exc.attempted_outcome), (result.submission_id, "alice", record["outcome"]),
             "AbortRequested fields")
     _eq(await ledger.get(result.submission_id), before, "a refused reservation writes nothing")
-    await ledger.reserve_settlement(claim, ABORTED_RECORD)
+    await ledger.reserve_settlement(claim, _env(claim, ABORTED_RECORD))
     settled = await ledger.finalize_settlement(result.submission_id, 300)
     _eq(settled.outcome, "aborted", "the owner settles aborted")
 
@@ -523,7 +541,7 @@ async def _(ledger) -> None:
     not an intent exists; while it is still terminalizing, the intent replays."""
     result = await _admitted(ledger)
     claim = await _claimed(ledger)
-    await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    await ledger.reserve_settlement(claim, _env(claim, COMPLETED_RECORD))
     await ledger.finalize_settlement(result.submission_id, 300)
     before = await ledger.get(result.submission_id)
     exc = await _raises(SettlementConflict, ledger.request_abort(result.submission_id, "alice", "late", 400),
@@ -535,7 +553,7 @@ async def _(ledger) -> None:
     owner = await _claimed(ledger, owner_id="o2", now_ms=500)
     _eq(owner.submission_id, aborted.submission_id, "the next one runs")
     first = await ledger.request_abort(aborted.submission_id, "alice", "stop", 600)
-    await ledger.reserve_settlement(owner, ABORTED_RECORD)
+    await ledger.reserve_settlement(owner, _env(owner, ABORTED_RECORD))
     again = await ledger.request_abort(aborted.submission_id, "bob", "again", 650)
     _eq(again, attrs.evolve(first, replayed=True), "terminalizing: the first intent replays")
     await ledger.finalize_settlement(aborted.submission_id, 700)
@@ -617,9 +635,9 @@ async def _(ledger) -> None:
     _eq(intent.settled_at_ms, None, "an unknown head was claimed once: the intent waits for a cleanup owner")
     cleanup = await _claimed(ledger, owner_id="o2", now_ms=300)
     _eq(cleanup.submission_id, result.submission_id, "with its abort intent the unknown head is claimable")
-    await _raises(AbortRequested, ledger.reserve_settlement(cleanup, COMPLETED_RECORD),
+    await _raises(AbortRequested, ledger.reserve_settlement(cleanup, _env(cleanup, COMPLETED_RECORD)),
                   "the cleanup owner cannot settle it any other way than aborted")
-    await ledger.reserve_settlement(cleanup, {"outcome": "aborted"})
+    await ledger.reserve_settlement(cleanup, _env(cleanup, {"outcome": "aborted"}))
     settled = await ledger.finalize_settlement(result.submission_id, 400)
     _eq(settled.outcome, "aborted", "settled aborted")
     before = await ledger.get(result.submission_id)
@@ -673,7 +691,7 @@ async def _(ledger) -> None:
                            "call-2": {"decision": "rejected", "resolver": "carol", "reason": "too risky",
                                       "decidedAtMs": 500}}, "stored decisions")
     owner = await _claimed(ledger, owner_id="o4", now_ms=9_000)
-    await ledger.reserve_settlement(owner, FAILED_RECORD)
+    await ledger.reserve_settlement(owner, _env(owner, FAILED_RECORD))
     await ledger.finalize_settlement(result.submission_id, 9_100)
     for call, decision in (("call-1", "approved"), ("call-3", "approved")):  # a replay, a new call
         exc = await _raises(SettlementConflict, ledger.decide_approval(result.submission_id, call, decision, "bob",
@@ -694,8 +712,8 @@ async def _(ledger) -> None:
     await ledger.request_abort(result.submission_id, "ops", "nobody answers", 200)
     cleanup = await _claimed(ledger, owner_id="o2", now_ms=300)
     _eq(cleanup.submission_id, result.submission_id, "with its abort intent a suspended head is claimable")
-    await _raises(AbortRequested, ledger.reserve_settlement(cleanup, COMPLETED_RECORD), "only aborted")
-    await ledger.reserve_settlement(cleanup, {"outcome": "aborted"})
+    await _raises(AbortRequested, ledger.reserve_settlement(cleanup, _env(cleanup, COMPLETED_RECORD)), "only aborted")
+    await ledger.reserve_settlement(cleanup, _env(cleanup, {"outcome": "aborted"}))
     _eq((await ledger.finalize_settlement(result.submission_id, 400)).outcome, "aborted", "settled aborted")
 
 
@@ -790,13 +808,16 @@ async def _(ledger) -> None:
     await ledger.mark_input_applied(claim, *_input_at(claim))
     await ledger.begin_join(claim, 2)
     await ledger.mark_joined(claim, joined.submission_id, "input:2", 2)
-    await ledger.reserve_settlement(claim, FAILED_RECORD)
+    await ledger.reserve_settlement(claim, _env(claim, FAILED_RECORD))
     settled = await ledger.finalize_settlement(host.submission_id, 500)
     _eq(settled.outcome, "failed", "the host settles")
     follower = await ledger.get(joined.submission_id)
     _eq((follower.outcome, follower.settled_at_ms, follower.reserved_record),
-        ("failed", 500, {"outcome": "failed", "diagnostic": FAILED_RECORD["diagnostic"]}),
-        "its joined follower settles with it: the host's outcome, no independent result")
+        ("failed", 500, _env_for(joined.submission_id, {"outcome": "failed", "diagnostic": FAILED_RECORD["diagnostic"]},
+                                 100)),
+        "its joined follower settles with it: the host's outcome, no independent result, in an envelope "
+        "created with its host's")
+    _eq(follower.reserved_digest, _digest(follower.reserved_record), "the follower's digest is its envelope's")
     replay = await ledger.finalize_settlement(joined.submission_id, 900)
     _eq((replay.outcome, replay.settled_at_ms, replay.diagnostic), ("failed", 500, FAILED_RECORD["diagnostic"]),
         "a finalize of the settled follower replays its settlement")
@@ -833,7 +854,7 @@ async def _(ledger) -> None:
     _eq((attached.child_submission_id, attached.replayed), ("sub-child-1", False), "attached")
     _eq((await ledger.attach_child(claim, "call-1", "sub-child-1")).replayed, True, "attach again replays")
     await _raises(ChildReservationConflict, ledger.attach_child(claim, "call-1", "sub-child-2"), "another child")
-    await ledger.reserve_settlement(claim, COMPLETED_RECORD)  # the parent terminalizes; the child may settle later
+    await ledger.reserve_settlement(claim, _env(claim, COMPLETED_RECORD))  # the parent terminalizes; the child may settle later
     released = await ledger.release_child(parent.submission_id, "call-1", {"tokens": 640, "cost": 0.25}, 700)
     _eq((released.accounting, released.released_at_ms, released.replayed), ({"tokens": 640, "cost": 0.25}, 700, False),
         "the accounting frozen at the first release")
@@ -1004,16 +1025,18 @@ async def _(ledger) -> None:
     digest)."""
     await _admitted(ledger)
     claim = await _claimed(ledger)
-    first = await ledger.reserve_settlement(claim, FAILED_RECORD)
-    again = await ledger.reserve_settlement(claim, dict(reversed(list(FAILED_RECORD.items()))))
+    first = await ledger.reserve_settlement(claim, _env(claim, FAILED_RECORD))
+    again = await ledger.reserve_settlement(claim, dict(reversed(list(_env(claim, dict(reversed(list(
+        FAILED_RECORD.items())))).items()))))
     _true(isinstance(first, ReservedSettlement), f"reserve returned {first!r}")
     _eq(first.replayed, False, "the first reservation")
     _eq((first.settlement_id, first.outcome, first.record_digest),
-        (f"settlement:{claim.submission_id}", "failed", _digest(FAILED_RECORD)),
+        (f"settlement:{claim.submission_id}", "failed", _digest(_env(claim, FAILED_RECORD))),
         "the reservation names its settlement id, outcome and record digest")
     _eq(again, attrs.evolve(first, replayed=True), "same record reserved again: replayed")
     record = await ledger.get(claim.submission_id)
-    _eq((record.reserved_record, record.reserved_digest), (FAILED_RECORD, first.record_digest), "stored reservation")
+    _eq((record.reserved_record, record.reserved_digest), (_env(claim, FAILED_RECORD), first.record_digest),
+        "stored reservation")
 
 
 @_check("reserve-conflict")
@@ -1021,8 +1044,8 @@ async def _(ledger) -> None:
     """Peer case ``settlementConflicts``."""
     await _admitted(ledger)
     claim = await _claimed(ledger)
-    first = await ledger.reserve_settlement(claim, COMPLETED_RECORD)
-    exc = await _raises(SettlementConflict, ledger.reserve_settlement(claim, FAILED_RECORD), "a different record")
+    first = await ledger.reserve_settlement(claim, _env(claim, COMPLETED_RECORD))
+    exc = await _raises(SettlementConflict, ledger.reserve_settlement(claim, _env(claim, FAILED_RECORD)), "a different record")
     _eq(exc.existing_digest, first.record_digest, "conflict existing_digest")
     _true(exc.attempted_digest not in (None, first.record_digest), "conflict attempted_digest")
     _eq((await ledger.get(claim.submission_id)).reserved_digest, first.record_digest, "reservation unchanged")
@@ -1039,8 +1062,8 @@ async def _(ledger) -> None:
     result = await _admitted(ledger)
     claim = await _claimed(ledger)
     await ledger.mark_input_applied(claim, *_input_at(claim))
-    await ledger.reserve_settlement(claim, COMPLETED_RECORD)
-    exc = await _raises(SettlementConflict, ledger.reserve_settlement(claim, FAILED_RECORD), "another record")
+    await ledger.reserve_settlement(claim, _env(claim, COMPLETED_RECORD))
+    exc = await _raises(SettlementConflict, ledger.reserve_settlement(claim, _env(claim, FAILED_RECORD)), "another record")
     _eq(exc.existing_outcome, "completed", "a reserve conflict names the reserved outcome")
     await ledger.finalize_settlement(result.submission_id, 300)
     before = await ledger.get(result.submission_id)
@@ -1076,10 +1099,64 @@ async def _(ledger) -> None:
         ["outcome", "completed"],
     )
     for bad in bad_records:
-        await _raises(InvalidSettlement, ledger.reserve_settlement(claim, bad), f"reserve {bad!r}")
+        await _raises(InvalidSettlement, ledger.reserve_settlement(claim, _env(claim, bad)), f"reserve {bad!r}")
     _eq((await ledger.get(claim.submission_id)).reserved_digest, None, "refused records reserve nothing")
     # A joined completion may carry no independent result.
-    await ledger.reserve_settlement(claim, {"outcome": "completed"})
+    await ledger.reserve_settlement(claim, _env(claim, {"outcome": "completed"}))
+
+
+@_check("settlement-record-digest-is-the-envelope-digest")
+async def _(ledger) -> None:
+    """Peer cases 78 (``recordDigest = digestJson(encode(RecordEnvelope))``)
+    and 111 (the appended record is byte-equal to ``reservation.record``):
+    the reservation digests the whole record envelope it holds and hands
+    back; its key order is irrelevant; an envelope that is not this
+    submission's settlement (another id, family, submission, member) is
+    ``InvalidSettlement``; another ``createdAtMs`` is another record."""
+    result = await _admitted(ledger)
+    claim = await _claimed(ledger)
+    envelope = _env(claim, COMPLETED_RECORD, 250, run_id="run:x")
+    for bad in ({**envelope, "recordId": "settlement:other"}, {**envelope, "family": "input"},
+                {**envelope, "schemaVersion": 2}, {**envelope, "producerId": "o1"},
+                {k: v for k, v in envelope.items() if k != "createdAtMs"},
+                {**envelope, "payload": {**envelope["payload"], "submissionId": "other"}},
+                {**envelope, "payload": {**envelope["payload"], "recordDigest": "0" * 64}},
+                COMPLETED_RECORD):
+        await _raises(InvalidSettlement, ledger.reserve_settlement(claim, bad), f"reserve {bad!r:.120}")
+    reserved = await ledger.reserve_settlement(claim, envelope)
+    _eq(reserved.record_digest, _digest(envelope), "recordDigest = digestJson(the record envelope)")
+    _eq((await ledger.reserve_settlement(claim, dict(reversed(list(envelope.items()))))).replayed, True,
+        "the same envelope, its keys reordered: a replay")
+    exc = await _raises(SettlementConflict, ledger.reserve_settlement(claim, {**envelope, "createdAtMs": 251}),
+                        "the same outcome record in an envelope created at another time")
+    _eq(exc.existing_digest, reserved.record_digest, "conflict existing_digest")
+    record = await ledger.get(result.submission_id)
+    _eq((_canonical(record.reserved_record), record.reserved_digest), (_canonical(envelope), reserved.record_digest),
+        "the stored record is the envelope, byte for byte")
+    settlement = await ledger.finalize_settlement(result.submission_id, 400)
+    _eq((settlement.outcome, settlement.record_digest), ("completed", reserved.record_digest),
+        "finalized with the envelope's digest")
+
+
+@_check("joined-follower-envelope-is-its-hosts")
+async def _(ledger) -> None:
+    """Peer cases 78 and 127: a joined follower settles with its host's
+    settlement envelope re-addressed to it (``settlement:{followerId}``, its
+    own submission id), with the host's ``createdAtMs``, ``deploymentId``
+    and run (``runId``), the host's outcome and no independent result; its
+    record digest is that envelope's."""
+    host = await _admitted(ledger, key="k1")
+    joined = await _admitted(ledger, key="k2")
+    claim = await _claimed(ledger, now_ms=100)
+    await ledger.mark_input_applied(claim, *_input_at(claim))
+    await ledger.begin_join(claim, 1)
+    await ledger.mark_joined(claim, joined.submission_id, "input:2", 2)
+    await ledger.reserve_settlement(claim, _env(claim, COMPLETED_RECORD, 321, run_id="run:host"))
+    await ledger.finalize_settlement(host.submission_id, 500)
+    follower = await ledger.get(joined.submission_id)
+    want = _env_for(joined.submission_id, {"outcome": "completed"}, 321, run_id="run:host")
+    _eq((follower.outcome, follower.reserved_record, follower.reserved_digest), ("completed", want, _digest(want)),
+        "the follower's record is its host's envelope re-addressed to it, digested whole")
 
 
 @_check("finalize-idempotent")
@@ -1087,7 +1164,7 @@ async def _(ledger) -> None:
     """Peer case ``settlementLifecycle`` (a later finalize keeps the first ``settled_at_ms``)."""
     result = await _admitted(ledger)
     claim = await _claimed(ledger)
-    reserved = await ledger.reserve_settlement(claim, FAILED_RECORD)
+    reserved = await ledger.reserve_settlement(claim, _env(claim, FAILED_RECORD))
     first = await ledger.finalize_settlement(result.submission_id, 400)
     again = await ledger.finalize_settlement(result.submission_id, 900)
     _true(isinstance(first, Settlement), f"finalize returned {first!r}")
@@ -1107,7 +1184,7 @@ async def _(ledger) -> None:
 async def _(ledger) -> None:
     """Peer case ``settlementLifecycle`` (``settlement:{submissionId}``)."""
     # Deterministic, the peer's format: "settlement:{submissionId}"; the same
-    # record settled under two submissions gets two ids; a joined follower
+    # outcome record settled under two submissions gets two ids; a joined follower
     # and a submission settled by its abort intent get theirs too.
     host = await _admitted(ledger, key="k1")
     joined = await _admitted(ledger, key="k2")
@@ -1119,12 +1196,13 @@ async def _(ledger) -> None:
     await ledger.mark_input_applied(claim, "input:h#0", 1)
     await ledger.begin_join(claim, 1)
     await ledger.mark_joined(claim, joined.submission_id, "input:j#0", 2)
-    await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    await ledger.reserve_settlement(claim, _env(claim, COMPLETED_RECORD))
     first = await ledger.finalize_settlement(host.submission_id, 500)
     claim2 = await _claimed(ledger, conversation_id="c2", now_ms=100)
-    await ledger.reserve_settlement(claim2, COMPLETED_RECORD)
+    await ledger.reserve_settlement(claim2, _env(claim2, COMPLETED_RECORD))
     second = await ledger.finalize_settlement(other.submission_id, 600)
-    _eq(first.record_digest, second.record_digest, "the same record")
+    _true(first.record_digest != second.record_digest,
+          "the same outcome record under two submissions: two envelopes, two digests")
     _true(first.settlement_id != second.settlement_id, "two submissions, two settlement ids")
     _eq((first.settlement_id, second.settlement_id),
         (f"settlement:{host.submission_id}", f"settlement:{other.submission_id}"), "settlement:{submissionId}")
@@ -1166,7 +1244,7 @@ async def _(ledger) -> None:
         ("renew", lambda: ledger.renew_ownership(stale, 100, 300)),
         ("release", lambda: ledger.release_ownership(stale)),
         ("mark_input_applied", lambda: ledger.mark_input_applied(stale, *_input_at(stale))),
-        ("reserve", lambda: ledger.reserve_settlement(stale, COMPLETED_RECORD)),
+        ("reserve", lambda: ledger.reserve_settlement(stale, _env(stale, COMPLETED_RECORD))),
     )
     for what, call in calls:
         exc = await _raises(OwnershipLost, call(), f"{what} with a stale token")
@@ -1185,7 +1263,7 @@ async def _(ledger) -> None:
     b = await _admitted(ledger, key="k2", ready=False)
     claim = await _claimed(ledger, lease_ms=500, now_ms=100)
     await ledger.mark_input_applied(claim, *_input_at(claim))
-    reserved = await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    reserved = await ledger.reserve_settlement(claim, _env(claim, COMPLETED_RECORD))
     snapshot = await ledger.load_recovery_snapshot("c1")
     _eq((snapshot.conversation_id, snapshot.epoch), ("c1", claim.epoch), "snapshot header")
     _eq([s.submission_id for s in snapshot.submissions], [a.submission_id, b.submission_id], "nonterminal by queue_seq")
@@ -1291,7 +1369,7 @@ async def _(ledger) -> None:
     _eq([(r.conversation_id, r.queue_seq) for r in scanned],
         [(c, s) for c in ("c1", "c2", "c3") for s in (1, 2)], "order by (conversation_id, queue_seq)")
     claim = await _claimed(ledger, conversation_id="c2")
-    await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    await ledger.reserve_settlement(claim, _env(claim, COMPLETED_RECORD))
     await ledger.finalize_settlement(claim.submission_id, 900)
     _true(claim.submission_id not in [r.submission_id for r in await ledger.scan_nonterminal()], "settled excluded")
 
@@ -1334,9 +1412,10 @@ async def _(ledger) -> None:
     await ledger.mark_ready(result.submission_id, 1)
     claim = await _claimed(ledger)
     record = {"outcome": "completed", "result": {"rows": [1]}}
-    await ledger.reserve_settlement(claim, record)
+    await ledger.reserve_settlement(claim, _env(claim, record))
     record["result"]["rows"].append(2)
-    _eq((await ledger.get(result.submission_id)).reserved_record, {"outcome": "completed", "result": {"rows": [1]}},
+    _eq((await ledger.get(result.submission_id)).reserved_record,
+        _env(claim, {"outcome": "completed", "result": {"rows": [1]}}),
         "reserved record after caller mutations")
 
 

@@ -23,6 +23,39 @@ OUTCOMES: tuple[str, ...] = (COMPLETED, FAILED, ABORTED)
 
 SCHEMA_VERSION = 1
 
+# The settlement record is a whole record envelope (persistence §4's
+# ``RecordEnvelope``: recordId, family, schemaVersion, createdAt,
+# deploymentId, payload): the ledger reserves it, digests it and hands it
+# back, and the log appends exactly it ("reserve settlement -> append exact
+# canonical record -> finalize ledger", §3). The producer's identity and
+# epoch are not part of it: the fenced append adds them ("Producer-written
+# records also include producer identity and epoch", §4), and a successor
+# that appends its predecessor's reservation is another producer.
+SETTLED_FAMILY = "submission-settled"
+SETTLED_SCHEMA_VERSION = 1
+#: The deployment id every record of the model carries.
+DEPLOYMENT_ID = "loomsim"
+ENVELOPE_KEYS = frozenset({"recordId", "family", "schemaVersion", "createdAtMs", "deploymentId", "payload"})
+
+
+def settlement_envelope(submission_id: str, record: object, created_at_ms: int, *,
+                        deployment_id: str = DEPLOYMENT_ID, run_id: str | None = None) -> dict:
+    """The settlement record envelope of ``submission_id``: its id is
+    ``settlement:{submissionId}``; its payload ``{submissionId, record[,
+    runId]}``, where ``record`` is the outcome record (``{outcome, result}``,
+    ``{outcome, diagnostic}``, ...) and ``runId`` the run that settled it."""
+    payload = {"submissionId": submission_id, "record": record}
+    if run_id is not None:
+        payload["runId"] = run_id
+    return {"recordId": f"settlement:{submission_id}", "family": SETTLED_FAMILY,
+            "schemaVersion": SETTLED_SCHEMA_VERSION, "createdAtMs": created_at_ms, "deploymentId": deployment_id,
+            "payload": payload}
+
+
+def settlement_of(envelope: dict) -> dict:
+    """The outcome record a settlement envelope carries."""
+    return envelope["payload"]["record"]
+
 # How a tool call whose outcome was unknown is resolved (persistence §3: an
 # unknown head is never replayed blindly; only a resolution makes it
 # claimable again).

@@ -217,6 +217,11 @@ from .states import (ABORT, ADMITTED, ATTACH_CHILD, BEGIN_JOIN, RESERVE_CHILD, D
                      INPUT_APPLIED, READY, REVERT_JOIN, SETTLE_JOINED, SETTLED, SUSPEND, TERMINALIZING, claimable, state_of, target)
 from .records import (
     ABORTED,
+    ENVELOPE_KEYS,
+    SETTLED_FAMILY,
+    SETTLED_SCHEMA_VERSION,
+    settlement_envelope,
+    settlement_of,
     COMPLETED,
     FAILED,
     OUTCOMES,
@@ -532,7 +537,7 @@ def row_to_ownership(row: SubmissionRow, *, own: bool = False, child_rows=None) 
         children_awaited=row.children_awaited,
         input_record_id=row.input_record_id,
         input_seq=row.input_seq,
-        reserved_outcome=None if reserved is None else reserved["outcome"],
+        reserved_outcome=None if reserved is None else settlement_of(reserved)["outcome"],
         children=tuple(sorted((call, entry["child"], entry["releasedAtMs"] is not None)
                               for call, entry in children.items())),
         attempt_id=row.attempt_id,
@@ -955,9 +960,8 @@ def validate_input_applied(token: object, record_id: object, seq: object) -> Non
         raise ValueError(f"seq must be >= 1, got {seq}")
 
 
-# The record a submission aborted before it ever ran settles with.
-ABORTED_RECORD_JSON = canonical_json({"outcome": ABORTED})
-ABORTED_RECORD_DIGEST = digest_text(ABORTED_RECORD_JSON)
+# The outcome record a submission aborted before it ever ran settles with
+# (in its settlement envelope, created when its intent settled it).
 ABORTED_RECORD = {"outcome": ABORTED}
 
 
@@ -985,15 +989,19 @@ def decide_abort(
         # Terminalizing: the owner's reserved record wins; an intent stored
         # now would sit next to another outcome.
         assert state == TERMINALIZING, state
-        raise AbortConflict(submission_id, decode(row.reserved_json)["outcome"], settling=True)
+        raise AbortConflict(submission_id, settlement_of(decode(row.reserved_json))["outcome"], settling=True)
     if after == SETTLED:
         # Never claimed: nothing of it is in the log, and no owner will ever
         # run it. The intent is the authority: settled ``aborted`` at once,
         # so an abort never waits behind unrelated work in its lane.
+        # Its record is the ledger's alone (no log holds it): the envelope
+        # ``settlement:{sid}`` created when the intent settled it.
+        aborted_json = canonical_json(settlement_envelope(submission_id, ABORTED_RECORD, now_ms))
+        aborted_digest = digest_text(aborted_json)
         return AbortIntent(submission_id, author, reason, now_ms, False, now_ms), attrs.evolve(
             row, abort_author=author, abort_reason=reason, abort_requested_at_ms=now_ms,
-            reserved_json=ABORTED_RECORD_JSON, reserved_digest=ABORTED_RECORD_DIGEST, outcome=ABORTED,
-            settled_at_ms=now_ms, settlement_id=settlement_id_for(submission_id, ABORTED_RECORD_DIGEST))
+            reserved_json=aborted_json, reserved_digest=aborted_digest, outcome=ABORTED,
+            settled_at_ms=now_ms, settlement_id=settlement_id_for(submission_id, aborted_digest))
     return AbortIntent(submission_id, author, reason, now_ms), attrs.evolve(
         row, abort_author=author, abort_reason=reason, abort_requested_at_ms=now_ms)
 
@@ -1263,6 +1271,18 @@ def joined_record(host_record: dict) -> dict:
     return {"outcome": host_record["outcome"]}
 
 
+def joined_envelope(host_envelope: dict, follower_id: str) -> dict:
+    """A joined follower's settlement record envelope, derived from its
+    host's: ``settlement:{followerId}`` with the host's ``createdAtMs``,
+    ``deploymentId`` and run (``runId``, when the host's names one), and the
+    host's outcome with no independent result (``joined_record``). The
+    host's settlement batch appends exactly this; the host's finalize
+    settles the follower with its digest."""
+    host = host_envelope["payload"]
+    return settlement_envelope(follower_id, joined_record(host["record"]), host_envelope["createdAtMs"],
+                               deployment_id=host_envelope["deploymentId"], run_id=host.get("runId"))
+
+
 def validate_begin_join(token: object, limit: object) -> None:
     require_token(token)
     require_int("limit", limit)
@@ -1405,8 +1425,29 @@ def validate_release_child(submission_id: object, tool_call_id: object, now_ms: 
 _DIAGNOSTIC_KEYS = frozenset(("errorTag", "message"))
 
 
-def check_settlement_shape(submission_id: str, record: object) -> None:
-    """Persistence §10 family rules; ``InvalidSettlement`` on a violation."""
+def check_settlement_shape(submission_id: str, envelope: object) -> None:
+    """The settlement record envelope of ``submission_id`` (its six members,
+    family ``submission-settled``, id ``settlement:{submissionId}``, payload
+    ``{submissionId, record[, runId]}``), and its outcome record's
+    persistence §10 family rules; ``InvalidSettlement`` on a violation."""
+    if not isinstance(envelope, dict):
+        raise InvalidSettlement(submission_id, f"record must be a JSON object (a record envelope), got "
+                                               f"{type(envelope).__name__}")
+    if set(envelope) != ENVELOPE_KEYS:
+        raise InvalidSettlement(submission_id, f"a settlement is a record envelope {sorted(ENVELOPE_KEYS)}, got "
+                                               f"{envelope!r:.200}")
+    if (envelope["family"] != SETTLED_FAMILY or envelope["recordId"] != f"settlement:{submission_id}"
+            or envelope["schemaVersion"] != SETTLED_SCHEMA_VERSION or type(envelope["createdAtMs"]) is not int
+            or type(envelope["deploymentId"]) is not str):
+        raise InvalidSettlement(submission_id, "not this submission's settlement envelope: "
+                                               f"{ {k: v for k, v in envelope.items() if k != 'payload'}!r:.300}")
+    payload = envelope["payload"]
+    if (not isinstance(payload, dict) or not {"submissionId", "record"} <= set(payload)
+            or not set(payload) <= {"submissionId", "record", "runId"} or payload["submissionId"] != submission_id
+            or ("runId" in payload and type(payload["runId"]) is not str)):
+        raise InvalidSettlement(submission_id, f"payload must be {{submissionId, record[, runId]}} of this "
+                                               f"submission, got {payload!r:.200}")
+    record = payload["record"]
     if not isinstance(record, dict):
         raise InvalidSettlement(submission_id, f"record must be a JSON object, got {type(record).__name__}")
     outcome = record.get("outcome")
@@ -1434,13 +1475,15 @@ def check_settlement_shape(submission_id: str, record: object) -> None:
 
 
 def encode_settlement(submission_id: str, record: object) -> tuple[str, str, str]:
-    """Validate the record's shape and return ``(canonical_json, digest, outcome)``."""
+    """Validate the record envelope's shape and return ``(canonical_json,
+    digest, outcome)``: the digest is over the whole envelope (the peer's
+    ``recordDigest = digestJson(encode(RecordEnvelope))``)."""
     check_settlement_shape(submission_id, record)
     try:
         text = canonical_json(record)
     except ValueError as exc:
         raise InvalidSettlement(submission_id, f"not canonical JSON: {exc}") from None
-    return text, digest_text(text), record["outcome"]
+    return text, digest_text(text), settlement_of(record)["outcome"]
 
 
 def decide_reserve(
@@ -1456,7 +1499,7 @@ def decide_reserve(
         return reserved, evolve_row(row, reserved_json=record_json, reserved_digest=record_digest)
     if row.reserved_digest != record_digest:
         raise SettlementConflict(row.submission_id, row.reserved_digest, record_digest,
-                                 decode(row.reserved_json)["outcome"])
+                                 settlement_of(decode(row.reserved_json))["outcome"])
     return attrs.evolve(reserved, replayed=True), None
 
 
@@ -1481,8 +1524,8 @@ def decide_finalize(
     check_settlement_shape(submission_id, record)
     if digest(record) != row.reserved_digest:
         raise InvalidSettlement(submission_id, "stored record does not match its reserved digest")
-    outcome = record["outcome"]
-    diagnostic = record["diagnostic"] if outcome == FAILED else None
+    outcome = settlement_of(record)["outcome"]
+    diagnostic = settlement_of(record)["diagnostic"] if outcome == FAILED else None
     if row.settled_at_ms is not None:
         assert row.outcome == outcome, (row.outcome, outcome)
         return Settlement(submission_id, outcome, row.reserved_digest, row.settled_at_ms, diagnostic,
@@ -1492,12 +1535,12 @@ def decide_finalize(
                             receipt=row.receipt)
     followers: list[SubmissionRow] = []
     if row.joined_count:
-        follower_json = canonical_json(joined_record(record))
-        follower_digest = digest_text(follower_json)
         for other in behind:
             if other.join_host != submission_id:
                 continue
             if state_of(other) == JOINED:
+                follower_json = canonical_json(joined_envelope(record, other.submission_id))
+                follower_digest = digest_text(follower_json)
                 assert target(JOINED, SETTLE_JOINED) == SETTLED
                 followers.append(attrs.evolve(other, reserved_json=follower_json, reserved_digest=follower_digest,
                                               outcome=outcome,

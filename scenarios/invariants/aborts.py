@@ -48,6 +48,14 @@ ABORT_FAMILY = "abort-requested"
 STEPS_AFTER_INTENT_MAX = 1  # the step in flight when the intent landed
 
 
+
+def _outcome_of(envelope: object) -> object:
+    """The outcome a settlement record envelope carries (its payload's
+    record's), or None."""
+    payload = envelope.get("payload") if isinstance(envelope, dict) else None
+    record = payload.get("record") if isinstance(payload, dict) else None
+    return record.get("outcome") if isinstance(record, dict) else None
+
 class AbortHonoured(Checker):
     name = "abort-honoured"
     kinds = (LedgerClaim.kind, LedgerRequestAbort.kind, LedgerReserveSettlement.kind, LedgerFinalizeSettlement.kind,
@@ -102,7 +110,7 @@ class AbortHonoured(Checker):
             submission = fields[LedgerReserveSettlement.submission]
             if submission in self._intent_ms:
                 self.checks += 1
-                outcome = fields[LedgerReserveSettlement.record].get("outcome")
+                outcome = _outcome_of(fields[LedgerReserveSettlement.record])
                 if outcome != ABORTED:
                     self.fail(f"{submission}: a {outcome} record was reserved after its abort intent was durable "
                               f"at {self._intent_ms[submission]} ms", (submission,))
@@ -175,7 +183,7 @@ class AbortHonoured(Checker):
                 if row.abort_author is None:
                     continue
                 self.checks += 1
-                reserved = row.reserved_record.get("outcome") if isinstance(row.reserved_record, dict) else None
+                reserved = _outcome_of(row.reserved_record)
                 if row.outcome not in (None, ABORTED) or reserved not in (None, ABORTED):
                     self.fail(f"{row.submission_id}: the ledger holds an abort intent next to outcome "
                               f"{row.outcome} (reserved {reserved})", (row.submission_id,))

@@ -6,7 +6,9 @@ the log holds at most one settlement record per submission and it is the
 reserved record; finalize comes only after that record is in the log, and a
 repeated finalize reports the same outcome, digest and settlement time.
 Audit, from the stores: every finalized submission has exactly one
-settlement record in its conversation's log, equal to the ledger's digest;
+settlement record in its conversation's log, equal to the ledger's digest
+(the digest of the record envelope, as reserved: the log's record is
+byte-equal to the ledger's);
 a ledger rebuilt from the log alone agrees on every submission that
 reached the log (the log is canonical); and a submission's input,
 settlement and abort records carry the peer implementation's deterministic
@@ -23,6 +25,12 @@ from faults.events import (ERROR, LedgerFinalizeSettlement, LedgerPurgeConversat
                            LedgerReserveSettlement, LogAppend)
 from model.canonical import digest
 from model.ledger.rules import submission_id_for
+
+
+def record_digest_of(envelope: dict) -> str:
+    """A settlement record's digest: its whole record envelope's (peer case
+    78), without the producer's identity and epoch, which its append adds."""
+    return digest({key: value for key, value in envelope.items() if key not in ("producerId", "epoch")})
 
 
 def settled_by_abort(record) -> bool:
@@ -92,7 +100,7 @@ class ExactlyOnceSettlement(Checker):
                     continue
                 self.checks += 1
                 submission = envelope["payload"]["submissionId"]
-                record_digest = digest(envelope["payload"]["record"])
+                record_digest = record_digest_of(envelope)
                 if submission in self._in_log:
                     self.fail(f"{submission}: a second settlement record was appended", (submission,))
                     continue
@@ -152,7 +160,8 @@ class ExactlyOnceSettlement(Checker):
                 self._check_ids(record)
                 if record.envelope.family == "submission-settled":
                     payload = record.envelope.payload
-                    per_submission.setdefault(payload["submissionId"], []).append(digest(payload["record"]))
+                    per_submission.setdefault(payload["submissionId"], []).append(
+                        record_digest_of(record.envelope.to_json()))
             for submission in view.submissions(conversation_id):
                 self.checks += 1
                 records = per_submission.get(submission.submission_id, [])

@@ -33,6 +33,7 @@ epoch of each open reservation.
 from __future__ import annotations
 
 from faults.events import ERROR, LedgerFinalizeSettlement, LedgerReserveSettlement, LogAppend, RecoveryDecision
+from model.canonical import digest
 from sim.invariants import Checker
 
 _REPAIRED, _DEFERRED, _UNKNOWN = "repaired", "deferred", "unknown"
@@ -231,7 +232,9 @@ class RecoveryDecisions(Checker):
         if decision in ("FinalizeLedgerFromHistory", "AppendReservedSettlement"):
             if len(settled) != 1:
                 return f"the log holds {len(settled)} settlement records of it"
-            if settled[0].envelope.payload.get("recordDigest") != row.reserved_digest:
+            logged_envelope = {key: value for key, value in settled[0].envelope.to_json().items()
+                               if key not in ("producerId", "epoch")}
+            if digest(logged_envelope) != row.reserved_digest:
                 return "the ledger settled with another digest than the logged record's"
             annotations = [r for r in logged.get("repair-annotation", [])
                            if r.envelope.payload.get("decision") == decision]

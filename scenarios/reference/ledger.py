@@ -42,7 +42,14 @@ adapters (memory, SQLite) do — each named where it is used:
 - abort while the owner has reserved a non-aborted record is
   ``AbortConflict`` too, ``settling`` (the reservation wins); abort of a
   submission never claimed settles it ``aborted`` in the same call, its
-  record ``{"outcome": "aborted"}`` (L8);
+  record ``{"outcome": "aborted"}`` in a settlement envelope created at
+  the intent's time (L8);
+- a settlement record is a record envelope (``recordId``
+  ``settlement:{submission}``, family ``submission-settled``, version 1,
+  ``createdAtMs``, ``deploymentId``, payload ``{submissionId, record[,
+  runId]}``) and its digest is the whole envelope's (peer case 78); a
+  joined follower's is its host's envelope re-addressed to it, with the
+  host's outcome and no result (L16);
 - reserve of a non-aborted record once an abort intent exists is
   ``AbortRequested`` (L9);
 - the ids the contract fixes are checked exactly: a claim's attempt id is
@@ -128,7 +135,22 @@ from model.ledger.records import (
 from scenarios.reference import HISTORY_MAX, error_name, retryable
 from scenarios.reference.jcs import canonical, digest_text, read_back
 
-_ABORTED_TEXT = canonical({"outcome": "aborted"})
+_SETTLED = "submission-settled"
+_ENVELOPE_MEMBERS = ("createdAtMs", "deploymentId", "family", "payload", "recordId", "schemaVersion")
+
+
+def _settled_envelope(sid: str, outcome_record: dict, created_at_ms: int, deployment_id: str,
+                      run_id: str | None) -> dict:
+    """The settlement record envelope of ``sid`` (L16)."""
+    payload = {"record": outcome_record, "submissionId": sid}
+    if run_id is not None:
+        payload["runId"] = run_id
+    return {"createdAtMs": created_at_ms, "deploymentId": deployment_id, "family": _SETTLED, "payload": payload,
+            "recordId": "settlement:" + sid, "schemaVersion": 1}
+
+
+def _outcome_of(envelope: dict) -> str:
+    return envelope["payload"]["record"]["outcome"]
 # The ledger's typed storage failure (persistence §9.2): a write contention
 # crosses the port as this, the contention its ``cause``.
 STORE_ERROR = "LedgerStoreError"
@@ -349,7 +371,7 @@ class _Row:
             input_record_id=None if self.input_at is None else self.input_at[0],
             input_seq=None if self.input_at is None else self.input_at[1],
             reserved_outcome=None if self.reserved_digest is None else (
-                self.outcome if self.reserved_text is None else read_back(self.reserved_text)["outcome"]),
+                self.outcome if self.reserved_text is None else _outcome_of(read_back(self.reserved_text))),
             children=tuple(sorted((call, entry[1], entry[3] is not None) for call, entry in self.children.items())),
             attempt_id=self.attempt_id,
             approvals=None if self.approvals is None else read_back(canonical(self.approvals)),
@@ -457,6 +479,9 @@ def _brief_value(value: object) -> object:
         return _BRIEF_NAMES[kind] + get(value)
     if isinstance(value, dict) and "outcome" in value:
         return ("record", value["outcome"])
+    if isinstance(value, dict) and isinstance(value.get("payload"), dict) and isinstance(
+            value["payload"].get("record"), dict) and "outcome" in value["payload"]["record"]:
+        return ("record", value["payload"]["record"]["outcome"])
     return type(value).__name__
 
 
@@ -1053,12 +1078,13 @@ class ReferenceLedger:
                                                row.settled_at_ms if never_ran else None), conversation)
         elif row.reserved_digest is not None:
             self._want_error(call, "AbortConflict", {"submission_id": sid, "settling": True,
-                                                     "outcome": read_back(row.reserved_text)["outcome"]},
+                                                     "outcome": _outcome_of(read_back(row.reserved_text))},
                              conversation)  # L8
         elif row.epoch is None:  # L8: never claimed, settled by the intent alone
             self._want_value(call, AbortIntent(sid, author, reason, now_ms, False, now_ms), conversation)
             row.abort_author, row.abort_reason, row.abort_at_ms = author, reason, now_ms
-            row.reserved_digest = digest_text(_ABORTED_TEXT)
+            row.reserved_digest = digest_text(canonical(_settled_envelope(sid, {"outcome": "aborted"}, now_ms,
+                                                                          "loomsim", None)))
             row.outcome, row.settled_at_ms = "aborted", now_ms
             row.settlement_id = _settlement_id(sid, row.reserved_digest)
             row.input_text = row.reserved_text = None
@@ -1080,7 +1106,7 @@ class ReferenceLedger:
         row = self._rows.get(token.submission_id)
         conversation = None if row is None else self._conversations[row.conversation_id]
         # L5: a malformed record is refused before anything else is looked at.
-        problem = _settlement_problem(record)
+        problem = _settlement_problem(token.submission_id, record)
         text = None
         if problem is None:
             try:
@@ -1093,19 +1119,19 @@ class ReferenceLedger:
         if not self._fenced(call, row, token):
             return conversation
         record_digest = digest_text(text)
-        if row.reserved_digest is None and row.abort_author is not None and record["outcome"] != "aborted":
+        if row.reserved_digest is None and row.abort_author is not None and _outcome_of(record) != "aborted":
             self._want_error(call, "AbortRequested", {"submission_id": row.submission_id,
-                             "author": row.abort_author, "attempted_outcome": record["outcome"]}, conversation)
+                             "author": row.abort_author, "attempted_outcome": _outcome_of(record)}, conversation)
             return conversation  # L9
         if row.reserved_digest is not None and row.reserved_digest != record_digest:
-            reserved_outcome = row.outcome if row.outcome is not None else read_back(row.reserved_text)["outcome"]
+            reserved_outcome = row.outcome if row.outcome is not None else _outcome_of(read_back(row.reserved_text))
             self._want_error(call, "SettlementConflict", {"submission_id": row.submission_id,
                              "existing_digest": row.reserved_digest, "attempted_digest": record_digest,
                              "existing_outcome": reserved_outcome}, conversation)
             return conversation
         self._want_value(call, ReservedSettlement(row.submission_id, record_digest, row.reserved_digest is not None,
                                                   _settlement_id(row.submission_id, record_digest),
-                                                  read_back(text)["outcome"]), conversation)
+                                                  _outcome_of(read_back(text))), conversation)
         if row.reserved_digest is None:
             row.reserved_text, row.reserved_digest = text, call.result.record_digest  # equal: the store's copy
             row.changed()
@@ -1133,7 +1159,8 @@ class ReferenceLedger:
             self._want_value(call, Settlement(sid, row.outcome, row.reserved_digest, row.settled_at_ms,
                                               row.diagnostic, row.settlement_id, True, row.receipt), conversation)
             return conversation
-        record = read_back(row.reserved_text)
+        envelope = read_back(row.reserved_text)
+        record = envelope["payload"]["record"]
         outcome = OUTCOMES[OUTCOMES.index(record["outcome"])]  # the constant: one string for every row
         # §10: the failed diagnostic is projected from the exact reserved
         # record, so a replayed finalize returns the same value.
@@ -1154,7 +1181,9 @@ class ReferenceLedger:
             if follower.joined_at is None:
                 follower.join_host = None
             else:
-                follower.reserved_digest = digest_text(canonical(follower_record))
+                follower.reserved_digest = digest_text(canonical(_settled_envelope(
+                    follower_id, follower_record, envelope["createdAtMs"], envelope["deploymentId"],
+                    envelope["payload"].get("runId"))))  # L16
                 follower.outcome, follower.settled_at_ms, follower.diagnostic = outcome, now_ms, diagnostic
                 follower.settlement_id = _settlement_id(follower_id, follower.reserved_digest)
                 follower.input_applied = True
@@ -1663,8 +1692,23 @@ class ReferenceLedger:
         return None
 
 
-def _settlement_problem(record: object) -> str | None:
-    """Why ``record`` is not a SubmissionSettled shape (persistence §10), or None."""
+def _settlement_problem(sid: str, envelope: object) -> str | None:
+    """Why ``envelope`` is not ``sid``'s settlement record envelope (L16)
+    with a SubmissionSettled shape (persistence §10), or None."""
+    if not isinstance(envelope, dict) or sorted(envelope) != list(_ENVELOPE_MEMBERS):
+        return "not a record envelope"
+    if (envelope["recordId"] != "settlement:" + sid or envelope["family"] != _SETTLED
+            or envelope["schemaVersion"] != 1 or not _is_int(envelope["createdAtMs"])
+            or type(envelope["deploymentId"]) is not str):
+        return "not this submission's settlement envelope"
+    payload = envelope["payload"]
+    if not isinstance(payload, dict) or payload.get("submissionId") != sid or "record" not in payload:
+        return "payload is not {submissionId, record} of this submission"
+    if any(key not in ("submissionId", "record", "runId") for key in payload):
+        return "payload has other members"
+    if "runId" in payload and type(payload["runId"]) is not str:
+        return "runId is not a string"
+    record = payload["record"]
     if not isinstance(record, dict):
         return "not a JSON object"
     outcome = record.get("outcome")
