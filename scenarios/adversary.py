@@ -1390,7 +1390,7 @@ class _Process(ClientProcess):
             self.w.edge("handoff_ready_granted")
             if not await self._apply_input(conv, granted, nxt.submission_id, next_key, next_value, seq + 1):
                 return
-            record = self.settlement_record("completed", self._next())
+            record = self._settlement(granted, self.settlement_record("completed", self._next()))
             mat = await self.call("log", "materialize", conv, owner, granted.epoch)
             reserved = await self.call("ledger", "reserve_settlement", granted, record)
             if not (self.expect_ok(mat, f"materialize({conv})", conv) and self.expect_ok(reserved, "reserve", conv)):

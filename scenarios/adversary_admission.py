@@ -74,7 +74,7 @@ async def admission_policies(p: Any) -> None:
     token = await p.claim_token(conv, p.label, 0)
     if token is None or not await p._apply_input(conv, token, sid, key, value, first.value.queue_seq):
         return
-    record = p.settlement_record("completed", 7)
+    record = p._settlement(token, p.settlement_record("completed", 7))
     mat = await p.call("log", "materialize", conv, p.label, token.epoch)
     reserved = await p.call("ledger", "reserve_settlement", token, record)
     if not (p.expect_ok(mat, f"materialize({conv})", conv) and p.expect_ok(reserved, f"reserve({sid})", conv)):

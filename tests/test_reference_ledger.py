@@ -605,7 +605,7 @@ async def _group_held_through_terminalizing(ledger: Observed) -> None:
     await ledger.mark_ready(first.submission_id, 2)
     claim = await ledger.claim("c1", "o1", 1_000, 3)
     await ledger.mark_input_applied(claim, "input:" + claim.submission_id, 1)
-    await ledger.reserve_settlement(claim, COMPLETED)
+    await ledger.reserve_settlement(claim, _env(claim, COMPLETED))
     try:
         await ledger.admit("c2", "p1", "k2", {"n": 2}, 4, admission_group="g")
     except AdmissionPolicyError:

@@ -384,7 +384,7 @@ async def _(ledger) -> None:
             (nxt.submission_id, "B", f"{nxt.submission_id}#a{granted.epoch}"), "ready: the next one, to B")
         _true(granted.epoch > claim.epoch, f"ready: epoch {granted.epoch} not above the producer's {claim.epoch}")
         await ledger.mark_input_applied(granted, *_input_at(granted))
-        await ledger.reserve_settlement(granted, COMPLETED_RECORD)
+        await ledger.reserve_settlement(granted, _env(granted, COMPLETED_RECORD))
         await ledger.finalize_settlement(nxt.submission_id, 300)
         again = await _claimed(ledger, conversation_id=cid, owner_id="A", now_ms=400)
         _eq(again.submission_id, first.submission_id, "after the handed-to one settled: the deferred head again")
@@ -1466,7 +1466,7 @@ async def _(ledger) -> None:
     await ledger.mark_ready(original.submission_id, 3)
     claim = await _claimed(ledger, "c1")
     await ledger.mark_input_applied(claim, *_input_at(claim))
-    await ledger.reserve_settlement(claim, COMPLETED_RECORD)
+    await ledger.reserve_settlement(claim, _env(claim, COMPLETED_RECORD))
     exc = await _raises(AdmissionPolicyError, ledger.admit("c2", "p1", "next", {"text": "n"}, 4,
                                                            admission_group="entity-work"),
                         "a successor while the original is terminalizing")
