@@ -184,7 +184,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a conversation never created (or deleted) answers None instead of NotMaterialized.",
         "model.conversation.checkpoints",
         "        await self._log.inspect_tail(conversation_id)  # NotMaterialized for a conversation the log lacks\n",
-        "", LS_PS, ci_seed=2, ci_duration="1m", ci_scenario="port-storm"),
+        "", LS_PS, ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
 
     # -- the submission ledger: admission, claims, leases, settlement ------------------
     Mutant(
@@ -217,28 +217,28 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules", "    if existing is not None:\n        if existing.input_digest != input_digest:\n",
         "    if check_admission_policy(fence, fence_revision, admission_group, group_rows) or existing is not None:\n"
         "        if existing.input_digest != input_digest:\n", LS_PS,
-        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
+        ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
     Mutant(
         "ledger-group-freed-at-reserve",
         "An admission group counts only submissions without a reserved settlement as occupying it: the group is "
         "freed at reserve instead of at finalize, so a successor is admitted while the original is terminalizing.",
         "model.ledger.rules", "    return any(row.settled_at_ms is None for row in rows)\n",
         "    return any(row.settled_at_ms is None and row.reserved_digest is None for row in rows)\n", LS_PS,
-        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
+        ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
     Mutant(
         "ledger-fence-stale-accepted",
         "The admission fence refuses only a revision newer than the one it stands at: an admission under a stale "
         "revision is taken.",
         "model.ledger.rules", "        if fence.revision != fence_revision:\n",
         "        if fence.revision > fence_revision:\n", LS_PS,
-        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
+        ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
     Mutant(
         "ledger-worker-on-ordinary-lane",
         "Only a worker lane checks what is admitted to it: a worker admission on a lane holding ordinary work is "
         "taken, and the lane now mixes both.",
         "model.ledger.rules", "    if held is None or held == lane:\n",
         "    if held is None or held == lane or held == ORDINARY_LANE:\n", LS_PS,
-        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
+        ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
     Mutant(
         "ledger-claim-ignores-live-lease",
         "A claim compares another owner's lease expiry with now + lease_ms (the lease counted twice), so a "
@@ -259,7 +259,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "anew at a new epoch instead of renewing.",
         "model.ledger.rules", "    row = check_token(row, token)  # a lapsed lease renews until another owner claims\n",
         "    row = check_token(row, token, now_ms)\n", LS_PS,
-        ci_seed=0, ci_duration="2m", ci_scenario="port-storm"),
+        ci_seed=1, ci_duration="2m", ci_scenario="port-storm"),
     Mutant(
         "ledger-epoch-per-submission",
         "A claim allocates the next epoch from the submission's own epoch instead of the conversation's "
@@ -294,14 +294,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "between them.",
         "model.ledger.rules", "    deferred = lane[:at]\n",
         "    deferred = lane[:len(handoff.deferred_submission_ids)]\n", ("port-storm",),
-        ci_seed=1, ci_duration="2m"),
+        ci_seed=0, ci_duration="2m"),
     Mutant(
         "ledger-handoff-stale-epoch",
         "A cooperative handoff checks the deferred head's epoch against the lane's but never against the "
         "producer's epoch the handoff names, so a producer superseded by an intervening claim still hands off.",
         "model.ledger.rules", "    if not conversation.epoch == deferred[-1].epoch == handoff.producer_epoch:\n",
         "    if not conversation.epoch == deferred[-1].epoch:\n", ("port-storm",),
-        ci_seed=0, ci_duration="5m"),
+        ci_seed=1, ci_duration="5m"),
     Mutant(
         "ledger-handoff-over-a-live-head",
         "A cooperative handoff checks that the deferred head's input is applied but not that its producer "
@@ -309,7 +309,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "        if (state_of(row) != INPUT_APPLIED or row.owner_id is not None or row.abort_author is not None\n",
         "        if (state_of(row) != INPUT_APPLIED or row.abort_author is not None\n", ("port-storm",),
-        ci_seed=3, ci_duration="2m"),
+        ci_seed=10, ci_duration="2m"),
     Mutant(
         "ledger-reserve-overwrites",
         "A second reservation with other content replaces the first instead of conflicting (last writer "
@@ -403,7 +403,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The host's finalize settles its joined followers only when it holds more than one: a lone joined "
         "follower stays open forever.",
         "model.ledger.rules", "    if row.joined_count:\n        for other in behind:",
-        "    if row.joined_count > 1:\n        for other in behind:", ("port-storm",), ci_seed=1, ci_duration="5m"),
+        "    if row.joined_count > 1:\n        for other in behind:", ("port-storm",), ci_seed=0, ci_duration="5m"),
     Mutant(
         "ledger-child-allocation-as-sent",
         "A child reservation is identified by the allocation as the caller built it (its member order "
@@ -443,7 +443,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if row.settled_at_ms is not None and row.abort_author is None:\n"
         "        raise AbortConflict(submission_id, row.outcome)\n    if row.abort_author is not None:\n",
         ("port-storm",),
-        ci_seed=3, ci_duration="30s"),
+        ci_seed=5, ci_duration="30s"),
     Mutant(
         "ledger-abort-queued-repeat-conflicts",
         "A repeated abort of a submission its first abort settled before it was ever claimed is "
@@ -460,7 +460,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "    refuse_settled(row)\n    calls = _unknown_calls(row)\n    if tool_call_id not in calls:\n",
         "    calls = _unknown_calls(row)\n    if tool_call_id not in calls:\n", ("port-storm",),
-        ci_seed=3, ci_duration="30s"),
+        ci_seed=0, ci_duration="30s"),
     Mutant(
         "ledger-approval-settled-replays",
         "A decision on a settled submission replays an earlier decision (a new call: UnknownApproval) instead "
@@ -468,7 +468,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "    refuse_settled(row)\n    approvals = _approvals(row)\n    if tool_call_id not in approvals:\n",
         "    approvals = _approvals(row)\n    if tool_call_id not in approvals:\n", ("port-storm",),
-        ci_seed=3, ci_duration="30s"),
+        ci_seed=0, ci_duration="30s"),
     Mutant(
         "ledger-snapshot-without-decisions",
         "The recovery snapshot leaves out the approval decisions, so a recovering producer cannot tell which "
@@ -574,7 +574,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "An approval decision counts only the undecided approvals as still pending, not the awaited children, "
         "so a decision with a child still awaited answers as the one that resumed the submission.",
         "model.ledger.rules", "                            pending + row.children_awaited), \\\n",
-        "                            pending), \\\n", ("port-storm",), ci_seed=0, ci_duration="4m"),
+        "                            pending), \\\n", ("port-storm",), ci_seed=2, ci_duration="4m"),
     Mutant(
         "worker-abort-read-once",
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "
@@ -640,7 +640,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if request.epoch < conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n"
         "    if request.epoch == conversation.epoch and request.producer_id != conversation.producer_id:\n",
         ("port-storm",),
-        ci_seed=4, ci_duration="1m"),
+        ci_seed=1, ci_duration="1m"),
     Mutant(
         "log-replay-before-fence",
         "A committed batch id is answered (replay or batch-digest) before the epoch check, so a fenced-out "
@@ -651,7 +651,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            request.expected_tail_digest, prepared.batch_digest, request.expected_tail_seq + 1):\n"
         "        return replay_result(existing_batch)\n"
         "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
-        ("port-storm",), ci_seed=4, ci_duration="1m"),
+        ("port-storm",), ci_seed=1, ci_duration="1m"),
     Mutant(
         "log-replay-ignores-expected-tail",
         "A committed batch id with the same content is a replay whatever expected tail the request names "
@@ -659,7 +659,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.conversation.rules",
         "        if existing_batch.tail_digest == from_request:\n",
         "        if existing_batch.batch_digest == prepared.batch_digest:\n", ("port-storm",),
-        ci_seed=4, ci_duration="1m"),
+        ci_seed=1, ci_duration="1m"),
     Mutant(
         "log-identity-before-tail",
         "Record identity is checked before the expected tail, so a stale request reusing a record id is "
@@ -671,7 +671,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        pass\n"
         "    elif request.expected_tail_seq != conversation.tail_seq or request.expected_tail_digest != conversation.tail_digest:\n"
         "        raise AppendConflict(\n", ("port-storm",),
-        ci_seed=4, ci_duration="1m"),
+        ci_seed=1, ci_duration="1m"),
     Mutant(
         "log-batch-too-large-untyped",
         "A batch over 256 records is refused with a bare ValueError, not the typed BatchTooLarge naming the "
@@ -679,14 +679,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.conversation.rules",
         '        raise BatchTooLarge("append", BATCH_RECORDS_MAX, len(records))\n',
         '        raise ValueError(f"a batch holds 1..{BATCH_RECORDS_MAX} records, got {len(records)}")\n',
-        ("port-storm",), ci_seed=4, ci_duration="1m"),
+        ("port-storm",), ci_seed=1, ci_duration="1m"),
     Mutant(
         "log-read-limit-untyped",
         "A read limit outside 1..1024 is a bare ValueError, not the typed ReadLimitOutOfRange.",
         "model.conversation.rules",
         '        raise ReadLimitOutOfRange("read", limit, PAGE_SIZE_MAX)\n',
         '        raise ValueError(f"limit must be in 1..{PAGE_SIZE_MAX}, got {limit}")\n',
-        ("port-storm",), ci_seed=4, ci_duration="1m"),
+        ("port-storm",), ci_seed=1, ci_duration="1m"),
     Mutant(
         "log-append-epoch-shared",
         "Append lets another producer write at the conversation's current epoch (the same-epoch producer "
@@ -725,7 +725,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "batch: a history written here has batches no peer store accepts.",
         "model.conversation.rules",
         "    if len(records) > BATCH_RECORDS_MAX:\n",
-        "    if len(records) > 1024:\n", ("port-storm",), ci_seed=4, ci_duration="30s"),
+        "    if len(records) > 1024:\n", ("port-storm",), ci_seed=2, ci_duration="30s"),
     Mutant(
         "log-bounds-untyped",
         "An envelope over the store's canonical-JSON bounds (nested past 64 containers, or over 1,000,000 "
