@@ -495,7 +495,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "settlement-digest-over-payload",
         "The settlement's record digest is over its outcome record alone, not over the record envelope the "
-        "log appends (peer case 78: recordDigest = digestJson(encode(RecordEnvelope))).",
+        "log appends (as the peer implementation has it: recordDigest = digestJson(encode(RecordEnvelope))).",
         "model.ledger.rules",
         "    return text, digest_text(text), settlement_of(record)[\"outcome\"]\n",
         "    return text, digest_text(canonical_json(settlement_of(record))), settlement_of(record)[\"outcome\"]\n",
@@ -503,7 +503,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "settlement-restamped-on-append",
         "The settlement record is stamped again when it is appended: its createdAt is the appender's clock, "
-        "not the reservation's, so the log's record is not byte-equal to the reserved one (peer case 111).",
+        "not the reservation's, so the log's record is not byte-equal to the reserved one (as the peer implementation requires).",
         "model.lifecycle",
         "                              schema_version=entry[\"schemaVersion\"], created_at_ms=entry[\"createdAtMs\"],\n",
         "                              schema_version=entry[\"schemaVersion\"], created_at_ms=created_at_ms,\n",

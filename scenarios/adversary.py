@@ -209,7 +209,7 @@ SETTLEMENT_CREATED_MS = 0
 
 
 def digest_of(value: Any) -> str:
-    """The digest of a JSON value: sha256 of its canonical JSON (peer case 76)."""
+    """The digest of a JSON value: sha256 of its canonical JSON."""
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
 
 

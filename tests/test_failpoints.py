@@ -1,6 +1,6 @@
-"""The peer implementation's coordinator failpoint locations (issue 29,
-checklist §5B case 101) as the model's named failpoints, and the typed
-cause a fired failpoint carries (§5A case 100).
+"""The peer implementation's coordinator failpoint locations (issue 29) as
+the model's named failpoints, and the typed cause a fired failpoint carries
+(the location).
 
 Covered: each of the peer's 29 locations is a declared failpoint or is
 listed not applicable with its reason; a clean agent run (model turns,

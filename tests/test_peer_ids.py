@@ -1,5 +1,5 @@
-"""The peer implementation's deterministic ids for a run's turns (issue 29,
-checklist case 82): the n-th model turn of run ``run:{sid}`` is the batch
+"""The peer implementation's deterministic ids for a run's turns (issue 29):
+the n-th model turn of run ``run:{sid}`` is the batch
 ``turn:run:{sid}:{n}`` (``turn:{runId}:{n}``, n from 1), whatever other
 steps sit between the turns; a successor finds the turn by that id and
 never asks the model again for it.

@@ -105,9 +105,9 @@ def test_double_start_is_caught(monkeypatch):
     real_decide = ledger_memory.decide_admit
 
     def forgetful(conversation_id, principal_id, key, input_json, input_digest, now_ms, conversation, existing,
-                  parent=None):
+                  *rest, **kwargs):
         return real_decide(conversation_id, principal_id, key, input_json, input_digest, now_ms, conversation, None,
-                           parent)
+                           *rest, **kwargs)
 
     monkeypatch.setattr(ledger_memory, "decide_admit", forgetful)
     assert_caught(first_caught(), "exactly-once-wake")

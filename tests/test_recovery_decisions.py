@@ -1,4 +1,4 @@
-"""Recovery classification (issue 29; the peer's crash rows, checklist §5C):
+"""Recovery classification (issue 29; the crash rows of the public TypeScript implementation):
 every open submission a recovery pass meets gets one named decision and a
 disposition, traced as ``recovery.decision``; the pass applies the repairs
 that need no claim (``CompleteMaterialization``, ``FinalizeLedgerFromHistory``),
@@ -235,7 +235,7 @@ def test_reserved_before_append_is_append_reserved_settlement_with_its_annotatio
     assert batch is not None and batch.first_seq == batch.last_seq
     settled = [e for e in envelopes if e.family == "submission-settled"]
     assert len(settled) == 1 and settled[0].payload == reserved["payload"]
-    # Byte-equal to the reservation (peer case 111), its creation time included.
+    # Byte-equal to the reservation (as the peer implementation requires), its creation time included.
     logged = {k: v for k, v in settled[0].to_json().items() if k not in ("producerId", "epoch")}
     assert canonical_json(logged) == canonical_json(reserved)
     assert envelopes.index(annotation[0]) < envelopes.index(settled[0])

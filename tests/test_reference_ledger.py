@@ -288,7 +288,7 @@ def test_wrong_digests_and_error_fields_diverge():
                                f"settlement:{first.submission_id}", "completed")
     assert feed(model, "reserve_settlement", claim, _env(claim, COMPLETED),
                 result=attrs.evolve(right, record_digest="0" * 64))
-    # The digest of the outcome record alone is not the record envelope's (peer case 78).
+    # The digest of the outcome record alone is not the record envelope's (as the peer implementation digests it).
     assert feed(model, "reserve_settlement", claim, _env(claim, COMPLETED),
                 result=attrs.evolve(right, record_digest=model_digest(COMPLETED)))
     assert feed(model, "reserve_settlement", claim, _env(claim, COMPLETED), result=right) is None

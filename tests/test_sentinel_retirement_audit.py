@@ -29,8 +29,8 @@ def forget_keys_in_the_first_hours(monkeypatch):
 
     async def forgetful(self, run_id, batch_id, records):
         if int(run_id.rpartition("@")[2]) < FIRST_HOURS_MS:
-            records = [(family, {k: v for k, v in payload.items() if k != "idempotencyKey"})
-                       if family == "input" else (family, payload) for family, payload in records]
+            records = [(entry[0], {k: v for k, v in entry[1].items() if k != "idempotencyKey"})
+                       if type(entry) is tuple and entry[0] == "input" else entry for entry in records]
         return await real(self, run_id, batch_id, records)
 
     monkeypatch.setattr(model_runs.LedgerRuns, "_append", forgetful)

@@ -1,6 +1,6 @@
-"""The settlement's record digest is over its record envelope (peer case 78:
+"""The settlement's record digest is over its record envelope (as the peer implementation has it:
 ``recordDigest = digestJson(encode(RecordEnvelope))``), and the log's
-settlement record is byte-equal to the reserved one (peer case 111), also
+settlement record is byte-equal to the reserved one (as the peer implementation requires), also
 when a successor appends its predecessor's reservation after a crash
 between reserve and append (persistence §3: "reserve settlement -> append
 exact canonical record -> finalize ledger"). Both adapters.

@@ -47,7 +47,7 @@ adapters (memory, SQLite) do — each named where it is used:
 - a settlement record is a record envelope (``recordId``
   ``settlement:{submission}``, family ``submission-settled``, version 1,
   ``createdAtMs``, ``deploymentId``, payload ``{submissionId, record[,
-  runId]}``) and its digest is the whole envelope's (peer case 78); a
+  runId]}``) and its digest is the whole envelope's (as the peer implementation digests it); a
   joined follower's is its host's envelope re-addressed to it, with the
   host's outcome and no result (L16);
 - reserve of a non-aborted record once an abort intent exists is
