@@ -72,6 +72,51 @@ MUTANTS: tuple[Mutant, ...] = (
         "_encode_basestring = json.encoder.encode_basestring_ascii\n", ALL,
         ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
+        "log-nodes-bound-dropped",
+        "The log bounds an envelope's depth but not its values, so an envelope of over a million values is "
+        "stored, and no reader within the decode caps reads it back.",
+        "model.conversation.rules",
+        '                                      nodes=ENVELOPE_DECODE_CAPS["max_items"] + 1)\n',
+        "                                      nodes=None)\n", ("port-storm",), ci_seed=2, ci_duration="30s"),
+    Mutant(
+        "log-nodes-bound-off-by-one",
+        "The envelope's nodes bound is the decode cap's 1,000,000 elements and members, forgetting the "
+        "envelope itself, so an envelope of exactly 1,000,001 values (one that reads back) is refused.",
+        "model.conversation.rules",
+        '                                      nodes=ENVELOPE_DECODE_CAPS["max_items"] + 1)\n',
+        '                                      nodes=ENVELOPE_DECODE_CAPS["max_items"])\n', ("port-storm",),
+        ci_seed=2, ci_duration="30s"),
+    Mutant(
+        "log-observe-foreign-offset-accepted",
+        "An offset is parsed for its seq without checking the conversation it was handed out for, so "
+        "another conversation's offset is accepted instead of MalformedOffset.",
+        "model.conversation.rules",
+        "    if record_offset(adapter, conversation_id, int(seq_text)) != offset:\n"
+        "        raise MalformedOffset(conversation_id, offset)\n",
+        "", ("port-storm",), ci_seed=2, ci_duration="30s"),
+    Mutant(
+        "log-observe-page-skip",
+        "Observation pages on from one past the last record of a full page, so a stream over a log longer "
+        "than a page loses the record after each page boundary.",
+        "model.conversation.rules", "        after_seq = page[-1].seq\n",
+        "        after_seq = page[-1].seq + 1\n", ("port-storm",), ci_seed=2, ci_duration="30s"),
+    Mutant(
+        "log-observe-resumes-at-offset",
+        "Observation resumes at the record whose offset it was given instead of after it, so a resumed "
+        "stream delivers that record a second time.",
+        "model.conversation.rules",
+        "        raise MalformedOffset(conversation_id, offset)\n    return seq\n",
+        "        raise MalformedOffset(conversation_id, offset)\n    return seq - 1\n", ("port-storm",),
+        ci_seed=2, ci_duration="30s"),
+    Mutant(
+        "log-observe-skips-after-offset",
+        "Observation from an offset skips the first record after it (an off-by-one in the seq the offset "
+        "names), so a resumed stream silently loses a record.",
+        "model.conversation.rules",
+        "        raise MalformedOffset(conversation_id, offset)\n    return seq\n",
+        "        raise MalformedOffset(conversation_id, offset)\n    return seq + 1\n", ("port-storm",),
+        ci_seed=2, ci_duration="30s"),
+    Mutant(
         "canonical-text-units-code-points",
         "The text bound counts code points instead of UTF-16 code units, so a string of astral characters "
         "passes a bound it is twice over for an ECMAScript peer.",

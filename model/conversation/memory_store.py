@@ -23,7 +23,6 @@ from model.canonical import ZERO_DIGEST
 from model.compact import digest_bytes, digest_hex, pack, unpack
 
 from .records import (
-    PAGE_SIZE_MAX,
     AppendResult,
     BatchRecord,
     CanonicalRecord,
@@ -39,7 +38,7 @@ from .rules import (
     decide_append,
     decide_materialize,
     decode_record,
-    parse_offset,
+    observe_pages,
     prepare_append,
     record_offset,
     require_int,
@@ -248,15 +247,8 @@ class InMemoryConversationStore:
         observation handed out; None: from the start), in order, page by
         page up to the tail. ``MalformedOffset`` for an offset this store
         did not hand out for this conversation."""
-        require_str("conversation_id", conversation_id)
-        after_seq = parse_offset(OFFSET_ADAPTER, conversation_id, after_offset)
-        while True:
-            page = await self.read(conversation_id, after_seq, PAGE_SIZE_MAX)
-            for record in page:
-                yield record
-            if len(page) < PAGE_SIZE_MAX:
-                return
-            after_seq = page[-1].seq
+        async for record in observe_pages(self.read, OFFSET_ADAPTER, conversation_id, after_offset):
+            yield record
 
     async def lookup_batch(self, conversation_id: str, batch_id: str) -> BatchRecord | None:
         require_str("conversation_id", conversation_id)

@@ -475,6 +475,23 @@ def parse_offset(adapter: str, conversation_id: str, offset: object) -> int:
     return seq
 
 
+async def observe_pages(read, adapter: str, conversation_id: str, after_offset: object):
+    """An adapter's ``observe``: the records after ``after_offset`` (an
+    offset ``adapter`` handed out; None: from the start), in order, read
+    page by page (``read(conversation_id, after_seq, limit)``) up to the
+    tail. ``MalformedOffset`` for an offset the store did not hand out for
+    this conversation."""
+    require_str("conversation_id", conversation_id)
+    after_seq = parse_offset(adapter, conversation_id, after_offset)
+    while True:
+        page = await read(conversation_id, after_seq, PAGE_SIZE_MAX)
+        for record in page:
+            yield record
+        if len(page) < PAGE_SIZE_MAX:
+            return
+        after_seq = page[-1].seq
+
+
 def check_page(conversation_id: str, after_seq: int, records) -> None:
     """A page must be after_seq+1, after_seq+2, ... without gaps."""
     expected = after_seq + 1

@@ -35,7 +35,6 @@ from model.sqlite_db import open_database, write_transaction
 
 from .content_store import ContentStoreError, SqliteContentStore
 from .records import (
-    PAGE_SIZE_MAX,
     AppendResult,
     BatchRecord,
     CanonicalRecord,
@@ -55,7 +54,7 @@ from .rules import (
     decide_append,
     decide_materialize,
     decode_record,
-    parse_offset,
+    observe_pages,
     prepare_append,
     record_offset,
     recompute_chain,
@@ -359,15 +358,8 @@ class SqliteConversationStore:
         observation handed out; None: from the start), in order, page by
         page up to the tail. ``MalformedOffset`` for an offset this store
         did not hand out for this conversation."""
-        require_str("conversation_id", conversation_id)
-        after_seq = parse_offset(OFFSET_ADAPTER, conversation_id, after_offset)
-        while True:
-            page = await self.read(conversation_id, after_seq, PAGE_SIZE_MAX)
-            for record in page:
-                yield record
-            if len(page) < PAGE_SIZE_MAX:
-                return
-            after_seq = page[-1].seq
+        async for record in observe_pages(self.read, OFFSET_ADAPTER, conversation_id, after_offset):
+            yield record
 
     def _decode_row(self, conversation_id: str, row: tuple) -> CanonicalRecord:
         seq, record_id, batch_id, envelope_text, spill = row
