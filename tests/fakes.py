@@ -35,6 +35,23 @@ class FakeRuntime:
         self._sleep("sleep_until_ms", deadline_ms, deadline_ms)
 
 
+class Crash(BaseException):
+    """The process dies here: nothing after this point runs."""
+
+
+class CrashAt:
+    """Failpoints that kill the process at the first hit of ``name``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.fired = False
+
+    def hit(self, name: str) -> None:
+        if name == self.name and not self.fired:
+            self.fired = True
+            raise Crash(name)
+
+
 class Flaky(Exception):
     """A retryable failure (``model.retry``)."""
 

@@ -23,14 +23,12 @@ from model.sqlite_db import open_database
 from model.repair import rebuild_ledger
 from model.lifecycle import settle_batch_id
 from model.submissions import SubmissionClient, SubmissionWorker
+from scenarios.storage import run_sync as drive  # a store call that must not suspend
+from tests.fakes import Crash
 
 LEASE_MS = 30_000
 CONVERSATIONS = ("c1", "c2")
 SUBMISSIONS_PER_CONVERSATION = 3
-
-
-class Crash(BaseException):
-    """The process dies: nothing after this point runs."""
 
 
 class Recording:
@@ -57,14 +55,6 @@ class Armed:
             if self.hits == self.nth:
                 self.fired = True
                 raise Crash(name)
-
-
-def drive(coro):
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        return stop.value
-    raise AssertionError("a store call suspended")
 
 
 class Clock:

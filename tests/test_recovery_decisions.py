@@ -35,24 +35,11 @@ from model.recovery_decisions import (
 )
 from model.sqlite_db import open_database
 from model.submissions import SubmissionClient, SubmissionWorker, recovery_pass
+from scenarios.storage import run_sync as drive  # a store call that must not suspend
+from tests.fakes import Crash, CrashAt
 
 LEASE_MS = 30_000
 C = "c1"
-
-
-class Crash(BaseException):
-    """The process dies here."""
-
-
-class Armed:
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.fired = False
-
-    def hit(self, name: str) -> None:
-        if name == self.name and not self.fired:
-            self.fired = True
-            raise Crash(name)
 
 
 class Probe:
@@ -65,14 +52,6 @@ class Probe:
     def decisions(self) -> dict[str, tuple[str, str]]:
         return {f["submission"]: (f["decision"], f["disposition"]) for k, f in self.events
                 if k == "recovery.decision"}
-
-
-def drive(coro):
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        return stop.value
-    raise AssertionError("a store call suspended")
 
 
 class Clock:
@@ -105,7 +84,7 @@ def crashed_at(world, point, submissions=1):
     """Admit ``submissions`` to C; the first worker dies at ``point``."""
     ledger, log, clock = world
     client = SubmissionClient(ledger, log, now_ms=clock,
-                              failpoints=Armed(point) if point == ADMITTED_BEFORE_READY else Armed("-"))
+                              failpoints=CrashAt(point) if point == ADMITTED_BEFORE_READY else CrashAt("-"))
     sids = []
     for n in range(submissions):
         try:
@@ -114,7 +93,7 @@ def crashed_at(world, point, submissions=1):
             sids.append(drive(ledger.scan_nonterminal())[-1].submission_id)
     if point != ADMITTED_BEFORE_READY:
         with pytest.raises(Crash):
-            drive(worker(ledger, log, clock, "w1", Armed(point)).process_next(C))
+            drive(worker(ledger, log, clock, "w1", CrashAt(point)).process_next(C))
     clock.ms += LEASE_MS + 1
     return sids
 

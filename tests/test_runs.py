@@ -70,6 +70,7 @@ from model.runs import (
 from model.schedule_store import InMemoryScheduleStore, SqliteScheduleStore
 from model.schedules import run_id_for
 from model.sqlite_db import open_database
+from tests.fakes import Crash, CrashAt
 
 S = "sentinel"
 EVERY = 5 * 60_000
@@ -80,23 +81,6 @@ STEPS = (("stats", STEP_COMPLETED, {"rows": 3}), ("explain", STEP_COMPLETED, {"p
 
 
 # --- harness -----------------------------------------------------------------------
-
-
-class Crash(BaseException):
-    """The process dies here: nothing after this point runs."""
-
-
-class CrashAt:
-    """Failpoints that kill the process at the first hit of ``name``."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.fired = False
-
-    def hit(self, name: str) -> None:
-        if name == self.name and not self.fired:
-            self.fired = True
-            raise Crash(name)
 
 
 class Recording:
