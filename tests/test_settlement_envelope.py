@@ -17,19 +17,7 @@ from model.failpoints import RESERVED_BEFORE_APPEND
 from model.lifecycle import SubmissionLifecycle, settle_batch_id
 from scenarios.storage import run_sync as drive
 from tests.test_lifecycle import C, DONE, LEASE_MS, World
-
-
-class Crash(Exception):
-    pass
-
-
-class CrashAt:
-    def __init__(self, point: str) -> None:
-        self.point = point
-
-    def hit(self, name: str) -> None:
-        if name == self.point:
-            raise Crash(name)
+from tests.fakes import Crash, CrashAt
 
 
 @pytest.fixture(params=["memory", "sqlite"])
