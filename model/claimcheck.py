@@ -1,4 +1,4 @@
-"""Claim-check middleware over the ContentStore (ADR 0051 D3).
+"""Claim-check middleware over the ContentStore.
 
 When an effect's output is larger than the inline cap, the payload goes to
 the content store and the effect records ``{"ref", "size", "digest"}``
@@ -18,7 +18,7 @@ the determinism boundary, fetches the bytes back.
 - Every claim-checked blob is recorded in the pin index (``model.pins``)
   with the time it was stored, which is what blob retention works from.
 
-This is deliberately not ADR 0046 externalization: nothing resolves the
+This is deliberately not payload externalization: nothing resolves the
 bytes back during a fold, and a reclaimed blob is invisible to replay.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The findings projection: an application-owned read model (ADR 0051 D4).
+"""The findings projection: an application-owned read model.
 
 Findings are application domain events, not a kernel primitive: a sentinel
 run emits them with an app-owned schema and its settlement names them. This
@@ -17,7 +17,7 @@ with exactly these keys (:func:`validate_finding`):
 - ``confidence``: int in 0..100 (not a bool);
 - ``targets``: list of 1..8 non-empty str;
 - ``evidence``: list of 0..8 content refs (``sha256:`` + 64 lowercase hex),
-  cited by reference per ADR 0051 D3;
+  cited by reference (claim-check);
 - ``model``: non-empty str (the acting model).
 
 The projection keeps, per schedule, a checkpoint ``applied_through_ms`` (the

@@ -1,4 +1,4 @@
-"""The claim-check plugin's blob/pin index (ADR 0051 D5).
+"""The claim-check plugin's blob/pin index.
 
 Retention asks one question before it reclaims a blob: is anything still
 citing it? The kernel only evaluates a pin predicate; the bookkeeping lives

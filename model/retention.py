@@ -1,4 +1,4 @@
-"""Retention with a pin seam (ADR 0051 D5, K10.6).
+"""Retention with a pin seam.
 
 A daily pass, per schedule, in occurrence order:
 

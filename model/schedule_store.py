@@ -1,4 +1,4 @@
-"""A schedule's durable cursor and run archive (T1 schedules, K10 retention).
+"""A schedule's durable cursor and run archive.
 
 Per schedule, one row:
 

@@ -1,4 +1,4 @@
-"""Schedules over bounded runs (ADR 0051 D1, T1).
+"""Schedules over bounded runs.
 
 A sentinel is a schedule: every ``every_ms`` an occurrence is due, and each
 occurrence starts a fresh, bounded execution with the deterministic run id
@@ -87,9 +87,9 @@ class ScheduleDriver:
     """Fires a schedule's occurrences on one node, resuming its live run first.
 
     ``flow_for`` maps a flow version to its code. Every run — new or resumed —
-    runs on the currently deployed version (K11: code is versioned by deploy);
+    runs on the currently deployed version (code is versioned by deploy);
     a resumed run started on another version crosses over only through the
-    kernel's registered transforms (K11.5).
+    kernel's registered transforms.
     """
 
     def __init__(self, schedule: Schedule, kernel: Kernel, runtime: Runtime, *,
@@ -226,7 +226,7 @@ class ScheduleDriver:
 
     async def _run(self, record: Any, *, fresh: bool = False) -> RunOutcome:
         """Run (or resume) on the deployed code. A run started on older code
-        continues on the new version only through a registered K11.5
+        continues on the new version only through a registered flow-version
         transform; without one it is failed, explicitly and on the record."""
         version = self.deployed_version()
         try:

@@ -723,7 +723,7 @@ class _Process:
         if self.expect(cleared.ok and gone.ok and gone.value is None,
                        f"clear of {key!r} answered {cleared.show()}, a load after it {gone.show()}", key):
             self.w.count("state_cleared")
-        # A sentinel's state is named after its schedule (ADR 0053 D4): this
+        # A sentinel's state is named after its schedule (its schedule-scoped key): this
         # contract is a sentinel's of schedule ``adv-state`` only.
         named = SentinelState("adv-state", contract, self.ports.ds).key == "sentinel:adv-state"
         try:

@@ -2,14 +2,14 @@
 
 A wake is one bounded run of ``sentinel_flow``:
 
-1. load the carry state (ADR 0053 durable state, contract-validated);
+1. load the carry state (durable state, contract-validated);
 2. read telemetry statistics — a payload drawn from the workload stream,
    now and then over the inline cap, so the claim-check middleware stores it
    and the log records ``{ref, size, digest}``; the flow branches on the
    declared digest only, never on the bytes;
 3. on a high reading, fetch an EXPLAIN plan (always large, no declared
    digest: ``{ref, size}``) and emit a finding citing both refs as evidence
-   (ADR 0051 D4: an application event with an application schema);
+   (an application event with an application schema);
 4. save the state with CAS;
 5. on a reading at or above ``PAGE_READING_MIN`` (about one wake in 48),
    page the on-call through the external pager (``scenarios.pager``) — the
@@ -22,7 +22,7 @@ A wake is one bounded run of ``sentinel_flow``:
 
 Three contract versions evolve during the year (v1 -> v2 -> v3), each with a
 migration from its predecessor. A *build* is what a deploy ships: a flow
-version, its contract chain and its K11.5 transforms. Two builds are
+version, its contract chain and its flow-version transforms. Two builds are
 deliberately broken: v3 without the v2 -> v3 migration, and a rollback to v1
 code after state moved to v2 (a future version for that code).
 """
@@ -174,7 +174,7 @@ def build_reads(build_name: str, stored_version: int) -> bool:
 
 
 def load_transform(chain: dict[int, StateContract], from_version: int, to_version: int):
-    """K11.5: the recorded load result of a run started on ``from_version``,
+    """A flow-version migration: the recorded load result of a run started on ``from_version``,
     as the ``to_version`` code folds it (the payload migrated, the version
     moved). None when this build cannot migrate that way."""
     if to_version < from_version:

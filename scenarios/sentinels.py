@@ -196,12 +196,12 @@ class Sentinels(Workload):
 
         Each deploy lands inside a wake (just after its state was saved,
         while it publishes), so a run is in flight on the old code: the
-        restarted worker resumes it on the new code through a K11.5
+        restarted worker resumes it on the new code through a flow-version
         transform, or fails it explicitly when the build has none."""
         d = duration_ms
         if chaos.below(4) == 0:
             # A jump: v1 straight to v3, so v3 code meets v1 state (two
-            # migrations in one load, mid-run through a K11.5 transform).
+            # migrations in one load, mid-run through a flow-version transform).
             return [(self._inside_a_wake(chaos.between(d // 10, d * 3 // 10)), app.BUILD_V3)]
         v2_ms = self._inside_a_wake(chaos.between(d // 10, d * 3 // 10))
         broken = chaos.choice((app.BUILD_V3_NO_MIGRATION, app.BUILD_V1_ROLLBACK))

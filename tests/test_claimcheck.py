@@ -1,4 +1,4 @@
-"""Claim-check middleware (ADR 0051 D3): the inline cap boundary, the recorded
+"""Claim-check middleware: the inline cap boundary, the recorded
 reference with and without a declared digest, idempotent storage of equal
 payloads, resolve_ref, and verify_claim as an oracle catching a wrong size,
 ref or digest."""

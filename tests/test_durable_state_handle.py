@@ -1,11 +1,11 @@
-"""durableState(): contracts and the handle, as recorded effects inside kernel runs (ADR 0053 D2-D4).
+"""durableState(): contracts and the handle, as recorded effects inside kernel runs (durable-state contracts, the handle, schedule-scoped keys).
 
 Reads top to bottom: load and save on an empty key; migration on load,
 recorded in STEP_COMPLETED and persisted by the next save; the four typed
-``StateContractMismatchError`` kinds; save validation; adopt-own-write (D3)
+``StateContractMismatchError`` kinds; save validation; adopt-own-write
 after a crash between the store write and the step record, and every way a
 conflict must stay loud; a third-party backend's conflict matched by name;
-``sentinel_state`` / ``SentinelState`` (D4); the probe events.
+``sentinel_state`` / ``SentinelState``; the probe events.
 
 Every load/save runs inside a real execution (``InMemoryExecutionStore`` +
 ``Kernel``). The memory stores never suspend, so coroutines are driven by
@@ -409,7 +409,7 @@ def test_saving_a_payload_invalid_under_the_current_contract_is_validation_faile
     assert w.stored() == DurableStateRecord(2, 1, {"count": 1, "tags": []})
 
 
-# --- adopt-own-write (D3) -----------------------------------------------------------------
+# --- adopt-own-write -----------------------------------------------------------------
 
 
 def _crash_after_store_write(w: World, handle: DurableState, flow_first):
@@ -671,7 +671,7 @@ def test_a_non_conflict_store_error_is_not_taken_for_a_conflict():
     assert outcome.output == {"errorTag": "OSError", "message": "disk on fire"}
 
 
-# --- sentinelState (D4) ------------------------------------------------------------------------
+# --- sentinelState ------------------------------------------------------------------------
 
 
 def test_sentinel_state_derives_contract_id_and_key_from_the_schedule():

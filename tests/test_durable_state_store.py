@@ -1,4 +1,4 @@
-"""The durable-state store SPI (ADR 0053 D1): conformance, planted bugs, SQLite specifics.
+"""The durable-state store SPI: conformance, planted bugs, SQLite specifics.
 
 Reads top to bottom: both built-in backends pass the conformance suite; the
 suite catches deliberately broken backends and names the rule each breaks;

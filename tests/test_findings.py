@@ -1,4 +1,4 @@
-"""The findings projection (ADR 0051 D4): schema validation, both adapters'
+"""The findings projection: schema validation, both adapters'
 shared behaviour (idempotent apply, monotonic checkpoints, expiry order and
 removal, counters), SQLite durability across reopen, rebuild-from-runs
 digest equality, and the projector process (``project_once``,

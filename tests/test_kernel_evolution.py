@@ -1,5 +1,5 @@
-"""Kernel evolution seams (ADR 0051): effect middleware (the D3 claim-check
-seam), K11.5 contract-versioned migration of a resumed execution (D6), and
+"""Kernel evolution seams: effect middleware (the claim-check
+seam), contract-versioned migration of a resumed execution, and
 opt-in input validation at start (D7).
 
 Every store-touching test runs on both kernel stores. Coroutines are driven by
@@ -166,7 +166,7 @@ def contents(store: Any, run_ids: list[str]) -> list[Any]:
     return [(load(store, run_id), drive(store.load_steps(run_id))) for run_id in run_ids]
 
 
-# --- 1. effect middleware (ADR 0006 seam) ---------------------------------------------
+# --- 1. effect middleware ---------------------------------------------
 
 
 class ClaimCheck:
@@ -299,7 +299,7 @@ def test_middleware_without_on_output_is_refused():
         kernel(InMemoryExecutionStore(), middleware=(object(),))
 
 
-# --- 2. K11.5: contract-versioned migration of a resumed run ---------------------------
+# --- 2. contract-versioned migration of a resumed run ---------------------------
 
 
 def to_cents(step_id: str, output: Any) -> Any:

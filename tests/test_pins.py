@@ -1,4 +1,4 @@
-"""The claim-check blob/pin index (ADR 0051 D5), both adapters with one
+"""The claim-check blob/pin index, both adapters with one
 behaviour: upserted blob rows, pins by many holders, expired-and-unpinned
 listing, forget, blob reclamation that never touches a pinned blob, bounded
 memory, and SQLite durability across reopen."""

@@ -52,7 +52,7 @@ def test_unmutated_seeds_pass(seed):
 
 @pytest.mark.slow  # the suite's budget: the catalogue's ds-adopt-without-content-check is swept in CI
 def test_adopt_without_content_check_is_caught(monkeypatch):
-    """D3 bug: adopt any conflict at expected+1, without comparing content.
+    """Adopt-own-write bug: adopt any conflict at expected+1, without comparing content.
 
     The operator's concurrent edit then gets silently adopted instead of
     tripping the two-writers alarm.

@@ -1,4 +1,4 @@
-"""Retention with a pin seam (model/retention.py, ADR 0051 D5), both adapters.
+"""Retention with a pin seam (model/retention.py), both adapters.
 
 A schedule every 5 minutes, a handful of runs settled through LedgerRuns, a
 findings projector as the scenario runs it (pin the evidence, then apply the

@@ -1,4 +1,4 @@
-"""Schedules over bounded runs (ADR 0051 D1, ARCHITECTURE §5 "Schedules").
+"""Schedules over bounded runs (ARCHITECTURE §5 "Schedules").
 
 Reads top to bottom: the occurrence arithmetic and the run-id scheme; then
 ``ScheduleDriver`` on ``SimRuntime`` with the in-memory execution store —

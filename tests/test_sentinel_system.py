@@ -1,7 +1,7 @@
 """sentinel-year on the whole system: planted bugs for the system invariants
 (claim-check, pins-survive, bounded-run, exactly-once-settlement,
 broken-deploy), D7 input schemas, and proof that claim-check, findings, pins,
-retention and K11.5 are really exercised by an unmutated run.
+retention and flow-version are really exercised by an unmutated run.
 
 House pattern (tests/test_planted_bugs.py): monkeypatch a realistic one-line
 bug into the model, scan a few seeds until one fails, and assert the first
@@ -221,7 +221,7 @@ def test_unmutated_run_catches_its_broken_deploy_and_migrates_on_resume(seed):
     assert result.passed, result.violations
     stats = result.stats
     assert stats["broken_deploys"] == stats["broken_deploys_caught"] == 1, stats
-    # K11.5: a run in flight across a deploy resumes on the new code through a
+    # A flow-version migration: a run in flight across a deploy resumes on the new code through a
     # transform; a build without the migration fails it explicitly instead.
     assert stats["runs_migrated_on_resume"] >= 1, stats
     assert stats["runs_failed_migration_missing"] >= 1, stats

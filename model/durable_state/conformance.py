@@ -1,4 +1,4 @@
-'''Conformance suite for durable-state store backends (ADR 0053 D1, D5).
+'''Conformance suite for durable-state store backends.
 
 Any backend — the in-memory reference, the SQLite store, or your own — must
 pass every check here. The suite is structural: your class need not inherit

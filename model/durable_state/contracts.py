@@ -1,4 +1,4 @@
-"""State contracts: a version, a validator and a migration chain (ADR 0053 D2).
+"""State contracts: a version, a validator and a migration chain.
 
 A stored envelope carries the contract version it was written under. ``load``
 brings it to the current version one step at a time (``migrations[v]`` maps a

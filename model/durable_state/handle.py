@@ -1,10 +1,10 @@
-"""durableState(): carry state as recorded effects (ADR 0053 D2, D3).
+"""durableState(): carry state as recorded effects (versioned contracts; adopt-own-write).
 
 ``load`` and ``save`` run through ``ctx.execute`` so their results land in
 ``STEP_COMPLETED``; replay folds the recorded value and never re-reads the
 store.
 
-Save is honestly idempotent (D3). A crash between the store write and the
+Save is honestly idempotent. A crash between the store write and the
 step record re-runs the save with the same expected revision. If that re-run
 conflicts at *exactly* ``expected + 1`` and the stored envelope is canonically
 equal to what we tried to write, at the current contract version, the earlier
@@ -82,7 +82,7 @@ class DurableState:
         try:
             record = await self.store.save(self.key, write, expected_revision)
         except Exception as conflict:
-            # Matched by name (ADR 0053 D1): a third-party backend may raise
+            # Matched by name (the store contract): a third-party backend may raise
             # its own RevisionConflictError class.
             if not is_revision_conflict(conflict):
                 raise
@@ -117,7 +117,7 @@ class DurableState:
 
 
 def sentinel_state(schedule_id: str) -> tuple[str, str]:
-    """ADR 0053 D4: a schedule's contract id and store key.
+    """A schedule's contract id and store key.
 
     ``<scheduleId>.state`` and ``sentinel:<scheduleId>``.
     """

@@ -15,7 +15,7 @@ Zero changed rows means a conflict; only then is the actual revision read, in
 the same transaction, to build ``RevisionConflictError`` (the transaction is
 rolled back by ``write_transaction`` as the error propagates — it had written
 nothing anyway). The same guarded statements are what make the Postgres
-variant of ADR 0053 D5 safe across nodes without locks.
+variant of the SQLite compare-and-set safe across nodes without locks.
 
 Like the in-memory store, no method awaits: each call is one atomic step for
 the simulator. The SQL strings are module constants so the sqlite3 statement

@@ -1,4 +1,4 @@
-"""The durable-state store SPI (ADR 0053 D1): a dumb keyed compare-and-set store.
+"""The durable-state store SPI: a dumb keyed compare-and-set store.
 
 A store maps a key to one record ``(contract_version, revision, payload)``.
 It knows nothing about contracts, schemas or migrations — those live in the
@@ -80,7 +80,7 @@ class RevisionConflictError(Exception):
     key was absent. The store is unchanged by the rejected save.
     """
 
-    # Conformance matches conflicts by this name, not by class (ADR 0053 D1),
+    # Conformance matches conflicts by this name, not by class,
     # so third-party backends need not import this module.
     name = "RevisionConflictError"
 

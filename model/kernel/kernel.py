@@ -6,14 +6,14 @@ appends ``STEP_COMPLETED`` with its output; when the run is resumed after a
 crash the kernel folds the recorded outputs instead of calling the effect
 again, so a recorded step never re-runs and replay never touches a store.
 
-Three opt-in seams (ADR 0051); with none of them passed the kernel makes
+Three opt-in seams; with none of them passed the kernel makes
 exactly the same store calls and probe events as without them:
 
-- ``middleware`` (ADR 0006 seam, used by the D3 claim-check): each effect's
+- ``middleware`` (used by the claim-check): each effect's
   output passes through ``on_output`` of every middleware, in order, before it
   is recorded. What the last one returns is the recorded value. Replay only
   folds records, so middleware never runs there.
-- ``transforms`` (K11.5, D6): a run started on flow version A and resumed on
+- ``transforms``: a run started on flow version A and resumed on
   version B continues only through a registered ``(A, B)`` transform. The
   kernel records an ``EXECUTION_MIGRATED`` marker durably, then folds: every
   ``STEP_COMPLETED`` output recorded before a marker passes through that
@@ -57,7 +57,7 @@ from model.runtime import Runtime
 
 Flow = Callable[["ExecutionContext", Any], Awaitable[Any]]
 EffectFn = Callable[[], Awaitable[Any]]
-# K11.5: ``(step_id, recorded output) -> output under the new version``. Must
+# A flow-version migration: ``(step_id, recorded output) -> output under the new version``. Must
 # be pure and deterministic (it runs on every fold, replay included) and
 # return a JSON value.
 StateTransform = Callable[[str, Any], Any]
@@ -72,12 +72,12 @@ _NO_TRANSFORMS: Mapping[tuple[int, int], StateTransform] = MappingProxyType({})
 
 
 class EffectMiddleware(Protocol):
-    """ADR 0006 seam: sees (and may replace) every effect output before it is recorded."""
+    """The effect middleware seam: sees (and may replace) every effect output before it is recorded."""
 
     async def on_output(self, tool: str | None, step_id: str, output: Any) -> Any: ...
 
 # Bound on steps per run: a sentinel wake is a handful of steps; a run that
-# grows past this is a runaway loop, not a workload (ADR 0051 D1 bounded runs).
+# grows past this is a runaway loop, not a workload (bounded runs).
 STEPS_PER_RUN_MAX = 10_000
 
 
@@ -130,7 +130,7 @@ class MigrationMissing(Exception):
     ``to_version`` and no state transform is registered for that pair.
 
     Raised before anything is written: the execution stays live and unchanged
-    (K11.5 — never silent coercion; the caller decides).
+    (never silent coercion; the caller decides).
     """
 
     name = "MigrationMissing"
@@ -428,8 +428,8 @@ class Kernel:
                  middleware: tuple[EffectMiddleware, ...] = (),
                  transforms: Mapping[tuple[int, int], StateTransform] = _NO_TRANSFORMS,
                  input_schemas: Mapping[int, InputValidator] | None = None) -> None:
-        """``middleware``: effect middleware, applied in order (ADR 0006).
-        ``transforms``: K11.5 state transforms keyed ``(from_version,
+        """``middleware``: effect middleware, applied in order.
+        ``transforms``: flow-version state transforms keyed ``(from_version,
         to_version)``. ``input_schemas``: D7 input validators keyed by flow
         version; ``None`` (default) = no validation at all."""
         self.runtime = runtime
@@ -484,7 +484,7 @@ class Kernel:
 
         ``flow_version``: the version ``flow`` is (None: the caller vouches it
         is the run's own). If it differs from the run's effective version and
-        the run has recorded steps, the run is migrated (K11.5): with a
+        the run has recorded steps, the run is migrated: with a
         transform registered for (effective, flow_version) an
         ``EXECUTION_MIGRATED`` step is appended before the flow runs; without
         one, ``MigrationMissing`` and nothing is written. A run with no

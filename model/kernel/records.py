@@ -40,7 +40,7 @@ STEP_COMPLETED = "STEP_COMPLETED"
 EFFECT_INDOUBT = "EFFECT_INDOUBT"
 # An application event (a finding), not an effect result.
 EVENT_EMITTED = "EVENT_EMITTED"
-# K11.5 (ADR 0051 D6): a resumed execution moved from flow version ``from``
+# A resumed execution moved from flow version ``from``
 # to ``to`` through a registered state transform. Step id
 # ``migrate:<from>-><to>``, output ``{"from": A, "to": B}``. Written by the
 # kernel, never requested by a flow: the fold skips it, and passes the

@@ -231,7 +231,7 @@ async def _(store) -> None:
 @_check("append-every-step-kind")
 async def _(store) -> None:
     # Every kind of STEP_KINDS round-trips through each appending call,
-    # including EXECUTION_MIGRATED (K11.5) on a parked run.
+    # including EXECUTION_MIGRATED on a parked run.
     migrated = {"from": 1, "to": 2}
     await _started(store, "one", occurrence_ms=1)
     for seq, kind in enumerate(STEP_KINDS, 1):

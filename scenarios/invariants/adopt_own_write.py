@@ -1,6 +1,6 @@
 """``adopt-own-write``: an adoption matches a real earlier commit, content and all.
 
-ADR 0053 D3: a re-run save that conflicts at exactly ``expected + 1`` may adopt
+A re-run save that conflicts at exactly ``expected + 1`` may adopt
 the stored envelope only if it is canonically equal to what it tried to write.
 The oracle keeps the last few commits of each key (revision -> payload and
 committing node, straight from the store's trace events, not from the model)

@@ -1,6 +1,6 @@
 """``bounded-run``: a run's log and its replay depth do not grow with time.
 
-ADR 0051 D1: a sentinel is a schedule over *bounded* runs, each a fresh
+A sentinel is a schedule over *bounded* runs, each a fresh
 small log, so month twelve costs what month one did. Online, from the log's
 commits: every run log stays within ``records_max`` records and its steps
 within ``steps_max``; and the longest run of the last stretch of the history

@@ -1,6 +1,6 @@
 """``findings-projection``: the findings read model is rebuildable from canonical records.
 
-ADR 0051 D4: findings are application events; the projection is only a read
+Findings are application events; the projection is only a read
 model. The oracle keeps its own shadow of it, built from canonical records
 alone — the settlement records the run logs commit (``log.append``) and the
 ledger's settlement time (``ledger.finalize_settlement``) — and closes

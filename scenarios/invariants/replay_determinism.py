@@ -5,7 +5,7 @@ The oracle rebuilds each run's step log from the log's own commits
 settlement record — not from the model's memory), and when the settlement
 record lands it replays the flow over that log with no kernel at all,
 through state handles bound to a store that counts every call. A run that
-was migrated on resume (K11.5) is folded through the same registered
+was migrated on resume is folded through the same registered
 transforms, on the flow of its effective version. It must:
 
 - finish without suspending (replay never sleeps or waits on I/O),

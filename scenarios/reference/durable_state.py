@@ -1,4 +1,4 @@
-"""Reference model of the durable-state store (ADR 0053 D1): a dict.
+"""Reference model of the durable-state store: a dict.
 
 The contract, as plain rules over ``key -> (contract_version, revision,
 payload)``:

@@ -1,4 +1,4 @@
-"""Reference model of the findings projection (``model.findings``, ADR 0051 D4).
+"""Reference model of the findings projection (``model.findings``).
 
 The contract, over the live findings by id and one checkpoint per schedule:
 

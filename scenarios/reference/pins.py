@@ -1,4 +1,4 @@
-"""Reference model of the claim-check pin index (``model.pins``, ADR 0051 D5).
+"""Reference model of the claim-check pin index (``model.pins``).
 
 The contract, over two plain tables keyed by content ref:
 
