@@ -444,6 +444,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules", "            break\n        taken.append(row)\n",
         "            continue\n        taken.append(row)\n", ("port-storm",), ci_seed=0, ci_duration="5m"),
     Mutant(
+        "ledger-join-answers-held-followers",
+        "A host's join answers every follower it holds, those earlier calls took included, instead of only the "
+        "rows this call took.",
+        "model.ledger.rules",
+        "    answer = tuple(JoiningFollower(row.submission_id, row.queue_seq, decode(row.input_json)) for row in taken)\n",
+        "    answer = tuple(JoiningFollower(row.submission_id, row.queue_seq, decode(row.input_json))\n"
+        "                   for row in mine + taken)\n", ("agent-conversations", "port-storm"),
+        ci_seed=1, ci_duration="5m", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-revert-joined-refused",
+        "Reverting a joined follower is refused (TransitionRefused) instead of a no-op that leaves it joined.",
+        "model.ledger.rules",
+        "    if follower.join_host == host.submission_id and state == JOINED:\n"
+        "        return None, None  # joined: it settles with its host\n",
+        "", ("port-storm",), ci_seed=0, ci_duration="5m"),
+    Mutant(
         "ledger-lone-follower-left-open",
         "The host's finalize settles its joined followers only when it holds more than one: a lone joined "
         "follower stays open forever.",

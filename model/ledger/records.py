@@ -262,14 +262,30 @@ class ApprovalDecision:
 
 
 @attrs.frozen
+class JoiningFollower:
+    """A row ``begin_join`` took: its id, its queue position and its input
+    (the peer's ``queueSequence`` and ``inputPayload``)."""
+
+    submission_id: str
+    queue_seq: int
+    input: object
+
+
+@attrs.frozen
 class JoinBatch:
-    """``begin_join``'s answer: the ready submissions right behind the host
-    that are now joining it, in queue order (``replayed``: already joining
-    it, nothing new taken)."""
+    """``begin_join``'s answer: the rows this call took (ready, right behind
+    the host or its earlier followers), now joining it, in queue order. A
+    row an earlier call took is not answered again (the peer's
+    ``claimJoining``): the host's followers are in its recovery snapshot
+    (``join_host``). ``replayed``: nothing new was taken."""
 
     host_submission_id: str
-    followers: tuple[str, ...]
+    followers: tuple[JoiningFollower, ...]
     replayed: bool = False
+
+    @property
+    def follower_ids(self) -> tuple[str, ...]:
+        return tuple(follower.submission_id for follower in self.followers)
 
 
 @attrs.frozen

@@ -152,9 +152,13 @@ Decisions where the specification is silent (all in one place, here):
   (aborted settlement).
 - Joins: ``begin_join(token, limit)`` takes the contiguous prefix of ready
   submissions behind a claimed host (stopping at a gap: a row neither ready
-  nor already its follower), each ``joining``; ``mark_joined`` records where
+  nor already its follower), each ``joining``, and answers the rows it
+  took, each with its queue position and input (a row an earlier call took
+  is not answered again: the host's followers are in its recovery
+  snapshot, the peer's ``claimJoining``); ``mark_joined`` records where
   the follower's input sits in the host's log (``joined``); ``revert_join``
-  puts a joining one back to ready (idempotent; a joined one cannot). A
+  puts a joining one back to ready (idempotent; a joined one stays joined,
+  a no-op, as the peer's ``revertJoining``). A
   follower is never claimed, aborted (``JoinedToHost``) or finalized alone:
   the host's finalize settles its joined followers in the same write, each
   with ``joined_record`` (the host's outcome, no independent result), and
@@ -237,6 +241,7 @@ from .records import (
     ChildReservationConflict,
     UnknownChildReservation,
     JoinBatch,
+    JoiningFollower,
     JoinedToHost,
     JoinMarked,
     Suspension,
@@ -1206,25 +1211,28 @@ def decide_begin_join(
     order. The host takes the contiguous prefix of ready ones (its own
     followers count towards ``limit``), stopping at the first row that is
     neither ready nor already its follower: a gap is never skipped. An
-    aborted queued submission is settled, so it is no gap."""
+    aborted queued submission is settled, so it is no gap. The answer is
+    the rows this call took, each with its queue position and input (the
+    peer's ``claimJoining``): a row already joining is skipped in it."""
     host = check_token(host, token)
     state = state_of(host)
     if target(state, BEGIN_JOIN) is None:
         raise TransitionRefused(host.submission_id, state, BEGIN_JOIN)
-    mine: list[str] = []
+    mine: list[SubmissionRow] = []  # its followers already (not answered again)
     taken: list[SubmissionRow] = []
     for row in behind:
         assert row.queue_seq > host.queue_seq, (row, host)
         if row.join_host == host.submission_id:
-            mine.append(row.submission_id)
+            mine.append(row)
             continue
         if len(mine) + len(taken) >= limit or state_of(row) != READY:
             break
         taken.append(row)
     if not taken:
-        return JoinBatch(host.submission_id, tuple(mine), True), None, []
+        return JoinBatch(host.submission_id, (), True), None, []
     followers = [attrs.evolve(row, join_host=host.submission_id) for row in taken]
-    return (JoinBatch(host.submission_id, tuple(mine) + tuple(row.submission_id for row in taken)),
+    answer = tuple(JoiningFollower(row.submission_id, row.queue_seq, decode(row.input_json)) for row in taken)
+    return (JoinBatch(host.submission_id, answer),
             attrs.evolve(host, joined_count=host.joined_count + len(taken)), followers)
 
 
@@ -1250,13 +1258,16 @@ def decide_revert_join(
     host: SubmissionRow | None, token: Claim, submission_id: str, follower: SubmissionRow | None
 ) -> tuple[SubmissionRow | None, SubmissionRow | None]:
     """A joining follower back to ready (the host will not apply its input).
-    Idempotent; a joined one cannot revert (its input is in the log)."""
+    Idempotent; reverting a joined one changes nothing (its input is in
+    the host's log: it stays joined, the peer's ``revertJoining``)."""
     host = check_token(host, token)
     if follower is None:
         raise UnknownSubmission(submission_id)
     state = state_of(follower)
     if follower.join_host is None and state == READY:
         return None, None  # reverted already
+    if follower.join_host == host.submission_id and state == JOINED:
+        return None, None  # joined: it settles with its host
     if follower.join_host != host.submission_id or target(state, REVERT_JOIN) is None:
         raise TransitionRefused(submission_id, state, REVERT_JOIN)
     return (attrs.evolve(host, joined_count=host.joined_count - 1),

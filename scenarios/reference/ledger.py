@@ -91,7 +91,10 @@ adapters (memory, SQLite) do — each named where it is used:
   ``origin``, any other an ordinary one; a fresh admission asking for
   another is ``refused``: ``ordinary-lane`` (a worker admission where
   ordinary work was), ``worker-lane`` (ordinary work on a worker lane),
-  ``worker-origin`` (another origin, or none).
+  ``worker-origin`` (another origin, or none);
+- ``begin_join`` answers only the rows it took, each with its queue
+  position and input (the peer's ``claimJoining``); reverting a joined
+  follower is a no-op, it stays joined (the peer's ``revertJoining``) (L17).
 
 A call whose answer diverges changes nothing in the model (it cannot know
 what the store wrote), so later messages may be consequences of the first.
@@ -124,6 +127,7 @@ from model.ledger.records import (
     ApprovalDecision,
     ChildReservation,
     JoinBatch,
+    JoiningFollower,
     JoinMarked,
     Suspension,
     UnknownMarked,
@@ -1387,8 +1391,10 @@ class ReferenceLedger:
             if len(host.followers) + len(taken) >= limit or self._state(row) != "ready":
                 break  # a gap: never skipped
             taken.append(row)
-        followers = tuple(host.followers) + tuple(r.submission_id for r in taken)
-        self._want_value(call, JoinBatch(host.submission_id, followers, not taken), conversation)
+        # L17: the answer is what this call took, each with its queue
+        # position and input; what an earlier call took is not repeated.
+        answer = tuple(JoiningFollower(r.submission_id, r.queue_seq, read_back(r.input_text)) for r in taken)
+        self._want_value(call, JoinBatch(host.submission_id, answer, not taken), conversation)
         for row in taken:
             row.join_host = host.submission_id
             row.changed()
@@ -1439,6 +1445,9 @@ class ReferenceLedger:
         state = self._state(follower)
         if follower.join_host is None and state == "ready":
             self._want_value(call, None, conversation)  # reverted already
+            return conversation
+        if follower.join_host == host.submission_id and state == "joined":
+            self._want_value(call, None, conversation)  # L17: joined stays joined, nothing changes
             return conversation
         if follower.join_host != host.submission_id or state != "joining":
             self._want_error(call, "TransitionRefused", {"submission_id": sid, "state": state,
