@@ -894,6 +894,25 @@ MUTANTS: tuple[Mutant, ...] = (
         "    return fresh()\n", BOTH,
         ci_seed=5, ci_duration="2h", ci_scenario="ledger-storm"),
     Mutant(
+        "repair-drops-parent-link",
+        "A ledger rebuilt from the log admits every submission without the parent link its input record "
+        "carries: a rebuilt child is no longer its parent's.",
+        "model.repair", '            link = payload.get("parentLink")\n', "            link = None\n", AC,
+        ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "repair-drops-admission-policy",
+        "A ledger rebuilt from the log admits every submission without the admission group and metadata its "
+        "input record carries: a rebuilt group is free, a rebuilt worker lane ordinary.",
+        "model.repair", '                                           payload.get("admissionGroup"), None, '
+        'payload.get("metadata"))\n',
+        "                                           None, None, None)\n", BOTH + AC),
+    Mutant(
+        "input-record-drops-parent-link",
+        "The input record leaves out the admission's parent link, so nothing in the log says whose child it is.",
+        "model.lifecycle", '        payload["parentLink"] = {"submissionId": parent.submission_id, '
+        '"toolCallId": parent.tool_call_id}\n', "        pass\n", AC,
+        ci_seed=0, ci_duration="5m"),
+    Mutant(
         "runs-resume-settled",
         "A restarted worker resumes a run whose log already holds its settlement instead of only finalizing it "
         "(it looks for the logged settlement only once the ledger says the run settled).",

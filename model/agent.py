@@ -48,8 +48,8 @@ from model.conversation.records import BatchRecord
 from model.ledger.records import settlement_of
 from model.ledger.rules import joined_envelope
 from model.ledger.states import JOINING
-from model.lifecycle import (INPUT_FAMILY, RUN_COMPLETED_FAMILY, created_batch_id, input_batch_id, input_entry,
-                             input_record_id, run_id_for)
+from model.lifecycle import (INPUT_FAMILY, RUN_COMPLETED_FAMILY, created_batch_id, input_batch_id,
+                             input_entry_of, input_record_id, run_id_for)
 from model.submissions import PARKED, ProcessOutcome, SubmissionWorker, WorkFailure
 
 # Step kinds of a plan (``request["plan"]``). ``open``/``close``: the first
@@ -436,8 +436,7 @@ class AgentWorker(SubmissionWorker):
             follower = await self.ledger.get(follower_id)
             if follower.joined_seq is not None:
                 continue
-            payload = input_entry(follower_id, follower.input, follower.principal_id, follower.idempotency_key,
-                                  follower.queue_seq)[1]
+            payload = input_entry_of(follower)[1]
             # Append-once: an earlier attempt may have applied it already.
             await self._append_once(conversation_id, claim, input_batch_id(follower_id),
                                     [(INPUT_FAMILY, {**payload, "hostSubmissionId": claim.submission_id})])
