@@ -599,6 +599,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "        \"durability\": \"durable-node\" if durable else \"non-durable\",  # the peer's declaration\n", "",
         ("port-storm",), ci_seed=0, ci_duration="30s"),
     Mutant(
+        "ledger-scan-answers-payloads",
+        "The scan of open work answers whole records, the input and the admission metadata included, instead "
+        "of the control fields only.",
+        "model.ledger.rules", "            found.append(row_to_scan_row(row, own=own is not None and own(row)))\n",
+        "            found.append(row_to_record(row, own=own is not None and own(row)))\n", LS_PS,
+        ci_seed=0, ci_duration="30s"),
+    Mutant(
         "ledger-empty-receipt-readable",
         "A stored row with an empty receipt is scanned as readable instead of failing the scan typed.",
         "model.ledger.rules", "        if type(row.receipt) is not str or not row.receipt:\n",

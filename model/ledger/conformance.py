@@ -1415,6 +1415,22 @@ async def _(ledger) -> None:
     _true(claim.submission_id not in [r.submission_id for r in await ledger.scan_nonterminal()], "settled excluded")
 
 
+@_check("scan-rows-are-control-fields")
+async def _(ledger) -> None:
+    """Peer case ``scanNonterminalWorklist``: a scan row carries the control
+    fields (the receipt and the principal among them) and no input or
+    admission metadata; a by-id lookup carries both."""
+    metadata = {"kind": "WorkerUpdate", "update": {"sequence": 1, "value": 0.5}}
+    admitted = await ledger.admit("c1", "p1", "k1", {"text": "app input"}, 0, metadata=metadata)
+    (row,) = await ledger.scan_nonterminal()
+    _eq((row.submission_id, row.receipt, row.principal_id, row.input_digest),
+        (admitted.submission_id, admitted.receipt, "p1", admitted.input_digest), "the scan row's control fields")
+    for omitted in ("input", "metadata"):
+        _true(not hasattr(row, omitted), f"a scan row carries no {omitted!r}")
+    record = await ledger.get(admitted.submission_id)
+    _eq((record.input, record.metadata), ({"text": "app input"}, metadata), "a by-id lookup carries them")
+
+
 @_check("scan-nonterminal-of-one-principal")
 async def _(ledger) -> None:
     """Peer case ``scanNonterminalWorklist`` (scan rows carry the principal)."""

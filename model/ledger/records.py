@@ -771,6 +771,31 @@ class UnsupportedLedgerVersion(LedgerError):
 _RECORD_FIELDS = frozenset(attrs.fields_dict(SubmissionRecord)) | {"settled", "unknown_open", "approvals_pending",
                                                                    "children_awaited"}
 
+# What a scan row leaves out: the payloads (the peer's scan rows carry no
+# ``inputPayload`` and no worker or message admission).
+SCAN_OMITS = ("input", "metadata")
+
+
+class _ScanRowReads:
+    settled = SubmissionRecord.settled
+    unknown_open = SubmissionRecord.unknown_open
+    approvals_pending = SubmissionRecord.approvals_pending
+    children_awaited = SubmissionRecord.children_awaited
+
+
+# ``scan_nonterminal``'s row: a ``SubmissionRecord``'s control fields, in
+# its field order, without the input and the admission metadata (a by-id
+# ``get`` carries them).
+NonterminalSubmission = attrs.make_class(
+    "NonterminalSubmission",
+    {field.name: attrs.field(default=field.default) for field in attrs.fields(SubmissionRecord)
+     if field.name not in SCAN_OMITS},
+    bases=(_ScanRowReads,), frozen=True, slots=True)
+NonterminalSubmission.__module__ = __name__
+NonterminalSubmission.__doc__ = (
+    "One unsettled submission as ``scan_nonterminal`` answers it: every field of its ``SubmissionRecord`` but "
+    "the input and the admission metadata (control fields only, the peer's scan rows).")
+
 
 @attrs.frozen
 class UnreadableSubmission:

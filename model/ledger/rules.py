@@ -198,8 +198,14 @@ Decisions where the specification is silent (all in one place, here):
   ``schema_version`` is ``UnsupportedLedgerVersion``, a column of the wrong
   type or JSON that does not decode is ``CorruptSubmission`` (both typed
   ``LedgerError``s naming the submission), raised before any rule decides,
-  so nothing is written. ``scan_nonterminal`` does not fail on such a row:
-  it answers a ``SubmissionRecord`` per readable row and, in its place, an
+  so nothing is written. ``scan_nonterminal`` answers control fields only
+  (``NonterminalSubmission``: a record without its input and admission
+  metadata, as the peer's ``scanNonterminal`` rows; the specification
+  names only "the ordered scanNonterminal stream", and a by-id ``get``
+  carries both). It does not fail on a corrupt row (the specification:
+  "per-operation Schema decoding and the digest chain already fail
+  clearly on corrupt rows"): it answers a scan row per readable row and,
+  in its place, an
   ``UnreadableSubmission`` (its stored identity: submission, conversation,
   principal, queue_seq; reading any other field raises the typed error), so
   the conversation still shows work, a claim there fails typed, and every
@@ -242,6 +248,7 @@ from .records import (
     UnknownChildReservation,
     JoinBatch,
     JoiningFollower,
+    NonterminalSubmission,
     JoinedToHost,
     JoinMarked,
     Suspension,
@@ -443,12 +450,27 @@ def row_to_record(row: SubmissionRow, *, own: bool = False) -> SubmissionRecord:
     value, reserved = read_row(row, own=own)
     decode_column = decode_own if own else decode
     return SubmissionRecord(
+        input=value,
+        metadata=None if row.metadata_json is None else decode_column(row.metadata_json),
+        **_control_fields(row, reserved, decode_column),
+    )
+
+
+def row_to_scan_row(row: SubmissionRow, *, own: bool = False) -> NonterminalSubmission:
+    """The scan row of a stored row: validated whole (``read_row``: a row
+    whose stored JSON does not decode fails here, typed), answered with its
+    control fields only (no input, no metadata)."""
+    _, reserved = read_row(row, own=own)
+    return NonterminalSubmission(**_control_fields(row, reserved, decode_own if own else decode))
+
+
+def _control_fields(row: SubmissionRow, reserved: object, decode_column) -> dict:
+    return dict(
         submission_id=row.submission_id,
         conversation_id=row.conversation_id,
         principal_id=row.principal_id,
         idempotency_key=row.idempotency_key,
         queue_seq=row.queue_seq,
-        input=value,
         input_digest=row.input_digest,
         receipt=row.receipt,
         admitted_at_ms=row.admitted_at_ms,
@@ -479,7 +501,6 @@ def row_to_record(row: SubmissionRow, *, own: bool = False) -> SubmissionRecord:
         input_seq=row.input_seq,
         settlement_id=row.settlement_id,
         admission_group=row.admission_group,
-        metadata=None if row.metadata_json is None else decode_column(row.metadata_json),
     )
 
 
@@ -489,13 +510,15 @@ def _parent_of(row: SubmissionRow) -> ParentLink | None:
     return ParentLink(row.parent_submission_id, row.parent_tool_call_id)
 
 
-def scan_records(rows, own=None) -> tuple[SubmissionRecord | UnreadableSubmission, ...]:
+def scan_records(rows, own=None) -> tuple[NonterminalSubmission | UnreadableSubmission, ...]:
     """``scan_nonterminal``'s answer over the unsettled rows in order: a
-    record per row that reads back, an ``UnreadableSubmission`` (identity
-    only; its other fields raise the typed error) per row that does not, so
-    one corrupt row never hides the other conversations' work. ``own(row)``:
+    scan row (``NonterminalSubmission``: control fields only, the peer's
+    ``scanNonterminal``; a by-id ``get`` carries the input and metadata)
+    per row that reads back, an ``UnreadableSubmission`` (identity only;
+    its other fields raise the typed error) per row that does not, so one
+    corrupt row never hides the other conversations' work. ``own(row)``:
     whether a row is the store's own (``read_row``); None: none is."""
-    found: list[SubmissionRecord | UnreadableSubmission] = []
+    found: list[NonterminalSubmission | UnreadableSubmission] = []
     for row in rows:
         if type(row.receipt) is not str or not row.receipt:
             # A control field the scan answers for every row, readable or
@@ -503,7 +526,7 @@ def scan_records(rows, own=None) -> tuple[SubmissionRecord | UnreadableSubmissio
             # itself fails, typed, naming the operation.
             raise CorruptSubmission(row.submission_id, f"receipt is {row.receipt!r}", "scan_nonterminal")
         try:
-            found.append(row_to_record(row, own=own is not None and own(row)))
+            found.append(row_to_scan_row(row, own=own is not None and own(row)))
         except (CorruptSubmission, UnsupportedLedgerVersion) as error:
             found.append(UnreadableSubmission(row.submission_id, row.conversation_id, row.principal_id,
                                               row.queue_seq, error))

@@ -95,6 +95,9 @@ adapters (memory, SQLite) do — each named where it is used:
 - ``begin_join`` answers only the rows it took, each with its queue
   position and input (the peer's ``claimJoining``); reverting a joined
   follower is a no-op, it stays joined (the peer's ``revertJoining``) (L17).
+- a scan row carries a record's control fields only, no input and no
+  admission metadata (the peer's ``scanNonterminal``); ``get`` carries
+  them (L18).
 
 A call whose answer diverges changes nothing in the model (it cannot know
 what the store wrote), so later messages may be consequences of the first.
@@ -128,6 +131,7 @@ from model.ledger.records import (
     ChildReservation,
     JoinBatch,
     JoiningFollower,
+    NonterminalSubmission,
     JoinMarked,
     Suspension,
     UnknownMarked,
@@ -221,6 +225,8 @@ class _Elided:
 
 
 _ELIDED = _Elided()
+# A scan row's fields (L18): a record's, but the input and the admission metadata.
+_SCAN_FIELDS = tuple(field.name for field in attrs.fields(NonterminalSubmission))
 # Every field of a SubmissionRecord but its two JSON values, in field order
 # (compared as attrs' own __eq__ does: ``==`` field by field, in order).
 _BUT_VALUES = operator.attrgetter(*(field.name for field in attrs.fields(SubmissionRecord)
@@ -237,7 +243,7 @@ class _Row:
                  "lease_expires_ms", "input_applied", "abort_author", "abort_reason", "abort_at_ms", "reserved_text",
                  "reserved_digest", "outcome", "settled_at_ms", "diagnostic", "unknown", "approvals", "join_host", "joined_at",
                  "followers", "children", "parent", "ready_at_ms", "attempt_id", "input_at", "settlement_id",
-                 "group", "metadata_text", "_record")
+                 "group", "metadata_text", "_record", "_scan_row")
 
     def __init__(self, submission_id: str, conversation_id: str, principal_id: str, idempotency_key: str,
                  queue_seq: int, input_text: str, input_digest: str, receipt: str, admitted_at_ms: int) -> None:
@@ -287,9 +293,19 @@ class _Row:
         # per change: workers scan the open work every poll, so a scan must
         # cost a comparison, not a decode. Every write calls ``changed``.
         self._record: SubmissionRecord | None = None
+        self._scan_row: NonterminalSubmission | None = None
 
     def changed(self) -> None:
         self._record = None
+        self._scan_row = None
+
+    def scan_row(self) -> NonterminalSubmission:
+        """What a scan answers for it (L18): its record's control fields,
+        no input and no metadata (built once per change, as ``record``)."""
+        if self._scan_row is None:
+            record = self.record()
+            self._scan_row = NonterminalSubmission(**{name: getattr(record, name) for name in _SCAN_FIELDS})
+        return self._scan_row
 
     def record(self) -> SubmissionRecord:
         """What a read returns; once settled, with the two JSON values elided
@@ -1681,7 +1697,7 @@ class ReferenceLedger:
         if principal is not None and type(principal) is not str:
             self._want_argument_error(call, "principal_id is not a str")
             return None
-        expected = tuple(row.record() for cid in sorted(self._open) if cid not in forgotten
+        expected = tuple(row.scan_row() for cid in sorted(self._open) if cid not in forgotten
                          for row in self._open[cid].open.values()
                          if principal is None or row.principal_id == principal)
         if forgotten and call.error is None and isinstance(call.result, tuple):
