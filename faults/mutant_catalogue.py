@@ -285,6 +285,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if held is None or held == lane or held == ORDINARY_LANE:\n", LS_PS,
         ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
     Mutant(
+        "ledger-worker-message-id-unchecked",
+        "A worker admission is taken whatever its messageId, so one message can be admitted under many keys.",
+        "model.ledger.rules", '    if metadata.get("messageId") != idempotency_key:\n', "    if False:\n", LS_PS,
+        ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-worker-origin-unchecked",
+        "A worker admission on a fresh lane is taken without an origin or its expiry: the lane is nobody's.",
+        "model.ledger.rules",
+        '    if type(origin) is not dict or type(origin.get("expiresAtMillis")) is not int:\n',
+        "    if False:\n", LS_PS, ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
+    Mutant(
         "ledger-claim-ignores-live-lease",
         "A claim compares another owner's lease expiry with now + lease_ms (the lease counted twice), so a "
         "live lease never blocks it.",

@@ -120,7 +120,7 @@ EDGES = (
     "admission_group_occupied", "admission_group_replay_first", "admission_group_conflict",  # adversary_admission
     "admission_group_held_terminalizing", "admission_group_freed_at_finalize", "admission_fence_replay_after_move",
     "admission_fence_stale_refused", "admission_metadata_conflict", "admission_worker_lane_refused",
-    "admission_ordinary_lane_refused",
+    "admission_ordinary_lane_refused", "admission_worker_message_id_refused", "admission_worker_origin_required",
     # conversation log
     "log_over_1024_records", "read_full_default_page", "read_across_page_boundary", "read_at_page_boundary",
     "read_past_tail_empty", "read_illegal_rejected", "digest_at_batch_boundary", "digest_at_inside_batch",

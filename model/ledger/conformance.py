@@ -1630,7 +1630,9 @@ async def _(ledger) -> None:
     omits or replaces the origin, or ordinary work, on that lane, and a
     worker admission on a lane holding ordinary work, are
     ``AdmissionPolicyError(reason="refused")``; of an ordinary and a worker
-    admission on a fresh lane exactly one is admitted."""
+    admission on a fresh lane exactly one is admitted. A worker admission
+    whose ``messageId`` is not its key, or (on a fresh lane too) without an
+    origin carrying ``expiresAtMillis``, is refused."""
     origin = {"workerId": "w1", "expiresAtMillis": 60_000}
 
     def worker(key: str, parameters: dict, **changes: object) -> dict:
@@ -1665,6 +1667,17 @@ async def _(ledger) -> None:
     await ledger.admit("fresh", "p1", "m1", {"text": "task"}, 7, metadata=worker("m1", {"n": 1}))
     await _raises(AdmissionPolicyError, ledger.admit("fresh", "p1", "k1", {"text": "ordinary"}, 8),
                   "the second of an ordinary and a worker admission on a fresh lane")
+    exc = await _raises(AdmissionPolicyError, ledger.admit("w", "p1", "m4", {"text": "task"}, 9,
+                                                           metadata=worker("m5", {"n": 4})),
+                        "a worker admission whose messageId is not its key")
+    _eq((exc.reason, exc.code), ("refused", "worker-message-id"), "refused")
+    for fields in ({k: v for k, v in worker("m1", {}).items() if k != "origin"},
+                   worker("m1", {}, origin={"workerId": "w1"})):
+        exc = await _raises(AdmissionPolicyError, ledger.admit("fresh2", "p1", "m1", {"text": "task"}, 10,
+                                                               metadata=fields),
+                            f"a worker admission on a fresh lane with origin {fields.get('origin')!r}")
+        _eq((exc.reason, exc.code), ("refused", "worker-origin"), "an origin with its expiry is required")
+    _eq(await ledger.get_by_idempotency_key("fresh2", "p1", "m1"), None, "a refused admission writes nothing")
 
 
 CONFORMANCE_CHECKS: tuple[str, ...] = _SUITE.names()

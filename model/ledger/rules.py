@@ -67,7 +67,12 @@ Decisions where the specification is silent (all in one place, here):
   another kind is ``AdmissionPolicyError(reason="refused")``
   (``ordinary-lane``: a worker admission where ordinary work is;
   ``worker-lane``: ordinary work on a worker lane; ``worker-origin``: a
-  worker admission omitting or replacing the lane's origin). A refusal
+  worker admission omitting or replacing the lane's origin). A fresh
+  worker admission carries the peer's fields: an ``origin`` with an
+  integer ``expiresAtMillis`` (else ``worker-origin``, a fresh lane
+  included) and its idempotency key as ``messageId`` (else
+  ``worker-message-id``); ``parameters`` and ``sourceSubmissionId`` are
+  part of the metadata's identity (``check_worker_admission``). A refusal
   writes nothing.
 - ``mark_ready(submission_id, now_ms)`` answers a ``Readiness``: the first
   mark stamps ``ready_at_ms``; a repeat replays it (``replayed``).
@@ -719,6 +724,7 @@ def decide_admit(
     check_admission_policy(fence, fence_revision, admission_group, group_rows)
     lane = lane_of(metadata_json)
     check_lane(conversation, lane)
+    check_worker_admission(idempotency_key, metadata_json)
     last_queue_seq = 0 if conversation is None else conversation.last_queue_seq
     epoch = 0 if conversation is None else conversation.epoch
     queue_seq = last_queue_seq + 1
@@ -800,6 +806,29 @@ def check_lane(conversation: ConversationRow | None, lane: str) -> None:
     code = ("ordinary-lane" if held == ORDINARY_LANE else "worker-lane" if lane == ORDINARY_LANE
             else "worker-origin")
     raise AdmissionPolicyError("refused", code, f"the lane holds {held[:80]!r} work, the admission asks {lane[:80]!r}")
+
+
+def check_worker_admission(idempotency_key: str, metadata_json: str | None) -> None:
+    """A fresh worker admission carries the peer's fields: an ``origin``
+    object with an integer ``expiresAtMillis`` (else the lane it asks for
+    has no origin: ``worker-origin``) and a ``messageId`` that is its
+    idempotency key (``worker-message-id``); its ``parameters`` and
+    ``sourceSubmissionId`` are part of its identity (the metadata's).
+    Checked after the lane, so a lane of another kind is named first.
+    ``AdmissionPolicyError(reason="refused")``; nothing is written."""
+    if metadata_json is None:
+        return
+    metadata = decode_own(metadata_json)
+    if type(metadata) is not dict or metadata.get("kind") != WORKER_ADMISSION:
+        return
+    origin = metadata.get("origin")
+    if type(origin) is not dict or type(origin.get("expiresAtMillis")) is not int:
+        raise AdmissionPolicyError("refused", "worker-origin",
+                                   f"a worker admission needs an origin with expiresAtMillis, got {origin!r:.80}")
+    if metadata.get("messageId") != idempotency_key:
+        raise AdmissionPolicyError("refused", "worker-message-id",
+                                   f"a worker admission's messageId {metadata.get('messageId')!r:.80} is not its "
+                                   f"idempotency key {idempotency_key!r:.80}")
 
 
 def decide_set_admission_fence(policy_id: str, key: str, revision: int,

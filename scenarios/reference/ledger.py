@@ -98,6 +98,10 @@ adapters (memory, SQLite) do — each named where it is used:
 - a scan row carries a record's control fields only, no input and no
   admission metadata (the peer's ``scanNonterminal``); ``get`` carries
   them (L18).
+- a fresh worker admission (after the lane check) needs an ``origin``
+  object with an integer ``expiresAtMillis`` (``worker-origin``, a fresh
+  lane too) and its idempotency key as ``messageId``
+  (``worker-message-id``), both ``refused`` (L19).
 
 A call whose answer diverges changes nothing in the model (it cannot know
 what the store wrote), so later messages may be consequences of the first.
@@ -826,6 +830,14 @@ class ReferenceLedger:
                 and conversation.lane != wants:
             refusal = ("refused", "ordinary-lane" if conversation.lane == (None,) else
                        "worker-lane" if wants == (None,) else "worker-origin")
+        if refusal is None and wants != (None,):
+            # L19: a worker admission's origin carries an integer expiry, and
+            # its messageId is its idempotency key.
+            origin = metadata.get("origin")
+            if not (isinstance(origin, dict) and _is_int(origin.get("expiresAtMillis"))):
+                refusal = ("refused", "worker-origin")
+            elif metadata.get("messageId") != key:
+                refusal = ("refused", "worker-message-id")
         if refusal is not None:
             self._want_error(call, "AdmissionPolicyError", {"reason": refusal[0], "code": refusal[1]}, conversation)
             return conversation
