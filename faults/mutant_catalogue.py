@@ -653,7 +653,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "An approval decision counts only the undecided approvals as still pending, not the awaited children, "
         "so a decision with a child still awaited answers as the one that resumed the submission.",
         "model.ledger.rules", "                            pending + row.children_awaited), \\\n",
-        "                            pending), \\\n", ("port-storm",), ci_seed=2, ci_duration="4m"),
+        "                            pending), \\\n", ("port-storm",), ci_seed=1, ci_duration="4m"),
     Mutant(
         "worker-abort-read-once",
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "
@@ -708,7 +708,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "still matches.",
         "model.conversation.rules",
         "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
-        "", ALL, ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+        "", ALL, ci_seed=1, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "log-append-higher-epoch-takes-over",
         "An append at an epoch above the conversation's takes the log over (as materialize does) instead of "
@@ -774,7 +774,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if request.producer_id != conversation.producer_id:\n"
         '        raise FenceRejected(cid, request.epoch, conversation.epoch, f"epoch held by producer {conversation.producer_id!r}")\n',
         "", ALL,
-        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+        ci_seed=1, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "log-materialize-epoch-back",
         "Materialize lets any other epoch take the conversation over, a lower one included, so a stale owner "
@@ -838,7 +838,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        records.extend(got)\n        if len(got) < want:\n            break  # a short page: the end of history\n"
         "    recomputed = recompute_chain(conversation_id, records, start_seq + 1, after_digest)\n"
         "    if len(records) == total - start_seq and recomputed != tail.tail_digest:\n", LS_PS,
-        ci_seed=3, ci_duration="15m", ci_scenario="port-storm"),
+        ci_seed=0, ci_duration="15m", ci_scenario="port-storm"),
     Mutant(
         "log-gap-accepted",
         "The recovery read's page check looks only at the last sequence number a page reaches, so a page "
@@ -1330,7 +1330,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    (TERMINALIZING, lambda row, log, ctx: True, APPEND_RESERVED_SETTLEMENT, REPAIRED),\n",
         "    (TERMINALIZING, lambda row, log, ctx: True, FINALIZE_LEDGER_FROM_HISTORY, REPAIRED),\n",
         ("ledger-storm", "agent-conversations"),
-        ci_seed=3, ci_duration="10m", ci_scenario="agent-conversations"),
+        ci_seed=5, ci_duration="10m", ci_scenario="agent-conversations"),
     Mutant(
         "recovery-annotates-the-logged-case",
         "The claim holder writes the AppendReservedSettlement repair annotation when the reserved record is "
