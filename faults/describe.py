@@ -489,7 +489,7 @@ def _begin_join(batch: Any, /, token: Any, limit: int) -> dict:
         return LedgerBeginJoin.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
                                      limit=limit)
     return LedgerBeginJoin.build(submission=token.submission_id, owner=token.owner_id, epoch=token.epoch,
-                                 limit=limit, followers=batch.followers, replayed=batch.replayed)
+                                 limit=limit, followers=batch.follower_ids, replayed=batch.replayed)
 
 
 @describes(SubmissionLedgerPort.mark_joined, LedgerMarkJoined)

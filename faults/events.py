@@ -454,7 +454,7 @@ class LedgerBeginJoin(PortEvent):
     owner: str
     epoch: int
     limit: int
-    followers: tuple = RESULT  # joining or joined to it, in queue order
+    followers: tuple = RESULT  # the ids this call took (now joining it), in queue order
     replayed: bool = RESULT
 
 

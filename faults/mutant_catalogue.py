@@ -285,6 +285,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if held is None or held == lane or held == ORDINARY_LANE:\n", LS_PS,
         ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
     Mutant(
+        "ledger-worker-message-id-unchecked",
+        "A worker admission is taken whatever its messageId, so one message can be admitted under many keys.",
+        "model.ledger.rules", '    if metadata.get("messageId") != idempotency_key:\n', "    if False:\n", LS_PS,
+        ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-worker-origin-unchecked",
+        "A worker admission on a fresh lane is taken without an origin or its expiry: the lane is nobody's.",
+        "model.ledger.rules",
+        '    if type(origin) is not dict or type(origin.get("expiresAtMillis")) is not int:\n',
+        "    if False:\n", LS_PS, ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
+    Mutant(
         "ledger-claim-ignores-live-lease",
         "A claim compares another owner's lease expiry with now + lease_ms (the lease counted twice), so a "
         "live lease never blocks it.",
@@ -444,6 +455,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules", "            break\n        taken.append(row)\n",
         "            continue\n        taken.append(row)\n", ("port-storm",), ci_seed=0, ci_duration="5m"),
     Mutant(
+        "ledger-join-answers-held-followers",
+        "A host's join answers every follower it holds, those earlier calls took included, instead of only the "
+        "rows this call took.",
+        "model.ledger.rules",
+        "    answer = tuple(JoiningFollower(row.submission_id, row.queue_seq, decode(row.input_json)) for row in taken)\n",
+        "    answer = tuple(JoiningFollower(row.submission_id, row.queue_seq, decode(row.input_json))\n"
+        "                   for row in mine + taken)\n", ("agent-conversations", "port-storm"),
+        ci_seed=1, ci_duration="5m", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-revert-joined-refused",
+        "Reverting a joined follower is refused (TransitionRefused) instead of a no-op that leaves it joined.",
+        "model.ledger.rules",
+        "    if follower.join_host == host.submission_id and state == JOINED:\n"
+        "        return None, None  # joined: it settles with its host\n",
+        "", ("port-storm",), ci_seed=0, ci_duration="5m"),
+    Mutant(
         "ledger-lone-follower-left-open",
         "The host's finalize settles its joined followers only when it holds more than one: a lone joined "
         "follower stays open forever.",
@@ -583,6 +610,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "        \"durability\": \"durable-node\" if durable else \"non-durable\",  # the peer's declaration\n", "",
         ("port-storm",), ci_seed=0, ci_duration="30s"),
     Mutant(
+        "ledger-scan-answers-payloads",
+        "The scan of open work answers whole records, the input and the admission metadata included, instead "
+        "of the control fields only.",
+        "model.ledger.rules", "            found.append(row_to_scan_row(row, own=own is not None and own(row)))\n",
+        "            found.append(row_to_record(row, own=own is not None and own(row)))\n", LS_PS,
+        ci_seed=0, ci_duration="30s"),
+    Mutant(
         "ledger-empty-receipt-readable",
         "A stored row with an empty receipt is scanned as readable instead of failing the scan typed.",
         "model.ledger.rules", "        if type(row.receipt) is not str or not row.receipt:\n",
@@ -619,7 +653,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "An approval decision counts only the undecided approvals as still pending, not the awaited children, "
         "so a decision with a child still awaited answers as the one that resumed the submission.",
         "model.ledger.rules", "                            pending + row.children_awaited), \\\n",
-        "                            pending), \\\n", ("port-storm",), ci_seed=2, ci_duration="4m"),
+        "                            pending), \\\n", ("port-storm",), ci_seed=1, ci_duration="4m"),
     Mutant(
         "worker-abort-read-once",
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "
@@ -674,7 +708,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "still matches.",
         "model.conversation.rules",
         "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
-        "", ALL, ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+        "", ALL, ci_seed=1, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "log-append-higher-epoch-takes-over",
         "An append at an epoch above the conversation's takes the log over (as materialize does) instead of "
@@ -740,7 +774,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if request.producer_id != conversation.producer_id:\n"
         '        raise FenceRejected(cid, request.epoch, conversation.epoch, f"epoch held by producer {conversation.producer_id!r}")\n',
         "", ALL,
-        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+        ci_seed=1, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "log-materialize-epoch-back",
         "Materialize lets any other epoch take the conversation over, a lower one included, so a stale owner "
@@ -804,7 +838,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        records.extend(got)\n        if len(got) < want:\n            break  # a short page: the end of history\n"
         "    recomputed = recompute_chain(conversation_id, records, start_seq + 1, after_digest)\n"
         "    if len(records) == total - start_seq and recomputed != tail.tail_digest:\n", LS_PS,
-        ci_seed=3, ci_duration="15m", ci_scenario="port-storm"),
+        ci_seed=0, ci_duration="15m", ci_scenario="port-storm"),
     Mutant(
         "log-gap-accepted",
         "The recovery read's page check looks only at the last sequence number a page reaches, so a page "
@@ -877,6 +911,25 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.lifecycle", "    if reserved is not None:\n        return reserved\n    return fresh()\n",
         "    return fresh()\n", BOTH,
         ci_seed=5, ci_duration="2h", ci_scenario="ledger-storm"),
+    Mutant(
+        "repair-drops-parent-link",
+        "A ledger rebuilt from the log admits every submission without the parent link its input record "
+        "carries: a rebuilt child is no longer its parent's.",
+        "model.repair", '            link = payload.get("parentLink")\n', "            link = None\n", AC,
+        ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "repair-drops-admission-policy",
+        "A ledger rebuilt from the log admits every submission without the admission group and metadata its "
+        "input record carries: a rebuilt group is free, a rebuilt worker lane ordinary.",
+        "model.repair", '                                           payload.get("admissionGroup"), None, '
+        'payload.get("metadata"))\n',
+        "                                           None, None, None)\n", BOTH + AC),
+    Mutant(
+        "input-record-drops-parent-link",
+        "The input record leaves out the admission's parent link, so nothing in the log says whose child it is.",
+        "model.lifecycle", '        payload["parentLink"] = {"submissionId": parent.submission_id, '
+        '"toolCallId": parent.tool_call_id}\n', "        pass\n", AC,
+        ci_seed=0, ci_duration="5m"),
     Mutant(
         "runs-resume-settled",
         "A restarted worker resumes a run whose log already holds its settlement instead of only finalizing it "
@@ -1277,7 +1330,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    (TERMINALIZING, lambda row, log, ctx: True, APPEND_RESERVED_SETTLEMENT, REPAIRED),\n",
         "    (TERMINALIZING, lambda row, log, ctx: True, FINALIZE_LEDGER_FROM_HISTORY, REPAIRED),\n",
         ("ledger-storm", "agent-conversations"),
-        ci_seed=3, ci_duration="10m", ci_scenario="agent-conversations"),
+        ci_seed=5, ci_duration="10m", ci_scenario="agent-conversations"),
     Mutant(
         "recovery-annotates-the-logged-case",
         "The claim holder writes the AppendReservedSettlement repair annotation when the reserved record is "

@@ -47,8 +47,9 @@ from model.retry import error_name
 from model.conversation.records import BatchRecord
 from model.ledger.records import settlement_of
 from model.ledger.rules import joined_envelope
-from model.lifecycle import (INPUT_FAMILY, RUN_COMPLETED_FAMILY, created_batch_id, input_batch_id, input_entry,
-                             input_record_id, run_id_for)
+from model.ledger.states import JOINING
+from model.lifecycle import (INPUT_FAMILY, RUN_COMPLETED_FAMILY, created_batch_id, input_batch_id,
+                             input_entry_of, input_record_id, run_id_for)
 from model.submissions import PARKED, ProcessOutcome, SubmissionWorker, WorkFailure
 
 # Step kinds of a plan (``request["plan"]``). ``open``/``close``: the first
@@ -264,7 +265,7 @@ class AgentWorker(SubmissionWorker):
         await self._check_run_clock(conversation_id, claim, record, index)
         self.probe.emit("agent.step", submission=record.submission_id, index=index)
         if joins_followers(record):
-            await self._join_followers(conversation_id, claim)
+            await self._join_followers(conversation_id, claim, record)
         kind = plan_of(record)[index]
         if kind == MODEL:
             return await self._model_step(conversation_id, claim, record, index)
@@ -413,7 +414,7 @@ class AgentWorker(SubmissionWorker):
 
     # -- joins -------------------------------------------------------------------
 
-    async def _join_followers(self, conversation_id: str, claim: Any) -> None:
+    async def _join_followers(self, conversation_id: str, claim: Any, record: Any) -> None:
         """Take the ready follow-ups queued behind this run (``begin_join``)
         and apply each one's input to this run's log, then mark it joined
         there: it settles with this run. A follower whose input is already
@@ -422,12 +423,20 @@ class AgentWorker(SubmissionWorker):
         batch = await self.ledger.begin_join(claim, JOIN_LIMIT)
         if batch.followers:
             self.failpoints.hit(JOIN_CLAIMED)
-        for follower_id in batch.followers:
+        followers = list(batch.follower_ids)
+        if record.joined_count:
+            # The answer names only the rows this call took: those an earlier
+            # attempt took (its answer possibly lost) are in the host's
+            # recovery snapshot, still joining it.
+            snapshot = await self.ledger.load_recovery_snapshot(conversation_id)
+            held = [row.submission_id for row in snapshot.submissions
+                    if row.join_host == claim.submission_id and row.state == JOINING]
+            followers = [*held, *(sid for sid in followers if sid not in held)]
+        for follower_id in followers:
             follower = await self.ledger.get(follower_id)
             if follower.joined_seq is not None:
                 continue
-            payload = input_entry(follower_id, follower.input, follower.principal_id, follower.idempotency_key,
-                                  follower.queue_seq)[1]
+            payload = input_entry_of(follower)[1]
             # Append-once: an earlier attempt may have applied it already.
             await self._append_once(conversation_id, claim, input_batch_id(follower_id),
                                     [(INPUT_FAMILY, {**payload, "hostSubmissionId": claim.submission_id})])

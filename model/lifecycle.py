@@ -176,10 +176,28 @@ def settle_batch_id(submission_id: str) -> str:
 
 
 def input_entry(submission_id: str, input: Any, principal_id: str, idempotency_key: str,
-                queue_seq: int) -> tuple[str, dict]:
-    """The input record: everything the ledger row is rebuilt from (``model.repair``)."""
-    return (INPUT_FAMILY, {"submissionId": submission_id, "input": input, "principalId": principal_id,
-                           "idempotencyKey": idempotency_key, "queueSeq": queue_seq})
+                queue_seq: int, *, parent: Any = None, admission_group: str | None = None,
+                metadata: Any = None) -> tuple[str, dict]:
+    """The input record: everything the ledger row is rebuilt from
+    (``model.repair``): its admission's identity (the parent link
+    ``parentLink {submissionId, toolCallId}``, the ``admissionGroup`` and
+    the admission ``metadata``, each only when it has one) with the input."""
+    payload = {"submissionId": submission_id, "input": input, "principalId": principal_id,
+               "idempotencyKey": idempotency_key, "queueSeq": queue_seq}
+    if parent is not None:
+        payload["parentLink"] = {"submissionId": parent.submission_id, "toolCallId": parent.tool_call_id}
+    if admission_group is not None:
+        payload["admissionGroup"] = admission_group
+    if metadata is not None:
+        payload["metadata"] = metadata
+    return (INPUT_FAMILY, payload)
+
+
+def input_entry_of(record: Any) -> tuple[str, dict]:
+    """The input record of a ledger ``SubmissionRecord``."""
+    return input_entry(record.submission_id, record.input, record.principal_id, record.idempotency_key,
+                       record.queue_seq, parent=record.parent, admission_group=record.admission_group,
+                       metadata=record.metadata)
 
 
 def record_envelope(batch_id: str, index: int, entry: Any, created_at_ms: int, producer_id: str,

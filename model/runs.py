@@ -444,9 +444,13 @@ class LedgerRuns:
 
     async def live_executions(self, schedule_id: str) -> tuple[ExecutionRecord, ...]:
         live = []
-        for record in await self.ledger.scan_nonterminal(principal_id=schedule_id):
-            if record.principal_id != schedule_id:
+        for row in await self.ledger.scan_nonterminal(principal_id=schedule_id):
+            if row.principal_id != schedule_id:
                 continue  # a store that ignored the filter: the reference model says so
+            # A scan row carries control fields only: the run's input is the by-id read's.
+            record = await self.ledger.get(row.submission_id)
+            if record is None:
+                continue  # purged since the scan
             if await self._settle_from_log(record.conversation_id, record):
                 continue  # the recovery finished its settlement: not live
             live.append(self._execution(record.conversation_id, record,

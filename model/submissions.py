@@ -58,7 +58,7 @@ from model.lifecycle import (  # noqa: F401
     created_entry,
     entry_record_id,
     input_batch_id,
-    input_entry,
+    input_entry_of,
     input_record_id,
     logged_record,
     record_envelope,
@@ -190,8 +190,7 @@ class SubmissionWorker:
         if not record.input_applied and not aborted:
             batch_id = input_batch_id(submission_id)
             at = await self._append_once(conversation_id, claim, batch_id,
-                                         [input_entry(submission_id, record.input, record.principal_id,
-                                                      record.idempotency_key, record.queue_seq)])
+                                         [input_entry_of(record)])
             self.failpoints.hit(INPUT_APPENDED_BEFORE_MARKER)
             # The input record is the batch's first (``input:{sid}``), here or
             # where an earlier owner's append put it.

@@ -109,7 +109,7 @@ EDGES = (
     "suspend_decided_resumes_at_once", "suspended_claimed_to_abort", "snapshot_shows_decisions",
     "snapshot_child_released_approval_open", "snapshot_names_state",
     "join_took_ready_prefix", "join_stopped_at_gap", "join_passed_aborted", "joined_abort_refused",
-    "follower_joined", "join_reverted", "joined_settled_with_host",
+    "follower_joined", "join_reverted", "join_revert_of_joined_kept", "joined_settled_with_host",
     "child_reserved_key_order_irrelevant", "child_allocation_conflict", "child_attached", "child_other_conflict",
     "child_released_once", "child_accounting_conflict", "input_marker_conflict", "child_suspended_blocks_claim",
     "child_release_woke_parent", "child_decision_woke_parent", "child_released_before_suspend_resumes",
@@ -120,7 +120,7 @@ EDGES = (
     "admission_group_occupied", "admission_group_replay_first", "admission_group_conflict",  # adversary_admission
     "admission_group_held_terminalizing", "admission_group_freed_at_finalize", "admission_fence_replay_after_move",
     "admission_fence_stale_refused", "admission_metadata_conflict", "admission_worker_lane_refused",
-    "admission_ordinary_lane_refused",
+    "admission_ordinary_lane_refused", "admission_worker_message_id_refused", "admission_worker_origin_required",
     # conversation log
     "log_over_1024_records", "read_full_default_page", "read_across_page_boundary", "read_at_page_boundary",
     "read_past_tail_empty", "read_illegal_rejected", "digest_at_batch_boundary", "digest_at_inside_batch",
@@ -1583,12 +1583,16 @@ class _Process(ClientProcess):
         if not await self._apply_input(conv, token, host_id, key, value, 1):
             return
         want = {"ready": (1, 2, 3), "unready": (1,), "aborted": (1, 3)}[third]
-        batch = await self.call("ledger", "begin_join", token, 8)
         followers = tuple(admitted[i][0] for i in want)
-        if not self.expect(batch.ok and batch.value.followers == followers and (
-                not batch.value.replayed or batch.lost), f"begin_join({host_id}) answered {batch.show()}, "
-                                                         f"expected {followers}", conv):
-            return
+        # Limit 1, then 8, then again: each answers only what it took (an
+        # already joining row is not answered again); after a lost reply the
+        # retry took nothing.
+        for limit, took in ((1, followers[:1]), (8, followers[1:]), (8, ())):
+            batch = await self.call("ledger", "begin_join", token, limit)
+            if not self.expect(batch.ok and (batch.value.follower_ids, batch.value.replayed) in (
+                    (took, not took), *((((), True),) if batch.lost else ())),
+                    f"begin_join({host_id}, {limit}) answered {batch.show()}, expected {took}", conv):
+                return
         self.w.edge({"ready": "join_took_ready_prefix", "unready": "join_stopped_at_gap",
                      "aborted": "join_passed_aborted"}[third])
         refused = await self.call("ledger", "request_abort", followers[0], self.label, "alone", self.now())
@@ -1612,6 +1616,12 @@ class _Process(ClientProcess):
                                f"mark_joined({fid}) answered {marked.show()}", conv):
                 return
             self.w.edge("follower_joined")
+            if fid == followers[0]:
+                kept = await self.call("ledger", "revert_join", token, fid)
+                row = await self.call("ledger", "get", fid)
+                if self.expect(kept.ok and row.ok and (row.value.join_host, row.value.joined_seq) == (host_id, seq),
+                               f"revert_join of joined {fid} answered {kept.show()}, then {row.show()}", conv):
+                    self.w.edge("join_revert_of_joined_kept")
         record = self.settlement_record("completed", 1)
         reserved = await self.call("ledger", "reserve_settlement", token, self._settlement(token, record))
         if not self.expect_ok(reserved, "reserve", conv):

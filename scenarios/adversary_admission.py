@@ -113,7 +113,9 @@ async def _occupied(p: Any, admit, conversation: str, key: str, group: str, when
 async def _lanes(p: Any, admit, ordinary: str) -> None:
     """A worker lane of one origin: a second worker admission of that origin
     joins it; ordinary work or another origin there is refused, and so is a
-    worker admission on ``ordinary`` (a lane holding ordinary work). Its
+    worker admission whose messageId is not its key, and a worker admission
+    on ``ordinary`` (a lane holding ordinary work); so is, on a fresh lane,
+    a worker admission whose origin has no expiry. Its
     submissions, never made ready, are aborted (settled at once) and the
     lane purged."""
     lane, origin = p.private_conversation("w"), {"worker": p.node.name, "expiresAtMillis": p.now() + 60_000}
@@ -121,6 +123,12 @@ async def _lanes(p: Any, admit, ordinary: str) -> None:
     def worker(key: str, n: int, **changes: Any) -> dict:
         return {"kind": "WorkerAdmission", "messageId": key, "parameters": {"n": n}, "origin": origin, **changes}
 
+    fresh, key = p.private_conversation("w"), p.uid("msg")
+    out = await admit(fresh, key, {"task": 0}, metadata={"kind": "WorkerAdmission", "messageId": key,
+                                                         "parameters": {"n": 0}, "origin": {"worker": p.node.name}})
+    if p.expect_rejected(out, ("AdmissionPolicyError",), f"worker admission with no origin expiry on {fresh}", fresh):
+        p.edge_if(p.expect(out.error.code == "worker-origin", f"refusal on {fresh}: {out.show()}", fresh),
+                  "admission_worker_origin_required")
     admitted = []
     for n in (1, 2):
         key = p.uid("msg")
@@ -134,6 +142,10 @@ async def _lanes(p: Any, admit, ordinary: str) -> None:
         if p.expect_rejected(out, ("AdmissionPolicyError",), f"admission asking {code} refused on {lane}", lane):
             p.edge_if(p.expect(out.error.code == code, f"refusal on {lane}: {out.show()}", lane),
                       "admission_worker_lane_refused")
+    out = await admit(lane, p.uid("msg"), {"task": 5}, metadata=worker("not-its-key", 5))
+    if p.expect_rejected(out, ("AdmissionPolicyError",), f"worker admission whose messageId is not its key", lane):
+        p.edge_if(p.expect(out.error.code == "worker-message-id", f"refusal on {lane}: {out.show()}", lane),
+                  "admission_worker_message_id_refused")
     out = await admit(ordinary, p.uid("msg"), {"task": 4}, metadata=worker("m", 4))
     if p.expect_rejected(out, ("AdmissionPolicyError",), f"worker admission on ordinary {ordinary}", ordinary):
         p.edge_if(p.expect(out.error.code == "ordinary-lane", f"refusal on {ordinary}: {out.show()}", ordinary),

@@ -487,6 +487,12 @@ class System:
                 if (copy.queue_seq, copy.outcome, copy.reserved_digest if settled else None) != (
                         original.queue_seq, original.outcome, original.reserved_digest if settled else None):
                     mismatches.append(original.submission_id)
+                elif (copy.principal_id, copy.idempotency_key) == (original.principal_id, original.idempotency_key) \
+                        and (copy.input_digest, copy.parent, copy.admission_group, copy.metadata) != (
+                        original.input_digest, original.parent, original.admission_group, original.metadata):
+                    # Rebuilt from its input record (not a placeholder): the
+                    # same admission, parent link, group and metadata.
+                    mismatches.append(original.submission_id)
         return mismatches
 
     def durable_state_snapshot(self, key: str) -> Any:

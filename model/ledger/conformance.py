@@ -49,6 +49,7 @@ from .records import (
     ChildReservationConflict,
     UnknownChildReservation,
     JoinBatch,
+    JoiningFollower,
     JoinedToHost,
     JoinMarked,
     Suspension,
@@ -736,9 +737,11 @@ async def _(ledger) -> None:
     claim = await _claimed(ledger, now_ms=100)
     _eq(claim.submission_id, host.submission_id, "the host is the head")
     batch = await ledger.begin_join(claim, 8)
-    _eq(batch, JoinBatch(host.submission_id, (ready2.submission_id, ready4.submission_id)),
+    _eq(batch, JoinBatch(host.submission_id, (JoiningFollower(ready2.submission_id, 2, {"text": "k2"}),
+                                              JoiningFollower(ready4.submission_id, 4, {"text": "k4"}))),
         "the contiguous ready prefix: an aborted one is no gap, an unready one is")
-    _eq(await ledger.begin_join(claim, 8), JoinBatch(host.submission_id, batch.followers, True), "a repeat replays")
+    _eq(await ledger.begin_join(claim, 8), JoinBatch(host.submission_id, (), True),
+        "a repeat takes nothing: already joining rows are not answered again")
     _eq((await ledger.get(unready5.submission_id)).join_host, None, "the gap was not skipped")
     _eq((await ledger.get(ready6.submission_id)).join_host, None, "nor anything behind it")
     exc = await _raises(JoinedToHost, ledger.request_abort(ready2.submission_id, "ops", "stop", 120),
@@ -751,39 +754,77 @@ async def _(ledger) -> None:
         JoinMarked(ready2.submission_id, host.submission_id, "input:2", 3, True), "a repeat replays")
     await _raises(TransitionRefused, ledger.mark_joined(claim, ready2.submission_id, "input:9", 9),
                   "joined elsewhere in the log")
-    await _raises(TransitionRefused, ledger.revert_join(claim, ready2.submission_id), "a joined follower reverted")
+    await ledger.revert_join(claim, ready2.submission_id)  # joined: a no-op
+    joined = await ledger.get(ready2.submission_id)
+    _eq((joined.join_host, joined.joined_seq), (host.submission_id, 3), "a joined follower stays joined")
     await ledger.revert_join(claim, ready4.submission_id)
     await ledger.revert_join(claim, ready4.submission_id)  # idempotent
     _eq((await ledger.get(ready4.submission_id)).join_host, None, "reverted to ready")
     again = await ledger.begin_join(claim, 8)
-    _eq(again.followers, (ready2.submission_id, ready4.submission_id), "a reverted one can be taken again")
+    _eq(again.follower_ids, (ready4.submission_id,), "a reverted one is taken again, and only it")
+
+
+@_check("join-revert-returns-to-ready")
+async def _(ledger) -> None:
+    """Peer case ``revertJoiningReturnsToReady``: a reverted joining row is
+    ready with no host link and leaves the host's joins; reverting it again,
+    or reverting a joined one, changes nothing (no error); the next join
+    takes exactly the reverted one."""
+    host = await _admitted(ledger, key="k1")
+    s2 = await _admitted(ledger, key="k2")
+    s3 = await _admitted(ledger, key="k3")
+    claim = await _claimed(ledger, now_ms=100)
+    _eq(len((await ledger.begin_join(claim, 8)).followers), 2, "two rows taken")
+    await ledger.mark_joined(claim, s3.submission_id, "input:3", 7)
+    await ledger.revert_join(claim, s2.submission_id)
+    back = await ledger.get(s2.submission_id)
+    _eq((back.join_host, back.ready), (None, True), "reverted: ready, the host link cleared")
+    snapshot = await ledger.load_recovery_snapshot("c1")
+    _eq([(row.submission_id, row.state) for row in snapshot.submissions if row.join_host == host.submission_id],
+        [(s3.submission_id, "joined")], "the host's joins: the joined one")
+    await ledger.revert_join(claim, s2.submission_id)
+    _eq((await ledger.get(s2.submission_id)).join_host, None, "reverting it again: still ready")
+    await ledger.revert_join(claim, s3.submission_id)
+    still = await ledger.get(s3.submission_id)
+    _eq((still.join_host, still.joined_seq), (host.submission_id, 7), "reverting a joined one: a no-op, joined")
+    _eq((await ledger.get(host.submission_id)).joined_count, 1, "the host still holds it")
+    _eq((await ledger.begin_join(claim, 8)).follower_ids, (s2.submission_id,), "the next join takes exactly it")
 
 
 @_check("join-prefix-by-limit")
 async def _(ledger) -> None:
     """Peer cases ``joiningPrefixClaim`` and ``markJoinedIdempotency``: a
-    token never issued takes nothing; the limit bounds the prefix; already
-    joining rows are kept, an unready one is a gap until it is made ready;
-    the snapshot links each follower to its host. (Here the batch answers
-    every follower the host holds, the peer's only the newly taken ones.)"""
+    token never issued takes nothing; the limit bounds the prefix; each
+    call answers only the rows it took, each with its queue position and
+    input (already joining rows are skipped in the answer); an unready one
+    is a gap until it is made ready; the snapshot links each follower to
+    its host."""
     host = await _admitted(ledger, key="k1")
-    s2 = await _admitted(ledger, key="k2")
-    s3 = await _admitted(ledger, key="k3")
-    s4 = await _admitted(ledger, key="k4", ready=False)
-    s5 = await _admitted(ledger, key="k5")
+    s2 = await _admitted(ledger, key="k2", input={"queued": 2})
+    s3 = await _admitted(ledger, key="k3", input={"queued": 3})
+    s4 = await _admitted(ledger, key="k4", input={"queued": 4}, ready=False)
+    s5 = await _admitted(ledger, key="k5", input={"queued": 5})
     claim = await _claimed(ledger, now_ms=100)
     bogus = attrs.evolve(claim, epoch=claim.epoch + 100)
     await _raises(OwnershipLost, ledger.begin_join(bogus, 1), "a token never issued")
     _eq((await ledger.get(s2.submission_id)).join_host, None, "a fenced join takes nothing")
     first = await ledger.begin_join(claim, 1)
-    _eq(first.followers, (s2.submission_id,), "limit 1: the first ready one")
+    _eq(first.followers, (JoiningFollower(s2.submission_id, s2.queue_seq, {"queued": 2}),),
+        "limit 1: the first ready one, with its queue position and input")
     second = await ledger.begin_join(claim, 8)
-    _eq((second.followers, second.replayed), ((s2.submission_id, s3.submission_id), False), "up to the gap")
-    _eq((await ledger.get(s4.submission_id)).join_host, None, "the unready one is not taken")
-    _eq((await ledger.get(s5.submission_id)).join_host, None, "nor what is behind it")
+    _eq((second.followers, second.replayed), ((JoiningFollower(s3.submission_id, s3.queue_seq, {"queued": 3}),),
+                                              False), "up to the gap, the already joining one skipped")
+    _eq(await ledger.begin_join(claim, 8), JoinBatch(host.submission_id, (), True), "again: nothing")
+    snapshot = await ledger.load_recovery_snapshot("c1")
+    states = {row.submission_id: row.state for row in snapshot.submissions}
+    _eq([states[r.submission_id] for r in (s2, s4, s5)], ["joining", "admitted", "ready"],
+        "the unready one is not taken, nor what is behind it")
+    _eq([(row.submission_id, row.join_host, row.state) for row in snapshot.submissions if row.join_host],
+        [(s2.submission_id, host.submission_id, "joining"), (s3.submission_id, host.submission_id, "joining")],
+        "the host's joins, each linked to it")
     await ledger.mark_ready(s4.submission_id, 150)
     third = await ledger.begin_join(claim, 8)
-    _eq(third.followers, tuple(r.submission_id for r in (s2, s3, s4, s5)), "made ready: the prefix goes on")
+    _eq(third.follower_ids, (s4.submission_id, s5.submission_id), "made ready: the prefix goes on")
     snapshot = await ledger.load_recovery_snapshot("c1")
     _eq([(row.submission_id, row.join_host) for row in snapshot.submissions],
         [(host.submission_id, None)] + [(r.submission_id, host.submission_id) for r in (s2, s3, s4, s5)],
@@ -1374,6 +1415,22 @@ async def _(ledger) -> None:
     _true(claim.submission_id not in [r.submission_id for r in await ledger.scan_nonterminal()], "settled excluded")
 
 
+@_check("scan-rows-are-control-fields")
+async def _(ledger) -> None:
+    """Peer case ``scanNonterminalWorklist``: a scan row carries the control
+    fields (the receipt and the principal among them) and no input or
+    admission metadata; a by-id lookup carries both."""
+    metadata = {"kind": "WorkerUpdate", "update": {"sequence": 1, "value": 0.5}}
+    admitted = await ledger.admit("c1", "p1", "k1", {"text": "app input"}, 0, metadata=metadata)
+    (row,) = await ledger.scan_nonterminal()
+    _eq((row.submission_id, row.receipt, row.principal_id, row.input_digest),
+        (admitted.submission_id, admitted.receipt, "p1", admitted.input_digest), "the scan row's control fields")
+    for omitted in ("input", "metadata"):
+        _true(not hasattr(row, omitted), f"a scan row carries no {omitted!r}")
+    record = await ledger.get(admitted.submission_id)
+    _eq((record.input, record.metadata), ({"text": "app input"}, metadata), "a by-id lookup carries them")
+
+
 @_check("scan-nonterminal-of-one-principal")
 async def _(ledger) -> None:
     """Peer case ``scanNonterminalWorklist`` (scan rows carry the principal)."""
@@ -1573,7 +1630,9 @@ async def _(ledger) -> None:
     omits or replaces the origin, or ordinary work, on that lane, and a
     worker admission on a lane holding ordinary work, are
     ``AdmissionPolicyError(reason="refused")``; of an ordinary and a worker
-    admission on a fresh lane exactly one is admitted."""
+    admission on a fresh lane exactly one is admitted. A worker admission
+    whose ``messageId`` is not its key, or (on a fresh lane too) without an
+    origin carrying ``expiresAtMillis``, is refused."""
     origin = {"workerId": "w1", "expiresAtMillis": 60_000}
 
     def worker(key: str, parameters: dict, **changes: object) -> dict:
@@ -1608,6 +1667,17 @@ async def _(ledger) -> None:
     await ledger.admit("fresh", "p1", "m1", {"text": "task"}, 7, metadata=worker("m1", {"n": 1}))
     await _raises(AdmissionPolicyError, ledger.admit("fresh", "p1", "k1", {"text": "ordinary"}, 8),
                   "the second of an ordinary and a worker admission on a fresh lane")
+    exc = await _raises(AdmissionPolicyError, ledger.admit("w", "p1", "m4", {"text": "task"}, 9,
+                                                           metadata=worker("m5", {"n": 4})),
+                        "a worker admission whose messageId is not its key")
+    _eq((exc.reason, exc.code), ("refused", "worker-message-id"), "refused")
+    for fields in ({k: v for k, v in worker("m1", {}).items() if k != "origin"},
+                   worker("m1", {}, origin={"workerId": "w1"})):
+        exc = await _raises(AdmissionPolicyError, ledger.admit("fresh2", "p1", "m1", {"text": "task"}, 10,
+                                                               metadata=fields),
+                            f"a worker admission on a fresh lane with origin {fields.get('origin')!r}")
+        _eq((exc.reason, exc.code), ("refused", "worker-origin"), "an origin with its expiry is required")
+    _eq(await ledger.get_by_idempotency_key("fresh2", "p1", "m1"), None, "a refused admission writes nothing")
 
 
 CONFORMANCE_CHECKS: tuple[str, ...] = _SUITE.names()

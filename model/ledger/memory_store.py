@@ -30,6 +30,7 @@ from .records import (
     ReservedSettlement,
     Settlement,
     SubmissionRecord,
+    NonterminalSubmission,
     ApprovalDecision,
     ChildReservation,
     JoinBatch,
@@ -409,7 +410,7 @@ class InMemorySubmissionLedger:
             {child: self._row(child) for row in rows for child in attached_children(row)},
         )
 
-    async def scan_nonterminal(self, principal_id: str | None = None) -> tuple[SubmissionRecord, ...]:
+    async def scan_nonterminal(self, principal_id: str | None = None) -> tuple[NonterminalSubmission, ...]:
         # Same order as SQLite's ORDER BY conversation_id, queue_seq (BINARY
         # collation compares UTF-8 bytes, which orders like code points).
         # An undecodable row is an ``UnreadableSubmission`` in its place, as

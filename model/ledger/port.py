@@ -28,6 +28,7 @@ from .records import (
     ReservedSettlement,
     Settlement,
     SubmissionRecord,
+    NonterminalSubmission,
     ApprovalDecision,
     ChildReservation,
     JoinBatch,
@@ -175,8 +176,10 @@ class SubmissionLedgerPort(Protocol):
     async def load_recovery_snapshot(self, conversation_id: str) -> RecoverySnapshot:
         ...
 
-    async def scan_nonterminal(self, principal_id: str | None = None) -> tuple[SubmissionRecord, ...]:
-        """Every unsettled submission, by (conversation_id, queue_seq); only
+    async def scan_nonterminal(self, principal_id: str | None = None) -> tuple[NonterminalSubmission, ...]:
+        """Every unsettled submission's control fields (no input, no
+        admission metadata: ``get`` has them), by (conversation_id,
+        queue_seq); only
         ``principal_id``'s when given (a worker asking after its own work
         reads its rows, not every principal's: the scan's cost follows what
         it answers)."""

@@ -262,14 +262,30 @@ class ApprovalDecision:
 
 
 @attrs.frozen
+class JoiningFollower:
+    """A row ``begin_join`` took: its id, its queue position and its input
+    (the peer's ``queueSequence`` and ``inputPayload``)."""
+
+    submission_id: str
+    queue_seq: int
+    input: object
+
+
+@attrs.frozen
 class JoinBatch:
-    """``begin_join``'s answer: the ready submissions right behind the host
-    that are now joining it, in queue order (``replayed``: already joining
-    it, nothing new taken)."""
+    """``begin_join``'s answer: the rows this call took (ready, right behind
+    the host or its earlier followers), now joining it, in queue order. A
+    row an earlier call took is not answered again (the peer's
+    ``claimJoining``): the host's followers are in its recovery snapshot
+    (``join_host``). ``replayed``: nothing new was taken."""
 
     host_submission_id: str
-    followers: tuple[str, ...]
+    followers: tuple[JoiningFollower, ...]
     replayed: bool = False
+
+    @property
+    def follower_ids(self) -> tuple[str, ...]:
+        return tuple(follower.submission_id for follower in self.followers)
 
 
 @attrs.frozen
@@ -754,6 +770,31 @@ class UnsupportedLedgerVersion(LedgerError):
 
 _RECORD_FIELDS = frozenset(attrs.fields_dict(SubmissionRecord)) | {"settled", "unknown_open", "approvals_pending",
                                                                    "children_awaited"}
+
+# What a scan row leaves out: the payloads (the peer's scan rows carry no
+# ``inputPayload`` and no worker or message admission).
+SCAN_OMITS = ("input", "metadata")
+
+
+class _ScanRowReads:
+    settled = SubmissionRecord.settled
+    unknown_open = SubmissionRecord.unknown_open
+    approvals_pending = SubmissionRecord.approvals_pending
+    children_awaited = SubmissionRecord.children_awaited
+
+
+# ``scan_nonterminal``'s row: a ``SubmissionRecord``'s control fields, in
+# its field order, without the input and the admission metadata (a by-id
+# ``get`` carries them).
+NonterminalSubmission = attrs.make_class(
+    "NonterminalSubmission",
+    {field.name: attrs.field(default=field.default) for field in attrs.fields(SubmissionRecord)
+     if field.name not in SCAN_OMITS},
+    bases=(_ScanRowReads,), frozen=True, slots=True)
+NonterminalSubmission.__module__ = __name__
+NonterminalSubmission.__doc__ = (
+    "One unsettled submission as ``scan_nonterminal`` answers it: every field of its ``SubmissionRecord`` but "
+    "the input and the admission metadata (control fields only, the peer's scan rows).")
 
 
 @attrs.frozen

@@ -67,7 +67,12 @@ Decisions where the specification is silent (all in one place, here):
   another kind is ``AdmissionPolicyError(reason="refused")``
   (``ordinary-lane``: a worker admission where ordinary work is;
   ``worker-lane``: ordinary work on a worker lane; ``worker-origin``: a
-  worker admission omitting or replacing the lane's origin). A refusal
+  worker admission omitting or replacing the lane's origin). A fresh
+  worker admission carries the peer's fields: an ``origin`` with an
+  integer ``expiresAtMillis`` (else ``worker-origin``, a fresh lane
+  included) and its idempotency key as ``messageId`` (else
+  ``worker-message-id``); ``parameters`` and ``sourceSubmissionId`` are
+  part of the metadata's identity (``check_worker_admission``). A refusal
   writes nothing.
 - ``mark_ready(submission_id, now_ms)`` answers a ``Readiness``: the first
   mark stamps ``ready_at_ms``; a repeat replays it (``replayed``).
@@ -152,9 +157,13 @@ Decisions where the specification is silent (all in one place, here):
   (aborted settlement).
 - Joins: ``begin_join(token, limit)`` takes the contiguous prefix of ready
   submissions behind a claimed host (stopping at a gap: a row neither ready
-  nor already its follower), each ``joining``; ``mark_joined`` records where
+  nor already its follower), each ``joining``, and answers the rows it
+  took, each with its queue position and input (a row an earlier call took
+  is not answered again: the host's followers are in its recovery
+  snapshot, the peer's ``claimJoining``); ``mark_joined`` records where
   the follower's input sits in the host's log (``joined``); ``revert_join``
-  puts a joining one back to ready (idempotent; a joined one cannot). A
+  puts a joining one back to ready (idempotent; a joined one stays joined,
+  a no-op, as the peer's ``revertJoining``). A
   follower is never claimed, aborted (``JoinedToHost``) or finalized alone:
   the host's finalize settles its joined followers in the same write, each
   with ``joined_record`` (the host's outcome, no independent result), and
@@ -194,8 +203,14 @@ Decisions where the specification is silent (all in one place, here):
   ``schema_version`` is ``UnsupportedLedgerVersion``, a column of the wrong
   type or JSON that does not decode is ``CorruptSubmission`` (both typed
   ``LedgerError``s naming the submission), raised before any rule decides,
-  so nothing is written. ``scan_nonterminal`` does not fail on such a row:
-  it answers a ``SubmissionRecord`` per readable row and, in its place, an
+  so nothing is written. ``scan_nonterminal`` answers control fields only
+  (``NonterminalSubmission``: a record without its input and admission
+  metadata, as the peer's ``scanNonterminal`` rows; the specification
+  names only "the ordered scanNonterminal stream", and a by-id ``get``
+  carries both). It does not fail on a corrupt row (the specification:
+  "per-operation Schema decoding and the digest chain already fail
+  clearly on corrupt rows"): it answers a scan row per readable row and,
+  in its place, an
   ``UnreadableSubmission`` (its stored identity: submission, conversation,
   principal, queue_seq; reading any other field raises the typed error), so
   the conversation still shows work, a claim there fails typed, and every
@@ -237,6 +252,8 @@ from .records import (
     ChildReservationConflict,
     UnknownChildReservation,
     JoinBatch,
+    JoiningFollower,
+    NonterminalSubmission,
     JoinedToHost,
     JoinMarked,
     Suspension,
@@ -438,12 +455,27 @@ def row_to_record(row: SubmissionRow, *, own: bool = False) -> SubmissionRecord:
     value, reserved = read_row(row, own=own)
     decode_column = decode_own if own else decode
     return SubmissionRecord(
+        input=value,
+        metadata=None if row.metadata_json is None else decode_column(row.metadata_json),
+        **_control_fields(row, reserved, decode_column),
+    )
+
+
+def row_to_scan_row(row: SubmissionRow, *, own: bool = False) -> NonterminalSubmission:
+    """The scan row of a stored row: validated whole (``read_row``: a row
+    whose stored JSON does not decode fails here, typed), answered with its
+    control fields only (no input, no metadata)."""
+    _, reserved = read_row(row, own=own)
+    return NonterminalSubmission(**_control_fields(row, reserved, decode_own if own else decode))
+
+
+def _control_fields(row: SubmissionRow, reserved: object, decode_column) -> dict:
+    return dict(
         submission_id=row.submission_id,
         conversation_id=row.conversation_id,
         principal_id=row.principal_id,
         idempotency_key=row.idempotency_key,
         queue_seq=row.queue_seq,
-        input=value,
         input_digest=row.input_digest,
         receipt=row.receipt,
         admitted_at_ms=row.admitted_at_ms,
@@ -474,7 +506,6 @@ def row_to_record(row: SubmissionRow, *, own: bool = False) -> SubmissionRecord:
         input_seq=row.input_seq,
         settlement_id=row.settlement_id,
         admission_group=row.admission_group,
-        metadata=None if row.metadata_json is None else decode_column(row.metadata_json),
     )
 
 
@@ -484,13 +515,15 @@ def _parent_of(row: SubmissionRow) -> ParentLink | None:
     return ParentLink(row.parent_submission_id, row.parent_tool_call_id)
 
 
-def scan_records(rows, own=None) -> tuple[SubmissionRecord | UnreadableSubmission, ...]:
+def scan_records(rows, own=None) -> tuple[NonterminalSubmission | UnreadableSubmission, ...]:
     """``scan_nonterminal``'s answer over the unsettled rows in order: a
-    record per row that reads back, an ``UnreadableSubmission`` (identity
-    only; its other fields raise the typed error) per row that does not, so
-    one corrupt row never hides the other conversations' work. ``own(row)``:
+    scan row (``NonterminalSubmission``: control fields only, the peer's
+    ``scanNonterminal``; a by-id ``get`` carries the input and metadata)
+    per row that reads back, an ``UnreadableSubmission`` (identity only;
+    its other fields raise the typed error) per row that does not, so one
+    corrupt row never hides the other conversations' work. ``own(row)``:
     whether a row is the store's own (``read_row``); None: none is."""
-    found: list[SubmissionRecord | UnreadableSubmission] = []
+    found: list[NonterminalSubmission | UnreadableSubmission] = []
     for row in rows:
         if type(row.receipt) is not str or not row.receipt:
             # A control field the scan answers for every row, readable or
@@ -498,7 +531,7 @@ def scan_records(rows, own=None) -> tuple[SubmissionRecord | UnreadableSubmissio
             # itself fails, typed, naming the operation.
             raise CorruptSubmission(row.submission_id, f"receipt is {row.receipt!r}", "scan_nonterminal")
         try:
-            found.append(row_to_record(row, own=own is not None and own(row)))
+            found.append(row_to_scan_row(row, own=own is not None and own(row)))
         except (CorruptSubmission, UnsupportedLedgerVersion) as error:
             found.append(UnreadableSubmission(row.submission_id, row.conversation_id, row.principal_id,
                                               row.queue_seq, error))
@@ -691,6 +724,7 @@ def decide_admit(
     check_admission_policy(fence, fence_revision, admission_group, group_rows)
     lane = lane_of(metadata_json)
     check_lane(conversation, lane)
+    check_worker_admission(idempotency_key, metadata_json)
     last_queue_seq = 0 if conversation is None else conversation.last_queue_seq
     epoch = 0 if conversation is None else conversation.epoch
     queue_seq = last_queue_seq + 1
@@ -772,6 +806,29 @@ def check_lane(conversation: ConversationRow | None, lane: str) -> None:
     code = ("ordinary-lane" if held == ORDINARY_LANE else "worker-lane" if lane == ORDINARY_LANE
             else "worker-origin")
     raise AdmissionPolicyError("refused", code, f"the lane holds {held[:80]!r} work, the admission asks {lane[:80]!r}")
+
+
+def check_worker_admission(idempotency_key: str, metadata_json: str | None) -> None:
+    """A fresh worker admission carries the peer's fields: an ``origin``
+    object with an integer ``expiresAtMillis`` (else the lane it asks for
+    has no origin: ``worker-origin``) and a ``messageId`` that is its
+    idempotency key (``worker-message-id``); its ``parameters`` and
+    ``sourceSubmissionId`` are part of its identity (the metadata's).
+    Checked after the lane, so a lane of another kind is named first.
+    ``AdmissionPolicyError(reason="refused")``; nothing is written."""
+    if metadata_json is None:
+        return
+    metadata = decode_own(metadata_json)
+    if type(metadata) is not dict or metadata.get("kind") != WORKER_ADMISSION:
+        return
+    origin = metadata.get("origin")
+    if type(origin) is not dict or type(origin.get("expiresAtMillis")) is not int:
+        raise AdmissionPolicyError("refused", "worker-origin",
+                                   f"a worker admission needs an origin with expiresAtMillis, got {origin!r:.80}")
+    if metadata.get("messageId") != idempotency_key:
+        raise AdmissionPolicyError("refused", "worker-message-id",
+                                   f"a worker admission's messageId {metadata.get('messageId')!r:.80} is not its "
+                                   f"idempotency key {idempotency_key!r:.80}")
 
 
 def decide_set_admission_fence(policy_id: str, key: str, revision: int,
@@ -1206,25 +1263,28 @@ def decide_begin_join(
     order. The host takes the contiguous prefix of ready ones (its own
     followers count towards ``limit``), stopping at the first row that is
     neither ready nor already its follower: a gap is never skipped. An
-    aborted queued submission is settled, so it is no gap."""
+    aborted queued submission is settled, so it is no gap. The answer is
+    the rows this call took, each with its queue position and input (the
+    peer's ``claimJoining``): a row already joining is skipped in it."""
     host = check_token(host, token)
     state = state_of(host)
     if target(state, BEGIN_JOIN) is None:
         raise TransitionRefused(host.submission_id, state, BEGIN_JOIN)
-    mine: list[str] = []
+    mine: list[SubmissionRow] = []  # its followers already (not answered again)
     taken: list[SubmissionRow] = []
     for row in behind:
         assert row.queue_seq > host.queue_seq, (row, host)
         if row.join_host == host.submission_id:
-            mine.append(row.submission_id)
+            mine.append(row)
             continue
         if len(mine) + len(taken) >= limit or state_of(row) != READY:
             break
         taken.append(row)
     if not taken:
-        return JoinBatch(host.submission_id, tuple(mine), True), None, []
+        return JoinBatch(host.submission_id, (), True), None, []
     followers = [attrs.evolve(row, join_host=host.submission_id) for row in taken]
-    return (JoinBatch(host.submission_id, tuple(mine) + tuple(row.submission_id for row in taken)),
+    answer = tuple(JoiningFollower(row.submission_id, row.queue_seq, decode(row.input_json)) for row in taken)
+    return (JoinBatch(host.submission_id, answer),
             attrs.evolve(host, joined_count=host.joined_count + len(taken)), followers)
 
 
@@ -1250,13 +1310,16 @@ def decide_revert_join(
     host: SubmissionRow | None, token: Claim, submission_id: str, follower: SubmissionRow | None
 ) -> tuple[SubmissionRow | None, SubmissionRow | None]:
     """A joining follower back to ready (the host will not apply its input).
-    Idempotent; a joined one cannot revert (its input is in the log)."""
+    Idempotent; reverting a joined one changes nothing (its input is in
+    the host's log: it stays joined, the peer's ``revertJoining``)."""
     host = check_token(host, token)
     if follower is None:
         raise UnknownSubmission(submission_id)
     state = state_of(follower)
     if follower.join_host is None and state == READY:
         return None, None  # reverted already
+    if follower.join_host == host.submission_id and state == JOINED:
+        return None, None  # joined: it settles with its host
     if follower.join_host != host.submission_id or target(state, REVERT_JOIN) is None:
         raise TransitionRefused(submission_id, state, REVERT_JOIN)
     return (attrs.evolve(host, joined_count=host.joined_count - 1),

@@ -40,6 +40,7 @@ from .records import (
     ReservedSettlement,
     Settlement,
     SubmissionRecord,
+    NonterminalSubmission,
     ApprovalDecision,
     ChildReservation,
     JoinBatch,
@@ -657,7 +658,7 @@ class SqliteSubmissionLedger:
                 conn.execute("COMMIT")
         return recovery_snapshot(conversation_id, conversation, rows, child_rows=children)
 
-    async def scan_nonterminal(self, principal_id: str | None = None) -> tuple[SubmissionRecord, ...]:
+    async def scan_nonterminal(self, principal_id: str | None = None) -> tuple[NonterminalSubmission, ...]:
         # An undecodable row is an ``UnreadableSubmission`` in its place, not
         # a failed scan (``rules.scan_records``).
         if principal_id is not None:

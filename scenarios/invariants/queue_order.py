@@ -72,7 +72,9 @@ class QueueOrder(Checker):
         elif kind == LedgerMarkJoined.kind:
             self._followers.setdefault(fields[LedgerMarkJoined.host], {})[fields[LedgerMarkJoined.submission]] = True
         elif kind == LedgerRevertJoin.kind:
-            self._followers.get(fields[LedgerRevertJoin.host], {}).pop(fields[LedgerRevertJoin.submission], None)
+            followers = self._followers.get(fields[LedgerRevertJoin.host], {})
+            if not followers.get(fields[LedgerRevertJoin.submission]):
+                followers.pop(fields[LedgerRevertJoin.submission], None)  # a joined one stays joined
         elif kind == LedgerFinalizeSettlement.kind or kind == LedgerRequestAbort.kind:
             if kind == LedgerRequestAbort.kind:
                 if fields[LedgerRequestAbort.settled_at_ms] is None:

@@ -91,7 +91,17 @@ adapters (memory, SQLite) do — each named where it is used:
   ``origin``, any other an ordinary one; a fresh admission asking for
   another is ``refused``: ``ordinary-lane`` (a worker admission where
   ordinary work was), ``worker-lane`` (ordinary work on a worker lane),
-  ``worker-origin`` (another origin, or none).
+  ``worker-origin`` (another origin, or none);
+- ``begin_join`` answers only the rows it took, each with its queue
+  position and input (the peer's ``claimJoining``); reverting a joined
+  follower is a no-op, it stays joined (the peer's ``revertJoining``) (L17).
+- a scan row carries a record's control fields only, no input and no
+  admission metadata (the peer's ``scanNonterminal``); ``get`` carries
+  them (L18).
+- a fresh worker admission (after the lane check) needs an ``origin``
+  object with an integer ``expiresAtMillis`` (``worker-origin``, a fresh
+  lane too) and its idempotency key as ``messageId``
+  (``worker-message-id``), both ``refused`` (L19).
 
 A call whose answer diverges changes nothing in the model (it cannot know
 what the store wrote), so later messages may be consequences of the first.
@@ -124,6 +134,8 @@ from model.ledger.records import (
     ApprovalDecision,
     ChildReservation,
     JoinBatch,
+    JoiningFollower,
+    NonterminalSubmission,
     JoinMarked,
     Suspension,
     UnknownMarked,
@@ -217,6 +229,8 @@ class _Elided:
 
 
 _ELIDED = _Elided()
+# A scan row's fields (L18): a record's, but the input and the admission metadata.
+_SCAN_FIELDS = tuple(field.name for field in attrs.fields(NonterminalSubmission))
 # Every field of a SubmissionRecord but its two JSON values, in field order
 # (compared as attrs' own __eq__ does: ``==`` field by field, in order).
 _BUT_VALUES = operator.attrgetter(*(field.name for field in attrs.fields(SubmissionRecord)
@@ -233,7 +247,7 @@ class _Row:
                  "lease_expires_ms", "input_applied", "abort_author", "abort_reason", "abort_at_ms", "reserved_text",
                  "reserved_digest", "outcome", "settled_at_ms", "diagnostic", "unknown", "approvals", "join_host", "joined_at",
                  "followers", "children", "parent", "ready_at_ms", "attempt_id", "input_at", "settlement_id",
-                 "group", "metadata_text", "_record")
+                 "group", "metadata_text", "_record", "_scan_row")
 
     def __init__(self, submission_id: str, conversation_id: str, principal_id: str, idempotency_key: str,
                  queue_seq: int, input_text: str, input_digest: str, receipt: str, admitted_at_ms: int) -> None:
@@ -283,9 +297,19 @@ class _Row:
         # per change: workers scan the open work every poll, so a scan must
         # cost a comparison, not a decode. Every write calls ``changed``.
         self._record: SubmissionRecord | None = None
+        self._scan_row: NonterminalSubmission | None = None
 
     def changed(self) -> None:
         self._record = None
+        self._scan_row = None
+
+    def scan_row(self) -> NonterminalSubmission:
+        """What a scan answers for it (L18): its record's control fields,
+        no input and no metadata (built once per change, as ``record``)."""
+        if self._scan_row is None:
+            record = self.record()
+            self._scan_row = NonterminalSubmission(**{name: getattr(record, name) for name in _SCAN_FIELDS})
+        return self._scan_row
 
     def record(self) -> SubmissionRecord:
         """What a read returns; once settled, with the two JSON values elided
@@ -806,6 +830,14 @@ class ReferenceLedger:
                 and conversation.lane != wants:
             refusal = ("refused", "ordinary-lane" if conversation.lane == (None,) else
                        "worker-lane" if wants == (None,) else "worker-origin")
+        if refusal is None and wants != (None,):
+            # L19: a worker admission's origin carries an integer expiry, and
+            # its messageId is its idempotency key.
+            origin = metadata.get("origin")
+            if not (isinstance(origin, dict) and _is_int(origin.get("expiresAtMillis"))):
+                refusal = ("refused", "worker-origin")
+            elif metadata.get("messageId") != key:
+                refusal = ("refused", "worker-message-id")
         if refusal is not None:
             self._want_error(call, "AdmissionPolicyError", {"reason": refusal[0], "code": refusal[1]}, conversation)
             return conversation
@@ -1387,8 +1419,10 @@ class ReferenceLedger:
             if len(host.followers) + len(taken) >= limit or self._state(row) != "ready":
                 break  # a gap: never skipped
             taken.append(row)
-        followers = tuple(host.followers) + tuple(r.submission_id for r in taken)
-        self._want_value(call, JoinBatch(host.submission_id, followers, not taken), conversation)
+        # L17: the answer is what this call took, each with its queue
+        # position and input; what an earlier call took is not repeated.
+        answer = tuple(JoiningFollower(r.submission_id, r.queue_seq, read_back(r.input_text)) for r in taken)
+        self._want_value(call, JoinBatch(host.submission_id, answer, not taken), conversation)
         for row in taken:
             row.join_host = host.submission_id
             row.changed()
@@ -1439,6 +1473,9 @@ class ReferenceLedger:
         state = self._state(follower)
         if follower.join_host is None and state == "ready":
             self._want_value(call, None, conversation)  # reverted already
+            return conversation
+        if follower.join_host == host.submission_id and state == "joined":
+            self._want_value(call, None, conversation)  # L17: joined stays joined, nothing changes
             return conversation
         if follower.join_host != host.submission_id or state != "joining":
             self._want_error(call, "TransitionRefused", {"submission_id": sid, "state": state,
@@ -1672,7 +1709,7 @@ class ReferenceLedger:
         if principal is not None and type(principal) is not str:
             self._want_argument_error(call, "principal_id is not a str")
             return None
-        expected = tuple(row.record() for cid in sorted(self._open) if cid not in forgotten
+        expected = tuple(row.scan_row() for cid in sorted(self._open) if cid not in forgotten
                          for row in self._open[cid].open.values()
                          if principal is None or row.principal_id == principal)
         if forgotten and call.error is None and isinstance(call.result, tuple):
