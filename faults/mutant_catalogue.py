@@ -590,7 +590,7 @@ MUTANTS: tuple[Mutant, ...] = (
         equivalent="only a broken promise stores an empty receipt (the beyond-contract row rot empties one), and "
                    "the reference ledger refuses a scan answer carrying it as it refuses any damaged row: the "
                    "run is DETECTED either way (40 seeds of 2h, both scenarios, survived); the typed refusal "
-                   "itself is held by the conformance kit on both adapters"),
+                   "itself is held on both adapters by the ledger typed-error tests"),
     Mutant(
         "ledger-child-release-last-wins",
         "A second release of a child reservation with other accounting replaces the frozen accounting "
