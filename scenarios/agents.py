@@ -55,7 +55,8 @@ CONFIG_DEPLOYS_MAX = 10_000
 RUN_ALLOWANCES_MS = (2 * 60 * 1000, 15 * 60 * 1000, 60 * 60 * 1000, 60 * 60 * 1000)
 # Requests that must be answered within seconds (a chat reply with a
 # deadline) and send an email on the way: a share of the plans with a
-# non-idempotent tool get a tight allowance, so a kill or a lost reply at
+# non-idempotent tool (and no wait for a person or a subagent) get a tight
+# allowance, so a kill or a lost reply at
 # the call leaves it in doubt right before the run's deadline and the
 # successor that takes the run past it must still mark the call unknown
 # before it fails the run. Drawn per request from a stream of its own.
@@ -285,7 +286,7 @@ class AgentSubmitters(Submitters):
         if rng.chance(self.joining_share):
             request["joins"] = True
         tight = self.world.streams.fork(f"workload/tight-allowance/{n}")
-        if TOOL_ONCE in plan and tight.chance(TIGHT_ALLOWANCE_SHARE):
+        if TOOL_ONCE in plan and not {APPROVAL, SUBAGENT} & set(plan) and tight.chance(TIGHT_ALLOWANCE_SHARE):
             request["maxDurationMs"] = tight.between(*TIGHT_ALLOWANCES_MS)
         # A conversation's first request opens it; the slot's previous one is
         # closed by a last request (a conversation lives one generation).

@@ -245,6 +245,6 @@ def test_a_successor_marks_a_call_in_doubt_past_the_run_deadline():
     a lost reply at the call leaves it in doubt right before the deadline,
     and a successor past the deadline marks it unknown before it fails the
     run."""
-    result = agents(0, "2h")
+    result = agents(2, "2h")
     assert result.passed, result.violations
     assert result.stats["doubt_marked_past_deadline"] > 0, result.stats
