@@ -60,7 +60,7 @@ SOMETIMES = ("settled", "stale_writes_fenced", "worker_crashes", "tool_unknown_r
              "child_woke_parent", "join_settled", "aborted_queued", "aborted_running", "aborted_suspended", "aborted_unknown",
              "tool_calls_refused_late", "run_duration_exceeded", "compactions_selected", "recoveries_from_checkpoint",
              "checkpoints_rejected_rebuilt", "run_start_conflicts", "progress_wait_woken",
-             "progress_wait_reconnected_after_drop")
+             "progress_wait_reconnected_after_drop", "doubt_marked_past_deadline")
 
 
 @scenario("agent-conversations", "agents whose steps wait for the world: unknown tool outcomes, approvals, "

@@ -53,6 +53,14 @@ ALLOWANCE_POLICIES_MS = (30 * 60 * 1000, 45 * 60 * 1000)
 CONFIG_DEPLOY_EVERY_MS = (20 * 60 * 1000, 2 * 60 * 60 * 1000)  # a new agent configuration, rolled out
 CONFIG_DEPLOYS_MAX = 10_000
 RUN_ALLOWANCES_MS = (2 * 60 * 1000, 15 * 60 * 1000, 60 * 60 * 1000, 60 * 60 * 1000)
+# Requests that must be answered within seconds (a chat reply with a
+# deadline) and send an email on the way: a share of the plans with a
+# non-idempotent tool (and no wait for a person or a subagent) get a tight
+# allowance, so a kill or a lost reply at
+# the call leaves it in doubt right before the run's deadline and the
+# successor that takes the run past it must still mark the call unknown
+# before it fails the run. Drawn per request from a stream of its own.
+TIGHT_ALLOWANCE_SHARE, TIGHT_ALLOWANCES_MS = 0.25, (5 * 1000, 30 * 1000)
 # Calls one tool call id may receive: an idempotent one is retried under its
 # key, a few times at most; more is a runaway, not a workload.
 ARRIVALS_PER_CALL_MAX = 1_000
@@ -277,6 +285,9 @@ class AgentSubmitters(Submitters):
             request["maxDurationMs"] = rng.choice(RUN_ALLOWANCES_MS)
         if rng.chance(self.joining_share):
             request["joins"] = True
+        tight = self.world.streams.fork(f"workload/tight-allowance/{n}")
+        if TOOL_ONCE in plan and not {APPROVAL, SUBAGENT} & set(plan) and tight.chance(TIGHT_ALLOWANCE_SHARE):
+            request["maxDurationMs"] = tight.between(*TIGHT_ALLOWANCES_MS)
         # A conversation's first request opens it; the slot's previous one is
         # closed by a last request (a conversation lives one generation).
         slot = conversation_id.rpartition("-g")[0]

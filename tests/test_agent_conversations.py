@@ -193,3 +193,58 @@ def test_canonical_events_fails_what_is_never_canonical_and_usage_that_does_not_
     assert len(violations) == before
     events.on_event(_append(7, 7, "c", turn, batch="model-turn:s1/s0", expected_tail_seq=8, first_seq=9))
     assert "its model turn 3 is the batch 'model-turn:s1/s0', not 'turn:run:s1:3'" in violations[-1].message
+
+
+def _tool(phase, call, **fields):
+    return {"family": "tool-call", "createdAtMs": 1, "payload": {"phase": phase, "call": call, **fields}}
+
+
+def _claim(seq, time_ms, submission, epoch):
+    return (seq, time_ms, "w2", "ledger.claim", {"conversation": "c", "owner": "w2", "handoff": None,
+                                                 "submission": submission, "epoch": epoch,
+                                                 "lease_expires_ms": time_ms + 20_000, "attempt": f"{submission}#a{epoch}"})
+
+
+def _finalized(seq, time_ms, submission, outcome):
+    return (seq, time_ms, "w2", "ledger.finalize_settlement", {
+        "submission": submission, "outcome": outcome, "digest": "d", "settled_at_ms": time_ms,
+        "settlement_id": f"settlement:{submission}", "replayed": False})
+
+
+def test_unknown_never_replayed_fails_a_run_settled_over_a_call_in_doubt():
+    """A run settles (other than aborted) only once each non-idempotent call
+    it prepared is settled or marked unknown in the log: a successor that
+    takes a run past its deadline to settlement without marking the call
+    it found prepared settles over a call in doubt, whether or not the call
+    ever lands. A successor that marks it first is counted
+    (``doubt_marked_past_deadline``)."""
+    from scenarios.invariants.unknown_outcomes import UnknownNeverReplayed
+
+    for marks, outcome in ((False, "failed"), (True, "failed"), (False, "aborted")):
+        checker, violations = _checker(UnknownNeverReplayed(ToolService()))
+        checker.on_event(_append(1, 1_000, "c", [_started("s1", 1_000, 10_000)], batch="run-start:s1"))
+        checker.on_event(_append(2, 5_000, "c", [_tool("prepared", "s1/s1.0", idempotent=False, deadlineMs=35_000)],
+                                 expected_tail_seq=1, first_seq=2, batch="tool-prepared:s1/s1.0"))
+        checker.on_event(_claim(3, 30_000, "s1", 2))  # the owner died; a successor, past the run's deadline
+        if marks:
+            event = _append(4, 30_001, "c", [_tool("unknown", "s1/s1.0")], expected_tail_seq=2, first_seq=3,
+                            batch="tool-unknown:s1/s1.0")
+            event[4]["epoch"] = 2
+            checker.on_event(event)
+        checker.on_event(_finalized(5, 30_002, "s1", outcome))
+        if marks or outcome == "aborted":
+            assert violations == [], violations
+        else:
+            assert "it settled over a call in doubt" in violations[-1].message, violations
+        assert checker.doubt_marked_past_deadline == (1 if marks else 0)
+
+
+def test_a_successor_marks_a_call_in_doubt_past_the_run_deadline():
+    """The default workload reaches it: requests that must be answered within
+    seconds send an email on the way (``TIGHT_ALLOWANCE_SHARE``), so a kill or
+    a lost reply at the call leaves it in doubt right before the deadline,
+    and a successor past the deadline marks it unknown before it fails the
+    run."""
+    result = agents(2, "2h")
+    assert result.passed, result.violations
+    assert result.stats["doubt_marked_past_deadline"] > 0, result.stats

@@ -11,7 +11,15 @@ witness, not the agent's log. Online, at every call that reaches the tools:
   attempt ``k`` indeed never reached the tool;
 - a ``CompletedWithResult`` resolution names a call that did happen, and
   a call resolved ``NeverHappened`` or ``SafeToRetry`` never lands later;
-- a ``tool-settled`` record holds exactly the result the tool gave that call.
+- a ``tool-settled`` record holds exactly the result the tool gave that call;
+- a run settles other than aborted only once each non-idempotent call it
+  prepared is settled or marked unknown in the log (a run never settles
+  over a call in doubt: whether it landed or may still land, nobody knows).
+
+Counted: ``doubt_marked_past_deadline``, a successor (a claim at a later
+epoch than the call's preparation, made when the run was already past its
+deadline) logging a call in doubt unknown: the rule that a call in doubt is
+marked before the run's clock refuses the step, reached.
 
 Audit: per step, at most one effect of a non-idempotent tool over all its
 attempts. Memory: the unresolved calls of open submissions, and the
@@ -19,8 +27,8 @@ resolutions of those not yet settled.
 """
 from __future__ import annotations
 
-from faults.events import ERROR, LedgerFinalizeSettlement, LedgerMarkUnknown, LedgerRequestAbort, LedgerResolveUnknown, LogAppend
-from model.agent import TOOL_CALL_FAMILY, TOOL_SETTLED
+from faults.events import ERROR, LedgerClaim, LedgerFinalizeSettlement, LedgerMarkUnknown, LedgerRequestAbort, LedgerResolveUnknown, LogAppend
+from model.agent import TOOL_CALL_FAMILY, TOOL_PREPARED, TOOL_SETTLED, TOOL_UNKNOWN
 from model.canonical import digest
 from scenarios.agents import ToolInvoke, ToolService
 from sim.invariants import Checker, RecentlySettled
@@ -40,7 +48,7 @@ def _submission_of(call: str) -> str:
 
 class UnknownNeverReplayed(Checker):
     name = "unknown-never-replayed"
-    kinds = (ToolInvoke.kind, LedgerMarkUnknown.kind, LedgerResolveUnknown.kind, LedgerRequestAbort.kind,
+    kinds = (ToolInvoke.kind, LedgerClaim.kind, LedgerMarkUnknown.kind, LedgerResolveUnknown.kind, LedgerRequestAbort.kind,
              LedgerFinalizeSettlement.kind, LogAppend.kind)
 
     def __init__(self, tools: ToolService) -> None:
@@ -54,10 +62,16 @@ class UnknownNeverReplayed(Checker):
         self.unknown_marked = 0
         self.tool_unknown_resolved = 0
         self.aborted_unknown = 0
+        # Open submission -> {non-idempotent call prepared, neither settled nor marked unknown: the epoch that
+        # prepared it} and the run's deadline (its logged start + allowance); dropped at settlement.
+        self._in_doubt: dict[str, dict[str, int]] = {}
+        self._deadline: dict[str, int] = {}
+        self._claimed_past_deadline: dict[str, int] = {}  # open submission -> the last epoch claimed past its deadline
+        self.doubt_marked_past_deadline = 0
 
     def metrics(self) -> dict:
         return {"tool_unknown_marked": self.unknown_marked, "tool_unknown_resolved": self.tool_unknown_resolved,
-                "aborted_unknown": self.aborted_unknown}
+                "aborted_unknown": self.aborted_unknown, "doubt_marked_past_deadline": self.doubt_marked_past_deadline}
 
     def on_event(self, event: tuple) -> None:
         kind = event[3]
@@ -65,9 +79,20 @@ class UnknownNeverReplayed(Checker):
         if kind == ToolInvoke.kind:
             self._on_invoke(fields)
             return
+        if kind == LogAppend.kind and LogAppend.envelopes in fields:
+            # Replays and failed appends too: an append whose reply was lost
+            # may have committed (its retry is a replay); only what surely
+            # committed opens a doubt, anything that may have closes it.
+            for envelope in fields[LogAppend.envelopes]:
+                self._track_doubt(envelope, fields[LogAppend.epoch], event[1], committed=ERROR not in fields)
         if ERROR in fields:
             return
-        if kind == LedgerMarkUnknown.kind:
+        if kind == LedgerClaim.kind:
+            submission = fields.get(LedgerClaim.submission)
+            deadline_ms = self._deadline.get(submission) if submission is not None else None
+            if deadline_ms is not None and event[1] > deadline_ms:
+                self._claimed_past_deadline[submission] = fields[LedgerClaim.epoch]
+        elif kind == LedgerMarkUnknown.kind:
             if not fields[LedgerMarkUnknown.replayed]:
                 self.unknown_marked += 1
                 self._open.setdefault(fields[LedgerMarkUnknown.submission], set()).add(fields[LedgerMarkUnknown.call])
@@ -88,7 +113,16 @@ class UnknownNeverReplayed(Checker):
                 self.aborted_unknown += 1
         elif kind == LedgerFinalizeSettlement.kind:
             submission = fields[LedgerFinalizeSettlement.submission]
-            self._settled.add(submission, event[1], fields[LedgerFinalizeSettlement.outcome])
+            outcome = fields[LedgerFinalizeSettlement.outcome]
+            self._settled.add(submission, event[1], outcome)
+            in_doubt = self._in_doubt.pop(submission, {})
+            self._deadline.pop(submission, None)
+            self._claimed_past_deadline.pop(submission, None)
+            if not fields.get(LedgerFinalizeSettlement.replayed):
+                self.checks += 1
+                if in_doubt and outcome != "aborted":
+                    self.fail(f"{submission}: settled {outcome} while {sorted(in_doubt)} was prepared and neither "
+                              f"settled nor marked unknown (it settled over a call in doubt)", (submission,))
             self._open.pop(submission, None)
             for call in [call for call in self._resolved if _submission_of(call) == submission]:
                 del self._resolved[call]
@@ -102,6 +136,30 @@ class UnknownNeverReplayed(Checker):
                 effect = self.tools.effect(call)
                 if effect is None or digest(effect) != digest(payload["output"]["result"]):
                     self.fail(f"{call}: the log settled it with a result the tool never gave it", (call,))
+
+    def _track_doubt(self, envelope: dict, epoch: int, time_ms: int, *, committed: bool) -> None:
+        payload = envelope["payload"]
+        if not isinstance(payload, dict):
+            return
+        if envelope["family"] == "run-started" and committed:
+            run = payload.get("submissionId")
+            if isinstance(run, str) and isinstance(payload.get("maxDurationMillis"), int):
+                self._deadline[run] = envelope["createdAtMs"] + payload["maxDurationMillis"]
+            return
+        if envelope["family"] != TOOL_CALL_FAMILY:
+            return
+        call = payload.get("call")
+        if not isinstance(call, str):
+            return
+        phase = payload.get("phase")
+        if phase == TOOL_PREPARED and payload.get("idempotent") is False and committed:
+            self._in_doubt.setdefault(_submission_of(call), {}).setdefault(call, epoch)
+        elif phase in (TOOL_SETTLED, TOOL_UNKNOWN):
+            submission = _submission_of(call)
+            prepared_epoch = self._in_doubt.get(submission, {}).pop(call, None)
+            if (phase == TOOL_UNKNOWN and committed and prepared_epoch is not None and epoch > prepared_epoch
+                    and self._claimed_past_deadline.get(submission) == epoch):
+                self.doubt_marked_past_deadline += 1
 
     def _on_invoke(self, fields: dict) -> None:
         call = fields[ToolInvoke.call]
