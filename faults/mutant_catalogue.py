@@ -550,7 +550,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The settlement record is stamped again when it is appended: its createdAt is the appender's clock, "
         "not the reservation's, so the log's record is not byte-equal to the reserved one (as the peer implementation requires).",
         "model.lifecycle",
-        "                              schema_version=entry[\"schemaVersion\"], created_at_ms=entry[\"createdAtMs\"],\n",
+        "                              schema_version=entry[\"schemaVersion\"], created_at_ms=entry[\"createdAt\"],\n",
         "                              schema_version=entry[\"schemaVersion\"], created_at_ms=created_at_ms,\n",
         BOTH, ci_seed=5, ci_duration="90s", ci_scenario="ledger-storm"),
     Mutant(

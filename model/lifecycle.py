@@ -186,11 +186,11 @@ def record_envelope(batch_id: str, index: int, entry: Any, created_at_ms: int, p
                     epoch: int) -> RecordEnvelope:
     """The envelope a producer appends for a batch's ``index``-th entry: an
     exact record (a dict: the reserved settlement envelope) as it is, never
-    re-stamped (its ``createdAtMs`` is the reservation's, whoever appends
+    re-stamped (its ``createdAt`` is the reservation's, whoever appends
     it), else ``(family, payload)`` stamped now."""
     if type(entry) is dict:
         return RecordEnvelope(record_id=entry["recordId"], family=entry["family"],
-                              schema_version=entry["schemaVersion"], created_at_ms=entry["createdAtMs"],
+                              schema_version=entry["schemaVersion"], created_at_ms=entry["createdAt"],
                               deployment_id=entry["deploymentId"], payload=entry["payload"], producer_id=producer_id,
                               epoch=epoch)
     family, payload = entry

@@ -668,7 +668,7 @@ class _Process(ClientProcess):
             return record
         sid = getattr(token, "submission_id", None)
         return {"recordId": f"settlement:{sid}", "family": "submission-settled", "schemaVersion": 1,
-                "createdAtMs": SETTLEMENT_CREATED_MS, "deploymentId": DEPLOYMENT,
+                "createdAt": SETTLEMENT_CREATED_MS, "deploymentId": DEPLOYMENT,
                 "payload": {"submissionId": sid, "record": record}}
 
     async def _append_settled(self, conversation: str, token: Claim, sid: str, digest: str, record: Any) -> bool:
@@ -697,7 +697,7 @@ class _Process(ClientProcess):
         if not tail.ok:
             return tail
         record = RecordEnvelope(envelope["recordId"], envelope["family"], envelope["schemaVersion"],
-                                envelope["createdAtMs"], envelope["deploymentId"], envelope["payload"], producer,
+                                envelope["createdAt"], envelope["deploymentId"], envelope["payload"], producer,
                                 epoch)
         return await self.call("log", "append", FencedAppendRequest(
             conversation, batch_id, producer, epoch, tail.value.tail_seq, tail.value.tail_digest, (record,)))

@@ -170,7 +170,7 @@ class Worker:
         run(ledger.reserve_settlement(claim, settled))
         self.checkpoint("reserved", n, sid)
         append(log, cid, settle_batch_id(sid), OWNER, epoch, [  # exactly the reserved record
-            RecordEnvelope(settled["recordId"], settled["family"], settled["schemaVersion"], settled["createdAtMs"],
+            RecordEnvelope(settled["recordId"], settled["family"], settled["schemaVersion"], settled["createdAt"],
                            settled["deploymentId"], settled["payload"], OWNER, epoch),
         ])
         self.checkpoint("settle-appended", n, sid)

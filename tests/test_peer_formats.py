@@ -156,3 +156,55 @@ def test_a_joined_followers_settlement_carries_the_hosts_run_id():
     assert settled[follower][3]["runId"] == f"run:{host}"
     assert settled[follower][0] == f"submission-settlement:{host}"
     assert settled[host][3]["runId"] == f"run:{host}"
+
+
+# --- the record envelope and the checkpoint on the wire (issue 29) -----------------
+
+
+def test_a_record_envelope_is_the_peers_createdAt_envelope_with_its_key_order():
+    """The envelope's timestamp is ``createdAt`` (epoch milliseconds, an
+    integer), and its canonical text sorts ``createdAt, deploymentId,
+    family, payload, recordId, schemaVersion`` as the peer's does."""
+    import hashlib
+
+    from model.conversation.records import RecordEnvelope
+
+    envelope = RecordEnvelope("r1", "input", 1, 1, "loomsim", {"kind": "user"})
+    text = '{"createdAt":1,"deploymentId":"loomsim","family":"input","payload":{"kind":"user"},"recordId":"r1","schemaVersion":1}'
+    assert envelope.canonical_text() == text
+    # The test vector: sha256 of that text's UTF-8 bytes, by hand.
+    assert hashlib.sha256(text.encode()).hexdigest() == \
+        "36d22e1f3da4e599d45767deecb66758e7b0d0a8199bfb6f457f63afb10670f2"
+    from model.canonical import digest
+    assert digest(envelope.to_json()) == hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_every_envelope_the_model_writes_has_createdAt_and_no_createdAtMs():
+    ledger, log, now = _world()
+    client = SubmissionClient(ledger, log, now_ms=now)
+    drive(client.submit("c1", "p", "k1", {"plan": ["model"]}))
+    drive(_agent(ledger, log, now).process_next("c1"))
+    records = drive(log.read("c1", 0, 1000))
+    assert records
+    for record in records:
+        text = record.envelope.canonical_text()
+        assert text.startswith('{"createdAt":') and "createdAtMs" not in text, text
+        assert type(record.envelope.to_json()["createdAt"]) is int
+    reserved = drive(ledger.get(records[-1].envelope.payload["submissionId"])).reserved_record
+    assert reserved is None or ("createdAt" in reserved and "createdAtMs" not in reserved)
+
+
+def test_a_checkpoint_is_the_peers_checkpoint_shape():
+    """The peer's checkpoint keys where the two name the same thing
+    (``throughSequence``, ``agentDefinitionDigest``, ``state``,
+    ``createdAt``), plus the submission identity the model keeps."""
+    from model.conversation.checkpoints import Checkpoint, decode_checkpoint_row
+    from model.canonical import canonical_json, digest
+
+    checkpoint = Checkpoint("c1", "s1", 3, "0" * 64, "e1", "d1", 1, {"at": 3}, 1)
+    value = checkpoint.to_json()
+    assert sorted(value) == ["agentDefinitionDigest", "conversationId", "createdAt", "engineVersion",
+                             "schemaVersion", "state", "submissionId", "tailDigest", "throughSequence"]
+    assert (value["throughSequence"], value["state"], value["createdAt"]) == (3, {"at": 3}, 1)
+    text = canonical_json(value)
+    assert decode_checkpoint_row("c1", text, digest(value)) == checkpoint

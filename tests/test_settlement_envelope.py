@@ -31,7 +31,7 @@ def producer_append(world, claim):
     """A producer's append port (an exact record is appended as it is)."""
     async def append(batch_id, entry):
         if type(entry) is dict:  # an exact record: appended as it is
-            fields = (entry["recordId"], entry["family"], entry["schemaVersion"], entry["createdAtMs"],
+            fields = (entry["recordId"], entry["family"], entry["schemaVersion"], entry["createdAt"],
                       entry["deploymentId"], entry["payload"])
         else:
             family, payload = entry
@@ -62,7 +62,7 @@ def test_the_record_digest_is_the_digest_of_the_record_envelope(world):
     terminal = drive(life.terminalize(claim, logged=None, reserved=None, fresh=lambda: DONE,
                                       append=producer_append(world, claim), finalized_at_ms=5_000))
     sid = claim.submission_id
-    expected = {"createdAtMs": 4_000, "deploymentId": "loomsim", "family": "submission-settled",
+    expected = {"createdAt": 4_000, "deploymentId": "loomsim", "family": "submission-settled",
                 "payload": {"submissionId": sid, "record": DONE}, "recordId": f"settlement:{sid}",
                 "schemaVersion": 1}
     assert terminal.reserved.record_digest == digest(expected)
@@ -94,7 +94,7 @@ def test_a_successor_appends_the_reserved_envelope_byte_for_byte(world):
                                        fresh=lambda: {"outcome": "aborted"},
                                        append=producer_append(world, successor)))
     (logged,) = logged_settlements(world)
-    assert logged["createdAtMs"] == 2_000  # the reservation's, never re-stamped
+    assert logged["createdAt"] == 2_000  # the reservation's, never re-stamped
     assert canonical_json(logged) == canonical_json(reserved.reserved_record)
     assert terminal.settlement.record_digest == reserved.reserved_digest == digest(logged)
     assert drive(world.log.lookup_batch(C, settle_batch_id(claim.submission_id))) is not None

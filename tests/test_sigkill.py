@@ -349,7 +349,7 @@ def recover(ledger, log, seed: int, rec) -> None:
                                                             deployment_id=W.DEPLOYMENT)
         run(ledger.reserve_settlement(claim, record))
         W.append(log, cid, W.settle_batch_id(sid), RECOVERY_OWNER, epoch, [  # exactly the reserved record
-            W.envelope(record["recordId"], "submission-settled", record["payload"], record["createdAtMs"], epoch,
+            W.envelope(record["recordId"], "submission-settled", record["payload"], record["createdAt"], epoch,
                        RECOVERY_OWNER),
         ])
     settlement = run(ledger.finalize_settlement(sid, now + 1))

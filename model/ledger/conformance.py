@@ -108,7 +108,7 @@ def _env_for(submission_id: str, record: object, created_at_ms: int, run_id: str
     if run_id is not None:
         payload["runId"] = run_id
     return {"recordId": f"settlement:{submission_id}", "family": "submission-settled", "schemaVersion": 1,
-            "createdAtMs": created_at_ms, "deploymentId": "loomsim", "payload": payload}
+            "createdAt": created_at_ms, "deploymentId": "loomsim", "payload": payload}
 
 
 async def _admitted(ledger, conversation_id="c1", key="k1", input=None, *, ready=True, principal_id="p1", now_ms=0):
@@ -1112,13 +1112,13 @@ async def _(ledger) -> None:
     the reservation digests the whole record envelope it holds and hands
     back; its key order is irrelevant; an envelope that is not this
     submission's settlement (another id, family, submission, member) is
-    ``InvalidSettlement``; another ``createdAtMs`` is another record."""
+    ``InvalidSettlement``; another ``createdAt`` is another record."""
     result = await _admitted(ledger)
     claim = await _claimed(ledger)
     envelope = _env(claim, COMPLETED_RECORD, 250, run_id="run:x")
     for bad in ({**envelope, "recordId": "settlement:other"}, {**envelope, "family": "input"},
                 {**envelope, "schemaVersion": 2}, {**envelope, "producerId": "o1"},
-                {k: v for k, v in envelope.items() if k != "createdAtMs"},
+                {k: v for k, v in envelope.items() if k != "createdAt"},
                 {**envelope, "payload": {**envelope["payload"], "submissionId": "other"}},
                 {**envelope, "payload": {**envelope["payload"], "recordDigest": "0" * 64}},
                 COMPLETED_RECORD):
@@ -1127,7 +1127,7 @@ async def _(ledger) -> None:
     _eq(reserved.record_digest, _digest(envelope), "recordDigest = digestJson(the record envelope)")
     _eq((await ledger.reserve_settlement(claim, dict(reversed(list(envelope.items()))))).replayed, True,
         "the same envelope, its keys reordered: a replay")
-    exc = await _raises(SettlementConflict, ledger.reserve_settlement(claim, {**envelope, "createdAtMs": 251}),
+    exc = await _raises(SettlementConflict, ledger.reserve_settlement(claim, {**envelope, "createdAt": 251}),
                         "the same outcome record in an envelope created at another time")
     _eq(exc.existing_digest, reserved.record_digest, "conflict existing_digest")
     record = await ledger.get(result.submission_id)
@@ -1142,7 +1142,7 @@ async def _(ledger) -> None:
 async def _(ledger) -> None:
     """Peer cases 78 and 127: a joined follower settles with its host's
     settlement envelope re-addressed to it (``settlement:{followerId}``, its
-    own submission id), with the host's ``createdAtMs``, ``deploymentId``
+    own submission id), with the host's ``createdAt``, ``deploymentId``
     and run (``runId``), the host's outcome and no independent result; its
     record digest is that envelope's."""
     host = await _admitted(ledger, key="k1")

@@ -35,7 +35,7 @@ SETTLED_FAMILY = "submission-settled"
 SETTLED_SCHEMA_VERSION = 1
 #: The deployment id every record of the model carries.
 DEPLOYMENT_ID = "loomsim"
-ENVELOPE_KEYS = frozenset({"recordId", "family", "schemaVersion", "createdAtMs", "deploymentId", "payload"})
+ENVELOPE_KEYS = frozenset({"recordId", "family", "schemaVersion", "createdAt", "deploymentId", "payload"})
 
 
 def settlement_envelope(submission_id: str, record: object, created_at_ms: int, *,
@@ -48,7 +48,7 @@ def settlement_envelope(submission_id: str, record: object, created_at_ms: int, 
     if run_id is not None:
         payload["runId"] = run_id
     return {"recordId": f"settlement:{submission_id}", "family": SETTLED_FAMILY,
-            "schemaVersion": SETTLED_SCHEMA_VERSION, "createdAtMs": created_at_ms, "deploymentId": deployment_id,
+            "schemaVersion": SETTLED_SCHEMA_VERSION, "createdAt": created_at_ms, "deploymentId": deployment_id,
             "payload": payload}
 
 

@@ -1273,13 +1273,13 @@ def joined_record(host_record: dict) -> dict:
 
 def joined_envelope(host_envelope: dict, follower_id: str) -> dict:
     """A joined follower's settlement record envelope, derived from its
-    host's: ``settlement:{followerId}`` with the host's ``createdAtMs``,
+    host's: ``settlement:{followerId}`` with the host's ``createdAt``,
     ``deploymentId`` and run (``runId``, when the host's names one), and the
     host's outcome with no independent result (``joined_record``). The
     host's settlement batch appends exactly this; the host's finalize
     settles the follower with its digest."""
     host = host_envelope["payload"]
-    return settlement_envelope(follower_id, joined_record(host["record"]), host_envelope["createdAtMs"],
+    return settlement_envelope(follower_id, joined_record(host["record"]), host_envelope["createdAt"],
                                deployment_id=host_envelope["deploymentId"], run_id=host.get("runId"))
 
 
@@ -1437,7 +1437,7 @@ def check_settlement_shape(submission_id: str, envelope: object) -> None:
         raise InvalidSettlement(submission_id, f"a settlement is a record envelope {sorted(ENVELOPE_KEYS)}, got "
                                                f"{envelope!r:.200}")
     if (envelope["family"] != SETTLED_FAMILY or envelope["recordId"] != f"settlement:{submission_id}"
-            or envelope["schemaVersion"] != SETTLED_SCHEMA_VERSION or type(envelope["createdAtMs"]) is not int
+            or envelope["schemaVersion"] != SETTLED_SCHEMA_VERSION or type(envelope["createdAt"]) is not int
             or type(envelope["deploymentId"]) is not str):
         raise InvalidSettlement(submission_id, "not this submission's settlement envelope: "
                                                f"{ {k: v for k, v in envelope.items() if k != 'payload'}!r:.300}")

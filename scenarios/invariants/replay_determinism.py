@@ -66,7 +66,7 @@ class ReplayDeterminism(Checker):
                 self._runs[run_id] = (ExecutionRecord(
                     run_id=run_id, schedule_id=run_input["scheduleId"], occurrence_ms=run_input["occurrenceMs"],
                     flow_version=run_input["flowVersion"], input=run_input["input"], status="running",
-                    started_at_ms=envelope["createdAtMs"], finished_at_ms=None, output=None), [])
+                    started_at_ms=envelope["createdAt"], finished_at_ms=None, output=None), [])
             elif family == STEP_FAMILY:
                 run = self._runs.get(run_id)
                 if run is None:

@@ -8,7 +8,7 @@ Online, from what the stores committed and the agent's step probes:
 - execution history (a model request or turn, a tool call, a subagent, a
   step's output) of a run is appended only after its start: history without
   start evidence fails;
-- a step begins (``agent.step``) no later than the start's ``createdAtMs``
+- a step begins (``agent.step``) no later than the start's ``createdAt``
   plus its ``maxDurationMillis``, taken from the log's start record, not from
   the agent (a resumed attempt that measured from its own claim fails here);
 - a run that settles failed for its duration (``RunDurationExceeded``) does
@@ -116,7 +116,7 @@ class RunClock(Checker):
             if run in self._started:
                 self.fail(f"{run}: a second run-started for an open run (its clock starts once)", (run,))
                 return
-            self._started[run] = envelope["createdAtMs"] + payload["maxDurationMillis"]
+            self._started[run] = envelope["createdAt"] + payload["maxDurationMillis"]
             self.runs_started += 1
         elif family in EXECUTION_FAMILIES:
             self.checks += 1

@@ -46,7 +46,7 @@ adapters (memory, SQLite) do — each named where it is used:
   the intent's time (L8);
 - a settlement record is a record envelope (``recordId``
   ``settlement:{submission}``, family ``submission-settled``, version 1,
-  ``createdAtMs``, ``deploymentId``, payload ``{submissionId, record[,
+  ``createdAt``, ``deploymentId``, payload ``{submissionId, record[,
   runId]}``) and its digest is the whole envelope's (as the peer implementation digests it); a
   joined follower's is its host's envelope re-addressed to it, with the
   host's outcome and no result (L16);
@@ -136,7 +136,7 @@ from scenarios.reference import HISTORY_MAX, error_name, retryable
 from scenarios.reference.jcs import canonical, digest_text, read_back
 
 _SETTLED = "submission-settled"
-_ENVELOPE_MEMBERS = ("createdAtMs", "deploymentId", "family", "payload", "recordId", "schemaVersion")
+_ENVELOPE_MEMBERS = ("createdAt", "deploymentId", "family", "payload", "recordId", "schemaVersion")
 
 
 def _settled_envelope(sid: str, outcome_record: dict, created_at_ms: int, deployment_id: str,
@@ -145,7 +145,7 @@ def _settled_envelope(sid: str, outcome_record: dict, created_at_ms: int, deploy
     payload = {"record": outcome_record, "submissionId": sid}
     if run_id is not None:
         payload["runId"] = run_id
-    return {"createdAtMs": created_at_ms, "deploymentId": deployment_id, "family": _SETTLED, "payload": payload,
+    return {"createdAt": created_at_ms, "deploymentId": deployment_id, "family": _SETTLED, "payload": payload,
             "recordId": "settlement:" + sid, "schemaVersion": 1}
 
 
@@ -1182,7 +1182,7 @@ class ReferenceLedger:
                 follower.join_host = None
             else:
                 follower.reserved_digest = digest_text(canonical(_settled_envelope(
-                    follower_id, follower_record, envelope["createdAtMs"], envelope["deploymentId"],
+                    follower_id, follower_record, envelope["createdAt"], envelope["deploymentId"],
                     envelope["payload"].get("runId"))))  # L16
                 follower.outcome, follower.settled_at_ms, follower.diagnostic = outcome, now_ms, diagnostic
                 follower.settlement_id = _settlement_id(follower_id, follower.reserved_digest)
@@ -1698,7 +1698,7 @@ def _settlement_problem(sid: str, envelope: object) -> str | None:
     if not isinstance(envelope, dict) or sorted(envelope) != list(_ENVELOPE_MEMBERS):
         return "not a record envelope"
     if (envelope["recordId"] != "settlement:" + sid or envelope["family"] != _SETTLED
-            or envelope["schemaVersion"] != 1 or not _is_int(envelope["createdAtMs"])
+            or envelope["schemaVersion"] != 1 or not _is_int(envelope["createdAt"])
             or type(envelope["deploymentId"]) is not str):
         return "not this submission's settlement envelope"
     payload = envelope["payload"]
