@@ -230,6 +230,18 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.conversation.checkpoints",
         "        await self._log.inspect_tail(conversation_id)  # NotMaterialized for a conversation the log lacks\n",
         "", LS_PS, ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
+    Mutant(
+        "envelope-created-at-ms-key",
+        "A record envelope is written with the old createdAtMs key instead of the peer's createdAt, so its "
+        "canonical text and digest are not the ones the peer implementation computes for the same record.",
+        "model.conversation.records", '            "createdAt": self.created_at_ms,\n',
+        '            "createdAtMs": self.created_at_ms,\n', ALL, ci_seed=0, ci_duration="1s"),
+    Mutant(
+        "checkpoint-created-at-ms-key",
+        "A checkpoint is stored with the old createdAtMs key instead of the peer's createdAt.",
+        "model.conversation.checkpoints", '            "createdAt": self.created_at_ms,\n',
+        '            "createdAtMs": self.created_at_ms,\n', LS_PS,
+        ci_seed=9, ci_duration="5s", ci_scenario="port-storm"),
 
     # -- the submission ledger: admission, claims, leases, settlement ------------------
     Mutant(
