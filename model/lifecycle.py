@@ -305,14 +305,16 @@ class SubmissionLifecycle:
 
     async def terminalize(self, claim: Claim, *, logged: Any, reserved: Any, fresh: Callable[[], Any],
                           append: Append, append_if_logged: bool = False, finalized_at_ms: int | None = None,
-                          on_reserved: Callable[[Any], None] | None = None, run_id: str | None = None) -> Terminal:
+                          on_reserved: Callable[[Any], None] | None = None, run_id: str | None = None,
+                          receipt: str) -> Terminal:
         """Settle the claimed submission: reserve -> append -> finalize.
 
         ``logged``: the settlement record envelope the log is known to hold
         (``logged_record``; None: not known to); ``reserved``: the one the
         ledger had reserved when the caller read it; ``fresh()``: a new
         outcome record, used only when neither exists, in a new envelope
-        created now (naming ``run_id``, the run that settles it, if any).
+        created now (naming ``run_id``, the run that settles it, if any, and
+        ``receipt``, the submission's admission receipt).
         The ledger reserves the envelope (its digest is the envelope's) and
         the log gets exactly it: a successor appends its predecessor's
         reservation byte for byte. ``on_reserved(envelope)`` runs right
@@ -324,7 +326,7 @@ class SubmissionLifecycle:
         assert finalized_at_ms is None or type(finalized_at_ms) is int, finalized_at_ms
         submission_id = claim.submission_id
         envelope = canonical_record(logged, reserved, lambda: settlement_envelope(
-            submission_id, fresh(), self.now_ms(), run_id=run_id))
+            submission_id, fresh(), self.now_ms(), receipt=receipt, run_id=run_id))
         record = settlement_of(envelope)
         reservation = await self.ledger.reserve_settlement(claim, envelope)
         # Post (reserve): the ledger holds exactly this record for this submission.

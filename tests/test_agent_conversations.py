@@ -173,13 +173,14 @@ def test_canonical_events_fails_what_is_never_canonical_and_usage_that_does_not_
                          "usage": {"inputTokens": 5, "outputTokens": 2, "costMicros": 45}}}]
     events.on_event(_append(1, 1, "c", turn, batch="turn:run:s1:1"))
     settled = {"family": "submission-settled", "createdAt": 2, "payload": {
-        "submissionId": "s1", "runId": "run:s1", "record": {"outcome": "completed", "result": {}, "usage": {
-            "modelCalls": 1, "inputTokens": 5, "outputTokens": 2, "costMicros": 45}}}}
+        "submissionId": "s1", "settlementId": "settlement:s1", "receiptId": "rcpt-s1", "runId": "run:s1",
+        "outcome": "completed", "result": {}, "usage": {
+            "modelCalls": 1, "inputTokens": 5, "outputTokens": 2, "costMicros": 45}}}
     completed = {"family": "run-completed", "createdAt": 2, "payload": {"runId": "run:s1", "submissionId": "s1"}}
     events.on_event(_append(2, 2, "c", [completed, settled], expected_tail_seq=2, first_seq=3))
     assert violations == [] and events.counts == {"model-delta/text": 1, "model-completed": 1,
                                                   "run-completed": 1, "submission-settled": 1}
-    settled["payload"]["record"]["usage"]["inputTokens"] = 4
+    settled["payload"]["usage"]["inputTokens"] = 4
     events.on_event(_append(3, 3, "c", [completed, settled], expected_tail_seq=4, first_seq=5))
     assert "its logged model turns add up to" in violations[-1].message
     events.on_event(_append(4, 4, "c", [{"family": "heartbeat", "createdAt": 4, "payload": {}}]))

@@ -208,3 +208,88 @@ def test_a_checkpoint_is_the_peers_checkpoint_shape():
     assert (value["throughSequence"], value["state"], value["createdAt"]) == (3, {"at": 3}, 1)
     text = canonical_json(value)
     assert decode_checkpoint_row("c1", text, digest(value)) == checkpoint
+
+
+# --- the settled payload the peer writes (issue 29) --------------------------------
+
+
+def _settled(log, sid, cid="c1"):
+    return next(r.envelope.payload for r in drive(log.read(cid, 0, 1000))
+                if r.envelope.family == "submission-settled" and r.envelope.payload["submissionId"] == sid)
+
+
+def test_a_completed_settlement_is_the_peers_flat_payload():
+    """``{submissionId, settlementId, receiptId, outcome, result, runId}``:
+    the outcome record's members at the top level, no nested ``record``."""
+    from model.ledger.records import settlement_of
+
+    ledger, log, now = _world()
+    client = SubmissionClient(ledger, log, now_ms=now)
+    sid = drive(client.submit("c1", "p", "k1", {"plan": ["model"]})).submission_id
+    drive(_agent(ledger, log, now).process_next("c1"))
+    row = drive(ledger.get(sid))
+    payload = _settled(log, sid)
+    assert "record" not in payload
+    assert (payload["submissionId"], payload["settlementId"], payload["receiptId"], payload["outcome"],
+            payload["runId"]) == (sid, f"settlement:{sid}", row.receipt, "completed", f"run:{sid}")
+    assert "result" in payload
+    assert settlement_of(row.reserved_record) == {k: v for k, v in payload.items()
+                                                  if k not in ("submissionId", "settlementId", "receiptId", "runId")}
+
+
+def test_a_failed_settlement_carries_the_diagnostic_at_the_top_level():
+    ledger, log, now = _world()
+    client = SubmissionClient(ledger, log, now_ms=now)
+    sid = drive(client.submit("c1", "p", "k1", {"x": 1})).submission_id
+
+    def work(value, index):
+        from model.submissions import WorkFailure
+        raise WorkFailure(ValueError("it broke"))
+
+    worker = SubmissionWorker(ledger, log, "w1", lease_ms=LEASE_MS, now_ms=now, work=work, steps=1)
+    assert drive(worker.process_next("c1")).settlement.outcome == "failed"
+    payload = _settled(log, sid)
+    assert payload["outcome"] == "failed" and set(payload["diagnostic"]) == {"errorTag", "message"}
+    assert "result" not in payload and "record" not in payload and "runId" not in payload
+    assert (payload["settlementId"], payload["receiptId"]) == (f"settlement:{sid}", drive(ledger.get(sid)).receipt)
+
+
+def test_a_queued_abort_settles_with_no_run_and_no_result():
+    ledger, log, now = _world()
+    client = SubmissionClient(ledger, log, now_ms=now)
+    sid = drive(client.submit("c1", "p", "k1", {"x": 1})).submission_id
+    drive(ledger.request_abort(sid, "ops", "not needed", now()))
+    row = drive(ledger.get(sid))
+    payload = row.reserved_record["payload"]
+    assert payload == {"submissionId": sid, "settlementId": f"settlement:{sid}", "receiptId": row.receipt,
+                       "outcome": "aborted"}
+
+
+def test_a_joined_followers_settlement_is_its_own_receipt_and_its_hosts_run():
+    ledger, log, now = _world()
+    client = SubmissionClient(ledger, log, now_ms=now)
+    host = drive(client.submit("c1", "p", "k1", {"plan": ["model"], "joins": True})).submission_id
+    follower = drive(client.submit("c1", "p", "k2", {"plan": ["model"]})).submission_id
+    drive(_agent(ledger, log, now).process_next("c1"))
+    payload = _settled(log, follower)
+    assert payload == {"submissionId": follower, "settlementId": f"settlement:{follower}",
+                       "receiptId": drive(ledger.get(follower)).receipt, "outcome": "completed",
+                       "runId": f"run:{host}"}
+
+
+def test_the_ledger_refuses_a_settlement_without_the_peers_identity_members():
+    from model.ledger.records import InvalidSettlement
+    from model.ledger.rules import check_settlement_shape
+    import pytest
+
+    good = {"recordId": "settlement:s", "family": "submission-settled", "schemaVersion": 1, "createdAt": 1,
+            "deploymentId": "loomsim", "payload": {"submissionId": "s", "settlementId": "settlement:s",
+                                                    "receiptId": "rcpt-1", "outcome": "completed"}}
+    check_settlement_shape("s", good)
+    for bad in ({"settlementId": None}, {"receiptId": None}, {"settlementId": "settlement:t"}, {"receiptId": 7},
+                {"receiptId": ""}, {"runId": 7}):
+        payload = {k: v for k, v in {**good["payload"], **bad}.items() if v is not None}
+        with pytest.raises(InvalidSettlement):
+            check_settlement_shape("s", {**good, "payload": payload})
+    with pytest.raises(InvalidSettlement):  # the old nested shape
+        check_settlement_shape("s", {**good, "payload": {"submissionId": "s", "record": {"outcome": "completed"}}})

@@ -19,6 +19,8 @@ from scenarios.storage import run_sync as drive
 from tests.test_lifecycle import C, DONE, LEASE_MS, World
 from tests.fakes import Crash, CrashAt
 
+RECEIPT = "rcpt-test"  # the ledger checks the settlement's own ids, not its receipt
+
 
 @pytest.fixture(params=["memory", "sqlite"])
 def world(request, tmp_path):
@@ -59,11 +61,12 @@ def logged_settlements(world) -> list[dict]:
 def test_the_record_digest_is_the_digest_of_the_record_envelope(world):
     life, claim = world.admitted_and_claimed()
     world.ms = 4_000
-    terminal = drive(life.terminalize(claim, logged=None, reserved=None, fresh=lambda: DONE,
+    terminal = drive(life.terminalize(claim, receipt=RECEIPT, logged=None, reserved=None, fresh=lambda: DONE,
                                       append=producer_append(world, claim), finalized_at_ms=5_000))
     sid = claim.submission_id
     expected = {"createdAt": 4_000, "deploymentId": "loomsim", "family": "submission-settled",
-                "payload": {"submissionId": sid, "record": DONE}, "recordId": f"settlement:{sid}",
+                "payload": {"submissionId": sid, "settlementId": f"settlement:{sid}", "receiptId": RECEIPT, **DONE},
+                "recordId": f"settlement:{sid}",
                 "schemaVersion": 1}
     assert terminal.reserved.record_digest == digest(expected)
     assert terminal.settlement.record_digest == digest(expected)
@@ -80,7 +83,7 @@ def test_a_successor_appends_the_reserved_envelope_byte_for_byte(world):
     life.failpoints = CrashAt(RESERVED_BEFORE_APPEND)
     world.ms = 2_000
     with pytest.raises(Crash):
-        drive(life.terminalize(claim, logged=None, reserved=None, fresh=lambda: DONE,
+        drive(life.terminalize(claim, receipt=RECEIPT, logged=None, reserved=None, fresh=lambda: DONE,
                                append=producer_append(world, claim)))
     assert logged_settlements(world) == []
     reserved = drive(world.ledger.get(claim.submission_id))
@@ -90,7 +93,7 @@ def test_a_successor_appends_the_reserved_envelope_byte_for_byte(world):
     assert successor is not None and successor.epoch > claim.epoch
     drive(world.log.materialize(C, "worker-2", successor.epoch))
     life2 = SubmissionLifecycle(world.ledger, world.log, now_ms=world.now, owner_id="worker-2")
-    terminal = drive(life2.terminalize(successor, logged=None, reserved=reserved.reserved_record,
+    terminal = drive(life2.terminalize(successor, receipt=RECEIPT, logged=None, reserved=reserved.reserved_record,
                                        fresh=lambda: {"outcome": "aborted"},
                                        append=producer_append(world, successor)))
     (logged,) = logged_settlements(world)

@@ -45,8 +45,8 @@ class Checkpoint:
     ``covered_seq`` attribute), ``tailDigest``, ``engineVersion``,
     ``agentDefinitionDigest``, ``state`` (the ``snapshot``) and
     ``createdAt`` (epoch milliseconds). It also keeps ``submissionId``,
-    which the peer's checkpoint lacks: the seeds list "conversation and
-    submission identity" among a checkpoint's contents."""
+    which the peer's checkpoint lacks: persistence §8 lists "conversation
+    and submission identity" among a checkpoint's contents."""
 
     conversation_id: str
     submission_id: str

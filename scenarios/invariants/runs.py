@@ -35,6 +35,7 @@ open conversation (dropped when it closes).
 from __future__ import annotations
 
 from faults.events import ERROR, AgentStep, LedgerFinalizeSettlement, LogAppend
+from model.ledger.records import settlement_of
 from sim.invariants import Checker, RecentlySettled
 
 
@@ -128,7 +129,7 @@ class RunClock(Checker):
             # Counted per run: a joined follower's record repeats its host's
             # diagnostic, and a follower starts no run of its own.
             run = payload["submissionId"]
-            diagnostic = payload["record"].get("diagnostic") if isinstance(payload["record"], dict) else None
+            diagnostic = settlement_of(envelope).get("diagnostic")
             tag = diagnostic.get("errorTag") if isinstance(diagnostic, dict) and run in self._started else None
             if tag == "RunStartConflict":
                 self.run_start_conflicts += 1
@@ -202,7 +203,7 @@ class CanonicalEvents(Checker):
             elif family == "submission-settled":
                 self.checks += 1
                 sid, run = payload["submissionId"], payload.get("runId")
-                record = payload["record"]
+                record = settlement_of({"payload": payload})
                 if host_run is None:
                     host_run = f"run:{sid}"
                     if run != host_run:
@@ -258,8 +259,8 @@ class CanonicalEvents(Checker):
                           f"({payload['tailDigest'][:12]}), appended after seq {expected_tail_seq} "
                           f"({(previous_tail or '?')[:12]})", (conversation,))
         elif family == "submission-settled":
-            record = payload["record"]
-            if isinstance(record, dict) and "usage" in record:
+            record = settlement_of({"payload": payload})
+            if "usage" in record:
                 run = payload["submissionId"]
                 turns = self._usage.get(run, dict.fromkeys(USAGE_FIELDS, 0))
                 if {field: record["usage"][field] for field in USAGE_FIELDS} != turns:
