@@ -558,6 +558,41 @@ MUTANTS: tuple[Mutant, ...] = (
         "    return text, digest_text(canonical_json(settlement_of(record))), settlement_of(record)[\"outcome\"]\n",
         LS_PS, ci_seed=0, ci_duration="30s"),
     Mutant(
+        "settlement-receipt-dropped",
+        "The settlement payload leaves out receiptId, the admission's receipt the peer implementation's "
+        "SubmissionSettled payload carries.",
+        "model.ledger.records",
+        '    payload = {"submissionId": submission_id, "settlementId": f"settlement:{submission_id}", '
+        '"receiptId": receipt,\n',
+        '    payload = {"submissionId": submission_id, "settlementId": f"settlement:{submission_id}",\n', ALL,
+        ci_seed=0, ci_duration="1s"),
+    Mutant(
+        "settlement-payload-nested",
+        "The settlement payload nests the outcome record under record (the old shape) instead of carrying its "
+        "outcome, result or diagnostic at the top level, as the peer implementation's payload does.",
+        "model.ledger.records", "               **record}\n", '               "record": record}\n', ALL,
+        ci_seed=0, ci_duration="1s"),
+    Mutant(
+        "settlement-shape-receipt-unchecked",
+        "The ledger reserves a settlement whose payload has no receiptId (or an empty one).",
+        "model.ledger.rules",
+        '            or type(payload.get("receiptId")) is not str or not payload["receiptId"]\n', "", LS_PS,
+        ci_seed=4, ci_duration="10s", ci_scenario="port-storm"),
+    Mutant(
+        "joined-follower-hosts-receipt",
+        "A joined follower's settlement record names its host's receipt instead of its own admission's.",
+        "model.agent", "            entries.append(joined_envelope(entry, follower.submission_id, follower.receipt))\n",
+        "            entries.append(joined_envelope(entry, follower.submission_id, host.receipt))\n", AC,
+        ci_seed=12, ci_duration="5s"),
+    Mutant(
+        "settlement-receipt-is-the-key",
+        "A worker's settlement names the submission's idempotency key as its receiptId instead of the "
+        "admission's receipt: the ledger reserves and the log appends the same wrong record.",
+        "model.submissions",
+        "                run_id=self.settlement_run_id(submission_id), receipt=record.receipt)\n",
+        "                run_id=self.settlement_run_id(submission_id), receipt=record.idempotency_key)\n",
+        ("ledger-storm", "agent-conversations"), ci_seed=2, ci_duration="10s"),
+    Mutant(
         "settlement-restamped-on-append",
         "The settlement record is stamped again when it is appended: its createdAt is the appender's clock, "
         "not the reservation's, so the log's record is not byte-equal to the reserved one (as the peer implementation requires).",
@@ -1225,8 +1260,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "agent-follower-without-run",
         "A joined follower's settlement record does not carry its host's run id.",
         "model.ledger.rules",
-        "                               deployment_id=host_envelope[\"deploymentId\"], run_id=host.get(\"runId\"))\n",
-        "                               deployment_id=host_envelope[\"deploymentId\"], run_id=None)\n",
+        "                               run_id=host.get(\"runId\"))\n",
+        "                               run_id=None)\n",
         AC, ci_seed=0, ci_duration="5m"),
     Mutant(
         "agent-no-tool-resolved",

@@ -683,6 +683,12 @@ class _Process(ClientProcess):
         return {"recordId": f"settlement:{sid}", "family": "submission-settled", "schemaVersion": 1,
                 "createdAt": SETTLEMENT_CREATED_MS, "deploymentId": DEPLOYMENT, "payload": payload}
 
+    def _payload_less(self, token: Any, member: str) -> dict:
+        """A completed settlement envelope of ``token``'s submission whose
+        payload lacks ``member``."""
+        envelope = self._settlement(token, {"outcome": "completed"})
+        return {**envelope, "payload": {k: v for k, v in envelope["payload"].items() if k != member}}
+
     async def _append_settled(self, conversation: str, token: Claim, sid: str, digest: str, record: Any) -> bool:
         """Append the settlement record envelope once (looked up by its batch
         id first), exactly as reserved: its digest is ``digest``."""
@@ -1199,6 +1205,9 @@ class _Process(ClientProcess):
             ("reserve_settlement", (fake, {"outcome": "completed"}), ("InvalidSettlement",)),
             ("reserve_settlement", (fake, {**self._settlement(fake, {"outcome": "completed"}),
                                            "recordId": f"settlement:{sid}-other"}), ("InvalidSettlement",)),
+            # The peer's settlement payload names its settlement and receipt: without either, no settlement.
+            ("reserve_settlement", (fake, self._payload_less(fake, "receiptId")), ("InvalidSettlement",)),
+            ("reserve_settlement", (fake, self._payload_less(fake, "settlementId")), ("InvalidSettlement",)),
             ("finalize_settlement", (f"{sid}-none", 0), ("UnknownSubmission",)),
             ("finalize_settlement", (sid, 0), ("SettlementConflict",)),
             ("request_abort", (f"{sid}-none", "me", "why", 0), ("UnknownSubmission",)),
