@@ -351,7 +351,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "between them.",
         "model.ledger.rules", "    deferred = lane[:at]\n",
         "    deferred = lane[:len(handoff.deferred_submission_ids)]\n", ("port-storm",),
-        ci_seed=0, ci_duration="2m"),
+        ci_seed=14, ci_duration="2m"),
     Mutant(
         "ledger-handoff-stale-epoch",
         "A cooperative handoff checks the deferred head's epoch against the lane's but never against the "
@@ -541,7 +541,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "                                      if entry[\"awaited\"] and entry[\"releasedAtMs\"] is None)),\n",
         "                                      if entry[\"awaited\"])),\n", ("port-storm",),
-        ci_seed=11, ci_duration="2m"),
+        ci_seed=5, ci_duration="2m"),
     Mutant(
         "ledger-reserve-answer-bare",
         "A reservation answers only its record digest, without the settlement id and outcome it will finalize as.",
@@ -613,7 +613,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The recovery snapshot names an attached child's state but not the outcome it settled with.",
         "model.ledger.rules", "    return state_of(child), child.outcome\n", "    return state_of(child), None\n",
         ("port-storm",),
-        ci_seed=11, ci_duration="2m"),
+        ci_seed=5, ci_duration="2m"),
     Mutant(
         "ledger-snapshot-state-stale",
         "The recovery snapshot names a claimed submission's state as ready until its input is applied.",
@@ -666,7 +666,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "An approval decision counts only the undecided approvals as still pending, not the awaited children, "
         "so a decision with a child still awaited answers as the one that resumed the submission.",
         "model.ledger.rules", "                            pending + row.children_awaited), \\\n",
-        "                            pending), \\\n", ("port-storm",), ci_seed=2, ci_duration="4m"),
+        "                            pending), \\\n", ("port-storm",), ci_seed=4, ci_duration="4m"),
     Mutant(
         "worker-abort-read-once",
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "
