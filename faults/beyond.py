@@ -296,14 +296,13 @@ class LedgerSurgery:
                 record = decode(text)
             except (CanonicalDecodeError, TypeError):
                 return False
-            if not isinstance(record, dict) or not isinstance(record.get("payload"), dict) or not isinstance(
-                    record["payload"].get("record"), dict):
+            if not isinstance(record, dict) or not isinstance(record.get("payload"), dict):
                 return False
             # The same envelope, outcome (and diagnostic), its outcome record
             # one member more: a record finalize would settle alike, but not
             # the one that was reserved.
             payload = record["payload"]
-            rotted = {**record, "payload": {**payload, "record": {**payload["record"], "loomsimRot": True}}}
+            rotted = {**record, "payload": {**payload, "loomsimRot": True}}
             self._write(submission_id, canonical_json(rotted), version)
             return True
         self._write(submission_id, damage(text), version)

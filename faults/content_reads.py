@@ -116,7 +116,7 @@ def damaged_checkpoint_row(text: str, integrity: str, how: str) -> tuple[str, st
     ``integrity``: the digest no longer matches the body; ``torn``: half the
     body (it does not decode); ``newer-schema``: a body a newer build wrote
     (schema version 2), its digest its own; ``field``: a body whose
-    ``coveredSeq`` is a string, its digest its own."""
+    ``throughSequence`` is a string, its digest its own."""
     if how == "integrity":
         return text, integrity[:-1] + ("0" if integrity[-1:] != "0" else "1")
     if how == "torn":
@@ -126,7 +126,7 @@ def damaged_checkpoint_row(text: str, integrity: str, how: str) -> tuple[str, st
         value["schemaVersion"] = 2
     else:
         assert how == "field", how
-        value["coveredSeq"] = str(value["coveredSeq"])
+        value["throughSequence"] = str(value["throughSequence"])
     return canonical_json(value), digest(value)
 
 

@@ -579,7 +579,7 @@ class LogAppend(PortEvent):
     epoch: int
     expected_tail_seq: int
     record_ids: tuple
-    envelopes: tuple  # each record's envelope JSON: family, payload, createdAtMs, ...
+    envelopes: tuple  # each record's envelope JSON: family, payload, createdAt, ...
     sizes: tuple  # each envelope's canonical JSON size in UTF-8 bytes (of the text the append encoded)
     first_seq: int = RESULT
     last_seq: int = RESULT

@@ -230,6 +230,18 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.conversation.checkpoints",
         "        await self._log.inspect_tail(conversation_id)  # NotMaterialized for a conversation the log lacks\n",
         "", LS_PS, ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
+    Mutant(
+        "envelope-created-at-ms-key",
+        "A record envelope is written with the old createdAtMs key instead of the peer's createdAt, so its "
+        "canonical text and digest are not the ones the peer implementation computes for the same record.",
+        "model.conversation.records", '            "createdAt": self.created_at_ms,\n',
+        '            "createdAtMs": self.created_at_ms,\n', ALL, ci_seed=0, ci_duration="1s"),
+    Mutant(
+        "checkpoint-created-at-ms-key",
+        "A checkpoint is stored with the old createdAtMs key instead of the peer's createdAt.",
+        "model.conversation.checkpoints", '            "createdAt": self.created_at_ms,\n',
+        '            "createdAtMs": self.created_at_ms,\n', LS_PS,
+        ci_seed=9, ci_duration="5s", ci_scenario="port-storm"),
 
     # -- the submission ledger: admission, claims, leases, settlement ------------------
     Mutant(
@@ -350,7 +362,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "between them.",
         "model.ledger.rules", "    deferred = lane[:at]\n",
         "    deferred = lane[:len(handoff.deferred_submission_ids)]\n", ("port-storm",),
-        ci_seed=0, ci_duration="2m"),
+        ci_seed=14, ci_duration="2m"),
     Mutant(
         "ledger-handoff-stale-epoch",
         "A cooperative handoff checks the deferred head's epoch against the lane's but never against the "
@@ -561,7 +573,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "                                      if entry[\"awaited\"] and entry[\"releasedAtMs\"] is None)),\n",
         "                                      if entry[\"awaited\"])),\n", ("port-storm",),
-        ci_seed=11, ci_duration="2m"),
+        ci_seed=5, ci_duration="2m"),
     Mutant(
         "ledger-reserve-answer-bare",
         "A reservation answers only its record digest, without the settlement id and outcome it will finalize as.",
@@ -578,11 +590,46 @@ MUTANTS: tuple[Mutant, ...] = (
         "    return text, digest_text(canonical_json(settlement_of(record))), settlement_of(record)[\"outcome\"]\n",
         LS_PS, ci_seed=0, ci_duration="30s"),
     Mutant(
+        "settlement-receipt-dropped",
+        "The settlement payload leaves out receiptId, the admission's receipt the peer implementation's "
+        "SubmissionSettled payload carries.",
+        "model.ledger.records",
+        '    payload = {"submissionId": submission_id, "settlementId": f"settlement:{submission_id}", '
+        '"receiptId": receipt,\n',
+        '    payload = {"submissionId": submission_id, "settlementId": f"settlement:{submission_id}",\n', ALL,
+        ci_seed=0, ci_duration="1s"),
+    Mutant(
+        "settlement-payload-nested",
+        "The settlement payload nests the outcome record under record (the old shape) instead of carrying its "
+        "outcome, result or diagnostic at the top level, as the peer implementation's payload does.",
+        "model.ledger.records", "               **record}\n", '               "record": record}\n', ALL,
+        ci_seed=0, ci_duration="1s"),
+    Mutant(
+        "settlement-shape-receipt-unchecked",
+        "The ledger reserves a settlement whose payload has no receiptId (or an empty one).",
+        "model.ledger.rules",
+        '            or type(payload.get("receiptId")) is not str or not payload["receiptId"]\n', "", LS_PS,
+        ci_seed=4, ci_duration="10s", ci_scenario="port-storm"),
+    Mutant(
+        "joined-follower-hosts-receipt",
+        "A joined follower's settlement record names its host's receipt instead of its own admission's.",
+        "model.agent", "            entries.append(joined_envelope(entry, follower.submission_id, follower.receipt))\n",
+        "            entries.append(joined_envelope(entry, follower.submission_id, host.receipt))\n", AC,
+        ci_seed=12, ci_duration="5s"),
+    Mutant(
+        "settlement-receipt-is-the-key",
+        "A worker's settlement names the submission's idempotency key as its receiptId instead of the "
+        "admission's receipt: the ledger reserves and the log appends the same wrong record.",
+        "model.submissions",
+        "                run_id=self.settlement_run_id(submission_id), receipt=record.receipt)\n",
+        "                run_id=self.settlement_run_id(submission_id), receipt=record.idempotency_key)\n",
+        ("ledger-storm", "agent-conversations"), ci_seed=2, ci_duration="10s"),
+    Mutant(
         "settlement-restamped-on-append",
         "The settlement record is stamped again when it is appended: its createdAt is the appender's clock, "
         "not the reservation's, so the log's record is not byte-equal to the reserved one (as the peer implementation requires).",
         "model.lifecycle",
-        "                              schema_version=entry[\"schemaVersion\"], created_at_ms=entry[\"createdAtMs\"],\n",
+        "                              schema_version=entry[\"schemaVersion\"], created_at_ms=entry[\"createdAt\"],\n",
         "                              schema_version=entry[\"schemaVersion\"], created_at_ms=created_at_ms,\n",
         BOTH, ci_seed=5, ci_duration="90s", ci_scenario="ledger-storm"),
     Mutant(
@@ -598,7 +645,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The recovery snapshot names an attached child's state but not the outcome it settled with.",
         "model.ledger.rules", "    return state_of(child), child.outcome\n", "    return state_of(child), None\n",
         ("port-storm",),
-        ci_seed=11, ci_duration="2m"),
+        ci_seed=5, ci_duration="2m"),
     Mutant(
         "ledger-snapshot-state-stale",
         "The recovery snapshot names a claimed submission's state as ready until its input is applied.",
@@ -1275,8 +1322,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "agent-follower-without-run",
         "A joined follower's settlement record does not carry its host's run id.",
         "model.ledger.rules",
-        "                               deployment_id=host_envelope[\"deploymentId\"], run_id=host.get(\"runId\"))\n",
-        "                               deployment_id=host_envelope[\"deploymentId\"], run_id=None)\n",
+        "                               run_id=host.get(\"runId\"))\n",
+        "                               run_id=None)\n",
         AC, ci_seed=0, ci_duration="5m"),
     Mutant(
         "agent-no-tool-resolved",

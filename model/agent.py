@@ -471,7 +471,7 @@ class AgentWorker(SubmissionWorker):
                                                                            follower.submission_id):
                 continue  # joining, its input never applied: the host's finalize puts it back in the queue
             # A joined follower settles with its host's run (its id on the record).
-            entries.append(joined_envelope(entry, follower.submission_id))
+            entries.append(joined_envelope(entry, follower.submission_id, follower.receipt))
         return [*before, *entries, *after]
 
     async def _mark_joined(self, conversation_id: str, claim: Any, follower_id: str) -> bool:

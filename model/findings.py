@@ -58,6 +58,7 @@ import attrs
 
 from model.bounds import INT64_MAX, is_valid_unicode
 from model.canonical import MAX_SAFE_INTEGER, canonical_json, decode, digest
+from model.ledger.records import settlement_of
 from model.retry import is_retryable
 from model.runtime import Runtime
 from model.schedules import Schedule, run_id_for
@@ -555,7 +556,7 @@ async def project_once(ledger: Any, findings: Any, pins: Any, schedules: Sequenc
             elif record.outcome is None:
                 break  # not settled: projected in order, so wait
             else:
-                result = record.reserved_record["payload"]["record"].get("result") if record.outcome == "completed" else None
+                result = settlement_of(record.reserved_record).get("result") if record.outcome == "completed" else None
                 found = (result or {}).get("findings", [])
                 for finding in found:
                     for ref in finding["evidence"]:

@@ -204,11 +204,11 @@ def record_envelope(batch_id: str, index: int, entry: Any, created_at_ms: int, p
                     epoch: int) -> RecordEnvelope:
     """The envelope a producer appends for a batch's ``index``-th entry: an
     exact record (a dict: the reserved settlement envelope) as it is, never
-    re-stamped (its ``createdAtMs`` is the reservation's, whoever appends
+    re-stamped (its ``createdAt`` is the reservation's, whoever appends
     it), else ``(family, payload)`` stamped now."""
     if type(entry) is dict:
         return RecordEnvelope(record_id=entry["recordId"], family=entry["family"],
-                              schema_version=entry["schemaVersion"], created_at_ms=entry["createdAtMs"],
+                              schema_version=entry["schemaVersion"], created_at_ms=entry["createdAt"],
                               deployment_id=entry["deploymentId"], payload=entry["payload"], producer_id=producer_id,
                               epoch=epoch)
     family, payload = entry
@@ -323,14 +323,16 @@ class SubmissionLifecycle:
 
     async def terminalize(self, claim: Claim, *, logged: Any, reserved: Any, fresh: Callable[[], Any],
                           append: Append, append_if_logged: bool = False, finalized_at_ms: int | None = None,
-                          on_reserved: Callable[[Any], None] | None = None, run_id: str | None = None) -> Terminal:
+                          on_reserved: Callable[[Any], None] | None = None, run_id: str | None = None,
+                          receipt: str) -> Terminal:
         """Settle the claimed submission: reserve -> append -> finalize.
 
         ``logged``: the settlement record envelope the log is known to hold
         (``logged_record``; None: not known to); ``reserved``: the one the
         ledger had reserved when the caller read it; ``fresh()``: a new
         outcome record, used only when neither exists, in a new envelope
-        created now (naming ``run_id``, the run that settles it, if any).
+        created now (naming ``run_id``, the run that settles it, if any, and
+        ``receipt``, the submission's admission receipt).
         The ledger reserves the envelope (its digest is the envelope's) and
         the log gets exactly it: a successor appends its predecessor's
         reservation byte for byte. ``on_reserved(envelope)`` runs right
@@ -342,7 +344,7 @@ class SubmissionLifecycle:
         assert finalized_at_ms is None or type(finalized_at_ms) is int, finalized_at_ms
         submission_id = claim.submission_id
         envelope = canonical_record(logged, reserved, lambda: settlement_envelope(
-            submission_id, fresh(), self.now_ms(), run_id=run_id))
+            submission_id, fresh(), self.now_ms(), receipt=receipt, run_id=run_id))
         record = settlement_of(envelope)
         reservation = await self.ledger.reserve_settlement(claim, envelope)
         # Post (reserve): the ledger holds exactly this record for this submission.

@@ -137,7 +137,8 @@ class LedgerRuns:
         self._settled: dict[str, Any] = {}            # run_id -> the settlement record its log holds
         # run_id -> (its execution record, the settlement reserved when this
         # process claimed it): nobody else can reserve while we hold the claim.
-        self._owned: dict[str, tuple[ExecutionRecord, Any]] = {}
+        # run -> (its execution, its reserved settlement record, its admission receipt)
+        self._owned: dict[str, tuple[ExecutionRecord, Any, str]] = {}
 
     # -- start ---------------------------------------------------------------
 
@@ -184,7 +185,7 @@ class LedgerRuns:
             return StartOutcome(await self.load_execution(run_id), True)
         record = ExecutionRecord(run_id, schedule_id, occurrence_ms, flow_version, input, RUNNING,
                                  started_at_ms, None, None)
-        self._owned[run_id] = (record, None)
+        self._owned[run_id] = (record, None, admission.receipt)
         await self._own(run_id, admission.submission_id, run_input, input_applied=False, fresh=True)
         return StartOutcome(record, False)
 
@@ -268,7 +269,7 @@ class LedgerRuns:
             await self.lifecycle.make_ready(run_id, record.submission_id)
         if await self._settle_from_log(run_id, record):
             return
-        self._owned[run_id] = (self._execution(run_id, record), record.reserved_record)
+        self._owned[run_id] = (self._execution(run_id, record), record.reserved_record, record.receipt)
         if not await self._own(run_id, record.submission_id, record.input, input_applied=record.input_applied,
                                fresh=False):
             self._owned.pop(run_id, None)
@@ -384,10 +385,10 @@ class LedgerRuns:
             final = await self.load_execution(run_id)
             assert final is not None
             return final
-        execution, reserved_record = self._owned[run_id]
+        execution, reserved_record, receipt = self._owned[run_id]
 
         def remember(record: Any) -> None:
-            self._owned[run_id] = (execution, record)  # a retry in this process reuses it
+            self._owned[run_id] = (execution, record, receipt)  # a retry in this process reuses it
 
         async def append_settlement(batch_id: str, entry: tuple[str, Any]) -> None:
             # The last steps and the settlement record: one atomic batch.
@@ -400,7 +401,7 @@ class LedgerRuns:
         terminal = await self.lifecycle.terminalize(
             claim, logged=self._settled.get(run_id), reserved=reserved_record,
             fresh=lambda: settlement_record(status, output), append=append_settlement,
-            finalized_at_ms=finished_at_ms, on_reserved=remember)
+            finalized_at_ms=finished_at_ms, on_reserved=remember, receipt=receipt)
         settlement = terminal.settlement
         self.probe.emit("run.settled", run=run_id, outcome=settlement.outcome, digest=settlement.record_digest,
                         epoch=claim.epoch)

@@ -254,7 +254,7 @@ class SubmissionWorker:
             terminal = await self.lifecycle.terminalize(
                 claim, logged=logged, reserved=record.reserved_record,
                 fresh=lambda: self._fresh_record(aborted, outputs, failure), append=append, append_if_logged=True,
-                run_id=self.settlement_run_id(submission_id))
+                run_id=self.settlement_run_id(submission_id), receipt=record.receipt)
         except Exception as error:
             if error_name(error) != ABORT_REQUESTED:
                 raise
@@ -262,7 +262,7 @@ class SubmissionWorker:
             # reserved): it wins, settle aborted.
             terminal = await self.lifecycle.terminalize(
                 claim, logged=None, reserved=None, fresh=lambda: self._fresh_record(True, [], None), append=append,
-                append_if_logged=True, run_id=self.settlement_run_id(submission_id))
+                append_if_logged=True, run_id=self.settlement_run_id(submission_id), receipt=record.receipt)
         settlement = terminal.settlement
         self.probe.emit("submission.settled", submission=submission_id, outcome=settlement.outcome,
                         digest=settlement.record_digest, epoch=claim.epoch)

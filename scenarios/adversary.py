@@ -218,8 +218,13 @@ def _is_envelope(value: Any) -> bool:
 
 
 def _outcome_of(record: Any) -> Any:
-    """The outcome of an outcome record or of a settlement envelope."""
-    return record["payload"]["record"]["outcome"] if _is_envelope(record) else record["outcome"]
+    """The outcome of an outcome record or of a settlement envelope (its
+    payload's, the peer's flat ``SubmissionSettled`` payload)."""
+    return record["payload"]["outcome"] if _is_envelope(record) else record["outcome"]
+
+
+#: The settlement payload's members that name it; the others are the outcome record's.
+_SETTLEMENT_IDS = ("submissionId", "settlementId", "receiptId", "runId")
 
 
 def _reordered(value: Any) -> Any:
@@ -335,6 +340,8 @@ class Adversary(Workload):
         self.edges: dict[str, int] = dict.fromkeys(EDGES + INCIDENTAL, 0)
         self.calls: dict[str, int] = {}
         self.untraced: dict[str, None] = {}  # port methods called on the store itself (no fault layer)
+        # submission -> its admission's receipt (every admission answer seen): a settlement names it.
+        self.receipts: dict[str, str] = {}
         self.typed_rejections = 0
         self.race_rejections = 0
         self.retries = 0
@@ -465,6 +472,8 @@ class _Process(ClientProcess):
                     await self.runtime.sleep_ms(self.rng.between(*RETRY_WAIT_MS))
                     continue
                 return Outcome(None, error, lost, attempt)
+            if method == "admit" and type(getattr(value, "receipt", None)) is str:
+                self.w.receipts[value.submission_id] = value.receipt
             return Outcome(value, None, lost, attempt)
         raise AssertionError(f"{port}.{method}: {RETRIES_MAX} retryable failures in a row")
 
@@ -658,18 +667,27 @@ class _Process(ClientProcess):
         return self.expect(final.ok and final.value.outcome == _outcome_of(settle),
                            f"finalize({sid}) in recovery answered {final.show()}", sid)
 
-    @staticmethod
-    def _settlement(token: Any, record: Any) -> Any:
+    def _settlement(self, token: Any, record: Any) -> Any:
         """``record`` (an outcome record) in the settlement record envelope
         of ``token``'s submission: what a reservation holds and the log
-        appends. A reserved envelope read back (the canonical record wins)
-        is passed on as it is."""
+        appends, its members beside the settlement's ids (the peer's flat
+        payload; the receipt is its admission's, as this workload saw it
+        answered). A reserved envelope read back (the canonical record
+        wins) is passed on as it is."""
         if _is_envelope(record):
             return record
         sid = getattr(token, "submission_id", None)
+        payload = {"submissionId": sid, "settlementId": f"settlement:{sid}",
+                   "receiptId": self.w.receipts.get(sid, "rcpt-unseen")}
+        payload.update(record if isinstance(record, dict) else {"record": record})
         return {"recordId": f"settlement:{sid}", "family": "submission-settled", "schemaVersion": 1,
-                "createdAtMs": SETTLEMENT_CREATED_MS, "deploymentId": DEPLOYMENT,
-                "payload": {"submissionId": sid, "record": record}}
+                "createdAt": SETTLEMENT_CREATED_MS, "deploymentId": DEPLOYMENT, "payload": payload}
+
+    def _payload_less(self, token: Any, member: str) -> dict:
+        """A completed settlement envelope of ``token``'s submission whose
+        payload lacks ``member``."""
+        envelope = self._settlement(token, {"outcome": "completed"})
+        return {**envelope, "payload": {k: v for k, v in envelope["payload"].items() if k != member}}
 
     async def _append_settled(self, conversation: str, token: Claim, sid: str, digest: str, record: Any) -> bool:
         """Append the settlement record envelope once (looked up by its batch
@@ -697,7 +715,7 @@ class _Process(ClientProcess):
         if not tail.ok:
             return tail
         record = RecordEnvelope(envelope["recordId"], envelope["family"], envelope["schemaVersion"],
-                                envelope["createdAtMs"], envelope["deploymentId"], envelope["payload"], producer,
+                                envelope["createdAt"], envelope["deploymentId"], envelope["payload"], producer,
                                 epoch)
         return await self.call("log", "append", FencedAppendRequest(
             conversation, batch_id, producer, epoch, tail.value.tail_seq, tail.value.tail_digest, (record,)))
@@ -1187,6 +1205,9 @@ class _Process(ClientProcess):
             ("reserve_settlement", (fake, {"outcome": "completed"}), ("InvalidSettlement",)),
             ("reserve_settlement", (fake, {**self._settlement(fake, {"outcome": "completed"}),
                                            "recordId": f"settlement:{sid}-other"}), ("InvalidSettlement",)),
+            # The peer's settlement payload names its settlement and receipt: without either, no settlement.
+            ("reserve_settlement", (fake, self._payload_less(fake, "receiptId")), ("InvalidSettlement",)),
+            ("reserve_settlement", (fake, self._payload_less(fake, "settlementId")), ("InvalidSettlement",)),
             ("finalize_settlement", (f"{sid}-none", 0), ("UnknownSubmission",)),
             ("finalize_settlement", (sid, 0), ("SettlementConflict",)),
             ("request_abort", (f"{sid}-none", "me", "why", 0), ("UnknownSubmission",)),
@@ -1635,7 +1656,9 @@ class _Process(ClientProcess):
         joined = [fid for fid in followers if fid != revert]
         rows = [await self.call("ledger", "get", fid) for fid in joined]
         if self.expect(all(r.ok and r.value.outcome == "completed" and r.value.settled_at_ms == final.value.settled_at_ms
-                           and r.value.reserved_record["payload"]["record"] == {"outcome": "completed"}
+                           and {k: v for k, v in r.value.reserved_record["payload"].items()
+                                if k not in _SETTLEMENT_IDS} == {"outcome": "completed"}
+                           and r.value.reserved_record["payload"]["receiptId"] == r.value.receipt
                            for r in rows),
                        f"joined followers of {host_id} after its settlement: {[r.show() for r in rows]}", conv):
             self.w.edge("joined_settled_with_host")

@@ -160,6 +160,7 @@ class PortsAdversary(Workload):
         self.edges: dict[str, int] = dict.fromkeys(EDGES, 0)
         self.calls: dict[str, int] = dict.fromkeys(CALL_STATS, 0)
         self.typed_rejections = 0
+        self.receipts: dict[str, str] = {}  # submission -> its admission's receipt (a settlement names it)
         self.episodes = 0
 
     def setup(self, world: World) -> None:

@@ -239,6 +239,7 @@ class ValuesAdversary(Workload):
         # What the store adversary's process counts (its recovery counts its edges too).
         self.calls: dict[str, int] = {}
         self.typed_rejections = 0
+        self.receipts: dict[str, str] = {}  # submission -> its admission's receipt (a settlement names it)
         self.race_rejections = 0
         self.retries = 0
         self.episodes = 0

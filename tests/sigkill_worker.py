@@ -166,11 +166,11 @@ class Worker:
             append(log, cid, f"{sid}:s{j}", OWNER, epoch, records)
         # reserve settlement -> append exact canonical record -> finalize ledger.
         record = settlement_record(sid, n, self.seed)
-        settled = settlement_envelope(sid, record, self.tick(), deployment_id=DEPLOYMENT)
+        settled = settlement_envelope(sid, record, self.tick(), receipt=admitted.receipt, deployment_id=DEPLOYMENT)
         run(ledger.reserve_settlement(claim, settled))
         self.checkpoint("reserved", n, sid)
         append(log, cid, settle_batch_id(sid), OWNER, epoch, [  # exactly the reserved record
-            RecordEnvelope(settled["recordId"], settled["family"], settled["schemaVersion"], settled["createdAtMs"],
+            RecordEnvelope(settled["recordId"], settled["family"], settled["schemaVersion"], settled["createdAt"],
                            settled["deploymentId"], settled["payload"], OWNER, epoch),
         ])
         self.checkpoint("settle-appended", n, sid)

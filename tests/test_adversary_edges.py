@@ -86,7 +86,7 @@ def test_a_damaged_checkpoint_row_is_refused_with_its_kind_and_left_whole(backen
 
 
 def test_each_damage_breaks_what_its_kind_says():
-    text = json.dumps({"schemaVersion": 1, "coveredSeq": 2}, separators=(",", ":"), sort_keys=True)
+    text = json.dumps({"schemaVersion": 1, "throughSequence": 2}, separators=(",", ":"), sort_keys=True)
     integrity = digest(json.loads(text))
     assert damaged_checkpoint_row(text, integrity, "integrity") == (text, integrity[:-1] + (
         "0" if integrity[-1] != "0" else "1"))
@@ -94,7 +94,7 @@ def test_each_damage_breaks_what_its_kind_says():
     newer, newer_digest = damaged_checkpoint_row(text, integrity, "newer-schema")
     assert json.loads(newer)["schemaVersion"] == 2 and newer_digest == digest(json.loads(newer))
     field, _ = damaged_checkpoint_row(text, integrity, "field")
-    assert json.loads(field)["coveredSeq"] == "2"
+    assert json.loads(field)["throughSequence"] == "2"
 
 
 # --- foreign-spelled durable state ------------------------------------------------------------
@@ -171,9 +171,9 @@ def test_a_damaged_checkpoint_used_anyway_is_caught(monkeypatch):
     def trusting(conversation_id, text, integrity):  # no integrity, schema or field check
         value = json.loads(text) if text.endswith("}") else {}
         return Checkpoint(value.get("conversationId", conversation_id), value.get("submissionId", ""),
-                          value.get("coveredSeq", 0), value.get("tailDigest", ZERO_DIGEST),
-                          value.get("engineVersion", ""), value.get("definitionDigest", ""),
-                          value.get("schemaVersion", 1), value.get("snapshot"), value.get("createdAtMs", 0))
+                          value.get("throughSequence", 0), value.get("tailDigest", ZERO_DIGEST),
+                          value.get("engineVersion", ""), value.get("agentDefinitionDigest", ""),
+                          value.get("schemaVersion", 1), value.get("state"), value.get("createdAt", 0))
 
     monkeypatch.setattr(checkpoints, "decode_checkpoint_row", trusting)
     messages = _messages(_storm(2, "12m", rates={CORRUPT_ROW: 0.3}), "state-expectations")

@@ -143,7 +143,7 @@ def _append(seq, time_ms, conversation, envelopes, *, expected_tail_seq=0, first
 
 
 def _started(run, created_at_ms, allowance_ms):
-    return {"family": "run-started", "createdAtMs": created_at_ms,
+    return {"family": "run-started", "createdAt": created_at_ms,
             "payload": {"runId": run, "submissionId": run, "maxDurationMillis": allowance_ms}}
 
 
@@ -158,7 +158,7 @@ def test_run_clock_fails_a_second_start_a_step_past_the_deadline_and_history_wit
     assert "after the deadline 61000 ms" in violations[-1].message
     clock.on_event(_append(4, 62_000, "c", [_started("s1", 62_000, 60_000)]))
     assert "a second run-started" in violations[-1].message
-    clock.on_event(_append(5, 62_000, "c", [{"family": "model-request", "createdAtMs": 62_000,
+    clock.on_event(_append(5, 62_000, "c", [{"family": "model-request", "createdAt": 62_000,
                                              "payload": {"runId": "s2", "call": "s2/s0"}}]))
     assert "no run-started before it" in violations[-1].message and len(violations) == 3
 
@@ -167,24 +167,25 @@ def test_canonical_events_fails_what_is_never_canonical_and_usage_that_does_not_
     from scenarios.invariants.runs import CanonicalEvents
 
     events, violations = _checker(CanonicalEvents())
-    turn = [{"family": "model-delta", "createdAtMs": 1, "payload": {"call": "s1/s0", "channel": "text", "text": "a"}},
-            {"family": "model-completed", "createdAtMs": 1,
+    turn = [{"family": "model-delta", "createdAt": 1, "payload": {"call": "s1/s0", "channel": "text", "text": "a"}},
+            {"family": "model-completed", "createdAt": 1,
              "payload": {"runId": "run:s1", "call": "s1/s0", "text": "a",
                          "usage": {"inputTokens": 5, "outputTokens": 2, "costMicros": 45}}}]
     events.on_event(_append(1, 1, "c", turn, batch="turn:run:s1:1"))
-    settled = {"family": "submission-settled", "createdAtMs": 2, "payload": {
-        "submissionId": "s1", "runId": "run:s1", "record": {"outcome": "completed", "result": {}, "usage": {
-            "modelCalls": 1, "inputTokens": 5, "outputTokens": 2, "costMicros": 45}}}}
-    completed = {"family": "run-completed", "createdAtMs": 2, "payload": {"runId": "run:s1", "submissionId": "s1"}}
+    settled = {"family": "submission-settled", "createdAt": 2, "payload": {
+        "submissionId": "s1", "settlementId": "settlement:s1", "receiptId": "rcpt-s1", "runId": "run:s1",
+        "outcome": "completed", "result": {}, "usage": {
+            "modelCalls": 1, "inputTokens": 5, "outputTokens": 2, "costMicros": 45}}}
+    completed = {"family": "run-completed", "createdAt": 2, "payload": {"runId": "run:s1", "submissionId": "s1"}}
     events.on_event(_append(2, 2, "c", [completed, settled], expected_tail_seq=2, first_seq=3))
     assert violations == [] and events.counts == {"model-delta/text": 1, "model-completed": 1,
                                                   "run-completed": 1, "submission-settled": 1}
-    settled["payload"]["record"]["usage"]["inputTokens"] = 4
+    settled["payload"]["usage"]["inputTokens"] = 4
     events.on_event(_append(3, 3, "c", [completed, settled], expected_tail_seq=4, first_seq=5))
     assert "its logged model turns add up to" in violations[-1].message
-    events.on_event(_append(4, 4, "c", [{"family": "heartbeat", "createdAtMs": 4, "payload": {}}]))
+    events.on_event(_append(4, 4, "c", [{"family": "heartbeat", "createdAt": 4, "payload": {}}]))
     assert "'heartbeat' record reached the log" in violations[-1].message
-    events.on_event(_append(5, 5, "c", [{"family": "model-delta", "createdAtMs": 5,
+    events.on_event(_append(5, 5, "c", [{"family": "model-delta", "createdAt": 5,
                                          "payload": {"call": "s1/s1", "channel": "tool-argument-delta"}}]))
     assert "only text and reasoning deltas are canonical" in violations[-1].message
     # A run's turn is the batch turn:{runId}:{n} (the peer's id), n counting its turns.

@@ -31,6 +31,7 @@ from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.lifecycle import SETTLED_FAMILY, SubmissionLifecycle, settle_batch_id
 from model.sqlite_db import open_database
+from model.ledger.records import settlement_of
 
 SUBAGENT_PARENT_ABORT = "subagent-parent-abort"
 from scenarios.storage import run_sync as drive
@@ -123,7 +124,7 @@ def test_the_abort_is_in_the_settlement_batch_before_the_settlement(world):
     batch = world.settle_batch(sid)
     assert [r.envelope.family for r in batch] == [ABORT_REQUESTED_FAMILY, SETTLED_FAMILY]
     assert batch[0].envelope.payload["author"] == "operator"
-    assert batch[1].envelope.payload["record"] == {"outcome": "aborted"}
+    assert settlement_of(batch[1].envelope.to_json()) == {"outcome": "aborted"}
     assert "model-completed" not in world.families()  # the model step never ran
     # A successor that finds the batch logged reads its settlement from it.
     drive(world.ledger.get(sid)).settled
@@ -145,7 +146,7 @@ def test_a_rejected_approval_fails_the_run_and_the_guarded_tool_never_runs(world
     outcome = drive(world.worker("w2").process_next(C))
     assert outcome.settlement.outcome == "failed"
     record = drive(world.ledger.get(sid))
-    assert record.reserved_record["payload"]["record"]["diagnostic"]["errorTag"] == "ApprovalRejected"
+    assert settlement_of(record.reserved_record)["diagnostic"]["errorTag"] == "ApprovalRejected"
     assert world.tools.calls == []  # the tool step never started
     families = world.families()
     assert "model-output" not in families  # nothing acted on the rejected approval

@@ -424,7 +424,7 @@ def test_digests_use_utf16_key_order():
     import hashlib
 
     text = (
-        '{"batchId":"b1","conversationId":"c1","epoch":1,"producerId":"p1","records":[{"createdAtMs":1000,'
+        '{"batchId":"b1","conversationId":"c1","epoch":1,"producerId":"p1","records":[{"createdAt":1000,'
         '"deploymentId":"dep-1","epoch":1,"family":"input","payload":{"\U0001F600":2,"\uFB01":1},"producerId":"p1",'
         '"recordId":"r1","schemaVersion":1}]}'
     )

@@ -39,7 +39,7 @@ from model.ledger.records import settlement_envelope
 
 def _env(claim, record):
     """``record`` in ``claim``'s settlement record envelope (what the ledger reserves)."""
-    return settlement_envelope(claim.submission_id, record, 0)
+    return settlement_envelope(claim.submission_id, record, 0, receipt="rcpt-test")
 
 
 

@@ -129,7 +129,7 @@ def test_every_write_under_a_held_lock_is_a_typed_retryable_store_error(sqlite_l
             "renew_ownership": (ledger.renew_ownership, token, 1_000, 20),
             "mark_input_applied": (ledger.mark_input_applied, token, "input:" + token.submission_id, 1),
             "reserve_settlement": (ledger.reserve_settlement, token,
-                                   settlement_envelope(token.submission_id, FAILED, 0)),
+                                   settlement_envelope(token.submission_id, FAILED, 0, receipt="rcpt-test")),
             "release_ownership": (ledger.release_ownership, token),
             "finalize_settlement": (ledger.finalize_settlement, first.submission_id, 30),
             "purge_conversation": (ledger.purge_conversation, "c9"),

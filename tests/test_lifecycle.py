@@ -44,7 +44,7 @@ from model.lifecycle import (
     record_envelope,
     settle_batch_id,
 )
-from model.ledger.records import settlement_envelope
+from model.ledger.records import settlement_envelope, settlement_of
 from model.retry import error_name, is_retryable
 from model.sqlite_db import SqliteWriteContention, open_database
 from scenarios.storage import run_sync as drive  # a call that must not suspend
@@ -57,7 +57,7 @@ DONE = {"outcome": "completed", "result": {"n": 1}}
 
 def env(claim, record=DONE, at_ms=1_000):
     """``record``'s settlement envelope for ``claim``'s submission."""
-    return settlement_envelope(claim.submission_id, record, at_ms)
+    return settlement_envelope(claim.submission_id, record, at_ms, receipt="rcpt-test")
 
 
 class Recorder:
@@ -206,7 +206,7 @@ def test_canonical_record_prefers_the_log_then_the_reservation():
 
 def test_terminalize_reserves_appends_finalizes_in_order(world):
     life, claim = world.admitted_and_claimed()
-    terminal = drive(life.terminalize(claim, logged=None, reserved=None, fresh=lambda: DONE,
+    terminal = drive(life.terminalize(claim, receipt="rcpt-test", logged=None, reserved=None, fresh=lambda: DONE,
                                       append=world.append(claim), finalized_at_ms=5_000))
     assert world.calls == ["ledger.reserve_settlement", RESERVED_BEFORE_APPEND, "append", APPENDED_BEFORE_FINALIZE,
                            "ledger.finalize_settlement", FINALIZED_BEFORE_REPLY]
@@ -219,7 +219,7 @@ def test_terminalize_reserves_appends_finalizes_in_order(world):
 def test_terminalize_finalizes_at_the_clock_without_a_time(world):
     life, claim = world.admitted_and_claimed()
     world.ms = 7_777
-    terminal = drive(life.terminalize(claim, logged=None, reserved=None, fresh=lambda: DONE,
+    terminal = drive(life.terminalize(claim, receipt="rcpt-test", logged=None, reserved=None, fresh=lambda: DONE,
                                       append=world.append(claim)))
     assert terminal.settlement.settled_at_ms == 7_777
 
@@ -228,10 +228,10 @@ def test_a_reserved_record_wins_and_on_reserved_sees_it(world):
     life, claim = world.admitted_and_claimed()
     drive(world.ledger.reserve_settlement(claim, env(claim)))  # a predecessor reserved, then died
     remembered = []
-    terminal = drive(life.terminalize(claim, logged=None, reserved=env(claim), fresh=lambda: {"outcome": "aborted"},
+    terminal = drive(life.terminalize(claim, receipt="rcpt-test", logged=None, reserved=env(claim), fresh=lambda: {"outcome": "aborted"},
                                       append=world.append(claim), on_reserved=remembered.append))
     assert terminal.record == DONE and remembered == [env(claim)]
-    assert world.settlements()[0]["record"] == DONE
+    assert settlement_of({"payload": world.settlements()[0]}) == DONE
 
 
 def test_a_logged_record_is_not_appended_again_unless_the_append_is_append_once(world):
@@ -239,7 +239,7 @@ def test_a_logged_record_is_not_appended_again_unless_the_append_is_append_once(
     drive(world.ledger.reserve_settlement(claim, env(claim)))
     drive(world.append(claim)(settle_batch_id(claim.submission_id), env(claim)))
     world.calls.clear()
-    drive(life.terminalize(claim, logged=env(claim), reserved=env(claim), fresh=lambda: None,
+    drive(life.terminalize(claim, receipt="rcpt-test", logged=env(claim), reserved=env(claim), fresh=lambda: None,
                            append=world.append(claim),
                            finalized_at_ms=5_000))
     assert "append" not in world.calls  # the runs layer knows from its read
@@ -250,7 +250,7 @@ def test_a_logged_record_is_not_appended_again_unless_the_append_is_append_once(
     async def append_once(batch_id, entry):
         called.append(batch_id)
 
-    drive(life.terminalize(claim, logged=env(claim), reserved=env(claim), fresh=lambda: None, append=append_once,
+    drive(life.terminalize(claim, receipt="rcpt-test", logged=env(claim), reserved=env(claim), fresh=lambda: None, append=append_once,
                            append_if_logged=True, finalized_at_ms=5_000))
     assert called == [settle_batch_id(claim.submission_id)]
 
@@ -259,7 +259,7 @@ def test_a_conflicting_record_is_the_ledgers_typed_error(world):
     life, claim = world.admitted_and_claimed()
     drive(world.ledger.reserve_settlement(claim, env(claim)))
     with pytest.raises(SettlementConflict):
-        drive(life.terminalize(claim, logged=env(claim, {"outcome": "aborted"}), reserved=env(claim),
+        drive(life.terminalize(claim, receipt="rcpt-test", logged=env(claim, {"outcome": "aborted"}), reserved=env(claim),
                                fresh=lambda: None,
                                append=world.append(claim)))
     assert world.settlements() == []
@@ -271,16 +271,16 @@ def test_a_stale_token_is_the_ledgers_typed_error(world):
     newer = drive(world.ledger.claim(C, "worker-2", LEASE_MS, world.ms))
     assert newer.epoch > stale.epoch
     with pytest.raises(OwnershipLost):
-        drive(life.terminalize(stale, logged=None, reserved=None, fresh=lambda: DONE, append=world.append(stale)))
+        drive(life.terminalize(stale, receipt="rcpt-test", logged=None, reserved=None, fresh=lambda: DONE, append=world.append(stale)))
 
 
 def test_terminalize_asserts_the_caller_holds_its_own_claim(world):
     _, claim = world.admitted_and_claimed()
     with pytest.raises(AssertionError):  # another process's token
-        drive(world.lifecycle("worker-2").terminalize(claim, logged=None, reserved=None, fresh=lambda: DONE,
+        drive(world.lifecycle("worker-2").terminalize(claim, receipt="rcpt-test", logged=None, reserved=None, fresh=lambda: DONE,
                                                       append=world.append(claim)))
     with pytest.raises(AssertionError):  # a process that only admits
-        drive(world.lifecycle(None).terminalize(claim, logged=None, reserved=None, fresh=lambda: DONE,
+        drive(world.lifecycle(None).terminalize(claim, receipt="rcpt-test", logged=None, reserved=None, fresh=lambda: DONE,
                                                 append=world.append(claim)))
     assert world.calls == []  # refused before any store call
 
@@ -301,7 +301,7 @@ def test_terminalize_asserts_the_ledger_settled_what_it_reserved(world):
 
     life.ledger = LyingLedger(world.ledger)
     with pytest.raises(AssertionError):
-        drive(life.terminalize(claim, logged=None, reserved=None, fresh=lambda: DONE, append=world.append(claim)))
+        drive(life.terminalize(claim, receipt="rcpt-test", logged=None, reserved=None, fresh=lambda: DONE, append=world.append(claim)))
 
 
 # --- adopting a logged settlement --------------------------------------------------

@@ -156,3 +156,140 @@ def test_a_joined_followers_settlement_carries_the_hosts_run_id():
     assert settled[follower][3]["runId"] == f"run:{host}"
     assert settled[follower][0] == f"submission-settlement:{host}"
     assert settled[host][3]["runId"] == f"run:{host}"
+
+
+# --- the record envelope and the checkpoint on the wire (issue 29) -----------------
+
+
+def test_a_record_envelope_is_the_peers_createdAt_envelope_with_its_key_order():
+    """The envelope's timestamp is ``createdAt`` (epoch milliseconds, an
+    integer), and its canonical text sorts ``createdAt, deploymentId,
+    family, payload, recordId, schemaVersion`` as the peer's does."""
+    import hashlib
+
+    from model.conversation.records import RecordEnvelope
+
+    envelope = RecordEnvelope("r1", "input", 1, 1, "loomsim", {"kind": "user"})
+    text = '{"createdAt":1,"deploymentId":"loomsim","family":"input","payload":{"kind":"user"},"recordId":"r1","schemaVersion":1}'
+    assert envelope.canonical_text() == text
+    # The test vector: sha256 of that text's UTF-8 bytes, by hand.
+    assert hashlib.sha256(text.encode()).hexdigest() == \
+        "36d22e1f3da4e599d45767deecb66758e7b0d0a8199bfb6f457f63afb10670f2"
+    from model.canonical import digest
+    assert digest(envelope.to_json()) == hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_every_envelope_the_model_writes_has_createdAt_and_no_createdAtMs():
+    ledger, log, now = _world()
+    client = SubmissionClient(ledger, log, now_ms=now)
+    drive(client.submit("c1", "p", "k1", {"plan": ["model"]}))
+    drive(_agent(ledger, log, now).process_next("c1"))
+    records = drive(log.read("c1", 0, 1000))
+    assert records
+    for record in records:
+        text = record.envelope.canonical_text()
+        assert text.startswith('{"createdAt":') and "createdAtMs" not in text, text
+        assert type(record.envelope.to_json()["createdAt"]) is int
+    reserved = drive(ledger.get(records[-1].envelope.payload["submissionId"])).reserved_record
+    assert reserved is None or ("createdAt" in reserved and "createdAtMs" not in reserved)
+
+
+def test_a_checkpoint_is_the_peers_checkpoint_shape():
+    """The peer's checkpoint keys where the two name the same thing
+    (``throughSequence``, ``agentDefinitionDigest``, ``state``,
+    ``createdAt``), plus the submission identity the model keeps."""
+    from model.conversation.checkpoints import Checkpoint, decode_checkpoint_row
+    from model.canonical import canonical_json, digest
+
+    checkpoint = Checkpoint("c1", "s1", 3, "0" * 64, "e1", "d1", 1, {"at": 3}, 1)
+    value = checkpoint.to_json()
+    assert sorted(value) == ["agentDefinitionDigest", "conversationId", "createdAt", "engineVersion",
+                             "schemaVersion", "state", "submissionId", "tailDigest", "throughSequence"]
+    assert (value["throughSequence"], value["state"], value["createdAt"]) == (3, {"at": 3}, 1)
+    text = canonical_json(value)
+    assert decode_checkpoint_row("c1", text, digest(value)) == checkpoint
+
+
+# --- the settled payload the peer writes (issue 29) --------------------------------
+
+
+def _settled(log, sid, cid="c1"):
+    return next(r.envelope.payload for r in drive(log.read(cid, 0, 1000))
+                if r.envelope.family == "submission-settled" and r.envelope.payload["submissionId"] == sid)
+
+
+def test_a_completed_settlement_is_the_peers_flat_payload():
+    """``{submissionId, settlementId, receiptId, outcome, result, runId}``:
+    the outcome record's members at the top level, no nested ``record``."""
+    from model.ledger.records import settlement_of
+
+    ledger, log, now = _world()
+    client = SubmissionClient(ledger, log, now_ms=now)
+    sid = drive(client.submit("c1", "p", "k1", {"plan": ["model"]})).submission_id
+    drive(_agent(ledger, log, now).process_next("c1"))
+    row = drive(ledger.get(sid))
+    payload = _settled(log, sid)
+    assert "record" not in payload
+    assert (payload["submissionId"], payload["settlementId"], payload["receiptId"], payload["outcome"],
+            payload["runId"]) == (sid, f"settlement:{sid}", row.receipt, "completed", f"run:{sid}")
+    assert "result" in payload
+    assert settlement_of(row.reserved_record) == {k: v for k, v in payload.items()
+                                                  if k not in ("submissionId", "settlementId", "receiptId", "runId")}
+
+
+def test_a_failed_settlement_carries_the_diagnostic_at_the_top_level():
+    ledger, log, now = _world()
+    client = SubmissionClient(ledger, log, now_ms=now)
+    sid = drive(client.submit("c1", "p", "k1", {"x": 1})).submission_id
+
+    def work(value, index):
+        from model.submissions import WorkFailure
+        raise WorkFailure(ValueError("it broke"))
+
+    worker = SubmissionWorker(ledger, log, "w1", lease_ms=LEASE_MS, now_ms=now, work=work, steps=1)
+    assert drive(worker.process_next("c1")).settlement.outcome == "failed"
+    payload = _settled(log, sid)
+    assert payload["outcome"] == "failed" and set(payload["diagnostic"]) == {"errorTag", "message"}
+    assert "result" not in payload and "record" not in payload and "runId" not in payload
+    assert (payload["settlementId"], payload["receiptId"]) == (f"settlement:{sid}", drive(ledger.get(sid)).receipt)
+
+
+def test_a_queued_abort_settles_with_no_run_and_no_result():
+    ledger, log, now = _world()
+    client = SubmissionClient(ledger, log, now_ms=now)
+    sid = drive(client.submit("c1", "p", "k1", {"x": 1})).submission_id
+    drive(ledger.request_abort(sid, "ops", "not needed", now()))
+    row = drive(ledger.get(sid))
+    payload = row.reserved_record["payload"]
+    assert payload == {"submissionId": sid, "settlementId": f"settlement:{sid}", "receiptId": row.receipt,
+                       "outcome": "aborted"}
+
+
+def test_a_joined_followers_settlement_is_its_own_receipt_and_its_hosts_run():
+    ledger, log, now = _world()
+    client = SubmissionClient(ledger, log, now_ms=now)
+    host = drive(client.submit("c1", "p", "k1", {"plan": ["model"], "joins": True})).submission_id
+    follower = drive(client.submit("c1", "p", "k2", {"plan": ["model"]})).submission_id
+    drive(_agent(ledger, log, now).process_next("c1"))
+    payload = _settled(log, follower)
+    assert payload == {"submissionId": follower, "settlementId": f"settlement:{follower}",
+                       "receiptId": drive(ledger.get(follower)).receipt, "outcome": "completed",
+                       "runId": f"run:{host}"}
+
+
+def test_the_ledger_refuses_a_settlement_without_the_peers_identity_members():
+    from model.ledger.records import InvalidSettlement
+    from model.ledger.rules import check_settlement_shape
+    import pytest
+
+    good = {"recordId": "settlement:s", "family": "submission-settled", "schemaVersion": 1, "createdAt": 1,
+            "deploymentId": "loomsim", "payload": {"submissionId": "s", "settlementId": "settlement:s",
+                                                    "receiptId": "rcpt-1", "outcome": "completed"}}
+    check_settlement_shape("s", good)
+    for bad in ({"settlementId": None}, {"receiptId": None}, {"settlementId": "settlement:t"}, {"receiptId": 7},
+                {"receiptId": ""}, {"runId": 7}):
+        payload = {k: v for k, v in {**good["payload"], **bad}.items() if v is not None}
+        with pytest.raises(InvalidSettlement):
+            check_settlement_shape("s", {**good, "payload": payload})
+    with pytest.raises(InvalidSettlement):  # the old nested shape
+        check_settlement_shape("s", {**good, "payload": {"submissionId": "s", "record": {"outcome": "completed"}}})

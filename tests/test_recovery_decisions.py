@@ -346,7 +346,8 @@ def _settlement_events(annotated: bool) -> list[tuple]:
                "digest": "d", "replayed": False}
     annotation = {"family": REPAIR_FAMILY, "payload": {"submissionId": "s1", "decision": "AppendReservedSettlement",
                                                         "disposition": "repaired"}}
-    settled = {"family": "submission-settled", "payload": {"submissionId": "s1", "record": {"outcome": "completed"}}}
+    settled = {"family": "submission-settled", "payload": {"submissionId": "s1", "settlementId": "settlement:s1",
+                                                           "receiptId": "rcpt-s1", "outcome": "completed"}}
 
     def append(batch, envelopes):
         return ("log.append", {"conversation": C, "batch": batch, "producer": "w2", "epoch": 2,

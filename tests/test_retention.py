@@ -49,6 +49,7 @@ from model.runs import LedgerRuns
 from model.schedule_store import InMemoryScheduleStore, SqliteScheduleStore, archive_link
 from model.schedules import Schedule, run_id_for
 from model.sqlite_db import open_database
+from model.ledger.records import settlement_of
 from tests.fakes import FakeRuntime, Flaky, Stop
 
 S = "sentinel"
@@ -183,7 +184,7 @@ class World:
             elif record.outcome is None:
                 return  # not settled: wait, in order
             else:
-                found = record.reserved_record["payload"]["record"]["result"]["findings"]
+                found = settlement_of(record.reserved_record)["result"]["findings"]
                 for f in found:
                     for ref in f["evidence"]:
                         drive(self.pins.pin(ref, f["id"]))

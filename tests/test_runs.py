@@ -70,6 +70,7 @@ from model.runs import (
 from model.schedule_store import InMemoryScheduleStore, SqliteScheduleStore
 from model.schedules import run_id_for
 from model.sqlite_db import open_database
+from model.ledger.records import settlement_of
 from tests.fakes import Crash, CrashAt
 
 S = "sentinel"
@@ -202,7 +203,9 @@ def check_settled_once(world: World, run: str, record: dict, *, steps: int) -> N
     ledger_row = world.record(run)
     assert ledger_row.outcome == record["outcome"]
     assert ledger_row.settled_at_ms is not None
-    assert ledger_row.reserved_record["payload"] == {"submissionId": ledger_row.submission_id, "record": record}
+    sid = ledger_row.submission_id
+    assert ledger_row.reserved_record["payload"] == {"submissionId": sid, "settlementId": f"settlement:{sid}",
+                                                     "receiptId": ledger_row.receipt, **record}
     assert ledger_row.reserved_digest == digest(ledger_row.reserved_record)
     settled = world.settlement_envelopes(run)
     assert len(settled) == 1, settled
@@ -506,7 +509,7 @@ def test_crash_after_reserve_second_owner_settles_with_the_reserved_record(world
         drive(a.finish_execution(run, status=COMPLETED, output={"v": "a"}, finished_at_ms=T0,
                                  steps=STEPS[2:], first_seq=3))
     reserved = {"outcome": "completed", "result": {"v": "a"}}
-    assert world.record(run).reserved_record["payload"]["record"] == reserved
+    assert settlement_of(world.record(run).reserved_record) == reserved
     assert world.settlements(run) == []
     b = world.runs("worker-b")
     resumed = drive(b.load_steps(run))

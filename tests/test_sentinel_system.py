@@ -22,6 +22,7 @@ from model.claimcheck import ClaimCheck
 from model.durable_state.contracts import StateContractMismatchError
 from model.pins import InMemoryPinIndex
 from model.runs import LedgerRuns
+from model.ledger.records import settlement_of
 from scenarios import registry
 from sim.clock import parse_duration_ms
 from sim.runner import run
@@ -288,7 +289,7 @@ def test_malformed_inputs_are_rejected_and_settle_as_failed(monkeypatch):
     outcomes: dict[int, set[str]] = {}
     for fields in tap.reserved:
         occurrence_ms = int(fields["submission"].rsplit("@", 1)[1].rsplit("-", 1)[0])
-        record = fields["record"]["payload"]["record"]  # the outcome record in its settlement envelope
+        record = settlement_of(fields["record"])  # the outcome record in its settlement envelope
         tag = "completed" if record["outcome"] == "completed" else record["diagnostic"]["errorTag"]
         outcomes.setdefault(occurrence_ms, set()).add(tag)
     rejected = {o for o, tags in outcomes.items() if "InputValidationError" in tags}

@@ -19,6 +19,8 @@ from scenarios.storage import run_sync as drive
 from tests.test_lifecycle import C, DONE, LEASE_MS, World
 from tests.fakes import Crash, CrashAt
 
+RECEIPT = "rcpt-test"  # the ledger checks the settlement's own ids, not its receipt
+
 
 @pytest.fixture(params=["memory", "sqlite"])
 def world(request, tmp_path):
@@ -31,7 +33,7 @@ def producer_append(world, claim):
     """A producer's append port (an exact record is appended as it is)."""
     async def append(batch_id, entry):
         if type(entry) is dict:  # an exact record: appended as it is
-            fields = (entry["recordId"], entry["family"], entry["schemaVersion"], entry["createdAtMs"],
+            fields = (entry["recordId"], entry["family"], entry["schemaVersion"], entry["createdAt"],
                       entry["deploymentId"], entry["payload"])
         else:
             family, payload = entry
@@ -59,11 +61,12 @@ def logged_settlements(world) -> list[dict]:
 def test_the_record_digest_is_the_digest_of_the_record_envelope(world):
     life, claim = world.admitted_and_claimed()
     world.ms = 4_000
-    terminal = drive(life.terminalize(claim, logged=None, reserved=None, fresh=lambda: DONE,
+    terminal = drive(life.terminalize(claim, receipt=RECEIPT, logged=None, reserved=None, fresh=lambda: DONE,
                                       append=producer_append(world, claim), finalized_at_ms=5_000))
     sid = claim.submission_id
-    expected = {"createdAtMs": 4_000, "deploymentId": "loomsim", "family": "submission-settled",
-                "payload": {"submissionId": sid, "record": DONE}, "recordId": f"settlement:{sid}",
+    expected = {"createdAt": 4_000, "deploymentId": "loomsim", "family": "submission-settled",
+                "payload": {"submissionId": sid, "settlementId": f"settlement:{sid}", "receiptId": RECEIPT, **DONE},
+                "recordId": f"settlement:{sid}",
                 "schemaVersion": 1}
     assert terminal.reserved.record_digest == digest(expected)
     assert terminal.settlement.record_digest == digest(expected)
@@ -80,7 +83,7 @@ def test_a_successor_appends_the_reserved_envelope_byte_for_byte(world):
     life.failpoints = CrashAt(RESERVED_BEFORE_APPEND)
     world.ms = 2_000
     with pytest.raises(Crash):
-        drive(life.terminalize(claim, logged=None, reserved=None, fresh=lambda: DONE,
+        drive(life.terminalize(claim, receipt=RECEIPT, logged=None, reserved=None, fresh=lambda: DONE,
                                append=producer_append(world, claim)))
     assert logged_settlements(world) == []
     reserved = drive(world.ledger.get(claim.submission_id))
@@ -90,11 +93,11 @@ def test_a_successor_appends_the_reserved_envelope_byte_for_byte(world):
     assert successor is not None and successor.epoch > claim.epoch
     drive(world.log.materialize(C, "worker-2", successor.epoch))
     life2 = SubmissionLifecycle(world.ledger, world.log, now_ms=world.now, owner_id="worker-2")
-    terminal = drive(life2.terminalize(successor, logged=None, reserved=reserved.reserved_record,
+    terminal = drive(life2.terminalize(successor, receipt=RECEIPT, logged=None, reserved=reserved.reserved_record,
                                        fresh=lambda: {"outcome": "aborted"},
                                        append=producer_append(world, successor)))
     (logged,) = logged_settlements(world)
-    assert logged["createdAtMs"] == 2_000  # the reservation's, never re-stamped
+    assert logged["createdAt"] == 2_000  # the reservation's, never re-stamped
     assert canonical_json(logged) == canonical_json(reserved.reserved_record)
     assert terminal.settlement.record_digest == reserved.reserved_digest == digest(logged)
     assert drive(world.log.lookup_batch(C, settle_batch_id(claim.submission_id))) is not None

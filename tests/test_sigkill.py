@@ -51,7 +51,7 @@ from model.ledger.records import Claim, OwnershipLost
 from model.ledger.rules import submission_id_for
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.sqlite_db import open_database
-from model.ledger.records import settlement_envelope
+from model.ledger.records import settlement_envelope, settlement_of
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -263,7 +263,7 @@ def check_invariants(conn, ledger, log, seed: int, reported: list[str]) -> dict:
                 assert len(settles[sid]) == 1, f"{sid}: finalized with {len(settles[sid])} settlement records"
                 assert {k: v for k, v in settles[sid][0].envelope.to_json().items()
                         if k not in ("producerId", "epoch")} == rec.reserved_record
-                assert rec.reserved_record["payload"]["record"] == W.settlement_record(sid, n, seed)
+                assert settlement_of(rec.reserved_record) == W.settlement_record(sid, n, seed)
                 assert rec.outcome == "completed"
                 settled_ids.add(sid)
             else:
@@ -346,10 +346,10 @@ def recover(ledger, log, seed: int, rec) -> None:
         run(ledger.reserve_settlement(claim, record))  # already reserved: same digest
     else:
         record = rec.reserved_record or settlement_envelope(sid, W.settlement_record(sid, n, seed), now,
-                                                            deployment_id=W.DEPLOYMENT)
+                                                            receipt=rec.receipt, deployment_id=W.DEPLOYMENT)
         run(ledger.reserve_settlement(claim, record))
         W.append(log, cid, W.settle_batch_id(sid), RECOVERY_OWNER, epoch, [  # exactly the reserved record
-            W.envelope(record["recordId"], "submission-settled", record["payload"], record["createdAtMs"], epoch,
+            W.envelope(record["recordId"], "submission-settled", record["payload"], record["createdAt"], epoch,
                        RECOVERY_OWNER),
         ])
     settlement = run(ledger.finalize_settlement(sid, now + 1))

@@ -39,6 +39,15 @@ SUPPORTED_CHECKPOINT_VERSIONS = frozenset({1})
 
 @attrs.frozen
 class Checkpoint:
+    """A checkpoint. Its stored JSON (``to_json``) uses the peer
+    implementation's keys wherever the two name the same thing:
+    ``schemaVersion``, ``conversationId``, ``throughSequence`` (the
+    ``covered_seq`` attribute), ``tailDigest``, ``engineVersion``,
+    ``agentDefinitionDigest``, ``state`` (the ``snapshot``) and
+    ``createdAt`` (epoch milliseconds). It also keeps ``submissionId``,
+    which the peer's checkpoint lacks: persistence §8 lists "conversation
+    and submission identity" among a checkpoint's contents."""
+
     conversation_id: str
     submission_id: str
     covered_seq: int
@@ -53,13 +62,13 @@ class Checkpoint:
         return {
             "conversationId": self.conversation_id,
             "submissionId": self.submission_id,
-            "coveredSeq": self.covered_seq,
+            "throughSequence": self.covered_seq,
             "tailDigest": self.tail_digest,
             "engineVersion": self.engine_version,
-            "definitionDigest": self.definition_digest,
+            "agentDefinitionDigest": self.definition_digest,
             "schemaVersion": self.schema_version,
-            "snapshot": self.snapshot,
-            "createdAtMs": self.created_at_ms,
+            "state": self.snapshot,
+            "createdAt": self.created_at_ms,
         }
 
 
@@ -133,8 +142,8 @@ def decode_checkpoint_row(conversation_id: str, text: str, integrity: str) -> Ch
         raise CheckpointUnusable("unsupported-version", conversation_id, f"schema version {version!r}")
     try:
         checkpoint = Checkpoint(
-            value["conversationId"], value["submissionId"], value["coveredSeq"], value["tailDigest"],
-            value["engineVersion"], value["definitionDigest"], version, value["snapshot"], value["createdAtMs"],
+            value["conversationId"], value["submissionId"], value["throughSequence"], value["tailDigest"],
+            value["engineVersion"], value["agentDefinitionDigest"], version, value["state"], value["createdAt"],
         )
         _validate(checkpoint)
     except (KeyError, TypeError, ValueError) as exc:

@@ -98,7 +98,7 @@ class RecordEnvelope:
             "recordId": self.record_id,
             "family": self.family,
             "schemaVersion": self.schema_version,
-            "createdAtMs": self.created_at_ms,
+            "createdAt": self.created_at_ms,
             "deploymentId": self.deployment_id,
             "payload": self.payload,
         }

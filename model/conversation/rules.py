@@ -8,7 +8,7 @@ Digests (all via ``model.canonical``, RFC 8785 canonical JSON + sha256)
 ------------------------------------------------------------------------
 Envelope JSON (``RecordEnvelope.to_json``)::
 
-    {"recordId", "family", "schemaVersion", "createdAtMs", "deploymentId",
+    {"recordId", "family", "schemaVersion", "createdAt", "deploymentId",
      "payload", "producerId", "epoch"}
 
 Batch digest (the idempotency key's content check, ``AppendResult.batch_digest``)::
@@ -145,15 +145,15 @@ def envelope_from_json(value: object) -> RecordEnvelope:
     UnsupportedSchemaVersion if its family/version is not supported."""
     if type(value) is not dict:
         raise ValueError("envelope is not a JSON object")
-    required = ("recordId", "family", "schemaVersion", "createdAtMs", "deploymentId", "payload")
+    required = ("recordId", "family", "schemaVersion", "createdAt", "deploymentId", "payload")
     allowed = set(required) | {"producerId", "epoch"}
     if not set(required) <= value.keys() or not value.keys() <= allowed:
         raise ValueError(f"envelope has members {sorted(value)}")
     for key in ("recordId", "family", "deploymentId"):
         if type(value[key]) is not str:
             raise ValueError(f"envelope {key} is not a string")
-    if type(value["createdAtMs"]) is not int:
-        raise ValueError("envelope createdAtMs is not an integer")
+    if type(value["createdAt"]) is not int:
+        raise ValueError("envelope createdAt is not an integer")
     check_schema_version(value["family"], value["schemaVersion"])
     producer_id = value.get("producerId")
     epoch = value.get("epoch")
@@ -162,7 +162,7 @@ def envelope_from_json(value: object) -> RecordEnvelope:
     if epoch is not None and type(epoch) is not int:
         raise ValueError("envelope epoch is not an integer")
     return RecordEnvelope(
-        value["recordId"], value["family"], value["schemaVersion"], value["createdAtMs"],
+        value["recordId"], value["family"], value["schemaVersion"], value["createdAt"],
         value["deploymentId"], value["payload"], producer_id, epoch,
     )
 

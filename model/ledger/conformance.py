@@ -98,18 +98,31 @@ FAILED_RECORD = {"outcome": "failed", "diagnostic": {"errorTag": "ToolError", "m
 ABORTED_RECORD = {"outcome": "aborted", "diagnostic": {"reason": "user"}}
 
 
+#: The receipt the checks' own settlements name. The ledger checks a
+#: settlement's own ids (``settlementId``, ``recordId``, ``submissionId``),
+#: not that its ``receiptId`` is the admission's (as the peer
+#: implementation's publication: a reader of the canonical record checks
+#: it); the envelopes the ledger writes itself carry the real receipt.
+RECEIPT = "rcpt-conformance"
+
+
 def _env(claim: Claim, record: object, created_at_ms: int = 100, run_id: str | None = None) -> dict:
     """``record`` in the settlement record envelope of ``claim``'s submission
     (what a settlement reserves: the record the log appends)."""
     return _env_for(claim.submission_id, record, created_at_ms, run_id)
 
 
-def _env_for(submission_id: str, record: object, created_at_ms: int, run_id: str | None = None) -> dict:
-    payload = {"submissionId": submission_id, "record": record}
+def _env_for(submission_id: str, record: object, created_at_ms: int, run_id: str | None = None, *,
+             receipt: str = RECEIPT) -> dict:
+    """The peer's ``SubmissionSettled`` payload: the settlement's ids, then
+    the outcome record's members at the top level (a record that is not a
+    JSON object stays whole, under ``record``: never a valid settlement)."""
+    payload = {"submissionId": submission_id, "settlementId": f"settlement:{submission_id}", "receiptId": receipt}
+    payload.update(record if isinstance(record, dict) else {"record": record})
     if run_id is not None:
         payload["runId"] = run_id
     return {"recordId": f"settlement:{submission_id}", "family": "submission-settled", "schemaVersion": 1,
-            "createdAtMs": created_at_ms, "deploymentId": "loomsim", "payload": payload}
+            "createdAt": created_at_ms, "deploymentId": "loomsim", "payload": payload}
 
 
 async def _admitted(ledger, conversation_id="c1", key="k1", input=None, *, ready=True, principal_id="p1", now_ms=0):
@@ -305,7 +318,7 @@ async def _(ledger) -> None:
     _eq(await ledger.claim("c1", "o1", 1_000, 450), None, "nothing left to claim")
     record = await ledger.get(result.submission_id)
     _eq((record.outcome, record.settled_at_ms, record.reserved_record),
-        ("aborted", 400, _env_for(result.submission_id, {"outcome": "aborted"}, 400)),
+        ("aborted", 400, _env_for(result.submission_id, {"outcome": "aborted"}, 400, receipt=result.receipt)),
         "settled aborted with the aborted record, in its envelope created when the intent settled it")
     _eq(record.reserved_digest, _digest(record.reserved_record), "its digest is its envelope's")
 
@@ -499,7 +512,7 @@ async def _(ledger) -> None:
     _eq((intent.settled_at_ms, intent.replayed), (150, False), "a never-claimed submission settles at once")
     record = await ledger.get(queued.submission_id)
     _eq((record.outcome, record.settled_at_ms, record.reserved_record, record.epoch, record.input_applied),
-        ("aborted", 150, _env_for(queued.submission_id, {"outcome": "aborted"}, 150), None, False),
+        ("aborted", 150, _env_for(queued.submission_id, {"outcome": "aborted"}, 150, receipt=queued.receipt), None, False),
         "settled aborted, never owned, no input")
     again = await ledger.request_abort(queued.submission_id, "bob", "again", 170)
     _eq(again, AbortIntent(queued.submission_id, "alice", "not needed", 150, True, 150),
@@ -855,7 +868,7 @@ async def _(ledger) -> None:
     follower = await ledger.get(joined.submission_id)
     _eq((follower.outcome, follower.settled_at_ms, follower.reserved_record),
         ("failed", 500, _env_for(joined.submission_id, {"outcome": "failed", "diagnostic": FAILED_RECORD["diagnostic"]},
-                                 100)),
+                                 100, receipt=joined.receipt)),
         "its joined follower settles with it: the host's outcome, no independent result, in an envelope "
         "created with its host's")
     _eq(follower.reserved_digest, _digest(follower.reserved_record), "the follower's digest is its envelope's")
@@ -1153,22 +1166,21 @@ async def _(ledger) -> None:
     the reservation digests the whole record envelope it holds and hands
     back; its key order is irrelevant; an envelope that is not this
     submission's settlement (another id, family, submission, member) is
-    ``InvalidSettlement``; another ``createdAtMs`` is another record."""
+    ``InvalidSettlement``; another ``createdAt`` is another record."""
     result = await _admitted(ledger)
     claim = await _claimed(ledger)
     envelope = _env(claim, COMPLETED_RECORD, 250, run_id="run:x")
     for bad in ({**envelope, "recordId": "settlement:other"}, {**envelope, "family": "input"},
                 {**envelope, "schemaVersion": 2}, {**envelope, "producerId": "o1"},
-                {k: v for k, v in envelope.items() if k != "createdAtMs"},
+                {k: v for k, v in envelope.items() if k != "createdAt"},
                 {**envelope, "payload": {**envelope["payload"], "submissionId": "other"}},
-                {**envelope, "payload": {**envelope["payload"], "recordDigest": "0" * 64}},
                 COMPLETED_RECORD):
         await _raises(InvalidSettlement, ledger.reserve_settlement(claim, bad), f"reserve {bad!r:.120}")
     reserved = await ledger.reserve_settlement(claim, envelope)
     _eq(reserved.record_digest, _digest(envelope), "recordDigest = digestJson(the record envelope)")
     _eq((await ledger.reserve_settlement(claim, dict(reversed(list(envelope.items()))))).replayed, True,
         "the same envelope, its keys reordered: a replay")
-    exc = await _raises(SettlementConflict, ledger.reserve_settlement(claim, {**envelope, "createdAtMs": 251}),
+    exc = await _raises(SettlementConflict, ledger.reserve_settlement(claim, {**envelope, "createdAt": 251}),
                         "the same outcome record in an envelope created at another time")
     _eq(exc.existing_digest, reserved.record_digest, "conflict existing_digest")
     record = await ledger.get(result.submission_id)
@@ -1183,7 +1195,7 @@ async def _(ledger) -> None:
 async def _(ledger) -> None:
     """Peer cases 78 and 127: a joined follower settles with its host's
     settlement envelope re-addressed to it (``settlement:{followerId}``, its
-    own submission id), with the host's ``createdAtMs``, ``deploymentId``
+    own submission id and its own receipt), with the host's ``createdAt``, ``deploymentId``
     and run (``runId``), the host's outcome and no independent result; its
     record digest is that envelope's."""
     host = await _admitted(ledger, key="k1")
@@ -1195,9 +1207,41 @@ async def _(ledger) -> None:
     await ledger.reserve_settlement(claim, _env(claim, COMPLETED_RECORD, 321, run_id="run:host"))
     await ledger.finalize_settlement(host.submission_id, 500)
     follower = await ledger.get(joined.submission_id)
-    want = _env_for(joined.submission_id, {"outcome": "completed"}, 321, run_id="run:host")
+    want = _env_for(joined.submission_id, {"outcome": "completed"}, 321, run_id="run:host", receipt=joined.receipt)
     _eq((follower.outcome, follower.reserved_record, follower.reserved_digest), ("completed", want, _digest(want)),
         "the follower's record is its host's envelope re-addressed to it, digested whole")
+
+
+@_check("settlement-payload-is-the-peers")
+async def _(ledger) -> None:
+    """The peer implementation's ``SubmissionSettled`` payload (its
+    settlement publication and canonical read-back checks): it carries ``submissionId``, ``settlementId`` = ``settlement:{sid}``,
+    ``receiptId`` and the outcome record's members at the top level (the
+    failed diagnostic, the completed result), ``runId`` when a run settled
+    it; a payload without those ids, or in another shape, is
+    ``InvalidSettlement``. The ledger's own envelopes name the admission's
+    receipt: a queued abort's has no run and no result."""
+    result = await _admitted(ledger)
+    claim = await _claimed(ledger)
+    envelope = _env(claim, FAILED_RECORD, run_id="run:x")
+    payload = envelope["payload"]
+    for bad in ({k: v for k, v in payload.items() if k != "settlementId"},
+                {**payload, "settlementId": "settlement:other"},
+                {k: v for k, v in payload.items() if k != "receiptId"}, {**payload, "receiptId": ""},
+                {"submissionId": claim.submission_id, "record": FAILED_RECORD}):
+        await _raises(InvalidSettlement, ledger.reserve_settlement(claim, {**envelope, "payload": bad}),
+                      f"reserve a payload {bad!r:.120}")
+    await ledger.reserve_settlement(claim, envelope)
+    settled = await ledger.finalize_settlement(result.submission_id, 400)
+    _eq((settled.outcome, settled.diagnostic), ("failed", FAILED_RECORD["diagnostic"]),
+        "the failed diagnostic is projected from the payload's top level")
+    queued = await _admitted(ledger, key="k2")
+    await ledger.request_abort(queued.submission_id, "ops", "queued", 500)
+    record = await ledger.get(queued.submission_id)
+    _eq(record.reserved_record["payload"], {"submissionId": queued.submission_id,
+                                            "settlementId": f"settlement:{queued.submission_id}",
+                                            "receiptId": queued.receipt, "outcome": "aborted"},
+        "a queued abort's settlement names the admission's receipt, no run and no result")
 
 
 @_check("finalize-idempotent")

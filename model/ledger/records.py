@@ -35,26 +35,40 @@ SETTLED_FAMILY = "submission-settled"
 SETTLED_SCHEMA_VERSION = 1
 #: The deployment id every record of the model carries.
 DEPLOYMENT_ID = "loomsim"
-ENVELOPE_KEYS = frozenset({"recordId", "family", "schemaVersion", "createdAtMs", "deploymentId", "payload"})
+ENVELOPE_KEYS = frozenset({"recordId", "family", "schemaVersion", "createdAt", "deploymentId", "payload"})
 
 
-def settlement_envelope(submission_id: str, record: object, created_at_ms: int, *,
+#: The members of a settlement payload that name it (the peer
+#: implementation's ``SubmissionSettled`` payload); every other member is
+#: the outcome record's (``outcome``, and ``result`` or ``diagnostic``, ...).
+SETTLEMENT_IDENTITY_KEYS = ("submissionId", "settlementId", "receiptId", "runId")
+
+
+def settlement_envelope(submission_id: str, record: dict, created_at_ms: int, *, receipt: str,
                         deployment_id: str = DEPLOYMENT_ID, run_id: str | None = None) -> dict:
     """The settlement record envelope of ``submission_id``: its id is
-    ``settlement:{submissionId}``; its payload ``{submissionId, record[,
-    runId]}``, where ``record`` is the outcome record (``{outcome, result}``,
-    ``{outcome, diagnostic}``, ...) and ``runId`` the run that settled it."""
-    payload = {"submissionId": submission_id, "record": record}
+    ``settlement:{submissionId}``; its payload the peer implementation's
+    ``SubmissionSettled`` payload: ``submissionId``, ``settlementId``
+    (``settlement:{submissionId}``), ``receiptId`` (the admission's
+    ``receipt``), the outcome record's own members at the top level
+    (``outcome``, and ``result``, ``diagnostic``, ... as the record has
+    them), and ``runId``, the run that settled it, when one did."""
+    clash = [key for key in SETTLEMENT_IDENTITY_KEYS if key in record]
+    if clash:
+        raise ValueError(f"an outcome record carries no {clash}: they name the settlement")
+    payload = {"submissionId": submission_id, "settlementId": f"settlement:{submission_id}", "receiptId": receipt,
+               **record}
     if run_id is not None:
         payload["runId"] = run_id
     return {"recordId": f"settlement:{submission_id}", "family": SETTLED_FAMILY,
-            "schemaVersion": SETTLED_SCHEMA_VERSION, "createdAtMs": created_at_ms, "deploymentId": deployment_id,
+            "schemaVersion": SETTLED_SCHEMA_VERSION, "createdAt": created_at_ms, "deploymentId": deployment_id,
             "payload": payload}
 
 
 def settlement_of(envelope: dict) -> dict:
-    """The outcome record a settlement envelope carries."""
-    return envelope["payload"]["record"]
+    """The outcome record a settlement envelope carries: its payload without
+    the members that name the settlement (``SETTLEMENT_IDENTITY_KEYS``)."""
+    return {key: value for key, value in envelope["payload"].items() if key not in SETTLEMENT_IDENTITY_KEYS}
 
 # How a tool call whose outcome was unknown is resolved (persistence §3: an
 # unknown head is never replayed blindly; only a resolution makes it

@@ -1053,7 +1053,7 @@ def decide_abort(
         # so an abort never waits behind unrelated work in its lane.
         # Its record is the ledger's alone (no log holds it): the envelope
         # ``settlement:{sid}`` created when the intent settled it.
-        aborted_json = canonical_json(settlement_envelope(submission_id, ABORTED_RECORD, now_ms))
+        aborted_json = canonical_json(settlement_envelope(submission_id, ABORTED_RECORD, now_ms, receipt=row.receipt))
         aborted_digest = digest_text(aborted_json)
         return AbortIntent(submission_id, author, reason, now_ms, False, now_ms), attrs.evolve(
             row, abort_author=author, abort_reason=reason, abort_requested_at_ms=now_ms,
@@ -1334,16 +1334,18 @@ def joined_record(host_record: dict) -> dict:
     return {"outcome": host_record["outcome"]}
 
 
-def joined_envelope(host_envelope: dict, follower_id: str) -> dict:
+def joined_envelope(host_envelope: dict, follower_id: str, follower_receipt: str) -> dict:
     """A joined follower's settlement record envelope, derived from its
-    host's: ``settlement:{followerId}`` with the host's ``createdAtMs``,
-    ``deploymentId`` and run (``runId``, when the host's names one), and the
-    host's outcome with no independent result (``joined_record``). The
-    host's settlement batch appends exactly this; the host's finalize
-    settles the follower with its digest."""
+    host's: ``settlement:{followerId}`` with the follower's own receipt
+    (``receiptId``), the host's ``createdAt``, ``deploymentId`` and run
+    (``runId``, when the host's names one), and the host's outcome with no
+    independent result (``joined_record``). The host's settlement batch
+    appends exactly this; the host's finalize settles the follower with its
+    digest."""
     host = host_envelope["payload"]
-    return settlement_envelope(follower_id, joined_record(host["record"]), host_envelope["createdAtMs"],
-                               deployment_id=host_envelope["deploymentId"], run_id=host.get("runId"))
+    return settlement_envelope(follower_id, joined_record(settlement_of(host_envelope)), host_envelope["createdAt"],
+                               receipt=follower_receipt, deployment_id=host_envelope["deploymentId"],
+                               run_id=host.get("runId"))
 
 
 def validate_begin_join(token: object, limit: object) -> None:
@@ -1491,8 +1493,14 @@ _DIAGNOSTIC_KEYS = frozenset(("errorTag", "message"))
 def check_settlement_shape(submission_id: str, envelope: object) -> None:
     """The settlement record envelope of ``submission_id`` (its six members,
     family ``submission-settled``, id ``settlement:{submissionId}``, payload
-    ``{submissionId, record[, runId]}``), and its outcome record's
-    persistence §10 family rules; ``InvalidSettlement`` on a violation."""
+    the peer implementation's ``SubmissionSettled`` payload:
+    ``submissionId``, ``settlementId`` = ``settlement:{submissionId}``,
+    ``receiptId`` (a non-empty string), ``runId`` (a string) when present,
+    and the outcome record's members beside them), and its outcome record's
+    persistence §10 family rules; ``InvalidSettlement`` on a violation.
+    The receipt is not compared with the admission's here: as the peer's
+    publication, the write checks the settlement's own ids, and a reader
+    of the canonical record checks its receipt."""
     if not isinstance(envelope, dict):
         raise InvalidSettlement(submission_id, f"record must be a JSON object (a record envelope), got "
                                                f"{type(envelope).__name__}")
@@ -1500,19 +1508,18 @@ def check_settlement_shape(submission_id: str, envelope: object) -> None:
         raise InvalidSettlement(submission_id, f"a settlement is a record envelope {sorted(ENVELOPE_KEYS)}, got "
                                                f"{envelope!r:.200}")
     if (envelope["family"] != SETTLED_FAMILY or envelope["recordId"] != f"settlement:{submission_id}"
-            or envelope["schemaVersion"] != SETTLED_SCHEMA_VERSION or type(envelope["createdAtMs"]) is not int
+            or envelope["schemaVersion"] != SETTLED_SCHEMA_VERSION or type(envelope["createdAt"]) is not int
             or type(envelope["deploymentId"]) is not str):
         raise InvalidSettlement(submission_id, "not this submission's settlement envelope: "
                                                f"{ {k: v for k, v in envelope.items() if k != 'payload'}!r:.300}")
     payload = envelope["payload"]
-    if (not isinstance(payload, dict) or not {"submissionId", "record"} <= set(payload)
-            or not set(payload) <= {"submissionId", "record", "runId"} or payload["submissionId"] != submission_id
+    if (not isinstance(payload, dict) or payload.get("submissionId") != submission_id
+            or payload.get("settlementId") != f"settlement:{submission_id}"
+            or type(payload.get("receiptId")) is not str or not payload["receiptId"]
             or ("runId" in payload and type(payload["runId"]) is not str)):
-        raise InvalidSettlement(submission_id, f"payload must be {{submissionId, record[, runId]}} of this "
-                                               f"submission, got {payload!r:.200}")
-    record = payload["record"]
-    if not isinstance(record, dict):
-        raise InvalidSettlement(submission_id, f"record must be a JSON object, got {type(record).__name__}")
+        raise InvalidSettlement(submission_id, f"payload must be {{submissionId, settlementId, receiptId, outcome, "
+                                               f"...[, runId]}} of this submission, got {payload!r:.200}")
+    record = settlement_of(envelope)
     outcome = record.get("outcome")
     if outcome not in OUTCOMES:
         raise InvalidSettlement(submission_id, f"outcome must be one of {OUTCOMES}, got {outcome!r}")
@@ -1602,7 +1609,7 @@ def decide_finalize(
             if other.join_host != submission_id:
                 continue
             if state_of(other) == JOINED:
-                follower_json = canonical_json(joined_envelope(record, other.submission_id))
+                follower_json = canonical_json(joined_envelope(record, other.submission_id, other.receipt))
                 follower_digest = digest_text(follower_json)
                 assert target(JOINED, SETTLE_JOINED) == SETTLED
                 followers.append(attrs.evolve(other, reserved_json=follower_json, reserved_digest=follower_digest,

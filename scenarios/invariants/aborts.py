@@ -51,10 +51,9 @@ STEPS_AFTER_INTENT_MAX = 1  # the step in flight when the intent landed
 
 def _outcome_of(envelope: object) -> object:
     """The outcome a settlement record envelope carries (its payload's
-    record's), or None."""
+    ``outcome``), or None."""
     payload = envelope.get("payload") if isinstance(envelope, dict) else None
-    record = payload.get("record") if isinstance(payload, dict) else None
-    return record.get("outcome") if isinstance(record, dict) else None
+    return payload.get("outcome") if isinstance(payload, dict) else None
 
 class AbortHonoured(Checker):
     name = "abort-honoured"

@@ -15,7 +15,10 @@ settlement and abort records carry the peer implementation's deterministic
 ids (record ``input:{sid}`` in batch ``submission-input:{sid}``, record
 ``settlement:{sid}`` in a ``submission-settlement:`` batch, its own or its
 host's, record ``abort:{sid}``), and every non-empty log begins with its
-``conversation-created:{id}`` record, so a history reads the same in either.
+``conversation-created:{id}`` record, so a history reads the same in either;
+a logged settlement's payload names it as the peer's does: its
+``settlementId`` is ``settlement:{sid}`` and its ``receiptId`` the ledger's
+receipt of that admission.
 """
 from __future__ import annotations
 
@@ -148,6 +151,7 @@ class ExactlyOnceSettlement(Checker):
     def audit(self, view: AuditView) -> None:
         for conversation_id in view.conversation_ids():
             per_submission: dict[str, list[str]] = {}
+            receipts: dict[str, list[object]] = {}  # submission -> the (settlementId, receiptId) of its records
             for record in view.log_records(conversation_id):
                 if record.seq == 1:
                     self.checks += 1
@@ -162,6 +166,8 @@ class ExactlyOnceSettlement(Checker):
                     payload = record.envelope.payload
                     per_submission.setdefault(payload["submissionId"], []).append(
                         record_digest_of(record.envelope.to_json()))
+                    receipts.setdefault(payload["submissionId"], []).append(
+                        (payload.get("settlementId"), payload.get("receiptId")))
             for submission in view.submissions(conversation_id):
                 self.checks += 1
                 records = per_submission.get(submission.submission_id, [])
@@ -180,6 +186,13 @@ class ExactlyOnceSettlement(Checker):
                 elif records[0] != submission.reserved_digest:
                     self.fail(f"{submission.submission_id}: the ledger's digest is not the log's record",
                               (submission.submission_id,))
+                else:
+                    sid = submission.submission_id
+                    named = receipts[sid][0]
+                    if named != (f"settlement:{sid}", submission.receipt):
+                        self.fail(f"{sid}: its settlement record names settlement {named[0]!r} and receipt "
+                                  f"{named[1]!r}, not settlement:{sid} and its admission's receipt "
+                                  f"{submission.receipt!r}", (sid,))
         self.checks += 1
         try:
             mismatches = view.rebuild_mismatches()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable
 
 from faults.events import ERROR, LedgerFinalizeSettlement, LogAppend, RetentionPass
 from model.findings import ProjectedFinding, projection_digest
+from model.ledger.records import settlement_of
 from model.schedules import parse_run_id
 from sim.invariants import Checker
 
@@ -50,7 +51,7 @@ class FindingsProjection(Checker):
             for envelope in fields[LogAppend.envelopes]:
                 if envelope["family"] != SETTLED_FAMILY:
                     continue
-                record = envelope["payload"]["record"]
+                record = settlement_of(envelope)
                 findings = (record.get("result") or {}).get("findings") if record["outcome"] == "completed" else None
                 if findings:
                     self._pending[envelope["payload"]["submissionId"]] = (fields[LogAppend.conversation], findings)

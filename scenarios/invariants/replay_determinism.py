@@ -23,6 +23,7 @@ from faults.events import LogAppend
 from model.canonical import json_equal
 from model.kernel.kernel import EffectInDoubt, ExecutionContext, ReplayIncomplete, effective_version, error_output
 from model.kernel.records import EFFECT_INDOUBT, EXECUTION_MIGRATED, STEP_STARTED, ExecutionRecord, StepRecord
+from model.ledger.records import settlement_of
 from sim.invariants import Checker
 
 INPUT_FAMILY = "input"
@@ -66,7 +67,7 @@ class ReplayDeterminism(Checker):
                 self._runs[run_id] = (ExecutionRecord(
                     run_id=run_id, schedule_id=run_input["scheduleId"], occurrence_ms=run_input["occurrenceMs"],
                     flow_version=run_input["flowVersion"], input=run_input["input"], status="running",
-                    started_at_ms=envelope["createdAtMs"], finished_at_ms=None, output=None), [])
+                    started_at_ms=envelope["createdAt"], finished_at_ms=None, output=None), [])
             elif family == STEP_FAMILY:
                 run = self._runs.get(run_id)
                 if run is None:
@@ -80,7 +81,7 @@ class ReplayDeterminism(Checker):
             elif family == SETTLED_FAMILY:
                 run = self._runs.pop(run_id, None)
                 if run is not None:
-                    record = payload["record"]
+                    record = settlement_of({"payload": payload})
                     status = "completed" if record["outcome"] == "completed" else "failed"
                     output = record.get("result") if status == "completed" else record.get("diagnostic")
                     self._check(run[0], tuple(run[1]), status, output)

@@ -8,7 +8,7 @@ Online, from what the stores committed and the agent's step probes:
 - execution history (a model request or turn, a tool call, a subagent, a
   step's output) of a run is appended only after its start: history without
   start evidence fails;
-- a step begins (``agent.step``) no later than the start's ``createdAtMs``
+- a step begins (``agent.step``) no later than the start's ``createdAt``
   plus its ``maxDurationMillis``, taken from the log's start record, not from
   the agent (a resumed attempt that measured from its own claim fails here);
 - a run that settles failed for its duration (``RunDurationExceeded``) does
@@ -35,6 +35,7 @@ open conversation (dropped when it closes).
 from __future__ import annotations
 
 from faults.events import ERROR, AgentStep, LedgerFinalizeSettlement, LogAppend
+from model.ledger.records import settlement_of
 from sim.invariants import Checker, RecentlySettled
 
 
@@ -116,7 +117,7 @@ class RunClock(Checker):
             if run in self._started:
                 self.fail(f"{run}: a second run-started for an open run (its clock starts once)", (run,))
                 return
-            self._started[run] = envelope["createdAtMs"] + payload["maxDurationMillis"]
+            self._started[run] = envelope["createdAt"] + payload["maxDurationMillis"]
             self.runs_started += 1
         elif family in EXECUTION_FAMILIES:
             self.checks += 1
@@ -128,7 +129,7 @@ class RunClock(Checker):
             # Counted per run: a joined follower's record repeats its host's
             # diagnostic, and a follower starts no run of its own.
             run = payload["submissionId"]
-            diagnostic = payload["record"].get("diagnostic") if isinstance(payload["record"], dict) else None
+            diagnostic = settlement_of(envelope).get("diagnostic")
             tag = diagnostic.get("errorTag") if isinstance(diagnostic, dict) and run in self._started else None
             if tag == "RunStartConflict":
                 self.run_start_conflicts += 1
@@ -202,7 +203,7 @@ class CanonicalEvents(Checker):
             elif family == "submission-settled":
                 self.checks += 1
                 sid, run = payload["submissionId"], payload.get("runId")
-                record = payload["record"]
+                record = settlement_of({"payload": payload})
                 if host_run is None:
                     host_run = f"run:{sid}"
                     if run != host_run:
@@ -258,8 +259,8 @@ class CanonicalEvents(Checker):
                           f"({payload['tailDigest'][:12]}), appended after seq {expected_tail_seq} "
                           f"({(previous_tail or '?')[:12]})", (conversation,))
         elif family == "submission-settled":
-            record = payload["record"]
-            if isinstance(record, dict) and "usage" in record:
+            record = settlement_of({"payload": payload})
+            if "usage" in record:
                 run = payload["submissionId"]
                 turns = self._usage.get(run, dict.fromkeys(USAGE_FIELDS, 0))
                 if {field: record["usage"][field] for field in USAGE_FIELDS} != turns:

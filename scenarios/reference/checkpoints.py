@@ -41,10 +41,10 @@ _dumps = json.JSONEncoder(**EXACT).encode
 
 def checkpoint_json(checkpoint: Any) -> dict:
     return {"conversationId": checkpoint.conversation_id, "submissionId": checkpoint.submission_id,
-            "coveredSeq": checkpoint.covered_seq, "tailDigest": checkpoint.tail_digest,
-            "engineVersion": checkpoint.engine_version, "definitionDigest": checkpoint.definition_digest,
-            "schemaVersion": checkpoint.schema_version, "snapshot": checkpoint.snapshot,
-            "createdAtMs": checkpoint.created_at_ms}
+            "throughSequence": checkpoint.covered_seq, "tailDigest": checkpoint.tail_digest,
+            "engineVersion": checkpoint.engine_version, "agentDefinitionDigest": checkpoint.definition_digest,
+            "schemaVersion": checkpoint.schema_version, "state": checkpoint.snapshot,
+            "createdAt": checkpoint.created_at_ms}
 
 
 def _checkpoint_view(checkpoint: Any) -> str | None:

@@ -46,10 +46,14 @@ adapters (memory, SQLite) do — each named where it is used:
   the intent's time (L8);
 - a settlement record is a record envelope (``recordId``
   ``settlement:{submission}``, family ``submission-settled``, version 1,
-  ``createdAtMs``, ``deploymentId``, payload ``{submissionId, record[,
-  runId]}``) and its digest is the whole envelope's (as the peer implementation digests it); a
-  joined follower's is its host's envelope re-addressed to it, with the
-  host's outcome and no result (L16);
+  ``createdAt``, ``deploymentId``, payload the peer implementation's flat
+  ``SubmissionSettled`` payload: ``submissionId``, ``settlementId``
+  ``settlement:{submission}``, ``receiptId`` a non-empty string, ``runId``
+  a string if present, and the outcome record's members beside them) and
+  its digest is the whole envelope's (as the peer implementation digests
+  it); a joined follower's is its host's envelope re-addressed to it, with
+  its own receipt, the host's outcome and no result; a queued abort's names
+  the admission's receipt and no run (L16);
 - reserve of a non-aborted record once an abort intent exists is
   ``AbortRequested`` (L9);
 - the ids the contract fixes are checked exactly: a claim's attempt id is
@@ -148,21 +152,30 @@ from scenarios.reference import HISTORY_MAX, error_name, retryable
 from scenarios.reference.jcs import canonical, digest_text, read_back
 
 _SETTLED = "submission-settled"
-_ENVELOPE_MEMBERS = ("createdAtMs", "deploymentId", "family", "payload", "recordId", "schemaVersion")
+_ENVELOPE_MEMBERS = ("createdAt", "deploymentId", "family", "payload", "recordId", "schemaVersion")
+
+
+_SETTLEMENT_IDS = ("receiptId", "runId", "settlementId", "submissionId")
 
 
 def _settled_envelope(sid: str, outcome_record: dict, created_at_ms: int, deployment_id: str,
-                      run_id: str | None) -> dict:
+                      run_id: str | None, receipt: str) -> dict:
     """The settlement record envelope of ``sid`` (L16)."""
-    payload = {"record": outcome_record, "submissionId": sid}
+    payload = dict(outcome_record)
+    payload.update(receiptId=receipt, settlementId="settlement:" + sid, submissionId=sid)
     if run_id is not None:
         payload["runId"] = run_id
-    return {"createdAtMs": created_at_ms, "deploymentId": deployment_id, "family": _SETTLED, "payload": payload,
+    return {"createdAt": created_at_ms, "deploymentId": deployment_id, "family": _SETTLED, "payload": payload,
             "recordId": "settlement:" + sid, "schemaVersion": 1}
 
 
 def _outcome_of(envelope: dict) -> str:
-    return envelope["payload"]["record"]["outcome"]
+    return envelope["payload"]["outcome"]
+
+
+def _outcome_record(envelope: dict) -> dict:
+    """The outcome record of a settlement envelope: its payload less the ids (L16)."""
+    return {key: value for key, value in envelope["payload"].items() if key not in _SETTLEMENT_IDS}
 # The ledger's typed storage failure (persistence §9.2): a write contention
 # crosses the port as this, the contention its ``cause``.
 STORE_ERROR = "LedgerStoreError"
@@ -503,9 +516,8 @@ def _brief_value(value: object) -> object:
         return _BRIEF_NAMES[kind] + get(value)
     if isinstance(value, dict) and "outcome" in value:
         return ("record", value["outcome"])
-    if isinstance(value, dict) and isinstance(value.get("payload"), dict) and isinstance(
-            value["payload"].get("record"), dict) and "outcome" in value["payload"]["record"]:
-        return ("record", value["payload"]["record"]["outcome"])
+    if isinstance(value, dict) and isinstance(value.get("payload"), dict) and "outcome" in value["payload"]:
+        return ("record", value["payload"]["outcome"])
     return type(value).__name__
 
 
@@ -1116,7 +1128,7 @@ class ReferenceLedger:
             self._want_value(call, AbortIntent(sid, author, reason, now_ms, False, now_ms), conversation)
             row.abort_author, row.abort_reason, row.abort_at_ms = author, reason, now_ms
             row.reserved_digest = digest_text(canonical(_settled_envelope(sid, {"outcome": "aborted"}, now_ms,
-                                                                          "loomsim", None)))
+                                                                          "loomsim", None, row.receipt)))
             row.outcome, row.settled_at_ms = "aborted", now_ms
             row.settlement_id = _settlement_id(sid, row.reserved_digest)
             row.input_text = row.reserved_text = None
@@ -1192,7 +1204,7 @@ class ReferenceLedger:
                                               row.diagnostic, row.settlement_id, True, row.receipt), conversation)
             return conversation
         envelope = read_back(row.reserved_text)
-        record = envelope["payload"]["record"]
+        record = _outcome_record(envelope)
         outcome = OUTCOMES[OUTCOMES.index(record["outcome"])]  # the constant: one string for every row
         # §10: the failed diagnostic is projected from the exact reserved
         # record, so a replayed finalize returns the same value.
@@ -1214,8 +1226,8 @@ class ReferenceLedger:
                 follower.join_host = None
             else:
                 follower.reserved_digest = digest_text(canonical(_settled_envelope(
-                    follower_id, follower_record, envelope["createdAtMs"], envelope["deploymentId"],
-                    envelope["payload"].get("runId"))))  # L16
+                    follower_id, follower_record, envelope["createdAt"], envelope["deploymentId"],
+                    envelope["payload"].get("runId"), follower.receipt)))  # L16
                 follower.outcome, follower.settled_at_ms, follower.diagnostic = outcome, now_ms, diagnostic
                 follower.settlement_id = _settlement_id(follower_id, follower.reserved_digest)
                 follower.input_applied = True
@@ -1735,19 +1747,20 @@ def _settlement_problem(sid: str, envelope: object) -> str | None:
     if not isinstance(envelope, dict) or sorted(envelope) != list(_ENVELOPE_MEMBERS):
         return "not a record envelope"
     if (envelope["recordId"] != "settlement:" + sid or envelope["family"] != _SETTLED
-            or envelope["schemaVersion"] != 1 or not _is_int(envelope["createdAtMs"])
+            or envelope["schemaVersion"] != 1 or not _is_int(envelope["createdAt"])
             or type(envelope["deploymentId"]) is not str):
         return "not this submission's settlement envelope"
     payload = envelope["payload"]
-    if not isinstance(payload, dict) or payload.get("submissionId") != sid or "record" not in payload:
-        return "payload is not {submissionId, record} of this submission"
-    if any(key not in ("submissionId", "record", "runId") for key in payload):
-        return "payload has other members"
+    if not isinstance(payload, dict) or payload.get("submissionId") != sid:
+        return "payload is not a JSON object naming this submission"
+    if payload.get("settlementId") != "settlement:" + sid:
+        return "settlementId is not settlement:{submission}"
+    receipt = payload.get("receiptId")
+    if type(receipt) is not str or receipt == "":
+        return "receiptId is not a non-empty string"
     if "runId" in payload and type(payload["runId"]) is not str:
         return "runId is not a string"
-    record = payload["record"]
-    if not isinstance(record, dict):
-        return "not a JSON object"
+    record = _outcome_record(envelope)
     outcome = record.get("outcome")
     if outcome not in OUTCOMES:
         return f"outcome {outcome!r}"

@@ -21,7 +21,7 @@ batches by id. The contract, as plain rules:
   ``AppendConflict(record-identity)``; otherwise the records take seqs
   tail+1..;
 - digests, with this package's own RFC 8785 encoder (``jcs``): envelope
-  JSON ``{recordId, family, schemaVersion, createdAtMs, deploymentId,
+  JSON ``{recordId, family, schemaVersion, createdAt, deploymentId,
   payload[, producerId, epoch]}``; the batch digest
   ``sha256(jcs({batchId, conversationId, epoch, producerId, records}))``;
   the chain ``tail = sha256(jcs({batchDigest, firstSeq,
@@ -76,7 +76,7 @@ _dumps = json.JSONEncoder(**EXACT).encode
 def envelope_json(envelope: Any) -> dict:
     """Persistence §4's envelope as a JSON object (producer and epoch only when set)."""
     value = {"recordId": envelope.record_id, "family": envelope.family, "schemaVersion": envelope.schema_version,
-             "createdAtMs": envelope.created_at_ms, "deploymentId": envelope.deployment_id,
+             "createdAt": envelope.created_at_ms, "deploymentId": envelope.deployment_id,
              "payload": envelope.payload}
     if envelope.producer_id is not None:
         value["producerId"] = envelope.producer_id
