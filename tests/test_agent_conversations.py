@@ -197,7 +197,7 @@ def test_canonical_events_fails_what_is_never_canonical_and_usage_that_does_not_
 
 
 def _tool(phase, call, **fields):
-    return {"family": "tool-call", "createdAtMs": 1, "payload": {"phase": phase, "call": call, **fields}}
+    return {"family": "tool-call", "createdAt": 1, "payload": {"phase": phase, "call": call, **fields}}
 
 
 def _claim(seq, time_ms, submission, epoch):

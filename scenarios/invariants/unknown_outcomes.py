@@ -144,7 +144,7 @@ class UnknownNeverReplayed(Checker):
         if envelope["family"] == "run-started" and committed:
             run = payload.get("submissionId")
             if isinstance(run, str) and isinstance(payload.get("maxDurationMillis"), int):
-                self._deadline[run] = envelope["createdAtMs"] + payload["maxDurationMillis"]
+                self._deadline[run] = envelope["createdAt"] + payload["maxDurationMillis"]
             return
         if envelope["family"] != TOOL_CALL_FAMILY:
             return
