@@ -121,6 +121,11 @@ def _row(**fields) -> SubmissionRecord:
 
 
 CLAIMED = {"owner_id": "w", "epoch": 1, "lease_expires_ms": 5}
+APPLIED = {**CLAIMED, "input_applied": True}
+
+
+def _entry(**fields) -> dict:
+    return {"allocation": {}, "awaited": False, "child": None, "accounting": None, "releasedAtMs": None, **fields}
 
 
 CASES = [
@@ -146,8 +151,6 @@ CASES = [
     (_row(join_host="h"), LogFacts(input=True), Context(), ("RepairJoinMarker", "repaired")),
     (_row(join_host="h", joined_seq=3, joined_record_id="input:s"), LogFacts(input=True),
      Context(open_ids=frozenset({"h"})), ("AwaitHostSettlement", "deferred")),
-    (_row(join_host="h", joined_seq=3, joined_record_id="input:s"), LogFacts(input=True), Context(),
-     ("SettleJoinedWithHost", "repaired")),
     (_row(**CLAIMED, input_applied=True, abort_author="user",
           children={"t": {"awaited": True, "releasedAtMs": None, "child": None}}), LogFacts(input=True), Context(),
      ("PropagateChildAbort", "repaired")),
@@ -155,6 +158,44 @@ CASES = [
      LogFacts(input=True), Context(open_ids=frozenset({"k"})), ("AwaitChildSettlement", "deferred")),
     (_row(**CLAIMED, input_applied=True, children={"t": {"awaited": True, "releasedAtMs": None, "child": "k"}}),
      LogFacts(input=True), Context(), ("ResumeWaitingParent", "repaired")),
+] + [
+    # The peer's crash rows where the model has the state (its turns, tool calls, approvals, subagents).
+    (_row(**APPLIED, input={"plan": ["model", "tool"]}), LogFacts(input=True, turns=frozenset({0})), Context(),
+     ("ResumePendingToolBatch", "deferred")),
+    (_row(**APPLIED, input={"plan": ["model", "tool-once"]}), LogFacts(input=True, steps=1, turns=frozenset({0})),
+     Context(), ("ResumePendingToolBatch", "deferred")),
+    (_row(**APPLIED, input={"plan": ["model", "tool"]}),
+     LogFacts(input=True, steps=2, turns=frozenset({0}), tools_settled=frozenset({1})), Context(),
+     ("ResumeFromTurnBoundary", "deferred")),
+    (_row(**APPLIED, input={"plan": ["model", "model"]}), LogFacts(input=True, turns=frozenset({0})), Context(),
+     ("ResumeFromTurnBoundary", "deferred")),
+    (_row(**APPLIED, input={"plan": ["tool-once"]}), LogFacts(input=True, in_doubt=frozenset({"s/s0.0"})),
+     Context(), ("MarkUnknown", "unknown")),
+    (_row(**APPLIED, input={"plan": ["tool-once"]}, unknown_calls={"s/s0.0": {"resolution": "NeverHappened"}}),
+     LogFacts(input=True, in_doubt=frozenset({"s/s0.0"})), Context(), ("ResumePendingToolBatch", "deferred")),
+    (_row(**APPLIED, input={"plan": ["approval"]}), LogFacts(input=True, approvals_requested=frozenset({"s/s0"})),
+     Context(), ("AwaitApprovalDecision", "repaired")),
+    (_row(**APPLIED, input={"plan": ["approval"]}, approvals={"s/s0": {"decision": "approved"}}),
+     LogFacts(input=True, approvals_requested=frozenset({"s/s0"})), Context(), ("ResumeFromTurnBoundary", "deferred")),
+    (_row(**APPLIED, input={"plan": ["subagent"]}), LogFacts(input=True, subagents_requested=frozenset({"s/s0"})),
+     Context(), ("ResumePendingToolBatch", "deferred")),
+    (_row(**APPLIED, input={"plan": ["subagent"]}, children={"s/s0": _entry()}),
+     LogFacts(input=True, subagents_requested=frozenset({"s/s0"})), Context(), ("CompleteChildAdmission", "repaired")),
+    (_row(**APPLIED, input={"plan": ["subagent"]}, children={"s/s0": _entry()}),
+     LogFacts(input=True, subagents_requested=frozenset({"s/s0"})),
+     Context(admitted_children=frozenset({("s", "s/s0")})), ("RepairSubagentStartLink", "repaired")),
+    (_row(**APPLIED, input={"plan": ["subagent"]}, children={"s/s0": _entry(child="k")}),
+     LogFacts(input=True, subagents_requested=frozenset({"s/s0"})), Context(), ("RepairSubagentStartLink", "repaired")),
+    (_row(**APPLIED, input={"plan": ["subagent"]}, children={"s/s0": _entry(child="k")}),
+     LogFacts(input=True, subagents_requested=frozenset({"s/s0"}), subagents_started=frozenset({"s/s0"})),
+     Context(), ("EnsureWaitingForChild", "repaired")),
+    (_row(**APPLIED, input={"plan": ["subagent"]}, children={"s/s0": _entry(child="k", awaited=True, releasedAtMs=9)}),
+     LogFacts(input=True, subagents_requested=frozenset({"s/s0"}), subagents_started=frozenset({"s/s0"})),
+     Context(), ("ApplyJoinAccounting", "repaired")),
+    (_row(**APPLIED, input={"plan": ["subagent", "model"]},
+          children={"s/s0": _entry(child="k", awaited=True, releasedAtMs=9)}),
+     LogFacts(input=True, steps=1, subagents_requested=frozenset({"s/s0"}), subagents_started=frozenset({"s/s0"}),
+              subagents_joined=frozenset({"s/s0"})), Context(), ("ResumeFromTurnBoundary", "deferred")),
 ]
 
 
@@ -168,6 +209,21 @@ def test_the_table_names_known_decisions_and_dispositions():
     assert "ReleaseOrphanChildReservation" not in DECISIONS  # applied inside an aborted run's settlement
     assert {"ApplyInput", "CompleteMaterialization", "FinalizeLedgerFromHistory",
             "AppendReservedSettlement", "RepairInputMarker", "SettleAborted"} <= set(DECISIONS)
+
+
+def test_a_row_the_pass_cannot_meet_fails_loudly():
+    """No invented name for what cannot happen: the scan returns no settled
+    row, and a joined follower's host is open in the same scan (the host's
+    finalize settles its joined followers in the same ledger write)."""
+    from model.recovery_decisions import UnclassifiableRow
+
+    with pytest.raises(UnclassifiableRow):
+        classify(_row(outcome="completed", settled_at_ms=5), LogFacts())
+    with pytest.raises(UnclassifiableRow):
+        classify(_row(join_host="h", joined_seq=3, joined_record_id="input:s"), LogFacts(input=True), Context())
+    assert not {"SettleJoinedWithHost", "AlreadySettled"} & set(DECISIONS)
+    assert {"ResumePendingToolBatch", "MarkUnknown", "CompleteChildAdmission", "RepairSubagentStartLink",
+            "EnsureWaitingForChild", "ApplyJoinAccounting", "HoldUnreadableRow"} <= set(DECISIONS)
 
 
 # -- the pass, after a crash at each point -------------------------------------------------------
@@ -256,7 +312,7 @@ def test_the_oracle_table_agrees_with_the_classifier(row, log, ctx, expected):
     from model.recovery_decisions import row_facts
     from scenarios.invariants.recovery_decisions import expected_decision
 
-    assert expected_decision(row_facts(row, ctx), log.input, log.settlement) == expected
+    assert expected_decision(row_facts(row, ctx), {k: v for k, v in attrs.asdict(log).items()}) == expected
 
 
 class _View:
