@@ -444,3 +444,39 @@ def test_an_unreadable_row_is_held_for_an_operator_not_a_crash_of_the_pass():
     decision = classify(row, LogFacts())
     assert (decision.name, decision.disposition) == ("HoldUnreadableRow", "unknown")
     assert row_facts(row, Context()) == {"state": "unreadable"}
+
+
+def test_the_sweep_summary_adds_up_the_recovery_decisions_of_its_seeds(tmp_path):
+    """Text, JSON and Markdown: the decisions of every seed, summed."""
+    import contextlib
+    import io
+    import json
+
+    from sim.face.cli import main
+
+    def run_json(*args):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main([*args, "--no-progress", "--json"] if args[0] == "run" else [*args, "--json"])
+        return json.loads(out.getvalue())
+
+    seeds = [run_json("run", "ledger-storm", "--seed", str(seed), "--duration", "30m") for seed in (0, 2)]
+    want: dict = {}
+    for result in seeds:
+        for name, count in result["stats"]["recovery_decisions"].items():
+            want[name] = want.get(name, 0) + count
+    common = ["sweep", "ledger-storm", "--seeds", "0:4", "--duration", "30m", "--jobs", "1", "--sqlite-every", "0",
+              "--beyond-every", "0", "--failure-db", "none"]
+    # Seeds 0..3: the two above are part of it; the sums are over every seed.
+    summary = run_json(*common, "--report", str(tmp_path / "r"))
+    assert sum(summary["recovery_decisions"].values()) == sum(summary["recovery_dispositions"].values()) > 0
+    assert all(summary["recovery_decisions"].get(name, 0) >= count for name, count in want.items())
+    assert summary["scenarios"]["ledger-storm"]["recovery_decisions"] == summary["recovery_decisions"]
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        main([*common])
+    line = next(line for line in text.getvalue().splitlines() if "recovery decisions:" in line)
+    assert all(f"{name}={count}" in line for name, count in summary["recovery_decisions"].items())
+    markdown = next(tmp_path.glob("r*/*.md")).read_text()
+    assert "Recovery decisions over every seed" in markdown
+    assert all(f"| {name} | {count} |" in markdown for name, count in summary["recovery_decisions"].items())

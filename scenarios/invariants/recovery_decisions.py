@@ -18,8 +18,20 @@ it); ``ApplyInput`` / ``RepairInputMarker``: its input record once in the
 log, the ledger's marker at it (unless it settled aborted before it ran);
 ``CompleteMaterialization``: it became ready (or its abort settled it);
 ``SettleAborted`` / ``PropagateChildAbort``: settled ``aborted``;
-``RepairJoinMarker`` / ``SettleJoinedWithHost``: settled with the outcome of
-its host. A submission still open at the audit is liveness's to report.
+``RepairJoinMarker``: settled with the outcome of its host;
+``AwaitApprovalDecision`` [repaired]: its row waited for each approval its
+log requested; ``ApplyJoinAccounting``: a ``joined`` record of each
+released child; ``CompleteChildAdmission`` / ``RepairSubagentStartLink``:
+each reserved child attached and started in its log;
+``EnsureWaitingForChild``: each started child waited on (unless settled
+``aborted``). A submission still open at the audit is liveness's to report.
+
+The repairs the pass applies itself (``CompleteMaterialization``,
+``FinalizeLedgerFromHistory``) are checked when the pass says it is done
+with the conversation (``recovery.classified``), not at the audit: the row
+is ready / settled then, before any claim holder could have done it
+instead (the next holder reaches the same end, so only then can a pass that
+skipped its own repair be told apart).
 
 Online, from the trace: a settlement record appended under another epoch
 than the one its record was reserved under is a successor's repair
@@ -345,6 +357,33 @@ class RecoveryDecisions(Checker):
                     self.fail(f"{sid}: recovery decided {decision}, but {problem}", (sid,))
 
     @staticmethod
+    def _subagent_repair_missing(decision: str, row, logged: dict) -> str | None:
+        """A subagent repair shows in the settled parent: each released
+        child's outcome joined in its log (``ApplyJoinAccounting``), each
+        reserved child admitted, attached and started in its log
+        (``CompleteChildAdmission``, ``RepairSubagentStartLink``), each
+        started child waited on or released (``EnsureWaitingForChild``). An
+        aborted parent's orphan reservations are its abort's to release."""
+        phases: dict[str, set] = {}
+        for record in logged.get("subagent", []):
+            phases.setdefault(record.envelope.payload.get("phase"), set()).add(record.envelope.payload.get("call"))
+        children = row.children or {}
+        if decision == "ApplyJoinAccounting":
+            unjoined = sorted(call for call, entry in children.items() if entry["releasedAtMs"] is not None
+                              and entry["child"] is not None and call not in phases.get("joined", set()))
+            return f"the log holds no joined record of its released child {unjoined[0]}" if unjoined else None
+        if row.outcome == "aborted":
+            return None
+        if decision == "EnsureWaitingForChild":
+            idle = sorted(call for call, entry in children.items()
+                          if call in phases.get("started", set()) and not entry["awaited"]
+                          and entry["releasedAtMs"] is None)
+            return f"it never waited for its started child {idle[0]}" if idle else None
+        unlinked = sorted(call for call, entry in children.items()
+                          if entry["child"] is None or call not in phases.get("started", set()))
+        return f"its child of {unlinked[0]} was never attached and started" if unlinked else None
+
+    @staticmethod
     def _repair_missing(decision: str, row, rows: dict, logged: dict) -> str | None:
         settled = logged.get("submission-settled", [])
         inputs = logged.get("input", [])
@@ -372,7 +411,16 @@ class RecoveryDecisions(Checker):
         elif decision in ("SettleAborted", "PropagateChildAbort"):
             if row.outcome != "aborted":
                 return f"it settled {row.outcome!r}"
-        elif decision in ("RepairJoinMarker", "SettleJoinedWithHost"):
+        elif decision == "AwaitApprovalDecision":  # the successor suspended for each request
+            requested = [r.envelope.payload.get("call") for r in logged.get("tool-call", [])
+                         if r.envelope.payload.get("phase") == "approval-requested"]
+            missing = sorted(call for call in requested if call not in (row.approvals or {}))
+            if missing and row.outcome != "aborted":
+                return f"its row never waited for the approval of {missing[0]}"
+        elif decision in ("ApplyJoinAccounting", "EnsureWaitingForChild", "RepairSubagentStartLink",
+                          "CompleteChildAdmission"):
+            return RecoveryDecisions._subagent_repair_missing(decision, row, logged)
+        elif decision == "RepairJoinMarker":
             host = rows.get(row.join_host) if row.join_host is not None else None
             if row.join_host is not None and host is not None and host.outcome != row.outcome:
                 return f"it settled {row.outcome!r}, its host {host.outcome!r}"
