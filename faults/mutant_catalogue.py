@@ -1294,7 +1294,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                await lifecycle.make_ready(conversation_id, sid)\n',
         "                pass  # left to a client's retry\n",
         ("ledger-storm", "agent-conversations"),
-        ci_seed=0, ci_duration="2h"),
+        ci_seed=5, ci_duration="10m"),
     Mutant(
         "recovery-pass-skips-finalize",
         "The recovery pass decides FinalizeLedgerFromHistory and does not finalize (the next claim holder would adopt the logged record).",
@@ -1302,7 +1302,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                settlement = await lifecycle.adopt_logged(conversation_id, current)\n',
         '                settlement = None  # left to the next claim holder\n',
         ("ledger-storm", "agent-conversations"),
-        ci_seed=0, ci_duration="2h"),
+        ci_seed=5, ci_duration="10m", ci_scenario="agent-conversations"),
     Mutant(
         "recovery-doubt-as-pending-batch",
         "A prepared call of a non-idempotent tool nothing settled is classified as a pending tool batch (deferred), not MarkUnknown.",
@@ -1318,7 +1318,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _approval_not_held(row, log), AWAIT_APPROVAL_DECISION, REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _approval_not_held(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
         AC,
-        ci_seed=0, ci_duration="2h"),
+        ci_seed=7, ci_duration="10m"),
     Mutant(
         "recovery-join-accounting-as-turn-boundary",
         "A released child with no joined record is classified ResumeFromTurnBoundary, not ApplyJoinAccounting.",
@@ -1326,7 +1326,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _join_unlogged(row, log), APPLY_JOIN_ACCOUNTING, REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _join_unlogged(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
         AC,
-        ci_seed=0, ci_duration="2h"),
+        ci_seed=2, ci_duration="10m"),
     Mutant(
         "recovery-started-child-as-turn-boundary",
         "A started child the row does not wait on is classified ResumeFromTurnBoundary, not EnsureWaitingForChild.",
@@ -1334,7 +1334,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _not_waiting(row, log), ENSURE_WAITING_FOR_CHILD, REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _not_waiting(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
         AC,
-        ci_seed=0, ci_duration="2h"),
+        ci_seed=1, ci_duration="2h"),
     Mutant(
         "recovery-unlinked-child-as-admission",
         "A child admitted or attached with no started record is classified CompleteChildAdmission, not RepairSubagentStartLink.",
@@ -1358,5 +1358,5 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _tool_batch_pending(row, log), RESUME_PENDING_TOOL_BATCH, DEFERRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _tool_batch_pending(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
         AC,
-        ci_seed=0, ci_duration="2h"),
+        ci_seed=2, ci_duration="10m"),
 )
