@@ -1342,7 +1342,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _child_admitted_unlinked(row, log, ctx), REPAIR_SUBAGENT_START_LINK,\n     REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _child_admitted_unlinked(row, log, ctx), COMPLETE_CHILD_ADMISSION,\n     REPAIRED),\n',
         AC,
-        ci_seed=0, ci_duration="2h"),
+        ci_seed=2, ci_duration="2h"),
     Mutant(
         "recovery-reserved-child-as-pending-batch",
         "A reserved child never admitted is classified a pending tool batch, not CompleteChildAdmission.",
@@ -1350,7 +1350,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _child_not_admitted(row, log, ctx), COMPLETE_CHILD_ADMISSION, REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _child_not_admitted(row, log, ctx), RESUME_PENDING_TOOL_BATCH, DEFERRED),\n',
         AC,
-        ci_seed=0, ci_duration="2h"),
+        ci_seed=2, ci_duration="2h"),
     Mutant(
         "recovery-pending-batch-as-turn-boundary",
         "A pending tool batch is classified ResumeFromTurnBoundary, not ResumePendingToolBatch.",
