@@ -491,12 +491,11 @@ def test_the_sweep_summary_adds_up_the_recovery_decisions_of_its_seeds(tmp_path)
 @pytest.mark.parametrize("seed, reached", [
     (0, {"MarkUnknown", "ResumePendingToolBatch", "ApplyJoinAccounting", "AwaitApprovalDecision"}),
     (1, {"EnsureWaitingForChild", "MarkUnknown", "ResumePendingToolBatch", "ApplyJoinAccounting"}),
+    (2, {"CompleteChildAdmission", "RepairSubagentStartLink"}),
 ])
 def test_the_new_decisions_are_reached_in_agent_conversations(seed, reached):
-    """Measured: agent-conversations at 2h. CompleteChildAdmission and
-    RepairSubagentStartLink were reached by none of the seeds measured
-    (the recovery pass of a restarted worker meets the parent only after
-    another worker's claim took the step over: a gap of the sweep)."""
+    """Measured: agent-conversations at 2h (seed 2: where the mis-classifying
+    mutants of the two subagent-establishment decisions are detected)."""
     import contextlib
     import io
     import json
