@@ -540,3 +540,39 @@ def test_the_oracle_finds_a_pass_that_skipped_its_own_repair(world, point, decis
                 f"conversation with the row {problem}"]
         else:
             assert violations == []
+
+
+def test_the_log_facts_of_an_agent_run_and_the_oracles_reading_agree():
+    """What the prefix says of a submission's steps: its recorded steps, its
+    logged turns, settled tool steps, calls in doubt, approvals requested and
+    undecided, subagent calls by phase; the oracle reads the same apart."""
+    from types import SimpleNamespace
+
+    from model.recovery_decisions import facts_from_records
+    from scenarios.invariants.recovery_decisions import log_facts
+
+    def rec(seq, family, **payload):
+        return SimpleNamespace(seq=seq, envelope=SimpleNamespace(family=family, payload=payload))
+
+    records = [rec(1, "input", submissionId="s"),
+               rec(2, "model-completed", runId="run:s", call="s/s0", text="t", usage={}),
+               rec(3, "model-output", submissionId="s", step=0, output={}),
+               rec(4, "tool-call", phase="prepared", submissionId="s", call="s/s1.0", idempotent=True),
+               rec(5, "tool-call", phase="settled", submissionId="s", call="s/s1.0", output={}),
+               rec(6, "model-output", submissionId="s", step=1, output={}),
+               rec(7, "tool-call", phase="prepared", submissionId="s", call="s/s2.0", idempotent=False),
+               rec(8, "tool-call", phase="approval-requested", submissionId="s", call="s/s3"),
+               rec(9, "tool-call", phase="approval-requested", submissionId="s", call="s/s4"),
+               rec(10, "tool-call", phase="approval-decided", submissionId="s", call="s/s4"),
+               rec(11, "subagent", phase="requested", submissionId="s", call="s/s5"),
+               rec(12, "subagent", phase="started", submissionId="s", call="s/s5"),
+               rec(13, "subagent", phase="joined", submissionId="s", call="s/s5")]
+    facts = facts_from_records(records)["s"]
+    assert facts == LogFacts(input=True, steps=2, turns=frozenset({0}), tools_settled=frozenset({1}),
+                             in_doubt=frozenset({"s/s2.0"}), approvals_requested=frozenset({"s/s3"}),
+                             subagents_requested=frozenset({"s/s5"}), subagents_started=frozenset({"s/s5"}),
+                             subagents_joined=frozenset({"s/s5"}))
+    oracle = log_facts(records, 13)["s"]
+    assert {key: (set(value) if isinstance(value, frozenset) else value)
+            for key, value in attrs.asdict(facts).items() if key != "abort"} == oracle
+    assert log_facts(records, 6)["s"]["in_doubt"] == set()  # through the prefix's tail only
