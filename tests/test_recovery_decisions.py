@@ -576,3 +576,22 @@ def test_the_log_facts_of_an_agent_run_and_the_oracles_reading_agree():
     assert {key: (set(value) if isinstance(value, frozenset) else value)
             for key, value in attrs.asdict(facts).items() if key != "abort"} == oracle
     assert log_facts(records, 6)["s"]["in_doubt"] == set()  # through the prefix's tail only
+
+
+def test_a_child_released_before_its_start_was_logged_gets_its_started_record():
+    """agent-conversations seed 2 at 30m: an attempt attached its child and
+    died before logging its start; the child settled and was released; the
+    next attempt joined it with no ``subagent started`` record (the peer
+    ends every establishment row with one Started record). The audit of
+    ``RepairSubagentStartLink`` found it."""
+    import contextlib
+    import io
+    import json
+
+    from sim.face.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["run", "agent-conversations", "--seed", "2", "--duration", "30m", "--no-progress", "--json"])
+    result = json.loads(out.getvalue())
+    assert result["status"] == "pass", result["violations"][:1]

@@ -23,8 +23,8 @@ log, the ledger's marker at it (unless it settled aborted before it ran);
 log requested; ``ApplyJoinAccounting``: a ``joined`` record of each
 released child; ``CompleteChildAdmission`` / ``RepairSubagentStartLink``:
 each reserved child attached and started in its log;
-``EnsureWaitingForChild``: each started child waited on (unless settled
-``aborted``). A submission still open at the audit is liveness's to report.
+``EnsureWaitingForChild``: each started child waited on (the last three,
+and the approval's, of a parent that completed: a failed run stops at a step). A submission still open at the audit is liveness's to report.
 
 The repairs the pass applies itself (``CompleteMaterialization``,
 ``FinalizeLedgerFromHistory``) are checked when the pass says it is done
@@ -362,17 +362,20 @@ class RecoveryDecisions(Checker):
         child's outcome joined in its log (``ApplyJoinAccounting``), each
         reserved child admitted, attached and started in its log
         (``CompleteChildAdmission``, ``RepairSubagentStartLink``), each
-        started child waited on or released (``EnsureWaitingForChild``). An
-        aborted parent's orphan reservations are its abort's to release."""
+        started child waited on or released (``EnsureWaitingForChild``) — a
+        completed parent's (a failed run stops at a step; an aborted one's
+        abort releases its orphans and joins the rest)."""
         phases: dict[str, set] = {}
         for record in logged.get("subagent", []):
             phases.setdefault(record.envelope.payload.get("phase"), set()).add(record.envelope.payload.get("call"))
         children = row.children or {}
+        if row.outcome == "failed":
+            return None  # its run stopped at a step (its clock, a rejection): the later steps never ran
         if decision == "ApplyJoinAccounting":
             unjoined = sorted(call for call, entry in children.items() if entry["releasedAtMs"] is not None
                               and entry["child"] is not None and call not in phases.get("joined", set()))
             return f"the log holds no joined record of its released child {unjoined[0]}" if unjoined else None
-        if row.outcome == "aborted":
+        if row.outcome != "completed":
             return None
         if decision == "EnsureWaitingForChild":
             idle = sorted(call for call, entry in children.items()
@@ -415,7 +418,7 @@ class RecoveryDecisions(Checker):
             requested = [r.envelope.payload.get("call") for r in logged.get("tool-call", [])
                          if r.envelope.payload.get("phase") == "approval-requested"]
             missing = sorted(call for call in requested if call not in (row.approvals or {}))
-            if missing and row.outcome != "aborted":
+            if missing and row.outcome == "completed":  # a failed or aborted run may stop before it
                 return f"its row never waited for the approval of {missing[0]}"
         elif decision in ("ApplyJoinAccounting", "EnsureWaitingForChild", "RepairSubagentStartLink",
                           "CompleteChildAdmission"):
