@@ -1070,7 +1070,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "configuration, a checkpoint of the old one is trusted.",
         "model.conversation.checkpoints", "    if checkpoint.definition_digest != definition_digest:\n",
         "    if checkpoint.definition_digest != checkpoint.definition_digest:\n", AC,
-        ci_seed=0, ci_duration="2h"),
+        ci_seed=1, ci_duration="2h"),
     Mutant(
         "checkpoint-save-unchecked",
         "Saving a checkpoint no longer checks its tail digest against the log's digest at its position.",
@@ -1101,7 +1101,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.agent",
         "            result = await self.tools.invoke(call, tool, args, call if idempotent else None, deadline_ms)\n",
         "            result = await self.tools.invoke(call, tool, args, call if idempotent else None)\n", AC,
-        ci_seed=0, ci_duration="30m"),
+        ci_seed=4, ci_duration="30m"),
     Mutant(
         "agent-run-clock-reset",
         "A resumed run measures its duration allowance from its own claim, not from the logged start: a run "
@@ -1350,7 +1350,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _child_not_admitted(row, log, ctx), COMPLETE_CHILD_ADMISSION, REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _child_not_admitted(row, log, ctx), RESUME_PENDING_TOOL_BATCH, DEFERRED),\n',
         AC,
-        ci_seed=2, ci_duration="2h"),
+        ci_seed=2, ci_duration="30m"),
     Mutant(
         "recovery-pending-batch-as-turn-boundary",
         "A pending tool batch is classified ResumeFromTurnBoundary, not ResumePendingToolBatch.",
