@@ -922,6 +922,17 @@ class RecoveryDecision(ProbeEvent):
     row: dict  # what the table read of the ledger row (``model.recovery_decisions.row_facts``)
 
 
+class RecoveryClassified(ProbeEvent):
+    """``model.submissions``: a recovery pass classified the open rows of
+    ``conversation`` and applied the repairs it applies itself (``repairs``:
+    a pass without a clock applies none)."""
+
+    kind = "recovery.classified"
+    conversation: str
+    rows: int
+    repairs: bool
+
+
 class RecoveryFailed(ProbeEvent):
     kind = "recovery.failed"
     owner: str

@@ -1175,7 +1175,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "configuration, a checkpoint of the old one is trusted.",
         "model.conversation.checkpoints", "    if checkpoint.definition_digest != definition_digest:\n",
         "    if checkpoint.definition_digest != checkpoint.definition_digest:\n", AC,
-        ci_seed=0, ci_duration="2h"),
+        ci_seed=1, ci_duration="2h"),
     Mutant(
         "checkpoint-save-unchecked",
         "Saving a checkpoint no longer checks its tail digest against the log's digest at its position.",
@@ -1210,7 +1210,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.agent",
         "            result = await self.tools.invoke(call, tool, args, call if idempotent else None, deadline_ms)\n",
         "            result = await self.tools.invoke(call, tool, args, call if idempotent else None)\n", AC,
-        ci_seed=0, ci_duration="30m"),
+        ci_seed=4, ci_duration="30m"),
     Mutant(
         "agent-run-clock-reset",
         "A resumed run measures its duration allowance from its own claim, not from the logged start: a run "
@@ -1333,7 +1333,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
         "                if False:\n"
         '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
-        AC, ci_seed=2, ci_duration="2h"),
+        AC, ci_seed=4, ci_duration="2h"),
     # -- progress waits (model.progress, STORE-014) ------------------------------------
     Mutant(
         "progress-read-before-register",
@@ -1396,4 +1396,76 @@ MUTANTS: tuple[Mutant, ...] = (
         "        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is not None else None\n",
         ("ledger-storm", "agent-conversations"),
         ci_seed=5, ci_duration="5m"),
+    Mutant(
+        "recovery-pass-skips-materialization",
+        "The recovery pass decides CompleteMaterialization and does not apply it (the next claim holder would never see the row, a client retry completes it later).",
+        "model.submissions",
+        '                await lifecycle.make_ready(conversation_id, sid)\n',
+        "                pass  # left to a client's retry\n",
+        ("ledger-storm", "agent-conversations"),
+        ci_seed=5, ci_duration="10m"),
+    Mutant(
+        "recovery-pass-skips-finalize",
+        "The recovery pass decides FinalizeLedgerFromHistory and does not finalize (the next claim holder would adopt the logged record).",
+        "model.submissions",
+        '                settlement = await lifecycle.adopt_logged(conversation_id, current)\n',
+        '                settlement = None  # left to the next claim holder\n',
+        ("ledger-storm", "agent-conversations"),
+        ci_seed=5, ci_duration="10m", ci_scenario="agent-conversations"),
+    Mutant(
+        "recovery-doubt-as-pending-batch",
+        "A prepared call of a non-idempotent tool nothing settled is classified as a pending tool batch (deferred), not MarkUnknown.",
+        "model.recovery_decisions",
+        '    (INPUT_APPLIED, lambda row, log, ctx: _call_in_doubt(row, log), MARK_UNKNOWN, UNKNOWN_DISPOSITION),\n',
+        '    (INPUT_APPLIED, lambda row, log, ctx: _call_in_doubt(row, log), RESUME_PENDING_TOOL_BATCH, DEFERRED),\n',
+        AC,
+        ci_seed=0, ci_duration="2h"),
+    Mutant(
+        "recovery-approval-request-as-turn-boundary",
+        "An approval requested in the log the row does not wait for is classified ResumeFromTurnBoundary, not AwaitApprovalDecision [repaired].",
+        "model.recovery_decisions",
+        '    (INPUT_APPLIED, lambda row, log, ctx: _approval_not_held(row, log), AWAIT_APPROVAL_DECISION, REPAIRED),\n',
+        '    (INPUT_APPLIED, lambda row, log, ctx: _approval_not_held(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
+        AC,
+        ci_seed=7, ci_duration="10m"),
+    Mutant(
+        "recovery-join-accounting-as-turn-boundary",
+        "A released child with no joined record is classified ResumeFromTurnBoundary, not ApplyJoinAccounting.",
+        "model.recovery_decisions",
+        '    (INPUT_APPLIED, lambda row, log, ctx: _join_unlogged(row, log), APPLY_JOIN_ACCOUNTING, REPAIRED),\n',
+        '    (INPUT_APPLIED, lambda row, log, ctx: _join_unlogged(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
+        AC,
+        ci_seed=2, ci_duration="10m"),
+    Mutant(
+        "recovery-started-child-as-turn-boundary",
+        "A started child the row does not wait on is classified ResumeFromTurnBoundary, not EnsureWaitingForChild.",
+        "model.recovery_decisions",
+        '    (INPUT_APPLIED, lambda row, log, ctx: _not_waiting(row, log), ENSURE_WAITING_FOR_CHILD, REPAIRED),\n',
+        '    (INPUT_APPLIED, lambda row, log, ctx: _not_waiting(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
+        AC,
+        ci_seed=1, ci_duration="2h"),
+    Mutant(
+        "recovery-unlinked-child-as-admission",
+        "A child admitted or attached with no started record is classified CompleteChildAdmission, not RepairSubagentStartLink.",
+        "model.recovery_decisions",
+        '    (INPUT_APPLIED, lambda row, log, ctx: _child_admitted_unlinked(row, log, ctx), REPAIR_SUBAGENT_START_LINK,\n     REPAIRED),\n',
+        '    (INPUT_APPLIED, lambda row, log, ctx: _child_admitted_unlinked(row, log, ctx), COMPLETE_CHILD_ADMISSION,\n     REPAIRED),\n',
+        AC,
+        ci_seed=2, ci_duration="2h"),
+    Mutant(
+        "recovery-reserved-child-as-pending-batch",
+        "A reserved child never admitted is classified a pending tool batch, not CompleteChildAdmission.",
+        "model.recovery_decisions",
+        '    (INPUT_APPLIED, lambda row, log, ctx: _child_not_admitted(row, log, ctx), COMPLETE_CHILD_ADMISSION, REPAIRED),\n',
+        '    (INPUT_APPLIED, lambda row, log, ctx: _child_not_admitted(row, log, ctx), RESUME_PENDING_TOOL_BATCH, DEFERRED),\n',
+        AC,
+        ci_seed=2, ci_duration="30m"),
+    Mutant(
+        "recovery-pending-batch-as-turn-boundary",
+        "A pending tool batch is classified ResumeFromTurnBoundary, not ResumePendingToolBatch.",
+        "model.recovery_decisions",
+        '    (INPUT_APPLIED, lambda row, log, ctx: _tool_batch_pending(row, log), RESUME_PENDING_TOOL_BATCH, DEFERRED),\n',
+        '    (INPUT_APPLIED, lambda row, log, ctx: _tool_batch_pending(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
+        AC,
+        ci_seed=2, ci_duration="10m"),
 )

@@ -627,6 +627,10 @@ class AgentWorker(SubmissionWorker):
         entry = (record.children or {}).get(call)  # as of the claim
         if entry is not None and entry["releasedAtMs"] is not None:
             accounting = entry["accounting"]
+            if entry["child"] is not None:
+                # Its child settled and was released before an attempt that
+                # attached it logged its start (``RepairSubagentStartLink``).
+                await self._started(conversation_id, claim, sid, call, entry["child"])
             await self._append_once(conversation_id, claim, f"subagent-{SUBAGENT_JOINED}:{call}", [
                 _joined_entry(sid, call, accounting["child"], accounting["outcome"])])
             self.failpoints.hit(SUBAGENT_JOIN_APPENDED)
@@ -652,11 +656,21 @@ class AgentWorker(SubmissionWorker):
                                    "child": admission.submission_id,
                                    "parentLink": {"submissionId": sid, "toolCallId": call}})])
             self.failpoints.hit(SUBAGENT_START_APPENDED)
+        else:
+            # Attached by an attempt that died before logging the start
+            # (``RepairSubagentStartLink``): logged now, or found logged.
+            await self._started(conversation_id, claim, sid, call, entry["child"])
         suspension = await self._parked(self.ledger.suspend(claim, (), (call,)))
         if suspension is not None:
             self.probe.emit("subagent.waiting", submission=sid, call=call, resumed=suspension.resumed)
             self.failpoints.hit(SUBAGENT_SUSPENDED)
         return PARKED
+
+    async def _started(self, conversation_id: str, claim: Any, sid: str, call: str, child: str) -> None:
+        """The ``subagent started`` record of an attached child (append-once)."""
+        await self._append_once(conversation_id, claim, f"subagent-{SUBAGENT_STARTED}:{call}", [
+            (SUBAGENT_FAMILY, {"phase": SUBAGENT_STARTED, "submissionId": sid, "call": call, "child": child,
+                               "parentLink": {"submissionId": sid, "toolCallId": call}})])
 
     async def process(self, conversation_id: str, claim: Any) -> ProcessOutcome | None:
         outcome = await super().process(conversation_id, claim)

@@ -46,7 +46,7 @@ from model.failpoints import (
     STEP_RECORDED,
     Failpoints,
 )
-from model.ledger.records import AdmissionResult, Claim, Settlement
+from model.ledger.records import AdmissionResult, Claim, Settlement, UnreadableSubmission
 # ADMISSION_PRODUCER and settle_batch_id are re-exported (their old home).
 from model.lifecycle import (  # noqa: F401
     ADMISSION_PRODUCER,
@@ -448,13 +448,16 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
         if record.conversation_id not in conversations:
             conversations.append(record.conversation_id)
     open_ids = frozenset(sid for sid in (getattr(record, "submission_id", None) for record in scan) if sid)
+    # The open child rows (parent, call): a child admitted, its parent's link not yet made.
+    parents = [getattr(record, "parent", None) for record in scan if not isinstance(record, UnreadableSubmission)]
+    admitted_children = frozenset((link.submission_id, link.tool_call_id) for link in parents if link is not None)
     for conversation_id in conversations:
         if verified is not None and conversation_id in verified:
             continue
         checkpoint = None
         rejected = None
         try:
-            if checkpoints is not None:
+            if checkpoints is not None and not _has_steps(scan, conversation_id):
                 decision = await usable_checkpoint(checkpoints, log, conversation_id, _SEQ_MAX,
                                                    engine_version=RECOVERY_ENGINE,
                                                    definition_digest=definition_digest)
@@ -469,7 +472,7 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
         except NotMaterialized:
             # Admitted, not materialized yet: nothing to verify; its rows are
             # classified with an empty history.
-            await _classify(log, ledger, probe, now_ms, conversation_id, scan, open_ids, {}, 0)
+            await _classify(log, ledger, probe, now_ms, conversation_id, scan, open_ids, {}, 0, admitted_children)
             continue
         extra: dict[str, int] = {}
         if checkpoints is not None:
@@ -498,16 +501,28 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
             facts = await _facts_after_checkpoint(log, conversation_id, scan, prefix)
         tail_seq = prefix.tail.tail_seq
         del prefix
-        await _classify(log, ledger, probe, now_ms, conversation_id, scan, open_ids, facts, tail_seq)
+        await _classify(log, ledger, probe, now_ms, conversation_id, scan, open_ids, facts, tail_seq,
+                        admitted_children)
         if verified is not None:
             verified.add(conversation_id)
     return len(conversations)
 
 
+def _has_steps(scan: Any, conversation_id: str) -> bool:
+    """Has the conversation an open row whose steps the table may read (its
+    input applied: an agent's plan is in its input record, which a scan row
+    does not carry)? Its steps' records (turns, tool calls,
+    approvals, subagents) may lie before any checkpoint: the pass reads that
+    history whole (a checkpoint's fold holds counts, not step facts)."""
+    return any(not isinstance(record, UnreadableSubmission) and record.conversation_id == conversation_id
+               and getattr(record, "input_applied", False) for record in scan)
+
+
 async def _facts_after_checkpoint(log: Any, conversation_id: str, scan: Any, prefix: Any) -> dict:
     """The facts of the conversation's open rows when the pass read only the
     records after a checkpoint: the suffix's, and for what lies before it
-    the deterministic batches looked up (within the verified tail)."""
+    the deterministic batches looked up (within the verified tail). (A
+    conversation with a row whose steps the table reads is read whole.)"""
     facts = facts_from_records(prefix.records)
     tail_seq = prefix.tail.tail_seq
     for record in scan:
@@ -527,23 +542,27 @@ async def _facts_after_checkpoint(log: Any, conversation_id: str, scan: Any, pre
 
 
 async def _classify(log: Any, ledger: Any, probe: Probe, now_ms: Callable[[], int] | None, conversation_id: str,
-                    scan: Any, open_ids: frozenset, facts: dict, tail_seq: int) -> None:
+                    scan: Any, open_ids: frozenset, facts: dict, tail_seq: int,
+                    admitted_children: frozenset = frozenset()) -> None:
     """Classify each open row of the conversation (``model.recovery_decisions``)
     against the verified prefix's ``facts``, trace the decision
     (``recovery.decision``) and apply the repairs that need no claim:
     ``CompleteMaterialization`` (admission's second half) and
     ``FinalizeLedgerFromHistory`` (the log holds the settlement: the ledger
     finalizes it). Without ``now_ms`` the pass classifies only. Each is
-    applied to the row read again just before: the scan's may be older."""
+    applied to the row read again just before: the scan's may be older.
+    ``recovery.classified`` says the conversation's rows are classified and
+    the pass's own repairs applied (``repairs``: whether it applies any)."""
     rows = [record for record in scan
             if record.conversation_id == conversation_id and getattr(record, "submission_id", None)]
     lifecycle = None if now_ms is None else SubmissionLifecycle(ledger, log, now_ms=now_ms)
     for index, row in enumerate(rows):
         sid = row.submission_id
-        context = Context(head=index == 0, open_ids=open_ids)
-        decision = classify(row, facts.get(sid, LogFacts()), context)
+        context = Context(head=index == 0, open_ids=open_ids, admitted_children=admitted_children)
+        row_log = facts.get(sid, LogFacts())
+        decision = classify(row, row_log, context)
         probe.emit("recovery.decision", submission=sid, conversation=conversation_id, decision=decision.name,
-                   disposition=decision.disposition, tail_seq=tail_seq, row=row_facts(row, context))
+                   disposition=decision.disposition, tail_seq=tail_seq, row=row_facts(row, context, row_log))
         if lifecycle is None:
             continue
         if decision.name == COMPLETE_MATERIALIZATION:
@@ -557,6 +576,7 @@ async def _classify(log: Any, ledger: Any, probe: Probe, now_ms: Callable[[], in
                 if settlement is not None:
                     probe.emit("submission.settled", submission=sid, outcome=settlement.outcome,
                                digest=settlement.record_digest, epoch=current.epoch)
+    probe.emit("recovery.classified", conversation=conversation_id, rows=len(rows), repairs=lifecycle is not None)
 
 
 async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, retry_ms: int) -> None:

@@ -108,4 +108,11 @@ def _sweep_table(body: Mapping[str, Any]) -> list[str]:
                      f"{repro.replace('|', chr(92) + '|')} |")
     if len(runs) > ROWS_MAX:
         lines.append(f"\n… and {len(runs) - ROWS_MAX} more seeds (see loomsim-report.json)")
+    decisions = body.get("recovery_decisions") or {}
+    if decisions:
+        dispositions = body.get("recovery_dispositions") or {}
+        lines += ["", "Recovery decisions over every seed "
+                  f"({', '.join(f'{cell(k)}={v}' for k, v in dispositions.items())}):", "",
+                  "| decision | count |", "| --- | ---: |"]
+        lines += [f"| {cell(name)} | {count} |" for name, count in decisions.items()]
     return lines

@@ -18,8 +18,20 @@ it); ``ApplyInput`` / ``RepairInputMarker``: its input record once in the
 log, the ledger's marker at it (unless it settled aborted before it ran);
 ``CompleteMaterialization``: it became ready (or its abort settled it);
 ``SettleAborted`` / ``PropagateChildAbort``: settled ``aborted``;
-``RepairJoinMarker`` / ``SettleJoinedWithHost``: settled with the outcome of
-its host. A submission still open at the audit is liveness's to report.
+``RepairJoinMarker``: settled with the outcome of its host;
+``AwaitApprovalDecision`` [repaired]: its row waited for each approval its
+log requested; ``ApplyJoinAccounting``: a ``joined`` record of each
+released child; ``CompleteChildAdmission`` / ``RepairSubagentStartLink``:
+each reserved child attached and started in its log;
+``EnsureWaitingForChild``: each started child waited on (the last three,
+and the approval's, of a parent that completed: a failed run stops at a step). A submission still open at the audit is liveness's to report.
+
+The repairs the pass applies itself (``CompleteMaterialization``,
+``FinalizeLedgerFromHistory``) are checked when the pass says it is done
+with the conversation (``recovery.classified``), not at the audit: the row
+is ready / settled then, before any claim holder could have done it
+instead (the next holder reaches the same end, so only then can a pass that
+skipped its own repair be told apart).
 
 Online, from the trace: a settlement record appended under another epoch
 than the one its record was reserved under is a successor's repair
@@ -32,7 +44,8 @@ epoch of each open reservation.
 """
 from __future__ import annotations
 
-from faults.events import ERROR, LedgerFinalizeSettlement, LedgerReserveSettlement, LogAppend, RecoveryDecision
+from faults.events import (ERROR, LedgerFinalizeSettlement, LedgerReserveSettlement, LogAppend, RecoveryClassified,
+                           RecoveryDecision)
 from model.canonical import digest
 from sim.invariants import Checker
 
@@ -59,15 +72,117 @@ def _store_state(row) -> str:
     return "ready" if row.ready else "admitted"
 
 
-def expected_decision(row: dict, has_input: bool, has_settlement: bool) -> tuple[str, str]:
-    """This oracle's table: (decision, disposition) for what the pass read."""
+_TOOLS = ("tool", "tool-once")
+# The repairs the recovery pass applies itself (no claim).
+_PASS_APPLIES = ("CompleteMaterialization", "FinalizeLedgerFromHistory")
+_NO_FACTS: dict = {}
+
+
+def log_facts(records, tail_seq: int) -> dict[str, dict]:
+    """Per submission, what the log through ``tail_seq`` says (this oracle's
+    own reading): ``input``, ``settlement``; ``steps`` (its steps recorded);
+    ``turns`` (the steps whose model response is logged); ``tools_settled``
+    (the steps a tool call settled); ``in_doubt`` (non-idempotent calls
+    prepared, never settled); ``approvals_requested`` (requested, never
+    decided); ``subagents_{requested,started,joined}`` (calls)."""
+    out: dict[str, dict] = {}
+    prepared: dict[str, set] = {}
+    settled_calls: dict[str, set] = {}
+    asked: dict[str, set] = {}
+    answered: dict[str, set] = {}
+
+    def of(sid: str) -> dict:
+        return out.setdefault(sid, {"input": False, "plan": [], "settlement": False, "steps": 0, "turns": set(),
+                                    "tools_settled": set(), "in_doubt": set(), "approvals_requested": set(),
+                                    "subagents_requested": set(), "subagents_started": set(),
+                                    "subagents_joined": set()})
+
+    for record in records:
+        if record.seq > tail_seq:
+            break
+        family, payload = record.envelope.family, record.envelope.payload
+        if not isinstance(payload, dict):
+            continue
+        if family == "model-completed" and isinstance(payload.get("call"), str) and "/s" in payload["call"]:
+            owner, _, index = payload["call"].rpartition("/s")
+            if index.isdigit():
+                of(owner)["turns"].add(int(index))
+            continue
+        sid = payload.get("submissionId")
+        if not isinstance(sid, str):
+            continue
+        facts = of(sid)
+        phase, call = payload.get("phase"), payload.get("call")
+        if family == "input":
+            facts["input"] = True
+            request = payload.get("input")
+            if isinstance(request, dict) and isinstance(request.get("plan"), list):
+                facts["plan"] = list(request["plan"])
+        elif family == "submission-settled":
+            facts["settlement"] = True
+        elif family == "model-output" and isinstance(payload.get("step"), int):
+            facts["steps"] = max(facts["steps"], payload["step"] + 1)
+        elif family == "tool-call" and phase == "prepared" and payload.get("idempotent") is False:
+            prepared.setdefault(sid, set()).add(call)
+        elif family == "tool-call" and phase == "settled":
+            settled_calls.setdefault(sid, set()).add(call)
+            step = call.rpartition("/s")[2].split(".")[0] if isinstance(call, str) else ""
+            if step.isdigit():
+                facts["tools_settled"].add(int(step))
+        elif family == "tool-call" and phase == "approval-requested":
+            asked.setdefault(sid, set()).add(call)
+        elif family == "tool-call" and phase == "approval-decided":
+            answered.setdefault(sid, set()).add(call)
+        elif family == "subagent" and phase in ("requested", "started", "joined"):
+            facts[f"subagents_{phase}"].add(call)
+    for sid, calls in prepared.items():
+        of(sid)["in_doubt"] = calls - settled_calls.get(sid, set())
+    for sid, calls in asked.items():
+        of(sid)["approvals_requested"] = calls - answered.get(sid, set())
+    return out
+
+
+def _input_applied_decision(row: dict, log: dict) -> tuple[str, str]:
+    """An input-applied row without an abort intent: where its next step stands."""
+    children = row.get("childCalls", {})
+    if set(log.get("in_doubt", ())) - set(row.get("unknownCalls", ())):
+        return "MarkUnknown", _UNKNOWN
+    if set(log.get("approvals_requested", ())) - set(row.get("approvalCalls", ())):
+        return "AwaitApprovalDecision", _REPAIRED
+    joined, started = set(log.get("subagents_joined", ())), set(log.get("subagents_started", ()))
+    if any(e["released"] and e["child"] and call not in joined for call, e in children.items()):
+        return "ApplyJoinAccounting", _REPAIRED
+    waiting = {call: e for call, e in children.items() if not e["released"]}
+    if any(call in started and not e["awaited"] for call, e in waiting.items()):
+        return "EnsureWaitingForChild", _REPAIRED
+    if any(call not in started and (e["child"] or e["admitted"]) for call, e in waiting.items()):
+        return "RepairSubagentStartLink", _REPAIRED
+    if any(call not in started for call in waiting):
+        return "CompleteChildAdmission", _REPAIRED
+    if set(log.get("subagents_requested", ())) - set(children):
+        return "ResumePendingToolBatch", _DEFERRED
+    plan, at = log.get("plan", []), log.get("steps", 0)
+    if at < len(plan):
+        if plan[at] in _TOOLS and at not in log.get("tools_settled", ()):
+            return "ResumePendingToolBatch", _DEFERRED
+        if plan[at] == "model" and at in log.get("turns", ()) and at + 1 < len(plan) and plan[at + 1] in _TOOLS:
+            return "ResumePendingToolBatch", _DEFERRED
+    return "ResumeFromTurnBoundary", _DEFERRED
+
+
+def expected_decision(row: dict, log: dict) -> tuple[str, str] | None:
+    """This oracle's table: (decision, disposition) for what the pass read
+    (``row``) and what the log says of the submission (``log``: ``log_facts``'s);
+    None for a row no pass can meet (a settled one; a joined one whose host
+    is not open: the host's finalize settles its followers with it)."""
+    has_input, has_settlement = log.get("input", False), log.get("settlement", False)
     state = row["state"]
     if state == "unreadable":
         return "HoldUnreadableRow", _UNKNOWN
     if state in ("joining", "joined"):
         if state == "joining":
             return ("RepairJoinMarker" if has_input else "RevertJoining"), _REPAIRED
-        return ("AwaitHostSettlement", _DEFERRED) if row["hostOpen"] else ("SettleJoinedWithHost", _REPAIRED)
+        return ("AwaitHostSettlement", _DEFERRED) if row["hostOpen"] else None
     if has_settlement:  # the canonical record wins over the row
         return "FinalizeLedgerFromHistory", _REPAIRED
     if state == "admitted":
@@ -83,7 +198,7 @@ def expected_decision(row: dict, has_input: bool, has_settlement: bool) -> tuple
     if state in ("input-applied", "suspended", "unknown") and row["aborting"]:
         return ("PropagateChildAbort" if row["children"] else "SettleAborted"), _REPAIRED
     if state == "input-applied":
-        return "ResumeFromTurnBoundary", _DEFERRED
+        return _input_applied_decision(row, log)
     if state == "unknown":
         return "AwaitUnknownResolution", _UNKNOWN
     if state == "suspended":
@@ -92,19 +207,23 @@ def expected_decision(row: dict, has_input: bool, has_settlement: bool) -> tuple
         if row["childSettled"]:
             return "ResumeWaitingParent", _REPAIRED
         return "AwaitChildSettlement", _DEFERRED
-    return "AlreadySettled", "none"
+    return None  # settled: the scan returns open rows only
 
 
 class RecoveryDecisions(Checker):
     name = "recovery-decisions"
-    kinds = (RecoveryDecision.kind, LedgerReserveSettlement.kind, LedgerFinalizeSettlement.kind, LogAppend.kind)
+    kinds = (RecoveryDecision.kind, RecoveryClassified.kind, LedgerReserveSettlement.kind,
+             LedgerFinalizeSettlement.kind, LogAppend.kind)
 
     def __init__(self) -> None:
         super().__init__()
         # conversation -> {submission: decisions (repaired) it was given}
         self._repaired: dict[str, dict[str, set[str]]] = {}
         self._facts_key: tuple[str, int] | None = None
-        self._facts: dict[str, tuple[bool, bool]] = {}
+        self._facts: dict[str, dict] = {}
+        # (process, conversation) -> the repairs a pass applies itself that it decided, until it says
+        # the conversation is done (``recovery.classified``).
+        self._by_pass: dict[tuple[str, str], list[tuple[str, str]]] = {}
         # Open reservations: submission -> the epoch it was reserved under; and
         # the submissions whose AppendReservedSettlement annotation reached the log.
         self._reserved_at: dict[str, int] = {}
@@ -115,25 +234,15 @@ class RecoveryDecisions(Checker):
         changes: read once per conversation group of a pass)."""
         if self._facts_key == (conversation, tail_seq):
             return
-        facts: dict[str, list[bool]] = {}
-        for record in self.view.log_records(conversation):
-            if record.seq > tail_seq:
-                break
-            payload = record.envelope.payload
-            sid = payload.get("submissionId") if isinstance(payload, dict) else None
-            if not isinstance(sid, str):
-                continue
-            entry = facts.setdefault(sid, [False, False])
-            if record.envelope.family == "input":
-                entry[0] = True
-            elif record.envelope.family == "submission-settled":
-                entry[1] = True
-        self._facts = {sid: (entry[0], entry[1]) for sid, entry in facts.items()}
+        self._facts = log_facts(self.view.log_records(conversation), tail_seq)
         self._facts_key = (conversation, tail_seq)
 
     def on_event(self, event: tuple) -> None:
         fields = event[4]
         kind = event[3]
+        if kind == RecoveryClassified.kind:
+            self._on_classified(event[2], fields)
+            return
         if kind != RecoveryDecision.kind:
             self._on_settlement_event(kind, fields)
             return
@@ -141,13 +250,15 @@ class RecoveryDecisions(Checker):
         row = fields[RecoveryDecision.row]
         decision = (fields[RecoveryDecision.decision], fields[RecoveryDecision.disposition])
         self._read(conversation, fields[RecoveryDecision.tail_seq])
-        has_input, has_settlement = self._facts.get(sid, (False, False))
+        facts = self._facts.get(sid, _NO_FACTS)
+        has_input, has_settlement = facts.get("input", False), facts.get("settlement", False)
         self.checks += 1
-        wanted = expected_decision(row, has_input, has_settlement)
+        wanted = expected_decision(row, facts)
         if decision != wanted:
+            implied = "a row no pass can meet" if wanted is None else f"{wanted[0]} [{wanted[1]}]"
             self.fail(f"{sid}: recovery decided {decision[0]} [{decision[1]}] for a {row['state']} row "
                       f"(log through seq {fields[RecoveryDecision.tail_seq]}: input {has_input}, settlement "
-                      f"{has_settlement}); its row and prefix imply {wanted[0]} [{wanted[1]}]", (sid,))
+                      f"{has_settlement}); its row and prefix imply {implied}", (sid,))
         stored = next((r for r in self.view.submissions(conversation) if r.submission_id == sid), None)
         if stored is not None and row["state"] != "unreadable":
             self.checks += 1
@@ -160,6 +271,29 @@ class RecoveryDecisions(Checker):
                 self.fail(f"{sid}: the decision's row holds an abort intent the ledger's row does not", (sid,))
         if decision[1] == _REPAIRED:
             self._repaired.setdefault(conversation, {}).setdefault(sid, set()).add(decision[0])
+            if decision[0] in _PASS_APPLIES:
+                self._by_pass.setdefault((event[2], conversation), []).append((sid, decision[0]))
+
+    def _on_classified(self, actor: str, fields: dict) -> None:
+        """The pass says the conversation's rows are classified and its own
+        repairs applied: each is in the ledger now, before any claim could
+        have done it instead."""
+        pending = self._by_pass.pop((actor, fields[RecoveryClassified.conversation]), ())
+        if not pending or not fields[RecoveryClassified.repairs]:
+            return
+        rows = {row.submission_id: row for row in self.view.submissions(fields[RecoveryClassified.conversation])}
+        for sid, decision in pending:
+            row = rows.get(sid)
+            if row is None:
+                continue  # gone with its conversation
+            self.checks += 1
+            if decision == "CompleteMaterialization" and not row.ready and row.settled_at_ms is None:
+                self.fail(f"{sid}: the recovery pass decided CompleteMaterialization and finished the "
+                          f"conversation with the row still not ready", (sid,))
+            elif decision == "FinalizeLedgerFromHistory" and row.settled_at_ms is None \
+                    and row.reserved_digest is not None:
+                self.fail(f"{sid}: the recovery pass decided FinalizeLedgerFromHistory and finished the "
+                          f"conversation with the row still not settled", (sid,))
 
     def _on_settlement_event(self, kind: str, fields: dict) -> None:
         """A reserved record appended under another epoch than its
@@ -226,6 +360,36 @@ class RecoveryDecisions(Checker):
                     self.fail(f"{sid}: recovery decided {decision}, but {problem}", (sid,))
 
     @staticmethod
+    def _subagent_repair_missing(decision: str, row, logged: dict) -> str | None:
+        """A subagent repair shows in the settled parent: each released
+        child's outcome joined in its log (``ApplyJoinAccounting``), each
+        reserved child admitted, attached and started in its log
+        (``CompleteChildAdmission``, ``RepairSubagentStartLink``), each
+        started child waited on or released (``EnsureWaitingForChild``) — a
+        completed parent's (a failed run stops at a step; an aborted one's
+        abort releases its orphans and joins the rest)."""
+        phases: dict[str, set] = {}
+        for record in logged.get("subagent", []):
+            phases.setdefault(record.envelope.payload.get("phase"), set()).add(record.envelope.payload.get("call"))
+        children = row.children or {}
+        if row.outcome == "failed":
+            return None  # its run stopped at a step (its clock, a rejection): the later steps never ran
+        if decision == "ApplyJoinAccounting":
+            unjoined = sorted(call for call, entry in children.items() if entry["releasedAtMs"] is not None
+                              and entry["child"] is not None and call not in phases.get("joined", set()))
+            return f"the log holds no joined record of its released child {unjoined[0]}" if unjoined else None
+        if row.outcome != "completed":
+            return None
+        if decision == "EnsureWaitingForChild":
+            idle = sorted(call for call, entry in children.items()
+                          if call in phases.get("started", set()) and not entry["awaited"]
+                          and entry["releasedAtMs"] is None)
+            return f"it never waited for its started child {idle[0]}" if idle else None
+        unlinked = sorted(call for call, entry in children.items()
+                          if entry["child"] is None or call not in phases.get("started", set()))
+        return f"its child of {unlinked[0]} was never attached and started" if unlinked else None
+
+    @staticmethod
     def _repair_missing(decision: str, row, rows: dict, logged: dict) -> str | None:
         settled = logged.get("submission-settled", [])
         inputs = logged.get("input", [])
@@ -253,7 +417,16 @@ class RecoveryDecisions(Checker):
         elif decision in ("SettleAborted", "PropagateChildAbort"):
             if row.outcome != "aborted":
                 return f"it settled {row.outcome!r}"
-        elif decision in ("RepairJoinMarker", "SettleJoinedWithHost"):
+        elif decision == "AwaitApprovalDecision":  # the successor suspended for each request
+            requested = [r.envelope.payload.get("call") for r in logged.get("tool-call", [])
+                         if r.envelope.payload.get("phase") == "approval-requested"]
+            missing = sorted(call for call in requested if call not in (row.approvals or {}))
+            if missing and row.outcome == "completed":  # a failed or aborted run may stop before it
+                return f"its row never waited for the approval of {missing[0]}"
+        elif decision in ("ApplyJoinAccounting", "EnsureWaitingForChild", "RepairSubagentStartLink",
+                          "CompleteChildAdmission"):
+            return RecoveryDecisions._subagent_repair_missing(decision, row, logged)
+        elif decision == "RepairJoinMarker":
             host = rows.get(row.join_host) if row.join_host is not None else None
             if row.join_host is not None and host is not None and host.outcome != row.outcome:
                 return f"it settled {row.outcome!r}, its host {host.outcome!r}"

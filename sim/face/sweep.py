@@ -639,6 +639,8 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
     failpoints_on: dict[str, int] = {}    # seeds that enabled it
     failpoint_hits_on: dict[str, int] = {}  # hits in the seeds that enabled it
     checks: dict[str, int] = {}
+    decisions: dict[str, int] = {}  # recovery decisions, summed over seeds
+    dispositions: dict[str, int] = {}
     sometimes: dict[str, int] = {name: 0 for name in scenario.sometimes}
     failing, errors = [], []
     counts = {"pass": 0, "detected": 0, NOT_EXERCISED: 0, "fail": 0, "error": 0}
@@ -668,6 +670,10 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
             sometimes[name] = sometimes.get(name, 0) + (1 if held else 0)
         for name, count in (result.get("invariants") or {}).items():
             checks[name] = checks.get(name, 0) + count
+        stats = result.get("stats") or {}
+        for total, key in ((decisions, "recovery_decisions"), (dispositions, "recovery_dispositions")):
+            for name, count in (stats.get(key) or {}).items():
+                total[name] = total.get(name, 0) + count
         if status == "fail":
             failing.append({"scenario": scenario.name, "seed": result["seed"], "beyond": bool(result.get("beyond")),
                             **_first_failure(result), "repro_command": result["repro_command"],
@@ -709,6 +715,9 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
         "sometimes_reached": sometimes,
         "sometimes_never": [name for name, n in sometimes.items() if n == 0],
         "invariant_checks": checks,
+        # The recovery passes' decisions over its seeds (``model.recovery_decisions``): by name, by disposition.
+        "recovery_decisions": dict(sorted(decisions.items())),
+        "recovery_dispositions": dict(sorted(dispositions.items())),
         "coverage_gaps": gaps,
     }
 
@@ -776,10 +785,29 @@ def summarize_sweep(per_scenario: Sequence[Mapping[str, Any]], *, wall_s: float,
         "error_runs": [e for s in per_scenario for e in s["error_runs"]],
         "coverage_gaps": [g for s in per_scenario for g in s["coverage_gaps"]],
         "scenarios": {s["scenario"]: dict(s) for s in per_scenario},
+        "recovery_decisions": _sum_counts(s.get("recovery_decisions") for s in per_scenario),
+        "recovery_dispositions": _sum_counts(s.get("recovery_dispositions") for s in per_scenario),
     })
     if len(per_scenario) == 1:
         summary.update({key: per_scenario[0][key] for key in SCENARIO_KEYS})
     return summary
+
+
+def _sum_counts(parts: Any) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for part in parts:
+        for name, count in (part or {}).items():
+            total[name] = total.get(name, 0) + count
+    return dict(sorted(total.items()))
+
+
+def render_decisions(counts: Mapping[str, Any]) -> str | None:
+    """``recovery decisions: A=n, ... (repaired=n, ...)``, or None without any."""
+    decisions = counts.get("recovery_decisions")
+    if not decisions:
+        return None
+    by_disposition = ", ".join(f"{k}={v}" for k, v in (counts.get("recovery_dispositions") or {}).items())
+    return f"recovery decisions: {', '.join(f'{k}={v}' for k, v in decisions.items())} ({by_disposition})"
 
 
 # -- the human summary -------------------------------------------------------------------
@@ -816,6 +844,9 @@ def render_scenario(s: Mapping[str, Any]) -> list[str]:
                  f"switched off by the swarm in every seed: {', '.join(s['switched_off']) or 'none'}")
     reached = ", ".join(f"{k} in {n}" for k, n in s["sometimes_reached"].items())
     lines.append(f"  sometimes (seeds reaching each): {reached or 'none declared'}")
+    decided = render_decisions(s)
+    if decided:
+        lines.append(f"  {decided} over its seeds")
     return lines
 
 
@@ -829,6 +860,9 @@ def render(summary: Mapping[str, Any]) -> str:
     many = len(summary["scenarios"]) > 1
     what = f"sweep of {len(summary['scenarios'])} scenarios" if many else "sweep"
     lines.append(f"{what}: {_counts(summary)} in {summary['wall_s']:.1f}s ({summary['jobs']} jobs)")
+    decided = render_decisions(summary)
+    if decided and many:
+        lines.append(f"{decided} over every seed")
     if summary["budget_stopped"]:
         lines.append(f"time budget {summary['time_budget_s']:g}s spent (at {summary['budget_stopped_at_s']:.1f}s): "
                      f"stopped starting seeds; ran {summary['ran']} of {summary['seeds']} seeds")
