@@ -499,6 +499,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "    refuse_settled(row)\n", ("port-storm",),
         ci_seed=2, ci_duration="1m"),
     Mutant(
+        "ledger-queued-abort-settles-alone",
+        "An abort of a queued (ready, never claimed) submission settles it aborted in the ledger alone, at "
+        "once, as one never ready: no abort or settlement record ever reaches its log.",
+        "model.ledger.rules",
+        "    if after == SETTLED:\n        # Admitted, never ready:",
+        "    if after == SETTLED or row.epoch is None:\n        # Admitted, never ready:",
+        ("ledger-storm", "agent-conversations", "port-storm"), ci_seed=3, ci_duration="30s", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-queued-abort-needs-ownership",
+        "A queued submission's aborted reservation is fenced like any other (the QueuedAbort authority is "
+        "gone): its aborter is refused and it waits for a claim behind its lane's head.",
+        "model.ledger.rules",
+        "    if row is None or outcome != ABORTED or not queued_abort(row):\n        row = check_token(row, token)\n",
+        "    row = check_token(row, token)\n",
+        ("ledger-storm", "agent-conversations", "port-storm"), ci_seed=3, ci_duration="30s", ci_scenario="port-storm"),
+    Mutant(
         "ledger-resolve-settled-recorded",
         "A resolution of an unknown call after its submission settled is recorded instead of "
         "SettlementConflict naming the settled outcome.",
@@ -680,10 +696,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "An append at an epoch above the conversation's takes the log over (as materialize does) instead of "
         "being fenced: the old rule, not the peer's exact-epoch rule.",
         "model.conversation.rules",
-        "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n"
-        "    if request.producer_id != conversation.producer_id:\n",
-        "    if request.epoch < conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n"
-        "    if request.epoch == conversation.epoch and request.producer_id != conversation.producer_id:\n",
+        "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
+        "    if request.epoch < conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
         ("port-storm",),
         ci_seed=1, ci_duration="1m"),
     Mutant(
@@ -733,14 +747,25 @@ MUTANTS: tuple[Mutant, ...] = (
         '        raise ValueError(f"limit must be in 1..{PAGE_SIZE_MAX}, got {limit}")\n',
         ("port-storm",), ci_seed=1, ci_duration="1m"),
     Mutant(
-        "log-append-epoch-shared",
-        "Append lets another producer write at the conversation's current epoch (the same-epoch producer "
-        "check is gone).",
+        "log-append-refuses-administrative-producer",
+        "Append fences another producer at the conversation's current epoch (the producer's identity checked "
+        "as well as its epoch), so a queued abort's administrative append is refused.",
         "model.conversation.rules",
+        "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
+        "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n"
         "    if request.producer_id != conversation.producer_id:\n"
-        '        raise FenceRejected(cid, request.epoch, conversation.epoch, f"epoch held by producer {conversation.producer_id!r}")\n',
-        "", ALL,
-        ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+        "        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
+        ("ledger-storm", "agent-conversations", "port-storm"), ci_seed=2, ci_duration="1m"),
+    Mutant(
+        "lifecycle-administrative-append-takes-over",
+        "A queued abort's aborter takes the log over at the next epoch before its append instead of appending "
+        "at the current one, fencing the lane's running owner.",
+        "model.lifecycle",
+        "            try:\n                if tail.tail_seq == 0:",
+        "            await self.log.materialize(conversation_id, producer_id, tail.epoch + 1)\n"
+        "            tail = ConversationTail(tail.tail_seq, tail.tail_digest, tail.epoch + 1)\n"
+        "            try:\n                if tail.tail_seq == 0:",
+        ("ledger-storm", "agent-conversations"), ci_seed=7, ci_duration="30s"),
     Mutant(
         "log-materialize-epoch-back",
         "Materialize lets any other epoch take the conversation over, a lower one included, so a stale owner "

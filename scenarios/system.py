@@ -479,11 +479,11 @@ class System:
                     continue
                 # Unsettled work may hold a reservation the log has not seen
                 # yet; only what the log settled is canonical. A submission
-                # settled by its abort intent alone (never claimed) has no
+                # settled by its abort intent alone (never ready) has no
                 # record in the log: its record envelope is the ledger's,
                 # created when the intent settled it, a time no log holds.
                 settled = original.outcome is not None and not (
-                    original.epoch is None and original.abort_author is not None)
+                    original.epoch is None and original.abort_author is not None and not original.ready)
                 if (copy.queue_seq, copy.outcome, copy.reserved_digest if settled else None) != (
                         original.queue_seq, original.outcome, original.reserved_digest if settled else None):
                     mismatches.append(original.submission_id)

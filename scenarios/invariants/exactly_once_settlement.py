@@ -34,8 +34,10 @@ def record_digest_of(envelope: dict) -> str:
 
 
 def settled_by_abort(record) -> bool:
-    """A submission its abort intent settled before it was ever claimed."""
-    return record.outcome == "aborted" and record.epoch is None and record.abort_author is not None
+    """A submission its abort intent settled before it was ever ready (a
+    queued one's abort settles through the log)."""
+    return (record.outcome == "aborted" and record.epoch is None and record.abort_author is not None
+            and not record.ready)
 from sim.invariants import Checker
 
 if TYPE_CHECKING:
@@ -64,7 +66,7 @@ class ExactlyOnceSettlement(Checker):
         if ERROR in fields:
             return
         if kind == LedgerRequestAbort.kind:
-            # An intent that settled a never-claimed submission: settled
+            # An intent that settled a never-ready submission: settled
             # without the log (nothing of it is there, nor may be).
             if fields[LedgerRequestAbort.settled_at_ms] is not None and not fields[LedgerRequestAbort.replayed]:
                 self.checks += 1
