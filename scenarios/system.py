@@ -482,8 +482,11 @@ class System:
                 # settled by its abort intent alone (never ready) has no
                 # record in the log: its record envelope is the ledger's,
                 # created when the intent settled it, a time no log holds.
+                # (Never claimed: a queued abort's record is in the log, but
+                # the row does not say which of the two it was, since a
+                # retried admission marks a settled row ready.)
                 settled = original.outcome is not None and not (
-                    original.epoch is None and original.abort_author is not None and not original.ready)
+                    original.epoch is None and original.abort_author is not None)
                 if (copy.queue_seq, copy.outcome, copy.reserved_digest if settled else None) != (
                         original.queue_seq, original.outcome, original.reserved_digest if settled else None):
                     mismatches.append(original.submission_id)
