@@ -405,12 +405,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "            raise AbortRequested(row.submission_id, row.abort_author, row.abort_reason, outcome)\n",
         "", LS_PS, ci_seed=0, ci_duration="5m"),
     Mutant(
-        "ledger-abort-waits-for-head",
-        "Only an unready (unknown) head is settled by its abort intent at once; a ready queued submission "
-        "with an intent waits for the head of its lane behind unrelated work.",
-        "model.ledger.rules", "    if after == SETTLED:\n", "    if after == SETTLED and state == ADMITTED:\n",
-        LS_PS, ci_seed=0, ci_duration="5m"),
-    Mutant(
         "ledger-unknown-head-claimable",
         "A head whose tool call's outcome is unknown is claimable like any other, so its next owner replays "
         "the uncertain tool instead of waiting for a resolution.",
@@ -491,7 +485,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ci_seed=5, ci_duration="30s"),
     Mutant(
         "ledger-abort-queued-repeat-conflicts",
-        "A repeated abort of a submission its first abort settled before it was ever claimed is "
+        "A repeated abort of a submission its first abort settled before it was ever ready is "
         "SettlementConflict instead of that first intent.",
         "model.ledger.rules",
         "    if not settled_by_abort(row):  # settled by its own intent: that intent replays\n"
@@ -1302,7 +1296,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    (TERMINALIZING, lambda row, log, ctx: True, APPEND_RESERVED_SETTLEMENT, REPAIRED),\n",
         "    (TERMINALIZING, lambda row, log, ctx: True, FINALIZE_LEDGER_FROM_HISTORY, REPAIRED),\n",
         ("ledger-storm", "agent-conversations"),
-        ci_seed=3, ci_duration="10m", ci_scenario="agent-conversations"),
+        ci_seed=5, ci_duration="10m", ci_scenario="agent-conversations"),
     Mutant(
         "recovery-annotates-the-logged-case",
         "The claim holder writes the AppendReservedSettlement repair annotation when the reserved record is "

@@ -1240,8 +1240,9 @@ def decide_begin_join(
         if row.join_host == host.submission_id:
             mine.append(row.submission_id)
             continue
+        # (an aborting one is a gap: it settles aborted, never with the host)
         if len(mine) + len(taken) >= limit or state_of(row) != READY or row.abort_author is not None:
-            break  # an aborting one settles aborted, never with the host
+            break
         taken.append(row)
     if not taken:
         return JoinBatch(host.submission_id, tuple(mine), True), None, []
