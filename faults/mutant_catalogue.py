@@ -491,7 +491,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if not settled_by_abort(row):  # settled by its own intent: that intent replays\n"
         "        refuse_settled(row)\n",
         "    refuse_settled(row)\n", ("port-storm",),
-        ci_seed=2, ci_duration="1m"),
+        ci_seed=1, ci_duration="1m"),
     Mutant(
         "ledger-queued-abort-settles-alone",
         "An abort of a queued (ready, never claimed) submission settles it aborted in the ledger alone, at "
@@ -1305,5 +1305,5 @@ MUTANTS: tuple[Mutant, ...] = (
         "        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is None else None\n",
         "        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is not None else None\n",
         ("ledger-storm", "agent-conversations"),
-        ci_seed=5, ci_duration="5m"),
+        ci_seed=5, ci_duration="15m"),
 )
