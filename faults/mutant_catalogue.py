@@ -562,7 +562,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.lifecycle",
         "                              schema_version=entry[\"schemaVersion\"], created_at_ms=entry[\"createdAtMs\"],\n",
         "                              schema_version=entry[\"schemaVersion\"], created_at_ms=created_at_ms,\n",
-        BOTH, ci_seed=5, ci_duration="90s", ci_scenario="ledger-storm"),
+        BOTH, ci_seed=0, ci_duration="30m", ci_scenario="ledger-storm"),
     Mutant(
         "ledger-settlement-without-receipt",
         "A first finalize answers the settlement without the admission's receipt.",
