@@ -834,7 +834,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                raise HistoryCorrupted(conversation_id, expected, record.seq, "non-contiguous page")\n'
         "        if len(got) != want:\n",
         "        if not got or got[-1].seq != after_seq + want:\n", LS_PS,
-        ci_seed=10, ci_duration="30m"),
+        ci_seed=10, ci_duration="1h"),
     Mutant(
         "log-chain-gap-regrouped",
         "Recomputing the digest chain regroups records by batch id alone and ignores their sequence numbers, "
