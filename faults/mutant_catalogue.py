@@ -823,7 +823,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        records.extend(got)\n        if len(got) < want:\n            break  # a short page: the end of history\n"
         "    recomputed = recompute_chain(conversation_id, records, start_seq + 1, after_digest)\n"
         "    if len(records) == total - start_seq and recomputed != tail.tail_digest:\n", LS_PS,
-        ci_seed=3, ci_duration="15m", ci_scenario="port-storm"),
+        ci_seed=0, ci_duration="30m", ci_scenario="port-storm"),
     Mutant(
         "log-gap-accepted",
         "The recovery read's page check looks only at the last sequence number a page reaches, so a page "
