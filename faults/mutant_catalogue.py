@@ -433,12 +433,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "            raise AbortRequested(row.submission_id, row.abort_author, row.abort_reason, outcome)\n",
         "", LS_PS, ci_seed=0, ci_duration="5m"),
     Mutant(
-        "ledger-abort-waits-for-head",
-        "Only an unready (unknown) head is settled by its abort intent at once; a ready queued submission "
-        "with an intent waits for the head of its lane behind unrelated work.",
-        "model.ledger.rules", "    if after == SETTLED:\n", "    if after == SETTLED and state == ADMITTED:\n",
-        LS_PS, ci_seed=0, ci_duration="5m"),
-    Mutant(
         "ledger-unknown-head-claimable",
         "A head whose tool call's outcome is unknown is claimable like any other, so its next owner replays "
         "the uncertain tool instead of waiting for a resolution.",
@@ -535,13 +529,29 @@ MUTANTS: tuple[Mutant, ...] = (
         ci_seed=5, ci_duration="30s"),
     Mutant(
         "ledger-abort-queued-repeat-conflicts",
-        "A repeated abort of a submission its first abort settled before it was ever claimed is "
+        "A repeated abort of a submission its first abort settled before it was ever ready is "
         "SettlementConflict instead of that first intent.",
         "model.ledger.rules",
         "    if not settled_by_abort(row):  # settled by its own intent: that intent replays\n"
         "        refuse_settled(row)\n",
         "    refuse_settled(row)\n", ("port-storm",),
-        ci_seed=2, ci_duration="1m"),
+        ci_seed=1, ci_duration="1m"),
+    Mutant(
+        "ledger-queued-abort-settles-alone",
+        "An abort of a queued (ready, never claimed) submission settles it aborted in the ledger alone, at "
+        "once, as one never ready: no abort or settlement record ever reaches its log.",
+        "model.ledger.rules",
+        "    if after == SETTLED:\n        # Admitted, never ready:",
+        "    if after == SETTLED or row.epoch is None:\n        # Admitted, never ready:",
+        ("ledger-storm", "agent-conversations", "port-storm"), ci_seed=3, ci_duration="30s", ci_scenario="port-storm"),
+    Mutant(
+        "ledger-queued-abort-needs-ownership",
+        "A queued submission's aborted reservation is fenced like any other (the QueuedAbort authority is "
+        "gone): its aborter is refused and it waits for a claim behind its lane's head.",
+        "model.ledger.rules",
+        "    if row is None or outcome != ABORTED or not queued_abort(row):\n        row = check_token(row, token)\n",
+        "    row = check_token(row, token)\n",
+        ("ledger-storm", "agent-conversations", "port-storm"), ci_seed=3, ci_duration="30s", ci_scenario="port-storm"),
     Mutant(
         "ledger-resolve-settled-recorded",
         "A resolution of an unknown call after its submission settled is recorded instead of "
@@ -631,7 +641,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.lifecycle",
         "                              schema_version=entry[\"schemaVersion\"], created_at_ms=entry[\"createdAt\"],\n",
         "                              schema_version=entry[\"schemaVersion\"], created_at_ms=created_at_ms,\n",
-        BOTH, ci_seed=5, ci_duration="90s", ci_scenario="ledger-storm"),
+        BOTH, ci_seed=0, ci_duration="30m", ci_scenario="ledger-storm"),
     Mutant(
         "ledger-settlement-without-receipt",
         "A first finalize answers the settlement without the admission's receipt.",
@@ -717,7 +727,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The worker appends the input record of a submission whose abort intent was already durable when it "
         "claimed it (aborted before its input ever reached the log).",
         "model.submissions", "        if not record.input_applied and not aborted:\n",
-        "        if not record.input_applied:\n", LS, ci_seed=0, ci_duration="4h"),
+        "        if not record.input_applied:\n", LS, ci_seed=6, ci_duration="4h"),
     Mutant(
         "worker-skips-takeover",
         "The worker never takes the log over at its claim's epoch (its first append would), so until then a "
@@ -766,10 +776,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "An append at an epoch above the conversation's takes the log over (as materialize does) instead of "
         "being fenced: the old rule, not the peer's exact-epoch rule.",
         "model.conversation.rules",
-        "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n"
-        "    if request.producer_id != conversation.producer_id:\n",
-        "    if request.epoch < conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n"
-        "    if request.epoch == conversation.epoch and request.producer_id != conversation.producer_id:\n",
+        "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
+        "    if request.epoch < conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
         ("port-storm",),
         ci_seed=1, ci_duration="1m"),
     Mutant(
@@ -819,14 +827,25 @@ MUTANTS: tuple[Mutant, ...] = (
         '        raise ValueError(f"limit must be in 1..{PAGE_SIZE_MAX}, got {limit}")\n',
         ("port-storm",), ci_seed=1, ci_duration="1m"),
     Mutant(
-        "log-append-epoch-shared",
-        "Append lets another producer write at the conversation's current epoch (the same-epoch producer "
-        "check is gone).",
+        "log-append-refuses-administrative-producer",
+        "Append fences another producer at the conversation's current epoch (the producer's identity checked "
+        "as well as its epoch), so a queued abort's administrative append is refused.",
         "model.conversation.rules",
+        "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
+        "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n"
         "    if request.producer_id != conversation.producer_id:\n"
-        '        raise FenceRejected(cid, request.epoch, conversation.epoch, f"epoch held by producer {conversation.producer_id!r}")\n',
-        "", ALL,
-        ci_seed=1, ci_duration="5m", ci_scenario="port-storm"),
+        "        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
+        ("ledger-storm", "agent-conversations", "port-storm"), ci_seed=2, ci_duration="1m"),
+    Mutant(
+        "lifecycle-administrative-append-takes-over",
+        "A queued abort's aborter takes the log over at the next epoch before its append instead of appending "
+        "at the current one, fencing the lane's running owner.",
+        "model.lifecycle",
+        "            try:\n                if tail.tail_seq == 0:",
+        "            await self.log.materialize(conversation_id, producer_id, tail.epoch + 1)\n"
+        "            tail = ConversationTail(tail.tail_seq, tail.tail_digest, tail.epoch + 1)\n"
+        "            try:\n                if tail.tail_seq == 0:",
+        ("ledger-storm", "agent-conversations"), ci_seed=7, ci_duration="30s"),
     Mutant(
         "log-materialize-epoch-back",
         "Materialize lets any other epoch take the conversation over, a lower one included, so a stale owner "
@@ -890,7 +909,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        records.extend(got)\n        if len(got) < want:\n            break  # a short page: the end of history\n"
         "    recomputed = recompute_chain(conversation_id, records, start_seq + 1, after_digest)\n"
         "    if len(records) == total - start_seq and recomputed != tail.tail_digest:\n", LS_PS,
-        ci_seed=0, ci_duration="15m", ci_scenario="port-storm"),
+        ci_seed=0, ci_duration="30m", ci_scenario="port-storm"),
     Mutant(
         "log-gap-accepted",
         "The recovery read's page check looks only at the last sequence number a page reaches, so a page "
@@ -901,7 +920,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                raise HistoryCorrupted(conversation_id, expected, record.seq, "non-contiguous page")\n'
         "        if len(got) != want:\n",
         "        if not got or got[-1].seq != after_seq + want:\n", LS_PS,
-        ci_seed=10, ci_duration="30m"),
+        ci_seed=10, ci_duration="1h"),
     Mutant(
         "log-chain-gap-regrouped",
         "Recomputing the digest chain regroups records by batch id alone and ignores their sequence numbers, "
@@ -1395,7 +1414,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is None else None\n",
         "        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is not None else None\n",
         ("ledger-storm", "agent-conversations"),
-        ci_seed=5, ci_duration="5m"),
+        ci_seed=5, ci_duration="15m"),
     Mutant(
         "recovery-pass-skips-materialization",
         "The recovery pass decides CompleteMaterialization and does not apply it (the next claim holder would never see the row, a client retry completes it later).",

@@ -716,6 +716,7 @@ class AgentWorker(SubmissionWorker):
             if not child.settled:
                 await self._abort(child.submission_id, SUBAGENT_PARENT_ABORT)
                 self.failpoints.hit(SUBAGENT_CHILD_ABORT_INTENT)
+                await self.lifecycle.settle_queued_abort(child.submission_id, self.owner_id)  # a queued child
                 child = await self.ledger.get(child.submission_id)
             if child.settled:
                 await self.ledger.release_child(sid, call, child_accounting(child), self.now_ms())

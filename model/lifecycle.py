@@ -50,7 +50,9 @@ from typing import Any, Awaitable, Callable
 
 import attrs
 
-from model.conversation.records import BatchRecord, NotMaterialized, RecordEnvelope
+from model.conversation.records import (BatchRecord, ConversationTail, FencedAppendRequest, NotMaterialized,
+                                       RecordEnvelope)
+from model.retry import error_name
 from model.failpoints import (
     ADMITTED_BEFORE_READY,
     APPENDED_BEFORE_FINALIZE,
@@ -64,6 +66,7 @@ from model.failpoints import (
     Failpoints,
 )
 from model.ledger.records import (
+    ABORTED,
     DEPLOYMENT_ID,
     SETTLED_FAMILY,
     AdmissionResult,
@@ -167,6 +170,35 @@ def repair_entry(submission_id: str, decision: str, disposition: str) -> tuple[s
     """The repair annotation a claim holder appends when it applies a
     recovery decision (persistence §5: "repair annotations")."""
     return (REPAIR_FAMILY, {"submissionId": submission_id, "decision": decision, "disposition": disposition})
+
+
+def abort_entry(submission_id: str, author: str, reason: str) -> tuple[str, dict]:
+    """The ``abort-requested`` record (``abort:{sid}``): the durable intent,
+    canonical before the outcome it decided (it precedes the settlement
+    record in the settlement batch)."""
+    return (ABORT_REQUESTED_FAMILY, {"submissionId": submission_id, "author": author, "reason": reason})
+
+
+def queued_abort_token(submission_id: str, producer_id: str) -> Claim:
+    """What a queued abort's reservation names as its token: the ledger's
+    ``QueuedAbort`` authority checks none (epoch 0 is never a claim's)."""
+    return Claim(submission_id, producer_id, 0, 0)
+
+
+# How often an administrative append reads the tail again after losing a
+# race to another append (the epoch's owner goes on meanwhile); then it
+# leaves the work to whoever finishes it (a recovery pass, the next claim).
+ADMIN_APPEND_ATTEMPTS = 8
+# What an administrative append may lose to: the tail moved (another
+# append), or the epoch moved (a claim took the log over) between its read
+# of the tail and its append.
+ADMIN_APPEND_RACES = ("AppendConflict", "FenceRejected")
+# The lease of an aborter's claim of an untouched lane's aborted head (it
+# appends two records; a successor takes over if it dies).
+ABORTED_HEAD_LEASE_MS = 30_000
+# A queued abort's reservation refused because a claim granted the
+# submission meanwhile: its owner settles it aborted.
+QUEUED_ABORT_OWNED = ("OwnershipLost",)
 
 
 def settle_batch_id(submission_id: str) -> str:
@@ -314,6 +346,115 @@ class SubmissionLifecycle:
         whatever it wrote before is visible to every read this owner makes."""
         assert isinstance(claim, Claim) and claim.owner_id == self.owner_id, (claim, self.owner_id)
         await self.log.materialize(conversation_id, claim.owner_id, claim.epoch)
+
+    # -- a queued submission's abort ----------------------------------------------
+
+    async def settle_queued_abort(self, submission_id: str, producer_id: str) -> Settlement | None:
+        """Settle a queued submission's abort through the log: the abort
+        intent is durable, and no claim ever granted the submission.
+
+        "Admission and settlement intentionally span the two stores through
+        recoverable states: ... reserve settlement -> append exact canonical
+        record -> finalize ledger" — an abort of queued work too, so its
+        settlement is canonical like any other ("canonical input and
+        settlement records win over cached ledger markers during repair").
+        The ledger reserves ``aborted`` under the ``QueuedAbort`` authority
+        (no ownership; the record it reserved already wins), the records
+        ``abort:{sid}`` and ``settlement:{sid}`` go to the log in the
+        settlement batch ``submission-settlement:{sid}`` (the one batch every
+        settler of the submission looks up: a claim holder that races this
+        appends the same batch id, never a second abort record) at the
+        conversation's current epoch, as ``producer_id``, an administrative
+        producer (it takes nothing over: the lane's running owner goes on from
+        the tail it reads next), and the ledger finalizes. It never waits
+        for the lane's head. Idempotent: whoever finds the intent — the
+        aborter, or after its crash a recovery pass (``SettleAborted``) —
+        does it again and writes the same. None: nothing to do here (settled,
+        claimed: its owner settles it, joined, or not aborting), or the log
+        kept moving under it (the next recovery pass or claim finishes)."""
+        record = await self.ledger.get(submission_id)
+        if (record is None or record.settled or record.epoch is not None or record.abort_author is None
+                or record.join_host is not None or not record.ready):
+            return None
+        conversation_id = record.conversation_id
+        if (await self.log.inspect_tail(conversation_id)).epoch < 1:
+            return await self._settle_aborted_head(record, producer_id)
+        envelope = record.reserved_record
+        if envelope is None:
+            envelope = settlement_envelope(submission_id, {"outcome": ABORTED}, self.now_ms(), receipt=record.receipt)
+        try:
+            await self.ledger.reserve_settlement(queued_abort_token(submission_id, producer_id), envelope)
+        except Exception as error:
+            if error_name(error) not in QUEUED_ABORT_OWNED:
+                raise
+            return None  # claimed meanwhile: its owner settles it aborted
+        entries = [abort_entry(submission_id, record.abort_author, record.abort_reason), envelope]
+        if await self.append_administrative(conversation_id, producer_id, settle_batch_id(submission_id),
+                                            entries) is None:
+            return None
+        return await self.ledger.finalize_settlement(submission_id, self.now_ms())
+
+    async def _settle_aborted_head(self, record: Any, producer_id: str) -> Settlement | None:
+        """The log is still the admission producer's (epoch 0, where nothing
+        appends): no claim ever took the lane over. If the submission is its
+        lane's head, the aborter claims it (a ready head with an abort
+        intent is claimable, for its aborted settlement), takes the log over
+        at the claim's epoch and settles it ``aborted`` as its owner: reserve
+        -> append -> finalize. Behind another head, None: the lane's first
+        claim comes first, and a worker's next scan finishes it then."""
+        submission_id, conversation_id = record.submission_id, record.conversation_id
+        snapshot = await self.ledger.load_recovery_snapshot(conversation_id)
+        if not snapshot.submissions or snapshot.submissions[0].submission_id != submission_id:
+            return None
+        claim = await self.ledger.claim(conversation_id, producer_id, ABORTED_HEAD_LEASE_MS, self.now_ms())
+        if claim is None:
+            return None
+        # A claim's first act on the log is the takeover at its epoch.
+        await self.log.materialize(conversation_id, producer_id, claim.epoch)
+        if claim.submission_id != submission_id:  # another head came first: not ours to run
+            await self.ledger.release_ownership(claim)
+            return None
+        envelope = record.reserved_record or settlement_envelope(submission_id, {"outcome": ABORTED}, self.now_ms(),
+                                                                  receipt=record.receipt)
+        await self.ledger.reserve_settlement(claim, envelope)
+        entries = [abort_entry(submission_id, record.abort_author, record.abort_reason), envelope]
+        if await self.append_administrative(conversation_id, producer_id, settle_batch_id(submission_id),
+                                            entries) is None:
+            return None
+        return await self.ledger.finalize_settlement(submission_id, self.now_ms())
+
+    async def append_administrative(self, conversation_id: str, producer_id: str, batch_id: str,
+                                    entries: list) -> Any:
+        """Append ``entries`` as batch ``batch_id`` unless the log holds it,
+        at the conversation's current epoch, as ``producer_id`` (an
+        administrative producer: it never takes the log over). A lost race
+        (the tail or the epoch moved) reads the tail again, at most
+        ``ADMIN_APPEND_ATTEMPTS`` times; None if every attempt lost."""
+        for _ in range(ADMIN_APPEND_ATTEMPTS):
+            found = await self.log.lookup_batch(conversation_id, batch_id)
+            if found is not None:
+                return found
+            tail = await self.log.inspect_tail(conversation_id)
+            if tail.epoch < 1:
+                return None  # epoch 0 (the admission producer's) never appends
+            try:
+                if tail.tail_seq == 0:  # the conversation-created record is every conversation's first
+                    created = await self._append_at(conversation_id, producer_id, created_batch_id(conversation_id),
+                                                    [created_entry(conversation_id)], tail)
+                    tail = ConversationTail(created.last_seq, created.tail_digest, tail.epoch)
+                return await self._append_at(conversation_id, producer_id, batch_id, entries, tail)
+            except Exception as error:
+                if error_name(error) not in ADMIN_APPEND_RACES:
+                    raise
+        return None
+
+    async def _append_at(self, conversation_id: str, producer_id: str, batch_id: str, entries: list,
+                         tail: ConversationTail) -> Any:
+        envelopes = tuple(record_envelope(batch_id, i, entry, self.now_ms(), producer_id, tail.epoch)
+                          for i, entry in enumerate(entries))
+        return await self.log.append(FencedAppendRequest(
+            conversation_id=conversation_id, batch_id=batch_id, producer_id=producer_id, epoch=tail.epoch,
+            expected_tail_seq=tail.tail_seq, expected_tail_digest=tail.tail_digest, records=envelopes))
 
     # -- terminalization -------------------------------------------------------
 

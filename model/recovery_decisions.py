@@ -16,7 +16,16 @@ implementation's where its crash rows give one) and a disposition:
   settlement, the ledger only finalizes it); the others are applied by the
   conversation's next claim holder through the lifecycle (``ApplyInput``,
   ``RepairInputMarker``, ``AppendReservedSettlement``, ``SettleAborted``,
-  the join and subagent repairs);
+  the join and subagent repairs), but for a queued submission's
+  ``SettleAborted`` (ready, never claimed, its abort intent durable: its
+  aborter died before it finalized), which the pass applies itself, as the
+  aborter would (``SubmissionLifecycle.settle_queued_abort``: the ledger's
+  ``QueuedAbort`` authority needs no claim). It writes no repair annotation
+  (of the peer's two implementations, one writes
+  ``repair:{sid}:SettleAborted`` there and one does not, there being no
+  claim to append under): the log it leaves is the one the aborter would
+  have left, whoever finishes first, so a crash does not show in the
+  history;
 - ``deferred``: nothing to repair; the submission waits for something
   (its turn in the queue, a re-drive from its last recorded step, its host,
   an approval decision, a child);
@@ -263,6 +272,10 @@ TABLE: tuple[Rule, ...] = (
     ("*", lambda row, log, ctx: log.settlement and row.join_host is None, FINALIZE_LEDGER_FROM_HISTORY, REPAIRED),
     (ADMITTED, lambda row, log, ctx: row.parent is not None, AWAIT_CHILD_ADMISSION, DEFERRED),
     (ADMITTED, lambda row, log, ctx: True, COMPLETE_MATERIALIZATION, REPAIRED),
+    # A queued abort whose aborter died between its intent and its finalize:
+    # the recovery pass settles it through the log itself (the QueuedAbort
+    # authority needs no claim), with no repair annotation (below).
+    (READY, lambda row, log, ctx: row.abort_author is not None, SETTLE_ABORTED, REPAIRED),
     (READY, lambda row, log, ctx: ctx.head, APPLY_INPUT, REPAIRED),
     (READY, lambda row, log, ctx: True, AWAIT_QUEUE_TURN, DEFERRED),
     (RUNNING, lambda row, log, ctx: row.abort_author is not None, SETTLE_ABORTED, REPAIRED),

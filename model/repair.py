@@ -9,17 +9,18 @@ submission the log knows, with the same ids, the same queue order and the
 same settlement digests. A submission admitted but never processed left
 nothing in the log; its at-least-once client re-submits it.
 
-A settlement with no input before it is a submission aborted after a claim
-but before its input entered the log: the rebuild admits a placeholder there
-and settles it with the logged record (its input never marked applied: there
-is no input record to point at). Every other input marker names where the
-input record sits in the log, as the original one did.
+A settlement with no input record is a submission aborted before its input
+entered the log: queued (its aborter settled it through the log, ahead of
+the inputs of the work before it that had not run yet), or after a claim.
+The rebuild holds its queue position with a placeholder and settles it with
+the logged record under the ledger's ``QueuedAbort`` authority (it need not
+be the head). Every other input marker names where the input record sits in
+the log, as the original one did.
 
-A queue position missing between two inputs is a submission its abort
-intent settled before it ever ran (nothing of it reaches the log; FIFO
-means nothing behind an open one could have run). The rebuild holds its
-place with a ``rebuild-gap:{seq}`` admission aborted at once, so every later
-submission keeps its id and queue position.
+A queue position missing from the log altogether is a submission its abort
+intent settled before it was ever ready (nothing of it reaches the log).
+The rebuild holds its place with a ``rebuild-gap:{seq}`` admission aborted
+at once, so every later submission keeps its id and queue position.
 
 Each input record carries its admission's identity (``lifecycle.input_entry``:
 the parent link, the admission group, the metadata), and the rebuild admits
@@ -40,7 +41,7 @@ import attrs
 from model.conversation.recovery import read_recovery_prefix
 from model.ledger.records import ParentLink
 from model.ledger.rules import WORKER_ADMISSION, queue_seq_of
-from model.lifecycle import logged_record
+from model.lifecycle import ABORT_REQUESTED_FAMILY, logged_record, queued_abort_token
 
 REBUILD_OWNER = "ledger-rebuild"
 GAP_PRINCIPAL = "ledger-rebuild"
@@ -103,53 +104,86 @@ def _lane_metadata(records) -> object:
     return None
 
 
+def _placeholder(lane: object, key: str) -> object:
+    """A placeholder's admission metadata: on a worker lane, the lane's
+    worker admission under the placeholder's own key as its ``messageId``."""
+    return None if lane is None else {**lane, "messageId": key}
+
+
 async def _rebuild_one(ledger: Any, conversation_id: str, records, now_ms: int, submissions: int,
                        settled: int) -> tuple[int, int]:
     """Replay one conversation's verified prefix ``records``; the running
-    ``(submissions, settled)`` counts after it."""
+    ``(submissions, settled)`` counts after it.
+
+    Admission goes in queue order: a queued submission's abort settles in
+    the log before the inputs of those ahead of it that had not run yet."""
     lane = _lane_metadata(records)
-    next_seq = 1  # the queue position the next admission gets
-    inputs: dict[str, tuple[str, int]] = {}  # submission -> where its input record sits
+    inputs_at: dict[int, Any] = {}  # queue position -> its input record
+    held: dict[int, str] = {}  # queue position -> a settlement with no input
+    aborts: dict[str, tuple[str, str]] = {}  # submission -> its abort record's (author, reason)
     for canonical in records:
         envelope = canonical.envelope
-        payload = envelope.payload
         if envelope.family == "input":
-            next_seq = await _hold_gaps(ledger, conversation_id, next_seq, payload["queueSeq"],
-                                        envelope.created_at_ms, lane) + 1
-            link = payload.get("parentLink")
-            admission = await ledger.admit(conversation_id, payload["principalId"], payload["idempotencyKey"],
-                                           payload["input"], envelope.created_at_ms,
-                                           None if link is None else ParentLink(link["submissionId"],
-                                                                                link["toolCallId"]),
-                                           payload.get("admissionGroup"), None, payload.get("metadata"))
-            if admission.submission_id != payload["submissionId"]:
-                raise AssertionError(f"rebuild admitted {admission.submission_id} for "
-                                     f"{payload['submissionId']}: queue order differs")
-            await ledger.mark_ready(admission.submission_id, envelope.created_at_ms)
-            inputs[admission.submission_id] = (envelope.record_id, canonical.seq)
-            submissions += 1
-        elif envelope.family == "submission-settled":
-            queue_seq = queue_seq_of(payload["submissionId"])
-            if queue_seq >= next_seq:
-                # Aborted after a claim but before its input entered the
-                # log: a settlement with no input. Hold its place, then settle it.
-                next_seq = await _hold_gaps(ledger, conversation_id, next_seq, queue_seq,
-                                            envelope.created_at_ms, lane) + 1
-                held = await ledger.admit(conversation_id, GAP_PRINCIPAL, f"rebuild-held:{queue_seq}", None,
-                                          envelope.created_at_ms, metadata=lane)
-                await ledger.mark_ready(held.submission_id, envelope.created_at_ms)
-            claim = await ledger.claim(conversation_id, REBUILD_OWNER, REBUILD_LEASE_MS, now_ms)
-            if claim is None or claim.submission_id != payload["submissionId"]:
-                raise AssertionError(f"{conversation_id}: settlement of {payload['submissionId']} "
-                                     "is not at the head of the rebuilt queue")
-            position = inputs.pop(claim.submission_id, None)
-            if position is not None:  # a held one never had its input in the log
-                await ledger.mark_input_applied(claim, *position)
-            # The canonical record wins: the ledger reserves exactly the
-            # logged record envelope (the same digest as the original).
-            await ledger.reserve_settlement(claim, logged_record(envelope))
-            await ledger.finalize_settlement(claim.submission_id, envelope.created_at_ms)
+            inputs_at[envelope.payload["queueSeq"]] = canonical
+        elif envelope.family == ABORT_REQUESTED_FAMILY:
+            aborts[envelope.payload["submissionId"]] = (envelope.payload["author"], envelope.payload["reason"])
+    for canonical in records:
+        envelope = canonical.envelope
+        if envelope.family == "submission-settled":
+            queue_seq = queue_seq_of(envelope.payload["submissionId"])
+            if queue_seq not in inputs_at:
+                held.setdefault(queue_seq, envelope.payload["submissionId"])
+    inputs: dict[str, tuple[str, int]] = {}  # submission -> where its input record sits
+    next_seq = 1  # the queue position the next admission gets
+    for queue_seq in sorted(set(inputs_at) | set(held)):
+        canonical = inputs_at.get(queue_seq)
+        at_ms = now_ms if canonical is None else canonical.envelope.created_at_ms
+        next_seq = await _hold_gaps(ledger, conversation_id, next_seq, queue_seq, at_ms, lane) + 1
+        if canonical is None:
+            # Aborted before its input entered the log (queued, or after a
+            # claim): hold its place; its settlement settles it below.
+            placeholder = await ledger.admit(conversation_id, GAP_PRINCIPAL, f"rebuild-held:{queue_seq}", None,
+                                             at_ms, metadata=_placeholder(lane, f"rebuild-held:{queue_seq}"))
+            await ledger.mark_ready(placeholder.submission_id, at_ms)
+            continue
+        payload = canonical.envelope.payload
+        link = payload.get("parentLink")
+        admission = await ledger.admit(conversation_id, payload["principalId"], payload["idempotencyKey"],
+                                       payload["input"], at_ms,
+                                       None if link is None else ParentLink(link["submissionId"], link["toolCallId"]),
+                                       payload.get("admissionGroup"), None, payload.get("metadata"))
+        if admission.submission_id != payload["submissionId"]:
+            raise AssertionError(f"rebuild admitted {admission.submission_id} for "
+                                 f"{payload['submissionId']}: queue order differs")
+        await ledger.mark_ready(admission.submission_id, at_ms)
+        inputs[admission.submission_id] = (canonical.envelope.record_id, canonical.seq)
+        submissions += 1
+    for canonical in records:
+        envelope = canonical.envelope
+        if envelope.family != "submission-settled":
+            continue
+        sid = envelope.payload["submissionId"]
+        if queue_seq_of(sid) in held:
+            # No input: an abort settled it, queued (no claim) or owned.
+            # The QueuedAbort authority settles the placeholder (no claim:
+            # it need not be the head) with the logged record.
+            author, reason = aborts.get(sid, (REBUILD_OWNER, "aborted before it ran"))
+            await ledger.request_abort(sid, author, reason, envelope.created_at_ms)
+            await ledger.reserve_settlement(queued_abort_token(sid, REBUILD_OWNER), logged_record(envelope))
+            await ledger.finalize_settlement(sid, envelope.created_at_ms)
             settled += 1
+            continue
+        claim = await ledger.claim(conversation_id, REBUILD_OWNER, REBUILD_LEASE_MS, now_ms)
+        if claim is None or claim.submission_id != sid:
+            raise AssertionError(f"{conversation_id}: settlement of {sid} is not at the head of the rebuilt queue")
+        position = inputs.pop(claim.submission_id, None)
+        if position is not None:
+            await ledger.mark_input_applied(claim, *position)
+        # The canonical record wins: the ledger reserves exactly the
+        # logged record envelope (the same digest as the original).
+        await ledger.reserve_settlement(claim, logged_record(envelope))
+        await ledger.finalize_settlement(claim.submission_id, envelope.created_at_ms)
+        settled += 1
     return submissions, settled
 
 
@@ -160,7 +194,7 @@ async def _hold_gaps(ledger: Any, conversation_id: str, next_seq: int, queue_seq
     ran); returns ``queue_seq``."""
     while next_seq < queue_seq:
         gap = await ledger.admit(conversation_id, GAP_PRINCIPAL, f"rebuild-gap:{next_seq}", None, now_ms,
-                                 metadata=lane)
+                                 metadata=_placeholder(lane, f"rebuild-gap:{next_seq}"))
         await ledger.request_abort(gap.submission_id, REBUILD_OWNER, "aborted before it ran", now_ms)
         next_seq += 1
     return queue_seq

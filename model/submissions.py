@@ -73,6 +73,7 @@ from model.recovery_decisions import (
     COMPLETE_MATERIALIZATION,
     FINALIZE_LEDGER_FROM_HISTORY,
     REPAIRED,
+    SETTLE_ABORTED,
     Context,
     LogFacts,
     classify,
@@ -110,6 +111,15 @@ class SubmissionClient:
                                                self.now_ms(), complete_replay=True)
         self.probe.emit("submission.receipt", submission=admission.submission_id, replayed=admission.replayed)
         return admission
+
+    async def abort(self, submission_id: str, author: str, reason: str) -> Any:
+        """Abort a submission: store the durable intent (a running one's
+        owner honours it at its next step), then settle a queued one through
+        the log (``SubmissionLifecycle.settle_queued_abort``, as producer
+        ``author``). The intent, as the ledger answered it."""
+        intent = await self.ledger.request_abort(submission_id, author, reason, self.now_ms())
+        await self.lifecycle.settle_queued_abort(submission_id, author)
+        return intent
 
 
 @attrs.frozen
@@ -301,6 +311,18 @@ class SubmissionWorker:
         """Upkeep a process does on each scan of open work (none here)."""
         return None
 
+    async def settle_queued_aborts(self, scan: tuple) -> None:
+        """Finish each queued abort of the scan its aborter did not (it died
+        after the intent, or its lane had no epoch to append under yet: no
+        claim ever took the log over): settled through the log as the
+        aborter would (``SettleAborted``: the ledger's QueuedAbort authority
+        needs no claim), so it never waits for its turn in the lane."""
+        for record in scan:
+            if isinstance(record, UnreadableSubmission):
+                continue
+            if record.abort_author is not None and record.epoch is None and record.ready:
+                await self.lifecycle.settle_queued_abort(record.submission_id, self.owner_id)
+
     async def _abort_requested(self, submission_id: str) -> bool:
         """Is a durable abort intent there now? Read before every step: a
         running submission honours an abort at its next step."""
@@ -396,6 +418,9 @@ UNREADABLE_ERRORS = ("CorruptSubmission", "UnsupportedLedgerVersion")
 
 
 ACKNOWLEDGED_TAILS_MAX = 256
+# The administrative producer a recovery pass appends a queued abort's
+# records as (it holds no claim, so it takes no epoch).
+RECOVERY_PRODUCER = "recovery"
 # What a recovery checkpoint is derived by (checkpoints are bound to both).
 RECOVERY_ENGINE = "submission-recovery/1"
 RECOVERY_DEFINITION = "records-and-settlements/1"
@@ -549,10 +574,13 @@ async def _classify(log: Any, ledger: Any, probe: Probe, now_ms: Callable[[], in
     (``recovery.decision``) and apply the repairs that need no claim:
     ``CompleteMaterialization`` (admission's second half) and
     ``FinalizeLedgerFromHistory`` (the log holds the settlement: the ledger
-    finalizes it). Without ``now_ms`` the pass classifies only. Each is
-    applied to the row read again just before: the scan's may be older.
-    ``recovery.classified`` says the conversation's rows are classified and
-    the pass's own repairs applied (``repairs``: whether it applies any)."""
+    finalizes it) and a queued submission's ``SettleAborted`` (its aborter
+    died after the intent: settled through the log as the aborter would,
+    producer ``RECOVERY_PRODUCER``). Without ``now_ms`` the pass classifies
+    only. Each is applied to the row read again just before: the scan's may
+    be older. ``recovery.classified`` says the conversation's rows are
+    classified and the pass's own repairs applied (``repairs``: whether it
+    applies any)."""
     rows = [record for record in scan
             if record.conversation_id == conversation_id and getattr(record, "submission_id", None)]
     lifecycle = None if now_ms is None else SubmissionLifecycle(ledger, log, now_ms=now_ms)
@@ -576,6 +604,12 @@ async def _classify(log: Any, ledger: Any, probe: Probe, now_ms: Callable[[], in
                 if settlement is not None:
                     probe.emit("submission.settled", submission=sid, outcome=settlement.outcome,
                                digest=settlement.record_digest, epoch=current.epoch)
+        elif decision.name == SETTLE_ABORTED and row.epoch is None:
+            # Never claimed: no claim holder will come before its turn.
+            settlement = await lifecycle.settle_queued_abort(sid, RECOVERY_PRODUCER)
+            if settlement is not None:
+                probe.emit("submission.settled", submission=sid, outcome=settlement.outcome,
+                           digest=settlement.record_digest, epoch=None)
     probe.emit("recovery.classified", conversation=conversation_id, rows=len(rows), repairs=lifecycle is not None)
 
 
@@ -614,6 +648,7 @@ async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, r
             if record.conversation_id not in waiting:
                 waiting.append(record.conversation_id)
         try:
+            await worker.settle_queued_aborts(scan)
             await worker.tend(scan)
         except Exception as error:
             if not is_retryable(error, reread=True):

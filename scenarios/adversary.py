@@ -141,7 +141,7 @@ EDGES = (
     # content store and claim-check
     "content_empty_blob", "content_large_blob", "content_blob_at_cap_sizes", "content_delete_idempotent",
     "content_missing_after_delete", "content_illegal_rejected", "claimcheck_inline_at_cap",
-    "claimcheck_ref_above_cap",
+    "claimcheck_ref_above_cap", "queued_abort_settled",
 )
 # Counted, but reached only when a fault lands in the right place: not
 # promised by every sweep.
@@ -1169,11 +1169,42 @@ class _Process(ClientProcess):
         return True
 
     async def _abort(self, sid: str, reason: str) -> Any:
-        """The first abort intent of an unsettled submission: this one."""
+        """The first abort intent of an unsettled submission: this one. A
+        queued one (ready, never claimed) is then settled as its aborter
+        does, the ledger's part (``_settle_queued_abort``)."""
         out = await self.call("ledger", "request_abort", sid, self.label, reason, self.now())
         got = None if not out.ok else (out.value.submission_id, out.value.author, out.value.reason)
         self.expect(got == (sid, self.label, reason), f"request_abort({sid}, {reason}) answered {out.show()}", sid)
+        if out.ok and out.value.settled_at_ms is None and not await self._settle_queued_abort(sid):
+            return None
         return out.value
+
+    async def _settle_queued_abort(self, sid: str) -> bool:
+        """A queued submission's abort under the ledger's ``QueuedAbort``
+        authority: any token reserves its ``aborted`` record (a replay
+        replays), then it finalizes; one a claim granted is left to its
+        owner. False on a wrong answer."""
+        row = await self.call("ledger", "get", sid)
+        if not self.expect(row.ok and row.value is not None, f"get({sid}) answered {row.show()}", sid):
+            return False
+        if row.value.epoch is not None or not row.value.ready or row.value.join_host is not None:
+            return True
+        bogus = Claim(sid, f"{self.label}/queued-abort", 0, 0)
+        envelope = self._settlement(bogus, self.settlement_record("aborted", 0))
+        reserved = await self.call("ledger", "reserve_settlement", bogus, envelope)
+        if not self.expect(reserved.ok and reserved.value.outcome == "aborted",
+                           f"queued-abort reservation of {sid} answered {reserved.show()}", sid):
+            return False
+        again = await self.call("ledger", "reserve_settlement", Claim(sid, "another", 7, 0), envelope)
+        if not self.expect(again.ok and again.value.replayed, f"a replay of {sid}'s queued-abort reservation "
+                                                              f"answered {again.show()}", sid):
+            return False
+        final = await self.call("ledger", "finalize_settlement", sid, self.now())
+        if self.expect(final.ok and final.value.outcome == "aborted", f"finalize({sid}) answered {final.show()}",
+                       sid):
+            self.w.edge("queued_abort_settled")
+            return True
+        return False
 
     async def _check_snapshot(self, conv: str, epoch: int, open_ids: tuple[str, ...]) -> None:
         out = await self.call("ledger", "load_recovery_snapshot", conv)
@@ -2202,8 +2233,8 @@ class _Process(ClientProcess):
     async def _takeover(self, conv: str, producer: str, tail: tuple[int, str]) -> None:
         """An append's epoch must be exactly the log's: a higher epoch is
         fenced until it materializes (the takeover), then appends; the old
-        producer is fenced from then on, and the same epoch from another
-        producer too."""
+        producer is fenced from then on (another producer may append at the
+        current epoch: an administrative append, not a takeover)."""
         successor = f"{producer}/next"
         last = await self.call("log", "inspect_tail", conv)
         if not self.expect_ok(last, f"inspect_tail({conv})", conv):
@@ -2233,7 +2264,7 @@ class _Process(ClientProcess):
         if self.expect_rejected(await self.call("log", "append", own), ("FenceRejected",),
                                 f"the fenced owner's retry of its committed {own.batch_id} on {conv}", conv):
             self.w.edge("append_fenced_retry_refused")
-        for who, epoch in ((producer, 1), (f"{producer}/rival", 2), (successor, 1), (successor, 3)):
+        for who, epoch in ((producer, 1), (f"{producer}/rival", 1), (successor, 1), (successor, 3)):
             fenced = await self._append_one(conv, self.uid("batch"), who, epoch, "run-warning", {"late": who})
             if self.expect_rejected(fenced, ("FenceRejected",), f"append by {who} at epoch {epoch} after the "
                                                                  f"takeover of {conv}", conv):

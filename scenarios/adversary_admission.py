@@ -99,6 +99,12 @@ async def admission_policies(p: Any) -> None:
     abort = await p.call("ledger", "request_abort", successor.value.submission_id, p.label, "done", p.now())
     if p.expect(abort.ok and abort.value.settled_at_ms is not None, f"abort of the unready successor: {abort.show()}",
                 other):
+        # Settled by that intent before it was ever ready: a repeat replays it.
+        again = await p.call("ledger", "request_abort", successor.value.submission_id, f"{p.label}/other", "again",
+                             p.now())
+        p.expect(again.ok and again.value.replayed and (again.value.author, again.value.settled_at_ms) == (
+            abort.value.author, abort.value.settled_at_ms), f"a repeat abort of the unready successor answered "
+                                                            f"{again.show()}, first {abort.show()}", other)
         purge = await p.call("ledger", "purge_conversation", other)
         p.expect(purge.ok, f"purge of {other}: {purge.show()}", other)
 

@@ -415,8 +415,13 @@ class _ValuesProcess(_Process):
 
     async def _abort_twice(self, conv: str, sid: str, epoch: int) -> bool:
         """A second submission, aborted by two authors: the second request
-        returns the first intent; then it is settled aborted."""
-        first = await self._abort(sid, "first")
+        returns the first intent; then it is settled aborted (queued: under
+        the ledger's QueuedAbort authority, after which a third abort is
+        ``SettlementConflict``)."""
+        out = await self.call("ledger", "request_abort", sid, self.label, "first", self.now())
+        first = out.value if out.ok else None
+        self.expect(first is not None and (first.submission_id, first.author, first.reason) == (sid, self.label, "first"),
+                    f"request_abort({sid}, first) answered {out.show()}", sid)
         again = await self.call("ledger", "request_abort", sid, f"{self.label}/other", "second", self.now())
         # (The first may be a replay itself: its reply lost, the retry answered by the intent it made.)
         if not self.expect(first is not None and again.ok and again.value.replayed
@@ -430,6 +435,13 @@ class _ValuesProcess(_Process):
             return self.expect(got.ok and got.value is not None and got.value.outcome == "aborted"
                                and got.value.settled_at_ms == first.settled_at_ms,
                                f"{sid} aborted before any claim reads back as {got.show()}", conv)
+        row = await self.call("ledger", "get", sid)
+        if row.ok and row.value is not None and row.value.epoch is None:
+            if not await self._settle_queued_abort(sid):
+                return False
+            late = await self.call("ledger", "request_abort", sid, self.label, "third", self.now())
+            return self.expect(not late.ok and getattr(late.error, "existing_outcome", None) == "aborted",
+                               f"an abort of {sid} once its queued abort settled answered {late.show()}", conv)
         token = await self.claim_token(conv, self.label, epoch)
         if token is None or not self.expect(token.submission_id == sid, f"claim of {conv} got {token!r}", conv):
             return False

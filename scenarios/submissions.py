@@ -31,8 +31,8 @@ from sim.world import World
 
 # Every ``fail_every``-th request fails in its second step (settled as failed,
 # with exactly {errorTag, message}); of every ``abort_every`` requests, one is
-# aborted by the client right after admission (mostly still queued: it settles
-# at once) and one a while later (``ABORT_LATE_MS``: mostly while it runs, so
+# aborted by the client right after admission (mostly still queued: the client
+# settles it through the log at once) and one a while later (``ABORT_LATE_MS``: mostly while it runs, so
 # its owner must honour the intent at its next step).
 FAIL_REMAINDER = 7
 ABORT_REMAINDER = 3
@@ -196,7 +196,7 @@ class Submitters(Workload):
 
 async def _abort(client: SubmissionClient, submission_id: str) -> None:
     try:
-        await client.ledger.request_abort(submission_id, "client", "no longer needed", client.now_ms())
+        await client.abort(submission_id, "client", "no longer needed")
     except Exception as error:
         if getattr(type(error), "name", None) not in ("AbortConflict", "SettlementConflict", "JoinedToHost"):
             raise  # already settled or settling, or joined to a run: too late to abort, which is fine

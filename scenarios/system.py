@@ -479,9 +479,12 @@ class System:
                     continue
                 # Unsettled work may hold a reservation the log has not seen
                 # yet; only what the log settled is canonical. A submission
-                # settled by its abort intent alone (never claimed) has no
+                # settled by its abort intent alone (never ready) has no
                 # record in the log: its record envelope is the ledger's,
                 # created when the intent settled it, a time no log holds.
+                # (Never claimed: a queued abort's record is in the log, but
+                # the row does not say which of the two it was, since a
+                # retried admission marks a settled row ready.)
                 settled = original.outcome is not None and not (
                     original.epoch is None and original.abort_author is not None)
                 if (copy.queue_seq, copy.outcome, copy.reserved_digest if settled else None) != (

@@ -166,15 +166,29 @@ class AbortKeepsLastAuthor(InMemorySubmissionLedger):
         return await super().request_abort(submission_id, author, reason, now_ms)
 
 
-class AbortQueuedWaits(InMemorySubmissionLedger):
-    """Stores the intent of a never-claimed submission without settling it."""
+class AbortQueuedSettlesAlone(InMemorySubmissionLedger):
+    """Settles a queued (ready, never claimed) submission's abort in the
+    ledger alone, at once: no settlement record ever reaches the log."""
 
     async def request_abort(self, submission_id, author, reason, now_ms):
+        intent = await super().request_abort(submission_id, author, reason, now_ms)
         row = self._row(submission_id)
-        if row is not None and row.epoch is None and row.abort_author is None and row.settled_at_ms is None:
-            self._put(attrs.evolve(row, abort_author=author, abort_reason=reason, abort_requested_at_ms=now_ms))
-            return AbortIntent(submission_id, author, reason, now_ms)
-        return await super().request_abort(submission_id, author, reason, now_ms)
+        if not intent.replayed and row.epoch is None and row.settled_at_ms is None:
+            envelope = settlement_envelope(submission_id, {"outcome": "aborted"}, now_ms, receipt=row.receipt)
+            await super().reserve_settlement(Claim(submission_id, "x", 0, 0), envelope)
+            await super().finalize_settlement(submission_id, now_ms)
+            return attrs.evolve(intent, settled_at_ms=now_ms)
+        return intent
+
+
+class QueuedAbortNeedsOwnership(InMemorySubmissionLedger):
+    """Refuses the QueuedAbort authority: every reservation needs the live token."""
+
+    async def reserve_settlement(self, token, record):
+        row = self._row(token.submission_id)
+        if row is not None and row.epoch is None:
+            raise OwnershipLost(token.submission_id, None, "no claim")
+        return await super().reserve_settlement(token, record)
 
 
 class ReserveIgnoresAbort(InMemorySubmissionLedger):
@@ -200,7 +214,8 @@ class ReserveIgnoresAbort(InMemorySubmissionLedger):
         (FinalizeNotIdempotent, "finalize-idempotent"),
         (RenewShortens, "renew-never-shortens"),
         (AbortKeepsLastAuthor, "abort-idempotent-first-author"),
-        (AbortQueuedWaits, "abort-queued-settles-at-once"),
+        (AbortQueuedSettlesAlone, "abort-queued-stores-the-intent"),
+        (QueuedAbortNeedsOwnership, "queued-abort-settlement-authority"),
         (ReserveIgnoresAbort, "reserve-refused-after-abort-intent"),
     ],
 )

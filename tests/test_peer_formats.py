@@ -258,11 +258,11 @@ def test_a_queued_abort_settles_with_no_run_and_no_result():
     ledger, log, now = _world()
     client = SubmissionClient(ledger, log, now_ms=now)
     sid = drive(client.submit("c1", "p", "k1", {"x": 1})).submission_id
-    drive(ledger.request_abort(sid, "ops", "not needed", now()))
+    drive(client.abort(sid, "ops", "not needed"))
     row = drive(ledger.get(sid))
-    payload = row.reserved_record["payload"]
-    assert payload == {"submissionId": sid, "settlementId": f"settlement:{sid}", "receiptId": row.receipt,
-                       "outcome": "aborted"}
+    assert row.outcome == "aborted"
+    assert _settled(log, sid) == {"submissionId": sid, "settlementId": f"settlement:{sid}",
+                                  "receiptId": row.receipt, "outcome": "aborted"}
 
 
 def test_a_joined_followers_settlement_is_its_own_receipt_and_its_hosts_run():

@@ -416,7 +416,8 @@ def _settlement_events(annotated: bool) -> list[tuple]:
                                "first_seq": 4, "last_seq": 4, "tail_digest": "t", "batch_digest": "b",
                                "replayed": False})
 
-    events = [("ledger.reserve_settlement", reserve)]
+    claim = {"conversation": C, "owner": "w1", "submission": "s1", "epoch": 1}
+    events = [("ledger.claim", claim), ("ledger.reserve_settlement", reserve)]
     if annotated:
         events.append(append("repair:s1:AppendReservedSettlement", (annotation,)))
     events.append(append("submission-settlement:s1", (settled,)))

@@ -218,7 +218,6 @@ async def _(store) -> None:
     before = await store.inspect_tail("c1")
     exc = await _raises(FenceRejected, _append(store, "b2", ["r2"]), "append at a stale epoch")
     _eq((exc.attempted_epoch, exc.actual_epoch), (1, 2), "FenceRejected epochs")
-    await _raises(FenceRejected, _append(store, "b3", ["r3"], producer_id="p9", epoch=2), "same epoch, other producer")
     await _unchanged(store, before, 1, "after fenced appends")
     await _raises(FenceRejected, store.materialize("c1", "p1", 1), "re-materialize at the old epoch")
     result = await _append(store, "b4", ["r4"], producer_id="p2", epoch=2)
@@ -229,6 +228,28 @@ async def _(store) -> None:
     await store.materialize("c1", "p3", 5)
     await _append(store, "b5", ["r5"], producer_id="p3", epoch=5)
     await _raises(FenceRejected, _append(store, "b6", ["r6"], producer_id="p2", epoch=2), "old owner after takeover")
+
+
+@_check("append-administrative-same-epoch")
+async def _(store) -> None:
+    """A same-epoch administrative append (peer settlement publication case:
+    an abort record from another producer lands between the owner's
+    steps): the fence is the epoch, so it commits; the owner's append
+    composed from the tail it read before is a ``tail`` conflict carrying
+    the actual tail, and the one composed from the tail it reads next
+    commits (the owner is not fenced)."""
+    await store.materialize("c1", "p1", 1)
+    await _append(store, "b1", ["r1"])
+    stale = await store.inspect_tail("c1")
+    admin = await _append(store, "abort", ["abort:1"], producer_id="admin", epoch=1)
+    _eq((admin.first_seq, admin.replayed), (2, False), "another producer appends at the current epoch")
+    _eq((await store.inspect_tail("c1")).epoch, 1, "and takes nothing over")
+    exc = await _raises(AppendConflict, store.append(request("c1", "b2", stale.tail_seq, stale.tail_digest, ["r2"],
+                                                             "p1", 1)), "the owner's append from its old tail")
+    _eq((exc.kind, exc.actual_tail_seq), ("tail", 2), "a tail conflict with the actual tail")
+    result = await _append(store, "b2", ["r2"])
+    _eq((result.first_seq, result.replayed), (3, False), "the owner goes on from the tail it reads next")
+    await _raises(FenceRejected, store.materialize("c1", "admin", 1), "materialize: the epoch's holder only")
 
 
 @_check("append-all-or-nothing-and-bounds")

@@ -201,8 +201,10 @@ class NotMaterialized(ConversationStoreError):
 
 
 class FenceRejected(ConversationStoreError):
-    """A write by a stale producer: ``attempted_epoch`` is below the
-    conversation's ``actual_epoch``, or equal to it from another producer."""
+    """A write by a stale producer: ``attempted_epoch`` is not the
+    conversation's ``actual_epoch`` (an append), or is below it or equal to
+    it from another producer (a materialize: only a higher epoch takes
+    over)."""
 
     def __init__(self, conversation_id: str, attempted_epoch: int, actual_epoch: int, detail: str = "") -> None:
         self.conversation_id = conversation_id

@@ -364,9 +364,13 @@ def decide_append(
     implementation's reference adapter checks them in this order too):
 
     1. unmaterialized conversation -> NotMaterialized;
-    2. the request's epoch not exactly the conversation's, or the same epoch
-       from another producer -> FenceRejected (a higher epoch is fenced as
-       well: only ``materialize`` takes a conversation over);
+    2. the request's epoch not exactly the conversation's -> FenceRejected
+       (a higher epoch is fenced as well: only ``materialize`` takes a
+       conversation over). The fence is the epoch ("a stale producer epoch
+       is fenced"), not the producer's identity: another producer may
+       append at the current epoch (an administrative append, such as a
+       queued submission's abort and settlement records), and the epoch's
+       owner goes on from the tail it reads next (the peer's rule);
     3. batch id already committed: the chain digest computed from the
        request's own expected tail equal to the committed batch's tail
        digest -> the original result (``replayed=True``), else
@@ -384,8 +388,6 @@ def decide_append(
         raise NotMaterialized(cid)
     if request.epoch != conversation.epoch:
         raise FenceRejected(cid, request.epoch, conversation.epoch)
-    if request.producer_id != conversation.producer_id:
-        raise FenceRejected(cid, request.epoch, conversation.epoch, f"epoch held by producer {conversation.producer_id!r}")
     if existing_batch is not None:
         from_request = chain_digest(request.expected_tail_digest, prepared.batch_digest, request.expected_tail_seq + 1)
         if existing_batch.tail_digest == from_request:

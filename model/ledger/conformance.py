@@ -501,26 +501,98 @@ async def _(ledger) -> None:
     await _raises(UnknownSubmission, ledger.request_abort("sub-none-1", "a", "r", 0), "abort of an unknown id")
 
 
-@_check("abort-queued-settles-at-once")
+@_check("abort-queued-stores-the-intent")
 async def _(ledger) -> None:
-    """Peer cases ``queuedAbortSettlementAuthority`` and ``abortIdempotency``."""
+    """Peer cases ``queuedAbortSettlementAuthority`` (the abort of a queued
+    submission is an intent: it settles through the log, below) and
+    ``abortIdempotency``; an abort of a terminalizing submission is
+    ``AbortConflict``."""
     head = await _admitted(ledger, key="k1")
     queued = await _admitted(ledger, key="k2")
     claim = await _claimed(ledger, now_ms=100)
     _eq(claim.submission_id, head.submission_id, "the head runs")
     intent = await ledger.request_abort(queued.submission_id, "alice", "not needed", 150)
-    _eq((intent.settled_at_ms, intent.replayed), (150, False), "a never-claimed submission settles at once")
+    _eq(intent, AbortIntent(queued.submission_id, "alice", "not needed", 150), "a queued abort stores the intent")
     record = await ledger.get(queued.submission_id)
     _eq((record.outcome, record.settled_at_ms, record.reserved_record, record.epoch, record.input_applied),
-        ("aborted", 150, _env_for(queued.submission_id, {"outcome": "aborted"}, 150, receipt=queued.receipt), None, False),
-        "settled aborted, never owned, no input")
+        (None, None, None, None, False), "open, never owned, nothing reserved: its aborter settles it")
     again = await ledger.request_abort(queued.submission_id, "bob", "again", 170)
-    _eq(again, AbortIntent(queued.submission_id, "alice", "not needed", 150, True, 150),
-        "a repeat replays the intent that settled it")
-    _eq([r.submission_id for r in await ledger.scan_nonterminal()], [head.submission_id], "not open work")
+    _eq(again, attrs.evolve(intent, replayed=True), "a repeat replays the first intent")
+    _eq([r.submission_id for r in await ledger.scan_nonterminal()], [head.submission_id, queued.submission_id],
+        "still open work")
     exc = await _raises(AbortConflict, _abort_after_reserve(ledger, claim), "abort of a terminalizing submission")
     _eq((exc.outcome, exc.settling), ("completed", True), "conflict names the reserved outcome")
     _eq((await ledger.get(head.submission_id)).abort_author, None, "a refused abort writes nothing")
+
+
+# A token no claim ever granted: the ``QueuedAbort`` authority needs none.
+def _bogus(submission_id: str) -> Claim:
+    return Claim(submission_id, "BOGUS", 999, 0)
+
+
+async def _queued_abort(ledger, submission_id: str, now_ms: int) -> Settlement:
+    """A queued submission's abort, the ledger's part: the intent, the
+    ``aborted`` reservation under the ``QueuedAbort`` authority (no
+    ownership), then (the records in the log) its finalize."""
+    await ledger.request_abort(submission_id, "ops", "not needed", now_ms)
+    await ledger.reserve_settlement(_bogus(submission_id), _env_for(submission_id, {"outcome": "aborted"}, now_ms))
+    return await ledger.finalize_settlement(submission_id, now_ms)
+
+
+@_check("queued-abort-settlement-authority")
+async def _(ledger) -> None:
+    """Peer case ``queuedAbortSettlementAuthority``: with an abort intent and
+    never claimed, a submission reserves ``aborted`` with no ownership (any
+    token); without an intent, or any other outcome, the token is checked."""
+    head = await _admitted(ledger, key="k1")
+    s2 = await _admitted(ledger, key="k2")
+    s3 = await _admitted(ledger, key="k3")
+    await ledger.request_abort(s2.submission_id, "ops", "not needed", 50)
+    aborted = _env_for(s2.submission_id, {"outcome": "aborted"}, 60)
+    await _raises(OwnershipLost, ledger.reserve_settlement(
+        _bogus(s3.submission_id), _env_for(s3.submission_id, {"outcome": "aborted"}, 60)),
+        "reserve aborted without an abort intent, with a bogus token")
+    await _raises(OwnershipLost, ledger.reserve_settlement(
+        _bogus(s2.submission_id), _env_for(s2.submission_id, COMPLETED_RECORD, 60)),
+        "reserve completed with the intent, with a bogus token")
+    first = await ledger.reserve_settlement(_bogus(s2.submission_id), aborted)
+    _eq((first.replayed, first.outcome, first.settlement_id), (False, "aborted", f"settlement:{s2.submission_id}"),
+        "the QueuedAbort authority reserves aborted")
+    again = await ledger.reserve_settlement(Claim(s2.submission_id, "other", 7, 0), aborted)
+    _eq(again, attrs.evolve(first, replayed=True), "a replay (any token) replays")
+    settled = await ledger.finalize_settlement(s2.submission_id, 70)
+    _eq((settled.outcome, settled.replayed), ("aborted", False), "finalized aborted")
+    _eq(((await ledger.get(s2.submission_id)).outcome, (await ledger.get(head.submission_id)).outcome,
+         (await ledger.get(head.submission_id)).ready), ("aborted", None, True),
+        "settled aborted while the head is still ready")
+    exc = await _raises(SettlementConflict, ledger.request_abort(s2.submission_id, "bob", "again", 80),
+                        "a second abort once it settled")
+    _eq(exc.existing_outcome, "aborted", "names the settled outcome")
+    _eq([r.submission_id for r in await ledger.scan_nonterminal()], [head.submission_id, s3.submission_id],
+        "not open work")
+
+
+@_check("aborted-settled-row-is-not-a-joining-gap")
+async def _(ledger) -> None:
+    """Peer case ``abortedSettledRowIsNotAJoiningGap``; a queued row whose
+    abort is not settled yet is a gap (the model's choice: a host never takes
+    a submission whose abort intent is durable, so it never settles with the
+    host's outcome)."""
+    head = await _admitted(ledger, key="k1")
+    s2 = await _admitted(ledger, key="k2")
+    s3 = await _admitted(ledger, key="k3")
+    s4 = await _admitted(ledger, key="k4")
+    s5 = await _admitted(ledger, key="k5")
+    await _queued_abort(ledger, s2.submission_id, 50)
+    await ledger.request_abort(s4.submission_id, "ops", "not needed", 55)  # intent only: a gap
+    before = await ledger.get(s2.submission_id)
+    claim = await _claimed(ledger, now_ms=100)
+    _eq(claim.submission_id, head.submission_id, "the head is claimed")
+    batch = await ledger.begin_join(claim, 8)
+    _eq(batch.follower_ids, (s3.submission_id,), "the aborted-settled row is no gap; an aborting one is")
+    _eq(await ledger.get(s2.submission_id), before, "the settled row is unchanged")
+    _eq(((await ledger.get(s4.submission_id)).join_host, (await ledger.get(s5.submission_id)).join_host),
+        (None, None), "nothing taken at or behind the gap")
 
 
 async def _abort_after_reserve(ledger, claim) -> None:
@@ -746,7 +818,7 @@ async def _(ledger) -> None:
     ready4 = await _admitted(ledger, key="k4")
     unready5 = await _admitted(ledger, key="k5", ready=False)
     ready6 = await _admitted(ledger, key="k6")
-    await ledger.request_abort(aborted3.submission_id, "ops", "not needed", 50)  # settled at once: no gap
+    await _queued_abort(ledger, aborted3.submission_id, 50)  # settled: no gap
     claim = await _claimed(ledger, now_ms=100)
     _eq(claim.submission_id, host.submission_id, "the host is the head")
     batch = await ledger.begin_join(claim, 8)
@@ -1220,7 +1292,7 @@ async def _(ledger) -> None:
     failed diagnostic, the completed result), ``runId`` when a run settled
     it; a payload without those ids, or in another shape, is
     ``InvalidSettlement``. The ledger's own envelopes name the admission's
-    receipt: a queued abort's has no run and no result."""
+    receipt: an unready abort's has no run and no result."""
     result = await _admitted(ledger)
     claim = await _claimed(ledger)
     envelope = _env(claim, FAILED_RECORD, run_id="run:x")
@@ -1235,13 +1307,13 @@ async def _(ledger) -> None:
     settled = await ledger.finalize_settlement(result.submission_id, 400)
     _eq((settled.outcome, settled.diagnostic), ("failed", FAILED_RECORD["diagnostic"]),
         "the failed diagnostic is projected from the payload's top level")
-    queued = await _admitted(ledger, key="k2")
-    await ledger.request_abort(queued.submission_id, "ops", "queued", 500)
-    record = await ledger.get(queued.submission_id)
-    _eq(record.reserved_record["payload"], {"submissionId": queued.submission_id,
-                                            "settlementId": f"settlement:{queued.submission_id}",
-                                            "receiptId": queued.receipt, "outcome": "aborted"},
-        "a queued abort's settlement names the admission's receipt, no run and no result")
+    unready = await _admitted(ledger, key="k2", ready=False)
+    await ledger.request_abort(unready.submission_id, "ops", "never ready", 500)
+    record = await ledger.get(unready.submission_id)
+    _eq(record.reserved_record["payload"], {"submissionId": unready.submission_id,
+                                            "settlementId": f"settlement:{unready.submission_id}",
+                                            "receiptId": unready.receipt, "outcome": "aborted"},
+        "an unready abort's settlement (the ledger's own) names the admission's receipt, no run and no result")
 
 
 @_check("finalize-idempotent")
@@ -1275,8 +1347,8 @@ async def _(ledger) -> None:
     joined = await _admitted(ledger, key="k2")
     other = await _admitted(ledger, conversation_id="c2", key="k1")
     aborted = await _admitted(ledger, conversation_id="c2", key="k2")
-    intent = await ledger.request_abort(aborted.submission_id, "ops", "not needed", 50)
-    _eq(intent.settled_at_ms, 50, "settled by its intent")
+    _eq((await _queued_abort(ledger, aborted.submission_id, 50)).settlement_id, f"settlement:{aborted.submission_id}",
+        "settled by its abort")
     claim = await _claimed(ledger, now_ms=100)
     await ledger.mark_input_applied(claim, "input:h#0", 1)
     await ledger.begin_join(claim, 1)

@@ -90,9 +90,12 @@ class SubmissionLedgerPort(Protocol):
 
     async def request_abort(self, submission_id: str, author: str, reason: str, now_ms: int) -> AbortIntent:
         """Store the durable abort intent (the first one wins; a repeat replays
-        it). A never-claimed submission settles ``aborted`` at once; a running
-        one's owner observes the intent at its next step and settles
-        ``aborted``. ``AbortConflict`` once settled or terminalizing."""
+        it). A submission never ready settles ``aborted`` at once; a queued
+        one (ready, never claimed) keeps the intent, and its aborter settles
+        it through the log (``reserve_settlement`` under the ``QueuedAbort``
+        authority, append, finalize); a running one's owner observes the
+        intent at its next step and settles ``aborted``. ``AbortConflict``
+        while terminalizing, ``SettlementConflict`` once settled."""
         ...
 
     async def mark_unknown(self, token: Claim, tool_call_id: str) -> UnknownMarked:
@@ -152,7 +155,10 @@ class SubmissionLedgerPort(Protocol):
         ...
 
     async def reserve_settlement(self, token: Claim, record: object) -> ReservedSettlement:
-        """Reserve the exact canonical settlement record (before it is appended)."""
+        """Reserve the exact canonical settlement record (before it is
+        appended), fenced by ``token``; an ``aborted`` record of a submission
+        with an abort intent that no claim ever granted needs no ownership
+        (the ``QueuedAbort`` authority: any token)."""
         ...
 
     async def finalize_settlement(self, submission_id: str, now_ms: int) -> Settlement:

@@ -204,7 +204,7 @@ class AbortIntent:
     (``replayed=True``: an intent already existed and this is it).
 
     ``settled_at_ms``: set when the intent settled the submission at once —
-    it had never been claimed, so nothing of it is in the log and the intent
+    it had never been ready, so nothing of it is in the log and the intent
     alone is the authority for its ``aborted`` outcome. A replay returns the
     original value."""
 

@@ -119,10 +119,19 @@ Decisions where the specification is silent (all in one place, here):
   ``replayed=True``); on one whose owner already reserved a record and that
   has no intent it raises ``AbortConflict`` (``settling=True``: the
   reservation wins, so the ledger never holds an intent next to another
-  outcome). A submission never
-  claimed (``epoch`` None) settles ``aborted`` in the same write: nothing of
-  it is in the log, and it never waits behind its lane's head. Otherwise the
-  intent is stored and the owner observes it at its next step.
+  outcome). A submission admitted but never ready settles ``aborted`` in
+  the same write (its conversation may not exist yet: nothing of it is in
+  the log). Otherwise the intent is stored: a running one's owner observes
+  it at its next step; a queued one (ready, never claimed) settles through
+  the log, because "settlement intentionally spans the two stores":
+  ``reserve_settlement`` of its ``aborted`` record needs no ownership (the
+  peer's ``QueuedAbort`` authority: any token, for a row with an intent
+  that no claim ever granted; without an intent, or another outcome,
+  ``OwnershipLost``), its aborter appends ``abort:{sid}`` and
+  ``settlement:{sid}`` to the log, then finalizes
+  (``model.lifecycle.SubmissionLifecycle.settle_queued_abort``), so it
+  never waits behind its lane's head. A repeat of the abort once it settled
+  is ``SettlementConflict``.
 - ``reserve_settlement`` of a non-aborted record while an abort intent
   exists is ``AbortRequested`` (nothing written): the owner settles
   ``aborted`` instead.
@@ -1023,9 +1032,18 @@ ABORTED_RECORD = {"outcome": ABORTED}
 
 
 def settled_by_abort(row: SubmissionRow) -> bool:
-    """Settled by its abort intent alone: never claimed, so nothing of it is
-    in the log (no input, no settlement record)."""
-    return row.settled_at_ms is not None and row.epoch is None and row.abort_author is not None
+    """Settled by its abort intent alone: admitted but never ready (its
+    conversation may not even exist), so nothing of it is in the log (no
+    input, no settlement record)."""
+    return row.settled_at_ms is not None and row.epoch is None and row.abort_author is not None and not row.ready
+
+
+def queued_abort(row: SubmissionRow) -> bool:
+    """The ``QueuedAbort`` settlement authority (the peer's): a submission
+    with a durable abort intent that no claim ever granted (nor a host
+    took) reserves its ``aborted`` record with no ownership, so its aborter
+    settles it through the log without waiting for its lane's head."""
+    return row.epoch is None and row.abort_author is not None and row.join_host is None
 
 
 def decide_abort(
@@ -1048,11 +1066,13 @@ def decide_abort(
         assert state == TERMINALIZING, state
         raise AbortConflict(submission_id, settlement_of(decode(row.reserved_json))["outcome"], settling=True)
     if after == SETTLED:
-        # Never claimed: nothing of it is in the log, and no owner will ever
-        # run it. The intent is the authority: settled ``aborted`` at once,
-        # so an abort never waits behind unrelated work in its lane.
-        # Its record is the ledger's alone (no log holds it): the envelope
-        # ``settlement:{sid}`` created when the intent settled it.
+        # Admitted, never ready: its conversation may not exist yet ("admit
+        # ledger row -> materialize Conversation -> mark ready"), no receipt
+        # went out and no owner will ever run it. The intent settles it
+        # ``aborted`` at once; its record is the ledger's alone (no log
+        # holds it): the envelope ``settlement:{sid}`` created then.
+        # A ready one (queued) keeps the intent only: its aborter settles it
+        # through the log under the ``QueuedAbort`` authority.
         aborted_json = canonical_json(settlement_envelope(submission_id, ABORTED_RECORD, now_ms, receipt=row.receipt))
         aborted_digest = digest_text(aborted_json)
         return AbortIntent(submission_id, author, reason, now_ms, False, now_ms), attrs.evolve(
@@ -1263,9 +1283,11 @@ def decide_begin_join(
     order. The host takes the contiguous prefix of ready ones (its own
     followers count towards ``limit``), stopping at the first row that is
     neither ready nor already its follower: a gap is never skipped. An
-    aborted queued submission is settled, so it is no gap. The answer is
-    the rows this call took, each with its queue position and input (the
-    peer's ``claimJoining``): a row already joining is skipped in it."""
+    aborted queued submission is settled, so it is no gap; one whose abort
+    intent is durable but not settled yet is a gap (taken, it would settle
+    with its host's outcome). The answer is the rows this call took, each
+    with its queue position and input (the peer's ``claimJoining``): a row
+    already joining is skipped in it."""
     host = check_token(host, token)
     state = state_of(host)
     if target(state, BEGIN_JOIN) is None:
@@ -1277,7 +1299,8 @@ def decide_begin_join(
         if row.join_host == host.submission_id:
             mine.append(row)
             continue
-        if len(mine) + len(taken) >= limit or state_of(row) != READY:
+        # (an aborting one is a gap: it settles aborted, never with the host)
+        if len(mine) + len(taken) >= limit or state_of(row) != READY or row.abort_author is not None:
             break
         taken.append(row)
     if not taken:
@@ -1559,8 +1582,11 @@ def encode_settlement(submission_id: str, record: object) -> tuple[str, str, str
 def decide_reserve(
     row: SubmissionRow | None, token: Claim, record_json: str, record_digest: str, outcome: str
 ) -> tuple[ReservedSettlement, SubmissionRow | None]:
-    """``outcome``: the record's (its shape already checked)."""
-    row = check_token(row, token)
+    """``outcome``: the record's (its shape already checked). An
+    ``aborted`` record of a queued submission with an abort intent needs no
+    ownership (``queued_abort``): any token."""
+    if row is None or outcome != ABORTED or not queued_abort(row):
+        row = check_token(row, token)
     reserved = ReservedSettlement(row.submission_id, record_digest, False,
                                   settlement_id_for(row.submission_id, record_digest), outcome)
     if row.reserved_digest is None:

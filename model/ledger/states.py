@@ -20,9 +20,10 @@ fire and recover each (ARCHITECTURE §5).
 
     admitted --mark_ready--> ready --claim--> running --mark_input_applied--> input-applied
         |                      |                 |                              |   ^
-        +--abort (settles)-----+                 +------reserve-------+   mark_unknown | resolve (the last)
-                                                                      |         v   |
-                               settled <--finalize-- terminalizing <--+------ unknown, suspended
+        +--abort (settles)     |                 +------reserve-------+   mark_unknown | resolve (the last)
+        |                      +--reserve (QueuedAbort: aborted)------+         v   |
+        v                                                             |             |
+     settled                   settled <--finalize-- terminalizing <--+------ unknown, suspended
                                                                    (reserve: aborted only)
 
     ready --join (by a claimed host)--> joining --mark_joined--> joined
@@ -57,7 +58,7 @@ SUSPENDED = "suspended"  # waiting for approvals / children: blocked until the l
 JOINING = "joining"  # a ready submission a claimed host took behind it; its input not yet in the host's log
 JOINED = "joined"  # its input is in its host's log: it settles through the host's settlement
 TERMINALIZING = "terminalizing"  # its exact settlement record is reserved
-SETTLED = "settled"  # finalized (or settled by its abort intent before it ever ran)
+SETTLED = "settled"  # finalized (or settled by its abort intent before it was ever ready)
 
 STATES: tuple[str, ...] = (ADMITTED, READY, JOINING, JOINED, RUNNING, INPUT_APPLIED, UNKNOWN, SUSPENDED,
                            TERMINALIZING, SETTLED)
@@ -104,13 +105,14 @@ AUTHORITY: dict[str, str] = {
     RESERVE_CHILD: OWNER, ATTACH_CHILD: OWNER, RELEASE_CHILD: ANYONE,
 }
 
-# TRANSITIONS[state][operation] -> the state after it. Where a rule's outcome
-# depends on more than the state (an abort of a never-claimed submission
-# settles it; one of a claimed submission stores an intent), both targets are
-# named by the rule and the table lists the state it may reach.
+# TRANSITIONS[state][operation] -> the state after it. An abort of an
+# admitted (never ready) submission settles it; anywhere else it stores the
+# intent.
 TRANSITIONS: dict[str, dict[str, str]] = {
     ADMITTED: {MARK_READY: READY, ABORT: SETTLED},
-    READY: {MARK_READY: READY, CLAIM: RUNNING, ABORT: SETTLED, JOIN: JOINING},
+    # A queued abort stores the intent; its aborter reserves ``aborted``
+    # under the QueuedAbort authority (no claim), appends, finalizes.
+    READY: {MARK_READY: READY, CLAIM: RUNNING, ABORT: READY, JOIN: JOINING, RESERVE: TERMINALIZING},
     # A follower is never claimed nor aborted alone (JoinedToHost): its host
     # marks it joined or reverts it; the host's finalize settles a joined one
     # and reverts a joining one.

@@ -3,9 +3,11 @@ submission's outcome, at once if it never ran, at the next step if it runs.
 
 Online, from what the stores committed:
 
-- an intent stored for a submission never claimed settles it in the same
-  call (``settled_at_ms`` in the answer): nothing of it is in the log, and
-  an abort never waits behind unrelated work at its lane's head;
+- an intent stored for a submission never ready settles it in the same
+  call (``settled_at_ms`` in the answer): nothing of it is in the log; one
+  for a queued submission (ready, never claimed) never does: it settles
+  through the log (reserve, append, finalize), so its settlement is
+  canonical like any other;
 - no non-aborted settlement record is reserved, and no other outcome is
   finalized, for a submission once its intent is durable;
 - no input record enters the log for a submission under a claim granted
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING
 from faults.events import (
     ERROR,
     LedgerClaim,
+    LedgerMarkReady,
     LedgerFinalizeSettlement,
     LedgerPurgeConversation,
     LedgerRequestAbort,
@@ -57,15 +60,16 @@ def _outcome_of(envelope: object) -> object:
 
 class AbortHonoured(Checker):
     name = "abort-honoured"
-    kinds = (LedgerClaim.kind, LedgerRequestAbort.kind, LedgerReserveSettlement.kind, LedgerFinalizeSettlement.kind,
+    kinds = (LedgerClaim.kind, LedgerMarkReady.kind, LedgerRequestAbort.kind, LedgerReserveSettlement.kind, LedgerFinalizeSettlement.kind,
              LogAppend.kind, LedgerPurgeConversation.kind)
 
     def __init__(self) -> None:
         super().__init__()
         self._claimed_ms: dict[str, dict[int, int]] = {}  # open submission -> {epoch: when claimed}
         self._intent_ms: dict[str, int] = {}  # open submission -> when its intent became durable
+        self._ready: set[str] = set()  # open submissions marked ready
         self._steps_after: dict[tuple[str, int], int] = {}  # (submission, epoch) -> steps appended after it
-        self.aborted_queued = 0  # intents that settled a never-claimed submission at once
+        self.aborted_queued = 0  # never-claimed submissions settled aborted (at once, or through the log)
         self.aborted_running = 0  # intents stored for a claimed submission, settled aborted by its owner
 
     def metrics(self) -> dict:
@@ -73,6 +77,7 @@ class AbortHonoured(Checker):
 
     def _forget(self, submission: str) -> None:
         self._claimed_ms.pop(submission, None)
+        self._ready.discard(submission)
         if self._intent_ms.pop(submission, None) is not None:
             for key in [key for key in self._steps_after if key[0] == submission]:
                 del self._steps_after[key]
@@ -83,7 +88,10 @@ class AbortHonoured(Checker):
         if ERROR in fields:
             return
         now_ms = event[1]
-        if kind == LedgerClaim.kind:
+        if kind == LedgerMarkReady.kind:
+            if not fields[LedgerMarkReady.replayed]:
+                self._ready.add(fields[LedgerMarkReady.submission])
+        elif kind == LedgerClaim.kind:
             if LedgerClaim.submission in fields:
                 self._claimed_ms.setdefault(fields[LedgerClaim.submission], {})[fields[LedgerClaim.epoch]] = now_ms
         elif kind == LedgerRequestAbort.kind:
@@ -93,9 +101,17 @@ class AbortHonoured(Checker):
             settled = fields[LedgerRequestAbort.settled_at_ms] is not None
             self.checks += 1
             if submission not in self._claimed_ms:
+                if submission in self._ready:
+                    if settled:
+                        self.fail(f"{submission}: queued, its abort settled it in the ledger alone (no settlement "
+                                  f"record reaches the log: it settles through the log)", (submission,))
+                        self._forget(submission)
+                    else:
+                        self._intent_ms.setdefault(submission, now_ms)  # its aborter settles it through the log
+                    return
                 if not settled:
-                    self.fail(f"{submission}: never claimed, its abort intent left it open (it waits behind its "
-                              f"lane's head instead of settling aborted at once)", (submission,))
+                    self.fail(f"{submission}: never ready, its abort intent left it open (nothing of it is in "
+                              f"the log: it settles aborted at once)", (submission,))
                     self._intent_ms.setdefault(submission, now_ms)
                     return
                 self.aborted_queued += 1
@@ -121,8 +137,10 @@ class AbortHonoured(Checker):
                 if outcome != ABORTED:
                     self.fail(f"{submission}: settled {outcome} after its abort intent was durable at "
                               f"{self._intent_ms[submission]} ms", (submission,))
-                else:
+                elif submission in self._claimed_ms:
                     self.aborted_running += 1
+                else:
+                    self.aborted_queued += 1
             self._forget(submission)
         elif kind == LedgerPurgeConversation.kind:
             conversation = fields[LedgerPurgeConversation.conversation]

@@ -36,7 +36,9 @@ skipped its own repair be told apart).
 Online, from the trace: a settlement record appended under another epoch
 than the one its record was reserved under is a successor's repair
 (``AppendReservedSettlement``): its repair annotation
-``repair:{sid}:AppendReservedSettlement`` reached the log before it.
+``repair:{sid}:AppendReservedSettlement`` reached the log before it. A
+queued abort's reservation (no claim ever granted the submission: the
+ledger's ``QueuedAbort`` authority) names no epoch and is not judged here.
 
 Memory: the repaired decisions per conversation until its audit (the end
 of the run, or retention's audit of it), one conversation's log facts, the
@@ -44,8 +46,8 @@ epoch of each open reservation.
 """
 from __future__ import annotations
 
-from faults.events import (ERROR, LedgerFinalizeSettlement, LedgerReserveSettlement, LogAppend, RecoveryClassified,
-                           RecoveryDecision)
+from faults.events import (ERROR, LedgerClaim, LedgerFinalizeSettlement, LedgerReserveSettlement, LogAppend,
+                           RecoveryClassified, RecoveryDecision)
 from model.canonical import digest
 from sim.invariants import Checker
 
@@ -188,6 +190,8 @@ def expected_decision(row: dict, log: dict) -> tuple[str, str] | None:
     if state == "admitted":
         return ("AwaitChildAdmission", _DEFERRED) if row["child"] else ("CompleteMaterialization", _REPAIRED)
     if state == "ready":
+        if row["aborting"]:  # a queued abort its aborter did not finish
+            return "SettleAborted", _REPAIRED
         return ("ApplyInput", _REPAIRED) if row["head"] else ("AwaitQueueTurn", _DEFERRED)
     if state == "running":
         if row["aborting"]:
@@ -212,7 +216,7 @@ def expected_decision(row: dict, log: dict) -> tuple[str, str] | None:
 
 class RecoveryDecisions(Checker):
     name = "recovery-decisions"
-    kinds = (RecoveryDecision.kind, RecoveryClassified.kind, LedgerReserveSettlement.kind,
+    kinds = (RecoveryDecision.kind, RecoveryClassified.kind, LedgerClaim.kind, LedgerReserveSettlement.kind,
              LedgerFinalizeSettlement.kind, LogAppend.kind)
 
     def __init__(self) -> None:
@@ -228,6 +232,10 @@ class RecoveryDecisions(Checker):
         # the submissions whose AppendReservedSettlement annotation reached the log.
         self._reserved_at: dict[str, int] = {}
         self._annotated: set[str] = set()
+        # Open submissions some claim granted: a reservation of one no claim
+        # ever granted (a queued abort's, under the ledger's QueuedAbort
+        # authority) has no epoch, and its aborter appends at the log's.
+        self._claimed: set[str] = set()
 
     def _read(self, conversation: str, tail_seq: int) -> None:
         """The conversation's log facts through ``tail_seq`` (a prefix never
@@ -299,8 +307,11 @@ class RecoveryDecisions(Checker):
         """A reserved record appended under another epoch than its
         reservation's is a successor's repair (``AppendReservedSettlement``):
         its annotation must be in the log before it."""
-        if kind == LedgerReserveSettlement.kind:
-            if ERROR not in fields:
+        if kind == LedgerClaim.kind:
+            if ERROR not in fields and LedgerClaim.submission in fields:
+                self._claimed.add(fields[LedgerClaim.submission])
+        elif kind == LedgerReserveSettlement.kind:
+            if ERROR not in fields and fields[LedgerReserveSettlement.submission] in self._claimed:
                 self._reserved_at.setdefault(fields[LedgerReserveSettlement.submission],
                                              fields[LedgerReserveSettlement.epoch])
         elif kind == LedgerFinalizeSettlement.kind:
@@ -308,6 +319,7 @@ class RecoveryDecisions(Checker):
                 sid = fields[LedgerFinalizeSettlement.submission]
                 self._reserved_at.pop(sid, None)
                 self._annotated.discard(sid)
+                self._claimed.discard(sid)
         else:
             # An annotation counts even from a call that failed (its reply
             # may be lost after it committed): a miss, never a false alarm.

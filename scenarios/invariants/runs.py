@@ -21,7 +21,8 @@ the sum of its model turns' usage as the log holds them; a compaction covers
 exactly the tail it was appended after (sequence and digest). The peer
 implementation's records, in its order: a settlement record carries the run
 that settled it (``runId``: its own ``run:{sid}``, or a joined follower's
-host's), a completed run's own settlement comes after its ``run-completed``
+host's; a queued abort's, its abort record before it, none: no run
+started), a completed run's own settlement comes after its ``run-completed``
 record in the same batch, a call the reconciler resolved is settled
 only after its ``tool-call`` ``resolved`` record, and a run's n-th model
 turn (its ``model-completed`` record) is the batch ``turn:{runId}:{n}``
@@ -184,12 +185,15 @@ class CanonicalEvents(Checker):
     def _peer_order(self, conversation: str, envelopes) -> None:
         """The peer's records and order within one batch (module docstring)."""
         completed: set = set()
+        aborted: set = set()
         host_run = None
         for envelope in envelopes:
             family, payload = envelope["family"], envelope["payload"]
             if not isinstance(payload, dict):
                 continue
-            if family == "run-completed":
+            if family == "abort-requested":
+                aborted.add(payload.get("submissionId"))
+            elif family == "run-completed":
                 completed.add(payload.get("runId"))
             elif family == "tool-call" and payload.get("phase") == "resolved":
                 self._resolved.setdefault(payload["submissionId"], set()).add(payload["call"])
@@ -206,6 +210,9 @@ class CanonicalEvents(Checker):
                 record = settlement_of({"payload": payload})
                 if host_run is None:
                     host_run = f"run:{sid}"
+                    if run is None and sid in aborted and isinstance(record, dict) and \
+                            record.get("outcome") == "aborted":
+                        continue  # a queued abort: no run ever started (the peer's "no runId")
                     if run != host_run:
                         self.fail(f"{sid}: its settlement carries run {run!r}, not its run {host_run!r}", (sid,))
                     elif isinstance(record, dict) and record.get("outcome") == "completed" and run not in completed:

@@ -41,9 +41,13 @@ adapters (memory, SQLite) do — each named where it is used:
   reason, time), ``replayed`` (L7);
 - abort while the owner has reserved a non-aborted record is
   ``AbortConflict`` too, ``settling`` (the reservation wins); abort of a
-  submission never claimed settles it ``aborted`` in the same call, its
-  record ``{"outcome": "aborted"}`` in a settlement envelope created at
-  the intent's time (L8);
+  submission admitted but never ready settles it ``aborted`` in the same
+  call, its record ``{"outcome": "aborted"}`` in a settlement envelope
+  created at the intent's time (L8); a ready one keeps the intent (L17);
+- L17, the queued abort: a row with an abort intent, never claimed and not
+  joining, reserves an ``aborted`` record under any token (the
+  ``QueuedAbort`` authority; anything else is fenced as usual), and a host
+  never joins a ready row with an abort intent (a gap);
 - a settlement record is a record envelope (``recordId``
   ``settlement:{submission}``, family ``submission-settled``, version 1,
   ``createdAt``, ``deploymentId``, payload the peer implementation's flat
@@ -77,7 +81,7 @@ adapters (memory, SQLite) do — each named where it is used:
 - ``suspend``, ``mark_unknown``, ``request_abort``, ``decide_approval`` and
   ``resolve_unknown`` of a settled submission are ``SettlementConflict``
   naming its ``existing_outcome``, before any replay, token or call check
-  (an intent replays only where it settled a never-claimed one, L7); a
+  (an intent replays only where it settled a never-ready one, L7); a
   reserve conflict names the reserved outcome (L15);
 - admission policies (L16): the admission group and the opaque metadata
   (canonical) are part of an admission's identity, named after the input
@@ -1109,7 +1113,7 @@ class ReferenceLedger:
         conversation = self._conversations[row.conversation_id]
         # L15, but a submission its own intent settled before any claim (L8)
         # replays that intent.
-        never_ran = row.epoch is None and row.abort_author is not None
+        never_ran = row.epoch is None and row.abort_author is not None and not row.ready
         if not never_ran and self._settled_conflict(call, row):
             return conversation
         if row.abort_author is None and row.join_host is not None and row.settled_at_ms is None:
@@ -1124,7 +1128,7 @@ class ReferenceLedger:
             self._want_error(call, "AbortConflict", {"submission_id": sid, "settling": True,
                                                      "outcome": _outcome_of(read_back(row.reserved_text))},
                              conversation)  # L8
-        elif row.epoch is None:  # L8: never claimed, settled by the intent alone
+        elif row.epoch is None and not row.ready:  # L8: never ready, settled by the intent alone
             self._want_value(call, AbortIntent(sid, author, reason, now_ms, False, now_ms), conversation)
             row.abort_author, row.abort_reason, row.abort_at_ms = author, reason, now_ms
             row.reserved_digest = digest_text(canonical(_settled_envelope(sid, {"outcome": "aborted"}, now_ms,
@@ -1160,7 +1164,11 @@ class ReferenceLedger:
         if problem is not None:
             self._want_error(call, "InvalidSettlement", {"submission_id": token.submission_id}, conversation)
             return conversation
-        if not self._fenced(call, row, token):
+        # L17: QueuedAbort. An aborted record of a row with an abort intent
+        # that no claim ever granted (nor a host took) needs no ownership.
+        queued_abort = (row is not None and row.epoch is None and row.abort_author is not None
+                        and row.join_host is None and _outcome_of(record) == "aborted")
+        if not queued_abort and not self._fenced(call, row, token):
             return conversation
         record_digest = digest_text(text)
         if row.reserved_digest is None and row.abort_author is not None and _outcome_of(record) != "aborted":
@@ -1428,8 +1436,8 @@ class ReferenceLedger:
         for row in list(conversation.open.values()):
             if row.queue_seq <= host.queue_seq or row.join_host == host.submission_id:
                 continue
-            if len(host.followers) + len(taken) >= limit or self._state(row) != "ready":
-                break  # a gap: never skipped
+            if len(host.followers) + len(taken) >= limit or self._state(row) != "ready" or row.abort_author is not None:
+                break  # a gap (an aborting one too: L17): never skipped
             taken.append(row)
         # L17: the answer is what this call took, each with its queue
         # position and input; what an earlier call took is not repeated.

@@ -11,8 +11,8 @@ batches by id. The contract, as plain rules:
 - ``append(request)``: more than 256 records is ``BatchTooLarge`` (with the
   other argument rules, before anything else); then, in this order: an
   unknown conversation is ``NotMaterialized``; an epoch other than the
-  conversation's (higher too), or its epoch from another producer, is
-  ``FenceRejected``; a batch id already used answers the original result
+  conversation's (higher too) is ``FenceRejected`` (another producer may
+  append at the current epoch: an administrative append); a batch id already used answers the original result
   with ``replayed=True`` when the tail its batch made is the chain step
   from the request's own expected tail, else
   ``AppendConflict(batch-digest)``; an expected tail that is not the tail
@@ -301,7 +301,7 @@ class ReferenceLog(PortReference):
         existing = conversation.batches.get(request.batch_id)
         expected: Any
         commit = False
-        if request.epoch != conversation.epoch or request.producer_id != conversation.producer_id:
+        if request.epoch != conversation.epoch:
             expected = Refused("FenceRejected", conversation_id=cid, attempted_epoch=request.epoch,
                                actual_epoch=conversation.epoch)
         elif existing is not None:
