@@ -3,7 +3,7 @@
 The kernel and the schedule driver speak the execution-store protocol
 (``model.kernel.store.ExecutionStore``). ``LedgerRuns`` is that protocol for
 one worker process, built on the persistence system instead of a table of
-its own (ADR 0051 D1 on persistence §3):
+its own (bounded runs, persistence §3):
 
 - **start** = admission. The run id ``scheduleId@occurrenceMs`` is the
   conversation id *and* the idempotency key (principal: the schedule), so a

@@ -25,6 +25,19 @@ def test_the_documents_point_at_nothing_a_clone_lacks():
     assert not found, "\n".join(found)
 
 
+# In the code: a decision record's number ("ADR 0053 D3", "K11.5") names a text a clone does not hold.
+DECISION_NUMBER = re.compile(r"\bADR \d|\bK\d+\.\d+\b")
+
+
+def test_the_code_names_its_rules_not_decision_record_numbers():
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for package in ("model", "scenarios", "sim", "faults", "reports", "examples", "tests")
+             for path in sorted((ROOT / package).rglob("*.py")) if path.name != "test_docs.py"
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if DECISION_NUMBER.search(line)]
+    assert not found, "\n".join(found)
+
+
 def test_the_quickstart_is_two_commands_and_says_how_long_each_takes():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]

@@ -702,7 +702,7 @@ class InvalidSettlement(LedgerError):
 
 class PurgeRefused(LedgerError):
     """``purge_conversation`` on a conversation with unsettled work: only
-    settled history is ever archived and deleted (ADR 0051 D5 retention)."""
+    settled history is ever archived and deleted (retention)."""
 
     name = "PurgeRefused"
 

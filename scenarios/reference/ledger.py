@@ -1658,7 +1658,7 @@ class ReferenceLedger:
             self._want_value(call, 0, None)  # idempotent: nothing (left) to purge
             return None
         if conversation.open:
-            # Only settled history is ever deleted (ADR 0051 D5 retention).
+            # Only settled history is ever deleted (retention).
             self._want_error(call, "PurgeRefused",
                              {"conversation_id": cid, "open_submissions": len(conversation.open)}, conversation)
             conversation.history.append(_brief(call))
