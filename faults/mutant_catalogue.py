@@ -464,7 +464,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A host joining the submissions behind it steps over one that is not ready and takes the ready ones "
         "after it, out of queue order.",
         "model.ledger.rules", "            break\n        taken.append(row)\n",
-        "            continue\n        taken.append(row)\n", ("port-storm",), ci_seed=0, ci_duration="5m"),
+        "            continue\n        taken.append(row)\n", ("port-storm",), ci_seed=2, ci_duration="5m"),
     Mutant(
         "ledger-join-answers-held-followers",
         "A host's join answers every follower it holds, those earlier calls took included, instead of only the "
@@ -486,7 +486,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The host's finalize settles its joined followers only when it holds more than one: a lone joined "
         "follower stays open forever.",
         "model.ledger.rules", "    if row.joined_count:\n        for other in behind:",
-        "    if row.joined_count > 1:\n        for other in behind:", ("port-storm",), ci_seed=0, ci_duration="5m"),
+        "    if row.joined_count > 1:\n        for other in behind:", ("port-storm",), ci_seed=2, ci_duration="5m"),
     Mutant(
         "ledger-child-allocation-as-sent",
         "A child reservation is identified by the allocation as the caller built it (its member order "
@@ -642,6 +642,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "                              schema_version=entry[\"schemaVersion\"], created_at_ms=entry[\"createdAt\"],\n",
         "                              schema_version=entry[\"schemaVersion\"], created_at_ms=created_at_ms,\n",
         BOTH, ci_seed=0, ci_duration="30m", ci_scenario="ledger-storm"),
+    Mutant(
+        "settlement-retry-conflicts-with-itself",
+        "A settlement retried after its reservation's reply was lost builds a new envelope (created later) and "
+        "fails on a conflict with its own reservation instead of adopting it.",
+        "model.lifecycle", '            if held is None or held["payload"] != envelope["payload"]:\n',
+        "            if True:\n", ("sentinel-year", "ledger-storm", "agent-conversations")),
     Mutant(
         "ledger-settlement-without-receipt",
         "A first finalize answers the settlement without the admission's receipt.",
@@ -986,15 +992,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "repair-drops-parent-link",
         "A ledger rebuilt from the log admits every submission without the parent link its input record "
         "carries: a rebuilt child is no longer its parent's.",
-        "model.repair", '            link = payload.get("parentLink")\n', "            link = None\n", AC,
+        "model.repair", '        link = payload.get("parentLink")\n', "        link = None\n", AC,
         ci_seed=0, ci_duration="5m"),
     Mutant(
         "repair-drops-admission-policy",
         "A ledger rebuilt from the log admits every submission without the admission group and metadata its "
         "input record carries: a rebuilt group is free, a rebuilt worker lane ordinary.",
-        "model.repair", '                                           payload.get("admissionGroup"), None, '
+        "model.repair", '                                       payload.get("admissionGroup"), None, '
         'payload.get("metadata"))\n',
-        "                                           None, None, None)\n", BOTH + AC),
+        "                                       None, None, None)\n", BOTH + AC),
     Mutant(
         "input-record-drops-parent-link",
         "The input record leaves out the admission's parent link, so nothing in the log says whose child it is.",
@@ -1216,7 +1222,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A successor takes a run past its deadline to settlement without first marking a call in doubt unknown: "
         "the run settles failed while its call may still land (and does).",
         "model.agent", "        if plan_of(record)[index] == TOOL_ONCE:\n", "        if False:\n", AC,
-        ci_seed=3, ci_duration="90m"),
+        ci_seed=5, ci_duration="90m"),
     # Reached since requests that must answer within seconds send an email on the way (a quarter of those
     # that wait for no person or subagent: a kill or lost reply at the call leaves it in doubt right before
     # the deadline), and caught since unknown-never-replayed fails a run settled over a call in doubt whether
@@ -1422,7 +1428,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                await lifecycle.make_ready(conversation_id, sid)\n',
         "                pass  # left to a client's retry\n",
         ("ledger-storm", "agent-conversations"),
-        ci_seed=5, ci_duration="10m"),
+        ci_seed=7, ci_duration="10m", ci_scenario="agent-conversations"),
     Mutant(
         "recovery-pass-skips-finalize",
         "The recovery pass decides FinalizeLedgerFromHistory and does not finalize (the next claim holder would adopt the logged record).",
@@ -1454,7 +1460,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _join_unlogged(row, log), APPLY_JOIN_ACCOUNTING, REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _join_unlogged(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
         AC,
-        ci_seed=2, ci_duration="10m"),
+        ci_seed=5, ci_duration="10m"),
     Mutant(
         "recovery-started-child-as-turn-boundary",
         "A started child the row does not wait on is classified ResumeFromTurnBoundary, not EnsureWaitingForChild.",
@@ -1462,7 +1468,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _not_waiting(row, log), ENSURE_WAITING_FOR_CHILD, REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _not_waiting(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
         AC,
-        ci_seed=1, ci_duration="2h"),
+        ci_seed=5, ci_duration="2h"),
     Mutant(
         "recovery-unlinked-child-as-admission",
         "A child admitted or attached with no started record is classified CompleteChildAdmission, not RepairSubagentStartLink.",
@@ -1470,7 +1476,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _child_admitted_unlinked(row, log, ctx), REPAIR_SUBAGENT_START_LINK,\n     REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _child_admitted_unlinked(row, log, ctx), COMPLETE_CHILD_ADMISSION,\n     REPAIRED),\n',
         AC,
-        ci_seed=2, ci_duration="2h"),
+        ci_seed=3, ci_duration="2h"),
     Mutant(
         "recovery-reserved-child-as-pending-batch",
         "A reserved child never admitted is classified a pending tool batch, not CompleteChildAdmission.",

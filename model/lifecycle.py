@@ -486,8 +486,22 @@ class SubmissionLifecycle:
         submission_id = claim.submission_id
         envelope = canonical_record(logged, reserved, lambda: settlement_envelope(
             submission_id, fresh(), self.now_ms(), receipt=receipt, run_id=run_id))
+        try:
+            reservation = await self.ledger.reserve_settlement(claim, envelope)
+        except Exception as error:
+            if logged is not None or reserved is not None or error_name(error) != "SettlementConflict":
+                raise
+            # A fresh envelope conflicting: this attempt's own reservation
+            # may have committed with its reply lost (a retry builds its
+            # envelope again, created later). The ledger's, if it is the same
+            # record, is this attempt's: adopt it (the reservation replays).
+            row = await self.ledger.get(submission_id)
+            held = None if row is None else row.reserved_record
+            if held is None or held["payload"] != envelope["payload"]:
+                raise
+            envelope = held
+            reservation = await self.ledger.reserve_settlement(claim, envelope)
         record = settlement_of(envelope)
-        reservation = await self.ledger.reserve_settlement(claim, envelope)
         # Post (reserve): the ledger holds exactly this record for this submission.
         assert reservation.submission_id == submission_id and reservation.record_digest, (reservation, claim)
         if on_reserved is not None:

@@ -482,7 +482,7 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
         checkpoint = None
         rejected = None
         try:
-            if checkpoints is not None and not _has_steps(scan, conversation_id):
+            if checkpoints is not None and not await _has_steps(ledger, scan, conversation_id):
                 decision = await usable_checkpoint(checkpoints, log, conversation_id, _SEQ_MAX,
                                                    engine_version=RECOVERY_ENGINE,
                                                    definition_digest=definition_digest)
@@ -533,14 +533,20 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
     return len(conversations)
 
 
-def _has_steps(scan: Any, conversation_id: str) -> bool:
-    """Has the conversation an open row whose steps the table may read (its
-    input applied: an agent's plan is in its input record, which a scan row
-    does not carry)? Its steps' records (turns, tool calls,
+async def _has_steps(ledger: Any, scan: Any, conversation_id: str) -> bool:
+    """Has the conversation an open row whose steps the table reads (an
+    agent's plan, its input applied)? Its steps' records (turns, tool calls,
     approvals, subagents) may lie before any checkpoint: the pass reads that
-    history whole (a checkpoint's fold holds counts, not step facts)."""
-    return any(not isinstance(record, UnreadableSubmission) and record.conversation_id == conversation_id
-               and getattr(record, "input_applied", False) for record in scan)
+    history whole (a checkpoint's fold holds counts, not step facts). A scan
+    row carries control fields only: the plan is read by id."""
+    for record in scan:
+        if (isinstance(record, UnreadableSubmission) or record.conversation_id != conversation_id
+                or not getattr(record, "input_applied", False)):
+            continue
+        row = await ledger.get(record.submission_id)
+        if row is not None and isinstance(row.input, dict) and row.input.get("plan"):
+            return True
+    return False
 
 
 async def _facts_after_checkpoint(log: Any, conversation_id: str, scan: Any, prefix: Any) -> dict:

@@ -1,4 +1,4 @@
-"""K9 at-least-once on the whole system: the sentinel's non-idempotent page.
+"""At-least-once on the whole system: the sentinel's non-idempotent page.
 
 With the ``pager`` switch, a high reading pages the on-call through the
 external pager (``scenarios.pager``), declared non-idempotent to the kernel.
@@ -25,8 +25,8 @@ from sim.scenario import ScenarioOptions
 from tests.test_runs import EVERY, Crash, CrashAt, S, drive, run_id, start, world  # noqa: F401 (fixture)
 
 # Pinned: the pager on, at the intensity that parks a few runs in half a day.
-# Seed 3 at 12h parks 3 runs and resolves one each way.
-SEED, DURATION = 3, "12h"
+# Seed 6 at 12h parks 5 runs and resolves them every way.
+SEED, DURATION = 6, "12h"
 
 
 def _run(seed: int = SEED, duration: str = DURATION, **options):
@@ -119,6 +119,15 @@ def test_an_operator_who_pages_again_without_looking_is_caught(monkeypatch):
     messages = _violations(result, "at-most-once-effect")
     assert any("which the pager had received" in m or "never reached" in m or "never reached" in m
                or "but the system's page reached" in m for m in messages), result.violations
+
+
+def test_a_settlement_retried_after_its_reservation_lost_its_reply_adopts_it():
+    """Seed 1, every switch on: a failed run's reservation commits and its
+    reply is lost; the driver's retry builds the settlement again, created
+    two seconds later, and must adopt the reservation it made (the same
+    record) instead of failing on a conflict with itself."""
+    result = _run(seed=1, swarm=False)
+    assert result.passed, result.violations
 
 
 # -- model/runs.py: found on the way ---------------------------------------------------------

@@ -82,7 +82,7 @@ def test_merged_shards_equal_the_unsharded_sweep(capsys, tmp_path, monkeypatch, 
     # Each shard file keeps only what the summary reads of a seed.
     body = json.loads(files[0].read_text())
     assert body["format"] == "loomsim-shard/1" and body["shard"] == {"index": 1, "count": 2}
-    assert all(set(r) <= set(shards.RESULT_KEYS) | {"violations", "config", "coverage", "beyond_contract"}
+    assert all(set(r) <= set(shards.RESULT_KEYS) | {"violations", "config", "coverage", "beyond_contract", "stats"}
                for r in body["results"])
     if not failing:
         # A missing shard: said, its seeds not run, exit 3 (not 0).

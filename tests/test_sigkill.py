@@ -285,7 +285,7 @@ def check_invariants(conn, ledger, log, seed: int, reported: list[str]) -> dict:
     assert len(nonterminal) <= 1, [r.submission_id for r in nonterminal]
     if nonterminal:
         last_n = max(run(ledger.get(s)).input["n"] for s in settled_ids | set(unsettled_all))
-        assert nonterminal[0].input["n"] == last_n
+        assert run(ledger.get(nonterminal[0].submission_id)).input["n"] == last_n
     # What the worker reported settled is durably settled (a commit survives
     # a process crash); at most one more (finalized, not yet reported).
     assert set(reported) <= settled_ids
@@ -303,7 +303,9 @@ def ledger_input_n(ledger, sid: str) -> int:
 
 
 def recover(ledger, log, seed: int, rec) -> None:
-    """Finish an interrupted submission as a restarted worker would."""
+    """Finish an interrupted submission as a restarted worker would (a scan
+    row carries control fields only: its input is read by id)."""
+    rec = run(ledger.get(rec.submission_id))
     sid, cid, n = rec.submission_id, rec.conversation_id, rec.input["n"]
     # admission: materialize -> mark ready (both idempotent).
     try:

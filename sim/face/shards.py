@@ -130,12 +130,17 @@ def shard_seeds(seeds: range, shard: Shard, *, beyond_every: int, sqlite_every: 
     return ShardSeeds(seeds, shard, period(beyond_every, sqlite_every))
 
 
+# The run statistics ``summarize_scenario`` adds up over seeds.
+STATS_KEYS = ("recovery_decisions", "recovery_dispositions")
+
+
 def compact_result(result: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of a child's result that ``summarize_scenario`` and
     ``seed_record`` read, and nothing else: its first violation only, the
     swarm's choices and pinned rates of its config, its coverage counts,
-    and its broken promises only where they are read (a beyond-the-contract
-    seed that passed green: the summary says how many)."""
+    its broken promises only where they are read (a beyond-the-contract
+    seed that passed green: the summary says how many), and the statistics
+    the summary adds up (``STATS_KEYS``)."""
     small = {key: result[key] for key in RESULT_KEYS if key in result}
     violations = result.get("violations") or []
     if violations:
@@ -156,6 +161,9 @@ def compact_result(result: Mapping[str, Any]) -> dict[str, Any]:
         small["coverage"] = {k: coverage[k] for k in COVERAGE_KEYS if k in coverage}
     if result.get("beyond") and result.get("status") == "pass":
         small["beyond_contract"] = list(result.get("beyond_contract") or ())
+    stats = {key: result["stats"][key] for key in STATS_KEYS if key in (result.get("stats") or {})}
+    if stats:
+        small["stats"] = stats
     return small
 
 
