@@ -1484,7 +1484,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _child_not_admitted(row, log, ctx), COMPLETE_CHILD_ADMISSION, REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _child_not_admitted(row, log, ctx), RESUME_PENDING_TOOL_BATCH, DEFERRED),\n',
         AC,
-        ci_seed=2, ci_duration="30m"),
+        ci_seed=5, ci_duration="2h"),
     Mutant(
         "recovery-pending-batch-as-turn-boundary",
         "A pending tool batch is classified ResumeFromTurnBoundary, not ResumePendingToolBatch.",
