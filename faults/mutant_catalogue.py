@@ -332,7 +332,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "ledger-epoch-per-submission",
         "A claim allocates the next epoch from the submission's own epoch instead of the conversation's "
         "counter, so a new submission's owner reuses epoch 1.",
-        "model.ledger.rules", "    epoch = conversation.epoch + 1\n", "    epoch = (head.epoch or 0) + 1\n", ALL,
+        "model.ledger.rules", "    epoch = conversation.epoch + 1\n", "    epoch = (row.epoch or 0) + 1\n", ALL,
         ci_seed=0, ci_duration="15m", ci_scenario="ledger-storm"),
     Mutant(
         "ledger-claim-newest-first",

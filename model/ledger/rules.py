@@ -900,13 +900,19 @@ def decide_claim(
         and head.lease_expires_ms > now_ms
     ):
         return NO_CLAIM
+    return _grant(conversation, head, owner_id, lease_ms, now_ms)
+
+
+def _grant(conversation: ConversationRow, row: SubmissionRow, owner_id: str, lease_ms: int,
+           now_ms: int) -> ClaimDecision:
+    """Claim ``row`` for ``owner_id`` at the lane's next epoch."""
     epoch = conversation.epoch + 1
     lease_expires_ms = now_ms + lease_ms
-    attempt_id = attempt_id_for(head.submission_id, epoch)
+    attempt_id = attempt_id_for(row.submission_id, epoch)
     return ClaimDecision(
-        Claim(head.submission_id, owner_id, epoch, lease_expires_ms, attempt_id),
+        Claim(row.submission_id, owner_id, epoch, lease_expires_ms, attempt_id),
         attrs.evolve(conversation, epoch=epoch),
-        evolve_row(head, owner_id=owner_id, epoch=epoch, lease_expires_ms=lease_expires_ms, attempt_id=attempt_id),
+        evolve_row(row, owner_id=owner_id, epoch=epoch, lease_expires_ms=lease_expires_ms, attempt_id=attempt_id),
     )
 
 
@@ -938,14 +944,7 @@ def decide_claim_handoff(
     nxt = lane[at]
     if state_of(nxt) != READY or nxt.owner_id is not None or nxt.abort_author is not None:
         return NO_CLAIM
-    epoch = conversation.epoch + 1  # a new epoch for the lane
-    lease_expires_ms = now_ms + lease_ms
-    attempt_id = attempt_id_for(nxt.submission_id, epoch)
-    return ClaimDecision(
-        Claim(nxt.submission_id, owner_id, epoch, lease_expires_ms, attempt_id),
-        attrs.evolve(conversation, epoch=epoch),
-        evolve_row(nxt, owner_id=owner_id, epoch=epoch, lease_expires_ms=lease_expires_ms, attempt_id=attempt_id),
-    )
+    return _grant(conversation, nxt, owner_id, lease_ms, now_ms)  # a new epoch for the lane
 
 
 def validate_claim_handoff(handoff: object) -> None:
