@@ -56,3 +56,25 @@ class Flaky(Exception):
     """A retryable failure (``model.retry``)."""
 
     retryable = True
+
+
+class Stores:
+    """A submission ledger and a conversation log on one backend: ``memory``,
+    or ``sqlite`` (one real file ``tmp_path/db_name``, both stores on its
+    connection, ``conn``: close it after the test); ``ms``: a test clock."""
+
+    def __init__(self, kind: str, tmp_path, db_name: str = "stores.db") -> None:
+        from model.conversation.memory_store import InMemoryConversationStore
+        from model.conversation.sqlite_store import SqliteConversationStore
+        from model.ledger.memory_store import InMemorySubmissionLedger
+        from model.ledger.sqlite_store import SqliteSubmissionLedger
+        from model.sqlite_db import open_database
+
+        assert kind in ("memory", "sqlite"), kind
+        self.conn = None
+        if kind == "memory":
+            self.ledger, self.log = InMemorySubmissionLedger(), InMemoryConversationStore()
+        else:
+            self.conn = open_database(str(tmp_path / db_name))
+            self.ledger, self.log = SqliteSubmissionLedger(self.conn), SqliteConversationStore(self.conn)
+        self.ms = 1_000

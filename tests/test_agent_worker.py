@@ -25,16 +25,12 @@ from model.agent import (
     step_call_id,
 )
 from model.failpoints import APPROVAL_DECIDED_BEFORE_EFFECT, RESERVED_BEFORE_APPEND
-from model.conversation.memory_store import InMemoryConversationStore
-from model.conversation.sqlite_store import SqliteConversationStore
-from model.ledger.memory_store import InMemorySubmissionLedger
-from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.lifecycle import SETTLED_FAMILY, SubmissionLifecycle, settle_batch_id
-from model.sqlite_db import open_database
 from model.ledger.records import settlement_of
 
 SUBAGENT_PARENT_ABORT = "subagent-parent-abort"
 from scenarios.storage import run_sync as drive
+from tests.fakes import Stores
 
 C = "conv-1"
 LEASE_MS = 30_000
@@ -59,15 +55,9 @@ class Model:
                 {"kind": "completed", "usage": {"inputTokens": 1, "outputTokens": 1, "costMicros": 1}}]
 
 
-class World:
+class World(Stores):
     def __init__(self, kind: str, tmp_path) -> None:
-        self.conn = None
-        if kind == "memory":
-            self.ledger, self.log = InMemorySubmissionLedger(), InMemoryConversationStore()
-        else:
-            self.conn = open_database(str(tmp_path / "agent.db"))
-            self.ledger, self.log = SqliteSubmissionLedger(self.conn), SqliteConversationStore(self.conn)
-        self.ms = 1_000
+        super().__init__(kind, tmp_path, "agent.db")
         self.tools = Tools(self)
 
     def now(self) -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import pytest
 
 from model.canonical import digest
-from model.conversation.memory_store import InMemoryConversationStore
 from model.conversation.records import (
     AcknowledgedWriteLost,
     ConversationStoreError,
@@ -24,7 +23,6 @@ from model.conversation.records import (
     NotMaterialized,
     RecordEnvelope,
 )
-from model.conversation.sqlite_store import SqliteConversationStore
 from model.failpoints import (
     ADMITTED_BEFORE_READY,
     APPENDED_BEFORE_FINALIZE,
@@ -33,9 +31,7 @@ from model.failpoints import (
     READY_BEFORE_RECEIPT,
     RESERVED_BEFORE_APPEND,
 )
-from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.records import OwnershipLost, SettlementConflict
-from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.lifecycle import (
     ADMISSION_PRODUCER,
     SETTLED_FAMILY,
@@ -46,8 +42,9 @@ from model.lifecycle import (
 )
 from model.ledger.records import settlement_envelope, settlement_of
 from model.retry import error_name, is_retryable
-from model.sqlite_db import SqliteWriteContention, open_database
+from model.sqlite_db import SqliteWriteContention
 from scenarios.storage import run_sync as drive  # a call that must not suspend
+from tests.fakes import Stores
 
 C = "conv-1"
 OWNER = "worker-1"
@@ -86,15 +83,9 @@ class Points:
         self._calls.append(name)
 
 
-class World:
+class World(Stores):
     def __init__(self, kind: str, tmp_path) -> None:
-        self.conn = None
-        if kind == "memory":
-            self.ledger, self.log = InMemorySubmissionLedger(), InMemoryConversationStore()
-        else:
-            self.conn = open_database(str(tmp_path / "lifecycle.db"))
-            self.ledger, self.log = SqliteSubmissionLedger(self.conn), SqliteConversationStore(self.conn)
-        self.ms = 1_000
+        super().__init__(kind, tmp_path, "lifecycle.db")
         self.calls: list[str] = []
 
     def now(self) -> int:

@@ -16,27 +16,17 @@ from __future__ import annotations
 
 import pytest
 
-from model.conversation.memory_store import InMemoryConversationStore
-from model.conversation.sqlite_store import SqliteConversationStore
-from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.records import SettlementConflict
-from model.ledger.sqlite_store import SqliteSubmissionLedger
-from model.sqlite_db import open_database
 from model.submissions import SubmissionClient, SubmissionWorker, recovery_pass
 from scenarios.storage import run_sync as drive  # a call that must not suspend
+from tests.fakes import Stores as LedgerAndLog
 
 C = "conv-q"
 
 
-class Stores:
+class Stores(LedgerAndLog):
     def __init__(self, kind: str, tmp_path) -> None:
-        self.conn = None
-        if kind == "memory":
-            self.ledger, self.log = InMemorySubmissionLedger(), InMemoryConversationStore()
-        else:
-            self.conn = open_database(str(tmp_path / "queued-abort.db"))
-            self.ledger, self.log = SqliteSubmissionLedger(self.conn), SqliteConversationStore(self.conn)
-        self.ms = 1_000
+        super().__init__(kind, tmp_path, "queued-abort.db")
 
     def now(self) -> int:
         self.ms += 1
