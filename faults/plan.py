@@ -7,8 +7,10 @@ is the model): a probabilistic run and a scripted run go through the same
 - **Point faults** (a port call, a failpoint, a read answer) are drawn per
   hit with ``draw(site, kinds)``. Probabilistic: each (site, kind) has a rate
   per hit and draws the gap to its next firing (uniform, mean ``1/rate``
-  hits) from the ``faults`` stream, so a run's faults are a pure function of
-  (seed, order of hits) and cost one integer comparison per hit. Uniform gaps
+  hits) from its own child of the ``faults`` stream (named ``site/kind``),
+  so a run's faults are a pure function of (seed, each site's hits) and
+  cost one integer comparison per hit; a site added to the code, or hit in
+  another order, moves no other site's faults. Uniform gaps
   are not memoryless like per-hit coins, which does not matter for finding
   bugs and keeps the draw integer-exact on every platform. Scripted: each
   entry fires at its site's recorded hit index (a hand-written entry without
@@ -29,6 +31,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol
 import attrs
 
 from faults.kinds import ALL_FAULT_KINDS, BOUNDARY_DELAY, FAILPOINT_CRASH, PORT_FAULT_KINDS, TIMED_FAULT_KINDS
+from sim.rng import Stream
 from sim.world import FaultEvent
 
 # A harness chaos loop fires at most this many timed faults in one run (a
@@ -84,7 +87,8 @@ class FaultPlan:
         self._mean_gap = {kind: max(1, round(1.0 / rate)) for kind, rate in self.rates.items() if rate > 0}
         self._site_gaps = {site: {kind: max(1, round(1.0 / rate)) for kind, rate in r.items() if rate > 0}
                            for site, r in (site_rates or {}).items()}
-        self._next_fire: dict[str, list[list]] = {}  # site -> [[hit index, kind, gaps], ...]
+        # site -> [[next firing's hit index, kind, mean gap, its stream], ...]
+        self._next_fire: dict[str, list[list]] = {}
         # Armed by a workload (``arm_once``): site -> (kind, restart_after_ms),
         # fired at the site's next hit; and the restart delays of the fired.
         self._once: dict[str, tuple[str, int]] = {}
@@ -124,11 +128,11 @@ class FaultPlan:
         """Count one hit of ``site``; return ``(hit index, kind that fires or None)``."""
         raise AssertionError("bound in __init__")
 
-    def _gap(self, kind: str, gaps: Mapping[str, int]) -> int:
+    @staticmethod
+    def _gap(stream: Stream, mean: int) -> int:
         # Uniform on [1, 2*mean - 1]: mean ``1/rate`` hits between firings,
         # one draw per firing instead of one per hit, integer-exact.
-        mean = gaps[kind]
-        return 1 + self._stream.below(2 * mean - 1) if mean > 1 else 1
+        return 1 + stream.below(2 * mean - 1) if mean > 1 else 1
 
     def _draw_random(self, site: str, kinds: tuple[str, ...]) -> tuple[int, str | None]:
         # Each (site, kind) holds the hit index of its next firing, so the
@@ -146,12 +150,16 @@ class FaultPlan:
         schedule = self._next_fire.get(site)
         if schedule is None:
             gaps = self._site_gaps.get(site, self._mean_gap)
-            schedule = [[n - 1 + self._gap(kind, gaps), kind, gaps] for kind in kinds if kind in gaps]
+            schedule = []
+            for kind in kinds:
+                if kind in gaps:
+                    own = self._stream.child(f"{site}/{kind}")
+                    schedule.append([n - 1 + self._gap(own, gaps[kind]), kind, gaps[kind], own])
             self._next_fire[site] = schedule
         fired = None
         for entry in schedule:
             if entry[0] == n:
-                entry[0] = n + self._gap(entry[1], entry[2])
+                entry[0] = n + self._gap(entry[3], entry[2])
                 if fired is None:
                     fired = entry[1]
         self._due[site] = min([entry[0] for entry in schedule], default=_NEVER)

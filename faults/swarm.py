@@ -4,7 +4,12 @@ A fixed mix finds the bugs that mix finds; swarm testing (Groce et al.)
 finds more by letting each seed *leave things out*: a run without kills
 reaches states a kill would have cut short, a run with a long lease meets
 different races than one with a short lease. So per seed, from the
-``swarm`` stream (a change here reshuffles nothing else):
+``swarm`` stream (a change here reshuffles nothing else), each choice drawn
+from a child stream named for what it chooses (``kind/<name>``,
+``failpoint/<name>``, ``workload/<name>``, ``knob/<name>``): adding,
+removing or reordering a kind, failpoint, switch or knob moves no other
+choice of any seed, so saved seeds and a failure database keep their
+meaning when a scenario grows:
 
 - each fault kind the scenario can inject is enabled with probability 1/2
   (at least one stays on);
@@ -22,6 +27,7 @@ whole run.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Mapping
 
 import attrs
@@ -33,11 +39,12 @@ from sim.scenario import SetupError
 # An activated failpoint fires on this multiple of the scenario's own
 # failpoint rate (a fifth of it, as often, or five times as often).
 FAILPOINT_RATE_FACTORS = (0.2, 1.0, 5.0)
-# Swarm that cannot starve: a covering design over seeds. The i-th fault
-# kind (and the i-th failpoint) is switched on, whatever its coin says, in
-# every seed with (seed + i) % ROTATION_SEEDS == 0: any ROTATION_SEEDS
-# consecutive seeds enable every kind and every failpoint at least once.
-# The coins are drawn as before, so a seed's other choices do not move.
+# Swarm that cannot starve: a covering design over seeds. A fault kind (and
+# a failpoint) is switched on, whatever its coin says, in every seed with
+# (seed + offset) % ROTATION_SEEDS == 0, its offset derived from its name
+# (``rotation_offset``): any ROTATION_SEEDS consecutive seeds enable every
+# kind and every failpoint at least once. The coins are drawn as before, so
+# a seed's other choices do not move.
 ROTATION_SEEDS = 8
 
 
@@ -78,7 +85,8 @@ def fault_intensity_knob(values: tuple[int, ...] = (1, 1, 10, 100)) -> Knob:
 @attrs.frozen
 class SwarmSpace:
     """What a scenario lets a seed choose: its fault kinds, failpoints,
-    workload switches and knobs (all in a fixed order: the draw order)."""
+    workload switches and knobs (each drawn by its name; the order is the
+    order they are printed in)."""
 
     fault_kinds: tuple[str, ...]
     failpoints: tuple[str, ...] = ()
@@ -173,8 +181,14 @@ def check_pins(space: SwarmSpace, *, enable: tuple[str, ...], disable: tuple[str
             raise SwarmError(f"knob {name}={value} is outside its legal range {knob.minimum}..{knob.maximum}")
 
 
-def _rotated_on(seed: int | None, index: int) -> bool:
-    return seed is not None and (seed + index) % ROTATION_SEEDS == 0
+def rotation_offset(name: str) -> int:
+    """Where in the rotation ``name`` is switched on: from its name, not its
+    position in the scenario's list (a kind added before it moves nothing)."""
+    return int.from_bytes(hashlib.sha256(f"rotation/{name}".encode("utf-8")).digest()[:8], "big") % ROTATION_SEEDS
+
+
+def _rotated_on(seed: int | None, name: str) -> bool:
+    return seed is not None and (seed + rotation_offset(name)) % ROTATION_SEEDS == 0
 
 
 def choose(space: SwarmSpace, stream: Stream, *, swarm: bool, enable: tuple[str, ...] = (),
@@ -186,26 +200,28 @@ def choose(space: SwarmSpace, stream: Stream, *, swarm: bool, enable: tuple[str,
     rotation (``ROTATION_SEEDS``) switches some kinds and failpoints on."""
     knobs = dict(knobs or {})
     check_pins(space, enable=enable, disable=disable, knobs=knobs)
-    # Draw everything, pinned or not, in a fixed order: a pin changes that
-    # choice only, never the others of the same seed.
+    # Draw everything, pinned or not, each from its own named stream: a pin
+    # changes that choice only, and a choice added or removed moves none of
+    # the others.
     kinds = []
-    for index, kind in enumerate(space.fault_kinds):
-        on = stream.below(2) == 0 if swarm else True
-        on = on or _rotated_on(seed, index)
+    for kind in space.fault_kinds:
+        on = stream.child(f"kind/{kind}").below(2) == 0 if swarm else True
+        on = on or _rotated_on(seed, kind)
         if kind in enable or (on and kind not in disable):
             kinds.append(kind)
     if swarm and not kinds and not enable:
         free = [k for k in space.fault_kinds if k not in disable]
         if free:
-            kinds.append(stream.choice(free))
+            kinds.append(stream.child("kind/fallback:" + ",".join(sorted(free))).choice(sorted(free)))
     failpoints: list[tuple[str, float]] | None = [] if swarm else None
     rotated_failpoint = False
     if swarm:
-        for index, name in enumerate(space.failpoints):
-            rotated = _rotated_on(seed, index)
-            on = stream.below(2) == 0 or rotated
-            fraction = min(1.0, space.failpoint_rate * dict(space.failpoint_boosts).get(name, 1)
-                           * stream.choice(FAILPOINT_RATE_FACTORS))
+        boosts = dict(space.failpoint_boosts)
+        for name in space.failpoints:
+            own = stream.child(f"failpoint/{name}")
+            rotated = _rotated_on(seed, name)
+            on = own.below(2) == 0 or rotated
+            fraction = min(1.0, space.failpoint_rate * boosts.get(name, 1) * own.choice(FAILPOINT_RATE_FACTORS))
             if on:
                 failpoints.append((name, fraction))
                 rotated_failpoint = rotated_failpoint or rotated
@@ -217,12 +233,12 @@ def choose(space: SwarmSpace, stream: Stream, *, swarm: bool, enable: tuple[str,
         kinds = [k for k in space.fault_kinds if k in kinds or k == FAILPOINT_CRASH]
     workload = []
     for operation in space.workload:
-        on = stream.below(4) != 0 if swarm else True
+        on = stream.child(f"workload/{operation}").below(4) != 0 if swarm else True
         if operation in enable or (on and operation not in disable):
             workload.append(operation)
     values = []
     for knob in space.knobs:
-        drawn = knob.draw(stream) if swarm else knob.default
+        drawn = knob.draw(stream.child(f"knob/{knob.name}")) if swarm else knob.default
         values.append((knob.name, knobs.get(knob.name, drawn)))
     return SwarmChoices(swarm, tuple(kinds), None if failpoints is None else tuple(failpoints), tuple(workload),
                         tuple(values))

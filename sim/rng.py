@@ -30,12 +30,21 @@ REJECTIONS_MAX = 256
 class Stream:
     """A SplitMix64 stream. Not thread-safe; nothing here uses threads."""
 
-    __slots__ = ("name", "_state", "draws")
+    __slots__ = ("name", "_state", "draws", "seed64")
 
     def __init__(self, seed64: int, name: str = "") -> None:
         self.name = name
-        self._state = seed64 & _MASK64
+        self.seed64 = seed64 & _MASK64
+        self._state = self.seed64
         self.draws = 0
+
+    def child(self, name: str) -> "Stream":
+        """A stream of its own for one named choice, depending only on this
+        stream's seed and ``name`` (never on how much this stream or any
+        other child was drawn): a choice drawn by name keeps its value when
+        choices are added, removed or reordered around it."""
+        material = f"{self.seed64}/{name}".encode("utf-8")
+        return Stream(int.from_bytes(hashlib.sha256(material).digest()[:8], "big"), f"{self.name}/{name}")
 
     def next_u64(self) -> int:
         self.draws += 1
