@@ -49,6 +49,7 @@ KERNEL_EFFECT_DONE_BEFORE_RECORD = "kernel.effect_done.before_record"
 # order: derived from where the lifecycle's state table crosses stores
 # (``model.ledger.states.CROSSINGS``).
 from model.ledger.states import (  # noqa: E402
+    ABORT_INTENT_STORED,
     ADMITTED_BEFORE_READY,
     APPENDED_BEFORE_FINALIZE,
     CLAIMED_BEFORE_INPUT,
@@ -115,10 +116,6 @@ AGENT_CRASH_POINTS: tuple[str, ...] = (TOOL_PREPARED_BEFORE_SETTLED, APPROVAL_DE
 PEER_NOT_APPLICABLE: dict[str, str] = {
     "resolve:after-intent": "the model never resolves an unknown call itself: a reconciler (a client of the "
                             "ledger) stores the resolution, and a worker acts on it only at its next claim",
-    "abort:after-intent": "not a named point yet: a client's abort stores the intent, then settles a queued "
-                          "submission through the log; a kill of the client cuts it there and the recovery "
-                          "pass's SettleAborted finishes it (a parent's abort of its child is "
-                          "subagent:after-child-abort-intent)",
     "subagent:after-sibling-settle": "a subagent step starts one child; no step waits for siblings",
     "subagent:after-release-pending": "a child reservation is released in one ledger write (its accounting "
                                       "frozen with it): there is no release-pending state in between",

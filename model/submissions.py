@@ -39,6 +39,7 @@ from model.conversation.records import (
     NotMaterialized,
 )
 from model.failpoints import (
+    ABORT_INTENT_STORED,
     CLAIMED_BEFORE_INPUT,
     INPUT_APPENDED_BEFORE_MARKER,
     NO_FAILPOINTS,
@@ -118,6 +119,7 @@ class SubmissionClient:
         the log (``SubmissionLifecycle.settle_queued_abort``, as producer
         ``author``). The intent, as the ledger answered it."""
         intent = await self.ledger.request_abort(submission_id, author, reason, self.now_ms())
+        self.failpoints.hit(ABORT_INTENT_STORED)
         await self.lifecycle.settle_queued_abort(submission_id, author)
         return intent
 

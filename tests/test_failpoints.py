@@ -143,6 +143,15 @@ class World:
                 self.deaths += 1
         raise AssertionError("the client never got its receipt")
 
+    def abort(self, submission_id: str) -> None:
+        """A client's abort; one that died after its intent is not retried
+        (the intent is durable: a worker's scan or a recovery pass finishes it)."""
+        client = SubmissionClient(self.ledger, self.log, now_ms=self.now, failpoints=self.failpoints)
+        try:
+            drive(client.abort(submission_id, "client", "no longer needed"))
+        except Died:
+            self.deaths += 1
+
     def open_rows(self) -> list:
         return [r for r in drive(self.ledger.scan_nonterminal()) if not isinstance(r, UnreadableSubmission)]
 
@@ -189,6 +198,15 @@ def workload(world: World) -> None:
         world.deaths += 1
         world.ms += LEASE_MS + 1
     drive(world.ledger.request_abort(parent, "operator", "stop it", world.now()))
+    world.settle_all()
+    # A queued submission aborted while its lane's head runs.
+    world.submit("c4", "k1", [MODEL, MODEL])
+    queued = world.submit("c4", "k2", [MODEL])
+    head = world.worker()
+    claim = drive(world.ledger.claim("c4", head.owner_id, LEASE_MS, world.now()))
+    drive(head.lifecycle.take_over("c4", claim))
+    world.abort(queued)
+    world.ms += LEASE_MS + 1  # the head's owner went away
     world.settle_all()
 
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import pytest
 
+from model.failpoints import ABORT_INTENT_STORED
 from model.ledger.records import SettlementConflict
 from model.submissions import SubmissionClient, SubmissionWorker, recovery_pass
 from scenarios.storage import run_sync as drive  # a call that must not suspend
+from tests.fakes import Crash, CrashAt
 from tests.fakes import Stores as LedgerAndLog
 
 C = "conv-q"
@@ -94,8 +96,15 @@ def test_an_aborter_that_died_after_its_intent_is_finished_by_recovery(stores):
     queued = drive(client.submit(C, "p", "k2", {"n": 2}))
     claim = drive(stores.ledger.claim(C, "worker-1", 60_000, stores.now()))
     drive(stores.log.materialize(C, "worker-1", claim.epoch))
-    # The aborter dies right after the intent: nothing reserved, nothing logged.
-    drive(stores.ledger.request_abort(queued.submission_id, "client", "no longer needed", stores.now()))
+    # The aborter dies at abort:after-intent: nothing reserved, nothing logged.
+    dies = CrashAt(ABORT_INTENT_STORED)
+    aborter = SubmissionClient(stores.ledger, stores.log, now_ms=stores.now, failpoints=dies)
+    with pytest.raises(Crash):
+        drive(aborter.abort(queued.submission_id, "client", "no longer needed"))
+    assert dies.fired and ABORT_INTENT_STORED == "abort:after-intent"
+    row = drive(stores.ledger.get(queued.submission_id))
+    assert (row.abort_author, row.outcome) == ("client", None)
+    assert f"abort:{queued.submission_id}" not in stores.ids()
     events = []
 
     class Recording:
@@ -109,7 +118,9 @@ def test_an_aborter_that_died_after_its_intent_is_finished_by_recovery(stores):
     assert decisions[head.submission_id] == ("ApplyInput", "repaired")
     assert drive(stores.ledger.get(queued.submission_id)).outcome == "aborted"
     ids = stores.ids()
-    assert f"settlement:{queued.submission_id}" in ids and f"abort:{queued.submission_id}" in ids
+    assert ids.index(f"abort:{queued.submission_id}") < ids.index(f"settlement:{queued.submission_id}")
+    with pytest.raises(SettlementConflict):  # a second abort: it is settled
+        drive(client.abort(queued.submission_id, "client", "again"))
     # The recovery pass holds no claim: no repair annotation (nothing to append it under).
     assert not [i for i in ids if i.startswith("repair:")]
     assert drive(stores.ledger.get(head.submission_id)).outcome is None

@@ -210,6 +210,7 @@ STEP_RECORDED = "step:after-step-append"
 RESERVED_BEFORE_APPEND = "terminalize:after-reserve"
 APPENDED_BEFORE_FINALIZE = "terminalize:after-canonical-append"
 FINALIZED_BEFORE_REPLY = "settlement.finalized.before_reply"
+ABORT_INTENT_STORED = "abort:after-intent"
 
 ADMIT = "admit"  # the transition into the first state (no row before it)
 
@@ -239,6 +240,8 @@ CROSSINGS: tuple[Crossing, ...] = (
     Crossing(INPUT_APPLIED, RESERVE, "after", RESERVED_BEFORE_APPEND, "the reserved record is appended"),
     Crossing(TERMINALIZING, FINALIZE, "before", APPENDED_BEFORE_FINALIZE, "the record is in the log"),
     Crossing(TERMINALIZING, FINALIZE, "after", FINALIZED_BEFORE_REPLY, "the settlement goes back to the caller"),
+    Crossing(READY, ABORT, "after", ABORT_INTENT_STORED,
+             "a queued submission's abort is settled through the log by its aborter"),
 )
 
 LIFECYCLE_CRASH_POINTS: tuple[str, ...] = tuple(crossing.point for crossing in CROSSINGS)
