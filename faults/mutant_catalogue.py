@@ -1430,6 +1430,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ("ledger-storm", "agent-conversations"),
         ci_seed=7, ci_duration="10m", ci_scenario="agent-conversations"),
     Mutant(
+        "recovery-pass-skips-queued-abort",
+        "The recovery pass decides SettleAborted for a never-claimed row whose aborter died after its intent "
+        "(abort:after-intent) and does not settle it (left to whoever claims the lane next).",
+        "model.submissions",
+        "            settlement = await lifecycle.settle_queued_abort(sid, RECOVERY_PRODUCER)\n",
+        "            settlement = None  # left to the lane's next claim holder\n",
+        ("ledger-storm", "agent-conversations")),
+    Mutant(
         "recovery-pass-skips-finalize",
         "The recovery pass decides FinalizeLedgerFromHistory and does not finalize (the next claim holder would adopt the logged record).",
         "model.submissions",

@@ -165,3 +165,49 @@ def test_the_rotation_moves_no_other_choice_and_a_disable_still_wins():
         assert (plain.knobs, plain.workload) == (rotated.knobs, rotated.workload)
         disabled = choose(space, Streams(seed)["swarm"], swarm=True, seed=seed, disable=space.fault_kinds[:2])
         assert not set(space.fault_kinds[:2]) & set(disabled.fault_kinds)
+
+
+# -- choices by name: a seed keeps its meaning when the code grows ---------------------------
+
+
+def test_a_kind_failpoint_switch_or_knob_added_moves_no_other_choice():
+    """Each choice is drawn from a stream named for what it chooses, and its
+    place in the rotation comes from its name: a scenario that gains a fault
+    kind, a failpoint, a workload switch and a knob (each put first, where a
+    positional draw would move everything after it) keeps every other
+    choice of every seed."""
+    grown = SwarmSpace(fault_kinds=("new-kind",) + SPACE.fault_kinds, failpoints=("new-fp",) + SPACE.failpoints,
+                       workload=("new-switch",) + SPACE.workload,
+                       knobs=(Knob("new-knob", 1, 0, 3, "new"),) + SPACE.knobs, failpoint_rate=SPACE.failpoint_rate)
+    for seed in range(64):
+        before = choose(SPACE, Streams(seed)["swarm"], swarm=True, seed=seed)
+        after = choose(grown, Streams(seed)["swarm"], swarm=True, seed=seed)
+        if len(before.fault_kinds) > 1:  # (one kind may be the fallback for a seed whose coins were all off)
+            assert [k for k in after.fault_kinds if k != "new-kind"] == list(before.fault_kinds)
+        assert [f for f in after.failpoints if f[0] != "new-fp"] == list(before.failpoints)
+        assert [w for w in after.workload if w != "new-switch"] == list(before.workload)
+        assert [k for k in after.knobs if k[0] != "new-knob"] == list(before.knobs)
+
+
+def test_a_port_site_added_moves_no_other_sites_faults():
+    """Each (site, kind)'s gaps come from their own stream: hits of a site
+    the code did not have before (interleaved anywhere) leave the hits at
+    which another site's faults fire unchanged."""
+    from faults.kinds import ACK_LOST as KIND
+    from faults.plan import FaultPlan
+    from sim.world import World
+
+    def firings(extra_site: bool) -> list[int]:
+        world = World(7)
+        plan = FaultPlan(world, rates={KIND: 0.05}, heal_at_ms=10 ** 12)
+        fired = []
+        for _ in range(2_000):
+            if extra_site:
+                plan.draw("a.new_site", (KIND,))
+            hit, kind = plan.draw("ledger.claim", (KIND,))
+            if kind is not None:
+                fired.append(hit)
+        return fired
+
+    plain = firings(False)
+    assert len(plain) > 50 and plain == firings(True)
