@@ -349,7 +349,8 @@ class SubmissionLifecycle:
 
     # -- a queued submission's abort ----------------------------------------------
 
-    async def settle_queued_abort(self, submission_id: str, producer_id: str) -> Settlement | None:
+    async def settle_queued_abort(self, submission_id: str, producer_id: str,
+                                  record: Any = None) -> Settlement | None:
         """Settle a queued submission's abort through the log: the abort
         intent is durable, and no claim ever granted the submission.
 
@@ -371,8 +372,11 @@ class SubmissionLifecycle:
         aborter, or after its crash a recovery pass (``SettleAborted``) —
         does it again and writes the same. None: nothing to do here (settled,
         claimed: its owner settles it, joined, or not aborting), or the log
-        kept moving under it (the next recovery pass or claim finishes)."""
-        record = await self.ledger.get(submission_id)
+        kept moving under it (the next recovery pass or claim finishes).
+        ``record``: the row read by id just before (a recovery pass reads
+        it first), or None to read it here."""
+        if record is None:
+            record = await self.ledger.get(submission_id)
         if (record is None or record.settled or record.epoch is not None or record.abort_author is None
                 or record.join_host is not None or not record.ready):
             return None

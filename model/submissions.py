@@ -46,7 +46,8 @@ from model.failpoints import (
     STEP_RECORDED,
     Failpoints,
 )
-from model.ledger.records import AdmissionResult, Claim, Settlement, UnreadableSubmission
+from model.ledger.records import (AdmissionResult, Claim, CorruptSubmission, Settlement, UnreadableSubmission,
+                                  UnsupportedLedgerVersion)
 # ADMISSION_PRODUCER and settle_batch_id are re-exported (their old home).
 from model.lifecycle import (  # noqa: F401
     ADMISSION_PRODUCER,
@@ -321,7 +322,13 @@ class SubmissionWorker:
             if isinstance(record, UnreadableSubmission):
                 continue
             if record.abort_author is not None and record.epoch is None and record.ready:
-                await self.lifecycle.settle_queued_abort(record.submission_id, self.owner_id)
+                try:
+                    await self.lifecycle.settle_queued_abort(record.submission_id, self.owner_id)
+                except (CorruptSubmission, UnsupportedLedgerVersion) as error:
+                    # Its control fields scanned, its input does not read:
+                    # its lane waits for an operator; the others go on.
+                    self.probe.emit("submission.unreadable", owner=self.owner_id,
+                                    conversation=record.conversation_id, error=error_name(error))
 
     async def _abort_requested(self, submission_id: str) -> bool:
         """Is a durable abort intent there now? Read before every step: a
@@ -543,7 +550,10 @@ async def _has_steps(ledger: Any, scan: Any, conversation_id: str) -> bool:
         if (isinstance(record, UnreadableSubmission) or record.conversation_id != conversation_id
                 or not getattr(record, "input_applied", False)):
             continue
-        row = await ledger.get(record.submission_id)
+        try:
+            row = await ledger.get(record.submission_id)
+        except (CorruptSubmission, UnsupportedLedgerVersion):
+            return True  # its input does not read: no checkpoint is trusted for it, the history is read whole
         if row is not None and isinstance(row.input, dict) and row.input.get("plan"):
             return True
     return False
@@ -595,16 +605,24 @@ async def _classify(log: Any, ledger: Any, probe: Probe, now_ms: Callable[[], in
         context = Context(head=index == 0, open_ids=open_ids, admitted_children=admitted_children)
         row_log = facts.get(sid, LogFacts())
         decision = classify(row, row_log, context)
+        current = None
+        if lifecycle is not None and _pass_applies(decision.name, row):
+            # The pass acts on this row itself: it reads it whole first. A
+            # row whose control fields scanned but whose input (or metadata)
+            # does not read back is held for an operator, left as it is.
+            try:
+                current = await ledger.get(sid)
+            except (CorruptSubmission, UnsupportedLedgerVersion) as error:
+                row = UnreadableSubmission(sid, row.conversation_id, row.principal_id, row.queue_seq, error)
+                decision = classify(row, row_log, context)
         probe.emit("recovery.decision", submission=sid, conversation=conversation_id, decision=decision.name,
                    disposition=decision.disposition, tail_seq=tail_seq, row=row_facts(row, context, row_log))
         if lifecycle is None:
             continue
         if decision.name == COMPLETE_MATERIALIZATION:
-            current = await ledger.get(sid)
             if current is not None and not current.ready and current.settled_at_ms is None:
                 await lifecycle.make_ready(conversation_id, sid)
         elif decision.name == FINALIZE_LEDGER_FROM_HISTORY:
-            current = await ledger.get(sid)
             if current is not None and current.settled_at_ms is None:
                 settlement = await lifecycle.adopt_logged(conversation_id, current)
                 if settlement is not None:
@@ -612,11 +630,19 @@ async def _classify(log: Any, ledger: Any, probe: Probe, now_ms: Callable[[], in
                                digest=settlement.record_digest, epoch=current.epoch)
         elif decision.name == SETTLE_ABORTED and row.epoch is None:
             # Never claimed: no claim holder will come before its turn.
-            settlement = await lifecycle.settle_queued_abort(sid, RECOVERY_PRODUCER)
+            settlement = (None if current is None
+                          else await lifecycle.settle_queued_abort(sid, RECOVERY_PRODUCER, record=current))
             if settlement is not None:
                 probe.emit("submission.settled", submission=sid, outcome=settlement.outcome,
                            digest=settlement.record_digest, epoch=None)
     probe.emit("recovery.classified", conversation=conversation_id, rows=len(rows), repairs=lifecycle is not None)
+
+
+def _pass_applies(name: str, row: Any) -> bool:
+    """Does the pass apply this decision itself (no claim needed)? It
+    reads the row by id first (``_classify``)."""
+    return (name in (COMPLETE_MATERIALIZATION, FINALIZE_LEDGER_FROM_HISTORY)
+            or (name == SETTLE_ABORTED and row.epoch is None))
 
 
 async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, retry_ms: int) -> None:

@@ -402,3 +402,36 @@ def test_an_empty_stored_receipt_fails_the_scan_typed_naming_the_operation(sqlit
                 "SELECT receipt, ready FROM ledger_submissions WHERE submission_id = 'sub-b-1'").fetchone() == ("", 1)
         else:
             assert memory._row("sub-b-1").receipt == ""
+
+
+def test_a_queued_abort_whose_input_does_not_read_is_held_and_the_worker_goes_on(tmp_path):
+    """A queued submission with an abort intent whose input rotted: the
+    recovery pass holds it (``HoldUnreadableRow``), the worker's scan upkeep
+    does not die on its by-id read, and another conversation settles."""
+    from model.conversation.memory_store import InMemoryConversationStore
+    from model.submissions import SubmissionClient, SubmissionWorker, worker_loop
+
+    conn = open_database(str(tmp_path / "ledger.db"))
+    ledger, log, runtime = SqliteSubmissionLedger(conn), InMemoryConversationStore(), _PollOnce()
+    events = []
+
+    class Probe:
+        def emit(self, kind, **fields):
+            events.append((kind, fields))
+
+    client = SubmissionClient(ledger, log, now_ms=runtime.now_ms)
+    broken = trio.run(client.submit, "a", "p", "k1", {"n": 1})
+    fine = trio.run(client.submit, "b", "p", "k1", {"n": 2})
+    trio.run(ledger.request_abort, broken.submission_id, "user", "stop", 1_000)
+    conn.execute("UPDATE ledger_submissions SET input_json = '{\"n\": ' WHERE submission_id = ?",
+                 (broken.submission_id,))
+    worker = SubmissionWorker(ledger, log, "w1", lease_ms=1_000, now_ms=runtime.now_ms,
+                              work=lambda request, index: index, probe=Probe())
+    with pytest.raises(_PollOnce.Stop):
+        trio.run(lambda: worker_loop(worker, runtime, poll_ms=10, retry_ms=10))
+    decisions = {f["submission"]: f["decision"] for kind, f in events if kind == "recovery.decision"}
+    assert decisions[broken.submission_id] == "HoldUnreadableRow"
+    assert trio.run(ledger.get, fine.submission_id).outcome == "completed"
+    assert ("submission.unreadable", {"owner": "w1", "conversation": "a", "error": "CorruptSubmission"}) in events
+    assert conn.execute("SELECT ready, epoch, settled_at_ms, abort_author FROM ledger_submissions "
+                        "WHERE submission_id = ?", (broken.submission_id,)).fetchone() == (1, None, None, "user")

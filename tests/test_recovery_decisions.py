@@ -598,3 +598,35 @@ def test_a_child_released_before_its_start_was_logged_gets_its_started_record():
         main(["run", "agent-conversations", "--seed", "2", "--duration", "30m", "--no-progress", "--json"])
     result = json.loads(out.getvalue())
     assert result["status"] == "pass", result["violations"][:1]
+
+
+def _damage_input(ledger, sid):
+    """A beyond-the-contract rot of the row's input alone: its control
+    columns still read back (the scan answers it), a by-id read does not."""
+    if isinstance(ledger, InMemorySubmissionLedger):
+        ledger.surgery_put(attrs.evolve(ledger._row(sid), input_json='{"n":'))
+    else:
+        ledger.connection.execute("UPDATE ledger_submissions SET input_json = '{\"n\":' WHERE submission_id = ?",
+                                  (sid,))
+
+
+def test_a_pass_meeting_a_row_whose_input_does_not_read_holds_it_and_goes_on(world):
+    """Control fields fine, input unreadable: the pass's by-id read fails
+    typed; the row is ``HoldUnreadableRow`` [unknown] and left as it was
+    (still admitted, not ready), the pass does not fail, and the next row
+    of the scan is still repaired."""
+    ledger, log, clock = world
+    (first,) = crashed_at(world, ADMITTED_BEFORE_READY)
+    client = SubmissionClient(ledger, log, now_ms=clock, failpoints=CrashAt(ADMITTED_BEFORE_READY))
+    with pytest.raises(Crash):
+        drive(client.submit("c2", "p", "k0", {"n": 0}))
+    (second,) = [r.submission_id for r in drive(ledger.scan_nonterminal()) if r.conversation_id == "c2"]
+    _damage_input(ledger, first)
+    probe = recover(world)
+    assert probe.decisions() == {first: ("HoldUnreadableRow", "unknown"),
+                                 second: ("CompleteMaterialization", "repaired")}
+    (held,) = [f for k, f in probe.events if k == "recovery.decision" and f["submission"] == first]
+    assert held["row"] == {"state": "unreadable"}
+    scan = {r.submission_id: r for r in drive(ledger.scan_nonterminal())}
+    assert scan[first].ready is False and scan[first].epoch is None
+    assert scan[second].ready is True
