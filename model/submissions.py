@@ -105,11 +105,13 @@ class SubmissionClient:
         self.lifecycle = SubmissionLifecycle(ledger, log, now_ms=now_ms, failpoints=failpoints)
 
     async def submit(self, conversation_id: str, principal_id: str, idempotency_key: str,
-                     request: Any) -> AdmissionResult:
+                     request: Any, *, admission_group: str | None = None, metadata: Any = None) -> AdmissionResult:
         # At least once: a replayed admission goes through ready again, which
-        # completes one that stopped before it.
+        # completes one that stopped before it. A fresh one its group refuses
+        # is ``AdmissionPolicyError`` (nothing written): the caller's answer.
         admission = await self.lifecycle.admit(conversation_id, principal_id, idempotency_key, request,
-                                               self.now_ms(), complete_replay=True)
+                                               self.now_ms(), complete_replay=True, admission_group=admission_group,
+                                               metadata=metadata)
         self.probe.emit("submission.receipt", submission=admission.submission_id, replayed=admission.replayed)
         return admission
 
