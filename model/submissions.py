@@ -485,13 +485,14 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
     # The open child rows (parent, call): a child admitted, its parent's link not yet made.
     parents = [getattr(record, "parent", None) for record in scan if not isinstance(record, UnreadableSubmission)]
     admitted_children = frozenset((link.submission_id, link.tool_call_id) for link in parents if link is not None)
+    unreadable: dict[str, Exception] = {}  # rows the pass read by id and could not: held (``_classify``)
     for conversation_id in conversations:
         if verified is not None and conversation_id in verified:
             continue
         checkpoint = None
         rejected = None
         try:
-            if checkpoints is not None and not await _has_steps(ledger, scan, conversation_id):
+            if checkpoints is not None and not await _has_steps(ledger, scan, conversation_id, unreadable):
                 decision = await usable_checkpoint(checkpoints, log, conversation_id, _SEQ_MAX,
                                                    engine_version=RECOVERY_ENGINE,
                                                    definition_digest=definition_digest)
@@ -506,7 +507,8 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
         except NotMaterialized:
             # Admitted, not materialized yet: nothing to verify; its rows are
             # classified with an empty history.
-            await _classify(log, ledger, probe, now_ms, conversation_id, scan, open_ids, {}, 0, admitted_children)
+            await _classify(log, ledger, probe, now_ms, conversation_id, scan, open_ids, {}, 0, admitted_children,
+                            unreadable)
             continue
         extra: dict[str, int] = {}
         if checkpoints is not None:
@@ -536,25 +538,27 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
         tail_seq = prefix.tail.tail_seq
         del prefix
         await _classify(log, ledger, probe, now_ms, conversation_id, scan, open_ids, facts, tail_seq,
-                        admitted_children)
+                        admitted_children, unreadable)
         if verified is not None:
             verified.add(conversation_id)
     return len(conversations)
 
 
-async def _has_steps(ledger: Any, scan: Any, conversation_id: str) -> bool:
+async def _has_steps(ledger: Any, scan: Any, conversation_id: str, unreadable: dict[str, Exception]) -> bool:
     """Has the conversation an open row whose steps the table reads (an
     agent's plan, its input applied)? Its steps' records (turns, tool calls,
     approvals, subagents) may lie before any checkpoint: the pass reads that
     history whole (a checkpoint's fold holds counts, not step facts). A scan
-    row carries control fields only: the plan is read by id."""
+    row carries control fields only: the plan is read by id; a row whose
+    by-id read fails goes into ``unreadable`` (the pass holds it)."""
     for record in scan:
         if (isinstance(record, UnreadableSubmission) or record.conversation_id != conversation_id
                 or not getattr(record, "input_applied", False)):
             continue
         try:
             row = await ledger.get(record.submission_id)
-        except (CorruptSubmission, UnsupportedLedgerVersion):
+        except (CorruptSubmission, UnsupportedLedgerVersion) as error:
+            unreadable[record.submission_id] = error
             return True  # its input does not read: no checkpoint is trusted for it, the history is read whole
         if row is not None and isinstance(row.input, dict) and row.input.get("plan"):
             return True
@@ -586,7 +590,7 @@ async def _facts_after_checkpoint(log: Any, conversation_id: str, scan: Any, pre
 
 async def _classify(log: Any, ledger: Any, probe: Probe, now_ms: Callable[[], int] | None, conversation_id: str,
                     scan: Any, open_ids: frozenset, facts: dict, tail_seq: int,
-                    admitted_children: frozenset = frozenset()) -> None:
+                    admitted_children: frozenset = frozenset(), unreadable: dict | None = None) -> None:
     """Classify each open row of the conversation (``model.recovery_decisions``)
     against the verified prefix's ``facts``, trace the decision
     (``recovery.decision``) and apply the repairs that need no claim:
@@ -606,6 +610,8 @@ async def _classify(log: Any, ledger: Any, probe: Probe, now_ms: Callable[[], in
         sid = row.submission_id
         context = Context(head=index == 0, open_ids=open_ids, admitted_children=admitted_children)
         row_log = facts.get(sid, LogFacts())
+        if unreadable and sid in unreadable:  # the pass read it by id already, and could not
+            row = UnreadableSubmission(sid, row.conversation_id, row.principal_id, row.queue_seq, unreadable[sid])
         decision = classify(row, row_log, context)
         current = None
         if lifecycle is not None and _pass_applies(decision.name, row):

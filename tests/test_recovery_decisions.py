@@ -630,3 +630,37 @@ def test_a_pass_meeting_a_row_whose_input_does_not_read_holds_it_and_goes_on(wor
     scan = {r.submission_id: r for r in drive(ledger.scan_nonterminal())}
     assert scan[first].ready is False and scan[first].epoch is None
     assert scan[second].ready is True
+
+
+def test_a_pass_with_checkpoints_holds_a_row_whose_input_does_not_read_when_it_reads_it(world):
+    """With checkpoints the pass reads each row with its input applied by id
+    (does it have steps?): one whose input does not read back is held there
+    too (``HoldUnreadableRow``), not classified from its scan row alone."""
+    from model.conversation.checkpoints import InMemoryCheckpointStore, SqliteCheckpointStore
+
+    ledger, log, clock = world
+    (sid,) = crashed_at(world, RESERVED_BEFORE_APPEND)
+    _damage_input(ledger, sid)
+    probe = Probe()
+    checkpoints = (InMemoryCheckpointStore if isinstance(log, InMemoryConversationStore) else SqliteCheckpointStore)(log)
+    drive(recovery_pass(log, ledger, probe, checkpoints=checkpoints, now_ms=clock))
+    assert probe.decisions() == {sid: ("HoldUnreadableRow", "unknown")}
+    (row,) = drive(ledger.scan_nonterminal())
+    assert row.reserved_digest is not None and row.settled_at_ms is None
+
+
+def test_the_oracle_checks_a_held_row_really_does_not_read_back(world):
+    """``HoldUnreadableRow`` on the pass's word alone would let a pass hold
+    any row: the oracle reads the conversation's rows itself, and a held row
+    whose conversation reads back whole is a violation; a real one (the
+    ledger's read fails typed) is not, and does not break the oracle."""
+    ledger, log, clock = world
+    (sid,) = crashed_at(world, ADMITTED_BEFORE_READY)
+    held = {"submission": sid, "conversation": C, "decision": "HoldUnreadableRow", "disposition": "unknown",
+            "tail_seq": 0, "row": {"state": "unreadable"}}
+    _, violations = _checked(world, [held])
+    assert [v.invariant for v in violations] == ["recovery-decisions"]
+    assert "held it as unreadable, but every row" in violations[0].message
+    _damage_input(ledger, sid)
+    checker, violations = _checked(world, [held])
+    assert violations == [] and checker.checks >= 2
