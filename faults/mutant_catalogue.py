@@ -1000,7 +1000,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "input record carries: a rebuilt group is free, a rebuilt worker lane ordinary.",
         "model.repair", '                                       payload.get("admissionGroup"), None, '
         'payload.get("metadata"))\n',
-        "                                       None, None, None)\n", BOTH + AC),
+        "                                       None, None, None)\n", BOTH + AC,
+        ci_seed=9, ci_duration="30s", ci_scenario="ledger-storm"),
+    Mutant(
+        "rebuild-admits-group-member-before-settlements",
+        "A ledger rebuilt from the log admits every input of a conversation before it replays any settlement, so "
+        "a second member of an admission group there is refused: the group's first member is not settled yet.",
+        "model.repair", '        if canonical is not None and canonical.envelope.payload.get("admissionGroup") is not None:\n',
+        "        if False:\n", BOTH + AC, ci_seed=4, ci_duration="7m", ci_scenario="ledger-storm"),
     Mutant(
         "input-record-drops-parent-link",
         "The input record leaves out the admission's parent link, so nothing in the log says whose child it is.",

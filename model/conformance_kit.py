@@ -35,25 +35,35 @@ class ConformanceFailure(AssertionError):
 class CheckSuite:
     def __init__(self, failure_type: type[ConformanceFailure]) -> None:
         self._failure_type = failure_type
-        self._checks: list[tuple[str, Check]] = []
+        self._checks: list[tuple[str, Check, str | None]] = []
 
-    def check(self, name: str) -> Callable[[Check], Check]:
+    def check(self, name: str, *, needs: str | None = None) -> Callable[[Check], Check]:
+        """``needs``: the name of a hook only the adapter's author can give
+        (damaging a stored row, say); the check gets it as its second
+        argument, and a run given no such hook leaves the check out."""
         def register(fn: Check) -> Check:
             assert name not in self.names(), f"check {name!r} registered twice"
-            self._checks.append((name, fn))
+            self._checks.append((name, fn, needs))
             return fn
 
         return register
 
     def names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self._checks)
+        return tuple(name for name, _, _ in self._checks)
 
-    async def run(self, make_store: Callable[[], Any], checks: Iterable[str] | None = None) -> list[str]:
-        """Run the checks (all, or the named subset), each on a fresh store.
+    def needing(self) -> tuple[str, ...]:
+        """The checks that run only with a hook."""
+        return tuple(name for name, _, needs in self._checks if needs is not None)
+
+    async def run(self, make_store: Callable[[], Any], checks: Iterable[str] | None = None,
+                  hooks: dict[str, Any] | None = None) -> list[str]:
+        """Run the checks (all, or the named subset), each on a fresh store;
+        a check needing a hook ``hooks`` does not hold is left out.
 
         Returns the names that ran, all passed; raises the suite's
         ``ConformanceFailure`` naming every failing check otherwise.
         """
+        hooks = hooks or {}
         if checks is None:
             selected = list(self._checks)
         else:
@@ -61,14 +71,15 @@ class CheckSuite:
             unknown = [name for name in wanted if name not in self.names()]
             if unknown:
                 raise ValueError(f"unknown conformance checks {unknown}; known: {self.names()}")
-            selected = [(name, fn) for name, fn in self._checks if name in wanted]
+            selected = [entry for entry in self._checks if entry[0] in wanted]
+        selected = [(name, fn, needs) for name, fn, needs in selected if needs is None or needs in hooks]
         failures: list[tuple[str, str]] = []
-        for name, fn in selected:
+        for name, fn, needs in selected:
             try:
                 store = make_store()
                 if inspect.isawaitable(store):
                     store = await store
-                await fn(store)
+                await (fn(store) if needs is None else fn(store, hooks[needs]))
             except AssertionError as exc:
                 failures.append((name, str(exc) or "assertion failed"))
             except Exception as exc:  # noqa: BLE001 - an unexpected error fails the check, not the suite
@@ -77,7 +88,7 @@ class CheckSuite:
                     (name, f"unexpected {type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})"))
         if failures:
             raise self._failure_type(failures)
-        return [name for name, _ in selected]
+        return [name for name, _, _ in selected]
 
 
 async def expect_raises(exc_type: type[BaseException], awaitable: Awaitable[Any], what: str) -> BaseException:

@@ -299,15 +299,21 @@ class SubmissionLifecycle:
     async def admit(self, conversation_id: str, principal_id: str, idempotency_key: str, request: Any,
                     admitted_at_ms: int, *, complete_replay: bool, log_is_new: bool = False,
                     before_ready: Callable[[AdmissionResult], Awaitable[None]] | None = None,
-                    parent: Any = None) -> AdmissionResult:
+                    parent: Any = None, admission_group: str | None = None,
+                    metadata: Any = None) -> AdmissionResult:
         """Admit ``request`` under its idempotency key and make it ready.
 
         A replayed admission (same key, same input) returns at once unless
         ``complete_replay``. ``AdmissionConflict`` (same key, other input)
-        comes straight from the ledger. ``parent``: a subagent's
-        ``ParentLink`` (None: a top-level submission)."""
+        and ``AdmissionPolicyError`` (its ``admission_group`` holds another
+        unsettled submission: nothing written) come straight from the
+        ledger. ``parent``: a subagent's ``ParentLink`` (None: a top-level
+        submission); ``metadata``: opaque, part of the admission's identity
+        and of its input record."""
+        policy = {} if admission_group is None and metadata is None else {
+            "admission_group": admission_group, "metadata": metadata}
         admission = await self.ledger.admit(conversation_id, principal_id, idempotency_key, request, admitted_at_ms,
-                                            parent)
+                                            parent, **policy)
         assert admission.submission_id and admission.receipt and admission.queue_seq >= 1, admission
         if admission.replayed and not complete_replay:
             return admission
@@ -349,7 +355,8 @@ class SubmissionLifecycle:
 
     # -- a queued submission's abort ----------------------------------------------
 
-    async def settle_queued_abort(self, submission_id: str, producer_id: str) -> Settlement | None:
+    async def settle_queued_abort(self, submission_id: str, producer_id: str,
+                                  record: Any = None) -> Settlement | None:
         """Settle a queued submission's abort through the log: the abort
         intent is durable, and no claim ever granted the submission.
 
@@ -371,8 +378,11 @@ class SubmissionLifecycle:
         aborter, or after its crash a recovery pass (``SettleAborted``) —
         does it again and writes the same. None: nothing to do here (settled,
         claimed: its owner settles it, joined, or not aborting), or the log
-        kept moving under it (the next recovery pass or claim finishes)."""
-        record = await self.ledger.get(submission_id)
+        kept moving under it (the next recovery pass or claim finishes).
+        ``record``: the row read by id just before (a recovery pass reads
+        it first), or None to read it here."""
+        if record is None:
+            record = await self.ledger.get(submission_id)
         if (record is None or record.settled or record.epoch is not None or record.abort_author is None
                 or record.join_host is not None or not record.ready):
             return None

@@ -30,7 +30,9 @@ worker lane is a worker admission of the lane's origin. The ledger checks
 a fresh admission's policies; the rebuild meets them as the original did
 by rebuilding last the conversations whose last input never settled (an
 admission group holds one unsettled submission ledger-wide: every other
-member of it was settled before that one was admitted).
+member of it was settled before that one was admitted), and within a
+conversation by replaying the settlements logged so far before it admits a
+member of a group (the earlier member's settlement came first there too).
 """
 from __future__ import annotations
 
@@ -134,10 +136,17 @@ async def _rebuild_one(ledger: Any, conversation_id: str, records, now_ms: int, 
             if queue_seq not in inputs_at:
                 held.setdefault(queue_seq, envelope.payload["submissionId"])
     inputs: dict[str, tuple[str, int]] = {}  # submission -> where its input record sits
+    # The settlement records in log order, each replayed as soon as its row
+    # is admitted (below): a later member of an admission group is admitted
+    # only after the earlier one's settlement, as it originally was.
+    unsettled = [canonical for canonical in records if canonical.envelope.family == "submission-settled"]
     next_seq = 1  # the queue position the next admission gets
     for queue_seq in sorted(set(inputs_at) | set(held)):
         canonical = inputs_at.get(queue_seq)
         at_ms = now_ms if canonical is None else canonical.envelope.created_at_ms
+        if canonical is not None and canonical.envelope.payload.get("admissionGroup") is not None:
+            settled = await _settle(ledger, conversation_id, unsettled, next_seq - 1, held, aborts, inputs, now_ms,
+                                    settled)
         next_seq = await _hold_gaps(ledger, conversation_id, next_seq, queue_seq, at_ms, lane) + 1
         if canonical is None:
             # Aborted before its input entered the log (queued, or after a
@@ -158,11 +167,22 @@ async def _rebuild_one(ledger: Any, conversation_id: str, records, now_ms: int, 
         await ledger.mark_ready(admission.submission_id, at_ms)
         inputs[admission.submission_id] = (canonical.envelope.record_id, canonical.seq)
         submissions += 1
-    for canonical in records:
+    settled = await _settle(ledger, conversation_id, unsettled, next_seq - 1, held, aborts, inputs, now_ms, settled)
+    return submissions, settled
+
+
+async def _settle(ledger: Any, conversation_id: str, unsettled: list, admitted_seq: int, held: dict, aborts: dict,
+                  inputs: dict, now_ms: int, settled: int) -> int:
+    """Replay, in log order, the settlement records of ``unsettled`` whose
+    submission is admitted (queue position up to ``admitted_seq``), taking
+    each off the list; the running count of settlements after it."""
+    waiting = []
+    for canonical in unsettled:
         envelope = canonical.envelope
-        if envelope.family != "submission-settled":
-            continue
         sid = envelope.payload["submissionId"]
+        if queue_seq_of(sid) > admitted_seq:
+            waiting.append(canonical)
+            continue
         if queue_seq_of(sid) in held:
             # No input: an abort settled it, queued (no claim) or owned.
             # The QueuedAbort authority settles the placeholder (no claim:
@@ -184,7 +204,8 @@ async def _rebuild_one(ledger: Any, conversation_id: str, records, now_ms: int, 
         await ledger.reserve_settlement(claim, logged_record(envelope))
         await ledger.finalize_settlement(claim.submission_id, envelope.created_at_ms)
         settled += 1
-    return submissions, settled
+    unsettled[:] = waiting
+    return settled
 
 
 async def _hold_gaps(ledger: Any, conversation_id: str, next_seq: int, queue_seq: int, now_ms: int,

@@ -47,7 +47,8 @@ from model.failpoints import (
     STEP_RECORDED,
     Failpoints,
 )
-from model.ledger.records import AdmissionResult, Claim, Settlement, UnreadableSubmission
+from model.ledger.records import (AdmissionResult, Claim, CorruptSubmission, Settlement, UnreadableSubmission,
+                                  UnsupportedLedgerVersion)
 # ADMISSION_PRODUCER and settle_batch_id are re-exported (their old home).
 from model.lifecycle import (  # noqa: F401
     ADMISSION_PRODUCER,
@@ -105,11 +106,13 @@ class SubmissionClient:
         self.lifecycle = SubmissionLifecycle(ledger, log, now_ms=now_ms, failpoints=failpoints)
 
     async def submit(self, conversation_id: str, principal_id: str, idempotency_key: str,
-                     request: Any) -> AdmissionResult:
+                     request: Any, *, admission_group: str | None = None, metadata: Any = None) -> AdmissionResult:
         # At least once: a replayed admission goes through ready again, which
-        # completes one that stopped before it.
+        # completes one that stopped before it. A fresh one its group refuses
+        # is ``AdmissionPolicyError`` (nothing written): the caller's answer.
         admission = await self.lifecycle.admit(conversation_id, principal_id, idempotency_key, request,
-                                               self.now_ms(), complete_replay=True)
+                                               self.now_ms(), complete_replay=True, admission_group=admission_group,
+                                               metadata=metadata)
         self.probe.emit("submission.receipt", submission=admission.submission_id, replayed=admission.replayed)
         return admission
 
@@ -323,7 +326,13 @@ class SubmissionWorker:
             if isinstance(record, UnreadableSubmission):
                 continue
             if record.abort_author is not None and record.epoch is None and record.ready:
-                await self.lifecycle.settle_queued_abort(record.submission_id, self.owner_id)
+                try:
+                    await self.lifecycle.settle_queued_abort(record.submission_id, self.owner_id)
+                except (CorruptSubmission, UnsupportedLedgerVersion) as error:
+                    # Its control fields scanned, its input does not read:
+                    # its lane waits for an operator; the others go on.
+                    self.probe.emit("submission.unreadable", owner=self.owner_id,
+                                    conversation=record.conversation_id, error=error_name(error))
 
     async def _abort_requested(self, submission_id: str) -> bool:
         """Is a durable abort intent there now? Read before every step: a
@@ -478,13 +487,14 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
     # The open child rows (parent, call): a child admitted, its parent's link not yet made.
     parents = [getattr(record, "parent", None) for record in scan if not isinstance(record, UnreadableSubmission)]
     admitted_children = frozenset((link.submission_id, link.tool_call_id) for link in parents if link is not None)
+    unreadable: dict[str, Exception] = {}  # rows the pass read by id and could not: held (``_classify``)
     for conversation_id in conversations:
         if verified is not None and conversation_id in verified:
             continue
         checkpoint = None
         rejected = None
         try:
-            if checkpoints is not None and not await _has_steps(ledger, scan, conversation_id):
+            if checkpoints is not None and not await _has_steps(ledger, scan, conversation_id, unreadable):
                 decision = await usable_checkpoint(checkpoints, log, conversation_id, _SEQ_MAX,
                                                    engine_version=RECOVERY_ENGINE,
                                                    definition_digest=definition_digest)
@@ -499,7 +509,8 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
         except NotMaterialized:
             # Admitted, not materialized yet: nothing to verify; its rows are
             # classified with an empty history.
-            await _classify(log, ledger, probe, now_ms, conversation_id, scan, open_ids, {}, 0, admitted_children)
+            await _classify(log, ledger, probe, now_ms, conversation_id, scan, open_ids, {}, 0, admitted_children,
+                            unreadable)
             continue
         extra: dict[str, int] = {}
         if checkpoints is not None:
@@ -529,23 +540,28 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
         tail_seq = prefix.tail.tail_seq
         del prefix
         await _classify(log, ledger, probe, now_ms, conversation_id, scan, open_ids, facts, tail_seq,
-                        admitted_children)
+                        admitted_children, unreadable)
         if verified is not None:
             verified.add(conversation_id)
     return len(conversations)
 
 
-async def _has_steps(ledger: Any, scan: Any, conversation_id: str) -> bool:
+async def _has_steps(ledger: Any, scan: Any, conversation_id: str, unreadable: dict[str, Exception]) -> bool:
     """Has the conversation an open row whose steps the table reads (an
     agent's plan, its input applied)? Its steps' records (turns, tool calls,
     approvals, subagents) may lie before any checkpoint: the pass reads that
     history whole (a checkpoint's fold holds counts, not step facts). A scan
-    row carries control fields only: the plan is read by id."""
+    row carries control fields only: the plan is read by id; a row whose
+    by-id read fails goes into ``unreadable`` (the pass holds it)."""
     for record in scan:
         if (isinstance(record, UnreadableSubmission) or record.conversation_id != conversation_id
                 or not getattr(record, "input_applied", False)):
             continue
-        row = await ledger.get(record.submission_id)
+        try:
+            row = await ledger.get(record.submission_id)
+        except (CorruptSubmission, UnsupportedLedgerVersion) as error:
+            unreadable[record.submission_id] = error
+            return True  # its input does not read: no checkpoint is trusted for it, the history is read whole
         if row is not None and isinstance(row.input, dict) and row.input.get("plan"):
             return True
     return False
@@ -576,7 +592,7 @@ async def _facts_after_checkpoint(log: Any, conversation_id: str, scan: Any, pre
 
 async def _classify(log: Any, ledger: Any, probe: Probe, now_ms: Callable[[], int] | None, conversation_id: str,
                     scan: Any, open_ids: frozenset, facts: dict, tail_seq: int,
-                    admitted_children: frozenset = frozenset()) -> None:
+                    admitted_children: frozenset = frozenset(), unreadable: dict | None = None) -> None:
     """Classify each open row of the conversation (``model.recovery_decisions``)
     against the verified prefix's ``facts``, trace the decision
     (``recovery.decision``) and apply the repairs that need no claim:
@@ -596,17 +612,27 @@ async def _classify(log: Any, ledger: Any, probe: Probe, now_ms: Callable[[], in
         sid = row.submission_id
         context = Context(head=index == 0, open_ids=open_ids, admitted_children=admitted_children)
         row_log = facts.get(sid, LogFacts())
+        if unreadable and sid in unreadable:  # the pass read it by id already, and could not
+            row = UnreadableSubmission(sid, row.conversation_id, row.principal_id, row.queue_seq, unreadable[sid])
         decision = classify(row, row_log, context)
+        current = None
+        if lifecycle is not None and _pass_applies(decision.name, row):
+            # The pass acts on this row itself: it reads it whole first. A
+            # row whose control fields scanned but whose input (or metadata)
+            # does not read back is held for an operator, left as it is.
+            try:
+                current = await ledger.get(sid)
+            except (CorruptSubmission, UnsupportedLedgerVersion) as error:
+                row = UnreadableSubmission(sid, row.conversation_id, row.principal_id, row.queue_seq, error)
+                decision = classify(row, row_log, context)
         probe.emit("recovery.decision", submission=sid, conversation=conversation_id, decision=decision.name,
                    disposition=decision.disposition, tail_seq=tail_seq, row=row_facts(row, context, row_log))
         if lifecycle is None:
             continue
         if decision.name == COMPLETE_MATERIALIZATION:
-            current = await ledger.get(sid)
             if current is not None and not current.ready and current.settled_at_ms is None:
                 await lifecycle.make_ready(conversation_id, sid)
         elif decision.name == FINALIZE_LEDGER_FROM_HISTORY:
-            current = await ledger.get(sid)
             if current is not None and current.settled_at_ms is None:
                 settlement = await lifecycle.adopt_logged(conversation_id, current)
                 if settlement is not None:
@@ -614,11 +640,19 @@ async def _classify(log: Any, ledger: Any, probe: Probe, now_ms: Callable[[], in
                                digest=settlement.record_digest, epoch=current.epoch)
         elif decision.name == SETTLE_ABORTED and row.epoch is None:
             # Never claimed: no claim holder will come before its turn.
-            settlement = await lifecycle.settle_queued_abort(sid, RECOVERY_PRODUCER)
+            settlement = (None if current is None
+                          else await lifecycle.settle_queued_abort(sid, RECOVERY_PRODUCER, record=current))
             if settlement is not None:
                 probe.emit("submission.settled", submission=sid, outcome=settlement.outcome,
                            digest=settlement.record_digest, epoch=None)
     probe.emit("recovery.classified", conversation=conversation_id, rows=len(rows), repairs=lifecycle is not None)
+
+
+def _pass_applies(name: str, row: Any) -> bool:
+    """Does the pass apply this decision itself (no claim needed)? It
+    reads the row by id first (``_classify``)."""
+    return (name in (COMPLETE_MATERIALIZATION, FINALIZE_LEDGER_FROM_HISTORY)
+            or (name == SETTLE_ABORTED and row.epoch is None))
 
 
 async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, retry_ms: int) -> None:

@@ -20,6 +20,10 @@ RATES = {CRASH_BEFORE_CALL: 2e-4, ACK_LOST: 2e-4, FAILPOINT_CRASH: 2e-3, SHORT_P
 # after a read inside a transaction, per read (``faults.sqlite_overtake``).
 OVERTAKE_RATE = 1e-3
 RESTART_MS = (1 * SECOND, 30 * SECOND)
+# A share of the client's requests is admitted under one of a few entity
+# admission groups (with metadata): a group holds one unsettled submission,
+# so some are refused while their group's holder is open.
+GROUP_SHARE, GROUPS = 0.25, 3
 ABORTS, FAILING_WORK, CHECKPOINTS = "client-aborts", "failing-work", "recovery-checkpoints"
 # Checkpoint calls happen only in recoveries: their port faults fire 50x as often.
 RARE_SITES = ("checkpoints.save", "checkpoints.load_latest", "log.digest_at")
@@ -61,7 +65,7 @@ def ledger_storm(run: Run) -> Stack:
     ttl_ms = run.knob("retention_ttl_ms")
     submitters = Submitters(conversations=run.param("conversations"), every_ms=(1 * SECOND, 40 * SECOND),
                             conversation_lifetime_ms=lifetime_ms, retry_ms=2 * SECOND,
-                            abort_every=25 if run.does(ABORTS) else 0)
+                            abort_every=25 if run.does(ABORTS) else 0, group_share=GROUP_SHARE, groups=GROUPS)
     return Stack(
         system=System(file_name="ledger-storm.db", restart_ms=RESTART_MS, damaged_reads=True),
         workloads=[

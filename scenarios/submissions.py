@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from model.retention import retire_conversation
-from model.retry import is_retryable
+from model.retry import error_name, is_retryable
 from model.submissions import SubmissionClient, SubmissionWorker, worker_loop
 from sim.node import Node
 from sim.workload import Workload
@@ -73,8 +73,10 @@ class Submitters(Workload):
     NODE = "client"
 
     def __init__(self, *, conversations: int, every_ms: tuple[int, int], conversation_lifetime_ms: int,
-                 retry_ms: int, abort_every: int = 0, abort_late_ms: tuple[int, int] = ABORT_LATE_MS) -> None:
+                 retry_ms: int, abort_every: int = 0, abort_late_ms: tuple[int, int] = ABORT_LATE_MS,
+                 group_share: float = 0.0, groups: int = 1) -> None:
         assert conversations >= 1 and every_ms[0] > 0 and conversation_lifetime_ms > 0 and retry_ms > 0
+        assert 0.0 <= group_share <= 1.0 and groups >= 1
         self.slots = conversations
         self.every_ms = every_ms
         self.conversation_lifetime_ms = conversation_lifetime_ms
@@ -91,13 +93,24 @@ class Submitters(Workload):
         # Conversation -> the client's late aborts still in flight to it (its
         # unreceipted requests are ``pending``).
         self.aborting: dict[str, int] = {}
+        # A drawn share of the requests is admitted under an admission group
+        # (one of ``groups`` entity keys, ledger-wide: at most one unsettled
+        # submission each) with opaque metadata naming it; idempotency key ->
+        # (group, metadata), for the pending ones only.
+        self.group_share = group_share
+        self.groups = groups
+        self.policies: dict[str, tuple[str, Any]] = {}
+        self.grouped = 0  # admitted under a group
+        self.group_refused = 0  # refused while the group's holder was open: given up, the expected answer
 
     def setup(self, world: World) -> None:
         self.world = world
         world.add_node(self.NODE, self._start, role="client")
 
     def metrics(self) -> dict[str, Any]:
-        return {"submitted": self.submitted}
+        if not self.group_share:
+            return {"submitted": self.submitted}
+        return {"submitted": self.submitted, "grouped": self.grouped, "group_refused": self.group_refused}
 
     def _start(self, node: Node) -> None:
         self.node = node
@@ -118,7 +131,13 @@ class Submitters(Workload):
                 while self.pending:
                     assert len(self.pending) <= PENDING_MAX, len(self.pending)
                     conversation_id, key, request = self.pending[0]
-                    admission = await client.submit(conversation_id, "client", key, request)
+                    policy = self.policies.get(key)
+                    if policy is None:
+                        admission = await client.submit(conversation_id, "client", key, request)
+                    else:
+                        admission = await self._submit_grouped(client, conversation_id, key, request, *policy)
+                        if admission is None:
+                            continue  # refused: the group's holder is open
                     if self.abort_every and request["n"] % self.abort_every == ABORT_REMAINDER:
                         await _abort(client, admission.submission_id)
                     elif self.abort_every and request["n"] % self.abort_every == ABORT_LATE_REMAINDER:
@@ -129,6 +148,8 @@ class Submitters(Workload):
                                          self._late_abort(client, conversation_id, sid, delay_ms))
                     self.admitted(client, conversation_id, key, request, admission)
                     self.pending.pop(0)
+                    if self.policies.pop(key, None) is not None:  # kept until receipted: a retry is its replay
+                        self.grouped += 1
             except Exception as error:
                 if not is_retryable(error):
                     raise
@@ -143,7 +164,31 @@ class Submitters(Workload):
             if self.track_closes and conversation_id not in self.closes_ms:
                 self.closes_ms[conversation_id] = (generation + 1) * self.conversation_lifetime_ms
             request = self.request(self.submitted, conversation_id)
-            self.pending.append((conversation_id, f"req-{self.submitted}", request))
+            key = f"req-{self.submitted}"
+            if self.group_share:
+                # Its own stream per request: no other draw moves.
+                draw = world.streams.fork(f"workload/admission-policy/{key}")
+                if draw.chance(self.group_share):
+                    entity = draw.below(self.groups)
+                    self.policies[key] = (f"entity-work-{entity}", {"entity": entity, "request": key})
+            self.pending.append((conversation_id, key, request))
+
+    async def _submit_grouped(self, client: SubmissionClient, conversation_id: str, key: str, request: Any,
+                              group: str, metadata: Any) -> Any:
+        """Submit under the request's admission group; None when the group
+        refused it (``AdmissionPolicyError``, occupied: nothing written),
+        and the request is given up, counted."""
+        try:
+            admission = await client.submit(conversation_id, "client", key, request, admission_group=group,
+                                            metadata=metadata)
+        except Exception as error:
+            if error_name(error) != "AdmissionPolicyError" or getattr(error, "reason", None) != "occupied":
+                raise
+            self.group_refused += 1
+            self.pending.pop(0)
+            del self.policies[key]
+            return None
+        return admission
 
     def _hold(self, conversation_id: str, delta: int) -> None:
         held = self.aborting.get(conversation_id, 0) + delta

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from model.kernel.sqlite_store import SqliteExecutionStore
-from model.ledger.conformance import CONFORMANCE_CHECKS, ConformanceFailure, run_ledger_conformance
+from model.ledger.conformance import (CONFORMANCE_CHECKS, PAYLOAD_DAMAGE_CHECKS, ConformanceFailure,
+                                     run_ledger_conformance)
 from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.records import (
     AbortConflict,
@@ -66,19 +67,55 @@ def sqlite_factory(tmp_path):
 # --- conformance -------------------------------------------------------------------
 
 
+def _damage_memory_payload(ledger, submission_id):
+    # Through the store's surgery entry: a row put there by something else.
+    ledger.surgery_put(attrs.evolve(ledger._row(submission_id), input_json="{not json"))
+
+
+def _damage_sqlite_payload(ledger, submission_id):
+    ledger.connection.execute("UPDATE ledger_submissions SET input_json = '{not json' WHERE submission_id = ?",
+                              (submission_id,))
+
+
+def _conforms(make_store, damage_payload):
+    async def conformance():
+        return await run_ledger_conformance(make_store, damage_payload=damage_payload)
+
+    return run(conformance)
+
+
 def test_memory_ledger_conforms():
-    assert run(run_ledger_conformance, InMemorySubmissionLedger) == list(CONFORMANCE_CHECKS)
+    assert _conforms(InMemorySubmissionLedger, _damage_memory_payload) == list(CONFORMANCE_CHECKS)
 
 
 def test_sqlite_ledger_conforms(sqlite_factory):
-    assert run(run_ledger_conformance, sqlite_factory) == list(CONFORMANCE_CHECKS)
+    assert _conforms(sqlite_factory, _damage_sqlite_payload) == list(CONFORMANCE_CHECKS)
+
+
+def test_a_check_that_damages_a_stored_payload_runs_only_with_the_adapters_own_surgery():
+    """Only the adapter's author can damage a stored row: without the hook
+    the check is left out (not passed), and the others all run."""
+    ran = run(run_ledger_conformance, InMemorySubmissionLedger)
+    assert ran == [name for name in CONFORMANCE_CHECKS if name not in PAYLOAD_DAMAGE_CHECKS]
+    assert PAYLOAD_DAMAGE_CHECKS and set(PAYLOAD_DAMAGE_CHECKS) <= set(CONFORMANCE_CHECKS)
+
+    class ScanReadsPayloads(InMemorySubmissionLedger):
+        async def scan_nonterminal(self, principal_id=None):  # the scan answering unreadable rows as before
+            rows = await super().scan_nonterminal(principal_id)
+            for row in rows:
+                await self.get(row.submission_id)
+            return rows
+
+    with pytest.raises(ConformanceFailure) as info:
+        _conforms(ScanReadsPayloads, _damage_memory_payload)
+    assert info.value.failed_checks == PAYLOAD_DAMAGE_CHECKS
 
 
 def test_conformance_accepts_async_factory_and_subsets():
     async def make_store():
         return InMemorySubmissionLedger()
 
-    assert run(run_ledger_conformance, make_store) == list(CONFORMANCE_CHECKS)
+    assert run(run_ledger_conformance, make_store) == [n for n in CONFORMANCE_CHECKS if n not in PAYLOAD_DAMAGE_CHECKS]
 
     async def subset():
         return await run_ledger_conformance(InMemorySubmissionLedger, checks=["capabilities", "admit-creates"])

@@ -49,7 +49,8 @@ def assert_caught(result, *invariants: str) -> None:
 def test_clean_storm_passes_and_is_not_quiet(store, seed):
     result = storm(seed, "6h", store)
     assert result.passed, result.violations
-    assert result.stats["settled"] == result.stats["submitted"] > 100
+    # Every request settles but those their admission group refused (given up).
+    assert result.stats["settled"] == result.stats["submitted"] - result.stats["group_refused"] > 100
     assert result.faults.get("failpoint-crash", 0) > 0 and result.faults.get("node-pause", 0) > 0
     assert result.faults.get("short-page", 0) + result.faults.get("sequence-gap", 0) > 0
     assert all(count > 0 for count in result.invariants.values()), result.invariants
@@ -164,3 +165,15 @@ def test_failed_and_aborted_settlements_have_their_exact_shapes():
     assert result.passed, result.violations
     outcomes = result.stats["outcomes"]
     assert outcomes.get("failed", 0) > 0 and outcomes.get("aborted", 0) > 0 and outcomes.get("completed", 0) > 0
+
+
+def test_the_client_admits_a_share_under_entity_groups_and_gives_up_what_its_group_refuses():
+    """A drawn share of the client's requests carries an admission group and
+    metadata; one refused while its group's holder is open is the expected
+    answer (given up, counted), never a client crash; the end-of-run audit
+    rebuilds the ledger from the log, groups and metadata included."""
+    result = storm(0, "1h")
+    assert result.passed, result.violations
+    stats = result.stats
+    assert stats["grouped"] > 0 and stats["group_refused"] >= 1, stats
+    assert stats["grouped"] + stats["group_refused"] < stats["submitted"]

@@ -228,10 +228,10 @@ def test_scan_keeps_every_readable_row_on_both_adapters(sqlite_ledger, damage):
 
         run(setup)
         if name == "memory":
-            changes = {"input_json": "{bad"} if damage == "corrupt" else {"schema_version": 3}
+            changes = {"reserved_json": "{bad"} if damage == "corrupt" else {"schema_version": 3}
             _corrupt_memory_row(memory, "sub-b-1", **changes)
-        elif damage == "corrupt":
-            _raw(ledger, "UPDATE ledger_submissions SET input_json = '{bad' WHERE submission_id = 'sub-b-1'")
+        elif damage == "corrupt":  # a control column (the scan row carries the reservation)
+            _raw(ledger, "UPDATE ledger_submissions SET reserved_json = '{bad' WHERE submission_id = 'sub-b-1'")
         else:
             _raw(ledger, "UPDATE ledger_submissions SET schema_version = 3 WHERE submission_id = 'sub-b-1'")
         scan = run(ledger.scan_nonterminal)
@@ -252,6 +252,49 @@ def test_scan_keeps_every_readable_row_on_both_adapters(sqlite_ledger, damage):
         ("UnreadableSubmission", "sub-b-1", "b", "p1", 1),
         ("NonterminalSubmission", "sub-c-1", "c", "p1", 1),
     ]
+
+
+@pytest.mark.parametrize("column, damaged", [
+    ("input_json", "{bad"),
+    ("input_json", b"\xff\xfe{}"),  # not text at all (SQLite keeps a blob a blob)
+    ("metadata_json", "[1,"),
+])
+def test_a_damaged_payload_still_scans_with_its_control_fields_and_only_a_by_id_read_fails(sqlite_ledger, column,
+                                                                                        damaged):
+    """A row whose input (or admission metadata) is unreadable: the scan
+    answers its control fields like any other row's (it never reads the
+    payload), a by-id read fails typed naming the submission, and nothing
+    stored changes — the same on both adapters."""
+    memory = InMemorySubmissionLedger()
+    for name, ledger in (("memory", memory), ("sqlite", sqlite_ledger)):
+        async def setup():
+            for cid in ("a", "b", "c"):
+                result = await ledger.admit(cid, "p1", "k1", {"x": 1}, 0, metadata={"kind": "m"})
+                await ledger.mark_ready(result.submission_id, 0)
+
+        run(setup)
+        before = run(ledger.scan_nonterminal)
+        if name == "memory":
+            _corrupt_memory_row(memory, "sub-b-1", **{column: damaged})
+        else:
+            _raw(ledger, f"UPDATE ledger_submissions SET {column} = ? WHERE submission_id = 'sub-b-1'", damaged)
+        scan = run(ledger.scan_nonterminal)
+        assert [type(r) for r in scan] == [NonterminalSubmission] * 3, (name, scan)
+        assert scan == before, name
+        assert not hasattr(scan[1], "input") and not hasattr(scan[1], "metadata")
+        with pytest.raises(LedgerError) as info:
+            run(ledger.get, "sub-b-1")
+        assert type(info.value) is CorruptSubmission and info.value.submission_id == "sub-b-1", name
+        assert column in info.value.detail, (name, info.value)
+        assert run(ledger.get, "sub-a-1").input == {"x": 1}
+        if name == "sqlite":
+            stored = ledger.connection.execute(
+                f"SELECT {column}, ready, owner_id, epoch FROM ledger_submissions WHERE submission_id = 'sub-b-1'"
+            ).fetchone()
+            assert stored == (damaged, 1, None, None)
+        else:
+            row = memory._row("sub-b-1")
+            assert (getattr(row, column), row.ready, row.owner_id, row.epoch) == (damaged, True, None, None)
 
 
 def test_a_claim_of_the_corrupt_conversation_fails_typed_the_others_proceed(sqlite_ledger):
@@ -324,8 +367,8 @@ def test_a_worker_skips_an_unreadable_conversation_and_settles_the_others(tmp_pa
         trio.run(lambda: worker_loop(worker, runtime, poll_ms=10, retry_ms=10))
     assert trio.run(ledger.get, fine.submission_id).outcome == "completed"
     assert ("submission.unreadable", {"owner": "w1", "conversation": "a", "error": "CorruptSubmission"}) in events
-    (open_work,) = trio.run(ledger.scan_nonterminal)
-    assert isinstance(open_work, UnreadableSubmission) and open_work.conversation_id == "a"
+    (open_work,) = trio.run(ledger.scan_nonterminal)  # its control fields read back: only its input does not
+    assert isinstance(open_work, NonterminalSubmission) and open_work.conversation_id == "a"
 
 
 def test_an_empty_stored_receipt_fails_the_scan_typed_naming_the_operation(sqlite_ledger):
@@ -359,3 +402,36 @@ def test_an_empty_stored_receipt_fails_the_scan_typed_naming_the_operation(sqlit
                 "SELECT receipt, ready FROM ledger_submissions WHERE submission_id = 'sub-b-1'").fetchone() == ("", 1)
         else:
             assert memory._row("sub-b-1").receipt == ""
+
+
+def test_a_queued_abort_whose_input_does_not_read_is_held_and_the_worker_goes_on(tmp_path):
+    """A queued submission with an abort intent whose input rotted: the
+    recovery pass holds it (``HoldUnreadableRow``), the worker's scan upkeep
+    does not die on its by-id read, and another conversation settles."""
+    from model.conversation.memory_store import InMemoryConversationStore
+    from model.submissions import SubmissionClient, SubmissionWorker, worker_loop
+
+    conn = open_database(str(tmp_path / "ledger.db"))
+    ledger, log, runtime = SqliteSubmissionLedger(conn), InMemoryConversationStore(), _PollOnce()
+    events = []
+
+    class Probe:
+        def emit(self, kind, **fields):
+            events.append((kind, fields))
+
+    client = SubmissionClient(ledger, log, now_ms=runtime.now_ms)
+    broken = trio.run(client.submit, "a", "p", "k1", {"n": 1})
+    fine = trio.run(client.submit, "b", "p", "k1", {"n": 2})
+    trio.run(ledger.request_abort, broken.submission_id, "user", "stop", 1_000)
+    conn.execute("UPDATE ledger_submissions SET input_json = '{\"n\": ' WHERE submission_id = ?",
+                 (broken.submission_id,))
+    worker = SubmissionWorker(ledger, log, "w1", lease_ms=1_000, now_ms=runtime.now_ms,
+                              work=lambda request, index: index, probe=Probe())
+    with pytest.raises(_PollOnce.Stop):
+        trio.run(lambda: worker_loop(worker, runtime, poll_ms=10, retry_ms=10))
+    decisions = {f["submission"]: f["decision"] for kind, f in events if kind == "recovery.decision"}
+    assert decisions[broken.submission_id] == "HoldUnreadableRow"
+    assert trio.run(ledger.get, fine.submission_id).outcome == "completed"
+    assert ("submission.unreadable", {"owner": "w1", "conversation": "a", "error": "CorruptSubmission"}) in events
+    assert conn.execute("SELECT ready, epoch, settled_at_ms, abort_author FROM ledger_submissions "
+                        "WHERE submission_id = ?", (broken.submission_id,)).fetchone() == (1, None, None, "user")

@@ -598,3 +598,69 @@ def test_a_child_released_before_its_start_was_logged_gets_its_started_record():
         main(["run", "agent-conversations", "--seed", "2", "--duration", "30m", "--no-progress", "--json"])
     result = json.loads(out.getvalue())
     assert result["status"] == "pass", result["violations"][:1]
+
+
+def _damage_input(ledger, sid):
+    """A beyond-the-contract rot of the row's input alone: its control
+    columns still read back (the scan answers it), a by-id read does not."""
+    if isinstance(ledger, InMemorySubmissionLedger):
+        ledger.surgery_put(attrs.evolve(ledger._row(sid), input_json='{"n":'))
+    else:
+        ledger.connection.execute("UPDATE ledger_submissions SET input_json = '{\"n\":' WHERE submission_id = ?",
+                                  (sid,))
+
+
+def test_a_pass_meeting_a_row_whose_input_does_not_read_holds_it_and_goes_on(world):
+    """Control fields fine, input unreadable: the pass's by-id read fails
+    typed; the row is ``HoldUnreadableRow`` [unknown] and left as it was
+    (still admitted, not ready), the pass does not fail, and the next row
+    of the scan is still repaired."""
+    ledger, log, clock = world
+    (first,) = crashed_at(world, ADMITTED_BEFORE_READY)
+    client = SubmissionClient(ledger, log, now_ms=clock, failpoints=CrashAt(ADMITTED_BEFORE_READY))
+    with pytest.raises(Crash):
+        drive(client.submit("c2", "p", "k0", {"n": 0}))
+    (second,) = [r.submission_id for r in drive(ledger.scan_nonterminal()) if r.conversation_id == "c2"]
+    _damage_input(ledger, first)
+    probe = recover(world)
+    assert probe.decisions() == {first: ("HoldUnreadableRow", "unknown"),
+                                 second: ("CompleteMaterialization", "repaired")}
+    (held,) = [f for k, f in probe.events if k == "recovery.decision" and f["submission"] == first]
+    assert held["row"] == {"state": "unreadable"}
+    scan = {r.submission_id: r for r in drive(ledger.scan_nonterminal())}
+    assert scan[first].ready is False and scan[first].epoch is None
+    assert scan[second].ready is True
+
+
+def test_a_pass_with_checkpoints_holds_a_row_whose_input_does_not_read_when_it_reads_it(world):
+    """With checkpoints the pass reads each row with its input applied by id
+    (does it have steps?): one whose input does not read back is held there
+    too (``HoldUnreadableRow``), not classified from its scan row alone."""
+    from model.conversation.checkpoints import InMemoryCheckpointStore, SqliteCheckpointStore
+
+    ledger, log, clock = world
+    (sid,) = crashed_at(world, RESERVED_BEFORE_APPEND)
+    _damage_input(ledger, sid)
+    probe = Probe()
+    checkpoints = (InMemoryCheckpointStore if isinstance(log, InMemoryConversationStore) else SqliteCheckpointStore)(log)
+    drive(recovery_pass(log, ledger, probe, checkpoints=checkpoints, now_ms=clock))
+    assert probe.decisions() == {sid: ("HoldUnreadableRow", "unknown")}
+    (row,) = drive(ledger.scan_nonterminal())
+    assert row.reserved_digest is not None and row.settled_at_ms is None
+
+
+def test_the_oracle_checks_a_held_row_really_does_not_read_back(world):
+    """``HoldUnreadableRow`` on the pass's word alone would let a pass hold
+    any row: the oracle reads the conversation's rows itself, and a held row
+    whose conversation reads back whole is a violation; a real one (the
+    ledger's read fails typed) is not, and does not break the oracle."""
+    ledger, log, clock = world
+    (sid,) = crashed_at(world, ADMITTED_BEFORE_READY)
+    held = {"submission": sid, "conversation": C, "decision": "HoldUnreadableRow", "disposition": "unknown",
+            "tail_seq": 0, "row": {"state": "unreadable"}}
+    _, violations = _checked(world, [held])
+    assert [v.invariant for v in violations] == ["recovery-decisions"]
+    assert "held it as unreadable, but every row" in violations[0].message
+    _damage_input(ledger, sid)
+    checker, violations = _checked(world, [held])
+    assert violations == [] and checker.checks >= 2

@@ -110,3 +110,36 @@ def test_rebuild_keeps_groups_metadata_parent_links_and_lanes(kind, tmp_path):
         with pytest.raises(AdmissionPolicyError) as occupied:
             drive(store.admit("d", "alice", "k1", {"n": 9}, clock(), None, "entity"))
         assert occupied.value.reason == "occupied"
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_rebuild_of_one_conversation_holding_several_members_of_a_group(kind, tmp_path):
+    """Two members of one admission group in one conversation, the first
+    settled before the second was admitted (and an ungrouped one between):
+    the rebuild admits the second only after replaying the first's
+    settlement, as it originally happened, rather than being refused its
+    own history (``AdmissionPolicyError``, occupied)."""
+    ledger, log = _stores(kind, tmp_path, "original")
+    clock = Clock()
+    lifecycle = SubmissionLifecycle(ledger, log, now_ms=clock)
+    worker = SubmissionWorker(ledger, log, "worker", lease_ms=30_000, now_ms=clock, work=_work)
+    for key, group in (("k1", "entity"), ("k2", None), ("k3", "entity")):
+        admission = drive(ledger.admit("a", "alice", key, {"key": key}, clock(), None, group, None,
+                                       None if group is None else {"entity": key}))
+        drive(lifecycle.make_ready("a", admission.submission_id))
+        while drive(worker.process_next("a")) is not None:
+            pass
+    open_id = drive(ledger.admit("a", "alice", "k4", {"open": True}, clock(), None, "entity")).submission_id
+    drive(lifecycle.make_ready("a", open_id))
+    with pytest.raises(Crash):
+        drive(worker.process_next("a"))
+
+    rebuilt, _ = _stores(kind, tmp_path, "rebuilt")
+    drive(rebuild_ledger(log, rebuilt, ("a",), now_ms=10**9))
+    for n in range(1, 5):
+        original, copy = drive(ledger.get(f"sub-a-{n}")), drive(rebuilt.get(f"sub-a-{n}"))
+        assert (copy.admission_group, copy.metadata, copy.outcome, copy.reserved_digest) == (
+            original.admission_group, original.metadata, original.outcome, original.reserved_digest), n
+    with pytest.raises(AdmissionPolicyError) as occupied:  # the open member holds its group in the copy too
+        drive(rebuilt.admit("d", "alice", "k1", {"n": 9}, clock(), None, "entity"))
+    assert occupied.value.reason == "occupied"

@@ -32,6 +32,7 @@ rule. ``CONFORMANCE_CHECKS`` is the ordered tuple of all names.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Awaitable, Callable, Iterable
 
 import attrs
@@ -70,6 +71,7 @@ from .records import (
     Claim,
     ClaimHandoff,
     InvalidSettlement,
+    LedgerError,
     OwnershipLost,
     ReservedSettlement,
     Settlement,
@@ -1796,13 +1798,42 @@ async def _(ledger) -> None:
     _eq(await ledger.get_by_idempotency_key("fresh2", "p1", "m1"), None, "a refused admission writes nothing")
 
 
+# --- a damaged stored row (the adapter's author damages it) ------------------------------------
+
+
+@_check("scan-answers-control-fields-of-a-damaged-payload", needs="damage_payload")
+async def _(ledger, damage_payload) -> None:
+    """Peer case 51: a row whose stored input no longer reads (``damage_payload(ledger,
+    submission_id)``, the adapter's own surgery): the scan still answers its control fields
+    (it never reads the input), a by-id read fails with a typed ``LedgerError``, the other
+    rows read back, and nothing stored changes."""
+    kept = await _admitted(ledger, "c1", "k1")
+    damaged = await _admitted(ledger, "c2", "k1")
+    before = tuple(await ledger.scan_nonterminal())
+    done = damage_payload(ledger, damaged.submission_id)
+    if inspect.isawaitable(done):
+        await done
+    _eq(tuple(await ledger.scan_nonterminal()), before, "the scan with one row's input damaged")
+    await _raises(LedgerError, ledger.get(damaged.submission_id), "a by-id read of the row whose input is damaged")
+    _eq((await ledger.get(kept.submission_id)).input, {"text": "k1"}, "the other row's input")
+    _eq(tuple(await ledger.scan_nonterminal()), before, "the scan after the failed read (nothing changed)")
+
+
 CONFORMANCE_CHECKS: tuple[str, ...] = _SUITE.names()
+#: The checks that run only when the adapter's author gives the hook they need.
+PAYLOAD_DAMAGE_CHECKS: tuple[str, ...] = _SUITE.needing()
 
 
-async def run_ledger_conformance(make_store: Callable[[], Any], *, checks: Iterable[str] | None = None) -> list[str]:
+async def run_ledger_conformance(make_store: Callable[[], Any], *, checks: Iterable[str] | None = None,
+                                 damage_payload: Callable[[Any, str], Any] | None = None) -> list[str]:
     """Run the conformance checks, each on a fresh store from ``make_store``.
+
+    ``damage_payload(ledger, submission_id)`` (may be async): your adapter's
+    own way to make a stored row's input unreadable (bad JSON in place);
+    without it the checks of ``PAYLOAD_DAMAGE_CHECKS`` are left out.
 
     Returns the names of the checks that ran (all passed); raises
     ``ConformanceFailure`` naming every failing check otherwise.
     """
-    return await _SUITE.run(make_store, checks)
+    hooks = {} if damage_payload is None else {"damage_payload": damage_payload}
+    return await _SUITE.run(make_store, checks, hooks)

@@ -216,7 +216,10 @@ Decisions where the specification is silent (all in one place, here):
   (``NonterminalSubmission``: a record without its input and admission
   metadata, as the peer's ``scanNonterminal`` rows; the specification
   names only "the ordered scanNonterminal stream", and a by-id ``get``
-  carries both). It does not fail on a corrupt row (the specification:
+  carries both). It never reads the payloads: a row whose input or
+  metadata is damaged scans like any other (its control fields), and only
+  a by-id read of it fails, ``CorruptSubmission``. It does not fail on a
+  row whose control columns are corrupt either (the specification:
   "per-operation Schema decoding and the digest chain already fail
   clearly on corrupt rows"): it answers a scan row per readable row and,
   in its place, an
@@ -407,11 +410,22 @@ _ROW_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
 _ROW_VALUES = operator.attrgetter(*(name for name, _ in _ROW_TYPES))
 
 
-def read_row(row: SubmissionRow, *, own: bool = False) -> tuple[object, object]:
+# The payload columns: what a by-id read decodes and a scan row never
+# carries, so a scan neither reads nor checks them.
+_PAYLOAD_COLUMNS = frozenset({"input_json", "metadata_json"})
+_CONTROL_ROW_TYPES = tuple((name, types) for name, types in _ROW_TYPES if name not in _PAYLOAD_COLUMNS)
+_CONTROL_ROW_VALUES = operator.attrgetter(*(name for name, _ in _CONTROL_ROW_TYPES))
+
+
+def read_row(row: SubmissionRow, *, own: bool = False, payloads: bool = True) -> tuple[object, object]:
     """Validate a stored row and decode its JSON columns: ``(input,
     reserved_record)``. ``UnsupportedLedgerVersion`` for a schema version
     this build does not support (§11, checked first), ``CorruptSubmission``
     for a column of the wrong type or JSON that does not decode (§10).
+
+    ``payloads=False``: the control columns only (a scan row's): the input
+    and the admission metadata are neither checked nor decoded (the input
+    answered is None), so a row whose payload alone is damaged still scans.
 
     ``own``: the row is one the rules made and this process kept in memory
     (no file, no surgery in between): its columns are the rules' own typed
@@ -426,23 +440,28 @@ def read_row(row: SubmissionRow, *, own: bool = False) -> tuple[object, object]:
         raise UnsupportedLedgerVersion(sid, version)
     if own:
         reserved_json = row.reserved_json
-        return decode_own(row.input_json), None if reserved_json is None else decode_own(reserved_json)
-    for (name, types), value in zip(_ROW_TYPES, _ROW_VALUES(row)):
+        return (decode_own(row.input_json) if payloads else None,
+                None if reserved_json is None else decode_own(reserved_json))
+    types_values = (zip(_ROW_TYPES, _ROW_VALUES(row)) if payloads
+                    else zip(_CONTROL_ROW_TYPES, _CONTROL_ROW_VALUES(row)))
+    for (name, types), value in types_values:
         if type(value) not in types:
             raise CorruptSubmission(sid, f"{name} has the wrong type ({type(value).__name__})")
     if not row.receipt:
         raise CorruptSubmission(sid, "receipt is empty")
-    try:
-        value = decode(row.input_json)
-    except CanonicalDecodeError as exc:
-        raise CorruptSubmission(sid, f"input_json does not decode: {exc}") from None
+    value = None
+    if payloads:
+        try:
+            value = decode(row.input_json)
+        except CanonicalDecodeError as exc:
+            raise CorruptSubmission(sid, f"input_json does not decode: {exc}") from None
     reserved = None
     if row.reserved_json is not None:
         try:
             reserved = decode(row.reserved_json)
         except CanonicalDecodeError as exc:
             raise CorruptSubmission(sid, f"reserved_json does not decode: {exc}") from None
-    if row.metadata_json is not None:
+    if payloads and row.metadata_json is not None:
         try:
             decode(row.metadata_json)
         except CanonicalDecodeError as exc:
@@ -471,10 +490,11 @@ def row_to_record(row: SubmissionRow, *, own: bool = False) -> SubmissionRecord:
 
 
 def row_to_scan_row(row: SubmissionRow, *, own: bool = False) -> NonterminalSubmission:
-    """The scan row of a stored row: validated whole (``read_row``: a row
-    whose stored JSON does not decode fails here, typed), answered with its
-    control fields only (no input, no metadata)."""
-    _, reserved = read_row(row, own=own)
+    """The scan row of a stored row: its control columns validated
+    (``read_row``: a control column that does not decode fails here,
+    typed), answered with its control fields only; the input and metadata
+    are not read at all, so a damaged payload fails only a by-id read."""
+    _, reserved = read_row(row, own=own, payloads=False)
     return NonterminalSubmission(**_control_fields(row, reserved, decode_own if own else decode))
 
 
@@ -528,8 +548,9 @@ def scan_records(rows, own=None) -> tuple[NonterminalSubmission | UnreadableSubm
     """``scan_nonterminal``'s answer over the unsettled rows in order: a
     scan row (``NonterminalSubmission``: control fields only, the peer's
     ``scanNonterminal``; a by-id ``get`` carries the input and metadata)
-    per row that reads back, an ``UnreadableSubmission`` (identity only;
-    its other fields raise the typed error) per row that does not, so one
+    per row whose control columns read back (the payloads are not read),
+    an ``UnreadableSubmission`` (identity only; its other fields raise the
+    typed error) per row whose control columns do not, so one
     corrupt row never hides the other conversations' work. ``own(row)``:
     whether a row is the store's own (``read_row``); None: none is."""
     found: list[NonterminalSubmission | UnreadableSubmission] = []
