@@ -1441,8 +1441,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "The recovery pass decides SettleAborted for a never-claimed row whose aborter died after its intent "
         "(abort:after-intent) and does not settle it (left to whoever claims the lane next).",
         "model.submissions",
-        "            settlement = await lifecycle.settle_queued_abort(sid, RECOVERY_PRODUCER)\n",
-        "            settlement = None  # left to the lane's next claim holder\n",
+        "                          else await lifecycle.settle_queued_abort(sid, RECOVERY_PRODUCER, record=current))\n",
+        "                          else None)  # left to the lane's next claim holder\n",
         ("ledger-storm", "agent-conversations")),
     Mutant(
         "recovery-pass-skips-finalize",
