@@ -905,6 +905,8 @@ class RecoveryRead(ProbeEvent):
     from_checkpoint: int = OPTIONAL  # with a checkpoint store: the seq it started after
     rejected: str = OPTIONAL  # a checkpoint it would not use, and why (engine-version, definition-digest, ...)
     definition: str = OPTIONAL  # the configuration the reader runs, when not the recovery's own
+    model: str = OPTIONAL  # the digest of the reader's model configuration, when it has one
+    tools: str = OPTIONAL  # the digest of the reader's tool set, when it has one
     page_size: int = OPTIONAL  # when not the spec's
 
 

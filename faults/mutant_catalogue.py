@@ -1207,7 +1207,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "configuration, a checkpoint of the old one is trusted.",
         "model.conversation.checkpoints", "    if checkpoint.definition_digest != definition_digest:\n",
         "    if checkpoint.definition_digest != checkpoint.definition_digest:\n", AC,
-        ci_seed=1, ci_duration="2h"),
+        ci_seed=2, ci_duration="1h"),
+    Mutant(
+        "checkpoint-model-unchecked",
+        "A recovery uses the latest checkpoint whatever model configuration made it: after a deploy that "
+        "changes the agent's model, a checkpoint written under the old one is trusted.",
+        "model.conversation.checkpoints", "    if checkpoint.model_digest != model_digest:\n",
+        "    if checkpoint.model_digest != checkpoint.model_digest:\n", AC,
+        ci_seed=15, ci_duration="1h"),
+    Mutant(
+        "checkpoint-tools-unchecked",
+        "A recovery uses the latest checkpoint whatever tool set made it: after a deploy that changes the "
+        "agent's tools, a checkpoint written under the old ones is trusted.",
+        "model.conversation.checkpoints", "    if checkpoint.tool_digest != tool_digest:\n",
+        "    if checkpoint.tool_digest != checkpoint.tool_digest:\n", AC,
+        ci_seed=2, ci_duration="2h"),
     Mutant(
         "checkpoint-save-unchecked",
         "Saving a checkpoint no longer checks its tail digest against the log's digest at its position.",

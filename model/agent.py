@@ -44,6 +44,7 @@ from model.failpoints import (APPROVAL_DECIDED_BEFORE_EFFECT, APPROVAL_REQUEST_A
                               TOOL_PREPARED_BEFORE_SETTLED, TOOL_RESULTS_APPENDED, TURN_RESPONSE_APPENDED)
 from model.ledger.records import ABORTED, COMPLETED_WITH_RESULT, REJECTED, ParentLink, UnreadableSubmission
 from model.retry import error_name
+from model.canonical import digest
 from model.conversation.records import BatchRecord
 from model.ledger.records import settlement_of
 from model.ledger.rules import joined_envelope
@@ -96,6 +97,9 @@ TOOL_ATTEMPTS_MAX = 64
 # tool refuses it (a reconciler waits this out before it says the call never
 # happened).
 TOOL_DEADLINE_MS = 30_000
+# The tools an agent calls (a tool step's idempotent call is ``search``, the
+# other ``send-email``): its tool set when the deployment names none.
+AGENT_TOOLS = {"search": {"idempotent": True}, "send-email": {"idempotent": False}}
 
 
 JOIN_LIMIT = 4  # follow-ups one run takes at a time
@@ -234,12 +238,18 @@ class AgentWorker(SubmissionWorker):
 
     def __init__(self, *args: Any, tools: Any, model: Any, model_profile: dict, child_plan: Callable[[Any, int], list],
                  tool_deadline_ms: int = TOOL_DEADLINE_MS, run_allowance_policy_ms: int = RUN_ALLOWANCE_MS,
-                 **kwargs: Any) -> None:
+                 tool_set: dict | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         assert tool_deadline_ms > 0, tool_deadline_ms
         self.tools = tools
         self.model = model
         self.model_profile = dict(model_profile)  # provider, model, tier: a model request's metadata
+        # The active model configuration and tool set, as the recovery
+        # checkpoints this process writes and uses are bound to them: a
+        # checkpoint written under other ones is rebuilt from the log.
+        self.tool_set = dict(AGENT_TOOLS if tool_set is None else tool_set)
+        self.model_digest = digest(self.model_profile)
+        self.tool_digest = digest(self.tool_set)
         self.child_plan = child_plan
         self.tool_deadline_ms = tool_deadline_ms
         assert run_allowance_policy_ms > 0, run_allowance_policy_ms

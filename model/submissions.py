@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import attrs
 
+from model.canonical import digest
 from model.conversation.records import (
     AcknowledgedWriteLost,
     AppendResult,
@@ -159,10 +160,15 @@ class SubmissionWorker:
         None reads every history whole. ``recovery_page_size``: the recovery
         read's page (at most the spec's PAGE_SIZE_MAX). ``definition_digest``:
         the configuration this process runs (its checkpoints are bound to it;
-        empty: the recovery's own)."""
+        empty: the recovery's own). Its checkpoints are bound to
+        ``model_digest`` and ``tool_digest`` too: a worker with no model and
+        no tools has the digests of an empty configuration (an agent worker
+        sets its own)."""
         assert lease_ms > 0 and steps >= 0 and 1 <= recovery_page_size <= PAGE_SIZE_MAX
         self.checkpoints = checkpoints
         self.definition_digest = definition_digest or RECOVERY_DEFINITION
+        self.model_digest = NO_CONFIGURATION
+        self.tool_digest = NO_CONFIGURATION
         self.recovery_page_size = recovery_page_size
         # conversation -> the last tail the log acknowledged to this process
         # (the most recent ACKNOWLEDGED_TAILS_MAX conversations).
@@ -435,6 +441,7 @@ RECOVERY_PRODUCER = "recovery"
 # What a recovery checkpoint is derived by (checkpoints are bound to both).
 RECOVERY_ENGINE = "submission-recovery/1"
 RECOVERY_DEFINITION = "records-and-settlements/1"
+NO_CONFIGURATION = digest({})  # the model configuration and the tool set of a worker with neither
 _SEQ_MAX = 2 ** 53 - 1  # the largest seq a port accepts (INT_ARG_MAX)
 
 
@@ -452,7 +459,8 @@ def recovery_snapshot(records, previous: Any = None) -> dict:
 
 async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, checkpoints: Any = None,
                         now_ms: Callable[[], int] | None = None, page_size: int = PAGE_SIZE_MAX,
-                        verified: set[str] | None = None, definition_digest: str = RECOVERY_DEFINITION) -> int:
+                        verified: set[str] | None = None, definition_digest: str = RECOVERY_DEFINITION,
+                        model_digest: str = NO_CONFIGURATION, tool_digest: str = NO_CONFIGURATION) -> int:
     """Verify the prefix of every conversation with nonterminal work, and
     classify each of its open submissions against it (``_classify``).
 
@@ -472,7 +480,8 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
     still the log's) lets the pass read and verify only the records after
     it; every verified tail is checkpointed for the next pass. A checkpoint
     is disposable: an unusable one (another engine, another configuration
-    ``definition_digest``, a digest the log no longer has) means a full
+    ``definition_digest``, another model configuration ``model_digest`` or
+    tool set ``tool_digest``, a digest the log no longer has) means a full
     read, never a trusted one; the probe says why (``rejected``).
     """
     from model.conversation.checkpoints import Checkpoint, CheckpointRejected, usable_checkpoint
@@ -497,7 +506,8 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
             if checkpoints is not None and not await _has_steps(ledger, scan, conversation_id, unreadable):
                 decision = await usable_checkpoint(checkpoints, log, conversation_id, _SEQ_MAX,
                                                    engine_version=RECOVERY_ENGINE,
-                                                   definition_digest=definition_digest)
+                                                   definition_digest=definition_digest,
+                                                   model_digest=model_digest, tool_digest=tool_digest)
                 checkpoint = decision.checkpoint
                 rejected = decision.reason if decision.reason != "none" else None
             pages = {} if page_size == PAGE_SIZE_MAX else {"page_size": page_size}
@@ -519,6 +529,10 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
                 extra["rejected"] = rejected
             if definition_digest != RECOVERY_DEFINITION:
                 extra["definition"] = definition_digest
+            if model_digest != NO_CONFIGURATION:
+                extra["model"] = model_digest
+            if tool_digest != NO_CONFIGURATION:
+                extra["tools"] = tool_digest
         if page_size != PAGE_SIZE_MAX:
             extra["page_size"] = page_size
         probe.emit("recovery.read", conversation=conversation_id, tail_seq=prefix.tail.tail_seq,
@@ -529,7 +543,7 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
             try:
                 await checkpoints.save(Checkpoint(
                     conversation_id, prefix.records[-1].envelope.payload.get("submissionId", "-"), tail.tail_seq,
-                    tail.tail_digest, RECOVERY_ENGINE, definition_digest, 1, snapshot,
+                    tail.tail_digest, RECOVERY_ENGINE, definition_digest, model_digest, tool_digest, 1, snapshot,
                     now_ms() if now_ms is not None else 0))
             except CheckpointRejected:
                 pass  # disposable: the next pass reads more, that is all
@@ -667,7 +681,8 @@ async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, r
         try:
             await recovery_pass(worker.log, worker.ledger, probe, checkpoints=worker.checkpoints,
                                 now_ms=worker.now_ms, page_size=worker.recovery_page_size, verified=verified,
-                                definition_digest=worker.definition_digest)
+                                definition_digest=worker.definition_digest, model_digest=worker.model_digest,
+                                tool_digest=worker.tool_digest)
             break
         except Exception as error:
             if not is_retryable(error, reread=True):

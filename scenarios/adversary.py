@@ -2624,8 +2624,8 @@ class _Process(ClientProcess):
         seqs = sorted(boundaries)
 
         def checkpoint(seq: int, digest: str, snapshot: Any = None, version: int = 1) -> Checkpoint:
-            return Checkpoint(conv, f"sub-{conv}", seq, digest, "adversary-engine", "d" * 64, version,
-                              self.edge_payload(seq) if snapshot is None else snapshot, self.now())
+            return Checkpoint(conv, f"sub-{conv}", seq, digest, "adversary-engine", "d" * 64, "m" * 64, "t" * 64,
+                              version, self.edge_payload(seq) if snapshot is None else snapshot, self.now())
 
         saved: dict[int, Checkpoint] = {}
         for seq in (0, seqs[2]):
@@ -2649,7 +2649,7 @@ class _Process(ClientProcess):
                                                                                   f"not {kind}", conv) and edge:
                 self.w.edge(edge)
         illegal = [checkpoint(-1, ZERO_DIGEST), checkpoint(0, "XYZ"), checkpoint(0, ZERO_DIGEST, [float("inf")]),
-                   Checkpoint(f"{conv}-none", "s", 0, ZERO_DIGEST, "e", "d", 1, {}, 0)]
+                   Checkpoint(f"{conv}-none", "s", 0, ZERO_DIGEST, "e", "d", "m", "t", 1, {}, 0)]
         names = (("ValueError",), ("ValueError",), ("ValueError",), ("NotMaterialized",))
         for cp, want in zip(illegal, names):
             self.expect_rejected(await self.call("checkpoints", "save", cp), want,

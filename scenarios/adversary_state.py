@@ -140,9 +140,14 @@ OBSERVATION_TICKS = 4
 CLAIM_CAP_BYTES = 256
 ENGINE = "state-adversary-recovery/1"
 DEFINITION = "records/1"
-# Another build's checkpoints: another engine, or the same engine running another definition.
+MODEL = "model/1"
+TOOLS = "tools/1"
+# Another build's checkpoints: another engine, or the same engine running another definition,
+# model configuration or tool set.
 OTHER_ENGINE = "state-adversary-recovery/2"
 OTHER_DEFINITION = "records/2"
+OTHER_MODEL = "model/2"
+OTHER_TOOLS = "tools/2"
 SEQ_MAX = 2 ** 53 - 1
 DEPLOYMENT = "loomsim-state-adversary"
 # Good reads of a claim-checked blob (a reader that comes back to it), and
@@ -579,7 +584,8 @@ class _Process:
         damaged = self.checkpoint_reads.damaged
         decision = await self.attempt(lambda: usable_checkpoint(self.checkpoints, self.ports.log, conv,
                                                                 at_or_before_seq, engine_version=ENGINE,
-                                                                definition_digest=DEFINITION))
+                                                                definition_digest=DEFINITION, model_digest=MODEL,
+                                                                tool_digest=TOOLS))
         damage = self.checkpoint_reads.last_damage if self.checkpoint_reads.damaged != damaged else None
         if damage is not None and self.expect(
                 not decision.ok and error_name(decision.error) == "CheckpointUnusable"
@@ -634,8 +640,8 @@ class _Process:
         if self.expect(none.ok and none.value.checkpoint is None and none.value.reason == "none",
                        f"usable checkpoint of {conv} before any was saved: {_given(none)}", conv):
             self.w.count("checkpoint_none")
-        checkpoint = Checkpoint(conv, f"sub-{conv}", covered, boundaries[covered], ENGINE, DEFINITION, 1,
-                                {"records": covered}, self.now())
+        checkpoint = Checkpoint(conv, f"sub-{conv}", covered, boundaries[covered], ENGINE, DEFINITION, MODEL, TOOLS,
+                                1, {"records": covered}, self.now())
         lookalike = LookalikeCheckpoint(*attrs.astuple(checkpoint, recurse=False))
         refused = await self.attempt(lambda: self.checkpoints.save(lookalike))
         if self.expect(refused.named("TypeError"), f"save of a look-alike checkpoint of {conv}: {refused.show()}",
@@ -679,23 +685,26 @@ class _Process:
 
     async def _another_build(self, conv: str, boundaries: dict[int, str], batches: int) -> None:
         """A checkpoint another build saved at the log's tail (another
-        engine, or this engine under another definition; its snapshot in
-        that build's format): valid for the log, never for this build."""
+        engine, or this engine under another definition, model
+        configuration or tool set; its snapshot in that build's format):
+        valid for the log, never for this build."""
         tail = max(boundaries)
-        other_engine = self._serial % 2 == 0
-        engine, definition = (OTHER_ENGINE, DEFINITION) if other_engine else (ENGINE, OTHER_DEFINITION)
-        checkpoint = Checkpoint(conv, f"sub-{conv}", tail, boundaries[tail], engine, definition, 1,
+        reason = ("engine-version", "definition-digest", "model-digest", "tool-digest")[self._serial % 4]
+        engine = OTHER_ENGINE if reason == "engine-version" else ENGINE
+        definition = OTHER_DEFINITION if reason == "definition-digest" else DEFINITION
+        model = OTHER_MODEL if reason == "model-digest" else MODEL
+        tools = OTHER_TOOLS if reason == "tool-digest" else TOOLS
+        checkpoint = Checkpoint(conv, f"sub-{conv}", tail, boundaries[tail], engine, definition, model, tools, 1,
                                 {"batches": batches}, self.now())
         saved = await self.attempt(lambda: self.checkpoints.save(checkpoint))
-        if not self.expect(saved.ok, f"checkpoint of {conv} at {tail} by {engine} / {definition}: {saved.show()}",
-                           conv):
+        built = f"{engine} under {definition} / {model} / {tools}"
+        if not self.expect(saved.ok, f"checkpoint of {conv} at {tail} by {built}: {saved.show()}", conv):
             return
-        reason = "engine-version" if other_engine else "definition-digest"
         decision, damage = await self._usable(conv, tail)
         if damage is None and self.expect(
                 decision.ok and decision.value.checkpoint is None and decision.value.reason == reason,
-                f"the latest checkpoint of {conv} was saved by {engine} under {definition}, and a recovery by "
-                f"{ENGINE} under {DEFINITION} was given {_given(decision)}: it must be refused ({reason})", conv):
+                f"the latest checkpoint of {conv} was saved by {built}, and a recovery by "
+                f"{ENGINE} under {DEFINITION} / {MODEL} / {TOOLS} was given {_given(decision)}: it must be refused ({reason})", conv):
             self.w.count("checkpoint_mismatch_refused")
         await self._recover(conv, decision, damage, tail)
 
@@ -745,6 +754,8 @@ class LookalikeCheckpoint:
     tail_digest: str
     engine_version: str
     definition_digest: str
+    model_digest: str
+    tool_digest: str
     schema_version: int
     snapshot: object
     created_at_ms: int

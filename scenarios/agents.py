@@ -31,8 +31,8 @@ from typing import Any
 
 from faults.events import OPTIONAL, ProbeEvent
 from faults.ports import BoundPort, PortStats
-from model.agent import (APPROVAL, CLOSE, COMPLETED, MODEL, OPEN, REASONING, SUBAGENT, TEXT, TOOL, TOOL_ARGUMENT_DELTA,
-                         TOOL_ONCE, TOOL_PREPARED, AgentWorker, plan_of)
+from model.agent import (AGENT_TOOLS, APPROVAL, CLOSE, COMPLETED, MODEL, OPEN, REASONING, SUBAGENT, TEXT, TOOL,
+                         TOOL_ARGUMENT_DELTA, TOOL_ONCE, TOOL_PREPARED, AgentWorker, plan_of)
 from model.ledger.records import COMPLETED_WITH_RESULT, NEVER_HAPPENED, SAFE_TO_RETRY, UnreadableSubmission
 from model.canonical import digest
 from model.retry import error_name, is_retryable
@@ -46,11 +46,15 @@ MODEL_PROFILE = {"provider": "simulated", "model": "sim-large", "tier": "standar
 # A request's maxDurationMs: a quarter of the runs get two minutes, which an
 # approval or a subagent can outlast.
 # Requests that name no allowance run under the deployed policy, which each
-# configuration generation changes: a run started under one and resumed
+# new agent definition changes: a run started under one and resumed
 # under the next fails (RunStartConflict) rather than start its clock again.
 POLICY_ALLOWANCE_SHARE = 0.25
 ALLOWANCE_POLICIES_MS = (30 * 60 * 1000, 45 * 60 * 1000)
 CONFIG_DEPLOY_EVERY_MS = (20 * 60 * 1000, 2 * 60 * 60 * 1000)  # a new agent configuration, rolled out
+# What one deploy changes, drawn from the deploy's own stream
+# (``workload/agent-deploy/<generation>``): the agent's definition (its
+# allowance policy with it), its model configuration, or its tool set.
+DEPLOY_CHANGES = ("definition", "model", "tools")
 CONFIG_DEPLOYS_MAX = 10_000
 RUN_ALLOWANCES_MS = (2 * 60 * 1000, 15 * 60 * 1000, 60 * 60 * 1000, 60 * 60 * 1000)
 # Requests that must be answered within seconds (a chat reply with a
@@ -318,11 +322,13 @@ def child_plan(record: Any, index: int) -> list[str]:
 
 
 class AgentWorkers(Workers):
-    """Agent worker processes. The agent's configuration (its model profile,
-    its tools) is deployed in generations (``deploy``: a rolling restart);
-    a process runs the generation deployed when it started, and its recovery
-    checkpoints are bound to it: a checkpoint of another generation is
-    rejected and the history read again from the log."""
+    """Agent worker processes. The agent's configuration (its definition,
+    its model profile, its tool set) is deployed in generations
+    (``deploy``: a rolling restart), each changing one of the three; a
+    process runs the generation deployed when it started, and its recovery
+    checkpoints are bound to all three: a checkpoint written under another
+    definition, model configuration or tool set is rejected and the history
+    read again from the log."""
 
     name = "agent-workers"
 
@@ -331,12 +337,24 @@ class AgentWorkers(Workers):
         self.tools = tools
         self.model = model
         self.config_generation = 0
+        self.revisions = {change: 0 for change in DEPLOY_CHANGES}  # how often each was changed
         self.checkpoints_rejected = 0
+        self.checkpoints_rejected_config = 0  # of those: another model configuration or tool set
 
     def definition_digest(self) -> str:
-        """The deployed configuration's identity (what checkpoints are bound to)."""
-        return "agent-definition/" + digest({"model": MODEL_PROFILE, "tools": ["search", "send-email"],
-                                             "generation": self.config_generation})[:16]
+        """The deployed definition's identity (what checkpoints are bound to, with the model and tools)."""
+        return "agent-definition/" + digest({"revision": self.revisions["definition"],
+                                             "allowancePolicyMs": self.allowance_policy_ms()})[:16]
+
+    def allowance_policy_ms(self) -> int:
+        return ALLOWANCE_POLICIES_MS[self.revisions["definition"] % 2]
+
+    def model_profile(self) -> dict:
+        revision = self.revisions["model"]
+        return MODEL_PROFILE if revision == 0 else {**MODEL_PROFILE, "model": f"sim-large-r{revision}"}
+
+    def tool_set(self) -> dict:
+        return {name: {**tool, "revision": self.revisions["tools"]} for name, tool in AGENT_TOOLS.items()}
 
     def deploy_timeline(self, chaos: Any, duration_ms: int) -> list[tuple[int, int]]:
         """A new configuration every CONFIG_DEPLOY_EVERY_MS (uniform), drawn at start."""
@@ -351,23 +369,29 @@ class AgentWorkers(Workers):
 
     def deploy(self, generation: int) -> dict:
         self.config_generation = generation
-        return {"build": f"agent-config-{generation}", "definition": self.definition_digest()}
+        change = self.world.streams.fork(f"workload/agent-deploy/{generation}").choice(DEPLOY_CHANGES)
+        self.revisions[change] += 1
+        return {"build": f"agent-config-{generation}", "change": change, "definition": self.definition_digest()}
 
     def _on_recovery(self, event: tuple) -> None:
         super()._on_recovery(event)
-        if event[4].get("rejected"):
+        rejected = event[4].get("rejected")
+        if rejected:
             self.checkpoints_rejected += 1
+        if rejected in ("model-digest", "tool-digest"):
+            self.checkpoints_rejected_config += 1
 
     def metrics(self) -> dict[str, Any]:
         return {**super().metrics(), "tool_calls_slow": self.tools.slow_calls,
                 "tool_calls_refused_late": self.tools.refused_late,
-                "checkpoints_rejected_rebuilt": self.checkpoints_rejected}
+                "checkpoints_rejected_rebuilt": self.checkpoints_rejected,
+                "checkpoints_rejected_model_or_tools": self.checkpoints_rejected_config}
 
     def make_worker(self, node: Node, ports: Any, **settings: Any) -> AgentWorker:
         return AgentWorker(ports.ledger, ports.log, node.label, tools=bind_tools(self.world, node, self.tools),
-                           model=bind_model(self.world, node, self.model), model_profile=MODEL_PROFILE,
-                           child_plan=child_plan, definition_digest=self.definition_digest(),
-                           run_allowance_policy_ms=ALLOWANCE_POLICIES_MS[self.config_generation % 2], **settings)
+                           model=bind_model(self.world, node, self.model), model_profile=self.model_profile(),
+                           tool_set=self.tool_set(), child_plan=child_plan, definition_digest=self.definition_digest(),
+                           run_allowance_policy_ms=self.allowance_policy_ms(), **settings)
 
 
 class _Operator(Workload):

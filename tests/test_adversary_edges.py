@@ -60,7 +60,7 @@ def _checkpointed(log, store) -> Checkpoint:
     run_sync(log.materialize("c", "p", 1))
     records = tuple(RecordEnvelope(f"r{i}", "model-output", 1, 1, "d", {"i": i}, "p", 1) for i in range(2))
     out = run_sync(log.append(FencedAppendRequest("c", "b", "p", 1, 0, ZERO_DIGEST, records)))
-    checkpoint = Checkpoint("c", "s", out.last_seq, out.tail_digest, "e/1", "d/1", 1, {"records": 2}, 5)
+    checkpoint = Checkpoint("c", "s", out.last_seq, out.tail_digest, "e/1", "d/1", "m/1", "t/1", 1, {"records": 2}, 5)
     run_sync(store.save(checkpoint))
     return checkpoint
 
@@ -154,16 +154,16 @@ def test_the_storm_reaches_the_new_edges_clean():
 
 
 def test_a_recovery_given_another_builds_checkpoint_is_caught(monkeypatch):
-    async def blind(store, log, conversation_id, at_or_before_seq, *, engine_version, definition_digest):
-        found = await store.load_latest(conversation_id, at_or_before_seq)  # engine and definition unchecked
+    async def blind(store, log, conversation_id, at_or_before_seq, *, engine_version, definition_digest, **digests):
+        found = await store.load_latest(conversation_id, at_or_before_seq)  # engine and configuration unchecked
         if found is None or await log.digest_at(conversation_id, found.covered_seq) != found.tail_digest:
             return CheckpointDecision(None, "none" if found is None else "digest-mismatch")
         return CheckpointDecision(found, None)
 
     monkeypatch.setattr(adversary_state, "usable_checkpoint", blind)
     messages = _messages(_storm(1, "12m"), "state-expectations")
-    assert any("it must be refused (engine-version)" in m or "it must be refused (definition-digest)" in m
-               for m in messages), messages[:3]
+    reasons = ("engine-version", "definition-digest", "model-digest", "tool-digest")
+    assert any(f"it must be refused ({reason})" in m for m in messages for reason in reasons), messages[:3]
     assert any("a rebuild from the log reaches" in m for m in messages), messages[:3]
 
 
@@ -173,6 +173,7 @@ def test_a_damaged_checkpoint_used_anyway_is_caught(monkeypatch):
         return Checkpoint(value.get("conversationId", conversation_id), value.get("submissionId", ""),
                           value.get("throughSequence", 0), value.get("tailDigest", ZERO_DIGEST),
                           value.get("engineVersion", ""), value.get("agentDefinitionDigest", ""),
+                          value.get("modelDigest", ""), value.get("toolDigest", ""),
                           value.get("schemaVersion", 1), value.get("state"), value.get("createdAt", 0))
 
     monkeypatch.setattr(checkpoints, "decode_checkpoint_row", trusting)

@@ -129,6 +129,43 @@ def test_the_plans_are_drawn_from_their_own_streams():
         ("conv-0-g0", ["close"]), ("conv-1-g0", ["close"]), ("conv-0-g1", ["close"]), ("conv-1-g1", ["close"])]
 
 
+def test_a_deploy_changes_the_definition_the_model_or_the_tools_from_its_own_stream():
+    """What a deploy changes is drawn from the deploy's own stream: each
+    deploy changes exactly one of the agent's definition, model
+    configuration and tool set, and only that one's digest moves."""
+    from scenarios.agents import AgentWorkers
+
+    def deploys(seed):
+        workers = AgentWorkers(1, tools=ToolService(), model=None, lease_ms=1, poll_ms=1, retry_ms=1,
+                               step_delay_ms=(0, 0), work=None, recovery_page_size=1)
+
+        class World:
+            streams = Streams(seed)
+
+        workers.world = World()
+        seen, before = [], (workers.definition_digest(), workers.model_profile(), workers.tool_set())
+        for generation in range(1, 13):
+            change = workers.deploy(generation)["change"]
+            after = (workers.definition_digest(), workers.model_profile(), workers.tool_set())
+            assert [b != a for b, a in zip(before, after)] == [c == change for c in ("definition", "model", "tools")]
+            seen.append(change)
+            before = after
+        return seen
+
+    assert deploys(5) == deploys(5) != deploys(6)
+    assert set(deploys(5)) == {"definition", "model", "tools"}
+
+
+def test_a_checkpoint_written_under_another_model_or_tool_set_is_rebuilt_from_the_log():
+    """After a deploy that changed the model or the tools, a recovery finds
+    checkpoints written under the old ones: it reads the log instead
+    (``checkpoint-consistency`` fails a recovery that used one)."""
+    result = agents(1, "2h")
+    assert result.passed, result.violations
+    assert result.stats["checkpoints_rejected_model_or_tools"] > 0
+    assert result.invariants["checkpoint-consistency"] > 0
+
+
 def _checker(checker):
     from sim.trace import Trace
 

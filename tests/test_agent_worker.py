@@ -64,9 +64,10 @@ class World(Stores):
         self.ms += 1
         return self.ms
 
-    def worker(self, owner: str = "w1", child_plan=lambda record, index: [MODEL], **settings) -> AgentWorker:
+    def worker(self, owner: str = "w1", child_plan=lambda record, index: [MODEL], model_profile=None,
+               **settings) -> AgentWorker:
         return AgentWorker(self.ledger, self.log, owner, lease_ms=LEASE_MS, now_ms=self.now, tools=self.tools,
-                           model=Model(), model_profile={"provider": "p", "model": "m", "tier": "t"},
+                           model=Model(), model_profile=model_profile or {"provider": "p", "model": "m", "tier": "t"},
                            child_plan=child_plan, work=None, **settings)
 
     def submit(self, plan: list, conversation: str = C, key: str = "k1", **extra) -> str:
@@ -251,3 +252,46 @@ def test_an_aborted_parent_releases_an_orphan_reservation(world):
     # No child was ever admitted, and none is admitted afterwards.
     assert drive(world.ledger.get_by_idempotency_key(allocation["conversation"], "agent", call)) is None
     assert [r.envelope.family for r in world.settle_batch(sid)] == [ABORT_REQUESTED_FAMILY, SETTLED_FAMILY]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_checkpoint_of_another_model_or_tool_configuration_is_rebuilt_from_the_log(kind, tmp_path):
+    """A worker's recovery checkpoints carry the canonical digests of its
+    model configuration and of its tool set; a recovery under another model
+    configuration, or another tool set, reads the log whole and says why
+    (``model-digest``, ``tool-digest``): the old checkpoint is never used."""
+    from model.canonical import digest
+    from model.conversation.checkpoints import InMemoryCheckpointStore, SqliteCheckpointStore
+    from model.submissions import recovery_pass
+
+    world = World(kind, tmp_path)
+    checkpoints = InMemoryCheckpointStore(world.log) if kind == "memory" else SqliteCheckpointStore(world.log)
+    world.submit([MODEL])
+    drive(world.worker().process_next(C))  # settled: the log has its records
+    world.submit([MODEL], key="k2")  # open work: the recovery reads the conversation
+    reads = []
+
+    class Probe:
+        def emit(self, kind, **fields):
+            if kind == "recovery.read":
+                reads.append(fields)
+
+    def recover(worker):
+        drive(recovery_pass(worker.log, worker.ledger, Probe(), checkpoints=checkpoints, now_ms=world.now,
+                            definition_digest=worker.definition_digest, model_digest=worker.model_digest,
+                            tool_digest=worker.tool_digest))
+        return reads[-1]
+
+    profile, tools = {"provider": "p", "model": "m", "tier": "t"}, {"search": {"version": 1}}
+    first = world.worker(tool_set=tools)
+    assert (first.model_digest, first.tool_digest) == (digest(profile), digest(tools))
+    assert recover(first).get("from_checkpoint") == 0
+    saved = drive(checkpoints.load_latest(C, 99))
+    assert (saved.model_digest, saved.tool_digest) == (digest(profile), digest(tools))
+    assert recover(first)["from_checkpoint"] == saved.covered_seq > 0  # same configuration: used
+    other_profile = {**profile, "model": "m2"}
+    read = recover(world.worker(model_profile=other_profile, tool_set=tools))
+    assert (read["from_checkpoint"], read.get("rejected")) == (0, "model-digest")
+    read = recover(world.worker(model_profile=other_profile, tool_set={"search": {"version": 2}}))
+    assert (read["from_checkpoint"], read.get("rejected")) == (0, "tool-digest")
+    world.close()

@@ -51,7 +51,7 @@ def _stores(kind, tmp_path):
 
 
 def _checkpoint(seq, dig, cid="c1"):
-    return Checkpoint(cid, "s1", seq, dig, "e1", "d1", 1, {"state": seq}, 5)
+    return Checkpoint(cid, "s1", seq, dig, "e1", "d1", "m1", "t1", 1, {"state": seq}, 5)
 
 
 async def _write(log, cid, records):
@@ -61,7 +61,8 @@ async def _write(log, cid, records):
 
 
 async def _usable(checkpoints, log, cid="c1"):
-    return await usable_checkpoint(checkpoints, log, cid, 99, engine_version="e1", definition_digest="d1")
+    return await usable_checkpoint(checkpoints, log, cid, 99, engine_version="e1", definition_digest="d1",
+                                   model_digest="m1", tool_digest="t1")
 
 
 @pytest.mark.parametrize("kind", KINDS)

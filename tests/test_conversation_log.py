@@ -242,7 +242,7 @@ def test_recovery_detects_a_wrong_chain():
 
 def _checkpoint(seq, dig, **kw):
     values = dict(conversation_id="c1", submission_id="s1", covered_seq=seq, tail_digest=dig,
-                  engine_version="e1", definition_digest="d1", schema_version=1,
+                  engine_version="e1", definition_digest="d1", model_digest="m1", tool_digest="t1", schema_version=1,
                   snapshot={"state": [1, 2]}, created_at_ms=5)
     values.update(kw)
     return Checkpoint(**values)
@@ -273,12 +273,22 @@ def test_checkpoints(kind):
         await checkpoints.save(_checkpoint(3, second.tail_digest))
         assert (await checkpoints.load_latest("c1", 2)).covered_seq == 2
         assert (await checkpoints.load_latest("c1", 9)).covered_seq == 3
-        ok = await usable_checkpoint(checkpoints, log, "c1", 9, engine_version="e1", definition_digest="d1")
+        ok = await usable_checkpoint(checkpoints, log, "c1", 9, engine_version="e1", definition_digest="d1",
+                                 model_digest="m1", tool_digest="t1")
         assert ok.checkpoint is not None and ok.checkpoint.snapshot == {"state": [1, 2]}
-        engine = await usable_checkpoint(checkpoints, log, "c1", 9, engine_version="e2", definition_digest="d1")
+        engine = await usable_checkpoint(checkpoints, log, "c1", 9, engine_version="e2", definition_digest="d1",
+                                     model_digest="m1", tool_digest="t1")
         assert (engine.checkpoint, engine.reason) == (None, "engine-version")
-        definition = await usable_checkpoint(checkpoints, log, "c1", 9, engine_version="e1", definition_digest="dX")
+        definition = await usable_checkpoint(checkpoints, log, "c1", 9, engine_version="e1", definition_digest="dX",
+                                         model_digest="m1", tool_digest="t1")
         assert (definition.checkpoint, definition.reason) == (None, "definition-digest")
+        # Another model or tool configuration: rebuilt from the log, never used.
+        model = await usable_checkpoint(checkpoints, log, "c1", 9, engine_version="e1", definition_digest="d1",
+                                        model_digest="mX", tool_digest="t1")
+        assert (model.checkpoint, model.reason) == (None, "model-digest")
+        tools = await usable_checkpoint(checkpoints, log, "c1", 9, engine_version="e1", definition_digest="d1",
+                                        model_digest="m1", tool_digest="tX")
+        assert (tools.checkpoint, tools.reason) == (None, "tool-digest")
         # Unusable rows: unsupported stored version, corrupt row.
         if kind == "memory":
             rows = checkpoints._rows["c1"]
@@ -299,7 +309,8 @@ def test_checkpoints(kind):
             assert info.value.kind == "corrupt"  # integrity digest checked first
             conn.execute("UPDATE conv_checkpoints SET checkpoint_json = 'not json' WHERE covered_seq = 3")
         with pytest.raises(CheckpointUnusable) as info:
-            await usable_checkpoint(checkpoints, log, "c1", 9, engine_version="e1", definition_digest="d1")
+            await usable_checkpoint(checkpoints, log, "c1", 9, engine_version="e1", definition_digest="d1",
+                                 model_digest="m1", tool_digest="t1")
         assert info.value.kind == "corrupt"
 
     run(main)

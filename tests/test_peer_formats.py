@@ -196,16 +196,19 @@ def test_every_envelope_the_model_writes_has_createdAt_and_no_createdAtMs():
 
 def test_a_checkpoint_is_the_peers_checkpoint_shape():
     """The peer's checkpoint keys where the two name the same thing
-    (``throughSequence``, ``agentDefinitionDigest``, ``state``,
-    ``createdAt``), plus the submission identity the model keeps."""
+    (``throughSequence``, ``agentDefinitionDigest``, ``modelDigest``,
+    ``toolDigest``, ``state``, ``createdAt``), plus the submission identity
+    the model keeps."""
     from model.conversation.checkpoints import Checkpoint, decode_checkpoint_row
     from model.canonical import canonical_json, digest
 
-    checkpoint = Checkpoint("c1", "s1", 3, "0" * 64, "e1", "d1", 1, {"at": 3}, 1)
+    checkpoint = Checkpoint("c1", "s1", 3, "0" * 64, "e1", "d1", "m1", "t1", 1, {"at": 3}, 1)
     value = checkpoint.to_json()
     assert sorted(value) == ["agentDefinitionDigest", "conversationId", "createdAt", "engineVersion",
-                             "schemaVersion", "state", "submissionId", "tailDigest", "throughSequence"]
+                             "modelDigest", "schemaVersion", "state", "submissionId", "tailDigest",
+                             "throughSequence", "toolDigest"]
     assert (value["throughSequence"], value["state"], value["createdAt"]) == (3, {"at": 3}, 1)
+    assert (value["modelDigest"], value["toolDigest"]) == ("m1", "t1")
     text = canonical_json(value)
     assert decode_checkpoint_row("c1", text, digest(value)) == checkpoint
 

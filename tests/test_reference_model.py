@@ -346,7 +346,7 @@ def test_checkpoint_reference_agrees_with_the_store_and_rejects_wrong_answers():
     d = Driver("checkpoints", InMemoryCheckpointStore(store), ReferenceCheckpoints(log))
 
     def checkpoint(seq, digest, version=1, snapshot=None):
-        return Checkpoint("c1", "s1", seq, digest, "e1", "d1", version, snapshot or {"at": seq, "f": 2.0}, 7)
+        return Checkpoint("c1", "s1", seq, digest, "e1", "d1", "m1", "t1", version, snapshot or {"at": seq, "f": 2.0}, 7)
 
     d.agrees("save", checkpoint(0, ZERO))  # NotMaterialized
     d_log.agrees("materialize", "c1", "p1", 1)
@@ -363,6 +363,12 @@ def test_checkpoint_reference_agrees_with_the_store_and_rejects_wrong_answers():
     latest = run_sync(d.store.load_latest("c1", 9))
     d.wrong("load_latest", "c1", 9, answer=attrs.evolve(latest, snapshot={"again": 1}))
     d.wrong("load_latest", "c1", 1, answer=None)
+    # The model configuration and tool set digests are part of the answer, and typed arguments.
+    d.wrong("load_latest", "c1", 9, answer=attrs.evolve(latest, model_digest="mX"))
+    d.wrong("load_latest", "c1", 9, answer=attrs.evolve(latest, tool_digest="tX"))
+    for bad in (attrs.evolve(checkpoint(2, one.tail_digest), model_digest=5),
+                attrs.evolve(checkpoint(2, one.tail_digest), tool_digest=None)):
+        assert d.agrees("save", bad) is not None  # TypeError, as the store says
 
 
 def test_content_reference_agrees_with_the_store_and_rejects_wrong_answers():

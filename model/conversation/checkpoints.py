@@ -43,10 +43,14 @@ class Checkpoint:
     implementation's keys wherever the two name the same thing:
     ``schemaVersion``, ``conversationId``, ``throughSequence`` (the
     ``covered_seq`` attribute), ``tailDigest``, ``engineVersion``,
-    ``agentDefinitionDigest``, ``state`` (the ``snapshot``) and
-    ``createdAt`` (epoch milliseconds). It also keeps ``submissionId``,
-    which the peer's checkpoint lacks: persistence §8 lists "conversation
-    and submission identity" among a checkpoint's contents."""
+    ``agentDefinitionDigest``, ``modelDigest`` and ``toolDigest`` (the
+    digests of the model configuration and of the tool set the writer ran),
+    ``state`` (the ``snapshot``) and ``createdAt`` (epoch milliseconds). It
+    also keeps ``submissionId``, which the peer's checkpoint lacks:
+    persistence §8 lists "conversation and submission identity" among a
+    checkpoint's contents. Loaded skill versions are not recorded: this
+    model's agents load no skills, so there is nothing a checkpoint could
+    depend on there."""
 
     conversation_id: str
     submission_id: str
@@ -54,6 +58,8 @@ class Checkpoint:
     tail_digest: str
     engine_version: str
     definition_digest: str
+    model_digest: str
+    tool_digest: str
     schema_version: int
     snapshot: object
     created_at_ms: int
@@ -66,6 +72,8 @@ class Checkpoint:
             "tailDigest": self.tail_digest,
             "engineVersion": self.engine_version,
             "agentDefinitionDigest": self.definition_digest,
+            "modelDigest": self.model_digest,
+            "toolDigest": self.tool_digest,
             "schemaVersion": self.schema_version,
             "state": self.snapshot,
             "createdAt": self.created_at_ms,
@@ -106,6 +114,8 @@ def _validate(checkpoint: object) -> str:
     require_digest("tail_digest", checkpoint.tail_digest)
     require_str("engine_version", checkpoint.engine_version)
     require_str("definition_digest", checkpoint.definition_digest)
+    require_str("model_digest", checkpoint.model_digest)
+    require_str("tool_digest", checkpoint.tool_digest)
     require_int("schema_version", checkpoint.schema_version)
     require_int("created_at_ms", checkpoint.created_at_ms)
     if checkpoint.covered_seq < 0:
@@ -143,7 +153,8 @@ def decode_checkpoint_row(conversation_id: str, text: str, integrity: str) -> Ch
     try:
         checkpoint = Checkpoint(
             value["conversationId"], value["submissionId"], value["throughSequence"], value["tailDigest"],
-            value["engineVersion"], value["agentDefinitionDigest"], version, value["state"], value["createdAt"],
+            value["engineVersion"], value["agentDefinitionDigest"], value["modelDigest"], value["toolDigest"],
+            version, value["state"], value["createdAt"],
         )
         _validate(checkpoint)
     except (KeyError, TypeError, ValueError) as exc:
@@ -257,16 +268,23 @@ class SqliteCheckpointStore:
 @attrs.frozen
 class CheckpointDecision:
     checkpoint: Checkpoint | None
-    reason: str | None  # why there is none: "none", "engine-version", "definition-digest", "digest-mismatch"
+    # why there is none: "none", "engine-version", "definition-digest", "model-digest", "tool-digest",
+    # "digest-mismatch"
+    reason: str | None
 
 
 async def usable_checkpoint(
-    checkpoints, log, conversation_id: str, at_or_before_seq: int, *, engine_version: str, definition_digest: str
+    checkpoints, log, conversation_id: str, at_or_before_seq: int, *, engine_version: str, definition_digest: str,
+    model_digest: str, tool_digest: str,
 ) -> CheckpointDecision:
     """The latest checkpoint an engine may use, or None and why (rebuild from
-    the log): a checkpoint whose digest the log no longer has (the store's
-    ``CheckpointUnusable("digest-mismatch")``, or this check of the log) is
-    ``digest-mismatch``. Any other ``CheckpointUnusable`` (unsupported
+    the log): one written by another engine version, or under another agent
+    definition, model configuration or tool set than the caller runs, is
+    ``engine-version``, ``definition-digest``, ``model-digest`` or
+    ``tool-digest`` (the log holds the history, so the rebuild is always
+    possible; the checkpoint is merely not used); a checkpoint whose digest
+    the log no longer has (the store's ``CheckpointUnusable("digest-mismatch")``,
+    or this check of the log) is ``digest-mismatch``. Any other ``CheckpointUnusable`` (unsupported
     version, corrupt row) propagates: a typed compatibility failure, never a
     silent fallback. ``NotMaterialized`` propagates too."""
     try:
@@ -281,6 +299,10 @@ async def usable_checkpoint(
         return CheckpointDecision(None, "engine-version")
     if checkpoint.definition_digest != definition_digest:
         return CheckpointDecision(None, "definition-digest")
+    if checkpoint.model_digest != model_digest:
+        return CheckpointDecision(None, "model-digest")
+    if checkpoint.tool_digest != tool_digest:
+        return CheckpointDecision(None, "tool-digest")
     if await log.digest_at(conversation_id, checkpoint.covered_seq) != checkpoint.tail_digest:
         return CheckpointDecision(None, "digest-mismatch")
     return CheckpointDecision(checkpoint, None)

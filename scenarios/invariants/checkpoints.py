@@ -2,7 +2,8 @@
 
 Checkpoints are derived and disposable (persistence §8): a recovery may
 skip the records a checkpoint covers only if the checkpoint is exactly what
-a full read would give, made under the configuration the reader runs. Online, every committed checkpoint must sit on a
+a full read would give, made under the configuration the reader runs (its
+agent definition, model configuration and tool set). Online, every committed checkpoint must sit on a
 batch boundary the log acknowledged with that very tail digest (the oracle
 follows the log's commits, not the store's answers). Audit: every
 conversation's latest checkpoint holds the fold of the log prefix it
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from faults.events import ERROR, CheckpointSave, LogAppend, LogDeleteConversation, RecoveryRead
-from model.submissions import RECOVERY_DEFINITION, recovery_snapshot
+from model.submissions import NO_CONFIGURATION, RECOVERY_DEFINITION, recovery_snapshot
 from sim.invariants import Checker
 
 if TYPE_CHECKING:
@@ -63,7 +64,8 @@ class CheckpointConsistency(Checker):
     def _on_recovery(self, fields: dict) -> None:
         """A recovery that started after a checkpoint used one of the
         configuration its reader runs (the store's latest, read now: when it
-        is the one at that position, its definition must be the reader's)."""
+        is the one at that position, its definition, model configuration and
+        tool set digests must be the reader's)."""
         covered_seq = fields.get(RecoveryRead.from_checkpoint)
         if not covered_seq:
             return
@@ -75,11 +77,15 @@ class CheckpointConsistency(Checker):
         if checkpoint is None or checkpoint.covered_seq != covered_seq:
             return
         self.checks += 1
-        reader = fields.get(RecoveryRead.definition, RECOVERY_DEFINITION)
-        if checkpoint.definition_digest != reader:
-            self.fail(f"{conversation}: a recovery started after the checkpoint at seq {covered_seq}, made under "
-                      f"configuration {checkpoint.definition_digest!r}, by a reader of {reader!r} (a checkpoint of "
-                      f"another configuration is never used)", (conversation,))
+        reader = (fields.get(RecoveryRead.definition, RECOVERY_DEFINITION),
+                  fields.get(RecoveryRead.model, NO_CONFIGURATION), fields.get(RecoveryRead.tools, NO_CONFIGURATION))
+        made = (checkpoint.definition_digest, checkpoint.model_digest, checkpoint.tool_digest)
+        for what, theirs, ours in zip(("configuration", "model configuration", "tool set"), made, reader):
+            if theirs != ours:
+                self.fail(f"{conversation}: a recovery started after the checkpoint at seq {covered_seq}, made under "
+                          f"{what} {theirs!r:.30}, by a reader of {ours!r:.30} (a checkpoint of another "
+                          f"{what} is never used)", (conversation,))
+                return
 
     def audit(self, view: AuditView) -> None:
         for conversation_id in view.conversation_ids():

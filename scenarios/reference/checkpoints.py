@@ -43,6 +43,7 @@ def checkpoint_json(checkpoint: Any) -> dict:
     return {"conversationId": checkpoint.conversation_id, "submissionId": checkpoint.submission_id,
             "throughSequence": checkpoint.covered_seq, "tailDigest": checkpoint.tail_digest,
             "engineVersion": checkpoint.engine_version, "agentDefinitionDigest": checkpoint.definition_digest,
+            "modelDigest": checkpoint.model_digest, "toolDigest": checkpoint.tool_digest,
             "schemaVersion": checkpoint.schema_version, "state": checkpoint.snapshot,
             "createdAt": checkpoint.created_at_ms}
 
@@ -61,8 +62,8 @@ def _argument_problem(checkpoint: object) -> tuple[Refused | None, str]:
             return Refused("TypeError"), ""
     if len(c.tail_digest) != 64 or not set(c.tail_digest) <= _HEX:
         return Refused("ValueError"), ""
-    for value, kind in ((c.engine_version, str), (c.definition_digest, str), (c.schema_version, int),
-                        (c.created_at_ms, int)):
+    for value, kind in ((c.engine_version, str), (c.definition_digest, str), (c.model_digest, str),
+                        (c.tool_digest, str), (c.schema_version, int), (c.created_at_ms, int)):
         if type(value) is not kind:
             return Refused("TypeError"), ""
     if c.covered_seq < 0:
