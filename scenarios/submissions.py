@@ -8,7 +8,8 @@ grow with the run), retries an unreceipted request with the same
 idempotency key until it sees a receipt, and aborts some right after
 admission. A drawn share of requests (``defer_share``) asks its worker to
 defer it once its input is applied, and comes with the next request to
-the same conversation right behind it: the work the lane is handed to. New work stops at the heal instant.
+the same conversation right behind it: the work the lane is handed to
+(itself deferred at the same share: a chain of deferred heads). New work stops at the heal instant.
 
 ``ConversationRetention`` is the operator's retention of the conversations
 the client closed: a process that deletes each one's ledger rows and log a
@@ -151,10 +152,10 @@ class Submitters(Workload):
             if self.track_closes and conversation_id not in self.closes_ms:
                 self.closes_ms[conversation_id] = (generation + 1) * self.conversation_lifetime_ms
             request = self.request(self.submitted, conversation_id)
-            if self.defer_share and world.streams.fork(f"workload/defer/{self.submitted}").chance(self.defer_share):
+            while self.defer_share and world.streams.fork(f"workload/defer/{self.submitted}").chance(self.defer_share):
                 # A request to be deferred, and the next one to the same
                 # conversation sent right behind it: the work its worker
-                # hands the lane to.
+                # hands the lane to (itself deferred, at the same share).
                 self.pending.append((conversation_id, f"req-{self.submitted}", {**request, "defer": True}))
                 self.submitted += 1
                 request = self.request(self.submitted, conversation_id)
