@@ -431,7 +431,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "        if row.abort_author is not None and outcome != ABORTED:\n"
         "            raise AbortRequested(row.submission_id, row.abort_author, row.abort_reason, outcome)\n",
-        "", LS_PS, ci_seed=0, ci_duration="5m"),
+        "", LS_PS, ci_seed=6, ci_duration="5m"),
     Mutant(
         "ledger-unknown-head-claimable",
         "A head whose tool call's outcome is unknown is claimable like any other, so its next owner replays "
