@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from model.submissions import SubmissionClient, SubmissionWorker, handed_over
+from model.submissions import SubmissionClient, SubmissionWorker, handed_over, recovery_pass
 from scenarios.storage import run_sync as drive  # a call that must not suspend
 from tests.fakes import Stores as LedgerAndLog
 
@@ -103,3 +103,40 @@ def test_a_handed_over_lane_is_left_to_its_successor_until_it_settles(stores):
     assert seen == [True]
     assert handed_over(drive(stores.ledger.scan_nonterminal()), C, stores.ms) is False
     assert drive(stores.ledger.get(head)).outcome is None
+
+
+class _Probe:
+    def __init__(self) -> None:
+        self.decisions: dict[str, tuple[str, str]] = {}
+
+    def emit(self, kind, **fields) -> None:
+        if kind == "recovery.decision":
+            self.decisions[fields["submission"]] = (fields["decision"], fields["disposition"])
+
+
+def test_recovery_classifies_a_deferred_head_and_the_lane_it_handed_over(stores):
+    """A crash after the deferral: the deferred head (input applied, released)
+    resumes from the log at its turn (``ResumeFromTurnBoundary``, deferred);
+    the successor the handoff claimed is applied by its next claim."""
+    client = SubmissionClient(stores.ledger, stores.log, now_ms=stores.now)
+    head = drive(client.submit(C, "p", "k1", {"n": 1, "defer": True})).submission_id
+    nxt = drive(client.submit(C, "p", "k2", {"n": 2})).submission_id
+    later = drive(client.submit(C, "p", "k3", {"n": 3})).submission_id
+    probe = _Probe()
+
+    async def crash_in_successor(submission_id, index):
+        if submission_id == nxt:
+            await recovery_pass(stores.log, stores.ledger, probe)  # what a restarted process would see
+            raise _Crash
+
+    worker = SubmissionWorker(stores.ledger, stores.log, "worker-1", lease_ms=60_000, now_ms=stores.now,
+                              work=_echo, steps=2, step_delay=crash_in_successor)
+    with pytest.raises(_Crash):
+        drive(worker.process_next(C))
+    assert probe.decisions == {head: ("ResumeFromTurnBoundary", "deferred"),
+                               nxt: ("ResumeFromTurnBoundary", "deferred"),
+                               later: ("AwaitQueueTurn", "deferred")}
+
+
+class _Crash(BaseException):
+    pass
