@@ -431,7 +431,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "        if row.abort_author is not None and outcome != ABORTED:\n"
         "            raise AbortRequested(row.submission_id, row.abort_author, row.abort_reason, outcome)\n",
-        "", LS_PS, ci_seed=0, ci_duration="5m"),
+        "", LS_PS, ci_seed=6, ci_duration="5m"),
     Mutant(
         "ledger-unknown-head-claimable",
         "A head whose tool call's outcome is unknown is claimable like any other, so its next owner replays "
@@ -740,6 +740,30 @@ MUTANTS: tuple[Mutant, ...] = (
         "stale owner's appends still land and the new owner reads a history that can still change.",
         "model.submissions", "        await self.lifecycle.take_over(conversation_id, claim)\n", "", LS,
         ci_seed=0, ci_duration="5m"),
+    Mutant(
+        "worker-defers-before-marking-input",
+        "A worker asked to defer its head releases it and hands the lane over right after appending its input, "
+        "before it marks the input applied: it hands over a head whose input it never applied.",
+        "model.submissions",
+        "            await self.ledger.mark_input_applied(claim, input_record_id(submission_id), at.first_seq)\n"
+        "            if self.defers(record):\n",
+        "            if self.defers(record):\n"
+        "                return await self._defer(conversation_id, claim)\n"
+        "            await self.ledger.mark_input_applied(claim, input_record_id(submission_id), at.first_seq)\n"
+        "            if self.defers(record):\n", LS, ci_seed=7, ci_duration="30s"),
+    Mutant(
+        "worker-hands-over-naming-only-its-head",
+        "A worker that defers its head names only that head as deferred in its handoff, forgetting the heads "
+        "deferred before it that are still unsettled ahead of the submission it hands the lane to.",
+        "model.submissions", "            handoff = ClaimHandoff(claim.epoch, tuple(deferred), row.submission_id)\n",
+        "            handoff = ClaimHandoff(claim.epoch, (claim.submission_id,), row.submission_id)\n", LS,
+        ci_seed=1, ci_duration="5m"),
+    Mutant(
+        "worker-resume-reapplies-input",
+        "A deferred head's resumed claim applies its input again (the append finds its batch, the marker "
+        "replays) instead of taking it from the log, and so defers it once more, every time it resumes.",
+        "model.submissions", "        if not record.input_applied and not aborted:\n", "        if not aborted:\n", LS,
+        ci_seed=7, ci_duration="30s"),
     Mutant(
         "runs-takeover-after-read",
         "A sentinel run's new owner inspects the log's tail before taking the log over at its claim's epoch.",

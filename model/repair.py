@@ -14,7 +14,9 @@ entered the log: queued (its aborter settled it through the log, ahead of
 the inputs of the work before it that had not run yet), or after a claim.
 The rebuild holds its queue position with a placeholder and settles it with
 the logged record under the ledger's ``QueuedAbort`` authority (it need not
-be the head). Every other input marker names where the input record sits in
+be the head). A settlement whose rows ahead are unsettled, their inputs
+logged, is a cooperative handoff's successor: the rebuild defers them as
+their producers did (marker, release) and hands the lane over to it. Every other input marker names where the input record sits in
 the log, as the original one did.
 
 A queue position missing from the log altogether is a submission its abort
@@ -41,7 +43,7 @@ from typing import Any, Iterable
 import attrs
 
 from model.conversation.recovery import read_recovery_prefix
-from model.ledger.records import ParentLink
+from model.ledger.records import ClaimHandoff, ParentLink
 from model.ledger.rules import WORKER_ADMISSION, queue_seq_of
 from model.lifecycle import ABORT_REQUESTED_FAMILY, logged_record, queued_abort_token
 
@@ -194,6 +196,8 @@ async def _settle(ledger: Any, conversation_id: str, unsettled: list, admitted_s
             settled += 1
             continue
         claim = await ledger.claim(conversation_id, REBUILD_OWNER, REBUILD_LEASE_MS, now_ms)
+        if claim is not None and claim.submission_id != sid:
+            claim = await _hand_over(ledger, conversation_id, claim, sid, inputs, now_ms)
         if claim is None or claim.submission_id != sid:
             raise AssertionError(f"{conversation_id}: settlement of {sid} is not at the head of the rebuilt queue")
         position = inputs.pop(claim.submission_id, None)
@@ -206,6 +210,30 @@ async def _settle(ledger: Any, conversation_id: str, unsettled: list, admitted_s
         settled += 1
     unsettled[:] = waiting
     return settled
+
+
+async def _hand_over(ledger: Any, conversation_id: str, claim: Any, sid: str, inputs: dict,
+                     now_ms: int) -> Any:
+    """The log settles ``sid`` while the rows ahead of it (from ``claim``'s,
+    the head) are unsettled: their producers deferred them (input applied,
+    released unsettled) and handed the lane over. Replay that: each one
+    ahead gets its input marker and is released, and the next is claimed
+    with a handoff naming them all; the claim of ``sid`` so made, or the
+    first claim that is not a handoff's (a row ahead with no input logged)."""
+    deferred: list[str] = []
+    while claim is not None and claim.submission_id != sid:
+        position = inputs.pop(claim.submission_id, None)
+        if position is None:
+            return claim  # nothing applied: not a deferred head
+        await ledger.mark_input_applied(claim, *position)
+        await ledger.release_ownership(claim)
+        deferred.append(claim.submission_id)
+        rows = (await ledger.load_recovery_snapshot(conversation_id)).submissions
+        if len(rows) <= len(deferred):
+            return None
+        claim = await ledger.claim(conversation_id, REBUILD_OWNER, REBUILD_LEASE_MS, now_ms,
+                                   handoff=ClaimHandoff(claim.epoch, tuple(deferred), rows[len(deferred)].submission_id))
+    return claim
 
 
 async def _hold_gaps(ledger: Any, conversation_id: str, next_seq: int, queue_seq: int, now_ms: int,

@@ -48,8 +48,8 @@ from model.failpoints import (
     STEP_RECORDED,
     Failpoints,
 )
-from model.ledger.records import (AdmissionResult, Claim, CorruptSubmission, Settlement, UnreadableSubmission,
-                                  UnsupportedLedgerVersion)
+from model.ledger.records import (AdmissionResult, Claim, ClaimHandoff, CorruptSubmission, Settlement,
+                                  UnreadableSubmission, UnsupportedLedgerVersion)
 # ADMISSION_PRODUCER and settle_batch_id are re-exported (their old home).
 from model.lifecycle import (  # noqa: F401
     ADMISSION_PRODUCER,
@@ -196,7 +196,7 @@ class SubmissionWorker:
                         epoch=claim.epoch)
         return await self.process(conversation_id, claim)
 
-    async def process(self, conversation_id: str, claim: Claim) -> ProcessOutcome:
+    async def process(self, conversation_id: str, claim: Claim) -> ProcessOutcome | None:
         submission_id = claim.submission_id
         # Take the log over at the claim's epoch before anything else touches
         # it: from here on a stale owner's appends are fenced by the log
@@ -216,6 +216,11 @@ class SubmissionWorker:
             # The input record is the batch's first (``input:{sid}``), here or
             # where an earlier owner's append put it.
             await self.ledger.mark_input_applied(claim, input_record_id(submission_id), at.first_seq)
+            if self.defers(record):
+                # Asked to wait (its run parks on something slow, or this
+                # worker is drained): only the claim that applied the input
+                # defers, so the head's next claim resumes it from the log.
+                return await self._defer(conversation_id, claim)
         elif not record.input_applied:
             # Aborted after an earlier owner applied its input and died before
             # the marker: no input enters now, but the one in the log is
@@ -292,6 +297,41 @@ class SubmissionWorker:
     def step_count(self, record: Any) -> int:
         """How many steps ``record``'s work has."""
         return self.steps
+
+    def defers(self, record: Any) -> bool:
+        """Does ``record``'s request ask its worker to defer it once its
+        input is applied (``"defer": true``)? The caller decides; the worker
+        draws nothing."""
+        return isinstance(record.input, dict) and record.input.get("defer") is True
+
+    async def _defer(self, conversation_id: str, claim: Claim) -> ProcessOutcome | None:
+        """Release the head ``claim`` holds, its input applied and unsettled,
+        and hand the lane to the next ready submission (a cooperative
+        handoff naming every unsettled row ahead of it, each deferred and
+        released, the last by this claim), then carry that one. None when
+        the ledger grants nothing (no ready one behind, or the lane moved
+        on): the deferred head waits for an ordinary claim either way."""
+        await self.ledger.release_ownership(claim)
+        self.probe.emit("submission.deferred", submission=claim.submission_id, owner=self.owner_id,
+                        epoch=claim.epoch)
+        snapshot = await self.ledger.load_recovery_snapshot(conversation_id)
+        deferred: list[str] = []
+        for row in snapshot.submissions:
+            if row.input_applied and row.owner_id is None:
+                deferred.append(row.submission_id)
+                continue
+            if not (row.ready and row.epoch is None and not row.abort_requested) or not deferred \
+                    or deferred[-1] != claim.submission_id:
+                return None
+            handoff = ClaimHandoff(claim.epoch, tuple(deferred), row.submission_id)
+            granted = await self.ledger.claim(conversation_id, self.owner_id, self.lease_ms, self.now_ms(),
+                                              handoff=handoff)
+            if granted is None:
+                return None
+            self.probe.emit("submission.claimed", submission=granted.submission_id, owner=self.owner_id,
+                            epoch=granted.epoch, handoff=len(deferred))
+            return await self.process(conversation_id, granted)
+        return None
 
     async def run_step(self, conversation_id: str, claim: Claim, record: Any, index: int) -> Any:
         """Do step ``index``'s effect and return its output (recorded by the
@@ -669,6 +709,20 @@ def _pass_applies(name: str, row: Any) -> bool:
             or (name == SETTLE_ABORTED and row.epoch is None))
 
 
+def handed_over(scan: tuple, conversation_id: str, now_ms: int) -> bool:
+    """Is the conversation's lane handed over (``scan``: a ledger scan)?
+    Its head released unsettled, and a row behind it owned under a live
+    lease: a cooperative handoff's successor runs. An ordinary claim would
+    take the head again and fence the successor's log writes, so a polling
+    worker leaves the lane to it until it settles (or its lease lapses)."""
+    rows = [row for row in scan if row.conversation_id == conversation_id
+            and not isinstance(row, UnreadableSubmission)]
+    if not rows or rows[0].owner_id is not None or not rows[0].input_applied:
+        return False
+    return any(row.owner_id is not None and row.lease_expires_ms is not None and row.lease_expires_ms > now_ms
+               for row in rows[1:])
+
+
 async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, retry_ms: int) -> None:
     """What a worker process runs: recover, then claim and settle forever."""
     assert poll_ms > 0 and retry_ms > 0
@@ -712,6 +766,8 @@ async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, r
                 raise
             probe.emit("tend.retry", owner=worker.owner_id, error=error_name(error))
         for conversation_id in waiting:
+            if handed_over(scan, conversation_id, worker.now_ms()):
+                continue
             try:
                 await worker.process_next(conversation_id)
             except Exception as error:

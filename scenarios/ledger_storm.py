@@ -49,7 +49,10 @@ KNOBS = (Knob("lease_ms", 20 * SECOND, 5 * SECOND, 60 * SECOND, "claim lease"),
 SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=SUBMISSION_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
                    workload=(ABORTS, FAILING_WORK, CHECKPOINTS), knobs=KNOBS)
 SOMETIMES = ("stale_writes_fenced", "damaged_reads_caught", "worker_crashes", "settled", "recoveries_from_checkpoint",
-             "aborted_queued", "aborted_running", "conversations_retired", "retirements_held_open")
+             "aborted_queued", "aborted_running", "conversations_retired", "retirements_held_open", "handoffs")
+# The share of requests whose worker defers them once their input is applied
+# (released unsettled, the lane handed to the next ready one).
+DEFER_SHARE = 1 / 8
 
 
 @scenario("ledger-storm", "conversations under leases: claims, fencing, crashes, pauses, damaged reads",
@@ -65,7 +68,8 @@ def ledger_storm(run: Run) -> Stack:
     ttl_ms = run.knob("retention_ttl_ms")
     submitters = Submitters(conversations=run.param("conversations"), every_ms=(1 * SECOND, 40 * SECOND),
                             conversation_lifetime_ms=lifetime_ms, retry_ms=2 * SECOND,
-                            abort_every=25 if run.does(ABORTS) else 0, group_share=GROUP_SHARE, groups=GROUPS)
+                            abort_every=25 if run.does(ABORTS) else 0, group_share=GROUP_SHARE, groups=GROUPS,
+                            defer_share=DEFER_SHARE)
     return Stack(
         system=System(file_name="ledger-storm.db", restart_ms=RESTART_MS, damaged_reads=True),
         workloads=[

@@ -6,7 +6,10 @@ to one of ``conversations`` conversation slots (a slot moves to a new
 conversation every ``conversation_lifetime_ms``, so a log's length does not
 grow with the run), retries an unreceipted request with the same
 idempotency key until it sees a receipt, and aborts some right after
-admission. New work stops at the heal instant.
+admission. A drawn share of requests (``defer_share``) asks its worker to
+defer it once its input is applied, and comes with the next request to
+the same conversation right behind it: the work the lane is handed to
+(itself deferred at the same share: a chain of deferred heads). New work stops at the heal instant.
 
 ``ConversationRetention`` is the operator's retention of the conversations
 the client closed: a process that deletes each one's ledger rows and log a
@@ -74,9 +77,14 @@ class Submitters(Workload):
 
     def __init__(self, *, conversations: int, every_ms: tuple[int, int], conversation_lifetime_ms: int,
                  retry_ms: int, abort_every: int = 0, abort_late_ms: tuple[int, int] = ABORT_LATE_MS,
-                 group_share: float = 0.0, groups: int = 1) -> None:
+                 group_share: float = 0.0, groups: int = 1, defer_share: float = 0.0) -> None:
         assert conversations >= 1 and every_ms[0] > 0 and conversation_lifetime_ms > 0 and retry_ms > 0
         assert 0.0 <= group_share <= 1.0 and groups >= 1
+        assert 0.0 <= defer_share <= 1.0, defer_share
+        # The share of requests that ask their worker to defer them once
+        # their input is applied (``"defer": true``), each drawn from its own
+        # stream (``workload/defer/{n}``): no other draw of a seed moves.
+        self.defer_share = defer_share
         self.slots = conversations
         self.every_ms = every_ms
         self.conversation_lifetime_ms = conversation_lifetime_ms
@@ -164,14 +172,24 @@ class Submitters(Workload):
             if self.track_closes and conversation_id not in self.closes_ms:
                 self.closes_ms[conversation_id] = (generation + 1) * self.conversation_lifetime_ms
             request = self.request(self.submitted, conversation_id)
-            key = f"req-{self.submitted}"
-            if self.group_share:
-                # Its own stream per request: no other draw moves.
-                draw = world.streams.fork(f"workload/admission-policy/{key}")
-                if draw.chance(self.group_share):
-                    entity = draw.below(self.groups)
-                    self.policies[key] = (f"entity-work-{entity}", {"entity": entity, "request": key})
-            self.pending.append((conversation_id, key, request))
+            while self.defer_share and world.streams.fork(f"workload/defer/{self.submitted}").chance(self.defer_share):
+                # A request to be deferred, and the next one to the same
+                # conversation sent right behind it: the work its worker
+                # hands the lane to (itself deferred, at the same share).
+                self._enqueue(world, conversation_id, {**request, "defer": True})
+                self.submitted += 1
+                request = self.request(self.submitted, conversation_id)
+            self._enqueue(world, conversation_id, request)
+
+    def _enqueue(self, world: Any, conversation_id: str, request: Any) -> None:
+        key = f"req-{self.submitted}"
+        if self.group_share:
+            # Its own stream per request: no other draw moves.
+            draw = world.streams.fork(f"workload/admission-policy/{key}")
+            if draw.chance(self.group_share):
+                entity = draw.below(self.groups)
+                self.policies[key] = (f"entity-work-{entity}", {"entity": entity, "request": key})
+        self.pending.append((conversation_id, key, request))
 
     async def _submit_grouped(self, client: SubmissionClient, conversation_id: str, key: str, request: Any,
                               group: str, metadata: Any) -> Any:
@@ -337,17 +355,21 @@ class Workers(Workload):
         self.recovery_decisions: dict[str, int] = {}  # decision -> how many the recovery passes made
         self.recovery_dispositions: dict[str, int] = {}  # repaired / deferred / unknown / none -> how many
         self.owners: dict[str, str] = {}  # owner (node label) -> the submission it claimed, until settled
+        self.deferrals = 0  # heads released unsettled once their input was applied (``submission.deferred``)
+        self.handoffs = 0  # claims a cooperative handoff granted
 
     def setup(self, world: World) -> None:
         self.world = world
         world.trace.subscribe(("recovery.read",), self._on_recovery)
         world.trace.subscribe(("recovery.decision",), self._on_decision)
         world.trace.subscribe(("ledger.claim", "ledger.finalize_settlement"), self._track_owners)
+        world.trace.subscribe(("submission.deferred",), self._on_deferred)
         for name in self.names:
             world.add_node(name, self._start)
 
     def metrics(self) -> dict[str, Any]:
         return {"recoveries_from_checkpoint": self.recoveries_from_checkpoint,
+                "deferrals": self.deferrals, "handoffs": self.handoffs,
                 # The recovery passes' decisions (``model.recovery_decisions``), by name and by disposition.
                 "recovery_decisions": dict(sorted(self.recovery_decisions.items())),
                 "recovery_dispositions": dict(sorted(self.recovery_dispositions.items()))}
@@ -389,6 +411,9 @@ class Workers(Workload):
         self.recovery_decisions[name] = self.recovery_decisions.get(name, 0) + 1
         self.recovery_dispositions[disposition] = self.recovery_dispositions.get(disposition, 0) + 1
 
+    def _on_deferred(self, event: tuple) -> None:
+        self.deferrals += 1
+
     def _on_recovery(self, event: tuple) -> None:
         if event[4].get("from_checkpoint"):
             self.recoveries_from_checkpoint += 1
@@ -400,6 +425,8 @@ class Workers(Workload):
         if event[3] == "ledger.claim":
             if "submission" in fields:
                 self.owners[fields["owner"]] = fields["submission"]
+                if fields.get("handoff") is not None:
+                    self.handoffs += 1
         else:
             for owner in [o for o, sid in self.owners.items() if sid == fields["submission"]]:
                 del self.owners[owner]
