@@ -192,7 +192,7 @@ def test_run_output_says_which_never_fired_kinds_were_switched_off(tmp_path, cap
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("coverage:"))
     assert "never fired (enabled): " in line and "switched off by this seed's swarm: " in line
     off = line.split("switched off by this seed's swarm: ")[1].split(";")[0]
-    assert "ack-lost" in off  # off in seed 1's swarm (see the run's swarm line)
+    assert "crash-before-call" in off and "ack-lost" not in off  # seed 1's swarm (see the run's swarm line)
 
 
 def test_sweep_json_lists_every_seed_with_its_digest(tmp_path, capsys):

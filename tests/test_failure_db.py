@@ -1,7 +1,7 @@
 """The failure database (``sim.face.failures``): saved once, replayed first, settled.
 
 In process, in tmp dirs: a planted bug (``ds-cas-accepts-stale``) fails
-sentinel-year seed 5 within 2h (it stops at the violation); replayed with
+sentinel-year seed 4 within 2h (it stops at the violation); replayed with
 the bug it still fails, without it it is fixed and removed; a script that
 names a site the code does not have, a scenario that is gone, a mutant that
 is gone, an unreadable file: no longer applies, moved to ``stale/``.
@@ -18,7 +18,7 @@ from sim.face import cli, failures
 from sim.face.repro_file import read_repro, write_repro
 
 MUTANT = "ds-cas-accepts-stale"
-FAILING_RUN = ["run", "sentinel-year", "--seed", "5", "--duration", "2h", "--mutant", MUTANT]
+FAILING_RUN = ["run", "sentinel-year", "--seed", "4", "--duration", "2h", "--mutant", MUTANT]
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +51,13 @@ def test_the_database_directory_follows_flag_env_and_none(monkeypatch):
 
 
 def test_the_same_failure_is_saved_once(tmp_path, repro_body):
-    repro = tmp_path / "loomsim-repro-sentinel-year-5.json"
+    repro = tmp_path / "loomsim-repro-sentinel-year-4.json"
     repro.write_text(json.dumps(repro_body))
     db = failures.FailureDb(str(tmp_path / "db"))
     first = db.save(str(repro))
     assert db.save(str(repro)) == first and db.paths() == [first]
     name = os.path.basename(first)
-    assert name.startswith("sentinel-year-5-") and name.endswith(".json")
+    assert name.startswith("sentinel-year-4-") and name.endswith(".json")
     assert read_repro(first)["fault_script"] == repro_body["fault_script"]
     other = json.loads(json.dumps(repro_body))
     other["fault_script"][0]["hit"] += 1  # another script: another failure
@@ -134,7 +134,7 @@ def test_a_sweep_replays_saved_failures_first_and_lists_them(tmp_path, repro_bod
     assert code == 1, out
     summary = out[out.index("saved failures:"):]
     assert summary.startswith("saved failures: 1 replayed: 1 still fail, 0 fixed, 0 no longer apply")
-    assert summary.index("STILL FAILS sentinel-year seed 5") < summary.index("sentinel-year: 1 seeds")
+    assert summary.index("STILL FAILS sentinel-year seed 4") < summary.index("sentinel-year: 1 seeds")
     assert f"reproduce: loomsim repro {path}" in summary
     assert out.index("[saved]") < out.index("[1/1]")  # replayed before the sweep's own seeds
     code = cli.main([*argv, "--json"])  # the real code: fixed, removed
@@ -144,7 +144,7 @@ def test_a_sweep_replays_saved_failures_first_and_lists_them(tmp_path, repro_bod
 
 
 def test_a_sweep_saves_each_failing_seed_from_its_repro_file(tmp_path, repro_body):
-    repro = tmp_path / "loomsim-repro-sentinel-year-5.json"
+    repro = tmp_path / "loomsim-repro-sentinel-year-4.json"
     repro.write_text(json.dumps(repro_body))
     db = failures.FailureDb(str(tmp_path / "db"))
     results = [{"status": "fail", "repro_file": str(repro)}, {"status": "pass", "repro_file": None},
