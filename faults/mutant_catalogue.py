@@ -140,13 +140,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "The CAS rule only refuses an expected revision ahead of the store, so a stale writer's save lands "
         "(a lost update) instead of conflicting.",
         "model.durable_state.store", "    if expected_revision != actual_revision:\n",
-        "    if expected_revision > actual_revision:\n", SY_PS, ci_seed=6, ci_duration="6h"),
+        "    if expected_revision > actual_revision:\n", SY_PS, ci_seed=0, ci_duration="6h", ci_scenario="port-storm"),
     Mutant(
         "ds-sqlite-cas-unguarded",
         "The SQLite CAS update guards on revision >= expected instead of =, so a stale save overwrites a newer "
         "record (module constant).",
         "model.durable_state.sqlite_store", '    "WHERE key = ? AND revision = ?"\n',
-        '    "WHERE key = ? AND revision >= ?"\n', SY_PS, store="sqlite", ci_seed=6, ci_duration="6h"),
+        '    "WHERE key = ? AND revision >= ?"\n', SY_PS, store="sqlite", ci_seed=0, ci_duration="6h", ci_scenario="port-storm"),
     Mutant(
         "ds-adopt-without-content-check",
         "Adopt-own-write adopts any conflict at expected + 1 without comparing the stored envelope with the "
@@ -215,14 +215,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "wrapper, so a busy write lock crosses the port as a bare SqliteWriteContention, not a LedgerStoreError.",
         "model.ledger.sqlite_store", '        with self._writing("claim") as conn:\n',
         "        with write_transaction(self._conn) as conn:\n", LS_PS, store="sqlite",
-        ci_seed=0, ci_duration="30m", ci_scenario="port-storm"),
+        ci_seed=1, ci_duration="30m", ci_scenario="port-storm"),
     Mutant(
         "checkpoint-load-digest-unchecked",
         "load_latest only checks that the log still has a digest at the checkpoint's position, not that it is "
         "the checkpoint's, so a log deleted and written again hands back the old checkpoint.",
         "model.conversation.checkpoints", "    if log_digest != checkpoint.tail_digest:\n",
         "    if log_digest is None:\n", LS_PS,
-        ci_seed=2, ci_duration="30s", ci_scenario="port-storm"),
+        ci_seed=0, ci_duration="30s", ci_scenario="port-storm"),
     Mutant(
         "checkpoint-load-unknown-none",
         "The in-memory checkpoint store's load_latest no longer asks the log whether the conversation exists, so "
@@ -250,7 +250,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "duplicate alarm) admits a second submission.",
         "model.ledger.memory_store", "        existing_id = self._by_key.get(key)\n",
         "        existing_id = self._by_key.get((conversation_id, idempotency_key, principal_id))\n", ALL,
-        ci_seed=7, ci_duration="1d"),
+        ci_seed=0, ci_duration="1d", ci_scenario="ledger-storm"),
     Mutant(
         "ledger-admit-new-receipt",
         "An idempotent admission replay answers with a receipt minted for this request (salted with its time) "
@@ -258,7 +258,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "            AdmissionResult(existing.submission_id, existing.receipt, existing.queue_seq, True, input_digest,\n",
         "            AdmissionResult(existing.submission_id, receipt_for(existing.submission_id, f\"{input_digest}@{now_ms}\"),\n"
-        "                            existing.queue_seq, True, input_digest,\n", ALL, ci_seed=7, ci_duration="1d"),
+        "                            existing.queue_seq, True, input_digest,\n", ALL, ci_seed=0, ci_duration="1d", ci_scenario="ledger-storm"),
     Mutant(
         "ledger-admit-retry-readmits",
         "An admission retried after it stopped before ready is admitted anew (dedupe only of ready rows): a "
@@ -274,39 +274,39 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules", "    if existing is not None:\n        if existing.input_digest != input_digest:\n",
         "    if check_admission_policy(fence, fence_revision, admission_group, group_rows) or existing is not None:\n"
         "        if existing.input_digest != input_digest:\n", LS_PS,
-        ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
+        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
     Mutant(
         "ledger-group-freed-at-reserve",
         "An admission group counts only submissions without a reserved settlement as occupying it: the group is "
         "freed at reserve instead of at finalize, so a successor is admitted while the original is terminalizing.",
         "model.ledger.rules", "    return any(row.settled_at_ms is None for row in rows)\n",
         "    return any(row.settled_at_ms is None and row.reserved_digest is None for row in rows)\n", LS_PS,
-        ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
+        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
     Mutant(
         "ledger-fence-stale-accepted",
         "The admission fence refuses only a revision newer than the one it stands at: an admission under a stale "
         "revision is taken.",
         "model.ledger.rules", "        if fence.revision != fence_revision:\n",
         "        if fence.revision > fence_revision:\n", LS_PS,
-        ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
+        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
     Mutant(
         "ledger-worker-on-ordinary-lane",
         "Only a worker lane checks what is admitted to it: a worker admission on a lane holding ordinary work is "
         "taken, and the lane now mixes both.",
         "model.ledger.rules", "    if held is None or held == lane:\n",
         "    if held is None or held == lane or held == ORDINARY_LANE:\n", LS_PS,
-        ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
+        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
     Mutant(
         "ledger-worker-message-id-unchecked",
         "A worker admission is taken whatever its messageId, so one message can be admitted under many keys.",
         "model.ledger.rules", '    if metadata.get("messageId") != idempotency_key:\n', "    if False:\n", LS_PS,
-        ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
+        ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
     Mutant(
         "ledger-worker-origin-unchecked",
         "A worker admission on a fresh lane is taken without an origin or its expiry: the lane is nobody's.",
         "model.ledger.rules",
         '    if type(origin) is not dict or type(origin.get("expiresAtMillis")) is not int:\n',
-        "    if False:\n", LS_PS, ci_seed=1, ci_duration="1m", ci_scenario="port-storm"),
+        "    if False:\n", LS_PS, ci_seed=0, ci_duration="1m", ci_scenario="port-storm"),
     Mutant(
         "ledger-claim-ignores-live-lease",
         "A claim compares another owner's lease expiry with now + lease_ms (the lease counted twice), so a "
@@ -362,14 +362,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "between them.",
         "model.ledger.rules", "    deferred = lane[:at]\n",
         "    deferred = lane[:len(handoff.deferred_submission_ids)]\n", ("port-storm",),
-        ci_seed=14, ci_duration="2m"),
+        ci_seed=8, ci_duration="2m"),
     Mutant(
         "ledger-handoff-stale-epoch",
         "A cooperative handoff checks the deferred head's epoch against the lane's but never against the "
         "producer's epoch the handoff names, so a producer superseded by an intervening claim still hands off.",
         "model.ledger.rules", "    if not conversation.epoch == deferred[-1].epoch == handoff.producer_epoch:\n",
         "    if not conversation.epoch == deferred[-1].epoch:\n", ("port-storm",),
-        ci_seed=1, ci_duration="5m"),
+        ci_seed=0, ci_duration="5m"),
     Mutant(
         "ledger-handoff-over-a-live-head",
         "A cooperative handoff checks that the deferred head's input is applied but not that its producer "
@@ -377,7 +377,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "        if (state_of(row) != INPUT_APPLIED or row.owner_id is not None or row.abort_author is not None\n",
         "        if (state_of(row) != INPUT_APPLIED or row.abort_author is not None\n", ("port-storm",),
-        ci_seed=10, ci_duration="2m"),
+        ci_seed=12, ci_duration="2m"),
     Mutant(
         "ledger-reserve-overwrites",
         "A second reservation with other content replaces the first instead of conflicting (last writer "
@@ -473,7 +473,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    answer = tuple(JoiningFollower(row.submission_id, row.queue_seq, decode(row.input_json)) for row in taken)\n",
         "    answer = tuple(JoiningFollower(row.submission_id, row.queue_seq, decode(row.input_json))\n"
         "                   for row in mine + taken)\n", ("agent-conversations", "port-storm"),
-        ci_seed=1, ci_duration="5m", ci_scenario="port-storm"),
+        ci_seed=3, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "ledger-revert-joined-refused",
         "Reverting a joined follower is refused (TransitionRefused) instead of a no-op that leaves it joined.",
@@ -535,7 +535,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if not settled_by_abort(row):  # settled by its own intent: that intent replays\n"
         "        refuse_settled(row)\n",
         "    refuse_settled(row)\n", ("port-storm",),
-        ci_seed=1, ci_duration="1m"),
+        ci_seed=0, ci_duration="1m"),
     Mutant(
         "ledger-queued-abort-settles-alone",
         "An abort of a queued (ready, never claimed) submission settles it aborted in the ledger alone, at "
@@ -576,14 +576,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "        approvals=None if row.approvals_json is None else decode_column(row.approvals_json),\n"
         "        unknown_calls=",
         "        approvals=None,\n        unknown_calls=", ("port-storm",),
-        ci_seed=1, ci_duration="1m"),
+        ci_seed=0, ci_duration="1m"),
     Mutant(
         "ledger-snapshot-children-pending-all",
         "The recovery snapshot names every awaited child as pending, released or not.",
         "model.ledger.rules",
         "                                      if entry[\"awaited\"] and entry[\"releasedAtMs\"] is None)),\n",
         "                                      if entry[\"awaited\"])),\n", ("port-storm",),
-        ci_seed=5, ci_duration="2m"),
+        ci_seed=0, ci_duration="2m"),
     Mutant(
         "ledger-reserve-answer-bare",
         "A reservation answers only its record digest, without the settlement id and outcome it will finalize as.",
@@ -661,7 +661,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The recovery snapshot names an attached child's state but not the outcome it settled with.",
         "model.ledger.rules", "    return state_of(child), child.outcome\n", "    return state_of(child), None\n",
         ("port-storm",),
-        ci_seed=5, ci_duration="2m"),
+        ci_seed=0, ci_duration="2m"),
     Mutant(
         "ledger-snapshot-state-stale",
         "The recovery snapshot names a claimed submission's state as ready until its input is applied.",
@@ -721,7 +721,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "An approval decision counts only the undecided approvals as still pending, not the awaited children, "
         "so a decision with a child still awaited answers as the one that resumed the submission.",
         "model.ledger.rules", "                            pending + row.children_awaited), \\\n",
-        "                            pending), \\\n", ("port-storm",), ci_seed=1, ci_duration="4m"),
+        "                            pending), \\\n", ("port-storm",), ci_seed=0, ci_duration="4m"),
     Mutant(
         "worker-abort-read-once",
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "
@@ -784,7 +784,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.sqlite_db", "    if code is not None and (code & 0xFF) in _CONTENTION_CODES:\n        return True\n"
         "    message = str(exc).lower()\n"
         '    return "database is locked" in message or "database is busy" in message\n',
-        "    return False\n", ALL, store="sqlite", ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
+        "    return False\n", ALL, store="sqlite", ci_seed=1, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "log-verify-page-cursor",
         "Verifying the log on open pages by the count of rows a page returned instead of the last sequence "
@@ -809,7 +809,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
         "    if request.epoch < conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
         ("port-storm",),
-        ci_seed=1, ci_duration="1m"),
+        ci_seed=2, ci_duration="1m"),
     Mutant(
         "log-replay-before-fence",
         "A committed batch id is answered (replay or batch-digest) before the epoch check, so a fenced-out "
@@ -820,7 +820,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            request.expected_tail_digest, prepared.batch_digest, request.expected_tail_seq + 1):\n"
         "        return replay_result(existing_batch)\n"
         "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
-        ("port-storm",), ci_seed=1, ci_duration="1m"),
+        ("port-storm",), ci_seed=2, ci_duration="1m"),
     Mutant(
         "log-replay-ignores-expected-tail",
         "A committed batch id with the same content is a replay whatever expected tail the request names "
@@ -828,7 +828,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.conversation.rules",
         "        if existing_batch.tail_digest == from_request:\n",
         "        if existing_batch.batch_digest == prepared.batch_digest:\n", ("port-storm",),
-        ci_seed=1, ci_duration="1m"),
+        ci_seed=2, ci_duration="1m"),
     Mutant(
         "log-identity-before-tail",
         "Record identity is checked before the expected tail, so a stale request reusing a record id is "
@@ -840,7 +840,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        pass\n"
         "    elif request.expected_tail_seq != conversation.tail_seq or request.expected_tail_digest != conversation.tail_digest:\n"
         "        raise AppendConflict(\n", ("port-storm",),
-        ci_seed=1, ci_duration="1m"),
+        ci_seed=2, ci_duration="1m"),
     Mutant(
         "log-batch-too-large-untyped",
         "A batch over 256 records is refused with a bare ValueError, not the typed BatchTooLarge naming the "
@@ -848,14 +848,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.conversation.rules",
         '        raise BatchTooLarge("append", BATCH_RECORDS_MAX, len(records))\n',
         '        raise ValueError(f"a batch holds 1..{BATCH_RECORDS_MAX} records, got {len(records)}")\n',
-        ("port-storm",), ci_seed=1, ci_duration="1m"),
+        ("port-storm",), ci_seed=2, ci_duration="1m"),
     Mutant(
         "log-read-limit-untyped",
         "A read limit outside 1..1024 is a bare ValueError, not the typed ReadLimitOutOfRange.",
         "model.conversation.rules",
         '        raise ReadLimitOutOfRange("read", limit, PAGE_SIZE_MAX)\n',
         '        raise ValueError(f"limit must be in 1..{PAGE_SIZE_MAX}, got {limit}")\n',
-        ("port-storm",), ci_seed=1, ci_duration="1m"),
+        ("port-storm",), ci_seed=2, ci_duration="1m"),
     Mutant(
         "log-append-refuses-administrative-producer",
         "Append fences another producer at the conversation's current epoch (the producer's identity checked "
@@ -939,7 +939,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        records.extend(got)\n        if len(got) < want:\n            break  # a short page: the end of history\n"
         "    recomputed = recompute_chain(conversation_id, records, start_seq + 1, after_digest)\n"
         "    if len(records) == total - start_seq and recomputed != tail.tail_digest:\n", LS_PS,
-        ci_seed=0, ci_duration="30m", ci_scenario="port-storm"),
+        ci_seed=4, ci_duration="30m", ci_scenario="port-storm"),
     Mutant(
         "log-gap-accepted",
         "The recovery read's page check looks only at the last sequence number a page reaches, so a page "
@@ -1044,7 +1044,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "(it looks for the logged settlement only once the ledger says the run settled).",
         "model.runs", "        settlement = await self.lifecycle.adopt_logged(run_id, record)\n",
         "        settlement = None if record.outcome is None else await self.lifecycle.adopt_logged(run_id, record)\n",
-        SY, ci_seed=6, ci_duration="6h"),
+        SY, ci_seed=2, ci_duration="6h"),
 
     Mutant(
         "runs-settlement-drops-findings",
@@ -1062,7 +1062,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "occurrence a second time.",
         "model.runs", "        if admission.replayed:\n            return StartOutcome(await self.load_execution(run_id), True)\n",
         "        if admission.replayed:\n            return StartOutcome(await self.load_execution(run_id), False)\n",
-        SY, ci_seed=7, ci_duration="1d"),
+        SY, ci_seed=8, ci_duration="1d"),
     Mutant(
         "sched-parked-forgotten",
         "A driver resuming its schedule forgets a run that parked in doubt, so the next occurrence starts "
@@ -1130,7 +1130,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "                for layer in self._kernel.middleware:\n"
         "                    if isinstance(layer, ClaimCheck) and is_claim_ref(output):\n"
         "                        output = await resolve_ref(layer._content_store, output)\n"
-        "            return output\n", SY, ci_seed=3, ci_duration="7d"),
+        "            return output\n", SY, ci_seed=0, ci_duration="7d"),
     Mutant(
         "kernel-migration-unrecorded",
         "A run resumed on new code is migrated in memory only: the EXECUTION_MIGRATED marker is never made "
@@ -1146,7 +1146,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "Claim-check stores the blob of a tool without a declared digest but records the payload itself, so "
         "those outputs stay inline over the cap.",
         "model.claimcheck", '        if digest_fn is None:\n            return {"ref": ref, "size": size}\n',
-        "        if digest_fn is None:\n            return output\n", SY_PS, ci_seed=3, ci_duration="1d"),
+        "        if digest_fn is None:\n            return output\n", SY_PS, ci_seed=0, ci_duration="1d", ci_scenario="port-storm"),
     Mutant(
         "claimcheck-blob-unindexed",
         "Claim-checked blobs are stored but never recorded in the pin index, so retention never sees (or "
@@ -1158,7 +1158,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The in-memory content store returns a blob without checking that its bytes still hash to its ref.",
         "model.conversation.content_store",
         "    actual = content_ref(data)\n    if actual != ref:\n        raise ContentCorrupted(ref, actual)\n", "", SY_PS,
-        ci_seed=4, ci_duration="6m", ci_scenario="port-storm"),
+        ci_seed=1, ci_duration="6m", ci_scenario="port-storm"),
     Mutant(
         "retention-drops-pins",
         "Retention keeps a pin only if its holder is a live run id, but holders are finding ids: every pin is "
@@ -1179,13 +1179,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "                                         settled_at_ms=record.settled_at_ms)\n"
         "                for finding in found:\n                    for ref in finding[\"evidence\"]:\n"
         "                        await pins.pin(ref, finding[\"id\"])\n", SY,
-        ci_seed=4, ci_duration="3d"),
+        ci_seed=6, ci_duration="9d"),
     Mutant(
         "findings-drops-first",
         "The in-memory projection skips a run's first finding when applying it (an off-by-one slice).",
         "model.findings", "        opened = 0\n        for row in rows:\n            if row.finding_id in self._live:\n",
         "        opened = 0\n        for row in rows[1:]:\n            if row.finding_id in self._live:\n", SY,
-        ci_seed=0, ci_duration="1d"),
+        ci_seed=3, ci_duration="1d"),
     Mutant(
         "projector-skips-unadmitted",
         "The projector moves its checkpoint past the latest due occurrence before it is admitted, so that "
@@ -1212,7 +1212,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "                await self._delete(run_id)\n",
         "                await self._delete(run_id)\n"
         "                await store.retire(schedule_id, occurrence_ms, run_id, summary)\n", SY,
-        ci_seed=4, ci_duration="3d"),
+        ci_seed=1, ci_duration="3d"),
 
     # -- checkpoints (persistence §8) ------------------------------------------------------
     Mutant(
@@ -1231,7 +1231,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "configuration, a checkpoint of the old one is trusted.",
         "model.conversation.checkpoints", "    if checkpoint.definition_digest != definition_digest:\n",
         "    if checkpoint.definition_digest != checkpoint.definition_digest:\n", AC,
-        ci_seed=2, ci_duration="1h"),
+        ci_seed=6, ci_duration="2h"),
     Mutant(
         "checkpoint-model-unchecked",
         "A recovery uses the latest checkpoint whatever model configuration made it: after a deploy that "
@@ -1261,7 +1261,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "doubt: it calls a non-idempotent tool again on a guess (and marks an idempotent one unknown).",
         "model.agent", "            if prepared is not None and not idempotent:\n",
         "            if prepared is not None and idempotent:\n", AC,
-        ci_seed=0, ci_duration="2h"),
+        ci_seed=1, ci_duration="2h"),
     Mutant(
         "agent-settles-over-doubt",
         "A successor takes a run past its deadline to settlement without first marking a call in doubt unknown: "
@@ -1280,14 +1280,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.agent",
         "            result = await self.tools.invoke(call, tool, args, call if idempotent else None, deadline_ms)\n",
         "            result = await self.tools.invoke(call, tool, args, call if idempotent else None)\n", AC,
-        ci_seed=4, ci_duration="30m"),
+        ci_seed=5, ci_duration="30m"),
     Mutant(
         "agent-run-clock-reset",
         "A resumed run measures its duration allowance from its own claim, not from the logged start: a run "
         "suspended past its deadline goes on running.",
         "model.agent", "            started_at_ms = start.envelope.created_at_ms\n",
         "            started_at_ms = self.now_ms()\n", AC,
-        ci_seed=0, ci_duration="10m"),
+        ci_seed=2, ci_duration="10m"),
     Mutant(
         "agent-run-start-per-attempt",
         "Each attempt starts the run afresh under its own attempt id: a resumed run has a second RunStarted.",
@@ -1311,7 +1311,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.agent",
         '            await self._append_once(conversation_id, claim, f"tool-{APPROVAL_DECIDED}:{call}", [entry])\n',
         "", AC,
-        ci_seed=0, ci_duration="2m"),
+        ci_seed=1, ci_duration="2m"),
     Mutant(
         "agent-approval-rejection-ignored",
         "A rejected approval neither fails the run nor stops it: the step reports the rejection and the run "
@@ -1334,19 +1334,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "                release = await self.ledger.release_child(sid, call, ORPHAN_ACCOUNTING, self.now_ms())\n"
         '                self.probe.emit("subagent.orphan_released", parent=sid, call=call, replayed=release.replayed)\n',
         "", AC,
-        ci_seed=3, ci_duration="30m"),
+        ci_seed=0, ci_duration="30m"),
     Mutant(
         "agent-child-abort-author-parent-id",
         "An aborted run aborts its open subagents under its own submission id as the author, not "
         "subagent-parent-abort.",
         "model.agent", "                await self._abort(child.submission_id, SUBAGENT_PARENT_ABORT)\n",
         "                await self._abort(child.submission_id, sid)\n", AC,
-        ci_seed=3, ci_duration="90m"),
+        ci_seed=1, ci_duration="90m"),
     Mutant(
         "agent-aborted-parent-no-joined",
         "An aborted run settles without a subagent joined record of the children it aborted.",
         "model.agent", "            return [abort, *joined, entry]\n", "            return [abort, entry]\n", AC,
-        ci_seed=5, ci_duration="15m"),
+        ci_seed=7, ci_duration="15m"),
     Mutant(
         "agent-tend-wakes-unsettled-child",
         "The tending pass releases a child's reservation without checking the child settled: the parent wakes "
