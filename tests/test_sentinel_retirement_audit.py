@@ -167,3 +167,26 @@ def test_the_audits_of_deleted_runs_are_counted_apart_from_the_wakes_work(monkey
     audit = audited.stats["audit_work"]
     assert audit["digests"] > 0 and audit["decodes"] > 0 and not any(unaudited.stats["audit_work"].values())
     assert work_per_wake(audited.stats)["audit"]["digests"] == round(audit["digests"] / audited.stats["wakes"], 2)
+
+
+def test_the_last_occurrence_before_a_schedules_end_is_the_latest_due_after_it():
+    """A schedule's occurrences lie in ``[first, end)``: a driver that wakes
+    after the end (it was blocked behind a parked run until then) starts the
+    last occurrence before the end, which catch-up ``latest`` allows; an
+    occurrence at or past the end is not one (sentinel-year seed 6, 1h, once
+    flagged this as a skipped latest occurrence)."""
+    from model.schedules import Schedule
+    from scenarios.invariants.exactly_once_wake import ExactlyOnceWake
+    from sim.trace import Trace
+
+    trace = Trace(clock=lambda: 0)
+    found = []
+    checker = ExactlyOnceWake({"s": Schedule("s", 10, end_ms=40)}, end_ms=40)
+    checker.attach(trace, lambda: 0, found.append)
+    trace.emit("w", "ledger.admit", {"conversation": "s@0", "principal": "s", "key": "s@0", "admitted_ms": 0,
+                                     "parent": None, "submission": "sub-0", "queue_seq": 1, "replayed": False})
+    trace.emit("w", "ledger.finalize_settlement", {"submission": "sub-0"})
+    trace.emit("w", "wake.skipped", {"schedule": "s", "first_ms": 10, "last_ms": 20})
+    trace.emit("w", "ledger.admit", {"conversation": "s@30", "principal": "s", "key": "s@30", "admitted_ms": 47,
+                                     "parent": None, "submission": "sub-30", "queue_seq": 1, "replayed": False})
+    assert found == []
