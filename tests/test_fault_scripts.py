@@ -53,10 +53,23 @@ def _paused(result) -> bool:
     return result.violations[0].invariant == "fencing" and any(e.kind == NODE_PAUSE for e in result.fault_script)
 
 
+_STALE_TOKEN_FAILURE: dict = {}
+
+
+def _stale_token_failure():
+    """(options, result) of the first ledger-storm seed (2h, the full mix)
+    that the stale-token bug fails with a pause in its script. Searched once
+    for the four tests that need it, each of which runs under the planted
+    bug (``stale_tokens_accepted``) and replays it there."""
+    if not _STALE_TOKEN_FAILURE:
+        _STALE_TOKEN_FAILURE["first"] = first_failing("ledger-storm", "2h", range(8), _paused)
+    return _STALE_TOKEN_FAILURE["first"]
+
+
 def test_a_planted_ledger_bug_replays_from_its_fault_script_alone(stale_tokens_accepted):
     """Stale tokens accepted (a fencing bug that needs a pause longer than a
     lease, i.e. particular faults): the realized script reproduces it."""
-    opts, first = first_failing("ledger-storm", "2h", range(8), _paused)
+    opts, first = _stale_token_failure()
     assert first.violations[0].invariant == "fencing"
     assert any(e.kind == NODE_PAUSE for e in first.fault_script), "the bug needs a pause"
     again = replay("ledger-storm", opts, first.fault_script)
@@ -68,7 +81,7 @@ def test_a_planted_ledger_bug_replays_from_its_fault_script_alone(stale_tokens_a
 def test_a_script_without_the_decisive_fault_does_not_fail(stale_tokens_accepted):
     """Removing faults from a script changes the run (what shrinking relies
     on): without its pauses the stale-token bug has nothing to bite on."""
-    opts, first = first_failing("ledger-storm", "2h", range(8), _paused)
+    opts, first = _stale_token_failure()
     without = [e for e in first.fault_script if e.kind != NODE_PAUSE]
     assert len(without) < len(first.fault_script)
     again = replay("ledger-storm", opts, without)
@@ -230,7 +243,7 @@ def test_loomsim_repro_replays_a_repro_file_to_the_same_failure(stale_tokens_acc
     """`loomsim repro FILE`: the repro file a failing run wrote is the whole
     handle — configuration and fault script (every fault kind on: the
     shortest run that shows the bug; the swarm's choices: the slow twin)."""
-    _repro_replays(_first_stale_token_failure(False, "2h", range(8)), tmp_path, capsys)
+    _repro_replays(_stale_token_failure()[1], tmp_path, capsys)
 
 
 @pytest.mark.slow
@@ -265,7 +278,7 @@ def test_a_failure_quoting_a_lone_surrogate_still_writes_and_replays_its_repro(s
     never crashing on the way out (the one artifact of a failure)."""
     from sim.face import cli, repro_file
 
-    first = _first_stale_token_failure(False, "2h", range(8))
+    first = _stale_token_failure()[1]
     odd = attrs.evolve(first, violations=(attrs.evolve(first.violations[0],
                                                        message=first.violations[0].message + " key '\ud800'"),))
     path = repro_file.write_repro(odd, "loomsim run ...", str(tmp_path))
