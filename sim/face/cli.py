@@ -366,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 reconfigure(errors="backslashreplace")
             except (ValueError, OSError):
                 pass
-    from sim.face.sweep import sigterm_interrupts
+    from sim.face.children import sigterm_interrupts
 
     try:
         with sigterm_interrupts():  # SIGTERM cleans up on the way out, as SIGINT does
@@ -382,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_PASS
     except BaseException as error:
-        from sim.face.sweep import Interrupted
+        from sim.face.children import Interrupted
 
         if not isinstance(error, Interrupted):
             raise
