@@ -35,7 +35,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import attrs
 
 from sim.clock import format_calendar, format_duration_ms
-from sim.face.cli import UsageError
+from sim.face.options import UsageError, selected_scenarios
 from sim.face.children import (POLL_S, Job, check_interrupted, child_result, forwarding_signals, reap, spawning,
                                start_child)
 
@@ -47,7 +47,7 @@ DETERMINISTIC, DIVERGED, ERROR = "deterministic", "diverged", "error"
 
 
 def add_parser(sub: Any, *, seed_range: Any, count: Any, duration: Any, store: Any) -> None:
-    """``loomsim check-determinism``'s arguments (called by ``cli.build_parser``)."""
+    """``loomsim check-determinism``'s arguments (called by ``options.build_parser``)."""
     p = sub.add_parser("check-determinism",
                        help="run each seed twice in fresh processes under two PYTHONHASHSEEDs and compare the "
                             "traces: name the first diverging event")
@@ -74,7 +74,6 @@ class Pair:
 
 def command(args: Any) -> int:
     """``loomsim check-determinism`` (dispatched from ``cli._main``)."""
-    from sim.face.cli import selected_scenarios
     from sim.face.repro_file import scenarios_argv
 
     scenarios = selected_scenarios(args.scenario)

@@ -68,6 +68,7 @@ from reports.verdict import EXIT_ERROR, NOT_EXERCISED, decide_sweep, not_exercis
 from sim.face import failures, model_coverage
 from sim.face.children import (POLL_S, Interrupted, Job, check_interrupted, child_result, forwarding_signals, reap,
                                spawning, start_child)
+from sim.face.options import write_report_or_warn
 
 # The exit codes (``reports.verdict.decide``, the one decision of a sweep's
 # verdict): 0 every seed passed, 1 a seed or a saved failure failed (or,
@@ -248,8 +249,6 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
         if summary.get("model_coverage_file"):
             print(f"model coverage file: {summary['model_coverage_file']}")
     if opts.report_dir is not None:
-        from sim.face.cli import write_report_or_warn
-
         write_report_or_warn(opts.report_dir, summary, to_stderr=opts.json)
     if interrupted is not None:
         stopped = f"; stopped {interrupted.stopped} running child run(s)" if interrupted.stopped else ""
