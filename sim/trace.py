@@ -184,6 +184,13 @@ def _plain(value: Any) -> bool:
     return True
 
 
+def field_text(value: Any, limit: int = 80) -> str:
+    """A field's value as one line of JSON, cut to ``limit`` characters (an
+    ellipsis last): how a failure's excerpt of trace events shows it."""
+    text = json.dumps(value, ensure_ascii=False, default=repr, separators=(",", ":"))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def event_json(event: Event) -> str:
     seq, time_ms, node, kind, fields = event
     # Fields are nested, never spliced in: a field named ``kind`` or ``seq``

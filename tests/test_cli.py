@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.face.cli import build_parser, main
+from sim.face.cli import main
+from sim.face.options import build_parser
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 INVARIANTS = ("cas-linear", "adopt-own-write", "exactly-once-wake", "replay-determinism", "contract-safety")

@@ -250,27 +250,27 @@ def test_a_signal_is_never_raised_inside_the_handler_only_at_a_safe_point():
     # Raised from the handler, it could land inside Popen.poll between its
     # lock and the try that frees it: the reaping's wait() then hung (a
     # SIGINT-ed sweep under load never exited).
-    from sim.face import sweep as sweep_module
+    from sim.face import children
 
     # Not ignored (a background job starts with SIGINT ignored, and the
     # sweep leaves an ignored signal ignored, as nohup asks).
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        _signals_at_safe_points(sweep_module)
+        _signals_at_safe_points(children)
     finally:
         signal.signal(signal.SIGINT, previous)
 
 
-def _signals_at_safe_points(sweep_module) -> None:
-    with sweep_module.forwarding_signals():
+def _signals_at_safe_points(children) -> None:
+    with children.forwarding_signals():
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.01)  # the handler has run: nothing was raised here
-        with pytest.raises(sweep_module.Interrupted) as caught:
-            sweep_module.check_interrupted()
+        with pytest.raises(children.Interrupted) as caught:
+            children.check_interrupted()
         assert caught.value.signum == signal.SIGINT
-        sweep_module.check_interrupted()  # raised once
-    with pytest.raises(sweep_module.Interrupted):  # one that came after the last check: raised on the way out
-        with sweep_module.forwarding_signals():
+        children.check_interrupted()  # raised once
+    with pytest.raises(children.Interrupted):  # one that came after the last check: raised on the way out
+        with children.forwarding_signals():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.01)
 
@@ -279,15 +279,15 @@ def test_a_sweep_child_that_writes_more_than_a_pipe_holds_is_read_not_blocked():
     """A child's output goes to files, not pipes the parent reads only after
     it exits: a child that wrote more than 64 KiB (here, a 100,000-character
     scenario name echoed in its one error line) exits and is read whole."""
-    from sim.face.sweep import Job, _child, _outcome
+    from sim.face.children import Job, child_result, start_child
 
     name = "x" * 100_000
-    proc = _child(Job(name, 1, False, ("run", name, "--seed", "1", "--json")), None)
+    proc = start_child(Job(name, 1, False, ("run", name, "--seed", "1", "--json")), None)
     try:
         proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    result = _outcome(Job(name, 1, False, ()), proc)
+    result = child_result(Job(name, 1, False, ()), proc)
     assert proc.returncode == 2
     assert result["status"] == "error" and name in result["error"], result["error"][:200]

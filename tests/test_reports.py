@@ -20,7 +20,7 @@ from reports.junit import render_junit
 from reports.markdown import render_markdown
 from scenarios import registry
 from sim import runner, timeline
-from sim.face import cli
+from sim.face import cli, options
 from sim.face.sweep import seed_record, summarize_scenario, summarize_sweep
 from sim.scenario import ScenarioOptions
 from sim.trace import Trace
@@ -190,7 +190,7 @@ def test_a_report_that_cannot_be_written_after_the_run_is_a_warning(failing, tmp
     _, body = failing
     taken = tmp_path / "a-file"
     taken.write_text("")
-    assert cli.write_report_or_warn(str(taken), body) == []
+    assert options.write_report_or_warn(str(taken), body) == []
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("loomsim: warning: could not write the report")
 

@@ -15,36 +15,40 @@ stderr, never a traceback.
 the user's scenario modules (``sim.face.discovery``), loaded with the
 ``loomsim.scenarios`` entry points before the parser is built (a user
 scenario's parameters are flags). The repro file's format lives in
-``sim.face.repro_file``.
+``sim.face.repro_file``; the parser, its value types, ``UsageError`` and a
+run's options in ``sim.face.options``; the child processes of ``sweep``,
+``mutants`` and ``check-determinism`` in ``sim.face.children``.
 
-This module, ``sweep`` and ``bench`` are the only places in ``sim/`` that
-read the wall clock, and only to report how long a run took.
+This module, ``sweep``, ``children`` and ``bench`` are the only places in
+``sim/`` that read the wall clock: to report how long a run took, or how
+long a signalled child may take to exit.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import re
 import shlex
 import sqlite3
 import sys
 import time
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Callable, Sequence
 
-from faults.script import ScriptError, load_script, script_to_json
+from faults.script import script_to_json
 from reports.verdict import decide, not_exercised_note
 from sim.artifacts import ArtifactWriteError, NewFileStream
-from sim.clock import DurationError, format_calendar, format_duration_ms, format_span_ms, parse_duration_ms
+from sim.clock import format_calendar, format_duration_ms, format_span_ms
 from sim.face import discovery
+from sim.face.options import (NAMED_STORES, PROGRESS_EVERY_S, UsageError, apply_mutant, build_parser, check_report_option,
+                              check_schedule, parse, parse_names, run_options, scenario_params, selected_scenarios,
+                              wrap_names, write_report_or_warn)
 from sim.face.repro_file import (NOT_REPRODUCED, ReproFileError, is_repro_file, param_flag, read_repro, replay_check,
                                  replay_command, repro_argv, repro_command, repro_filename, shrunk_filename,
                                  version_warning, write_repro)
 from sim.interleave import Deviation
-from sim.numbers import NumberError, parse_decimal, parse_whole
 from sim.runner import DETECTED, PASS, RunResult, run
 from sim.scenario import ScenarioOptions, SetupError
-from sim.trace import event_json
+from sim.trace import event_json, field_text
 
 BENCH_RUNS_MAX = 25
 EXIT_PASS = 0
@@ -53,307 +57,7 @@ EXIT_VIOLATION = 1
 EXIT_USAGE = 2
 EXIT_ERROR = 3  # infrastructure: a child of a sweep crashed or printed no result
 RESULT_FORMAT = "loomsim-result/1"  # the ``format`` of ``run --json`` (a sweep's: sweep.SWEEP_FORMAT)
-PROGRESS_EVERY_S = 10.0  # a long run's progress line on stderr, every so many wall seconds
-EPILOG = """\
-exit codes: 0 pass, 1 an invariant violated (sweep: a seed failed; with
---require-coverage also a coverage gap; repro: also a recorded failure that
-did not recur; run --mutant: also a mutant whose code never ran; shrink:
-the shrunk run it wrote fails), 2 usage
-error, 3 infrastructure error (a sweep's child crashed or printed no
-result), 130/143 stopped by SIGINT/SIGTERM.
-
-fault kinds (--faults-enable/--faults-disable/--rate KIND=P):
-  {kinds}
-each scenario's fault kinds, failpoints, workload switches and knobs
-(--knob NAME=VALUE): loomsim list --faults [SCENARIO]
-"""
-# The largest seed: any whole number would hash into streams (``sim.rng``), but a
-# seed is also an SQLite INTEGER and a JSON number other tools read: signed 64 bits.
-SEED_MAX = 2**63 - 1
 EXCERPT_LINES = 14  # the full excerpt is in the repro file
-NAMED_STORES = ("memory", "sqlite")
-SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
-# A user's store adapter: a factory in an importable module (loaded and
-# validated by the scenario's system, which raises SetupError).
-STORE_FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
-SCENARIOS_FLAG = "--scenarios"
-
-
-class UsageError(Exception):
-    """Bad input from the user: printed as one line, exit 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
-def _seed(text: str) -> int:
-    try:
-        value = parse_whole(text)
-    except NumberError:
-        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected a whole number, e.g. --seed 1") from None
-    if not 0 <= value <= SEED_MAX:
-        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: must be between 0 and 2**63-1")
-    return value
-
-
-def _duration(text: str) -> int:
-    try:
-        return parse_duration_ms(text)
-    except DurationError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _count(text: str) -> int:
-    try:
-        return parse_whole(text)
-    except NumberError:
-        raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected a whole number") from None
-
-
-def _rate(text: str) -> tuple[str, float]:
-    from faults.kinds import ALL_FAULT_KINDS
-
-    kind, sep, value = text.partition("=")
-    if not sep or kind not in ALL_FAULT_KINDS:
-        raise argparse.ArgumentTypeError(f"invalid rate {text!r}: expected KIND=PROBABILITY with KIND one of "
-                                         f"{', '.join(ALL_FAULT_KINDS)}")
-    try:
-        rate = parse_decimal(value)
-    except NumberError:
-        rate = -1.0
-    if not 0.0 <= rate <= 1.0:
-        raise argparse.ArgumentTypeError(f"invalid rate {text!r}: the probability per hit must be in [0, 1]")
-    return kind, rate
-
-
-def _knob(text: str) -> tuple[str, int]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"invalid knob {text!r}: expected NAME=VALUE")
-    try:
-        return name, parse_whole(value)
-    except NumberError:
-        raise argparse.ArgumentTypeError(f"invalid knob {text!r}: the value must be a whole number") from None
-
-
-def _schedule(spec: str) -> str:
-    from sim.interleave import parse_schedule
-
-    try:
-        parse_schedule(spec)
-    except ValueError as error:
-        raise UsageError(f"--schedule: {error}") from None
-    return spec
-
-
-def _store(text: str) -> str:
-    if text in NAMED_STORES or STORE_FACTORY.fullmatch(text):
-        return text
-    raise argparse.ArgumentTypeError(f"invalid store {text!r}: expected memory, sqlite or MODULE:FACTORY "
-                                     "(a store adapter factory, e.g. mystores:make_store)")
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(sorted({name.strip() for name in text.split(",") if name.strip()}))
-
-
-def build_parser() -> _Parser:
-    from faults.kinds import ALL_FAULT_KINDS
-
-    parser = _Parser(prog="loomsim", description="Deterministic simulation testing for durable agent runtimes.",
-                     epilog=EPILOG.format(kinds=_wrap(ALL_FAULT_KINDS, "  ")),
-                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                     allow_abbrev=False)  # --scenarios is read before parsing: spelled out in full
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
-    parser.add_argument(SCENARIOS_FLAG, action="append", default=[], metavar="MODULE",
-                        help="import MODULE (repeatable; before the command) to register its scenarios, "
-                             "e.g. --scenarios examples.two_cadences; the current directory is importable")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    list_p = sub.add_parser("list", help="list the scenarios (--faults: their fault kinds, failpoints, knobs)")
-    list_p.add_argument("scenario", nargs="?", default=None, help="only this scenario (with --faults)")
-    list_p.add_argument("--faults", action="store_true",
-                        help="per scenario: the fault kinds, failpoints, workload switches and knobs a seed's "
-                             "swarm chooses from")
-    repro_p = sub.add_parser("repro", help="replay a repro file: its configuration and its fault script")
-    repro_p.add_argument("file", help="a loomsim-repro-*.json file written by a failing run")
-    repro_p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    repro_p.add_argument("--report", default=None, metavar="DIR",
-                         help="also write a report of the replay into DIR (see loomsim run --report)")
-    shrink_p = sub.add_parser("shrink", help="reduce a repro file's fault script and duration to a minimum "
-                                             "that still fails the same way")
-    shrink_p.add_argument("file", help="a loomsim-repro-*.json file written by a failing run")
-    shrink_p.add_argument("--out", default=None, metavar="FILE|DIR",
-                          help="where to write the shrunk repro file: FILE, or a file in the directory DIR "
-                               "(default: loomsim-shrunk-SCENARIO-SEED.json next to the input); never over "
-                               "an existing file (-2, -3, ...: the name written is printed)")
-    shrink_p.add_argument("--max-runs", type=_count, default=300, metavar="N",
-                          help="give up shrinking after N runs and keep the best so far (default 300)")
-    shrink_p.add_argument("--report", default=None, metavar="DIR",
-                          help="also write a report of the shrunk failure into DIR (see loomsim run --report)")
-    bench_p = sub.add_parser("bench", help="measure the performance budgets (ARCHITECTURE §8) in one run")
-    bench_p.add_argument("--quick", action="store_true", help="short runs (30d/3d) for a smoke check")
-    bench_p.add_argument("--seed", type=_seed, default=1)
-    bench_p.add_argument("--json", action="store_true", help="print the figures as JSON")
-    bench_p.add_argument("--check", action="store_true", help="exit 1 if any budget is missed")
-    bench_p.add_argument("--runs", type=_count, default=1, metavar="N",
-                         help="run each measured scenario N times and report the median (default 1)")
-    run_p = sub.add_parser("run", help="run one scenario with one seed")
-    run_p.add_argument("scenario", help="scenario name (see `loomsim list`)")
-    run_p.add_argument("--seed", type=_seed, required=True, help="the seed: the handle to the whole run")
-    run_p.add_argument("--db", default=None, metavar="PATH", help="SQLite file to use (implies --store sqlite)")
-    run_p.add_argument("--trace", default=None, metavar="FILE", help="stream every trace event as JSON lines")
-    run_p.add_argument("--faults", default=None, metavar="FILE",
-                       help="run the faults of this script alone (a repro file, or a JSON list of faults); "
-                            "probabilistic faults off")
-    run_p.add_argument("--mutant", default=None, metavar="NAME",
-                       help="run with the planted bug NAME of the mutant catalogue (see loomsim mutants --list)")
-    run_p.add_argument("--mutants", default=None, metavar="MODULE",
-                       help="also know the mutants of MODULE's MUTANTS list (a user's, for --mutant)")
-    run_p.add_argument("--progress", action="store_true",
-                       help=f"print progress on stderr every {PROGRESS_EVERY_S:g} wall seconds: simulated time "
-                            "reached, percent, wall time, ETA (the default when stderr is a terminal)")
-    run_p.add_argument("--progress-every", type=_progress_every, default=None, metavar="S",
-                       help="... every S wall seconds instead (implies --progress)")
-    run_p.add_argument("--no-progress", action="store_true", help="no progress lines, even on a terminal")
-    from sim.face.mutants import add_parser as add_mutants_parser
-
-    add_mutants_parser(sub, seed_range=_seed_range, count=_count)
-    sweep_p = sub.add_parser("sweep", help="run many seeds (both cores), summarize, list failures and coverage")
-    sweep_p.add_argument("scenario", nargs="?", default=None,
-                         help="scenario name (see `loomsim list`; default: every scenario, seeds interleaved)")
-    sweep_p.add_argument("--seeds", type=_seed_range, required=True, metavar="A:B",
-                         help="seeds A (inclusive) to B (exclusive) of each scenario, e.g. 0:100")
-    sweep_p.add_argument("--jobs", type=_count, default=2, help="runs at once (default 2)")
-    sweep_p.add_argument("--time-budget", type=_time_budget, default=None, metavar="S",
-                         help="wall-clock seconds: start no seed after S (the running ones finish; every "
-                              "scenario still runs its first seed)")
-    sweep_p.add_argument("--beyond-every", type=_count, default=8, metavar="N",
-                         help="every N-th seed (N-1, 2N-1, ...) runs beyond the contract and must end DETECTED "
-                              "(default 8; 0: none)")
-    sweep_p.add_argument("--require-coverage", action="store_true",
-                         help="exit 1 on a coverage gap (default: print it, exit 0)")
-    sweep_p.add_argument("--model-coverage", action="store_true",
-                         help="trace every seed and report which lines of model/ the sweep executed")
-    sweep_p.add_argument("--model-coverage-out", default=None, metavar="FILE",
-                         help="write the model coverage, executed lines and all, as JSON (implies --model-coverage); "
-                              "a new file only (taken: -2, -3, ...)")
-    sweep_p.add_argument("--sqlite-every", type=_count, default=4, metavar="N",
-                         help="without --store: every Nth seed runs on SQLite, the others in memory "
-                              "(default 4: seeds 1, 5, 9, ...; 0 for none)")
-    sweep_p.add_argument("--failure-db", default=None, metavar="DIR",
-                         help="the failure database (sim.face.failures): its saved failures replay first, new "
-                              "ones are saved (default $LOOMSIM_FAILURE_DB or .loomsim; none: off)")
-    sweep_p.add_argument("--shard", default=None, metavar="I/N",
-                         help="run only shard I of N of the seeds (each shard a fair share of stores and "
-                              "beyond-the-contract seeds); combine the shards with loomsim merge")
-    sweep_p.add_argument("--out", default=None, metavar="FILE",
-                         help="write the shard file (loomsim-shard/1) loomsim merge reads; a new file only")
-    from sim.face import describe, determinism, shards
-
-    shards.add_merge_parser(sub)
-    determinism.add_parser(sub, seed_range=_seed_range, count=_count, duration=_duration, store=_store)
-    describe.add_parser(sub)
-    for p in (run_p, sweep_p):
-        _add_run_options(p)
-    # A sweep without --store mixes the stores (--sqlite-every); one with it runs that store only.
-    sweep_p.set_defaults(store=None)
-    return parser
-
-
-def _wrap(names: Sequence[str], indent: str, width: int = 76, head: str = "") -> str:
-    """``names`` comma-separated, wrapped at ``width`` (continuation lines
-    indented; the first after ``head``, printed before it)."""
-    lines: list[str] = []
-    line = ""
-    for name in names:
-        piece = name if not line else f"{line}, {name}"
-        if line and len(indent if lines else head) + len(piece) > width:
-            lines.append(line + ",")
-            piece = name
-        line = piece
-    return f"\n{indent}".join([*lines, line])
-
-
-def _progress_every(text: str) -> float:
-    try:
-        seconds = parse_decimal(text)
-    except NumberError:
-        seconds = float("nan")
-    if not 0 < seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"invalid progress interval {text!r}: expected seconds, a positive number")
-    return seconds
-
-
-def _seed_range(text: str) -> range:
-    first, sep, last = text.partition(":")
-    try:
-        start = parse_whole(first)
-        seeds = range(start, parse_whole(last) if sep else start + 1)
-    except NumberError:
-        raise argparse.ArgumentTypeError(f"invalid seeds {text!r}: expected A:B (e.g. 0:100)") from None
-    if not seeds or seeds.start < 0:
-        raise argparse.ArgumentTypeError(f"invalid seeds {text!r}: expected 0 <= A < B")
-    if seeds.stop > SEED_MAX:  # B is exclusive; the range's size stays a machine integer
-        raise argparse.ArgumentTypeError(f"invalid seeds {text!r}: expected 0 <= A < B <= 2**63-1")
-    return seeds
-
-
-def _time_budget(text: str) -> float:
-    """``--time-budget S``: wall-clock seconds, a positive finite number."""
-    try:
-        seconds = parse_decimal(text)
-    except NumberError:
-        seconds = float("nan")
-    if not 0 < seconds < float("inf"):  # NaN fails too
-        raise argparse.ArgumentTypeError(f"invalid time budget {text!r}: expected seconds, a positive number "
-                                         "(e.g. --time-budget 600)")
-    return seconds
-
-
-def _add_run_options(run_p: argparse.ArgumentParser) -> None:
-    """The options ``run`` and ``sweep`` share (a sweep passes them on to each run)."""
-    run_p.add_argument("--duration", type=_duration, default=None,
-                       help="simulated duration: 90s, 5m, 36h, 30d, 12mo (default: the scenario's)")
-    run_p.add_argument("--store", type=_store, default="memory", metavar="STORE",
-                       help="store backend: memory (default), sqlite, or MODULE:FACTORY (a store adapter factory)")
-    run_p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    run_p.add_argument("--schedule", default="fifo", metavar="POLICY",
-                       help="which ready task runs next: fifo (default), random, pct:D or pct:D:K "
-                            "(probabilistic concurrency testing with D priority-change points)")
-    run_p.add_argument("--no-swarm", action="store_true",
-                       help="run the scenario's full fault mix with default knobs (default: the seed chooses "
-                            "a subset of fault kinds, failpoints, workload switches and knob values)")
-    run_p.add_argument("--beyond-contract", action="store_true",
-                       help="let the stores break their promises (lose acknowledged writes, tear batches): "
-                            "the run passes only if the system detects it, loudly (DETECTED)")
-    run_p.add_argument("--faults-enable", default="", metavar="KINDS",
-                       help="comma-separated fault kinds / workload switches to force on")
-    run_p.add_argument("--faults-disable", default="", metavar="KINDS",
-                       help="comma-separated fault kinds / workload switches to force off")
-    run_p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE", type=_knob,
-                       help="pin a knob (repeatable), e.g. --knob lease_ms=15000")
-    run_p.add_argument("--rate", action="append", default=[], metavar="KIND=P", type=_rate,
-                       help="per-hit probability of a point fault kind (repeatable); any --rate replaces the "
-                            "scenario's default mix, e.g. --rate ack-lost=1e-3")
-    run_p.add_argument("--repro-dir", default=".", metavar="DIR",
-                       help="where a failing run writes its repro file (default: current directory)")
-    run_p.add_argument("--report", default=None, metavar="DIR",
-                       help="also write a report into DIR (made if missing): loomsim-report.html (with the "
-                            "timeline), loomsim-report.md (a CI job summary), loomsim-junit.xml, "
-                            "loomsim-report.json; never over an earlier report (-2, -3, ...)")
-    from scenarios import registry
-
-    params: dict[str, list[str]] = {}
-    helps: dict[str, str] = {}
-    for scenario in registry.all_scenarios():
-        for spec in scenario.params:
-            params.setdefault(spec.name, []).append(scenario.name)
-            helps.setdefault(spec.name, spec.help)
-    for name in sorted(params):
-        run_p.add_argument(param_flag(name), dest=name, type=_count, default=None,
-                           help=f"{', '.join(params[name])}: {helps[name]}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -366,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 reconfigure(errors="backslashreplace")
             except (ValueError, OSError):
                 pass
-    from sim.face.sweep import sigterm_interrupts
+    from sim.face.children import sigterm_interrupts
 
     try:
         with sigterm_interrupts():  # SIGTERM cleans up on the way out, as SIGINT does
@@ -382,52 +86,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_PASS
     except BaseException as error:
-        from sim.face.sweep import Interrupted
+        from sim.face.children import Interrupted
 
         if not isinstance(error, Interrupted):
             raise
         stopped = f"; stopped {error.stopped} running child run(s)" if error.stopped else ""
         print(f"loomsim: interrupted by {error}{stopped}; no summary", file=sys.stderr)
         return 128 + error.signum
-
-
-def leading_scenario_modules(argv: Sequence[str]) -> list[str]:
-    """The ``--scenarios`` modules of a command line: the global options
-    before the command (read before the parser is built, which needs them)."""
-    modules: list[str] = []
-    index = 0
-    while index < len(argv):
-        token = argv[index]
-        if token == SCENARIOS_FLAG:
-            if index + 1 == len(argv):
-                break  # the parser says what is missing
-            modules.append(argv[index + 1])
-            index += 2
-        elif token.startswith(SCENARIOS_FLAG + "="):
-            modules.append(token.partition("=")[2])
-            index += 1
-        elif token in ("-h", "--help", "--version"):
-            index += 1
-        elif token.startswith("-") and token != "--":
-            raise UsageError(f"unrecognized option {token!r} before the command "
-                             f"(the global options: {SCENARIOS_FLAG} MODULE, --version, -h)")
-        else:
-            break
-    for token in argv[index + 1:]:
-        if token == SCENARIOS_FLAG or token.startswith(SCENARIOS_FLAG + "="):
-            raise UsageError(f"{SCENARIOS_FLAG} is a global option: give it before the command, "
-                             f"e.g. loomsim {SCENARIOS_FLAG} MODULE run SCENARIO --seed 1")
-    return modules
-
-
-def parse(argv: Sequence[str]) -> tuple[_Parser, argparse.Namespace]:
-    """Load the scenario modules (entry points, ``--scenarios``), then parse
-    ``argv``; ``args.scenarios`` is the modules, each once."""
-    modules = discovery.load(leading_scenario_modules(argv))
-    parser = build_parser()
-    args = parser.parse_args(list(argv))
-    args.scenarios = list(modules)
-    return parser, args
 
 
 def _main(argv: list[str], *, replaying: bool = False) -> int:
@@ -477,7 +142,7 @@ def _main(argv: list[str], *, replaying: bool = False) -> int:
         raise UsageError(str(error)) from None
     if not replaying:  # a replay writes next to its file if it can, and warns if not
         _check_repro_dir(args.repro_dir)
-    _check_report_dir(args.report)
+    check_report_option(args.report)
     return _run(scenario, args, argv, replaying=replaying)
 
 
@@ -514,7 +179,7 @@ def _list_faults(only: str | None) -> int:
             scenarios = [registry.get(only)]
         except registry.UnknownScenario as error:
             raise UsageError(str(error)) from None
-    print(f"fault kinds: {_wrap(ALL_FAULT_KINDS, '  ', head='fault kinds: ')}")
+    print(f"fault kinds: {wrap_names(ALL_FAULT_KINDS, '  ', head='fault kinds: ')}")
     from sim.face.describe import swarm_lines  # shared with loomsim describe
 
     for scenario in scenarios:
@@ -582,46 +247,6 @@ def _check_repro_dir(path: str) -> None:
         raise UsageError(f"--repro-dir {path!r} is not writable")
 
 
-def _check_report_dir(path: str | None) -> None:
-    """Before a run: ``--report DIR`` exists (made now if missing) and is writable."""
-    if path is None:
-        return
-    from reports import ReportDirError, check_report_dir
-
-    try:
-        check_report_dir(path)
-    except ReportDirError as error:
-        raise UsageError(f"--report {error}") from None
-
-
-def write_report_or_warn(directory: str, body: dict[str, Any], *, to_stderr: bool = False) -> list[str]:
-    """Write the report of ``body`` (``reports.write_report``) and print
-    its line (on stderr when stdout is JSON); a failure is a warning, never
-    the command's failure: the result and its repro file are out already."""
-    from reports import report_line, write_report
-
-    try:
-        paths = write_report(directory, body)
-    except OSError as error:
-        print(f"loomsim: warning: could not write the report into {directory!r}: {error.strerror or error}",
-              file=sys.stderr)
-        return []
-    print(report_line(paths), file=sys.stderr if to_stderr else sys.stdout, flush=True)
-    return paths
-
-
-def selected_scenarios(name: str | None) -> list[Any]:
-    """The scenario ``name`` (a usage error if unknown), or every one for None."""
-    from scenarios import registry
-
-    if name is None:
-        return registry.all_scenarios()
-    try:
-        return [registry.get(name)]
-    except registry.UnknownScenario as error:
-        raise UsageError(str(error)) from None
-
-
 def _sweep(args: argparse.Namespace) -> int:
     """``loomsim sweep [SCENARIO]``: refuse here, once, whatever every child
     would refuse (a wrong flag, parameter or pin), then sweep
@@ -641,7 +266,7 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.sqlite_every < 0:
         raise UsageError(f"--sqlite-every must be 0 (none) or more, got {args.sqlite_every}")
     _check_repro_dir(args.repro_dir)
-    _check_report_dir(args.report)
+    check_report_option(args.report)
     if args.model_coverage_out:
         _check_new_file("--model-coverage-out", args.model_coverage_out)
     every_param = {p.name for other in registry.all_scenarios() for p in other.params}
@@ -650,11 +275,11 @@ def _sweep(args: argparse.Namespace) -> int:
         # Sweeping them all: each scenario is judged on its own parameters.
         mine = args if len(scenarios) == 1 else argparse.Namespace(
             **{k: (None if k in every_param and k not in own else v) for k, v in vars(args).items()})
-        _scenario_params(scenario, mine)
+        scenario_params(scenario, mine)
         if scenario.swarm_space is not None:
             try:
-                check_pins(scenario.swarm_space, enable=_names(args.faults_enable),
-                           disable=_names(args.faults_disable), knobs=dict(args.knob))
+                check_pins(scenario.swarm_space, enable=parse_names(args.faults_enable),
+                           disable=parse_names(args.faults_disable), knobs=dict(args.knob))
             except SwarmError as error:
                 raise UsageError(str(error) if len(scenarios) == 1 else f"{scenario.name}: {error}") from None
     opts = SweepOptions(seeds=args.seeds, jobs=args.jobs, json=args.json, time_budget_s=args.time_budget,
@@ -687,7 +312,7 @@ def _sweep_child_args(scenario: Any, args: argparse.Namespace) -> list[str]:
     if args.beyond_contract:
         child.append("--beyond-contract")
     if args.schedule != "fifo":
-        child += ["--schedule", _schedule(args.schedule)]
+        child += ["--schedule", check_schedule(args.schedule)]
     if args.faults_enable:
         child += ["--faults-enable", args.faults_enable]
     if args.faults_disable:
@@ -703,95 +328,6 @@ def _sweep_child_args(scenario: Any, args: argparse.Namespace) -> list[str]:
     return child
 
 
-def _scenario_params(scenario: Any, args: argparse.Namespace) -> dict[str, int]:
-    params = scenario.param_defaults()
-    for spec in scenario.params:
-        value = getattr(args, spec.name, None)
-        if value is not None:
-            if not spec.minimum <= value <= spec.maximum:
-                raise UsageError(f"{param_flag(spec.name)} must be between {spec.minimum} and {spec.maximum}, got {value}")
-            params[spec.name] = value
-    known = {p.name for p in scenario.params}
-    from scenarios import registry
-
-    for name in sorted({p.name for other in registry.all_scenarios() for p in other.params}):
-        if getattr(args, name, None) is not None and name not in known:
-            raise UsageError(f"{param_flag(name)} does not apply to scenario {scenario.name!r}")
-    return params
-
-
-def _run_store(args: argparse.Namespace) -> str:
-    """The store a run uses: --db implies sqlite; a user's adapter
-    (MODULE:FACTORY) gets the path as given."""
-    return "sqlite" if args.db and args.store in NAMED_STORES else args.store
-
-
-def _options(scenario: Any, args: argparse.Namespace) -> ScenarioOptions:
-    """The run's options from its command line (``run``, and what ``repro``
-    and ``shrink`` make of a repro file)."""
-    store = _run_store(args)
-    if store not in NAMED_STORES:
-        discovery.ensure_cwd_importable()  # the adapter's module, from the user's checkout (as --scenarios)
-    if args.db:
-        _check_db(args.db, sqlite=store == "sqlite")
-    fault_script = None
-    must_fire = False
-    if args.faults:
-        try:
-            fault_script = load_script(args.faults)
-        except ScriptError as error:
-            raise UsageError(str(error)) from None
-        must_fire = _script_must_fire(args.faults)
-    knobs: dict[str, int] = {}
-    for name, value in args.knob:
-        if name in knobs:
-            raise UsageError(f"--knob {name} given twice")
-        knobs[name] = value
-    rates: dict[str, float] = {}
-    for kind, rate in args.rate:
-        if kind in rates:
-            raise UsageError(f"--rate {kind} given twice")
-        rates[kind] = rate
-    return ScenarioOptions(seed=args.seed, duration_ms=args.duration or scenario.default_duration_ms,
-                           store=store, db_path=args.db, params=_scenario_params(scenario, args),
-                           fault_script=fault_script, swarm=not args.no_swarm,
-                           faults_enable=_names(args.faults_enable), faults_disable=_names(args.faults_disable),
-                           knobs=knobs, schedule=_schedule(args.schedule), beyond_contract=args.beyond_contract,
-                           rates=rates or None, script_must_fire=must_fire)
-
-
-def _check_db(path: str, *, sqlite: bool) -> None:
-    """Before anything opens it: ``--db`` is in a directory that exists and,
-    for the SQLite store, names a new file, an empty one or an SQLite
-    database (a user's adapter, MODULE:FACTORY, gets the path as given)."""
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise UsageError(f"--db {path!r}: directory {parent!r} does not exist")
-    if not sqlite:
-        return
-    if os.path.isdir(path):
-        raise UsageError(f"--db {path!r} is a directory, not a database file")
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(len(SQLITE_HEADER))
-    except FileNotFoundError:
-        return  # a new database
-    except OSError as error:
-        raise UsageError(f"--db {path!r}: {error.strerror or error}") from None
-    if header and header != SQLITE_HEADER:
-        raise UsageError(f"--db {path!r} is not an SQLite database file")
-
-
-def _script_must_fire(path: str) -> bool:
-    """A hand-written script's every entry must fire (a targeted test that
-    fires nothing tests nothing); a repro file's recorded script is a replay
-    (after a fix it may diverge), held to it only if its run was."""
-    if not is_repro_file(path):
-        return True
-    config = read_repro(path).get("config")
-    return isinstance(config, dict) and config.get("script_must_fire") is True
-
-
 def _mutants(args: argparse.Namespace) -> int:
     """``loomsim mutants``: the catalogue swept (``sim.face.mutants``)."""
     from sim.face.mutants import MutantsUsageError, mutants_command
@@ -800,23 +336,6 @@ def _mutants(args: argparse.Namespace) -> int:
     try:
         return mutants_command(args, scenarios_argv(args.scenarios))
     except MutantsUsageError as error:
-        raise UsageError(str(error)) from None
-
-
-def _apply_mutant(args: argparse.Namespace) -> Any:
-    """``run --mutant NAME``: swap the planted bug in before anything runs
-    (None without one). A mutant that cannot apply, or whose patched code
-    the run's store never executes, is a usage error."""
-    if args.mutant is None:
-        if args.mutants:
-            raise UsageError("--mutants MODULE names where mutants come from: give --mutant NAME too")
-        return None
-    from faults.mutants import MutantError
-    from sim.face.mutants import apply_named
-
-    try:
-        return apply_named(args.mutant, args.mutants, _run_store(args))
-    except MutantError as error:
         raise UsageError(str(error)) from None
 
 
@@ -860,9 +379,9 @@ def _adopt_repro_config(scenario: Any, args: argparse.Namespace, argv: list[str]
     merged.knob = [*(k for k in recorded.knob if k[0] not in mine_knobs), *args.knob]
     mine_rates = {kind for kind, _ in args.rate}
     merged.rate = [*(r for r in recorded.rate if r[0] not in mine_rates), *args.rate]
-    enable, disable = set(_names(args.faults_enable)), set(_names(args.faults_disable))
-    merged.faults_enable = ",".join(sorted(enable | (set(_names(recorded.faults_enable)) - disable)))
-    merged.faults_disable = ",".join(sorted(disable | (set(_names(recorded.faults_disable)) - enable)))
+    enable, disable = set(parse_names(args.faults_enable)), set(parse_names(args.faults_disable))
+    merged.faults_enable = ",".join(sorted(enable | (set(parse_names(recorded.faults_enable)) - disable)))
+    merged.faults_disable = ",".join(sorted(disable | (set(parse_names(recorded.faults_disable)) - enable)))
     merged.scenarios = recorded.scenarios
     return merged
 
@@ -872,8 +391,8 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str], *, replaying:
     repro`` replays; the replay is then compared with its recording (a
     failure that did not recur is not a pass: exit 1, and said)."""
     args = _adopt_repro_config(scenario, args, argv)
-    mutant = _apply_mutant(args)
-    opts = _options(scenario, args)
+    mutant = apply_mutant(args)
+    opts = run_options(scenario, args)
     # Created at the run's first event (a run refused before it creates
     # nothing), at a free name: an existing trace is never overwritten.
     trace_file = None if not args.trace else NewFileStream(_check_new_file("--trace", args.trace))
@@ -950,12 +469,12 @@ def _shrink(args: argparse.Namespace) -> int:
 
     if args.max_runs < 1:
         raise UsageError("--max-runs must be at least 1")
-    _check_report_dir(args.report)
+    check_report_option(args.report)
     # Parsed after the file's modules are loaded: their scenarios' flags.
     _, run_args = parse(repro_argv(args.file, json_output=False, scenario_modules=args.scenarios))
-    mutant = _apply_mutant(run_args)  # a repro of a planted bug shrinks with the bug in place
+    mutant = apply_mutant(run_args)  # a repro of a planted bug shrinks with the bug in place
     scenario = registry.get(run_args.scenario)
-    opts = _options(scenario, run_args)
+    opts = run_options(scenario, run_args)
     out = _shrink_out(args.out, args.file, shrunk_filename(scenario.name, opts.seed))
     started_s = time.perf_counter()
     print(f"shrinking {args.file}: {len(opts.fault_script or ())} script entries, "
@@ -1146,7 +665,7 @@ def _print_result(result: RunResult, command: str, repro_path: str | None) -> No
     if result.excerpt:
         print("related trace events:")
         for seq, t_ms, node, kind, fields in result.excerpt[-EXCERPT_LINES:]:
-            detail = " ".join(f"{k}={_short(v)}" for k, v in fields.items())
+            detail = " ".join(f"{k}={field_text(v)}" for k, v in fields.items())
             print(f"  {format_calendar(t_ms)}  #{seq:<8} {node:<12} {kind:<28} {detail}")
     deviations = [e for e in result.fault_script if isinstance(e, Deviation) and e.time_ms <= first.time_ms]
     if deviations:
@@ -1172,11 +691,6 @@ def _never_fired_split(result: RunResult) -> dict[str, list[str]]:
     on = kinds_on | failpoints_on
     return {"never_fired_enabled": [name for name in never if name in on],
             "switched_off": [name for name in never if name not in on]}
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=repr, separators=(",", ":"))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 if __name__ == "__main__":

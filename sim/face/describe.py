@@ -37,7 +37,7 @@ import json
 from typing import Any, Mapping, Sequence
 
 from sim.clock import format_duration_ms
-from sim.face.cli import UsageError, _wrap
+from sim.face.options import UsageError, wrap_names
 from sim.face.repro_file import param_flag
 
 FORMAT = "loomsim-describe/1"
@@ -45,7 +45,7 @@ STORES = ("memory", "sqlite")
 
 
 def add_parser(sub: Any) -> None:
-    """``loomsim describe``'s arguments (called by ``cli.build_parser``)."""
+    """``loomsim describe``'s arguments (called by ``options.build_parser``)."""
     p = sub.add_parser("describe", help="a scenario's parameters, faults, sites, knobs, invariants, "
                                         "sometimes-properties and durations")
     p.add_argument("scenario", help="scenario name (see `loomsim list`)")
@@ -75,12 +75,12 @@ def swarm_lines(scenario: Any) -> list[str]:
         stacks = [_build(scenario, "memory", workload_on=True)]
         for label, names in (("fault kinds", stack_fault_kinds(stacks)),
                              ("failpoints (failpoint-crash sites)", stack_failpoints(stacks))):
-            lines.append(f"  {label}: {_wrap(names, '    ', head=f'  {label}: ') or 'none'}")
+            lines.append(f"  {label}: {wrap_names(names, '    ', head=f'  {label}: ') or 'none'}")
     else:
         for label, names in (("fault kinds", space.fault_kinds),
                              ("failpoints (failpoint-crash sites)", space.failpoints),
                              ("workload switches", space.workload)):
-            lines.append(f"  {label}: {_wrap(names, '    ', head=f'  {label}: ') or 'none'}")
+            lines.append(f"  {label}: {wrap_names(names, '    ', head=f'  {label}: ') or 'none'}")
         for knob in space.knobs:
             values = f", {knob_values_text(*weighted_values(knob.values))}" if knob.values else ""
             lines.append(f"  knob {knob.name}={knob.default} (range {knob.minimum}..{knob.maximum}{values}): "
@@ -276,7 +276,7 @@ def render(body: Mapping[str, Any]) -> str:
         lines.append("  no swarm: the scenario's own fault mix, all of it in every seed")
     for label, key in (("fault kinds", "fault_kinds"), ("failpoints", "failpoints"),
                        ("workload switches", "workload_switches")):
-        lines.append(f"  {label}: {_wrap(body[key], '    ', head=f'  {label}: ') or 'none'}")
+        lines.append(f"  {label}: {wrap_names(body[key], '    ', head=f'  {label}: ') or 'none'}")
     lines.append("  knobs:" if body["knobs"] else "  knobs: none")
     for k in body["knobs"]:
         values = f", {knob_values_text(k['values'], k['weights'])}" if k["values"] else ""
@@ -292,5 +292,5 @@ def render(body: Mapping[str, Any]) -> str:
         when = "" if inv["when"] == "always" else f" [{inv['when']}]"
         lines.append(f"    {inv['name']}{when}: {inv['doc'] or '(no doc)'}")
     lines.append("  the runner's own verdicts: " + ", ".join(v["name"] for v in body["runner_verdicts"]))
-    lines.append(f"  sometimes-properties: {_wrap(body['sometimes'], '    ', head='  sometimes-properties: ') or 'none'}")
+    lines.append(f"  sometimes-properties: {wrap_names(body['sometimes'], '    ', head='  sometimes-properties: ') or 'none'}")
     return "\n".join(lines)

@@ -5,7 +5,7 @@ code give the same trace in any process and under any ``PYTHONHASHSEED``.
 This command checks it for a user's seeds and scenarios (their own store
 adapters and workloads included): each seed runs twice as a child ``python
 -m sim run ... --trace FILE --json`` (as a sweep's seeds do,
-``sweep._child``), once under ``PYTHONHASHSEED=0`` (hash randomisation
+``children.start_child``), once under ``PYTHONHASHSEED=0`` (hash randomisation
 off) and once under ``PYTHONHASHSEED=1`` (a fixed, different seed of the
 string hash): a set of strings iterated where its order reaches the trace,
 or anything ordered by ``hash()``, then differs between the two.
@@ -35,8 +35,9 @@ from typing import Any, Iterator, Mapping, Sequence
 import attrs
 
 from sim.clock import format_calendar, format_duration_ms
-from sim.face.cli import UsageError
-from sim.face.sweep import Job, POLL_S, _child, _outcome, check_interrupted, forwarding_signals, reap, spawning
+from sim.face.options import UsageError, selected_scenarios
+from sim.face.children import (POLL_S, Job, check_interrupted, child_result, forwarding_signals, reap, spawning,
+                               start_child)
 
 FORMAT = "loomsim-determinism/1"
 # The two hash seeds: 0 turns string-hash randomisation off, 1 is a fixed other one.
@@ -46,7 +47,7 @@ DETERMINISTIC, DIVERGED, ERROR = "deterministic", "diverged", "error"
 
 
 def add_parser(sub: Any, *, seed_range: Any, count: Any, duration: Any, store: Any) -> None:
-    """``loomsim check-determinism``'s arguments (called by ``cli.build_parser``)."""
+    """``loomsim check-determinism``'s arguments (called by ``options.build_parser``)."""
     p = sub.add_parser("check-determinism",
                        help="run each seed twice in fresh processes under two PYTHONHASHSEEDs and compare the "
                             "traces: name the first diverging event")
@@ -73,7 +74,6 @@ class Pair:
 
 def command(args: Any) -> int:
     """``loomsim check-determinism`` (dispatched from ``cli._main``)."""
-    from sim.face.cli import selected_scenarios
     from sim.face.repro_file import scenarios_argv
 
     scenarios = selected_scenarios(args.scenario)
@@ -119,7 +119,7 @@ def plan(scenarios: Sequence[Any], seeds: range, directory: str, *, duration_ms:
 def run_pairs(pairs: Sequence[Pair], *, jobs: int, on_record: Any = None) -> list[dict[str, Any]]:
     """Run both children of every pair, at most ``jobs`` processes at once;
     compare each pair once both have ended. SIGINT/SIGTERM: the children are
-    stopped and reaped (``sweep.reap``), ``Interrupted`` raised."""
+    stopped and reaped (``children.reap``), ``Interrupted`` raised."""
     pending = [(pair, side) for pair in pairs for side in (0, 1)]
     running: list[tuple[Pair, int, Any]] = []
     done: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
@@ -133,7 +133,7 @@ def run_pairs(pairs: Sequence[Pair], *, jobs: int, on_record: Any = None) -> lis
                     pair, side = pending.pop(0)
                     job = attrs.evolve(pair.job, argv=(*pair.job.argv, "--trace", pair.traces[side]))
                     with spawning():
-                        running.append((pair, side, _child(job, None, {"PYTHONHASHSEED": HASH_SEEDS[side]})))
+                        running.append((pair, side, start_child(job, None, {"PYTHONHASHSEED": HASH_SEEDS[side]})))
                 for entry in list(running):
                     pair, side, proc = entry
                     if proc.poll() is None:
@@ -141,7 +141,7 @@ def run_pairs(pairs: Sequence[Pair], *, jobs: int, on_record: Any = None) -> lis
                     running.remove(entry)
                     key = (pair.job.scenario, pair.job.seed)
                     both = done.setdefault(key, {})
-                    both[side] = _outcome(pair.job, proc)
+                    both[side] = child_result(pair.job, proc)
                     if len(both) == 2:
                         record = records[key] = compare(pair, both[0], both[1])
                         del done[key]

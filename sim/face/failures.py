@@ -227,7 +227,7 @@ def run_in_process(argv: Sequence[str], *, must_fire: bool | None = None) -> InP
     """Run ``loomsim run ...`` (``argv`` without the program name) in this
     process, the options built by the CLI's own parser and helpers, the
     mutant (``--mutant``) applied for the run and reverted after. Raises
-    ``sim.face.cli.UsageError`` (also for a repro file or scenario module
+    ``sim.face.options.UsageError`` (also for a repro file or scenario module
     that cannot be used)."""
     import sqlite3
 
@@ -235,32 +235,32 @@ def run_in_process(argv: Sequence[str], *, must_fire: bool | None = None) -> InP
     from faults.mutants import current as current_mutant
     from faults.mutants import revert as revert_mutant
     from scenarios import registry
-    from sim.face import cli, discovery
+    from sim.face import discovery, options
     from sim.face.repro_file import repro_command
     from sim.runner import run
     from sim.scenario import SetupError
 
     try:
-        _, args = cli.parse(list(argv))
+        _, args = options.parse(list(argv))
     except (ReproFileError, discovery.ScenarioModuleError) as error:
-        raise cli.UsageError(str(error)) from None
+        raise options.UsageError(str(error)) from None
     if args.command != "run":
-        raise cli.UsageError(f"expected a run command line, got {args.command!r}")
+        raise options.UsageError(f"expected a run command line, got {args.command!r}")
     try:
         scenario = registry.get(args.scenario)
     except registry.UnknownScenario as error:
-        raise cli.UsageError(str(error)) from None
+        raise options.UsageError(str(error)) from None
     mine = current_mutant() is None  # revert only what this call applied
-    mutant = cli._apply_mutant(args)
+    mutant = options.apply_mutant(args)
     try:
-        opts = cli._options(scenario, args)
+        opts = options.run_options(scenario, args)
         if must_fire is not None:
             opts = attrs.evolve(opts, script_must_fire=must_fire)
         result = run(scenario, opts)
     except SetupError as error:
-        raise cli.UsageError(str(error)) from None
+        raise options.UsageError(str(error)) from None
     except sqlite3.DatabaseError as error:
-        raise cli.UsageError(f"database {args.db or '(temporary)'}: {error}") from None
+        raise options.UsageError(f"database {args.db or '(temporary)'}: {error}") from None
     finally:
         if mutant is not None and mine:
             revert_mutant()
@@ -319,7 +319,7 @@ def replay(path: str, *, mutant: str | None = None, mutants_module: str | None =
     """Replay the saved failure at ``path`` in this process, against the
     current code with ``mutant`` (None: the real code); classify it (the
     rule is in this module's docstring). Moves no file (``replay_saved``)."""
-    from sim.face import cli
+    from sim.face.options import UsageError
     from sim.face.repro_file import repro_argv
 
     name = os.path.basename(path)
@@ -354,7 +354,7 @@ def replay(path: str, *, mutant: str | None = None, mutants_module: str | None =
     command = f"loomsim repro {path}"
     try:
         done = run_in_process(argv, must_fire=True)
-    except cli.UsageError as error:  # a parameter, knob or fault kind the code no longer has
+    except UsageError as error:  # a parameter, knob or fault kind the code no longer has
         return stale(str(error), **known)
     result = done.result
     if result.passed:

@@ -2,8 +2,8 @@
 
 For each mutant (``faults.mutant_catalogue``, plus a user's ``--mutants
 MODULE``), for each scenario it concerns, seeds run in child processes
-(``python -m sim run SCENARIO --seed N --mutant NAME --json``, started by
-the sweep's own helper) at the scenario's sweep duration, on the
+(``python -m sim run SCENARIO --seed N --mutant NAME --json``, started as
+a sweep's are: ``sim.face.children``) at the scenario's sweep duration, on the
 adapter the mutant patches, until the first run (in seed, then scenario
 order: seed A of every scenario, then seed A+1, as a sweep interleaves)
 whose run fails an invariant: *detected*. A mutant no seed catches
@@ -41,7 +41,9 @@ from typing import Any, Sequence
 import attrs
 
 from sim.clock import DurationError, format_duration_ms, parse_duration_ms
-from sim.face.sweep import EXIT_ERROR, Job, _child, _outcome, _output, check_interrupted, forwarding_signals, reap, spawning
+from reports.verdict import EXIT_ERROR
+from sim.face.children import (Job, check_interrupted, child_output, child_result, forwarding_signals, reap, spawning,
+                               start_child)
 
 # 0 every mutant detected, 1 one survived, 3 none survived but a child could
 # not run (an infrastructure error; the CLI's usage error is 2).
@@ -307,7 +309,7 @@ def _drive(jobs: list[_Job], args: argparse.Namespace, global_args: list[str], *
             key = job.keys[job.next_index]
             job.next_index += 1
             with spawning():
-                job.running[key] = _child(_child_job(job, key, args.mutants, global_args), None)
+                job.running[key] = start_child(_child_job(job, key, args.mutants, global_args), None)
             running += 1
         if running == 0:
             return
@@ -323,7 +325,7 @@ def _drive(jobs: list[_Job], args: argparse.Namespace, global_args: list[str], *
                 if key not in job.running or proc.poll() is None:
                     continue
                 del job.running[key]
-                result = job.results[key] = _outcome(_child_job(job, key, args.mutants, global_args), proc)
+                result = job.results[key] = child_result(_child_job(job, key, args.mutants, global_args), proc)
                 if not exhaustive and _detects(result) and (job.decided is None or key < job.decided):
                     job.decided = key
                     _stop_later(job)
@@ -344,7 +346,7 @@ def _stop_later(job: _Job) -> None:
         if key > job.decided:  # type: ignore[operator]
             proc = job.running.pop(key)
             proc.kill()
-            _output(proc)
+            child_output(proc)
 
 
 def _progress(job: _Job, done: int, total: int, out: Any) -> None:

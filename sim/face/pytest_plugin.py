@@ -135,10 +135,10 @@ def _usage(flag: str, error: Exception) -> pytest.UsageError:
 def _parse_seeds(text: str) -> range:
     import argparse
 
-    from sim.face.cli import _seed_range
+    from sim.face.options import parse_seed_range
 
     try:
-        return _seed_range(text)
+        return parse_seed_range(text)
     except argparse.ArgumentTypeError as error:
         raise _usage("--loomsim-seeds", error) from None
 
@@ -146,10 +146,10 @@ def _parse_seeds(text: str) -> range:
 def _check_duration(text: str, flag: str = "--loomsim-duration") -> int:
     import argparse
 
-    from sim.face.cli import _duration
+    from sim.face.options import parse_duration
 
     try:
-        return _duration(text)
+        return parse_duration(text)
     except argparse.ArgumentTypeError as error:
         raise _usage(flag, error) from None
 
@@ -178,14 +178,15 @@ def _check_store(store: Any, flag: str = "--loomsim-store") -> str:
     (MODULE:FACTORY) loaded and each port checked now, before any seed."""
     import argparse
 
-    from sim.face import cli, discovery
+    from sim.face import discovery
+    from sim.face.options import NAMED_STORES, parse_store
     from sim.scenario import SetupError
 
     try:
-        store = cli._store(str(store))
+        store = parse_store(str(store))
     except argparse.ArgumentTypeError as error:
         raise _usage(flag, error) from None
-    if store not in cli.NAMED_STORES:
+    if store not in NAMED_STORES:
         from scenarios.user_stores import load_store_factory
 
         discovery.ensure_cwd_importable()  # as the run will: the adapter's module, from the user's checkout
@@ -368,11 +369,12 @@ class SavedItem(_LoomsimItem):
 
 
 def _run_seed(argv: list[str]) -> Any:
-    from sim.face import cli, failures
+    from sim.face import failures
+    from sim.face.options import UsageError
 
     try:
         return failures.run_in_process(argv)
-    except cli.UsageError as error:
+    except UsageError as error:
         raise LoomsimFailure(f"loomsim: error: {error}") from None
 
 
@@ -391,7 +393,7 @@ def failure_message(done: Any, repro_path: str | None, *, saved: str | None = No
     its message, the related trace events (the last ``EXCERPT_LINES``), the
     repro command and the repro file."""
     from sim.clock import format_calendar
-    from sim.face.cli import _short
+    from sim.trace import field_text
 
     result = done.result
     first = result.violations[0]
@@ -400,7 +402,7 @@ def failure_message(done: Any, repro_path: str | None, *, saved: str | None = No
     if result.excerpt:
         lines.append("related trace events:")
         for seq, t_ms, node, kind, fields in result.excerpt[-EXCERPT_LINES:]:
-            detail = " ".join(f"{k}={_short(v)}" for k, v in fields.items())
+            detail = " ".join(f"{k}={field_text(v)}" for k, v in fields.items())
             lines.append(f"  {format_calendar(t_ms)}  #{seq:<8} {node:<12} {kind:<28} {detail}")
     for extra in result.violations[1:3]:
         lines.append(f"also: {extra.invariant} at {format_calendar(extra.time_ms)}: {extra.message[:200]}")
@@ -435,10 +437,10 @@ def _marker_spec(marker: Any) -> dict[str, Any]:
 def _parse_seeds_for(text: Any) -> range:
     import argparse
 
-    from sim.face.cli import _seed_range
+    from sim.face.options import parse_seed_range
 
     try:
-        return _seed_range(str(text))
+        return parse_seed_range(str(text))
     except argparse.ArgumentTypeError as error:
         raise _usage("@loomsim.seeds", error) from None
 

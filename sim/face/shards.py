@@ -42,7 +42,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import attrs
 
 from sim.face import model_coverage
-from sim.face.cli import UsageError
+from sim.face.options import UsageError, write_report_or_warn
 from sim.numbers import NumberError, parse_whole
 from sim.face.sweep import render, seal, seed_record, summarize_scenario, summarize_sweep
 
@@ -374,7 +374,7 @@ def render_merge(summary: Mapping[str, Any]) -> str:
 
 
 def add_merge_parser(sub: Any) -> None:
-    """``loomsim merge``'s arguments (called by ``cli.build_parser``)."""
+    """``loomsim merge``'s arguments (called by ``options.build_parser``)."""
     p = sub.add_parser("merge", help="combine the shard files of a sharded sweep (sweep --shard I/N --out FILE) "
                                      "into the sweep's summary and exit code")
     p.add_argument("files", nargs="+", metavar="FILE", help="the shard files, e.g. shard-*.json")
@@ -406,9 +406,9 @@ def merge_command(paths: Sequence[str], *, json_output: bool, require_coverage: 
 
 def _check_report_dir(directory: str) -> None:
     """``merge --report DIR``: checked before merging, as ``sweep --report`` is."""
-    from sim.face import cli
+    from sim.face import options
 
-    check = getattr(cli, "_check_report_dir", None)
+    check = getattr(options, "check_report_option", None)
     if check is None:  # the reports package not wired into this loomsim: say so, run nothing
         raise ShardError("--report: this loomsim cannot write sweep reports (no reports.write_report)")
     check(directory)
@@ -416,7 +416,5 @@ def _check_report_dir(directory: str) -> None:
 
 def _write_report(directory: str, summary: Mapping[str, Any], *, to_stderr: bool) -> None:
     """The merged sweep's report, as ``sweep --report`` writes its own
-    (``reports.write_report`` through ``cli.write_report_or_warn``)."""
-    from sim.face.cli import write_report_or_warn
-
+    (``reports.write_report`` through ``options.write_report_or_warn``)."""
     write_report_or_warn(directory, dict(summary), to_stderr=to_stderr)

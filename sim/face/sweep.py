@@ -50,7 +50,6 @@ and to keep a time budget, and starts processes; nothing simulated runs here.
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
@@ -65,9 +64,11 @@ from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
 import attrs
 
 from faults.kinds import FAILPOINT_CRASH, TIMED_FAULT_KINDS
-from reports.verdict import (EXIT_ERROR, EXIT_PASS, EXIT_VIOLATION, NOT_EXERCISED, decide_sweep,
-                             not_exercised_why, verdict)
+from reports.verdict import EXIT_ERROR, NOT_EXERCISED, decide_sweep, not_exercised_why, verdict
 from sim.face import failures, model_coverage
+from sim.face.children import (POLL_S, Interrupted, Job, check_interrupted, child_result, forwarding_signals, reap,
+                               spawning, start_child)
+from sim.face.options import write_report_or_warn
 
 # The exit codes (``reports.verdict.decide``, the one decision of a sweep's
 # verdict): 0 every seed passed, 1 a seed or a saved failure failed (or,
@@ -77,7 +78,6 @@ from sim.face import failures, model_coverage
 # face modules that read a sweep's codes from here: shards, the tests.)
 # The ``format`` of the sweep's --json object (a run's is ``loomsim-result/1``).
 SWEEP_FORMAT = "loomsim-sweep/1"
-REAP_S = 5.0  # how long a signalled child may take to exit before it is killed
 # Every 8th seed runs beyond the contract (seeds 7, 15, 23, ...).
 BEYOND_EVERY_DEFAULT = 8
 # Every 4th seed runs on SQLite when the sweep is not told a store (1, 5, 9, ...).
@@ -86,140 +86,6 @@ SQLITE_EVERY_DEFAULT = 4
 # runner never ends one so: it is DETECTED or FAIL): a failure of the sweep.
 # One in which no promise broke is ``NOT_EXERCISED``: it tested nothing.
 BEYOND_PASSED = "beyond-contract-passed"
-POLL_S = 0.05  # how often the parent looks at its running children
-
-# The directory holding the ``sim`` package (sim/face/sweep.py -> its root).
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM reached a command that runs children (``sweep``,
-    ``mutants``, ``check-determinism``): recorded by ``forwarding_signals``,
-    raised at the loop's next safe point (``check_interrupted``); the
-    command's ``finally`` passes the signal on to its children and reaps
-    them (``reap``), the CLI prints one line and exits 128 + the signal.
-    A ``BaseException``, like ``KeyboardInterrupt``: no ``except Exception``
-    swallows it."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-        self.stopped = 0  # children stopped on the way out (set by ``reap``)
-
-
-class _Signals:
-    """The state of ``forwarding_signals``: the signal that arrived and is
-    not raised yet (``pending``), and whether children are being reaped."""
-
-    reaping = False
-    pending: int | None = None
-
-
-def _on_signal(signum: int, _frame: Any) -> None:
-    # Never raise here. An exception thrown between two bytecodes can land
-    # inside ``subprocess``'s own bookkeeping (``Popen.poll`` between taking
-    # its wait lock and the ``try`` that releases it): the lock stays taken
-    # and the ``wait()`` of the reaping blocks forever (seen under load: a
-    # SIGINT-ed sweep that never exited). The loops raise at safe points.
-    if _Signals.pending is None:
-        _Signals.pending = signum
-
-
-def check_interrupted() -> None:
-    """Raise ``Interrupted`` for a signal that arrived (a loop's safe point:
-    every turn of the sweep's, ``mutants``' and ``check-determinism``'s)."""
-    pending = _Signals.pending
-    if pending is not None and not _Signals.reaping:
-        _Signals.pending = None
-        raise Interrupted(pending)
-
-
-@contextlib.contextmanager
-def forwarding_signals() -> Any:
-    """Within: SIGINT and SIGTERM are recorded, and raised as
-    ``Interrupted`` at the next ``check_interrupted`` (the main thread
-    only; elsewhere, or when they are ignored, nothing changes). One that
-    came after the loop's last check is raised on the way out: the command
-    was asked to stop."""
-    previous = {}
-    _Signals.pending = None
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(signum) is signal.SIG_IGN:  # nohup / a background job: stay as told
-            continue
-        try:
-            previous[signum] = signal.signal(signum, _on_signal)
-        except ValueError:  # not the main thread: signals stay as they are
-            break
-    try:
-        yield
-        check_interrupted()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        _Signals.pending = None
-
-
-def _raise_interrupted(signum: int, _frame: Any) -> None:
-    raise Interrupted(signum)
-
-
-@contextlib.contextmanager
-def sigterm_interrupts() -> Any:
-    """Within (a whole CLI command): SIGTERM, where it is at its default,
-    raises ``Interrupted`` as SIGINT raises ``KeyboardInterrupt``, so the
-    ``finally`` blocks run on the way out (a run's temporary SQLite
-    database is removed; at its default SIGTERM kills without them) and the
-    CLI exits 143. The loops that run children record it instead
-    (``forwarding_signals``), raising it only at their safe points."""
-    try:
-        previous = signal.getsignal(signal.SIGTERM)
-        if previous is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _raise_interrupted)
-    except ValueError:  # not the main thread: SIGTERM stays as it is
-        previous = None
-    try:
-        yield
-    finally:
-        if previous is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def spawning() -> Any:
-    """Around starting a child and recording it as running: a signal that
-    comes meanwhile is raised once both are done, so no child is started
-    and then forgotten."""
-    yield
-    check_interrupted()
-
-
-def reap(procs: Iterable[subprocess.Popen], error: BaseException | None) -> None:
-    """Leave no child behind: on ``Interrupted``, pass its signal on and give
-    each child ``REAP_S`` to exit; then (or at once, on any other way out)
-    kill what is left, and wait for every one. A second signal meanwhile
-    waits (and is dropped): the reaping finishes."""
-    _Signals.reaping = True
-    try:
-        _reap([proc for proc in procs if proc.poll() is None], error)
-    finally:
-        _Signals.reaping, _Signals.pending = False, None
-
-
-def _reap(procs: list[subprocess.Popen], error: BaseException | None) -> None:
-    if isinstance(error, Interrupted):
-        error.stopped += len(procs)
-        for proc in procs:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(error.signum)
-        deadline = time.monotonic() + REAP_S
-        for proc in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    for proc in procs:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        _output(proc)
 
 
 @attrs.frozen
@@ -265,16 +131,6 @@ class SweepOptions:
         return "sqlite" if seed % every == 1 % every else "memory"
 
 
-@attrs.frozen
-class Job:
-    """One child: a seed of a scenario, maybe beyond the contract."""
-
-    scenario: str
-    seed: int
-    beyond: bool
-    argv: tuple[str, ...]  # ``[global args] run SCENARIO --seed N ... --json``
-
-
 def plan_jobs(scenarios: Sequence[str], child_args: Mapping[str, Sequence[str]], opts: SweepOptions,
               global_args: Sequence[str] = ()) -> Iterator[Job]:
     """Every (seed, scenario) of the sweep, seed-major: seed A of every
@@ -290,55 +146,6 @@ def plan_jobs(scenarios: Sequence[str], child_args: Mapping[str, Sequence[str]],
             if store is not None and "--store" not in args:
                 args += ["--store", store]
             yield Job(name, seed, beyond, (*global_args, "run", name, "--seed", str(seed), *args, "--json"))
-
-
-def _child(job: Job, lines_file: str | None, env_extra: Mapping[str, str] | None = None) -> subprocess.Popen:
-    """The job's process, in this process's directory (where ``--scenarios``
-    modules are importable from); under the line recorder if ``lines_file``;
-    ``env_extra`` set in its environment (``check-determinism``: ``PYTHONHASHSEED``)."""
-    env = {**os.environ, **(env_extra or {})}
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    head = ["-m", "sim"] if lines_file is None else ["-m", "sim.face.model_coverage", lines_file, "--"]
-    # Its output goes to unnamed temporary files, not pipes: the parent polls
-    # and reads only after the child exits, and a child that wrote more than
-    # a pipe holds (64 KiB) would block on a pipe forever.
-    out, err = tempfile.TemporaryFile("w+", encoding="utf-8"), tempfile.TemporaryFile("w+", encoding="utf-8")
-    proc = subprocess.Popen([sys.executable, *head, *job.argv], stdout=out, stderr=err, text=True, env=env)
-    proc.output_files = (out, err)  # type: ignore[attr-defined]
-    return proc
-
-
-def _output(proc: subprocess.Popen) -> tuple[str, str]:
-    """What an exited ``_child`` wrote to stdout and stderr, once: its files
-    are closed after (a second call reads nothing)."""
-    proc.wait()
-    texts = []
-    for handle in proc.output_files:  # type: ignore[attr-defined]
-        if handle.closed:
-            texts.append("")
-            continue
-        handle.seek(0)
-        texts.append(handle.read())
-        handle.close()
-    return texts[0], texts[1]
-
-
-def _outcome(job: Job, proc: subprocess.Popen) -> dict[str, Any]:
-    """The child's JSON result, tagged with the job; an ``error`` record when
-    it printed none (a usage error, a crash of the harness)."""
-    out, err = _output(proc)
-    result = None
-    if proc.returncode in (EXIT_PASS, EXIT_VIOLATION):
-        try:
-            result = json.loads(out)
-        except json.JSONDecodeError:
-            result = None
-    if result is None:
-        line = (err.strip().splitlines() or ["no output"])[-1]
-        result = {"seed": job.seed, "status": "error", "error": f"exit {proc.returncode}: {line}"}
-    result["scenario"] = job.scenario
-    result["beyond"] = job.beyond
-    return result
 
 
 def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str, Sequence[str]],
@@ -391,13 +198,13 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
                         lines_file = (None if lines_dir is None
                                       else os.path.join(lines_dir, f"{job.scenario}-{job.seed}.json"))
                         with spawning():
-                            running.append((job, _child(job, lines_file), lines_file))
+                            running.append((job, start_child(job, lines_file), lines_file))
                     for entry in list(running):
                         job, proc, lines_file = entry
                         if proc.poll() is None:
                             continue
                         running.remove(entry)
-                        result = results[(job.scenario, job.seed)] = _outcome(job, proc)
+                        result = results[(job.scenario, job.seed)] = child_result(job, proc)
                         if lines_file is not None:
                             model_coverage.merge(executed, model_coverage.read_lines(lines_file))
                             lost_seeds += model_coverage.tracing_lost(lines_file)
@@ -442,8 +249,6 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
         if summary.get("model_coverage_file"):
             print(f"model coverage file: {summary['model_coverage_file']}")
     if opts.report_dir is not None:
-        from sim.face.cli import write_report_or_warn
-
         write_report_or_warn(opts.report_dir, summary, to_stderr=opts.json)
     if interrupted is not None:
         stopped = f"; stopped {interrupted.stopped} running child run(s)" if interrupted.stopped else ""
