@@ -1193,7 +1193,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.findings",
         "                if occurrence_ms + schedule.every_ms > high_ms:\n"
         "                    break  # the latest occurrence may not be admitted yet\n", "", SY,
-        ci_seed=2, ci_duration="7d"),
+        ci_seed=28, ci_duration="7d"),
     Mutant(
         "retention-passes-open-work",
         "Retention skips over a run with open work and retires the settled runs behind it.",
