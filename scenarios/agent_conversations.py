@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from faults.kinds import DROPPED_NOTIFICATION, OVERTAKING_COMMIT
 from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE
-from model.failpoints import (AGENT_CRASH_POINTS, COMPACTION_APPENDED, FOLLOWER_APPENDED_BEFORE_JOINED,
+from model.failpoints import (ABORT_INTENT_STORED, AGENT_CRASH_POINTS, COMPACTION_APPENDED, FOLLOWER_APPENDED_BEFORE_JOINED,
                               SUBAGENT_CHILD_ABORT_INTENT)
 from scenarios import api as inv
 from scenarios.agents import (JOINING_SHARE, AgentSubmitters, AgentWorkers, Approvers, Cancellers, ModelService,
@@ -50,7 +50,7 @@ RARE_SITES = ("tools.invoke", "model.stream", "ledger.mark_unknown", "ledger.res
 # fire this many times as often, so that a sweep fires each (a joining
 # host passes join:after-claim at each step: it needs no boost).
 RARE_POINTS_BOOST = 25
-RARE_POINTS = (COMPACTION_APPENDED, FOLLOWER_APPENDED_BEFORE_JOINED, SUBAGENT_CHILD_ABORT_INTENT)
+RARE_POINTS = (COMPACTION_APPENDED, FOLLOWER_APPENDED_BEFORE_JOINED, SUBAGENT_CHILD_ABORT_INTENT, ABORT_INTENT_STORED)
 SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
                    failpoint_boosts=tuple((point, RARE_POINTS_BOOST) for point in RARE_POINTS),
                    workload=(FAILING_WORK, TOOLS, APPROVALS, SUBAGENTS, FOLLOW_UPS, CHECKPOINTS),

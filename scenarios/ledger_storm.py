@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from faults.kinds import OVERTAKING_COMMIT
 from model.conversation.records import PAGE_SIZE_MAX
+from model.failpoints import ABORT_INTENT_STORED
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
 from scenarios import api as inv
 from scenarios.api import (ACK_LOST, BOUNDARY_DELAY, CORRUPT_ROW, CRASH_BEFORE_CALL, FAILPOINT_CRASH, HOUR, LATENCY,
@@ -46,7 +47,12 @@ KNOBS = (Knob("lease_ms", 20 * SECOND, 5 * SECOND, 60 * SECOND, "claim lease"),
          # moves no other choice of a seed.
          Knob("retention_ttl_ms", HOUR, 0, 24 * HOUR, "delete a conversation this long after it closed (0: never)",
               values=(0, 0, SECOND, MINUTE, HOUR, HOUR, HOUR, HOUR)))
+# A client's abort of a queued submission passes abort:after-intent a few
+# times a seed: activated, it fires this many times as often (so that a
+# sweep fires it; a boost changes no draw).
+ABORT_INTENT_BOOST = 25
 SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=SUBMISSION_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
+                   failpoint_boosts=((ABORT_INTENT_STORED, ABORT_INTENT_BOOST),),
                    workload=(ABORTS, FAILING_WORK, CHECKPOINTS), knobs=KNOBS)
 SOMETIMES = ("stale_writes_fenced", "damaged_reads_caught", "worker_crashes", "settled", "recoveries_from_checkpoint",
              "aborted_queued", "aborted_running", "conversations_retired", "retirements_held_open", "handoffs")
