@@ -111,6 +111,21 @@ def test_fifo_one_active_accepts_a_handoff_behind_exactly_the_deferred_head():
     assert found == []
 
 
+def test_fifo_one_active_accepts_a_slow_handoff_request_over_rows_settled_since():
+    """A handoff asked for before, committed after, its rows settled (a
+    delayed claim: ledger-storm seed 8, 4h, once failed on it): the ledger
+    grants nothing, and the producer's deferral was judged while open."""
+    checker, found = _checker()
+    _lane(checker, "s1", "s2")
+    _deferred(checker, "s1")
+    _claim(checker, "s1", None, 2)
+    _settled(checker, "s1")
+    _claim(checker, "s2", None, 3)
+    _settled(checker, "s2")
+    _claim(checker, None, (1, ("s1",), "s2"))  # the first producer's request, landing now
+    assert found == []
+
+
 @pytest.mark.parametrize("problem", ["unmarked", "unreleased", "not-every-row-ahead"])
 def test_fifo_one_active_fails_a_handoff_its_producer_had_no_right_to_ask(problem):
     """Judged as asked, whatever the ledger answers (here: nothing granted)."""

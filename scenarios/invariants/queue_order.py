@@ -161,6 +161,12 @@ class QueueOrder(Checker):
         """A handoff asked for (granted or not): the producer deferred what it names."""
         self.checks += 1
         producer_epoch, deferred, target = handoff[0], tuple(handoff[1]), handoff[2]
+        queue = [sid for _, sid in self._unsettled.get(conversation, ())]
+        if deferred and not set(deferred) <= set(queue):
+            # A row it names settled since it asked (a slow request): the
+            # ledger grants nothing over a settled row, and what its producer
+            # did with that row was judged while it was open.
+            return
         unapplied = [sid for sid in deferred if sid not in self._marked]
         if not deferred or unapplied:
             self.fail(f"{conversation}: {owner} handed the lane to {target} over {deferred}, "
@@ -171,7 +177,6 @@ class QueueOrder(Checker):
                       f"releasing {deferred[-1]} at it (last release: {self._released.get(deferred[-1])})",
                       (conversation, target))
             return
-        queue = [sid for _, sid in self._unsettled.get(conversation, ())]
         if self._lane_epoch.get(conversation) == producer_epoch and target in queue \
                 and tuple(queue[:queue.index(target)]) != deferred:
             self.fail(f"{conversation}: {owner} handed the lane to {target} naming {deferred} deferred, while "
