@@ -265,7 +265,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "second submission under one idempotency key.",
         "model.ledger.rules", "    if existing is not None:\n        if existing.input_digest != input_digest:\n",
         "    if existing is not None and existing.ready:\n        if existing.input_digest != input_digest:\n", ALL,
-        ci_seed=6, ci_duration="15m", ci_scenario="ledger-storm"),
+        ci_seed=1, ci_duration="15m", ci_scenario="ledger-storm"),
     Mutant(
         "ledger-admit-policy-before-replay",
         "Admission checks its policies (fence, group occupancy) before it looks for an earlier admission, so an "
@@ -354,7 +354,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "    if not claimable(state_of(head), head.abort_author is not None):\n",
         "    if state_of(head) == SETTLED:\n", ALL,
-        ci_seed=6, ci_duration="15m", ci_scenario="ledger-storm"),
+        ci_seed=1, ci_duration="15m", ci_scenario="ledger-storm"),
     Mutant(
         "ledger-handoff-over-a-gap",
         "A cooperative handoff takes as many leading rows as the handoff names deferred instead of every row "
@@ -733,7 +733,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The worker appends the input record of a submission whose abort intent was already durable when it "
         "claimed it (aborted before its input ever reached the log).",
         "model.submissions", "        if not record.input_applied and not aborted:\n",
-        "        if not record.input_applied:\n", LS, ci_seed=6, ci_duration="4h"),
+        "        if not record.input_applied:\n", LS, ci_seed=1, ci_duration="12h"),
     Mutant(
         "worker-skips-takeover",
         "The worker never takes the log over at its claim's epoch (its first append would), so until then a "
@@ -865,7 +865,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n"
         "    if request.producer_id != conversation.producer_id:\n"
         "        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
-        ("ledger-storm", "agent-conversations", "port-storm"), ci_seed=2, ci_duration="1m"),
+        ("ledger-storm", "agent-conversations", "port-storm"), ci_seed=11, ci_duration="1m"),
     Mutant(
         "lifecycle-administrative-append-takes-over",
         "A queued abort's aborter takes the log over at the next epoch before its append instead of appending "
@@ -950,7 +950,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                raise HistoryCorrupted(conversation_id, expected, record.seq, "non-contiguous page")\n'
         "        if len(got) != want:\n",
         "        if not got or got[-1].seq != after_seq + want:\n", LS_PS,
-        ci_seed=10, ci_duration="1h"),
+        ci_seed=2, ci_duration="1h"),
     Mutant(
         "log-chain-gap-regrouped",
         "Recomputing the digest chain regroups records by batch id alone and ignores their sequence numbers, "
@@ -1245,7 +1245,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "agent's tools, a checkpoint written under the old ones is trusted.",
         "model.conversation.checkpoints", "    if checkpoint.tool_digest != tool_digest:\n",
         "    if checkpoint.tool_digest != checkpoint.tool_digest:\n", AC,
-        ci_seed=2, ci_duration="2h"),
+        ci_seed=7, ci_duration="6h"),
     Mutant(
         "checkpoint-save-unchecked",
         "Saving a checkpoint no longer checks its tail digest against the log's digest at its position.",
@@ -1431,7 +1431,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.retention",
         "    try:\n        await ledger.purge_conversation(conversation_id)\n",
         "    await log.delete_conversation(conversation_id)\n    try:\n        await ledger.purge_conversation(conversation_id)\n",
-        LS, ci_seed=2, ci_duration="6h"),
+        LS, ci_seed=2, ci_duration="18h"),
     Mutant(
         "progress-polling-loop",
         "The wait sleeps a second and rereads instead of parking on its registration: a polling loop.",
@@ -1456,7 +1456,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    (TERMINALIZING, lambda row, log, ctx: True, APPEND_RESERVED_SETTLEMENT, REPAIRED),\n",
         "    (TERMINALIZING, lambda row, log, ctx: True, FINALIZE_LEDGER_FROM_HISTORY, REPAIRED),\n",
         ("ledger-storm", "agent-conversations"),
-        ci_seed=5, ci_duration="10m", ci_scenario="agent-conversations"),
+        ci_seed=1, ci_duration="10m", ci_scenario="agent-conversations"),
     Mutant(
         "recovery-annotates-the-logged-case",
         "The claim holder writes the AppendReservedSettlement repair annotation when the reserved record is "
@@ -1465,7 +1465,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is None else None\n",
         "        repair = APPEND_RESERVED_SETTLEMENT if record.reserved_record is not None and logged is not None else None\n",
         ("ledger-storm", "agent-conversations"),
-        ci_seed=5, ci_duration="15m"),
+        ci_seed=0, ci_duration="15m"),
     Mutant(
         "recovery-pass-skips-materialization",
         "The recovery pass decides CompleteMaterialization and does not apply it (the next claim holder would never see the row, a client retry completes it later).",
@@ -1473,7 +1473,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                await lifecycle.make_ready(conversation_id, sid)\n',
         "                pass  # left to a client's retry\n",
         ("ledger-storm", "agent-conversations"),
-        ci_seed=7, ci_duration="10m", ci_scenario="agent-conversations"),
+        ci_seed=1, ci_duration="10m", ci_scenario="agent-conversations"),
     Mutant(
         "recovery-pass-skips-queued-abort",
         "The recovery pass decides SettleAborted for a never-claimed row whose aborter died after its intent "
@@ -1481,7 +1481,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.submissions",
         "                          else await lifecycle.settle_queued_abort(sid, RECOVERY_PRODUCER, record=current))\n",
         "                          else None)  # left to the lane's next claim holder\n",
-        ("ledger-storm", "agent-conversations")),
+        ("ledger-storm", "agent-conversations"),
+        ci_seed=2, ci_duration="2h", ci_scenario="agent-conversations"),
     Mutant(
         "recovery-pass-skips-finalize",
         "The recovery pass decides FinalizeLedgerFromHistory and does not finalize (the next claim holder would adopt the logged record).",
@@ -1489,7 +1490,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                settlement = await lifecycle.adopt_logged(conversation_id, current)\n',
         '                settlement = None  # left to the next claim holder\n',
         ("ledger-storm", "agent-conversations"),
-        ci_seed=5, ci_duration="10m", ci_scenario="agent-conversations"),
+        ci_seed=3, ci_duration="10m", ci_scenario="agent-conversations"),
     Mutant(
         "recovery-doubt-as-pending-batch",
         "A prepared call of a non-idempotent tool nothing settled is classified as a pending tool batch (deferred), not MarkUnknown.",
@@ -1505,7 +1506,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _approval_not_held(row, log), AWAIT_APPROVAL_DECISION, REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _approval_not_held(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
         AC,
-        ci_seed=7, ci_duration="10m"),
+        ci_seed=2, ci_duration="10m"),
     Mutant(
         "recovery-join-accounting-as-turn-boundary",
         "A released child with no joined record is classified ResumeFromTurnBoundary, not ApplyJoinAccounting.",
@@ -1513,7 +1514,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _join_unlogged(row, log), APPLY_JOIN_ACCOUNTING, REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _join_unlogged(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
         AC,
-        ci_seed=5, ci_duration="10m"),
+        ci_seed=7, ci_duration="10m"),
     Mutant(
         "recovery-started-child-as-turn-boundary",
         "A started child the row does not wait on is classified ResumeFromTurnBoundary, not EnsureWaitingForChild.",
@@ -1521,7 +1522,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _not_waiting(row, log), ENSURE_WAITING_FOR_CHILD, REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _not_waiting(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
         AC,
-        ci_seed=5, ci_duration="2h"),
+        ci_seed=1, ci_duration="2h"),
     Mutant(
         "recovery-unlinked-child-as-admission",
         "A child admitted or attached with no started record is classified CompleteChildAdmission, not RepairSubagentStartLink.",
@@ -1529,7 +1530,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _child_admitted_unlinked(row, log, ctx), REPAIR_SUBAGENT_START_LINK,\n     REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _child_admitted_unlinked(row, log, ctx), COMPLETE_CHILD_ADMISSION,\n     REPAIRED),\n',
         AC,
-        ci_seed=3, ci_duration="2h"),
+        ci_seed=1, ci_duration="2h"),
     Mutant(
         "recovery-reserved-child-as-pending-batch",
         "A reserved child never admitted is classified a pending tool batch, not CompleteChildAdmission.",
@@ -1537,7 +1538,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _child_not_admitted(row, log, ctx), COMPLETE_CHILD_ADMISSION, REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _child_not_admitted(row, log, ctx), RESUME_PENDING_TOOL_BATCH, DEFERRED),\n',
         AC,
-        ci_seed=5, ci_duration="2h"),
+        ci_seed=0, ci_duration="2h"),
     Mutant(
         "recovery-pending-batch-as-turn-boundary",
         "A pending tool batch is classified ResumeFromTurnBoundary, not ResumePendingToolBatch.",

@@ -27,7 +27,8 @@ each reserved child attached and started in its log;
 and the approval's, of a parent that completed: a failed run stops at a step). A submission still open at the audit is liveness's to report.
 
 The repairs the pass applies itself (``CompleteMaterialization``,
-``FinalizeLedgerFromHistory``) are checked when the pass says it is done
+``FinalizeLedgerFromHistory``, a never-claimed row's ``SettleAborted`` once
+a claim has taken its lane over) are checked when the pass says it is done
 with the conversation (``recovery.classified``), not at the audit: the row
 is ready / settled then, before any claim holder could have done it
 instead (the next holder reaches the same end, so only then can a pass that
@@ -78,7 +79,7 @@ def _store_state(row) -> str:
 
 _TOOLS = ("tool", "tool-once")
 # The repairs the recovery pass applies itself (no claim).
-_PASS_APPLIES = ("CompleteMaterialization", "FinalizeLedgerFromHistory")
+_PASS_APPLIES = ("CompleteMaterialization", "FinalizeLedgerFromHistory", "SettleAborted")
 _NO_FACTS: dict = {}
 
 
@@ -316,6 +317,17 @@ class RecoveryDecisions(Checker):
                     and row.reserved_digest is not None:
                 self.fail(f"{sid}: the recovery pass decided FinalizeLedgerFromHistory and finished the "
                           f"conversation with the row still not settled", (sid,))
+            elif decision == "SettleAborted" and row.epoch is None and row.settled_at_ms is None \
+                    and row.reserved_digest is None and row.abort_author is not None and row.ready:
+                # A never-claimed row with its intent (its aborter died after
+                # storing it): the pass settles it through the log, unless no
+                # claim has taken the lane over yet (epoch 0: nothing may
+                # append). A reservation it made whose append met a moving
+                # tail is finished by the next pass or claim.
+                tail = self.view.log_tail(fields[RecoveryClassified.conversation])
+                if tail is not None and tail.epoch >= 1:
+                    self.fail(f"{sid}: the recovery pass decided SettleAborted for a never-claimed row and "
+                              f"finished the conversation with nothing of its abort settled", (sid,))
 
     def _on_settlement_event(self, kind: str, fields: dict) -> None:
         """A reserved record appended under another epoch than its
