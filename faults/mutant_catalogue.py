@@ -647,7 +647,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A settlement retried after its reservation's reply was lost builds a new envelope (created later) and "
         "fails on a conflict with its own reservation instead of adopting it.",
         "model.lifecycle", '            if held is None or held["payload"] != envelope["payload"]:\n',
-        "            if True:\n", ("sentinel-year", "ledger-storm", "agent-conversations"), ci_seed=9, ci_duration="1h"),
+        "            if True:\n", ("sentinel-year", "ledger-storm", "agent-conversations"), ci_seed=10, ci_duration="1d"),
     Mutant(
         "ledger-settlement-without-receipt",
         "A first finalize answers the settlement without the admission's receipt.",
