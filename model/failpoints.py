@@ -64,6 +64,9 @@ from model.ledger.states import (  # noqa: E402
 )
 
 SUBMISSION_CRASH_POINTS: tuple[str, ...] = LIFECYCLE_CRASH_POINTS
+# A client's: its abort intent stored, the queued submission not yet settled
+# through the log (the scenarios whose clients abort declare it too).
+ABORT_CRASH_POINTS: tuple[str, ...] = (ABORT_INTENT_STORED,)
 
 # The points a sentinel wake passes (a submission worker's step points are not
 # among them, nor the client's submit:after-materialize: a run's log is born
@@ -125,5 +128,6 @@ ALL_FAILPOINTS: tuple[str, ...] = (
     DURABLE_STATE_SAVE_AFTER_STORE_WRITE,
     KERNEL_EFFECT_DONE_BEFORE_RECORD,
     *SUBMISSION_CRASH_POINTS,
+    *ABORT_CRASH_POINTS,
     *AGENT_CRASH_POINTS,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from faults.kinds import DROPPED_NOTIFICATION, OVERTAKING_COMMIT
 from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE
-from model.failpoints import (ABORT_INTENT_STORED, AGENT_CRASH_POINTS, COMPACTION_APPENDED, FOLLOWER_APPENDED_BEFORE_JOINED,
+from model.failpoints import (ABORT_CRASH_POINTS, ABORT_INTENT_STORED, AGENT_CRASH_POINTS, COMPACTION_APPENDED, FOLLOWER_APPENDED_BEFORE_JOINED,
                               SUBAGENT_CHILD_ABORT_INTENT)
 from scenarios import api as inv
 from scenarios.agents import (JOINING_SHARE, AgentSubmitters, AgentWorkers, Approvers, Cancellers, ModelService,
@@ -18,7 +18,7 @@ from scenarios.ledger_storm import FAULT_KINDS as LEDGER_FAULT_KINDS, KNOBS, OVE
 from scenarios.ledger_storm import RATES as LEDGER_RATES
 from scenarios.watchers import WatcherKills, Watchers
 
-CRASH_POINTS = SUBMISSION_CRASH_POINTS + AGENT_CRASH_POINTS
+CRASH_POINTS = SUBMISSION_CRASH_POINTS + AGENT_CRASH_POINTS + ABORT_CRASH_POINTS
 # ledger-storm's kinds and rates (its own stay as they are: its traces do not
 # move), and progress notifications dropped on their way (a drop is rare
 # harm: any later notification of the conversation, or the reconnect, finds

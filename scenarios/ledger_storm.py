@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from faults.kinds import OVERTAKING_COMMIT
 from model.conversation.records import PAGE_SIZE_MAX
-from model.failpoints import ABORT_INTENT_STORED
+from model.failpoints import ABORT_CRASH_POINTS, ABORT_INTENT_STORED
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
 from scenarios import api as inv
 from scenarios.api import (ACK_LOST, BOUNDARY_DELAY, CORRUPT_ROW, CRASH_BEFORE_CALL, FAILPOINT_CRASH, HOUR, LATENCY,
@@ -51,7 +51,7 @@ KNOBS = (Knob("lease_ms", 20 * SECOND, 5 * SECOND, 60 * SECOND, "claim lease"),
 # times a seed: activated, it fires this many times as often (so that a
 # sweep fires it; a boost changes no draw).
 ABORT_INTENT_BOOST = 25
-SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=SUBMISSION_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
+SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=SUBMISSION_CRASH_POINTS + ABORT_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
                    failpoint_boosts=((ABORT_INTENT_STORED, ABORT_INTENT_BOOST),),
                    workload=(ABORTS, FAILING_WORK, CHECKPOINTS), knobs=KNOBS)
 SOMETIMES = ("stale_writes_fenced", "damaged_reads_caught", "worker_crashes", "settled", "recoveries_from_checkpoint",
@@ -91,7 +91,7 @@ def ledger_storm(run: Run) -> Stack:
             NodePauses(workers.names, every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
                        pause_ms=((lease_ms + SECOND, lease_ms + 8 * SECOND), (lease_ms + SECOND, 4 * lease_ms))),
         ],
-        faults=PortFaults(run.rates(RATES), failpoints=SUBMISSION_CRASH_POINTS, boosted_sites=RARE_SITES, boost=50,
+        faults=PortFaults(run.rates(RATES), failpoints=SUBMISSION_CRASH_POINTS + ABORT_CRASH_POINTS, boosted_sites=RARE_SITES, boost=50,
                           fixed_rates={OVERTAKING_COMMIT: OVERTAKE_RATE} if run.opts.store == "sqlite" else {}),
         checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.ClaimFencesLog(), inv.AbortHonoured(),
                 inv.LogChain(), inv.FailClosedPagination(),

@@ -33,7 +33,9 @@ def agents(seed: int, duration: str = "2h", store: str = "memory", rates=None):
                ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), store=store, rates=rates))
 
 
-@pytest.mark.parametrize("store", ["memory", "sqlite"])
+# SQLite's agent history is held by test_memory_and_sqlite_are_the_same_history
+# (the same trace digest on both); its own clean run is the slow twin.
+@pytest.mark.parametrize("store", ["memory", pytest.param("sqlite", marks=pytest.mark.slow)])
 def test_clean_run_passes_and_waits_for_the_world(store):
     """The full mix (no swarm: every step kind, every fault kind): each kind
     of wait happens, and every checker checked something."""

@@ -79,7 +79,7 @@ def test_ledger_storm_fails_closed_on_each_damaged_read_kind(kind):
 def test_all_kinds_together_at_high_rates_on_both_scenarios():
     rates = {"sentinel-year": dict(POINT_KINDS_HIGH),
              "ledger-storm": dict(POINT_KINDS_HIGH, **{SHORT_PAGE: 0.1, SEQUENCE_GAP: 0.1})}
-    for name, duration, seeds in (("sentinel-year", "2d", range(2)), ("ledger-storm", "2h", range(3))):
+    for name, duration, seeds in (("sentinel-year", "2d", range(1)), ("ledger-storm", "2h", range(2))):
         for seed in seeds:
             result = run(registry.get(name), ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration),
                                                              rates=rates[name]))

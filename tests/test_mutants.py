@@ -277,7 +277,7 @@ def test_the_mutants_table_detects_and_tells_survivors(capsys):
     mutant, beside the catalogue) survives."""
     code = cli_main(["mutants", "--mutants", "tests.fixtures.equivalent_mutants",
                      "--only", "log-chain-unlinked,equivalent-sort", "--seeds", "0:1",
-                     "--duration", "1h", "--jobs", "2", "--json"])
+                     "--duration", "15m", "--jobs", "2", "--json"])
     table = json.loads(capsys.readouterr().out)
     rows = {r["mutant"]: r for r in table["rows"]}
     assert (code, table["detected"], table["survived"], table["errors"]) == (1, 1, 1, 0), table

@@ -134,9 +134,9 @@ def test_probabilistic_faults_reach_the_rarely_called_checkpoint_port():
     """Checkpoint calls happen only in recoveries, so their sites get a boosted
     rate (``RARE_SITE_BOOST``): a few seeds show faults there."""
     fired: dict[str, int] = {}
-    # The seeds measured to show them first (since deferred requests joined
-    # the workload, 6 and 11 show one kind each and 0-13 but them none in 3h).
-    for seed in (16, 18):
+    # The seed measured to show two kinds first (of 0-29 at 3h, most show
+    # none or one: 20 shows ack-lost and a transient error).
+    for seed in (20,):
         result = _storm(seed)
         assert result.passed, result.violations
         for kind, count in result.coverage["ports"].get("checkpoints", {}).items():

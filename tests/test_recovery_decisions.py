@@ -467,14 +467,14 @@ def test_the_sweep_summary_adds_up_the_recovery_decisions_of_its_seeds(tmp_path)
             main([*args, "--no-progress", "--json"] if args[0] == "run" else [*args, "--json"])
         return json.loads(out.getvalue())
 
-    seeds = [run_json("run", "ledger-storm", "--seed", str(seed), "--duration", "30m") for seed in (0, 2)]
+    seeds = [run_json("run", "ledger-storm", "--seed", str(seed), "--duration", "30m") for seed in (0, 1)]
     want: dict = {}
     for result in seeds:
         for name, count in result["stats"]["recovery_decisions"].items():
             want[name] = want.get(name, 0) + count
-    common = ["sweep", "ledger-storm", "--seeds", "0:4", "--duration", "30m", "--jobs", "1", "--sqlite-every", "0",
+    common = ["sweep", "ledger-storm", "--seeds", "0:2", "--duration", "30m", "--jobs", "1", "--sqlite-every", "0",
               "--beyond-every", "0", "--failure-db", "none"]
-    # Seeds 0..3: the two above are part of it; the sums are over every seed.
+    # Seeds 0 and 1: the two above; the sums are over every seed.
     summary = run_json(*common, "--report", str(tmp_path / "r"))
     assert sum(summary["recovery_decisions"].values()) == sum(summary["recovery_dispositions"].values()) > 0
     assert all(summary["recovery_decisions"].get(name, 0) >= count for name, count in want.items())

@@ -240,9 +240,11 @@ CROSSINGS: tuple[Crossing, ...] = (
     Crossing(INPUT_APPLIED, RESERVE, "after", RESERVED_BEFORE_APPEND, "the reserved record is appended"),
     Crossing(TERMINALIZING, FINALIZE, "before", APPENDED_BEFORE_FINALIZE, "the record is in the log"),
     Crossing(TERMINALIZING, FINALIZE, "after", FINALIZED_BEFORE_REPLY, "the settlement goes back to the caller"),
-    Crossing(READY, ABORT, "after", ABORT_INTENT_STORED,
-             "a queued submission's abort is settled through the log by its aborter"),
 )
+# A client's abort of queued work crosses the stores too; its point is an
+# aborter's, not a run's (the run's points are ``LIFECYCLE_CRASH_POINTS``).
+ABORT_CROSSING = Crossing(READY, ABORT, "after", ABORT_INTENT_STORED,
+                          "a queued submission's abort is settled through the log by its aborter")
 
 LIFECYCLE_CRASH_POINTS: tuple[str, ...] = tuple(crossing.point for crossing in CROSSINGS)
 
@@ -254,7 +256,7 @@ def _check_table() -> None:
         for operation, after in operations.items():
             assert operation in OPERATIONS and after in STATES, (state, operation, after)
     assert set(AUTHORITY) == set(OPERATIONS)
-    for crossing in CROSSINGS:
+    for crossing in CROSSINGS + (ABORT_CROSSING,):
         assert crossing.side in ("before", "after"), crossing
         assert crossing.operation == ADMIT or allows(crossing.source, crossing.operation), crossing
     assert len(set(LIFECYCLE_CRASH_POINTS)) == len(LIFECYCLE_CRASH_POINTS)
