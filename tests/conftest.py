@@ -43,3 +43,14 @@ def without_reference_model(monkeypatch) -> None:
 
     monkeypatch.setattr(ReferenceModel, "on_port_call", lambda self, call: None)
     monkeypatch.setattr(ReferenceModel, "audit", lambda self, view: None)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def stores(request, tmp_path):
+    """``tests.fakes.Stores`` on each backend (the SQLite connection closed after)."""
+    from tests.fakes import Stores
+
+    s = Stores(request.param, tmp_path)
+    yield s
+    if s.conn is not None:
+        s.conn.close()

@@ -78,3 +78,17 @@ class Stores:
             self.conn = open_database(str(tmp_path / db_name))
             self.ledger, self.log = SqliteSubmissionLedger(self.conn), SqliteConversationStore(self.conn)
         self.ms = 1_000
+
+    def now(self) -> int:
+        """A clock that ticks a millisecond at every reading (no two calls at one instant)."""
+        self.ms += 1
+        return self.ms
+
+    def records(self, conversation_id: str) -> list:
+        from scenarios.storage import run_sync
+
+        return list(run_sync(self.log.read(conversation_id, 0, 1_000)))
+
+    def ids(self, conversation_id: str) -> list[str]:
+        return [r.envelope.record_id for r in self.records(conversation_id)]
+

@@ -21,32 +21,8 @@ from model.ledger.records import SettlementConflict
 from model.submissions import SubmissionClient, SubmissionWorker, recovery_pass
 from scenarios.storage import run_sync as drive  # a call that must not suspend
 from tests.fakes import Crash, CrashAt
-from tests.fakes import Stores as LedgerAndLog
 
 C = "conv-q"
-
-
-class Stores(LedgerAndLog):
-    def __init__(self, kind: str, tmp_path) -> None:
-        super().__init__(kind, tmp_path, "queued-abort.db")
-
-    def now(self) -> int:
-        self.ms += 1
-        return self.ms
-
-    def records(self) -> list:
-        return list(drive(self.log.read(C, 0, 1_000)))
-
-    def ids(self) -> list[str]:
-        return [r.envelope.record_id for r in self.records()]
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def stores(request, tmp_path):
-    s = Stores(request.param, tmp_path)
-    yield s
-    if s.conn is not None:
-        s.conn.close()
 
 
 def _echo(request, index):
@@ -75,7 +51,7 @@ def test_a_queued_abort_settles_through_the_log_while_the_head_runs(stores):
     assert seen["intent"].settled_at_ms is None  # an intent: it settled through the log after it
     assert (seen["queued"].outcome, seen["queued"].epoch) == ("aborted", None)
     assert seen["head"].outcome is None  # settled while the head was unsettled
-    records = stores.records()
+    records = stores.records(C)
     ids = [r.envelope.record_id for r in records]
     assert f"input:{sid}" not in ids
     assert ids.index(f"abort:{sid}") + 1 == ids.index(f"settlement:{sid}")
@@ -104,7 +80,7 @@ def test_an_aborter_that_died_after_its_intent_is_finished_by_recovery(stores):
     assert dies.fired and ABORT_INTENT_STORED == "abort:after-intent"
     row = drive(stores.ledger.get(queued.submission_id))
     assert (row.abort_author, row.outcome) == ("client", None)
-    assert f"abort:{queued.submission_id}" not in stores.ids()
+    assert f"abort:{queued.submission_id}" not in stores.ids(C)
     events = []
 
     class Recording:
@@ -117,7 +93,7 @@ def test_an_aborter_that_died_after_its_intent_is_finished_by_recovery(stores):
     assert decisions[queued.submission_id] == ("SettleAborted", "repaired")
     assert decisions[head.submission_id] == ("ApplyInput", "repaired")
     assert drive(stores.ledger.get(queued.submission_id)).outcome == "aborted"
-    ids = stores.ids()
+    ids = stores.ids(C)
     assert ids.index(f"abort:{queued.submission_id}") < ids.index(f"settlement:{queued.submission_id}")
     with pytest.raises(SettlementConflict):  # a second abort: it is settled
         drive(client.abort(queued.submission_id, "client", "again"))

@@ -14,29 +14,8 @@ import pytest
 
 from model.submissions import SubmissionClient, SubmissionWorker, handed_over, recovery_pass
 from scenarios.storage import run_sync as drive  # a call that must not suspend
-from tests.fakes import Stores as LedgerAndLog
 
 C = "conv-h"
-
-
-class Stores(LedgerAndLog):
-    def __init__(self, kind: str, tmp_path) -> None:
-        super().__init__(kind, tmp_path, "handoff.db")
-
-    def now(self) -> int:
-        self.ms += 1
-        return self.ms
-
-    def ids(self) -> list[str]:
-        return [r.envelope.record_id for r in drive(self.log.read(C, 0, 1_000))]
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def stores(request, tmp_path):
-    s = Stores(request.param, tmp_path)
-    yield s
-    if s.conn is not None:
-        s.conn.close()
 
 
 def _echo(request, index):
@@ -64,7 +43,7 @@ def test_a_deferred_head_hands_the_lane_over_and_resumes_from_the_log(stores):
     # An ordinary claim takes the deferred head again; it resumes, defers no more.
     again = drive(_worker(stores, "worker-2").process_next(C))
     assert again is not None and again.submission_id == head and again.settlement.outcome == "completed"
-    ids = stores.ids()
+    ids = stores.ids(C)
     assert ids.count(f"input:{head}") == 1 and ids.count(f"input:{nxt}") == 1
     assert ids.index(f"input:{head}") < ids.index(f"input:{nxt}") < ids.index(f"settlement:{nxt}") \
         < ids.index(f"settlement:{head}")
@@ -81,7 +60,7 @@ def test_a_deferred_head_with_nothing_behind_it_waits_for_an_ordinary_claim(stor
     assert row.outcome is None and row.owner_id is None and row.input_applied
     again = drive(_worker(stores, "worker-1").process_next(C))
     assert again.submission_id == head and again.settlement.outcome == "completed"
-    assert stores.ids().count(f"input:{head}") == 1
+    assert stores.ids(C).count(f"input:{head}") == 1
 
 
 def test_a_handed_over_lane_is_left_to_its_successor_until_it_settles(stores):
