@@ -313,15 +313,56 @@ def test_an_argued_equivalent_mutant_is_told_apart_and_left_out_of_the_share():
 # -- the fast CI subset: one known-detecting seed per mutant ---------------------------------
 
 
+# Each selected mutant's ci run, in a child process of its own share (one
+# child per core: the machine's two cores halve the subset's wall time).
+DETECTION_CHILDREN = 2
+_CHILD = """
+import json, sys
+sys.path.insert(0, "tests")
+from test_mutants import CATALOGUE, _run_with
+for name in sys.argv[1:]:
+    scenario, seed, duration = CATALOGUE[name].ci_run
+    result = _run_with(CATALOGUE[name], scenario, seed, duration)
+    print(json.dumps([name, result.passed]), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def detections(request, tmp_path_factory) -> dict[str, bool]:
+    """name -> did its ci run pass, for the detection tests this session
+    selected (one ``-k`` name runs that one only)."""
+    names = sorted({item.callspec.params["name"] for item in request.session.items
+                    if item.originalname == "test_the_sweep_detects_the_mutant"
+                    and CATALOGUE[item.callspec.params["name"]].ci_run is not None})
+    directory = tmp_path_factory.mktemp("detections")
+    children = []
+    for index in range(DETECTION_CHILDREN):
+        share = names[index::DETECTION_CHILDREN]
+        if share:
+            out = open(directory / f"out-{index}", "w+", encoding="utf-8")
+            err = open(directory / f"err-{index}", "w+", encoding="utf-8")
+            children.append((subprocess.Popen([sys.executable, "-c", _CHILD, *share], cwd=ROOT, stdout=out,
+                                              stderr=err, text=True), out, err))
+    passed: dict[str, bool] = {}
+    for child, out, err in children:
+        code = child.wait(timeout=3_600)
+        out.seek(0)
+        err.seek(0)
+        assert code == 0, err.read()[-4_000:]
+        passed.update(json.loads(line) for line in out.read().splitlines())
+        out.close()
+        err.close()
+    return passed
+
+
 @pytest.mark.parametrize("name", sorted(CATALOGUE))
-def test_the_sweep_detects_the_mutant(name):
+def test_the_sweep_detects_the_mutant(name, detections):
     mutant = CATALOGUE[name]
     if mutant.ci_run is None:
         pytest.skip("argued equivalent (see its catalogue entry)" if mutant.equivalent else
                     "no seed of the measured sweep detects this mutant yet (it survives: see the catalogue)")
     scenario, seed, duration = mutant.ci_run
-    result = _run_with(mutant, scenario, seed, duration)
-    assert not result.passed, f"{name}: seed {seed} at {duration} no longer detects it"
+    assert detections[name] is False, f"{name}: seed {seed} at {duration} no longer detects it"
 
 
 @pytest.mark.slow
