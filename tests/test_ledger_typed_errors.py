@@ -342,9 +342,10 @@ class _PollOnce:
         raise self.Stop()
 
 
-def test_a_worker_skips_an_unreadable_conversation_and_settles_the_others(tmp_path):
-    """The corrupt row blocks its own lane (and stays visible as open work);
-    the worker neither dies on it nor stops serving other conversations."""
+def _one_worker_pass_over_a_rotten_row(tmp_path, *, aborted: bool = False):
+    """Two conversations on a real SQLite ledger, ``a``'s input rotted (its
+    abort intent stored first if ``aborted``), and one pass of a worker's
+    loop: (conn, ledger, the rotten admission, the fine one, probe events)."""
     from model.conversation.memory_store import InMemoryConversationStore
     from model.submissions import SubmissionClient, SubmissionWorker, worker_loop
 
@@ -359,12 +360,21 @@ def test_a_worker_skips_an_unreadable_conversation_and_settles_the_others(tmp_pa
     client = SubmissionClient(ledger, log, now_ms=runtime.now_ms)
     broken = trio.run(client.submit, "a", "p", "k1", {"n": 1})
     fine = trio.run(client.submit, "b", "p", "k1", {"n": 2})
+    if aborted:
+        trio.run(ledger.request_abort, broken.submission_id, "user", "stop", 1_000)
     conn.execute("UPDATE ledger_submissions SET input_json = '{\"n\": ' WHERE submission_id = ?",
                  (broken.submission_id,))
     worker = SubmissionWorker(ledger, log, "w1", lease_ms=1_000, now_ms=runtime.now_ms,
                               work=lambda request, index: index, probe=Probe())
     with pytest.raises(_PollOnce.Stop):
         trio.run(lambda: worker_loop(worker, runtime, poll_ms=10, retry_ms=10))
+    return conn, ledger, broken, fine, events
+
+
+def test_a_worker_skips_an_unreadable_conversation_and_settles_the_others(tmp_path):
+    """The corrupt row blocks its own lane (and stays visible as open work);
+    the worker neither dies on it nor stops serving other conversations."""
+    conn, ledger, broken, fine, events = _one_worker_pass_over_a_rotten_row(tmp_path)
     assert trio.run(ledger.get, fine.submission_id).outcome == "completed"
     assert ("submission.unreadable", {"owner": "w1", "conversation": "a", "error": "CorruptSubmission"}) in events
     (open_work,) = trio.run(ledger.scan_nonterminal)  # its control fields read back: only its input does not
@@ -408,27 +418,7 @@ def test_a_queued_abort_whose_input_does_not_read_is_held_and_the_worker_goes_on
     """A queued submission with an abort intent whose input rotted: the
     recovery pass holds it (``HoldUnreadableRow``), the worker's scan upkeep
     does not die on its by-id read, and another conversation settles."""
-    from model.conversation.memory_store import InMemoryConversationStore
-    from model.submissions import SubmissionClient, SubmissionWorker, worker_loop
-
-    conn = open_database(str(tmp_path / "ledger.db"))
-    ledger, log, runtime = SqliteSubmissionLedger(conn), InMemoryConversationStore(), _PollOnce()
-    events = []
-
-    class Probe:
-        def emit(self, kind, **fields):
-            events.append((kind, fields))
-
-    client = SubmissionClient(ledger, log, now_ms=runtime.now_ms)
-    broken = trio.run(client.submit, "a", "p", "k1", {"n": 1})
-    fine = trio.run(client.submit, "b", "p", "k1", {"n": 2})
-    trio.run(ledger.request_abort, broken.submission_id, "user", "stop", 1_000)
-    conn.execute("UPDATE ledger_submissions SET input_json = '{\"n\": ' WHERE submission_id = ?",
-                 (broken.submission_id,))
-    worker = SubmissionWorker(ledger, log, "w1", lease_ms=1_000, now_ms=runtime.now_ms,
-                              work=lambda request, index: index, probe=Probe())
-    with pytest.raises(_PollOnce.Stop):
-        trio.run(lambda: worker_loop(worker, runtime, poll_ms=10, retry_ms=10))
+    conn, ledger, broken, fine, events = _one_worker_pass_over_a_rotten_row(tmp_path, aborted=True)
     decisions = {f["submission"]: f["decision"] for kind, f in events if kind == "recovery.decision"}
     assert decisions[broken.submission_id] == "HoldUnreadableRow"
     assert trio.run(ledger.get, fine.submission_id).outcome == "completed"
