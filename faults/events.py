@@ -970,7 +970,7 @@ class Deploy(ProbeEvent):
     broken: bool
 
 
-# -- progress waits (``faults.notifications``, ``scenarios.watchers``) ------------
+# -- progress waits (``faults.notifications``, ``scenarios.workloads.watchers``) ------------
 
 class ProgressRegister(ProbeEvent):
     """``faults.notifications``: a registration installed in the notifier
@@ -1019,7 +1019,7 @@ class ProgressNotify(ProbeEvent):
 
 
 class WatchStarted(ProbeEvent):
-    """``scenarios.watchers``: a watcher starts following a conversation from
+    """``scenarios.workloads.watchers``: a watcher starts following a conversation from
     ``from_seq`` (0 after a restart: its cursor is not durable) until ``until_ms``."""
 
     kind = "watch.started"

@@ -24,8 +24,8 @@ from scenarios.invariants import (AbortHonoured, AdoptOwnWrite, BoundedRun, Brok
 from scenarios.invariants.recovery_decisions import RecoveryDecisions
 from scenarios.invariants.reference_model import ReferenceModel
 from scenarios.registry import scenario
-from scenarios.sentinels import WORKER_NODE, Sentinels
-from scenarios.submissions import ConversationRetention, Submitters, Workers, work
+from scenarios.workloads.sentinels import WORKER_NODE, Sentinels
+from scenarios.workloads.submissions import ConversationRetention, Submitters, Workers, work
 from scenarios.system import AuditView, NodePorts, System
 from sim.clock import MS_PER_DAY as DAY, MS_PER_HOUR as HOUR, MS_PER_MINUTE as MINUTE, MS_PER_SECOND as SECOND
 from sim.invariants import Checker

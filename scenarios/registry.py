@@ -34,10 +34,10 @@ def scenario(name: str, description: str, *, duration: str, params: tuple[Param,
 
 def _load_all() -> None:
     # Importing the scenario modules registers them.
-    import scenarios.agent_conversations  # noqa: F401
-    import scenarios.ledger_storm  # noqa: F401
-    import scenarios.port_storm  # noqa: F401
-    import scenarios.sentinel_year  # noqa: F401
+    import scenarios.stacks.agent_conversations  # noqa: F401
+    import scenarios.stacks.ledger_storm  # noqa: F401
+    import scenarios.stacks.port_storm  # noqa: F401
+    import scenarios.stacks.sentinel_year  # noqa: F401
 
 
 def get(name: str) -> Scenario:

@@ -1,8 +1,8 @@
 """The port-storm adversaries at the edges of durable state, checkpoints and
 the payload check: damaged checkpoint rows (``faults.content_reads``),
 another build's checkpoints, foreign-spelled state text, the handle's
-refusal and clear (``scenarios.adversary_state``), payloads no port call can
-carry (``scenarios.adversary_values``) — and each expectation firing when
+refusal and clear (``scenarios.adversaries.state_handle``), payloads no port call can
+carry (``scenarios.adversaries.values``) — and each expectation firing when
 the model answers wrongly."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 import model.conversation.checkpoints as checkpoints
 import model.durable_state.store as ds_store
-import scenarios.adversary_state as adversary_state
+import scenarios.adversaries.state_handle as adversary_state
 from faults.content_reads import CHECKPOINT_DAMAGES, DamagedCheckpoints, damaged_checkpoint_row, respell_state
 from faults.kinds import CORRUPT_ROW
 from model.canonical import ZERO_DIGEST, digest
@@ -27,7 +27,7 @@ from model.durable_state.sqlite_store import SqliteDurableStateStore
 from model.durable_state.store import DurableStateWrite, encode_payload
 from model.sqlite_db import open_database
 from scenarios import registry
-from scenarios.adversary_values import DS_DEPTH_PAST_CAP, FLOAT_EDGES, _nested, cycle
+from scenarios.adversaries.values import DS_DEPTH_PAST_CAP, FLOAT_EDGES, _nested, cycle
 from scenarios.reference.durable_state import _payload_problem
 from scenarios.reference.jcs import canonical
 from scenarios.storage import run_sync

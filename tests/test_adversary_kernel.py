@@ -1,4 +1,4 @@
-"""The kernel adversary (``scenarios.adversary_kernel``): clients of the
+"""The kernel adversary (``scenarios.adversaries.kernel``): clients of the
 durable-execution kernel itself under port faults reach every edge and run
 clean on both stores; a kernel that forgets a refusal (replay divergence,
 missing migration, input schemas, constructor checks, replayed starts) is
@@ -9,7 +9,7 @@ import pytest
 
 import model.kernel.kernel as kernel_module
 from scenarios import api as inv
-from scenarios.adversary_kernel import EDGES, KernelAdversary
+from scenarios.adversaries.kernel import EDGES, KernelAdversary
 from scenarios.api import (CRASH_BEFORE_CALL, MINUTE, REPLY_LOST, SECOND, TRANSIENT_ERROR, WRITE_CONTENTION,
                            NodeKills, PortFaults, Stack, System)
 from sim.runner import run

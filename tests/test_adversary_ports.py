@@ -1,4 +1,4 @@
-"""The ports adversary (``scenarios.adversary_ports``) and the reference models
+"""The ports adversary (``scenarios.adversaries.ports``) and the reference models
 of the ports it drives (``scenarios.reference.kernel``, ``.schedules``,
 ``.pins``, ``.findings``): the storm reaches every method and edge and runs
 clean; each reference agrees with both adapters and names a planted bug;
@@ -23,7 +23,7 @@ from model.pins import InMemoryPinIndex, SqlitePinIndex
 from model.schedule_store import InMemoryScheduleStore, SqliteScheduleStore
 from model.sqlite_db import open_database
 from scenarios import registry
-from scenarios.adversary_ports import CALL_STATS, EDGES
+from scenarios.adversaries.ports import CALL_STATS, EDGES
 from scenarios.reference.findings import ReferenceFindings
 from scenarios.reference.kernel import ReferenceKernel
 from scenarios.reference.pins import ReferencePins

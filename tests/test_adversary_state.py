@@ -1,4 +1,4 @@
-"""The state adversary (``scenarios.adversary_state``): clients of the
+"""The state adversary (``scenarios.adversaries.state_handle``): clients of the
 durable-state handle, claim-check and checkpointed recovery in port-storm;
 damaged blob reads (``faults.content_reads``); the oracles that judge them
 (``adopt-own-write``, ``contract-safety``, the content reference)."""
@@ -16,7 +16,7 @@ from model.canonical import digest
 from model.conversation.content_store import ContentCorrupted, InMemoryContentStore, SqliteContentStore
 from model.sqlite_db import open_database
 from scenarios import registry
-from scenarios.adversary_state import CONTRACTS, SOMETIMES, contracts_for_key
+from scenarios.adversaries.state_handle import CONTRACTS, SOMETIMES, contracts_for_key
 from scenarios.invariants.adopt_own_write import AdoptOwnWrite
 from scenarios.invariants.contract_safety import ContractSafety
 from scenarios.reference.content import ReferenceContent

@@ -1,4 +1,4 @@
-"""The values adversary (``scenarios.adversary_values``): its values are
+"""The values adversary (``scenarios.adversaries.values``): its values are
 what it says they are, and a short storm runs clean and reaches each of its
 edges."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from model.canonical import CanonicalDecodeError, canonical_json, decode
 from scenarios import registry
-from scenarios.adversary_values import (EDGES, FLOAT_EDGES, _nested, crafted_blobs, illegal_inputs, legal_value,
+from scenarios.adversaries.values import (EDGES, FLOAT_EDGES, _nested, crafted_blobs, illegal_inputs, legal_value,
                                         subclassed)
 from scenarios.reference import jcs
 from sim.clock import parse_duration_ms

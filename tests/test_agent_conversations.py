@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from model.failpoints import AGENT_CRASH_POINTS
-from scenarios import agent_conversations, registry
-from scenarios.agents import ToolService
+from scenarios import registry
+from scenarios.stacks import agent_conversations
+from scenarios.workloads.agents import ToolService
 from sim.clock import parse_duration_ms
 from sim.runner import run
 from sim.scenario import ScenarioOptions
@@ -98,7 +99,7 @@ class TestToolService:
 
 
     def test_a_call_that_arrives_after_its_deadline_is_refused_without_effect(self):
-        from scenarios.agents import ToolDeadlineExceeded
+        from scenarios.workloads.agents import ToolDeadlineExceeded
 
         tools = ToolService()
         with pytest.raises(ToolDeadlineExceeded):
@@ -110,7 +111,7 @@ class TestToolService:
 def test_the_plans_are_drawn_from_their_own_streams():
     """A request's plan comes from a stream forked by its number: the same
     seed gives the same plans whatever else the workload drew."""
-    from scenarios.agents import AgentSubmitters
+    from scenarios.workloads.agents import AgentSubmitters
 
     def plans(seed):
         submitters = AgentSubmitters(kinds=("model", "tool", "approval"), conversations=2,
@@ -135,7 +136,7 @@ def test_a_deploy_changes_the_definition_the_model_or_the_tools_from_its_own_str
     """What a deploy changes is drawn from the deploy's own stream: each
     deploy changes exactly one of the agent's definition, model
     configuration and tool set, and only that one's digest moves."""
-    from scenarios.agents import AgentWorkers
+    from scenarios.workloads.agents import AgentWorkers
 
     def deploys(seed):
         workers = AgentWorkers(1, tools=ToolService(), model=None, lease_ms=1, poll_ms=1, retry_ms=1,

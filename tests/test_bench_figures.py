@@ -188,7 +188,7 @@ def test_harness_overhead_refuses_a_direct_run_that_did_less_than_it_claims(shor
 
 def _counted_stores(calls: dict):
     """``DirectStores`` whose calls are counted into ``calls`` by store name."""
-    from scenarios.direct import DirectStores
+    from scenarios.workloads.direct import DirectStores
 
     class Counting:
         def __init__(self, name, store):
@@ -238,13 +238,13 @@ def test_the_checked_floor_refuses_a_run_that_did_or_judged_less_than_it_claims(
 
 
 def test_the_judged_direct_driver_shows_every_store_answer_to_the_reference_and_reports_a_wrong_one():
-    """``scenarios.direct --judged``: the reference model judges each call
+    """``scenarios.workloads.direct --judged``: the reference model judges each call
     the wakes make (a clean model: no violation); a store that answers
     wrongly (a durable-state load handing back another payload than the
     one stored, which the wake goes on with) is reported, naming the call."""
     from model.durable_state.memory_store import InMemoryDurableStateStore
     from model.durable_state.store import DurableStateRecord
-    from scenarios.direct import DirectStores, run_direct
+    from scenarios.workloads.direct import DirectStores, run_direct
 
     calls = {}
     clean = run_direct(seed=2, duration_ms=parse_duration_ms("6h"), judged=True, stores=_counted_stores(calls))
@@ -266,12 +266,12 @@ def test_the_judged_direct_driver_shows_every_store_answer_to_the_reference_and_
 
 
 def test_the_direct_driver_runs_the_wakes_it_claims_with_the_harnessed_runs_store_calls():
-    """``scenarios.direct`` starts every due occurrence and settles every run
+    """``scenarios.workloads.direct`` starts every due occurrence and settles every run
     it started, making about the store calls per wake a harnessed
     sentinel-year run makes (the harness's faults add recoveries and its
     chaos removes a few wakes, so not exactly): the floor the harness is
     held to does the same work, not less."""
-    from scenarios.direct import run_direct
+    from scenarios.workloads.direct import run_direct
 
     calls = {}
     result = run_direct(seed=2, duration_ms=parse_duration_ms("6h"), stores=_counted_stores(calls))
@@ -285,7 +285,7 @@ def test_the_direct_driver_runs_the_wakes_it_claims_with_the_harnessed_runs_stor
 
 
 def test_the_direct_runtime_steps_the_earliest_task_fifo_at_an_instant():
-    from scenarios.direct import DirectRuntime
+    from scenarios.workloads.direct import DirectRuntime
 
     runtime, seen = DirectRuntime(), []
 
@@ -387,9 +387,9 @@ def test_sweep_throughput_is_judged_and_refuses_a_sweep_that_skipped_seeds(monke
 @pytest.mark.parametrize("argv", [["--duration", "nonsense"], ["--duration", "0d"], ["--seed", "x"],
                                   ["--sentinels", "0"], ["--seed", "²"], ["--bogus"]])
 def test_the_direct_driver_refuses_bad_input_in_one_line(argv, capsys):
-    from scenarios.direct import main
+    from scenarios.workloads.direct import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith("python -m scenarios.direct: error: ")
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith("python -m scenarios.workloads.direct: error: ")

@@ -1,5 +1,5 @@
 """Retention of closed conversations (``model.retention.retire_conversation``,
-``scenarios.submissions.ConversationRetention``): open work is never
+``scenarios.workloads.submissions.ConversationRetention``): open work is never
 deleted, a half-done retirement finishes on the next try, and ledger-storm's
 stores stay a few lifetimes deep however long it runs, with every
 conversation audited before it goes."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import model.submissions as model_submissions
-import scenarios.submissions as submissions_workload
+import scenarios.workloads.submissions as submissions_workload
 from model.conversation.memory_store import InMemoryConversationStore
 from model.conversation.records import NotMaterialized
 from model.ledger.memory_store import InMemorySubmissionLedger

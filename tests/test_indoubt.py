@@ -1,7 +1,7 @@
 """At-least-once on the whole system: the sentinel's non-idempotent page.
 
 With the ``pager`` switch, a high reading pages the on-call through the
-external pager (``scenarios.pager``), declared non-idempotent to the kernel.
+external pager (``scenarios.workloads.pager``), declared non-idempotent to the kernel.
 A crash (or a lost reply, a refusal) between the page and its recorded
 completion parks the run at ``EFFECT_INDOUBT``; the on-call operator
 (``faults.chaos.InDoubtResolver``) resolves it as the kernel allows: records
@@ -18,7 +18,7 @@ from faults import mutants as mx
 from faults.mutants import Mutant
 from model.failpoints import ADMITTED_BEFORE_READY
 from scenarios import registry
-from scenarios import sentinels as fleet_module
+from scenarios.workloads import sentinels as fleet_module
 from sim.clock import parse_duration_ms
 from sim.runner import run
 from sim.scenario import ScenarioOptions

@@ -13,7 +13,8 @@ import model.lifecycle as lifecycle
 import model.submissions as submissions
 from model.conversation.recovery import RecoveryPrefix
 from model.conversation.rules import chain_digest
-from scenarios import ledger_storm, registry
+from scenarios import registry
+from scenarios.stacks import ledger_storm
 from sim.clock import parse_duration_ms
 from sim.runner import run
 from sim.scenario import ScenarioOptions

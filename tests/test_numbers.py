@@ -53,7 +53,7 @@ def test_a_number_in_non_ascii_digits_is_one_error_line(kind, capsys, tmp_path, 
 @pytest.mark.parametrize("argv", [["--seed", ARABIC_3, "--duration", "1m"], ["--duration", f"{FULLWIDTH_3}m"],
                                   ["--sentinels", FULLWIDTH_3, "--duration", "1m"]])
 def test_the_direct_driver_keeps_the_same_rule(argv, capsys):
-    from scenarios.direct import main
+    from scenarios.workloads.direct import main
 
     with pytest.raises(SystemExit) as stop:
         main(argv)

@@ -11,7 +11,7 @@ import model.ledger.rules as ledger_rules
 from model.conversation.memory_store import InMemoryConversationStore
 from model.durable_state.memory_store import InMemoryDurableStateStore
 from scenarios import registry
-from scenarios.adversary import CALL_STATS, EDGES
+from scenarios.adversaries.adversary import CALL_STATS, EDGES
 from sim.clock import parse_duration_ms
 from sim.runner import run
 from sim.scenario import ScenarioOptions

@@ -384,7 +384,7 @@ def test_a_follow_whose_window_closes_while_its_watcher_is_down_is_owed_nothing(
 
 @pytest.mark.parametrize("store", ["memory", "sqlite"])
 def test_watchers_follow_every_conversation_through_dropped_notifications(store):
-    from scenarios.agent_conversations import RATES
+    from scenarios.stacks.agent_conversations import RATES
 
     rates = {**RATES, "dropped-notification": 0.3}
     result = run(registry.get("agent-conversations"), ScenarioOptions(
@@ -402,7 +402,7 @@ def test_dropped_notifications_are_recorded_and_replay_from_the_script():
     script, replayed at its hit of ``progress.notify`` to the same trace."""
     import attrs
 
-    from scenarios.agent_conversations import RATES
+    from scenarios.stacks.agent_conversations import RATES
 
     opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("20m"),
                            rates={**RATES, "dropped-notification": 0.3})

@@ -17,7 +17,7 @@ import json
 import attrs
 import pytest
 
-import scenarios.sentinel_app as sentinel_app
+import scenarios.workloads.sentinel_app as sentinel_app
 from model.claimcheck import ClaimCheck
 from model.durable_state.contracts import StateContractMismatchError
 from model.pins import InMemoryPinIndex

@@ -1,6 +1,6 @@
 """``at-most-once-effect``: a non-idempotent effect in doubt is never re-run blindly.
 
-The sentinel's page (``scenarios.pager``) is its one non-idempotent effect
+The sentinel's page (``scenarios.workloads.pager``) is its one non-idempotent effect
 (K9): the kernel records an intent before it runs, and a run that crashed
 between the page and its recorded completion is parked at
 ``EFFECT_INDOUBT`` until the on-call operator resolves it. Online, from the
@@ -33,8 +33,8 @@ from faults.events import LedgerAdmit, LedgerFinalizeSettlement, LogAppend, LogD
 from model.kernel.records import STEP_COMPLETED
 from model.runs import STEP_FAMILY
 from model.schedules import parse_run_id
-from scenarios.sentinel_app import PAGE_STEP
-from scenarios.pager import KernelInDoubt, OperatorResolved, PagerPage, PagerService
+from scenarios.workloads.sentinel_app import PAGE_STEP
+from scenarios.workloads.pager import KernelInDoubt, OperatorResolved, PagerPage, PagerService
 from sim.invariants import Checker
 
 

@@ -6,7 +6,7 @@ The witnesses are the trace's own: committed appends (``log.append``), the
 watchers' reads as their ports traced them (``log.read``), and what the
 notifier did, as the harness traces it at the instant it happens
 (``faults.notifications``: install, park, resume, close, notify or drop);
-what the watchers delivered (``scenarios.watchers``); and the log at the
+what the watchers delivered (``scenarios.workloads.watchers``); and the log at the
 audit. Never the waiter's own account. A wait is keyed by its process
 (node label) and conversation: a watcher follows a conversation with one
 wait at a time.
@@ -164,7 +164,7 @@ class ProgressWaits(Checker):
     def _end_follows_of(self, label: str, time_ms: int, restart_after_ms: int | None) -> None:
         """The follows of a crashed watcher whose window is over when it comes
         back (or that never comes back) end with it: a restart reopens only
-        the conversations still in their follow window (``scenarios.watchers``),
+        the conversations still in their follow window (``scenarios.workloads.watchers``),
         so none is owed the rest of its log. What each delivered is still
         compared with the log."""
         restart_ms = None if restart_after_ms is None else time_ms + restart_after_ms
@@ -267,7 +267,7 @@ class ProgressWaits(Checker):
         """What ``follow`` delivered against the log at those positions."""
         if follow.broken or follow.next_seq - 1 <= follow.from_seq or self.view is None:
             return
-        from scenarios.watchers import fingerprint  # the harness's fingerprint, not the model's digest
+        from scenarios.workloads.watchers import fingerprint  # the harness's fingerprint, not the model's digest
 
         self.checks += 1
         records = self.view.log_records(key[1])

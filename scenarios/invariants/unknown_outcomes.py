@@ -1,7 +1,7 @@
 """``unknown-never-replayed``: a tool call whose outcome is unknown is never
 called again on a guess; each call reaches a non-idempotent tool at most once.
 
-The tool service's own history (``scenarios.agents.ToolService``) is the
+The tool service's own history (``scenarios.workloads.agents.ToolService``) is the
 witness, not the agent's log. Online, at every call that reaches the tools:
 
 - a non-idempotent call id reaches the tool at most once (a second arrival
@@ -30,7 +30,7 @@ from __future__ import annotations
 from faults.events import ERROR, LedgerClaim, LedgerFinalizeSettlement, LedgerMarkUnknown, LedgerRequestAbort, LedgerResolveUnknown, LogAppend
 from model.agent import TOOL_CALL_FAMILY, TOOL_PREPARED, TOOL_SETTLED, TOOL_UNKNOWN
 from model.canonical import digest
-from scenarios.agents import ToolInvoke, ToolService
+from scenarios.workloads.agents import ToolInvoke, ToolService
 from sim.invariants import Checker, RecentlySettled
 
 RETRY_RESOLUTIONS = ("NeverHappened", "SafeToRetry")

@@ -198,14 +198,14 @@ HARNESS_BUDGET_RATIO = 1.4
 
 
 def _run_direct_child(args: list[str]) -> dict[str, Any]:
-    """One run of ``scenarios.direct`` (sentinel-year's wakes driven by direct
+    """One run of ``scenarios.workloads.direct`` (sentinel-year's wakes driven by direct
     calls) in a fresh process, measured as ``_run_child`` measures a
     harnessed run: the child's CPU time (user + sys) from the kernel's
     accounting, so the two figures of the ratio count the same things
     (interpreter start-up and imports included in both)."""
     env = _child_env()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([sys.executable, "-m", "scenarios.direct", *args, "--json"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "scenarios.workloads.direct", *args, "--json"], capture_output=True,
                           text=True, env=env, check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -225,7 +225,7 @@ def _run_direct_child(args: list[str]) -> dict[str, Any]:
 def harness_overhead(harnessed: dict[str, Any], direct: list[dict[str, Any]], duration: str) -> dict[str, Any]:
     """The harness's CPU per wake over the direct driver's: ``harnessed`` is
     the figure of a sentinel-year run (memory, default fault mix), ``direct``
-    the runs of ``scenarios.direct`` over the same duration; the median by
+    the runs of ``scenarios.workloads.direct`` over the same duration; the median by
     CPU is the one reported. Refuses (``RuntimeError``) a direct run that did
     less than it claims: every occurrence due started, every run started
     settled, nothing left unsettled. A driver doing less would make the
@@ -250,7 +250,7 @@ def harness_overhead(harnessed: dict[str, Any], direct: list[dict[str, Any]], du
 def checked_floor(judged: list[dict[str, Any]], overhead: dict[str, Any], wakes_a_year: int = BARE_SLEEPS,
                   year_budget_s: float = 60.0) -> dict[str, Any]:
     """What the wakes cost with the one piece of the harness no speed-up may
-    take away: ``judged`` are runs of ``scenarios.direct --judged`` (the
+    take away: ``judged`` are runs of ``scenarios.workloads.direct --judged`` (the
     direct driver's wakes, every store answer judged by the reference model)
     over ``overhead``'s duration; the median by CPU is reported, per wake and
     scaled to a year's wakes, beside the plain direct driver's. Not a budget:
@@ -510,7 +510,7 @@ def render(figures: dict[str, Any]) -> str:
     over = figures.get("harness_overhead")
     if over:
         lines.append(f"  harness overhead, sentinel-year {over['duration']} (memory, default faults) vs its wakes "
-                     f"driven by direct calls (scenarios.direct): {over['harness_cpu_us_per_wake']} us vs "
+                     f"driven by direct calls (scenarios.workloads.direct): {over['harness_cpu_us_per_wake']} us vs "
                      f"{over['direct_cpu_us_per_wake']} us CPU per wake ({over['harness_wakes']} vs "
                      f"{over['direct_wakes']} wakes) = {over['ratio']}x (budget <= {over['budget_ratio']}x)")
     floor = figures.get("checked_floor")

@@ -1,6 +1,6 @@
 """port-storm: adversarial clients on every port, at the edges of the contracts.
 
-Two or three adversary processes (``scenarios.adversary``) call the
+Two or three adversary processes (``scenarios.adversaries.adversary``) call the
 durable-state store, the submission ledger, the conversation log, the
 checkpoint store and the content store directly, sharing keys and
 conversations so their calls race, with legal and illegal arguments at the
@@ -11,16 +11,16 @@ lease, every port fault kind (``reply-lost`` included: the adversary retries
 the same call, as a production client would) and damaged log reads. Its own
 expectations fail ``adversary-expectations``; the reference model checks
 every answer against an independent model. Beside it, clients of the
-durable-state *handle* (``scenarios.adversary_state``) race on shared keys
+durable-state *handle* (``scenarios.adversaries.state_handle``) race on shared keys
 under two contract versions, with a buggy writer storing state no version
 accepts, claim-check blobs whose reads may be damaged below the store, and
 checkpoints that outlive a rewritten log: ``adopt-own-write``,
 ``contract-safety`` and ``state-expectations`` judge what the handle,
 claim-check and recovery answer. And clients of the kernel's execution
 store, the schedule cursors, the pin index and the findings projection
-(``scenarios.adversary_ports``) drive those ports at their edges and race
+(``scenarios.adversaries.ports``) drive those ports at their edges and race
 on shared runs; ``ports-expectations`` and the reference model judge them.
-Clients of the kernel itself (``scenarios.adversary_kernel``) run flows of
+Clients of the kernel itself (``scenarios.adversaries.kernel``) run flows of
 three versions across deploys, transforms missing, input schemas, replays
 that must refuse a non-deterministic flow, and misbuilt kernels:
 ``kernel-expectations``. On SQLite, ``cold-reopen`` reopens the file at the
@@ -31,14 +31,14 @@ from __future__ import annotations
 from faults.kinds import PORT_FAULT_KINDS
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
 from scenarios import api as inv
-from scenarios.adversary import CALL_STATS, EDGE_STATS, Adversary
-from scenarios.adversary_state import SOMETIMES as STATE_SOMETIMES
-from scenarios.adversary_state import StateAdversary
-from scenarios.adversary_ports import SOMETIMES as PORTS_SOMETIMES
-from scenarios.adversary_ports import PortsAdversary
-from scenarios.adversary_kernel import KernelAdversary
-from scenarios.adversary_values import SOMETIMES as VALUES_SOMETIMES
-from scenarios.adversary_values import ValuesAdversary
+from scenarios.adversaries.adversary import CALL_STATS, EDGE_STATS, Adversary
+from scenarios.adversaries.state_handle import SOMETIMES as STATE_SOMETIMES
+from scenarios.adversaries.state_handle import StateAdversary
+from scenarios.adversaries.ports import SOMETIMES as PORTS_SOMETIMES
+from scenarios.adversaries.ports import PortsAdversary
+from scenarios.adversaries.kernel import KernelAdversary
+from scenarios.adversaries.values import SOMETIMES as VALUES_SOMETIMES
+from scenarios.adversaries.values import ValuesAdversary
 from scenarios.api import (ACK_LOST, CORRUPT_ROW, CRASH_BEFORE_CALL, LATENCY, MINUTE, NODE_KILL, NODE_PAUSE,
                            REPLY_LOST, SECOND, SEQUENCE_GAP, SHORT_PAGE, TRANSIENT_ERROR, WRITE_CONTENTION, Knob,
                            NodeKills, NodePauses, Param, PortFaults, Run, Stack, SwarmSpace, System,

@@ -12,7 +12,7 @@ A wake is one bounded run of ``sentinel_flow``:
    (an application event with an application schema);
 4. save the state with CAS;
 5. on a reading at or above ``PAGE_READING_MIN`` (about one wake in 48),
-   page the on-call through the external pager (``scenarios.pager``) — the
+   page the on-call through the external pager (``scenarios.workloads.pager``) — the
    flow's one *non-idempotent* effect, declared so to the kernel: an intent
    is recorded before the page, and a crash between the page and its record
    parks the run at ``EFFECT_INDOUBT`` for an operator (``paging``: the

@@ -1,6 +1,6 @@
 """The values adversary: JSON values at the edges of every encoder and decoder.
 
-Why: the store adversary (``scenarios.adversary``) sends the values a
+Why: the store adversary (``scenarios.adversaries.adversary``) sends the values a
 careful client sends, so the corners of canonical JSON (``model.canonical``)
 and of each port's argument checks stayed unreached: lone surrogates and a
 surrogate pair spelled as two code points, negative floats and floats in
@@ -62,8 +62,8 @@ from model.conversation.records import FencedAppendRequest
 from model.durable_state.store import DurableStateWrite, encode_payload
 from model.ledger.records import Claim
 from model.retry import error_name, is_retryable
-from scenarios.adversary import INLINE_CAP, PRINCIPAL, AdversaryExpectations, _Process, _ref, _sized
-from scenarios.client import RETRIES_MAX, RETRY_WAIT_MS, Outcome
+from scenarios.adversaries.adversary import INLINE_CAP, PRINCIPAL, AdversaryExpectations, _Process, _ref, _sized
+from scenarios.adversaries.client import RETRIES_MAX, RETRY_WAIT_MS, Outcome
 from scenarios.reference.jcs import bounds_kind
 from sim.node import Node, NodeDeadError
 from sim.workload import Workload

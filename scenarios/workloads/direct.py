@@ -2,11 +2,11 @@
 
 ARCHITECTURE §8 holds the harness to 1.4x "the same workload driven by
 direct calls", and this module is that workload. It runs the worker process
-``sentinel-year`` runs (``scenarios.sentinels.worker_processes``: a schedule
+``sentinel-year`` runs (``scenarios.workloads.sentinels.worker_processes``: a schedule
 driver per sentinel, the findings projector, daily retention; each wake
 admitted, claimed, run as a bounded flow with claim-check, settled by
 reserve -> append -> finalize) with the same parameters and the same
-effects (``scenarios.sentinels.wake_effects``, drawn from the same named
+effects (``scenarios.workloads.sentinels.wake_effects``, drawn from the same named
 streams), but with everything the harness adds taken away:
 
 - the in-memory stores are called directly: no ``faults.ports.BoundPort``
@@ -21,7 +21,7 @@ streams), but with everything the harness adds taken away:
 
 What it keeps is the wake itself, so a harnessed run's CPU per wake over this
 driver's is what the harness costs. ``loomsim bench`` runs it as a child
-process (``python -m scenarios.direct``), as it runs the harnessed one, so
+process (``python -m scenarios.workloads.direct``), as it runs the harnessed one, so
 both figures are whole-process CPU. The counts it prints (wakes started,
 runs settled and how, submissions left unsettled) are the evidence that it
 did the work it claims: a driver doing less would make the ratio a lie.
@@ -56,11 +56,11 @@ from model.pins import InMemoryPinIndex
 from model.runs import LedgerRuns
 from model.schedule_store import InMemoryScheduleStore
 from model.schedules import Schedule, parse_run_id
-from scenarios import sentinel_app as app
+from scenarios.workloads import sentinel_app as app
 from scenarios.invariants.reference_model import ReferenceModel
-from scenarios.pager import PagerService
-from scenarios.sentinel_year import RETENTION
-from scenarios.sentinels import WORKER_NODE, build_chains, wake_effects, worker_processes
+from scenarios.workloads.pager import PagerService
+from scenarios.stacks.sentinel_year import RETENTION
+from scenarios.workloads.sentinels import WORKER_NODE, build_chains, wake_effects, worker_processes
 from sim.clock import MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND, DurationError, parse_duration_ms
 from sim.numbers import NumberError, parse_whole
 from sim.invariants import Violation
@@ -386,7 +386,7 @@ def _seed(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="python -m scenarios.direct",
+    parser = _Parser(prog="python -m scenarios.workloads.direct",
                      description="sentinel-year's wakes driven by direct calls (the harness's floor)")
     parser.add_argument("--seed", type=_seed, default=1)
     parser.add_argument("--duration", type=_duration_ms, default="30d")

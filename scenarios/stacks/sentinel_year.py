@@ -9,7 +9,7 @@ import attrs
 from faults.beyond import beyond_enabled
 from model.claimcheck import INLINE_CAP_BYTES_DEFAULT
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
-from scenarios import sentinel_app as app
+from scenarios.workloads import sentinel_app as app
 from scenarios.api import (ACK_LOST, BOUNDARY_DELAY, CRASH_BEFORE_CALL, DAY, DUPLICATE_WAKE, FAILPOINT_CRASH, HOUR,
                            LATENCY, MINUTE, NODE_KILL, REPLY_LOST, SECOND, SENTINEL_CRASH_POINTS, TRANSIENT_ERROR,
                            WORKER_NODE, WRITE_CONTENTION, Deploys, DuplicateAlarms, Knob, NodeKills, OperatorEdits,

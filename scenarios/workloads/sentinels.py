@@ -1,7 +1,7 @@
 """The sentinel fleet: one worker process running a schedule driver per
 sentinel, the findings projector and daily retention, on the whole system.
 
-Each wake (``scenarios.sentinel_app``) is admitted to the ledger with its run
+Each wake (``scenarios.workloads.sentinel_app``) is admitted to the ledger with its run
 id as idempotency key, claimed under a lease, run as a bounded flow whose
 steps are fenced appends to its own conversation log, and settled by
 reserve -> append -> finalize (``model.runs``). Large telemetry goes through
@@ -9,7 +9,7 @@ the claim-check middleware; findings cite evidence refs; retention archives
 old runs and reclaims blobs except what live findings pin. Deploys switch
 the fleet's build (``on_deploy``): the contract evolves v1 -> v2 -> v3, one
 build deliberately broken and then fixed. With ``paging``, high readings
-page the on-call through the external pager (``scenarios.pager``), the
+page the on-call through the external pager (``scenarios.workloads.pager``), the
 flow's one non-idempotent effect; the fleet answers the on-call operator
 (``faults.chaos.InDoubtResolver``) what the pager received for a parked run,
 and re-sends a page on the operator's behalf.
@@ -35,8 +35,8 @@ from model.probe import NULL_PROBE, Probe
 from model.retry import is_retryable
 from model.runs import LedgerRuns
 from model.schedules import Schedule, ScheduleDriver, parse_run_id, run_id_for
-from scenarios import sentinel_app as app
-from scenarios.pager import PagerService, bind_pager
+from scenarios.workloads import sentinel_app as app
+from scenarios.workloads.pager import PagerService, bind_pager
 from sim.clock import MS_PER_DAY, MS_PER_HOUR, MS_PER_SECOND
 from sim.node import Node
 from sim.rng import Stream
@@ -354,7 +354,7 @@ def worker_processes(runtime: Any, runs: Any, ports: Any, schedules: Mapping[str
     ``content``, ``pins``, ``findings``). Returns the drivers by schedule and
     the process's tasks as ``(name, coroutine)``, in the order to spawn them.
     The one wiring of a wake: the fleet calls it with the run's ports, the
-    direct driver (``scenarios.direct``) with the bare stores."""
+    direct driver (``scenarios.workloads.direct``) with the bare stores."""
     claim_check = ClaimCheck(ports.content, ports.pins, now_ms=runtime.now_ms, cap_bytes=inline_cap_bytes,
                              digests={app.STATS_TOOL: app.stats_digest})
     input_schemas = {build.version: app.validate_input} if validate_inputs else None
@@ -389,7 +389,7 @@ def wake_effects(run_id: str, *, runtime: Any, streams: Any, period_ms: Callable
                  alarm_on_time: Callable[[str, int], None], pager: Callable[[], Any]):
     """The effects of one wake, ``app.make_flow``'s ``effects(run_id)``:
     ``(stats, explain, publish, page)``. Shared by the fleet and the direct
-    driver (``scenarios.direct``), so both run the same wakes.
+    driver (``scenarios.workloads.direct``), so both run the same wakes.
     ``period_ms(run_id)``: its schedule's period (a slow publish lasts 1.0x
     to 1.5x of it); ``alarm_on_time(run_id, busy_until_ms)``: told of a slow
     publish before it sleeps; ``pager()``: the pager as the worker's current

@@ -36,7 +36,7 @@ from model.agent import (AGENT_TOOLS, APPROVAL, CLOSE, COMPLETED, MODEL, OPEN, R
 from model.ledger.records import COMPLETED_WITH_RESULT, NEVER_HAPPENED, SAFE_TO_RETRY, UnreadableSubmission
 from model.canonical import digest
 from model.retry import error_name, is_retryable
-from scenarios.submissions import Submitters, Workers
+from scenarios.workloads.submissions import Submitters, Workers
 from sim.node import Node
 from sim.workload import Workload
 from sim.world import World

@@ -57,7 +57,7 @@ from faults.describe import FINDINGS_DESCRIBERS, KERNEL_DESCRIBERS, PIN_DESCRIBE
 from model.kernel.records import (EFFECT_INDOUBT, EVENT_EMITTED, EXECUTION_MIGRATED, STEP_COMPLETED, STEP_KINDS,
                                   STEP_STARTED)
 from model.retry import error_name
-from scenarios.client import RETRY_WAIT_MS, ClientProcess, Expectations, Outcome, attempt
+from scenarios.adversaries.client import RETRY_WAIT_MS, ClientProcess, Expectations, Outcome, attempt
 from sim.node import Node
 from sim.workload import Workload
 from sim.world import World

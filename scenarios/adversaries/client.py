@@ -1,7 +1,7 @@
 """What every adversarial client shares: one logical call's outcome, its
 retry loop, and the checker its expectations go to.
 
-A client (``scenarios.adversary``, ``adversary_state``, ``adversary_ports``)
+A client (``scenarios.adversaries``: the port-storm adversary, ``state_handle``, ``ports``, ``kernel``)
 calls ports as a production client would: an injected retryable error
 (a transient error, contention, a lost reply) is waited out and the same
 call sent again; any other error is the answer. What it then expects of

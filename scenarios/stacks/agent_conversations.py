@@ -8,15 +8,15 @@ from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE
 from model.failpoints import (ABORT_CRASH_POINTS, ABORT_INTENT_STORED, AGENT_CRASH_POINTS, COMPACTION_APPENDED, FOLLOWER_APPENDED_BEFORE_JOINED,
                               SUBAGENT_CHILD_ABORT_INTENT)
 from scenarios import api as inv
-from scenarios.agents import (JOINING_SHARE, AgentSubmitters, AgentWorkers, Approvers, Cancellers, ModelService,
+from scenarios.workloads.agents import (JOINING_SHARE, AgentSubmitters, AgentWorkers, Approvers, Cancellers, ModelService,
                               Reconciler, ToolService)
 from scenarios.api import (FAILPOINT_CRASH, HOUR, MINUTE, SECOND, SUBMISSION_CRASH_POINTS, Deploys, NodeKills,
                            NodePauses, Param, PortFaults, Run, Stack, SwarmSpace, System, scenario, work)
 from scenarios.invariants import (ApprovalPrecedesEffect, CanonicalEvents, ChildBeforeParent, JoinedSettlesOnce,
                                   ProgressWaits, RunClock, UnknownNeverReplayed)
-from scenarios.ledger_storm import FAULT_KINDS as LEDGER_FAULT_KINDS, KNOBS, OVERTAKE_RATE, RESTART_MS
-from scenarios.ledger_storm import RATES as LEDGER_RATES
-from scenarios.watchers import WatcherKills, Watchers
+from scenarios.stacks.ledger_storm import FAULT_KINDS as LEDGER_FAULT_KINDS, KNOBS, OVERTAKE_RATE, RESTART_MS
+from scenarios.stacks.ledger_storm import RATES as LEDGER_RATES
+from scenarios.workloads.watchers import WatcherKills, Watchers
 
 CRASH_POINTS = SUBMISSION_CRASH_POINTS + AGENT_CRASH_POINTS + ABORT_CRASH_POINTS
 # ledger-storm's kinds and rates (its own stay as they are: its traces do not

@@ -59,7 +59,7 @@ from model.kernel.kernel import (RETIRED, Kernel, RunOutcome, effective_version,
 from model.kernel.records import (COMPLETED, EFFECT_INDOUBT, EVENT_EMITTED, EXECUTION_MIGRATED, FAILED, PARKED,
                                   RUNNING, STEP_COMPLETED, STEP_STARTED, TERMINAL_STATUSES)
 from model.retry import error_name, is_retryable
-from scenarios.client import RETRIES_MAX, RETRY_WAIT_MS, ClientProcess, Expectations, Outcome, attempt
+from scenarios.adversaries.client import RETRIES_MAX, RETRY_WAIT_MS, ClientProcess, Expectations, Outcome, attempt
 from sim.node import Node, NodeDeadError
 from sim.workload import Workload
 from sim.world import World

@@ -3,7 +3,7 @@ middleware and checkpointed recovery, racing under faults.
 
 Why: the application workloads use the durable-state handle
 (``model.durable_state.handle``) only in its happy path (one sentinel, one
-writer per key), and the port adversary (``scenarios.adversary``) calls the
+writer per key), and the port adversary (``scenarios.adversaries.adversary``) calls the
 store directly. The handle's own rules — adopt-own-write (a save that
 conflicts at *exactly* ``expected + 1`` with a canonically equal envelope
 at the same contract version is its own earlier write; anything else stays
@@ -85,7 +85,7 @@ from model.durable_state.store import DurableStateWrite, is_revision_conflict
 from model.retry import error_name
 from scenarios.reference import exact_json
 from scenarios.reference.jcs import JcsError, canonical
-from scenarios.client import RETRY_WAIT_MS, Expectations, Outcome, attempt
+from scenarios.adversaries.client import RETRY_WAIT_MS, Expectations, Outcome, attempt
 from sim.node import Node
 from sim.workload import Workload
 from sim.world import World

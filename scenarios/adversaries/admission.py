@@ -1,4 +1,4 @@
-"""The port-storm adversary's admission-policy episode (``scenarios.adversary``).
+"""The port-storm adversary's admission-policy episode (``scenarios.adversaries.adversary``).
 
 One node's private admission group and admission fence, through every rule
 the ledger keeps for them (``model.ledger.rules``: admission policies): an
@@ -9,7 +9,7 @@ terminalizing, and admitted once it is finalized; the original under
 another group or metadata (``AdmissionConflict``); the fence moved
 forward, after which the original's exact replay at the old revision still
 replays and a fresh key there is refused (``stale-revision``), nothing
-written. Its edges are in ``scenarios.adversary.EDGES``. Names are the node's own (never raced), so every answer is exact.
+written. Its edges are in ``scenarios.adversaries.adversary.EDGES``. Names are the node's own (never raced), so every answer is exact.
 A crash mid-episode leaves ordinary private leftovers: the next
 incarnation's recovery settles them, which frees the group.
 """
@@ -19,10 +19,10 @@ from typing import Any
 
 from model.ledger.records import AdmissionFence
 
-from scenarios.adversary import PRINCIPAL, _matches, _typed
+from scenarios.adversaries.adversary import PRINCIPAL, _matches, _typed
 
 async def admission_policies(p: Any) -> None:
-    """``p``: the adversary process (``scenarios.adversary._Process``)."""
+    """``p``: the adversary process (``scenarios.adversaries.adversary._Process``)."""
     conv, other = p.private_conversation("g"), p.private_conversation("g")
     group, policy, fence_key = p.uid("group"), f"policy-{p.node.name}", p.uid("fence")
     key, successor_key = p.uid("key"), p.uid("key")

@@ -69,7 +69,7 @@ from model.ledger.conformance import HANDOFF_SCENARIOS
 from model.ledger.records import Claim, ClaimHandoff, ParentLink
 from faults.ports import STREAM_METHODS
 from model.retry import error_name, is_retryable
-from scenarios.client import RETRIES_MAX, RETRY_WAIT_MS, ClientProcess, Expectations, Outcome
+from scenarios.adversaries.client import RETRIES_MAX, RETRY_WAIT_MS, ClientProcess, Expectations, Outcome
 from sim.node import Node, NodeDeadError
 from sim.workload import Workload
 from sim.world import World
@@ -117,7 +117,7 @@ EDGES = (
     "child_replay_before_fence", "settled_suspend_conflict",
     *(f"handoff_{scenario}_{'granted' if scenario == 'ready' else 'refused'}" for scenario in HANDOFF_SCENARIOS),
     "handoff_deferred_head_again",
-    "admission_group_occupied", "admission_group_replay_first", "admission_group_conflict",  # adversary_admission
+    "admission_group_occupied", "admission_group_replay_first", "admission_group_conflict",  # admission.py
     "admission_group_held_terminalizing", "admission_group_freed_at_finalize", "admission_fence_replay_after_move",
     "admission_fence_stale_refused", "admission_metadata_conflict", "admission_worker_lane_refused",
     "admission_ordinary_lane_refused", "admission_worker_message_id_refused", "admission_worker_origin_required",
@@ -1145,8 +1145,8 @@ class _Process(ClientProcess):
             await self._delete_log(conv)
 
     async def admission_policies(self) -> None:
-        """Admission groups, fences and metadata (``scenarios.adversary_admission``)."""
-        from scenarios.adversary_admission import admission_policies
+        """Admission groups, fences and metadata (``scenarios.adversaries.admission``)."""
+        from scenarios.adversaries.admission import admission_policies
         await admission_policies(self)
 
     async def _apply_input(self, conv: str, token: Claim, sid: str, key: str, value: Any, queue_seq: int) -> bool:
