@@ -229,3 +229,20 @@ def test_a_run_with_damaged_checkpoint_reads_replays_from_its_script_to_the_same
     again = run(registry.get("port-storm"), attrs.evolve(opts, fault_script=tuple(first.fault_script)))
     assert again.passed and again.trace_digest == first.trace_digest
     assert again.stats["checkpoint_damaged_refused"] == first.stats["checkpoint_damaged_refused"] > 0
+
+
+def test_a_model_assertion_or_an_overflow_is_never_a_typed_refusal():
+    """The adversaries count a refusal as typed only when it is one: a model
+    assertion that fired (``UnclassifiableRow``: the model is broken) or an
+    OverflowError is a bug, whatever module its class is in or what it is
+    named; argument validation and the model's named errors are typed."""
+    from model.ledger.records import AdmissionPolicyError
+    from model.recovery_decisions import UnclassifiableRow
+    from scenarios.adversaries.common import _typed
+
+    overflow = type("IntegerOverflow", (OverflowError,), {"__module__": "model.sqlite_db", "name": "IntegerOverflow"})
+    assert not _typed(UnclassifiableRow("sub-1", "running"))
+    assert not _typed(overflow("past INTEGER"))
+    assert not _typed(UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"))
+    assert _typed(ValueError("limit must be positive")) and _typed(TypeError("data must be bytes"))
+    assert _typed(AdmissionPolicyError("occupied", "group-occupied"))

@@ -19,7 +19,8 @@ from typing import Any
 
 from model.ledger.records import AdmissionFence
 
-from scenarios.adversaries.adversary import PRINCIPAL, _matches, _typed
+from scenarios.adversaries.common import _matches, _typed
+from scenarios.adversaries.process import PRINCIPAL
 
 async def admission_policies(p: Any) -> None:
     """``p``: the adversary process (``scenarios.adversaries.adversary._Process``)."""

@@ -170,7 +170,7 @@ def _make_transform(a: int, b: int) -> Callable[[str, Any], Any]:
 TRANSFORMS = {(a, b): _make_transform(a, b) for a in VERSIONS for b in VERSIONS if a != b}
 
 
-def _validator(version: int) -> Callable[[Any], "str | None"]:
+def _input_validator(version: int) -> Callable[[Any], "str | None"]:
     def validate(payload: Any) -> str | None:
         if type(payload) is not dict or "n" not in payload:
             return "input must be an object with n"
@@ -186,7 +186,7 @@ def _validator(version: int) -> Callable[[Any], "str | None"]:
     return validate
 
 
-VALIDATORS = {v: _validator(v) for v in VERSIONS}
+VALIDATORS = {v: _input_validator(v) for v in VERSIONS}
 
 
 def _buggy_validator(answer: Any, version: int) -> Callable[[Any], Any]:

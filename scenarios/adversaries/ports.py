@@ -50,7 +50,6 @@ its next incarnation starts on fresh names.
 """
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from faults.describe import FINDINGS_DESCRIBERS, KERNEL_DESCRIBERS, PIN_DESCRIBERS, SCHEDULE_DESCRIBERS
@@ -58,6 +57,7 @@ from model.kernel.records import (EFFECT_INDOUBT, EVENT_EMITTED, EXECUTION_MIGRA
                                   STEP_STARTED)
 from model.retry import error_name
 from scenarios.adversaries.client import RETRY_WAIT_MS, ClientProcess, Expectations, Outcome, attempt
+from scenarios.adversaries.common import _ref, _reordered, _typed
 from sim.node import Node
 from sim.workload import Workload
 from sim.world import World
@@ -110,31 +110,6 @@ ODD_KEYS = ("\U0001F600", "\uFB01", "\ue000", "a", "\u00e9")
 NUMBERS = (1.0, -0.0, 1e21, 1e-7, 5e-324, 0.1, 2**53 - 1, -(2**53 - 1), 123456789.125)
 CATEGORIES = ("slow-query", "lock-wait", "bloat")
 SEVERITIES = ("low", "medium", "high")
-
-
-def _ref(text: str) -> str:
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _typed(error: BaseException) -> bool:
-    """TypeError/ValueError of argument validation, a named error, or one of
-    the model's own classes; never a UnicodeError, OverflowError, AssertionError."""
-    if isinstance(error, (UnicodeError, AssertionError, OverflowError)):
-        return False
-    if type(error) in (TypeError, ValueError):
-        return True
-    name = getattr(type(error), "name", None)
-    if isinstance(name, str) and name:
-        return True
-    return type(error).__module__.startswith("model.")
-
-
-def _reordered(value: Any) -> Any:
-    if type(value) is dict:
-        return {k: _reordered(value[k]) for k in reversed(list(value))}
-    if type(value) is list:
-        return [_reordered(v) for v in value]
-    return value
 
 
 class PortsExpectations(Expectations):

@@ -107,7 +107,7 @@ FORGED = ({"mode": "Idle", "last": 1}, {"mode": "idle"}, {"mode": "busy", "last"
 RESPELL_ONE_IN = 3
 
 
-def _validator(modes: tuple[str, ...]) -> Callable[[Any], "str | None"]:
+def _state_validator(modes: tuple[str, ...]) -> Callable[[Any], "str | None"]:
     def validate(payload: Any) -> str | None:
         if type(payload) is not dict:
             return f"state must be an object, got {type(payload).__name__}"
@@ -128,8 +128,8 @@ def _widen(payload: Any) -> Any:
 
 
 CONTRACTS: dict[int, StateContract] = {
-    1: StateContract(CONTRACT_ID, 1, _validator(MODES[1])),
-    2: StateContract(CONTRACT_ID, 2, _validator(MODES[2]), {1: _widen}),
+    1: StateContract(CONTRACT_ID, 1, _state_validator(MODES[1])),
+    2: StateContract(CONTRACT_ID, 2, _state_validator(MODES[2]), {1: _widen}),
 }
 
 # The world the processes observe holds still this many ticks.

@@ -62,8 +62,10 @@ from model.conversation.records import FencedAppendRequest
 from model.durable_state.store import DurableStateWrite, encode_payload
 from model.ledger.records import Claim
 from model.retry import error_name, is_retryable
-from scenarios.adversaries.adversary import INLINE_CAP, PRINCIPAL, AdversaryExpectations, _Process, _ref, _sized
+from scenarios.adversaries.adversary import AdversaryExpectations, _Process
 from scenarios.adversaries.client import RETRIES_MAX, RETRY_WAIT_MS, Outcome
+from scenarios.adversaries.common import _ref, _sized
+from scenarios.adversaries.process import INLINE_CAP, PRINCIPAL
 from scenarios.reference.jcs import bounds_kind
 from sim.node import Node, NodeDeadError
 from sim.workload import Workload
