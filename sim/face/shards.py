@@ -1,4 +1,4 @@
-"""Sharded sweeps: ``loomsim sweep --shard I/N --out FILE`` and ``loomsim merge``.
+"""Sharded sweeps: ``loomsim sweep --shard I/N --out FILE`` (``loomsim merge`` reads the files: ``sim.face.merge``).
 
 A CI matrix is the distributed engine: N jobs each run ``sweep ... --shard
 I/N --out shard-I.json``, one job runs ``merge shard-*.json``, and the merge
