@@ -42,7 +42,7 @@ import attrs
 
 from sim.clock import DurationError, format_duration_ms, parse_duration_ms
 from reports.verdict import EXIT_ERROR
-from sim.face.options import UsageError, parse_count, parse_seed_range, run_store
+from sim.face.options import UsageError, check_repro_dir, parse_count, parse_seed_range, run_store
 from sim.face.repro_file import scenarios_argv
 from sim.face.children import (Job, check_interrupted, child_output, child_result, forwarding_signals, reap, spawning,
                                start_child)
@@ -235,11 +235,8 @@ def mutants_command(args: argparse.Namespace, global_args: Sequence[str]) -> int
             except registry.UnknownScenario as error:
                 raise UsageError(f"mutant {mutant.name!r}: {error}") from None
     durations = _durations(list(scenarios.values()), args.duration)
-    if args.repro_dir is not None and not os.path.isdir(args.repro_dir):
-        raise UsageError(f"--repro-dir {args.repro_dir!r} is not a directory")
-    if args.repro_dir is not None and not os.access(args.repro_dir, os.W_OK | os.X_OK):
-        # Found out now, not after the catalogue ran and its repro files were lost.
-        raise UsageError(f"--repro-dir {args.repro_dir!r} is not writable")
+    if args.repro_dir is not None:  # found out now, not after the catalogue ran and its repro files were lost
+        check_repro_dir(args.repro_dir)
     scratch = tempfile.mkdtemp(prefix="loomsim-mutants-")
     baselines: list[_Job] = []
     jobs: list[_Job] = []
