@@ -9,7 +9,8 @@ inside functions (a lazy import is still a dependency). A module's own
 ``main`` (what ``python -m`` runs) is an entry point and may run the CLI:
 ``coverage_child``'s runs it under the line tracer. And ``cli.py`` is the
 dispatcher only: every command is a module of its own with
-``add_parser(sub)`` and ``command(args)``.
+``add_parser(sub)`` and ``command(args)``; only ``children.py`` starts
+processes (the children of sweep, mutants, check-determinism and bench).
 """
 from __future__ import annotations
 
@@ -167,3 +168,28 @@ def test_every_command_is_a_module_with_add_parser_and_command():
         _, alone = root_parser()
         module.add_parser(alone)
         assert list(alone.choices) == [name], module.__name__  # the module adds its command, and only it
+
+
+# What starts a process: only the face's one child-process module calls these.
+STARTERS = {"subprocess.run", "subprocess.Popen", "subprocess.call", "subprocess.check_call",
+            "subprocess.check_output", "os.system", "os.fork", "os.posix_spawn", "os.execv", "os.execve",
+            "os.spawnv", "os.spawnve", "os.popen"}
+
+
+def process_starts(source: str, filename: str) -> list[str]:
+    """The calls of ``source`` that start a process (``subprocess.Popen(...)``, ``os.system(...)``, ...)."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name) and f"{node.func.value.id}.{node.func.attr}" in STARTERS:
+            found.append(f"{filename}:{node.lineno}: {node.func.value.id}.{node.func.attr}")
+    return found
+
+
+def test_only_the_child_process_module_starts_processes():
+    found = [start for path in sorted(FACE.glob("*.py")) if path.name != "children.py"
+             for start in process_starts(path.read_text(encoding="utf-8"), f"sim/face/{path.name}")]
+    assert not found, "\n".join(found)
+    assert process_starts((FACE / "children.py").read_text(encoding="utf-8"), "sim/face/children.py")
+    assert process_starts("import subprocess\nsubprocess.run(['x'])\n", "sim/face/bench.py")
+    assert not process_starts("import subprocess\nexcept_ = subprocess.TimeoutExpired\n", "sim/face/sweep.py")
