@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sim.face.cli import main
-from sim.face.options import build_parser
+from sim.face.cli import build_parser
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 INVARIANTS = ("cas-linear", "adopt-own-write", "exactly-once-wake", "replay-determinism", "contract-safety")
@@ -328,12 +328,12 @@ def test_unwritable_repro_dir_warns_but_still_reports_the_violation(planted_cas_
     # is no failure: the writer takes the next free name.)
     import errno
 
-    from sim.face import cli
+    from sim.face import run
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(cli, "write_repro", full)
+    monkeypatch.setattr(run, "write_repro", full)
     code = main(["run", "sentinel-year", "--seed", "5", "--duration", "1d", "--repro-dir", str(tmp_path)])
     captured = capsys.readouterr()
     assert code == 1

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from sim.face import repro_file
-from sim.face.options import UsageError, build_parser, leading_scenario_modules
+from sim.face.cli import build_parser
+from sim.face.options import UsageError, leading_scenario_modules
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MODULE = "userscen.ticks"

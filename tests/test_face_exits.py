@@ -242,7 +242,9 @@ def test_run_progress_goes_to_stderr_and_changes_nothing(tmp_path):
 
 
 def test_progress_line_reads_simulated_share_wall_and_eta():
-    line = cli.progress_line(6 * 3_600_000, 24 * 3_600_000, 30.0)
+    from sim.face.run import progress_line
+
+    line = progress_line(6 * 3_600_000, 24 * 3_600_000, 30.0)
     assert line == "loomsim: progress: simulated 6h of 1d (25.0%), 30s wall, ETA 1m 30s"
 
 

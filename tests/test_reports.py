@@ -20,7 +20,7 @@ from reports.junit import render_junit
 from reports.markdown import render_markdown
 from scenarios import registry
 from sim import runner, timeline
-from sim.face import cli, options
+from sim.face import cli, options, run
 from sim.face.sweep import seed_record, summarize_scenario, summarize_sweep
 from sim.scenario import ScenarioOptions
 from sim.trace import Trace
@@ -157,7 +157,7 @@ def test_the_markdown_starts_with_the_verdict(failing):
 
 def test_the_json_carries_timeline_and_excerpt(failing):
     _, body = failing
-    assert body["format"] == cli.RESULT_FORMAT
+    assert body["format"] == run.RESULT_FORMAT
     assert body["timeline"]["violations"][0]["invariant"] == body["violations"][0]["name"]
     assert body["excerpt"] and {"seq", "t_ms", "node", "kind", "fields"} <= set(body["excerpt"][0])
 

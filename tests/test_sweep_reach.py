@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from scenarios import registry
-from sim.face import cli, model_coverage
+from sim.face import cli, coverage_child, model_coverage
 from sim.face.sweep import (BEYOND_PASSED, SweepOptions, enabled_in, exit_code, gap_names, plan_jobs, render,
                             summarize_scenario, summarize_sweep)
 
@@ -250,7 +250,7 @@ def test_require_coverage_exits_1_on_a_gap(covered_sweep):
 
 def test_tracing_does_not_change_the_run(tmp_path, capsys):
     argv = ["run", "ledger-storm", "--seed", "2", "--duration", "15m", "--json", "--repro-dir", str(tmp_path)]
-    assert model_coverage.main([str(tmp_path / "lines.json"), "--", *argv]) in (0, 1)
+    assert coverage_child.main([str(tmp_path / "lines.json"), "--", *argv]) in (0, 1)
     traced = json.loads(capsys.readouterr().out)
     cli.main(argv)
     plain = json.loads(capsys.readouterr().out)
@@ -294,7 +294,7 @@ def test_a_child_that_lost_its_tracer_says_so_and_the_report_calls_the_figure_a_
 
     monkeypatch.setattr(cli_module, "main", loses_its_tracer)
     lines = tmp_path / "lines.json"
-    assert model_coverage.main([str(lines), "--", "run", "ledger-storm"]) == 0
+    assert coverage_child.main([str(lines), "--", "run", "ledger-storm"]) == 0
     assert model_coverage.tracing_lost(str(lines))
     _, summary, _ = covered_sweep
     assert summary["model_coverage"]["tracing_lost_seeds"] == 0  # a real traced seed keeps its tracer

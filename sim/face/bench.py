@@ -2,44 +2,33 @@
 
 Every figure comes from this one invocation on this machine, so ratios
 compare like with like. Runs that measure memory go to fresh subprocesses
-(peak RSS is per process). Wall-clock reads are confined to the face (this
+(peak RSS is per process), started as every child of the face is
+(``sim.face.children.run_child``). Wall-clock reads are confined to the face (this
 module, the CLI and sweep); nothing simulated sees them.
 """
 from __future__ import annotations
 
+import argparse
 import heapq
 import json
-import os
 import resource
-import subprocess
-import sys
 import time
 from typing import Any
 
+from sim.face.children import run_child
+from sim.face.options import UsageError, parse_count, parse_seed
 from sim.runtime import SimRuntime
 from sim.node import Node
 
 BARE_SLEEPS = 105_120
-
-
-# The directory holding the ``sim`` package (sim/face/bench.py -> its root).
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _child_env() -> dict[str, str]:
-    """This environment, with the project's root first on ``PYTHONPATH``: a
-    child process imports the same ``sim`` the bench runs from."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+BENCH_RUNS_MAX = 25
+EXIT_PASS, EXIT_VIOLATION = 0, 1
 
 
 def _run_child(args: list[str]) -> dict[str, Any]:
-    env = _child_env()
     started = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([sys.executable, "-m", "sim", "run", *args, "--json"], capture_output=True,
-                          text=True, env=env, check=False)
+    proc = run_child(["sim", "run", *args, "--json"])
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     elapsed = time.perf_counter() - started
     if proc.returncode not in (0, 1):
@@ -203,10 +192,8 @@ def _run_direct_child(args: list[str]) -> dict[str, Any]:
     harnessed run: the child's CPU time (user + sys) from the kernel's
     accounting, so the two figures of the ratio count the same things
     (interpreter start-up and imports included in both)."""
-    env = _child_env()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([sys.executable, "-m", "scenarios.workloads.direct", *args, "--json"], capture_output=True,
-                          text=True, env=env, check=False)
+    proc = run_child(["scenarios.workloads.direct", *args, "--json"])
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         try:
@@ -360,10 +347,8 @@ SWEEP_DURATION_QUICK = "1d"
 def _run_sweep(args: list[str]) -> dict[str, Any]:
     """One ``loomsim sweep`` in a fresh process: its wall time (seconds, the
     parent's clock), and the seeds it ran and passed (from its JSON)."""
-    env = _child_env()
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "sim", "sweep", *args, "--json"], capture_output=True, text=True,
-                          env=env, check=False)
+    proc = run_child(["sim", "sweep", *args, "--json"])
     wall_s = time.perf_counter() - started
     if proc.returncode not in (0, 1):  # 1: a seed failed, a finding; its seeds still ran
         raise RuntimeError(f"bench sweep failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout[-300:]}")
@@ -541,3 +526,29 @@ def render(figures: dict[str, Any]) -> str:
     for budget, met in verdicts(figures):
         lines.append(f"  {'met   ' if met else 'MISSED'} {budget}")
     return "\n".join(lines)
+
+
+# -- the command: ``loomsim bench`` ---------------------------------------------------
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """``loomsim bench``'s arguments."""
+    bench_p = sub.add_parser("bench", help="measure the performance budgets (ARCHITECTURE §8) in one run")
+    bench_p.add_argument("--quick", action="store_true", help="short runs (30d/3d) for a smoke check")
+    bench_p.add_argument("--seed", type=parse_seed, default=1)
+    bench_p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    bench_p.add_argument("--check", action="store_true", help="exit 1 if any budget is missed")
+    bench_p.add_argument("--runs", type=parse_count, default=1, metavar="N",
+                         help="run each measured scenario N times and report the median (default 1)")
+    return bench_p
+
+
+def command(args: argparse.Namespace) -> int:
+    """``loomsim bench``: the figures, printed or as JSON; with ``--check``
+    exit 1 when a budget is missed."""
+    if not 1 <= args.runs <= BENCH_RUNS_MAX:
+        raise UsageError(f"--runs {args.runs}: expected 1 to {BENCH_RUNS_MAX}")
+    figures = bench(quick=args.quick, seed=args.seed, runs_each=args.runs)
+    print(json.dumps(figures) if args.json else render(figures))
+    missed = args.check and not all(met for _, met in verdicts(figures))
+    return EXIT_VIOLATION if missed else EXIT_PASS

@@ -1,5 +1,6 @@
 """The children of the face's commands that run seeds in processes
-(``sweep``, ``mutants``, ``check-determinism``): a ``Job`` (a seed of a
+(``sweep``, ``mutants``, ``check-determinism``; ``bench``'s measured runs:
+``run_child``): a ``Job`` (a seed of a
 scenario as a ``loomsim run`` command line), its process
 (``start_child``), what the process printed (``child_output``) and its
 result (``child_result``); and a signal's way through the parent:
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -173,13 +174,28 @@ class Job:
     argv: tuple[str, ...]  # ``[global args] run SCENARIO --seed N ... --json``
 
 
+def child_env(env_extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A child's environment: this one, ``env_extra`` set, the project's
+    root first on ``PYTHONPATH`` (the child imports the same ``sim``)."""
+    env = {**os.environ, **(env_extra or {})}
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def run_child(module_argv: Sequence[str]) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS...`` (``module_argv``) run to its end, its
+    output captured (``bench``'s measured runs, one at a time: the parent
+    reads the children's CPU time around each)."""
+    return subprocess.run([sys.executable, "-m", *module_argv], capture_output=True, text=True, env=child_env(),
+                          check=False)
+
+
 def start_child(job: Job, lines_file: str | None, env_extra: Mapping[str, str] | None = None) -> subprocess.Popen:
     """The job's process, in this process's directory (where ``--scenarios``
     modules are importable from); under the line recorder if ``lines_file``;
     ``env_extra`` set in its environment (``check-determinism``: ``PYTHONHASHSEED``)."""
-    env = {**os.environ, **(env_extra or {})}
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    head = ["-m", "sim"] if lines_file is None else ["-m", "sim.face.model_coverage", lines_file, "--"]
+    env = child_env(env_extra)
+    head = ["-m", "sim"] if lines_file is None else ["-m", "sim.face.coverage_child", lines_file, "--"]
     # Its output goes to unnamed temporary files, not pipes: the parent polls
     # and reads only after the child exits, and a child that wrote more than
     # a pipe holds (64 KiB) would block on a pipe forever.

@@ -44,16 +44,17 @@ FORMAT = "loomsim-describe/1"
 STORES = ("memory", "sqlite")
 
 
-def add_parser(sub: Any) -> None:
-    """``loomsim describe``'s arguments (called by ``options.build_parser``)."""
+def add_parser(sub: Any) -> Any:
+    """``loomsim describe``'s arguments."""
     p = sub.add_parser("describe", help="a scenario's parameters, faults, sites, knobs, invariants, "
                                         "sometimes-properties and durations")
     p.add_argument("scenario", help="scenario name (see `loomsim list`)")
     p.add_argument("--json", action="store_true", help="print the description as one JSON object")
+    return p
 
 
 def command(args: Any) -> int:
-    """``loomsim describe SCENARIO`` (dispatched from ``cli._main``)."""
+    """``loomsim describe SCENARIO``."""
     from scenarios import registry
 
     try:

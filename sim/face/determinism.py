@@ -35,7 +35,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import attrs
 
 from sim.clock import format_calendar, format_duration_ms
-from sim.face.options import UsageError, selected_scenarios
+from sim.face.options import (UsageError, parse_count, parse_duration, parse_seed_range, parse_store,
+                              selected_scenarios)
 from sim.face.children import (POLL_S, Job, check_interrupted, child_result, forwarding_signals, reap, spawning,
                                start_child)
 
@@ -46,22 +47,23 @@ EXIT_PASS, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 3
 DETERMINISTIC, DIVERGED, ERROR = "deterministic", "diverged", "error"
 
 
-def add_parser(sub: Any, *, seed_range: Any, count: Any, duration: Any, store: Any) -> None:
-    """``loomsim check-determinism``'s arguments (called by ``options.build_parser``)."""
+def add_parser(sub: Any) -> Any:
+    """``loomsim check-determinism``'s arguments."""
     p = sub.add_parser("check-determinism",
                        help="run each seed twice in fresh processes under two PYTHONHASHSEEDs and compare the "
                             "traces: name the first diverging event")
     p.add_argument("scenario", nargs="?", default=None, help="scenario name (default: every scenario)")
-    p.add_argument("--seeds", type=seed_range, required=True, metavar="A:B",
+    p.add_argument("--seeds", type=parse_seed_range, required=True, metavar="A:B",
                    help="seeds A (inclusive) to B (exclusive) of each scenario, e.g. 0:4")
-    p.add_argument("--duration", type=duration, default=None,
+    p.add_argument("--duration", type=parse_duration, default=None,
                    help="simulated duration of each run (default: the scenario's sweep duration)")
-    p.add_argument("--store", type=store, default="memory", metavar="STORE",
+    p.add_argument("--store", type=parse_store, default="memory", metavar="STORE",
                    help="memory (default), sqlite, or MODULE:FACTORY")
-    p.add_argument("--jobs", type=count, default=2, help="runs at once (default 2)")
+    p.add_argument("--jobs", type=parse_count, default=2, help="runs at once (default 2)")
     p.add_argument("--keep-traces", default=None, metavar="DIR",
                    help="keep the trace files (JSON lines) in DIR (default: a temporary directory, removed)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    return p
 
 
 @attrs.frozen
@@ -73,7 +75,7 @@ class Pair:
 
 
 def command(args: Any) -> int:
-    """``loomsim check-determinism`` (dispatched from ``cli._main``)."""
+    """``loomsim check-determinism``."""
     from sim.face.repro_file import scenarios_argv
 
     scenarios = selected_scenarios(args.scenario)

@@ -236,12 +236,14 @@ def run_in_process(argv: Sequence[str], *, must_fire: bool | None = None) -> InP
     from faults.mutants import revert as revert_mutant
     from scenarios import registry
     from sim.face import discovery, options
+    from sim.face.mutants import apply_mutant
     from sim.face.repro_file import repro_command
+    from sim.face.run import parse_line
     from sim.runner import run
     from sim.scenario import SetupError
 
     try:
-        _, args = options.parse(list(argv))
+        args = parse_line(list(argv))
     except (ReproFileError, discovery.ScenarioModuleError) as error:
         raise options.UsageError(str(error)) from None
     if args.command != "run":
@@ -251,7 +253,7 @@ def run_in_process(argv: Sequence[str], *, must_fire: bool | None = None) -> InP
     except registry.UnknownScenario as error:
         raise options.UsageError(str(error)) from None
     mine = current_mutant() is None  # revert only what this call applied
-    mutant = options.apply_mutant(args)
+    mutant = apply_mutant(args)
     try:
         opts = options.run_options(scenario, args)
         if must_fire is not None:

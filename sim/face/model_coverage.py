@@ -1,9 +1,9 @@
 """Which lines of ``model/`` a sweep executed (``loomsim sweep --model-coverage``).
 
-The child side: ``python -m sim.face.model_coverage OUTFILE -- ARGV...``
-installs a tracer, runs ``sim.face.cli.main(ARGV)`` (a sweep's usual child,
-``run ... --json``), and writes the ``model/`` lines it executed to OUTFILE
-as JSON. The parent (``sim.face.sweep``) merges the children's files and
+The child side (``python -m sim.face.coverage_child OUTFILE -- ARGV...``)
+installs this module's tracer (``LineRecorder``), runs the CLI on ARGV (a
+sweep's usual child, ``run ... --json``), and writes the ``model/`` lines
+it executed to OUTFILE as JSON. The parent (``sim.face.sweep``) merges the children's files and
 compares them with the executable lines of every ``model/`` file
 (``executable_lines``), which gives the report: the share of ``model/``
 executed, per file, and the unreached lines as ranges.
@@ -32,7 +32,7 @@ import fnmatch
 import json
 import os
 import sys
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping
 
 # The checkout's root (sim/face/model_coverage.py -> root) and its model/.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -96,32 +96,6 @@ class LineRecorder:
         files = {os.path.relpath(path, root).replace(os.sep, "/"): sorted(lines)
                  for path, lines in sorted(self.lines.items()) if lines}
         return {"format": FORMAT, "files": files, "tracing_lost": lost}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sim.face.model_coverage OUTFILE -- ARGV...``: run the CLI
-    on ARGV with the tracer on; write the executed lines to OUTFILE (also
-    when the run fails: its lines count too). Returns the CLI's exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) < 2 or args[1] != "--":
-        print("usage: python -m sim.face.model_coverage OUTFILE -- LOOMSIM-ARGS...", file=sys.stderr)
-        return 2
-    out, cli_argv = args[0], args[2:]
-    recorder = LineRecorder()
-    recorder.start()  # before the CLI is imported: model/'s module bodies count too
-    try:
-        from sim.face import cli
-
-        code = cli.main(cli_argv)
-    finally:
-        # CPython switches a tracer off for good when calling it raises (a
-        # RecursionError deep in the run does): say so, the lines after it
-        # went unrecorded and the figure is a floor.
-        lost = sys.gettrace() is not recorder
-        recorder.stop()
-        with open(out, "w", encoding="utf-8") as stream:
-            json.dump(recorder.to_json(lost=lost), stream)
-    return code
 
 
 # -- the parent: merge and report ----------------------------------------------------
@@ -280,6 +254,3 @@ def render(cov: Mapping[str, Any]) -> str:
         lines.append(f"  not counted (conformance kits, run by the tests): {shown}")
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

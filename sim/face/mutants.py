@@ -42,6 +42,8 @@ import attrs
 
 from sim.clock import DurationError, format_duration_ms, parse_duration_ms
 from reports.verdict import EXIT_ERROR
+from sim.face.options import UsageError, check_repro_dir, parse_count, parse_seed_range, run_store
+from sim.face.repro_file import scenarios_argv
 from sim.face.children import (Job, check_interrupted, child_output, child_result, forwarding_signals, reap, spawning,
                                start_child)
 
@@ -56,10 +58,6 @@ MUTANT_UNEXECUTED = "mutant-unexecuted"
 SEEDS_MAX = 10_000
 JOBS_MAX = 64
 WAIT_S = 0.05  # how long the loop waits on a child before looking at the others
-
-
-class MutantsUsageError(Exception):
-    """Bad input to ``loomsim mutants`` (the CLI prints it as a usage error)."""
 
 
 def known_mutants(module: str | None) -> dict[str, Any]:
@@ -97,6 +95,22 @@ def apply_named(name: str, module: str | None, store: str) -> Any:
     return mutant
 
 
+def apply_mutant(args: argparse.Namespace) -> Any:
+    """``run --mutant NAME``: swap the planted bug in before anything runs
+    (None without one). A mutant that cannot apply, or whose patched code
+    the run's store never executes, is a usage error."""
+    if args.mutant is None:
+        if args.mutants:
+            raise UsageError("--mutants MODULE names where mutants come from: give --mutant NAME too")
+        return None
+    from faults.mutants import MutantError
+
+    try:
+        return apply_named(args.mutant, args.mutants, run_store(args))
+    except MutantError as error:
+        raise UsageError(str(error)) from None
+
+
 def unexecuted_note(mutant: Any, executions: int | None) -> str | None:
     """The line a passing run prints when ``mutant``'s patched code never
     executed (``executions`` 0); None when it did, or cannot be counted."""
@@ -109,15 +123,14 @@ def unexecuted_note(mutant: Any, executions: int | None) -> str | None:
             f"above says nothing about it; the scenarios that run it: {', '.join(mutant.scenarios)}")
 
 
-def add_parser(sub: Any, *, seed_range: Any, count: Any) -> argparse.ArgumentParser:
-    """The ``mutants`` subcommand's options (``seed_range``/``count``: the
-    CLI's argument types, so errors read alike)."""
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """``loomsim mutants``'s arguments."""
     p = sub.add_parser("mutants", help="run the sweep against every planted bug of the mutant catalogue: "
                                        "detected or survived")
     p.add_argument("--only", default="", metavar="NAME[,NAME]", help="only these mutants (comma-separated)")
-    p.add_argument("--seeds", type=seed_range, default=range(0, 20), metavar="A:B",
+    p.add_argument("--seeds", type=parse_seed_range, default=range(0, 20), metavar="A:B",
                    help="seeds A (inclusive) to B (exclusive) per scenario (default 0:20)")
-    p.add_argument("--jobs", type=count, default=2, help="runs at once (default 2)")
+    p.add_argument("--jobs", type=parse_count, default=2, help="runs at once (default 2)")
     p.add_argument("--mutants", default=None, metavar="MODULE",
                    help="also the mutants of MODULE's MUTANTS list (a user's, beside the catalogue)")
     p.add_argument("--duration", action="append", default=[], metavar="[SCENARIO=]DURATION",
@@ -172,9 +185,9 @@ def _durations(scenarios: Sequence[Any], specs: Sequence[str]) -> dict[str, str]
         try:
             ms = parse_duration_ms(text)
         except DurationError as error:
-            raise MutantsUsageError(f"--duration {spec!r}: {error}") from None
+            raise UsageError(f"--duration {spec!r}: {error}") from None
         if sep and name not in durations:
-            raise MutantsUsageError(f"--duration {spec!r}: no mutant concerns a scenario named {name!r}")
+            raise UsageError(f"--duration {spec!r}: no mutant concerns a scenario named {name!r}")
         for scenario in ([name] if sep else list(durations)):
             durations[scenario] = format_duration_ms(ms)
     return durations
@@ -186,8 +199,13 @@ def _select(known: dict[str, Any], only: str) -> list[Any]:
     names = [n.strip() for n in only.split(",") if n.strip()]
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise MutantsUsageError(f"--only: unknown mutant(s) {', '.join(unknown)} (see loomsim mutants --list)")
+        raise UsageError(f"--only: unknown mutant(s) {', '.join(unknown)} (see loomsim mutants --list)")
     return [known[n] for n in dict.fromkeys(names)]
+
+
+def command(args: argparse.Namespace) -> int:
+    """``loomsim mutants``: its children get the command's ``--scenarios``."""
+    return mutants_command(args, scenarios_argv(args.scenarios))
 
 
 def mutants_command(args: argparse.Namespace, global_args: Sequence[str]) -> int:
@@ -196,13 +214,13 @@ def mutants_command(args: argparse.Namespace, global_args: Sequence[str]) -> int
     from scenarios import registry
 
     if not 1 <= args.jobs <= JOBS_MAX:
-        raise MutantsUsageError(f"--jobs must be between 1 and {JOBS_MAX}, got {args.jobs}")
+        raise UsageError(f"--jobs must be between 1 and {JOBS_MAX}, got {args.jobs}")
     if len(args.seeds) > SEEDS_MAX:
-        raise MutantsUsageError(f"--seeds: at most {SEEDS_MAX} seeds per scenario, got {len(args.seeds)}")
+        raise UsageError(f"--seeds: at most {SEEDS_MAX} seeds per scenario, got {len(args.seeds)}")
     try:
         known = known_mutants(args.mutants)
     except MutantError as error:
-        raise MutantsUsageError(str(error)) from None
+        raise UsageError(str(error)) from None
     selected = _select(known, args.only)
     if args.list:
         for mutant in selected:
@@ -215,13 +233,10 @@ def mutants_command(args: argparse.Namespace, global_args: Sequence[str]) -> int
             try:
                 scenarios[name] = registry.get(name)
             except registry.UnknownScenario as error:
-                raise MutantsUsageError(f"mutant {mutant.name!r}: {error}") from None
+                raise UsageError(f"mutant {mutant.name!r}: {error}") from None
     durations = _durations(list(scenarios.values()), args.duration)
-    if args.repro_dir is not None and not os.path.isdir(args.repro_dir):
-        raise MutantsUsageError(f"--repro-dir {args.repro_dir!r} is not a directory")
-    if args.repro_dir is not None and not os.access(args.repro_dir, os.W_OK | os.X_OK):
-        # Found out now, not after the catalogue ran and its repro files were lost.
-        raise MutantsUsageError(f"--repro-dir {args.repro_dir!r} is not writable")
+    if args.repro_dir is not None:  # found out now, not after the catalogue ran and its repro files were lost
+        check_repro_dir(args.repro_dir)
     scratch = tempfile.mkdtemp(prefix="loomsim-mutants-")
     baselines: list[_Job] = []
     jobs: list[_Job] = []

@@ -1,18 +1,20 @@
 """The command line's options: the parser, the types of its values, usage errors, and what a run's options are.
 
-``build_parser`` makes ``loomsim``'s parser (each subcommand module adds its
-own: ``mutants``, ``merge``, ``check-determinism``, ``describe``);
-``parse`` loads the user's scenario modules first (their parameters are
-flags). The value types (``parse_seed``, ``parse_seed_range``,
+The one options object every command reads its shared flags through.
+``root_parser`` makes ``loomsim``'s parser with its global options; each
+command's module adds its own subcommand (``add_parser(sub)``), and
+``parse`` (given those) loads the user's scenario modules first (their
+parameters are flags). ``add_run_options`` adds the flags ``run`` and
+``sweep`` share. The value types (``parse_seed``, ``parse_seed_range``,
 ``parse_duration``, ...) raise ``argparse.ArgumentTypeError``; everything
 else the user got wrong is a ``UsageError``: one line, exit 2.
 ``run_options`` builds a run's ``ScenarioOptions`` from its command line
-(``run``, and a saved failure replayed in process); ``apply_mutant``
-applies its ``--mutant``. ``write_report_or_warn`` writes a command's
-report (``--report DIR``), warning rather than failing.
+(``run``, and a saved failure replayed in process).
+``write_report_or_warn`` writes a command's report (``--report DIR``),
+warning rather than failing.
 
-The commands themselves are ``sim.face.cli``; this module imports none of
-them but, lazily, the subcommand modules that add their arguments.
+The commands are their own modules (``sim.face.cli`` dispatches to them);
+this module imports none of them.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import argparse
 import os
 import re
 import sys
-from typing import Any, NoReturn, Sequence
+from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from faults.script import ScriptError, load_script
 from sim.clock import DurationError, parse_duration_ms
@@ -134,7 +136,9 @@ def parse_names(text: str) -> tuple[str, ...]:
     return tuple(sorted({name.strip() for name in text.split(",") if name.strip()}))
 
 
-def build_parser() -> Parser:
+def root_parser() -> tuple[Parser, Any]:
+    """``loomsim``'s parser with its global options and no command yet; and
+    the subparsers object each command module's ``add_parser(sub)`` adds to."""
     from faults.kinds import ALL_FAULT_KINDS
 
     parser = Parser(prog="loomsim", description="Deterministic simulation testing for durable agent runtimes.",
@@ -146,95 +150,7 @@ def build_parser() -> Parser:
                         help="import MODULE (repeatable; before the command) to register its scenarios, "
                              "e.g. --scenarios examples.two_cadences; the current directory is importable")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    list_p = sub.add_parser("list", help="list the scenarios (--faults: their fault kinds, failpoints, knobs)")
-    list_p.add_argument("scenario", nargs="?", default=None, help="only this scenario (with --faults)")
-    list_p.add_argument("--faults", action="store_true",
-                        help="per scenario: the fault kinds, failpoints, workload switches and knobs a seed's "
-                             "swarm chooses from")
-    repro_p = sub.add_parser("repro", help="replay a repro file: its configuration and its fault script")
-    repro_p.add_argument("file", help="a loomsim-repro-*.json file written by a failing run")
-    repro_p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    repro_p.add_argument("--report", default=None, metavar="DIR",
-                         help="also write a report of the replay into DIR (see loomsim run --report)")
-    shrink_p = sub.add_parser("shrink", help="reduce a repro file's fault script and duration to a minimum "
-                                             "that still fails the same way")
-    shrink_p.add_argument("file", help="a loomsim-repro-*.json file written by a failing run")
-    shrink_p.add_argument("--out", default=None, metavar="FILE|DIR",
-                          help="where to write the shrunk repro file: FILE, or a file in the directory DIR "
-                               "(default: loomsim-shrunk-SCENARIO-SEED.json next to the input); never over "
-                               "an existing file (-2, -3, ...: the name written is printed)")
-    shrink_p.add_argument("--max-runs", type=parse_count, default=300, metavar="N",
-                          help="give up shrinking after N runs and keep the best so far (default 300)")
-    shrink_p.add_argument("--report", default=None, metavar="DIR",
-                          help="also write a report of the shrunk failure into DIR (see loomsim run --report)")
-    bench_p = sub.add_parser("bench", help="measure the performance budgets (ARCHITECTURE §8) in one run")
-    bench_p.add_argument("--quick", action="store_true", help="short runs (30d/3d) for a smoke check")
-    bench_p.add_argument("--seed", type=parse_seed, default=1)
-    bench_p.add_argument("--json", action="store_true", help="print the figures as JSON")
-    bench_p.add_argument("--check", action="store_true", help="exit 1 if any budget is missed")
-    bench_p.add_argument("--runs", type=parse_count, default=1, metavar="N",
-                         help="run each measured scenario N times and report the median (default 1)")
-    run_p = sub.add_parser("run", help="run one scenario with one seed")
-    run_p.add_argument("scenario", help="scenario name (see `loomsim list`)")
-    run_p.add_argument("--seed", type=parse_seed, required=True, help="the seed: the handle to the whole run")
-    run_p.add_argument("--db", default=None, metavar="PATH", help="SQLite file to use (implies --store sqlite)")
-    run_p.add_argument("--trace", default=None, metavar="FILE", help="stream every trace event as JSON lines")
-    run_p.add_argument("--faults", default=None, metavar="FILE",
-                       help="run the faults of this script alone (a repro file, or a JSON list of faults); "
-                            "probabilistic faults off")
-    run_p.add_argument("--mutant", default=None, metavar="NAME",
-                       help="run with the planted bug NAME of the mutant catalogue (see loomsim mutants --list)")
-    run_p.add_argument("--mutants", default=None, metavar="MODULE",
-                       help="also know the mutants of MODULE's MUTANTS list (a user's, for --mutant)")
-    run_p.add_argument("--progress", action="store_true",
-                       help=f"print progress on stderr every {PROGRESS_EVERY_S:g} wall seconds: simulated time "
-                            "reached, percent, wall time, ETA (the default when stderr is a terminal)")
-    run_p.add_argument("--progress-every", type=parse_progress_every, default=None, metavar="S",
-                       help="... every S wall seconds instead (implies --progress)")
-    run_p.add_argument("--no-progress", action="store_true", help="no progress lines, even on a terminal")
-    from sim.face.mutants import add_parser as add_mutants_parser
-
-    add_mutants_parser(sub, seed_range=parse_seed_range, count=parse_count)
-    sweep_p = sub.add_parser("sweep", help="run many seeds (both cores), summarize, list failures and coverage")
-    sweep_p.add_argument("scenario", nargs="?", default=None,
-                         help="scenario name (see `loomsim list`; default: every scenario, seeds interleaved)")
-    sweep_p.add_argument("--seeds", type=parse_seed_range, required=True, metavar="A:B",
-                         help="seeds A (inclusive) to B (exclusive) of each scenario, e.g. 0:100")
-    sweep_p.add_argument("--jobs", type=parse_count, default=2, help="runs at once (default 2)")
-    sweep_p.add_argument("--time-budget", type=parse_time_budget, default=None, metavar="S",
-                         help="wall-clock seconds: start no seed after S (the running ones finish; every "
-                              "scenario still runs its first seed)")
-    sweep_p.add_argument("--beyond-every", type=parse_count, default=8, metavar="N",
-                         help="every N-th seed (N-1, 2N-1, ...) runs beyond the contract and must end DETECTED "
-                              "(default 8; 0: none)")
-    sweep_p.add_argument("--require-coverage", action="store_true",
-                         help="exit 1 on a coverage gap (default: print it, exit 0)")
-    sweep_p.add_argument("--model-coverage", action="store_true",
-                         help="trace every seed and report which lines of model/ the sweep executed")
-    sweep_p.add_argument("--model-coverage-out", default=None, metavar="FILE",
-                         help="write the model coverage, executed lines and all, as JSON (implies --model-coverage); "
-                              "a new file only (taken: -2, -3, ...)")
-    sweep_p.add_argument("--sqlite-every", type=parse_count, default=4, metavar="N",
-                         help="without --store: every Nth seed runs on SQLite, the others in memory "
-                              "(default 4: seeds 1, 5, 9, ...; 0 for none)")
-    sweep_p.add_argument("--failure-db", default=None, metavar="DIR",
-                         help="the failure database (sim.face.failures): its saved failures replay first, new "
-                              "ones are saved (default $LOOMSIM_FAILURE_DB or .loomsim; none: off)")
-    sweep_p.add_argument("--shard", default=None, metavar="I/N",
-                         help="run only shard I of N of the seeds (each shard a fair share of stores and "
-                              "beyond-the-contract seeds); combine the shards with loomsim merge")
-    sweep_p.add_argument("--out", default=None, metavar="FILE",
-                         help="write the shard file (loomsim-shard/1) loomsim merge reads; a new file only")
-    from sim.face import describe, determinism, shards
-
-    shards.add_merge_parser(sub)
-    determinism.add_parser(sub, seed_range=parse_seed_range, count=parse_count, duration=parse_duration, store=parse_store)
-    describe.add_parser(sub)
-    for p in (run_p, sweep_p):
-        add_run_options(p)
-    # A sweep without --store mixes the stores (--sqlite-every); one with it runs that store only.
-    sweep_p.set_defaults(store=None)
-    return parser
+    return parser, sub
 
 
 def wrap_names(names: Sequence[str], indent: str, width: int = 76, head: str = "") -> str:
@@ -360,14 +276,38 @@ def leading_scenario_modules(argv: Sequence[str]) -> list[str]:
     return modules
 
 
-def parse(argv: Sequence[str]) -> tuple[Parser, argparse.Namespace]:
+def parse(argv: Sequence[str], add_parsers: Iterable[Callable[[Any], Any]]) -> tuple[Parser, argparse.Namespace]:
     """Load the scenario modules (entry points, ``--scenarios``), then parse
-    ``argv``; ``args.scenarios`` is the modules, each once."""
+    ``argv`` with the commands ``add_parsers`` add; ``args.scenarios`` is
+    the modules, each once, ``args.argv`` the command line as given."""
     modules = discovery.load(leading_scenario_modules(argv))
-    parser = build_parser()
+    parser, sub = root_parser()
+    for add_parser in add_parsers:
+        add_parser(sub)
     args = parser.parse_args(list(argv))
     args.scenarios = list(modules)
+    args.argv = list(argv)
     return parser, args
+
+
+def check_new_file(flag: str, path: str) -> str:
+    """Before a run: the output ``flag`` names a file in a writable directory."""
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path!r} is a directory: expected a file name")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"{flag} {path!r}: directory {parent!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path!r}: directory {parent!r} is not writable")
+    return path
+
+
+def check_repro_dir(path: str) -> None:
+    """Before a run: a failure's repro file will have somewhere to go."""
+    if not os.path.isdir(path):
+        raise UsageError(f"--repro-dir {path!r} is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"--repro-dir {path!r} is not writable")
 
 
 def check_report_option(path: str | None) -> None:
@@ -497,20 +437,3 @@ def script_must_fire(path: str) -> bool:
         return True
     config = read_repro(path).get("config")
     return isinstance(config, dict) and config.get("script_must_fire") is True
-
-
-def apply_mutant(args: argparse.Namespace) -> Any:
-    """``run --mutant NAME``: swap the planted bug in before anything runs
-    (None without one). A mutant that cannot apply, or whose patched code
-    the run's store never executes, is a usage error."""
-    if args.mutant is None:
-        if args.mutants:
-            raise UsageError("--mutants MODULE names where mutants come from: give --mutant NAME too")
-        return None
-    from faults.mutants import MutantError
-    from sim.face.mutants import apply_named
-
-    try:
-        return apply_named(args.mutant, args.mutants, run_store(args))
-    except MutantError as error:
-        raise UsageError(str(error)) from None

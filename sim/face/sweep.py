@@ -41,7 +41,7 @@ consecutive seeds). A ``sometimes`` property no seed reached, and an
 invariant that checked nothing in any seed, are gaps too. Gaps are printed
 as ``COVERAGE GAP``; ``require_coverage`` makes them fail the sweep.
 
-``model_coverage``: every child runs under ``sim.face.model_coverage``,
+``model_coverage``: every child runs under ``sim.face.coverage_child``,
 which records the ``model/`` lines it executed; the summary adds what share
 of ``model/`` the sweep executed and what it never reached.
 
@@ -50,6 +50,7 @@ and to keep a time budget, and starts processes; nothing simulated runs here.
 """
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import os
@@ -63,12 +64,17 @@ from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
-from faults.kinds import FAILPOINT_CRASH, TIMED_FAULT_KINDS
 from reports.verdict import EXIT_ERROR, NOT_EXERCISED, decide_sweep, not_exercised_why, verdict
+from sim.clock import format_duration_ms
 from sim.face import failures, model_coverage
 from sim.face.children import (POLL_S, Interrupted, Job, check_interrupted, child_result, forwarding_signals, reap,
                                spawning, start_child)
-from sim.face.options import write_report_or_warn
+from sim.face.options import (NAMED_STORES, UsageError, add_run_options, check_new_file, check_report_option,
+                              check_repro_dir, check_schedule, parse_count, parse_names, parse_seed_range,
+                              parse_time_budget, scenario_params, selected_scenarios, write_report_or_warn)
+from sim.face.repro_file import param_flag, scenarios_argv
+from sim.face.run import enabled_in, format_wall_s
+from sim.face.shards import plan_shard
 
 # The exit codes (``reports.verdict.decide``, the one decision of a sweep's
 # verdict): 0 every seed passed, 1 a seed or a saved failure failed (or,
@@ -299,18 +305,6 @@ def _eta_s(elapsed_s: float, done: int, total: int) -> float | None:
     return elapsed_s / done * (total - done)
 
 
-def format_wall_s(seconds: float) -> str:
-    """Wall seconds as ``45s``, ``3m 05s``, ``1h 02m``."""
-    if seconds < 10:
-        return f"{max(0.0, seconds):.1f}s"
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60:02d}s"
-    return f"{seconds // 3600}h {seconds // 60 % 60:02d}m"
-
-
 def seed_record(result: Mapping[str, Any]) -> dict[str, Any]:
     """One seed in the sweep's --json ``runs``: what it was, how it ended
     (``status``: the sweep's outcome, ``run_status``: the run's own), its
@@ -392,44 +386,6 @@ def _progress(done: int, total: int, result: Mapping[str, Any], named: bool, eta
 
 
 # -- coverage: what each seed enabled, what fired ----------------------------------------
-
-
-def enabled_in(result: Mapping[str, Any]) -> tuple[set[str], set[str]]:
-    """The fault kinds and failpoints this seed's run could fire, from its
-    JSON: its swarm's choices (``config.swarm``), pinned rates
-    (``config.rates``: the rated point kinds are on whatever the swarm
-    says), and, where the run reports it, the kinds its plan armed
-    (``coverage.armed``). Without a swarm space the run lists only the
-    kinds its plan armed: all enabled."""
-    config = result.get("config") or {}
-    cov = result.get("coverage") or {}
-    kinds = list(cov.get("fault_kinds", {}))
-    failpoints = list(cov.get("failpoints", {}))
-    swarm = config.get("swarm")
-    if swarm is None:
-        on = set(kinds)
-        swarm_failpoints: Any = "all"
-        failpoint_chosen = FAILPOINT_CRASH in on
-    else:
-        chosen = set(swarm.get("fault_kinds", ()))
-        on = {k for k in kinds if k in chosen}
-        rates = config.get("rates")
-        if rates is not None:  # pinned: the rated point kinds, the swarm's timed kinds
-            on = {k for k in kinds if (k in chosen if k in TIMED_FAULT_KINDS else rates.get(k, 0) > 0)}
-        swarm_failpoints = swarm.get("failpoints", "all")
-        failpoint_chosen = FAILPOINT_CRASH in chosen
-    armed = cov.get("armed")
-    if armed is not None:
-        on &= set(armed)
-    if FAILPOINT_CRASH not in on:
-        fps: set[str] = set()
-    elif swarm_failpoints == "all" or not failpoint_chosen:
-        # The full mix, or failpoint-crash pinned by --rate while the swarm
-        # left it off: every failpoint at the pinned rate.
-        fps = set(failpoints)
-    else:
-        fps = {name for name in failpoints if swarm_failpoints.get(name, 0) > 0}
-    return on, fps
 
 
 def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], planned: int | None = None) -> dict[str, Any]:
@@ -687,3 +643,121 @@ def render(summary: Mapping[str, Any]) -> str:
 def gap_names(gaps: Iterable[Mapping[str, Any]], reason: str) -> list[str]:
     """The names of the gaps with ``reason`` (for tests and reports)."""
     return [g["name"] for g in gaps if g["reason"] == reason]
+
+
+# -- the command: ``loomsim sweep [SCENARIO] --seeds A:B`` -----------------------------
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """``loomsim sweep``'s arguments (its runs' flags: ``options.add_run_options``)."""
+    sweep_p = sub.add_parser("sweep", help="run many seeds (both cores), summarize, list failures and coverage")
+    sweep_p.add_argument("scenario", nargs="?", default=None,
+                         help="scenario name (see `loomsim list`; default: every scenario, seeds interleaved)")
+    sweep_p.add_argument("--seeds", type=parse_seed_range, required=True, metavar="A:B",
+                         help="seeds A (inclusive) to B (exclusive) of each scenario, e.g. 0:100")
+    sweep_p.add_argument("--jobs", type=parse_count, default=2, help="runs at once (default 2)")
+    sweep_p.add_argument("--time-budget", type=parse_time_budget, default=None, metavar="S",
+                         help="wall-clock seconds: start no seed after S (the running ones finish; every "
+                              "scenario still runs its first seed)")
+    sweep_p.add_argument("--beyond-every", type=parse_count, default=8, metavar="N",
+                         help="every N-th seed (N-1, 2N-1, ...) runs beyond the contract and must end DETECTED "
+                              "(default 8; 0: none)")
+    sweep_p.add_argument("--require-coverage", action="store_true",
+                         help="exit 1 on a coverage gap (default: print it, exit 0)")
+    sweep_p.add_argument("--model-coverage", action="store_true",
+                         help="trace every seed and report which lines of model/ the sweep executed")
+    sweep_p.add_argument("--model-coverage-out", default=None, metavar="FILE",
+                         help="write the model coverage, executed lines and all, as JSON (implies --model-coverage); "
+                              "a new file only (taken: -2, -3, ...)")
+    sweep_p.add_argument("--sqlite-every", type=parse_count, default=4, metavar="N",
+                         help="without --store: every Nth seed runs on SQLite, the others in memory "
+                              "(default 4: seeds 1, 5, 9, ...; 0 for none)")
+    sweep_p.add_argument("--failure-db", default=None, metavar="DIR",
+                         help="the failure database (sim.face.failures): its saved failures replay first, new "
+                              "ones are saved (default $LOOMSIM_FAILURE_DB or .loomsim; none: off)")
+    sweep_p.add_argument("--shard", default=None, metavar="I/N",
+                         help="run only shard I of N of the seeds (each shard a fair share of stores and "
+                              "beyond-the-contract seeds); combine the shards with loomsim merge")
+    sweep_p.add_argument("--out", default=None, metavar="FILE",
+                         help="write the shard file (loomsim-shard/1) loomsim merge reads; a new file only")
+    add_run_options(sweep_p)
+    # A sweep without --store mixes the stores (--sqlite-every); one with it runs that store only.
+    sweep_p.set_defaults(store=None)
+    return sweep_p
+
+
+def command(args: argparse.Namespace) -> int:
+    """``loomsim sweep [SCENARIO]``: refuse here, once, whatever every child
+    would refuse (a wrong flag, parameter or pin), then sweep
+    (``sweep``). Without SCENARIO: every registered scenario; a
+    scenario parameter then goes to the scenarios that have it."""
+    from faults.swarm import SwarmError, check_pins
+    from scenarios import registry
+
+    scenarios = selected_scenarios(args.scenario)
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.beyond_every < 0:
+        raise UsageError(f"--beyond-every must be 0 (none) or more, got {args.beyond_every}")
+    if args.sqlite_every < 0:
+        raise UsageError(f"--sqlite-every must be 0 (none) or more, got {args.sqlite_every}")
+    check_repro_dir(args.repro_dir)
+    check_report_option(args.report)
+    if args.model_coverage_out:
+        check_new_file("--model-coverage-out", args.model_coverage_out)
+    every_param = {p.name for other in registry.all_scenarios() for p in other.params}
+    for scenario in scenarios:
+        own = {p.name for p in scenario.params}
+        # Sweeping them all: each scenario is judged on its own parameters.
+        mine = args if len(scenarios) == 1 else argparse.Namespace(
+            **{k: (None if k in every_param and k not in own else v) for k, v in vars(args).items()})
+        scenario_params(scenario, mine)
+        if scenario.swarm_space is not None:
+            try:
+                check_pins(scenario.swarm_space, enable=parse_names(args.faults_enable),
+                           disable=parse_names(args.faults_disable), knobs=dict(args.knob))
+            except SwarmError as error:
+                raise UsageError(str(error) if len(scenarios) == 1 else f"{scenario.name}: {error}") from None
+    opts = SweepOptions(seeds=args.seeds, jobs=args.jobs, json=args.json, time_budget_s=args.time_budget,
+                        beyond_every=args.beyond_every, all_beyond=args.beyond_contract,
+                        sqlite_every=0 if args.store is not None else args.sqlite_every,
+                        model_coverage=args.model_coverage or bool(args.model_coverage_out),
+                        model_coverage_out=args.model_coverage_out, require_coverage=args.require_coverage,
+                        failure_db=failures.db_root(args.failure_db), all_saved=args.scenario is None,
+                        saved_stores=NAMED_STORES if args.store is None else (args.store,),
+                        report_dir=args.report)
+    child_args = {s.name: _child_args(s, args) for s in scenarios}
+    # --shard I/N, --out FILE: the shard's seeds and its file
+    opts, writer = plan_shard(args.shard, args.out, scenarios, opts, child_args, scenarios_argv(args.scenarios))
+    return sweep(scenarios, opts, child_args, scenarios_argv(args.scenarios), shard_writer=writer)
+
+
+def _child_args(scenario: Any, args: argparse.Namespace) -> list[str]:
+    """The ``run`` flags every seed of a sweep gets (all but ``--seed``): at
+    ``--duration``, or else the scenario's own sweep duration (``sweep_ms``:
+    many short histories, not its one long default run)."""
+    child = ["--repro-dir", args.repro_dir]
+    if args.store is not None:  # else the sweep picks each seed's store (--sqlite-every)
+        child = ["--store", args.store, *child]
+    duration_ms = args.duration or getattr(scenario, "sweep_ms", None)
+    if duration_ms:
+        child += ["--duration", format_duration_ms(duration_ms)]
+    if args.no_swarm:
+        child.append("--no-swarm")
+    if args.beyond_contract:
+        child.append("--beyond-contract")
+    if args.schedule != "fifo":
+        child += ["--schedule", check_schedule(args.schedule)]
+    if args.faults_enable:
+        child += ["--faults-enable", args.faults_enable]
+    if args.faults_disable:
+        child += ["--faults-disable", args.faults_disable]
+    for name, value in args.knob:
+        child += ["--knob", f"{name}={value}"]
+    for kind, rate in args.rate:
+        child += ["--rate", f"{kind}={rate!r}"]
+    for spec in scenario.params:
+        value = getattr(args, spec.name, None)
+        if value is not None:
+            child += [param_flag(spec.name), str(value)]
+    return child
