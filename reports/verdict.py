@@ -134,6 +134,8 @@ def verdict(body: Mapping[str, Any]) -> str:
                     + not_exercised_note(body))
         if first is None:
             return f"{word}: {who}: status {body.get('status')}"
+        if status == ERROR:  # the harness failed: a checker raised
+            return f"{word}: {who}: checker {first.get('name')} raised at {calendar(first.get('simulated_ms'))}"
         how = "caught the broken promise" if status == DETECTED else "violated"
         return f"{word}: {who}: {first.get('name')} {how} at {calendar(first.get('simulated_ms'))}"
     scenarios = list((body.get("scenarios") or {}))
