@@ -27,11 +27,13 @@ from typing import Any, Protocol, Sequence
 import attrs
 
 from sim.invariants import Checker
+from sim.scenario import SetupError
 
 
-class StackError(ValueError):
+class StackError(SetupError):
     """A stack that cannot be built as written (two workloads claiming one
-    name, two claiming one node...): one line naming both."""
+    name, two claiming one schedule...): one line naming both; the face
+    reports it as a usage error (exit 2), like any ``SetupError``."""
 
     name = "StackError"
 
@@ -124,8 +126,9 @@ def settle_names(workloads: Sequence[Workload]) -> None:
         if getattr(workload, "_named_explicitly", False):
             other = taken.get(workload.name)
             if other is not None:
-                raise StackError(f"two workloads named {workload.name!r}: a {other.kind_name} and a "
-                                 f"{workload.kind_name}; name one of them (.named(...))")
+                kinds = (f"both {workload.kind_name}" if other.kind_name == workload.kind_name
+                         else f"a {other.kind_name} and a {workload.kind_name}")
+                raise StackError(f"two workloads named {workload.name!r} ({kinds}); give one of them another name")
             taken[workload.name] = workload
     for workload in workloads:
         if getattr(workload, "_named_explicitly", False):
