@@ -4,14 +4,19 @@ and the on-call operator who resolves runs parked in doubt.
 Store-level faults fire at port calls (``faults.ports``); these fire on the
 clock, so a process can also die while it sleeps, waits or is half-way
 through an effect. Each is a ``sim.workload.Workload`` usable in any
-scenario. The timed ones (kills, pauses, duplicate alarms) go through the
-run's one fault plan (``FaultPlan.drive``): generated from the ``chaos``
-stream until the heal instant, or replayed from a script at their recorded
-times — the workload never asks which. Operator edits and deploys are drawn
-from the ``chaos`` stream at start, so the seed replays them too.
+scenario, as many times as it likes (two ``NodeKills`` with different
+targets and rates stack: each instance has its own name). The timed ones
+(kills, pauses, duplicate alarms) go through the run's one fault plan
+(``FaultPlan.drive``): generated from the instance's own stream (named by
+the instance) until the heal instant, or replayed from a script at their
+recorded times — the workload never asks which. Operator edits and deploys
+are drawn from their instance's stream at start, so the seed replays them too.
 
-Every choice is drawn from the ``chaos`` stream in a fixed order; a draw
-with a single candidate is skipped (one node to kill needs no coin).
+Every choice is drawn from the instance's stream in a fixed order; a draw
+with a single candidate is skipped (one node to kill needs no coin). The
+processes a chaos workload acts on are given as node names or as the
+workloads that own them (``Workers``, ``Sentinels``: their ``nodes()``),
+resolved at setup, once every instance has its name.
 """
 from __future__ import annotations
 
@@ -36,6 +41,19 @@ def node_name(label: str) -> str:
     return label.split("#", 1)[0]
 
 
+Targets = Sequence[Any]  # node names (str) and workloads with ``nodes()``
+
+
+def resolve_nodes(targets: Targets) -> tuple[str, ...]:
+    """The node names ``targets`` stand for, in order: a name is itself, a
+    workload its ``nodes()``."""
+    names: list[str] = []
+    for target in targets:
+        names.extend([target] if isinstance(target, str) else target.nodes())
+    assert names and len(names) == len(set(names)), names
+    return tuple(names)
+
+
 def _pick(stream: Stream, names: Sequence[str]) -> str:
     return names[0] if len(names) == 1 else stream.choice(names)
 
@@ -48,21 +66,25 @@ class NodeKills(Workload):
     name = "node-kills"
     kind = NODE_KILL
 
-    def __init__(self, nodes: Sequence[str], *, every_ms: tuple[int, int], restart_ms: tuple[int, int],
+    def __init__(self, nodes: Targets, *, every_ms: tuple[int, int], restart_ms: tuple[int, int],
                  outage_one_in: int = 0, outage_ms: tuple[int, int] = (0, 0)) -> None:
         assert nodes and every_ms[0] > 0 and restart_ms[0] >= 0, (nodes, every_ms, restart_ms)
         assert outage_one_in == 0 or outage_ms[0] > 0
-        self.nodes = tuple(nodes)
+        self._targets = tuple(nodes)
+        self.nodes: tuple[str, ...] = ()  # resolved at setup
         self.every_ms = every_ms
         self.restart_ms = restart_ms
         self.outage_one_in = outage_one_in
         self.outage_ms = outage_ms
 
+    def setup(self, world: World) -> None:
+        self.nodes = resolve_nodes(self._targets)
+
     def start(self, world: World) -> None:
         world.plan.drive(world, self)
 
     def propose(self, world: World, hit: int) -> FaultEvent | None:
-        chaos = world.streams["chaos"]
+        chaos = self.stream(world)
         node = world.nodes[_pick(chaos, self.nodes)]
         if not node.alive:
             return None
@@ -75,8 +97,8 @@ class NodeKills(Workload):
 
     def apply(self, world: World, event: FaultEvent) -> bool:
         node = world.nodes.get(node_name(event.node))
-        if node is None or not node.alive:
-            return False
+        if node is None or not node.alive or node.name not in self.nodes:
+            return False  # another instance's target (or gone)
         world.record_fault(node, event.site, NODE_KILL, event.hit or 0, restart_after_ms=event.restart_after_ms)
         world.crash(node, restart_after_ms=event.restart_after_ms)
         return True
@@ -91,19 +113,23 @@ class NodePauses(Workload):
     name = "node-pauses"
     kind = NODE_PAUSE
 
-    def __init__(self, nodes: Sequence[str], *, every_ms: tuple[int, int],
+    def __init__(self, nodes: Targets, *, every_ms: tuple[int, int],
                  pause_ms: Sequence[tuple[int, int]], busy: Callable[[], Any] = dict) -> None:
         assert nodes and pause_ms and every_ms[0] > 0, (nodes, pause_ms, every_ms)
-        self.nodes = tuple(nodes)
+        self._targets = tuple(nodes)
+        self.nodes: tuple[str, ...] = ()  # resolved at setup
         self.every_ms = every_ms
         self.pause_ms = tuple(pause_ms)
         self._busy = busy
+
+    def setup(self, world: World) -> None:
+        self.nodes = resolve_nodes(self._targets)
 
     def start(self, world: World) -> None:
         world.plan.drive(world, self)
 
     def propose(self, world: World, hit: int) -> FaultEvent | None:
-        chaos = world.streams["chaos"]
+        chaos = self.stream(world)
         owners = self._busy()
         busy = [name for name in self.nodes if world.nodes[name].alive and world.nodes[name].label in owners]
         node = world.nodes[chaos.choice(busy or list(self.nodes))]
@@ -114,7 +140,7 @@ class NodePauses(Workload):
 
     def apply(self, world: World, event: FaultEvent) -> bool:
         node = world.nodes.get(node_name(event.node))
-        if node is None or not node.alive or event.duration_ms is None:
+        if node is None or not node.alive or event.duration_ms is None or node.name not in self.nodes:
             return False
         world.record_fault(node, PROCESS_SITE, NODE_PAUSE, event.hit or 0, duration_ms=event.duration_ms)
         world.runtime.pause_node(node, world.runtime.now_ms() + event.duration_ms)
@@ -141,7 +167,7 @@ class DuplicateAlarms(Workload):
         world.plan.drive(world, self)
 
     def propose(self, world: World, hit: int) -> FaultEvent | None:
-        target = world.streams["chaos"].choice(sorted(self._targets()))
+        target = self.stream(world).choice(sorted(self._targets()))
         return FaultEvent(world.runtime.now_ms(), "", f"alarm.{target}", DUPLICATE_WAKE, hit)
 
     def apply(self, world: World, event: FaultEvent) -> bool:
@@ -157,7 +183,7 @@ class OperatorEdits(Workload):
     tell its writes apart; ``enabled`` False plans no edit."""
 
     name = "operator-edits"
-    NODE = "operator"
+    NODE = "operator"  # its process, in the instance's namespace (``{instance}/operator``)
 
     def __init__(self, keys: Mapping[str, str], *, duration_ms: int, per_year: int,
                  moment: Callable[[Stream, int, str], int], edit: Callable[[dict], dict], enabled: bool = True) -> None:
@@ -170,18 +196,18 @@ class OperatorEdits(Workload):
         self.enabled = enabled
         self.edits = 0
 
-    @classmethod
-    def is_operator(cls, node_label: str) -> bool:
-        return node_name(node_label) == cls.NODE
+    def is_operator(self, node_label: str) -> bool:
+        """Whether ``node_label`` is this operator's process (its writes are out of band)."""
+        return node_name(node_label) == self.node_name(self.NODE)
 
     def setup(self, world: World) -> None:
-        self.node = world.add_node(self.NODE, lambda node: None, role="operator")
+        self.node = world.add_node(self.node_name(self.NODE), lambda node: None, role="operator")
         self.ds = world.system.ports_for(self.node, faults=False).ds
 
     def start(self, world: World) -> None:
         if not self.enabled:
             return
-        chaos = world.streams["chaos"]
+        chaos = self.stream(world)
         names = tuple(self.keys)
         for _ in range(max(1, self.duration_ms * self.per_year // MS_PER_YEAR)):
             name = chaos.choice(names)
@@ -217,20 +243,21 @@ class Deploys(Workload):
     deploy at the site's next hit with a restart after it, so the worker
     comes back on the new code holding work the old code began. One deploy
     in ``across_one_in`` of each kind is drawn so, from the deploy's own
-    stream (``chaos/deploy-<n>``: the other draws keep their meaning); the
+    stream (``{instance}/deploy-<n>``: the other draws keep their meaning); the
     crash is a recorded fault, so a repro's script replays it."""
 
     name = "deploys"
 
     def __init__(self, timeline: Callable[[Stream, int], Sequence[tuple[int, Any]]],
-                 on_deploy: Callable[[Any], dict], *, nodes: Sequence[str], duration_ms: int,
+                 on_deploy: Callable[[Any], dict], *, nodes: Targets, duration_ms: int,
                  restart_ms: tuple[int, int], across: Sequence[tuple[str, str]] = (),
                  across_one_in: int = 2, lead_ms: int = 0) -> None:
         assert nodes and duration_ms > 0
         assert not across or (across_one_in >= 1 and lead_ms > 0), (across_one_in, lead_ms)
         self._timeline = timeline
         self._on_deploy = on_deploy
-        self.nodes = tuple(nodes)
+        self._targets = tuple(nodes)
+        self.nodes: tuple[str, ...] = ()  # resolved at setup
         self.duration_ms = duration_ms
         self.restart_ms = restart_ms
         self.across = tuple(across)
@@ -239,8 +266,11 @@ class Deploys(Workload):
         self.deploys = 0
         self.deploys_while_down = 0
 
+    def setup(self, world: World) -> None:
+        self.nodes = resolve_nodes(self._targets)
+
     def start(self, world: World) -> None:
-        chaos = world.streams["chaos"]
+        chaos = self.stream(world)
         for index, (at_ms, build) in enumerate(self._timeline(chaos, self.duration_ms)):
             if at_ms < world.heal_at_ms:
                 # The rolling restart's downtime is drawn now, at start: a
@@ -253,7 +283,7 @@ class Deploys(Workload):
     def _plan_downtime(self, world: World, index: int, at_ms: int) -> None:
         if not self.across or world.plan is None:
             return
-        rng = world.streams.fork(f"chaos/deploy-{index}")
+        rng = self.stream_for(world, f"deploy-{index}")
         pick = rng.below(len(self.across) * self.across_one_in)
         if pick >= len(self.across):
             return
@@ -297,9 +327,9 @@ class InDoubtResolver(Workload):
       (``redrive(node)(run_id, step_id, steps)``, recording what it returns;
       the run then resumes the same way) or abandons the run: finishes it
       FAILED with ``EffectInDoubt``. The choice is drawn from the run's own
-      fork of the streams (``operator/<run id>``), never from ``chaos``:
-      the operator acts during the run, and a scripted replay draws nothing
-      from ``chaos`` then.
+      fork of the streams (``{instance}/<run id>``), never from a chaos
+      workload's stream: the operator acts during the run, and a scripted
+      replay draws nothing from those then.
 
     The operator's process is never faulted (``ports_for(faults=False)``);
     it keeps patrolling through the settle window, so no run is left parked.
@@ -324,10 +354,15 @@ class InDoubtResolver(Workload):
 
     def setup(self, world: World) -> None:
         self.world = world
-        self.node = world.add_node(self.NODE, lambda node: None, role="operator")
+        self.node = world.add_node(self.operator_node, lambda node: None, role="operator")
         self.ports = world.system.ports_for(self.node, faults=False)
         self.probe = world.probe_for(self.node)
         self._redrive = self._redrive_for(self.node)
+
+    @property
+    def operator_node(self) -> str:
+        """The on-call operator's process (``{instance}/on-call``)."""
+        return self.node_name(self.NODE)
 
     def start(self, world: World) -> None:
         if self.enabled:
@@ -366,7 +401,7 @@ class InDoubtResolver(Workload):
         output = self._delivered(run_id, step_id)
         if output is not None:
             resolution = "delivered"
-        elif self.world.streams.fork(f"operator/{run_id}").below(2) == 0:
+        elif self.stream_for(self.world, run_id).below(2) == 0:
             resolution = "redriven"
             output = await self._redrive(run_id, step_id, steps)
         else:

@@ -43,7 +43,11 @@ class TimedSource(Protocol):
     """A chaos workload's side of ``FaultPlan.drive``."""
 
     kind: str
+    name: str  # the instance's name: its harness task and its stream
     every_ms: tuple[int, int]
+
+    def stream(self, world: Any) -> Any:
+        """The instance's own stream (its gaps and its choices)."""
 
     def propose(self, world: Any, hit: int) -> FaultEvent | None:
         """The fault to fire now (None: nothing to hit at this moment)."""
@@ -265,7 +269,7 @@ class FaultPlan:
                          label=f"scripted {source.kind}")
             return
         if source.kind in self.timed_kinds:
-            world.spawn_harness(f"chaos:{source.kind}", self._generate(world, source))
+            world.spawn_harness(f"chaos:{source.name}", self._generate(world, source))
 
     def _apply_timed(self, world: Any, source: TimedSource, index: int, event: FaultEvent) -> bool:
         fired = source.apply(world, event)
@@ -281,7 +285,7 @@ class FaultPlan:
 
     async def _generate(self, world: Any, source: TimedSource) -> None:
         runtime = world.runtime
-        chaos = world.streams["chaos"]
+        chaos = source.stream(world)  # the instance's own: two sources never share draws
         fired = 0
         while fired < TIMED_FAULTS_MAX:
             await runtime.sleep_ms(chaos.between(*source.every_ms))

@@ -278,16 +278,24 @@ class BoundPort:
                 if observers and not refused and not isinstance(error, NodeDeadError):
                     seen = PortCall(now_ms(), label, port, method, args, kwargs, None, error,
                                     world.faults_fired != fired_before)
-                    for observe in observers:
-                        observe(seen)
+                    observe = None
+                    try:
+                        for observe in observers:
+                            observe(seen)
+                    except Exception as failure:
+                        raise trace.subscriber_failed(observe, trace.events, site, failure) from failure
                 raise
             note_call(after)
             trace.emit(label, site, describe(args, kwargs, result))
             if observers:
                 seen = PortCall(now_ms(), label, port, method, args, kwargs, result, None,
                                 world.faults_fired != fired_before)
-                for observe in observers:
-                    observe(seen)
+                observe = None
+                try:
+                    for observe in observers:
+                        observe(seen)
+                except Exception as failure:
+                    raise trace.subscriber_failed(observe, trace.events, site, failure) from failure
             if fault in BEYOND_CONTRACT_KINDS:
                 if surgery.apply(fault, method, args, kwargs, result, token):
                     world.record_fault(node, site, fault, hit, beyond_contract=True)

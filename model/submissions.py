@@ -155,8 +155,11 @@ class SubmissionWorker:
                  work: Work, steps: int = 2, failpoints: Failpoints = NO_FAILPOINTS,
                  probe: Probe = NULL_PROBE, step_delay: Callable[[str, int], Any] | None = None,
                  checkpoints: Any = None, recovery_page_size: int = PAGE_SIZE_MAX,
-                 definition_digest: str = "") -> None:
-        """``checkpoints``: a checkpoint store (§8) the recovery pass may use;
+                 definition_digest: str = "", serves: Callable[[str], bool] | None = None) -> None:
+        """``serves(conversation_id)``: the conversations this worker's
+        application owns, the only ones it recovers and claims in a ledger
+        other applications share (None: every one).
+        ``checkpoints``: a checkpoint store (§8) the recovery pass may use;
         None reads every history whole. ``recovery_page_size``: the recovery
         read's page (at most the spec's PAGE_SIZE_MAX). ``definition_digest``:
         the configuration this process runs (its checkpoints are bound to it;
@@ -166,6 +169,7 @@ class SubmissionWorker:
         sets its own)."""
         assert lease_ms > 0 and steps >= 0 and 1 <= recovery_page_size <= PAGE_SIZE_MAX
         self.checkpoints = checkpoints
+        self.serves = serves
         self.definition_digest = definition_digest or RECOVERY_DEFINITION
         self.model_digest = NO_CONFIGURATION
         self.tool_digest = NO_CONFIGURATION
@@ -500,8 +504,10 @@ def recovery_snapshot(records, previous: Any = None) -> dict:
 async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, checkpoints: Any = None,
                         now_ms: Callable[[], int] | None = None, page_size: int = PAGE_SIZE_MAX,
                         verified: set[str] | None = None, definition_digest: str = RECOVERY_DEFINITION,
-                        model_digest: str = NO_CONFIGURATION, tool_digest: str = NO_CONFIGURATION) -> int:
-    """Verify the prefix of every conversation with nonterminal work, and
+                        model_digest: str = NO_CONFIGURATION, tool_digest: str = NO_CONFIGURATION,
+                        serves: Callable[[str], bool] | None = None) -> int:
+    """Verify the prefix of every conversation with nonterminal work (that
+    ``serves``, when given: the worker's application's own), and
     classify each of its open submissions against it (``_classify``).
 
     ``verified``: the conversations an earlier attempt of this process
@@ -528,7 +534,7 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
     from model.conversation.recovery import read_recovery_prefix, read_recovery_suffix
 
     conversations = []
-    scan = await ledger.scan_nonterminal()
+    scan = _served(await ledger.scan_nonterminal(), serves)
     for record in scan:
         if record.conversation_id not in conversations:
             conversations.append(record.conversation_id)
@@ -723,6 +729,11 @@ def handed_over(scan: tuple, conversation_id: str, now_ms: int) -> bool:
                for row in rows[1:])
 
 
+def _served(scan: tuple, serves: Callable[[str], bool] | None) -> tuple:
+    """The rows of ``scan`` in conversations ``serves`` owns (None: all)."""
+    return scan if serves is None else tuple(row for row in scan if serves(row.conversation_id))
+
+
 async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, retry_ms: int) -> None:
     """What a worker process runs: recover, then claim and settle forever."""
     assert poll_ms > 0 and retry_ms > 0
@@ -736,7 +747,7 @@ async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, r
             await recovery_pass(worker.log, worker.ledger, probe, checkpoints=worker.checkpoints,
                                 now_ms=worker.now_ms, page_size=worker.recovery_page_size, verified=verified,
                                 definition_digest=worker.definition_digest, model_digest=worker.model_digest,
-                                tool_digest=worker.tool_digest)
+                                tool_digest=worker.tool_digest, serves=worker.serves)
             break
         except Exception as error:
             if not is_retryable(error, reread=True):
@@ -749,7 +760,7 @@ async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, r
         # One strongly consistent scan tells where work is; claim only there.
         waiting: list[str] = []
         try:
-            scan = await worker.ledger.scan_nonterminal()
+            scan = _served(await worker.ledger.scan_nonterminal(), worker.serves)
         except Exception as error:
             if not is_retryable(error, reread=True):
                 raise

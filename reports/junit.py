@@ -101,9 +101,10 @@ def render_junit(body: Mapping[str, Any]) -> str:
 
 def _run_case(body: Mapping[str, Any]) -> dict[str, Any]:
     found = failures(body)
+    harness = body.get("status") == ERROR  # a checker raised: an error of the harness, not a failure
     return {"seed": body.get("seed"), "wall_s": body.get("wall_s"),
-            "failure": found[0] if found and body.get("status") not in ("pass", "detected") else None,
-            "error": None,
+            "failure": found[0] if found and body.get("status") not in ("pass", "detected") and not harness else None,
+            "error": f"{found[0]['invariant']}: {found[0]['message']}" if found and harness else None,
             "skipped": f"beyond the contract not exercised: {not_exercised_why(body)}"
                        if beyond_not_exercised(body) else None,
             "props": [("store", body.get("store")), ("status", body.get("status")),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from reports.verdict import coverage_gaps, failures, kind_of, short, status_of, verdict
+from reports.verdict import ERROR, coverage_gaps, failures, kind_of, short, status_of, verdict
 from sim.clock import format_span_ms
 from sim.runner import DETECTED, PASS
 
@@ -43,7 +43,8 @@ def render_markdown(body: Mapping[str, Any]) -> str:
         lines += _sweep_table(body)
     found = failures(body)
     if found:
-        lines += ["", "## Failures" if status != DETECTED else "## Detections", ""]
+        heading = {DETECTED: "## Detections", ERROR: "## Harness errors (a checker raised)"}.get(status, "## Failures")
+        lines += ["", heading, ""]
         shown_commands = set()
         for failure in found[:ROWS_MAX]:
             who = f"{failure.get('scenario')} seed {failure.get('seed')}"

@@ -64,7 +64,8 @@ def decide(body: Mapping[str, Any]) -> Verdict:
     """The verdict of a run's or a sweep's body: the one decision the
     process's exit code and every report read, so they cannot disagree.
 
-    A run: ``pass`` and ``detected`` exit 0, anything else is ``fail``, 1.
+    A run: ``pass`` and ``detected`` exit 0; ``error`` (a checker raised:
+    the harness failed) 3; anything else is ``fail``, 1.
     A sweep, from its whole body: stopped by a signal, ``interrupted``
     (128 + the signal); else a failing seed, a saved failure that still
     fails, or (``require_coverage``) a coverage gap: ``fail``, 1; else a
@@ -72,6 +73,8 @@ def decide(body: Mapping[str, Any]) -> Verdict:
     (a failure outranks it); else ``pass``, 0."""
     if kind_of(body) == "run":
         status = body.get("status")
+        if status == ERROR:  # the harness failed (a checker raised): no verdict on the system
+            return Verdict(ERROR, EXIT_ERROR)
         return Verdict(status, EXIT_PASS) if status in (PASS, DETECTED) else Verdict(FAIL, EXIT_VIOLATION)
     return decide_sweep(body)
 
@@ -131,6 +134,8 @@ def verdict(body: Mapping[str, Any]) -> str:
                     + not_exercised_note(body))
         if first is None:
             return f"{word}: {who}: status {body.get('status')}"
+        if status == ERROR:  # the harness failed: a checker raised
+            return f"{word}: {who}: checker {first.get('name')} raised at {calendar(first.get('simulated_ms'))}"
         how = "caught the broken promise" if status == DETECTED else "violated"
         return f"{word}: {who}: {first.get('name')} {how} at {calendar(first.get('simulated_ms'))}"
     scenarios = list((body.get("scenarios") or {}))

@@ -23,6 +23,8 @@ from scenarios.invariants import (AbortHonoured, AdoptOwnWrite, BoundedRun, Brok
                                   QueueOrder, ReplayDeterminism)
 from scenarios.invariants.recovery_decisions import RecoveryDecisions
 from scenarios.invariants.reference_model import ReferenceModel
+from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE
+from scenarios.workloads.agents import AgentSubmitters, AgentWorkers, Approvers, Cancellers, ModelService, Reconciler, ToolService
 from scenarios.registry import scenario
 from scenarios.workloads.sentinels import WORKER_NODE, Sentinels
 from scenarios.workloads.submissions import ConversationRetention, Submitters, Workers, work
@@ -38,6 +40,8 @@ __all__ = [
     "SwarmSpace", "Knob", "fault_intensity_knob", "Checker", "SECOND", "MINUTE", "HOUR", "DAY",
     # application workloads
     "Sentinels", "WORKER_NODE", "Schedule", "RetentionPolicy", "Submitters", "Workers", "ConversationRetention", "work", "DurableStateWrite",
+    "AgentSubmitters", "AgentWorkers", "Approvers", "Cancellers", "Reconciler", "ToolService", "ModelService",
+    "MODEL", "TOOL", "TOOL_ONCE", "APPROVAL", "SUBAGENT",
     # chaos workloads
     "NodeKills", "NodePauses", "DuplicateAlarms", "OperatorEdits", "Deploys",
     # fault kinds and failpoints

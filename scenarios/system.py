@@ -260,6 +260,9 @@ class System:
         if audit_work:
             work = {name: count - audit_work.get(name, 0) for name, count in work.items()}
         figures = {"store_calls": self.port_stats.calls, "worker_crashes": counters.get("node.crashes", 0), "work": work}
+        # The findings store's own figures (every fleet's projector writes it).
+        counts = self.findings.counts()
+        figures.update(findings=counts["opened"], findings_live=counts["live"], findings_closed=counts["closed"])
         if self.audit_deletes > 0:
             figures["conversations_audited_before_delete"] = self.audited_before_delete
             figures["audit_work"] = dict(audit_work)
@@ -269,7 +272,7 @@ class System:
 
     def restart_delay_ms(self) -> int:
         assert self._world is not None
-        return self._world.streams["chaos"].between(*self.restart_ms)
+        return self._world.streams["restarts"].between(*self.restart_ms)
 
     def ports_for(self, node: Node, *, faults: bool = True) -> NodePorts:
         """The stores as ``node`` sees them. ``faults`` False: the harness's

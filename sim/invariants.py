@@ -56,11 +56,30 @@ class RecentlySettled:
         return None if entry is None else entry[1]
 
 
+def conversation_of(fields: dict) -> str | None:
+    """The conversation an event is about: its ``conversation`` field, or
+    the one its ``submission`` id names (``sub-{conversation}-{seq}``);
+    None when it names neither."""
+    conversation = fields.get("conversation")
+    if type(conversation) is str:
+        return conversation
+    submission = fields.get("submission")
+    if type(submission) is str and submission.startswith("sub-") and "-" in submission[4:]:
+        return submission[4:].rsplit("-", 1)[0]
+    return None
+
+
 class Checker:
-    """Subclass, set ``name`` and ``kinds``, implement ``on_event``/``audit``."""
+    """Subclass, set ``name`` and ``kinds``, implement ``on_event``/``audit``.
+
+    A checker a workload brings for its own conversations is ``scoped`` to
+    the workload's namespace: it reads only the events about conversations
+    named ``{namespace}/...`` (and events about no conversation), and its
+    audit reads only those conversations."""
 
     name: str = ""
     kinds: tuple[str, ...] = ()
+    scope: str | None = None  # a namespace: conversations ``{scope}/...`` (None: every one)
 
     def __init__(self) -> None:
         assert self.name, "a checker needs a stable name"
@@ -79,8 +98,23 @@ class Checker:
         self._clock = clock
         self._trace = trace
         if self.kinds:
-            # on_event directly, no wrapper: this runs for every event.
-            trace.subscribe(self.kinds, self.on_event)
+            # on_event directly, no wrapper: this runs for every event
+            # (a scoped checker pays for its filter).
+            trace.subscribe(self.kinds, self.on_event if self.scope is None else self._on_scoped_event)
+
+    def scoped(self, namespace: str) -> "Checker":
+        """This checker, judging the conversations of ``namespace`` only (chainable)."""
+        assert namespace and "/" not in namespace, namespace
+        self.scope = namespace
+        return self
+
+    def in_scope(self, conversation_id: str) -> bool:
+        return self.scope is None or conversation_id.startswith(f"{self.scope}/")
+
+    def _on_scoped_event(self, event: Event) -> None:
+        conversation = conversation_of(event[4])
+        if conversation is None or conversation.startswith(f"{self.scope}/"):
+            self.on_event(event)
 
     def on_event(self, event: Event) -> None:  # pragma: no cover - default
         raise NotImplementedError
@@ -143,7 +177,16 @@ class InvariantSet:
     def _each_audit(self, method: str, view: Any) -> None:
         for checker in self.checkers:
             try:
-                getattr(checker, method)(view)
+                if checker.scope is None:
+                    getattr(checker, method)(view)
+                    continue
+                mine = [c for c in view.conversation_ids() if checker.in_scope(c)]
+                if method == "audit_retiring":
+                    if mine:  # a retiring view is one conversation's: audited by the checks of its namespace
+                        getattr(checker, method)(view)
+                    continue
+                with view.scoped(mine) as scoped:
+                    getattr(checker, method)(scoped)
             except Exception as error:  # noqa: BLE001 - reported, typed, never swallowed
                 name = getattr(type(error), "name", None)
                 name = name if isinstance(name, str) and name else type(error).__name__

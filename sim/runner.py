@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import platform
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Sequence, TextIO
 
 import attrs
 
@@ -13,7 +13,7 @@ from sim.runtime import TaskFailed
 from sim.scenario import Run, Scenario, ScenarioOptions
 from sim.timeline import Timeline
 from sim.trace import Event
-from sim.workload import Stack
+from sim.workload import Stack, Workload, owned_checks
 from sim.world import World
 
 PASS = "pass"
@@ -21,6 +21,9 @@ FAIL = "fail"
 # Beyond the contract: a store broke a promise and the run noticed, loudly.
 DETECTED = "detected"
 UNDETECTED = "beyond-contract-undetected"
+# The harness failed: a checker (or another subscriber) raised reading an
+# event. Neither a pass nor a finding about the system: exit 3.
+ERROR = "error"
 # A hand-written script entry that never fired (``ScenarioOptions.script_must_fire``).
 UNFIRED = "fault-script-unfired"
 UNFIRED_SHOWN = 5  # entries a fault-script-unfired message names
@@ -129,10 +132,13 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
         # The one fault plan of the run: drawn from the seed, or a script.
         world.plan = stack.faults.plan_for(world, opts, choices)
         world.invariants.view = system.audit_view()
-        world.check(*stack.checks)
+        # The stack's own checks, then those its workloads bring for what
+        # they create (a check named twice: one line naming it).
+        checks = [*stack.checks, *owned_checks(stack.workloads)]
+        world.check(*checks)
         # A checker with ``on_port_call`` sees every store call as it
         # commits (``faults.ports.PortCall``): the reference-model oracle.
-        world.port_observers.extend(c.on_port_call for c in stack.checks if hasattr(c, "on_port_call"))
+        world.port_observers.extend(c.on_port_call for c in checks if hasattr(c, "on_port_call"))
         for workload in stack.workloads:
             workload.setup(world)
         for workload in stack.workloads:
@@ -148,9 +154,10 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
             else:
                 _run_observed(world, end_ms, progress)
         except TaskFailed as failure:
-            world.invariants._record(Violation(
-                "no-uncaught-errors", f"{failure}", failure.time_ms, (failure.task_name,), world.trace.events))
-        if not world.invariants.violations:
+            if world.trace.subscriber_failure is None:
+                world.invariants._record(Violation(
+                    "no-uncaught-errors", f"{failure}", failure.time_ms, (failure.task_name,), world.trace.events))
+        if not world.invariants.violations and world.trace.subscriber_failure is None:
             audit_started_s = cpu_clock() if cpu_clock else 0.0
             view = system.audit_view()
             world.invariants.audit(view)
@@ -159,8 +166,7 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
             audit_cpu_s = (cpu_clock() - audit_started_s) if cpu_clock else 0.0
         stats = system.metrics()
         stats.update(world.invariants.metrics())
-        for workload in stack.workloads:
-            stats.update(workload.metrics())
+        stats.update(workload_stats(stack.workloads))
         # Counted work (never in the trace): what the system reports it
         # encoded, hashed and decoded, and what the trace digest hashed.
         stats["work"] = {**stats.get("work", {}), "trace_hashed_bytes": world.trace.hashed_bytes}
@@ -174,6 +180,12 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
     if unfired:
         status = FAIL
     violations = tuple(world.invariants.violations)
+    harness_failure = world.trace.subscriber_failure
+    if harness_failure is not None:
+        # Blamed on the checker that raised, never on the task whose event it read.
+        status = ERROR
+        violations = (Violation(harness_failure.owner_name, f"checker error: {harness_failure}",
+                                world.runtime.now_ms(), (), harness_failure.event_seq),)
     first = violations[0] if violations else None
     excerpt = tuple(world.trace.related(first.related)) if first else ()
     return RunResult(
@@ -202,6 +214,33 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
 
 
 BEYOND_SHOWN = 20
+
+
+def workload_stats(workloads: Sequence[Workload]) -> dict[str, Any]:
+    """The workloads' metrics: each instance's under ``workloads`` by its
+    name, and merged at the top (what ``sometimes`` properties read): a
+    number two instances both report is their sum (``_merged``)."""
+    merged: dict[str, Any] = {}
+    by_instance: dict[str, Any] = {}
+    for workload in workloads:
+        own = workload.metrics()
+        by_instance[workload.name] = own
+        merged = _merged(merged, own)
+    merged["workloads"] = by_instance
+    return merged
+
+
+def _merged(first: Any, second: Any) -> Any:
+    """Two instances' figures as one: numbers added, tallies (dicts) merged
+    key by key; anything else, the first's."""
+    if type(first) is int and type(second) is int:
+        return first + second
+    if isinstance(first, dict) and isinstance(second, dict):
+        out = dict(first)
+        for key, value in second.items():
+            out[key] = _merged(out[key], value) if key in out else value
+        return out
+    return first
 
 
 def _run_observed(world: World, end_ms: int, progress: Callable[[int, int], None]) -> None:

@@ -41,11 +41,30 @@ RING_SIZE_DEFAULT = 4_096
 _MARSHAL_VERSION = 2
 
 
+class SubscriberFailed(Exception):
+    """A subscriber (a checker, a workload's counter) raised while reading an
+    event: a defect of the harness, not of the system under test. It names
+    the subscriber's owner and the event it was reading."""
+
+    name = "SubscriberFailed"
+
+    def __init__(self, callback: Any, event_seq: int, event_kind: str, error: BaseException) -> None:
+        owner = getattr(callback, "__self__", None)
+        self.owner = owner
+        self.owner_name = str(getattr(owner, "name", "") or type(owner).__name__) if owner is not None else (
+            getattr(callback, "__qualname__", "?"))
+        self.event_seq = event_seq
+        self.event_kind = event_kind
+        self.error = error
+        super().__init__(f"{self.owner_name} raised {type(error).__name__}: {error} reading event "
+                         f"#{self.event_seq} ({self.event_kind})")
+
+
 class Trace:
     __slots__ = ("_clock", "_digest", "_ring", "_stream", "_subscribers", "_wildcard", "_covers", "_kept", "_shapes",
                  "_then_ms",
                  "events",
-                 "counts", "hashed_bytes")
+                 "counts", "hashed_bytes", "subscriber_failure")
 
     def __init__(self, clock: Callable[[], int], *, ring_size: int = RING_SIZE_DEFAULT,
                  stream_to: TextIO | None = None) -> None:
@@ -63,6 +82,7 @@ class Trace:
         self.events = 0
         self.counts: dict[str, int] = {}
         self.hashed_bytes = 0  # what the rolling digest has taken in (a counted figure of its work)
+        self.subscriber_failure: SubscriberFailed | None = None  # the first subscriber that raised
 
     def subscribe(self, kinds: Iterable[str] | None, callback: Callable[[Event], None]) -> None:
         """Call ``callback(event)`` for each event of ``kinds`` (None: every event)."""
@@ -129,12 +149,27 @@ class Trace:
             self._stream.write(event_json(event))
             self._stream.write("\n")
         callbacks = self._subscribers.get(kind)
-        if callbacks is not None:
-            for callback in callbacks:
+        callback = None
+        try:  # free unless a subscriber raises
+            if callbacks is not None:
+                for callback in callbacks:
+                    callback(event)
+            for callback in self._wildcard:
                 callback(event)
-        for callback in self._wildcard:
-            callback(event)
+        except Exception as error:
+            raise self.subscriber_failed(callback, self.events, kind, error) from error
         return event
+
+    def subscriber_failed(self, callback: Any, event_seq: int, event_kind: str,
+                          error: BaseException) -> "SubscriberFailed":
+        """The error to raise for a subscriber (or a port observer) that
+        raised reading event ``event_seq``; the run's first is kept."""
+        if isinstance(error, SubscriberFailed):
+            return error  # raised by a nested emit: already named
+        failed = SubscriberFailed(callback, event_seq, event_kind, error)
+        if self.subscriber_failure is None:
+            self.subscriber_failure = failed
+        return failed
 
     @property
     def digest(self) -> str:

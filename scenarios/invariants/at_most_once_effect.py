@@ -27,7 +27,7 @@ not deleted, and the open runs of each schedule (one at a time).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from faults.events import LedgerAdmit, LedgerFinalizeSettlement, LogAppend, LogDeleteConversation, SchedulesRetire
 from model.kernel.records import STEP_COMPLETED
@@ -47,10 +47,12 @@ class AtMostOnceEffect(Checker):
     kinds = (PagerPage.kind, KernelInDoubt.kind, OperatorResolved.kind, LogAppend.kind, LogDeleteConversation.kind,
              LedgerAdmit.kind, LedgerFinalizeSettlement.kind, SchedulesRetire.kind)
 
-    def __init__(self, pager: PagerService, *, operator_node: str) -> None:
+    def __init__(self, pager: PagerService, *, operator_node: Callable[[], str]) -> None:
+        """``operator_node()``: the on-call operator's process name (read
+        once the stack has named its workloads)."""
         super().__init__()
         self.pager = pager
-        self.operator_node = operator_node
+        self._operator_node = operator_node
         # (run, step) -> [system pages, operator pages, incidents...]
         self._pages: dict[tuple[str, str], list[Any]] = {}
         self._parked: dict[str, str] = {}        # schedule -> its run parked in doubt
@@ -58,6 +60,10 @@ class AtMostOnceEffect(Checker):
         self._submissions: dict[str, str] = {}   # submission -> open run
         self.parks = 0
         self.resolutions = 0
+
+    @property
+    def operator_node(self) -> str:
+        return self._operator_node()
 
     def metrics(self) -> dict:
         return {"runs_parked_in_doubt": self.parks, "indoubt_resolved": self.resolutions}

@@ -1,5 +1,9 @@
 """``exactly-once-wake``: started runs = due occurrences under the catch-up policy.
 
+A fleet of sentinels brings it for its own schedules (``Sentinels.checks``):
+it judges the runs of those schedules and reads past every other
+conversation (another fleet's runs, a submission client's conversations).
+
 Online, per schedule, from the ledger's own commits (a run starts when the
 ledger admits its id ``scheduleId@occurrenceMs`` for the first time; a
 replayed admission is a duplicate alarm; it ends when it is finalized):
@@ -75,7 +79,12 @@ class ExactlyOnceWake(Checker):
             # (a replayed admission is a duplicate delivery, not a start).
             if LedgerAdmit.error not in fields and not fields[LedgerAdmit.replayed]:
                 run_id = fields[LedgerAdmit.conversation]
-                schedule_id, occurrence_ms = parse_run_id(run_id)
+                try:
+                    schedule_id, occurrence_ms = parse_run_id(run_id)
+                except ValueError:
+                    return  # not a schedule's run: another workload's conversation
+                if schedule_id not in self.schedules:
+                    return  # another fleet's schedule: its own check judges it
                 # Judged at the instant the driver decided (the admission's
                 # own ``now_ms``): a slow admit commits later, when a newer
                 # occurrence may be due, and that is no fault of the choice.
@@ -98,10 +107,7 @@ class ExactlyOnceWake(Checker):
         self.checks += 1
         run_id = fields["run"]
         schedule_id = fields["schedule"]
-        schedule = self.schedules.get(schedule_id)
-        if schedule is None:
-            self.fail(f"{run_id}: started for unknown schedule {schedule_id!r}", (run_id,))
-            return
+        schedule = self.schedules[schedule_id]
         state = self._state[schedule_id]
         occurrence_ms = fields["occurrence_ms"]
         if not schedule.is_occurrence(occurrence_ms):
@@ -133,12 +139,11 @@ class ExactlyOnceWake(Checker):
         """Retention moved the archive watermark to ``occurrence_ms``: as a
         run (``run`` given: archived with a summary, or held by a pin) or as
         an occurrence that never ran (``run`` None)."""
-        self.checks += 1
         schedule_id, occurrence_ms = fields[SchedulesRetire.schedule], fields[SchedulesRetire.occurrence_ms]
         state = self._state.get(schedule_id)
         if state is None:
-            self.fail(f"{schedule_id}: retention archived an occurrence of an unknown schedule", (schedule_id,))
-            return
+            return  # another fleet's schedule
+        self.checks += 1
         ran = occurrence_ms in state.unarchived
         state.unarchived.discard(occurrence_ms)
         run_id = fields[SchedulesRetire.run]
@@ -149,9 +154,11 @@ class ExactlyOnceWake(Checker):
             self.fail(f"{run_id}: retention archived a run of an occurrence that never started", (run_id,))
 
     def _skipped(self, fields: dict) -> None:
-        self.checks += 1
         schedule_id = fields[WakeSkipped.schedule]
-        schedule = self.schedules[schedule_id]
+        schedule = self.schedules.get(schedule_id)
+        if schedule is None:
+            return  # another fleet's schedule
+        self.checks += 1
         state = self._state[schedule_id]
         first_ms, last_ms = fields[WakeSkipped.first_ms], fields[WakeSkipped.last_ms]
         if state.accounted_ms is not None and last_ms <= state.accounted_ms:

@@ -12,8 +12,6 @@ from scenarios.workloads.agents import (JOINING_SHARE, AgentSubmitters, AgentWor
                               Reconciler, ToolService)
 from scenarios.api import (FAILPOINT_CRASH, HOUR, MINUTE, SECOND, SUBMISSION_CRASH_POINTS, Deploys, NodeKills,
                            NodePauses, Param, PortFaults, Run, Stack, SwarmSpace, System, scenario, work)
-from scenarios.invariants import (ApprovalPrecedesEffect, CanonicalEvents, ChildBeforeParent, JoinedSettlesOnce,
-                                  ProgressWaits, RunClock, UnknownNeverReplayed)
 from scenarios.stacks.ledger_storm import FAULT_KINDS as LEDGER_FAULT_KINDS, KNOBS, OVERTAKE_RATE, RESTART_MS
 from scenarios.stacks.ledger_storm import RATES as LEDGER_RATES
 from scenarios.workloads.watchers import WatcherKills, Watchers
@@ -74,38 +72,38 @@ def agent_conversations(run: Run) -> Stack:
     kinds = ((MODEL,) * COMMON + (TOOL, TOOL_ONCE) * (COMMON if run.does(TOOLS) else RARE)
              + (APPROVAL,) * (COMMON if run.does(APPROVALS) else RARE)
              + (SUBAGENT,) * (COMMON if run.does(SUBAGENTS) else RARE))
-    workers = AgentWorkers(run.knob("workers"), tools=tools, model=ModelService(), lease_ms=lease_ms, poll_ms=2 * SECOND,
+    submitters = AgentSubmitters(
+        kinds=kinds, joining_share=JOINING_SHARE * (1 if run.does(FOLLOW_UPS) else RARE / COMMON),
+        conversations=run.param("conversations"), every_ms=(2 * SECOND, 60 * SECOND),
+        conversation_lifetime_ms=run.param("conversation_lifetime_ms"), retry_ms=2 * SECOND,
+        abort_every=ABORT_EVERY, abort_late_ms=(200, 90 * SECOND))
+    workers = AgentWorkers(run.knob("workers"), serving=submitters, tools=tools, model=ModelService(), lease_ms=lease_ms, poll_ms=2 * SECOND,
                            retry_ms=2 * SECOND, step_delay_ms=(50, 3 * SECOND),
                            work=work(fail_every=20 if run.does(FAILING_WORK) else 0),
                            recovery_page_size=run.knob("recovery_page_size"), checkpoints=run.does(CHECKPOINTS))
-    watchers = Watchers(slots=run.param("conversations"), conversation_lifetime_ms=run.param("conversation_lifetime_ms"),
+    watchers = Watchers(following=submitters, slots=run.param("conversations"), conversation_lifetime_ms=run.param("conversation_lifetime_ms"),
                         reconnect_ms=WATCH_RECONNECT_MS)
     return Stack(
         system=System(file_name="agent-conversations.db", restart_ms=RESTART_MS, damaged_reads=True, progress=True),
         workloads=[
             workers,
-            AgentSubmitters(kinds=kinds, joining_share=JOINING_SHARE * (1 if run.does(FOLLOW_UPS) else RARE / COMMON),
-                            conversations=run.param("conversations"), every_ms=(2 * SECOND, 60 * SECOND),
-                            conversation_lifetime_ms=run.param("conversation_lifetime_ms"), retry_ms=2 * SECOND,
-                            abort_every=ABORT_EVERY, abort_late_ms=(200, 90 * SECOND)),
-            Approvers(poll_ms=3 * SECOND, delay_ms=(0, 2 * MINUTE)),
-            Reconciler(tools=tools, poll_ms=5 * SECOND, delay_ms=(0, MINUTE)),
-            Cancellers(poll_ms=2 * SECOND, delay_ms=(2 * SECOND, 4 * SECOND)),
-            Deploys(workers.deploy_timeline, workers.deploy, nodes=workers.names, duration_ms=run.opts.duration_ms,
+            submitters,
+            Approvers(poll_ms=3 * SECOND, delay_ms=(0, 2 * MINUTE), serving=submitters),
+            Reconciler(tools=tools, poll_ms=5 * SECOND, delay_ms=(0, MINUTE), serving=submitters),
+            Cancellers(poll_ms=2 * SECOND, delay_ms=(2 * SECOND, 4 * SECOND), serving=submitters),
+            Deploys(workers.deploy_timeline, workers.deploy, nodes=[workers], duration_ms=run.opts.duration_ms,
                     restart_ms=RESTART_MS),
             watchers,
-            NodeKills(workers.names, every_ms=(10 * MINUTE, 3 * HOUR), restart_ms=RESTART_MS),
-            NodePauses(workers.names, every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
+            NodeKills([workers], every_ms=(10 * MINUTE, 3 * HOUR), restart_ms=RESTART_MS),
+            NodePauses([workers], every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
                        pause_ms=((lease_ms + SECOND, lease_ms + 8 * SECOND), (lease_ms + SECOND, 4 * lease_ms))),
             # A reloaded page: the watcher follows again from 0.
-            WatcherKills(watchers.names, every_ms=(10 * MINUTE, HOUR), restart_ms=RESTART_MS),
+            WatcherKills([watchers], every_ms=(10 * MINUTE, HOUR), restart_ms=RESTART_MS),
         ],
         faults=PortFaults(run.rates(RATES), failpoints=CRASH_POINTS, boosted_sites=RARE_SITES, boost=50,
                           fixed_rates={OVERTAKING_COMMIT: OVERTAKE_RATE} if run.opts.store == "sqlite" else {}),
         checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.ClaimFencesLog(), inv.AbortHonoured(),
-                inv.LogChain(), inv.FailClosedPagination(), inv.QueueOrder(), inv.Liveness(), inv.ReferenceModel(), inv.RecoveryDecisions(),
-                UnknownNeverReplayed(tools), ApprovalPrecedesEffect(), ChildBeforeParent(), JoinedSettlesOnce(),
-                RunClock(), CanonicalEvents(), *([inv.CheckpointConsistency()] if run.does(CHECKPOINTS) else []),
-                ProgressWaits(reconnect_ms=WATCH_RECONNECT_MS),
+                inv.LogChain(), inv.FailClosedPagination(), inv.Liveness(), inv.ReferenceModel(),
+                *([inv.CheckpointConsistency()] if run.does(CHECKPOINTS) else []),
                 *([inv.ColdReopen()] if run.opts.store == "sqlite" else [])],
         heal_ms_max=HOUR, settle_ms=HOUR)

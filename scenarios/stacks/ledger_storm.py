@@ -67,15 +67,15 @@ DEFER_SHARE = 1 / 8
                   Param("conversation_lifetime_ms", HOUR, "a conversation's lifetime (ms)", MINUTE, 30 * 24 * HOUR)))
 def ledger_storm(run: Run) -> Stack:
     lease_ms = run.knob("lease_ms")
-    workers = Workers(run.knob("workers"), lease_ms=lease_ms, poll_ms=2 * SECOND, retry_ms=2 * SECOND,
-                      step_delay_ms=(50, 3 * SECOND), work=work(fail_every=20 if run.does(FAILING_WORK) else 0),
-                      checkpoints=run.does(CHECKPOINTS), recovery_page_size=run.knob("recovery_page_size"))
     lifetime_ms = run.param("conversation_lifetime_ms")
-    ttl_ms = run.knob("retention_ttl_ms")
     submitters = Submitters(conversations=run.param("conversations"), every_ms=(1 * SECOND, 40 * SECOND),
                             conversation_lifetime_ms=lifetime_ms, retry_ms=2 * SECOND,
                             abort_every=25 if run.does(ABORTS) else 0, group_share=GROUP_SHARE, groups=GROUPS,
                             defer_share=DEFER_SHARE)
+    workers = Workers(run.knob("workers"), serving=submitters, lease_ms=lease_ms, poll_ms=2 * SECOND, retry_ms=2 * SECOND,
+                      step_delay_ms=(50, 3 * SECOND), work=work(fail_every=20 if run.does(FAILING_WORK) else 0),
+                      checkpoints=run.does(CHECKPOINTS), recovery_page_size=run.knob("recovery_page_size"))
+    ttl_ms = run.knob("retention_ttl_ms")
     return Stack(
         system=System(file_name="ledger-storm.db", restart_ms=RESTART_MS, damaged_reads=True),
         workloads=[
@@ -85,17 +85,17 @@ def ledger_storm(run: Run) -> Stack:
             # stay a few lifetimes deep however long the run.
             *([ConversationRetention(submitters, ttl_ms=ttl_ms, every_ms=max(5 * SECOND, min(lifetime_ms, ttl_ms) // 4),
                                      retry_ms=2 * SECOND)] if ttl_ms else []),
-            NodeKills(workers.names, every_ms=(10 * MINUTE, 3 * HOUR), restart_ms=RESTART_MS),
+            NodeKills([workers], every_ms=(10 * MINUTE, 3 * HOUR), restart_ms=RESTART_MS),
             # Half the pauses end just after the lease (the owner wakes while its
             # successor is mid-way: its old-epoch writes must be fenced), half later.
-            NodePauses(workers.names, every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
+            NodePauses([workers], every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
                        pause_ms=((lease_ms + SECOND, lease_ms + 8 * SECOND), (lease_ms + SECOND, 4 * lease_ms))),
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SUBMISSION_CRASH_POINTS + ABORT_CRASH_POINTS, boosted_sites=RARE_SITES, boost=50,
                           fixed_rates={OVERTAKING_COMMIT: OVERTAKE_RATE} if run.opts.store == "sqlite" else {}),
         checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.ClaimFencesLog(), inv.AbortHonoured(),
                 inv.LogChain(), inv.FailClosedPagination(),
-                inv.QueueOrder(), inv.Liveness(), inv.ReferenceModel(), inv.RecoveryDecisions(),
+                inv.Liveness(), inv.ReferenceModel(),
                 *([inv.ColdReopen()] if run.opts.store == "sqlite" else []),
                 *([inv.CheckpointConsistency()] if run.does(CHECKPOINTS) else [])],
         heal_ms_max=HOUR, settle_ms=HOUR)

@@ -12,7 +12,7 @@ from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
 from scenarios.workloads import sentinel_app as app
 from scenarios.api import (ACK_LOST, BOUNDARY_DELAY, CRASH_BEFORE_CALL, DAY, DUPLICATE_WAKE, FAILPOINT_CRASH, HOUR,
                            LATENCY, MINUTE, NODE_KILL, REPLY_LOST, SECOND, SENTINEL_CRASH_POINTS, TRANSIENT_ERROR,
-                           WORKER_NODE, WRITE_CONTENTION, Deploys, DuplicateAlarms, Knob, NodeKills, OperatorEdits,
+                           WRITE_CONTENTION, Deploys, DuplicateAlarms, Knob, NodeKills, OperatorEdits,
                            Param, PortFaults, RetentionPolicy, Run, Schedule, Sentinels, Stack, SwarmSpace, System,
                            fault_intensity_knob, scenario)
 from scenarios import api as inv
@@ -79,27 +79,28 @@ def sentinel_year(run: Run) -> Stack:
                       # Where stores may break their promises, retention scrubs a run's log first.
                       retention=attrs.evolve(RETENTION, verify_before_archive=beyond_enabled(run.opts)),
                       validate_inputs=bool(run.param("validate_inputs")), paging=run.does(PAGER))
-    operator = OperatorEdits.is_operator  # its writes are out of band: no build's
+    edits = OperatorEdits(fleet.state_keys, duration_ms=d, per_year=12, moment=fleet.edit_moment,
+                          edit=lambda payload: {**payload, "total": 0}, enabled=run.does(OPERATOR_EDITS))
+    operator = edits.is_operator  # its writes are out of band: no build's
+    on_call = InDoubtResolver(fleet.schedule_ids, every_ms=ON_CALL_EVERY_MS, lease_ms=run.knob("lease_ms"),
+                              delivered=fleet.page_delivered, redrive=fleet.page_again, enabled=fleet.paging)
     return Stack(
         system=System(file_name="sentinel-year.db", restart_ms=RESTART_MS,
                       audit_deletes=run.knob("retire_audit_every")),
         workloads=[
             fleet,
-            OperatorEdits(fleet.state_keys, duration_ms=d, per_year=12, moment=fleet.edit_moment,
-                          edit=lambda payload: {**payload, "total": 0}, enabled=run.does(OPERATOR_EDITS)),
-            NodeKills([WORKER_NODE], every_ms=(6 * HOUR, 6 * DAY), restart_ms=RESTART_MS,
+            edits,
+            NodeKills([fleet], every_ms=(6 * HOUR, 6 * DAY), restart_ms=RESTART_MS,
                       outage_one_in=6, outage_ms=(10 * MINUTE, 45 * MINUTE)),
             DuplicateAlarms(fleet.schedule_ids, fleet.deliver_again, every_ms=(2 * HOUR, 3 * DAY)),
-            Deploys(fleet.deploy_timeline, fleet.on_deploy, nodes=[WORKER_NODE], duration_ms=d, restart_ms=RESTART_MS,
+            Deploys(fleet.deploy_timeline, fleet.on_deploy, nodes=[fleet], duration_ms=d, restart_ms=RESTART_MS,
                     across=DOWN_ACROSS_DEPLOY, lead_ms=app.STATS_LATENCY_MS[1] + 1),
-            InDoubtResolver(fleet.schedule_ids, every_ms=ON_CALL_EVERY_MS, lease_ms=run.knob("lease_ms"),
-                            delivered=fleet.page_delivered, redrive=fleet.page_again, enabled=fleet.paging),
+            on_call,
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SENTINEL_CRASH_POINTS, periods_ms=(every_ms,),
                           boosted_sites=RARE_SITES, boost=RARE_SITE_BOOST),
         checks=[inv.BrokenDeploys(app.build_reads, out_of_band=operator),  # first: a broken build's load is its finding
                 inv.CasLinear(), inv.AdoptOwnWrite(),
-                inv.ExactlyOnceWake(fleet.schedules, end_ms=d),
                 inv.ReplayDeterminism(fleet.replay_flow_for, fleet.replay_store_calls,
                                       transforms_for=fleet.transforms_for),
                 inv.ContractSafety(fleet.deployed_contracts, out_of_band=operator,
@@ -107,7 +108,7 @@ def sentinel_year(run: Run) -> Stack:
                 inv.ClaimCheckInvariant({"stats": app.stats_digest}, cap_bytes=cap),
                 inv.PinsSurvive(blob_ttl_ms=RETENTION.blob_ttl_ms), inv.BoundedRun(records_max=16),
                 inv.ExactlyOnceSettlement(), inv.ClaimFencesLog(), inv.FindingsProjection(finding_ttl_ms=RETENTION.finding_ttl_ms),
-                AtMostOnceEffect(fleet.pager, operator_node=InDoubtResolver.NODE),
+                AtMostOnceEffect(fleet.pager, operator_node=lambda: on_call.operator_node),
                 inv.Liveness(), inv.ReferenceModel(),
                 *([inv.ColdReopen()] if run.opts.store == "sqlite" else [])],
         heal_ms_max=DAY, settle_ms=HOUR)

@@ -272,7 +272,8 @@ class AgentSubmitters(Submitters):
 
     name = "agent-submitters"
 
-    def __init__(self, *, kinds: tuple[str, ...], joining_share: float = JOINING_SHARE, **settings: Any) -> None:
+    def __init__(self, *, kinds: tuple[str, ...] = (MODEL, TOOL, TOOL_ONCE), joining_share: float = JOINING_SHARE,
+                 **settings: Any) -> None:
         super().__init__(**settings)
         # ``kinds``: the step kinds a plan draws from, each as often as it is listed.
         assert MODEL in kinds and set(kinds) <= {MODEL, TOOL, TOOL_ONCE, APPROVAL, SUBAGENT}, kinds
@@ -282,14 +283,14 @@ class AgentSubmitters(Submitters):
         self._open: dict[str, str] = {}  # slot -> its open conversation (bounded by the slots)
 
     def request(self, n: int, conversation_id: str) -> Any:
-        rng = self.world.streams.fork(f"workload/plan/{n}")
+        rng = self.stream_for(self.world, f"plan/{n}")
         plan = [rng.choice(self.kinds) for _ in range(rng.between(*PLAN_STEPS))]
         request = {"n": n, "plan": plan}
         if not rng.chance(POLICY_ALLOWANCE_SHARE):
             request["maxDurationMs"] = rng.choice(RUN_ALLOWANCES_MS)
         if rng.chance(self.joining_share):
             request["joins"] = True
-        tight = self.world.streams.fork(f"workload/tight-allowance/{n}")
+        tight = self.stream_for(self.world, f"tight-allowance/{n}")
         if TOOL_ONCE in plan and not {APPROVAL, SUBAGENT} & set(plan) and tight.chance(TIGHT_ALLOWANCE_SHARE):
             request["maxDurationMs"] = tight.between(*TIGHT_ALLOWANCES_MS)
         # A conversation's first request opens it; the slot's previous one is
@@ -309,7 +310,7 @@ class AgentSubmitters(Submitters):
         still queued when it runs join it, the others run alone."""
         if not request.get("joins") or "followUp" in request:
             return
-        rng = self.world.streams.fork(f"workload/follow-ups/{key}")
+        rng = self.stream_for(self.world, f"follow-ups/{key}")
         for i in range(1, rng.between(*FOLLOW_UPS) + 1):
             # Steering input redirects the run it joins; a follow-up may run alone.
             self.pending.append((conversation_id, f"{key}/follow-up-{i}",
@@ -332,14 +333,25 @@ class AgentWorkers(Workers):
 
     name = "agent-workers"
 
-    def __init__(self, count: int, *, tools: ToolService, model: ModelService, **settings: Any) -> None:
+    def __init__(self, count: int, *, tools: ToolService | None = None, model: ModelService | None = None,
+                 **settings: Any) -> None:
         super().__init__(count, **settings)
-        self.tools = tools
-        self.model = model
+        self.tools = tools if tools is not None else ToolService()
+        self.model = model if model is not None else ModelService()
         self.config_generation = 0
         self.revisions = {change: 0 for change in DEPLOY_CHANGES}  # how often each was changed
         self.checkpoints_rejected = 0
         self.checkpoints_rejected_config = 0  # of those: another model configuration or tool set
+
+    def own_checks(self) -> list[Any]:
+        """The workers' checks, and what judges an agent's steps: unknown
+        tool outcomes never replayed, approval before effect, child before
+        parent, a joined follower settled once, the run clock, canonical events."""
+        # Imported here: the unknown-outcome check reads this module's tool service.
+        from scenarios.invariants import (ApprovalPrecedesEffect, CanonicalEvents, ChildBeforeParent,
+                                          JoinedSettlesOnce, RunClock, UnknownNeverReplayed)
+        return [*super().own_checks(), UnknownNeverReplayed(self.tools), ApprovalPrecedesEffect(),
+                ChildBeforeParent(), JoinedSettlesOnce(), RunClock(), CanonicalEvents()]
 
     def definition_digest(self) -> str:
         """The deployed definition's identity (what checkpoints are bound to, with the model and tools)."""
@@ -369,7 +381,7 @@ class AgentWorkers(Workers):
 
     def deploy(self, generation: int) -> dict:
         self.config_generation = generation
-        change = self.world.streams.fork(f"workload/agent-deploy/{generation}").choice(DEPLOY_CHANGES)
+        change = self.stream_for(self.world, f"agent-deploy/{generation}").choice(DEPLOY_CHANGES)
         self.revisions[change] += 1
         return {"build": f"agent-config-{generation}", "change": change, "definition": self.definition_digest()}
 
@@ -402,8 +414,11 @@ class _Operator(Workload):
     name = "operator"
     NODE = "operator"
 
-    def __init__(self, *, poll_ms: int, delay_ms: tuple[int, int]) -> None:
+    def __init__(self, *, poll_ms: int = 5_000, delay_ms: tuple[int, int] = (0, 60_000), serving: Any = None) -> None:
+        """``serving``: the client workload whose conversations this console
+        tends (its ``serves(conversation_id)``); None: every one."""
         assert poll_ms > 0 and 0 <= delay_ms[0] <= delay_ms[1], (poll_ms, delay_ms)
+        self.serving = serving
         self.poll_ms = poll_ms
         self.delay_ms = delay_ms
         self.acted = 0
@@ -411,7 +426,7 @@ class _Operator(Workload):
 
     def setup(self, world: World) -> None:
         self.world = world
-        world.add_node(self.NODE, self._start, role="client")
+        world.add_node(self.node_name(self.NODE), self._start, role="client")
 
     def _start(self, node: Node) -> None:
         self.node = node
@@ -426,10 +441,12 @@ class _Operator(Workload):
                 for record in await ledger.scan_nonterminal():
                     if isinstance(record, UnreadableSubmission):
                         continue
+                    if self.serving is not None and not self.serving.serves(record.conversation_id):
+                        continue  # another application's work
                     for item in self.waiting(record):
                         waiting.append(item[1])
                         first = self._first_seen.setdefault(item[1], runtime.now_ms())
-                        delay_ms = self.world.streams.fork(f"workload/{self.name}/{item[1]}").between(*self.delay_ms)
+                        delay_ms = self.stream_for(self.world, item[1]).between(*self.delay_ms)
                         if runtime.now_ms() >= first + delay_ms and await self._act(ledger, record, *item):
                             self.acted += 1
                 # Forget what no longer waits (bounded by the open work).
@@ -437,7 +454,7 @@ class _Operator(Workload):
             except Exception as error:
                 if not is_retryable(error, reread=True):
                     raise
-                self.world.probe_for(self.node).emit(f"{self.name}.retry", error=error_name(error))
+                self.world.probe_for(self.node).emit(f"{type(self).name}.retry", error=error_name(error))
             await runtime.sleep_ms(self.poll_ms)
 
     async def _act(self, ledger: Any, record: Any, submission_id: str, item: str) -> bool:
@@ -475,7 +492,7 @@ class Approvers(_Operator):
         return [(record.submission_id, call) for call, decision in sorted(approvals.items()) if decision is None]
 
     async def act(self, ledger: Any, record: Any, submission_id: str, call: str) -> bool:
-        rng = self.world.streams.fork(f"workload/decision/{call}")
+        rng = self.stream_for(self.world, f"decision/{call}")
         decision = "approved" if rng.chance(APPROVED_SHARE) else "rejected"
         await ledger.decide_approval(submission_id, call, decision, "approver",
                                      "looks right" if decision == "approved" else "not now", self.world.runtime.now_ms())
@@ -541,7 +558,7 @@ class Reconciler(_Operator):
         deadline_ms = entry.envelope.payload.get("deadlineMs")
         if deadline_ms is not None and now_ms <= deadline_ms:
             return False
-        rng = self.world.streams.fork(f"workload/resolution/{call}")
+        rng = self.stream_for(self.world, f"resolution/{call}")
         resolution = NEVER_HAPPENED if rng.chance(0.5) else SAFE_TO_RETRY
         await ledger.resolve_unknown(submission_id, call, resolution, "reconciler", None, now_ms)
         return True

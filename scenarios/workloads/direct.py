@@ -60,7 +60,7 @@ from scenarios.workloads import sentinel_app as app
 from scenarios.invariants.reference_model import ReferenceModel
 from scenarios.workloads.pager import PagerService
 from scenarios.stacks.sentinel_year import RETENTION
-from scenarios.workloads.sentinels import WORKER_NODE, build_chains, wake_effects, worker_processes
+from scenarios.workloads.sentinels import WORKER_NODE, Sentinels, build_chains, wake_effects, worker_processes
 from sim.clock import MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND, DurationError, parse_duration_ms
 from sim.numbers import NumberError, parse_whole
 from sim.invariants import Violation
@@ -311,7 +311,7 @@ def run_direct(*, seed: int = 1, duration_ms: int, sentinels: int = 1, every_ms:
             runtime.spawn(f"alarm:{schedule_id}@{next_ms}", _alarm(drivers[schedule_id], next_ms), at_ms=next_ms)
 
     def effects(run_id: str):
-        return wake_effects(run_id, runtime=runtime, streams=streams,
+        return wake_effects(run_id, runtime=runtime, streams=streams, prefix=Sentinels.name,
                             period_ms=lambda r: schedules[parse_run_id(r)[0]].every_ms,
                             alarm_on_time=alarm_on_time, pager=lambda: pager)
 

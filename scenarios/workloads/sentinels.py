@@ -36,14 +36,19 @@ from model.retry import is_retryable
 from model.runs import LedgerRuns
 from model.schedules import Schedule, ScheduleDriver, parse_run_id, run_id_for
 from scenarios.workloads import sentinel_app as app
+from scenarios.invariants.exactly_once_wake import ExactlyOnceWake
 from scenarios.workloads.pager import PagerService, bind_pager
 from sim.clock import MS_PER_DAY, MS_PER_HOUR, MS_PER_SECOND
+from sim.invariants import conversation_of
 from sim.node import Node
 from sim.rng import Stream
 from sim.workload import Workload
 from sim.world import World
 
-WORKER_NODE = "worker-1"
+# The worker of a fleet, as the fleet names it (``Sentinels.worker_node``:
+# ``{instance}/worker-1``); ``WORKER_NODE`` is the default instance's.
+WORKER_LOCAL = "worker-1"
+WORKER_NODE = f"sentinels/{WORKER_LOCAL}"
 RETENTION_DEFAULT = RetentionPolicy(run_ttl_ms=MS_PER_DAY, blob_ttl_ms=2 * MS_PER_DAY, finding_ttl_ms=7 * MS_PER_DAY)
 BUILDS = (app.BUILD_V1, app.BUILD_V2, app.BUILD_V3, app.BUILD_V3_NO_MIGRATION)
 # The trace events the fleet counts for its metrics (successful ones only).
@@ -79,14 +84,22 @@ class Sentinels(Workload):
 
     def __init__(self, schedules: Sequence[Schedule], *, lease_ms: int = 30 * MS_PER_SECOND,
                  inline_cap_bytes: int = INLINE_CAP_BYTES_DEFAULT, retention: RetentionPolicy = RETENTION_DEFAULT,
-                 project_every_ms: int = MS_PER_HOUR, validate_inputs: bool = True, paging: bool = False) -> None:
+                 project_every_ms: int = MS_PER_HOUR, validate_inputs: bool = True, paging: bool = False,
+                 end_ms: int | None = None, name: str | None = None) -> None:
         """``schedules``: one sentinel each, at its own cadence. The worker
         claims runs under ``lease_ms``; effect results over
         ``inline_cap_bytes`` go to the content store; the projector runs
         every ``project_every_ms``; retention runs daily under ``retention``;
         ``validate_inputs``: D7 input-schema validation at every start;
-        ``paging``: high readings page the on-call (a non-idempotent effect)."""
+        ``paging``: high readings page the on-call (a non-idempotent effect).
+        The fleet brings ``exactly-once-wake`` for its schedules, judged up
+        to ``end_ms`` (default: the latest of their ends)."""
         assert schedules and lease_ms > 0 and project_every_ms > 0
+        if name is not None:
+            self.named(name)
+        ends = [s.end_ms for s in schedules]
+        assert end_ms is not None or None not in ends, "a fleet's schedules need an end (or give end_ms)"
+        self.end_ms = end_ms if end_ms is not None else max(e for e in ends if e is not None)
         self.schedules = {s.schedule_id: s for s in schedules}
         assert len(self.schedules) == len(schedules), "schedule ids must be unique"
         self.lease_ms = lease_ms
@@ -116,11 +129,26 @@ class Sentinels(Workload):
         world.trace.subscribe(("ledger.finalize_settlement",), self._on_settled)
         world.trace.subscribe((SchedulesRetire.kind,), self._on_retired)
         world.trace.subscribe(SYSTEM_EVENTS, self._on_system_event)
-        world.add_node(WORKER_NODE, self._start_worker)
+        world.add_node(self.worker_node, self._start_worker)
+
+    @property
+    def worker_node(self) -> str:
+        """The fleet's worker process (its name: ``{instance}/worker-1``)."""
+        return self.node_name(WORKER_LOCAL)
+
+    def nodes(self) -> list[str]:
+        """The fleet's processes (what a ``NodeKills`` of the fleet kills)."""
+        return [self.worker_node]
+
+    def checks(self) -> list[ExactlyOnceWake]:
+        return [ExactlyOnceWake(self.schedules, end_ms=self.end_ms)]
+
+    def claims(self) -> dict[str, tuple[str, ...]]:
+        """The ids it takes in the shared stores: two fleets never share a schedule."""
+        return {"schedule": tuple(sorted(self.schedules))}
 
     def metrics(self) -> dict[str, Any]:
         system = self.world.system
-        counts = system.findings.counts()
         return {
             "builds": self.builds_deployed,
             "runs_migrated_on_resume": self.system_counts.get("kernel.migrated", 0),
@@ -128,9 +156,6 @@ class Sentinels(Workload):
             "runs_rejected_input": self.system_counts.get("kernel.input_rejected", 0),
             "transient_retries": self.system_counts.get("driver.retry", 0),
             "runs_failed": self.runs_failed,
-            "findings": counts["opened"],
-            "findings_live": counts["live"],
-            "findings_closed": counts["closed"],
             "blobs_reclaimed": self.system_counts.get("content.delete", 0),
             "runs_archived": self.system_counts.get("log.delete_conversation", 0),
             "runs_held_by_pins": sum(len(system.held_runs(sid)) for sid in sorted(self.schedules)),
@@ -157,7 +182,8 @@ class Sentinels(Workload):
 
     def _effects(self, run_id: str):
         world = self.world
-        return wake_effects(run_id, runtime=world.runtime, streams=world.streams, period_ms=self._period_ms,
+        return wake_effects(run_id, runtime=world.runtime, streams=world.streams, prefix=self.name,
+                            period_ms=self._period_ms,
                             alarm_on_time=self._alarm_on_time, pager=lambda: self._pager_port)
 
     def _alarm_on_time(self, run_id: str, busy_until_ms: int) -> None:
@@ -171,7 +197,7 @@ class Sentinels(Workload):
             self.world.at(next_ms, lambda: self._deliver(schedule_id, next_ms), label="alarm on time")
 
     def _deliver(self, schedule_id: str, occurrence_ms: int) -> bool:
-        node = self.world.nodes[WORKER_NODE]
+        node = self.world.nodes[self.worker_node]
         driver = self.drivers.get(schedule_id)
         if not node.alive or driver is None:
             return False
@@ -225,7 +251,7 @@ class Sentinels(Workload):
         """A moment in the publish step of the first sentinel's wake at or before ``t_ms``."""
         schedule = self._first()
         occurrence_ms = t_ms // schedule.every_ms * schedule.every_ms
-        rng = self.world.streams.fork(f"workload/{run_id_for(schedule.schedule_id, occurrence_ms)}")
+        rng = self.stream_for(self.world, run_id_for(schedule.schedule_id, occurrence_ms))
         return occurrence_ms + rng.between(*app.STATS_LATENCY_MS) + 1
 
     def edit_moment(self, chaos: Stream, heal_at_ms: int, schedule_id: str) -> int:
@@ -243,7 +269,7 @@ class Sentinels(Workload):
         of the alarm of the last one it retired (at-least-once timers may
         redeliver an old alarm: the archive watermark's boundary)."""
         world = self.world
-        node = world.nodes[WORKER_NODE]
+        node = world.nodes[self.worker_node]
         occurrence_ms = self.schedules[schedule_id].latest_due_at(world.runtime.now_ms())
         driver = self.drivers.get(schedule_id)
         if not node.alive or driver is None or occurrence_ms is None:
@@ -316,7 +342,7 @@ class Sentinels(Workload):
 
     def _on_system_event(self, event: tuple) -> None:
         kind, fields = event[3], event[4]
-        if "error" in fields or fields.get("deleted") is False:
+        if "error" in fields or fields.get("deleted") is False or not self.emitted_by_me(event):
             return
         self.system_counts[kind] = self.system_counts.get(kind, 0) + 1
 
@@ -329,12 +355,20 @@ class Sentinels(Workload):
         if fields[SchedulesRetire.run] is None or fields[SchedulesRetire.hold]:
             return  # never ran (no alarm to redeliver), or held by a pin (its row stays)
         schedule_id, occurrence_ms = fields[SchedulesRetire.schedule], fields[SchedulesRetire.occurrence_ms]
+        if schedule_id not in self.schedules:
+            return  # another fleet's
         if occurrence_ms > self._last_retired.get(schedule_id, -1):
             self._last_retired[schedule_id] = occurrence_ms
 
     def _on_settled(self, event: tuple) -> None:
-        if event[4].get("outcome") == "failed":
+        if event[4].get("outcome") == "failed" and self._is_my_run(conversation_of(event[4])):
             self.runs_failed += 1
+
+    def _is_my_run(self, conversation_id: str | None) -> bool:
+        try:
+            return conversation_id is not None and parse_run_id(conversation_id)[0] in self.schedules
+        except ValueError:
+            return False  # not a schedule's run
 
 
 def build_chains(schedule_ids: Iterable[str]) -> dict[tuple[str, str], dict[int, Any]]:
@@ -385,11 +419,12 @@ def worker_processes(runtime: Any, runs: Any, ports: Any, schedules: Mapping[str
     return drivers, processes
 
 
-def wake_effects(run_id: str, *, runtime: Any, streams: Any, period_ms: Callable[[str], int],
+def wake_effects(run_id: str, *, runtime: Any, streams: Any, prefix: str, period_ms: Callable[[str], int],
                  alarm_on_time: Callable[[str, int], None], pager: Callable[[], Any]):
     """The effects of one wake, ``app.make_flow``'s ``effects(run_id)``:
     ``(stats, explain, publish, page)``. Shared by the fleet and the direct
     driver (``scenarios.workloads.direct``), so both run the same wakes.
+    ``prefix``: the fleet's instance name (its streams' namespace);
     ``period_ms(run_id)``: its schedule's period (a slow publish lasts 1.0x
     to 1.5x of it); ``alarm_on_time(run_id, busy_until_ms)``: told of a slow
     publish before it sleeps; ``pager()``: the pager as the worker's current
@@ -398,17 +433,17 @@ def wake_effects(run_id: str, *, runtime: Any, streams: Any, period_ms: Callable
     # Drawn from the run's own workload stream: a re-run after a crash
     # observes the same telemetry, so the effects are idempotent.
     async def stats() -> dict:
-        rng = streams.fork(f"workload/{run_id}")
+        rng = streams.fork(f"{prefix}/{run_id}")
         await runtime.sleep_ms(rng.between(*app.STATS_LATENCY_MS))
         return app.stats_payload(rng, run_id)
 
     async def explain() -> dict:
-        rng = streams.fork(f"workload/{run_id}/explain")
+        rng = streams.fork(f"{prefix}/{run_id}/explain")
         await runtime.sleep_ms(rng.between(*app.EXPLAIN_LATENCY_MS))
         return app.explain_payload(rng, run_id)
 
     async def publish() -> dict:
-        rng = streams.fork(f"workload/{run_id}/publish")
+        rng = streams.fork(f"{prefix}/{run_id}/publish")
         latency_ms = rng.between(*app.PUBLISH_LATENCY_MS)
         if rng.below(app.SLOW_PUBLISH_ONE_IN) == 0:
             latency_ms = period_ms(run_id) * rng.between(*app.SLOW_PUBLISH_PERIODS) // 100
@@ -418,7 +453,7 @@ def wake_effects(run_id: str, *, runtime: Any, streams: Any, period_ms: Callable
 
     def page(reading: int):
         async def send() -> dict:
-            rng = streams.fork(f"workload/{run_id}/page")
+            rng = streams.fork(f"{prefix}/{run_id}/page")
             await runtime.sleep_ms(rng.between(*app.PAGE_LATENCY_MS))
             return {"incident": await pager().page(run_id, app.PAGE_STEP, reading)}
 

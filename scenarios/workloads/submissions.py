@@ -27,7 +27,10 @@ from typing import Any, Callable
 
 from model.retention import retire_conversation
 from model.retry import error_name, is_retryable
-from model.submissions import SubmissionClient, SubmissionWorker, worker_loop
+from model.submissions import PAGE_SIZE_MAX, SubmissionClient, SubmissionWorker, worker_loop
+from scenarios.invariants.queue_order import QueueOrder
+from scenarios.invariants.recovery_decisions import RecoveryDecisions
+from sim.invariants import Checker
 from sim.node import Node
 from sim.workload import Workload
 from sim.world import World
@@ -71,19 +74,25 @@ def work(*, fail_every: int = 0) -> Callable[[Any, int, str, int], Any]:
     return step
 
 
+_echo = work  # the default work (a parameter of Workers shadows the name)
+
+
 class Submitters(Workload):
     name = "submitters"
     NODE = "client"
 
-    def __init__(self, *, conversations: int, every_ms: tuple[int, int], conversation_lifetime_ms: int,
-                 retry_ms: int, abort_every: int = 0, abort_late_ms: tuple[int, int] = ABORT_LATE_MS,
-                 group_share: float = 0.0, groups: int = 1, defer_share: float = 0.0) -> None:
+    def __init__(self, *, conversations: int = 8, every_ms: tuple[int, int] = (1_000, 40_000),
+                 conversation_lifetime_ms: int = 3_600_000, retry_ms: int = 2_000, abort_every: int = 0,
+                 abort_late_ms: tuple[int, int] = ABORT_LATE_MS, group_share: float = 0.0, groups: int = 1,
+                 defer_share: float = 0.0, name: str | None = None) -> None:
         assert conversations >= 1 and every_ms[0] > 0 and conversation_lifetime_ms > 0 and retry_ms > 0
         assert 0.0 <= group_share <= 1.0 and groups >= 1
         assert 0.0 <= defer_share <= 1.0, defer_share
+        if name is not None:
+            self.named(name)
         # The share of requests that ask their worker to defer them once
         # their input is applied (``"defer": true``), each drawn from its own
-        # stream (``workload/defer/{n}``): no other draw of a seed moves.
+        # stream (``{instance}/defer/{n}``): no other draw of a seed moves.
         self.defer_share = defer_share
         self.slots = conversations
         self.every_ms = every_ms
@@ -113,7 +122,16 @@ class Submitters(Workload):
 
     def setup(self, world: World) -> None:
         self.world = world
-        world.add_node(self.NODE, self._start, role="client")
+        world.add_node(self.node_name(self.NODE), self._start, role="client")
+
+    def conversation_id(self, slot: int, generation: int) -> str:
+        """The conversation of ``slot`` in its ``generation``, in this instance's
+        namespace (``submitters/conv-3-g0``)."""
+        return f"{self.name}/conv-{slot}-g{generation}"
+
+    def serves(self, conversation_id: str) -> bool:
+        """Whether ``conversation_id`` is one of this instance's (what its workers serve)."""
+        return conversation_id.startswith(f"{self.name}/")
 
     def metrics(self) -> dict[str, Any]:
         if not self.group_share:
@@ -132,7 +150,7 @@ class Submitters(Workload):
         """Until the heal instant; ends early only when the process dies."""
         world = self.world
         runtime = world.runtime
-        workload = world.streams["workload"]
+        workload = self.stream(world)
         while True:  # bounded by the heal instant (below), or the process dies
             # Requests sent but never receipted: again, same idempotency key.
             try:
@@ -150,7 +168,7 @@ class Submitters(Workload):
                         await _abort(client, admission.submission_id)
                     elif self.abort_every and request["n"] % self.abort_every == ABORT_LATE_REMAINDER:
                         sid = admission.submission_id
-                        delay_ms = world.streams.fork(f"workload/abort/{sid}").between(*self.abort_late_ms)
+                        delay_ms = self.stream_for(world, f"abort/{sid}").between(*self.abort_late_ms)
                         self._hold(conversation_id, 1)
                         runtime.spawn_on(self.node, f"abort:{sid}",
                                          self._late_abort(client, conversation_id, sid, delay_ms))
@@ -168,11 +186,11 @@ class Submitters(Workload):
                 return
             self.submitted += 1
             generation = runtime.now_ms() // self.conversation_lifetime_ms
-            conversation_id = f"conv-{workload.below(self.slots)}-g{generation}"
+            conversation_id = self.conversation_id(workload.below(self.slots), generation)
             if self.track_closes and conversation_id not in self.closes_ms:
                 self.closes_ms[conversation_id] = (generation + 1) * self.conversation_lifetime_ms
             request = self.request(self.submitted, conversation_id)
-            while self.defer_share and world.streams.fork(f"workload/defer/{self.submitted}").chance(self.defer_share):
+            while self.defer_share and self.stream_for(world, f"defer/{self.submitted}").chance(self.defer_share):
                 # A request to be deferred, and the next one to the same
                 # conversation sent right behind it: the work its worker
                 # hands the lane to (itself deferred, at the same share).
@@ -185,10 +203,10 @@ class Submitters(Workload):
         key = f"req-{self.submitted}"
         if self.group_share:
             # Its own stream per request: no other draw moves.
-            draw = world.streams.fork(f"workload/admission-policy/{key}")
+            draw = self.stream_for(world, f"admission-policy/{key}")
             if draw.chance(self.group_share):
                 entity = draw.below(self.groups)
-                self.policies[key] = (f"entity-work-{entity}", {"entity": entity, "request": key})
+                self.policies[key] = (f"{self.name}/entity-work-{entity}", {"entity": entity, "request": key})
         self.pending.append((conversation_id, key, request))
 
     async def _submit_grouped(self, client: SubmissionClient, conversation_id: str, key: str, request: Any,
@@ -266,7 +284,7 @@ async def _abort(client: SubmissionClient, submission_id: str) -> None:
 
 
 class ConversationRetention(Workload):
-    """Every ``every_ms``, a process (node ``retention``) retires each
+    """Every ``every_ms``, a process (node ``{instance}/retention``) retires each
     conversation the client closed at least ``ttl_ms`` before and no longer
     writes to (``model.retention.retire_conversation``): its ledger rows,
     then its log. One that still has open work is tried again at the next
@@ -289,7 +307,7 @@ class ConversationRetention(Workload):
 
     def setup(self, world: World) -> None:
         self.world = world
-        world.add_node(self.NODE, self._start, role="operator")
+        world.add_node(self.node_name(self.NODE), self._start, role="operator")
 
     def metrics(self) -> dict[str, Any]:
         return {"conversations_retired": self.retired, "retirements_held_open": self.held_open,
@@ -338,16 +356,23 @@ class ConversationRetention(Workload):
 class Workers(Workload):
     name = "workers"
 
-    def __init__(self, count: int, *, lease_ms: int, poll_ms: int, retry_ms: int, step_delay_ms: tuple[int, int],
-                 work: Callable[[Any, int, str, int], Any], steps: int = 2, checkpoints: bool = False,
-                 recovery_page_size: int) -> None:
+    def __init__(self, count: int, *, lease_ms: int = 30_000, poll_ms: int = 2_000, retry_ms: int = 2_000,
+                 step_delay_ms: tuple[int, int] = (50, 3_000), work: Callable[[Any, int, str, int], Any] | None = None,
+                 steps: int = 2, checkpoints: bool = False, recovery_page_size: int = PAGE_SIZE_MAX,
+                 serving: Any = None, name: str | None = None) -> None:
+        """``serving``: the client workload whose conversations these workers
+        serve (its ``serves(conversation_id)``); None: every conversation in
+        the ledger (a stack with one kind of work)."""
         assert count >= 1 and lease_ms > 0 and steps >= 1, (count, lease_ms, steps)
-        self.names = tuple(f"worker-{i + 1}" for i in range(count))
+        if name is not None:
+            self.named(name)
+        self.count = count
+        self.serving = serving
         self.lease_ms = lease_ms
         self.poll_ms = poll_ms
         self.retry_ms = retry_ms
         self.step_delay_ms = step_delay_ms
-        self.work = work
+        self.work = work if work is not None else _echo()
         self.steps = steps
         self.checkpoints = checkpoints
         self.recovery_page_size = recovery_page_size
@@ -367,6 +392,24 @@ class Workers(Workload):
         for name in self.names:
             world.add_node(name, self._start)
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Its processes: ``{instance}/worker-1`` ... (settled with the stack)."""
+        return tuple(self.node_name(f"worker-{i + 1}") for i in range(self.count))
+
+    def nodes(self) -> tuple[str, ...]:
+        return self.names
+
+    def own_checks(self) -> list[Checker]:
+        """What judges the workers' own conduct: queue order (one active
+        head, handoffs) and the recovery passes' decisions."""
+        return [QueueOrder(), RecoveryDecisions()]
+
+    def checks(self) -> list[Checker]:
+        """``own_checks``, scoped to the conversations the workers serve."""
+        mine = self.own_checks()
+        return [checker.scoped(self.serving.name) for checker in mine] if self.serving is not None else mine
+
     def metrics(self) -> dict[str, Any]:
         return {"recoveries_from_checkpoint": self.recoveries_from_checkpoint,
                 "deferrals": self.deferrals, "handoffs": self.handoffs,
@@ -383,10 +426,11 @@ class Workers(Workload):
         runtime = world.runtime
         ports = world.system.ports_for(node)
         streams = world.streams
+        prefix = self.name
         step_delay_ms = self.step_delay_ms
 
         async def step_delay(submission_id: str, index: int) -> None:
-            rng = streams.fork(f"workload/{submission_id}/{index}")
+            rng = streams.fork(f"{prefix}/{submission_id}/{index}")
             await runtime.sleep_ms(rng.between(*step_delay_ms))
 
         work = self.work
@@ -398,7 +442,8 @@ class Workers(Workload):
                                   work=attempt, steps=self.steps, failpoints=ports.failpoints,
                                   probe=world.probe_for(node), step_delay=step_delay,
                                   checkpoints=ports.checkpoints if self.checkpoints else None,
-                                  recovery_page_size=self.recovery_page_size)
+                                  recovery_page_size=self.recovery_page_size,
+                                  serves=self.serving.serves if self.serving is not None else None)
         runtime.spawn_on(node, "worker", worker_loop(worker, runtime, poll_ms=self.poll_ms, retry_ms=self.retry_ms))
 
     def make_worker(self, node: Node, ports: Any, **settings: Any) -> SubmissionWorker:
@@ -406,16 +451,19 @@ class Workers(Workload):
         return SubmissionWorker(ports.ledger, ports.log, node.label, **settings)
 
     def _on_decision(self, event: tuple) -> None:
+        if not self.emitted_by_me(event):
+            return
         fields = event[4]
         name, disposition = fields["decision"], fields["disposition"]
         self.recovery_decisions[name] = self.recovery_decisions.get(name, 0) + 1
         self.recovery_dispositions[disposition] = self.recovery_dispositions.get(disposition, 0) + 1
 
     def _on_deferred(self, event: tuple) -> None:
-        self.deferrals += 1
+        if self.emitted_by_me(event):
+            self.deferrals += 1
 
     def _on_recovery(self, event: tuple) -> None:
-        if event[4].get("from_checkpoint"):
+        if event[4].get("from_checkpoint") and self.emitted_by_me(event):
             self.recoveries_from_checkpoint += 1
 
     def _track_owners(self, event: tuple) -> None:
@@ -423,7 +471,7 @@ class Workers(Workload):
         if "error" in fields:
             return
         if event[3] == "ledger.claim":
-            if "submission" in fields:
+            if "submission" in fields and self.emitted_by_me(event):  # another instance's claims are its own
                 self.owners[fields["owner"]] = fields["submission"]
                 if fields.get("handoff") is not None:
                     self.handoffs += 1

@@ -2,7 +2,7 @@
 streams a conversation to its user (STORE-014, ``model.progress``).
 
 One watcher process per conversation slot (the slots the submitters write
-to: ``conv-{slot}-g{generation}``). It follows each generation of its slot
+to: their ``conversation_id(slot, generation)``). It follows each generation of its slot
 for ``follow_generations`` lifetimes from the generation's start (a user
 keeps an older tab open a while), one task per conversation, each a loop
 of progress waits from its cursor: a wait returns the record after the
@@ -74,19 +74,34 @@ class _SlowReplies:
 class Watchers(Workload):
     name = "watchers"
 
-    def __init__(self, *, slots: int, conversation_lifetime_ms: int, reconnect_ms: int,
+    def __init__(self, *, following: Any, slots: int, conversation_lifetime_ms: int, reconnect_ms: int,
                  follow_generations: int = 2, transit_ms: tuple[int, int] = (0, 300), retry_ms: int = 2_000) -> None:
+        """``following``: the submitters whose conversations the watchers
+        follow (its ``conversation_id(slot, generation)``)."""
         assert slots >= 1 and conversation_lifetime_ms > 0 and reconnect_ms > 0 and follow_generations >= 1
         assert 0 <= transit_ms[0] <= transit_ms[1] and retry_ms > 0, (transit_ms, retry_ms)
+        self.following = following
         self.slots = slots
         self.conversation_lifetime_ms = conversation_lifetime_ms
         self.reconnect_ms = reconnect_ms
         self.follow_generations = follow_generations
         self.transit_ms = transit_ms
         self.retry_ms = retry_ms
-        self.names = [f"watcher-{slot}" for slot in range(slots)]
         self.waits = self.immediate = self.woken = self.false_wakes = self.reconnects = self.delivered = 0
         self.retries = self.restarts = 0
+
+    @property
+    def names(self) -> list[str]:
+        """Its processes, one a slot: ``{instance}/watcher-{slot}``."""
+        return [self.node_name(f"watcher-{slot}") for slot in range(self.slots)]
+
+    def nodes(self) -> list[str]:
+        return self.names
+
+    def checks(self) -> list[Any]:
+        """Progress waits, judged on the conversations they follow."""
+        from scenarios.invariants.progress_waits import ProgressWaits  # it reads this module's fingerprint
+        return [ProgressWaits(reconnect_ms=self.reconnect_ms).scoped(self.following.name)]
 
     def setup(self, world: World) -> None:
         self.world = world
@@ -103,7 +118,7 @@ class Watchers(Workload):
         world = self.world
         if node.incarnation > 1:
             self.restarts += 1
-        rng = world.streams.fork(f"workload/watch-transit/{node.label}")
+        rng = self.stream_for(world, f"watch-transit/{node.label}")
         low, high = self.transit_ms
 
         def transit_ms() -> int:
@@ -126,7 +141,7 @@ class Watchers(Workload):
             if generation > now_generation:
                 await runtime.sleep_until_ms(generation * lifetime_ms)
             until_ms = (generation + self.follow_generations) * lifetime_ms
-            conversation_id = f"conv-{slot}-g{generation}"
+            conversation_id = self.following.conversation_id(slot, generation)
             runtime.spawn_on(node, f"watch:{conversation_id}",
                              self._follow(node, log, notifier, conversation_id, until_ms))
             generation += 1
