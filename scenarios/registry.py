@@ -14,7 +14,9 @@ from sim.clock import parse_duration_ms
 from sim.scenario import Param, Scenario
 
 _SCENARIOS: dict[str, Scenario] = {}
-_FILES: dict[str, Scenario] = {}  # stack files read in this process, by the name (path) they were given by
+# Stack files read in this process, by the name (path) they were given by,
+# and whether the entry is a repro file's embedded copy (``adopt``).
+_FILES: dict[str, tuple[Scenario, bool]] = {}
 
 
 class UnknownScenario(KeyError):
@@ -70,24 +72,52 @@ def get(name: str) -> Scenario:
     _load_all()
     if name in _SCENARIOS:
         return _SCENARIOS[name]
-    if name in _FILES:
-        return _FILES[name]
+    if name in _FILES and _FILES[name][1]:
+        return _FILES[name][0]  # a repro file's embedded copy, while it replays
     if is_stack_file(name):
         from scenarios import stackfile
 
-        _FILES[name] = stackfile.load(name)
-        return _FILES[name]
+        # Read each time (a stack file is small): a long-lived process (the
+        # pytest plugin) runs the file as it is now, and the same relative
+        # name in another directory is another file.
+        loaded = stackfile.load(name)
+        cached = _FILES.get(name)
+        if cached is None or cached[0].sha256 != loaded.sha256:  # type: ignore[attr-defined]
+            _FILES[name] = (loaded, False)
+        return _FILES[name][0]
     raise UnknownScenario(name)
 
 
-def adopt(name: str, text: str, *, where: str) -> Scenario:
-    """The stack file text ``text`` as the scenario ``name`` in this process
-    (errors name ``where``). Raises ``StackFileError``."""
+def loaded_file(name: str) -> Scenario | None:
+    """The stack file read (or adopted) in this process under ``name``, if any."""
+    return _FILES[name][0] if name in _FILES else None
+
+
+def adopted_file(name: str) -> str | None:
+    """The sha256 of the embedded copy adopted under ``name``, if one is."""
+    entry = _FILES.get(name)
+    return entry[0].sha256 if entry is not None and entry[1] else None  # type: ignore[attr-defined]
+
+
+def adopt(name: str, text: str, *, where: str) -> Any:
+    """The stack file text ``text`` as the scenario ``name`` in this process,
+    whatever the file at that path holds (errors name ``where``); return
+    what it replaced (for ``restore``). Raises ``StackFileError``."""
     from scenarios import stackfile
 
     _load_all()
-    _FILES[name] = stackfile.from_text(name, text, where=where)
-    return _FILES[name]
+    adopted = stackfile.from_text(name, text, where=where)
+    previous = _FILES.get(name)
+    _FILES[name] = (adopted, True)
+    return previous
+
+
+def restore(name: str, previous: Any) -> None:
+    """Undo ``adopt``: ``name`` resolves as before it."""
+    if previous is None:
+        _FILES.pop(name, None)
+    else:
+        _FILES[name] = previous
 
 
 def all_scenarios() -> list[Scenario]:
