@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 import examples.two_cadences  # noqa: F401  (registers two-cadences)
+import faults.mutant_catalogue  # noqa: F401
+import hypothesis  # noqa: F401  (as in test_pytest_plugin: loaded before pytester snapshots sys.modules)
+import sim.face.mutants  # noqa: F401
 from faults.swarm import SwarmChoices
 from scenarios import registry
 from scenarios.stackfile import StackFileError
@@ -18,6 +21,8 @@ from sim.face.cli import main
 from sim.runner import run
 from sim.scenario import Run, ScenarioOptions
 
+pytest_plugins = ["pytester"]
+registry.all_scenarios()  # the built-ins, before pytester snapshots sys.modules
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = (REPO / "examples" / "two_cadences.toml").read_text()
 # The example with a check no run of it can pass: a run's log holds more
@@ -237,3 +242,25 @@ def test_the_failure_database_replays_a_file_stack_as_it_failed(tmp_path, capsys
     assert "running the copy embedded in db/failures/" + saved in err
     # What the process held under the name is back: the file as it is now.
     assert registry.get("tight.toml").text == EXAMPLE
+
+
+def test_the_pytest_plugin_takes_the_file_and_replays_its_saved_failures_embedded(pytester, monkeypatch):
+    monkeypatch.delenv("LOOMSIM_FAILURE_DB", raising=False)
+    (pytester.path / "tight.toml").write_text(FAILING)
+    base = ("-p", "no:cacheprovider", "--loomsim-scenario", "tight.toml", "--loomsim-duration", "30m")
+    pytester.runpytest(*base, "--loomsim-seeds", "0").assert_outcomes(failed=1)
+    (saved,) = os.listdir(pytester.path / ".loomsim" / "failures")
+    (pytester.path / "tight.toml").write_text(EXAMPLE)
+    again = pytester.runpytest(*base, "--loomsim-seeds", "3")
+    again.assert_outcomes(failed=1, passed=1)  # the saved failure (embedded stack) fails; seed 3 of the file passes
+    assert f"saved::{saved[:-len('.json')]}" in again.stdout.str()
+
+
+def test_the_documented_stack_file_reads_and_runs(tmp_path):
+    """scenarios/README.md's whole-file example is a stack that runs (the doc cannot drift from the format)."""
+    readme = (REPO / "scenarios" / "README.md").read_text()
+    text = readme.split("A whole file, every table")[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    scenario = registry.get(_file(tmp_path, text))
+    assert scenario.title == "fleet-and-kills" and scenario.swarm_space.knob("lease_ms").default == 30_000
+    result = run(scenario, ScenarioOptions(seed=2, duration_ms=6 * MS_PER_HOUR, swarm=True))
+    assert result.passed, result.violations
