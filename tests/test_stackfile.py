@@ -264,3 +264,14 @@ def test_the_documented_stack_file_reads_and_runs(tmp_path):
     assert scenario.title == "fleet-and-kills" and scenario.swarm_space.knob("lease_ms").default == 30_000
     result = run(scenario, ScenarioOptions(seed=2, duration_ms=6 * MS_PER_HOUR, swarm=True))
     assert result.passed, result.violations
+
+
+def test_a_sweep_of_a_stack_file_by_its_path_counts_the_model_lines_its_seeds_ran(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.mkdir("stacks")
+    path = "stacks/two.toml"  # a relative name with a slash
+    shutil.copy(REPO / "examples" / "two_cadences.toml", path)
+    assert main(["sweep", path, "--seeds", "0:1", "--duration", "30m", "--model-coverage", "--failure-db", "none",
+                 "--json"]) == 0
+    coverage = json.loads(capsys.readouterr().out)["model_coverage"]
+    assert coverage["tracing_lost_seeds"] == 0 and coverage["files"]["model/lifecycle.py"]["executed"] > 0, coverage
