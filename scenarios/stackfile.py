@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import re
 import tomllib
 from typing import Any, Callable, Mapping
 
@@ -69,19 +70,34 @@ class _Bad(Exception):
 
 @attrs.frozen
 class _Ref:
-    """A value drawn per seed: a knob's (``{knob = "lease_ms"}``) or a
-    workload switch's (``{switch = "paging"}``)."""
+    """A value drawn per seed: a knob's (``{knob = "lease_ms"}``), a
+    workload switch's (``{switch = "paging"}``: true or false), or one of two
+    values by a switch (``{switch = "failing-work", on = 20, off = 0}``)."""
 
     what: str  # "knob" | "switch"
     name: str
+    on: Any = True
+    off: Any = False
 
 
 def _value(v: Any, run: Run) -> Any:
     if isinstance(v, _Ref):
-        return run.knob(v.name) if v.what == "knob" else run.does(v.name)
+        if v.what == "knob":
+            return run.knob(v.name)
+        return _value(v.on if run.does(v.name) else v.off, run)
     if isinstance(v, tuple):
         return tuple(_value(item, run) for item in v)
     return v
+
+
+def _switched(reader: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``reader``, or a value by a switch: ``{switch = "x", on = V, off = W}``."""
+    def read(v: Any) -> Any:
+        if isinstance(v, dict) and "switch" in v and set(v) == {"switch", "on", "off"}:
+            return _Ref("switch", text(v["switch"]), reader(v["on"]), reader(v["off"]))
+        return reader(v)
+
+    return read
 
 
 # -- value readers: each returns the parsed value or raises _Bad ---------------
@@ -161,6 +177,39 @@ def spans(v: Any) -> tuple[tuple[Any, Any], ...]:
     return tuple(span(item) for item in v)
 
 
+_PAST_LEASE = re.compile(r"\s*(?:(\d+)\s*\*\s*)?lease\s*(?:\+\s*(\S.*))?")
+
+
+@attrs.frozen
+class _PastLease:
+    """A pause bound relative to its target's claim lease: ``"lease + 1s"``,
+    ``"4 * lease"`` (a pause that outlasts the lease is one whose owner is
+    fenced when it wakes)."""
+
+    times: int
+    plus_ms: int
+
+    def ms(self, lease_ms: int) -> int:
+        return self.times * lease_ms + self.plus_ms
+
+
+def pauses(v: Any) -> tuple[tuple[Any, Any], ...]:
+    """Ranges of durations, each bound a duration or relative to the lease."""
+    if not isinstance(v, list) or not v or not all(isinstance(r, list) and len(r) == 2 for r in v):
+        raise _Bad(f'expected a list of ranges like [["lease + 1s", "4 * lease"]], got {_shown(v)}')
+
+    def bound(b: Any) -> Any:
+        match = _PAST_LEASE.fullmatch(b) if type(b) is str else None
+        if match is None:
+            return duration(b)
+        plus = duration(match.group(2)) if match.group(2) else 0
+        if type(plus) is not int:
+            raise _Bad(f"bad bound {b!r}")
+        return _PastLease(int(match.group(1) or 1), plus)
+
+    return tuple((bound(low), bound(high)) for low, high in v)
+
+
 def failpoint_sets(v: Any) -> tuple[str, ...]:
     sets = names([v] if type(v) is str else v)
     for name in sets:
@@ -207,8 +256,15 @@ def schedules(v: Any) -> tuple[tuple[str, int, int], ...]:
     return tuple(out)
 
 
-def _read(table: Any, schema: Mapping[str, Callable[[Any], Any]], *, required: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``table``'s keys through ``schema``: unknown and missing keys first."""
+# Keys that name things (workloads, switches, nodes): never drawn per seed.
+_NAMING = frozenset({"name", "when", "targets", "fleet", "nodes", "submitters", "workers", "schedules", "set",
+                     "db_file"})
+
+
+def _read(table: Any, schema: Mapping[str, Callable[[Any], Any]], *, required: tuple[str, ...] = (),
+          switched: bool = False) -> dict[str, Any]:
+    """``table``'s keys through ``schema``: unknown and missing keys first.
+    ``switched``: any value may be one of two by a workload switch."""
     if not isinstance(table, dict):
         raise _Bad(f"expected a table, got {_shown(table)}")
     for key in table:
@@ -220,7 +276,7 @@ def _read(table: Any, schema: Mapping[str, Callable[[Any], Any]], *, required: t
     out = {}
     for key, value in table.items():
         try:
-            out[key] = schema[key](value)
+            out[key] = (_switched(schema[key]) if switched and key not in _NAMING else schema[key])(value)
         except _Bad as error:
             raise _Bad(f"{key}: {error}") from None
     return out
@@ -245,7 +301,7 @@ def _nodes(w: Workload) -> tuple[str, ...]:
     """The processes a workload runs (what chaos kills, pauses, redeploys)."""
     if isinstance(w, Sentinels):
         return (WORKER_NODE,)
-    return tuple(w.names)
+    return tuple(w.names)  # type: ignore[attr-defined]
 
 
 def _new(cls: Any, name: str, *args: Any, **kwargs: Any) -> Workload:
@@ -299,8 +355,11 @@ def _kills(p: dict, by: dict, run: Run) -> Workload:
 
 def _pauses(p: dict, by: dict, run: Run) -> Workload:
     v = {key: _value(val, run) for key, val in p.items()}
-    busy = getattr(by.get(p.get("targets", "")), "busy", dict)
-    return _new(chaos.NodePauses, p["name"], _targets(p, by), every_ms=v["every_ms"], pause_ms=v["pause_ms"], busy=busy)
+    target = by.get(p.get("targets", ""))
+    lease_ms = getattr(target, "lease_ms", 0)
+    pause_ms = tuple(tuple(b.ms(lease_ms) if isinstance(b, _PastLease) else b for b in r) for r in v["pause_ms"])
+    busy = getattr(target, "busy", dict)
+    return _new(chaos.NodePauses, p["name"], _targets(p, by), every_ms=v["every_ms"], pause_ms=pause_ms, busy=busy)
 
 
 def _duplicates(p: dict, by: dict, run: Run) -> Workload:
@@ -318,8 +377,53 @@ def _edits(p: dict, by: dict, run: Run) -> Workload:
 
 def _deploys(p: dict, by: dict, run: Run) -> Workload:
     fleet = by[p["fleet"]]
-    return _new(chaos.Deploys, p["name"], fleet.deploy_timeline, fleet.on_deploy, nodes=_nodes(fleet), duration_ms=run.opts.duration_ms,
+    on_deploy = fleet.on_deploy if isinstance(fleet, Sentinels) else fleet.deploy  # an agent's rolling restart
+    return _new(chaos.Deploys, p["name"], fleet.deploy_timeline, on_deploy, nodes=_nodes(fleet), duration_ms=run.opts.duration_ms,
                          restart_ms=_value(p["restart_ms"], run))
+
+
+def _agent_workers(p: dict, by: dict, run: Run) -> Workload:
+    from scenarios.agents import AgentWorkers, ModelService, ToolService
+
+    v = {key: _value(val, run) for key, val in p.items()}
+    tools = ToolService(slow_share=v.get("slow_tool_share", 0.0), slow_ms=v.get("slow_tool_ms", (0, 0)))
+    return _new(AgentWorkers, p["name"], v["count"], tools=tools, model=ModelService(), lease_ms=v["lease_ms"],
+                poll_ms=v.get("poll_ms", 2_000), retry_ms=v.get("retry_ms", 2_000),
+                step_delay_ms=v.get("step_delay_ms", (50, 3_000)), work=work(fail_every=v.get("fail_every", 0)),
+                recovery_page_size=v.get("recovery_page_size", 512), checkpoints=v.get("checkpoints", False))
+
+
+def _agent_submitters(p: dict, by: dict, run: Run) -> Workload:
+    from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE
+    from scenarios.agents import JOINING_SHARE, AgentSubmitters
+
+    v = {key: _value(val, run) for key, val in p.items()}
+    # A plan's step kinds, each as often as its weight says.
+    kinds = ((MODEL,) * v.get("model_weight", 1) + (TOOL, TOOL_ONCE) * v.get("tool_weight", 1)
+             + (APPROVAL,) * v.get("approval_weight", 1) + (SUBAGENT,) * v.get("subagent_weight", 1))
+    return _new(AgentSubmitters, p["name"], kinds=kinds, joining_share=v.get("joining_share", JOINING_SHARE),
+                conversations=v["conversations"], every_ms=v["every_ms"],
+                conversation_lifetime_ms=v["conversation_lifetime_ms"], retry_ms=v.get("retry_ms", 2_000),
+                **{key: v[key] for key in ("abort_every", "abort_late_ms") if key in v})
+
+
+def _operator(cls_name: str) -> Callable[[dict, dict, Run], Workload]:
+    """Approvers, cancellers, the reconciler (with the tools of the agent workers it names)."""
+    def build(p: dict, by: dict, run: Run) -> Workload:
+        from scenarios import agents
+
+        v = {key: _value(val, run) for key, val in p.items() if key not in ("name", "workers")}
+        extra = {"tools": by[p["workers"]].tools} if "workers" in p else {}
+        return _new(getattr(agents, cls_name), p["name"], **extra, **v)
+
+    return build
+
+
+def _watchers(p: dict, by: dict, run: Run) -> Workload:
+    from scenarios.watchers import Watchers
+
+    v = {key: _value(val, run) for key, val in p.items() if key != "name"}
+    return _new(Watchers, p["name"], **v)
 
 
 def _edit_values(v: Any) -> dict[str, Any]:
@@ -351,19 +455,34 @@ WORKLOADS: dict[str, Kind] = {
                                    _retention, required=("ttl", "every"), refs={"submitters": ("submitters",)}),
     "node-kills": Kind({**_NAME, **_CHAOS_TARGETS, "every": span, "restart": span, "outage_one_in": integer,
                         "outage": span}, _kills, required=("every", "restart"),
-                       refs={"targets": ("sentinels", "workers")}),
-    "node-pauses": Kind({**_NAME, **_CHAOS_TARGETS, "every": span, "pause": spans}, _pauses,
-                        required=("every", "pause"), refs={"targets": ("sentinels", "workers")}),
+                       refs={"targets": ("sentinels", "workers", "agent-workers", "watchers")}),
+    "node-pauses": Kind({**_NAME, **_CHAOS_TARGETS, "every": span, "pause": pauses}, _pauses,
+                        required=("every", "pause"), refs={"targets": ("sentinels", "workers", "agent-workers")}),
     "duplicate-alarms": Kind({**_NAME, "fleet": text, "every": span}, _duplicates, required=("every",),
                              refs={"fleet": ("sentinels",)}),
     "operator-edits": Kind({**_NAME, "fleet": text, "per_year": _positive, "set": _edit_values, "enabled": boolean},
                            _edits, refs={"fleet": ("sentinels",)}),
     "deploys": Kind({**_NAME, "fleet": text, "restart": span}, _deploys, required=("restart",),
-                    refs={"fleet": ("sentinels",)}),
+                    refs={"fleet": ("sentinels", "agent-workers")}),
+    "agent-workers": Kind({**_NAME, "count": _positive, "lease": duration, "poll": duration, "retry": duration,
+                           "step_delay": span, "fail_every": integer, "checkpoints": boolean,
+                           "recovery_page_size": _positive, "slow_tool_share": share, "slow_tool": span},
+                          _agent_workers, required=("count", "lease")),
+    "agent-submitters": Kind({**_NAME, "conversations": _positive, "every": span, "conversation_lifetime": duration,
+                              "retry": duration, "abort_every": integer, "abort_late": span, "joining_share": share,
+                              "model_weight": _positive, "tool_weight": integer, "approval_weight": integer,
+                              "subagent_weight": integer},
+                             _agent_submitters, required=("conversations", "every", "conversation_lifetime")),
+    "approvers": Kind({**_NAME, "poll": duration, "delay": span}, _operator("Approvers"), required=("poll", "delay")),
+    "cancellers": Kind({**_NAME, "poll": duration, "delay": span}, _operator("Cancellers"), required=("poll", "delay")),
+    "reconciler": Kind({**_NAME, "workers": text, "poll": duration, "delay": span}, _operator("Reconciler"),
+                       required=("poll", "delay"), refs={"workers": ("agent-workers",)}),
+    "watchers": Kind({**_NAME, "slots": _positive, "conversation_lifetime": duration, "reconnect": duration},
+                     _watchers, required=("slots", "conversation_lifetime", "reconnect")),
 }
 # A duration parameter is passed to its constructor in ms: ``every`` -> ``every_ms``.
 _DURATION_KEYS = {"lease", "poll", "retry", "step_delay", "project_every", "every", "conversation_lifetime", "ttl",
-                  "restart", "outage", "pause"}
+                  "restart", "outage", "pause", "slow_tool", "abort_late", "delay", "reconnect"}
 
 
 def _param_name(key: str) -> str:
@@ -388,11 +507,16 @@ def _plain(cls: Any) -> Check:
     return Check(lambda o, ws, run: cls())
 
 
-def _fleets(o: dict, ws: list[tuple[str, Workload]]) -> list[Sentinels]:
-    return [w for name, w in ws if isinstance(w, Sentinels) and o.get("workload", name) == name]
+def _judged(o: dict, ws: list[tuple[str, str, Workload]], kind: str) -> list[Any]:
+    """The workloads of ``kind`` a check judges: the one its ``workload`` option names, else all."""
+    return [w for name, k, w in ws if k == kind and o.get("workload", name) == name]
 
 
-def _fleet(o: dict, ws: list[tuple[str, Workload]]) -> Sentinels:
+def _fleets(o: dict, ws: list[tuple[str, str, Workload]]) -> list[Sentinels]:
+    return _judged(o, ws, "sentinels")
+
+
+def _fleet(o: dict, ws: list[tuple[str, str, Workload]]) -> Sentinels:
     return _fleets(o, ws)[0]
 
 
@@ -427,6 +551,10 @@ CHECKS: dict[str, Check] = {
     "replay-determinism": Check(lambda o, ws, run: inv.ReplayDeterminism(
         _fleet(o, ws).replay_flow_for, _fleet(o, ws).replay_store_calls, transforms_for=_fleet(o, ws).transforms_for),
         _FLEET, needs="sentinels"),
+    "unknown-never-replayed": Check(lambda o, ws, run: inv.UnknownNeverReplayed(_judged(o, ws, "agent-workers")[0].tools),
+                                    _FLEET, needs="agent-workers"),
+    "progress-waits": Check(lambda o, ws, run: inv.ProgressWaits(reconnect_ms=_judged(o, ws, "watchers")[0].reconnect_ms),
+                            _FLEET, needs="watchers"),
 }
 
 
@@ -436,7 +564,9 @@ _SCENARIO = {"name": text, "description": text, "duration": duration, "sweep": d
              "checks": lambda v: v, "heal": duration, "settle": duration}
 _SYSTEM = {"restart": span, "db_file": text, "damaged_reads": boolean, "progress": boolean, "audit_deletes": integer}
 _FAULTS = {"rates": rates, "failpoints": failpoint_sets, "boosted_sites": names, "boost": _positive,
-           "periods": lambda v: tuple(duration(p) for p in names(v))}
+           "periods": lambda v: tuple(duration(p) for p in names(v)), "sqlite_rates": rates}
+
+
 def _fixed(v: Any) -> int:
     """A knob's bound: an integer, or a duration text (in ms)."""
     got = duration(v) if type(v) is str else integer(v)
@@ -448,7 +578,7 @@ def _fixed(v: Any) -> int:
 _KNOB = {"name": text, "default": _fixed, "min": _fixed, "max": _fixed, "help": text,
          "values": lambda v: tuple(_fixed(x) for x in (v if isinstance(v, list) else [None]))}
 _SWARM = {"fault_kinds": fault_kinds, "failpoints": failpoint_sets, "failpoint_rate": share, "workload": names,
-          "knob": lambda v: v}
+          "failpoint_boosts": lambda v: v, "knob": lambda v: v}
 _TOP = ("scenario", "system", "workload", "faults", "swarm")
 
 
@@ -490,7 +620,7 @@ def from_text(name: str, body: str, *, where: str | None = None) -> FileScenario
         if type(head["duration"]) is not int or type(head.get("sweep", 0)) is not int:
             raise _Bad("duration and sweep are fixed durations")
         place = "[system]"
-        system = _read(data.get("system", {}), _SYSTEM, required=("restart",))
+        system = _read(data.get("system", {}), _SYSTEM, required=("restart",), switched=True)
         place = "[faults]"
         faults = _read(data.get("faults", {}), _FAULTS)
         place = "[swarm]"
@@ -501,7 +631,7 @@ def from_text(name: str, body: str, *, where: str | None = None) -> FileScenario
         _check_refs(system, knobs, switches)
         workloads = _workloads(data.get("workload", []), knobs, switches)
         place = "[scenario]"
-        checks = _checks(head["checks"], workloads)
+        checks = _checks(head["checks"], workloads, switches)
         for key in ("heal", "settle"):
             if type(head.get(key, 0)) is not int:
                 raise _Bad(f"{key}: a fixed duration")
@@ -532,17 +662,31 @@ def _swarm(table: Any, faults: dict) -> tuple[dict, SwarmSpace | None]:
     if len({k.name for k in knobs}) != len(knobs):
         raise _Bad("knob names must be unique")
     rate = swarm.get("failpoint_rate", faults.get("rates", {}).get("failpoint-crash", 1e-4))
+    boosts = swarm.get("failpoint_boosts", {})
+    if not isinstance(boosts, dict) or not all(type(b) in (int, float) and b >= 1 for b in boosts.values()):
+        raise _Bad("failpoint_boosts: expected a table of failpoint = multiplier (at least 1)")
+    for point in boosts:
+        if point not in swarm.get("failpoints", ()):
+            raise _Bad(f"failpoint_boosts: {point!r} is not one of the swarm's failpoints")
     return swarm, SwarmSpace(fault_kinds=swarm["fault_kinds"], failpoints=swarm.get("failpoints", ()),
-                             workload=swarm.get("workload", ()), knobs=tuple(knobs), failpoint_rate=rate)
+                             workload=swarm.get("workload", ()), knobs=tuple(knobs), failpoint_rate=rate,
+                             failpoint_boosts=tuple(boosts.items()))
+
+
+def _refs(v: Any) -> list[_Ref]:
+    if isinstance(v, _Ref):
+        return [v, *_refs(v.on), *_refs(v.off)]
+    if isinstance(v, tuple):
+        return [ref for item in v for ref in _refs(item)]
+    return []
 
 
 def _check_refs(values: dict, knobs: set[str], switches: set[str]) -> None:
     for key, v in values.items():
-        for item in (v if isinstance(v, tuple) else (v,)):
-            if isinstance(item, _Ref):
-                known = knobs if item.what == "knob" else switches
-                if item.name not in known:
-                    raise _Bad(f"{key}: no {item.what} {item.name!r} in [swarm] (known: {', '.join(sorted(known))})")
+        for item in _refs(v):
+            known = knobs if item.what == "knob" else switches
+            if item.name not in known:
+                raise _Bad(f"{key}: no {item.what} {item.name!r} in [swarm] (known: {', '.join(sorted(known))})")
 
 
 def _workloads(items: Any, knobs: set[str], switches: set[str]) -> list[tuple[str, str, dict]]:
@@ -558,7 +702,8 @@ def _workloads(items: Any, knobs: set[str], switches: set[str]) -> list[tuple[st
             if kind not in WORKLOADS:
                 raise _Bad(f"unknown kind {kind!r} (known: {', '.join(WORKLOADS)})")
             spec = WORKLOADS[kind]
-            params = _read({k: v for k, v in item.items() if k != "kind"}, spec.schema, required=spec.required)
+            params = _read({k: v for k, v in item.items() if k != "kind"}, spec.schema, required=spec.required,
+                           switched=True)
             _check_refs(params, knobs, switches)
             if params.get("when") is not None and params["when"] not in switches:
                 raise _Bad(f"when: no switch {params['when']!r} in [swarm] (known: {', '.join(sorted(switches))})")
@@ -572,12 +717,16 @@ def _workloads(items: Any, knobs: set[str], switches: set[str]) -> list[tuple[st
                     if key == "targets" and "nodes" in params:
                         continue
                     if len(candidates) != 1:
-                        raise _Bad(f"{key}: name the workload ({' or '.join(kinds)}) it acts on, "
-                                   f"of those above it: {', '.join(candidates) or 'none'}")
+                        raise _Bad(f"{key}: name the workload it acts on ({', '.join(kinds)}); "
+                                   f"those above it: {', '.join(candidates) or 'none'}")
                     params[key] = candidates[0]
                 elif params[key] not in candidates:
-                    raise _Bad(f"{key}: no {' or '.join(kinds)} workload {params[key]!r} above it "
-                               f"(known: {', '.join(candidates) or 'none'})")
+                    raise _Bad(f"{key}: no workload {params[key]!r} above it that it can act on "
+                               f"({', '.join(kinds)}; known: {', '.join(candidates) or 'none'})")
+                named_when = next(p.get("when") for n, _, p in out if n == params[key])
+                if named_when is not None and named_when != params.get("when"):
+                    raise _Bad(f"{key}: {params[key]!r} is in the stack only when {named_when!r} is on: "
+                               f"give this one when = {named_when!r} too")
             if "nodes" in params and "targets" in params:
                 raise _Bad("nodes and targets: give one")
             out.append((name, kind, {_param_name(k): v for k, v in params.items()}))
@@ -586,7 +735,7 @@ def _workloads(items: Any, knobs: set[str], switches: set[str]) -> list[tuple[st
     return out
 
 
-def _checks(items: Any, workloads: list[tuple[str, str, dict]]) -> list[tuple[str, dict]]:
+def _checks(items: Any, workloads: list[tuple[str, str, dict]], switches: set[str]) -> list[tuple[str, dict]]:
     if not isinstance(items, list):
         raise _Bad(f"checks: expected a list of check names, got {_shown(items)}")
     out = []
@@ -599,7 +748,10 @@ def _checks(items: Any, workloads: list[tuple[str, str, dict]]) -> list[tuple[st
             raise _Bad(f"checks: unknown check {name!r} (known: {', '.join(sorted(CHECKS))})")
         check = CHECKS[name]
         try:
-            options = _read({k: v for k, v in entry.items() if k != "name"}, check.schema, required=check.required)
+            options = _read({k: v for k, v in entry.items() if k != "name"}, {**check.schema, "when": text},
+                            required=check.required)
+            if options.get("when") is not None and options["when"] not in switches:
+                raise _Bad(f"when: no switch {options['when']!r} in [swarm] (known: {', '.join(sorted(switches))})")
         except _Bad as error:
             raise _Bad(f"checks {name}: {error}") from None
         if check.needs is not None:
@@ -617,7 +769,7 @@ def _builder(system: dict, workloads: list[tuple[str, str, dict]], faults: dict,
              heal_ms: int, settle_ms: int) -> Callable[[Run], Stack]:
     def build(run: Run) -> Stack:
         by_name: dict[str, Workload] = {}
-        stack: list[tuple[str, Workload]] = []
+        stack: list[tuple[str, str, Workload]] = []
         for name, kind, params in workloads:
             when = params.get("when")
             if when is not None and not run.does(when):
@@ -625,17 +777,19 @@ def _builder(system: dict, workloads: list[tuple[str, str, dict]], faults: dict,
             built = WORKLOADS[kind].build({**{k: v for k, v in params.items() if k != "when"}, "name": name},
                                           by_name, run)
             by_name[name] = built
-            stack.append((name, built))
-        made = [CHECKS[name].make(options, stack, run) for name, options in checks]
+            stack.append((name, kind, built))
+        made = [CHECKS[name].make(options, stack, run) for name, options in checks
+                if options.get("when") is None or run.does(options["when"])]
         return Stack(
             system=System(restart_ms=_value(system["restart"], run), file_name=system.get("db_file", "loomsim.db"),
                           damaged_reads=_value(system.get("damaged_reads", False), run),
                           progress=_value(system.get("progress", False), run),
                           audit_deletes=_value(system.get("audit_deletes", 0), run)),
-            workloads=[w for _, w in stack],
+            workloads=[w for _, _, w in stack],
             faults=PortFaults(run.rates(faults.get("rates", {})), failpoints=faults.get("failpoints", ()),
                               boosted_sites=faults.get("boosted_sites", ()), boost=faults.get("boost", 1),
-                              periods_ms=faults.get("periods", ())),
+                              periods_ms=faults.get("periods", ()),
+                              fixed_rates=faults.get("sqlite_rates", {}) if run.opts.store == "sqlite" else {}),
             checks=[c for c in made if c is not None], heal_ms_max=heal_ms, settle_ms=settle_ms)
 
     return build

@@ -70,7 +70,8 @@ ERRORS = [
     ('duration = "1d"', 'duration = 1', '[scenario] duration: expected a duration like "5m", got 1'),
     ('[system]', '[sytem]', "unknown table 'sytem' (known: scenario, system, workload, faults, swarm)"),
     ('targets = "sentinels"', 'targets = "fleet"',
-     "[workload 2] targets: no sentinels or workers workload 'fleet' above it (known: sentinels)"),
+     "[workload 2] targets: no workload 'fleet' above it that it can act on (sentinels, workers, agent-workers, "
+     "watchers; known: sentinels)"),
     ('{ id = "slow", every = "7m" }', '{ id = "slow", evry = "7m" }',
      "[workload 1] schedules: schedule 2: unknown key 'evry' (known: id, every, first)"),
     ('ack-lost = 1e-4', 'ack-lots = 1e-4', "[faults] rates: unknown fault kind 'ack-lots'"),
