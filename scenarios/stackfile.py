@@ -35,6 +35,7 @@ from faults import chaos
 from faults.kinds import ALL_FAULT_KINDS
 from faults.plan import PortFaults
 from faults.swarm import Knob, SwarmSpace
+from model.conversation.records import PAGE_SIZE_MAX
 from model.failpoints import ABORT_CRASH_POINTS, AGENT_CRASH_POINTS, SENTINEL_CRASH_POINTS, SUBMISSION_CRASH_POINTS
 from model.schedules import Schedule
 from scenarios import invariants as inv
@@ -113,12 +114,17 @@ def _ref(v: Any, what: str) -> _Ref | None:
     return None
 
 
+_ZERO = re.compile(r"0+\s*(ms|s|min|m|h|d)?")
+
+
 def duration(v: Any) -> Any:
     ref = _ref(v, "knob")
     if ref is not None:
         return ref
     if type(v) is not str:
         raise _Bad(f'expected a duration like "5m", got {_shown(v)}')
+    if _ZERO.fullmatch(v):
+        return 0  # a range may start at nothing (a delay of 0 to 2 minutes)
     try:
         return parse_duration_ms(v)
     except DurationError as error:
@@ -327,7 +333,7 @@ def _workers(p: dict, by: dict, run: Run) -> Workload:
     return _new(Workers, p["name"], v["count"], lease_ms=v["lease_ms"], poll_ms=v.get("poll_ms", 2_000), retry_ms=v.get("retry_ms", 2_000),
                    step_delay_ms=v.get("step_delay_ms", (50, 3_000)), work=work(fail_every=v.get("fail_every", 0)),
                    steps=v.get("steps", 2), checkpoints=v.get("checkpoints", False),
-                   recovery_page_size=v.get("recovery_page_size", 512))
+                   recovery_page_size=v.get("recovery_page_size", PAGE_SIZE_MAX))
 
 
 def _submitters(p: dict, by: dict, run: Run) -> Workload:
@@ -390,7 +396,7 @@ def _agent_workers(p: dict, by: dict, run: Run) -> Workload:
     return _new(AgentWorkers, p["name"], v["count"], tools=tools, model=ModelService(), lease_ms=v["lease_ms"],
                 poll_ms=v.get("poll_ms", 2_000), retry_ms=v.get("retry_ms", 2_000),
                 step_delay_ms=v.get("step_delay_ms", (50, 3_000)), work=work(fail_every=v.get("fail_every", 0)),
-                recovery_page_size=v.get("recovery_page_size", 512), checkpoints=v.get("checkpoints", False))
+                recovery_page_size=v.get("recovery_page_size", PAGE_SIZE_MAX), checkpoints=v.get("checkpoints", False))
 
 
 def _agent_submitters(p: dict, by: dict, run: Run) -> Workload:

@@ -51,6 +51,22 @@ def test_the_toml_example_is_the_python_example(seed):
     assert _digest(toml, seed, 2 * MS_PER_HOUR) == _digest(registry.get("two-cadences"), seed, 2 * MS_PER_HOUR)
 
 
+@pytest.mark.parametrize("seed,duration_ms,store", [
+    (0, MS_PER_HOUR // 4, "memory"), (1, MS_PER_HOUR // 4, "memory"), (2, MS_PER_HOUR // 6, "sqlite"),
+    pytest.param(0, MS_PER_HOUR, "memory", marks=pytest.mark.slow),
+    pytest.param(1, MS_PER_HOUR, "memory", marks=pytest.mark.slow)])
+def test_agent_conversations_as_a_file_is_the_built_in_stack(seed, duration_ms, store):
+    """The format says the largest built-in stack whole (swarm, switches,
+    knobs, pauses past the lease, SQLite-only rates): the same trace."""
+    toml = registry.get(str(REPO / "tests" / "fixtures" / "agent_conversations.toml"))
+    digests = []
+    for scenario in (toml, registry.get("agent-conversations")):
+        result = run(scenario, ScenarioOptions(seed=seed, duration_ms=duration_ms, store=store, swarm=True))
+        assert result.passed, result.violations
+        digests.append(result.trace_digest)
+    assert digests[0] == digests[1]
+
+
 def _file(tmp_path: Path, text: str, name: str = "stack.toml") -> str:
     path = tmp_path / name
     path.write_text(text)
@@ -106,6 +122,9 @@ def test_stack_file_errors_beyond_a_key(tmp_path, capsys):
             'targets = "sentinels"', 'targets = "workers"'),
          "[scenario] checks exactly-once-wake: judges a sentinels workload; the stack has none"),
         ("[scenario\n", "not TOML:"),
+        (EXAMPLE.replace("[faults]", '[[workload]]\nkind = "node-pauses"\nevery = ["1h", "2h"]\n'
+                                     'pause = [["lease + 1x", "2m"]]\n\n[faults]'),
+         "[workload 3] pause: bad duration '1x'"),
     ]
     for text, message in cases:
         path = _file(tmp_path, text)
