@@ -2,8 +2,8 @@
 
 ``get`` is where every command resolves a scenario: a registered name, or
 else a stack file (a name ending in ``.toml``, or an existing file), read
-once per process by ``scenarios.stackfile``; ``adopt`` puts a stack file's
-text (a repro file's embedded copy) under its name instead.
+by ``scenarios.stackfile`` as it is at each lookup; ``adopt`` puts a stack
+file's text (a repro file's embedded copy) under its name instead.
 """
 from __future__ import annotations
 

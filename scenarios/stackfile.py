@@ -679,6 +679,10 @@ def _swarm(table: Any, faults: dict) -> tuple[dict, SwarmSpace | None]:
                              failpoint_boosts=tuple(boosts.items()))
 
 
+def _known(names: set[str]) -> str:
+    return ", ".join(sorted(names)) or "none"
+
+
 def _refs(v: Any) -> list[_Ref]:
     if isinstance(v, _Ref):
         return [v, *_refs(v.on), *_refs(v.off)]
@@ -692,7 +696,7 @@ def _check_refs(values: dict, knobs: set[str], switches: set[str]) -> None:
         for item in _refs(v):
             known = knobs if item.what == "knob" else switches
             if item.name not in known:
-                raise _Bad(f"{key}: no {item.what} {item.name!r} in [swarm] (known: {', '.join(sorted(known))})")
+                raise _Bad(f"{key}: no {item.what} {item.name!r} in [swarm] (known: {_known(known)})")
 
 
 def _workloads(items: Any, knobs: set[str], switches: set[str]) -> list[tuple[str, str, dict]]:
@@ -712,7 +716,7 @@ def _workloads(items: Any, knobs: set[str], switches: set[str]) -> list[tuple[st
                            switched=True)
             _check_refs(params, knobs, switches)
             if params.get("when") is not None and params["when"] not in switches:
-                raise _Bad(f"when: no switch {params['when']!r} in [swarm] (known: {', '.join(sorted(switches))})")
+                raise _Bad(f"when: no switch {params['when']!r} in [swarm] (known: {_known(switches)})")
             name = params.pop("name", kind)
             for other, other_kind, _ in out:
                 if other == name:
@@ -757,7 +761,7 @@ def _checks(items: Any, workloads: list[tuple[str, str, dict]], switches: set[st
             options = _read({k: v for k, v in entry.items() if k != "name"}, {**check.schema, "when": text},
                             required=check.required)
             if options.get("when") is not None and options["when"] not in switches:
-                raise _Bad(f"when: no switch {options['when']!r} in [swarm] (known: {', '.join(sorted(switches))})")
+                raise _Bad(f"when: no switch {options['when']!r} in [swarm] (known: {_known(switches)})")
         except _Bad as error:
             raise _Bad(f"checks {name}: {error}") from None
         if check.needs is not None:

@@ -93,7 +93,7 @@ ERRORS = [
     ('ack-lost = 1e-4', 'ack-lots = 1e-4', "[faults] rates: unknown fault kind 'ack-lots'"),
     ('ack-lost = 1e-4', 'ack-lost = 2', "[faults] rates: ack-lost: expected a number in [0, 1], got 2"),
     ('schedules = [', 'lease = { knob = "lease_ms" }\nschedules = [',
-     "[workload 1] lease: no knob 'lease_ms' in [swarm] (known: )"),
+     "[workload 1] lease: no knob 'lease_ms' in [swarm] (known: none)"),
     ('kind = "sentinels"', 'kind = "sentinels"\npaging = "yes"', "[workload 1] paging: expected true or false, got 'yes'"),
     ('name = "two-cadences"\n', '', "[scenario] missing key 'name'"),
     ('"exactly-once-wake", ', '"exactly-once-wake", "exactly-once-wake", ', "[scenario] checks: a check is named twice"),
