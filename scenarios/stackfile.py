@@ -623,8 +623,9 @@ def from_text(name: str, body: str, *, where: str | None = None) -> FileScenario
             raise _Bad("missing table [scenario]")
         place = "[scenario]"
         head = _read(data["scenario"], _SCENARIO, required=("name", "description", "duration", "checks"))
-        if type(head["duration"]) is not int or type(head.get("sweep", 0)) is not int:
-            raise _Bad("duration and sweep are fixed durations")
+        if type(head["duration"]) is not int or type(head.get("sweep", 1)) is not int or not (
+                head["duration"] > 0 and head.get("sweep", 1) > 0):
+            raise _Bad("duration and sweep: fixed durations, more than zero")
         place = "[system]"
         system = _read(data.get("system", {}), _SYSTEM, required=("restart",), switched=True)
         place = "[faults]"

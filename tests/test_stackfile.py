@@ -99,6 +99,7 @@ ERRORS = [
     ('every = ["1h", "8h"]', 'every = ["8h", "1h"]', "[workload 2] every: range ['8h', '1h'] runs backwards"),
     ('restart = ["1s", "20s"]', 'restart = 20', '[system] restart: expected a range like ["1s", "20s"], got 20'),
     ('duration = "1d"', 'duration = 1', '[scenario] duration: expected a duration like "5m", got 1'),
+    ('duration = "1d"', 'duration = "0s"', "[scenario] duration and sweep: fixed durations, more than zero"),
     ('[system]', '[sytem]', "unknown table 'sytem' (known: scenario, system, workload, faults, swarm)"),
     ('targets = "sentinels"', 'targets = "fleet"',
      "[workload 2] targets: no workload 'fleet' above it that it can act on (sentinels, workers, agent-workers, "
