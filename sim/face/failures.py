@@ -106,6 +106,9 @@ def failure_name(body: Mapping[str, Any]) -> str:
     seed = config.get("seed", "x")
     what = {"config": {k: v for k, v in config.items() if k not in _ENVIRONMENT_KEYS},
             "fault_script": body.get("fault_script", [])}
+    stack = body.get("stack_file")
+    if isinstance(stack, dict):  # a stack file's failure: the same path with other text is another stack
+        what["stack_sha256"] = stack.get("sha256")
     digest = hashlib.sha256(json.dumps(what, sort_keys=True, ensure_ascii=True).encode()).hexdigest()
     return f"{scenario}-{seed}-{digest[:DIGEST_CHARS]}.json"
 
@@ -320,7 +323,15 @@ def replay(path: str, *, mutant: str | None = None, mutants_module: str | None =
            scenario_modules: Iterable[str] = ()) -> Replay:
     """Replay the saved failure at ``path`` in this process, against the
     current code with ``mutant`` (None: the real code); classify it (the
-    rule is in this module's docstring). Moves no file (``replay_saved``)."""
+    rule is in this module's docstring). Moves no file (``replay_saved``).
+    A stack file's failure replays the stack it embeds."""
+    from sim.face.repro_file import replaying_embedded
+
+    with replaying_embedded(path):
+        return _replay(path, mutant=mutant, mutants_module=mutants_module, scenario_modules=scenario_modules)
+
+
+def _replay(path: str, *, mutant: str | None, mutants_module: str | None, scenario_modules: Iterable[str]) -> Replay:
     from sim.face.options import UsageError
     from sim.face.repro_file import repro_argv
 

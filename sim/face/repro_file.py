@@ -11,12 +11,17 @@ A failing run writes ``loomsim-repro-<scenario>-<seed>.json``::
      "violations": [{"name", "message", "simulated_ms"}, ...],
      "fault_script": [...],        # faults and scheduling deviations (faults.script)
      "excerpt": [...],             # the related trace events
+     "stack_file": {"path", "sha256", "text"},  # a stack file's run: the file as it ran
      ...}                          # extras: shrunk_from, a corpus entry's regression note
 
 ``repro_argv`` turns a repro file back into the ``loomsim`` command line it
 stands for (its modules, seed, duration, store, parameters and swarm
 choices, with the file itself as ``--faults``); ``repro_command`` is the
-printable command of a run. A file that is missing, not JSON, not this
+printable command of a run. The run of a stack file (``loomsim run
+FILE.toml``, ``scenarios.stackfile``) embeds the file's text and its
+sha256 (``stack_file``): the replay runs the embedded stack, so it
+reproduces after the file moved or changed (saying so in one line when the
+file at the path differs). A file that is missing, not JSON, not this
 format or malformed is a ``ReproFileError``: one line. A hand-edited file
 is checked field by field (``check_config``: ``FILE: seed must be a
 non-negative integer, got 1.5``); config fields the replay does not read
@@ -29,11 +34,14 @@ written by another loomsim version (``config.loomsim``).
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
 import shlex
-from typing import Any, Callable, Iterable
+import sys
+from typing import Any, Callable, Iterable, Iterator
 
 import attrs
 
@@ -60,12 +68,90 @@ def param_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _file_part(scenario: str) -> str:
+    """A scenario's name in a file name: a stack file's title (its name is
+    a path), else the name."""
+    from scenarios import registry
+
+    loaded = registry.loaded_file(scenario)
+    title = getattr(loaded, "title", "") or scenario
+    return re.sub(r"[^\w.-]", "_", title)
+
+
 def repro_filename(scenario: str, seed: int) -> str:
-    return f"loomsim-repro-{scenario}-{seed}.json"
+    return f"loomsim-repro-{_file_part(scenario)}-{seed}.json"
 
 
 def shrunk_filename(scenario: str, seed: int) -> str:
-    return f"loomsim-shrunk-{scenario}-{seed}.json"
+    return f"loomsim-shrunk-{_file_part(scenario)}-{seed}.json"
+
+
+def embedded_stack(scenario: str) -> dict[str, Any] | None:
+    """What a repro file embeds of the stack file ``scenario`` names (None:
+    a registered scenario)."""
+    from scenarios import registry
+
+    loaded = registry.loaded_file(scenario)
+    if loaded is None:
+        return None
+    return {"path": scenario, "sha256": loaded.sha256, "text": loaded.text}
+
+
+def adopt_embedded(body: dict[str, Any], path: str) -> tuple[bool, Any]:
+    """Put the stack file the repro file ``body`` (at ``path``) embeds under
+    its name in this process (the replay's: for the rest of it), so the
+    replay runs it whatever the file at its path holds now, and say so in
+    one line when that file differs or is gone. Return whether it adopted
+    (not when that copy is adopted already), and the entry it replaced (for
+    ``registry.restore``). Raises ``ReproFileError``."""
+    from scenarios import registry
+    from scenarios.stackfile import digest
+
+    stack = body.get("stack_file")
+    if stack is None:
+        return False, None
+    config = body.get("config") if isinstance(body.get("config"), dict) else {}
+    if (not isinstance(stack, dict) or type(stack.get("text")) is not str or type(stack.get("path")) is not str
+            or stack["path"] != config.get("scenario")):
+        raise ReproFileError(f"{path}: stack_file must be an object with the scenario's path and the file's text")
+    if stack.get("sha256") != digest(stack["text"]):
+        raise ReproFileError(f"{path}: stack_file's text does not match its sha256 (edited by hand?)")
+    if registry.adopted_file(stack["path"]) == stack["sha256"]:
+        return False, None
+    try:
+        previous = registry.adopt(stack["path"], stack["text"], where=f"{path} (embedded {stack['path']})")
+    except registry.StackFileError as error:
+        raise ReproFileError(str(error)) from None
+    try:
+        with open(stack["path"], "rb") as handle:
+            now = hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        now = None
+    if now != stack["sha256"]:
+        what = "is gone" if now is None else f"changed since {path} was written"
+        print(f"loomsim: note: {stack['path']} {what}: running the copy embedded in {path}", file=sys.stderr)
+    return True, previous
+
+
+@contextlib.contextmanager
+def replaying_embedded(path: str) -> Iterator[None]:
+    """For an in-process replay of the repro file at ``path`` (the failure
+    database's): its embedded stack file runs, and what this process held
+    under that name before is back afterwards (a long-lived process, the
+    sweep's or the pytest plugin's, goes on with the file as it is). A file that cannot be read,
+    or a malformed embedded stack, changes nothing (the replay reports it)."""
+    from scenarios import registry
+
+    try:
+        body = read_repro(path)
+        adopted, previous = adopt_embedded(body, path)
+    except ReproFileError:
+        adopted = False
+    try:
+        yield
+    finally:
+        if adopted:
+            registry.restore(body["stack_file"]["path"], previous)
 
 
 def replay_command(path: str) -> str:
@@ -113,6 +199,9 @@ def write_repro(result: Any, command: str | Callable[[str], str], directory: str
         "excerpt": [json.loads(event_json(e)) for e in result.excerpt],
         **(extra or {}),
     }
+    stack = embedded_stack(result.scenario)
+    if stack is not None:
+        body["stack_file"] = stack
 
     def render(name: str) -> str:
         named = body if isinstance(command, str) else {**body, "command": command(name)}
@@ -160,6 +249,7 @@ def repro_argv(path: str, *, json_output: bool, scenario_modules: Iterable[str] 
     modules = discovery.unique((*scenario_modules, *discovery.load(recorded, source=f"named by repro file {path!r}")))
     config = body.get("config")
     check_config(config, path)
+    adopt_embedded(body, path)
     try:
         name, seed, duration, store = config["scenario"], config["seed"], config["duration"], config["store"]
         params = dict(config.get("params", {}))

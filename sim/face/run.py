@@ -199,7 +199,10 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str], *, replaying:
     """One run. ``replaying``: ``args.faults`` is the repro file ``loomsim
     repro`` replays; the replay is then compared with its recording (a
     failure that did not recur is not a pass: exit 1, and said)."""
+    from scenarios import registry
+
     args = _adopt_repro_config(scenario, args, argv)
+    scenario = registry.get(scenario.name)  # a repro file's stack file: the copy it embeds, adopted just now
     mutant = apply_mutant(args)
     opts = run_options(scenario, args)
     # Created at the run's first event (a run refused before it creates

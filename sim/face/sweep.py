@@ -202,7 +202,7 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
                         begun.append(job)
                         started.add(job.scenario)
                         lines_file = (None if lines_dir is None
-                                      else os.path.join(lines_dir, f"{job.scenario}-{job.seed}.json"))
+                                      else os.path.join(lines_dir, f"{len(begun)}.json"))  # a stack file's name has slashes
                         with spawning():
                             running.append((job, start_child(job, lines_file), lines_file))
                     for entry in list(running):
