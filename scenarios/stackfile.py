@@ -24,7 +24,6 @@ names (``fleet = "sentinels"``, ``targets = "workers"``).
 from __future__ import annotations
 
 import hashlib
-import inspect
 import re
 import tomllib
 from typing import Any, Callable, Mapping
@@ -39,12 +38,11 @@ from model.conversation.records import PAGE_SIZE_MAX
 from model.failpoints import ABORT_CRASH_POINTS, AGENT_CRASH_POINTS, SENTINEL_CRASH_POINTS, SUBMISSION_CRASH_POINTS
 from model.schedules import Schedule
 from scenarios import invariants as inv
-from scenarios import sentinel_app as app
-from scenarios.invariants.recovery_decisions import RecoveryDecisions
+from scenarios.workloads import sentinel_app as app
 from scenarios.invariants.reference_model import ReferenceModel
 from scenarios.registry import StackFileError
-from scenarios.sentinels import WORKER_NODE, Sentinels
-from scenarios.submissions import ConversationRetention, Submitters, Workers, work
+from scenarios.workloads.sentinels import Sentinels
+from scenarios.workloads.submissions import ConversationRetention, Submitters, Workers, work
 from scenarios.system import System
 from sim.clock import DurationError, parse_duration_ms
 from sim.scenario import Run, Scenario
@@ -264,7 +262,7 @@ def schedules(v: Any) -> tuple[tuple[str, int, int], ...]:
 
 # Keys that name things (workloads, switches, nodes): never drawn per seed.
 _NAMING = frozenset({"name", "when", "targets", "fleet", "nodes", "submitters", "workers", "schedules", "set",
-                     "db_file"})
+                     "db_file", "serving", "following"})
 
 
 def _read(table: Any, schema: Mapping[str, Callable[[Any], Any]], *, required: tuple[str, ...] = (),
@@ -303,21 +301,10 @@ class Kind:
     refs: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
 
 
-def _nodes(w: Workload) -> tuple[str, ...]:
-    """The processes a workload runs (what chaos kills, pauses, redeploys)."""
-    if isinstance(w, Sentinels):
-        return (WORKER_NODE,)
-    return tuple(w.names)  # type: ignore[attr-defined]
-
-
 def _new(cls: Any, name: str, *args: Any, **kwargs: Any) -> Workload:
-    """``cls(*args, **kwargs)`` named ``name``: passed to a constructor that
-    takes one (named instances), else set on the instance."""
-    if "name" in inspect.signature(cls.__init__).parameters:
-        return cls(*args, name=name, **kwargs)
-    workload = cls(*args, **kwargs)
-    workload.name = name
-    return workload
+    """``cls(*args, **kwargs)``, the instance named ``name`` (the file's
+    names are its workloads' instance names)."""
+    return cls(*args, **kwargs).named(name)
 
 
 def _sentinels(p: dict, by: dict, run: Run) -> Workload:
@@ -330,7 +317,7 @@ def _sentinels(p: dict, by: dict, run: Run) -> Workload:
 
 def _workers(p: dict, by: dict, run: Run) -> Workload:
     v = {key: _value(val, run) for key, val in p.items()}
-    return _new(Workers, p["name"], v["count"], lease_ms=v["lease_ms"], poll_ms=v.get("poll_ms", 2_000), retry_ms=v.get("retry_ms", 2_000),
+    return _new(Workers, p["name"], v["count"], serving=by[p["serving"]], lease_ms=v["lease_ms"], poll_ms=v.get("poll_ms", 2_000), retry_ms=v.get("retry_ms", 2_000),
                    step_delay_ms=v.get("step_delay_ms", (50, 3_000)), work=work(fail_every=v.get("fail_every", 0)),
                    steps=v.get("steps", 2), checkpoints=v.get("checkpoints", False),
                    recovery_page_size=v.get("recovery_page_size", PAGE_SIZE_MAX))
@@ -349,8 +336,9 @@ def _retention(p: dict, by: dict, run: Run) -> Workload:
                                  retry_ms=v.get("retry_ms", 2_000))
 
 
-def _targets(p: dict, by: dict) -> tuple[str, ...]:
-    return p["nodes"] if "nodes" in p else _nodes(by[p["targets"]])
+def _targets(p: dict, by: dict) -> tuple[Any, ...]:
+    """Node names (``nodes``), or the workload whose processes they are (``targets``)."""
+    return p["nodes"] if "nodes" in p else (by[p["targets"]],)
 
 
 def _kills(p: dict, by: dict, run: Run) -> Workload:
@@ -384,16 +372,16 @@ def _edits(p: dict, by: dict, run: Run) -> Workload:
 def _deploys(p: dict, by: dict, run: Run) -> Workload:
     fleet = by[p["fleet"]]
     on_deploy = fleet.on_deploy if isinstance(fleet, Sentinels) else fleet.deploy  # an agent's rolling restart
-    return _new(chaos.Deploys, p["name"], fleet.deploy_timeline, on_deploy, nodes=_nodes(fleet), duration_ms=run.opts.duration_ms,
+    return _new(chaos.Deploys, p["name"], fleet.deploy_timeline, on_deploy, nodes=(fleet,), duration_ms=run.opts.duration_ms,
                          restart_ms=_value(p["restart_ms"], run))
 
 
 def _agent_workers(p: dict, by: dict, run: Run) -> Workload:
-    from scenarios.agents import AgentWorkers, ModelService, ToolService
+    from scenarios.workloads.agents import AgentWorkers, ModelService, ToolService
 
     v = {key: _value(val, run) for key, val in p.items()}
     tools = ToolService(slow_share=v.get("slow_tool_share", 0.0), slow_ms=v.get("slow_tool_ms", (0, 0)))
-    return _new(AgentWorkers, p["name"], v["count"], tools=tools, model=ModelService(), lease_ms=v["lease_ms"],
+    return _new(AgentWorkers, p["name"], v["count"], serving=by[p["serving"]], tools=tools, model=ModelService(), lease_ms=v["lease_ms"],
                 poll_ms=v.get("poll_ms", 2_000), retry_ms=v.get("retry_ms", 2_000),
                 step_delay_ms=v.get("step_delay_ms", (50, 3_000)), work=work(fail_every=v.get("fail_every", 0)),
                 recovery_page_size=v.get("recovery_page_size", PAGE_SIZE_MAX), checkpoints=v.get("checkpoints", False))
@@ -401,7 +389,7 @@ def _agent_workers(p: dict, by: dict, run: Run) -> Workload:
 
 def _agent_submitters(p: dict, by: dict, run: Run) -> Workload:
     from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE
-    from scenarios.agents import JOINING_SHARE, AgentSubmitters
+    from scenarios.workloads.agents import JOINING_SHARE, AgentSubmitters
 
     v = {key: _value(val, run) for key, val in p.items()}
     # A plan's step kinds, each as often as its weight says.
@@ -416,20 +404,21 @@ def _agent_submitters(p: dict, by: dict, run: Run) -> Workload:
 def _operator(cls_name: str) -> Callable[[dict, dict, Run], Workload]:
     """Approvers, cancellers, the reconciler (with the tools of the agent workers it names)."""
     def build(p: dict, by: dict, run: Run) -> Workload:
-        from scenarios import agents
+        from scenarios.workloads import agents
 
-        v = {key: _value(val, run) for key, val in p.items() if key not in ("name", "workers")}
+        v = {key: _value(val, run) for key, val in p.items() if key not in ("name", "workers", "serving")}
         extra = {"tools": by[p["workers"]].tools} if "workers" in p else {}
+        extra["serving"] = by[p["serving"]]
         return _new(getattr(agents, cls_name), p["name"], **extra, **v)
 
     return build
 
 
 def _watchers(p: dict, by: dict, run: Run) -> Workload:
-    from scenarios.watchers import Watchers
+    from scenarios.workloads.watchers import Watchers
 
-    v = {key: _value(val, run) for key, val in p.items() if key != "name"}
-    return _new(Watchers, p["name"], **v)
+    v = {key: _value(val, run) for key, val in p.items() if key not in ("name", "following")}
+    return _new(Watchers, p["name"], following=by[p["following"]], **v)
 
 
 def _edit_values(v: Any) -> dict[str, Any]:
@@ -451,9 +440,10 @@ WORKLOADS: dict[str, Kind] = {
     "sentinels": Kind({**_NAME, "schedules": schedules, "lease": duration, "inline_cap_bytes": _positive,
                        "project_every": duration, "validate_inputs": boolean, "paging": boolean},
                       _sentinels, required=("schedules",)),
-    "workers": Kind({**_NAME, "count": _positive, "lease": duration, "poll": duration, "retry": duration,
-                     "step_delay": span, "fail_every": integer, "steps": _positive, "checkpoints": boolean,
-                     "recovery_page_size": _positive}, _workers, required=("count", "lease")),
+    "workers": Kind({**_NAME, "serving": text, "count": _positive, "lease": duration, "poll": duration,
+                     "retry": duration, "step_delay": span, "fail_every": integer, "steps": _positive,
+                     "checkpoints": boolean, "recovery_page_size": _positive}, _workers, required=("count", "lease"),
+                    refs={"serving": ("submitters",)}),
     "submitters": Kind({**_NAME, "conversations": _positive, "every": span, "conversation_lifetime": duration,
                         "retry": duration, "abort_every": integer, "group_share": share, "groups": _positive,
                         "defer_share": share}, _submitters, required=("conversations", "every", "conversation_lifetime")),
@@ -470,21 +460,25 @@ WORKLOADS: dict[str, Kind] = {
                            _edits, refs={"fleet": ("sentinels",)}),
     "deploys": Kind({**_NAME, "fleet": text, "restart": span}, _deploys, required=("restart",),
                     refs={"fleet": ("sentinels", "agent-workers")}),
-    "agent-workers": Kind({**_NAME, "count": _positive, "lease": duration, "poll": duration, "retry": duration,
+    "agent-workers": Kind({**_NAME, "serving": text, "count": _positive, "lease": duration, "poll": duration, "retry": duration,
                            "step_delay": span, "fail_every": integer, "checkpoints": boolean,
                            "recovery_page_size": _positive, "slow_tool_share": share, "slow_tool": span},
-                          _agent_workers, required=("count", "lease")),
+                          _agent_workers, required=("count", "lease"), refs={"serving": ("agent-submitters",)}),
     "agent-submitters": Kind({**_NAME, "conversations": _positive, "every": span, "conversation_lifetime": duration,
                               "retry": duration, "abort_every": integer, "abort_late": span, "joining_share": share,
                               "model_weight": _positive, "tool_weight": integer, "approval_weight": integer,
                               "subagent_weight": integer},
                              _agent_submitters, required=("conversations", "every", "conversation_lifetime")),
-    "approvers": Kind({**_NAME, "poll": duration, "delay": span}, _operator("Approvers"), required=("poll", "delay")),
-    "cancellers": Kind({**_NAME, "poll": duration, "delay": span}, _operator("Cancellers"), required=("poll", "delay")),
-    "reconciler": Kind({**_NAME, "workers": text, "poll": duration, "delay": span}, _operator("Reconciler"),
-                       required=("poll", "delay"), refs={"workers": ("agent-workers",)}),
-    "watchers": Kind({**_NAME, "slots": _positive, "conversation_lifetime": duration, "reconnect": duration},
-                     _watchers, required=("slots", "conversation_lifetime", "reconnect")),
+    "approvers": Kind({**_NAME, "serving": text, "poll": duration, "delay": span}, _operator("Approvers"),
+                      required=("poll", "delay"), refs={"serving": ("agent-submitters",)}),
+    "cancellers": Kind({**_NAME, "serving": text, "poll": duration, "delay": span}, _operator("Cancellers"),
+                       required=("poll", "delay"), refs={"serving": ("agent-submitters",)}),
+    "reconciler": Kind({**_NAME, "serving": text, "workers": text, "poll": duration, "delay": span},
+                       _operator("Reconciler"), required=("poll", "delay"),
+                       refs={"workers": ("agent-workers",), "serving": ("agent-submitters",)}),
+    "watchers": Kind({**_NAME, "following": text, "slots": _positive, "conversation_lifetime": duration,
+                      "reconnect": duration}, _watchers, required=("slots", "conversation_lifetime", "reconnect"),
+                     refs={"following": ("agent-submitters", "submitters")}),
 }
 # A duration parameter is passed to its constructor in ms: ``every`` -> ``every_ms``.
 _DURATION_KEYS = {"lease", "poll", "retry", "step_delay", "project_every", "every", "conversation_lifetime", "ttl",
@@ -526,41 +520,41 @@ def _fleet(o: dict, ws: list[tuple[str, str, Workload]]) -> Sentinels:
     return _fleets(o, ws)[0]
 
 
-def _exactly_once_wake(o: dict, ws: list, run: Run) -> Any:
-    return inv.ExactlyOnceWake({sid: s for fleet in _fleets(o, ws) for sid, s in fleet.schedules.items()},
-                               end_ms=run.opts.duration_ms)
+def _operator(ws: list[tuple[str, str, Workload]]) -> Callable[[str], bool]:
+    """Whether a process is an operator's (its writes are out of band): any operator-edits workload's."""
+    operators = [w for _, kind, w in ws if kind == "operator-edits"]
+    return lambda label: any(op.is_operator(label) for op in operators)
 
 
-_OPERATOR = chaos.OperatorEdits.is_operator
+# The checks a workload brings for what it creates (``Workload.checks``):
+# never listed in a file; the workload's kind says where they come from.
+OWNED = {"exactly-once-wake": "sentinels", "fifo-one-active": "workers and agent-workers",
+         "recovery-decisions": "workers and agent-workers", "unknown-never-replayed": "agent-workers",
+         "approval-precedes-effect": "agent-workers", "child-before-parent": "agent-workers",
+         "joined-settles-once": "agent-workers", "run-clock": "agent-workers", "canonical-events": "agent-workers",
+         "progress-waits": "watchers"}
 _FLEET = {"workload": text}
 CHECKS: dict[str, Check] = {
     **{cls.name: _plain(cls) for cls in (inv.AbortHonoured, inv.AdoptOwnWrite, inv.CasLinear, inv.CheckpointConsistency,
                                          inv.ClaimFencesLog, inv.ExactlyOnceSettlement, inv.FailClosedPagination,
-                                         inv.Fencing, inv.Liveness, inv.LogChain, inv.QueueOrder, RecoveryDecisions,
-                                         ReferenceModel, inv.JoinedSettlesOnce, inv.RunClock, inv.CanonicalEvents,
-                                         inv.ChildBeforeParent, inv.ApprovalPrecedesEffect)},
+                                         inv.Fencing, inv.Liveness, inv.LogChain, ReferenceModel)},
     "cold-reopen": Check(lambda o, ws, run: inv.ColdReopen() if run.opts.store == "sqlite" else None),
     "bounded-run": Check(lambda o, ws, run: inv.BoundedRun(records_max=o["records_max"], steps_max=o.get("steps_max")),
                          {"records_max": _positive, "steps_max": _positive}, required=("records_max",)),
-    "exactly-once-wake": Check(_exactly_once_wake, _FLEET, needs="sentinels"),
     "pins-survive": Check(lambda o, ws, run: inv.PinsSurvive(blob_ttl_ms=_fleet(o, ws).retention_policy.blob_ttl_ms),
                           _FLEET, needs="sentinels"),
     "findings-projection": Check(lambda o, ws, run: inv.FindingsProjection(
         finding_ttl_ms=_fleet(o, ws).retention_policy.finding_ttl_ms), _FLEET, needs="sentinels"),
-    "broken-deploy": Check(lambda o, ws, run: inv.BrokenDeploys(app.build_reads, out_of_band=_OPERATOR),
+    "broken-deploy": Check(lambda o, ws, run: inv.BrokenDeploys(app.build_reads, out_of_band=_operator(ws)),
                            _FLEET, needs="sentinels"),
     "claim-check": Check(lambda o, ws, run: inv.ClaimCheckInvariant(
         {"stats": app.stats_digest}, cap_bytes=_fleet(o, ws).inline_cap_bytes), _FLEET, needs="sentinels"),
     "contract-safety": Check(lambda o, ws, run: inv.ContractSafety(
-        _fleet(o, ws).deployed_contracts, out_of_band=_OPERATOR, every_contract_for_key=_fleet(o, ws).every_contract),
+        _fleet(o, ws).deployed_contracts, out_of_band=_operator(ws), every_contract_for_key=_fleet(o, ws).every_contract),
         _FLEET, needs="sentinels"),
     "replay-determinism": Check(lambda o, ws, run: inv.ReplayDeterminism(
         _fleet(o, ws).replay_flow_for, _fleet(o, ws).replay_store_calls, transforms_for=_fleet(o, ws).transforms_for),
         _FLEET, needs="sentinels"),
-    "unknown-never-replayed": Check(lambda o, ws, run: inv.UnknownNeverReplayed(_judged(o, ws, "agent-workers")[0].tools),
-                                    _FLEET, needs="agent-workers"),
-    "progress-waits": Check(lambda o, ws, run: inv.ProgressWaits(reconnect_ms=_judged(o, ws, "watchers")[0].reconnect_ms),
-                            _FLEET, needs="watchers"),
 }
 
 
@@ -701,10 +695,12 @@ def _check_refs(values: dict, knobs: set[str], switches: set[str]) -> None:
 
 
 def _workloads(items: Any, knobs: set[str], switches: set[str]) -> list[tuple[str, str, dict]]:
-    """(name, kind, parameters) of each ``[[workload]]``, references checked."""
+    """(name, kind, parameters) of each ``[[workload]]``, references checked.
+    A reference may name a workload anywhere in the file (the stack's order
+    is the file's; each is built after those it names)."""
     if not isinstance(items, list):
         raise _Bad("workload: expected [[workload]] tables")
-    out: list[tuple[str, str, dict]] = []
+    read: list[tuple[str, str, dict]] = []
     for i, item in enumerate(items, 1):
         try:
             if not isinstance(item, dict) or "kind" not in item:
@@ -719,31 +715,61 @@ def _workloads(items: Any, knobs: set[str], switches: set[str]) -> list[tuple[st
             if params.get("when") is not None and params["when"] not in switches:
                 raise _Bad(f"when: no switch {params['when']!r} in [swarm] (known: {_known(switches)})")
             name = params.pop("name", kind)
-            for other, other_kind, _ in out:
+            for other, other_kind, _ in read:
                 if other == name:
                     raise _Bad(f"name {name!r} is taken by the {other_kind} workload before it (name one of them)")
-            for key, kinds in spec.refs.items():
-                candidates = [n for n, k, _ in out if k in kinds]
+            if "nodes" in params and "targets" in params:
+                raise _Bad("nodes and targets: give one")
+            read.append((name, kind, params))
+        except _Bad as error:
+            raise _Bad(f"[workload {i}] {error}") from None
+    out: list[tuple[str, str, dict]] = []
+    for i, (name, kind, params) in enumerate(read, 1):
+        try:
+            for key, kinds in WORKLOADS[kind].refs.items():
+                candidates = [n for n, k, _ in read if k in kinds and n != name]
                 if key not in params:
                     if key == "targets" and "nodes" in params:
                         continue
                     if len(candidates) != 1:
                         raise _Bad(f"{key}: name the workload it acts on ({', '.join(kinds)}); "
-                                   f"those above it: {', '.join(candidates) or 'none'}")
+                                   f"the stack's: {', '.join(candidates) or 'none'}")
                     params[key] = candidates[0]
                 elif params[key] not in candidates:
-                    raise _Bad(f"{key}: no workload {params[key]!r} above it that it can act on "
+                    raise _Bad(f"{key}: no workload {params[key]!r} it can act on "
                                f"({', '.join(kinds)}; known: {', '.join(candidates) or 'none'})")
-                named_when = next(p.get("when") for n, _, p in out if n == params[key])
+                named_when = next(p.get("when") for n, _, p in read if n == params[key])
                 if named_when is not None and named_when != params.get("when"):
                     raise _Bad(f"{key}: {params[key]!r} is in the stack only when {named_when!r} is on: "
                                f"give this one when = {named_when!r} too")
-            if "nodes" in params and "targets" in params:
-                raise _Bad("nodes and targets: give one")
             out.append((name, kind, {_param_name(k): v for k, v in params.items()}))
         except _Bad as error:
             raise _Bad(f"[workload {i}] {error}") from None
+    _build_order(out)  # a circle of references is refused now, not at a run
     return out
+
+
+def _build_order(workloads: list[tuple[str, str, dict]]) -> list[int]:
+    """The workloads' indices in an order that builds each after those it names."""
+    refs = {name: [params[key] for key in WORKLOADS[kind].refs if key in params] for name, kind, params in workloads}
+    index = {name: i for i, (name, _, _) in enumerate(workloads)}
+    order: list[int] = []
+    state: dict[str, int] = {}  # 1: being built, 2: built
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            raise _Bad(f"workloads name each other in a circle: {' -> '.join((*path, name))}")
+        state[name] = 1
+        for other in refs[name]:
+            visit(other, (*path, name))
+        state[name] = 2
+        order.append(index[name])
+
+    for name, _, _ in workloads:
+        visit(name, ())
+    return order
 
 
 def _checks(items: Any, workloads: list[tuple[str, str, dict]], switches: set[str]) -> list[tuple[str, dict]]:
@@ -755,6 +781,8 @@ def _checks(items: Any, workloads: list[tuple[str, str, dict]], switches: set[st
         if not isinstance(entry, dict) or type(entry.get("name")) is not str:
             raise _Bad(f"checks {i}: expected a check name or a table with a name, got {_shown(item)}")
         name = entry["name"]
+        if name in OWNED:
+            raise _Bad(f"checks: {name} comes with its workload ({OWNED[name]}): remove it from checks")
         if name not in CHECKS:
             raise _Bad(f"checks: unknown check {name!r} (known: {', '.join(sorted(CHECKS))})")
         check = CHECKS[name]
@@ -780,15 +808,16 @@ def _builder(system: dict, workloads: list[tuple[str, str, dict]], faults: dict,
              heal_ms: int, settle_ms: int) -> Callable[[Run], Stack]:
     def build(run: Run) -> Stack:
         by_name: dict[str, Workload] = {}
-        stack: list[tuple[str, str, Workload]] = []
-        for name, kind, params in workloads:
+        built: dict[int, tuple[str, str, Workload]] = {}
+        for i in _build_order(workloads):  # each after the workloads it names
+            name, kind, params = workloads[i]
             when = params.get("when")
             if when is not None and not run.does(when):
                 continue
-            built = WORKLOADS[kind].build({**{k: v for k, v in params.items() if k != "when"}, "name": name},
-                                          by_name, run)
-            by_name[name] = built
-            stack.append((name, kind, built))
+            by_name[name] = WORKLOADS[kind].build({**{k: v for k, v in params.items() if k != "when"}, "name": name},
+                                                  by_name, run)
+            built[i] = (name, kind, by_name[name])
+        stack = [built[i] for i in sorted(built)]  # the file's order
         made = [CHECKS[name].make(options, stack, run) for name, options in checks
                 if options.get("when") is None or run.does(options["when"])]
         return Stack(

@@ -102,7 +102,7 @@ ERRORS = [
     ('duration = "1d"', 'duration = "0s"', "[scenario] duration and sweep: fixed durations, more than zero"),
     ('[system]', '[sytem]', "unknown table 'sytem' (known: scenario, system, workload, faults, swarm)"),
     ('targets = "sentinels"', 'targets = "fleet"',
-     "[workload 2] targets: no workload 'fleet' above it that it can act on (sentinels, workers, agent-workers, "
+     "[workload 2] targets: no workload 'fleet' it can act on (sentinels, workers, agent-workers, "
      "watchers; known: sentinels)"),
     ('{ id = "slow", every = "7m" }', '{ id = "slow", evry = "7m" }',
      "[workload 1] schedules: schedule 2: unknown key 'evry' (known: id, every, first)"),
@@ -112,7 +112,9 @@ ERRORS = [
      "[workload 1] lease: no knob 'lease_ms' in [swarm] (known: none)"),
     ('kind = "sentinels"', 'kind = "sentinels"\npaging = "yes"', "[workload 1] paging: expected true or false, got 'yes'"),
     ('name = "two-cadences"\n', '', "[scenario] missing key 'name'"),
-    ('"exactly-once-wake", ', '"exactly-once-wake", "exactly-once-wake", ', "[scenario] checks: a check is named twice"),
+    ('"cas-linear", ', '"cas-linear", "cas-linear", ', "[scenario] checks: a check is named twice"),
+    ('"cas-linear", ', '"exactly-once-wake", "cas-linear", ',
+     "[scenario] checks: exactly-once-wake comes with its workload (sentinels): remove it from checks"),
 ]
 
 
@@ -133,10 +135,8 @@ def test_stack_file_errors_beyond_a_key(tmp_path, capsys):
             'targets = "sentinels"\n', 'targets = "sentinels"\n', 1), "[workload 2] nodes and targets: give one"),
         (EXAMPLE + '\n[[workload]]\nkind = "node-kills"\ntargets = "sentinels"\nevery = ["1h", "2h"]\n'
          'restart = ["1s", "2s"]\n', "[workload 3] name 'node-kills' is taken by the node-kills workload before it"),
-        (EXAMPLE.replace("kind = \"sentinels\"\n", "kind = \"workers\"\ncount = 2\nlease = \"20s\"\n").replace(
-            'schedules = [{ id = "fast", every = "1m" }, { id = "slow", every = "7m" }]\n', "").replace(
-            'targets = "sentinels"', 'targets = "workers"'),
-         "[scenario] checks exactly-once-wake: judges a sentinels workload; the stack has none"),
+        (EXAMPLE.replace('checks = ["cas-linear"', 'checks = [{ name = "pins-survive", workload = "nope" }, "cas-linear"'),
+         "[scenario] checks pins-survive: judges a sentinels workload; the stack has none named 'nope'"),
         ("[scenario\n", "not TOML:"),
         (EXAMPLE.replace("[faults]", '[[workload]]\nkind = "node-pauses"\nevery = ["1h", "2h"]\n'
                                      'pause = [["lease + 1x", "2m"]]\n\n[faults]'),
