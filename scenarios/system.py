@@ -66,6 +66,7 @@ from scenarios.storage import RunDatabase, run_sync
 from scenarios.user_stores import load_store_factory
 from sim.scenario import SetupError
 from sim.node import Node
+from sim.seams import AuditViewSeam
 from sim.world import World
 
 # A read of the audit: one page of a log (the spec's page size).
@@ -78,7 +79,7 @@ DESCRIBERS = {"ds": DURABLE_STATE_DESCRIBERS, "ledger": LEDGER_DESCRIBERS, "log"
               "findings": FINDINGS_DESCRIBERS, "checkpoints": CHECKPOINT_DESCRIBERS, "kernel": KERNEL_DESCRIBERS}
 
 
-class AuditView(Protocol):
+class AuditView(AuditViewSeam, Protocol):
     """What every invariant's end-of-run audit reads: the stores, directly."""
 
     def conversation_ids(self) -> tuple[str, ...]: ...

@@ -17,15 +17,17 @@ stores and ports), the workloads in order, the port faults, the checks, and
 how long the run heals and settles. The runner owns the phases (setup ->
 run with faults -> heal -> settle -> check -> metrics) and computes the one
 ``heal_at_ms`` every fault source obeys. The engine knows the system and the
-faults only by the small protocols below: it imports nothing above ``sim``.
+faults only by the protocols of ``sim.seams``: it imports nothing above ``sim``.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 import attrs
 
 from sim.invariants import Checker
+from sim.seams import AuditViewSeam, FaultsSeam, SystemSeam
+from sim.world import World
 
 
 class Workload:
@@ -33,37 +35,18 @@ class Workload:
 
     name: str = ""
 
-    def setup(self, world: Any) -> None:
+    def setup(self, world: World) -> None:
         """Create nodes and subscriptions. Stores are open; nothing has run."""
 
-    def start(self, world: Any) -> None:
+    def start(self, world: World) -> None:
         """Begin: spawn loops, schedule timers, drive timed faults (``world.plan``)."""
 
-    def check(self, view: Any) -> None:
+    def check(self, view: AuditViewSeam) -> None:
         """After the run: read the stores through ``view`` (an ``AuditView``)."""
 
     def metrics(self) -> dict[str, Any]:
         """What it did (plain data); merged into the run's stats."""
         return {}
-
-
-class SystemSeam(Protocol):
-    """What the runner needs of the system under test (``scenarios.system.System``)."""
-
-    def open(self, world: Any, opts: Any, choices: Any) -> None: ...
-
-    def audit_view(self) -> Any: ...
-
-    def metrics(self) -> dict[str, Any]: ...
-
-    def close(self) -> None: ...
-
-
-class FaultsSeam(Protocol):
-    """What the runner needs of the port faults (``faults.plan.PortFaults``):
-    the run's one fault plan, probabilistic or scripted."""
-
-    def plan_for(self, world: Any, opts: Any, choices: Any) -> Any: ...
 
 
 @attrs.define
