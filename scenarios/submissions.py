@@ -406,7 +406,7 @@ class Workers(Workload):
         return SubmissionWorker(ports.ledger, ports.log, node.label, **settings)
 
     def _on_decision(self, event: tuple) -> None:
-        fields = event[4]
+        fields = event.fields
         name, disposition = fields["decision"], fields["disposition"]
         self.recovery_decisions[name] = self.recovery_decisions.get(name, 0) + 1
         self.recovery_dispositions[disposition] = self.recovery_dispositions.get(disposition, 0) + 1
@@ -415,14 +415,14 @@ class Workers(Workload):
         self.deferrals += 1
 
     def _on_recovery(self, event: tuple) -> None:
-        if event[4].get("from_checkpoint"):
+        if event.fields.get("from_checkpoint"):
             self.recoveries_from_checkpoint += 1
 
     def _track_owners(self, event: tuple) -> None:
-        fields = event[4]
+        fields = event.fields
         if "error" in fields:
             return
-        if event[3] == "ledger.claim":
+        if event.kind == "ledger.claim":
             if "submission" in fields:
                 self.owners[fields["owner"]] = fields["submission"]
                 if fields.get("handoff") is not None:

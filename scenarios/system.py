@@ -370,7 +370,7 @@ class System:
     def _observe_recovery(self, event: tuple) -> None:
         """A conversation whose append or claim was refused, replayed or a
         takeover (epoch above 1) went through recovery: ``_recovered``."""
-        fields = event[4]
+        fields = event.fields
         conversation = fields.get("conversation")
         if type(conversation) is not str:
             return
@@ -379,7 +379,7 @@ class System:
             self._recovered.add(conversation)
 
     def _observe(self, event: tuple) -> None:
-        kind, fields = event[3], event[4]
+        kind, fields = event.kind, event.fields
         conversation = fields.get("conversation")
         if conversation is None or not isinstance(conversation, str):
             return
