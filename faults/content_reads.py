@@ -25,10 +25,10 @@ from __future__ import annotations
 from typing import Any
 
 from faults.kinds import CORRUPT_ROW
-from faults.plan import FaultPlan
 from model.canonical import canonical_json, decode, digest
 from model.sqlite_db import write_transaction
 from sim.node import Node
+from sim.seams import PlanSeam
 from sim.world import World
 
 SITE = "content.get.answer"
@@ -47,7 +47,7 @@ def damaged(data: bytes) -> bytes:
 class DamagedBlobs:
     """Wraps a content store; ``get`` may read a damaged blob. Everything else passes through."""
 
-    def __init__(self, store: Any, world: World, node: Node, plan: FaultPlan | None) -> None:
+    def __init__(self, store: Any, world: World, node: Node, plan: PlanSeam | None) -> None:
         self._store = store
         self._world = world
         self._node = node
@@ -135,7 +135,7 @@ class DamagedCheckpoints:
     ``damaged`` counts the damaged reads, ``last_damage`` is the kind of
     refusal the last one must be. Everything else passes through."""
 
-    def __init__(self, store: Any, world: World, node: Node, plan: FaultPlan | None) -> None:
+    def __init__(self, store: Any, world: World, node: Node, plan: PlanSeam | None) -> None:
         self._store = store
         self._world = world
         self._node = node

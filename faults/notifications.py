@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 from faults.events import ProgressClose, ProgressNotify, ProgressPark, ProgressRegister, ProgressResume
 from faults.kinds import DROPPED_NOTIFICATION
-from faults.plan import FaultPlan
 from sim.node import Node, NodeDeadError
+from sim.seams import PlanSeam
 from sim.world import World
 
 SITE = "progress.notify"
@@ -75,7 +75,7 @@ class TracedRegistration:
 class NotifierPort:
     """The run's notifier as ``node`` sees it."""
 
-    def __init__(self, hub: Any, world: World, node: Node, plan: FaultPlan | None,
+    def __init__(self, hub: Any, world: World, node: Node, plan: PlanSeam | None,
                  transit_ms: Callable[[], int] | None = None) -> None:
         """``transit_ms``: a registration's round trip (None: instant)."""
         self._hub = hub

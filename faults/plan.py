@@ -26,34 +26,18 @@ it holds.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
 from faults.kinds import ALL_FAULT_KINDS, BOUNDARY_DELAY, FAILPOINT_CRASH, PORT_FAULT_KINDS, TIMED_FAULT_KINDS
 from sim.rng import Stream
+from sim.seams import TimedSource
 from sim.world import FaultEvent
 
 # A harness chaos loop fires at most this many timed faults in one run (a
 # kill every 10 minutes for a year is ~52,560): its bound, asserted.
 TIMED_FAULTS_MAX = 1_000_000
-
-
-class TimedSource(Protocol):
-    """A chaos workload's side of ``FaultPlan.drive``."""
-
-    kind: str
-    name: str  # the instance's name: its harness task and its stream
-    every_ms: tuple[int, int]
-
-    def stream(self, world: Any) -> Any:
-        """The instance's own stream (its gaps and its choices)."""
-
-    def propose(self, world: Any, hit: int) -> FaultEvent | None:
-        """The fault to fire now (None: nothing to hit at this moment)."""
-
-    def apply(self, world: Any, event: FaultEvent) -> bool:
-        """Fire ``event`` (generated or scripted); False if it found nothing to hit."""
 
 
 # A site with no kind to fire: its next firing is beyond any hit count.

@@ -147,8 +147,8 @@ class PortCall:
 
 
 _FAILPOINT_KINDS = (FAILPOINT_CRASH,)
-from faults.plan import FaultPlan
 from sim.node import Node, NodeCrashed, NodeDeadError
+from sim.seams import PlanSeam
 from sim.world import World
 
 # ``faults.describe``: the call's arguments and result -> the event's fields
@@ -172,7 +172,7 @@ class PortStats:
 class BoundPort:
     """``target``'s methods as seen from ``node``, with faults and tracing."""
 
-    def __init__(self, world: World, node: Node, port: str, target: Any, plan: FaultPlan | None,
+    def __init__(self, world: World, node: Node, port: str, target: Any, plan: PlanSeam | None,
                  describers: Mapping[str, Describe], stats: PortStats, restart_after: Callable[[], int],
                  surgery: Any = None) -> None:
         """``surgery`` (``faults.beyond``): the store's promises this port may
@@ -195,7 +195,7 @@ class BoundPort:
 
     @staticmethod
     def _wrap(world: World, node: Node, site: str, fn: Callable, describe: Describe,
-              plan: FaultPlan | None, stats: PortStats, restart_after: Callable[[], int],
+              plan: PlanSeam | None, stats: PortStats, restart_after: Callable[[], int],
               kinds: tuple[str, ...], latency: Any, surgery: Any, store: Any = None):
         port, method = site.split(".", 1)
         trace = world.trace
@@ -340,7 +340,7 @@ class SimFailpoints:
 
     __slots__ = ("_world", "_node", "_plan", "_restart_after")
 
-    def __init__(self, world: World, node: Node, plan: FaultPlan | None, restart_after: Callable[[], int]) -> None:
+    def __init__(self, world: World, node: Node, plan: PlanSeam | None, restart_after: Callable[[], int]) -> None:
         self._world = world
         self._node = node
         self._plan = plan

@@ -14,8 +14,8 @@ from typing import Any
 import attrs
 
 from faults.kinds import CORRUPT_ROW, SEQUENCE_GAP, SHORT_PAGE
-from faults.plan import FaultPlan
 from sim.node import Node
+from sim.seams import PlanSeam
 from sim.world import World
 
 READ_FAULT_KINDS = (SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW)
@@ -24,7 +24,7 @@ READ_FAULT_KINDS = (SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW)
 class DamagedReads:
     """Wraps a conversation store; ``read`` answers may be damaged. Everything else passes through."""
 
-    def __init__(self, store: Any, world: World, node: Node, plan: FaultPlan) -> None:
+    def __init__(self, store: Any, world: World, node: Node, plan: PlanSeam) -> None:
         self._store = store
         self._world = world
         self._node = node

@@ -66,6 +66,7 @@ from scenarios.storage import RunDatabase, run_sync
 from scenarios.user_stores import load_store_factory
 from sim.scenario import SetupError
 from sim.node import Node
+from sim.seams import AuditViewSeam
 from sim.world import World
 
 # A read of the audit: one page of a log (the spec's page size).
@@ -78,7 +79,7 @@ DESCRIBERS = {"ds": DURABLE_STATE_DESCRIBERS, "ledger": LEDGER_DESCRIBERS, "log"
               "findings": FINDINGS_DESCRIBERS, "checkpoints": CHECKPOINT_DESCRIBERS, "kernel": KERNEL_DESCRIBERS}
 
 
-class AuditView(Protocol):
+class AuditView(AuditViewSeam, Protocol):
     """What every invariant's end-of-run audit reads: the stores, directly."""
 
     def conversation_ids(self) -> tuple[str, ...]: ...
@@ -372,7 +373,7 @@ class System:
     def _observe_recovery(self, event: tuple) -> None:
         """A conversation whose append or claim was refused, replayed or a
         takeover (epoch above 1) went through recovery: ``_recovered``."""
-        fields = event[4]
+        fields = event.fields
         conversation = fields.get("conversation")
         if type(conversation) is not str:
             return
@@ -381,7 +382,7 @@ class System:
             self._recovered.add(conversation)
 
     def _observe(self, event: tuple) -> None:
-        kind, fields = event[3], event[4]
+        kind, fields = event.kind, event.fields
         conversation = fields.get("conversation")
         if conversation is None or not isinstance(conversation, str):
             return

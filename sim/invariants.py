@@ -112,7 +112,7 @@ class Checker:
         return self.scope is None or conversation_id.startswith(f"{self.scope}/")
 
     def _on_scoped_event(self, event: Event) -> None:
-        conversation = conversation_of(event[4])
+        conversation = conversation_of(event.fields)
         if conversation is None or conversation.startswith(f"{self.scope}/"):
             self.on_event(event)
 

@@ -282,8 +282,7 @@ def unfired_entries(world: World, opts: ScenarioOptions) -> tuple[Any, ...]:
     script = opts.fault_script
     if not opts.script_must_fire or not script:
         return ()
-    plan_unfired = getattr(world.plan, "unfired", None)
-    missed = dict(plan_unfired() if plan_unfired is not None else ())
+    missed = dict(world.plan.unfired() if world.plan is not None else ())
     chooser = world.runtime.chooser
     lost = {id(d) for d in (chooser.unapplied() if hasattr(chooser, "unapplied") else ())}
     missed.update((index, e) for index, e in enumerate(script) if isinstance(e, Deviation) and id(e) in lost)
@@ -325,7 +324,8 @@ def coverage(scenario: Scenario, world: World, stats: dict[str, Any]) -> dict[st
     kind, or never reached a rare case, is a coverage gap, not a pass."""
     space = scenario.swarm_space
     # Without a swarm space: the kinds the run's plan armed (``plan.armed``).
-    kind_names = tuple(space.fault_kinds) if space is not None else tuple(getattr(world.plan, "armed", ()))
+    armed = tuple(world.plan.armed) if world.plan is not None else ()
+    kind_names = tuple(space.fault_kinds) if space is not None else armed
     failpoint_names = tuple(space.failpoints) if space is not None else ()
     fired_at: dict[str, int] = {}
     by_port: dict[str, dict[str, int]] = {}
@@ -349,7 +349,7 @@ def coverage(scenario: Scenario, world: World, stats: dict[str, Any]) -> dict[st
         "fault_kinds": kinds,
         # What the run's plan could fire (enabled and given a rate): a kind
         # armed and never fired is a gap; one not armed was switched off.
-        "armed": list(getattr(world.plan, "armed", ())),
+        "armed": list(armed),
         # Which kinds fired at which port (``ledger``, ``log``, ``checkpoints``, ...).
         "ports": {port: dict(sorted(counts.items())) for port, counts in sorted(by_port.items())},
         "failpoints": failpoints,

@@ -126,7 +126,7 @@ class Timeline:
     # -- the watched events ----------------------------------------------------
 
     def _on_settled(self, event: Event) -> None:
-        index = self._bin(event[1])  # first: a fold replaces the lists
+        index = self._bin(event.time_ms)  # first: a fold replaces the lists
         self.settled[index] += 1
 
     def _on_fault(self, event: Event) -> None:
@@ -168,15 +168,15 @@ class Timeline:
                    f"migration missing v{fields.get('from_version')}→v{fields.get('to_version')} ({fields.get('run')})")
 
     def _on_state_loaded(self, event: Event) -> None:
-        fields = event[4]
+        fields = event.fields
         if fields.get("migrated") is True:  # a durable-state payload migrated on load
-            self._mark(MIGRATION, event[1], event[2],
+            self._mark(MIGRATION, event.time_ms, event.node,
                        f"state migrated v{fields.get('stored_version')}→v{fields.get('current')} ({fields.get('key')})")
 
     def _on_violation(self, event: Event) -> None:
         if len(self.violations) < VIOLATIONS_KEPT:
-            fields = event[4]
-            self.violations.append({"t_ms": event[1], "invariant": fields.get("invariant", "?"),
+            fields = event.fields
+            self.violations.append({"t_ms": event.time_ms, "invariant": fields.get("invariant", "?"),
                                     "message": str(fields.get("message", ""))[:LABEL_CHARS_MAX]})
 
     # -- the result ------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The trace: every event of a run, folded into one rolling sha256.
 
-An event is a plain tuple ``(seq, time_ms, node, kind, fields)``; ``fields``
+An event is an ``Event``, a named tuple ``(seq, time_ms, node, kind,
+fields)`` read by field name (``event.kind``, ``event.fields``); ``fields``
 is a dict of plain data in the order the emitter wrote it. Each event feeds
 the ``marshal`` encoding (format version 2: no object references, so the
 bytes depend only on the values, never on identity or refcounts) of
@@ -31,9 +32,23 @@ import hashlib
 import json
 import marshal
 from collections import deque
-from typing import Any, Callable, Iterable, TextIO
+from typing import Any, Callable, Iterable, NamedTuple, TextIO
 
-Event = tuple  # (seq, time_ms, node, kind, fields)
+
+class Event(NamedTuple):
+    """One trace event. A tuple still (the ring, the JSON line and the
+    digest's input are as they were); read it by name."""
+
+    seq: int
+    time_ms: int
+    node: str
+    kind: str
+    fields: dict[str, Any]
+
+
+# ``Event(...)`` without the generated ``__new__``'s Python frame: an event
+# is built on the hot path.
+_new_tuple = tuple.__new__
 
 RING_SIZE_DEFAULT = 4_096
 # Version 2 predates marshal's back-references (version 3), which would make
@@ -105,7 +120,7 @@ class Trace:
     def emit(self, node: str, kind: str, fields: dict[str, Any]) -> Event:
         self.events += 1
         now_ms = self._clock()
-        event = (self.events, now_ms, node, kind, fields)
+        event = _new_tuple(Event, (self.events, now_ms, node, kind, fields))
         cover = self._covers.get(kind) if self._covers else None
         if cover is not None and cover[1] in fields:
             # The names hashed for this kind and these fields, worked out
@@ -187,7 +202,7 @@ class Trace:
         wanted = tuple(n for n in needles if n)
         if not wanted:
             return list(self._ring)[-limit:]
-        picked = [e for e in self._ring if e[3] in _CONTEXT_KINDS or _mentions(e, wanted)]
+        picked = [e for e in self._ring if e.kind in _CONTEXT_KINDS or _mentions(e, wanted)]
         return picked[-limit:]
 
 
@@ -200,7 +215,7 @@ def _mentions(event: Event, needles: tuple[str, ...]) -> bool:
     Exact, not substring: ``sentinel:sentinel-1`` must not pull in the
     events of ``sentinel-10``.
     """
-    for value in event[4].values():
+    for value in event.fields.values():
         if type(value) is str:
             if value in needles:
                 return True

@@ -17,17 +17,19 @@ stores and ports), the workloads in order, the port faults, the checks, and
 how long the run heals and settles. The runner owns the phases (setup ->
 run with faults -> heal -> settle -> check -> metrics) and computes the one
 ``heal_at_ms`` every fault source obeys. The engine knows the system and the
-faults only by the small protocols below: it imports nothing above ``sim``.
+faults only by the protocols of ``sim.seams``: it imports nothing above ``sim``.
 """
 from __future__ import annotations
 
 import re
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 import attrs
 
 from sim.invariants import Checker
 from sim.scenario import SetupError
+from sim.seams import AuditViewSeam, FaultsSeam, SystemSeam
+from sim.world import World
 
 
 class StackError(SetupError):
@@ -79,7 +81,7 @@ class Workload:
     def emitted_by_me(self, event: Any) -> bool:
         """Whether a trace event came from one of this instance's nodes (a
         counter subscribed to a kind every instance emits counts its own)."""
-        return event[2].startswith(f"{self.name}/")
+        return event.node.startswith(f"{self.name}/")
 
     def stream_for(self, world: Any, key: str) -> Any:
         """The stream of one named choice of this instance (``{name}/{key}``):
@@ -103,13 +105,13 @@ class Workload:
         kind's name."""
         return ()
 
-    def setup(self, world: Any) -> None:
+    def setup(self, world: World) -> None:
         """Create nodes and subscriptions. Stores are open; nothing has run."""
 
-    def start(self, world: Any) -> None:
+    def start(self, world: World) -> None:
         """Begin: spawn loops, schedule timers, drive timed faults (``world.plan``)."""
 
-    def check(self, view: Any) -> None:
+    def check(self, view: AuditViewSeam) -> None:
         """After the run: read the stores through ``view`` (an ``AuditView``)."""
 
     def metrics(self) -> dict[str, Any]:
@@ -161,25 +163,6 @@ def owned_checks(workloads: Sequence[Workload]) -> list[Checker]:
         if workload.name != workload.kind_name or counts[checker.name] > 1:
             checker.name = f"{checker.name}[{workload.name}]"
     return [checker for _, checker in brought]
-
-
-class SystemSeam(Protocol):
-    """What the runner needs of the system under test (``scenarios.system.System``)."""
-
-    def open(self, world: Any, opts: Any, choices: Any) -> None: ...
-
-    def audit_view(self) -> Any: ...
-
-    def metrics(self) -> dict[str, Any]: ...
-
-    def close(self) -> None: ...
-
-
-class FaultsSeam(Protocol):
-    """What the runner needs of the port faults (``faults.plan.PortFaults``):
-    the run's one fault plan, probabilistic or scripted."""
-
-    def plan_for(self, world: Any, opts: Any, choices: Any) -> Any: ...
 
 
 @attrs.define

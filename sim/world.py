@@ -11,10 +11,12 @@ from typing import Any, Callable, Coroutine, TextIO
 
 import attrs
 
-from sim.invariants import InvariantSet, Violation
+from sim.interleave import Deviation, SchedulePolicy
+from sim.invariants import Checker, InvariantSet, Violation
 from sim.node import Node
 from sim.rng import Streams
 from sim.runtime import SimRuntime
+from sim.seams import BoundariesSeam, PlanSeam, PortCallSeam, SystemSeam
 from sim.trace import NodeProbe, Trace
 
 HARNESS_NODE = "harness"
@@ -46,7 +48,7 @@ class FaultEvent:
 
 class World:
     def __init__(self, seed: int, *, shuffle_ties: bool = False, trace_stream: TextIO | None = None,
-                 stop_on_violation: bool = True, schedule: Any = None) -> None:
+                 stop_on_violation: bool = True, schedule: SchedulePolicy | None = None) -> None:
         self.seed = seed
         self.streams = Streams(seed)
         # ``schedule``: a ``sim.interleave`` policy (None: FIFO). Every
@@ -66,12 +68,13 @@ class World:
         # Set by the runner before any workload's setup: the one instant
         # every fault source stops at (heal), and the run's one fault plan.
         self.heal_at_ms = 0
-        self.plan: Any = None
-        # The system under test (``scenarios.system.System``): opaque here.
-        self.system: Any = None
+        self.plan: PlanSeam | None = None
+        # The system under test (``scenarios.system.System``), known here by
+        # what is called on it (``sim.seams``).
+        self.system: SystemSeam | None = None
         # What the scenario chose for this run beyond the options (swarm
         # choices): printed first and carried in the result's config.
-        self.config_extra: dict[str, Any] = {}
+        self.config_extra: dict[str, object] = {}
         # Hits per fault site (set by the fault plan): coverage reports them.
         self.site_hits: Callable[[], dict[str, int]] | None = None
         # Faults beyond the contract that fired (the store broke a promise):
@@ -79,17 +82,17 @@ class World:
         self.beyond_contract: list[FaultEvent] = []
         # Every port call that reached a store, as it committed (a
         # ``faults.ports.PortCall``): the reference-model oracle listens.
-        self.port_observers: list[Callable[[Any], None]] = []
+        self.port_observers: list[Callable[[PortCallSeam], None]] = []
         # Faults recorded so far, every kind (a port call compares it before
         # and after to tell a damaged answer from the store's own).
         self.faults_fired = 0
         # The instants a boundary-delay fault lands calls on
         # (``faults.timing.Boundaries``, set by the fault plan); None: none.
-        self.boundaries: Any = None
+        self.boundaries: BoundariesSeam | None = None
 
     # -- observation -------------------------------------------------------
 
-    def _on_deviation(self, deviation: Any) -> None:
+    def _on_deviation(self, deviation: Deviation) -> None:
         self.count("schedule.deviations")
         self.trace.emit(deviation.chosen_node, "schedule.deviation", {
             "step": deviation.step, "task": deviation.chosen_task, "preempted_node": deviation.preempted_node,
@@ -105,7 +108,7 @@ class World:
     def probe_for(self, node: Node) -> NodeProbe:
         return NodeProbe(self.trace, node.label)
 
-    def check(self, *checkers: Any) -> None:
+    def check(self, *checkers: Checker) -> None:
         self.invariants.add(*checkers)
 
     def _on_violation(self, violation: Violation) -> None:

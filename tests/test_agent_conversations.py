@@ -15,6 +15,7 @@ from sim.clock import parse_duration_ms
 from sim.runner import run
 from sim.scenario import ScenarioOptions
 from sim.rng import Streams
+from sim.trace import Event
 
 AGENT_SOMETIMES = ("tool_unknown_resolved", "approval_resumed", "child_woke_parent", "join_settled",
                    "aborted_suspended")
@@ -178,7 +179,7 @@ def _checker(checker):
 
 
 def _append(seq, time_ms, conversation, envelopes, *, expected_tail_seq=0, first_seq=1, tail_digest="d1", batch="b"):
-    return (seq, time_ms, "w1", "log.append", {
+    return Event(seq, time_ms, "w1", "log.append", {
         "conversation": conversation, "batch": batch, "producer": "w1", "epoch": 1,
         "expected_tail_seq": expected_tail_seq, "record_ids": tuple(f"r{i}" for i in range(len(envelopes))),
         "envelopes": tuple(envelopes), "first_seq": first_seq, "last_seq": first_seq + len(envelopes) - 1,
@@ -195,9 +196,9 @@ def test_run_clock_fails_a_second_start_a_step_past_the_deadline_and_history_wit
 
     clock, violations = _checker(RunClock())
     clock.on_event(_append(1, 1_000, "c", [_started("s1", 1_000, 60_000)]))
-    clock.on_event((2, 61_000, "w1", "agent.step", {"submission": "s1", "index": 1}))
+    clock.on_event(Event(2, 61_000, "w1", "agent.step", {"submission": "s1", "index": 1}))
     assert violations == []
-    clock.on_event((3, 61_001, "w2", "agent.step", {"submission": "s1", "index": 2}))
+    clock.on_event(Event(3, 61_001, "w2", "agent.step", {"submission": "s1", "index": 2}))
     assert "after the deadline 61000 ms" in violations[-1].message
     clock.on_event(_append(4, 62_000, "c", [_started("s1", 62_000, 60_000)]))
     assert "a second run-started" in violations[-1].message
@@ -244,13 +245,13 @@ def _tool(phase, call, **fields):
 
 
 def _claim(seq, time_ms, submission, epoch):
-    return (seq, time_ms, "w2", "ledger.claim", {"conversation": "c", "owner": "w2", "handoff": None,
+    return Event(seq, time_ms, "w2", "ledger.claim", {"conversation": "c", "owner": "w2", "handoff": None,
                                                  "submission": submission, "epoch": epoch,
                                                  "lease_expires_ms": time_ms + 20_000, "attempt": f"{submission}#a{epoch}"})
 
 
 def _finalized(seq, time_ms, submission, outcome):
-    return (seq, time_ms, "w2", "ledger.finalize_settlement", {
+    return Event(seq, time_ms, "w2", "ledger.finalize_settlement", {
         "submission": submission, "outcome": outcome, "digest": "d", "settled_at_ms": time_ms,
         "settlement_id": f"settlement:{submission}", "replayed": False})
 
@@ -273,7 +274,7 @@ def test_unknown_never_replayed_fails_a_run_settled_over_a_call_in_doubt():
         if marks:
             event = _append(4, 30_001, "c", [_tool("unknown", "s1/s1.0")], expected_tail_seq=2, first_seq=3,
                             batch="tool-unknown:s1/s1.0")
-            event[4]["epoch"] = 2
+            event.fields["epoch"] = 2
             checker.on_event(event)
         checker.on_event(_finalized(5, 30_002, "s1", outcome))
         if marks or outcome == "aborted":

@@ -38,7 +38,7 @@ class TickCheck(Checker):
 
     def on_event(self, event):
         self.checks += 1
-        if event[4]["n"] == self.fail_at:
+        if event.fields["n"] == self.fail_at:
             self.fail(f"planted failure at tick {self.fail_at}")
 
 

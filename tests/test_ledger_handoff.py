@@ -15,6 +15,7 @@ from model.ledger.conformance import run_ledger_conformance
 from model.ledger.memory_store import InMemorySubmissionLedger
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from scenarios.invariants.queue_order import QueueOrder
+from sim.trace import Event
 
 CHECK = "claim-handoff-grants-only-the-next-ready"
 
@@ -52,7 +53,7 @@ def _checker() -> tuple[QueueOrder, list]:
 
 
 def _feed(checker: QueueOrder, kind: str, fields: dict) -> None:
-    checker.on_event((0, 0, "n1", kind, fields))
+    checker.on_event(Event(0, 0, "n1", kind, fields))
 
 
 def _lane(checker: QueueOrder, *sids: str) -> None:

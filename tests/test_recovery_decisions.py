@@ -36,6 +36,7 @@ from model.recovery_decisions import (
 from model.sqlite_db import open_database
 from model.submissions import SubmissionClient, SubmissionWorker, recovery_pass
 from scenarios.storage import run_sync as drive  # a store call that must not suspend
+from sim.trace import Event
 from tests.fakes import Crash, CrashAt
 
 LEASE_MS = 30_000
@@ -344,7 +345,7 @@ def _checked(world, events, edit=lambda row: row):
     violations = []
     checker.attach(Trace(clock), clock, violations.append, _View(ledger, log, edit))
     for fields in events:
-        checker.on_event((0, 0, "worker-1", "recovery.decision", fields))
+        checker.on_event(Event(0, 0, "worker-1", "recovery.decision", fields))
     checker.audit(checker.view)
     return checker, violations
 
@@ -434,7 +435,7 @@ def test_a_successor_appending_a_reserved_record_annotates_it_first(annotated):
     violations = []
     checker.attach(Trace(clock), clock, violations.append, None)
     for kind, fields in _settlement_events(annotated):
-        checker.on_event((0, 0, "w2", kind, fields))
+        checker.on_event(Event(0, 0, "w2", kind, fields))
     assert checker.checks == 1
     assert [v.message for v in violations] == ([] if annotated else [
         "s1: its settlement, reserved at epoch 1, was appended at epoch 2 with no repair annotation "
@@ -535,7 +536,7 @@ def test_the_oracle_finds_a_pass_that_skipped_its_own_repair(world, point, decis
         checker.attach(Trace(clock), clock, violations.append, _View(ledger, log))
         for kind, fields in probe.events:
             if kind in ("recovery.decision", "recovery.classified"):
-                checker.on_event((0, 0, "worker-1", kind, {**fields, **({"repairs": repairs} if kind ==
+                checker.on_event(Event(0, 0, "worker-1", kind, {**fields, **({"repairs": repairs} if kind ==
                                                                           "recovery.classified" else {})}))
         if probe is skipped:
             assert [v.message for v in violations] == [

@@ -27,6 +27,7 @@ from scenarios import registry
 from sim.clock import parse_duration_ms
 from sim.runner import run
 from sim.scenario import ScenarioOptions
+from sim.trace import Event
 
 # Seeds scanned by the planted-bug tests. At the time of writing each mutant
 # is caught on seed 0 already (pins-survive, the slowest, by day ~3); the
@@ -357,10 +358,10 @@ def test_out_of_band_writers_are_judged_by_every_contract_not_the_deployed_build
     trace = Trace(lambda: 0)
     for checker in (safety, deploys):
         checker.attach(trace, lambda: 0, violations.append)
-    deploys.on_event((1, 0, "harness", "deploy", {"build": "v1-rollback", "broken": True}))
+    deploys.on_event(Event(1, 0, "harness", "deploy", {"build": "v1-rollback", "broken": True}))
 
     def save(node, version):
-        event = (2, 0, node, "ds.save", {"key": "k", "expected": 1, "version": version, "payload": {},
+        event = Event(2, 0, node, "ds.save", {"key": "k", "expected": 1, "version": version, "payload": {},
                                          "revision": 2})
         safety.on_event(event)
         deploys.on_event(event)
@@ -395,11 +396,11 @@ def test_a_save_conflicting_with_the_systems_own_other_write_is_caught():
     violations = _attached(deploys)
 
     def commit(node, revision, version, payload):
-        deploys.on_event((1, 0, node, "ds.save", {"key": "k", "expected": revision - 1, "version": version,
+        deploys.on_event(Event(1, 0, node, "ds.save", {"key": "k", "expected": revision - 1, "version": version,
                                                   "payload": payload, "revision": revision}))
 
     def conflict(node, expected, version, payload):
-        deploys.on_event((2, 0, node, "ds.save", {"key": "k", "expected": expected, "version": version,
+        deploys.on_event(Event(2, 0, node, "ds.save", {"key": "k", "expected": expected, "version": version,
                                                   "payload": payload, "error": "RevisionConflictError"}))
 
     commit("worker-1#1", 1, 1, {"wakes": 1})
@@ -427,14 +428,14 @@ def test_a_broken_build_is_judged_by_the_state_it_meets():
 
     def deploy(build):
         b = sentinel_app.BUILDS[build]
-        deploys.on_event((0, 0, "harness", "deploy", {"build": b.name, "version": b.version, "broken": b.broken}))
+        deploys.on_event(Event(0, 0, "harness", "deploy", {"build": b.name, "version": b.version, "broken": b.broken}))
 
     def commit(revision, version):
-        deploys.on_event((1, 0, "worker-1", "ds.save", {"key": "k", "expected": revision - 1, "version": version,
+        deploys.on_event(Event(1, 0, "worker-1", "ds.save", {"key": "k", "expected": revision - 1, "version": version,
                                                         "payload": {}, "revision": revision}))
 
     def loaded(version):
-        deploys.on_event((2, 0, "worker-1", "ds.loaded", {"key": "k", "found": True, "current": 1,
+        deploys.on_event(Event(2, 0, "worker-1", "ds.loaded", {"key": "k", "found": True, "current": 1,
                                                           "stored_version": version}))
 
     commit(1, 1)
@@ -491,12 +492,12 @@ def test_a_settled_run_whose_log_is_taken_over_or_appended_to_is_caught():
     violations = _attached(bounded)
 
     def append(run, epoch, last_seq, family):
-        bounded.on_event((1, 0, "worker-1#1", "log.append", {
+        bounded.on_event(Event(1, 0, "worker-1#1", "log.append", {
             "conversation": run, "batch": f"b{last_seq}", "epoch": epoch, "last_seq": last_seq,
             "envelopes": ({"family": family, "payload": {"seq": 1}},)}))
 
     def materialize(run, epoch):
-        bounded.on_event((2, 0, "worker-1#2", "log.materialize", {"conversation": run, "producer": "w",
+        bounded.on_event(Event(2, 0, "worker-1#2", "log.materialize", {"conversation": run, "producer": "w",
                                                                     "epoch": epoch}))
 
     append("s@0", 1, 3, "submission-settled")
@@ -505,7 +506,7 @@ def test_a_settled_run_whose_log_is_taken_over_or_appended_to_is_caught():
     materialize("s@0", 2)
     append("s@0", 2, 4, "tool-call")
     assert [v.invariant for v in violations] == ["bounded-run", "bounded-run"]
-    bounded.on_event((3, 0, "worker-1#2", "log.delete_conversation", {"conversation": "s@0", "deleted": True}))
+    bounded.on_event(Event(3, 0, "worker-1#2", "log.delete_conversation", {"conversation": "s@0", "deleted": True}))
     materialize("s@0", 3)  # retention deleted it: forgotten
     assert len(violations) == 2
 

@@ -1,12 +1,14 @@
 """The trace: rolling digest, bounded ring, related-event excerpts, JSON lines, subscribers."""
 from __future__ import annotations
 
+import ast
 import io
 import json
+import os
 
 import pytest
 
-from sim.trace import NodeProbe, Trace, event_json
+from sim.trace import Event, NodeProbe, Trace, event_json
 
 BASE = [
     (0, "worker-1", "ds.load", {"key": "sentinel:a", "found": False}),
@@ -97,8 +99,8 @@ def test_ring_buffer_is_bounded_and_keeps_the_latest():
         trace.emit("n", "tick", {"i": i})
     recent = trace.recent()
     assert len(recent) == ring_size
-    assert [e[0] for e in recent] == list(range(9 * ring_size + 1, 10 * ring_size + 1))
-    assert recent[-1][4] == {"i": 10 * ring_size - 1}
+    assert [e.seq for e in recent] == list(range(9 * ring_size + 1, 10 * ring_size + 1))
+    assert recent[-1].fields == {"i": 10 * ring_size - 1}
     assert trace.events == 10 * ring_size
     assert trace.counts == {"tick": 10 * ring_size}
 
@@ -109,7 +111,64 @@ def test_emit_returns_the_event_tuple():
     fields = {"a": 1}
     event = trace.emit("node-x", "kind.y", fields)
     assert event == (1, 1234, "node-x", "kind.y", {"a": 1})
-    assert trace.emit("node-x", "kind.y", {})[0] == 2
+    assert trace.emit("node-x", "kind.y", {}).seq == 2
+
+
+def test_an_event_is_read_by_field_name_and_stays_a_tuple():
+    now = [1234]
+    trace = Trace(lambda: now[0])
+    seen = []
+    trace.subscribe(["kind.y"], seen.append)
+    event = trace.emit("node-x", "kind.y", {"a": 1})
+    assert (event.seq, event.time_ms, event.node, event.kind, event.fields) == (1, 1234, "node-x", "kind.y", {"a": 1})
+    assert isinstance(event, tuple) and type(event) is Event and tuple(event) == (1, 1234, "node-x", "kind.y", {"a": 1})
+    assert seen == [event] and seen[0].kind == "kind.y" and trace.recent()[0].fields == {"a": 1}
+    assert json.loads(event_json(event)) == {"seq": 1, "t_ms": 1234, "node": "node-x", "kind": "kind.y",
+                                             "fields": {"a": 1}}
+
+
+def test_the_digest_of_a_known_trace_is_pinned():
+    # The digest's input is a promise (a saved seed's digest keeps its
+    # meaning): the events' shape in memory must not reach it.
+    assert _digest(BASE) == "12b7adeb0a1fbcf6c8c92a5311191051b6144df32bdee342e6555a696fd2b8ce"
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where trace events are read (the trace module itself excepted).
+EVENT_READERS = ("sim", "faults", "scenarios", "reports")
+EVENT_NAMES = ("event", "ev")
+
+
+def positional_event_reads(source: str) -> list[tuple[int, str]]:
+    """``event[3]``-style reads of a trace event: a subscript by an int of a
+    name ``event`` or ``ev``, or of a parameter annotated ``Event``."""
+    tree = ast.parse(source)
+    annotated = {a.arg for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                 for a in (*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs)
+                 if a.annotation is not None and "Event" == ast.unparse(a.annotation).strip("'\"")}
+    names = set(EVENT_NAMES) | annotated
+    return [(n.lineno, ast.unparse(n)) for n in ast.walk(tree)
+            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id in names
+            and isinstance(n.slice, (ast.Constant, ast.UnaryOp)) and isinstance(ast.literal_eval(n.slice), int)]
+
+
+def test_the_scan_finds_a_positional_read():
+    source = "def f(event, other, e: Event):\n    return event[3], other[3], e[-1], event['k'], ev[4]\n"
+    assert [text for _, text in positional_event_reads(source)] == ["event[3]", "e[-1]", "ev[4]"]
+
+
+def test_no_trace_event_is_read_by_position_outside_the_trace_module():
+    found = []
+    for folder in EVENT_READERS:
+        for directory, _, files in os.walk(os.path.join(ROOT, folder)):
+            for name in sorted(files):
+                path = os.path.join(directory, name)
+                rel = os.path.relpath(path, ROOT)
+                if not name.endswith(".py") or rel == os.path.join("sim", "trace.py"):
+                    continue
+                with open(path, encoding="utf-8") as f:
+                    found.extend(f"{rel}:{line}: {text}" for line, text in positional_event_reads(f.read()))
+    assert not found, found
 
 
 def test_related_finds_events_mentioning_a_needle():
@@ -123,21 +182,21 @@ def test_related_finds_events_mentioning_a_needle():
     trace.emit("w", "ds.save", {"key": "sentinel:sentinel-10", "revision": 1})
 
     found = trace.related(["sentinel:sentinel-0"])
-    assert [e[0] for e in found] == [1, 4]
+    assert [e.seq for e in found] == [1, 4]
     # Exact values (and elements of tuple fields), never substrings: the
     # excerpt of sentinel-1 must not pull in sentinel-10 or free text.
-    assert [e[0] for e in trace.related(["sentinel-1@300000", "run-77"])] == [3, 6]
-    assert [e[0] for e in trace.related(["sentinel:sentinel-1"])] == [2]
+    assert [e.seq for e in trace.related(["sentinel-1@300000", "run-77"])] == [3, 6]
+    assert [e.seq for e in trace.related(["sentinel:sentinel-1"])] == [2]
     assert trace.related(["no-such-thing"]) == []
-    assert [e[0] for e in trace.related(["sentinel:sentinel-0", "sentinel-1@300000"], limit=2)] == [4, 6]
+    assert [e.seq for e in trace.related(["sentinel:sentinel-0", "sentinel-1@300000"], limit=2)] == [4, 6]
 
 
 def test_related_without_needles_is_the_tail_of_the_ring():
     trace = Trace(lambda: 0, ring_size=16)
     for i in range(100):
         trace.emit("n", "tick", {"i": i})
-    assert [e[0] for e in trace.related([], limit=5)] == [96, 97, 98, 99, 100]
-    assert [e[0] for e in trace.related(["", ""], limit=3)] == [98, 99, 100]
+    assert [e.seq for e in trace.related([], limit=5)] == [96, 97, 98, 99, 100]
+    assert [e.seq for e in trace.related(["", ""], limit=3)] == [98, 99, 100]
 
 
 def test_related_only_sees_the_ring():
@@ -209,19 +268,19 @@ def test_subscribers_get_only_their_kinds():
     for kind in ("ds.load", "ds.save", "fault", "ds.clear", "ds.save", "ds.saved"):
         trace.emit("w", kind, {"kind_was": kind})
 
-    assert [e[3] for e in got["saves"]] == ["ds.save", "ds.save"]
-    assert [e[0] for e in got["saves"]] == [2, 5]
+    assert [e.kind for e in got["saves"]] == ["ds.save", "ds.save"]
+    assert [e.seq for e in got["saves"]] == [2, 5]
     assert got["saves_again"] == got["saves"]
-    assert [e[3] for e in got["loads_and_clears"]] == ["ds.load", "ds.clear"]
-    assert [e[0] for e in got["all"]] == [1, 2, 3, 4, 5, 6]
+    assert [e.kind for e in got["loads_and_clears"]] == ["ds.load", "ds.clear"]
+    assert [e.seq for e in got["all"]] == [1, 2, 3, 4, 5, 6]
 
 
 def test_subscribers_see_events_in_emit_order_with_registration_order():
     trace = Trace(lambda: 0)
     calls = []
-    trace.subscribe(["k"], lambda e: calls.append(("first", e[0])))
-    trace.subscribe(None, lambda e: calls.append(("wildcard", e[0])))
-    trace.subscribe(["k"], lambda e: calls.append(("second", e[0])))
+    trace.subscribe(["k"], lambda e: calls.append(("first", e.seq)))
+    trace.subscribe(None, lambda e: calls.append(("wildcard", e.seq)))
+    trace.subscribe(["k"], lambda e: calls.append(("second", e.seq)))
     trace.emit("n", "k", {})
     trace.emit("n", "k", {})
     assert calls == [("first", 1), ("second", 1), ("wildcard", 1), ("first", 2), ("second", 2), ("wildcard", 2)]

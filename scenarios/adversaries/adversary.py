@@ -249,8 +249,8 @@ class Adversary(Workload):
     # -- counting ------------------------------------------------------------------
 
     def _count_call(self, event: tuple) -> None:
-        if event[2].startswith("adversary-"):
-            stat = "calls_" + event[3].replace(".", "_", 1)
+        if event.node.startswith("adversary-"):
+            stat = "calls_" + event.kind.replace(".", "_", 1)
             self.calls[stat] = self.calls.get(stat, 0) + 1
 
     def count_untraced(self, port: str, method: str) -> None:

@@ -255,7 +255,7 @@ class KernelAdversary(Workload):
         self.world.runtime.spawn_on(node, "kernel-racer", process.racer())
 
     def _count_call(self, event: tuple) -> None:
-        if event[2].startswith("kernel-"):
+        if event.node.startswith("kernel-"):
             self.kernel_calls += 1
 
     def edge(self, name: str) -> None:

@@ -151,8 +151,8 @@ class PortsAdversary(Workload):
         self.world.runtime.spawn_on(node, "ports-racer", process.racer())
 
     def _count_call(self, event: tuple) -> None:
-        if event[2].startswith("ports-"):
-            stat = "calls_" + event[3].replace(".", "_", 1)
+        if event.node.startswith("ports-"):
+            stat = "calls_" + event.kind.replace(".", "_", 1)
             self.calls[stat] = self.calls.get(stat, 0) + 1
 
     def edge(self, name: str) -> None:

@@ -83,11 +83,11 @@ class AbortHonoured(Checker):
                 del self._steps_after[key]
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        fields = event[4]
+        kind = event.kind
+        fields = event.fields
         if ERROR in fields:
             return
-        now_ms = event[1]
+        now_ms = event.time_ms
         if kind == LedgerMarkReady.kind:
             if not fields[LedgerMarkReady.replayed]:
                 self._ready.add(fields[LedgerMarkReady.submission])

@@ -67,18 +67,18 @@ class AdoptOwnWrite(Checker):
         return {"adopted_saves": self.adoptions, "save_conflicts": self.conflicts}
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        fields = event[4]
+        kind = event.kind
+        fields = event.fields
         if kind == DsSave.kind:
             key = fields[DsSave.key]
             if DsSave.revision in fields:
                 recent = self._recent.get(key)
                 if recent is None:
                     recent = self._recent[key] = deque(maxlen=RECENT_COMMITS_PER_KEY)
-                recent.append((fields[DsSave.revision], event[2], fields[DsSave.payload], fields[DsSave.version]))
+                recent.append((fields[DsSave.revision], event.node, fields[DsSave.payload], fields[DsSave.version]))
             elif fields.get(DsSave.error) == "RevisionConflictError":
                 self.conflicts += 1
-                self._conflicted[_node_name(event[2])] = (event[2], key, fields[DsSave.expected],
+                self._conflicted[_node_name(event.node)] = (event.node, key, fields[DsSave.expected],
                                                           fields[DsSave.version], fields[DsSave.payload])
             return
         if kind == DsClear.kind:
@@ -90,8 +90,8 @@ class AdoptOwnWrite(Checker):
         run_id = fields[DsSaved.run]
         adopted = fields[DsSaved.adopted]
         self.adoptions += adopted
-        attempt = self._conflicted.pop(_node_name(event[2]), None)
-        if attempt is not None and attempt[0] != event[2]:
+        attempt = self._conflicted.pop(_node_name(event.node), None)
+        if attempt is not None and attempt[0] != event.node:
             attempt = None  # an earlier incarnation's: this process never sent it
         for committed_revision, committer, payload, version in self._recent.get(key, ()):
             if committed_revision != revision:
@@ -101,8 +101,8 @@ class AdoptOwnWrite(Checker):
                         digest(payload) != fields[DsSaved.digest]):
                     self.fail(f"{key}: run {run_id} adopted r{revision} but that commit holds "
                               "different content (a concurrent writer's) — it should have conflicted", (key, run_id))
-            elif committer != event[2]:
-                self.fail(f"{key}: run {run_id} on {event[2]} reports committing r{revision}, "
+            elif committer != event.node:
+                self.fail(f"{key}: run {run_id} on {event.node} reports committing r{revision}, "
                           f"but {committer} made that commit", (key, run_id))
             return
         verb = "adopted" if adopted else "reports committing"

@@ -51,8 +51,8 @@ class ApprovalPrecedesEffect(Checker):
         return None
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        fields = event[4]
+        kind = event.kind
+        fields = event.fields
         if ERROR in fields:
             return
         if kind == LedgerSuspend.kind:

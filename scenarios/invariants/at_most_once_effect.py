@@ -69,10 +69,10 @@ class AtMostOnceEffect(Checker):
         return {"runs_parked_in_doubt": self.parks, "indoubt_resolved": self.resolutions}
 
     def on_event(self, event: tuple) -> None:
-        kind, fields = event[3], event[4]
+        kind, fields = event.kind, event.fields
         if kind == PagerPage.kind:
             if PagerPage.error not in fields:
-                self._paged(_node_name(event[2]), fields)
+                self._paged(_node_name(event.node), fields)
         elif kind == KernelInDoubt.kind:
             run_id = fields[KernelInDoubt.run]
             self.parks += 1

@@ -43,10 +43,10 @@ class BoundedRun(Checker):
         return {"longest_run_log": self.longest}
 
     def on_event(self, event: tuple) -> None:
-        fields = event[4]
+        fields = event.fields
         if LogAppend.error in fields or fields.get(LogAppend.replayed):
             return
-        kind = event[3]
+        kind = event.kind
         if kind == LogDeleteConversation.kind:
             self._sealed.pop(fields[LogDeleteConversation.conversation], None)
             return

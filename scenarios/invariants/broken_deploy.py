@@ -84,12 +84,12 @@ class BrokenDeploys(Checker):
         return {"broken_deploys": self.broken, "broken_deploys_caught": self.caught}
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        fields = event[4]
+        kind = event.kind
+        fields = event.fields
         if kind == DsSave.kind:
-            self._on_save(event[2], fields)
+            self._on_save(event.node, fields)
         elif kind == DsClear.kind:
-            self._on_clear(event[2], fields[DsClear.key])
+            self._on_clear(event.node, fields[DsClear.key])
         elif kind == Deploy.kind:
             self._broken = fields[Deploy.build] if fields.get(Deploy.broken) else None
             self._caught_now = False

@@ -31,8 +31,8 @@ class CasLinear(Checker):
         self._commits: dict[str, int] = {}     # key -> commits since last clear
 
     def on_event(self, event: tuple) -> None:
-        fields = event[4]
-        if event[3] == DsClear.kind:
+        fields = event.fields
+        if event.kind == DsClear.kind:
             if DsClear.error not in fields:
                 key = fields[DsClear.key]
                 self._last[key] = 0

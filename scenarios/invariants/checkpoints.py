@@ -36,20 +36,20 @@ class CheckpointConsistency(Checker):
         return self.view.latest_checkpoint(conversation_id)
 
     def on_event(self, event: tuple) -> None:
-        fields = event[4]
+        fields = event.fields
         if ERROR in fields:
             return
-        if event[3] == LogAppend.kind:
+        if event.kind == LogAppend.kind:
             if not fields.get(LogAppend.replayed):
                 self._boundaries.setdefault(fields[LogAppend.conversation], {})[
                     fields[LogAppend.last_seq]] = fields[LogAppend.tail_digest]
             return
-        if event[3] == LogDeleteConversation.kind:
+        if event.kind == LogDeleteConversation.kind:
             if fields.get(LogDeleteConversation.deleted):
                 # Deleted whole (retention): a log created again under its id acknowledges anew.
                 self._boundaries.pop(fields[LogDeleteConversation.conversation], None)
             return
-        if event[3] == RecoveryRead.kind:
+        if event.kind == RecoveryRead.kind:
             self._on_recovery(fields)
             return
         self.checks += 1

@@ -41,11 +41,11 @@ class ClaimCheckInvariant(Checker):
         return {"claim_checked_payloads": self.claim_checked}
 
     def on_event(self, event: tuple) -> None:
-        fields = event[4]
-        if event[3] == ContentGet.kind:
+        fields = event.fields
+        if event.kind == ContentGet.kind:
             self.checks += 1
             ref = fields[ContentGet.ref]
-            self.fail(f"{event[2]} resolved {ref}: flows branch on the recorded digest, never on the bytes", (ref,))
+            self.fail(f"{event.node} resolved {ref}: flows branch on the recorded digest, never on the bytes", (ref,))
             return
         if LogAppend.error in fields or fields.get(LogAppend.replayed):
             return

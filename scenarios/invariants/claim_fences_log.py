@@ -46,15 +46,15 @@ class ClaimFencesLog(Checker):
         return {"log_takeovers": self.takeovers}
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        node = event[2]
+        kind = event.kind
+        node = event.node
         if kind == NODE_CRASH or kind == NODE_START:
             self._last_claim.pop(node, None)
             if self._untaken:
                 for key in [key for key in self._untaken if key[0] == node]:
                     del self._untaken[key]
             return
-        fields = event[4]
+        fields = event.fields
         if kind == Fault.kind:
             if fields[Fault.kind_] == REPLY_LOST and fields[Fault.site] == LedgerClaim.kind:
                 key = self._last_claim.pop(node, None)

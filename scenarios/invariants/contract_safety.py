@@ -88,9 +88,9 @@ class ContractSafety(Checker):
         return {"migrations_applied": self.migrations, "contract_rejections": self.rejections}
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        node = event[2]
-        fields = event[4]
+        kind = event.kind
+        node = event.node
+        fields = event.fields
         if kind == DsLoad.kind:
             if fields.get(DsLoad.found):
                 self._pending[node] = (fields[DsLoad.key], fields[DsLoad.version], fields[DsLoad.payload])

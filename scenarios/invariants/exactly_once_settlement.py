@@ -65,8 +65,8 @@ class ExactlyOnceSettlement(Checker):
         return {"settled": self.settled, "outcomes": self.outcomes()}
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        fields = event[4]
+        kind = event.kind
+        fields = event.fields
         if ERROR in fields:
             return
         if kind == LedgerRequestAbort.kind:

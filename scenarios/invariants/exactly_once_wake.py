@@ -72,8 +72,8 @@ class ExactlyOnceWake(Checker):
         return {"wakes": self.started, "wakes_skipped": self.skipped}
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        fields = event[4]
+        kind = event.kind
+        fields = event.fields
         if kind == LedgerAdmit.kind:
             # A run starts when the ledger admits its id for the first time
             # (a replayed admission is a duplicate delivery, not a start).

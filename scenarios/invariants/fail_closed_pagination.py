@@ -37,9 +37,9 @@ class FailClosedPagination(Checker):
         return {"damaged_reads_caught": self.caught}
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        node = event[2]
-        fields = event[4]
+        kind = event.kind
+        node = event.node
+        fields = event.fields
         if kind == Fault.kind:
             if fields[Fault.kind_] in _DAMAGED_READS:
                 self._damaged[node] = self._damaged.get(node, 0) + 1

@@ -38,8 +38,8 @@ class Fencing(Checker):
         return {"stale_writes_fenced": self.fenced}
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        fields = event[4]
+        kind = event.kind
+        fields = event.fields
         error = fields.get(ERROR)
         if error is not None:
             if error in ("FenceRejected", "OwnershipLost"):

@@ -44,7 +44,7 @@ class FindingsProjection(Checker):
         return self.view.findings_checkpoint(schedule_id)
 
     def on_event(self, event: tuple) -> None:
-        kind, fields = event[3], event[4]
+        kind, fields = event.kind, event.fields
         if ERROR in fields or fields.get(LogAppend.replayed):
             return
         if kind == LogAppend.kind:
@@ -68,7 +68,7 @@ class FindingsProjection(Checker):
                     evidence=tuple(finding["evidence"]),
                     opened_at_ms=fields[LedgerFinalizeSettlement.settled_at_ms]))
         else:
-            cutoff_ms = event[1] - self._finding_ttl_ms
+            cutoff_ms = event.time_ms - self._finding_ttl_ms
             for finding_id in [f for f, p in self._shadow.items() if p.opened_at_ms < cutoff_ms]:
                 del self._shadow[finding_id]
             self._compare()

@@ -33,8 +33,8 @@ class JoinedSettlesOnce(Checker):
         return {"join_settled": self.join_settled}
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        fields = event[4]
+        kind = event.kind
+        fields = event.fields
         if ERROR in fields:
             return
         if kind == LedgerMarkJoined.kind:

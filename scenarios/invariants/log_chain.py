@@ -43,10 +43,10 @@ class LogChain(Checker):
         self._tail: dict[str, tuple[int, str]] = {}  # conversation -> (tail seq, tail digest)
 
     def on_event(self, event: tuple) -> None:
-        fields = event[4]
+        fields = event.fields
         if LogAppend.error in fields or fields.get(LogAppend.replayed):
             return
-        if event[3] == LogDeleteConversation.kind:
+        if event.kind == LogDeleteConversation.kind:
             if fields.get(LogDeleteConversation.deleted):
                 # Deleted whole: a conversation created again under its id starts from seq 1 and zeros.
                 self._tail.pop(fields[LogDeleteConversation.conversation], None)

@@ -44,7 +44,7 @@ class PinsSurvive(Checker):
 
     def on_event(self, event: tuple) -> None:
         self.passes += 1
-        self._last_pass_ms = event[1]
+        self._last_pass_ms = event.time_ms
         evidence = self._live_evidence()
         self.max_pinned = max(self.max_pinned, len({ref for _, ref in evidence}))
         for finding_id, ref in evidence:

@@ -105,7 +105,7 @@ class ProgressWaits(Checker):
         return self._tails.get(conversation, (0, 0))[0]
 
     def on_event(self, event: tuple) -> None:
-        time_ms, label, kind, fields = event[1], event[2], event[3], event[4]
+        time_ms, label, kind, fields = event.time_ms, event.node, event.kind, event.fields
         if kind == LogAppend.kind:
             if ERROR not in fields and LogAppend.last_seq in fields:
                 conversation = fields[LogAppend.conversation]

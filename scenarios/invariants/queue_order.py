@@ -55,8 +55,8 @@ class QueueOrder(Checker):
         self._lane_epoch: dict[str, int] = {}
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        fields = event[4]
+        kind = event.kind
+        fields = event.fields
         if ERROR in fields:
             return
         if kind == LedgerAdmit.kind:

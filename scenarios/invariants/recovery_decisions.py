@@ -249,10 +249,10 @@ class RecoveryDecisions(Checker):
         self._facts_key = (conversation, tail_seq)
 
     def on_event(self, event: tuple) -> None:
-        fields = event[4]
-        kind = event[3]
+        fields = event.fields
+        kind = event.kind
         if kind == RecoveryClassified.kind:
-            self._on_classified(event[2], fields)
+            self._on_classified(event.node, fields)
             return
         if kind != RecoveryDecision.kind:
             self._on_settlement_event(kind, fields)
@@ -295,7 +295,7 @@ class RecoveryDecisions(Checker):
         if decision[1] == _REPAIRED:
             self._repaired.setdefault(conversation, {}).setdefault(sid, set()).add(decision[0])
             if decision[0] in _PASS_APPLIES:
-                self._by_pass.setdefault((event[2], conversation), []).append((sid, decision[0]))
+                self._by_pass.setdefault((event.node, conversation), []).append((sid, decision[0]))
 
     def _on_classified(self, actor: str, fields: dict) -> None:
         """The pass says the conversation's rows are classified and its own

@@ -53,7 +53,7 @@ class ReplayDeterminism(Checker):
         return {"replays_verified": self.replays}
 
     def on_event(self, event: tuple) -> None:
-        fields = event[4]
+        fields = event.fields
         if LogAppend.error in fields or fields.get(LogAppend.replayed):
             return
         run_id = fields[LogAppend.conversation]

@@ -84,8 +84,8 @@ class RunClock(Checker):
                 "run_start_conflicts": self.run_start_conflicts}
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        fields = event[4]
+        kind = event.kind
+        fields = event.fields
         if ERROR in fields:
             return
         if kind == AgentStep.kind:
@@ -96,16 +96,16 @@ class RunClock(Checker):
                 return
             if deadline_ms is None:
                 self.fail(f"{run}: step {fields[AgentStep.index]} began with no start in the log", (run,))
-            elif event[1] > deadline_ms:
-                self.fail(f"{run}: step {fields[AgentStep.index]} began at {event[1]} ms, after the deadline "
+            elif event.time_ms > deadline_ms:
+                self.fail(f"{run}: step {fields[AgentStep.index]} began at {event.time_ms} ms, after the deadline "
                           f"{deadline_ms} ms its logged start set (its clock was reset)", (run,))
         elif kind == LedgerFinalizeSettlement.kind:
             run = fields[LedgerFinalizeSettlement.submission]
             if self._started.pop(run, None) is not None:
-                self._settled.add(run, event[1])
+                self._settled.add(run, event.time_ms)
         elif kind == LogAppend.kind and not fields.get(LogAppend.replayed):
             for envelope in fields[LogAppend.envelopes]:
-                self._on_record(event[1], envelope)
+                self._on_record(event.time_ms, envelope)
 
     def _on_record(self, time_ms: int, envelope: dict) -> None:
         family = envelope["family"]
@@ -160,8 +160,8 @@ class CanonicalEvents(Checker):
                 "compactions_selected": self.counts.get("compaction/selected", 0)}
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        fields = event[4]
+        kind = event.kind
+        fields = event.fields
         if ERROR in fields:
             return
         if kind == LedgerFinalizeSettlement.kind:

@@ -53,8 +53,8 @@ class ChildBeforeParent(Checker):
                 "orphans_released": self.orphans_released}
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        fields = event[4]
+        kind = event.kind
+        fields = event.fields
         if ERROR in fields:
             return
         if kind == LedgerAttachChild.kind:

@@ -74,8 +74,8 @@ class UnknownNeverReplayed(Checker):
                 "aborted_unknown": self.aborted_unknown, "doubt_marked_past_deadline": self.doubt_marked_past_deadline}
 
     def on_event(self, event: tuple) -> None:
-        kind = event[3]
-        fields = event[4]
+        kind = event.kind
+        fields = event.fields
         if kind == ToolInvoke.kind:
             self._on_invoke(fields)
             return
@@ -84,13 +84,13 @@ class UnknownNeverReplayed(Checker):
             # may have committed (its retry is a replay); only what surely
             # committed opens a doubt, anything that may have closes it.
             for envelope in fields[LogAppend.envelopes]:
-                self._track_doubt(envelope, fields[LogAppend.epoch], event[1], committed=ERROR not in fields)
+                self._track_doubt(envelope, fields[LogAppend.epoch], event.time_ms, committed=ERROR not in fields)
         if ERROR in fields:
             return
         if kind == LedgerClaim.kind:
             submission = fields.get(LedgerClaim.submission)
             deadline_ms = self._deadline.get(submission) if submission is not None else None
-            if deadline_ms is not None and event[1] > deadline_ms:
+            if deadline_ms is not None and event.time_ms > deadline_ms:
                 self._claimed_past_deadline[submission] = fields[LedgerClaim.epoch]
         elif kind == LedgerMarkUnknown.kind:
             if not fields[LedgerMarkUnknown.replayed]:
@@ -114,7 +114,7 @@ class UnknownNeverReplayed(Checker):
         elif kind == LedgerFinalizeSettlement.kind:
             submission = fields[LedgerFinalizeSettlement.submission]
             outcome = fields[LedgerFinalizeSettlement.outcome]
-            self._settled.add(submission, event[1], outcome)
+            self._settled.add(submission, event.time_ms, outcome)
             in_doubt = self._in_doubt.pop(submission, {})
             self._deadline.pop(submission, None)
             self._claimed_past_deadline.pop(submission, None)

@@ -387,7 +387,7 @@ class AgentWorkers(Workers):
 
     def _on_recovery(self, event: tuple) -> None:
         super()._on_recovery(event)
-        rejected = event[4].get("rejected")
+        rejected = event.fields.get("rejected")
         if rejected:
             self.checkpoints_rejected += 1
         if rejected in ("model-digest", "tool-digest"):

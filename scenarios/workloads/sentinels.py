@@ -341,7 +341,7 @@ class Sentinels(Workload):
     # -- observation ------------------------------------------------------------------
 
     def _on_system_event(self, event: tuple) -> None:
-        kind, fields = event[3], event[4]
+        kind, fields = event.kind, event.fields
         if "error" in fields or fields.get("deleted") is False or not self.emitted_by_me(event):
             return
         self.system_counts[kind] = self.system_counts.get(kind, 0) + 1
@@ -349,7 +349,7 @@ class Sentinels(Workload):
     def _on_retired(self, event: tuple) -> None:
         """The last occurrence retention archived that had run (its ledger
         row deleted with it), per schedule."""
-        fields = event[4]
+        fields = event.fields
         if SchedulesRetire.error in fields or not fields[SchedulesRetire.retired]:
             return
         if fields[SchedulesRetire.run] is None or fields[SchedulesRetire.hold]:
@@ -361,7 +361,7 @@ class Sentinels(Workload):
             self._last_retired[schedule_id] = occurrence_ms
 
     def _on_settled(self, event: tuple) -> None:
-        if event[4].get("outcome") == "failed" and self._is_my_run(conversation_of(event[4])):
+        if event.fields.get("outcome") == "failed" and self._is_my_run(conversation_of(event.fields)):
             self.runs_failed += 1
 
     def _is_my_run(self, conversation_id: str | None) -> bool:

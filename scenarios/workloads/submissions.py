@@ -453,7 +453,7 @@ class Workers(Workload):
     def _on_decision(self, event: tuple) -> None:
         if not self.emitted_by_me(event):
             return
-        fields = event[4]
+        fields = event.fields
         name, disposition = fields["decision"], fields["disposition"]
         self.recovery_decisions[name] = self.recovery_decisions.get(name, 0) + 1
         self.recovery_dispositions[disposition] = self.recovery_dispositions.get(disposition, 0) + 1
@@ -463,14 +463,14 @@ class Workers(Workload):
             self.deferrals += 1
 
     def _on_recovery(self, event: tuple) -> None:
-        if event[4].get("from_checkpoint") and self.emitted_by_me(event):
+        if event.fields.get("from_checkpoint") and self.emitted_by_me(event):
             self.recoveries_from_checkpoint += 1
 
     def _track_owners(self, event: tuple) -> None:
-        fields = event[4]
+        fields = event.fields
         if "error" in fields:
             return
-        if event[3] == "ledger.claim":
+        if event.kind == "ledger.claim":
             if "submission" in fields and self.emitted_by_me(event):  # another instance's claims are its own
                 self.owners[fields["owner"]] = fields["submission"]
                 if fields.get("handoff") is not None:
