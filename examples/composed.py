@@ -1,5 +1,5 @@
 """composed: two sentinel fleets, submission workers and agents on one system, killed on two schedules."""
-from scenarios.api import (ACK_LOST, CRASH_BEFORE_CALL, HOUR, MINUTE, MODEL, SECOND, TOOL, AgentSubmitters, AgentWorkers,
+from scenarios.api import (ACK_LOST, CRASH_BEFORE_CALL, HOUR, MINUTE, SECOND, AgentSubmitters, AgentWorkers,
                            CasLinear, ExactlyOnceSettlement, Fencing, Liveness, NodeKills, PortFaults, Reconciler,
                            ReferenceModel, Schedule, Sentinels, Stack, Submitters, System, Workers, scenario)
 
@@ -10,7 +10,7 @@ def composed(run):
     end_ms = run.opts.duration_ms
     fast = Sentinels([Schedule("fast", 1 * MINUTE, end_ms=end_ms)], name="fast")
     slow = Sentinels([Schedule("slow", 7 * MINUTE, end_ms=end_ms)], name="slow")
-    requests, asks = Submitters(name="requests"), AgentSubmitters(kinds=(MODEL, TOOL), name="asks")
+    requests, asks = Submitters(name="requests"), AgentSubmitters(name="asks")
     workers, agents = Workers(2, serving=requests), AgentWorkers(2, serving=asks)
     return Stack(
         system=System(restart_ms=(1 * SECOND, 20 * SECOND)),
