@@ -214,3 +214,26 @@ def test_every_catalogue_mutants_ci_run_keeps_its_choices_when_a_kind_is_added_o
         assert after == before, mutant.name
         checked += 1
     assert checked > 150
+
+
+DUPLICATE_NAMES = """
+from scenarios.api import HOUR, MINUTE, SECOND, PortFaults, Schedule, Sentinels, Stack, System, scenario
+
+
+@scenario("named-twice", "two fleets under one name", duration="1h")
+def named_twice(run):
+    return Stack(system=System(restart_ms=(SECOND, 2 * SECOND)), faults=PortFaults({}),
+                 workloads=[Sentinels([Schedule("a", MINUTE, end_ms=HOUR)], name="x"),
+                            Sentinels([Schedule("b", MINUTE, end_ms=HOUR)], name="x")])
+"""
+
+
+@pytest.mark.parametrize("command", [["run", "named-twice", "--seed", "1"], ["sweep", "named-twice", "--seeds", "0:2"]])
+def test_a_stack_that_cannot_be_built_is_one_usage_line_before_any_seed(tmp_path, capsys, monkeypatch, command):
+    (tmp_path / "named_twice_stack.py").write_text(DUPLICATE_NAMES)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cli.main(["--scenarios", "named_twice_stack", *command]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "loomsim: error: two workloads named 'x' (both sentinels); give one of them another name\n"
+    assert "passed" not in captured.out and "error" not in captured.out  # refused before any seed ran

@@ -245,4 +245,4 @@ def test_a_sweep_where_no_seed_ran_claims_no_coverage():
     summary = summarize_sweep([summarize_scenario(registry.get("ledger-storm"), [], planned=4)], wall_s=1.0, jobs=1)
     assert seal(summary, require_coverage=False, interrupted="SIGTERM") == 143
     text = render(summary)
-    assert "coverage: not judged (no seed ran)" in text and "no gaps" not in text
+    assert "coverage: not judged (no seed ran to a result)" in text and "no gaps" not in text

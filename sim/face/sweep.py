@@ -629,8 +629,8 @@ def render(summary: Mapping[str, Any]) -> str:
                      f"stopped starting seeds; ran {summary['ran']} of {summary['seeds']} seeds")
     for g in summary["coverage_gaps"]:
         lines.append(f"COVERAGE GAP {g['scenario']}: {g['what']} {g['name']}: {g['detail']}")
-    if not summary["ran"]:
-        lines.append("coverage: not judged (no seed ran)")
+    if not summary["ran"] or summary["ran"] <= summary.get("errors", 0):
+        lines.append("coverage: not judged (no seed ran to a result)")
     elif not summary["coverage_gaps"]:
         lines.append("coverage: no gaps (every enabled fault kind and failpoint fired, every sometimes-property "
                      "was reached, every invariant checked)")
@@ -718,6 +718,7 @@ def command(args: argparse.Namespace) -> int:
                            disable=parse_names(args.faults_disable), knobs=dict(args.knob))
             except SwarmError as error:
                 raise UsageError(str(error) if len(scenarios) == 1 else f"{scenario.name}: {error}") from None
+        _check_builds(scenario, len(scenarios) > 1)
     opts = SweepOptions(seeds=args.seeds, jobs=args.jobs, json=args.json, time_budget_s=args.time_budget,
                         beyond_every=args.beyond_every, all_beyond=args.beyond_contract,
                         sqlite_every=0 if args.store is not None else args.sqlite_every,
@@ -730,6 +731,24 @@ def command(args: argparse.Namespace) -> int:
     # --shard I/N, --out FILE: the shard's seeds and its file
     opts, writer = plan_shard(args.shard, args.out, scenarios, opts, child_args, scenarios_argv(args.scenarios))
     return sweep(scenarios, opts, child_args, scenarios_argv(args.scenarios), shard_writer=writer)
+
+
+def _check_builds(scenario: Any, named: bool) -> None:
+    """Build the scenario's stack once, for seed 0, before any child runs:
+    a stack that cannot be built (two workloads under one name, two claiming
+    one schedule: a ``SetupError``) is one usage error here, not a child's
+    error per seed."""
+    from faults.swarm import choose
+    from sim.rng import Streams
+    from sim.scenario import Run, ScenarioOptions, SetupError
+
+    opts = ScenarioOptions(seed=0, duration_ms=scenario.sweep_ms, swarm=True)
+    space = scenario.swarm_space
+    choices = choose(space, Streams(0)["swarm"], swarm=True, seed=0) if space is not None else None
+    try:
+        scenario.build(Run(opts, choices, scenario))
+    except SetupError as error:
+        raise UsageError(f"{scenario.name}: {error}" if named else str(error)) from None
 
 
 def _child_args(scenario: Any, args: argparse.Namespace) -> list[str]:
