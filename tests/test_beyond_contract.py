@@ -229,7 +229,11 @@ def test_without_a_broken_promise_the_same_scenario_passes():
 
 # -- the real scenarios ------------------------------------------------------------
 
-def _script(site: str, kind: str, at_ms: int, node: str = "worker-1"):
+# Each scenario's first worker process, named by its workload instance.
+WORKER_1 = {"sentinel-year": "sentinels/worker-1", "ledger-storm": "workers/worker-1"}
+
+
+def _script(site: str, kind: str, at_ms: int, node: str):
     return parse_script([{"time_ms": at_ms, "node": node, "site": site, "kind": kind}])
 
 
@@ -248,7 +252,7 @@ def _script(site: str, kind: str, at_ms: int, node: str = "worker-1"):
 def test_every_broken_promise_is_detected_in_the_scenarios(scenario, store, site, kind):
     at_ms = (10 if scenario == "sentinel-year" else 1) * HOUR_MS  # a storm has written plenty by then
     opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("3d"), store=store,
-                           fault_script=_script(site, kind, at_ms))
+                           fault_script=_script(site, kind, at_ms, WORKER_1[scenario]))
     result = run(registry.get(scenario), opts)
     assert result.status == DETECTED, result.violations
     (broken,) = result.beyond_contract
@@ -261,7 +265,7 @@ def test_the_system_itself_names_a_lost_append_and_a_torn_archive(without_refere
     tail go back, and retention's scrub refuses to archive a torn history."""
     for kind, error in ((LOST_WRITE, "AcknowledgedWriteLost"), (TORN_BATCH, "HistoryCorrupted")):
         opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("3d"),
-                               fault_script=_script("log.append", kind, 10 * HOUR_MS))
+                               fault_script=_script("log.append", kind, 10 * HOUR_MS, WORKER_1["sentinel-year"]))
         result = run(registry.get("sentinel-year"), opts)
         first = result.violations[0]
         assert result.status == DETECTED and first.invariant == "no-uncaught-errors", first
@@ -275,7 +279,8 @@ def test_a_submission_worker_names_a_lost_append_before_its_next_one(without_ref
     caught = []
     for hour in range(1, 6):
         opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("8h"),
-                               fault_script=_script("log.append", LOST_WRITE, hour * HOUR_MS))
+                               fault_script=_script("log.append", LOST_WRITE, hour * HOUR_MS,
+                                                    WORKER_1["ledger-storm"]))
         result = run(registry.get("ledger-storm"), opts)
         assert result.status == DETECTED, result.violations
         caught.append(result.violations[0].message)
@@ -305,7 +310,7 @@ def test_without_the_flag_nothing_beyond_the_contract_fires():
 
 def test_cli_reports_detected_with_exit_zero_and_carries_the_flag(tmp_path):
     script = tmp_path / "lose.json"
-    script.write_text(json.dumps([{"time_ms": 10 * HOUR_MS, "node": "worker-1", "site": "ds.save",
+    script.write_text(json.dumps([{"time_ms": 10 * HOUR_MS, "node": WORKER_1["sentinel-year"], "site": "ds.save",
                                    "kind": "lost-write"}]))
     env = dict(os.environ, PYTHONPATH=ROOT)
     base = [sys.executable, "-m", "sim", "run", "sentinel-year", "--seed", "3", "--duration", "2d"]

@@ -125,7 +125,7 @@ def _force(monkeypatch, name: str) -> None:
 
 
 def _rot_a_reservation(store: str = "memory"):
-    script = parse_script([{"time_ms": parse_duration_ms("5m"), "node": "worker-1",
+    script = parse_script([{"time_ms": parse_duration_ms("5m"), "node": "workers/worker-1",
                             "site": "ledger.reserve_settlement", "kind": ROW_ROT}])
     opts = ScenarioOptions(seed=1, duration_ms=parse_duration_ms("20m"), store=store, fault_script=script)
     return run(registry.get("ledger-storm"), opts)
