@@ -164,7 +164,7 @@ def test_a_checkpoint_written_under_another_model_or_tool_set_is_rebuilt_from_th
     """After a deploy that changed the model or the tools, a recovery finds
     checkpoints written under the old ones: it reads the log instead
     (``checkpoint-consistency`` fails a recovery that used one)."""
-    result = agents(1, "2h")
+    result = agents(3, "75m")
     assert result.passed, result.violations
     assert result.stats["checkpoints_rejected_model_or_tools"] > 0
     assert result.invariants["checkpoint-consistency"] > 0
@@ -290,6 +290,6 @@ def test_a_successor_marks_a_call_in_doubt_past_the_run_deadline():
     a lost reply at the call leaves it in doubt right before the deadline,
     and a successor past the deadline marks it unknown before it fails the
     run."""
-    result = agents(2, "2h")
+    result = agents(9, "1h")
     assert result.passed, result.violations
     assert result.stats["doubt_marked_past_deadline"] > 0, result.stats
