@@ -1047,3 +1047,17 @@ class WatchClosed(ProbeEvent):
     watcher: str
     conversation: str
     delivered_seq: int
+
+
+class ToolInvoke(ProbeEvent):
+    """``tools.invoke``: one call that reached (or failed on the way to) the
+    tool service, as its ``BoundPort`` traces it."""
+
+    kind = "tools.invoke"
+    call: str
+    tool: str
+    key: str | None
+    deadline_ms: int = OPTIONAL
+    result: Any = OPTIONAL
+    error: str = OPTIONAL
+    detail: str = OPTIONAL

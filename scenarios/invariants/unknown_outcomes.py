@@ -27,11 +27,16 @@ resolutions of those not yet settled.
 """
 from __future__ import annotations
 
-from faults.events import ERROR, LedgerClaim, LedgerFinalizeSettlement, LedgerMarkUnknown, LedgerRequestAbort, LedgerResolveUnknown, LogAppend
+from typing import TYPE_CHECKING
+
+from faults.events import (ERROR, LedgerClaim, LedgerFinalizeSettlement, LedgerMarkUnknown, LedgerRequestAbort,
+                           LedgerResolveUnknown, LogAppend, ToolInvoke)
 from model.agent import TOOL_CALL_FAMILY, TOOL_PREPARED, TOOL_SETTLED, TOOL_UNKNOWN
 from model.canonical import digest
-from scenarios.workloads.agents import ToolInvoke, ToolService
 from sim.invariants import Checker, RecentlySettled
+
+if TYPE_CHECKING:
+    from scenarios.workloads.agents import ToolService  # the tool service's own history
 
 RETRY_RESOLUTIONS = ("NeverHappened", "SafeToRetry")
 SETTLED_MEMORY_MS = 60 * 60 * 1000  # longer than any call's transit and deadline

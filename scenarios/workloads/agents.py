@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from faults.events import OPTIONAL, ProbeEvent
+from faults.events import OPTIONAL, ProbeEvent, ToolInvoke
 from faults.ports import BoundPort, PortStats
 from model.agent import (AGENT_TOOLS, APPROVAL, CLOSE, COMPLETED, MODEL, OPEN, REASONING, SUBAGENT, TEXT, TOOL,
                          TOOL_ARGUMENT_DELTA, TOOL_ONCE, TOOL_PREPARED, AgentWorker, plan_of)
@@ -72,20 +72,6 @@ PLAN_STEPS = (1, 4)  # steps per plan
 APPROVED_SHARE = 0.8
 JOINING_SHARE = 0.3  # requests that take the follow-ups sent while they run (when common)
 FOLLOW_UPS = (1, 3)  # follow-ups per such request
-
-
-class ToolInvoke(ProbeEvent):
-    """``tools.invoke``: one call that reached (or failed on the way to) the
-    tool service, as its ``BoundPort`` traces it."""
-
-    kind = "tools.invoke"
-    call: str
-    tool: str
-    key: str | None
-    deadline_ms: int = OPTIONAL
-    result: Any = OPTIONAL
-    error: str = OPTIONAL
-    detail: str = OPTIONAL
 
 
 class ToolDeadlineExceeded(Exception):

@@ -157,7 +157,7 @@ def checker_doc(checker: Any) -> str:
     for doc in (type(checker).__doc__, inspect.getmodule(type(checker)).__doc__):
         paragraph = " ".join((inspect.cleandoc(doc or "").split("\n\n") or [""])[0].split())
         if paragraph:
-            prefix = f"``{checker.name}``: "
+            prefix = f"``{type(checker).name}``: "
             return paragraph[len(prefix):] if paragraph.startswith(prefix) else paragraph
     return ""
 
@@ -165,8 +165,11 @@ def checker_doc(checker: Any) -> str:
 def _invariants(scenario: Any) -> tuple[list[dict[str, Any]], list[Any]]:
     builds = {(store, on): _build(scenario, store, workload_on=on) for store in STORES for on in (True, False)}
     found: dict[str, dict[str, Any]] = {}
+    from sim.workload import owned_checks
+
     for (store, on), stack in builds.items():
-        for checker in stack.checks:
+        # The stack's own checks, then those its workloads bring (named as a run names them).
+        for checker in [*stack.checks, *owned_checks(stack.workloads)]:
             entry = found.setdefault(checker.name, {"name": checker.name, "doc": checker_doc(checker),
                                                     "stores": [], "with_switches": False, "without_switches": False})
             if store not in entry["stores"]:
