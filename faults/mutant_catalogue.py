@@ -199,7 +199,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "instead of refused as future-version.",
         "model.durable_state.contracts",
         "        if stored_version > self.version:\n            raise mismatch(FUTURE_VERSION)\n", "", SY,
-        ci_seed=0, ci_duration="6h"),
+        ci_seed=1, ci_duration="6h"),
     Mutant(
         "ds-migration-never-persisted",
         "The in-memory store keeps a row's first contract version on update, so a migrated payload saved at "
@@ -422,7 +422,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         '    return f"settlement:{submission_id}"\n',
         '    return "stl-" + digest({"recordDigest": record_digest, "submissionId": submission_id})\n', LS_PS,
-        ci_seed=0, ci_duration="30s"),
+        ci_seed=0, ci_duration="30s", ci_scenario="port-storm"),
     # -- aborts and the claim's fence on the log (issue 13) --------------------------
     Mutant(
         "ledger-reserve-ignores-abort",
@@ -431,7 +431,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "        if row.abort_author is not None and outcome != ABORTED:\n"
         "            raise AbortRequested(row.submission_id, row.abort_author, row.abort_reason, outcome)\n",
-        "", LS_PS, ci_seed=6, ci_duration="5m"),
+        "", LS_PS, ci_seed=0, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
         "ledger-unknown-head-claimable",
         "A head whose tool call's outcome is unknown is claimable like any other, so its next owner replays "
@@ -590,7 +590,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "    reserved = ReservedSettlement(row.submission_id, record_digest, False,\n"
         "                                  settlement_id_for(row.submission_id, record_digest), outcome)\n",
-        "    reserved = ReservedSettlement(row.submission_id, record_digest)\n", LS_PS, ci_seed=0, ci_duration="30s"),
+        "    reserved = ReservedSettlement(row.submission_id, record_digest)\n", LS_PS, ci_seed=0, ci_duration="30s", ci_scenario="port-storm"),
     Mutant(
         "settlement-digest-over-payload",
         "The settlement's record digest is over its outcome record alone, not over the record envelope the "
@@ -598,7 +598,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.ledger.rules",
         "    return text, digest_text(text), settlement_of(record)[\"outcome\"]\n",
         "    return text, digest_text(canonical_json(settlement_of(record))), settlement_of(record)[\"outcome\"]\n",
-        LS_PS, ci_seed=0, ci_duration="30s"),
+        LS_PS, ci_seed=0, ci_duration="30s", ci_scenario="port-storm"),
     Mutant(
         "settlement-receipt-dropped",
         "The settlement payload leaves out receiptId, the admission's receipt the peer implementation's "
@@ -625,7 +625,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A joined follower's settlement record names its host's receipt instead of its own admission's.",
         "model.agent", "            entries.append(joined_envelope(entry, follower.submission_id, follower.receipt))\n",
         "            entries.append(joined_envelope(entry, follower.submission_id, host.receipt))\n", AC,
-        ci_seed=12, ci_duration="5s"),
+        ci_seed=1, ci_duration="1m"),
     Mutant(
         "settlement-receipt-is-the-key",
         "A worker's settlement names the submission's idempotency key as its receiptId instead of the "
@@ -655,7 +655,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    settlement = Settlement(submission_id, outcome, row.reserved_digest, now_ms, diagnostic, settlement_id,\n"
         "                            receipt=row.receipt)\n",
         "    settlement = Settlement(submission_id, outcome, row.reserved_digest, now_ms, diagnostic, settlement_id)\n",
-        LS_PS, ci_seed=0, ci_duration="30s"),
+        LS_PS, ci_seed=0, ci_duration="30s", ci_scenario="port-storm"),
     Mutant(
         "ledger-snapshot-child-outcome-dropped",
         "The recovery snapshot names an attached child's state but not the outcome it settled with.",
@@ -683,7 +683,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "of the control fields only.",
         "model.ledger.rules", "            found.append(row_to_scan_row(row, own=own is not None and own(row)))\n",
         "            found.append(row_to_record(row, own=own is not None and own(row)))\n", LS_PS,
-        ci_seed=0, ci_duration="30s"),
+        ci_seed=1, ci_duration="30s", ci_scenario="port-storm"),
     Mutant(
         "ledger-empty-receipt-readable",
         "A stored row with an empty receipt is scanned as readable instead of failing the scan typed.",
@@ -727,7 +727,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The worker reads the abort intent once, when it claims, so an abort requested while the submission "
         "runs is not honoured at its next step.",
         "model.submissions", "            if aborted or await self._abort_requested(submission_id):\n",
-        "            if aborted:\n", LS, ci_seed=1, ci_duration="30m"),
+        "            if aborted:\n", LS, ci_seed=3, ci_duration="30m"),
     Mutant(
         "worker-input-despite-abort",
         "The worker appends the input record of a submission whose abort intent was already durable when it "
@@ -750,20 +750,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if self.defers(record):\n"
         "                return await self._defer(conversation_id, claim)\n"
         "            await self.ledger.mark_input_applied(claim, input_record_id(submission_id), at.first_seq)\n"
-        "            if self.defers(record):\n", LS, ci_seed=7, ci_duration="30s"),
+        "            if self.defers(record):\n", LS, ci_seed=2, ci_duration="30s"),
     Mutant(
         "worker-hands-over-naming-only-its-head",
         "A worker that defers its head names only that head as deferred in its handoff, forgetting the heads "
         "deferred before it that are still unsettled ahead of the submission it hands the lane to.",
         "model.submissions", "            handoff = ClaimHandoff(claim.epoch, tuple(deferred), row.submission_id)\n",
         "            handoff = ClaimHandoff(claim.epoch, (claim.submission_id,), row.submission_id)\n", LS,
-        ci_seed=1, ci_duration="5m"),
+        ci_seed=11, ci_duration="5m"),
     Mutant(
         "worker-resume-reapplies-input",
         "A deferred head's resumed claim applies its input again (the append finds its batch, the marker "
         "replays) instead of taking it from the log, and so defers it once more, every time it resumes.",
         "model.submissions", "        if not record.input_applied and not aborted:\n", "        if not aborted:\n", LS,
-        ci_seed=7, ci_duration="30s"),
+        ci_seed=2, ci_duration="30s"),
     Mutant(
         "runs-takeover-after-read",
         "A sentinel run's new owner inspects the log's tail before taking the log over at its claim's epoch.",
@@ -776,7 +776,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "SQLite write transactions start with a deferred BEGIN instead of BEGIN IMMEDIATE, so a read-then-write "
         "can fail with SQLITE_BUSY_SNAPSHOT that the busy timeout never retries.",
         "model.sqlite_db", '        conn.execute("BEGIN IMMEDIATE")\n', '        conn.execute("BEGIN")\n', LS,
-        store="sqlite", ci_seed=1, ci_duration="1h"),
+        store="sqlite", ci_seed=0, ci_duration="1h"),
     Mutant(
         "sqlite-busy-untyped",
         "A busy database (SQLITE_BUSY at BEGIN IMMEDIATE) is not recognised as write contention: the caller "
@@ -865,7 +865,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if request.epoch != conversation.epoch:\n        raise FenceRejected(cid, request.epoch, conversation.epoch)\n"
         "    if request.producer_id != conversation.producer_id:\n"
         "        raise FenceRejected(cid, request.epoch, conversation.epoch)\n",
-        ("ledger-storm", "agent-conversations", "port-storm"), ci_seed=11, ci_duration="1m"),
+        ("ledger-storm", "agent-conversations", "port-storm"), ci_seed=9, ci_duration="1m", ci_scenario="agent-conversations"),
     Mutant(
         "lifecycle-administrative-append-takes-over",
         "A queued abort's aborter takes the log over at the next epoch before its append instead of appending "
@@ -875,7 +875,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            await self.log.materialize(conversation_id, producer_id, tail.epoch + 1)\n"
         "            tail = ConversationTail(tail.tail_seq, tail.tail_digest, tail.epoch + 1)\n"
         "            try:\n                if tail.tail_seq == 0:",
-        ("ledger-storm", "agent-conversations"), ci_seed=7, ci_duration="30s"),
+        ("ledger-storm", "agent-conversations"), ci_seed=15, ci_duration="30s"),
     Mutant(
         "log-materialize-epoch-back",
         "Materialize lets any other epoch take the conversation over, a lower one included, so a stale owner "
@@ -1031,7 +1031,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A ledger rebuilt from the log admits every input of a conversation before it replays any settlement, so "
         "a second member of an admission group there is refused: the group's first member is not settled yet.",
         "model.repair", '        if canonical is not None and canonical.envelope.payload.get("admissionGroup") is not None:\n',
-        "        if False:\n", BOTH + AC, ci_seed=4, ci_duration="7m", ci_scenario="ledger-storm"),
+        "        if False:\n", BOTH + AC, ci_seed=0, ci_duration="7m", ci_scenario="ledger-storm"),
     Mutant(
         "input-record-drops-parent-link",
         "The input record leaves out the admission's parent link, so nothing in the log says whose child it is.",
@@ -1044,7 +1044,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "(it looks for the logged settlement only once the ledger says the run settled).",
         "model.runs", "        settlement = await self.lifecycle.adopt_logged(run_id, record)\n",
         "        settlement = None if record.outcome is None else await self.lifecycle.adopt_logged(run_id, record)\n",
-        SY, ci_seed=2, ci_duration="6h"),
+        SY, ci_seed=10, ci_duration="6h"),
+
+    Mutant(
+        "runs-parked-claim-kept",
+        "A worker keeps its claim on a run while the run is parked in doubt; when the on-call operator has "
+        "resolved it under a newer claim, the worker resumes it under its old one (fenced, and its driver crashes).",
+        "model.runs", "                self._forget(record.conversation_id)\n", "                pass\n", SY),
 
     Mutant(
         "runs-settlement-drops-findings",
@@ -1074,7 +1080,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A wake delivered while the schedule's run is in progress starts the next occurrence anyway (only a "
         "parked run blocks): two live occurrences.",
         "model.schedules", "        if self._busy or self._parked:\n", "        if self._parked:\n", SY,
-        ci_seed=3, ci_duration="1h"),
+        ci_seed=14, ci_duration="3h"),
     Mutant(
         "sched-high-water-cursor-only",
         "The schedule's high-water mark is read from the cursor alone, ignoring a live run admitted before "
@@ -1130,7 +1136,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "                for layer in self._kernel.middleware:\n"
         "                    if isinstance(layer, ClaimCheck) and is_claim_ref(output):\n"
         "                        output = await resolve_ref(layer._content_store, output)\n"
-        "            return output\n", SY, ci_seed=0, ci_duration="7d"),
+        "            return output\n", SY, ci_seed=5, ci_duration="7d"),
     Mutant(
         "kernel-migration-unrecorded",
         "A run resumed on new code is migrated in memory only: the EXECUTION_MIGRATED marker is never made "
@@ -1165,7 +1171,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "dropped each pass and cited evidence is reclaimed.",
         "model.retention", "        live_ids = {f.finding_id for f in await self.findings.live_findings()}\n",
         "        live_ids = {f.run_id for f in await self.findings.live_findings()}\n", SY,
-        ci_seed=4, ci_duration="3d"),
+        ci_seed=5, ci_duration="3d"),
     Mutant(
         "projector-pins-after-apply",
         "The projector applies a run's findings before pinning their evidence, so a crash in between leaves "
@@ -1179,13 +1185,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "                                         settled_at_ms=record.settled_at_ms)\n"
         "                for finding in found:\n                    for ref in finding[\"evidence\"]:\n"
         "                        await pins.pin(ref, finding[\"id\"])\n", SY,
-        ci_seed=6, ci_duration="9d"),
+        ci_seed=14, ci_duration="9d"),
     Mutant(
         "findings-drops-first",
         "The in-memory projection skips a run's first finding when applying it (an off-by-one slice).",
         "model.findings", "        opened = 0\n        for row in rows:\n            if row.finding_id in self._live:\n",
         "        opened = 0\n        for row in rows[1:]:\n            if row.finding_id in self._live:\n", SY,
-        ci_seed=3, ci_duration="1d"),
+        ci_seed=0, ci_duration="1d"),
     Mutant(
         "projector-skips-unadmitted",
         "The projector moves its checkpoint past the latest due occurrence before it is admitted, so that "
@@ -1193,7 +1199,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.findings",
         "                if occurrence_ms + schedule.every_ms > high_ms:\n"
         "                    break  # the latest occurrence may not be admitted yet\n", "", SY,
-        ci_seed=28, ci_duration="7d"),
+        ci_seed=9, ci_duration="7d"),
     Mutant(
         "retention-passes-open-work",
         "Retention skips over a run with open work and retires the settled runs behind it.",
@@ -1238,7 +1244,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "changes the agent's model, a checkpoint written under the old one is trusted.",
         "model.conversation.checkpoints", "    if checkpoint.model_digest != model_digest:\n",
         "    if checkpoint.model_digest != checkpoint.model_digest:\n", AC,
-        ci_seed=15, ci_duration="1h"),
+        ci_seed=6, ci_duration="1h"),
     Mutant(
         "checkpoint-tools-unchecked",
         "A recovery uses the latest checkpoint whatever tool set made it: after a deploy that changes the "
@@ -1267,7 +1273,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A successor takes a run past its deadline to settlement without first marking a call in doubt unknown: "
         "the run settles failed while its call may still land (and does).",
         "model.agent", "        if plan_of(record)[index] == TOOL_ONCE:\n", "        if False:\n", AC,
-        ci_seed=5, ci_duration="90m"),
+        ci_seed=1, ci_duration="90m"),
     # Reached since requests that must answer within seconds send an email on the way (a quarter of those
     # that wait for no person or subagent: a kill or lost reply at the call leaves it in doubt right before
     # the deadline), and caught since unknown-never-replayed fails a run settled over a call in doubt whether
@@ -1287,7 +1293,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "suspended past its deadline goes on running.",
         "model.agent", "            started_at_ms = start.envelope.created_at_ms\n",
         "            started_at_ms = self.now_ms()\n", AC,
-        ci_seed=2, ci_duration="10m"),
+        ci_seed=1, ci_duration="10m"),
     Mutant(
         "agent-run-start-per-attempt",
         "Each attempt starts the run afresh under its own attempt id: a resumed run has a second RunStarted.",
@@ -1325,7 +1331,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "agent-abort-after-settlement",
         "The settlement batch of an aborted run logs the abort intent after the settlement record it decided.",
         "model.agent", "            return [abort, *joined, entry]\n", "            return [*joined, entry, abort]\n", AC,
-        ci_seed=3, ci_duration="10m"),
+        ci_seed=0, ci_duration="10m"),
     Mutant(
         "agent-orphan-reservation-kept",
         "An aborted run leaves the reservation of a child it never admitted reserved: nothing will ever "

@@ -454,8 +454,14 @@ class LedgerRuns:
                 continue  # purged since the scan
             if await self._settle_from_log(record.conversation_id, record):
                 continue  # the recovery finished its settlement: not live
-            live.append(self._execution(record.conversation_id, record,
-                                        await self._live_status(record.conversation_id)))
+            status = await self._live_status(record.conversation_id)
+            if status == PARKED:
+                # A parked run is no process's to write until someone resolves
+                # it: an operator claims it at a newer epoch meanwhile. This
+                # process's claim (its lease long gone) is dropped, so the run
+                # is owned again from the stores when it resumes.
+                self._forget(record.conversation_id)
+            live.append(self._execution(record.conversation_id, record, status))
         return tuple(live)
 
     async def schedule_high_water_ms(self, schedule_id: str) -> int | None:

@@ -24,9 +24,9 @@ from sim.runner import run
 from sim.scenario import ScenarioOptions
 from tests.test_runs import EVERY, Crash, CrashAt, S, drive, run_id, start, world  # noqa: F401 (fixture)
 
-# Pinned: the pager on, at the intensity that parks a few runs in half a day.
-# Seed 6 at 12h parks 5 runs and resolves them every way.
-SEED, DURATION = 6, "12h"
+# Pinned: the pager on, at the intensity that parks a few runs in a day.
+# Seed 4 over a day parks 5 runs and resolves them every way.
+SEED, DURATION = 4, "1d"
 
 
 def _run(seed: int = SEED, duration: str = DURATION, **options):
@@ -182,3 +182,15 @@ def test_finishing_a_half_admission_advances_the_cursor_before_ready(world):  # 
     assert not row.ready  # still half-admitted: the next owner finishes it
     assert drive(world.runs("worker-c").load_steps(run_id(3))) == ()
     assert world.record(run_id(3)).ready and world.cursor().high_water_ms == 3 * EVERY
+
+
+def test_a_driver_resumes_a_run_the_operator_resolved_under_a_claim_of_its_own():
+    """Seed 10 over 12h: a run parks, the on-call operator claims it at a
+    newer epoch and records the page as delivered; the worker's driver, which
+    had held the run before it parked, resumes it. It must own the run again
+    (claim at a newer epoch still), never write under its old claim: that
+    write is fenced (``FenceRejected``, then ``OwnershipLost``) and used to
+    crash the driver's task."""
+    result = _run(10, "12h")
+    assert result.passed, result.violations
+    assert result.stats["indoubt_delivered"] >= 1

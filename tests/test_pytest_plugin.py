@@ -58,30 +58,30 @@ def test_a_plain_run_is_untouched(pytester):
 
 
 def test_a_failure_is_reported_saved_replayed_first_then_fixed(pytester):
-    first = pytester.runpytest(*BASE, "--loomsim-seeds", "5", "--loomsim-mutant", MUTANT)
+    first = pytester.runpytest(*BASE, "--loomsim-seeds", "3", "--loomsim-mutant", MUTANT)
     first.assert_outcomes(failed=1)
     out = first.stdout.str()
-    assert "loomsim sentinel-year seed 5: invariant cas-linear violated at 2026-01-01" in out
+    assert "loomsim sentinel-year seed 3: invariant cas-linear violated at 2026-01-01" in out
     assert "related trace events:" in out and "Traceback" not in out
-    assert f"reproduce: loomsim run sentinel-year --seed 5 --duration 2h --mutant {MUTANT}" in out
-    assert "repro file: ./loomsim-repro-sentinel-year-5.json" in out
-    assert json.loads((pytester.path / "loomsim-repro-sentinel-year-5.json").read_text())["config"]["mutant"] == MUTANT
+    assert f"reproduce: loomsim run sentinel-year --seed 3 --duration 2h --mutant {MUTANT}" in out
+    assert "repro file: ./loomsim-repro-sentinel-year-3.json" in out
+    assert json.loads((pytester.path / "loomsim-repro-sentinel-year-3.json").read_text())["config"]["mutant"] == MUTANT
     (saved,) = _saved(pytester)
-    assert saved.startswith("sentinel-year-5-")
+    assert saved.startswith("sentinel-year-3-")
 
-    again = pytester.runpytest(*BASE, "--loomsim-seeds", "5", "--loomsim-mutant", MUTANT, "-v")
+    again = pytester.runpytest(*BASE, "--loomsim-seeds", "3", "--loomsim-mutant", MUTANT, "-v")
     again.assert_outcomes(failed=2)
     order = [line for line in again.outlines if line.startswith("loomsim::") and "FAILED" in line]
-    assert order[0].startswith("loomsim::saved::sentinel-year-5-"), order  # replayed before any new seed
+    assert order[0].startswith("loomsim::saved::sentinel-year-3-"), order  # replayed before any new seed
     assert "still fails: cas-linear (the same invariant)" in again.stdout.str()
-    assert (pytester.path / "loomsim-repro-sentinel-year-5-2.json").exists()  # never over the first
+    assert (pytester.path / "loomsim-repro-sentinel-year-3-2.json").exists()  # never over the first
     assert _saved(pytester) == [saved]
 
-    fixed = pytester.runpytest(*BASE, "--loomsim-seeds", "5")
+    fixed = pytester.runpytest(*BASE, "--loomsim-seeds", "3")
     fixed.assert_outcomes(passed=2)
     fixed.stdout.fnmatch_lines(["*loomsim saved failures*",
                                 "saved failures: 1 replayed: 0 still fail, 1 fixed, 0 no longer apply",
-                                "  FIXED sentinel-year seed 5: *"])
+                                "  FIXED sentinel-year seed 3: *"])
     assert _saved(pytester) == []
 
 
@@ -103,13 +103,13 @@ def test_a_saved_failure_naming_a_missing_site_no_longer_applies(pytester):
 
 def test_x_and_last_failed_work_on_seed_items(pytester):
     common = ("--loomsim-scenario", "sentinel-year", "--loomsim-duration", "2h", "--loomsim-mutant", MUTANT,
-              "--loomsim-failure-db", "none", "--loomsim-seeds", "4:6")
-    stopped = pytester.runpytest(*common, "-x")  # seeds 4 and 5 both fail with the bug
+              "--loomsim-failure-db", "none", "--loomsim-seeds", "3:5")
+    stopped = pytester.runpytest(*common, "-x")  # seeds 3 and 4 both fail with the bug
     stopped.assert_outcomes(failed=1)
-    assert "seed-5" not in stopped.stdout.str()
+    assert "seed-4" not in stopped.stdout.str()
     last = pytester.runpytest(*common, "--lf")
     last.assert_outcomes(failed=1, deselected=1)
-    assert "loomsim::sentinel-year::seed-4" in last.stdout.str()
+    assert "loomsim::sentinel-year::seed-3" in last.stdout.str()
     assert not (pytester.path / ".loomsim").exists()  # --loomsim-failure-db none
 
 
@@ -134,21 +134,21 @@ def test_the_marker_runs_a_test_per_seed(pytester):
         def test_holds(loomsim_result):
             assert loomsim_result.passed and loomsim_result.scenario == "sentinel-year"
 
-        @loomsim.seeds("5", scenario="sentinel-year", duration="2h", mutant="{MUTANT}", expect_failure=True)
+        @loomsim.seeds("3", scenario="sentinel-year", duration="2h", mutant="{MUTANT}", expect_failure=True)
         def test_bug_is_caught(loomsim_result):
             assert loomsim_result.violations[0].invariant == "cas-linear"
 
-        @loomsim.seeds("5", scenario="sentinel-year", duration="2h", mutant="{MUTANT}")
+        @loomsim.seeds("3", scenario="sentinel-year", duration="2h", mutant="{MUTANT}")
         def test_body_never_runs(loomsim_result):
             raise AssertionError("THE BODY RAN")
     """)
     result = pytester.runpytest("-p", "no:cacheprovider", "-v")
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(["*test_holds?seed-0? PASSED*", "*test_holds?seed-1? PASSED*",
-                                 "*test_body_never_runs?seed-5? FAILED*"])
+                                 "*test_body_never_runs?seed-3? FAILED*"])
     out = result.stdout.str()
     assert "invariant cas-linear violated" in out and "THE BODY RAN" not in out
-    assert "reproduce: loomsim run sentinel-year --seed 5" in out and (pytester.path / "loomsim-repro-sentinel-year-5.json").exists()
+    assert "reproduce: loomsim run sentinel-year --seed 3" in out and (pytester.path / "loomsim-repro-sentinel-year-3.json").exists()
 
 
 def test_a_bad_marker_is_a_collection_error(pytester):
