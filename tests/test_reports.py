@@ -25,7 +25,7 @@ from sim.face.sweep import seed_record, summarize_scenario, summarize_sweep
 from sim.scenario import ScenarioOptions
 from sim.trace import Trace
 
-BUGGY = ["run", "ledger-storm", "--seed", "1", "--duration", "2h", "--store", "tests.fixtures.buggy:make"]
+BUGGY = ["run", "ledger-storm", "--seed", "0", "--duration", "2h", "--store", "tests.fixtures.buggy:make"]
 REPORT_FILES = ("loomsim-report.html", "loomsim-report.md", "loomsim-junit.xml", "loomsim-report.json")
 
 
@@ -133,7 +133,7 @@ def test_the_html_is_one_self_contained_file_with_the_failure(failing):
     assert len(rows) == len(body["excerpt"]) > 0
     assert [int(r.findall("td")[1].text) for r in rows] == [e["seq"] for e in body["excerpt"]]
     repro = root.find(".//pre[@class='repro']/code").text
-    assert repro == body["repro_command"] and "--seed 1" in repro
+    assert repro == body["repro_command"] and "--seed 0" in repro
 
 
 def test_the_junit_xml_has_the_failure_with_the_command(failing):
@@ -150,7 +150,7 @@ def test_the_junit_xml_has_the_failure_with_the_command(failing):
 def test_the_markdown_starts_with_the_verdict(failing):
     report_dir, body = failing
     first, *rest = _read(report_dir / "loomsim-report.md").splitlines()
-    assert first.startswith("# ") and "FAIL" in first and "ledger-storm seed 1" in first
+    assert first.startswith("# ") and "FAIL" in first and "ledger-storm seed 0" in first
     assert body["violations"][0]["name"] in first
     assert f"`{body['repro_command']}`" in "\n".join(rest)
 
@@ -215,13 +215,13 @@ def test_a_sweep_report_has_seeds_coverage_and_the_failing_timeline(failing):
     text = render_html(summary)
     root = ET.fromstring(text.split("\n", 1)[1])
     seeds = root.findall(".//table[@class='seeds']/tbody/tr")
-    assert [r.findall("td")[1].text for r in seeds] == ["1", "7"]
+    assert [r.findall("td")[1].text for r in seeds] == ["0", "7"]
     assert root.find(".//g[@id='timeline']") is not None
     assert root.find(".//line[@class='violation']").get("data-t-ms") == str(body["violations"][0]["simulated_ms"])
     assert root.findall(".//table[@class='fault-kinds']")
     junit = ET.fromstring(render_junit(summary).split("\n", 1)[1])
     cases = junit.findall("testsuite/testcase")
-    assert [c.get("name") for c in cases] == ["seed 1", "seed 7"]
+    assert [c.get("name") for c in cases] == ["seed 0", "seed 7"]
     assert cases[0].find("failure") is not None and cases[1].find("error").get("message") == "exit 3: <boom> & more"
     assert render_markdown(summary).splitlines()[0].startswith("# ❌ loomsim FAIL (exit 1): sweep of ledger-storm")
 
