@@ -237,3 +237,46 @@ def test_a_stack_that_cannot_be_built_is_one_usage_line_before_any_seed(tmp_path
     captured = capsys.readouterr()
     assert captured.err == "loomsim: error: two workloads named 'x' (both sentinels); give one of them another name\n"
     assert "passed" not in captured.out and "error" not in captured.out  # refused before any seed ran
+
+
+# -- the composed example: each workload's planted bug is named by that workload's check ----------
+
+
+@pytest.fixture(scope="module")
+def composed():
+    """``examples/composed.py`` (registered for this module only)."""
+    import importlib
+    import sys
+
+    registry._load_all()
+    before = dict(registry._SCENARIOS)
+    registry._SCENARIOS.pop("composed", None)
+    if "examples.composed" in sys.modules:
+        importlib.reload(sys.modules["examples.composed"])
+    else:
+        importlib.import_module("examples.composed")
+    yield registry._SCENARIOS["composed"]
+    registry._SCENARIOS.clear()
+    registry._SCENARIOS.update(before)
+
+
+@pytest.mark.parametrize("mutant,seed,check", [
+    ("sched-busy-ignored", 1, "exactly-once-wake[fast]"),  # the fast fleet's schedule driver
+    ("agent-run-clock-reset", 4, "run-clock"),  # the agent workers' own check
+])
+def test_a_bug_planted_in_one_workload_of_the_composed_stack_is_named_by_its_check(composed, mutant, seed, check):
+    from faults import mutants as mx
+
+    with mx.applied(mx.catalogue()[mutant]):
+        result = run(composed, ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("2h"), swarm=True))
+    assert not result.passed and result.violations[0].invariant == check, result.violations[:1]
+
+
+def test_the_composed_example_and_its_file_are_the_same_stack(composed):
+    import pathlib
+
+    file_stack = registry.get(str(pathlib.Path(__file__).parents[1] / "examples" / "composed.toml"))
+    for seed in (0, 1):
+        opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("1h"), swarm=True)
+        python_run, file_run = run(composed, opts), run(file_stack, opts)
+        assert python_run.passed and python_run.trace_digest == file_run.trace_digest
