@@ -461,8 +461,8 @@ def test_a_broken_build_is_judged_by_the_state_it_meets():
 # whose restart spans both deploys, and a swarm-drawn script in which a
 # worker crashed between its save's store write and its step record, a v2
 # deploy landing while it was down.
-_SAVE_RERUN_ACROSS_V2 = [  # seed 0 of 7 days deploys v2 at 07:25:00.550 on day 1, inside this wake
-    {"time_ms": 113100549, "node": "sentinels/worker-1", "site": "durable_state.save.after_store_write",
+_SAVE_RERUN_ACROSS_V2 = [  # seed 0 of 7 days deploys v2 at 02:10:01.480 on day 2, inside this wake
+    {"time_ms": 180600000, "node": "sentinels/worker-1", "site": "durable_state.save.after_store_write",
      "kind": "failpoint-crash", "restart_after_ms": 40636}]
 
 
