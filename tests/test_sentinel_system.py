@@ -470,7 +470,7 @@ _SAVE_RERUN_ACROSS_V2 = [  # seed 0 of 7 days deploys v2 at 02:10:01.480 on day 
     (1, "2h", [{"time_ms": 600000, "node": "sentinels/worker-1", "site": "process", "kind": "node-kill",
                 "restart_after_ms": 3600000}]),
     (1, "2h", [{"time_ms": 600000, "node": "sentinels/worker-1", "site": "ds.save", "kind": "ack-lost",
-                "restart_after_ms": 2400000}]),
+                "restart_after_ms": 3100000}]),  # down 00:10 to 01:01: v2 at 00:25, the rollback at 01:00
     (0, "7d", _SAVE_RERUN_ACROSS_V2),
 ], ids=["kill-across-rollback", "ack-lost-across-both", "save-rerun-on-v2"])
 def test_downtime_across_deploys_is_no_false_alarm(seed, duration, script):
