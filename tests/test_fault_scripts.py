@@ -339,8 +339,9 @@ def test_run_faults_with_a_repro_file_adopts_its_configuration(stale_tokens_acce
     from sim.face import cli, repro_file
 
     opts = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("1h"),  # no swarm: the command line's default is one
-                           fault_script=parse_script([{"time_ms": 330_000, "node": "workers/worker-2", "site": "process",
-                                                       "kind": "node-pause", "duration_ms": 28_000}]),
+                           fault_script=parse_script([{"time_ms": 330_000, "node": "workers/worker-2",
+                                                       "site": "process", "kind": "node-pause",
+                                                       "duration_ms": 28_000}]),
                            script_must_fire=True)
     failing = run(registry.get("ledger-storm"), opts)
     assert not failing.passed and failing.violations[0].invariant == "fencing"
