@@ -145,11 +145,11 @@ def test_an_empty_script_means_no_faults_at_all():
 
 
 def test_a_hand_written_fault_fires_at_the_first_hit_after_its_time():
-    """ "At day 1, crash worker-1 after ledger.reserve_settlement commits." """
+    """ "At day 1, crash sentinels/worker-1 after ledger.reserve_settlement commits." """
     day_ms = parse_duration_ms("1d")
-    script = parse_script([{"time_ms": day_ms, "node": "worker-1", "site": "ledger.reserve_settlement",
+    script = parse_script([{"time_ms": day_ms, "node": "sentinels/worker-1", "site": "ledger.reserve_settlement",
                             "kind": "ack-lost", "restart_after_ms": 2_000}])
-    opts = ScenarioOptions(seed=4, duration_ms=parse_duration_ms("2d"))
+    opts = ScenarioOptions(seed=4, duration_ms=parse_duration_ms("2d"), script_must_fire=True)
     result = replay("sentinel-year", opts, script)
     assert result.passed, result.violations
     (fired,) = result.fault_script
@@ -191,7 +191,7 @@ def _cli(*args: str, cwd: str) -> subprocess.CompletedProcess:
 def test_cli_runs_a_script_file_and_refuses_a_malformed_one(tmp_path):
     script = tmp_path / "faults.json"
     script.write_text(json.dumps({"fault_script": [
-        {"time_ms": 3_600_000, "node": "worker-1", "site": "log.append", "kind": "crash-before-call",
+        {"time_ms": 3_600_000, "node": "sentinels/worker-1", "site": "log.append", "kind": "crash-before-call",
          "restart_after_ms": 1_000}]}))
     ok = _cli("run", "sentinel-year", "--seed", "2", "--duration", "1d", "--faults", str(script), "--json",
               cwd=str(tmp_path))
@@ -292,9 +292,9 @@ def test_a_failure_quoting_a_lone_surrogate_still_writes_and_replays_its_repro(s
 
 
 TYPO_SCRIPT = [
-    {"time_ms": 600_000, "node": "worker-1", "site": "ledger.reserve_setlement", "kind": "ack-lost"},
-    {"time_ms": 600_000, "node": "worker-9", "site": "ledger.reserve_settlement", "kind": "ack-lost"},
-    {"time_ms": 600_000, "node": "worker-1", "site": "ledger.reserve_settlement", "kind": "ack-lost",
+    {"time_ms": 600_000, "node": "workers/worker-1", "site": "ledger.reserve_setlement", "kind": "ack-lost"},
+    {"time_ms": 600_000, "node": "workers/worker-9", "site": "ledger.reserve_settlement", "kind": "ack-lost"},
+    {"time_ms": 600_000, "node": "workers/worker-1", "site": "ledger.reserve_settlement", "kind": "ack-lost",
      "restart_after_ms": 2_000},
 ]
 
@@ -313,7 +313,7 @@ def test_a_hand_written_entry_that_never_fires_fails_the_run_naming_it(tmp_path,
     message = violation["message"]
     assert "2 of 3 script entries never fired" in message
     assert "entry 0 " in message and "'ledger.reserve_setlement' was never hit (nearest: ledger.reserve_settlement" in message
-    assert "entry 1 " in message and "node 'worker-9' never existed" in message
+    assert "entry 1 " in message and "node 'workers/worker-9' never existed" in message
     assert "entry 2 " not in message
     # A hand-written script's failure gets its repro file, and that replays to the same verdict.
     assert body["repro_file"] and os.path.dirname(body["repro_file"]) == str(tmp_path)
@@ -326,23 +326,25 @@ def test_a_hand_written_entry_that_never_fires_fails_the_run_naming_it(tmp_path,
 
 
 def test_a_hand_written_entry_fires_at_its_own_node():
-    script = parse_script([{"time_ms": 600_000, "node": "worker-2", "site": "ledger.reserve_settlement",
+    script = parse_script([{"time_ms": 600_000, "node": "workers/worker-2", "site": "ledger.reserve_settlement",
                             "kind": "ack-lost", "restart_after_ms": 2_000}])
     result = run(registry.get("ledger-storm"), ScenarioOptions(seed=0, duration_ms=parse_duration_ms("30m"),
                                                               fault_script=script, script_must_fire=True))
     assert result.passed
     (fired,) = [e for e in result.fault_script if isinstance(e, FaultEvent)]
-    assert fired.node.startswith("worker-2") and fired.kind == ACK_LOST
+    assert fired.node.startswith("workers/worker-2") and fired.kind == ACK_LOST
 
 
 def test_run_faults_with_a_repro_file_adopts_its_configuration(stale_tokens_accepted, tmp_path, capsys):
     from sim.face import cli, repro_file
 
     opts = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("1h"),  # no swarm: the command line's default is one
-                           fault_script=parse_script([{"time_ms": 32 * 60_000, "node": "worker-2", "site": "process",
-                                                       "kind": "node-pause", "duration_ms": 28_000}]))
+                           fault_script=parse_script([{"time_ms": 330_000, "node": "workers/worker-2",
+                                                       "site": "process", "kind": "node-pause",
+                                                       "duration_ms": 28_000}]),
+                           script_must_fire=True)
     failing = run(registry.get("ledger-storm"), opts)
-    assert not failing.passed
+    assert not failing.passed and failing.violations[0].invariant == "fencing"
     path = repro_file.write_repro(failing, "loomsim run ...", str(tmp_path))
     code = cli.main(["run", "ledger-storm", "--seed", "0", "--faults", path, "--json"])
     body = json.loads(capsys.readouterr().out)

@@ -278,7 +278,7 @@ def test_malformed_inputs_are_rejected_and_settle_as_failed(monkeypatch):
     monkeypatch.setattr(sentinel_app, "run_input", sometimes_malformed)
     tap = _SettlementTap()
     scenario = registry.get("sentinel-year")
-    result = run(scenario, ScenarioOptions(seed=5, duration_ms=parse_duration_ms("2d"),
+    result = run(scenario, ScenarioOptions(seed=0, duration_ms=parse_duration_ms("2d"),
                                            params={"validate_inputs": 1}), trace_stream=tap)
     assert result.passed, result.violations
     stats = result.stats
@@ -461,23 +461,23 @@ def test_a_broken_build_is_judged_by_the_state_it_meets():
 # whose restart spans both deploys, and a swarm-drawn script in which a
 # worker crashed between its save's store write and its step record, a v2
 # deploy landing while it was down.
-_SAVE_RERUN_ACROSS_V2 = [  # seed 0 of 7 days deploys v2 at 07:25:00.550 on day 1, inside this wake
-    {"time_ms": 113100549, "node": "worker-1", "site": "durable_state.save.after_store_write",
+_SAVE_RERUN_ACROSS_V2 = [  # seed 0 of 7 days deploys v2 at 02:10:01.480 on day 2, inside this wake
+    {"time_ms": 180600000, "node": "sentinels/worker-1", "site": "durable_state.save.after_store_write",
      "kind": "failpoint-crash", "restart_after_ms": 40636}]
 
 
 @pytest.mark.parametrize("seed, duration, script", [
-    (1, "2h", [{"time_ms": 600000, "node": "worker-1", "site": "process", "kind": "node-kill",
+    (1, "2h", [{"time_ms": 600000, "node": "sentinels/worker-1", "site": "process", "kind": "node-kill",
                 "restart_after_ms": 3600000}]),
-    (1, "2h", [{"time_ms": 600000, "node": "worker-1", "site": "ds.save", "kind": "ack-lost",
-                "restart_after_ms": 2400000}]),
+    (1, "2h", [{"time_ms": 600000, "node": "sentinels/worker-1", "site": "ds.save", "kind": "ack-lost",
+                "restart_after_ms": 3100000}]),  # down 00:10 to 01:01: v2 at 00:25, the rollback at 01:00
     (0, "7d", _SAVE_RERUN_ACROSS_V2),
 ], ids=["kill-across-rollback", "ack-lost-across-both", "save-rerun-on-v2"])
 def test_downtime_across_deploys_is_no_false_alarm(seed, duration, script):
     from faults.script import parse_script
 
     opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration),
-                           fault_script=parse_script(script))
+                           fault_script=parse_script(script), script_must_fire=True)
     result = run(registry.get("sentinel-year"), opts)
     assert result.passed, result.violations
     assert result.stats["deploys"] >= 1 and result.stats["worker_crashes"] >= 1, result.stats

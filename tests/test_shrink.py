@@ -38,14 +38,15 @@ def test_ddmin_keeps_nothing_when_nothing_is_needed_and_everything_when_all_is()
 
 
 # Five transient errors that do not matter, and one pause (past the 20 s
-# lease) that lets a successor take worker-2's submission over: with the
-# planted bug, worker-2's stale token still settles.
-NOISE = [{"time_ms": m * MINUTE_MS, "node": "worker-1", "site": site, "kind": "transient-error"}
+# lease) that lets a successor take workers/worker-2's submission over: with
+# the planted bug, its stale token still settles. Every entry must fire.
+NOISE = [{"time_ms": m * MINUTE_MS, "node": "workers/worker-3", "site": site, "kind": "transient-error"}
          for m, site in ((5, "ledger.claim"), (9, "log.append"), (14, "ledger.renew_ownership"),
                          (21, "log.inspect_tail"), (26, "ledger.get"))]
-PAUSE = {"time_ms": 32 * MINUTE_MS, "node": "worker-2", "site": "process", "kind": "node-pause",
+PAUSE = {"time_ms": 31 * MINUTE_MS + 45_000, "node": "workers/worker-2", "site": "process", "kind": "node-pause",
          "duration_ms": 28_000}
-OPTS = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("2h"), fault_script=parse_script([*NOISE, PAUSE]))
+OPTS = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("2h"), fault_script=parse_script([*NOISE, PAUSE]),
+                       script_must_fire=True)
 
 
 def test_shrinking_keeps_the_decisive_pause_and_bisects_the_duration_from_just_past_the_failure(
@@ -60,7 +61,7 @@ def test_shrinking_keeps_the_decisive_pause_and_bisects_the_duration_from_just_p
                     on_run=lambda runs, still, candidate: tried.append(candidate.duration_ms))
     assert not shrunk.budget_spent and shrunk.original_entries == 6
     (kept,) = shrunk.opts.fault_script
-    assert (kept.kind, kept.node, kept.duration_ms) == (NODE_PAUSE, "worker-2", 28_000)
+    assert (kept.kind, kept.node, kept.duration_ms) == (NODE_PAUSE, "workers/worker-2", 28_000)
     assert shrunk.result.violations[0].invariant == "fencing"
     failed_at_ms = shrunk.result.violations[0].time_ms
     # Bisected in whole minutes: well under the original 2h, never before the failure.
@@ -96,7 +97,7 @@ def test_loomsim_shrink_writes_a_repro_file_that_still_fails_and_its_repro_chang
     assert cli.main(["shrink", path]) == 1  # the shrunk run fails, as its report says
     out = tmp_path / "loomsim-shrunk-ledger-storm-0.json"  # the default name, next to the input
     shown = capsys.readouterr().out
-    assert "6 -> 1 script entries" in shown and "worker-2: node-pause at process" in shown
+    assert "6 -> 1 script entries" in shown and "workers/worker-2: node-pause at process" in shown
     assert f"replay: loomsim repro {out}" in shown
     assert open(path, encoding="utf-8").read() == before  # the original is kept
     body = json.load(open(out, encoding="utf-8"))

@@ -16,7 +16,7 @@ from sim.runner import run
 from sim.scenario import ScenarioOptions
 
 WINDOW_MS = 20 * 60_000
-NODES = ("worker-1", "worker-2", "worker-3")
+NODES = ("workers/worker-1", "workers/worker-2", "workers/worker-3")
 SITES = ("ledger.claim", "ledger.mark_input_applied", "ledger.reserve_settlement", "ledger.finalize_settlement",
          "ledger.renew_ownership", "log.append", "log.inspect_tail", "log.lookup_batch")
 
@@ -26,6 +26,19 @@ PLANTED_SITES = ("ledger.claim", "ledger.finalize_settlement", "log.append")
 
 def _storm(script, duration_ms: int = WINDOW_MS) -> object:
     return run(registry.get("ledger-storm"), ScenarioOptions(seed=5, duration_ms=duration_ms, fault_script=script))
+
+
+def test_the_scripts_name_nodes_the_storm_runs():
+    """A script naming a node the storm does not run fires nothing, and the
+    properties below would then hold of a fault-free run."""
+    from faults.script import parse_script
+
+    script = parse_script([{"time_ms": 60_000, "node": node, "site": "log.append", "kind": "transient-error"}
+                           for node in NODES])
+    result = run(registry.get("ledger-storm"), ScenarioOptions(seed=5, duration_ms=WINDOW_MS, fault_script=script,
+                                                              script_must_fire=True))
+    assert result.passed, result.violations
+    assert result.faults == {"transient-error": len(NODES)}
 
 
 @settings(max_examples=12, deadline=None, derandomize=True, database=None)
