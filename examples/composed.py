@@ -10,7 +10,7 @@ def composed(run):
     end_ms = run.opts.duration_ms
     fast = Sentinels([Schedule("fast", 1 * MINUTE, end_ms=end_ms)], name="fast")
     slow = Sentinels([Schedule("slow", 7 * MINUTE, end_ms=end_ms)], name="slow")
-    requests, asks = Submitters(name="requests"), AgentSubmitters(name="asks")
+    requests, asks = Submitters(name="requests", defer_share=1 / 8), AgentSubmitters(name="asks")
     workers, agents = Workers(2, serving=requests), AgentWorkers(2, serving=asks)
     return Stack(
         system=System(restart_ms=(1 * SECOND, 20 * SECOND)),

@@ -1286,7 +1286,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.agent",
         "            result = await self.tools.invoke(call, tool, args, call if idempotent else None, deadline_ms)\n",
         "            result = await self.tools.invoke(call, tool, args, call if idempotent else None)\n", AC,
-        ci_seed=5, ci_duration="30m"),
+        ci_seed=1, ci_duration="30m"),
     Mutant(
         "agent-run-clock-reset",
         "A resumed run measures its duration allowance from its own claim, not from the logged start: a run "
@@ -1326,7 +1326,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '        if decided["decision"] == REJECTED:\n'
         '            # Rejected: the guarded call and every later step never run.\n'
         '            raise WorkFailure(ApprovalRejected(call, decided["resolver"], decided["reason"]))\n', "", AC,
-        ci_seed=1, ci_duration="4m"),
+        ci_seed=3, ci_duration="4m"),
     Mutant(
         "agent-abort-after-settlement",
         "The settlement batch of an aborted run logs the abort intent after the settlement record it decided.",
@@ -1409,7 +1409,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
         "                if False:\n"
         '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
-        AC, ci_seed=4, ci_duration="2h"),
+        AC, ci_seed=0, ci_duration="2h"),
     # -- progress waits (model.progress, STORE-014) ------------------------------------
     Mutant(
         "progress-read-before-register",
@@ -1512,7 +1512,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _approval_not_held(row, log), AWAIT_APPROVAL_DECISION, REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _approval_not_held(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
         AC,
-        ci_seed=2, ci_duration="10m"),
+        ci_seed=8, ci_duration="10m"),
     Mutant(
         "recovery-join-accounting-as-turn-boundary",
         "A released child with no joined record is classified ResumeFromTurnBoundary, not ApplyJoinAccounting.",

@@ -260,15 +260,17 @@ def composed():
     registry._SCENARIOS.update(before)
 
 
-@pytest.mark.parametrize("mutant,seed,check", [
-    ("sched-busy-ignored", 1, "exactly-once-wake[fast]"),  # the fast fleet's schedule driver
-    ("agent-run-clock-reset", 4, "run-clock"),  # the agent workers' own check
+@pytest.mark.parametrize("mutant,seed,duration,check", [
+    ("sched-busy-ignored", 1, "2h", "exactly-once-wake[fast]"),  # the fast fleet's schedule driver
+    ("agent-run-clock-reset", 0, "1h", "run-clock"),  # the agent workers' own check
+    ("worker-hands-over-naming-only-its-head", 0, "1h", "fifo-one-active[workers]"),  # the requests' workers defer
 ])
-def test_a_bug_planted_in_one_workload_of_the_composed_stack_is_named_by_its_check(composed, mutant, seed, check):
+def test_a_bug_planted_in_one_workload_of_the_composed_stack_is_named_by_its_check(composed, mutant, seed, duration,
+                                                                                   check):
     from faults import mutants as mx
 
     with mx.applied(mx.catalogue()[mutant]):
-        result = run(composed, ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("2h"), swarm=True))
+        result = run(composed, ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), swarm=True))
     assert not result.passed and result.violations[0].invariant == check, result.violations[:1]
 
 
