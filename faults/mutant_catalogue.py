@@ -1251,7 +1251,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "agent's tools, a checkpoint written under the old ones is trusted.",
         "model.conversation.checkpoints", "    if checkpoint.tool_digest != tool_digest:\n",
         "    if checkpoint.tool_digest != checkpoint.tool_digest:\n", AC,
-        ci_seed=7, ci_duration="6h"),
+        ci_seed=1, ci_duration="6h"),
     Mutant(
         "checkpoint-save-unchecked",
         "Saving a checkpoint no longer checks its tail digest against the log's digest at its position.",
