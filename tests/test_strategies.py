@@ -3,7 +3,6 @@ survives any script of within-contract point faults, and Hypothesis finds
 and shrinks a planted bug to the one fault it needs."""
 from __future__ import annotations
 
-import itertools
 
 import pytest
 from hypothesis import given, settings
@@ -50,10 +49,17 @@ def test_ledger_storm_survives_any_short_script_of_point_faults(script):
 
 @pytest.mark.slow  # ~30 s, mostly Hypothesis shrinking; loomsim's own shrinker is tested in tests/test_shrink.py
 def test_hypothesis_finds_and_shrinks_a_planted_bug(monkeypatch):
-    """Planted: the settlement batch id is per attempt, so a successor of an
-    owner that crashed before finalizing appends a second settlement."""
-    attempt = itertools.count()
-    monkeypatch.setattr(lifecycle, "settle_batch_id", lambda sid: f"settle:{sid}:{next(attempt)}")
+    """Planted: a successor's settlement batch id is its own (the first
+    asker of a submission's gets the agreed name, every later one a fresh
+    name), so a successor of an owner that crashed before finalizing appends
+    a second settlement. Without that crash the bug never shows."""
+    asked: dict[str, int] = {}
+
+    def per_attempt(sid: str) -> str:
+        asked[sid] = asked.get(sid, 0) + 1
+        return f"settle:{sid}" if asked[sid] == 1 else f"settle:{sid}:{asked[sid]}"
+
+    monkeypatch.setattr(lifecycle, "settle_batch_id", per_attempt)
     failures = []
 
     @settings(max_examples=40, deadline=None, derandomize=True, database=None)
