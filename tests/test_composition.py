@@ -233,6 +233,10 @@ def test_a_stack_that_cannot_be_built_is_one_usage_line_before_any_seed(tmp_path
     (tmp_path / "named_twice_stack.py").write_text(DUPLICATE_NAMES)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
+    # Registered for this test only: a later sweep of every scenario must not meet it.
+    registry._load_all()
+    monkeypatch.setattr(registry, "_SCENARIOS", dict(registry._SCENARIOS))
+    monkeypatch.delitem(__import__("sys").modules, "named_twice_stack", raising=False)
     assert cli.main(["--scenarios", "named_twice_stack", *command]) == 2
     captured = capsys.readouterr()
     assert captured.err == "loomsim: error: two workloads named 'x' (both sentinels); give one of them another name\n"
