@@ -327,6 +327,28 @@ for name in sys.argv[1:]:
 """
 
 
+# Rough CPU per simulated millisecond of each scenario, relative to
+# sentinel-year's: what a ci run costs, to share the runs out evenly.
+SCENARIO_COST = {"sentinel-year": 1, "ledger-storm": 10, "agent-conversations": 50, "port-storm": 150}
+
+
+def _balanced(names: list[str], children: int) -> list[list[str]]:
+    """The ci runs shared among ``children`` by their estimated cost, the
+    dearest first, each to the child with the least so far (the subset's wall
+    time is its slowest child's)."""
+    def cost(name: str) -> int:
+        scenario, _, duration = CATALOGUE[name].ci_run
+        return parse_duration_ms(duration) * SCENARIO_COST.get(scenario, 50)
+
+    shares: list[list[str]] = [[] for _ in range(children)]
+    loads = [0] * children
+    for name in sorted(names, key=lambda n: (-cost(n), n)):
+        least = loads.index(min(loads))
+        shares[least].append(name)
+        loads[least] += cost(name)
+    return shares
+
+
 @pytest.fixture(scope="module")
 def detections(request, tmp_path_factory) -> dict[str, bool]:
     """name -> did its ci run pass, for the detection tests this session
@@ -336,8 +358,7 @@ def detections(request, tmp_path_factory) -> dict[str, bool]:
                     and CATALOGUE[item.callspec.params["name"]].ci_run is not None})
     directory = tmp_path_factory.mktemp("detections")
     children = []
-    for index in range(DETECTION_CHILDREN):
-        share = names[index::DETECTION_CHILDREN]
+    for share in _balanced(names, DETECTION_CHILDREN):
         if share:
             out = open(directory / f"out-{index}", "w+", encoding="utf-8")
             err = open(directory / f"err-{index}", "w+", encoding="utf-8")
