@@ -358,7 +358,7 @@ def detections(request, tmp_path_factory) -> dict[str, bool]:
                     and CATALOGUE[item.callspec.params["name"]].ci_run is not None})
     directory = tmp_path_factory.mktemp("detections")
     children = []
-    for share in _balanced(names, DETECTION_CHILDREN):
+    for index, share in enumerate(_balanced(names, DETECTION_CHILDREN)):
         if share:
             out = open(directory / f"out-{index}", "w+", encoding="utf-8")
             err = open(directory / f"err-{index}", "w+", encoding="utf-8")
