@@ -1252,7 +1252,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "agent's tools, a checkpoint written under the old ones is trusted.",
         "model.conversation.checkpoints", "    if checkpoint.tool_digest != tool_digest:\n",
         "    if checkpoint.tool_digest != checkpoint.tool_digest:\n", AC,
-        ci_seed=1, ci_duration="6h"),
+        ci_seed=12, ci_duration="2h"),
     Mutant(
         "checkpoint-save-unchecked",
         "Saving a checkpoint no longer checks its tail digest against the log's digest at its position.",
@@ -1348,7 +1348,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "subagent-parent-abort.",
         "model.agent", "                await self._abort(child.submission_id, SUBAGENT_PARENT_ABORT)\n",
         "                await self._abort(child.submission_id, sid)\n", AC,
-        ci_seed=1, ci_duration="90m"),
+        ci_seed=1, ci_duration="30m"),
     Mutant(
         "agent-aborted-parent-no-joined",
         "An aborted run settles without a subagent joined record of the children it aborted.",
@@ -1438,7 +1438,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.retention",
         "    try:\n        await ledger.purge_conversation(conversation_id)\n",
         "    await log.delete_conversation(conversation_id)\n    try:\n        await ledger.purge_conversation(conversation_id)\n",
-        LS, ci_seed=2, ci_duration="18h"),
+        LS, ci_seed=11, ci_duration="4h"),
     Mutant(
         "progress-polling-loop",
         "The wait sleeps a second and rereads instead of parking on its registration: a polling loop.",
@@ -1489,7 +1489,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "                          else await lifecycle.settle_queued_abort(sid, RECOVERY_PRODUCER, record=current))\n",
         "                          else None)  # left to the lane's next claim holder\n",
         ("ledger-storm", "agent-conversations"),
-        ci_seed=2, ci_duration="2h", ci_scenario="agent-conversations"),
+        ci_seed=19, ci_duration="2h"),
     Mutant(
         "recovery-pass-skips-finalize",
         "The recovery pass decides FinalizeLedgerFromHistory and does not finalize (the next claim holder would adopt the logged record).",

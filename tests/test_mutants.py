@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import subprocess
 import sys
 import textwrap
@@ -313,14 +314,19 @@ def test_an_argued_equivalent_mutant_is_told_apart_and_left_out_of_the_share():
 # -- the fast CI subset: one known-detecting seed per mutant ---------------------------------
 
 
-# Each selected mutant's ci run, in a child process of its own share (one
-# child per core: the machine's two cores halve the subset's wall time).
+# Each selected mutant's ci run, in one of two child processes (one per
+# core: the machine's two cores halve the subset's wall time). The children
+# take the runs from one queue, the dearest first, each the next one as it
+# finishes its last (a run's cost is hard to guess: most stop at their first
+# violation), so neither waits for the other.
 DETECTION_CHILDREN = 2
 _CHILD = """
 import json, sys
 sys.path.insert(0, "tests")
 from test_mutants import CATALOGUE, _run_with
-for name in sys.argv[1:]:
+print(json.dumps(None), flush=True)  # ready: send me a name
+for line in sys.stdin:
+    name = line.strip()
     scenario, seed, duration = CATALOGUE[name].ci_run
     result = _run_with(CATALOGUE[name], scenario, seed, duration)
     print(json.dumps([name, result.passed]), flush=True)
@@ -328,25 +334,16 @@ for name in sys.argv[1:]:
 
 
 # Rough CPU per simulated millisecond of each scenario, relative to
-# sentinel-year's: what a ci run costs, to share the runs out evenly.
+# sentinel-year's: the order the queue hands the runs out in.
 SCENARIO_COST = {"sentinel-year": 1, "ledger-storm": 10, "agent-conversations": 50, "port-storm": 150}
 
 
-def _balanced(names: list[str], children: int) -> list[list[str]]:
-    """The ci runs shared among ``children`` by their estimated cost, the
-    dearest first, each to the child with the least so far (the subset's wall
-    time is its slowest child's)."""
+def _dearest_first(names: list[str]) -> list[str]:
     def cost(name: str) -> int:
         scenario, _, duration = CATALOGUE[name].ci_run
         return parse_duration_ms(duration) * SCENARIO_COST.get(scenario, 50)
 
-    shares: list[list[str]] = [[] for _ in range(children)]
-    loads = [0] * children
-    for name in sorted(names, key=lambda n: (-cost(n), n)):
-        least = loads.index(min(loads))
-        shares[least].append(name)
-        loads[least] += cost(name)
-    return shares
+    return sorted(names, key=lambda n: (-cost(n), n))
 
 
 @pytest.fixture(scope="module")
@@ -356,23 +353,37 @@ def detections(request, tmp_path_factory) -> dict[str, bool]:
     names = sorted({item.callspec.params["name"] for item in request.session.items
                     if item.originalname == "test_the_sweep_detects_the_mutant"
                     and CATALOGUE[item.callspec.params["name"]].ci_run is not None})
+    queue = _dearest_first(names)
     directory = tmp_path_factory.mktemp("detections")
     children = []
-    for index, share in enumerate(_balanced(names, DETECTION_CHILDREN)):
-        if share:
-            out = open(directory / f"out-{index}", "w+", encoding="utf-8")
-            err = open(directory / f"err-{index}", "w+", encoding="utf-8")
-            children.append((subprocess.Popen([sys.executable, "-c", _CHILD, *share], cwd=ROOT, stdout=out,
-                                              stderr=err, text=True), out, err))
+    for index in range(min(DETECTION_CHILDREN, len(queue))):
+        err = open(directory / f"err-{index}", "w+", encoding="utf-8")
+        children.append((subprocess.Popen([sys.executable, "-c", _CHILD], cwd=ROOT, stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=err, text=True), err))
     passed: dict[str, bool] = {}
-    for child, out, err in children:
-        code = child.wait(timeout=3_600)
-        out.seek(0)
-        err.seek(0)
-        assert code == 0, err.read()[-4_000:]
-        passed.update(json.loads(line) for line in out.read().splitlines())
-        out.close()
-        err.close()
+    with selectors.DefaultSelector() as waiting:
+        for child, err in children:
+            waiting.register(child.stdout, selectors.EVENT_READ, (child, err))
+        while waiting.get_map():
+            for key, _ in waiting.select(timeout=3_600):
+                child, err = key.data
+                line = child.stdout.readline()
+                if not line:  # the child ended before it was told to: its error says why
+                    err.seek(0)
+                    raise AssertionError(f"a detection child died: {err.read()[-4_000:]}")
+                answer = json.loads(line)
+                if answer is not None:
+                    passed[answer[0]] = answer[1]
+                if queue:
+                    child.stdin.write(queue.pop(0) + "\n")
+                    child.stdin.flush()
+                else:
+                    waiting.unregister(child.stdout)
+                    child.stdin.close()
+                    code = child.wait(timeout=600)
+                    err.seek(0)
+                    assert code == 0, err.read()[-4_000:]
+                    err.close()
     return passed
 
 
