@@ -643,6 +643,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "                              schema_version=entry[\"schemaVersion\"], created_at_ms=created_at_ms,\n",
         BOTH, ci_seed=0, ci_duration="30m", ci_scenario="ledger-storm"),
     Mutant(
+        "admission-materialize-stale-fails",
+        "A client whose conversation a recovering owner materialized and claimed between its look at the log and "
+        "its own materialize at epoch 0 fails on the stale-epoch refusal instead of marking the submission ready.",
+        "model.lifecycle", '            if error_name(error) != "FenceRejected":\n',
+        "            if True:\n", ("ledger-storm", "agent-conversations")),
+    Mutant(
         "settlement-retry-conflicts-with-itself",
         "A settlement retried after its reservation's reply was lost builds a new envelope (created later) and "
         "fails on a conflict with its own reservation instead of adopting it.",

@@ -329,19 +329,29 @@ class SubmissionLifecycle:
         ready: admission's second half, idempotent, also what a recovery
         does for an admission that stopped before ready."""
         if log_is_new:
-            await self.log.materialize(conversation_id, ADMISSION_PRODUCER, 0)
+            await self._materialize_for_admission(conversation_id)
         else:
             try:
                 await self.log.inspect_tail(conversation_id)
             except NotMaterialized:
-                # Epoch 0 by the admission producer: any claimed owner (epoch
-                # >= 1) takes over from it; a second materialize is a no-op.
-                await self.log.materialize(conversation_id, ADMISSION_PRODUCER, 0)
+                await self._materialize_for_admission(conversation_id)
             # The peer's submit path (a client's, a subagent's child): not a
             # sentinel run's, whose log is born with its admission and whose
             # crash points are the runs layer's (``SENTINEL_CRASH_POINTS``).
             self.failpoints.hit(MATERIALIZED_BEFORE_READY)
         await self.ledger.mark_ready(submission_id, self.now_ms())
+
+    async def _materialize_for_admission(self, conversation_id: str) -> None:
+        """Epoch 0, by the admission producer: any claimed owner (epoch >= 1)
+        takes over from it, and a second materialize at 0 is a no-op. A
+        refusal as stale means a claimed owner materialized it meanwhile (a
+        recovery completed this admission's first half, then claimed): the
+        conversation exists, which is all this step asks."""
+        try:
+            await self.log.materialize(conversation_id, ADMISSION_PRODUCER, 0)
+        except Exception as error:
+            if error_name(error) != "FenceRejected":
+                raise
 
     # -- ownership ---------------------------------------------------------------
 

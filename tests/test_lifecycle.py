@@ -183,6 +183,38 @@ def test_make_ready_finishes_an_admission_that_stopped_before_ready(world):
     drive(world.log.materialize(C, ADMISSION_PRODUCER, 0))  # ... whose materialize is a no-op
 
 
+class _TakenOverMeanwhile:
+    """The log, where another process materializes the conversation and
+    takes it over (epoch 1) right after this caller found it missing."""
+
+    def __init__(self, log) -> None:
+        self._log = log
+
+    def __getattr__(self, method):
+        return getattr(self._log, method)
+
+    async def inspect_tail(self, conversation_id):
+        try:
+            return await self._log.inspect_tail(conversation_id)
+        finally:
+            await self._log.materialize(conversation_id, "worker-9", 1)
+
+
+def test_make_ready_after_a_claimed_owner_materialized_the_conversation_meanwhile(world):
+    """A client that found no log (its admission's first half) is slow; a
+    worker's recovery materializes the conversation and claims it (epoch 1)
+    before the client's own materialize at epoch 0, which the log refuses as
+    stale (``FenceRejected``). The conversation exists, which is all the
+    admission's second half needs: the client marks the submission ready
+    instead of failing (found by ledger-storm seed 1, 3 days, retention on)."""
+    admission = drive(world.ledger.admit(C, "p", "k1", {"x": 1}, 1_000))
+    life = world.lifecycle(None)
+    life.log = _TakenOverMeanwhile(life.log)
+    drive(life.make_ready(C, admission.submission_id))
+    assert drive(world.ledger.get(admission.submission_id)).ready
+    assert drive(world.log.inspect_tail(C)).epoch == 1  # the owner's, untouched
+
+
 # --- terminalization ---------------------------------------------------------------
 
 
