@@ -270,3 +270,24 @@ def test_a_system_without_a_keyring_binds_none(tmp_path):
     result, sealing, rows, trace = _keyring_run("memory", False, tmp_path)
     assert result.passed and sealing.ports[0].keyring is None and rows.rows == ()
     assert "keyring." not in trace
+
+
+def test_describe_lists_the_keyring_sites_of_a_system_that_has_one():
+    from faults.kinds import WRITE_CONTENTION
+    from sim.face.describe import fault_sites
+
+    def sites(keyring: bool) -> dict:
+        stack = Stack(system=System(restart_ms=(SECOND, 2 * SECOND), keyring=keyring), faults=PortFaults({}),
+                      workloads=[_Sealing()], heal_ms_max=HOUR, settle_ms=HOUR)
+        scenario = Scenario("sealing", "test", lambda run_: stack, parse_duration_ms("1m"))
+        return {s["site"]: s["kinds"] for s in fault_sites(scenario, [stack])}
+
+    with_keyring, without = sites(True), sites(False)
+    assert not any(site.startswith("keyring.") for site in without)
+    assert {site for site in with_keyring if site.startswith("keyring.")} == {
+        f"keyring.{m}" for m in ("put_if_absent", "get", "rewrap", "scan", "get_rotation", "save_rotation")}
+    # The keyring's reads take no write contention; its writes do.
+    for read in ("get", "scan", "get_rotation"):
+        assert WRITE_CONTENTION not in with_keyring[f"keyring.{read}"], read
+    for write in ("put_if_absent", "rewrap", "save_rotation"):
+        assert WRITE_CONTENTION in with_keyring[f"keyring.{write}"], write
