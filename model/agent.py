@@ -627,9 +627,10 @@ class AgentWorker(SubmissionWorker):
             await self.ledger.renew_ownership(claim, self.lease_ms, self.now_ms())
             await self.step_delay(sid, index)
         try:
-            # The effect boundary: the only place a credential is resolved (never recorded).
-            sending = args if self.secrets is None else await resolve_refs(args, self.secrets.secret_store)
-            result = await self.tools.invoke(call, tool, sending, call if idempotent else None, deadline_ms)
+            if self.secrets is not None:
+                # The effect boundary: the only place a credential is resolved (what is sent, never recorded).
+                args = await resolve_refs(args, self.secrets.secret_store)
+            result = await self.tools.invoke(call, tool, args, call if idempotent else None, deadline_ms)
         except Exception:
             if idempotent:
                 raise  # a retry under the same key is safe: the caller's loop tries again
