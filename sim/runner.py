@@ -131,6 +131,10 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
     system = world.system = stack.system
     system.open(world, opts, choices)
     try:
+        for workload in stack.workloads:
+            requirements = tuple(workload.requires())
+            if requirements:
+                system.require(workload.name, requirements)
         # The one fault plan of the run: drawn from the seed, or a script.
         world.plan = stack.faults.plan_for(world, opts, choices)
         world.invariants.view = system.audit_view()
