@@ -489,6 +489,19 @@ class System:
             raise
         return opened
 
+    def database_bytes(self) -> tuple[bytes, ...]:
+        """The run's SQLite file as stored: the database's bytes and its
+        write-ahead log's (if any); () in memory. What a reader of the disk
+        sees, for a check of what the adapters declare about it."""
+        if self._database is None:
+            return ()
+        found = []
+        for path in (self._database.path, self._database.path + "-wal"):
+            with contextlib.suppress(FileNotFoundError):
+                with open(path, "rb") as handle:
+                    found.append(handle.read())
+        return tuple(found)
+
     def conversation_ids(self) -> tuple[str, ...]:
         if self._scope is not None:
             return self._scope
