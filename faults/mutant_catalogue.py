@@ -685,6 +685,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "        \"durability\": \"durable-node\" if durable else \"non-durable\",  # the peer's declaration\n", "",
         ("port-storm",), ci_seed=0, ci_duration="30s"),
     Mutant(
+        "sqlite-ledger-claims-encryption-at-rest",
+        "The SQLite adapter declares encryption at rest over a plain database file.",
+        "model.ledger.sqlite_store", "adapter=\"sqlite\", encryption_at_rest=False)",
+        "adapter=\"sqlite\", encryption_at_rest=True)", LS, store="sqlite", ci_seed=2, ci_duration="10s"),
+    Mutant(
         "ledger-scan-answers-payloads",
         "The scan of open work answers whole records, the input and the admission metadata included, instead "
         "of the control fields only.",

@@ -144,6 +144,10 @@ def _sqlite_stores(conn: Any, *, keyring: bool = False) -> dict[str, Any]:
     return stores
 
 
+# What a workload may require of the durable stores (``Workload.requires``)
+# -> the capability a store declares for it (``System.require``).
+REQUIREMENTS = {"encryption-at-rest": "encryptionAtRest"}
+
 # The calls that delete a conversation's records, by port: whichever of them
 # reaches its store first while the log is there is preceded by the audit.
 _DELETING = {"ledger": "purge_conversation", "log": "delete_conversation"}
@@ -232,6 +236,8 @@ class System:
         # reads through the system's own connection.
         self._connections: dict[str, tuple[Any, int, dict[str, Any]]] = {}
         self._busy_timeout_ms = BUSY_TIMEOUT_MS_DEFAULT
+        self._store_option = "memory"
+        self._user_stores: dict[str, Any] = {}
 
     # -- phases ------------------------------------------------------------
 
@@ -241,6 +247,7 @@ class System:
         busy_timeout_ms = choices.knob_or("busy_timeout_ms", BUSY_TIMEOUT_MS_DEFAULT) if choices else (
             BUSY_TIMEOUT_MS_DEFAULT)
         user = {} if opts.store in ("memory", "sqlite") else load_store_factory(opts.store)
+        self._store_option, self._user_stores = opts.store, dict(user)
         if opts.store == "sqlite":
             self._database = RunDatabase(opts.db_path, file_name=self.file_name, busy_timeout_ms=busy_timeout_ms)
             self._busy_timeout_ms = busy_timeout_ms
@@ -264,6 +271,39 @@ class System:
         world.trace.subscribe(("ledger.admit", "log.materialize", "ledger.purge_conversation"), self._observe)
         if self.audit_deletes > 0:
             world.trace.subscribe(("log.append", "ledger.claim"), self._observe_recovery)
+
+    def require(self, workload: str, requirements: tuple[str, ...]) -> None:
+        """Refuse the run (``SetupError``, one line) when a durable store of
+        it does not declare what ``workload`` requires (``REQUIREMENTS``:
+        ``encryption-at-rest`` -> its capabilities' ``encryptionAtRest``
+        True). Judged on the durable stores only: on SQLite the adapters of
+        the run's file (they declare one thing: the ledger's capabilities
+        say it), on ``MODULE:FACTORY`` every store the user's factory gave
+        (one without ``capabilities()`` declares nothing). In memory nothing
+        is judged: those stores are the simulation's own, never a
+        deployment's, and hold nothing at rest."""
+        for requirement in requirements:
+            key = REQUIREMENTS.get(requirement)
+            if key is None:
+                raise SetupError(f"workload {workload!r} requires {requirement!r}, which no store declares "
+                                 f"(known: {', '.join(sorted(REQUIREMENTS))})")
+            if self._store_option == "sqlite":
+                judged = {"sqlite": self.ledger}
+            else:
+                judged = dict(sorted(self._user_stores.items()))
+            for name, store in judged.items():
+                declared = getattr(store, "capabilities", None)
+                try:
+                    capabilities = declared() if callable(declared) else None
+                except Exception as error:  # noqa: BLE001 - a user's adapter: any failure is a usage error
+                    raise SetupError(f"workload {workload!r} requires {requirement}: the {name!r} store's "
+                                     f"capabilities() failed: {type(error).__name__}: {error}") from None
+                value = capabilities.get(key) if isinstance(capabilities, dict) else None
+                if value is not True:
+                    said = (f"{key}={value!r}" if isinstance(capabilities, dict) and key in capabilities
+                            else f"no {key}" if isinstance(capabilities, dict) else "no capabilities()")
+                    raise SetupError(f"workload {workload!r} requires {requirement}, which the {name!r} store "
+                                     f"({type(store).__name__}) does not declare ({said})")
 
     def close(self) -> None:
         for conn, _, _ in self._connections.values():
@@ -448,6 +488,19 @@ class System:
                 store.close()
             raise
         return opened
+
+    def database_bytes(self) -> tuple[bytes, ...]:
+        """The run's SQLite file as stored: the database's bytes and its
+        write-ahead log's (if any); () in memory. What a reader of the disk
+        sees, for a check of what the adapters declare about it."""
+        if self._database is None:
+            return ()
+        found = []
+        for path in (self._database.path, self._database.path + "-wal"):
+            with contextlib.suppress(FileNotFoundError):
+                with open(path, "rb") as handle:
+                    found.append(handle.read())
+        return tuple(found)
 
     def conversation_ids(self) -> tuple[str, ...]:
         if self._scope is not None:

@@ -9,6 +9,7 @@ import attrs
 from sim.clock import format_calendar, format_duration_ms
 from sim.interleave import Deviation, FifoPolicy, ScriptedPolicy, parse_schedule
 from sim.invariants import Violation
+from sim.redact import NO_SECRET_IN_VERDICT, Redactor, collect_secret_values
 from sim.runtime import TaskFailed
 from sim.scenario import Run, Scenario, ScenarioOptions
 from sim.timeline import Timeline
@@ -118,6 +119,7 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
     """
     started_s = wall_clock() if wall_clock else 0.0
     audit_cpu_s = 0.0
+    secrets: dict[str, str] = {}
     world = World(opts.seed, trace_stream=trace_stream, schedule=schedule_policy(opts))
     timeline = Timeline()  # observes only: subscribed before anything emits, it emits nothing
     timeline.subscribe(world.trace)
@@ -129,6 +131,10 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
     system = world.system = stack.system
     system.open(world, opts, choices)
     try:
+        for workload in stack.workloads:
+            requirements = tuple(workload.requires())
+            if requirements:
+                system.require(workload.name, requirements)
         # The one fault plan of the run: drawn from the seed, or a script.
         world.plan = stack.faults.plan_for(world, opts, choices)
         world.invariants.view = system.audit_view()
@@ -170,6 +176,9 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
         # Counted work (never in the trace): what the system reports it
         # encoded, hashed and decoded, and what the trace digest hashed.
         stats["work"] = {**stats.get("work", {}), "trace_hashed_bytes": world.trace.hashed_bytes}
+        # The values the workloads handed out as secrets: read now, while
+        # their stores are open; judged once the result is whole (below).
+        secrets = collect_secret_values(stack.workloads)
     finally:
         world.shutdown()
         system.close()
@@ -188,7 +197,7 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
                                 world.runtime.now_ms(), (), harness_failure.event_seq),)
     first = violations[0] if violations else None
     excerpt = tuple(world.trace.related(first.related)) if first else ()
-    return RunResult(
+    result = RunResult(
         scenario=scenario.name,
         seed=opts.seed,
         store=opts.store,
@@ -211,9 +220,26 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
         timeline=timeline.to_dict(world.runtime.now_ms(), heal_ms=world.heal_at_ms, duration_ms=opts.duration_ms),
         audit_cpu_s=round(audit_cpu_s, 3),
     )
+    return without_secrets(result, secrets, world.runtime.now_ms(), world.trace.events) if secrets else result
 
 
 BEYOND_SHOWN = 20
+
+
+def without_secrets(result: RunResult, secrets: dict[str, str], time_ms: int, event_seq: int) -> RunResult:
+    """``result`` with every declared secret value replaced by ``[secret:
+    LABEL]`` in all it carries (``sim.redact``); where one was found, the
+    run fails with ``no-secret-in-verdict`` naming where (a harness error
+    stays an error). Its status and trace digest are never rewritten."""
+    redactor = Redactor(secrets)
+    changes = {field.name: redactor.walk(getattr(result, field.name), field.name)
+               for field in attrs.fields(RunResult) if field.name not in ("status", "trace_digest")}
+    changes["invariants"] = {**changes["invariants"], NO_SECRET_IN_VERDICT: 1}
+    if redactor.found:
+        changes["violations"] = (*changes["violations"],
+                                 Violation(NO_SECRET_IN_VERDICT, redactor.summary(), time_ms, (), event_seq))
+        changes["status"] = FAIL if result.status in (PASS, DETECTED) else result.status
+    return attrs.evolve(result, **{k: v for k, v in changes.items() if v is not getattr(result, k)})
 
 
 def workload_stats(workloads: Sequence[Workload]) -> dict[str, Any]:

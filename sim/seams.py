@@ -42,6 +42,12 @@ class SystemSeam(Protocol):
 
     def close(self) -> None: ...
 
+    # A workload's requirements of the durable stores (``Workload.requires``),
+    # checked once the stores are open, before anything runs: one the stores
+    # do not declare is a ``SetupError`` naming the workload, the store and
+    # what it lacks.
+    def require(self, workload: str, requirements: tuple[str, ...]) -> None: ...
+
     # A process's ports: through the fault layer (``faults=True``), or the
     # stores' own (a chaos workload's operator edit, an adversary's forger).
     def ports_for(self, node: Node, *, faults: bool = True) -> Any: ...

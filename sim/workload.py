@@ -22,7 +22,7 @@ faults only by the protocols of ``sim.seams``: it imports nothing above ``sim``.
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import attrs
 
@@ -117,6 +117,20 @@ class Workload:
     def metrics(self) -> dict[str, Any]:
         """What it did (plain data); merged into the run's stats."""
         return {}
+
+    def secret_values(self) -> Mapping[str, str]:
+        """The secret values this instance handed out, by a label that names
+        without revealing (``"search-api-key v2"`` -> the value): every
+        version, read at the end of the run. None may reach the run's
+        result: the runner replaces any it finds there by ``[secret: LABEL]``
+        and fails the run (``no-secret-in-verdict``, ``sim.redact``)."""
+        return {}
+
+    def requires(self) -> tuple[str, ...]:
+        """What this instance requires of the run's durable stores
+        (``"encryption-at-rest"``): a system whose stores do not declare it
+        refuses the run before it starts (``SystemSeam.require``)."""
+        return ()
 
 
 def settle_names(workloads: Sequence[Workload]) -> None:

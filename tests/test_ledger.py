@@ -242,9 +242,17 @@ class ReserveIgnoresAbort(InMemorySubmissionLedger):
             self._put(attrs.evolve(self._row(token.submission_id), abort_author=row.abort_author))
 
 
+class EncryptionUndeclared(InMemorySubmissionLedger):
+    """Declares its capabilities without saying whether it encrypts at rest."""
+
+    def capabilities(self):
+        return {k: v for k, v in super().capabilities().items() if k != "encryptionAtRest"}
+
+
 @pytest.mark.parametrize(
     "broken_store, failing_check",
     [
+        (EncryptionUndeclared, "capabilities"),
         (ClaimNotFifo, "claim-fifo-head-only"),
         (EpochNotIncreasing, "claim-epoch-increasing"),
         (StaleReserveAccepted, "stale-token-fenced"),

@@ -664,3 +664,12 @@ def test_a_store_breaking_an_admission_policy_diverges(monkeypatch, planted, wan
     except LedgerError:
         pass  # the planted bug refused what the flow needs next; the model named it already
     assert ledger.divergences and wanted in ledger.divergences[0], ledger.divergences
+
+
+def test_the_capabilities_must_say_whether_the_store_encrypts_at_rest():
+    declared = InMemorySubmissionLedger().capabilities()
+    assert feed(ReferenceLedger(), "capabilities", result=declared) is None
+    for problem in ({k: v for k, v in declared.items() if k != "encryptionAtRest"},
+                    {**declared, "encryptionAtRest": "yes"}):
+        message = feed(ReferenceLedger(), "capabilities", result=problem)
+        assert message is not None and "encryptionAtRest" in message, message

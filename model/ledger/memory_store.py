@@ -426,4 +426,5 @@ class InMemorySubmissionLedger:
         ), self._own)
 
     def capabilities(self) -> dict:
-        return capabilities(durable=False, adapter="memory")
+        # Not persistent: nothing is at rest to encrypt.
+        return capabilities(durable=False, adapter="memory", encryption_at_rest=False)

@@ -194,5 +194,7 @@ class SubmissionLedgerPort(Protocol):
     def capabilities(self) -> dict:
         """What the adapter declares: at least ``durable`` (a bool: does a
         commit survive the process) and the peer's ``durability``
-        (``"durable-node"`` for a durable one, ``"non-durable"`` otherwise)."""
+        (``"durable-node"`` for a durable one, ``"non-durable"`` otherwise);
+        and ``encryptionAtRest`` (a bool: is what it stores encrypted where
+        it is stored)."""
         ...

@@ -1683,7 +1683,11 @@ def decide_purge(conversation_id: str, rows: list[SubmissionRow]) -> None:
         raise PurgeRefused(conversation_id, open_rows)
 
 
-def capabilities(*, durable: bool, adapter: str) -> dict:
+def capabilities(*, durable: bool, adapter: str, encryption_at_rest: bool = False) -> dict:
+    """What an adapter declares. ``encryptionAtRest``: whether what it
+    stores is encrypted where it is stored (the adapter's, or its storage's,
+    promise): a workload that requires it is refused a store that does not
+    declare it."""
     return {
         "adapter": adapter,
         "durable": durable,
@@ -1694,6 +1698,7 @@ def capabilities(*, durable: bool, adapter: str) -> dict:
         "claim_order": "fifo",
         "strongly_consistent_reads": True,
         "schema_version": SCHEMA_VERSION,
+        "encryptionAtRest": encryption_at_rest,
     }
 
 

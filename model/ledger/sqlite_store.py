@@ -670,4 +670,6 @@ class SqliteSubmissionLedger:
         return scan_records(rows)
 
     def capabilities(self) -> dict:
-        return capabilities(durable=True, adapter="sqlite")
+        # A plain database file: this adapter encrypts nothing it writes
+        # (an encrypted volume under it is the deployment's, not declared here).
+        return capabilities(durable=True, adapter="sqlite", encryption_at_rest=False)

@@ -10,7 +10,10 @@ user's service does at boot: the conversation store with
 its answers are compared with the live audit view's: every conversation's
 tail, every durable-state record, every submission the run admitted, the
 non-terminal scan, and the row counts of the kernel, pin and findings
-tables. Then each closes its connection.
+tables. Then each closes its connection. And the file is what its
+adapters declare it is: when the reopened ledger's ``capabilities()``
+declare ``encryptionAtRest``, no conversation id the run used may be in
+the file's bytes (the database and its write-ahead log) in plain text.
 
 The built-in scenarios register it on SQLite runs only: in memory (or on a
 user's adapters) there is no file to reopen, and it would check nothing.
@@ -39,12 +42,14 @@ class ColdReopen(Checker):
         if opened is None:
             return  # not SQLite: no file to reopen
         try:
-            self._compare(view, opened)
+            if self._compare(view, opened):
+                self._at_rest(view, opened)
         finally:
             for store in opened.values():
                 store.close()
 
-    def _compare(self, view: Any, cold: dict[str, Any]) -> None:
+    def _compare(self, view: Any, cold: dict[str, Any]) -> bool:
+        """True when the reopened file answers as the live stores do."""
         from scenarios.storage import run_sync
 
         for conversation_id in view.conversation_ids():
@@ -83,6 +88,20 @@ class ColdReopen(Checker):
             live_counts, cold_counts = getattr(view, name).counts(), cold[name].counts()
             if cold_counts != live_counts:
                 self.fail(f"reopened, the {name} store counts {cold_counts}; live: {live_counts}")
+                return False
+        return True
+
+
+    def _at_rest(self, view: Any, cold: dict[str, Any]) -> None:
+        """A file whose adapter declares encryption at rest shows no row's text."""
+        if cold["ledger"].capabilities().get("encryptionAtRest") is not True:
+            return
+        self.checks += 1
+        stored = b"".join(view.database_bytes())
+        for conversation_id in view.conversation_ids():
+            if conversation_id.encode("utf-8") in stored:
+                self.fail(f"the ledger declares encryptionAtRest, but the run's database file holds "
+                          f"{conversation_id!r} in plain text", (conversation_id,))
                 return
 
 

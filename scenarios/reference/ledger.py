@@ -944,9 +944,11 @@ class ReferenceLedger(LedgerWaits):
         caps = call.result
         if call.error is not None or not isinstance(caps, dict) or not isinstance(caps.get("durable"), bool) or (
                 caps.get("atomic_admission"), caps.get("fencing")) != (True, "epoch") or caps.get(
-                "durability") != ("durable-node" if caps["durable"] else "non-durable"):
+                "durability") != ("durable-node" if caps["durable"] else "non-durable") or not isinstance(
+                caps.get("encryptionAtRest"), bool):
             raise self._fail(None, "a dict declaring durable (a bool), its durability ('durable-node' or "
-                                   "'non-durable'), atomic_admission=True and fencing='epoch'")
+                                   "'non-durable'), atomic_admission=True, fencing='epoch' and "
+                                   "encryptionAtRest (a bool)")
         return None
 
 
