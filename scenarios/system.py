@@ -146,7 +146,7 @@ def _sqlite_stores(conn: Any, *, keyring: bool = False) -> dict[str, Any]:
 
 # What a workload may require of the durable stores (``Workload.requires``)
 # -> the capability a store declares for it (``System.require``).
-REQUIREMENTS = {"encryption-at-rest": "encryptionAtRest"}
+REQUIREMENTS = {"encryption-at-rest": "encryption_at_rest"}
 
 # The calls that delete a conversation's records, by port: whichever of them
 # reaches its store first while the log is there is preceded by the audit.
@@ -275,7 +275,7 @@ class System:
     def require(self, workload: str, requirements: tuple[str, ...]) -> None:
         """Refuse the run (``SetupError``, one line) when a durable store of
         it does not declare what ``workload`` requires (``REQUIREMENTS``:
-        ``encryption-at-rest`` -> its capabilities' ``encryptionAtRest``
+        ``encryption-at-rest`` -> its capabilities' ``encryption_at_rest``
         True). Judged on the durable stores only: on SQLite the adapters of
         the run's file (they declare one thing: the ledger's capabilities
         say it), on ``MODULE:FACTORY`` every store the user's factory gave

@@ -1,5 +1,5 @@
 """Encryption at rest is a declared capability: the ledger adapters declare
-``encryptionAtRest`` (memory and SQLite: False), a user's adapter may
+``encryption_at_rest`` (memory and SQLite: False), a user's adapter may
 declare it True, and a workload that requires it (``Workload.requires``)
 is refused a durable store that does not declare it, before anything runs
 (``System.require``: one ``SetupError`` line, exit 2 from the CLI). In
@@ -29,7 +29,7 @@ class EncryptedLedger(InMemorySubmissionLedger):
     """A user's ledger adapter over an encrypted volume: it says so."""
 
     def capabilities(self) -> dict:
-        return {**super().capabilities(), "adapter": "encrypted", "encryptionAtRest": True}
+        return {**super().capabilities(), "adapter": "encrypted", "encryption_at_rest": True}
 
 
 def encrypted_stores() -> dict:
@@ -81,10 +81,10 @@ def _run(requires: tuple[str, ...], store: str, tmp_path: Path):
 
 
 def test_the_adapters_declare_whether_they_encrypt_at_rest(tmp_path):
-    assert InMemorySubmissionLedger().capabilities()["encryptionAtRest"] is False
+    assert InMemorySubmissionLedger().capabilities()["encryption_at_rest"] is False
     sqlite = SqliteSubmissionLedger.open(str(tmp_path / "caps.db"))
     try:
-        assert sqlite.capabilities()["encryptionAtRest"] is False
+        assert sqlite.capabilities()["encryption_at_rest"] is False
     finally:
         sqlite.close()
 
@@ -95,11 +95,11 @@ def test_a_requirement_refuses_sqlite_before_anything_runs(tmp_path):
     message = str(info.value)
     assert "\n" not in message
     assert message == ("workload 'vault' requires encryption-at-rest, which the 'sqlite' store "
-                       "(SqliteSubmissionLedger) does not declare (encryptionAtRest=False)")
+                       "(SqliteSubmissionLedger) does not declare (encryption_at_rest=False)")
 
 
 @pytest.mark.parametrize("factory, problem", [
-    ("plain_stores", "the 'ledger' store (InMemorySubmissionLedger) does not declare (encryptionAtRest=False)"),
+    ("plain_stores", "the 'ledger' store (InMemorySubmissionLedger) does not declare (encryption_at_rest=False)"),
     ("encrypted_ledger_plain_log", "the 'log' store (InMemoryConversationStore) does not declare "
                                    "(no capabilities())"),
 ])
@@ -156,5 +156,5 @@ def test_the_cli_refuses_it_with_one_error_line_and_exit_2(tmp_path):
     assert "Traceback" not in proc.stderr
     assert proc.stderr.splitlines() == ["loomsim: error: workload 'vault' requires encryption-at-rest, which the "
                                         "'sqlite' store (SqliteSubmissionLedger) does not declare "
-                                        "(encryptionAtRest=False)"]
+                                        "(encryption_at_rest=False)"]
     assert not (tmp_path / "t.jsonl").exists()

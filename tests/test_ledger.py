@@ -246,7 +246,7 @@ class EncryptionUndeclared(InMemorySubmissionLedger):
     """Declares its capabilities without saying whether it encrypts at rest."""
 
     def capabilities(self):
-        return {k: v for k, v in super().capabilities().items() if k != "encryptionAtRest"}
+        return {k: v for k, v in super().capabilities().items() if k != "encryption_at_rest"}
 
 
 @pytest.mark.parametrize(

@@ -669,7 +669,7 @@ def test_a_store_breaking_an_admission_policy_diverges(monkeypatch, planted, wan
 def test_the_capabilities_must_say_whether_the_store_encrypts_at_rest():
     declared = InMemorySubmissionLedger().capabilities()
     assert feed(ReferenceLedger(), "capabilities", result=declared) is None
-    for problem in ({k: v for k, v in declared.items() if k != "encryptionAtRest"},
-                    {**declared, "encryptionAtRest": "yes"}):
+    for problem in ({k: v for k, v in declared.items() if k != "encryption_at_rest"},
+                    {**declared, "encryption_at_rest": "yes"}):
         message = feed(ReferenceLedger(), "capabilities", result=problem)
-        assert message is not None and "encryptionAtRest" in message, message
+        assert message is not None and "encryption_at_rest" in message, message

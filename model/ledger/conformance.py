@@ -1571,8 +1571,8 @@ async def _(ledger) -> None:
     for key in ("durable", "atomic_admission", "fencing"):
         _true(key in caps, f"capabilities lacks {key!r}")
     _true(isinstance(caps["durable"], bool), "capabilities['durable'] must be a bool")
-    _true(isinstance(caps.get("encryptionAtRest"), bool),
-          f"capabilities['encryptionAtRest'] must be a bool, got {caps.get('encryptionAtRest')!r}")
+    _true(isinstance(caps.get("encryption_at_rest"), bool),
+          f"capabilities['encryption_at_rest'] must be a bool, got {caps.get('encryption_at_rest')!r}")
     _eq((caps["atomic_admission"], caps["fencing"]), (True, "epoch"), "declared contract")
     _eq(caps.get("durability"), "durable-node" if caps["durable"] else "non-durable",
         "durability, in the peer's words, agrees with durable")

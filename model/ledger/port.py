@@ -195,6 +195,6 @@ class SubmissionLedgerPort(Protocol):
         """What the adapter declares: at least ``durable`` (a bool: does a
         commit survive the process) and the peer's ``durability``
         (``"durable-node"`` for a durable one, ``"non-durable"`` otherwise);
-        and ``encryptionAtRest`` (a bool: is what it stores encrypted where
+        and ``encryption_at_rest`` (a bool: is what it stores encrypted where
         it is stored)."""
         ...

@@ -1684,7 +1684,7 @@ def decide_purge(conversation_id: str, rows: list[SubmissionRow]) -> None:
 
 
 def capabilities(*, durable: bool, adapter: str, encryption_at_rest: bool = False) -> dict:
-    """What an adapter declares. ``encryptionAtRest``: whether what it
+    """What an adapter declares. ``encryption_at_rest``: whether what it
     stores is encrypted where it is stored (the adapter's, or its storage's,
     promise): a workload that requires it is refused a store that does not
     declare it."""
@@ -1698,7 +1698,7 @@ def capabilities(*, durable: bool, adapter: str, encryption_at_rest: bool = Fals
         "claim_order": "fifo",
         "strongly_consistent_reads": True,
         "schema_version": SCHEMA_VERSION,
-        "encryptionAtRest": encryption_at_rest,
+        "encryption_at_rest": encryption_at_rest,
     }
 
 

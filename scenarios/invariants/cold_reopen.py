@@ -12,7 +12,7 @@ tail, every durable-state record, every submission the run admitted, the
 non-terminal scan, and the row counts of the kernel, pin and findings
 tables. Then each closes its connection. And the file is what its
 adapters declare it is: when the reopened ledger's ``capabilities()``
-declare ``encryptionAtRest``, no conversation id the run used may be in
+declare ``encryption_at_rest``, no conversation id the run used may be in
 the file's bytes (the database and its write-ahead log) in plain text.
 
 The built-in scenarios register it on SQLite runs only: in memory (or on a
@@ -94,13 +94,13 @@ class ColdReopen(Checker):
 
     def _at_rest(self, view: Any, cold: dict[str, Any]) -> None:
         """A file whose adapter declares encryption at rest shows no row's text."""
-        if cold["ledger"].capabilities().get("encryptionAtRest") is not True:
+        if cold["ledger"].capabilities().get("encryption_at_rest") is not True:
             return
         self.checks += 1
         stored = b"".join(view.database_bytes())
         for conversation_id in view.conversation_ids():
             if conversation_id.encode("utf-8") in stored:
-                self.fail(f"the ledger declares encryptionAtRest, but the run's database file holds "
+                self.fail(f"the ledger declares encryption_at_rest, but the run's database file holds "
                           f"{conversation_id!r} in plain text", (conversation_id,))
                 return
 

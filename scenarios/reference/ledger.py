@@ -945,10 +945,10 @@ class ReferenceLedger(LedgerWaits):
         if call.error is not None or not isinstance(caps, dict) or not isinstance(caps.get("durable"), bool) or (
                 caps.get("atomic_admission"), caps.get("fencing")) != (True, "epoch") or caps.get(
                 "durability") != ("durable-node" if caps["durable"] else "non-durable") or not isinstance(
-                caps.get("encryptionAtRest"), bool):
+                caps.get("encryption_at_rest"), bool):
             raise self._fail(None, "a dict declaring durable (a bool), its durability ('durable-node' or "
                                    "'non-durable'), atomic_admission=True, fencing='epoch' and "
-                                   "encryptionAtRest (a bool)")
+                                   "encryption_at_rest (a bool)")
         return None
 
 
