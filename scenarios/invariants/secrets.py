@@ -310,3 +310,37 @@ class SealedUnderLiveKey(Checker):
             self.fail(f"{where}: does not open ({error.problem})", (record.conversation_id,))
             return
         self.fields_opened += 1
+
+
+class SealedFieldOpener:
+    """Opens a sealed field an oracle meets online, in a traced append (the
+    oracles that compare what a record holds, such as the tool's result in
+    a settled call): ``opener(view, conversation, batch, index, family,
+    field, value)`` is the value, opened by the reference when it is sealed,
+    else as it is. The data key comes from the keyring store read through
+    the audit view; unwrapped keys are kept (the oldest dropped past
+    ``KEYS_MAX``: a re-read is all it costs). ``SealedFieldUnopenable`` when
+    it does not open (``sealed-under-live-key`` says why at the audit)."""
+
+    KEYS_MAX = 256
+
+    def __init__(self, secrets: SecretsWitness) -> None:
+        self.secrets = secrets
+        self._keys: dict[str, bytes] = {}
+
+    def __call__(self, view: Any, conversation_id: str, batch_id: str, index: int, family: str, field: str,
+                 value: Any) -> Any:
+        if not is_sealed(value):
+            return value
+        where = f"{conversation_id} {batch_id}[{index}].{field}"
+        dek_id = value["dataKeyId"]
+        key = self._keys.get(dek_id)
+        if key is None:
+            row = next((row for row in view.keyring_rows() if row.dek_id == dek_id), None)
+            if row is None:
+                raise SealedFieldUnopenable(where, f"its data key {dek_id!r} has no row in the keyring")
+            key = unwrap_data_key(kek_material(self.secrets.key_root(), row.key_id), row.key_id, row.wrapped)
+            self._keys[dek_id] = key
+            if len(self._keys) > self.KEYS_MAX:
+                del self._keys[next(iter(self._keys))]
+        return open_field(key, value, field_aad(conversation_id, batch_id, index, family, field), where=where)
