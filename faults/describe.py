@@ -50,6 +50,12 @@ from faults.events import (
     FindingsCloseExpired,
     FindingsLive,
     FindingsLiveForRun,
+    KeyringGet,
+    KeyringGetRotation,
+    KeyringPutIfAbsent,
+    KeyringRewrap,
+    KeyringSaveRotation,
+    KeyringScan,
     KernelAppendStep,
     KernelAppendSteps,
     KernelFinish,
@@ -116,6 +122,7 @@ from model.kernel.store import ExecutionStore
 from model.ledger.port import SubmissionLedgerPort
 from model.pins import InMemoryPinIndex
 from model.schedule_store import InMemoryScheduleStore
+from model.secrets.keyring import InMemoryKeyringStore
 
 Describe = Callable[[tuple, dict, Any], dict]
 
@@ -789,9 +796,61 @@ FINDINGS_DESCRIBERS = _table("findings", _apply_run, _findings_checkpoint, _adva
                              _live_findings, _live_for_run)
 
 
+# -- the keyring of wrapped data keys -------------------------------------------------
+# Data key ids, key ids and lengths: never a wrapped key's text.
+
+def _wrapped_len(wrapped: object) -> int:
+    return len(wrapped) if isinstance(wrapped, str) else -1
+
+
+@describes(InMemoryKeyringStore.put_if_absent, KeyringPutIfAbsent)
+def _keyring_put(stored: Any, /, row: Any) -> dict:
+    return KeyringPutIfAbsent.build(dek=getattr(row, "dek_id", None), key=getattr(row, "key_id", None),
+                                    wrapped_len=_wrapped_len(getattr(row, "wrapped", None)),
+                                    stored_key=None if stored is None else stored.key_id,
+                                    stored_own=None if stored is None else stored == row)
+
+
+@describes(InMemoryKeyringStore.get, KeyringGet)
+def _keyring_get(row: Any, /, dek_id: str) -> dict:
+    return KeyringGet.build(dek=dek_id, found=row is not None, key=None if row is None else row.key_id)
+
+
+@describes(InMemoryKeyringStore.rewrap, KeyringRewrap)
+def _keyring_rewrap(row: Any, /, dek_id: str, from_key_id: str, to_key_id: str, wrapped: str) -> dict:
+    return KeyringRewrap.build(dek=dek_id, from_key=from_key_id, to_key=to_key_id,
+                               wrapped_len=_wrapped_len(wrapped), stored_key=None if row is None else row.key_id)
+
+
+@describes(InMemoryKeyringStore.scan, KeyringScan)
+def _keyring_scan(rows: Any, /, after_dek_id: str, limit: int) -> dict:
+    return KeyringScan.build(after=after_dek_id, limit=limit, rows=None if rows is None else len(rows),
+                             last=rows[-1].dek_id if rows else None)
+
+
+@describes(InMemoryKeyringStore.get_rotation, KeyringGetRotation)
+def _keyring_get_rotation(rotation: Any, /, rotation_id: str) -> dict:
+    if rotation is None:
+        return KeyringGetRotation.build(rotation=rotation_id, found=False, cursor=None, done=None)
+    return KeyringGetRotation.build(rotation=rotation_id, found=True, cursor=rotation.get("cursor"),
+                                    done=rotation.get("done"))
+
+
+@describes(InMemoryKeyringStore.save_rotation, KeyringSaveRotation)
+def _keyring_save_rotation(result: Any, /, rotation: dict) -> dict:
+    fields = rotation if isinstance(rotation, dict) else {}
+    return KeyringSaveRotation.build(rotation=fields.get("rotationId"), from_key=fields.get("fromKeyId"),
+                                     to_key=fields.get("toKeyId"), cursor=fields.get("cursor"),
+                                     done=fields.get("done"))
+
+
+KEYRING_DESCRIBERS = _table("keyring", _keyring_put, _keyring_get, _keyring_rewrap, _keyring_scan,
+                            _keyring_get_rotation, _keyring_save_rotation)
+
+
 # Every table, by the port name the scenarios bind it under.
 DESCRIBERS_BY_PORT: dict[str, dict[str, Describe]] = {
     "ds": DURABLE_STATE_DESCRIBERS, "kernel": KERNEL_DESCRIBERS, "ledger": LEDGER_DESCRIBERS, "log": LOG_DESCRIBERS,
     "checkpoints": CHECKPOINT_DESCRIBERS, "schedules": SCHEDULE_DESCRIBERS, "content": CONTENT_DESCRIBERS,
-    "pins": PIN_DESCRIBERS, "findings": FINDINGS_DESCRIBERS,
+    "pins": PIN_DESCRIBERS, "findings": FINDINGS_DESCRIBERS, "keyring": KEYRING_DESCRIBERS,
 }

@@ -820,6 +820,60 @@ class FindingsLiveForRun(PortEvent):
     live: int | None
 
 
+# -- the keyring of wrapped data keys (``keyring``) -----------------------------------
+# A wrapped key is ciphertext, yet only its length is recorded; a plaintext
+# data key never reaches a port.
+
+class KeyringPutIfAbsent(PortEvent):
+    kind = "keyring.put_if_absent"
+    dek: str
+    key: str
+    wrapped_len: int
+    stored_key: str | None  # the stored row's KEK (None: the call raised)
+    stored_own: bool | None  # whether the stored row is the one sent
+
+
+class KeyringGet(PortEvent):
+    kind = "keyring.get"
+    dek: str
+    found: bool | None
+    key: str | None
+
+
+class KeyringRewrap(PortEvent):
+    kind = "keyring.rewrap"
+    dek: str
+    from_key: str
+    to_key: str
+    wrapped_len: int
+    stored_key: str | None
+
+
+class KeyringScan(PortEvent):
+    kind = "keyring.scan"
+    after: str
+    limit: int
+    rows: int | None
+    last: str | None
+
+
+class KeyringGetRotation(PortEvent):
+    kind = "keyring.get_rotation"
+    rotation: str
+    found: bool | None
+    cursor: str | None
+    done: bool | None
+
+
+class KeyringSaveRotation(PortEvent):
+    kind = "keyring.save_rotation"
+    rotation: Any
+    from_key: Any
+    to_key: Any
+    cursor: Any
+    done: Any
+
+
 # =============================================================================
 # Probe events (emitted by the model, the world or a scenario: schemas)
 # =============================================================================

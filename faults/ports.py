@@ -52,7 +52,9 @@ READ_METHODS = frozenset({
     "load", "get", "get_by_idempotency_key", "read", "inspect_tail", "lookup_batch", "scan_nonterminal",
     "load_recovery_snapshot", "digest_at", "cursor", "checkpoint", "live_findings", "live_for_run", "has",
     "is_pinned", "pinned_refs", "holders", "expired_unpinned", "blob", "load_steps", "load_execution",
-    "live_executions", "schedule_high_water_ms", "load_latest", "observe"})
+    "live_executions", "schedule_high_water_ms", "load_latest", "observe",
+    # the keyring's reads; the key service's and the secret store's
+    "scan", "get_rotation", "current", "state", "resolve", "version"})
 
 # Port methods that stream (an async generator, ``ConversationLogPort.observe``):
 # the fault layer drains the stream as one call (the stores never suspend

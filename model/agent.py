@@ -51,6 +51,9 @@ from model.ledger.rules import joined_envelope
 from model.ledger.states import JOINING
 from model.lifecycle import (INPUT_FAMILY, RUN_COMPLETED_FAMILY, created_batch_id, input_batch_id,
                              input_entry_of, input_record_id, run_id_for)
+from model.secrets import AgentSecrets
+from model.secrets.envelope import keyed_digest
+from model.secrets.refs import resolve_refs, secret_ref
 from model.submissions import PARKED, ProcessOutcome, SubmissionWorker, WorkFailure
 
 # Step kinds of a plan (``request["plan"]``). ``open``/``close``: the first
@@ -234,12 +237,22 @@ class AgentWorker(SubmissionWorker):
     provider (``stream(call_id, request)`` -> chunks: text, reasoning and
     tool-argument deltas, then ``completed`` with the call's usage);
     ``child_plan(record, index)``: the plan of the subagent step ``index`` of
-    ``record`` starts."""
+    ``record`` starts.
+
+    ``secrets`` (None: none of this): the tools and the model take their
+    credentials by handle. Recorded tool arguments and model requests carry
+    a reference (``{"$secret": handle}``), resolved only for the call that
+    leaves the process; the prepared record carries the keyed fingerprint of
+    the arguments sent; every record this worker appends has its sensitive
+    fields sealed, and every sensitive field it reads back is opened."""
 
     def __init__(self, *args: Any, tools: Any, model: Any, model_profile: dict, child_plan: Callable[[Any, int], list],
                  tool_deadline_ms: int = TOOL_DEADLINE_MS, run_allowance_policy_ms: int = RUN_ALLOWANCE_MS,
-                 tool_set: dict | None = None, **kwargs: Any) -> None:
+                 tool_set: dict | None = None, secrets: AgentSecrets | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.secrets = secrets
+        if secrets is not None:
+            self._seal = self._seal_records
         assert tool_deadline_ms > 0, tool_deadline_ms
         self.tools = tools
         self.model = model
@@ -337,15 +350,23 @@ class AgentWorker(SubmissionWorker):
         turn = await self.log.lookup_batch(conversation_id, turn_batch)
         if turn is None:
             await self._compact(conversation_id, claim)
+            asked_payload = {"runId": run_id_for(sid), "call": call, **self.model_profile}
+            if self.secrets is not None and self.secrets.model_credential is not None:
+                asked_payload["credential"] = secret_ref(self.secrets.model_credential)
             asked = await self._append_once(conversation_id, claim, f"model-request:{call}", [
-                (MODEL_REQUEST_FAMILY, {"runId": run_id_for(sid), "call": call, **self.model_profile})])
+                (MODEL_REQUEST_FAMILY, asked_payload)])
             if isinstance(asked, BatchRecord):
                 # An attempt asked and died before the answer was logged: ask
                 # again, and say so (the first answer, if any, is lost).
                 await self._append_once(conversation_id, claim, f"repair:model-request:{call}", [
                     (REPAIR_ANNOTATION_FAMILY, {"runId": run_id_for(sid), "call": call, "repair": "model-call-reissued"})])
             self.failpoints.hit(MODEL_REQUESTED_BEFORE_FIRST_DELTA)
-            chunks = await self.model.stream(call, {"submission": sid, "step": index})
+            request: dict = {"submission": sid, "step": index}
+            if self.secrets is not None and self.secrets.model_credential is not None:
+                # The effect boundary: the credential's value exists only in the request sent.
+                request["apiKey"] = secret_ref(self.secrets.model_credential)
+                request = await resolve_refs(request, self.secrets.secret_store)
+            chunks = await self.model.stream(call, request)
             records: list[tuple[str, Any]] = []
             for chunk in chunks[:-1]:
                 if chunk["kind"] == TOOL_ARGUMENT_DELTA:
@@ -359,7 +380,7 @@ class AgentWorker(SubmissionWorker):
             turn = await self._append_once(conversation_id, claim, turn_batch, records)
             self.failpoints.hit(TURN_RESPONSE_APPENDED)
         (last,) = await self.log.read(conversation_id, turn.last_seq - 1, 1)
-        payload = last.envelope.payload
+        payload = await self._opened(last, turn.last_seq - turn.first_seq)
         return {"call": call, "text": payload["text"], "usage": payload["usage"]}
 
     async def _compact(self, conversation_id: str, claim: Any) -> None:
@@ -496,6 +517,35 @@ class AgentWorker(SubmissionWorker):
         await self.ledger.mark_joined(claim, follower_id, input_record_id(follower_id), found.first_seq)
         return True
 
+    # -- sealed fields -------------------------------------------------------------
+
+    async def _seal_records(self, conversation_id: str, batch_id: str, records: list) -> list:
+        """The batch's records with their sensitive fields sealed (a reserved
+        settlement envelope, a dict, goes as it is: it holds none)."""
+        assert self.secrets is not None
+        sealer = self.secrets.sealer
+        sealed = []
+        for index, entry in enumerate(records):
+            if type(entry) is tuple:
+                family, payload = entry
+                entry = (family, await sealer.seal_payload(conversation_id, batch_id, index, family, payload))
+            sealed.append(entry)
+        return sealed
+
+    async def _opened(self, record: Any, index: int) -> Any:
+        """``record``'s payload with its sensitive fields opened (``index``:
+        its place in its batch); as it is without secrets."""
+        envelope = record.envelope
+        if self.secrets is None:
+            return envelope.payload
+        return await self.secrets.sealer.open_payload(record.conversation_id, record.batch_id, index,
+                                                      envelope.family, envelope.payload)
+
+    async def _batch_payload(self, conversation_id: str, batch: BatchRecord) -> Any:
+        """The payload of a one-record batch's record, opened."""
+        (record,) = await self.log.read(conversation_id, batch.first_seq - 1, 1)
+        return await self._opened(record, 0)
+
     # -- tools ------------------------------------------------------------------
 
     async def _tool_step(self, conversation_id: str, claim: Any, record: Any, index: int, *,
@@ -543,7 +593,18 @@ class AgentWorker(SubmissionWorker):
                          idempotent: bool, *, prepared: bool) -> Any:
         sid = record.submission_id
         tool = "search" if idempotent else "send-email"
-        args = {"submission": sid, "step": index}
+        args: dict = {"submission": sid, "step": index}
+        fingerprint: dict = {}
+        if self.secrets is not None:
+            handle = self.secrets.tool_credentials.get(tool)
+            if handle is not None:
+                args["credential"] = secret_ref(handle)
+            if not prepared:
+                # What will be sent, fingerprinted under the digest key (its
+                # preimage holds the credential), so a reconciler can match
+                # the tool's own record of the call.
+                sent = await resolve_refs(args, self.secrets.secret_store)
+                fingerprint["fingerprint"] = keyed_digest(self.secrets.digest_key, sent)
         # The call's deadline is durable before the call: past it the tool
         # refuses the call, so a reconciler that waits it out knows a call
         # still in flight (a paused owner's) can no longer land.
@@ -554,7 +615,7 @@ class AgentWorker(SubmissionWorker):
             where = await self._append_once(conversation_id, claim, f"tool-{TOOL_PREPARED}:{call}", [
                 _tool_record(TOOL_REQUESTED, sid, call, tool=tool, args=args),
                 _tool_record(TOOL_PREPARED, sid, call, tool=tool, args=args, idempotent=idempotent,
-                             deadlineMs=deadline_ms)])
+                             deadlineMs=deadline_ms, **fingerprint)])
             if isinstance(where, BatchRecord) and not idempotent:
                 return await self._unknown(conversation_id, claim, call)  # another's, with its own deadline
         else:
@@ -566,6 +627,9 @@ class AgentWorker(SubmissionWorker):
             await self.ledger.renew_ownership(claim, self.lease_ms, self.now_ms())
             await self.step_delay(sid, index)
         try:
+            if self.secrets is not None:
+                # The effect boundary: the only place a credential is resolved (what is sent, never recorded).
+                args = await resolve_refs(args, self.secrets.secret_store)
             result = await self.tools.invoke(call, tool, args, call if idempotent else None, deadline_ms)
         except Exception:
             if idempotent:

@@ -115,6 +115,16 @@ AGENT_CRASH_POINTS: tuple[str, ...] = (TOOL_PREPARED_BEFORE_SETTLED, APPROVAL_DE
                                        SUBAGENT_START_APPENDED, SUBAGENT_SUSPENDED, SUBAGENT_CHILD_ABORT_INTENT,
                                        SUBAGENT_JOIN_APPENDED, SUBAGENT_RELEASED)
 
+# A key rotation's re-wrap pass (``model.secrets.rotation``): the new key
+# current with nothing re-wrapped; a page re-wrapped and its cursor saved;
+# the pass done with the old key not retired yet. Declared by the scenarios
+# that rotate keys, apart from the points above (no other scenario's swarm
+# choices move).
+ROTATION_AFTER_ROTATE = "rotation:after-rotate"
+ROTATION_AFTER_PAGE = "rotation:after-page"
+ROTATION_BEFORE_RETIRE = "rotation:before-retire"
+ROTATION_CRASH_POINTS: tuple[str, ...] = (ROTATION_AFTER_ROTATE, ROTATION_AFTER_PAGE, ROTATION_BEFORE_RETIRE)
+
 # The peer's coordinator locations the model has no place for, and why.
 PEER_NOT_APPLICABLE: dict[str, str] = {
     "resolve:after-intent": "the model never resolves an unknown call itself: a reconciler (a client of the "

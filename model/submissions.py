@@ -190,6 +190,10 @@ class SubmissionWorker:
         # effect takes (a model call). The lease is renewed before it.
         self.step_delay = step_delay
         self.lifecycle = SubmissionLifecycle(ledger, log, now_ms=now_ms, owner_id=owner_id, failpoints=failpoints)
+        # ``_seal(conversation_id, batch_id, records)`` -> the records as they
+        # are appended (an agent with secrets seals their sensitive fields);
+        # None: appended as they are.
+        self._seal: Callable[[str, str, list], Any] | None = None
 
     async def process_next(self, conversation_id: str) -> ProcessOutcome | None:
         """Claim and settle the conversation's head, if one is claimable now."""
@@ -442,6 +446,8 @@ class SubmissionWorker:
             created = await self._append_at(conversation_id, claim, created_batch_id(conversation_id),
                                             [created_entry(conversation_id)], tail)
             tail = ConversationTail(created.last_seq, created.tail_digest, claim.epoch)
+        if self._seal is not None:
+            records = await self._seal(conversation_id, batch_id, records)
         return await self._append_at(conversation_id, claim, batch_id, records, tail)
 
     async def _append_at(self, conversation_id: str, claim: Claim, batch_id: str,

@@ -33,6 +33,7 @@ from faults.describe import (
     DURABLE_STATE_DESCRIBERS,
     FINDINGS_DESCRIBERS,
     KERNEL_DESCRIBERS,
+    KEYRING_DESCRIBERS,
     LEDGER_DESCRIBERS,
     LOG_DESCRIBERS,
     PIN_DESCRIBERS,
@@ -61,6 +62,7 @@ from model.progress import NotifyingLog, ProgressNotifier
 from model.repair import rebuild_ledger
 from model.runs import LedgerRuns
 from model.schedule_store import InMemoryScheduleStore, SqliteScheduleStore
+from model.secrets.keyring import InMemoryKeyringStore, SqliteKeyringStore
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT
 from scenarios.storage import RunDatabase, run_sync
 from scenarios.user_stores import load_store_factory
@@ -77,6 +79,8 @@ AUDIT_PAGES_MAX = 100_000
 DESCRIBERS = {"ds": DURABLE_STATE_DESCRIBERS, "ledger": LEDGER_DESCRIBERS, "log": LOG_DESCRIBERS,
               "schedules": SCHEDULE_DESCRIBERS, "content": CONTENT_DESCRIBERS, "pins": PIN_DESCRIBERS,
               "findings": FINDINGS_DESCRIBERS, "checkpoints": CHECKPOINT_DESCRIBERS, "kernel": KERNEL_DESCRIBERS}
+# The stores only a System that asks for them opens (``System(keyring=True)``).
+OPTIONAL_DESCRIBERS = {"keyring": KEYRING_DESCRIBERS}
 
 
 class AuditView(AuditViewSeam, Protocol):
@@ -101,6 +105,7 @@ class AuditView(AuditViewSeam, Protocol):
     def findings_checkpoint(self, schedule_id: str) -> int | None: ...
     def latest_checkpoint(self, conversation_id: str) -> Any: ...
     def held_runs(self, schedule_id: str) -> tuple[str, ...]: ...
+    def keyring_rows(self) -> tuple: ...
 
 
 @attrs.frozen
@@ -122,15 +127,21 @@ class NodePorts:
     # The progress notifier as this node sees it (``faults.notifications``);
     # None unless the System has one (``System(progress=True)``).
     progress: Any = None
+    # The keyring of wrapped data keys (``model.secrets.keyring``); None
+    # unless the System has one (``System(keyring=True)``).
+    keyring: Any = None
 
 
-def _sqlite_stores(conn: Any) -> dict[str, Any]:
-    """Every store of a run as SQLite adapters on ``conn``."""
+def _sqlite_stores(conn: Any, *, keyring: bool = False) -> dict[str, Any]:
+    """Every store of a run as SQLite adapters on ``conn`` (the keyring if asked)."""
     log = SqliteConversationStore(conn)
-    return {"ds": SqliteDurableStateStore(conn), "ledger": SqliteSubmissionLedger(conn), "log": log,
-            "schedules": SqliteScheduleStore(conn), "content": SqliteContentStore(conn),
-            "pins": SqlitePinIndex(conn), "findings": SqliteFindingsProjection(conn),
-            "checkpoints": SqliteCheckpointStore(log), "kernel": SqliteExecutionStore(conn)}
+    stores = {"ds": SqliteDurableStateStore(conn), "ledger": SqliteSubmissionLedger(conn), "log": log,
+              "schedules": SqliteScheduleStore(conn), "content": SqliteContentStore(conn),
+              "pins": SqlitePinIndex(conn), "findings": SqliteFindingsProjection(conn),
+              "checkpoints": SqliteCheckpointStore(log), "kernel": SqliteExecutionStore(conn)}
+    if keyring:
+        stores["keyring"] = SqliteKeyringStore(conn)
+    return stores
 
 
 # The calls that delete a conversation's records, by port: whichever of them
@@ -165,7 +176,8 @@ class System:
     run's options), their ports per node, and the audit view."""
 
     def __init__(self, *, restart_ms: tuple[int, int], file_name: str = "loomsim.db",
-                 damaged_reads: bool = False, progress: bool = False, audit_deletes: int = 0) -> None:
+                 damaged_reads: bool = False, progress: bool = False, audit_deletes: int = 0,
+                 keyring: bool = False) -> None:
         """``restart_ms``: how long a process crashed at a port stays down
         (drawn per crash). ``file_name``: of a temporary SQLite database.
         ``damaged_reads``: log read answers may come back
@@ -183,7 +195,11 @@ class System:
         history went through recovery (a refused or replayed call, a
         takeover), and one in ``n`` of the others (1: all). Only where
         deletes come from retention of settled work (a delete of a
-        conversation in flight would be audited in flight)."""
+        conversation in flight would be audited in flight).
+        ``keyring``: the run has a keyring of wrapped data keys
+        (``model.secrets.keyring``: in memory, or its own table in the run's
+        SQLite file; in memory beside a user's adapters), bound per node as
+        ``NodePorts.keyring``; off, no node has one."""
         assert type(audit_deletes) is int and audit_deletes >= 0, audit_deletes
         assert 0 <= restart_ms[0] <= restart_ms[1], restart_ms
         self._work_before: dict[str, int] | None = None
@@ -192,6 +208,8 @@ class System:
         self.damaged_reads = damaged_reads
         self.progress = progress
         self.audit_deletes = audit_deletes
+        self.with_keyring = keyring
+        self.keyring: Any = None
         self.audited_before_delete = 0  # conversations the harness audited as a process deleted them
         # Conversations whose history went through recovery: always audited
         # before they are deleted (forgotten when they are, or purged).
@@ -226,7 +244,7 @@ class System:
         if opts.store == "sqlite":
             self._database = RunDatabase(opts.db_path, file_name=self.file_name, busy_timeout_ms=busy_timeout_ms)
             self._busy_timeout_ms = busy_timeout_ms
-            for name, store in _sqlite_stores(self._database.conn).items():
+            for name, store in _sqlite_stores(self._database.conn, keyring=self.with_keyring).items():
                 setattr(self, name, store)
         else:
             self.ds = user.get("ds") or InMemoryDurableStateStore()
@@ -238,6 +256,7 @@ class System:
             self.findings = InMemoryFindingsProjection()
             self.checkpoints = InMemoryCheckpointStore(self.log)
             self.kernel = InMemoryExecutionStore()
+            self.keyring = InMemoryKeyringStore() if self.with_keyring else None
         # In memory, like the deployment's notification service: it outlives processes, not the run.
         self.notifier = ProgressNotifier(world.runtime) if self.progress else None
         # Beyond the contract: the log, durable state and ledger may break their promises.
@@ -294,7 +313,8 @@ class System:
                 target = DamagedReads(target, world, node, plan)
             if name in _DELETING and self.audit_deletes > 0:
                 target = AuditedDeletes(target, _DELETING[name], self._audit_before_delete)
-            return BoundPort(world, node, name, target, plan, DESCRIBERS[name], stats, restart, surgery=surgery)
+            describers = DESCRIBERS[name] if name in DESCRIBERS else OPTIONAL_DESCRIBERS[name]
+            return BoundPort(world, node, name, target, plan, describers, stats, restart, surgery=surgery)
 
         log = port("log")
         progress = None
@@ -308,7 +328,8 @@ class System:
         return NodePorts(ds=port("ds"), ledger=port("ledger"), log=log, schedules=port("schedules"),
                          content=port("content"), pins=port("pins"), findings=port("findings"),
                          checkpoints=port("checkpoints"), failpoints=SimFailpoints(world, node, plan, restart),
-                         kernel=port("kernel"), progress=progress)
+                         kernel=port("kernel"), progress=progress,
+                         keyring=port("keyring") if self.with_keyring else None)
 
     def notifier_port(self, node: Node, *, transit_ms: Any = None) -> NotifierPort:
         """The notifier as a waiter on ``node`` reaches it: ``transit_ms()``
@@ -329,7 +350,10 @@ class System:
         restarted process opens a new one (the old one closes: what it left
         uncommitted is rolled back, as when a process dies)."""
         if self._database is None:
-            return {name: getattr(self, name) for name in DESCRIBERS}
+            stores = {name: getattr(self, name) for name in DESCRIBERS}
+            if self.with_keyring:
+                stores["keyring"] = self.keyring
+            return stores
         held = self._connections.get(node.name)
         if held is not None and held[1] == node.incarnation:
             return held[2]
@@ -339,7 +363,7 @@ class System:
         # arms overtaking-commit) one whose transactions another writer may overtake.
         conn = open_node_database(self._database.path, busy_timeout_ms=self._busy_timeout_ms, world=self._world,
                                   node=node)
-        stores = _sqlite_stores(conn)
+        stores = _sqlite_stores(conn, keyring=self.with_keyring)
         self._connections[node.name] = (conn, node.incarnation, stores)
         return stores
 
@@ -564,6 +588,10 @@ class System:
 
     def schedule_cursor(self, schedule_id: str) -> Any:
         return run_sync(self.schedules.cursor(schedule_id))
+
+    def keyring_rows(self) -> tuple:
+        """Every row of the keyring (``DataKey``), by data key id: () without one."""
+        return () if self.keyring is None else self.keyring.rows()
 
     def pin_holders(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """Every pinned ref with its holders, by ref."""

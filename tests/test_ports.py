@@ -26,6 +26,7 @@ from model.ledger.port import SubmissionLedgerPort
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.pins import InMemoryPinIndex, SqlitePinIndex
 from model.schedule_store import InMemoryScheduleStore, SqliteScheduleStore
+from model.secrets.keyring import InMemoryKeyringStore, SqliteKeyringStore
 
 # Port Protocol -> its adapters.
 PROTOCOL_ADAPTERS = {
@@ -43,6 +44,7 @@ REFERENCE_ADAPTERS = {
     InMemoryScheduleStore: (SqliteScheduleStore,),
     InMemoryPinIndex: (SqlitePinIndex,),
     InMemoryFindingsProjection: (SqliteFindingsProjection,),
+    InMemoryKeyringStore: (SqliteKeyringStore,),
 }
 
 

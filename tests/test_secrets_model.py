@@ -205,6 +205,61 @@ def test_a_rotation_killed_after_a_page_resumes_rewraps_every_row_and_retires_th
     assert again == record
 
 
+class DiesAtRewrap:
+    """A keyring whose process dies at its ``n``-th re-wrap (before the store sees it)."""
+
+    def __init__(self, ring, n: int) -> None:
+        self._ring, self._n = ring, n
+
+    def __getattr__(self, name):
+        return getattr(self._ring, name)
+
+    async def rewrap(self, *args):
+        self._n -= 1
+        if self._n == 0:
+            raise Killed("rewrap")
+        return await self._ring.rewrap(*args)
+
+
+@pytest.mark.parametrize("dies_at", [1, 2, 4, 5, 7])
+def test_a_rotation_killed_inside_a_page_leaves_no_row_behind(dies_at):
+    keys, ring = SimulatedKeyService(b"root", Clock()), InMemoryKeyringStore()
+    for n in range(7):
+        drive(Sealer(keys, ring).seal_payload(f"c{n}", "b", 0, "model-delta", {"text": "t"}))
+    with pytest.raises(Killed):
+        drive(rotate_keys(keys, DiesAtRewrap(ring, dies_at), "rotation-1", "kek-2", page=3))
+    drive(rotate_keys(keys, ring, "rotation-1", "kek-2", page=3))
+    assert [row.key_id for row in drive(ring.scan("", 100))] == ["kek-2"] * 7
+    assert drive(keys.state("kek-1")) == "retired"
+
+
+class RotatesOnPut:
+    """A keyring whose ``put_if_absent`` lands while a rotation makes ``kek-2`` current."""
+
+    def __init__(self, ring, keys) -> None:
+        self._ring, self._keys = ring, keys
+
+    def __getattr__(self, name):
+        return getattr(self._ring, name)
+
+    async def put_if_absent(self, row):
+        stored = await self._ring.put_if_absent(row)
+        if await self._keys.current() == "kek-1":
+            await self._keys.rotate("kek-2")
+        return stored
+
+
+def test_a_data_key_stored_while_a_rotation_began_is_left_unused():
+    """A rotation that began between reading the current key and storing the
+    new data key's row may have scanned past the row: it is left unused and
+    the new key's data key seals the record instead."""
+    keys, ring = SimulatedKeyService(b"root", Clock()), InMemoryKeyringStore()
+    sealed = drive(Sealer(keys, RotatesOnPut(ring, keys)).seal_payload("c1", "b", 0, "model-delta", {"text": "t"}))
+    assert sealed["text"]["dataKeyId"] == "dek/c1/kek-2"
+    assert [row.dek_id for row in drive(ring.scan("", 10))] == ["dek/c1/kek-1", "dek/c1/kek-2"]
+    assert drive(Sealer(keys, ring).open_payload("c1", "b", 0, "model-delta", sealed)) == {"text": "t"}
+
+
 def test_a_row_left_under_a_retired_key_fails_typed_on_open():
     keys, ring = SimulatedKeyService(b"root", Clock()), InMemoryKeyringStore()
     sealed = drive(Sealer(keys, ring).seal_payload("c1", "b", 0, "model-delta", {"text": "t"}))

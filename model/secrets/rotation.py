@@ -13,12 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.failpoints import NO_FAILPOINTS
-
-ROTATION_AFTER_ROTATE = "rotation:after-rotate"  # the new key current, nothing re-wrapped
-ROTATION_AFTER_PAGE = "rotation:after-page"  # a page re-wrapped and its cursor saved
-ROTATION_BEFORE_RETIRE = "rotation:before-retire"  # the pass done, the old key not retired
-ROTATION_CRASH_POINTS: tuple[str, ...] = (ROTATION_AFTER_ROTATE, ROTATION_AFTER_PAGE, ROTATION_BEFORE_RETIRE)
+from model.failpoints import (NO_FAILPOINTS, ROTATION_AFTER_PAGE, ROTATION_AFTER_ROTATE,  # noqa: F401
+                              ROTATION_BEFORE_RETIRE, ROTATION_CRASH_POINTS)
 
 
 async def rotate_keys(keys: Any, keyring: Any, rotation_id: str, to_key_id: str, *, page: int = 32,

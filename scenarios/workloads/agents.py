@@ -36,6 +36,8 @@ from model.agent import (AGENT_TOOLS, APPROVAL, CLOSE, COMPLETED, MODEL, OPEN, R
 from model.ledger.records import COMPLETED_WITH_RESULT, NEVER_HAPPENED, SAFE_TO_RETRY, UnreadableSubmission
 from model.canonical import digest
 from model.retry import error_name, is_retryable
+from model.secrets.errors import CredentialRejected
+from model.secrets.refs import secret_ref
 from scenarios.workloads.submissions import Submitters, Workers
 from sim.node import Node
 from sim.workload import Workload
@@ -87,13 +89,34 @@ class ToolDeadlineExceeded(Exception):
         self.arrived_ms = arrived_ms
 
 
+def check_credential(service: str, secret_store: Any, handle: str, received: Any) -> None:
+    """A service's check of the credential a call carried: the secret's
+    current value, or the one it just replaced (a rotation's overlap: a
+    caller resolved it a moment before the new version). Anything else,
+    or none: ``CredentialRejected``."""
+    versions = secret_store.versions_of(handle)
+    if type(received) is not str or received not in versions[-2:]:
+        raise CredentialRejected(service, handle)
+
+
 class ToolService:
     """The external tools. Survive every process; only an idempotency key
     deduplicates a call; a call that arrives after its deadline is refused
-    (as a payment API refuses an expired request)."""
+    (as a payment API refuses an expired request).
 
-    def __init__(self, *, slow_share: float = 0.0, slow_ms: tuple[int, int] = (0, 0)) -> None:
+    ``secret_store`` and ``credentials`` (tool -> secret handle): the tools
+    take a credential (``args["credential"]``), check it against the secret
+    store (``check_credential``; the refusals are counted in
+    ``credentials_rejected``) and echo the arguments with a reference in its
+    place, never the value. Without them, arguments are echoed as sent."""
+
+    def __init__(self, *, slow_share: float = 0.0, slow_ms: tuple[int, int] = (0, 0), secret_store: Any = None,
+                 credentials: dict[str, str] | None = None) -> None:
         assert 0.0 <= slow_share <= 1.0 and 0 <= slow_ms[0] <= slow_ms[1], (slow_share, slow_ms)
+        assert (secret_store is None) == (credentials is None), "a secret store and the tools' credentials, or neither"
+        self.secret_store = secret_store
+        self.credentials = dict(credentials or {})
+        self.credentials_rejected = 0
         self.slow_share = slow_share  # calls that take ``slow_ms`` on their way to the tool
         self.slow_ms = slow_ms
         self._arrivals: dict[str, int] = {}  # call id -> calls that reached the service
@@ -135,6 +158,15 @@ class ToolService:
         if deadline_ms is not None and now_ms > deadline_ms:
             self.refused_late += 1
             raise ToolDeadlineExceeded(call_id, deadline_ms, now_ms)
+        handle = self.credentials.get(tool)
+        if handle is not None:
+            try:
+                check_credential(f"tool {tool}", self.secret_store, handle,
+                                 args.get("credential") if isinstance(args, dict) else None)
+            except CredentialRejected:
+                self.credentials_rejected += 1
+                raise
+            args = {**args, "credential": secret_ref(handle)}  # echoed by reference, never the value
         arrivals = self._arrivals.get(call_id, 0) + 1
         assert arrivals <= ARRIVALS_PER_CALL_MAX, call_id
         self._arrivals[call_id] = arrivals
@@ -202,11 +234,29 @@ class ModelService:
     """The model provider (outside every process). Each call streams
     reasoning and text deltas, partial tool-argument deltas, then a
     completion with the call's usage; drawn from a stream of its own per call
-    and sending, so a retried call may answer differently (as a model does)."""
+    and sending, so a retried call may answer differently (as a model does).
 
-    def __init__(self) -> None:
+    ``secret_store`` and ``credential`` (a secret handle): each request
+    carries the provider's key (``request["apiKey"]``), checked as the tools
+    check theirs (``check_credential``; refusals in ``credentials_rejected``)."""
+
+    def __init__(self, *, secret_store: Any = None, credential: str | None = None) -> None:
+        assert (secret_store is None) == (credential is None), "a secret store and the model's credential, or neither"
         self._sent: dict[str, int] = {}  # call id -> times asked (bounded by the call's retries)
         self.calls = 0
+        self.secret_store = secret_store
+        self.credential = credential
+        self.credentials_rejected = 0
+
+    def check(self, request: Any) -> None:
+        if self.credential is None:
+            return
+        try:
+            check_credential("model", self.secret_store, self.credential,
+                             request.get("apiKey") if isinstance(request, dict) else None)
+        except CredentialRejected:
+            self.credentials_rejected += 1
+            raise
 
     def bind(self, world: World) -> "ModelClient":
         return ModelClient(self, world)
@@ -235,6 +285,7 @@ class ModelClient:
         self._world = world
 
     async def stream(self, call_id: str, request: Any) -> list[dict]:
+        self._service.check(request)
         return self._service.answer(self._world, call_id)
 
 
@@ -320,10 +371,14 @@ class AgentWorkers(Workers):
     name = "agent-workers"
 
     def __init__(self, count: int, *, tools: ToolService | None = None, model: ModelService | None = None,
-                 **settings: Any) -> None:
+                 secrets: Any = None, **settings: Any) -> None:
+        """``secrets(node, ports)`` -> the ``AgentSecrets`` of a worker
+        process on ``node`` (its bindings of the key service, the keyring and
+        the secret store); None: the workers use no secrets."""
         super().__init__(count, **settings)
         self.tools = tools if tools is not None else ToolService()
         self.model = model if model is not None else ModelService()
+        self.secrets = secrets
         self.config_generation = 0
         self.revisions = {change: 0 for change in DEPLOY_CHANGES}  # how often each was changed
         self.checkpoints_rejected = 0
@@ -383,13 +438,16 @@ class AgentWorkers(Workers):
         return {**super().metrics(), "tool_calls_slow": self.tools.slow_calls,
                 "tool_calls_refused_late": self.tools.refused_late,
                 "checkpoints_rejected_rebuilt": self.checkpoints_rejected,
-                "checkpoints_rejected_model_or_tools": self.checkpoints_rejected_config}
+                "checkpoints_rejected_model_or_tools": self.checkpoints_rejected_config,
+                **({} if self.secrets is None else {
+                    "credentials_rejected": self.tools.credentials_rejected + self.model.credentials_rejected})}
 
     def make_worker(self, node: Node, ports: Any, **settings: Any) -> AgentWorker:
         return AgentWorker(ports.ledger, ports.log, node.label, tools=bind_tools(self.world, node, self.tools),
                            model=bind_model(self.world, node, self.model), model_profile=self.model_profile(),
                            tool_set=self.tool_set(), child_plan=child_plan, definition_digest=self.definition_digest(),
-                           run_allowance_policy_ms=self.allowance_policy_ms(), **settings)
+                           run_allowance_policy_ms=self.allowance_policy_ms(),
+                           **({} if self.secrets is None else {"secrets": self.secrets(node, ports)}), **settings)
 
 
 class _Operator(Workload):

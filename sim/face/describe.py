@@ -205,7 +205,7 @@ def fault_sites(scenario: Any, stacks: list[Any]) -> list[dict[str, Any]]:
     from faults.reads import READ_FAULT_KINDS
     from faults.notifications import KINDS as NOTIFY_KINDS, SITE as NOTIFY_SITE
     from faults.sqlite_overtake import SITE as OVERTAKE_SITE
-    from scenarios.system import DESCRIBERS, System
+    from scenarios.system import DESCRIBERS, OPTIONAL_DESCRIBERS, System
 
     sites: dict[str, dict[str, Any]] = {}
 
@@ -216,7 +216,10 @@ def fault_sites(scenario: Any, stacks: list[Any]) -> list[dict[str, Any]]:
     for stack in stacks:
         if not isinstance(stack.system, System):
             continue
-        for port, table in DESCRIBERS.items():
+        tables = dict(DESCRIBERS)
+        if getattr(stack.system, "with_keyring", False):
+            tables["keyring"] = OPTIONAL_DESCRIBERS["keyring"]
+        for port, table in tables.items():
             for method in table:
                 add(f"{port}.{method}", [k for k in PORT_FAULT_KINDS
                                          if not (method in READ_METHODS and k == WRITE_CONTENTION)], "port call")
