@@ -187,6 +187,11 @@ def _choices(handles: list[str], values: dict[str, tuple[str, ...]]) -> Iterable
 
 
 class NoSecretLeak(Checker):
+    """``no-secret-leak``: no secret value (any version) is in a traced event,
+    a log record (its sealed fields opened), a checkpoint or a ledger row, and
+    no prepared tool call's fingerprint is the plain digest of its arguments
+    with the secret resolved."""
+
     name = "no-secret-leak"
 
     def __init__(self, secrets: SecretsWitness) -> None:
@@ -264,6 +269,10 @@ class NoSecretLeak(Checker):
 
 
 class SealedUnderLiveKey(Checker):
+    """``sealed-under-live-key``: every sensitive field of every record is
+    sealed, names a data key the keyring holds under a key-encryption key
+    that is not retired, and opens under it."""
+
     name = "sealed-under-live-key"
 
     def __init__(self, secrets: SecretsWitness) -> None:
