@@ -253,8 +253,8 @@ class Secrets(Workload):
         self.values_revision = 0  # grows with every version put (the leak oracle recompiles its search)
         self.rotations_started = 0  # the operator's schedule: rotation-1 .. rotation-N begun
         self.rotations_done = 0
-        self.rotations_resumed = 0  # passes run again after a kill or a failed call, and finished
-        self.rotation_retries = 0
+        self.rotations_resumed = 0  # passes a restarted rotator resumed (it was killed in them) and finished
+        self.rotation_retries = 0  # passes called again after a retryable failure
         self.rewraps = 0
         self.secret_versions = 0
         # Outside every process; empty until ``setup`` draws the values (the
@@ -354,7 +354,7 @@ class Secrets(Workload):
         runtime = self.world.runtime
         probe = self.world.probe_for(node)
         # A rotation begun and not finished (the process died in it): resumed first.
-        resume = self.rotations_started > self.rotations_done
+        resume = after_kill = self.rotations_started > self.rotations_done
         while self.rotations_started < ROTATIONS_MAX:  # else: the process's loop ends when it dies
             if not resume:
                 rng = self.stream_for(self.world, f"rotate-every/{self.rotations_started + 1}")
@@ -375,9 +375,9 @@ class Secrets(Workload):
                 await runtime.sleep_ms(self.retry_ms)
                 continue
             self.rotations_done += 1
-            if resume:
+            if after_kill:
                 self.rotations_resumed += 1
-            resume = False
+            resume = after_kill = False
             probe.emit(KeyRotation.kind, rotation=rotation_id, phase="done")
 
     def _on_rewrap(self, event: Any) -> None:
