@@ -1592,6 +1592,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "                    await keyring.rewrap(row.dek_id, from_key_id, to_key_id, await keys.wrap(to_key_id, data_key))\n",
         SA, ci_seed=11, ci_duration="1h"),
     Mutant(
+        "model-credential-sent-unresolved",
+        "The agent sends the model provider its key's reference instead of resolving it at the call, so every "
+        "model request is refused for its credential.",
+        "model.agent", "                request = await resolve_refs(request, self.secrets.secret_store)\n", "", SA,
+        ci_seed=0, ci_duration="1m"),
+    Mutant(
         "fingerprint-unkeyed",
         "The prepared call's fingerprint is the plain canonical digest of what is sent, not the keyed one, so "
         "a low-entropy credential in its preimage can be guessed back from the record.",

@@ -201,3 +201,20 @@ def test_a_missing_row_or_a_damaged_envelope_fails():
     moved = _sealed("kek-1", "tool-prepared:sub-1/s0.0", 0, "tool-call", "args", ARGS)
     _, violations = _run(SealedUnderLiveKey, View(_history(args=moved), _rows("kek-1")))
     assert len(violations) == 1 and "does not open" in violations[0].message
+
+
+def test_a_credential_refused_by_a_tool_or_the_model_fails():
+    from scenarios.invariants import CredentialsAccepted
+
+    violations: list = []
+    checker = CredentialsAccepted()
+    trace = Trace(lambda: 0)
+    checker.attach(trace, lambda: 0, violations.append, None)
+    trace.emit("w", "tools.invoke", {"call": "c1", "tool": "search", "key": "c1", "result": {"ok": True}})
+    trace.emit("w", "model.stream", {"call": "m1", "chunks": 3})
+    assert violations == [] and checker.checks == 2
+    trace.emit("w", "model.stream", {"call": "m2", "error": "CredentialRejected",
+                                     "detail": "model rejected the credential for 'model-api-key'"})
+    trace.emit("w", "tools.invoke", {"call": "c2", "tool": "send-email", "key": None, "error": "CredentialRejected",
+                                     "detail": "tool send-email rejected the credential for 'email-pin'"})
+    assert [v.message.split(":")[0] for v in violations] == ["m2", "c2"]

@@ -19,6 +19,12 @@ through the audit view only.
   secret (any version): such a digest is guessable, a low-entropy secret in
   a few thousand tries; it must be keyed.
 
+``credentials-accepted``: online, every call that reached a tool or the
+model provider carried the credential the service expects (the secret's
+current value, or the one a rotation just replaced): a refusal
+(``CredentialRejected``) is a caller that sent a reference unresolved, a
+stale value or none.
+
 ``sealed-under-live-key``: at the audit, every sensitive field of every
 record (the families and fields below, this module's own copy of the
 schema's table) is a sealed envelope; the data key it names has a row in
@@ -38,6 +44,7 @@ from typing import Any, Iterable, Iterator, Protocol
 
 import attrs
 
+from faults.events import ToolInvoke
 from scenarios.reference.envelope import (SealedFieldUnopenable, field_aad, is_sealed, kek_material, open_field,
                                           open_field_text, unkeyed_digest, unwrap_data_key)
 from scenarios.reference.jcs import JcsError
@@ -266,6 +273,29 @@ class NoSecretLeak(Checker):
                     return
         except (ValueError, JcsError):
             return
+
+
+class CredentialsAccepted(Checker):
+    """``credentials-accepted``: no tool or model call was refused for its
+    credential (sent unresolved, stale or missing)."""
+
+    name = "credentials-accepted"
+    REFUSAL = "CredentialRejected"
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Imported here: the agents' workload module imports the invariants.
+        from scenarios.workloads.agents import ModelStream
+
+        self.kinds = (ToolInvoke.kind, ModelStream.kind)
+
+    def on_event(self, event: Any) -> None:
+        # ``tools.invoke`` and ``model.stream`` name the call and the error alike.
+        self.checks += 1
+        fields = event.fields
+        if fields.get(ToolInvoke.error) == self.REFUSAL:
+            self.fail(f"{fields.get(ToolInvoke.call)}: {fields.get(ToolInvoke.detail)}",
+                      (str(fields.get(ToolInvoke.call)),))
 
 
 class SealedUnderLiveKey(Checker):

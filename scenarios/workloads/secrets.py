@@ -32,7 +32,7 @@ store, the deployment's digest key and the handles of its credentials.
 
 Its checks (``scenarios.invariants.secrets``): ``no-secret-leak`` and
 ``sealed-under-live-key``, which learn the secret values, the key service's
-root and its retirements from this workload.
+root and its retirements from this workload, and ``credentials-accepted``.
 """
 from __future__ import annotations
 
@@ -273,9 +273,9 @@ class Secrets(Workload):
         return dict(self.keys.retired_at_ms)
 
     def checks(self) -> list[Any]:
-        from scenarios.invariants.secrets import NoSecretLeak, SealedUnderLiveKey
+        from scenarios.invariants.secrets import CredentialsAccepted, NoSecretLeak, SealedUnderLiveKey
 
-        return [NoSecretLeak(self), SealedUnderLiveKey(self)]
+        return [NoSecretLeak(self), SealedUnderLiveKey(self), CredentialsAccepted()]
 
     def nodes(self) -> tuple[str, ...]:
         return (self.node_name(ROTATOR),)
