@@ -8,7 +8,8 @@ sealed field's value is the dict::
      "nonce": HEX, "ciphertext": HEX, "tag": HEX}
 
 its plaintext the canonical JSON of the field's value, its AAD
-``f"{conversation_id}\\n{batch_id}\\n{index}\\n{family}\\n{field}"`` (UTF-8) so a
+``f"{conversation_id}\\n{batch_id}\\n{index}\\n{family}\\n{field}"`` (UTF-8; ``index``
+the record's place in its batch, from 0) so a
 sealed value moved to another record, field or conversation does not open,
 and its nonce the first 16 bytes of sha256(AAD) (a record's identity: it is
 written once per attempt).
