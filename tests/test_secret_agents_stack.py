@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from scenarios import registry
-from scenarios.workloads.secrets import KEYS_DESCRIBERS, SECRETS_DESCRIBERS
+from scenarios.workloads.secrets import KEYS_DESCRIBERS, SECRETS_DESCRIBERS, Secrets
 from sim.clock import parse_duration_ms
 from sim.face.describe import describe
 from sim.runner import run
@@ -66,3 +68,15 @@ def test_the_key_and_secret_ports_trace_ids_and_lengths_only():
     assert wrapped not in text and repr(data_key) not in text and "f" * 32 not in text
     assert traced[0] == {"key_id": "kek-1", "length": 32, "wrapped_length": 128}
     assert traced[5] == {"handle": "search-api-key", "length": 32}
+
+
+def test_the_secrets_workload_needs_a_system_with_a_keyring():
+    from scenarios.api import HOUR, SECOND, PortFaults, Stack, System
+    from sim.scenario import Scenario
+    from sim.workload import StackError
+
+    stack = Stack(system=System(restart_ms=(SECOND, 2 * SECOND)), workloads=[Secrets()], faults=PortFaults({}),
+                  heal_ms_max=HOUR, settle_ms=HOUR)
+    scenario = Scenario("secrets-without-keyring", "test", lambda run_: stack, parse_duration_ms("1m"))
+    with pytest.raises(StackError, match="needs a system with a keyring"):
+        run(scenario, ScenarioOptions(seed=0, duration_ms=parse_duration_ms("1m")))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 from typing import Any, NamedTuple
 
-import pytest
 
 from model.conversation.records import CanonicalRecord, RecordEnvelope
 from scenarios.invariants import NoSecretLeak, SealedUnderLiveKey

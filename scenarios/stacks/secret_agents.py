@@ -8,10 +8,11 @@ from model.failpoints import (MODEL_REQUESTED_BEFORE_FIRST_DELTA, TOOL_PREPARED_
                               TURN_RESPONSE_APPENDED)
 from model.secrets.rotation import ROTATION_CRASH_POINTS
 from scenarios import api as inv
-from scenarios.api import (CORRUPT_ROW, FAILPOINT_CRASH, SEQUENCE_GAP, SHORT_PAGE, HOUR, MINUTE, SECOND, SUBMISSION_CRASH_POINTS, NodeKills, NodePauses,
-                           Param, PortFaults, Run, Stack, SwarmSpace, System, scenario)
-from scenarios.stacks.ledger_storm import FAULT_KINDS as LEDGER_FAULT_KINDS, KNOBS, RATES, RESTART_MS
+from scenarios.api import (CORRUPT_ROW, FAILPOINT_CRASH, HOUR, MINUTE, SECOND, SEQUENCE_GAP, SHORT_PAGE,
+                           SUBMISSION_CRASH_POINTS, NodeKills, NodePauses, Param, PortFaults, Run, Stack, SwarmSpace,
+                           System, scenario)
 from scenarios.invariants.secrets import SealedFieldOpener
+from scenarios.stacks.ledger_storm import FAULT_KINDS as LEDGER_FAULT_KINDS, KNOBS, RATES, RESTART_MS
 from scenarios.workloads.agents import AgentSubmitters, AgentWorkers, ModelService, Reconciler, ToolService
 from scenarios.workloads.secrets import MODEL_CREDENTIAL, TOOL_CREDENTIALS, Secrets
 
@@ -59,8 +60,9 @@ def secret_agents(run: Run) -> Stack:
     submitters = AgentSubmitters(
         kinds=kinds, joining_share=0.0, conversations=run.param("conversations"), every_ms=(2 * SECOND, 60 * SECOND),
         conversation_lifetime_ms=run.param("conversation_lifetime_ms"), retry_ms=2 * SECOND)
-    workers = AgentWorkers(run.knob("workers"), serving=submitters, tools=tools, model=ModelService(secret_store=secrets.store, credential=MODEL_CREDENTIAL),
-                           lease_ms=lease_ms, poll_ms=2 * SECOND, retry_ms=2 * SECOND, step_delay_ms=(50, 3 * SECOND),
+    model = ModelService(secret_store=secrets.store, credential=MODEL_CREDENTIAL)
+    workers = AgentWorkers(run.knob("workers"), serving=submitters, tools=tools, model=model, lease_ms=lease_ms,
+                           poll_ms=2 * SECOND, retry_ms=2 * SECOND, step_delay_ms=(50, 3 * SECOND),
                            recovery_page_size=run.knob("recovery_page_size"), secrets=secrets.agent_secrets,
                            open_sealed=SealedFieldOpener(secrets))
     return Stack(

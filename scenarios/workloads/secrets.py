@@ -38,14 +38,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from faults.events import OPTIONAL, ProbeEvent
+from faults.events import OPTIONAL, KeyringRewrap, ProbeEvent
 from faults.ports import BoundPort, PortStats
 from model.retry import error_name, is_retryable
 from model.secrets.keys import SimulatedKeyService
 from model.secrets.rotation import rotate_keys
 from model.secrets.store import InMemorySecretStore
 from sim.node import Node
-from sim.workload import Workload
+from sim.workload import StackError, Workload
 from sim.world import World
 
 KEYS_PORT, SECRETS_PORT = "keys", "secrets"
@@ -287,6 +287,8 @@ class Secrets(Workload):
     # -- phases ---------------------------------------------------------------
 
     def setup(self, world: World) -> None:
+        if not getattr(world.system, "with_keyring", False):
+            raise StackError(f"workload {self.name!r} needs a system with a keyring: System(keyring=True)")
         self.world = world
         self._value_streams = {handle: self.stream_for(world, f"values/{handle}") for handle in HANDLES}
         for handle in HANDLES:
@@ -294,7 +296,7 @@ class Secrets(Workload):
         self._root = _bytes(self.stream_for(world, "key-root"), 32)
         self.digest_key = _bytes(self.stream_for(world, "digest-key"), 32)
         self.keys = SimulatedKeyService(self._root, world.runtime.now_ms)
-        world.trace.subscribe(("keyring.rewrap",), self._on_rewrap)
+        world.trace.subscribe((KeyringRewrap.kind,), self._on_rewrap)
         world.add_node(self.node_name(ROTATOR), self._start_rotator, role="client")
 
     def start(self, world: World) -> None:
@@ -381,5 +383,5 @@ class Secrets(Workload):
             probe.emit(KeyRotation.kind, rotation=rotation_id, phase="done")
 
     def _on_rewrap(self, event: Any) -> None:
-        if "error" not in event.fields and not event.fields.get("replayed"):
+        if KeyringRewrap.error not in event.fields:
             self.rewraps += 1
