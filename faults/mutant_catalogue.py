@@ -36,6 +36,7 @@ SY_PS = ("sentinel-year", "port-storm")
 LS_PS = ("ledger-storm", "port-storm")
 ALL = ("sentinel-year", "ledger-storm", "port-storm")
 AC = ("agent-conversations",)
+SA = ("secret-agents",)
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- canonical JSON (RFC 8785) --------------------------------------------------
@@ -1566,4 +1567,53 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _tool_batch_pending(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
         AC,
         ci_seed=2, ci_duration="10m"),
+
+    # -- secrets by handle, sealed fields, keys that rotate ---------------------------
+    Mutant(
+        "secret-resolved-into-args",
+        "The agent resolves the tool's credential into the arguments it records (the fingerprint's preimage "
+        "reused), so the secret's value is in the tool-call requested and prepared records.",
+        "model.agent", "                sent = await resolve_refs(args, self.secrets.secret_store)\n",
+        "                sent = args = await resolve_refs(args, self.secrets.secret_store)\n", SA,
+        ci_seed=0, ci_duration="1m"),
+    Mutant(
+        "rotation-rewraps-nothing",
+        "The re-wrap pass tests each row against the new key instead of the old one, so it re-wraps nothing "
+        "and then retires the key every data key is still wrapped under.",
+        "model.secrets.rotation", "                if row.key_id == from_key_id:\n",
+        "                if row.key_id == to_key_id:\n", SA,
+        ci_seed=0, ci_duration="1m"),
+    Mutant(
+        "rewrap-cursor-saved-first",
+        "The rotation saves a page's cursor before it re-wraps the page, so a pass killed (or failed) in "
+        "between resumes after rows it never re-wrapped and retires the key they are still under.",
+        "model.secrets.rotation",
+        "            for row in rows:\n"
+        "                if row.key_id == from_key_id:\n"
+        "                    data_key = await keys.unwrap(from_key_id, row.wrapped)\n"
+        "                    await keyring.rewrap(row.dek_id, from_key_id, to_key_id, await keys.wrap(to_key_id, data_key))\n"
+        "            done = len(rows) < page\n"
+        "            rotation = {**rotation, \"cursor\": rows[-1].dek_id if rows else rotation[\"cursor\"], \"done\": done}\n"
+        "            await keyring.save_rotation(rotation)\n",
+        "            done = len(rows) < page\n"
+        "            rotation = {**rotation, \"cursor\": rows[-1].dek_id if rows else rotation[\"cursor\"], \"done\": done}\n"
+        "            await keyring.save_rotation(rotation)\n"
+        "            for row in rows:\n"
+        "                if row.key_id == from_key_id:\n"
+        "                    data_key = await keys.unwrap(from_key_id, row.wrapped)\n"
+        "                    await keyring.rewrap(row.dek_id, from_key_id, to_key_id, await keys.wrap(to_key_id, data_key))\n",
+        SA, ci_seed=11, ci_duration="1h"),
+    Mutant(
+        "model-credential-sent-unresolved",
+        "The agent sends the model provider its key's reference instead of resolving it at the call, so every "
+        "model request is refused for its credential.",
+        "model.agent", "                request = await resolve_refs(request, self.secrets.secret_store)\n", "", SA,
+        ci_seed=0, ci_duration="1m"),
+    Mutant(
+        "fingerprint-unkeyed",
+        "The prepared call's fingerprint is the plain canonical digest of what is sent, not the keyed one, so "
+        "a low-entropy credential in its preimage can be guessed back from the record.",
+        "model.agent", "                fingerprint[\"fingerprint\"] = keyed_digest(self.secrets.digest_key, sent)\n",
+        "                fingerprint[\"fingerprint\"] = digest(sent)\n", SA,
+        ci_seed=0, ci_duration="1m"),
 )

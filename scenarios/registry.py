@@ -60,6 +60,7 @@ def _load_all() -> None:
     import scenarios.stacks.agent_conversations  # noqa: F401
     import scenarios.stacks.ledger_storm  # noqa: F401
     import scenarios.stacks.port_storm  # noqa: F401
+    import scenarios.stacks.secret_agents  # noqa: F401
     import scenarios.stacks.sentinel_year  # noqa: F401
 
 

@@ -27,7 +27,7 @@ resolutions of those not yet settled.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from faults.events import (ERROR, LedgerClaim, LedgerFinalizeSettlement, LedgerMarkUnknown, LedgerRequestAbort,
                            LedgerResolveUnknown, LogAppend, ToolInvoke)
@@ -56,9 +56,12 @@ class UnknownNeverReplayed(Checker):
     kinds = (ToolInvoke.kind, LedgerClaim.kind, LedgerMarkUnknown.kind, LedgerResolveUnknown.kind, LedgerRequestAbort.kind,
              LedgerFinalizeSettlement.kind, LogAppend.kind)
 
-    def __init__(self, tools: ToolService) -> None:
+    def __init__(self, tools: ToolService, *, opener: Any = None) -> None:
+        """``opener``: opens a sealed field of an append (records whose
+        sensitive fields are sealed: ``scenarios.invariants.secrets.SealedFieldOpener``)."""
         super().__init__()
         self.tools = tools
+        self.opener = opener
         self._open: dict[str, set[str]] = {}  # submission -> its unknown calls not yet resolved
         self._resolved: dict[str, str] = {}  # call -> its resolution (open submissions only)
         # Submissions settled in the last SETTLED_MEMORY_MS -> their outcome (oldest first): a call in flight
@@ -132,14 +135,18 @@ class UnknownNeverReplayed(Checker):
             for call in [call for call in self._resolved if _submission_of(call) == submission]:
                 del self._resolved[call]
         elif not fields.get(LogAppend.replayed):
-            for envelope in fields[LogAppend.envelopes]:
+            for index, envelope in enumerate(fields[LogAppend.envelopes]):
                 if envelope["family"] != TOOL_CALL_FAMILY or envelope["payload"]["phase"] != TOOL_SETTLED:
                     continue
                 self.checks += 1
                 payload = envelope["payload"]
                 call = payload["call"]
+                output = payload["output"]
+                if self.opener is not None:
+                    output = self.opener(self.view, fields[LogAppend.conversation], fields[LogAppend.batch], index,
+                                         TOOL_CALL_FAMILY, "output", output)
                 effect = self.tools.effect(call)
-                if effect is None or digest(effect) != digest(payload["output"]["result"]):
+                if effect is None or digest(effect) != digest(output["result"]):
                     self.fail(f"{call}: the log settled it with a result the tool never gave it", (call,))
 
     def _track_doubt(self, envelope: dict, epoch: int, time_ms: int, *, committed: bool) -> None:

@@ -371,7 +371,7 @@ class AgentWorkers(Workers):
     name = "agent-workers"
 
     def __init__(self, count: int, *, tools: ToolService | None = None, model: ModelService | None = None,
-                 secrets: Any = None, **settings: Any) -> None:
+                 secrets: Any = None, open_sealed: Any = None, **settings: Any) -> None:
         """``secrets(node, ports)`` -> the ``AgentSecrets`` of a worker
         process on ``node`` (its bindings of the key service, the keyring and
         the secret store); None: the workers use no secrets."""
@@ -379,6 +379,7 @@ class AgentWorkers(Workers):
         self.tools = tools if tools is not None else ToolService()
         self.model = model if model is not None else ModelService()
         self.secrets = secrets
+        self.open_sealed = open_sealed  # how the oracles open a sealed field (None: nothing is sealed)
         self.config_generation = 0
         self.revisions = {change: 0 for change in DEPLOY_CHANGES}  # how often each was changed
         self.checkpoints_rejected = 0
@@ -391,8 +392,8 @@ class AgentWorkers(Workers):
         # Imported here: the unknown-outcome check reads this module's tool service.
         from scenarios.invariants import (ApprovalPrecedesEffect, CanonicalEvents, ChildBeforeParent,
                                           JoinedSettlesOnce, RunClock, UnknownNeverReplayed)
-        return [*super().own_checks(), UnknownNeverReplayed(self.tools), ApprovalPrecedesEffect(),
-                ChildBeforeParent(), JoinedSettlesOnce(), RunClock(), CanonicalEvents()]
+        return [*super().own_checks(), UnknownNeverReplayed(self.tools, opener=self.open_sealed),
+                ApprovalPrecedesEffect(), ChildBeforeParent(), JoinedSettlesOnce(), RunClock(), CanonicalEvents()]
 
     def definition_digest(self) -> str:
         """The deployed definition's identity (what checkpoints are bound to, with the model and tools)."""

@@ -20,12 +20,15 @@ they are violations the runner records, not checkers that count checks.
 
 Fault sites are not declared in one list; they are derived: every method of
 every port the built-in ``System`` binds to a process (its describer
-tables, ``scenarios.system.DESCRIBERS``: a site is ``port.method``, and
+tables, ``scenarios.system.DESCRIBERS``, and those of the stores it opens
+only when asked, such as the keyring; a site is ``port.method``, and
 every such call draws from the plan: the port fault kinds, without
 ``write-contention`` on reads), the damaged read answers (``log.read.answer``)
 when the system damages reads, SQLite's overtaking commit on SQLite when the
-scenario rates it, the scenario's boosted sites (its rarely called ones,
-``pager.page`` among them) and its failpoints. Which of them a seed reaches
+scenario rates it, the ports a workload binds itself (its
+``port_sites()``: the key service's and the secret store's), the scenario's
+boosted sites (its rarely called ones, ``pager.page`` among them) and its
+failpoints. Which of them a seed reaches
 is in a run's coverage (``faults_by_port``, ``failpoints``).
 
 Part of the face: no clock, nothing runs.
@@ -226,6 +229,14 @@ def fault_sites(scenario: Any, stacks: list[Any]) -> list[dict[str, Any]]:
             add(OVERTAKE_SITE, [OVERTAKING_COMMIT], "sqlite read in a transaction (on sqlite)")
         if getattr(stack.system, "progress", False):
             add(NOTIFY_SITE, list(NOTIFY_KINDS), "progress notification after an append")
+    for stack in stacks:
+        # The ports a workload binds itself (a key service, a secret store):
+        # their sites, as it names them.
+        for workload in stack.workloads:
+            for name in getattr(workload, "port_sites", tuple)():
+                method = name.partition(".")[2]
+                add(name, [k for k in PORT_FAULT_KINDS if not (method in READ_METHODS and k == WRITE_CONTENTION)],
+                    "port call")
     for stack in stacks:
         for name in getattr(stack.faults, "boosted_sites", ()):
             method = name.partition(".")[2]
