@@ -38,7 +38,7 @@ class Witness:
         self.values_revision = 1
         self.retired: dict[str, int] = {}
 
-    def secret_values(self) -> dict[str, tuple[str, ...]]:
+    def versions_by_handle(self) -> dict[str, tuple[str, ...]]:
         return dict(self.values)
 
     def key_root(self) -> bytes:

@@ -76,7 +76,7 @@ class SecretsWitness(Protocol):
 
     values_revision: int
 
-    def secret_values(self) -> dict[str, tuple[str, ...]]: ...
+    def versions_by_handle(self) -> dict[str, tuple[str, ...]]: ...
 
     def key_root(self) -> bytes: ...
 
@@ -103,7 +103,7 @@ class _SecretPattern:
     def _compile(self) -> None:
         self._revision = self._witness.values_revision
         names, alternatives = {}, []
-        for handle, versions in sorted(self._witness.secret_values().items()):
+        for handle, versions in sorted(self._witness.versions_by_handle().items()):
             for n, value in enumerate(versions, 1):
                 names[value] = f"{handle!r} (version {n})"
                 escaped = re.escape(value)
@@ -225,7 +225,7 @@ class NoSecretLeak(Checker):
 
     def audit(self, view: Any) -> None:
         reader = _KeyringReader(view, self.secrets)
-        values = self.secrets.secret_values()
+        values = self.secrets.versions_by_handle()
         for conversation_id in view.conversation_ids():
             for record, index in records_with_index(view, conversation_id):
                 self._judge_text(_text(record.envelope.to_json()), f"{_where(record, 'envelope')}")

@@ -263,8 +263,14 @@ class Secrets(Workload):
 
     # -- what the oracles read ------------------------------------------------
 
-    def secret_values(self) -> dict[str, tuple[str, ...]]:
+    def versions_by_handle(self) -> dict[str, tuple[str, ...]]:
         return {handle: self.store.versions_of(handle) for handle in self.store.handles()}
+
+    def secret_values(self) -> dict[str, str]:
+        """Every version of every secret, labelled ``{handle} v{n}``: what the
+        runner keeps out of the verdict (``sim.redact``)."""
+        return {f"{handle} v{n}": value for handle, versions in self.versions_by_handle().items()
+                for n, value in enumerate(versions, 1)}
 
     def key_root(self) -> bytes:
         return self._root
