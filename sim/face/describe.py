@@ -168,13 +168,23 @@ def checker_doc(checker: Any) -> str:
 def _invariants(scenario: Any) -> tuple[list[dict[str, Any]], list[Any]]:
     builds = {(store, on): _build(scenario, store, workload_on=on) for store in STORES for on in (True, False)}
     found: dict[str, dict[str, Any]] = {}
-    from sim.workload import owned_checks
+    from sim.redact import NO_SECRET_IN_VERDICT
+    from sim.workload import Workload, owned_checks
 
     for (store, on), stack in builds.items():
         # The stack's own checks, then those its workloads bring (named as a run names them).
         for checker in [*stack.checks, *owned_checks(stack.workloads)]:
             entry = found.setdefault(checker.name, {"name": checker.name, "doc": checker_doc(checker),
                                                     "stores": [], "with_switches": False, "without_switches": False})
+            if store not in entry["stores"]:
+                entry["stores"].append(store)
+            entry["with_switches" if on else "without_switches"] = True
+        # A workload that declares secrets brings the runner's scan of the verdict.
+        if any(type(workload).secret_values is not Workload.secret_values for workload in stack.workloads):
+            entry = found.setdefault(NO_SECRET_IN_VERDICT, {
+                "name": NO_SECRET_IN_VERDICT, "stores": [], "with_switches": False, "without_switches": False,
+                "doc": "no secret a workload declares is in anything the run's result carries (reports, repro "
+                       "file, failure database): each one found is redacted, and the run fails"})
             if store not in entry["stores"]:
                 entry["stores"].append(store)
             entry["with_switches" if on else "without_switches"] = True
