@@ -65,6 +65,10 @@ class SystemSeam(Protocol):
     # What every port call counts (``faults.ports.PortStats``).
     port_stats: Any
 
+    # Whether the system keeps a keyring (the data keys of sealed fields): a
+    # workload that seals refuses a system without one.
+    with_keyring: bool
+
     # The stores, by port name: read directly (a workload's end counts, a
     # call the fault layer does not wrap).
     ds: Any

@@ -293,7 +293,7 @@ class Secrets(Workload):
     # -- phases ---------------------------------------------------------------
 
     def setup(self, world: World) -> None:
-        if not getattr(world.system, "with_keyring", False):
+        if not world.system.with_keyring:
             raise StackError(f"workload {self.name!r} needs a system with a keyring: System(keyring=True)")
         self.world = world
         self._value_streams = {handle: self.stream_for(world, f"values/{handle}") for handle in HANDLES}
