@@ -1602,7 +1602,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "                if row.key_id == from_key_id:\n"
         "                    data_key = await keys.unwrap(from_key_id, row.wrapped)\n"
         "                    await keyring.rewrap(row.dek_id, from_key_id, to_key_id, await keys.wrap(to_key_id, data_key))\n",
-        SA, ci_seed=11, ci_duration="1h"),
+        SA, ci_seed=47, ci_duration="30m"),
     Mutant(
         "model-credential-sent-unresolved",
         "The agent sends the model provider its key's reference instead of resolving it at the call, so every "
