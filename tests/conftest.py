@@ -11,6 +11,28 @@ import model.ledger.rules as ledger_rules
 import faults.describe  # noqa: F401
 
 
+_BACKGROUND: list = []  # the session's background detection child, if it started one
+
+
+def pytest_collection_finish(session) -> None:
+    """Start the mutant detection runs in the background when they are a
+    small part of the session (``test_mutants.Background``)."""
+    detecting = [item for item in session.items
+                 if getattr(item, "originalname", None) == "test_the_sweep_detects_the_mutant"]
+    if not detecting or 2 * len(detecting) >= len(session.items):
+        return
+    module = detecting[0].module
+    names = module.selected_detections(detecting)
+    if names:
+        _BACKGROUND.append(module.Background.start(names))
+
+
+def pytest_unconfigure(config) -> None:
+    """The background detection child never outlives its session."""
+    while _BACKGROUND:
+        _BACKGROUND.pop().close()
+
+
 @pytest.fixture(autouse=True)
 def _failure_db_out_of_the_repository(tmp_path_factory, monkeypatch) -> None:
     """A sweep saves its failures (and replays them first next time) in

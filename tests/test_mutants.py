@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -314,8 +316,9 @@ def test_an_argued_equivalent_mutant_is_told_apart_and_left_out_of_the_share():
 # -- the fast CI subset: one known-detecting seed per mutant ---------------------------------
 
 
-# Each selected mutant's ci run, in one of two child processes (one per
-# core: the machine's two cores halve the subset's wall time). The children
+# Each selected mutant's ci run, in a child process. In a whole suite, one
+# child started as soon as the session is collected runs them all beside the
+# other tests (``Background``). Run on their own, two children (one per core)
 # take the runs from one queue, the dearest first, each the next one as it
 # finishes its last (a run's cost is hard to guess: most stop at their first
 # violation), so neither waits for the other.
@@ -346,18 +349,71 @@ def _dearest_first(names: list[str]) -> list[str]:
     return sorted(names, key=lambda n: (-cost(n), n))
 
 
+def selected_detections(items: list) -> list[str]:
+    """The catalogue entries whose detection test the session selected (and
+    that have a ci run)."""
+    return sorted({item.callspec.params["name"] for item in items
+                   if item.originalname == "test_the_sweep_detects_the_mutant"
+                   and CATALOGUE[item.callspec.params["name"]].ci_run is not None})
+
+
+class Background:
+    """One child with the whole queue, started once the session is collected
+    (``conftest.pytest_collection_finish``) when the detections are a small
+    part of the session: pytest runs every other test in its one process, so
+    the child has the machine's second core to itself, and by the time the
+    detection tests come it has answered."""
+
+    running: "Background | None" = None  # the session's, once started
+
+    @classmethod
+    def start(cls, names: list[str]) -> "Background":
+        cls.running = cls(names)
+        return cls.running
+
+    def __init__(self, names: list[str]) -> None:
+        self.directory = tempfile.mkdtemp(prefix="loomsim-detections-")
+        self.out = open(os.path.join(self.directory, "out"), "w+", encoding="utf-8")
+        self.err = open(os.path.join(self.directory, "err"), "w+", encoding="utf-8")
+        self.child = subprocess.Popen([sys.executable, "-c", _CHILD], cwd=ROOT, stdin=subprocess.PIPE,
+                                      stdout=self.out, stderr=self.err, text=True)
+        self.child.stdin.write("".join(f"{name}\n" for name in _dearest_first(names)))
+        self.child.stdin.close()
+
+    def collect(self) -> dict[str, bool]:
+        code = self.child.wait(timeout=3_600)
+        self.out.seek(0)
+        self.err.seek(0)
+        assert code == 0, self.err.read()[-4_000:]
+        return dict(json.loads(line) for line in self.out.read().splitlines() if json.loads(line) is not None)
+
+    def close(self) -> None:
+        Background.running = None
+        if self.child.poll() is None:
+            self.child.kill()
+            self.child.wait()
+        self.out.close()
+        self.err.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
-def detections(request, tmp_path_factory) -> dict[str, bool]:
+def detections(request) -> dict[str, bool]:
     """name -> did its ci run pass, for the detection tests this session
-    selected (one ``-k`` name runs that one only)."""
-    names = sorted({item.callspec.params["name"] for item in request.session.items
-                    if item.originalname == "test_the_sweep_detects_the_mutant"
-                    and CATALOGUE[item.callspec.params["name"]].ci_run is not None})
-    queue = _dearest_first(names)
-    directory = tmp_path_factory.mktemp("detections")
+    selected (one ``-k`` name runs that one only): from the background child
+    when the session started one, else from ``DETECTION_CHILDREN`` children
+    taking the runs from one queue."""
+    if Background.running is not None:
+        return Background.running.collect()
+    queue = _dearest_first(selected_detections(request.session.items))
+    with tempfile.TemporaryDirectory(prefix="loomsim-detections-") as directory:
+        return _from_queue(queue, directory)
+
+
+def _from_queue(queue: list[str], directory: str) -> dict[str, bool]:
     children = []
     for index in range(min(DETECTION_CHILDREN, len(queue))):
-        err = open(directory / f"err-{index}", "w+", encoding="utf-8")
+        err = open(os.path.join(directory, f"err-{index}"), "w+", encoding="utf-8")
         children.append((subprocess.Popen([sys.executable, "-c", _CHILD], cwd=ROOT, stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, stderr=err, text=True), err))
     passed: dict[str, bool] = {}
