@@ -272,6 +272,37 @@ def test_a_row_left_under_a_retired_key_fails_typed_on_open():
         drive(Sealer(keys, ring).open_payload("c1", "b", 0, "model-delta", sealed))
 
 
+
+class _RotatesAfterGet:
+    """The keyring, where a whole rotation (re-wrap, retire) runs right after
+    the first read of a row: the reader holds the row under a retired key."""
+
+    def __init__(self, ring, keys) -> None:
+        self._ring, self._keys, self._done = ring, keys, False
+
+    def __getattr__(self, method):
+        return getattr(self._ring, method)
+
+    async def get(self, dek_id):
+        row = await self._ring.get(dek_id)
+        if not self._done:
+            self._done = True
+            await rotate_keys(self._keys, self._ring, "rotation-1", "kek-2")
+        return row
+
+
+def test_a_rotation_between_reading_a_data_key_and_unwrapping_it_is_read_again():
+    """A reader (a transcript, a recovery) reads a row, a rotation re-wraps
+    it and retires the old key, then the reader unwraps: the old key is
+    retired, so the row is read again and opened under the new key; only a
+    row still under a retired key fails."""
+    keys, ring = SimulatedKeyService(b"root", Clock()), InMemoryKeyringStore()
+    sealed = drive(Sealer(keys, ring).seal_payload("c1", "b", 0, "model-delta", {"text": "t"}))
+    reader = Sealer(keys, _RotatesAfterGet(ring, keys))
+    assert drive(reader.open_payload("c1", "b", 0, "model-delta", sealed)) == {"text": "t"}
+    assert drive(keys.state("kek-1")) == "retired" and drive(ring.get("dek/c1/kek-1")).key_id == "kek-2"
+
+
 # -- the keyring's two adapters -----------------------------------------------------
 
 def script(ring) -> list:

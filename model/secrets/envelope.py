@@ -136,7 +136,7 @@ class Sealer:
                 return dek_id, cached
             row = await self._keyring.get(dek_id)
             if row is not None:
-                return dek_id, self._remember(dek_id, await self._keys.unwrap(row.key_id, row.wrapped))
+                return dek_id, self._remember(dek_id, await self._unwrap(row))
             try:
                 plaintext, wrapped = await self._keys.generate_data_key(key_id)
             except KeyRetired:
@@ -156,7 +156,19 @@ class Sealer:
         row = await self._keyring.get(dek_id)
         if row is None:
             raise EnvelopeDamaged(where, f"no data key {dek_id}")
-        return self._remember(dek_id, await self._keys.unwrap(row.key_id, row.wrapped))
+        return self._remember(dek_id, await self._unwrap(row))
+
+    async def _unwrap(self, row: DataKey) -> bytes:
+        """``row``'s data key. A rotation may re-wrap the row and retire its
+        key between the read of the row and the unwrap: then the row is read
+        again, and only a row still under the retired key fails."""
+        try:
+            return await self._keys.unwrap(row.key_id, row.wrapped)
+        except KeyRetired:
+            again = await self._keyring.get(row.dek_id)
+            if again is None or again.key_id == row.key_id:
+                raise
+            return await self._keys.unwrap(again.key_id, again.wrapped)
 
     async def seal_payload(self, conversation_id: str, batch_id: str, index: int, family: str,
                            payload: dict) -> dict:

@@ -42,7 +42,7 @@ SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=CRASH_POINTS, failpoint_r
                    workload=(TOOLS,), knobs=KNOBS)
 SOMETIMES = ("settled", "worker_crashes", "tool_unknown_resolved", "key_rotations_done", "key_rotations_resumed",
              "data_keys_rewrapped", "keys_retired", "secret_versions", "sealed_fields_opened",
-             "secret_fingerprints_checked")
+             "secret_fingerprints_checked", "transcripts_read", "sealed_reads_across_rotation")
 
 
 class ToolAgentWorkers(AgentWorkers):

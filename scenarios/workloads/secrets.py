@@ -38,12 +38,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from faults.events import OPTIONAL, KeyringRewrap, ProbeEvent
+from faults.events import OPTIONAL, KeyringGet, KeyringRewrap, LedgerAdmit, ProbeEvent
 from faults.ports import BoundPort, PortStats
 from model.retry import error_name, is_retryable
 from model.secrets.keys import SimulatedKeyService
 from model.secrets.rotation import rotate_keys
+from model.secrets.envelope import Sealer
 from model.secrets.store import InMemorySecretStore
+from model.secrets.transcript import open_transcript
 from sim.node import Node
 from sim.workload import StackError, Workload
 from sim.world import World
@@ -55,6 +57,12 @@ LOW_ENTROPY = (EMAIL_PIN,)
 TOOL_CREDENTIALS = {"search": SEARCH_KEY, "send-email": EMAIL_PIN}
 MODEL_CREDENTIAL = MODEL_KEY
 ROTATOR = "key-rotator"
+# A person reading a conversation back (a transcript shown, a run replayed)
+# every few minutes: it opens fields sealed before the rotations since.
+READER = "transcript-reader"
+READ_EVERY_MS = (2 * 60_000, 15 * 60_000)
+TRANSCRIPT_READS_MAX = 1_000_000
+READABLE_MAX = 32  # the conversations a reader picks from: the latest admitted
 ROTATIONS_MAX = 100_000  # a rotation every 20 minutes at least: a year is 26,280
 SECRET_VERSIONS_MAX = 100_000
 
@@ -256,6 +264,11 @@ class Secrets(Workload):
         self.rotations_resumed = 0  # passes a restarted rotator resumed (it was killed in them) and finished
         self.rotation_retries = 0  # passes called again after a retryable failure
         self.rewraps = 0
+        self.transcripts_read = 0
+        self.transcript_fields_opened = 0
+        self.transcript_retries = 0
+        self.sealed_reads_across_rotation = 0  # data keys a reader got after a rotation re-wrapped them
+        self._readable: list[str] = []  # the latest admitted conversations (bounded: READABLE_MAX)
         self.secret_versions = 0
         # Outside every process; empty until ``setup`` draws the values (the
         # services that check a credential are given it at build).
@@ -284,7 +297,7 @@ class Secrets(Workload):
         return [NoSecretLeak(self), SealedUnderLiveKey(self), CredentialsAccepted()]
 
     def nodes(self) -> tuple[str, ...]:
-        return (self.node_name(ROTATOR),)
+        return (self.node_name(ROTATOR), self.node_name(READER))
 
     def port_sites(self) -> tuple[str, ...]:
         """The fault sites of the ports this workload binds (``describe`` lists them)."""
@@ -304,6 +317,9 @@ class Secrets(Workload):
         self.keys = SimulatedKeyService(self._root, world.runtime.now_ms)
         world.trace.subscribe((KeyringRewrap.kind,), self._on_rewrap)
         world.add_node(self.node_name(ROTATOR), self._start_rotator, role="client")
+        world.trace.subscribe((LedgerAdmit.kind,), self._on_admit)
+        world.trace.subscribe((KeyringGet.kind,), self._on_data_key_read)
+        world.add_node(self.node_name(READER), self._start_reader, role="client")
 
     def start(self, world: World) -> None:
         world.spawn_harness(f"{self.name}/secret-versions", self._put_versions())
@@ -312,7 +328,10 @@ class Secrets(Workload):
         return {"key_rotations_started": self.rotations_started, "key_rotations_done": self.rotations_done,
                 "key_rotations_resumed": self.rotations_resumed, "key_rotation_retries": self.rotation_retries,
                 "data_keys_rewrapped": self.rewraps, "keys_retired": len(self.keys.retired_at_ms),
-                "secret_versions": self.secret_versions}
+                "secret_versions": self.secret_versions, "transcripts_read": self.transcripts_read,
+                "transcript_fields_opened": self.transcript_fields_opened,
+                "transcript_retries": self.transcript_retries,
+                "sealed_reads_across_rotation": self.sealed_reads_across_rotation}
 
     # -- the secret store -----------------------------------------------------
 
@@ -387,6 +406,54 @@ class Secrets(Workload):
                 self.rotations_resumed += 1
             resume = after_kill = False
             probe.emit(KeyRotation.kind, rotation=rotation_id, phase="done")
+
+    # -- the transcript reader ------------------------------------------------------
+
+    def _on_admit(self, event: Any) -> None:
+        fields = event.fields
+        if LedgerAdmit.error in fields or fields[LedgerAdmit.replayed]:
+            return
+        conversation_id = fields[LedgerAdmit.conversation]
+        if conversation_id not in self._readable:
+            self._readable.append(conversation_id)
+            del self._readable[:-READABLE_MAX]
+
+    def _on_data_key_read(self, event: Any) -> None:
+        """The reader got a data key a rotation re-wrapped since it was made
+        (its id names the key it was first wrapped under): a field sealed
+        before a rotation, opened after it."""
+        fields = event.fields
+        if KeyringGet.error in fields or not fields[KeyringGet.found] or \
+                not event.node.startswith(self.node_name(READER)):
+            return
+        if fields[KeyringGet.key] != fields[KeyringGet.dek].rpartition("/")[2]:
+            self.sealed_reads_across_rotation += 1
+
+    def _start_reader(self, node: Node) -> None:
+        ports = self.world.system.ports_for(node)
+        self.world.runtime.spawn_on(node, READER, self._read_transcripts(ports.log, self.bind_keys(node), ports.keyring))
+
+    async def _read_transcripts(self, log: Any, keys: Any, keyring: Any) -> None:
+        """Every few minutes, one of the latest conversations read back whole,
+        each sealed field opened, in a session of its own (a fresh sealer:
+        nothing cached from an earlier read). A field that does not open
+        fails the process: typed, never silent (the run's uncaught error)."""
+        runtime = self.world.runtime
+        while self.transcripts_read + self.transcript_retries < TRANSCRIPT_READS_MAX:
+            rng = self.stream_for(self.world, f"transcript/{self.transcripts_read + self.transcript_retries}")
+            await runtime.sleep_ms(rng.between(*READ_EVERY_MS))
+            if not self._readable:
+                continue
+            conversation_id = rng.choice(self._readable)
+            try:
+                records = await open_transcript(log, Sealer(keys, keyring), conversation_id)
+            except Exception as error:
+                if not (is_retryable(error, reread=True) or error_name(error) == "NotMaterialized"):
+                    raise
+                self.transcript_retries += 1
+                continue
+            self.transcripts_read += 1
+            self.transcript_fields_opened += len(records)
 
     def _on_rewrap(self, event: Any) -> None:
         if KeyringRewrap.error not in event.fields:
