@@ -1423,7 +1423,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
         "                if False:\n"
         '                    await self._append_once(conversation_id, claim, f"tool-{TOOL_RESOLVED}:{call}", [\n',
-        AC, ci_seed=0, ci_duration="2h"),
+        ("agent-conversations", "secret-agents"), ci_seed=0, ci_duration="2h"),
     # -- progress waits (model.progress, STORE-014) ------------------------------------
     Mutant(
         "progress-read-before-register",

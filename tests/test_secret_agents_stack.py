@@ -80,3 +80,19 @@ def test_the_secrets_workload_needs_a_system_with_a_keyring():
     scenario = Scenario("secrets-without-keyring", "test", lambda run_: stack, parse_duration_ms("1m"))
     with pytest.raises(StackError, match="needs a system with a keyring"):
         run(scenario, ScenarioOptions(seed=0, duration_ms=parse_duration_ms("1m")))
+
+
+def test_canonical_events_opens_a_sealed_tool_output_before_judging_it():
+    """A call settled from its reconciler's resolution needs its tool-call
+    resolved record before it; the settled output is sealed here, so the
+    check opens it first (unopened, it read no ``reconciled`` mark and let
+    the planted bug pass every seed)."""
+    from faults import mutants as mx
+    from faults.mutant_catalogue import MUTANTS
+
+    (planted,) = [m for m in MUTANTS if m.name == "agent-no-tool-resolved"]
+    assert _run(2, "10m", swarm=True).passed
+    with mx.applied(planted):
+        result = _run(2, "10m", swarm=True)
+    assert not result.passed and {v.invariant for v in result.violations} == {"canonical-events"}, \
+        result.violations

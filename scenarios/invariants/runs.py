@@ -35,6 +35,8 @@ open conversation (dropped when it closes).
 """
 from __future__ import annotations
 
+from typing import Any
+
 from faults.events import ERROR, AgentStep, LedgerFinalizeSettlement, LogAppend
 from model.ledger.records import settlement_of
 from sim.invariants import Checker, RecentlySettled
@@ -147,8 +149,11 @@ class CanonicalEvents(Checker):
     name = "canonical-events"
     kinds = (LogAppend.kind, LedgerFinalizeSettlement.kind)
 
-    def __init__(self) -> None:
+    def __init__(self, *, opener: Any = None) -> None:
+        """``opener``: opens a sealed field of an append (an agent's records
+        whose sensitive fields are sealed); None: nothing is sealed."""
         super().__init__()
+        self.opener = opener
         self.counts: dict[str, int] = {}  # family[/phase|channel|kind] -> records appended
         self._usage: dict[str, dict[str, int]] = {}  # open run -> its model turns' usage so far
         self._tails: dict[str, str] = {}  # open conversation -> its tail digest
@@ -175,19 +180,19 @@ class CanonicalEvents(Checker):
         previous_tail = self._tails.get(conversation)
         for envelope in fields[LogAppend.envelopes]:
             self._on_record(conversation, fields[LogAppend.expected_tail_seq], previous_tail, envelope)
-        self._peer_order(conversation, fields[LogAppend.envelopes])
+        self._peer_order(conversation, fields[LogAppend.batch], fields[LogAppend.envelopes])
         self._turn_ids(conversation, fields[LogAppend.batch], fields[LogAppend.envelopes])
         if conversation in self._tails or fields[LogAppend.first_seq] == 1:
             self._tails[conversation] = fields[LogAppend.tail_digest]
         if any(envelope["family"] == "conversation-closed" for envelope in fields[LogAppend.envelopes]):
             self._tails.pop(conversation, None)
 
-    def _peer_order(self, conversation: str, envelopes) -> None:
+    def _peer_order(self, conversation: str, batch: str, envelopes) -> None:
         """The peer's records and order within one batch (module docstring)."""
         completed: set = set()
         aborted: set = set()
         host_run = None
-        for envelope in envelopes:
+        for index, envelope in enumerate(envelopes):
             family, payload = envelope["family"], envelope["payload"]
             if not isinstance(payload, dict):
                 continue
@@ -199,6 +204,8 @@ class CanonicalEvents(Checker):
                 self._resolved.setdefault(payload["submissionId"], set()).add(payload["call"])
             elif family == "tool-call" and payload.get("phase") == "settled":
                 output = payload.get("output")
+                if self.opener is not None and isinstance(output, dict) and "$sealed" in output:
+                    output = self.opener(self.view, conversation, batch, index, family, "output", output)
                 if isinstance(output, dict) and output.get("reconciled"):
                     self.checks += 1
                     if payload["call"] not in self._resolved.get(payload["submissionId"], ()):

@@ -393,7 +393,7 @@ class AgentWorkers(Workers):
         from scenarios.invariants import (ApprovalPrecedesEffect, CanonicalEvents, ChildBeforeParent,
                                           JoinedSettlesOnce, RunClock, UnknownNeverReplayed)
         return [*super().own_checks(), UnknownNeverReplayed(self.tools, opener=self.open_sealed),
-                ApprovalPrecedesEffect(), ChildBeforeParent(), JoinedSettlesOnce(), RunClock(), CanonicalEvents()]
+                ApprovalPrecedesEffect(), ChildBeforeParent(), JoinedSettlesOnce(), RunClock(), CanonicalEvents(opener=self.open_sealed)]
 
     def definition_digest(self) -> str:
         """The deployed definition's identity (what checkpoints are bound to, with the model and tools)."""
