@@ -24,17 +24,25 @@ OVERTAKING_COMMIT = "overtaking-commit"
 # registrations (``faults.notifications``): waiters must find the record anyway, at their next reconnect.
 DROPPED_NOTIFICATION = "dropped-notification"
 
+# Clocks per node (``faults.clocks``): every node reads its own clock.
+CLOCK_SKEW = "clock-skew"                # a swarm kind: node clocks get an offset and a drift within the tolerance
+CLOCK_JUMP = "clock-jump"                # a node's clock stepped forward or back, within the tolerance (timed)
+CLOCK_JUMP_BEYOND = "clock-jump-beyond"  # beyond the contract: a step past the claimed tolerance (timed)
+
 # Beyond the contract (opt-in, ``--beyond-contract``): the store breaks a
 # promise. The expected outcome is a loud, typed detection, never a pass.
 LOST_WRITE = "lost-write"                # an acknowledged write is gone afterwards
 TORN_BATCH = "torn-batch"                # an acknowledged batch survives only in part
 ROW_ROT = "row-rot"                      # an acknowledged row's stored text is damaged afterwards (bit rot)
-BEYOND_CONTRACT_KINDS = (LOST_WRITE, TORN_BATCH, ROW_ROT)
+BEYOND_CONTRACT_KINDS = (LOST_WRITE, TORN_BATCH, ROW_ROT,
+                         CLOCK_JUMP_BEYOND)
 
 PORT_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST,
                     BOUNDARY_DELAY)
 # Fired by the scenario's clock, not at a hit of a site: a script replays them at their time.
-TIMED_FAULT_KINDS = (NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE)
+TIMED_FAULT_KINDS = (NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE,
+                     CLOCK_JUMP, CLOCK_JUMP_BEYOND)
 ALL_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE,
                    SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST,
-                   BOUNDARY_DELAY, LOST_WRITE, TORN_BATCH, OVERTAKING_COMMIT, ROW_ROT, DROPPED_NOTIFICATION)
+                   BOUNDARY_DELAY, LOST_WRITE, TORN_BATCH, OVERTAKING_COMMIT, ROW_ROT, DROPPED_NOTIFICATION,
+                   CLOCK_SKEW, CLOCK_JUMP, CLOCK_JUMP_BEYOND)

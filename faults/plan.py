@@ -30,7 +30,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
-from faults.kinds import ALL_FAULT_KINDS, BOUNDARY_DELAY, FAILPOINT_CRASH, PORT_FAULT_KINDS, TIMED_FAULT_KINDS
+from faults.kinds import (ALL_FAULT_KINDS, BOUNDARY_DELAY, CLOCK_JUMP_BEYOND, FAILPOINT_CRASH, PORT_FAULT_KINDS,
+                          TIMED_FAULT_KINDS)
 from sim.rng import Stream
 from sim.seams import TimedSource
 from sim.world import FaultEvent
@@ -326,6 +327,7 @@ class PortFaults:
 
     def plan_for(self, world: Any, opts: Any, choices: Any) -> FaultPlan:
         from faults.beyond import beyond_rates  # beyond imports the plan's users
+        from faults.clocks import install_clocks
         from faults.timing import Boundaries
 
         enabled = (lambda kind: True) if choices is None else choices.enabled
@@ -354,5 +356,8 @@ class PortFaults:
             site_rates[site] = {k: min(BOOSTED_RATE_MAX, r * self.boost) for k, r in rates.items()
                                 if k in PORT_FAULT_KINDS}
         timed = tuple(kind for kind in TIMED_FAULT_KINDS if enabled(kind))
+        if opts.beyond_contract:
+            timed += (CLOCK_JUMP_BEYOND,)  # beyond the contract: a step past the clocks' tolerance
+        install_clocks(world, opts, choices)
         return FaultPlan(world, rates=rates, heal_at_ms=world.heal_at_ms, site_rates=site_rates,
                          timed_kinds=timed, script=opts.fault_script)

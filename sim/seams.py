@@ -130,6 +130,20 @@ class BoundariesSeam(Protocol):
     def delay_ms(self, now_ms: int) -> int | None: ...
 
 
+class ClocksSeam(Protocol):
+    """The nodes' own clocks (``faults.clocks.NodeClocks``), by node name."""
+
+    def runtime_for(self, name: str) -> Any: ...
+
+    def now_ms(self, name: str) -> int: ...
+
+    def error_ms(self, name: str) -> int: ...
+
+    def jump(self, name: str, amount_ms: int) -> None: ...
+
+    def clock(self, name: str) -> Any: ...
+
+
 class PortCallSeam(Protocol):
     """One call that reached a store, as it committed (``faults.ports.PortCall``)."""
 

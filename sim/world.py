@@ -16,7 +16,7 @@ from sim.invariants import Checker, InvariantSet, Violation
 from sim.node import Node
 from sim.rng import Streams
 from sim.runtime import SimRuntime
-from sim.seams import BoundariesSeam, PlanSeam, PortCallSeam, SystemSeam
+from sim.seams import BoundariesSeam, ClocksSeam, PlanSeam, PortCallSeam, SystemSeam
 from sim.trace import NodeProbe, Trace
 
 HARNESS_NODE = "harness"
@@ -89,6 +89,9 @@ class World:
         # The instants a boundary-delay fault lands calls on
         # (``faults.timing.Boundaries``, set by the fault plan); None: none.
         self.boundaries: BoundariesSeam | None = None
+        # The nodes' own clocks (``faults.clocks``, set by the fault plan in
+        # a run with clock skew or jumps); None: every node reads true time.
+        self.clocks: ClocksSeam | None = None
 
     # -- observation -------------------------------------------------------
 
@@ -104,6 +107,13 @@ class World:
 
     def emit(self, kind: str, **fields: Any) -> None:
         self.trace.emit(HARNESS_NODE, kind, fields)
+
+    def runtime_for(self, node: Node) -> Any:
+        """The runtime model code on ``node`` is handed: ``now_ms`` and
+        deadlines in its machine's clock. Without clocks, the runtime itself
+        (nothing between model code and the scheduler)."""
+        clocks = self.clocks
+        return self.runtime if clocks is None else clocks.runtime_for(node.name)
 
     def probe_for(self, node: Node) -> NodeProbe:
         return NodeProbe(self.trace, node.label)

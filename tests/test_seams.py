@@ -216,7 +216,8 @@ def test_no_slot_of_the_world_is_untyped():
 
 
 def test_the_layers_above_the_engine_sit_in_slots_typed_by_their_protocols():
-    assert seam_slots() == {"plan": "PlanSeam", "system": "SystemSeam", "boundaries": "BoundariesSeam"}
+    assert seam_slots() == {"plan": "PlanSeam", "system": "SystemSeam", "boundaries": "BoundariesSeam",
+                            "clocks": "ClocksSeam"}
 
 
 def test_every_call_through_a_slot_is_declared_by_its_protocol():
