@@ -388,8 +388,9 @@ class InDoubtResolver(Workload):
     def _runs(self) -> LedgerRuns:
         # A fresh process view per resolution: the operator keeps no claims.
         world = self.world
+        clock = world.runtime_for(self.node)  # the operator's machine's clock
         return LedgerRuns(self.ports.ledger, self.ports.log, self.ports.schedules, self.node.label,
-                          lease_ms=self.lease_ms, now_ms=world.runtime.now_ms, sleep_ms=world.runtime.sleep_ms,
+                          lease_ms=self.lease_ms, now_ms=clock.now_ms, sleep_ms=world.runtime.sleep_ms,
                           probe=self.probe)
 
     async def _resolve(self, run_id: str) -> None:
@@ -410,7 +411,7 @@ class InDoubtResolver(Workload):
             await runs.append_step(run_id, len(steps) + 1, step_id, STEP_COMPLETED, output)
         else:
             await runs.finish_execution(run_id, status=FAILED, output=error_output(EffectInDoubt(run_id, step_id)),
-                                        finished_at_ms=self.world.runtime.now_ms())
+                                        finished_at_ms=runs.now_ms())
         self.resolved[resolution] += 1
         self.probe.emit("operator.resolved", run=run_id, step=step_id, resolution=resolution)
 

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
-from faults.kinds import (ALL_FAULT_KINDS, BOUNDARY_DELAY, CLOCK_JUMP_BEYOND, FAILPOINT_CRASH, PORT_FAULT_KINDS,
+from faults.kinds import (ALL_FAULT_KINDS, BOUNDARY_DELAY, CLOCK_JUMP_BEYOND, CLOCK_SKEW, FAILPOINT_CRASH, PORT_FAULT_KINDS,
                           TIMED_FAULT_KINDS)
 from sim.rng import Stream
 from sim.seams import TimedSource
@@ -359,5 +359,8 @@ class PortFaults:
         if opts.beyond_contract:
             timed += (CLOCK_JUMP_BEYOND,)  # beyond the contract: a step past the clocks' tolerance
         install_clocks(world, opts, choices)
-        return FaultPlan(world, rates=rates, heal_at_ms=world.heal_at_ms, site_rates=site_rates,
+        plan = FaultPlan(world, rates=rates, heal_at_ms=world.heal_at_ms, site_rates=site_rates,
                          timed_kinds=timed, script=opts.fault_script)
+        if getattr(world.clocks, "skew", False):
+            plan.armed.append(CLOCK_SKEW)  # counted per node whose clock it skews (``faults.clocks``)
+        return plan

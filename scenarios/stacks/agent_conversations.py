@@ -7,7 +7,9 @@ from faults.kinds import DROPPED_NOTIFICATION, OVERTAKING_COMMIT
 from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE
 from model.failpoints import (ABORT_CRASH_POINTS, ABORT_INTENT_STORED, AGENT_CRASH_POINTS, COMPACTION_APPENDED, FOLLOWER_APPENDED_BEFORE_JOINED,
                               SUBAGENT_CHILD_ABORT_INTENT)
+from faults.clocks import clock_workloads
 from scenarios import api as inv
+from scenarios.invariants.clock_tolerance import clock_checks
 from scenarios.workloads.agents import (JOINING_SHARE, AgentSubmitters, AgentWorkers, Approvers, Cancellers, ModelService,
                               Reconciler, ToolService)
 from scenarios.api import (FAILPOINT_CRASH, HOUR, MINUTE, SECOND, SUBMISSION_CRASH_POINTS, Deploys, NodeKills,
@@ -99,11 +101,12 @@ def agent_conversations(run: Run) -> Stack:
                        pause_ms=((lease_ms + SECOND, lease_ms + 8 * SECOND), (lease_ms + SECOND, 4 * lease_ms))),
             # A reloaded page: the watcher follows again from 0.
             WatcherKills([watchers], every_ms=(10 * MINUTE, HOUR), restart_ms=RESTART_MS),
+            *clock_workloads(),
         ],
         faults=PortFaults(run.rates(RATES), failpoints=CRASH_POINTS, boosted_sites=RARE_SITES, boost=50,
                           fixed_rates={OVERTAKING_COMMIT: OVERTAKE_RATE} if run.opts.store == "sqlite" else {}),
         checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.ClaimFencesLog(), inv.AbortHonoured(),
                 inv.LogChain(), inv.FailClosedPagination(), inv.Liveness(), inv.ReferenceModel(),
                 *([inv.CheckpointConsistency()] if run.does(CHECKPOINTS) else []),
-                *([inv.ColdReopen()] if run.opts.store == "sqlite" else [])],
+                *([inv.ColdReopen()] if run.opts.store == "sqlite" else []), *clock_checks(run)],
         heal_ms_max=HOUR, settle_ms=HOUR)

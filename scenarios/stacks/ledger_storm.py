@@ -3,11 +3,13 @@ pauses past the lease (the stale owner must be fenced) and damaged reads
 (the recovery read must fail closed)."""
 from __future__ import annotations
 
-from faults.kinds import OVERTAKING_COMMIT
+from faults.clocks import clock_knobs, clock_workloads
+from faults.kinds import CLOCK_JUMP, CLOCK_SKEW, OVERTAKING_COMMIT
 from model.conversation.records import PAGE_SIZE_MAX
 from model.failpoints import ABORT_CRASH_POINTS, ABORT_INTENT_STORED
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
 from scenarios import api as inv
+from scenarios.invariants.clock_tolerance import clock_checks
 from scenarios.api import (ACK_LOST, BOUNDARY_DELAY, CORRUPT_ROW, CRASH_BEFORE_CALL, FAILPOINT_CRASH, HOUR, LATENCY,
                            MINUTE, NODE_KILL, NODE_PAUSE, REPLY_LOST, SECOND, SEQUENCE_GAP, SHORT_PAGE,
                            SUBMISSION_CRASH_POINTS, TRANSIENT_ERROR, WRITE_CONTENTION, ConversationRetention, Knob,
@@ -31,7 +33,8 @@ RARE_SITES = ("checkpoints.save", "checkpoints.load_latest", "log.digest_at")
 # The fault kinds and knobs of a scenario of submission workers (shared with
 # agent-conversations).
 FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, NODE_PAUSE, SHORT_PAGE, SEQUENCE_GAP,
-               CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST, BOUNDARY_DELAY)
+               CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST, BOUNDARY_DELAY,
+               CLOCK_SKEW, CLOCK_JUMP)
 KNOBS = (Knob("lease_ms", 20 * SECOND, 5 * SECOND, 60 * SECOND, "claim lease"),
          Knob("busy_timeout_ms", BUSY_MS, 100, 10_000, "SQLite busy timeout"),
          Knob("workers", 3, 1, 8, "worker processes"),
@@ -46,7 +49,9 @@ KNOBS = (Knob("lease_ms", 20 * SECOND, 5 * SECOND, 60 * SECOND, "claim lease"),
          # persistence specification's development stage). Drawn last, so it
          # moves no other choice of a seed.
          Knob("retention_ttl_ms", HOUR, 0, 24 * HOUR, "delete a conversation this long after it closed (0: never)",
-              values=(0, 0, SECOND, MINUTE, HOUR, HOUR, HOUR, HOUR)))
+              values=(0, 0, SECOND, MINUTE, HOUR, HOUR, HOUR, HOUR)),
+         # Drawn last: the largest clock offset and drift a node draws under clock-skew.
+         *clock_knobs())
 # A client's abort of a queued submission passes abort:after-intent a few
 # times a seed: activated, it fires this many times as often (so that a
 # sweep fires it; a boost changes no draw).
@@ -90,6 +95,7 @@ def ledger_storm(run: Run) -> Stack:
             # successor is mid-way: its old-epoch writes must be fenced), half later.
             NodePauses([workers], every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
                        pause_ms=((lease_ms + SECOND, lease_ms + 8 * SECOND), (lease_ms + SECOND, 4 * lease_ms))),
+            *clock_workloads(),
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SUBMISSION_CRASH_POINTS + ABORT_CRASH_POINTS, boosted_sites=RARE_SITES, boost=50,
                           fixed_rates={OVERTAKING_COMMIT: OVERTAKE_RATE} if run.opts.store == "sqlite" else {}),
@@ -97,5 +103,5 @@ def ledger_storm(run: Run) -> Stack:
                 inv.LogChain(), inv.FailClosedPagination(),
                 inv.Liveness(), inv.ReferenceModel(),
                 *([inv.ColdReopen()] if run.opts.store == "sqlite" else []),
-                *([inv.CheckpointConsistency()] if run.does(CHECKPOINTS) else [])],
+                *([inv.CheckpointConsistency()] if run.does(CHECKPOINTS) else []), *clock_checks(run)],
         heal_ms_max=HOUR, settle_ms=HOUR)

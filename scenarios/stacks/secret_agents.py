@@ -7,7 +7,9 @@ from model.agent import MODEL, TOOL, TOOL_ONCE
 from model.failpoints import (MODEL_REQUESTED_BEFORE_FIRST_DELTA, TOOL_PREPARED_BEFORE_SETTLED, TOOL_RESULTS_APPENDED,
                               TURN_RESPONSE_APPENDED)
 from model.secrets.rotation import ROTATION_CRASH_POINTS
+from faults.clocks import clock_workloads
 from scenarios import api as inv
+from scenarios.invariants.clock_tolerance import clock_checks
 from scenarios.api import (CORRUPT_ROW, FAILPOINT_CRASH, HOUR, MINUTE, SECOND, SEQUENCE_GAP, SHORT_PAGE,
                            SUBMISSION_CRASH_POINTS, NodeKills, NodePauses, Param, PortFaults, Run, Stack, SwarmSpace,
                            System, scenario)
@@ -87,9 +89,10 @@ def secret_agents(run: Run) -> Stack:
             NodeKills([workers, secrets], every_ms=(5 * MINUTE, HOUR), restart_ms=RESTART_MS),
             NodePauses([workers], every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
                        pause_ms=((lease_ms + SECOND, lease_ms + 8 * SECOND),)),
+            *clock_workloads(),
         ],
         faults=PortFaults(run.rates(RATES), failpoints=CRASH_POINTS, boosted_sites=RARE_SITES, boost=50),
         checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.ClaimFencesLog(), inv.LogChain(),
                 inv.FailClosedPagination(), inv.Liveness(), inv.ReferenceModel(),
-                *([inv.ColdReopen()] if run.opts.store == "sqlite" else [])],
+                *([inv.ColdReopen()] if run.opts.store == "sqlite" else []), *clock_checks(run)],
         heal_ms_max=HOUR, settle_ms=HOUR)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import attrs
 
 from faults.beyond import beyond_enabled
+from faults.clocks import clock_knobs, clock_workloads
+from faults.kinds import CLOCK_JUMP, CLOCK_SKEW
 from model.claimcheck import INLINE_CAP_BYTES_DEFAULT
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
 from scenarios.workloads import sentinel_app as app
@@ -16,6 +18,7 @@ from scenarios.api import (ACK_LOST, BOUNDARY_DELAY, CRASH_BEFORE_CALL, DAY, DUP
                            Param, PortFaults, RetentionPolicy, Run, Schedule, Sentinels, Stack, SwarmSpace, System,
                            fault_intensity_knob, scenario)
 from scenarios import api as inv
+from scenarios.invariants.clock_tolerance import clock_checks
 from faults.chaos import InDoubtResolver
 from scenarios.invariants.at_most_once_effect import AtMostOnceEffect
 
@@ -43,7 +46,8 @@ PAGER = "pager"  # high readings page the on-call: the flow's non-idempotent eff
 ON_CALL_EVERY_MS = 15 * MINUTE
 SWARM = SwarmSpace(
     fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, TRANSIENT_ERROR,
-                 WRITE_CONTENTION, LATENCY, REPLY_LOST, BOUNDARY_DELAY),
+                 WRITE_CONTENTION, LATENCY, REPLY_LOST, BOUNDARY_DELAY,
+                 CLOCK_SKEW, CLOCK_JUMP),
     failpoints=SENTINEL_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH], workload=(OPERATOR_EDITS, PAGER),
     knobs=(Knob("lease_ms", 30 * SECOND, 10 * SECOND, 120 * SECOND, "run claim lease"),
            Knob("inline_cap_bytes", INLINE_CAP_BYTES_DEFAULT, 4_096, 65_536, "claim-check inline cap"),
@@ -52,7 +56,9 @@ SWARM = SwarmSpace(
            # retention deletes is audited first; n: those that went through
            # recovery and one in n of the others (scenarios.system).
            Knob("retire_audit_every", RETIRE_AUDIT_EVERY, 1, 64, "audit 1 in n calm runs before retention "
-                "deletes them (every recovered run always)", values=(1, RETIRE_AUDIT_EVERY, RETIRE_AUDIT_EVERY, 4))))
+                "deletes them (every recovered run always)", values=(1, RETIRE_AUDIT_EVERY, RETIRE_AUDIT_EVERY, 4)),
+           # Drawn last: the largest clock offset and drift a node draws under clock-skew.
+           *clock_knobs()))
 # A deploy lands inside a wake, just after its save: one deploy in two finds
 # the worker already down, crashed at that save by one of these (its write
 # committed or not, its step record lost), and the restarted worker resumes
@@ -96,6 +102,7 @@ def sentinel_year(run: Run) -> Stack:
             Deploys(fleet.deploy_timeline, fleet.on_deploy, nodes=[fleet], duration_ms=d, restart_ms=RESTART_MS,
                     across=DOWN_ACROSS_DEPLOY, lead_ms=app.STATS_LATENCY_MS[1] + 1),
             on_call,
+            *clock_workloads(),
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SENTINEL_CRASH_POINTS, periods_ms=(every_ms,),
                           boosted_sites=RARE_SITES, boost=RARE_SITE_BOOST),
@@ -110,5 +117,5 @@ def sentinel_year(run: Run) -> Stack:
                 inv.ExactlyOnceSettlement(), inv.ClaimFencesLog(), inv.FindingsProjection(finding_ttl_ms=RETENTION.finding_ttl_ms),
                 AtMostOnceEffect(fleet.pager, operator_node=lambda: on_call.operator_node),
                 inv.Liveness(), inv.ReferenceModel(),
-                *([inv.ColdReopen()] if run.opts.store == "sqlite" else [])],
+                *([inv.ColdReopen()] if run.opts.store == "sqlite" else []), *clock_checks(run)],
         heal_ms_max=DAY, settle_ms=HOUR)

@@ -476,10 +476,12 @@ class _Operator(Workload):
     def _start(self, node: Node) -> None:
         self.node = node
         self.ports = self.world.system.ports_for(node)
+        # The console's own machine's clock: what it writes as "now".
+        self.clock = self.world.runtime_for(node)
         self.world.runtime.spawn_on(node, self.NODE, self._loop(self.ports.ledger))
 
     async def _loop(self, ledger: Any) -> None:
-        runtime = self.world.runtime
+        runtime = self.clock
         while True:  # the console's loop: it ends when its process dies
             try:
                 waiting: list[str] = []
@@ -540,7 +542,7 @@ class Approvers(_Operator):
         rng = self.stream_for(self.world, f"decision/{call}")
         decision = "approved" if rng.chance(APPROVED_SHARE) else "rejected"
         await ledger.decide_approval(submission_id, call, decision, "approver",
-                                     "looks right" if decision == "approved" else "not now", self.world.runtime.now_ms())
+                                     "looks right" if decision == "approved" else "not now", self.clock.now_ms())
         return True
 
 
@@ -567,7 +569,7 @@ class Cancellers(_Operator):
 
     async def act(self, ledger: Any, record: Any, submission_id: str, call: str) -> bool:
         await ledger.request_abort(submission_id, self.AUTHOR, f"stuck: no child started at {call}",
-                                   self.world.runtime.now_ms())
+                                   self.clock.now_ms())
         return True
 
 
@@ -589,7 +591,7 @@ class Reconciler(_Operator):
         return [(record.submission_id, call) for call, resolution in sorted(calls.items()) if resolution is None]
 
     async def act(self, ledger: Any, record: Any, submission_id: str, call: str) -> bool:
-        now_ms = self.world.runtime.now_ms()
+        now_ms = self.clock.now_ms()
         effect = self.tools.effect(call)
         if effect is not None:
             await ledger.resolve_unknown(submission_id, call, COMPLETED_WITH_RESULT, "reconciler", effect, now_ms)

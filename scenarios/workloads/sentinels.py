@@ -165,7 +165,7 @@ class Sentinels(Workload):
 
     def _start_worker(self, node: Node) -> None:
         world = self.world
-        runtime = world.runtime
+        runtime = world.runtime_for(node)  # the node's own clock: what its drivers, kernel and leases read
         probe = world.probe_for(node)
         ports = world.system.ports_for(node)
         self._pager_port = bind_pager(world, node, self.pager)

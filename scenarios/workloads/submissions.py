@@ -142,7 +142,9 @@ class Submitters(Workload):
         self.node = node
         runtime = self.world.runtime
         ports = self.world.system.ports_for(node)
-        client = SubmissionClient(ports.ledger, ports.log, now_ms=runtime.now_ms, failpoints=ports.failpoints,
+        # The client's machine's clock: what it stamps its admissions with.
+        self.clock = self.world.runtime_for(node)
+        client = SubmissionClient(ports.ledger, ports.log, now_ms=self.clock.now_ms, failpoints=ports.failpoints,
                                   probe=self.world.probe_for(node))
         runtime.spawn_on(node, "client", self._loop(client))
 
@@ -185,7 +187,7 @@ class Submitters(Workload):
             if runtime.now_ms() >= world.heal_at_ms:
                 return
             self.submitted += 1
-            generation = runtime.now_ms() // self.conversation_lifetime_ms
+            generation = self.clock.now_ms() // self.conversation_lifetime_ms  # the client's own clock
             conversation_id = self.conversation_id(workload.below(self.slots), generation)
             if self.track_closes and conversation_id not in self.closes_ms:
                 self.closes_ms[conversation_id] = (generation + 1) * self.conversation_lifetime_ms
@@ -315,11 +317,11 @@ class ConversationRetention(Workload):
 
     def _start(self, node: Node) -> None:
         ports = self.world.system.ports_for(node)
-        self.world.runtime.spawn_on(node, "retention", self._loop(ports.ledger, ports.log))
+        self.world.runtime.spawn_on(node, "retention", self._loop(ports.ledger, ports.log, self.world.runtime_for(node)))
 
-    async def _loop(self, ledger: Any, log: Any) -> None:
-        """Forever (a process of the deployment): it ends when the run does."""
-        runtime = self.world.runtime
+    async def _loop(self, ledger: Any, log: Any, runtime: Any) -> None:
+        """Forever (a process of the deployment): it ends when the run does.
+        ``runtime``: its node's (a conversation's age is read on its clock)."""
         submitters = self.submitters
         while True:
             await runtime.sleep_ms(self.every_ms)
@@ -423,7 +425,7 @@ class Workers(Workload):
 
     def _start(self, node: Node) -> None:
         world = self.world
-        runtime = world.runtime
+        runtime = world.runtime_for(node)  # the node's own clock
         ports = world.system.ports_for(node)
         streams = world.streams
         prefix = self.name
