@@ -49,8 +49,10 @@ offset and drift from the stream ``clock/<node name>`` within the knobs
 ``clock_offset_ms_max`` and ``clock_drift_ppm_max``); ``clock-jump`` (timed,
 ``ClockJumps``: a node's clock stepped forward or back within the
 tolerance, through the fault plan, so a script replays it at its time);
-``clock-jump-beyond`` (timed, beyond the contract: a step of seconds to an
-hour). With neither skew nor jumps in a run every node's clock is the true
+``clock-jump-beyond`` (timed, beyond the contract: a step of 20 minutes to
+two hours; the system's own refusal, ``model.clocks.ClockOffsetExceeded``, is
+raised by a process that reads a durable timestamp further in its future
+than the claim allows). With neither skew nor jumps in a run every node's clock is the true
 clock and model code is handed ``world.runtime`` itself: no call pays for
 clocks it does not have, and the trace is the one a run had before clocks
 existed.
@@ -60,12 +62,14 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from faults.kinds import CLOCK_JUMP, CLOCK_JUMP_BEYOND, CLOCK_SKEW
+from model.clocks import MAX_CLOCK_OFFSET_MS
 from sim.clock import MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND
 from sim.workload import Workload
 from sim.world import FaultEvent, World
 
-# The claimed tolerance: every node's clock within this of the true time.
-CLOCK_TOLERANCE_MS = 1_000
+# The claimed tolerance: every node's clock within this of the true time
+# (half the offset between two machines the system claims, ``model.clocks``).
+CLOCK_TOLERANCE_MS = MAX_CLOCK_OFFSET_MS // 2
 # Its parts: the largest offset, drift and jumps' sum a node may have.
 CLOCK_OFFSET_MS_MAX = 500
 CLOCK_DRIFT_PPM_MAX = 100
@@ -75,13 +79,21 @@ PPM = 1_000_000
 assert CLOCK_OFFSET_MS_MAX + CLOCK_DRIFT_PPM_MAX * CLOCK_SYNC_MS // PPM + CLOCK_JUMP_SUM_MS_MAX <= CLOCK_TOLERANCE_MS
 # Two nodes' clocks are at most this far apart within the tolerance.
 CLOCK_SKEW_MS_MAX = 2 * CLOCK_TOLERANCE_MS
-# A step beyond the tolerance: from three tolerances (it always leaves the
-# band) to an hour.
-BEYOND_JUMP_MS = (3 * CLOCK_TOLERANCE_MS, MS_PER_HOUR)
+assert CLOCK_SKEW_MS_MAX == MAX_CLOCK_OFFSET_MS
+# A step beyond the tolerance: from 20 minutes (far out of the band, and
+# further than any call is held, so a timestamp behind by it is a clock,
+# not a slow call: ``scenarios/invariants/clock_tolerance.py``) to 2 hours.
+BEYOND_JUMP_MS = (20 * MS_PER_MINUTE, 2 * MS_PER_HOUR)
 
+# The site a skewed clock is traced at (a ``fault`` event with its offset
+# and drift, when the node's clock is made).
+CLOCK_SITE_SKEW = "clock.skew"
 CLOCK_SITE_FORWARD = "clock.forward"
 CLOCK_SITE_BACK = "clock.back"
 CLOCK_SITES = (CLOCK_SITE_FORWARD, CLOCK_SITE_BACK)
+# The kinds after which a node's clock may be off true time: an oracle
+# whose bound is read on two clocks widens it by the tolerance once one fired.
+CLOCK_FAULT_KINDS = (CLOCK_SKEW, CLOCK_JUMP, CLOCK_JUMP_BEYOND)
 # The swarm knobs (added last to a scenario's knobs: drawn by name).
 OFFSET_KNOB = "clock_offset_ms_max"
 DRIFT_KNOB = "clock_drift_ppm_max"
@@ -120,8 +132,12 @@ class NodeClock:
         self.jump_ms = jump_ms
 
     def at(self, true_ms: int) -> int:
-        """What this clock reads at true time ``true_ms`` (integer-exact)."""
-        return true_ms + self.offset_ms + (true_ms % CLOCK_SYNC_MS) * self.drift_ppm // PPM + self.jump_ms
+        """What this clock reads at true time ``true_ms`` (integer-exact).
+        Never before the simulation's epoch: the system's timestamps start
+        there (a clock behind it at the start reads 0 until true time
+        catches up, as a machine's clock set at its boot would)."""
+        local_ms = true_ms + self.offset_ms + (true_ms % CLOCK_SYNC_MS) * self.drift_ppm // PPM + self.jump_ms
+        return local_ms if local_ms > 0 else 0
 
     def now_ms(self) -> int:
         return self.at(self._true_ms())
@@ -185,31 +201,42 @@ class NodeClocks:
     and every node reads the true clock."""
 
     def __init__(self, world: Any, *, skew: bool, offset_ms_max: int = CLOCK_OFFSET_MS_MAX,
-                 drift_ppm_max: int = CLOCK_DRIFT_PPM_MAX) -> None:
+                 drift_ppm_max: int = CLOCK_DRIFT_PPM_MAX, scripted: bool = False) -> None:
         assert 0 <= offset_ms_max <= CLOCK_OFFSET_MS_MAX and 0 <= drift_ppm_max <= CLOCK_DRIFT_PPM_MAX
         self._world = world
         self.skew = skew
+        self.scripted = scripted
         self.offset_ms_max = offset_ms_max
         self.drift_ppm_max = drift_ppm_max
         self._clocks: dict[str, NodeClock] = {}
         self._runtimes: dict[str, NodeRuntime] = {}
+        self._skewed = 0
 
     def clock(self, name: str) -> NodeClock:
         """``name``'s clock, made (its skew drawn from ``clock/<name>``) at first sight."""
         clock = self._clocks.get(name)
         if clock is None:
+            world = self._world
             offset_ms = drift_ppm = 0
-            if self.skew:
-                stream = self._world.streams[f"clock/{name}"]
+            # A scripted run skews the clocks its script says were skewed
+            # (the seed says by how much): an empty script skews none, and
+            # shrinking can drop one node's skew.
+            skewed = self.skew if not self.scripted else world.plan.take_scripted(CLOCK_SKEW, name) is not None
+            if skewed:
+                stream = world.streams[f"clock/{name}"]
                 offset_ms = stream.between(-self.offset_ms_max, self.offset_ms_max)
                 drift_ppm = stream.between(-self.drift_ppm_max, self.drift_ppm_max)
-            clock = self._clocks[name] = NodeClock(name, self._world.runtime.now_ms, offset_ms, drift_ppm)
-            self._world.emit("clock.node", node=name, offset_ms=offset_ms, drift_ppm=drift_ppm)
-            if offset_ms or drift_ppm:
-                # Coverage counts the skewed clocks (a skew is no event in
-                # time: a script does not hold it, the seed does).
-                counts = self._world.fault_counts
-                counts[CLOCK_SKEW] = counts.get(CLOCK_SKEW, 0) + 1
+            clock = self._clocks[name] = NodeClock(name, world.runtime.now_ms, offset_ms, drift_ppm)
+            node = world.nodes.get(name)
+            if (offset_ms or drift_ppm) and node is not None:
+                # A fault of the machine, recorded when its clock is made:
+                # in the script (the entry that skews it on replay), the
+                # coverage and the trace. An exact clock is not: it behaves
+                # as the runtime itself, and its run's trace is one without
+                # clocks.
+                self._skewed += 1  # the hit: the n-th clock skewed (a script's entries differ by it)
+                world.record_fault(node, CLOCK_SITE_SKEW, CLOCK_SKEW, self._skewed)
+                world.emit("clock.skew", node=name, offset_ms=offset_ms, drift_ppm=drift_ppm)
         return clock
 
     def runtime_for(self, name: str) -> NodeRuntime:
@@ -236,11 +263,10 @@ def clocks_wanted(opts: Any, choices: Any) -> tuple[bool, bool]:
     script holding clock jumps, or a run beyond the contract."""
     enabled = (lambda kind: False) if choices is None else choices.enabled  # no swarm space: not the family's
     script = opts.fault_script
-    if script is not None:
-        jumps = any(getattr(e, "kind", None) in (CLOCK_JUMP, CLOCK_JUMP_BEYOND) for e in script)
-    else:
-        jumps = enabled(CLOCK_JUMP) or bool(opts.beyond_contract)
-    return enabled(CLOCK_SKEW), jumps
+    if script is not None:  # the script holds what fires: the skewed clocks and the steps
+        kinds = {getattr(e, "kind", None) for e in script}
+        return CLOCK_SKEW in kinds, bool(kinds & {CLOCK_JUMP, CLOCK_JUMP_BEYOND})
+    return enabled(CLOCK_SKEW), enabled(CLOCK_JUMP) or bool(opts.beyond_contract)
 
 
 def install_clocks(world: Any, opts: Any, choices: Any) -> None:
@@ -250,7 +276,8 @@ def install_clocks(world: Any, opts: Any, choices: Any) -> None:
         return
     knob = (lambda name, default: default) if choices is None else choices.knob_or
     world.clocks = NodeClocks(world, skew=skew, offset_ms_max=knob(OFFSET_KNOB, CLOCK_OFFSET_MS_MAX),
-                              drift_ppm_max=knob(DRIFT_KNOB, CLOCK_DRIFT_PPM_MAX))
+                              drift_ppm_max=knob(DRIFT_KNOB, CLOCK_DRIFT_PPM_MAX),
+                              scripted=opts.fault_script is not None)
 
 
 class ClockJumps(Workload):
@@ -300,6 +327,7 @@ class ClockJumps(Workload):
                 or event.kind != self.kind):
             return False
         amount_ms = event.duration_ms if event.site == CLOCK_SITE_FORWARD else -event.duration_ms
+        world.clocks.clock(name)  # made (and its skew traced) before the step, whether proposed now or replayed
         world.record_fault(node, event.site, self.kind, event.hit or 0, duration_ms=event.duration_ms,
                            beyond_contract=self.beyond)
         world.clocks.jump(name, amount_ms)

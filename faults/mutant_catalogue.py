@@ -1616,4 +1616,35 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.agent", "                fingerprint[\"fingerprint\"] = keyed_digest(self.secrets.digest_key, sent)\n",
         "                fingerprint[\"fingerprint\"] = digest(sent)\n", SA,
         ci_seed=0, ci_duration="1m"),
+    # -- clocks per node: beliefs a node's clock cannot support -------------------------
+    Mutant(
+        "renew-trusts-live-lease",
+        "A renewal is accepted while the row's lease is live by the caller's clock, without checking the "
+        "caller's epoch: a superseded owner renews (and extends) its successor's lease and goes on believing "
+        "it owns the lane.",
+        "model.ledger.rules",
+        "    row = check_token(row, token)  # a lapsed lease renews until another owner claims\n",
+        "    row = row if row is not None and row.lease_expires_ms is not None and row.lease_expires_ms > now_ms \\\n"
+        "        else check_token(row, token)  # a live lease renews\n",
+        LS_PS),
+    Mutant(
+        "renew-on-own-clock",
+        "A renewal is accepted while the caller's own token has not expired by the caller's clock, without "
+        "checking its epoch: an owner whose clock runs behind its successor's renews a lane already taken "
+        "from it, its renewal outliving the fence.",
+        "model.ledger.rules",
+        "    row = check_token(row, token)  # a lapsed lease renews until another owner claims\n",
+        "    row = row if row is not None and token.lease_expires_ms > now_ms \\\n"
+        "        else check_token(row, token)  # its own lease is live\n",
+        LS_PS),
+    Mutant(
+        "occurrence-id-from-clock",
+        "A woken schedule names its run by the node's clock rounded down to the period instead of by the "
+        "occurrence it was woken for, so a node whose clock is behind at the boundary starts the previous "
+        "occurrence again (a replay) and the due one is never run.",
+        "model.schedules",
+        "                run_id_for(schedule_id, occurrence_ms), schedule_id=schedule_id, occurrence_ms=occurrence_ms,\n",
+        "                run_id_for(schedule_id, now_ms - now_ms % schedule.every_ms), schedule_id=schedule_id,\n"
+        "                occurrence_ms=occurrence_ms,\n",
+        SY),
 )

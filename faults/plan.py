@@ -262,6 +262,19 @@ class FaultPlan:
             self._done.add(index)
         return fired
 
+    def take_scripted(self, kind: str, node: str) -> FaultEvent | None:
+        """A script's first unfired entry of ``kind`` for node ``node`` (a
+        name: any incarnation), now fired; None without one (or unscripted).
+        For a fault that fires where it is needed rather than at a hit or a
+        time: a node's clock skew, when its clock is made."""
+        if not self.scripted:
+            return None
+        for index, event in self._entries:
+            if event.kind == kind and index not in self._done and event.node.split("#", 1)[0] == node:
+                self._done.add(index)
+                return event
+        return None
+
     def unfired(self) -> list[tuple[int, FaultEvent]]:
         """The script's faults that never fired, as (script index, entry), in
         script order: a wrong site or node, a kind nothing here drives, a

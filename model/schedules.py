@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import attrs
 
+from model.clocks import check_observed
 from model.kernel.kernel import Flow, Kernel, MigrationMissing, RunOutcome, error_output
 from model.kernel.records import FAILED
 from model.probe import NULL_PROBE, Probe
@@ -132,6 +133,10 @@ class ScheduleDriver:
             else:
                 self._parked = True
         self._high_water_ms = await store.schedule_high_water_ms(schedule_id)
+        # An occurrence is started once due by its starter's clock: one
+        # further ahead of this clock than the claimed offset means a clock
+        # (this one or the starter's) is off past it (``model.clocks``).
+        check_observed(f"{schedule_id}'s latest started occurrence", self._high_water_ms, self.runtime.now_ms())
         return self._high_water_ms
 
     async def run_forever(self) -> None:

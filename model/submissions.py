@@ -30,6 +30,7 @@ from typing import Any, Callable
 import attrs
 
 from model.canonical import digest
+from model.clocks import check_observed
 from model.conversation.records import (
     AcknowledgedWriteLost,
     AppendResult,
@@ -212,6 +213,9 @@ class SubmissionWorker:
         await self.lifecycle.take_over(conversation_id, claim)
         record = await self.ledger.get(submission_id)
         assert record is not None, submission_id
+        # Admitted on its client's clock: further ahead of this one than the
+        # claimed offset, a clock is off past it (``model.clocks``).
+        check_observed(f"{submission_id}'s admission", record.admitted_at_ms, self.now_ms())
         self.failpoints.hit(CLAIMED_BEFORE_INPUT)
         # A durable abort intent is the authority: no input enters the log for
         # a submission aborted before it ran, and no step runs after it.

@@ -123,6 +123,8 @@ class PlanSeam(Protocol):
 
     def unfired(self) -> list[tuple[int, FaultEvent]]: ...
 
+    def take_scripted(self, kind: str, node: str) -> FaultEvent | None: ...
+
 
 class BoundariesSeam(Protocol):
     """The instants a boundary-delay fault lands a call on."""
@@ -132,6 +134,9 @@ class BoundariesSeam(Protocol):
 
 class ClocksSeam(Protocol):
     """The nodes' own clocks (``faults.clocks.NodeClocks``), by node name."""
+
+    # Whether the nodes' clocks are skewed (offsets and drifts drawn), or only stepped.
+    skew: bool
 
     def runtime_for(self, name: str) -> Any: ...
 

@@ -10,8 +10,9 @@ its node and its arguments), never from the model's bookkeeping:
   renew, settle) and the ``started_at_ms`` of a schedule's run are what the
   rest of the deployment reads as when things happened; one further than
   the tolerance ahead of the true instant of the call is a clock the system
-  claims never to run on (one behind it may be a slow call: a request's
-  timestamp is read before it sets out) (CockroachDB's clock-offset monitor, with the
+  claims never to run on (one a little behind it may be a slow call: a
+  request's timestamp is read before it sets out; one further behind than
+  any call is held, ``STALE_MS_MAX``, is a clock again) (CockroachDB's clock-offset monitor, with the
   simulation's true time for the peers' median);
 - **takeovers**: a claim by another owner of a submission whose owner's
   lease, measured from the true instant of its latest grant or renewal, is
@@ -30,8 +31,13 @@ from __future__ import annotations
 from typing import Any
 
 from faults.clocks import CLOCK_TOLERANCE_MS
+from sim.clock import MS_PER_MINUTE
 from sim.invariants import Checker
 
+# No call is held longer than this between reading its timestamp and
+# committing (the longest pause is four leases, 4 minutes; the longest
+# latency 45 s): a timestamp further behind is a clock, not a delay.
+STALE_MS_MAX = 15 * MS_PER_MINUTE
 # ledger method -> the position of its ``now_ms`` argument.
 _LEDGER_NOW = {"admit": 4, "claim": 3, "renew_ownership": 2, "mark_ready": 1, "request_abort": 3,
                "finalize_settlement": 1}
@@ -79,12 +85,18 @@ class ClockTolerance(Checker):
         # Read before the call set out: a slow call (latency, a pause) lands
         # with a timestamp behind the true instant of its commit, as any
         # request does; only one *ahead* of it is a clock, not a delay.
+        # One behind by more than any call can be held (``STALE_MS_MAX``) is
+        # a clock again.
         ahead_ms = now_ms - call.time_ms
         self.worst_offset_ms = max(self.worst_offset_ms, ahead_ms)
         if ahead_ms > self.tolerance_ms:
             self.fail(f"{call.node} handed {call.port}.{call.method} {what}={now_ms} at {call.time_ms} ms (true "
                       f"time): its clock is {ahead_ms} ms ahead, past the claimed tolerance "
                       f"({self.tolerance_ms} ms)", (call.node,))
+        elif -ahead_ms > STALE_MS_MAX:
+            self.fail(f"{call.node} handed {call.port}.{call.method} {what}={now_ms} at {call.time_ms} ms (true "
+                      f"time): {-ahead_ms} ms behind, more than any call is held ({STALE_MS_MAX} ms): its clock "
+                      f"is off past the claimed tolerance ({self.tolerance_ms} ms)", (call.node,))
 
     def _ledger(self, call: Any) -> None:
         method = call.method

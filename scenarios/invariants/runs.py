@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from faults.clocks import CLOCK_FAULT_KINDS, CLOCK_TOLERANCE_MS
 from faults.events import ERROR, AgentStep, LedgerFinalizeSettlement, LogAppend
 from model.ledger.records import settlement_of
 from sim.invariants import Checker, RecentlySettled
@@ -68,10 +69,16 @@ def _run_of(payload: dict) -> str | None:
 
 class RunClock(Checker):
     name = "run-clock"
-    kinds = (LogAppend.kind, AgentStep.kind, LedgerFinalizeSettlement.kind)
+    kinds = (LogAppend.kind, AgentStep.kind, LedgerFinalizeSettlement.kind, "fault")
 
     def __init__(self) -> None:
         super().__init__()
+        # The run's deadline is its start's ``createdAt`` (its starter's
+        # clock) plus its allowance, and the owner that begins a step reads
+        # it on its own clock: once a node's clock is off true time (a
+        # clock fault traced, ``faults.clocks``), a step may begin up to the
+        # claimed tolerance after it in true time, and no later.
+        self.clock_slack_ms = 0
         self._started: dict[str, int] = {}  # open run -> its deadline (start createdAt + allowance)
         # Runs settled in the last SETTLED_MEMORY_MS (oldest first): a paused
         # owner that lost its claim may still begin a step of one (its writes
@@ -90,6 +97,10 @@ class RunClock(Checker):
         fields = event.fields
         if ERROR in fields:
             return
+        if kind == "fault":
+            if fields.get("kind") in CLOCK_FAULT_KINDS:
+                self.clock_slack_ms = CLOCK_TOLERANCE_MS
+            return
         if kind == AgentStep.kind:
             self.checks += 1
             run = fields[AgentStep.submission]
@@ -98,9 +109,10 @@ class RunClock(Checker):
                 return
             if deadline_ms is None:
                 self.fail(f"{run}: step {fields[AgentStep.index]} began with no start in the log", (run,))
-            elif event.time_ms > deadline_ms:
+            elif event.time_ms > deadline_ms + self.clock_slack_ms:
+                slack = f" (+{self.clock_slack_ms} ms of clock tolerance)" if self.clock_slack_ms else ""
                 self.fail(f"{run}: step {fields[AgentStep.index]} began at {event.time_ms} ms, after the deadline "
-                          f"{deadline_ms} ms its logged start set (its clock was reset)", (run,))
+                          f"{deadline_ms} ms its logged start set{slack} (its clock was reset)", (run,))
         elif kind == LedgerFinalizeSettlement.kind:
             run = fields[LedgerFinalizeSettlement.submission]
             if self._started.pop(run, None) is not None:

@@ -254,6 +254,14 @@ def fault_sites(scenario: Any, stacks: list[Any]) -> list[dict[str, Any]]:
                                                  if not (method in READ_METHODS and k == WRITE_CONTENTION)],
                 "port call")
             sites[name]["boosted"] = True
+    for stack in stacks:
+        # Clock jumps, at the node whose clock steps (``faults.clocks``).
+        for workload in stack.workloads:
+            if getattr(workload, "name", "").startswith("clock-jumps"):
+                from faults.clocks import CLOCK_SITES
+
+                for name in CLOCK_SITES:
+                    add(name, [workload.kind], "a node's clock stepped")
     space = scenario.swarm_space
     from faults.kinds import FAILPOINT_CRASH
 
@@ -281,10 +289,23 @@ def describe(scenario: Any) -> dict[str, Any]:
         "workload_switches": list(space.workload) if space is not None else [],
         "knobs": [_knob(k) for k in (space.knobs if space is not None else ())],
         "fault_sites": fault_sites(scenario, stacks),
+        # What skew the system claims to tolerate (a scenario with node clocks).
+        "clock_tolerance": clock_tolerance(scenario, stacks),
         "invariants": invariants,
         "runner_verdicts": runner_verdicts(),
         "sometimes": list(scenario.sometimes),
     }
+
+
+def clock_tolerance(scenario: Any, stacks: Sequence[Any]) -> str | None:
+    """The claimed clock tolerance of a scenario whose nodes have clocks of
+    their own (clock skew or jumps among its kinds); None otherwise."""
+    from faults.clocks import tolerance_line
+    from faults.kinds import CLOCK_JUMP, CLOCK_SKEW
+
+    space = scenario.swarm_space
+    kinds = space.fault_kinds if space is not None else stack_fault_kinds(stacks)
+    return tolerance_line() if CLOCK_SKEW in kinds or CLOCK_JUMP in kinds else None
 
 
 def _knob(knob: Any) -> dict[str, Any]:
@@ -315,6 +336,8 @@ def render(body: Mapping[str, Any]) -> str:
     for site in body["fault_sites"]:
         boosted = ", boosted" if site["boosted"] else ""
         lines.append(f"    {site['site']} ({site['what']}{boosted}): {', '.join(site['kinds'])}")
+    if body.get("clock_tolerance"):
+        lines.append(f"  clock tolerance: {body['clock_tolerance']}")
     lines.append(f"  invariants ({len(body['invariants'])}):")
     for inv in body["invariants"]:
         when = "" if inv["when"] == "always" else f" [{inv['when']}]"
