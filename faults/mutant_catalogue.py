@@ -1626,7 +1626,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    row = check_token(row, token)  # a lapsed lease renews until another owner claims\n",
         "    row = row if row is not None and row.lease_expires_ms is not None and row.lease_expires_ms > now_ms \\\n"
         "        else check_token(row, token)  # a live lease renews\n",
-        LS_PS),
+        LS_PS, ci_seed=2, ci_duration="1h"),
     Mutant(
         "renew-on-own-clock",
         "A renewal is accepted while the caller's own token has not expired by the caller's clock, without "
@@ -1636,7 +1636,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    row = check_token(row, token)  # a lapsed lease renews until another owner claims\n",
         "    row = row if row is not None and token.lease_expires_ms > now_ms \\\n"
         "        else check_token(row, token)  # its own lease is live\n",
-        LS_PS),
+        LS_PS, ci_seed=27, ci_duration="6h"),
     Mutant(
         "occurrence-id-from-clock",
         "A woken schedule names its run by the node's clock rounded down to the period instead of by the "
@@ -1646,5 +1646,5 @@ MUTANTS: tuple[Mutant, ...] = (
         "                run_id_for(schedule_id, occurrence_ms), schedule_id=schedule_id, occurrence_ms=occurrence_ms,\n",
         "                run_id_for(schedule_id, now_ms - now_ms % schedule.every_ms), schedule_id=schedule_id,\n"
         "                occurrence_ms=occurrence_ms,\n",
-        SY),
+        SY, ci_seed=3, ci_duration="2d"),
 )
