@@ -29,11 +29,11 @@ What reads which clock (ARCHITECTURE §3):
 node's clock is within ``CLOCK_TOLERANCE_MS`` (1 s) of the true time, so
 any two nodes within twice that: an offset of at most 500 ms, a drift of at
 most 100 ppm between syncs an hour apart (at most 360 ms), and steps that
-keep the jumps' sum within 140 ms. One second is far under the shortest
-lease any scenario draws (5 s) and the shortest schedule cadence of the
-built-in scenarios (1 s is the floor of a sentinel's ``every_ms``; its
-default is 5 minutes), so a clock error can move a takeover or a wake by a
-small share of a lease or a period, never by a whole one. Safety does not
+keep the jumps' sum within 140 ms. One second is a fifth of the shortest
+lease any scenario draws (5 s) and a tiny share of a sentinel's default
+cadence (5 minutes), so a clock error can move a takeover or a wake by a
+share of a lease or a period, never by a whole one (a sentinel run with
+``--every-ms`` near its 1 s floor is outside the claim). Safety does not
 rest on it: every ownership write is fenced by the epoch the ledger
 grants, so a node that believes its lease is live when it is not is
 refused, whatever its clock says. Beyond the tolerance (``clock-jump-beyond``,
@@ -50,12 +50,15 @@ offset and drift from the stream ``clock/<node name>`` within the knobs
 ``ClockJumps``: a node's clock stepped forward or back within the
 tolerance, through the fault plan, so a script replays it at its time);
 ``clock-jump-beyond`` (timed, beyond the contract: a step of 20 minutes to
-two hours; the system's own refusal, ``model.clocks.ClockOffsetExceeded``, is
-raised by a process that reads a durable timestamp further in its future
-than the claim allows). With neither skew nor jumps in a run every node's clock is the true
-clock and model code is handed ``world.runtime`` itself: no call pays for
-clocks it does not have, and the trace is the one a run had before clocks
-existed.
+two hours). The system's own side of the claim is ``model.clocks``: a
+process that reads a durable timestamp further in its future than the
+claim allows refuses to act, ``ClockOffsetExceeded``. A skewed clock is a
+recorded fault of its machine (site ``clock.skew``), made when the clock
+is: a script's entry skews that node on replay (the seed says by how much),
+so an empty script skews nothing and shrinking can drop one node's skew.
+With neither skew nor jumps in a run every node's clock is the true clock
+and model code is handed ``world.runtime`` itself: no call pays for clocks
+it does not have, and the trace is the one a run had before clocks existed.
 """
 from __future__ import annotations
 
@@ -63,7 +66,7 @@ from typing import Any, Callable
 
 from faults.kinds import CLOCK_JUMP, CLOCK_JUMP_BEYOND, CLOCK_SKEW
 from model.clocks import MAX_CLOCK_OFFSET_MS
-from sim.clock import MS_PER_HOUR, MS_PER_MINUTE, MS_PER_SECOND
+from sim.clock import MS_PER_HOUR, MS_PER_MINUTE
 from sim.workload import Workload
 from sim.world import FaultEvent, World
 
@@ -85,8 +88,8 @@ assert CLOCK_SKEW_MS_MAX == MAX_CLOCK_OFFSET_MS
 # not a slow call: ``scenarios/invariants/clock_tolerance.py``) to 2 hours.
 BEYOND_JUMP_MS = (20 * MS_PER_MINUTE, 2 * MS_PER_HOUR)
 
-# The site a skewed clock is traced at (a ``fault`` event with its offset
-# and drift, when the node's clock is made).
+# The site a skewed clock's fault is recorded at (its offset and drift in
+# the ``clock.skew`` event beside it), when the node's clock is made.
 CLOCK_SITE_SKEW = "clock.skew"
 CLOCK_SITE_FORWARD = "clock.forward"
 CLOCK_SITE_BACK = "clock.back"
@@ -345,4 +348,4 @@ def clock_workloads() -> list[Workload]:
 
 
 __all__ = ["CLOCK_TOLERANCE_MS", "CLOCK_SKEW_MS_MAX", "ClockJumps", "NodeClock", "NodeClocks", "NodeRuntime",
-           "clock_knobs", "clock_workloads", "install_clocks", "tolerance_line", "MS_PER_SECOND"]
+           "clock_knobs", "clock_workloads", "install_clocks", "tolerance_line"]

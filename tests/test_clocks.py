@@ -305,3 +305,46 @@ def test_a_stale_owner_is_fenced_whatever_its_clock_says(tmp_path):
     for name, ledger in _ledgers(tmp_path):
         true[0] = 0
         trio.run(scenario, ledger)
+
+
+# -- a reconciler reading a deadline another machine set ---------------------------------
+
+
+class _Log:
+    def __init__(self, deadline_ms: int) -> None:
+        self.deadline_ms = deadline_ms
+
+    async def lookup_batch(self, conversation_id, batch_id):
+        return type("Batch", (), {"last_seq": 2})()
+
+    async def read(self, conversation_id, after_seq, limit):
+        envelope = type("Envelope", (), {"payload": {"deadlineMs": self.deadline_ms}})()
+        return (type("Entry", (), {"envelope": envelope})(),)
+
+
+class _Ledger:
+    def __init__(self) -> None:
+        self.resolved: list = []
+
+    async def resolve_unknown(self, *args):
+        self.resolved.append(args)
+
+
+def test_a_reconciler_waits_out_the_claimed_offset_past_a_deadline_another_clock_set():
+    """The agent's deadline is on the agent's clock and the tool service
+    refuses by its own: a reconciler whose clock runs ahead must not call a
+    call that may still land "never happened" (the max-offset rule)."""
+    from scenarios.workloads.agents import Reconciler, ToolService
+
+    deadline_ms = 10 * MS_PER_MINUTE
+    world = World(1)
+    reconciler = Reconciler(tools=ToolService())
+    reconciler.world = world
+    reconciler.ports = type("Ports", (), {"log": _Log(deadline_ms)})()
+    record = type("Record", (), {"conversation_id": "c1"})()
+    ledger = _Ledger()
+    now = [deadline_ms + MAX_CLOCK_OFFSET_MS]
+    reconciler.clock = type("Clock", (), {"now_ms": lambda self: now[0]})()
+    assert trio.run(reconciler.act, ledger, record, "sub-c1-1", "call-1") is False and ledger.resolved == []
+    now[0] += 1
+    assert trio.run(reconciler.act, ledger, record, "sub-c1-1", "call-1") is True and len(ledger.resolved) == 1

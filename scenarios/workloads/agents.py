@@ -35,6 +35,7 @@ from model.agent import (AGENT_TOOLS, APPROVAL, CLOSE, COMPLETED, MODEL, OPEN, R
                          TOOL_ARGUMENT_DELTA, TOOL_ONCE, TOOL_PREPARED, AgentWorker, plan_of)
 from model.ledger.records import COMPLETED_WITH_RESULT, NEVER_HAPPENED, SAFE_TO_RETRY, UnreadableSubmission
 from model.canonical import digest
+from model.clocks import MAX_CLOCK_OFFSET_MS
 from model.retry import error_name, is_retryable
 from model.secrets.errors import CredentialRejected
 from model.secrets.refs import secret_ref
@@ -603,7 +604,10 @@ class Reconciler(_Operator):
             return False  # the log does not show it yet (a short read): look again later
         (entry,) = await self.ports.log.read(record.conversation_id, prepared.last_seq - 1, 1)
         deadline_ms = entry.envelope.payload.get("deadlineMs")
-        if deadline_ms is not None and now_ms <= deadline_ms:
+        # The deadline is on the agent's clock and the tool refuses by its
+        # own: waited out on this clock, it is waited out everywhere only
+        # once past it by the offset two clocks may have (``model.clocks``).
+        if deadline_ms is not None and now_ms <= deadline_ms + MAX_CLOCK_OFFSET_MS:
             return False
         rng = self.stream_for(self.world, f"resolution/{call}")
         resolution = NEVER_HAPPENED if rng.chance(0.5) else SAFE_TO_RETRY
