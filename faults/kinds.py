@@ -24,6 +24,10 @@ OVERTAKING_COMMIT = "overtaking-commit"
 # registrations (``faults.notifications``): waiters must find the record anyway, at their next reconnect.
 DROPPED_NOTIFICATION = "dropped-notification"
 
+# A node cut from some of its stores for a while (``faults.partitions``): its calls there are refused, hang
+# to their timeout, or commit with the reply held until the heal; the node itself keeps running.
+PARTITION = "partition"
+
 # Beyond the contract (opt-in, ``--beyond-contract``): the store breaks a
 # promise. The expected outcome is a loud, typed detection, never a pass.
 LOST_WRITE = "lost-write"                # an acknowledged write is gone afterwards
@@ -35,6 +39,8 @@ PORT_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, TRANSIENT_ERROR, WRITE_CONTENTI
                     BOUNDARY_DELAY)
 # Fired by the scenario's clock, not at a hit of a site: a script replays them at their time.
 TIMED_FAULT_KINDS = (NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE)
+TIMED_FAULT_KINDS += (PARTITION,)
 ALL_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE,
                    SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST,
                    BOUNDARY_DELAY, LOST_WRITE, TORN_BATCH, OVERTAKING_COMMIT, ROW_ROT, DROPPED_NOTIFICATION)
+ALL_FAULT_KINDS += (PARTITION,)

@@ -89,6 +89,10 @@ class World:
         # The instants a boundary-delay fault lands calls on
         # (``faults.timing.Boundaries``, set by the fault plan); None: none.
         self.boundaries: BoundariesSeam | None = None
+        # Node name -> the partition that cuts it from some of its stores now
+        # (``faults.partitions``); empty (the usual case) costs a port call one
+        # truthiness check.
+        self.cuts: dict[str, Any] = {}
 
     # -- observation -------------------------------------------------------
 

@@ -16,6 +16,7 @@ from scenarios.api import (ACK_LOST, BOUNDARY_DELAY, CRASH_BEFORE_CALL, DAY, DUP
                            Param, PortFaults, RetentionPolicy, Run, Schedule, Sentinels, Stack, SwarmSpace, System,
                            fault_intensity_knob, scenario)
 from scenarios import api as inv
+from scenarios.api import PARTITION, Partitions
 from faults.chaos import InDoubtResolver
 from scenarios.invariants.at_most_once_effect import AtMostOnceEffect
 
@@ -43,7 +44,7 @@ PAGER = "pager"  # high readings page the on-call: the flow's non-idempotent eff
 ON_CALL_EVERY_MS = 15 * MINUTE
 SWARM = SwarmSpace(
     fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, TRANSIENT_ERROR,
-                 WRITE_CONTENTION, LATENCY, REPLY_LOST, BOUNDARY_DELAY),
+                 WRITE_CONTENTION, LATENCY, REPLY_LOST, BOUNDARY_DELAY) + (PARTITION,),
     failpoints=SENTINEL_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH], workload=(OPERATOR_EDITS, PAGER),
     knobs=(Knob("lease_ms", 30 * SECOND, 10 * SECOND, 120 * SECOND, "run claim lease"),
            Knob("inline_cap_bytes", INLINE_CAP_BYTES_DEFAULT, 4_096, 65_536, "claim-check inline cap"),
@@ -59,6 +60,8 @@ SWARM = SwarmSpace(
 # the run on the new code.
 DOWN_ACROSS_DEPLOY = (("durable_state.save.after_store_write", FAILPOINT_CRASH), ("ds.save", ACK_LOST),
                       ("ds.save", CRASH_BEFORE_CALL))
+# The stores (and the pager) the fleet's worker talks to, which a partition may cut it from.
+FLEET_STORES = ("ledger", "log", "ds", "kernel", "schedules", "content", "pins", "findings", "pager")
 SOMETIMES = ("adopted_saves", "save_conflicts", "wakes_skipped", "claim_checked_payloads", "findings",
              "blobs_reclaimed", "runs_held_by_pins", "broken_deploys_caught", "runs_migrated_on_resume",
              "runs_failed_migration_missing", "worker_crashes", "transient_retries", "runs_parked_in_doubt",
@@ -96,6 +99,9 @@ def sentinel_year(run: Run) -> Stack:
             Deploys(fleet.deploy_timeline, fleet.on_deploy, nodes=[fleet], duration_ms=d, restart_ms=RESTART_MS,
                     across=DOWN_ACROSS_DEPLOY, lead_ms=app.STATS_LATENCY_MS[1] + 1),
             on_call,
+            # The fleet's worker cut from some of its stores while its wakes go on.
+            Partitions([fleet], stores=FLEET_STORES, every_ms=(2 * HOUR, DAY),
+                       cut_ms=((SECOND, run.knob("lease_ms") // 2), (run.knob("lease_ms"), 4 * run.knob("lease_ms")))),
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SENTINEL_CRASH_POINTS, periods_ms=(every_ms,),
                           boosted_sites=RARE_SITES, boost=RARE_SITE_BOOST),
