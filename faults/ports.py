@@ -3,7 +3,9 @@
 ``bind_port`` wraps a store for one node. Every call:
 
 1. is refused if the node is dead (``NodeDeadError``) — a crashed process
-   touches nothing, not even from a ``finally`` block;
+   touches nothing, not even from a ``finally`` block; meets the node's
+   partition if one cuts it from this port (``faults.partitions``: refused,
+   hung to its timeout, or let through with its reply held);
 2. counts a hit of its site (``ds.save``, ``kernel.append_step``, ...) and may
    crash the node *before* the call (``crash-before-call``);
 3. runs against the real store (atomic: store calls never suspend);

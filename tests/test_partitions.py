@@ -234,3 +234,17 @@ def test_ledger_storm_seeds_where_a_renew_came_back_late_pass():
         result = run(registry.get("ledger-storm"), _opts("ledger-storm", seed, "6h", faults_enable=(PARTITION,)))
         assert result.passed, (seed, result.violations)
         assert result.stats["effects_under_lease"] > 0
+
+
+def test_a_hand_written_partition_needs_its_duration_and_fires_at_its_time():
+    from faults.script import ScriptError, parse_script
+
+    with pytest.raises(ScriptError, match="a partition needs 'duration_ms'"):
+        parse_script([{"time_ms": 1, "node": "workers/worker-1", "site": "partition/refuse/ledger",
+                       "kind": "partition"}])
+    script = parse_script([{"time_ms": 600_000, "node": "workers/worker-1", "site": "partition/hang/ledger+log",
+                            "kind": "partition", "duration_ms": 60_000}])
+    result = run(registry.get("ledger-storm"), _opts("ledger-storm", 1, "30m", fault_script=script,
+                                                     script_must_fire=True))
+    assert result.passed, result.violations
+    assert result.faults == {PARTITION: 1}
