@@ -48,9 +48,10 @@ from sim.world import FaultEvent, World
 
 REFUSE, HANG, REPLY_HELD = "refuse", "hang", "reply-held"
 MODES = (REFUSE, HANG, REPLY_HELD)
-# How long a caller waits for a store's answer before it gives up: a hung
+# How long a caller waits for a store's answer before it gives up (a common
+# client default; longer than many a lease, so a late answer can outlive one): a hung
 # call, or a held reply, fails with ``StoreUnreachable`` then.
-CALL_TIMEOUT_MS = 10_000
+CALL_TIMEOUT_MS = 30_000
 SITE_PREFIX = "partition"
 
 
