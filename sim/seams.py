@@ -130,6 +130,17 @@ class BoundariesSeam(Protocol):
     def delay_ms(self, now_ms: int) -> int | None: ...
 
 
+class CutSeam(Protocol):
+    """A partition cutting one process from some of its stores until it
+    heals (``faults.partitions.Cut``)."""
+
+    @property
+    def stores(self) -> frozenset[str]: ...
+
+    @property
+    def heal_ms(self) -> int: ...
+
+
 class PortCallSeam(Protocol):
     """One call that reached a store, as it committed (``faults.ports.PortCall``)."""
 

@@ -16,7 +16,7 @@ from sim.invariants import Checker, InvariantSet, Violation
 from sim.node import Node
 from sim.rng import Streams
 from sim.runtime import SimRuntime
-from sim.seams import BoundariesSeam, PlanSeam, PortCallSeam, SystemSeam
+from sim.seams import BoundariesSeam, CutSeam, PlanSeam, PortCallSeam, SystemSeam
 from sim.trace import NodeProbe, Trace
 
 HARNESS_NODE = "harness"
@@ -92,7 +92,7 @@ class World:
         # Node name -> the partition that cuts it from some of its stores now
         # (``faults.partitions``); empty (the usual case) costs a port call one
         # truthiness check.
-        self.cuts: dict[str, Any] = {}
+        self.cuts: dict[str, CutSeam] = {}
 
     # -- observation -------------------------------------------------------
 
