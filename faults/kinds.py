@@ -28,6 +28,9 @@ DROPPED_NOTIFICATION = "dropped-notification"
 CLOCK_SKEW = "clock-skew"                # a swarm kind: node clocks get an offset and a drift within the tolerance
 CLOCK_JUMP = "clock-jump"                # a node's clock stepped forward or back, within the tolerance (timed)
 CLOCK_JUMP_BEYOND = "clock-jump-beyond"  # beyond the contract: a step past the claimed tolerance (timed)
+# A node cut from some of its stores for a while (``faults.partitions``): its calls there are refused, hang
+# to their timeout, or commit with the reply held until the heal; the node itself keeps running.
+PARTITION = "partition"
 
 # Beyond the contract (opt-in, ``--beyond-contract``): the store breaks a
 # promise. The expected outcome is a loud, typed detection, never a pass.
@@ -41,8 +44,8 @@ PORT_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, TRANSIENT_ERROR, WRITE_CONTENTI
                     BOUNDARY_DELAY)
 # Fired by the scenario's clock, not at a hit of a site: a script replays them at their time.
 TIMED_FAULT_KINDS = (NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE,
-                     CLOCK_JUMP, CLOCK_JUMP_BEYOND)
+                     CLOCK_JUMP, CLOCK_JUMP_BEYOND, PARTITION)
 ALL_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE,
                    SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST,
                    BOUNDARY_DELAY, LOST_WRITE, TORN_BATCH, OVERTAKING_COMMIT, ROW_ROT, DROPPED_NOTIFICATION,
-                   CLOCK_SKEW, CLOCK_JUMP, CLOCK_JUMP_BEYOND)
+                   CLOCK_SKEW, CLOCK_JUMP, CLOCK_JUMP_BEYOND, PARTITION)

@@ -754,6 +754,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.submissions", "        await self.lifecycle.take_over(conversation_id, claim)\n", "", LS,
         ci_seed=0, ci_duration="5m"),
     Mutant(
+        "worker-acts-past-lease",
+        "A worker trusts its renew once it is answered: it does the step's effect however late the answer came "
+        "(held by a partition, delayed by a slow store) or however long it stalled after, its lease over by "
+        "its own clock and the lane perhaps another owner's.",
+        "model.submissions", "            self.require_lease(claim, renewal.lease_expires_ms)\n", "", LS,
+        ci_seed=1, ci_duration="30m"),
+    Mutant(
         "worker-defers-before-marking-input",
         "A worker asked to defer its head releases it and hands the lane over right after appending its input, "
         "before it marks the input applied: it hands over a head whose input it never applied.",

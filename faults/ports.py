@@ -3,7 +3,9 @@
 ``bind_port`` wraps a store for one node. Every call:
 
 1. is refused if the node is dead (``NodeDeadError``) — a crashed process
-   touches nothing, not even from a ``finally`` block;
+   touches nothing, not even from a ``finally`` block; meets the node's
+   partition if one cuts it from this port (``faults.partitions``: refused,
+   hung to its timeout, or let through with its reply held);
 2. counts a hit of its site (``ds.save``, ``kernel.append_step``, ...) and may
    crash the node *before* the call (``crash-before-call``);
 3. runs against the real store (atomic: store calls never suspend);
@@ -40,7 +42,7 @@ from faults.kinds import (
     TRANSIENT_ERROR,
     WRITE_CONTENTION,
 )
-from faults import sqlite_lock
+from faults import partitions, sqlite_lock
 from model.conversation.records import ConversationStoreError
 from model.failpoints import FailpointFired
 from model.ledger.records import LedgerStoreError
@@ -206,10 +208,19 @@ class BoundPort:
         label = node.label
         note_call = world.runtime.note_call
         inside, after = f"in {site}", f"after {site}"
+        # ``faults.partitions``: node name -> its partition now; only a
+        # faulted port meets one (an operator's out-of-band port never does).
+        cuts = world.cuts if plan is not None else {}
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             if not node.alive:
                 raise NodeDeadError(label, site)
+            held = None
+            if cuts:  # a partition somewhere: is this call cut?
+                cut = partitions.cut_of(world, node, port)
+                if cut is not None:
+                    start_ms = now_ms()
+                    held = await partitions.cross(world, node, cut, site, lambda: describe(args, kwargs, None))
             stats.calls += 1
             note_call(inside)
             fault = lock = None
@@ -286,6 +297,8 @@ class BoundPort:
                             observe(seen)
                     except Exception as failure:
                         raise trace.subscriber_failed(observe, trace.events, site, failure) from failure
+                if held is not None:
+                    await partitions.hold_reply(world, node, held, site, start_ms)
                 raise
             note_call(after)
             trace.emit(label, site, describe(args, kwargs, result))
@@ -310,6 +323,8 @@ class BoundPort:
             elif fault == REPLY_LOST:
                 world.record_fault(node, site, REPLY_LOST, hit)
                 raise ReplyLost(site)
+            if held is not None:
+                await partitions.hold_reply(world, node, held, site, start_ms)
             return result
 
         call.__name__ = site

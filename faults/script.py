@@ -10,14 +10,15 @@ Each entry::
 - ``time_ms``: simulated time (ms since the start); ``node``: a node name or
   label (``worker-1`` or ``worker-1#3``; ``*`` in a point fault without a
   hit: whichever node makes the call); ``site``: a port method, a
-  failpoint name, ``process`` (kills, pauses) or ``alarm.<scheduleId>``
-  (duplicate wakes); ``kind``: a fault kind (``faults.kinds``).
+  failpoint name, ``process`` (kills, pauses), ``alarm.<scheduleId>``
+  (duplicate wakes) or ``partition/<mode>/<store>+<store>`` (partitions:
+  ``faults.partitions``); ``kind``: a fault kind (``faults.kinds``).
 - ``hit``: the site's hit index at which it fires. Optional for point
   faults in a hand-written script: without it the fault fires at the first
   hit of its site at or after ``time_ms`` ("at day 3, crash worker-1 after
   ``ledger.reserve_settlement`` commits").
 - ``restart_after_ms`` (crashes, kills): how long the process stays down;
-  ``duration_ms`` (pauses): how long it is frozen.
+  ``duration_ms`` (pauses, partitions): how long it is frozen, or cut off.
 
 Entries of kind ``schedule`` are scheduling deviations (``sim.interleave``):
 at ``time_ms`` (and ``step``, the resumption index within that instant)
@@ -31,7 +32,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from faults.kinds import ALL_FAULT_KINDS, NODE_PAUSE, TIMED_FAULT_KINDS
+from faults.kinds import ALL_FAULT_KINDS, NODE_PAUSE, PARTITION, TIMED_FAULT_KINDS
 from sim.interleave import SCRIPT_KIND as SCHEDULE_KIND
 from sim.interleave import Deviation
 from sim.world import FaultEvent
@@ -105,8 +106,8 @@ def parse_entry(entry: Any, index: int) -> FaultEvent | Deviation:
         raise ScriptError(f"{where}: 'hit' counts from 1, got {hit}")
     restart = _int_field(entry, "restart_after_ms", where, optional=True)
     duration = _int_field(entry, "duration_ms", where, optional=True)
-    if kind == NODE_PAUSE and duration is None:
-        raise ScriptError(f"{where}: a {NODE_PAUSE} needs 'duration_ms'")
+    if kind in (NODE_PAUSE, PARTITION) and duration is None:
+        raise ScriptError(f"{where}: a {kind} needs 'duration_ms'")
     assert time_ms is not None
     return FaultEvent(time_ms, entry["node"], entry["site"], kind, hit, restart, duration)
 

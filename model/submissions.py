@@ -145,6 +145,28 @@ class WorkFailure(Exception):
         super().__init__(str(cause))
 
 
+class LeaseExpired(Exception):
+    """This owner's lease on the submission is over by its own clock (the
+    renew was answered late, through a partition or a slow store, or the
+    process stalled after it): another owner may hold the lane by now. The
+    store fences a stale owner's writes, but not what a step does outside
+    the stores, so the owner does nothing more under this claim and looks
+    again, as after ``OwnershipLost``."""
+
+    name = "LeaseExpired"
+
+    def __init__(self, submission_id: str, epoch: int, lease_expires_ms: int, now_ms: int) -> None:
+        super().__init__(f"{submission_id}: the lease of epoch {epoch} expired at {lease_expires_ms} ms, "
+                         f"it is {now_ms} ms")
+        self.submission_id = submission_id
+        self.epoch = epoch
+        self.lease_expires_ms = lease_expires_ms
+        self.now_ms = now_ms
+
+    def __reduce__(self):
+        return (type(self), (self.submission_id, self.epoch, self.lease_expires_ms, self.now_ms))
+
+
 # A step that waits for the world: nothing to record; the owner lets go.
 PARKED = object()
 
@@ -353,12 +375,24 @@ class SubmissionWorker:
             # Renew, then spend the effect's time. A pause longer than the
             # lease lands here: the owner wakes and writes with its old
             # epoch, and the log and ledger must fence it.
-            await self.ledger.renew_ownership(claim, self.lease_ms, self.now_ms())
+            renewal = await self.ledger.renew_ownership(claim, self.lease_ms, self.now_ms())
             await self.step_delay(record.submission_id, index)
+            # The effect is done on the strength of the lease, so the lease
+            # must still hold now, by this process's clock: a renew answered
+            # after its own lease ran out, or a stall after it, means another
+            # owner may run this step too.
+            self.require_lease(claim, renewal.lease_expires_ms)
         try:
             return self.work(record.input, index)
         except Exception as error:
             raise WorkFailure(error) from error
+
+    def require_lease(self, claim: Claim, lease_expires_ms: int) -> None:
+        """Raise ``LeaseExpired`` unless the lease (as the ledger last
+        granted it to ``claim``) is still live by this process's clock."""
+        now_ms = self.now_ms()
+        if now_ms >= lease_expires_ms:
+            raise LeaseExpired(claim.submission_id, claim.epoch, lease_expires_ms, now_ms)
 
     def settlement_run_id(self, submission_id: str) -> str | None:
         """The run a fresh settlement record names (``runId``): none here."""
@@ -475,7 +509,7 @@ class SubmissionWorker:
 # crossing a port.
 # An AppendConflict of a stale owner (its batch id already holds another
 # owner's batch) is the same news: someone else did this step.
-LOST_OWNERSHIP_ERRORS = ("OwnershipLost", "FenceRejected", "AppendConflict")
+LOST_OWNERSHIP_ERRORS = ("OwnershipLost", "FenceRejected", "AppendConflict", "LeaseExpired")
 # A reservation refused because an abort intent exists (the owner settles aborted).
 ABORT_REQUESTED = "AbortRequested"
 # A stored row the ledger cannot read (§10, §11): that conversation's lane is

@@ -11,6 +11,8 @@ from faults.chaos import Deploys, DuplicateAlarms, NodeKills, NodePauses, Operat
 from faults.kinds import (ACK_LOST, BOUNDARY_DELAY, CORRUPT_ROW, CRASH_BEFORE_CALL, DUPLICATE_WAKE, FAILPOINT_CRASH,
                           LATENCY, NODE_KILL, NODE_PAUSE, REPLY_LOST, SEQUENCE_GAP, SHORT_PAGE, TRANSIENT_ERROR,
                           WRITE_CONTENTION)
+from faults.kinds import PARTITION
+from faults.partitions import Partitions
 from faults.plan import PortFaults
 from faults.swarm import Knob, SwarmSpace, fault_intensity_knob
 from model.durable_state.store import DurableStateWrite
@@ -44,9 +46,11 @@ __all__ = [
     "MODEL", "TOOL", "TOOL_ONCE", "APPROVAL", "SUBAGENT",
     # chaos workloads
     "NodeKills", "NodePauses", "DuplicateAlarms", "OperatorEdits", "Deploys",
+    "Partitions",
     # fault kinds and failpoints
     "CRASH_BEFORE_CALL", "ACK_LOST", "FAILPOINT_CRASH", "NODE_KILL", "NODE_PAUSE", "DUPLICATE_WAKE", "SHORT_PAGE",
     "SEQUENCE_GAP", "CORRUPT_ROW", "TRANSIENT_ERROR", "WRITE_CONTENTION", "LATENCY", "REPLY_LOST", "BOUNDARY_DELAY",
+    "PARTITION",
     "SENTINEL_CRASH_POINTS",
     "SUBMISSION_CRASH_POINTS",
     # checks

@@ -147,6 +147,15 @@ class ClocksSeam(Protocol):
     def jump(self, name: str, amount_ms: int) -> None: ...
 
     def clock(self, name: str) -> Any: ...
+class CutSeam(Protocol):
+    """A partition cutting one process from some of its stores until it
+    heals (``faults.partitions.Cut``)."""
+
+    @property
+    def stores(self) -> frozenset[str]: ...
+
+    @property
+    def heal_ms(self) -> int: ...
 
 
 class PortCallSeam(Protocol):

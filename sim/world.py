@@ -16,7 +16,7 @@ from sim.invariants import Checker, InvariantSet, Violation
 from sim.node import Node
 from sim.rng import Streams
 from sim.runtime import SimRuntime
-from sim.seams import BoundariesSeam, ClocksSeam, PlanSeam, PortCallSeam, SystemSeam
+from sim.seams import BoundariesSeam, ClocksSeam, CutSeam, PlanSeam, PortCallSeam, SystemSeam
 from sim.trace import NodeProbe, Trace
 
 HARNESS_NODE = "harness"
@@ -92,6 +92,10 @@ class World:
         # The nodes' own clocks (``faults.clocks``, set by the fault plan in
         # a run with clock skew or jumps); None: every node reads true time.
         self.clocks: ClocksSeam | None = None
+        # Node name -> the partition that cuts it from some of its stores now
+        # (``faults.partitions``); empty (the usual case) costs a port call one
+        # truthiness check.
+        self.cuts: dict[str, CutSeam] = {}
 
     # -- observation -------------------------------------------------------
 

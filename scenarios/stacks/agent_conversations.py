@@ -13,8 +13,9 @@ from scenarios.invariants.clock_tolerance import clock_checks
 from scenarios.workloads.agents import (JOINING_SHARE, AgentSubmitters, AgentWorkers, Approvers, Cancellers, ModelService,
                               Reconciler, ToolService)
 from scenarios.api import (FAILPOINT_CRASH, HOUR, MINUTE, SECOND, SUBMISSION_CRASH_POINTS, Deploys, NodeKills,
-                           NodePauses, Param, PortFaults, Run, Stack, SwarmSpace, System, scenario, work)
+                           NodePauses, Param, Partitions, PortFaults, Run, Stack, SwarmSpace, System, scenario, work)
 from scenarios.stacks.ledger_storm import FAULT_KINDS as LEDGER_FAULT_KINDS, KNOBS, OVERTAKE_RATE, RESTART_MS
+from scenarios.stacks.ledger_storm import WORKER_STORES, partition_ms
 from scenarios.stacks.ledger_storm import RATES as LEDGER_RATES
 from scenarios.workloads.watchers import WatcherKills, Watchers
 
@@ -99,6 +100,9 @@ def agent_conversations(run: Run) -> Stack:
             NodeKills([workers], every_ms=(10 * MINUTE, 3 * HOUR), restart_ms=RESTART_MS),
             NodePauses([workers], every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
                        pause_ms=((lease_ms + SECOND, lease_ms + 8 * SECOND), (lease_ms + SECOND, 4 * lease_ms))),
+            # An agent cut from its stores, its tools or its model while it runs on.
+            Partitions([workers], stores=(*WORKER_STORES, "tools", "model"), every_ms=(10 * MINUTE, 2 * HOUR),
+                       busy=workers.busy, cut_ms=partition_ms(lease_ms)),
             # A reloaded page: the watcher follows again from 0.
             WatcherKills([watchers], every_ms=(10 * MINUTE, HOUR), restart_ms=RESTART_MS),
             *clock_workloads(),

@@ -4,7 +4,7 @@ pauses past the lease (the stale owner must be fenced) and damaged reads
 from __future__ import annotations
 
 from faults.clocks import clock_knobs, clock_workloads
-from faults.kinds import CLOCK_JUMP, CLOCK_SKEW, OVERTAKING_COMMIT
+from faults.kinds import CLOCK_JUMP, CLOCK_SKEW, OVERTAKING_COMMIT, PARTITION
 from model.conversation.records import PAGE_SIZE_MAX
 from model.failpoints import ABORT_CRASH_POINTS, ABORT_INTENT_STORED
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
@@ -13,7 +13,8 @@ from scenarios.invariants.clock_tolerance import clock_checks
 from scenarios.api import (ACK_LOST, BOUNDARY_DELAY, CORRUPT_ROW, CRASH_BEFORE_CALL, FAILPOINT_CRASH, HOUR, LATENCY,
                            MINUTE, NODE_KILL, NODE_PAUSE, REPLY_LOST, SECOND, SEQUENCE_GAP, SHORT_PAGE,
                            SUBMISSION_CRASH_POINTS, TRANSIENT_ERROR, WRITE_CONTENTION, ConversationRetention, Knob,
-                           NodeKills, NodePauses, Param, PortFaults, Run, Stack, Submitters, SwarmSpace, System, Workers,
+                           NodeKills, NodePauses, Param, Partitions, PortFaults, Run, Stack, Submitters, SwarmSpace, System,
+                           Workers,
                            fault_intensity_knob, scenario, work)
 
 RATES = {CRASH_BEFORE_CALL: 2e-4, ACK_LOST: 2e-4, FAILPOINT_CRASH: 2e-3, SHORT_PAGE: 0.05, SEQUENCE_GAP: 0.05,
@@ -34,7 +35,7 @@ RARE_SITES = ("checkpoints.save", "checkpoints.load_latest", "log.digest_at")
 # agent-conversations).
 FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, NODE_PAUSE, SHORT_PAGE, SEQUENCE_GAP,
                CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST, BOUNDARY_DELAY,
-               CLOCK_SKEW, CLOCK_JUMP)
+               CLOCK_SKEW, CLOCK_JUMP, PARTITION)
 KNOBS = (Knob("lease_ms", 20 * SECOND, 5 * SECOND, 60 * SECOND, "claim lease"),
          Knob("busy_timeout_ms", BUSY_MS, 100, 10_000, "SQLite busy timeout"),
          Knob("workers", 3, 1, 8, "worker processes"),
@@ -61,6 +62,16 @@ SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=SUBMISSION_CRASH_POINTS +
                    workload=(ABORTS, FAILING_WORK, CHECKPOINTS), knobs=KNOBS)
 SOMETIMES = ("stale_writes_fenced", "damaged_reads_caught", "worker_crashes", "settled", "recoveries_from_checkpoint",
              "aborted_queued", "aborted_running", "conversations_retired", "retirements_held_open", "handoffs")
+# The stores a submission worker talks to, which a partition may cut it from.
+WORKER_STORES = ("ledger", "log", "checkpoints")
+
+
+def partition_ms(lease_ms: int) -> tuple[tuple[int, int], ...]:
+    """How long a worker's partition lasts: well under its lease, or from
+    one lease to several."""
+    return ((SECOND, max(SECOND, lease_ms // 2)), (lease_ms, 4 * lease_ms))
+
+
 # The share of requests whose worker defers them once their input is applied
 # (released unsettled, the lane handed to the next ready one).
 DEFER_SHARE = 1 / 8
@@ -96,6 +107,10 @@ def ledger_storm(run: Run) -> Stack:
             NodePauses([workers], every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
                        pause_ms=((lease_ms + SECOND, lease_ms + 8 * SECOND), (lease_ms + SECOND, 4 * lease_ms))),
             *clock_workloads(),
+            # A worker cut from its stores while it runs on: some cuts heal
+            # well inside the lease, others outlive it several times.
+            Partitions([workers], stores=WORKER_STORES, every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
+                       cut_ms=partition_ms(lease_ms)),
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SUBMISSION_CRASH_POINTS + ABORT_CRASH_POINTS, boosted_sites=RARE_SITES, boost=50,
                           fixed_rates={OVERTAKING_COMMIT: OVERTAKE_RATE} if run.opts.store == "sqlite" else {}),

@@ -15,6 +15,8 @@ from scenarios.api import (CORRUPT_ROW, FAILPOINT_CRASH, HOUR, MINUTE, SECOND, S
                            System, scenario)
 from scenarios.invariants.secrets import SealedFieldOpener
 from scenarios.stacks.ledger_storm import FAULT_KINDS as LEDGER_FAULT_KINDS, KNOBS, RATES, RESTART_MS
+from scenarios.stacks.ledger_storm import WORKER_STORES, partition_ms
+from scenarios.api import Partitions
 from scenarios.workloads.agents import AgentSubmitters, AgentWorkers, ModelService, Reconciler, ToolService
 from scenarios.workloads.secrets import MODEL_CREDENTIAL, TOOL_CREDENTIALS, Secrets
 
@@ -90,6 +92,9 @@ def secret_agents(run: Run) -> Stack:
             NodePauses([workers], every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
                        pause_ms=((lease_ms + SECOND, lease_ms + 8 * SECOND),)),
             *clock_workloads(),
+            # An agent cut from its stores, its keyring, its secrets, its tools or its model.
+            Partitions([workers], stores=(*WORKER_STORES, "keyring", "secrets", "keys", "tools", "model"),
+                       every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy, cut_ms=partition_ms(lease_ms)),
         ],
         faults=PortFaults(run.rates(RATES), failpoints=CRASH_POINTS, boosted_sites=RARE_SITES, boost=50),
         checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.ClaimFencesLog(), inv.LogChain(),

@@ -19,6 +19,7 @@ from scenarios.api import (ACK_LOST, BOUNDARY_DELAY, CRASH_BEFORE_CALL, DAY, DUP
                            fault_intensity_knob, scenario)
 from scenarios import api as inv
 from scenarios.invariants.clock_tolerance import clock_checks
+from scenarios.api import PARTITION, Partitions
 from faults.chaos import InDoubtResolver
 from scenarios.invariants.at_most_once_effect import AtMostOnceEffect
 
@@ -47,7 +48,7 @@ ON_CALL_EVERY_MS = 15 * MINUTE
 SWARM = SwarmSpace(
     fault_kinds=(CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, TRANSIENT_ERROR,
                  WRITE_CONTENTION, LATENCY, REPLY_LOST, BOUNDARY_DELAY,
-                 CLOCK_SKEW, CLOCK_JUMP),
+                 CLOCK_SKEW, CLOCK_JUMP, PARTITION),
     failpoints=SENTINEL_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH], workload=(OPERATOR_EDITS, PAGER),
     knobs=(Knob("lease_ms", 30 * SECOND, 10 * SECOND, 120 * SECOND, "run claim lease"),
            Knob("inline_cap_bytes", INLINE_CAP_BYTES_DEFAULT, 4_096, 65_536, "claim-check inline cap"),
@@ -65,6 +66,8 @@ SWARM = SwarmSpace(
 # the run on the new code.
 DOWN_ACROSS_DEPLOY = (("durable_state.save.after_store_write", FAILPOINT_CRASH), ("ds.save", ACK_LOST),
                       ("ds.save", CRASH_BEFORE_CALL))
+# The stores (and the pager) the fleet's worker talks to, which a partition may cut it from.
+FLEET_STORES = ("ledger", "log", "ds", "kernel", "schedules", "content", "pins", "findings", "pager")
 SOMETIMES = ("adopted_saves", "save_conflicts", "wakes_skipped", "claim_checked_payloads", "findings",
              "blobs_reclaimed", "runs_held_by_pins", "broken_deploys_caught", "runs_migrated_on_resume",
              "runs_failed_migration_missing", "worker_crashes", "transient_retries", "runs_parked_in_doubt",
@@ -103,6 +106,9 @@ def sentinel_year(run: Run) -> Stack:
                     across=DOWN_ACROSS_DEPLOY, lead_ms=app.STATS_LATENCY_MS[1] + 1),
             on_call,
             *clock_workloads(),
+            # The fleet's worker cut from some of its stores while its wakes go on.
+            Partitions([fleet], stores=FLEET_STORES, every_ms=(2 * HOUR, DAY),
+                       cut_ms=((SECOND, run.knob("lease_ms") // 2), (run.knob("lease_ms"), 4 * run.knob("lease_ms")))),
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SENTINEL_CRASH_POINTS, periods_ms=(every_ms,),
                           boosted_sites=RARE_SITES, boost=RARE_SITE_BOOST),

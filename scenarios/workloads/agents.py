@@ -369,6 +369,8 @@ class AgentWorkers(Workers):
     definition, model configuration or tool set is rejected and the history
     read again from the log."""
 
+    JUDGES_EFFECTS = False  # its steps are model and tool calls: judged by the agents' own checks
+
     name = "agent-workers"
 
     def __init__(self, count: int, *, tools: ToolService | None = None, model: ModelService | None = None,

@@ -28,6 +28,7 @@ from typing import Any, Callable
 from model.retention import retire_conversation
 from model.retry import error_name, is_retryable
 from model.submissions import PAGE_SIZE_MAX, SubmissionClient, SubmissionWorker, worker_loop
+from scenarios.invariants.effect_under_lease import EffectUnderLease
 from scenarios.invariants.queue_order import QueueOrder
 from scenarios.invariants.recovery_decisions import RecoveryDecisions
 from sim.invariants import Checker
@@ -357,6 +358,9 @@ class ConversationRetention(Workload):
 
 class Workers(Workload):
     name = "workers"
+    # Its steps' effects are the ``work`` it is given, judged by
+    # ``effect-under-lease`` (an agent's steps are model and tool calls).
+    JUDGES_EFFECTS = True
 
     def __init__(self, count: int, *, lease_ms: int = 30_000, poll_ms: int = 2_000, retry_ms: int = 2_000,
                  step_delay_ms: tuple[int, int] = (50, 3_000), work: Callable[[Any, int, str, int], Any] | None = None,
@@ -384,6 +388,7 @@ class Workers(Workload):
         self.owners: dict[str, str] = {}  # owner (node label) -> the submission it claimed, until settled
         self.deferrals = 0  # heads released unsettled once their input was applied (``submission.deferred``)
         self.handoffs = 0  # claims a cooperative handoff granted
+        self._effects: EffectUnderLease | None = None  # set by ``own_checks``
 
     def setup(self, world: World) -> None:
         self.world = world
@@ -405,7 +410,10 @@ class Workers(Workload):
     def own_checks(self) -> list[Checker]:
         """What judges the workers' own conduct: queue order (one active
         head, handoffs) and the recovery passes' decisions."""
-        return [QueueOrder(), RecoveryDecisions()]
+        if not self.JUDGES_EFFECTS:
+            return [QueueOrder(), RecoveryDecisions()]
+        self._effects = EffectUnderLease()
+        return [QueueOrder(), RecoveryDecisions(), self._effects]
 
     def checks(self) -> list[Checker]:
         """``own_checks``, scoped to the conversations the workers serve."""
@@ -438,6 +446,8 @@ class Workers(Workload):
         work = self.work
 
         def attempt(request: Any, index: int) -> Any:
+            if self._effects is not None:
+                self._effects.effect(node.label, None, runtime.now_ms())
             return work(request, index, node.label, runtime.now_ms())
 
         worker = self.make_worker(node, ports, lease_ms=self.lease_ms, now_ms=runtime.now_ms,
