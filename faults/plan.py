@@ -30,7 +30,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
-from faults.kinds import ALL_FAULT_KINDS, BOUNDARY_DELAY, FAILPOINT_CRASH, PORT_FAULT_KINDS, TIMED_FAULT_KINDS
+from faults.kinds import (ALL_FAULT_KINDS, BOUNDARY_DELAY, DISK_FAULT_KINDS, FAILPOINT_CRASH, PORT_FAULT_KINDS,
+                          TIMED_FAULT_KINDS)
 from sim.rng import Stream
 from sim.seams import TimedSource
 from sim.world import FaultEvent
@@ -353,6 +354,8 @@ class PortFaults:
             # never let a retry through (a rate of 1 is a stuck system).
             site_rates[site] = {k: min(BOOSTED_RATE_MAX, r * self.boost) for k, r in rates.items()
                                 if k in PORT_FAULT_KINDS}
-        timed = tuple(kind for kind in TIMED_FAULT_KINDS if enabled(kind))
+        # The disk faults (``faults.disk``) are beyond the contract: on with the opt-in, like the others.
+        timed = tuple(kind for kind in TIMED_FAULT_KINDS if (enabled(kind) and kind not in DISK_FAULT_KINDS)
+                      or (kind in DISK_FAULT_KINDS and opts.beyond_contract))
         return FaultPlan(world, rates=rates, heal_at_ms=world.heal_at_ms, site_rates=site_rates,
                          timed_kinds=timed, script=opts.fault_script)

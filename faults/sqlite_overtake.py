@@ -46,7 +46,7 @@ import sqlite3
 from typing import Any
 
 from faults.kinds import OVERTAKING_COMMIT
-from model.sqlite_db import open_database
+from model.sqlite_db import CheckedConnection, open_database
 from sim.invariants import Checker
 
 SITE = "sqlite.overtake"
@@ -87,7 +87,7 @@ class SqliteWriteLock(Checker):
                   f"it did not take the write lock up front", (node,))
 
 
-class OvertakingConnection(sqlite3.Connection):
+class OvertakingConnection(CheckedConnection):
     """A node's connection whose reads inside a transaction may let another writer try to commit."""
 
     # Until ``bind``: the connection's own setup statements are not hits.

@@ -22,6 +22,7 @@ end-of-run audit.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from typing import Any, Iterable, Iterator, Protocol
 
 import attrs
@@ -488,6 +489,33 @@ class System:
                 store.close()
             raise
         return opened
+
+    def run_database(self) -> RunDatabase | None:
+        """The run's SQLite file (its path and the System's own connection);
+        None in memory. What a disk fault (``faults.disk``) acts on."""
+        return self._database
+
+    def flush_page_caches(self) -> None:
+        """Every connection to the run's file drops the pages it cached, so
+        its next read reads the disk (``faults.disk``: what a damaged page
+        holds now is what a reader meets)."""
+        if self._database is None:
+            return
+        for conn in [self._database.conn, *(held[0] for held in self._connections.values())]:
+            with contextlib.suppress(sqlite3.ProgrammingError):  # a dead process's, closed
+                conn.execute("PRAGMA shrink_memory")
+
+    def integrity_problems(self) -> tuple[str, ...]:
+        """SQLite's own check of the run's whole file (``PRAGMA
+        integrity_check``): what it finds wrong, () when sound or in memory."""
+        if self._database is None:
+            return ()
+        try:
+            rows = self._database.conn.execute("PRAGMA integrity_check").fetchall()
+        except sqlite3.DatabaseError as error:  # StorageCorrupted: the check itself met a damaged page
+            return (f"{getattr(type(error), 'name', type(error).__name__)}: {error}",)
+        found = tuple(str(row[0]) for row in rows)
+        return () if found == ("ok",) else found
 
     def database_bytes(self) -> tuple[bytes, ...]:
         """The run's SQLite file as stored: the database's bytes and its

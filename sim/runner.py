@@ -291,13 +291,37 @@ def beyond_status(world: World) -> str:
         return FAIL if violations else PASS
     first = broken[0]
     if violations:
-        return DETECTED if violations[0].time_ms >= first.time_ms else FAIL
+        if violations[0].time_ms < first.time_ms:
+            return FAIL
+        return DETECTED if _judged_detection(world, violations[0]) else FAIL
     world.invariants._record(Violation(
         UNDETECTED,
         f"the store broke {len(broken)} promise(s) beyond its contract (first: {first.kind} at {first.site} "
         f"hit {first.hit} on {first.node}) and nothing noticed: a silent pass",
         world.runtime.now_ms(), (first.site,), world.trace.events))
     return FAIL
+
+
+def _judged_detection(world: World, violation: Violation) -> bool:
+    """Whether ``violation`` counts as the detection of the broken promises
+    before it. A kind with a judge (``world.beyond_judges``) accepts only
+    what its judge accepts (a latent sector error: the store's typed
+    answer, never an oracle noticing the wrong row it handed on), unless a
+    promise of a kind without one broke before it too. A rejected one
+    records ``beyond-contract-undetected``, saying what noticed instead."""
+    judges = world.beyond_judges
+    before = [e for e in world.beyond_contract if e.time_ms <= violation.time_ms]
+    if not judges or not before or any(e.kind not in judges for e in before):
+        return True
+    if any(judges[e.kind](violation) for e in before):
+        return True
+    first = before[0]
+    world.invariants._record(Violation(
+        UNDETECTED,
+        f"the store broke a promise beyond its contract ({first.kind} at {first.time_ms} ms) and no store answered "
+        f"it typed: {violation.invariant} noticed a wrong answer instead",
+        violation.time_ms, (first.site,), world.trace.events))
+    return False
 
 
 def unfired_entries(world: World, opts: ScenarioOptions) -> tuple[Any, ...]:

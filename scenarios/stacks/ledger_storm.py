@@ -3,6 +3,8 @@ pauses past the lease (the stale owner must be fenced) and damaged reads
 (the recovery read must fail closed)."""
 from __future__ import annotations
 
+from faults.disk import disk_faults
+
 from faults.kinds import OVERTAKING_COMMIT
 from model.conversation.records import PAGE_SIZE_MAX
 from model.failpoints import ABORT_CRASH_POINTS, ABORT_INTENT_STORED
@@ -90,6 +92,7 @@ def ledger_storm(run: Run) -> Stack:
             # successor is mid-way: its old-epoch writes must be fenced), half later.
             NodePauses([workers], every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
                        pause_ms=((lease_ms + SECOND, lease_ms + 8 * SECOND), (lease_ms + SECOND, 4 * lease_ms))),
+            *disk_faults(run, restart_ms=RESTART_MS),  # SQLite beyond the contract: the file's own faults
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SUBMISSION_CRASH_POINTS + ABORT_CRASH_POINTS, boosted_sites=RARE_SITES, boost=50,
                           fixed_rates={OVERTAKING_COMMIT: OVERTAKE_RATE} if run.opts.store == "sqlite" else {}),

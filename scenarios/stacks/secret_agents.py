@@ -3,6 +3,8 @@ sensitive record fields are sealed, while the key-encryption key rotates
 under kills and port faults."""
 from __future__ import annotations
 
+from faults.disk import disk_faults
+
 from model.agent import MODEL, TOOL, TOOL_ONCE
 from model.failpoints import (MODEL_REQUESTED_BEFORE_FIRST_DELTA, TOOL_PREPARED_BEFORE_SETTLED, TOOL_RESULTS_APPENDED,
                               TURN_RESPONSE_APPENDED)
@@ -87,6 +89,7 @@ def secret_agents(run: Run) -> Stack:
             NodeKills([workers, secrets], every_ms=(5 * MINUTE, HOUR), restart_ms=RESTART_MS),
             NodePauses([workers], every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
                        pause_ms=((lease_ms + SECOND, lease_ms + 8 * SECOND),)),
+            *disk_faults(run, restart_ms=RESTART_MS),  # SQLite beyond the contract: the file's own faults
         ],
         faults=PortFaults(run.rates(RATES), failpoints=CRASH_POINTS, boosted_sites=RARE_SITES, boost=50),
         checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.ClaimFencesLog(), inv.LogChain(),

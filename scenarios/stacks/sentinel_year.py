@@ -4,6 +4,8 @@ the ``pager`` switch, high readings page the on-call (a non-idempotent effect) a
 an on-call operator resolves the runs parked in doubt."""
 from __future__ import annotations
 
+from faults.disk import disk_faults
+
 import attrs
 
 from faults.beyond import beyond_enabled
@@ -96,6 +98,7 @@ def sentinel_year(run: Run) -> Stack:
             Deploys(fleet.deploy_timeline, fleet.on_deploy, nodes=[fleet], duration_ms=d, restart_ms=RESTART_MS,
                     across=DOWN_ACROSS_DEPLOY, lead_ms=app.STATS_LATENCY_MS[1] + 1),
             on_call,
+            *disk_faults(run, restart_ms=RESTART_MS),  # SQLite beyond the contract: the file's own faults
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SENTINEL_CRASH_POINTS, periods_ms=(every_ms,),
                           boosted_sites=RARE_SITES, boost=RARE_SITE_BOOST),
