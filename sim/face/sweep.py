@@ -12,7 +12,10 @@ the sweep early still leaves every scenario swept.
 Without ``--store``, every ``sqlite_every``-th seed (``seed % sqlite_every
 == 1``: seeds 1, 5, 9, ... by default) runs on SQLite and the others in
 memory: the adapters a user deploys are swept too, at a share of the cost
-(a SQLite seed costs about three memory ones).
+(a SQLite seed costs about three memory ones). Every second seed beyond the
+contract runs on SQLite too (``seed % (2 * beyond_every) == 2 *
+beyond_every - 1``: 15, 31, 47, ...), so the disk faults on the real file
+are swept; the other beyond seeds (7, 23, ...) stay in memory.
 
 A share of the seeds (every ``beyond_every``-th: seeds with ``seed %
 beyond_every == beyond_every - 1``) runs beyond the contract
@@ -130,11 +133,24 @@ class SweepOptions:
 
     def store(self, seed: int) -> str | None:
         """The store ``seed`` runs on when the sweep picks it (None: the
-        child args say)."""
+        child args say): every ``sqlite_every``-th seed, and every second
+        seed beyond the contract (``beyond_on_sqlite``)."""
         every = self.sqlite_every
         if every == 0:
             return None
+        if self.beyond_on_sqlite(seed):
+            return "sqlite"
         return "sqlite" if seed % every == 1 % every else "memory"
+
+    def beyond_on_sqlite(self, seed: int) -> bool:
+        """Whether ``seed`` is one of the beyond-the-contract seeds the sweep
+        runs on SQLite (when it picks the store): every second one (``seed
+        % (2 * beyond_every) == 2 * beyond_every - 1``: 15, 31, 47, ... by
+        default), where the disk faults on the real file (``faults.disk``)
+        are drawn. The SQLite share (``seed % sqlite_every == 1``) never
+        meets a beyond seed, and the other beyond seeds stay in memory."""
+        every = self.beyond_every
+        return not self.all_beyond and every > 0 and seed % (2 * every) == 2 * every - 1
 
 
 def plan_jobs(scenarios: Sequence[str], child_args: Mapping[str, Sequence[str]], opts: SweepOptions,
