@@ -183,6 +183,18 @@ class _Pages:
             _write_at(self.path, (pgno - 1) * self.page_size, data)
 
 
+# The first byte of a b-tree page: interior/leaf, index/table.
+_BTREE_PAGE_TYPES = (2, 5, 10, 13)
+
+
+def _cells(content: bytes) -> int:
+    """How many cells (rows, keys) a b-tree page holds; 0 for any other page
+    (an overflow or free page). Page 1 is never drawn: no file header here."""
+    if len(content) < 8 or content[0] not in _BTREE_PAGE_TYPES:
+        return 0
+    return struct.unpack_from(">H", content, 3)[0]
+
+
 def _garbage(stream: Any, size: int) -> bytes:
     words = [stream.next_u64() for _ in range((size + 7) // 8)]
     return struct.pack(f">{len(words)}Q", *words)[:size]
@@ -194,43 +206,24 @@ def _restore(conn: sqlite3.Connection, source: sqlite3.Connection) -> None:
     source.backup(conn)
 
 
-class DiskFault(Workload):
-    """One kind of disk fault (``kind``), fired every ``every_ms`` until the
-    heal instant (``FaultPlan.drive``), or at a script's times. A power cut
-    (``lost-tail``, ``torn-write``) restarts the server's processes after
-    ``restart_ms``."""
+class DiskFault:
+    """One kind of disk fault (``kind``): a timed fault source of the plan
+    (``FaultPlan.drive``), fired every ``every_ms`` until the heal instant,
+    or at a script's times. A power cut (``lost-tail``, ``torn-write``)
+    restarts the server's processes after ``restart_ms``."""
 
-    name = "disk-fault"
-
-    def __init__(self, kind: str, *, restart_ms: tuple[int, int], every_ms: tuple[int, int] = EVERY_MS) -> None:
+    def __init__(self, kind: str, owner: "DiskFaults") -> None:
         assert kind in DISK_FAULT_KINDS, kind
         self.kind = kind
-        self.every_ms = every_ms
-        self.restart_ms = restart_ms
-        self._snapshots: list[tuple[int, bytes]] = []
+        self.name = f"{owner.name}/{kind}"  # its stream's name: the instance's namespace
+        self.every_ms = owner.every_ms
+        self.restart_ms = owner.restart_ms
+        self._owner = owner
         self.fired = 0
         self.declined = 0
 
-    def setup(self, world: World) -> None:
-        integrity = _integrity(world)
-        integrity.disk_kinds.add(self.kind)
-        if self.kind == LATENT_SECTOR_ERROR:
-            world.beyond_judges[self.kind] = typed_detection
-
-    def start(self, world: World) -> None:
-        if self.kind == LOST_TAIL:
-            world.spawn_harness(f"{self.name}:snapshots", self._snapshot_loop(world))
-        world.plan.drive(world, self)
-
-    async def _snapshot_loop(self, world: World) -> None:
-        # Ends with the run (the harness's tasks stop with it).
-        while True:
-            await world.runtime.sleep_ms(SNAPSHOT_EVERY_MS)
-            database = world.system.run_database()
-            if database is None:
-                return
-            self._snapshots.append((world.runtime.now_ms(), database.conn.serialize()))
-            del self._snapshots[:-SNAPSHOTS_KEPT]
+    def stream(self, world: World) -> Any:
+        return world.streams[self.name]
 
     def propose(self, world: World, hit: int) -> FaultEvent | None:
         restart_ms = None
@@ -270,25 +263,25 @@ class DiskFault(Workload):
         return True
 
     def _misdirected_write(self, database: Any, draw: Any) -> bool:
+        # Between two pages that hold rows: an empty page written over an
+        # index that the next deletes empty anyway would heal unseen.
         pages = _Pages(database.path)
-        target = pages.hot()
+        target = [p for p in pages.hot() if _cells(pages.content(p))]
         if not target:
             return False
         pgno = draw.choice(target)
-        others = [p for p in pages.in_use() if p != pgno]
+        content = pages.content(pgno)
+        others = [p for p in pages.in_use() if p != pgno and _cells(pages.content(p))
+                  and pages.content(p) != content]
         if not others:
             return False
-        source = draw.choice(others)
-        content = pages.content(source)
-        if content == pages.content(pgno):
-            return False
-        pages.overwrite(pgno, content)
+        pages.overwrite(pgno, pages.content(draw.choice(others)))
         return True
 
     def _lost_tail(self, database: Any, draw: Any) -> bool:
         current = database.conn.serialize()
         # The 100-byte header aside (its change counter moves with no change of content).
-        earlier = [snapshot for _, snapshot in self._snapshots if snapshot[100:] != current[100:]]
+        earlier = [snapshot for _, snapshot in self._owner.snapshots if snapshot[100:] != current[100:]]
         if not earlier:
             return False
         snapshot = earlier[draw.below(len(earlier))] if len(earlier) > 1 else earlier[0]
@@ -337,8 +330,60 @@ class DiskFault(Workload):
                     os.remove(copy + suffix)
         return True
 
+
+
+class DiskFaults(Workload):
+    """The disk faults of a run on SQLite beyond the contract: one timed
+    source per kind in ``kinds``, the snapshots the lost tail goes back to,
+    and the ``storage-integrity`` check. A power cut restarts the server's
+    processes after ``restart_ms``; each kind fires every ``every_ms``."""
+
+    name = "disk-faults"
+
+    def __init__(self, kinds: tuple[str, ...] = DISK_FAULT_KINDS, *, restart_ms: tuple[int, int],
+                 every_ms: tuple[int, int] = EVERY_MS) -> None:
+        assert kinds and all(kind in DISK_FAULT_KINDS for kind in kinds), kinds
+        self.kinds = tuple(kinds)
+        self.restart_ms = restart_ms
+        self.every_ms = every_ms
+        self.integrity = StorageIntegrity()
+        self.snapshots: list[tuple[int, bytes]] = []
+        self.sources: list[DiskFault] = []
+
+    def checks(self) -> list[Checker]:
+        return [self.integrity]
+
+    def setup(self, world: World) -> None:
+        self.sources = [DiskFault(kind, self) for kind in self.kinds]
+        integrity = self.integrity
+        integrity.fired = lambda: any(e.kind in DISK_FAULT_KINDS for e in world.beyond_contract)
+        # First among the store observers: a typed answer is named as what it
+        # is, before the reference model reports the divergence it makes.
+        if integrity.on_port_call in world.port_observers:
+            world.port_observers.remove(integrity.on_port_call)
+        world.port_observers.insert(0, integrity.on_port_call)
+        if LATENT_SECTOR_ERROR in self.kinds:
+            world.beyond_judges[LATENT_SECTOR_ERROR] = typed_detection
+
+    def start(self, world: World) -> None:
+        if LOST_TAIL in self.kinds:
+            world.spawn_harness(f"{self.name}:snapshots", self._snapshot_loop(world))
+        for source in self.sources:
+            world.plan.drive(world, source)
+
+    async def _snapshot_loop(self, world: World) -> None:
+        # Bounded by the run: the harness's tasks end with it.
+        while True:
+            await world.runtime.sleep_ms(SNAPSHOT_EVERY_MS)
+            database = world.system.run_database()
+            if database is None:
+                return
+            self.snapshots.append((world.runtime.now_ms(), database.conn.serialize()))
+            del self.snapshots[:-SNAPSHOTS_KEPT]
+
     def metrics(self) -> dict[str, Any]:
-        return {"disk_faults": {self.kind: self.fired}, "disk_faults_declined": {self.kind: self.declined}}
+        return {"disk_faults": {s.kind: s.fired for s in self.sources},
+                "disk_faults_declined": {s.kind: s.declined for s in self.sources}}
 
 
 def typed_detection(violation: Any) -> bool:
@@ -364,7 +409,7 @@ def _corruption_named(error: BaseException | None) -> str | None:
 
 class StorageIntegrity(Checker):
     """``storage-integrity``: no store answers a damaged file's typed error
-    unnoticed. ``StorageCorrupted`` is never a store's answer in a sound
+    unnoticed (beyond the contract, on SQLite). ``StorageCorrupted`` is never a store's answer in a sound
     run; after a disk fault, any typed corruption answer is the detection.
     Sees every store answer before the other oracles (so the typed answer
     is what the run names, not a divergence it causes). At the end, SQLite's
@@ -395,7 +440,7 @@ class StorageIntegrity(Checker):
     def _world_fired(self) -> bool:
         return self.fired is not None and self.fired()
 
-    fired: Any = None  # () -> whether a disk fault fired, bound by ``_integrity``
+    fired: Any = None  # () -> whether a disk fault fired, bound by ``DiskFaults.setup``
 
     def audit(self, view: Any) -> None:
         problems = view.integrity_problems() if hasattr(view, "integrity_problems") else ()
@@ -407,22 +452,9 @@ class StorageIntegrity(Checker):
         return {"storage_corruption_answers": self.typed_answers}
 
 
-def _integrity(world: World) -> StorageIntegrity:
-    """The run's one ``storage-integrity`` checker, made by the first disk
-    fault source and put first among the port observers."""
-    for checker in world.invariants.checkers:
-        if checker.name == STORAGE_INTEGRITY:
-            return checker
-    checker = StorageIntegrity()
-    checker.fired = lambda: any(e.kind in DISK_FAULT_KINDS for e in world.beyond_contract)
-    world.check(checker)
-    world.port_observers.insert(0, checker.on_port_call)
-    return checker
-
-
-def disk_faults(run: Any, *, restart_ms: tuple[int, int]) -> list[DiskFault]:
-    """The disk fault sources of a run: one per kind on SQLite beyond the
-    contract (or replaying a script that has one), none otherwise. A script
+def disk_faults(run: Any, *, restart_ms: tuple[int, int]) -> list[DiskFaults]:
+    """The disk faults of a run: every kind on SQLite beyond the contract
+    (or the kinds of a replayed script that has some), none otherwise. A script
     with a disk fault on another store is refused, one line."""
     from faults.beyond import beyond_enabled
 
@@ -433,7 +465,7 @@ def disk_faults(run: Any, *, restart_ms: tuple[int, int]) -> list[DiskFault]:
             raise SetupError(f"{', '.join(scripted)} acts on the SQLite file: this run uses --store {opts.store} "
                              "(add --store sqlite)")
         return []
-    if not beyond_enabled(opts):
+    if not (beyond_enabled(opts) or scripted):
         return []
-    kinds = scripted if opts.fault_script is not None else list(DISK_FAULT_KINDS)
-    return [DiskFault(kind, restart_ms=restart_ms).named(kind) for kind in kinds]
+    kinds = tuple(scripted) if opts.fault_script is not None else DISK_FAULT_KINDS
+    return [DiskFaults(kinds, restart_ms=restart_ms)]

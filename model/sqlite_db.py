@@ -41,7 +41,7 @@ class StorageCorrupted(sqlite3.DatabaseError):
     def __init__(self, detail: str, code: int | None = None) -> None:
         self.detail = detail
         self.code = code
-        super().__init__(f"StorageCorrupted: the database file is damaged ({detail})")
+        super().__init__(f"the database file is damaged ({detail})")
 
     def __reduce__(self):
         return (type(self), (self.detail, self.code))
@@ -61,46 +61,45 @@ def corruption_of(error: BaseException) -> "StorageCorrupted | None":
     return None
 
 
+def _checked(error: sqlite3.DatabaseError) -> sqlite3.DatabaseError:
+    """What a cursor raises for ``error``: ``StorageCorrupted`` (its cause the
+    original) when SQLite found the file damaged, else ``error`` itself."""
+    corrupted = corruption_of(error)
+    if corrupted is None:
+        return error
+    corrupted.__cause__ = error
+    return corrupted
+
+
 class CheckedCursor(sqlite3.Cursor):
     """A cursor whose every step that meets a damaged page raises
     ``StorageCorrupted`` (a row is read when it is stepped to: at
-    ``execute`` for the first, at each fetch for the next)."""
+    ``execute`` for the first, at each fetch or iteration for the next):
+    a damaged page never ends the rows early, never reads as "no row"."""
 
     def execute(self, sql: str, parameters: Any = (), /) -> "CheckedCursor":
         try:
             return super().execute(sql, parameters)
         except sqlite3.DatabaseError as error:
-            corrupted = corruption_of(error)
-            if corrupted is None:
-                raise
-            raise corrupted from error
+            raise _checked(error)
 
     def fetchone(self) -> Any:
         try:
             return super().fetchone()
-        except sqlite3.DatabaseError as error:
-            corrupted = corruption_of(error)
-            if corrupted is None:
-                raise
-            raise corrupted from error
+        except sqlite3.DatabaseError as error:  # stepping past the row it returns
+            raise _checked(error)
 
     def fetchall(self) -> list:
         try:
             return super().fetchall()
-        except sqlite3.DatabaseError as error:
-            corrupted = corruption_of(error)
-            if corrupted is None:
-                raise
-            raise corrupted from error
+        except sqlite3.DatabaseError as error:  # any row after the first
+            raise _checked(error)
 
     def __next__(self) -> Any:
         try:
             return super().__next__()
-        except sqlite3.DatabaseError as error:
-            corrupted = corruption_of(error)
-            if corrupted is None:
-                raise
-            raise corrupted from error
+        except sqlite3.DatabaseError as error:  # the next row's page is damaged: not the end of the rows
+            raise _checked(error)
 
 
 class CheckedConnection(sqlite3.Connection):

@@ -322,7 +322,10 @@ class System:
             work = {name: count - audit_work.get(name, 0) for name, count in work.items()}
         figures = {"store_calls": self.port_stats.calls, "worker_crashes": counters.get("node.crashes", 0), "work": work}
         # The findings store's own figures (every fleet's projector writes it).
-        counts = self.findings.counts()
+        try:
+            counts = self.findings.counts()
+        except sqlite3.DatabaseError:  # StorageCorrupted: a disk fault damaged the file (``faults.disk``)
+            counts = {"opened": None, "live": None, "closed": None}
         figures.update(findings=counts["opened"], findings_live=counts["live"], findings_closed=counts["closed"])
         if self.audit_deletes > 0:
             figures["conversations_audited_before_delete"] = self.audited_before_delete

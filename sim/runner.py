@@ -172,7 +172,7 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
             audit_cpu_s = (cpu_clock() - audit_started_s) if cpu_clock else 0.0
         stats = system.metrics()
         stats.update(world.invariants.metrics())
-        stats.update(workload_stats(stack.workloads))
+        stats.update(workload_stats(stack.workloads, damaged=bool(world.beyond_contract)))
         # Counted work (never in the trace): what the system reports it
         # encoded, hashed and decoded, and what the trace digest hashed.
         stats["work"] = {**stats.get("work", {}), "trace_hashed_bytes": world.trace.hashed_bytes}
@@ -242,14 +242,21 @@ def without_secrets(result: RunResult, secrets: dict[str, str], time_ms: int, ev
     return attrs.evolve(result, **{k: v for k, v in changes.items() if v is not getattr(result, k)})
 
 
-def workload_stats(workloads: Sequence[Workload]) -> dict[str, Any]:
+def workload_stats(workloads: Sequence[Workload], *, damaged: bool = False) -> dict[str, Any]:
     """The workloads' metrics: each instance's under ``workloads`` by its
     name, and merged at the top (what ``sometimes`` properties read): a
-    number two instances both report is their sum (``_merged``)."""
+    number two instances both report is their sum (``_merged``). A store
+    broken beyond the contract (``damaged``) may refuse a workload's count
+    of its rows: that workload's figures are then one line saying why."""
     merged: dict[str, Any] = {}
     by_instance: dict[str, Any] = {}
     for workload in workloads:
-        own = workload.metrics()
+        try:
+            own = workload.metrics()
+        except Exception as error:  # noqa: BLE001 - only where a store was broken on purpose
+            if not damaged:
+                raise
+            own = {"metrics_unreadable": f"{getattr(type(error), 'name', type(error).__name__)}: {error}"}
         by_instance[workload.name] = own
         merged = _merged(merged, own)
     merged["workloads"] = by_instance
