@@ -443,7 +443,7 @@ class StorageIntegrity(Checker):
     fired: Any = None  # () -> whether a disk fault fired, bound by ``DiskFaults.setup``
 
     def audit(self, view: Any) -> None:
-        problems = view.integrity_problems() if hasattr(view, "integrity_problems") else ()
+        problems = view.integrity_problems()
         self.checks += 1
         if problems:
             self.fail(f"SQLite's integrity_check of the run's file: {'; '.join(problems[:3])}")

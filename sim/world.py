@@ -82,7 +82,7 @@ class World:
         self.beyond_contract: list[FaultEvent] = []
         # Beyond the contract, by fault kind: which violations count as its
         # detection (a kind not here: any violation after it). ``faults.disk``.
-        self.beyond_judges: dict[str, Callable[[Any], bool]] = {}
+        self.beyond_judges: dict[str, Callable[[Violation], bool]] = {}
         # Every port call that reached a store, as it committed (a
         # ``faults.ports.PortCall``): the reference-model oracle listens.
         self.port_observers: list[Callable[[PortCallSeam], None]] = []
