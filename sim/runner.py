@@ -12,7 +12,7 @@ from sim.invariants import Violation
 from sim.redact import NO_SECRET_IN_VERDICT, Redactor, collect_secret_values
 from sim.runtime import TaskFailed
 from sim.scenario import Run, Scenario, ScenarioOptions
-from sim.timeline import Timeline
+from sim.timeline import BEYOND_FAULT_KINDS, Timeline
 from sim.trace import Event
 from sim.workload import Stack, Workload, owned_checks
 from sim.world import World
@@ -402,8 +402,12 @@ def coverage(scenario: Scenario, world: World, stats: dict[str, Any]) -> dict[st
     for name in scenario.sometimes:
         value = stats.get(name, 0)
         sometimes[name] = (sum(value.values()) if isinstance(value, dict) else value) > 0
+    # Beyond the contract (opt-in, never a swarm choice): how often each kind
+    # the run armed broke a promise (only in a run that armed one).
+    beyond = {kind: world.fault_counts.get(kind, 0) for kind in BEYOND_FAULT_KINDS if kind in armed}
     return {
         "fault_kinds": kinds,
+        **({"beyond_contract": beyond} if beyond else {}),
         # What the run's plan could fire (enabled and given a rate): a kind
         # armed and never fired is a gap; one not armed was switched off.
         "armed": list(armed),

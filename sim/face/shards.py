@@ -50,7 +50,7 @@ ROTATION_PERIOD = 8  # faults.swarm.ROTATION_SEEDS: the covering design's period
 # A child's result is a big object; the summary reads these of it (``compact_result``).
 RESULT_KEYS = ("scenario", "seed", "store", "beyond", "status", "error", "trace_digest", "wall_s", "invariants",
                "repro_command", "repro_file")
-COVERAGE_KEYS = ("fault_kinds", "armed", "ports", "failpoints", "sometimes")
+COVERAGE_KEYS = ("fault_kinds", "beyond_contract", "armed", "ports", "failpoints", "sometimes")
 
 
 class ShardError(UsageError):

@@ -410,6 +410,7 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
     sweep (default: as many as ran). ``scenario`` needs ``name`` and
     ``sometimes``."""
     kinds: dict[str, int] = {}            # fired, summed over seeds
+    beyond_kinds: dict[str, int] = {}     # beyond the contract: fired, summed over the seeds that armed each
     kinds_on: dict[str, int] = {}         # seeds that enabled it
     ports: dict[str, dict[str, int]] = {}
     failpoints: dict[str, int] = {}       # fired
@@ -434,6 +435,8 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
         for kind, count in cov.get("fault_kinds", {}).items():
             kinds[kind] = kinds.get(kind, 0) + count
             kinds_on[kind] = kinds_on.get(kind, 0) + (kind in kinds_enabled)
+        for kind, count in cov.get("beyond_contract", {}).items():
+            beyond_kinds[kind] = beyond_kinds.get(kind, 0) + count
         for port, port_counts in cov.get("ports", {}).items():
             total = ports.setdefault(port, {})
             for kind, count in port_counts.items():
@@ -479,6 +482,7 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
         "error_runs": errors,
         "fault_kinds_fired": kinds,
         "fault_kinds_enabled": kinds_on,
+        "beyond_kinds_fired": beyond_kinds,
         "faults_by_port": {port: dict(sorted(c.items())) for port, c in sorted(ports.items())},
         "failpoints_fired": failpoints,
         "failpoints_enabled": failpoints_on,
@@ -616,6 +620,8 @@ def render_scenario(s: Mapping[str, Any]) -> list[str]:
     lines.append(f"  faults fired: {kinds or 'none'}")
     for port, counts in s["faults_by_port"].items():
         lines.append(f"    at {port}: " + ", ".join(f"{k}={n}" for k, n in counts.items()))
+    if s.get("beyond_kinds_fired"):
+        lines.append("  beyond the contract fired: " + ", ".join(f"{k}={n}" for k, n in s["beyond_kinds_fired"].items()))
     lines.append(f"  failpoints fired: {fps or 'none'}")
     lines.append(f"  never fired (enabled in some seed): {', '.join(s['never_fired_enabled']) or 'none'}; "
                  f"switched off by the swarm in every seed: {', '.join(s['switched_off']) or 'none'}")
