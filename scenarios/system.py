@@ -325,9 +325,10 @@ class System:
         # The findings store's own figures (every fleet's projector writes it).
         try:
             counts = self.findings.counts()
-        except sqlite3.DatabaseError:  # StorageCorrupted: a disk fault damaged the file (``faults.disk``)
-            counts = {"opened": None, "live": None, "closed": None}
-        figures.update(findings=counts["opened"], findings_live=counts["live"], findings_closed=counts["closed"])
+        except sqlite3.DatabaseError as error:  # StorageCorrupted: a disk fault damaged the file (``faults.disk``)
+            figures["findings_unreadable"] = f"{getattr(type(error), 'name', type(error).__name__)}: {error}"
+        else:
+            figures.update(findings=counts["opened"], findings_live=counts["live"], findings_closed=counts["closed"])
         if self.audit_deletes > 0:
             figures["conversations_audited_before_delete"] = self.audited_before_delete
             figures["audit_work"] = dict(audit_work)
