@@ -366,8 +366,8 @@ class DiskFaults(Workload):
             world.beyond_judges[LATENT_SECTOR_ERROR] = typed_detection
 
     def start(self, world: World) -> None:
-        if LOST_TAIL in self.kinds:
-            world.spawn_harness(f"{self.name}:snapshots", self._snapshot_loop(world))
+        # Whatever the kinds: a script's replay keeps the harness's timers as they were.
+        world.spawn_harness(f"{self.name}:snapshots", self._snapshot_loop(world))
         for source in self.sources:
             world.plan.drive(world, source)
 
@@ -467,5 +467,6 @@ def disk_faults(run: Any, *, restart_ms: tuple[int, int]) -> list[DiskFaults]:
         return []
     if not (beyond_enabled(opts) or scripted):
         return []
+    # A script replays what it holds: the disk kinds it has, if any.
     kinds = tuple(scripted) if opts.fault_script is not None else DISK_FAULT_KINDS
-    return [DiskFaults(kinds, restart_ms=restart_ms)]
+    return [DiskFaults(kinds, restart_ms=restart_ms)] if kinds else []

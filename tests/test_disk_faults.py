@@ -236,6 +236,18 @@ def test_memory_runs_are_not_offered_them_and_a_script_that_asks_is_one_line(tmp
     assert "latent-sector-error acts on the SQLite file" in err and "--store sqlite" in err
 
 
+def test_a_script_without_disk_kinds_brings_none():
+    from sim.scenario import Run
+    from sim.world import World
+
+    scenario = registry.get("ledger-storm")
+    script = (FaultEvent(60_000, "workers/worker-1", "log.append", "lost-write", 1, None, None),)
+    opts = ScenarioOptions(seed=1, duration_ms=parse_duration_ms("10m"), store="sqlite", swarm=False,
+                           fault_script=script)
+    stack = scenario.build(Run(opts, scenario.swarm_space.choices_for(World(1), opts), scenario))
+    assert not any(isinstance(w, DiskFaults) for w in stack.workloads)
+
+
 # Computed on the commit before the disk faults: a run where they are off
 # (in memory, or on SQLite within the contract) keeps its trace.
 DIGESTS_BEFORE = [
