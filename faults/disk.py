@@ -88,8 +88,8 @@ SNAPSHOTS_KEPT = 4
 POWER_CUT_ROLES = ("worker",)
 STORAGE_INTEGRITY = "storage-integrity"
 # The typed errors a store answers for text it found damaged.
-CORRUPTION_ERRORS = frozenset({"StorageCorrupted", "CorruptSubmission", "HistoryCorrupted", "CorruptRecord",
-                               "EnvelopeDamaged", "UnsupportedLedgerVersion"})
+CORRUPTION_ERRORS = frozenset({"StorageCorrupted", "CorruptSubmission", "UnsupportedLedgerVersion", "HistoryCorrupted",
+                               "AcknowledgedWriteLost", "ContentCorrupted", "EnvelopeDamaged"})
 
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
