@@ -58,6 +58,11 @@ def corruption_of(error: BaseException) -> "StorageCorrupted | None":
     message = str(error).lower()
     if "malformed" in message or "not a database" in message:
         return StorageCorrupted(str(error))
+    # Garbage SQLite itself cannot see: a row's text on an overflow page is
+    # only bytes to it. Every adapter writes its text as UTF-8, so text that
+    # does not decode was damaged on the disk (the module's own words).
+    if message.startswith("could not decode to utf-8"):
+        return StorageCorrupted(str(error)[:200])
     return None
 
 

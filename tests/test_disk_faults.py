@@ -103,6 +103,25 @@ def test_a_latent_sector_error_garbles_a_page_and_every_read_path_says_storage_c
         assert isinstance(error.__cause__, sqlite3.DatabaseError) and "malformed" in str(error)
 
 
+def test_garbage_sqlite_cannot_see_inside_a_rows_text_is_storage_corrupted_too(tmp_path):
+    """The last overflow page of a long row holds nothing but the row's
+    bytes: SQLite reads garbage there as the text. The adapter never wrote
+    text that is not UTF-8, so reading some is the damage, typed."""
+    from faults.disk import _Pages, _garbage
+
+    path = str(tmp_path / "long.db")
+    conn = open_database(path)
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+    conn.execute("INSERT INTO t VALUES (1, ?)", ("a" * 20_000,))
+    pages = _Pages(path)
+    last_overflow = pages.hot()[-1]
+    pages.overwrite(last_overflow, _garbage(Streams(3).fork("test"), pages.page_size))
+    conn.execute("PRAGMA shrink_memory")
+    with pytest.raises(StorageCorrupted) as caught:
+        conn.execute("SELECT v FROM t WHERE id = 1").fetchone()
+    assert "UTF-8" in str(caught.value)
+
+
 def test_sqlite_own_errors_that_are_not_damage_stay_as_they_are(tmp_path):
     conn = open_database(str(tmp_path / "plain.db"))
     with pytest.raises(sqlite3.OperationalError) as caught:
