@@ -244,6 +244,7 @@ def test_memory_runs_are_not_offered_them_and_a_script_that_asks_is_one_line(tmp
     assert [w.kinds for w in built("sqlite").workloads if isinstance(w, DiskFaults)] == [DISK_FAULT_KINDS]
     beyond = {e["site"]: e for e in describe(scenario)["beyond_contract"]}
     assert beyond["sqlite.file"]["kinds"] == list(DISK_FAULT_KINDS) and beyond["sqlite.file"]["stores"] == ["sqlite"]
+    assert beyond["sqlite.file"]["checks"] == [STORAGE_INTEGRITY]
     script = tmp_path / "disk.json"
     script.write_text(json.dumps([{"time_ms": 60_000, "node": "harness", "site": "sqlite.file",
                                    "kind": LATENT_SECTOR_ERROR, "hit": 1}]))

@@ -281,9 +281,10 @@ def beyond_kinds(scenario: Any) -> list[dict[str, Any]]:
     opts = ScenarioOptions(seed=0, duration_ms=scenario.sweep_ms, store="sqlite", swarm=False, beyond_contract=True)
     world = World(0)
     stack = scenario.build(Run(opts, space.choices_for(world, opts) if space is not None else None, scenario))
-    disk = [kind for w in stack.workloads for kind in getattr(w, "kinds", ()) if kind in DISK_FAULT_KINDS]
+    disk = [w for w in stack.workloads if any(kind in DISK_FAULT_KINDS for kind in getattr(w, "kinds", ()))]
     if disk:
-        found.append({"site": DISK_SITE, "kinds": disk, "stores": ["sqlite"]})
+        found.append({"site": DISK_SITE, "kinds": [kind for w in disk for kind in w.kinds], "stores": ["sqlite"],
+                      "checks": [checker.name for w in disk for checker in w.checks()]})
     return found
 
 
@@ -346,7 +347,8 @@ def render(body: Mapping[str, Any]) -> str:
                  else "  beyond the contract: none")
     for entry in beyond:
         where = "" if len(entry["stores"]) > 1 else f", on {entry['stores'][0]} only"
-        lines.append(f"    {entry['site']}{where}: {', '.join(entry['kinds'])}")
+        checks = f" (checked by {', '.join(entry['checks'])})" if entry.get("checks") else ""
+        lines.append(f"    {entry['site']}{where}: {', '.join(entry['kinds'])}{checks}")
     lines.append(f"  invariants ({len(body['invariants'])}):")
     for inv in body["invariants"]:
         when = "" if inv["when"] == "always" else f" [{inv['when']}]"
