@@ -223,6 +223,15 @@ def test_a_script_replays_the_disk_fault():
 # -- where they are offered ----------------------------------------------------------------
 
 
+def test_a_sweep_told_no_store_runs_every_second_beyond_seed_on_sqlite():
+    from sim.face.sweep import SweepOptions
+
+    opts = SweepOptions(seeds=range(64), sqlite_every=4)
+    beyond = [seed for seed in range(64) if opts.beyond(seed)]
+    assert [seed for seed in beyond if opts.store(seed) == "sqlite"] == [15, 31, 47, 63]
+    assert [seed for seed in beyond if opts.store(seed) == "memory"] == [7, 23, 39, 55]
+
+
 def test_the_kinds_are_timed_beyond_the_contract_and_listed():
     for kind in DISK_FAULT_KINDS:
         assert kind in ALL_FAULT_KINDS and kind in TIMED_FAULT_KINDS and kind in BEYOND_CONTRACT_KINDS
