@@ -38,9 +38,11 @@ disk image is malformed" (``SQLITE_CORRUPT``) or "file is not a database":
 every adapter's connection (``model.sqlite_db.CheckedConnection``) answers
 that as the typed ``StorageCorrupted`` on every read and write path, never a
 row it could not read and never "no row" in its place. Garbage that SQLite
-cannot see (inside a row's text, on an overflow page) reaches the stores'
-own checks of the text they read: the canonical decode, the log's chain
-digests, the ledger's row checks, each a typed error of its own. The
+cannot see (a row's text on an overflow page is only bytes to it) is text
+that no longer decodes as the UTF-8 every adapter wrote: ``StorageCorrupted``
+too; what still decodes meets the stores' own checks of the text they read
+(the canonical decode, the log's chain digests, the ledger's row checks),
+each a typed error of its own (``CORRUPTION_ERRORS``). The
 checker ``storage-integrity`` (below) sees every store answer before any
 other oracle and fails the run, naming the call and the error, at the first
 typed corruption a store answers; at the end of a run nothing stopped, it
@@ -50,7 +52,8 @@ and the oracles that follow the chains and the digests (the reference
 model, ``log-chain``, ``cold-reopen``...) are what notice acknowledged
 writes gone.
 
-``latent-sector-error`` is judged stricter (``TYPED_DETECTIONS``): the only
+``latent-sector-error`` is judged stricter (``typed_detection``, the
+run's ``World.beyond_judges``): the only
 detection that counts is a typed corruption answer (``storage-integrity``,
 or an audit refused with one): a store that hands the damaged page on as a
 row (or as "no row") and leaves an oracle to notice the wrong answer has
@@ -331,7 +334,6 @@ class DiskFault:
         return True
 
 
-
 class DiskFaults(Workload):
     """The disk faults of a run on SQLite beyond the contract: one timed
     source per kind in ``kinds``, the snapshots the lost tail goes back to,
@@ -388,7 +390,7 @@ class DiskFaults(Workload):
 
 def typed_detection(violation: Any) -> bool:
     """Whether ``violation`` is a typed answer of a damaged store: what
-    ``latent-sector-error`` counts as its detection (``TYPED_DETECTIONS``)."""
+    ``latent-sector-error`` counts as its detection (``World.beyond_judges``)."""
     if violation.invariant == STORAGE_INTEGRITY:
         return True
     return violation.message.startswith("audit could not read the stores back: ") and any(
@@ -409,8 +411,9 @@ def _corruption_named(error: BaseException | None) -> str | None:
 
 class StorageIntegrity(Checker):
     """``storage-integrity``: no store answers a damaged file's typed error
-    unnoticed (beyond the contract, on SQLite). ``StorageCorrupted`` is never a store's answer in a sound
-    run; after a disk fault, any typed corruption answer is the detection.
+    unnoticed (beyond the contract, on SQLite). ``StorageCorrupted`` is
+    never a store's answer in a sound run; after a disk fault, any typed
+    corruption answer is the detection.
     Sees every store answer before the other oracles (so the typed answer
     is what the run names, not a divergence it causes). At the end, SQLite's
     own ``integrity_check`` of the whole file."""
