@@ -151,13 +151,12 @@ class _Pages:
         wal = _read(path + "-wal")
         self.page_size, self.frames = wal_frames(wal)
         self.wal = wal
-        size = os.path.getsize(path)
+        self.file = _read(path)  # read once: a page's content is looked up many times
         if not self.page_size:
-            with open(path, "rb") as handle:
-                header = handle.read(100)
+            header = self.file[:100]
             self.page_size = struct.unpack_from(">H", header, 16)[0] if len(header) == 100 else 4096
             self.page_size = 65536 if self.page_size == 1 else self.page_size
-        self.file_pages = size // self.page_size if self.page_size else 0
+        self.file_pages = len(self.file) // self.page_size if self.page_size else 0
         self.latest = {pgno: offset for offset, pgno, _ in self.frames}
 
     def hot(self) -> list[int]:
@@ -175,7 +174,7 @@ class _Pages:
             start = offset + _FRAME_HEADER
             return self.wal[start:start + self.page_size]
         start = (pgno - 1) * self.page_size
-        return _read(self.path)[start:start + self.page_size]
+        return self.file[start:start + self.page_size]
 
     def overwrite(self, pgno: int, data: bytes) -> None:
         assert len(data) == self.page_size, (len(data), self.page_size)
