@@ -88,6 +88,12 @@ class CheckedCursor(sqlite3.Cursor):
         except sqlite3.DatabaseError as error:
             raise _checked(error)
 
+    def executemany(self, sql: str, seq_of_parameters: Any, /) -> "CheckedCursor":
+        try:
+            return super().executemany(sql, seq_of_parameters)
+        except sqlite3.DatabaseError as error:  # a write reads every page it changes
+            raise _checked(error)
+
     def fetchone(self) -> Any:
         try:
             return super().fetchone()
@@ -117,6 +123,9 @@ class CheckedConnection(sqlite3.Connection):
 
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
         return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, seq_of_parameters: Any, /) -> Any:
+        return self.cursor().executemany(sql, seq_of_parameters)
 
 
 def open_database(path: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS_DEFAULT,
