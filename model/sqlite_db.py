@@ -100,6 +100,12 @@ class CheckedCursor(sqlite3.Cursor):
         except sqlite3.DatabaseError as error:  # stepping past the row it returns
             raise _checked(error)
 
+    def fetchmany(self, size: int = 1) -> list:
+        try:
+            return super().fetchmany(size)
+        except sqlite3.DatabaseError as error:  # any row past the first
+            raise _checked(error)
+
     def fetchall(self) -> list:
         try:
             return super().fetchall()

@@ -95,6 +95,7 @@ def test_a_latent_sector_error_garbles_a_page_and_every_read_path_says_storage_c
                  lambda: conn.execute("SELECT id FROM t").fetchall(),
                  lambda: [row for row in conn.execute("SELECT id FROM t")],
                  lambda: conn.execute("SELECT count(*) FROM t").fetchone(),
+                 lambda: conn.execute("SELECT id FROM t").fetchmany(ROWS),
                  # a write reads the pages it changes (the log's records go in with executemany)
                  lambda: conn.executemany("INSERT INTO t VALUES (?, ?)", [(ROWS + i, "new") for i in range(50)]),
                  lambda: conn.cursor().executemany("UPDATE t SET v = ? WHERE id = ?", [("x", i) for i in range(ROWS)])):
