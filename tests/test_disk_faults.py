@@ -126,6 +126,32 @@ def test_garbage_sqlite_cannot_see_inside_a_rows_text_is_storage_corrupted_too(t
     assert "UTF-8" in str(caught.value)
 
 
+def test_a_garbled_page_rewritten_before_any_read_is_withdrawn_as_healed(tmp_path):
+    """A page a latent sector error garbled that a write replaced whole
+    (SQLite reuses a freed page without reading it) broke no promise anyone
+    could see: the audit withdraws it; one still garbled stays broken."""
+    from faults.disk import _Pages
+
+    database = _database(tmp_path)
+    owner = DiskFaults(restart_ms=(1, 2))
+    source = DiskFault(LATENT_SECTOR_ERROR, owner)
+    world = types.SimpleNamespace(system=types.SimpleNamespace(run_database=lambda: database), beyond_contract=[])
+    for hit in (1, 2):
+        if hit == 2:  # the last transaction writes another table's pages
+            database.conn.execute("CREATE TABLE t2 (id INTEGER PRIMARY KEY)")
+            database.conn.execute("INSERT INTO t2 VALUES (1)")
+        assert source._latent_sector_error(database, Streams(hit).fork("test"))
+        event = FaultEvent(hit, "harness", "sqlite.file", LATENT_SECTOR_ERROR, hit, None, None)
+        world.beyond_contract.append(event)
+        owner.pages_damaged.append((event, *source._page))
+    (first, healed_page, _), (second, garbled_page, _) = owner.pages_damaged
+    assert healed_page != garbled_page
+    pages = _Pages(database.path)
+    pages.overwrite(healed_page, bytes(pages.page_size))  # a whole-page write of another content
+    owner._withdraw_healed(world)
+    assert owner.healed == 1 and world.beyond_contract == [second]
+
+
 def test_sqlite_own_errors_that_are_not_damage_stay_as_they_are(tmp_path):
     conn = open_database(str(tmp_path / "plain.db"))
     with pytest.raises(sqlite3.OperationalError) as caught:
