@@ -459,6 +459,22 @@ def test_the_sweep_detects_the_mutant(name, detections):
     assert detections[name] is False, f"{name}: seed {seed} at {duration} no longer detects it"
 
 
+def test_the_table_runs_a_beyond_mutants_beyond_seeds_beyond_the_contract():
+    from sim.face import mutants as face
+
+    mutant = CATALOGUE["sqlite-corruption-untyped"]
+    job = face._Job(mutant.name, mutant, mutant.scenarios, "sqlite", [(6, 0), (7, 0)], {"ledger-storm": "5m"},
+                    beyond=True)
+    plain = face._child_job(job, (6, 0), None, ())
+    assert "--beyond-contract" not in plain.argv and not plain.beyond
+    beyond = face._child_job(job, (7, 0), None, ())
+    assert "--beyond-contract" in beyond.argv and beyond.beyond
+    assert [face._detects({"status": s, "beyond": True}) for s in ("pass", "detected", "fail")] == [False, False, True]
+    assert [face._detects({"status": s}) for s in ("pass", "fail")] == [False, True]
+    baseline = face._Job("baseline", None, ("ledger-storm",), "sqlite", [(7, 0)], {"ledger-storm": "5m"}, beyond=True)
+    assert face._clean(baseline, (7, 0), {"status": "detected"}) and not face._clean(baseline, (7, 0), {"status": "pass"})
+
+
 def test_a_beyond_mutant_is_caught_only_by_a_failure_where_the_clean_run_detects():
     """Beyond the contract the clean run at the ci seed ends DETECTED (the
     broken promise noticed as designed): the ci run catches the mutant only
