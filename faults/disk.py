@@ -72,6 +72,7 @@ import sqlite3
 import struct
 from typing import Any
 
+from faults.events import DiskDamage
 from faults.kinds import DISK_FAULT_KINDS, LATENT_SECTOR_ERROR, LOST_TAIL, MISDIRECTED_WRITE, TORN_WRITE
 from model.sqlite_db import StorageCorrupted
 from sim.clock import MS_PER_MINUTE as MINUTE
@@ -222,6 +223,7 @@ class DiskFault:
         self.restart_ms = owner.restart_ms
         self._owner = owner
         self._page: tuple[int, bytes] | None = None  # the page the last latent sector error garbled, and the garbage
+        self._detail: dict[str, Any] = {}  # what the last firing did, for its ``disk.damage`` event
         self.fired = 0
         self.declined = 0
 
@@ -241,6 +243,7 @@ class DiskFault:
             return False
         draw = world.streams.fork(f"disk/{self.kind}/{event.hit}")
         self._page = None
+        self._detail: dict[str, Any] = {}
         damaged = {LATENT_SECTOR_ERROR: self._latent_sector_error, MISDIRECTED_WRITE: self._misdirected_write,
                    LOST_TAIL: self._lost_tail, TORN_WRITE: self._torn_write}[self.kind](database, draw)
         if not damaged:
@@ -251,6 +254,7 @@ class DiskFault:
                                    restart_after_ms=event.restart_after_ms, beyond_contract=True)
         if self._page is not None:
             self._owner.pages_damaged.append((fired, *self._page))
+        world.trace.emit(world.harness.label, DiskDamage.kind, {DiskDamage.kind_: self.kind, **self._detail})
         world.system.flush_page_caches()
         if event.restart_after_ms is not None:
             for node in [n for n in world.nodes.values() if n.alive and n.role in POWER_CUT_ROLES]:
@@ -268,6 +272,7 @@ class DiskFault:
         garbage = _garbage(draw, pages.page_size)
         pages.overwrite(pgno, garbage)
         self._page = (pgno, garbage)
+        self._detail = {DiskDamage.page: pgno}
         return True
 
     def _misdirected_write(self, database: Any, draw: Any) -> bool:
@@ -285,16 +290,19 @@ class DiskFault:
             return False
         # Never withdrawn as healed: a write that reads a misdirected page sees
         # a sound page, so its rewrite may carry the damage on.
-        pages.overwrite(pgno, pages.content(draw.choice(others)))
+        source = draw.choice(others)
+        pages.overwrite(pgno, pages.content(source))
+        self._detail = {DiskDamage.page: pgno, DiskDamage.from_page: source}
         return True
 
     def _lost_tail(self, database: Any, draw: Any) -> bool:
         current = database.conn.serialize()
         # The 100-byte header aside (its change counter moves with no change of content).
-        earlier = [snapshot for _, snapshot in self._owner.snapshots if snapshot[100:] != current[100:]]
+        earlier = [(at_ms, snapshot) for at_ms, snapshot in self._owner.snapshots if snapshot[100:] != current[100:]]
         if not earlier:
             return False
-        snapshot = earlier[draw.below(len(earlier))] if len(earlier) > 1 else earlier[0]
+        at_ms, snapshot = earlier[draw.below(len(earlier))] if len(earlier) > 1 else earlier[0]
+        self._detail = {DiskDamage.snapshot_ms: at_ms}
         source = sqlite3.connect(":memory:")
         try:
             # Bytes 18-19 say WAL (2); a database in memory has no WAL to
@@ -317,9 +325,12 @@ class DiskFault:
         half = _FRAME_HEADER + page_size // 2
         if draw.below(2) == 0:
             image_wal = wal[:offset + half]  # cut half-way through
+            how = "cut"
         else:
             end = offset + _FRAME_HEADER + page_size
             image_wal = wal[:offset + half] + _garbage(draw, end - offset - half)
+            how = "overwritten"
+        self._detail = {DiskDamage.frames: len(torn), DiskDamage.torn: how}
         copy = path + ".power-cut"
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):

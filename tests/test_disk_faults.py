@@ -223,6 +223,26 @@ def test_each_disk_fault_fires_once_and_the_run_ends_detected(kind):
     assert "Traceback" not in first.message
 
 
+@pytest.mark.parametrize("kind, fields", [(LATENT_SECTOR_ERROR, {"page"}), (MISDIRECTED_WRITE, {"page", "from_page"}),
+                                          (LOST_TAIL, {"snapshot_ms"}), (TORN_WRITE, {"frames", "torn"})])
+def test_the_trace_says_what_each_disk_fault_did(kind, fields):
+    import io
+
+    from faults.events import DiskDamage
+
+    restart_ms = 5_000 if kind in (LOST_TAIL, TORN_WRITE) else None
+    script = (FaultEvent(parse_duration_ms("5m"), "harness", "sqlite.file", kind, 1, restart_ms, None),)
+    stream = io.StringIO()
+    run(registry.get("ledger-storm"), ScenarioOptions(seed=1, duration_ms=parse_duration_ms("30m"), store="sqlite",
+                                                      swarm=True, fault_script=script), trace_stream=stream)
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    (damage,) = [e for e in events if e["kind"] == DiskDamage.kind]
+    assert DiskDamage.check(damage["fields"]) is None
+    assert damage["fields"]["kind"] == kind and set(damage["fields"]) - {"kind"} == fields
+    fault = next(e for e in events if e["kind"] == "fault" and e["fields"]["kind"] == kind)
+    assert fault["seq"] < damage["seq"] and fault["fields"]["site"] == "sqlite.file"
+
+
 def test_a_power_cut_restarts_the_servers_processes():
     result = _scripted(TORN_WRITE, 2)
     fired = next(e for e in result.fault_script if getattr(e, "kind", None) == TORN_WRITE)
