@@ -36,7 +36,9 @@ noticed is a silent pass, which the runner reports as the violation
 
 A surgery works on the store's own representation (the in-memory dicts, or
 SQL on the SQLite file: a real database file really losing rows), never
-through the store's API, which would refuse to break its promises.
+through the store's API, which would refuse to break its promises. The
+disk under the SQLite file breaks too, beyond the contract: ``faults.disk``
+(latent sector errors, misdirected writes, lost tails, torn writes).
 """
 from __future__ import annotations
 

@@ -1015,6 +1015,19 @@ class Fault(ProbeEvent):
     duration_ms: int = OPTIONAL
 
 
+class DiskDamage(ProbeEvent):
+    """``faults.disk``: what a disk fault did to the run's SQLite file (right
+    after its ``fault`` event)."""
+
+    kind = "disk.damage"
+    kind_: str  # the fault kind
+    page: int = OPTIONAL  # the page damaged (a latent sector error, a misdirected write)
+    from_page: int = OPTIONAL  # the page whose content a misdirected write put there
+    snapshot_ms: int = OPTIONAL  # when the snapshot a lost tail went back to was taken
+    frames: int = OPTIONAL  # the torn transaction's WAL frames
+    torn: str = OPTIONAL  # how its commit frame tore: "cut" or "overwritten"
+
+
 class Deploy(ProbeEvent):
     """A scenario deploying a build."""
 

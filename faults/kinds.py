@@ -37,15 +37,23 @@ PARTITION = "partition"
 LOST_WRITE = "lost-write"                # an acknowledged write is gone afterwards
 TORN_BATCH = "torn-batch"                # an acknowledged batch survives only in part
 ROW_ROT = "row-rot"                      # an acknowledged row's stored text is damaged afterwards (bit rot)
-BEYOND_CONTRACT_KINDS = (LOST_WRITE, TORN_BATCH, ROW_ROT,
-                         CLOCK_JUMP_BEYOND)
+# Disk faults on the real SQLite file (``faults.disk``), between transactions; SQLite only.
+LATENT_SECTOR_ERROR = "latent-sector-error"  # a page of the file reads back as garbage
+LOST_TAIL = "lost-tail"                      # file and WAL back at an earlier committed state (a lying fsync)
+TORN_WRITE = "torn-write"                    # the last transaction's WAL frames written only in part (power cut)
+MISDIRECTED_WRITE = "misdirected-write"      # a page's content written at another page number
+DISK_FAULT_KINDS = (LATENT_SECTOR_ERROR, LOST_TAIL, TORN_WRITE, MISDIRECTED_WRITE)
+BEYOND_CONTRACT_KINDS = (LOST_WRITE, TORN_BATCH, ROW_ROT, CLOCK_JUMP_BEYOND,
+                         LATENT_SECTOR_ERROR, LOST_TAIL, TORN_WRITE, MISDIRECTED_WRITE)
 
 PORT_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST,
                     BOUNDARY_DELAY)
 # Fired by the scenario's clock, not at a hit of a site: a script replays them at their time.
 TIMED_FAULT_KINDS = (NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE,
-                     CLOCK_JUMP, CLOCK_JUMP_BEYOND, PARTITION)
+                     CLOCK_JUMP, CLOCK_JUMP_BEYOND, PARTITION,
+                     LATENT_SECTOR_ERROR, LOST_TAIL, TORN_WRITE, MISDIRECTED_WRITE)
 ALL_FAULT_KINDS = (CRASH_BEFORE_CALL, ACK_LOST, FAILPOINT_CRASH, NODE_KILL, DUPLICATE_WAKE, NODE_PAUSE,
                    SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW, TRANSIENT_ERROR, WRITE_CONTENTION, LATENCY, REPLY_LOST,
                    BOUNDARY_DELAY, LOST_WRITE, TORN_BATCH, OVERTAKING_COMMIT, ROW_ROT, DROPPED_NOTIFICATION,
-                   CLOCK_SKEW, CLOCK_JUMP, CLOCK_JUMP_BEYOND, PARTITION)
+                   CLOCK_SKEW, CLOCK_JUMP, CLOCK_JUMP_BEYOND, PARTITION,
+                   LATENT_SECTOR_ERROR, LOST_TAIL, TORN_WRITE, MISDIRECTED_WRITE)

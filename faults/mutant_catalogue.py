@@ -806,6 +806,14 @@ MUTANTS: tuple[Mutant, ...] = (
         '    return "database is locked" in message or "database is busy" in message\n',
         "    return False\n", ALL, store="sqlite", ci_seed=1, ci_duration="5m", ci_scenario="port-storm"),
     Mutant(
+        "sqlite-corruption-untyped",
+        "The adapters' cursor skips its corruption check and hands SQLite's bare DatabaseError on, so a page a "
+        "latent sector error damaged is a storage failure like any other, not StorageCorrupted.",
+        "model.sqlite_db",
+        "    corrupted = corruption_of(error)\n    if corrupted is None:\n        return error\n",
+        "    corrupted = None\n    if corrupted is None:\n        return error\n",
+        LS, store="sqlite", ci_beyond=True, ci_seed=47, ci_duration="5m"),
+    Mutant(
         "log-verify-page-cursor",
         "Verifying the log on open pages by the count of rows a page returned instead of the last sequence "
         "number it reached, so a log longer than one page is re-read and refused as corrupt.",

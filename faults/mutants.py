@@ -112,6 +112,10 @@ class Mutant:
     ci_duration: str | None = None
     ci_scenario: str | None = None
     equivalent: str | None = None
+    # The ci run is beyond the contract (``--beyond-contract``: a sweep's
+    # beyond seed), where the clean run ends DETECTED: the mutant is caught
+    # when the run ends FAIL instead (``ci_detects``).
+    ci_beyond: bool = False
     adapter: str | None = attrs.field(default=attrs.Factory(lambda self: _adapter_of(self.module), takes_self=True))
 
     def __attrs_post_init__(self) -> None:
@@ -180,7 +184,21 @@ def _problem(m: Mutant) -> str | None:
         return f"equivalent must be the argument on one line (at most {EQUIVALENT_CHARS_MAX} characters)"
     if m.equivalent is not None and m.ci_seed is not None:
         return "a mutant with a detecting ci_seed is not equivalent"
+    if type(m.ci_beyond) is not bool:
+        return "ci_beyond must be True or False"
     return None
+
+
+def ci_detects(mutant: Mutant, status: str) -> bool:
+    """Whether a ci run of ``mutant`` that ended ``status`` caught it. Beyond
+    the contract (``ci_beyond``) only a failure does: DETECTED is what the
+    clean run at that seed ends in (a broken promise noticed as designed),
+    and a pass means no promise broke (the run tested nothing). Otherwise
+    any status but a pass (and DETECTED, which a run within the contract
+    never ends in)."""
+    if mutant.ci_beyond:
+        return status == "fail"
+    return status not in ("pass", "detected")
 
 
 @attrs.frozen

@@ -30,8 +30,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
-from faults.kinds import (ALL_FAULT_KINDS, BOUNDARY_DELAY, CLOCK_JUMP_BEYOND, CLOCK_SKEW, FAILPOINT_CRASH, PORT_FAULT_KINDS,
-                          TIMED_FAULT_KINDS)
+from faults.kinds import (ALL_FAULT_KINDS, BEYOND_CONTRACT_KINDS, BOUNDARY_DELAY, CLOCK_SKEW, FAILPOINT_CRASH,
+                          PORT_FAULT_KINDS, TIMED_FAULT_KINDS)
 from sim.rng import Stream
 from sim.seams import TimedSource
 from sim.world import FaultEvent
@@ -368,9 +368,10 @@ class PortFaults:
             # never let a retry through (a rate of 1 is a stuck system).
             site_rates[site] = {k: min(BOOSTED_RATE_MAX, r * self.boost) for k, r in rates.items()
                                 if k in PORT_FAULT_KINDS}
-        timed = tuple(kind for kind in TIMED_FAULT_KINDS if enabled(kind))
-        if opts.beyond_contract:
-            timed += (CLOCK_JUMP_BEYOND,)  # beyond the contract: a step past the clocks' tolerance
+        # The timed kinds beyond the contract (a clock stepped past its tolerance,
+        # the disk faults of ``faults.disk``) are on with the opt-in, like the others.
+        timed = tuple(kind for kind in TIMED_FAULT_KINDS if (opts.beyond_contract if kind in BEYOND_CONTRACT_KINDS
+                                                              else enabled(kind)))
         install_clocks(world, opts, choices)
         plan = FaultPlan(world, rates=rates, heal_at_ms=world.heal_at_ms, site_rates=site_rates,
                          timed_kinds=timed, script=opts.fault_script)

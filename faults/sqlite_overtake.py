@@ -46,7 +46,7 @@ import sqlite3
 from typing import Any
 
 from faults.kinds import OVERTAKING_COMMIT
-from model.sqlite_db import open_database
+from model.sqlite_db import CheckedConnection, open_database
 from sim.invariants import Checker
 
 SITE = "sqlite.overtake"
@@ -87,7 +87,7 @@ class SqliteWriteLock(Checker):
                   f"it did not take the write lock up front", (node,))
 
 
-class OvertakingConnection(sqlite3.Connection):
+class OvertakingConnection(CheckedConnection):
     """A node's connection whose reads inside a transaction may let another writer try to commit."""
 
     # Until ``bind``: the connection's own setup statements are not hits.
@@ -166,7 +166,14 @@ def open_node_database(path: str, *, busy_timeout_ms: int, world: Any, node: Any
     :class:`OvertakingConnection` when the plan arms the fault, else the
     model's ``open_database`` as it is."""
     if not armed(world):
-        return open_database(path, busy_timeout_ms=busy_timeout_ms)
+        conn = open_database(path, busy_timeout_ms=busy_timeout_ms)
+        # The other writer's table is made all the same: the file's layout
+        # (which page holds what) must not depend on whether the plan arms
+        # the fault, or a script's replay (which arms only what it holds)
+        # would lay out another file than its recording (``faults.disk``
+        # damages pages by number).
+        conn.execute(_CREATE)
+        return conn
     # The same settings as ``model.sqlite_db.open_database``, on the subclass.
     conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000.0,
                            factory=OvertakingConnection)

@@ -20,9 +20,124 @@ from typing import Any
 BUSY_TIMEOUT_MS_DEFAULT = 5_000
 
 
-def open_database(path: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS_DEFAULT) -> sqlite3.Connection:
+# SQLite's own words for a file it found damaged: SQLITE_CORRUPT ("database
+# disk image is malformed") and SQLITE_NOTADB ("file is not a database")
+# (primary codes; extended codes keep them in the low byte).
+_CORRUPTION_CODES = (11, 26)
+
+
+class StorageCorrupted(sqlite3.DatabaseError):
+    """The database file is damaged: SQLite found a page it cannot read
+    (``SQLITE_CORRUPT``, ``SQLITE_NOTADB``). Typed and not retryable: the
+    same read fails the same way until an operator restores the file. An
+    adapter answers this, never a row it could not read whole and never
+    "no row" in its place. A subclass of ``sqlite3.DatabaseError`` so a
+    caller that handled the raw error keeps working; the original error is
+    the ``__cause__``."""
+
+    name = "StorageCorrupted"
+    retryable = False
+
+    def __init__(self, detail: str, code: int | None = None) -> None:
+        self.detail = detail
+        self.code = code
+        super().__init__(f"the database file is damaged ({detail})")
+
+    def __reduce__(self):
+        return (type(self), (self.detail, self.code))
+
+
+def corruption_of(error: BaseException) -> "StorageCorrupted | None":
+    """``error`` as ``StorageCorrupted`` when it is SQLite saying the file is
+    damaged; None for any other error."""
+    if isinstance(error, StorageCorrupted) or not isinstance(error, sqlite3.DatabaseError):
+        return None
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return StorageCorrupted(str(error), code) if (code & 0xFF) in _CORRUPTION_CODES else None
+    message = str(error).lower()
+    if "malformed" in message or "not a database" in message:
+        return StorageCorrupted(str(error))
+    # Garbage SQLite itself cannot see: a row's text on an overflow page is
+    # only bytes to it. Every adapter writes its text as UTF-8, so text that
+    # does not decode was damaged on the disk (the module's own words).
+    if message.startswith("could not decode to utf-8"):
+        return StorageCorrupted(str(error)[:200])
+    return None
+
+
+def _checked(error: sqlite3.DatabaseError) -> sqlite3.DatabaseError:
+    """What a cursor raises for ``error``: ``StorageCorrupted`` (its cause the
+    original) when SQLite found the file damaged, else ``error`` itself."""
+    corrupted = corruption_of(error)
+    if corrupted is None:
+        return error
+    corrupted.__cause__ = error
+    return corrupted
+
+
+class CheckedCursor(sqlite3.Cursor):
+    """A cursor whose every step that meets a damaged page raises
+    ``StorageCorrupted`` (a row is read when it is stepped to: at
+    ``execute`` for the first, at each fetch or iteration for the next):
+    a damaged page never ends the rows early, never reads as "no row"."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> "CheckedCursor":
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.DatabaseError as error:
+            raise _checked(error)
+
+    def executemany(self, sql: str, seq_of_parameters: Any, /) -> "CheckedCursor":
+        try:
+            return super().executemany(sql, seq_of_parameters)
+        except sqlite3.DatabaseError as error:  # a write reads every page it changes
+            raise _checked(error)
+
+    def fetchone(self) -> Any:
+        try:
+            return super().fetchone()
+        except sqlite3.DatabaseError as error:  # stepping past the row it returns
+            raise _checked(error)
+
+    def fetchmany(self, size: int = 1) -> list:
+        try:
+            return super().fetchmany(size)
+        except sqlite3.DatabaseError as error:  # any row past the first
+            raise _checked(error)
+
+    def fetchall(self) -> list:
+        try:
+            return super().fetchall()
+        except sqlite3.DatabaseError as error:  # any row after the first
+            raise _checked(error)
+
+    def __next__(self) -> Any:
+        try:
+            return super().__next__()
+        except sqlite3.DatabaseError as error:  # the next row's page is damaged: not the end of the rows
+            raise _checked(error)
+
+
+class CheckedConnection(sqlite3.Connection):
+    """Every adapter's connection (``open_database``): its cursors are
+    ``CheckedCursor``s, so a damaged file surfaces as ``StorageCorrupted``
+    on every read path and write path alike."""
+
+    def cursor(self, factory: Any = CheckedCursor) -> Any:  # type: ignore[override]
+        return super().cursor(factory)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, seq_of_parameters: Any, /) -> Any:
+        return self.cursor().executemany(sql, seq_of_parameters)
+
+
+def open_database(path: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS_DEFAULT,
+                  factory: type = CheckedConnection) -> sqlite3.Connection:
     assert busy_timeout_ms >= 0
-    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000.0)
+    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000.0, factory=factory)
     mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
     if str(mode).lower() != "wal" and path != ":memory:":
         conn.close()

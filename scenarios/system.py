@@ -22,6 +22,7 @@ end-of-run audit.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from typing import Any, Iterable, Iterator, Protocol
 
 import attrs
@@ -106,6 +107,7 @@ class AuditView(AuditViewSeam, Protocol):
     def latest_checkpoint(self, conversation_id: str) -> Any: ...
     def held_runs(self, schedule_id: str) -> tuple[str, ...]: ...
     def keyring_rows(self) -> tuple: ...
+    def integrity_problems(self) -> tuple[str, ...]: ...
 
 
 @attrs.frozen
@@ -321,8 +323,12 @@ class System:
             work = {name: count - audit_work.get(name, 0) for name, count in work.items()}
         figures = {"store_calls": self.port_stats.calls, "worker_crashes": counters.get("node.crashes", 0), "work": work}
         # The findings store's own figures (every fleet's projector writes it).
-        counts = self.findings.counts()
-        figures.update(findings=counts["opened"], findings_live=counts["live"], findings_closed=counts["closed"])
+        try:
+            counts = self.findings.counts()
+        except sqlite3.DatabaseError as error:  # StorageCorrupted: a disk fault damaged the file (``faults.disk``)
+            figures["findings_unreadable"] = f"{getattr(type(error), 'name', type(error).__name__)}: {error}"
+        else:
+            figures.update(findings=counts["opened"], findings_live=counts["live"], findings_closed=counts["closed"])
         if self.audit_deletes > 0:
             figures["conversations_audited_before_delete"] = self.audited_before_delete
             figures["audit_work"] = dict(audit_work)
@@ -488,6 +494,33 @@ class System:
                 store.close()
             raise
         return opened
+
+    def run_database(self) -> RunDatabase | None:
+        """The run's SQLite file (its path and the System's own connection);
+        None in memory. What a disk fault (``faults.disk``) acts on."""
+        return self._database
+
+    def flush_page_caches(self) -> None:
+        """Every connection to the run's file drops the pages it cached, so
+        its next read reads the disk (``faults.disk``: what a damaged page
+        holds now is what a reader meets)."""
+        if self._database is None:
+            return
+        for conn in [self._database.conn, *(held[0] for held in self._connections.values())]:
+            with contextlib.suppress(sqlite3.ProgrammingError):  # a dead process's, closed
+                conn.execute("PRAGMA shrink_memory")
+
+    def integrity_problems(self) -> tuple[str, ...]:
+        """SQLite's own check of the run's whole file (``PRAGMA
+        integrity_check``): what it finds wrong, () when sound or in memory."""
+        if self._database is None:
+            return ()
+        try:
+            rows = self._database.conn.execute("PRAGMA integrity_check").fetchall()
+        except sqlite3.DatabaseError as error:  # StorageCorrupted: the check itself met a damaged page
+            return (f"{getattr(type(error), 'name', type(error).__name__)}: {error}",)
+        found = tuple(str(row[0]) for row in rows)
+        return () if found == ("ok",) else found
 
     def database_bytes(self) -> tuple[bytes, ...]:
         """The run's SQLite file as stored: the database's bytes and its

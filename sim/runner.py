@@ -12,7 +12,7 @@ from sim.invariants import Violation
 from sim.redact import NO_SECRET_IN_VERDICT, Redactor, collect_secret_values
 from sim.runtime import TaskFailed
 from sim.scenario import Run, Scenario, ScenarioOptions
-from sim.timeline import Timeline
+from sim.timeline import BEYOND_FAULT_KINDS, Timeline
 from sim.trace import Event
 from sim.workload import Stack, Workload, owned_checks
 from sim.world import World
@@ -172,7 +172,7 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
             audit_cpu_s = (cpu_clock() - audit_started_s) if cpu_clock else 0.0
         stats = system.metrics()
         stats.update(world.invariants.metrics())
-        stats.update(workload_stats(stack.workloads))
+        stats.update(workload_stats(stack.workloads, damaged=bool(world.beyond_contract)))
         # Counted work (never in the trace): what the system reports it
         # encoded, hashed and decoded, and what the trace digest hashed.
         stats["work"] = {**stats.get("work", {}), "trace_hashed_bytes": world.trace.hashed_bytes}
@@ -242,14 +242,21 @@ def without_secrets(result: RunResult, secrets: dict[str, str], time_ms: int, ev
     return attrs.evolve(result, **{k: v for k, v in changes.items() if v is not getattr(result, k)})
 
 
-def workload_stats(workloads: Sequence[Workload]) -> dict[str, Any]:
+def workload_stats(workloads: Sequence[Workload], *, damaged: bool = False) -> dict[str, Any]:
     """The workloads' metrics: each instance's under ``workloads`` by its
     name, and merged at the top (what ``sometimes`` properties read): a
-    number two instances both report is their sum (``_merged``)."""
+    number two instances both report is their sum (``_merged``). A store
+    broken beyond the contract (``damaged``) may refuse a workload's count
+    of its rows: that workload's figures are then one line saying why."""
     merged: dict[str, Any] = {}
     by_instance: dict[str, Any] = {}
     for workload in workloads:
-        own = workload.metrics()
+        try:
+            own = workload.metrics()
+        except Exception as error:  # noqa: BLE001 - only where a store was broken on purpose
+            if not damaged:
+                raise
+            own = {"metrics_unreadable": f"{getattr(type(error), 'name', type(error).__name__)}: {error}"}
         by_instance[workload.name] = own
         merged = _merged(merged, own)
     merged["workloads"] = by_instance
@@ -291,13 +298,37 @@ def beyond_status(world: World) -> str:
         return FAIL if violations else PASS
     first = broken[0]
     if violations:
-        return DETECTED if violations[0].time_ms >= first.time_ms else FAIL
+        if violations[0].time_ms < first.time_ms:
+            return FAIL
+        return DETECTED if _judged_detection(world, violations[0]) else FAIL
     world.invariants._record(Violation(
         UNDETECTED,
         f"the store broke {len(broken)} promise(s) beyond its contract (first: {first.kind} at {first.site} "
         f"hit {first.hit} on {first.node}) and nothing noticed: a silent pass",
         world.runtime.now_ms(), (first.site,), world.trace.events))
     return FAIL
+
+
+def _judged_detection(world: World, violation: Violation) -> bool:
+    """Whether ``violation`` counts as the detection of the broken promises
+    before it. A kind with a judge (``world.beyond_judges``) accepts only
+    what its judge accepts (a latent sector error: the store's typed
+    answer, never an oracle noticing the wrong row it handed on), unless a
+    promise of a kind without one broke before it too. A rejected one
+    records ``beyond-contract-undetected``, saying what noticed instead."""
+    judges = world.beyond_judges
+    before = [e for e in world.beyond_contract if e.time_ms <= violation.time_ms]
+    if not judges or not before or any(e.kind not in judges for e in before):
+        return True
+    if any(judges[e.kind](violation) for e in before):
+        return True
+    first = before[0]
+    world.invariants._record(Violation(
+        UNDETECTED,
+        f"the store broke a promise beyond its contract ({first.kind} at {first.time_ms} ms) and no store answered "
+        f"it typed: {violation.invariant} noticed a wrong answer instead",
+        violation.time_ms, (first.site,), world.trace.events))
+    return False
 
 
 def unfired_entries(world: World, opts: ScenarioOptions) -> tuple[Any, ...]:
@@ -371,8 +402,12 @@ def coverage(scenario: Scenario, world: World, stats: dict[str, Any]) -> dict[st
     for name in scenario.sometimes:
         value = stats.get(name, 0)
         sometimes[name] = (sum(value.values()) if isinstance(value, dict) else value) > 0
+    # Beyond the contract (opt-in, never a swarm choice): how often each kind
+    # the run armed broke a promise (only in a run that armed one).
+    beyond = {kind: world.fault_counts.get(kind, 0) for kind in BEYOND_FAULT_KINDS if kind in armed}
     return {
         "fault_kinds": kinds,
+        **({"beyond_contract": beyond} if beyond else {}),
         # What the run's plan could fire (enabled and given a rate): a kind
         # armed and never fired is a gap; one not armed was switched off.
         "armed": list(armed),

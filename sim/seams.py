@@ -62,6 +62,12 @@ class SystemSeam(Protocol):
     # A schedule's runs retention holds for a pin (a workload's metrics).
     def held_runs(self, schedule_id: str) -> tuple[str, ...]: ...
 
+    # The run's SQLite file (None in memory) and its connections' caches:
+    # what a disk fault damages and makes every reader read again (``faults.disk``).
+    def run_database(self) -> Any: ...
+
+    def flush_page_caches(self) -> None: ...
+
     # What every port call counts (``faults.ports.PortStats``).
     port_stats: Any
 

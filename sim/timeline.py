@@ -46,7 +46,8 @@ SETTLED_KINDS = ("run.settled", "submission.settled")
 # spell ``faults.kinds.NODE_PAUSE`` and ``BEYOND_CONTRACT_KINDS`` (a test
 # holds them equal).
 PAUSE_FAULT_KIND = "node-pause"
-BEYOND_FAULT_KINDS = ("lost-write", "torn-batch", "row-rot", "clock-jump-beyond")
+BEYOND_FAULT_KINDS = ("lost-write", "torn-batch", "row-rot", "clock-jump-beyond",
+                      "latent-sector-error", "lost-tail", "torn-write", "misdirected-write")
 
 # Mark categories.
 DEPLOY, MIGRATION, MIGRATION_MISSING, PAUSE, CRASH, BEYOND = (

@@ -80,6 +80,9 @@ class World:
         # Faults beyond the contract that fired (the store broke a promise):
         # the run must then end in a loud detection, never a pass.
         self.beyond_contract: list[FaultEvent] = []
+        # Beyond the contract, by fault kind: which violations count as its
+        # detection (a kind not here: any violation after it). ``faults.disk``.
+        self.beyond_judges: dict[str, Callable[[Violation], bool]] = {}
         # Every port call that reached a store, as it committed (a
         # ``faults.ports.PortCall``): the reference-model oracle listens.
         self.port_observers: list[Callable[[PortCallSeam], None]] = []

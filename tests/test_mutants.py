@@ -212,7 +212,10 @@ def test_every_catalogue_entry_applies_cleanly_in_a_fresh_process():
 
 
 def _run_with(mutant: Mutant, scenario: str, seed: int, duration: str):
-    options = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), store=mutant.store, swarm=True)
+    """The mutant's run as the sweep runs that seed: on its store, beyond the
+    contract when its ci run is (``ci_beyond``: a sweep's beyond seed)."""
+    options = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), store=mutant.store, swarm=True,
+                              beyond_contract=mutant.ci_beyond)
     with mx.applied(mutant):
         return run(registry.get(scenario), options)
 
@@ -327,12 +330,15 @@ _CHILD = """
 import json, sys
 sys.path.insert(0, "tests")
 from test_mutants import CATALOGUE, _run_with
+from faults.mutants import ci_detects
 print(json.dumps(None), flush=True)  # ready: send me a name
 for line in sys.stdin:
     name = line.strip()
     scenario, seed, duration = CATALOGUE[name].ci_run
     result = _run_with(CATALOGUE[name], scenario, seed, duration)
-    print(json.dumps([name, result.passed]), flush=True)
+    # Held: the run did not catch the mutant (beyond the contract, DETECTED is
+    # what the clean run ends in: only a failure catches it, ``ci_detects``).
+    print(json.dumps([name, not ci_detects(CATALOGUE[name], result.status)]), flush=True)
 """
 
 
@@ -451,6 +457,42 @@ def test_the_sweep_detects_the_mutant(name, detections):
                     "no seed of the measured sweep detects this mutant yet (it survives: see the catalogue)")
     scenario, seed, duration = mutant.ci_run
     assert detections[name] is False, f"{name}: seed {seed} at {duration} no longer detects it"
+
+
+def test_the_table_runs_a_beyond_mutants_beyond_seeds_beyond_the_contract():
+    from sim.face import mutants as face
+
+    mutant = CATALOGUE["sqlite-corruption-untyped"]
+    job = face._Job(mutant.name, mutant, mutant.scenarios, "sqlite", [(6, 0), (7, 0)], {"ledger-storm": "5m"},
+                    beyond=True)
+    plain = face._child_job(job, (6, 0), None, ())
+    assert "--beyond-contract" not in plain.argv and not plain.beyond
+    beyond = face._child_job(job, (7, 0), None, ())
+    assert "--beyond-contract" in beyond.argv and beyond.beyond
+    assert [face._detects({"status": s, "beyond": True}) for s in ("pass", "detected", "fail")] == [False, False, True]
+    assert [face._detects({"status": s}) for s in ("pass", "fail")] == [False, True]
+    baseline = face._Job("baseline", None, ("ledger-storm",), "sqlite", [(7, 0)], {"ledger-storm": "5m"}, beyond=True)
+    assert face._clean(baseline, (7, 0), {"status": "detected"}) and not face._clean(baseline, (7, 0), {"status": "pass"})
+
+
+def test_a_beyond_mutant_is_caught_only_by_a_failure_where_the_clean_run_detects():
+    """Beyond the contract the clean run at the ci seed ends DETECTED (the
+    broken promise noticed as designed): the ci run catches the mutant only
+    when it ends FAIL, never by a DETECTED or a PASS."""
+    from faults.mutants import ci_detects
+
+    mutant = CATALOGUE["sqlite-corruption-untyped"]
+    assert mutant.ci_beyond and mutant.store == "sqlite"
+    assert [ci_detects(mutant, s) for s in ("pass", "detected", "fail")] == [False, False, True]
+    plain = CATALOGUE["ds-cas-accepts-stale"]
+    assert [ci_detects(plain, s) for s in ("pass", "fail")] == [False, True]
+    scenario, seed, duration = mutant.ci_run
+    clean = run(registry.get(scenario), ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration),
+                                                        store="sqlite", swarm=True, beyond_contract=True))
+    assert clean.status == "detected", [v.invariant for v in clean.violations]
+    assert "latent-sector-error" in [e.kind for e in clean.beyond_contract]
+    caught = _run_with(mutant, scenario, seed, duration)
+    assert caught.status == "fail" and "beyond-contract-undetected" in [v.invariant for v in caught.violations]
 
 
 @pytest.mark.slow

@@ -70,6 +70,23 @@ def test_a_sweep_told_no_store_runs_every_fourth_seed_on_sqlite():
     assert not any("--store" in j.argv for j in plan_jobs(["a"], {"a": []}, SweepOptions(seeds=range(8))))
 
 
+def test_every_second_beyond_seed_runs_on_sqlite_and_no_other_seed_moves():
+    """Seeds 15, 31, 47, ... (beyond the contract) run on SQLite, where the
+    disk faults live; 7, 23, ... stay in memory; every other seed keeps the
+    store it had (every 4th on SQLite)."""
+    opts = SweepOptions(seeds=range(0, 64), sqlite_every=4)
+    jobs = list(plan_jobs(["a"], {"a": []}, opts))
+    store = {j.seed: j.argv[j.argv.index("--store") + 1] for j in jobs}
+    beyond = {j.seed for j in jobs if j.beyond}
+    assert sorted(s for s in beyond if store[s] == "sqlite") == [15, 31, 47, 63]
+    assert sorted(s for s in beyond if store[s] == "memory") == [7, 23, 39, 55]
+    assert all(store[s] == ("sqlite" if s % 4 == 1 else "memory") for s in range(64) if s % 16 != 15)
+    # Told a store, or every seed beyond the contract: the shares are as before.
+    assert not any("--store" in j.argv for j in plan_jobs(["a"], {"a": []}, SweepOptions(seeds=range(32))))
+    every = SweepOptions(seeds=range(0, 32), sqlite_every=4, all_beyond=True)
+    assert [s for s in range(32) if every.store(s) == "sqlite"] == [1, 5, 9, 13, 17, 21, 25, 29]
+
+
 def test_the_cli_mixes_stores_only_when_no_store_is_given(monkeypatch):
     from sim.face import cli, sweep as sweep_module
 

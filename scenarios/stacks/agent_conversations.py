@@ -3,6 +3,8 @@ outcome a crash leaves unknown, approvals, subagents — under every fault,
 with aborts landing in every state of a submission."""
 from __future__ import annotations
 
+from faults.disk import disk_faults
+
 from faults.kinds import DROPPED_NOTIFICATION, OVERTAKING_COMMIT
 from model.agent import APPROVAL, MODEL, SUBAGENT, TOOL, TOOL_ONCE
 from model.failpoints import (ABORT_CRASH_POINTS, ABORT_INTENT_STORED, AGENT_CRASH_POINTS, COMPACTION_APPENDED, FOLLOWER_APPENDED_BEFORE_JOINED,
@@ -106,6 +108,7 @@ def agent_conversations(run: Run) -> Stack:
             # A reloaded page: the watcher follows again from 0.
             WatcherKills([watchers], every_ms=(10 * MINUTE, HOUR), restart_ms=RESTART_MS),
             *clock_workloads(),
+            *disk_faults(run, restart_ms=RESTART_MS),  # SQLite beyond the contract: the file's own faults
         ],
         faults=PortFaults(run.rates(RATES), failpoints=CRASH_POINTS, boosted_sites=RARE_SITES, boost=50,
                           fixed_rates={OVERTAKING_COMMIT: OVERTAKE_RATE} if run.opts.store == "sqlite" else {}),

@@ -3,6 +3,7 @@ pauses past the lease (the stale owner must be fenced) and damaged reads
 (the recovery read must fail closed)."""
 from __future__ import annotations
 
+from faults.disk import disk_faults
 from faults.clocks import clock_knobs, clock_workloads
 from faults.kinds import CLOCK_JUMP, CLOCK_SKEW, OVERTAKING_COMMIT, PARTITION
 from model.conversation.records import PAGE_SIZE_MAX
@@ -111,6 +112,7 @@ def ledger_storm(run: Run) -> Stack:
             # well inside the lease, others outlive it several times.
             Partitions([workers], stores=WORKER_STORES, every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy,
                        cut_ms=partition_ms(lease_ms)),
+            *disk_faults(run, restart_ms=RESTART_MS),  # SQLite beyond the contract: the file's own faults
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SUBMISSION_CRASH_POINTS + ABORT_CRASH_POINTS, boosted_sites=RARE_SITES, boost=50,
                           fixed_rates={OVERTAKING_COMMIT: OVERTAKE_RATE} if run.opts.store == "sqlite" else {}),

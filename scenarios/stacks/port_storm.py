@@ -28,6 +28,8 @@ end as a restarted process would.
 """
 from __future__ import annotations
 
+from faults.disk import disk_faults
+
 from faults.kinds import PORT_FAULT_KINDS
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
 from scenarios import api as inv
@@ -99,6 +101,7 @@ def port_storm(run: Run) -> Stack:
             # Pauses past the lease: a claim held across one lapses while its owner sleeps.
             NodePauses(adversary.names, every_ms=(5 * MINUTE, 30 * MINUTE),
                        pause_ms=((lease_ms + SECOND, 2 * lease_ms), (100, lease_ms))),
+            *disk_faults(run, restart_ms=RESTART_MS),  # SQLite beyond the contract: the file's own faults
         ],
         faults=PortFaults(run.rates(RATES), boosted_sites=RARE_SITES, boost=4),
         checks=[adversary.checker, inv.ReferenceModel(), inv.Fencing(), inv.LogChain(), state.checker, ports.checker,

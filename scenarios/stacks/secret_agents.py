@@ -3,6 +3,8 @@ sensitive record fields are sealed, while the key-encryption key rotates
 under kills and port faults."""
 from __future__ import annotations
 
+from faults.disk import disk_faults
+
 from model.agent import MODEL, TOOL, TOOL_ONCE
 from model.failpoints import (MODEL_REQUESTED_BEFORE_FIRST_DELTA, TOOL_PREPARED_BEFORE_SETTLED, TOOL_RESULTS_APPENDED,
                               TURN_RESPONSE_APPENDED)
@@ -95,6 +97,7 @@ def secret_agents(run: Run) -> Stack:
             # An agent cut from its stores, its keyring, its secrets, its tools or its model.
             Partitions([workers], stores=(*WORKER_STORES, "keyring", "secrets", "keys", "tools", "model"),
                        every_ms=(10 * MINUTE, 2 * HOUR), busy=workers.busy, cut_ms=partition_ms(lease_ms)),
+            *disk_faults(run, restart_ms=RESTART_MS),  # SQLite beyond the contract: the file's own faults
         ],
         faults=PortFaults(run.rates(RATES), failpoints=CRASH_POINTS, boosted_sites=RARE_SITES, boost=50),
         checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.ClaimFencesLog(), inv.LogChain(),

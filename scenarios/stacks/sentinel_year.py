@@ -4,6 +4,8 @@ the ``pager`` switch, high readings page the on-call (a non-idempotent effect) a
 an on-call operator resolves the runs parked in doubt."""
 from __future__ import annotations
 
+from faults.disk import disk_faults
+
 import attrs
 
 from faults.beyond import beyond_enabled
@@ -109,6 +111,7 @@ def sentinel_year(run: Run) -> Stack:
             # The fleet's worker cut from some of its stores while its wakes go on.
             Partitions([fleet], stores=FLEET_STORES, every_ms=(2 * HOUR, DAY),
                        cut_ms=((SECOND, run.knob("lease_ms") // 2), (run.knob("lease_ms"), 4 * run.knob("lease_ms")))),
+            *disk_faults(run, restart_ms=RESTART_MS),  # SQLite beyond the contract: the file's own faults
         ],
         faults=PortFaults(run.rates(RATES), failpoints=SENTINEL_CRASH_POINTS, periods_ms=(every_ms,),
                           boosted_sites=RARE_SITES, boost=RARE_SITE_BOOST),

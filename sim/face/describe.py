@@ -270,6 +270,32 @@ def fault_sites(scenario: Any, stacks: list[Any]) -> list[dict[str, Any]]:
     return list(sites.values())
 
 
+def beyond_kinds(scenario: Any) -> list[dict[str, Any]]:
+    """The kinds a run beyond the contract adds (``--beyond-contract``), by
+    where they strike: the port writes' surgeries (``faults.beyond``) on any
+    built-in store, and on SQLite the disk faults on the file
+    (``faults.disk``), when the scenario's SQLite stack has them."""
+    from faults.beyond import DURABLE_STATE_KINDS, LEDGER_KINDS, LOG_KINDS
+    from faults.disk import SITE as DISK_SITE
+    from faults.kinds import DISK_FAULT_KINDS
+    from sim.scenario import Run, ScenarioOptions
+    from sim.world import World
+
+    found = []
+    for port, table in (("log", LOG_KINDS), ("ds", DURABLE_STATE_KINDS), ("ledger", LEDGER_KINDS)):
+        for method, kinds in table.items():
+            found.append({"site": f"{port}.{method}", "kinds": list(kinds), "stores": ["memory", "sqlite"]})
+    space = scenario.swarm_space
+    opts = ScenarioOptions(seed=0, duration_ms=scenario.sweep_ms, store="sqlite", swarm=False, beyond_contract=True)
+    world = World(0)
+    stack = scenario.build(Run(opts, space.choices_for(world, opts) if space is not None else None, scenario))
+    disk = [w for w in stack.workloads if any(kind in DISK_FAULT_KINDS for kind in getattr(w, "kinds", ()))]
+    if disk:
+        found.append({"site": DISK_SITE, "kinds": [kind for w in disk for kind in w.kinds], "stores": ["sqlite"],
+                      "checks": [checker.name for w in disk for checker in w.checks()]})
+    return found
+
+
 def describe(scenario: Any) -> dict[str, Any]:
     """The scenario's description as plain data (what ``--json`` prints)."""
     space = scenario.swarm_space
@@ -291,6 +317,7 @@ def describe(scenario: Any) -> dict[str, Any]:
         "fault_sites": fault_sites(scenario, stacks),
         # What skew the system claims to tolerate (a scenario with node clocks).
         "clock_tolerance": clock_tolerance(scenario, stacks),
+        "beyond_contract": beyond_kinds(scenario),
         "invariants": invariants,
         "runner_verdicts": runner_verdicts(),
         "sometimes": list(scenario.sometimes),
@@ -338,6 +365,13 @@ def render(body: Mapping[str, Any]) -> str:
         lines.append(f"    {site['site']} ({site['what']}{boosted}): {', '.join(site['kinds'])}")
     if body.get("clock_tolerance"):
         lines.append(f"  clock tolerance: {body['clock_tolerance']}")
+    beyond = body.get("beyond_contract") or []
+    lines.append(f"  beyond the contract (--beyond-contract; {len(beyond)} sites):" if beyond
+                 else "  beyond the contract: none")
+    for entry in beyond:
+        where = "" if len(entry["stores"]) > 1 else f", on {entry['stores'][0]} only"
+        checks = f" (checked by {', '.join(entry['checks'])})" if entry.get("checks") else ""
+        lines.append(f"    {entry['site']}{where}: {', '.join(entry['kinds'])}{checks}")
     lines.append(f"  invariants ({len(body['invariants'])}):")
     for inv in body["invariants"]:
         when = "" if inv["when"] == "always" else f" [{inv['when']}]"

@@ -164,12 +164,22 @@ class _Job:
     decided: tuple[int, int] | None = None
     repro_dir: str = ""
     reported: bool = False
+    # Its beyond-the-contract seeds run as a sweep runs them (``--beyond-contract``):
+    # a mutant whose ci run is one (``ci_beyond``), and the baseline it is judged against.
+    beyond: bool = False
+
+    def beyond_seed(self, seed: int) -> bool:
+        return self.beyond and seed % BEYOND_EVERY == BEYOND_EVERY - 1
 
     def can_start(self) -> bool:
         return self.next_index < len(self.keys) and (self.decided is None or self.keys[self.next_index] < self.decided)
 
     def done(self) -> bool:
         return not self.running and not self.can_start()
+
+
+# The sweep's beyond-the-contract seeds (``sim.face.sweep.BEYOND_EVERY_DEFAULT``).
+BEYOND_EVERY = 8
 
 
 def sweep_duration_ms(scenario: Any) -> int:
@@ -268,24 +278,33 @@ def _mutants_run(args: argparse.Namespace, global_args: Sequence[str], selected:
     filled in as they start, for the caller to reap)."""
     if not args.no_baseline:
         # First the same seeds without any mutant: a seed that fails clean
-        # says nothing about a mutant, so no mutant is judged on it.
+        # says nothing about a mutant, so no mutant is judged on it. Beyond
+        # the contract the clean run must end DETECTED (a beyond mutant's
+        # own baseline, of its beyond seeds only).
         pairs = dict.fromkeys((name, m.store) for m in selected for name in m.scenarios)
         baselines.extend(_Job(f"baseline {name} ({store})", None, (name,), store,
                               [(seed, 0) for seed in args.seeds], durations, repro_dir=scratch)
                          for name, store in pairs)
+        beyond_pairs = dict.fromkeys((name, m.store) for m in selected if m.ci_beyond for name in m.scenarios)
+        baselines.extend(_Job(f"baseline {name} ({store}, beyond the contract)", None, (name,), store,
+                              [(seed, 0) for seed in args.seeds if seed % BEYOND_EVERY == BEYOND_EVERY - 1],
+                              durations, repro_dir=scratch, beyond=True)
+                         for name, store in beyond_pairs)
         _drive(baselines, args, list(global_args), exhaustive=True, out=out)
-    excluded = {(job.scenarios[0], job.store, key[0]): result for job in baselines
-                for key, result in job.results.items() if result["status"] != "pass"}
+    excluded = {(job.scenarios[0], job.store, job.beyond_seed(key[0]), key[0]): result for job in baselines
+                for key, result in job.results.items()
+                if result["status"] != ("detected" if job.beyond_seed(key[0]) else "pass")}
     for mutant in selected:
         directory = os.path.join(args.repro_dir or scratch, mutant.name)
         os.makedirs(directory, exist_ok=True)
         # Seed-major, as a sweep interleaves: seed A of every scenario the
         # mutant concerns, then seed A+1 of each (a port-level bug is met
         # by the port adversary at seed A, not after every sentinel seed).
+        beyond = mutant.ci_beyond
         keys = [(seed, i) for seed in args.seeds for i, name in enumerate(mutant.scenarios)
-                if (name, mutant.store, seed) not in excluded]
+                if (name, mutant.store, beyond and seed % BEYOND_EVERY == BEYOND_EVERY - 1, seed) not in excluded]
         jobs.append(_Job(mutant.name, mutant, mutant.scenarios, mutant.store, keys, durations,
-                         repro_dir=directory))
+                         repro_dir=directory, beyond=beyond))
     _drive(jobs, args, list(global_args), exhaustive=False, out=out)
 
 
@@ -296,7 +315,10 @@ def _child_job(job: _Job, key: tuple[int, int], module: str | None, global_args:
             "--repro-dir", job.repro_dir]
     if job.mutant is not None:
         args += ["--mutant", job.mutant.name] + (["--mutants", module] if module and _is_user(job.mutant) else [])
-    return Job(scenario, key[0], False, (*global_args, "run", *args, "--json"))
+    beyond = job.beyond_seed(key[0])
+    if beyond:
+        args.append("--beyond-contract")
+    return Job(scenario, key[0], beyond, (*global_args, "run", *args, "--json"))
 
 
 def _is_user(mutant: Any) -> bool:
@@ -351,8 +373,11 @@ def _drive(jobs: list[_Job], args: argparse.Namespace, global_args: list[str], *
 
 def _detects(result: dict[str, Any]) -> bool:
     """Whether a child's result decides its mutant (detected, or an error):
-    a pass, or a pass whose mutant never ran, does not."""
-    return result["status"] not in ("pass", MUTANT_UNEXECUTED)
+    a pass, or a pass whose mutant never ran, does not; beyond the contract
+    neither does DETECTED (what the clean run ends in: the broken promise
+    noticed as designed)."""
+    undecided = ("pass", "detected", MUTANT_UNEXECUTED) if result.get("beyond") else ("pass", MUTANT_UNEXECUTED)
+    return result["status"] not in undecided
 
 
 def _stop_later(job: _Job) -> None:
@@ -368,8 +393,9 @@ def _progress(job: _Job, done: int, total: int, out: Any) -> None:
     """One line per finished job (on stderr under --json: stdout is the table)."""
     head = f"[{done}/{total}] {job.name}:"
     if job.mutant is None:
-        failing = [f"{k[0]} ({_verdict(r)})" for k, r in sorted(job.results.items()) if r["status"] != "pass"]
-        print(f"{head} {len(job.results) - len(failing)} of {len(job.results)} seeds pass without a mutant"
+        failing = [f"{k[0]} ({_verdict(r)})" for k, r in sorted(job.results.items()) if not _clean(job, k, r)]
+        held = "end DETECTED" if job.beyond else "pass"
+        print(f"{head} {len(job.results) - len(failing)} of {len(job.results)} seeds {held} without a mutant"
               + (f"; excluded: seed {', '.join(failing)}" if failing else ""), file=out, flush=True)
         return
     key = job.decided
@@ -389,13 +415,20 @@ def _never_executed(job: _Job) -> bool:
 
 
 def _verdict(result: dict[str, Any]) -> str:
-    return result["error"] if result["status"] == "error" else result["violations"][0]["name"]
+    if result["status"] == "error":
+        return result["error"]
+    return result["violations"][0]["name"] if result.get("violations") else result["status"]
 
 
 def _baseline_row(job: _Job) -> dict[str, Any]:
     return {"scenario": job.scenarios[0], "store": job.store, "seeds": len(job.results),
             "failing": [{"seed": key[0], "verdict": _verdict(r)} for key, r in sorted(job.results.items())
-                        if r["status"] != "pass"]}
+                        if not _clean(job, key, r)]}
+
+
+def _clean(job: _Job, key: tuple[int, int], result: dict[str, Any]) -> bool:
+    """A baseline seed that ended as a clean run should: a pass, or beyond the contract DETECTED."""
+    return result["status"] == ("detected" if job.beyond_seed(key[0]) else "pass")
 
 
 def _row(job: _Job) -> dict[str, Any]:

@@ -11,7 +11,8 @@ drift apart.
 Which seeds a shard owns (``shard_seeds``): the sweep decides a seed's
 store, whether it runs beyond the contract and which fault kinds the swarm's
 rotation forces on *by seed number* (every 4th on SQLite, every 8th beyond
-the contract, a covering design over 8 consecutive seeds). Dealing seed
+the contract, every 16th beyond the contract on SQLite, a covering design
+over 8 consecutive seeds). Dealing seed
 index ``i`` to shard ``i % N`` would give shard 2 of 4 every SQLite seed and
 no other. So the range is first ordered by ``seed % P`` (``P`` the least
 common multiple of those periods), then dealt round-robin: each shard gets
@@ -49,7 +50,7 @@ ROTATION_PERIOD = 8  # faults.swarm.ROTATION_SEEDS: the covering design's period
 # A child's result is a big object; the summary reads these of it (``compact_result``).
 RESULT_KEYS = ("scenario", "seed", "store", "beyond", "status", "error", "trace_digest", "wall_s", "invariants",
                "repro_command", "repro_file")
-COVERAGE_KEYS = ("fault_kinds", "armed", "ports", "failpoints", "sometimes")
+COVERAGE_KEYS = ("fault_kinds", "beyond_contract", "armed", "ports", "failpoints", "sometimes")
 
 
 class ShardError(UsageError):
@@ -81,7 +82,8 @@ def parse_shard(text: str) -> Shard:
 
 def period(beyond_every: int, sqlite_every: int) -> int:
     """The period over which seeds differ by number alone (store, beyond, rotation)."""
-    return math.lcm(ROTATION_PERIOD, max(1, beyond_every), max(1, sqlite_every))
+    # Every second beyond seed runs on SQLite (``SweepOptions.beyond_on_sqlite``): 2 * beyond_every.
+    return math.lcm(ROTATION_PERIOD, max(1, 2 * beyond_every), max(1, sqlite_every))
 
 
 @attrs.frozen

@@ -12,7 +12,10 @@ the sweep early still leaves every scenario swept.
 Without ``--store``, every ``sqlite_every``-th seed (``seed % sqlite_every
 == 1``: seeds 1, 5, 9, ... by default) runs on SQLite and the others in
 memory: the adapters a user deploys are swept too, at a share of the cost
-(a SQLite seed costs about three memory ones).
+(a SQLite seed costs about three memory ones). Every second seed beyond the
+contract runs on SQLite too (``seed % (2 * beyond_every) == 2 *
+beyond_every - 1``: 15, 31, 47, ...), so the disk faults on the real file
+are swept; the other beyond seeds (7, 23, ...) stay in memory.
 
 A share of the seeds (every ``beyond_every``-th: seeds with ``seed %
 beyond_every == beyond_every - 1``) runs beyond the contract
@@ -130,11 +133,24 @@ class SweepOptions:
 
     def store(self, seed: int) -> str | None:
         """The store ``seed`` runs on when the sweep picks it (None: the
-        child args say)."""
+        child args say): every ``sqlite_every``-th seed, and every second
+        seed beyond the contract (``beyond_on_sqlite``)."""
         every = self.sqlite_every
         if every == 0:
             return None
+        if self.beyond_on_sqlite(seed):
+            return "sqlite"
         return "sqlite" if seed % every == 1 % every else "memory"
+
+    def beyond_on_sqlite(self, seed: int) -> bool:
+        """Whether ``seed`` is one of the beyond-the-contract seeds the sweep
+        runs on SQLite (when it picks the store): every second one (``seed
+        % (2 * beyond_every) == 2 * beyond_every - 1``: 15, 31, 47, ... by
+        default), where the disk faults on the real file (``faults.disk``)
+        are drawn. The SQLite share (``seed % sqlite_every == 1``) never
+        meets a beyond seed, and the other beyond seeds stay in memory."""
+        every = self.beyond_every
+        return not self.all_beyond and every > 0 and seed % (2 * every) == 2 * every - 1
 
 
 def plan_jobs(scenarios: Sequence[str], child_args: Mapping[str, Sequence[str]], opts: SweepOptions,
@@ -394,6 +410,7 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
     sweep (default: as many as ran). ``scenario`` needs ``name`` and
     ``sometimes``."""
     kinds: dict[str, int] = {}            # fired, summed over seeds
+    beyond_kinds: dict[str, int] = {}     # beyond the contract: fired, summed over the seeds that armed each
     kinds_on: dict[str, int] = {}         # seeds that enabled it
     ports: dict[str, dict[str, int]] = {}
     failpoints: dict[str, int] = {}       # fired
@@ -418,6 +435,8 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
         for kind, count in cov.get("fault_kinds", {}).items():
             kinds[kind] = kinds.get(kind, 0) + count
             kinds_on[kind] = kinds_on.get(kind, 0) + (kind in kinds_enabled)
+        for kind, count in cov.get("beyond_contract", {}).items():
+            beyond_kinds[kind] = beyond_kinds.get(kind, 0) + count
         for port, port_counts in cov.get("ports", {}).items():
             total = ports.setdefault(port, {})
             for kind, count in port_counts.items():
@@ -463,6 +482,7 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
         "error_runs": errors,
         "fault_kinds_fired": kinds,
         "fault_kinds_enabled": kinds_on,
+        "beyond_kinds_fired": beyond_kinds,
         "faults_by_port": {port: dict(sorted(c.items())) for port, c in sorted(ports.items())},
         "failpoints_fired": failpoints,
         "failpoints_enabled": failpoints_on,
@@ -600,6 +620,8 @@ def render_scenario(s: Mapping[str, Any]) -> list[str]:
     lines.append(f"  faults fired: {kinds or 'none'}")
     for port, counts in s["faults_by_port"].items():
         lines.append(f"    at {port}: " + ", ".join(f"{k}={n}" for k, n in counts.items()))
+    if s.get("beyond_kinds_fired"):
+        lines.append("  beyond the contract fired: " + ", ".join(f"{k}={n}" for k, n in s["beyond_kinds_fired"].items()))
     lines.append(f"  failpoints fired: {fps or 'none'}")
     lines.append(f"  never fired (enabled in some seed): {', '.join(s['never_fired_enabled']) or 'none'}; "
                  f"switched off by the swarm in every seed: {', '.join(s['switched_off']) or 'none'}")
