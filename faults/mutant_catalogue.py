@@ -648,8 +648,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A client whose conversation a recovering owner materialized and claimed between its look at the log and "
         "its own materialize at epoch 0 fails on the stale-epoch refusal instead of marking the submission ready.",
         "model.lifecycle", '            if error_name(error) != "FenceRejected":\n',
-        "            if True:\n", ("ledger-storm", "agent-conversations"),
-        ci_seed=8, ci_duration="1d"),
+        "            if True:\n", ("ledger-storm", "agent-conversations")),
     Mutant(
         "settlement-retry-conflicts-with-itself",
         "A settlement retried after its reservation's reply was lost builds a new envelope (created later) and "
@@ -746,7 +745,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The worker appends the input record of a submission whose abort intent was already durable when it "
         "claimed it (aborted before its input ever reached the log).",
         "model.submissions", "        if not record.input_applied and not aborted:\n",
-        "        if not record.input_applied:\n", LS, ci_seed=1, ci_duration="12h"),
+        "        if not record.input_applied:\n", LS, ci_seed=6, ci_duration="2h"),
     Mutant(
         "worker-skips-takeover",
         "The worker never takes the log over at its claim's epoch (its first append would), so until then a "
@@ -1466,7 +1465,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.retention",
         "    try:\n        await ledger.purge_conversation(conversation_id)\n",
         "    await log.delete_conversation(conversation_id)\n    try:\n        await ledger.purge_conversation(conversation_id)\n",
-        LS, ci_seed=11, ci_duration="4h"),
+        LS, ci_seed=31, ci_duration="2h"),
     Mutant(
         "progress-polling-loop",
         "The wait sleeps a second and rereads instead of parking on its registration: a polling loop.",

@@ -62,7 +62,7 @@ def _stale_token_failure():
     for the four tests that need it, each of which runs under the planted
     bug (``stale_tokens_accepted``) and replays it there."""
     if not _STALE_TOKEN_FAILURE:
-        _STALE_TOKEN_FAILURE["first"] = first_failing("ledger-storm", "2h", range(8), _paused)
+        _STALE_TOKEN_FAILURE["first"] = first_failing("ledger-storm", "2h", range(32, 40), _paused)
     return _STALE_TOKEN_FAILURE["first"]
 
 
@@ -339,8 +339,11 @@ def test_run_faults_with_a_repro_file_adopts_its_configuration(stale_tokens_acce
     from sim.face import cli, repro_file
 
     opts = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("1h"),  # no swarm: the command line's default is one
+                           # worker-2's ledger calls hang 28 s, past its lease: one lands
+                           # with its superseded token (a paused worker now stops by itself
+                           # before its step's effect, its lease over).
                            fault_script=parse_script([{"time_ms": 330_000, "node": "workers/worker-2",
-                                                       "site": "process", "kind": "node-pause",
+                                                       "site": "partition/hang/ledger", "kind": "partition",
                                                        "duration_ms": 28_000}]),
                            script_must_fire=True)
     failing = run(registry.get("ledger-storm"), opts)

@@ -29,7 +29,7 @@ from sim.runner import run
 from sim.scenario import ScenarioOptions
 from sim.world import FaultEvent, World
 
-CUT_MS = 30_000
+CUT_MS = 60_000
 
 
 def _at_port(mode: str, *, cut_ms: int = CUT_MS, at_ms: int = 1_000):
