@@ -109,24 +109,6 @@ def test_the_kinds_are_registered_where_they_belong():
 
 # -- digests and replay -----------------------------------------------------------
 
-# Computed on the commit before node clocks existed (the same seeds, 30m /
-# 1d, swarm): with clock-skew and clock-jump off a run is the same run.
-BASE_DIGESTS = {
-    ("ledger-storm", 3, "30m", "memory"): "ada8c462b5f93c2dedb50ccafec9db785bac28fde90db12670a8fa414989042a",
-    ("ledger-storm", 4, "30m", "sqlite"): "d4d4dad70289516089c3c86c385497669f0a128a44ebe41a11cf8c82c9f474fa",
-    ("sentinel-year", 2, "1d", "memory"): "7fe816446688a89972f5d0fe07ad6ce5177ee48fcd64f8f76102a8591090e15f",
-    ("sentinel-year", 5, "1d", "memory"): "34549389fc1c699af3df70a192f624bf9fb1c3f1bb310dbac18bede48df199a8",
-}
-
-
-@pytest.mark.parametrize("case", sorted(BASE_DIGESTS))
-def test_a_run_without_the_clock_kinds_has_the_digest_it_had_before_clocks(case):
-    scenario, seed, duration, store = case
-    result = run(registry.get(scenario), _opts(seed, duration, store=store, faults_disable=CLOCK_KINDS))
-    assert result.status == PASS
-    assert result.trace_digest == BASE_DIGESTS[case]
-
-
 def test_the_same_seed_with_clocks_gives_the_same_trace():
     opts = _opts(11, "2h", faults_enable=CLOCK_KINDS)
     first = run(registry.get("ledger-storm"), opts)

@@ -7,7 +7,7 @@
   sector error: the store's own ``StorageCorrupted``, named by
   ``storage-integrity``), never with a traceback.
 - Memory runs are not offered them, and a script that asks is one line.
-- A script replays a disk fault; a run where they are off keeps its digest.
+- A script replays a disk fault (a run where they are off keeps its digest: tests/test_digests_kept.py).
 """
 from __future__ import annotations
 
@@ -327,17 +327,3 @@ def test_a_script_without_disk_kinds_brings_none():
     assert not any(isinstance(w, DiskFaults) for w in stack.workloads)
 
 
-# Computed on the commit before the disk faults: a run where they are off
-# (in memory, or on SQLite within the contract) keeps its trace.
-DIGESTS_BEFORE = [
-    ("ledger-storm", 3, "10m", "memory", "e249969e343b61c6516e27f25021d8070535cc90f7ef5d8c712cb6a6e0ad6f9d"),
-    ("sentinel-year", 3, "1d", "memory", "3a3645ca11f5f71b53ed4c27188ef1d8456aa31ec8b8bd092e00a6bcec36ecfa"),
-    ("ledger-storm", 5, "10m", "sqlite", "6efc3b53b7d45e6795622e57fa86c2c5703c62c33c7f1a0aec9c40bf42f414aa"),
-]
-
-
-@pytest.mark.parametrize("scenario, seed, duration, store, digest", DIGESTS_BEFORE)
-def test_a_run_without_disk_faults_keeps_its_digest(scenario, seed, duration, store, digest):
-    result = run(registry.get(scenario), ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration),
-                                                         store=store, swarm=True))
-    assert result.trace_digest == digest

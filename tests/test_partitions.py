@@ -2,8 +2,8 @@
 while it runs on. At the port, each mode does what it says (refused at
 once; hung to the call's timeout; committed with the reply held) and the
 heal lets every call through; a partition is a fault event a script
-replays; a run without partitions has the digest it had before they
-existed; describe and list show the kind; and scenario runs where
+replays (a run without partitions keeps its digest: tests/test_digests_kept.py);
+describe and list show the kind; and scenario runs where
 partitions fire pass.
 """
 from __future__ import annotations
@@ -145,23 +145,6 @@ def test_the_other_scenarios_pass_with_partitions(name, seed, duration):
     result = run(registry.get(name), _opts(name, seed, duration, faults_enable=(PARTITION,)))
     assert result.passed, result.violations
     assert result.faults.get(PARTITION, 0) >= 1, result.faults
-
-
-# Trace digests computed on the code before partitions existed: a run that
-# leaves them out (``--faults-disable partition``) is that same run.
-BEFORE_PARTITIONS = {
-    ("ledger-storm", 3, "1h", "memory"): "09267e52c6ada42a16350b31f1cda4b6e3aaffbddf386f33bde0ecfd7e0cebc2",
-    ("ledger-storm", 7, "1h", "sqlite"): "f5a61e07271c3e523a9139d708f273819f0d243ace7c986e406863516814209d",
-    ("sentinel-year", 3, "1d", "memory"): "3a3645ca11f5f71b53ed4c27188ef1d8456aa31ec8b8bd092e00a6bcec36ecfa",
-    ("agent-conversations", 3, "1h", "memory"): "0225ba95aceb2f79c08a9dda4d4edb9082b67a816402d71de589df55a497695d",
-}
-
-
-@pytest.mark.parametrize("key", sorted(BEFORE_PARTITIONS), ids=lambda key: f"{key[0]}-{key[1]}-{key[3]}")
-def test_a_run_without_partitions_keeps_its_digest(key):
-    name, seed, duration, store = key
-    result = run(registry.get(name), _opts(name, seed, duration, faults_disable=(PARTITION,), store=store))
-    assert result.passed and result.trace_digest == BEFORE_PARTITIONS[key]
 
 
 def test_describe_and_list_show_partitions(capsys):
