@@ -648,8 +648,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A client whose conversation a recovering owner materialized and claimed between its look at the log and "
         "its own materialize at epoch 0 fails on the stale-epoch refusal instead of marking the submission ready.",
         "model.lifecycle", '            if error_name(error) != "FenceRejected":\n',
-        "            if True:\n", ("ledger-storm", "agent-conversations"),
-        ci_seed=8, ci_duration="1d"),
+        "            if True:\n", ("ledger-storm", "agent-conversations")),
     Mutant(
         "settlement-retry-conflicts-with-itself",
         "A settlement retried after its reservation's reply was lost builds a new envelope (created later) and "
@@ -1212,8 +1211,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "run's findings are never projected.",
         "model.findings",
         "                if occurrence_ms + schedule.every_ms > high_ms:\n"
-        "                    break  # the latest occurrence may not be admitted yet\n", "", SY,
-        ci_seed=9, ci_duration="7d"),
+        "                    break  # the latest occurrence may not be admitted yet\n", "", SY),
     Mutant(
         "retention-passes-open-work",
         "Retention skips over a run with open work and retires the settled runs behind it.",
@@ -1307,7 +1305,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "suspended past its deadline goes on running.",
         "model.agent", "            started_at_ms = start.envelope.created_at_ms\n",
         "            started_at_ms = self.now_ms()\n", AC,
-        ci_seed=1, ci_duration="10m"),
+        ci_seed=6, ci_duration="10m"),
     Mutant(
         "agent-run-start-per-attempt",
         "Each attempt starts the run afresh under its own attempt id: a resumed run has a second RunStarted.",
@@ -1451,7 +1449,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.retention",
         "    try:\n        await ledger.purge_conversation(conversation_id)\n",
         "    await log.delete_conversation(conversation_id)\n    try:\n        await ledger.purge_conversation(conversation_id)\n",
-        LS, ci_seed=11, ci_duration="4h"),
+        LS, ci_seed=31, ci_duration="4h"),
     Mutant(
         "progress-polling-loop",
         "The wait sleeps a second and rereads instead of parking on its registration: a polling loop.",
