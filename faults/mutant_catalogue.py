@@ -1226,8 +1226,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "run's findings are never projected.",
         "model.findings",
         "                if occurrence_ms + schedule.every_ms > high_ms:\n"
-        "                    break  # the latest occurrence may not be admitted yet\n", "", SY,
-        ci_seed=9, ci_duration="7d"),
+        "                    break  # the latest occurrence may not be admitted yet\n", "", SY),
     Mutant(
         "retention-passes-open-work",
         "Retention skips over a run with open work and retires the settled runs behind it.",
@@ -1321,7 +1320,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "suspended past its deadline goes on running.",
         "model.agent", "            started_at_ms = start.envelope.created_at_ms\n",
         "            started_at_ms = self.now_ms()\n", AC,
-        ci_seed=1, ci_duration="10m"),
+        ci_seed=6, ci_duration="10m"),
     Mutant(
         "agent-run-start-per-attempt",
         "Each attempt starts the run afresh under its own attempt id: a resumed run has a second RunStarted.",
@@ -1465,7 +1464,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.retention",
         "    try:\n        await ledger.purge_conversation(conversation_id)\n",
         "    await log.delete_conversation(conversation_id)\n    try:\n        await ledger.purge_conversation(conversation_id)\n",
-        LS, ci_seed=31, ci_duration="2h"),
+        LS, ci_seed=31, ci_duration="4h"),
     Mutant(
         "progress-polling-loop",
         "The wait sleeps a second and rereads instead of parking on its registration: a polling loop.",

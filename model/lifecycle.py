@@ -405,9 +405,16 @@ class SubmissionLifecycle:
         try:
             await self.ledger.reserve_settlement(queued_abort_token(submission_id, producer_id), envelope)
         except Exception as error:
-            if error_name(error) not in QUEUED_ABORT_OWNED:
-                raise
-            return None  # claimed meanwhile: its owner settles it aborted
+            if error_name(error) in QUEUED_ABORT_OWNED:
+                return None  # claimed meanwhile: its owner settles it aborted
+            if error_name(error) == "SettlementConflict" and getattr(error, "existing_outcome", None) == ABORTED:
+                # Another settler (another worker's scan, a recovery pass)
+                # reserved its own ``aborted`` envelope since this one read
+                # the row (another instant, another clock: another
+                # ``createdAt``): the abort is that settler's to finish, or
+                # the next scan's, from the reservation it finds.
+                return None
+            raise
         entries = [abort_entry(submission_id, record.abort_author, record.abort_reason), envelope]
         if await self.append_administrative(conversation_id, producer_id, settle_batch_id(submission_id),
                                             entries) is None:

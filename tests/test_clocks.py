@@ -204,6 +204,7 @@ class _Call:
 class _Claim:
     submission_id: str
     owner_id: str
+    lease_expires_ms: int = 0
 
 
 def _oracle() -> tuple[ClockTolerance, list]:
@@ -216,13 +217,15 @@ def _oracle() -> tuple[ClockTolerance, list]:
 def test_the_oracle_allows_a_takeover_a_tolerated_skew_explains():
     oracle, failures = _oracle()
     sid = "sub-c1-1"
-    oracle.on_port_call(_Call(10_000, "a", "ledger", "claim", ("c1", "a", 20_000, 10_400), {}, _Claim(sid, "a")))
-    # b's clock 900 ms ahead, a's 400 ms ahead: b takes over 1.3 s before a's lease ends in true time.
-    oracle.on_port_call(_Call(28_700, "b", "ledger", "claim", ("c1", "b", 20_000, 29_600), {}, _Claim(sid, "b")))
+    oracle.on_port_call(_Call(10_000, "a", "ledger", "claim", ("c1", "a", 20_000, 10_400), {},
+                              _Claim(sid, "a", 30_400)))
+    # b's clock 900 ms ahead: b takes over 900 ms before a's lease ends in true time.
+    oracle.on_port_call(_Call(29_500, "b", "ledger", "claim", ("c1", "b", 20_000, 30_400), {},
+                              _Claim(sid, "b", 50_400)))
     assert failures == []
     # Then a clock an hour ahead: a timestamp, and a takeover long before the lease ends.
     oracle.on_port_call(_Call(30_000, "c", "ledger", "claim", ("c1", "c", 20_000, 30_000 + MS_PER_HOUR), {},
-                              _Claim(sid, "c")))
+                              _Claim(sid, "c", 50_000 + MS_PER_HOUR)))
     assert [f.invariant for f in failures] == ["clock-tolerance", "clock-tolerance"]
     assert "ahead" in failures[0].message and "before that owner's lease runs out" in failures[1].message
 
@@ -330,3 +333,35 @@ def test_a_reconciler_waits_out_the_claimed_offset_past_a_deadline_another_clock
     assert trio.run(reconciler.act, ledger, record, "sub-c1-1", "call-1") is False and ledger.resolved == []
     now[0] += 1
     assert trio.run(reconciler.act, ledger, record, "sub-c1-1", "call-1") is True and len(ledger.resolved) == 1
+
+
+# -- two settlers of one queued abort, on two clocks ---------------------------------------
+
+
+def test_two_settlers_of_a_queued_abort_on_two_clocks_settle_it_once(stores):
+    """Two workers' scans find one queued abort; the one whose clock is
+    behind reserves, appends and finalizes first; the other, which read the
+    row before that reservation, builds its own envelope (its clock's
+    ``createdAt``): the ledger refuses it (another record), and that is the
+    other settler's work done, not a failure of this one."""
+    from model.lifecycle import SubmissionLifecycle
+    from model.submissions import SubmissionClient
+
+    conversation = "conv-two-settlers"
+    client = SubmissionClient(stores.ledger, stores.log, now_ms=stores.now)
+    trio.run(client.submit, conversation, "p", "k1", {"n": 1})
+    queued = trio.run(client.submit, conversation, "p", "k2", {"n": 2})
+    claim = trio.run(stores.ledger.claim, conversation, "worker-0", 60_000, stores.now())
+    trio.run(stores.log.materialize, conversation, "worker-0", claim.epoch)
+    trio.run(stores.ledger.request_abort, queued.submission_id, "client", "no longer needed", stores.now())
+    stale = trio.run(stores.ledger.get, queued.submission_id)  # read by the second settler, before the first
+
+    behind = SubmissionLifecycle(stores.ledger, stores.log, now_ms=lambda: stores.now() - 300, owner_id="worker-7")
+    ahead = SubmissionLifecycle(stores.ledger, stores.log, now_ms=lambda: stores.now() + 200, owner_id="worker-3")
+    first = trio.run(behind.settle_queued_abort, queued.submission_id, "worker-7")
+    assert first is not None and first.outcome == "aborted"
+    assert trio.run(ahead.settle_queued_abort, queued.submission_id, "worker-3", stale) is None
+    row = trio.run(stores.ledger.get, queued.submission_id)
+    assert row.outcome == "aborted" and row.settled
+    assert [i for i in stores.ids(conversation) if i.startswith("settlement:" + queued.submission_id)] == [
+        f"settlement:{queued.submission_id}"]
