@@ -1226,7 +1226,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "run's findings are never projected.",
         "model.findings",
         "                if occurrence_ms + schedule.every_ms > high_ms:\n"
-        "                    break  # the latest occurrence may not be admitted yet\n", "", SY),
+        "                    break  # the latest occurrence may not be admitted yet\n", "", SY,
+        ci_seed=15, ci_duration="14d"),
     Mutant(
         "retention-passes-open-work",
         "Retention skips over a run with open work and retires the settled runs behind it.",
@@ -1555,7 +1556,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '    (INPUT_APPLIED, lambda row, log, ctx: _not_waiting(row, log), ENSURE_WAITING_FOR_CHILD, REPAIRED),\n',
         '    (INPUT_APPLIED, lambda row, log, ctx: _not_waiting(row, log), RESUME_FROM_TURN_BOUNDARY, DEFERRED),\n',
         AC,
-        ci_seed=1, ci_duration="2h"),
+        ci_seed=7, ci_duration="30m"),
     Mutant(
         "recovery-unlinked-child-as-admission",
         "A child admitted or attached with no started record is classified CompleteChildAdmission, not RepairSubagentStartLink.",
@@ -1649,7 +1650,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    row = check_token(row, token)  # a lapsed lease renews until another owner claims\n",
         "    row = row if row is not None and token.lease_expires_ms > now_ms \\\n"
         "        else check_token(row, token)  # its own lease is live\n",
-        LS_PS, ci_seed=27, ci_duration="6h"),
+        LS_PS, ci_seed=39, ci_duration="6h"),
     Mutant(
         "occurrence-id-from-clock",
         "A woken schedule names its run by the node's clock rounded down to the period instead of by the "
