@@ -637,6 +637,11 @@ async def recovery_pass(log: Any, ledger: Any, probe: Probe = NULL_PROBE, *, che
                     now_ms() if now_ms is not None else 0))
             except CheckpointRejected:
                 pass  # disposable: the next pass reads more, that is all
+            except NotMaterialized:
+                # Deleted since the read (retention retires a conversation
+                # once its work has settled, its ledger rows with it): there
+                # is nothing left to checkpoint or classify.
+                continue
         if checkpoint is None:
             facts = facts_from_records(prefix.records)
         else:
