@@ -62,6 +62,9 @@ class ClockTolerance(Checker):
         # conversation -> (submission, owner, the lease expiry the ledger holds for it)
         self._leases: dict[str, tuple[str, str, int]] = {}
         self.worst_offset_ms = 0
+        # node name -> the true time of the latest reading of its clock a
+        # store call carried (``faults.clocks.ClockJumps.check`` reads it).
+        self.last_reading_ms: dict[str, int] = {}
 
     def metrics(self) -> dict[str, Any]:
         return {"clock_worst_offset_ms": self.worst_offset_ms}
@@ -83,6 +86,7 @@ class ClockTolerance(Checker):
         if type(now_ms) is not int:
             return
         self.checks += 1
+        self.last_reading_ms[call.node.split("#", 1)[0]] = call.time_ms
         # Read before the call set out: a slow call (latency, a pause) lands
         # with a timestamp behind the true instant of its commit, as any
         # request does; only one *ahead* of it is a clock, not a delay.
