@@ -8,7 +8,7 @@ import json
 import attrs
 import pytest
 
-from faults.kinds import NODE_PAUSE
+from faults.kinds import PARTITION
 from faults.script import parse_script
 from scenarios import registry
 from sim.face import cli, repro_file
@@ -37,14 +37,17 @@ def test_ddmin_keeps_nothing_when_nothing_is_needed_and_everything_when_all_is()
     assert ddmin([], lambda subset: True) == []
 
 
-# Five transient errors that do not matter, and one pause (past the 20 s
-# lease) that lets a successor take workers/worker-2's submission over: with
-# the planted bug, its stale token still settles. Every entry must fire.
+# Five transient errors that do not matter, and one 28 s partition of
+# worker-2's ledger calls (past the 20 s lease) that lets a successor take
+# its submission over: with the planted bug, its stale token still settles
+# (the reference model sees the ledger accept it first). Every entry must fire.
 NOISE = [{"time_ms": m * MINUTE_MS, "node": "workers/worker-3", "site": site, "kind": "transient-error"}
          for m, site in ((5, "ledger.claim"), (9, "log.append"), (14, "ledger.renew_ownership"),
                          (21, "log.inspect_tail"), (26, "ledger.get"))]
-PAUSE = {"time_ms": 31 * MINUTE_MS + 45_000, "node": "workers/worker-2", "site": "process", "kind": "node-pause",
-         "duration_ms": 28_000}
+# (A partition, not a pause: a paused worker now stops by itself before its
+# step's effect, its lease over; one whose ledger calls hang 28 s lands one.)
+PAUSE = {"time_ms": 31 * MINUTE_MS + 45_000, "node": "workers/worker-2", "site": "partition/hang/ledger",
+         "kind": "partition", "duration_ms": 28_000}
 OPTS = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("2h"), fault_script=parse_script([*NOISE, PAUSE]),
                        script_must_fire=True)
 
@@ -55,14 +58,14 @@ def test_shrinking_keeps_the_decisive_pause_and_bisects_the_duration_from_just_p
     # to the pause that matters, and the duration bisection starts just past
     # the failure (2h: the old bisection first tried the middle, 75m).
     original = run(registry.get("ledger-storm"), OPTS)
-    assert original.violations[0].invariant == "fencing"
+    assert original.violations[0].invariant == "reference-model"
     tried = []
     shrunk = shrink(registry.get("ledger-storm"), OPTS, runs_max=60,
                     on_run=lambda runs, still, candidate: tried.append(candidate.duration_ms))
     assert not shrunk.budget_spent and shrunk.original_entries == 6
     (kept,) = shrunk.opts.fault_script
-    assert (kept.kind, kept.node, kept.duration_ms) == (NODE_PAUSE, "workers/worker-2", 28_000)
-    assert shrunk.result.violations[0].invariant == "fencing"
+    assert (kept.kind, kept.node, kept.duration_ms) == (PARTITION, "workers/worker-2", 28_000)
+    assert shrunk.result.violations[0].invariant == "reference-model"
     failed_at_ms = shrunk.result.violations[0].time_ms
     # Bisected in whole minutes: well under the original 2h, never before the failure.
     assert failed_at_ms < shrunk.opts.duration_ms <= OPTS.duration_ms // 2
@@ -97,7 +100,7 @@ def test_loomsim_shrink_writes_a_repro_file_that_still_fails_and_its_repro_chang
     assert cli.main(["shrink", path]) == 1  # the shrunk run fails, as its report says
     out = tmp_path / "loomsim-shrunk-ledger-storm-0.json"  # the default name, next to the input
     shown = capsys.readouterr().out
-    assert "6 -> 1 script entries" in shown and "workers/worker-2: node-pause at process" in shown
+    assert "6 -> 1 script entries" in shown and "workers/worker-2: partition at partition/hang/ledger" in shown
     assert f"replay: loomsim repro {out}" in shown
     assert open(path, encoding="utf-8").read() == before  # the original is kept
     body = json.load(open(out, encoding="utf-8"))
@@ -105,7 +108,7 @@ def test_loomsim_shrink_writes_a_repro_file_that_still_fails_and_its_repro_chang
     files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     assert cli.main(["repro", str(out), "--json"]) == 1
     replayed = json.loads(capsys.readouterr().out)
-    assert replayed["violations"][0]["name"] == "fencing"
+    assert replayed["violations"][0]["name"] == "reference-model"
     assert replayed["trace_digest"] == body["trace_digest"]
     assert replayed["repro_file"] == str(out)  # the input is the repro file: nothing new written
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
