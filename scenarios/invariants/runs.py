@@ -38,7 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from faults.clocks import CLOCK_FAULT_KINDS, CLOCK_TOLERANCE_MS
-from faults.events import ERROR, AgentStep, LedgerFinalizeSettlement, LogAppend
+from faults.events import ERROR, AgentStep, Fault, LedgerFinalizeSettlement, LogAppend
 from model.ledger.records import settlement_of
 from sim.invariants import Checker, RecentlySettled
 
@@ -69,7 +69,7 @@ def _run_of(payload: dict) -> str | None:
 
 class RunClock(Checker):
     name = "run-clock"
-    kinds = (LogAppend.kind, AgentStep.kind, LedgerFinalizeSettlement.kind, "fault")
+    kinds = (LogAppend.kind, AgentStep.kind, LedgerFinalizeSettlement.kind, Fault.kind)
 
     def __init__(self) -> None:
         super().__init__()
@@ -97,7 +97,7 @@ class RunClock(Checker):
         fields = event.fields
         if ERROR in fields:
             return
-        if kind == "fault":
+        if kind == Fault.kind:
             if fields.get("kind") in CLOCK_FAULT_KINDS:
                 self.clock_slack_ms = CLOCK_TOLERANCE_MS
             return
