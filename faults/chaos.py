@@ -54,6 +54,14 @@ def resolve_nodes(targets: Targets) -> tuple[str, ...]:
     return tuple(names)
 
 
+def busy_first(world: World, chaos: Stream, nodes: Sequence[str], owners: Any) -> Any:
+    """One of ``nodes``, drawn from ``chaos``: among those alive that hold a
+    claim right now (their label in ``owners``) when any does, else among
+    all (a pause or a partition hurts most where a lease is held)."""
+    busy = [name for name in nodes if world.nodes[name].alive and world.nodes[name].label in owners]
+    return world.nodes[chaos.choice(busy or list(nodes))]
+
+
 def _pick(stream: Stream, names: Sequence[str]) -> str:
     return names[0] if len(names) == 1 else stream.choice(names)
 
@@ -130,9 +138,7 @@ class NodePauses(Workload):
 
     def propose(self, world: World, hit: int) -> FaultEvent | None:
         chaos = self.stream(world)
-        owners = self._busy()
-        busy = [name for name in self.nodes if world.nodes[name].alive and world.nodes[name].label in owners]
-        node = world.nodes[chaos.choice(busy or list(self.nodes))]
+        node = busy_first(world, chaos, self.nodes, self._busy())
         if not node.alive:
             return None
         pause_ms = chaos.between(*chaos.choice(self.pause_ms))

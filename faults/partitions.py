@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from faults.chaos import node_name, resolve_nodes
+from faults.chaos import busy_first, node_name, resolve_nodes
 from faults.events import DETAIL, ERROR, ProbeEvent
 from faults.kinds import PARTITION
 from sim.node import NodeDeadError
@@ -202,9 +202,7 @@ class Partitions(Workload):
 
     def propose(self, world: World, hit: int) -> FaultEvent | None:
         chaos = self.stream(world)
-        owners = self._busy()
-        busy = [name for name in self.nodes if world.nodes[name].alive and world.nodes[name].label in owners]
-        node = world.nodes[chaos.choice(busy or list(self.nodes))]
+        node = busy_first(world, chaos, self.nodes, self._busy())
         mode = chaos.choice(self.modes)
         if len(self.stores) == 1 or chaos.below(2) == 0:
             stores = self.stores
