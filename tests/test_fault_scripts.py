@@ -215,7 +215,7 @@ def test_a_scheduled_run_replays_its_faults_and_deviations_from_one_script(sched
     script as the faults, and the script alone replays the run exactly."""
     from sim.interleave import Deviation
 
-    opts = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("2h"), schedule=schedule)
+    opts = ScenarioOptions(seed=0, duration_ms=parse_duration_ms("30m"), schedule=schedule)
     first = run(registry.get("ledger-storm"), opts)
     assert first.passed, first.violations
     deviations = [e for e in first.fault_script if isinstance(e, Deviation)]

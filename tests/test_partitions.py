@@ -211,6 +211,7 @@ def test_a_worker_whose_lease_is_over_by_its_clock_does_nothing_more_under_the_c
     assert (error.submission_id, error.epoch, error.lease_expires_ms, error.now_ms) == ("sub-c-1", 3, 10_000, 10_000)
 
 
+@pytest.mark.slow  # 2 x 6h; the fix itself: the two LeaseExpired tests above
 def test_ledger_storm_seeds_where_a_renew_came_back_late_pass():
     # Before the worker checked its lease, these failed effect-under-lease (a
     # renew held by a partition, delayed by the store, or a pause after it).

@@ -381,7 +381,7 @@ def test_run_results_count_decisions_by_name_and_disposition():
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        main(["run", "ledger-storm", "--seed", "0", "--duration", "6h", "--no-progress", "--json"])
+        main(["run", "ledger-storm", "--seed", "0", "--duration", "1h", "--no-progress", "--json"])
     result = json.loads(out.getvalue())
     decisions, dispositions = result["stats"]["recovery_decisions"], result["stats"]["recovery_dispositions"]
     assert decisions and sum(decisions.values()) == sum(dispositions.values())
@@ -468,12 +468,12 @@ def test_the_sweep_summary_adds_up_the_recovery_decisions_of_its_seeds(tmp_path)
             main([*args, "--no-progress", "--json"] if args[0] == "run" else [*args, "--json"])
         return json.loads(out.getvalue())
 
-    seeds = [run_json("run", "ledger-storm", "--seed", str(seed), "--duration", "30m") for seed in (0, 1)]
+    seeds = [run_json("run", "ledger-storm", "--seed", str(seed), "--duration", "10m") for seed in (0, 1)]
     want: dict = {}
     for result in seeds:
         for name, count in result["stats"]["recovery_decisions"].items():
             want[name] = want.get(name, 0) + count
-    common = ["sweep", "ledger-storm", "--seeds", "0:2", "--duration", "30m", "--jobs", "1", "--sqlite-every", "0",
+    common = ["sweep", "ledger-storm", "--seeds", "0:2", "--duration", "10m", "--jobs", "1", "--sqlite-every", "0",
               "--beyond-every", "0", "--failure-db", "none"]
     # Seeds 0 and 1: the two above; the sums are over every seed.
     summary = run_json(*common, "--report", str(tmp_path / "r"))

@@ -36,7 +36,7 @@ def _sweep_json(argv: list[str], capsys) -> tuple[int, dict]:
 
 def test_a_sweep_without_a_scenario_runs_every_registered_one(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    _, summary = _sweep_json(["--seeds", "0:2", "--duration", "20m", "--store", "memory", "--repro-dir",
+    _, summary = _sweep_json(["--seeds", "0:2", "--duration", "5m", "--store", "memory", "--repro-dir",
                               str(tmp_path)], capsys)
     names = [s.name for s in registry.all_scenarios()]
     assert len(names) >= 2 and list(summary["scenarios"]) == names
@@ -106,7 +106,7 @@ def test_the_cli_mixes_stores_only_when_no_store_is_given(monkeypatch):
 
 def test_a_spent_time_budget_runs_the_first_seed_of_each_scenario_and_says_so(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, summary = _sweep_json(["--seeds", "0:3", "--duration", "20m", "--time-budget", "0.001",
+    code, summary = _sweep_json(["--seeds", "0:3", "--duration", "5m", "--time-budget", "0.001",
                                  "--repro-dir", str(tmp_path)], capsys)
     scenarios = len(registry.all_scenarios())
     assert (summary["seeds"], summary["ran"]) == (3 * scenarios, scenarios)
