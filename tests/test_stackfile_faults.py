@@ -40,7 +40,7 @@ def _file(tmp_path: Path, text: str, name: str = "stack.toml") -> str:
 def test_the_new_kinds_join_the_files_swarm_after_its_own_with_the_clock_knobs():
     space = registry.get(str(EXAMPLE_PATH)).swarm_space
     assert space.fault_kinds == ("crash-before-call", "ack-lost", "transient-error", "reply-lost", "node-kill",
-                                 CLOCK_SKEW, CLOCK_JUMP, PARTITION)
+                                 "node-pause", CLOCK_SKEW, CLOCK_JUMP, PARTITION)
     assert [k.name for k in space.knobs] == ["lease_ms", "workers", "clock_offset_ms_max", "clock_drift_ppm_max"]
     assert (space.knob("clock_offset_ms_max").maximum, space.knob("clock_drift_ppm_max").maximum) == (500, 100)
 
@@ -122,6 +122,17 @@ def test_the_example_beyond_the_contract_on_sqlite_fires_disk_faults_and_detects
     assert code == 0 and body["status"] == "detected" and body["beyond_contract"], body["status"]
 
 
+def test_a_bug_planted_in_the_workers_is_named_by_their_check_in_the_file_stack():
+    from faults import mutants as mx
+
+    opts = ScenarioOptions(seed=15, duration_ms=parse_duration_ms("30m"), swarm=True)
+    scenario = registry.get(str(EXAMPLE_PATH))
+    assert run(scenario, opts).passed
+    with mx.applied(mx.catalogue()["worker-acts-past-lease"]):
+        result = run(scenario, opts)
+    assert not result.passed and result.violations[0].invariant == "effect-under-lease", result.violations[:1]
+
+
 # -- the stores a partition may cut are the ones its targets call -------------------------
 
 def test_the_stores_a_workers_target_may_lose_are_the_ones_its_processes_call():
@@ -171,33 +182,33 @@ _CLOCKS = 'kind = "clocks"\noffset_max = "500ms"\ndrift_max_ppm = 100\n'
 _PART = 'stores = ["ledger", "log", "checkpoints"]'
 ERRORS = [
     ('offset_max = "500ms"', 'offset_max = "2s"',
-     "[workload 5] offset_max: expected at most 500ms (the claimed tolerance's offset), got '2s'"),
+     "[workload 6] offset_max: expected at most 500ms (the claimed tolerance's offset), got '2s'"),
     ('offset_max = "500ms"', 'offset_max = 5',
-     '[workload 5] offset_max: expected a duration like "5m", got 5'),
+     '[workload 6] offset_max: expected a duration like "5m", got 5'),
     ("drift_max_ppm = 100", "drift_max_ppm = 101",
-     "[workload 5] drift_max_ppm: expected at most 100 (the claimed tolerance's drift), got 101"),
+     "[workload 6] drift_max_ppm: expected at most 100 (the claimed tolerance's drift), got 101"),
     ("drift_max_ppm = 100", "drift_ppm = 100",
-     "[workload 5] unknown key 'drift_ppm' (known: offset_max, drift_max_ppm)"),
+     "[workload 6] unknown key 'drift_ppm' (known: offset_max, drift_max_ppm)"),
     (_PART, 'stores = ["ledger", "pager"]',
-     "[workload 4] stores: workers does not call 'pager' (it calls: ledger, log, checkpoints)"),
-    (_PART, 'stores = []', "[workload 4] stores: expected a list of names, got []"),
-    (_PART, 'stores = ["ledger", "ledger"]', "[workload 4] stores: 'ledger' is named twice"),
+     "[workload 5] stores: workers does not call 'pager' (it calls: ledger, log, checkpoints)"),
+    (_PART, 'stores = []', "[workload 5] stores: expected a list of names, got []"),
+    (_PART, 'stores = ["ledger", "ledger"]', "[workload 5] stores: 'ledger' is named twice"),
     ('cut = [["1s", "lease / 2"], ["lease", "4 * lease"]]', 'cut = [["0s", "lease"]]',
-     "[workload 4] cut: a cut lasts more than 0 ms"),
+     "[workload 5] cut: a cut lasts more than 0 ms"),
     ('cut = [["1s", "lease / 2"], ["lease", "4 * lease"]]', 'cut = [["1s", "lease / 0"]]',
-     "[workload 4] cut: bad duration 'lease / 0'"),
-    ('every = ["5m", "30m"]', 'every = ["30m", "5m"]', "[workload 4] every: range ['30m', '5m'] runs backwards"),
+     "[workload 5] cut: bad duration 'lease / 0'"),
+    ('every = ["5m", "30m"]', 'every = ["30m", "5m"]', "[workload 5] every: range ['30m', '5m'] runs backwards"),
     ('every = ["5m", "30m"]', 'modes = ["refuse", "drop"]\nevery = ["5m", "30m"]',
-     "[workload 4] modes: unknown mode 'drop' (known: refuse, hang, reply-held)"),
+     "[workload 5] modes: unknown mode 'drop' (known: refuse, hang, reply-held)"),
     ('kind = "partitions"\ntargets = "workers"', 'kind = "partitions"\ntargets = "requests"',
-     "[workload 4] targets: no workload 'requests' it can act on (sentinels, workers, agent-workers; known: workers)"),
+     "[workload 5] targets: no workload 'requests' it can act on (sentinels, workers, agent-workers; known: workers)"),
     ('kind = "partitions"\ntargets = "workers"', 'kind = "partitions"\nnodes = ["workers/worker-1"]',
-     "[workload 4] unknown key 'nodes' (known: name, when, targets, stores, every, cut, modes)"),
+     "[workload 5] unknown key 'nodes' (known: name, when, targets, stores, every, cut, modes)"),
     ('kind = "disk-faults"\nrestart = ["1s", "30s"]', 'kind = "disk-faults"\nrestart = "30s"',
-     '[workload 6] restart: expected a range like ["1s", "20s"], got \'30s\''),
-    ('[faults]', f'[[workload]]\n{_CLOCKS}\n[faults]', "[workload 7] a stack has one clocks workload"),
+     '[workload 7] restart: expected a range like ["1s", "20s"], got \'30s\''),
+    ('[faults]', f'[[workload]]\n{_CLOCKS}\n[faults]', "[workload 8] a stack has one clocks workload"),
     ('[faults]', '[[workload]]\nkind = "disk-faults"\nrestart = ["1s", "2s"]\n\n[faults]',
-     "[workload 7] a stack has one disk-faults workload"),
+     "[workload 8] a stack has one disk-faults workload"),
     ('"reference-model",', '"reference-model", "clock-tolerance",',
      "[scenario] checks: clock-tolerance comes with its workload (clocks): remove it from checks"),
     ('"reference-model",', '"reference-model", "storage-integrity",',
@@ -223,7 +234,7 @@ def test_a_wrong_new_kind_is_one_line_exit_2(tmp_path, capsys, old, new, message
 
 def test_a_clock_kind_in_the_swarm_without_its_workload_is_one_line(tmp_path, capsys):
     assert f"[[workload]]\n{_CLOCKS}" in EXAMPLE
-    path = _file(tmp_path, WITHOUT_CLOCKS.replace('"node-kill"]', '"node-kill", "clock-jump"]'))
+    path = _file(tmp_path, WITHOUT_CLOCKS.replace('"node-pause"]', '"node-pause", "clock-jump"]'))
     assert main(["run", path, "--seed", "0", "--duration", "1h"]) == 2
     assert capsys.readouterr().err == (f"loomsim: error: {path}: [swarm] fault_kinds: clock-jump comes with a "
                                        f'clocks workload: add one (kind = "clocks") or leave it out\n')
@@ -233,7 +244,7 @@ def test_clocks_without_a_swarm_is_one_line_and_partitions_run_every_seed(tmp_pa
     path = _file(tmp_path, NOT_SWARMED)
     assert main(["run", path, "--seed", "0", "--duration", "1h"]) == 2
     assert capsys.readouterr().err == (
-        f"loomsim: error: {path}: [workload 5] clocks: a node's skew and steps are drawn per seed by the swarm: "
+        f"loomsim: error: {path}: [workload 6] clocks: a node's skew and steps are drawn per seed by the swarm: "
         "the file needs a [swarm] table (fault_kinds may be empty)\n")
     path = _file(tmp_path, NOT_SWARMED.replace(f"[[workload]]\n{_CLOCKS}", ""), "partitioned.toml")
     assert main(["run", path, "--seed", "1", "--duration", "1h", "--json"]) == 0
