@@ -646,7 +646,7 @@ OWNED = {"exactly-once-wake": "sentinels", "fifo-one-active": "workers and agent
          "recovery-decisions": "workers and agent-workers", "unknown-never-replayed": "agent-workers",
          "approval-precedes-effect": "agent-workers", "child-before-parent": "agent-workers",
          "joined-settles-once": "agent-workers", "run-clock": "agent-workers", "canonical-events": "agent-workers",
-         "progress-waits": "watchers", "effect-under-lease": "workers and agent-workers", "clock-tolerance": "clocks",
+         "progress-waits": "watchers", "effect-under-lease": "workers", "clock-tolerance": "clocks",
          "storage-integrity": "disk-faults"}
 _FLEET = {"workload": text}
 CHECKS: dict[str, Check] = {
