@@ -20,6 +20,13 @@ or changed (``sim/face/repro_file.py``).
 What a parameter cannot say as data (a deploy timeline, the keys an
 operator edits, who is busy) the kind's builder takes from the workload it
 names (``fleet = "sentinels"``, ``targets = "workers"``).
+
+Three kinds are fault families: ``partitions`` (a target's processes cut
+from some of the stores they call, ``CALLED_STORES``), ``clocks`` (a clock
+per machine) and ``disk-faults`` (the SQLite file damaged, beyond the
+contract). The swarm kinds they bring (``FAMILY_KINDS``) and the clock
+knobs join the file's swarm after its own (``_with_families``), and their
+oracles come with them (``clock-tolerance``; ``storage-integrity``).
 """
 from __future__ import annotations
 
