@@ -20,6 +20,13 @@ or changed (``sim/face/repro_file.py``).
 What a parameter cannot say as data (a deploy timeline, the keys an
 operator edits, who is busy) the kind's builder takes from the workload it
 names (``fleet = "sentinels"``, ``targets = "workers"``).
+
+Three kinds are fault families: ``partitions`` (a target's processes cut
+from some of the stores they call, ``CALLED_STORES``), ``clocks`` (a clock
+per machine) and ``disk-faults`` (the SQLite file damaged, beyond the
+contract). The swarm kinds they bring (``FAMILY_KINDS``) and the clock
+knobs join the file's swarm after its own (``_with_families``), and their
+oracles come with them (``clock-tolerance``; ``storage-integrity``).
 """
 from __future__ import annotations
 
@@ -31,7 +38,11 @@ from typing import Any, Callable, Mapping
 import attrs
 
 from faults import chaos
-from faults.kinds import ALL_FAULT_KINDS
+from faults.clocks import (CLOCK_DRIFT_PPM_MAX, CLOCK_FAULT_KINDS, CLOCK_OFFSET_MS_MAX, DRIFT_KNOB, OFFSET_KNOB,
+                           clock_knobs, clock_workloads)
+from faults.disk import disk_faults
+from faults.kinds import ALL_FAULT_KINDS, CLOCK_JUMP, CLOCK_SKEW, PARTITION
+from faults.partitions import MODES as PARTITION_MODES, Partitions
 from faults.plan import PortFaults
 from faults.swarm import Knob, SwarmSpace
 from model.conversation.records import PAGE_SIZE_MAX
@@ -39,13 +50,14 @@ from model.failpoints import ABORT_CRASH_POINTS, AGENT_CRASH_POINTS, SENTINEL_CR
 from model.schedules import Schedule
 from scenarios import invariants as inv
 from scenarios.workloads import sentinel_app as app
+from scenarios.invariants.clock_tolerance import clock_checks
 from scenarios.invariants.reference_model import ReferenceModel
 from scenarios.registry import StackFileError
 from scenarios.workloads.sentinels import Sentinels
 from scenarios.workloads.submissions import ConversationRetention, Submitters, Workers, work
 from scenarios.system import System
 from sim.clock import DurationError, parse_duration_ms
-from sim.scenario import Run, Scenario
+from sim.scenario import Run, Scenario, SetupError
 from sim.workload import Stack, Workload
 
 # Named failpoint sets (``[faults] failpoints``, ``[swarm] failpoints``).
@@ -181,37 +193,89 @@ def spans(v: Any) -> tuple[tuple[Any, Any], ...]:
     return tuple(span(item) for item in v)
 
 
-_PAST_LEASE = re.compile(r"\s*(?:(\d+)\s*\*\s*)?lease\s*(?:\+\s*(\S.*))?")
+_PAST_LEASE = re.compile(r"\s*(?:(\d+)\s*\*\s*)?lease\s*(?:/\s*(\d+)\s*)?(?:\+\s*(\S.*))?")
 
 
 @attrs.frozen
 class _PastLease:
-    """A pause bound relative to its target's claim lease: ``"lease + 1s"``,
-    ``"4 * lease"`` (a pause that outlasts the lease is one whose owner is
-    fenced when it wakes)."""
+    """A pause's or a cut's bound relative to its target's claim lease:
+    ``"lease + 1s"``, ``"4 * lease"``, ``"lease / 2"`` (a pause that
+    outlasts the lease is one whose owner is fenced when it wakes)."""
 
     times: int
     plus_ms: int
+    per: int = 1
 
     def ms(self, lease_ms: int) -> int:
-        return self.times * lease_ms + self.plus_ms
+        return self.times * lease_ms // self.per + self.plus_ms
 
 
-def pauses(v: Any) -> tuple[tuple[Any, Any], ...]:
+def pauses(v: Any, example: str = '[["lease + 1s", "4 * lease"]]') -> tuple[tuple[Any, Any], ...]:
     """Ranges of durations, each bound a duration or relative to the lease."""
     if not isinstance(v, list) or not v or not all(isinstance(r, list) and len(r) == 2 for r in v):
-        raise _Bad(f'expected a list of ranges like [["lease + 1s", "4 * lease"]], got {_shown(v)}')
+        raise _Bad(f"expected a list of ranges like {example}, got {_shown(v)}")
 
     def bound(b: Any) -> Any:
         match = _PAST_LEASE.fullmatch(b) if type(b) is str else None
         if match is None:
             return duration(b)
-        plus = duration(match.group(2)) if match.group(2) else 0
+        if match.group(2) is not None and int(match.group(2)) == 0:
+            raise _Bad(f"bad duration {b!r}: the lease divided by nothing")
+        plus = duration(match.group(3)) if match.group(3) else 0
         if type(plus) is not int:
             raise _Bad(f"bad bound {b!r}")
-        return _PastLease(int(match.group(1) or 1), plus)
+        return _PastLease(int(match.group(1) or 1), plus, int(match.group(2) or 1))
 
     return tuple((bound(low), bound(high)) for low, high in v)
+
+
+def cuts(v: Any) -> tuple[tuple[Any, Any], ...]:
+    """A partition's lengths: ranges like ``pauses``, each more than nothing."""
+    ranges = pauses(v, '[["1s", "lease / 2"], ["lease", "4 * lease"]]')
+    for low, high in ranges:
+        if (type(low) is int and low <= 0) or (isinstance(low, _PastLease) and low.times == 0 and low.plus_ms == 0):
+            raise _Bad("a cut lasts more than 0 ms")
+        if type(low) is int and type(high) is int and low > high:
+            raise _Bad(f"range {[low, high]!r} runs backwards")
+    return ranges
+
+
+def unique_names(v: Any) -> tuple[str, ...]:
+    got = names(v)
+    if not got:
+        raise _Bad(f"expected a list of names, got {_shown(v)}")
+    for item in got:
+        if got.count(item) > 1:
+            raise _Bad(f"{item!r} is named twice")
+    return got
+
+
+def partition_modes(v: Any) -> tuple[str, ...]:
+    modes = unique_names(v)
+    for mode in modes:
+        if mode not in PARTITION_MODES:
+            raise _Bad(f"unknown mode {mode!r} (known: {', '.join(PARTITION_MODES)})")
+    return modes
+
+
+def clock_offset(v: Any) -> int:
+    """The largest offset a node's clock draws: a fixed duration within the tolerance's share."""
+    got = duration(v)
+    if type(got) is not int:
+        raise _Bad("a fixed duration (it bounds a knob)")
+    if got > CLOCK_OFFSET_MS_MAX:
+        raise _Bad(f"expected at most {CLOCK_OFFSET_MS_MAX}ms (the claimed tolerance's offset), got {_shown(v)}")
+    return got
+
+
+def clock_drift(v: Any) -> int:
+    """The largest drift a node's clock draws (ppm), within the tolerance's share."""
+    got = integer(v)
+    if type(got) is not int:
+        raise _Bad("a fixed number (it bounds a knob)")
+    if got > CLOCK_DRIFT_PPM_MAX:
+        raise _Bad(f"expected at most {CLOCK_DRIFT_PPM_MAX} (the claimed tolerance's drift), got {_shown(v)}")
+    return got
 
 
 def failpoint_sets(v: Any) -> tuple[str, ...]:
@@ -263,6 +327,8 @@ def schedules(v: Any) -> tuple[tuple[str, int, int], ...]:
 # Keys that name things (workloads, switches, nodes): never drawn per seed.
 _NAMING = frozenset({"name", "when", "targets", "fleet", "nodes", "submitters", "workers", "schedules", "set",
                      "db_file", "serving", "following"})
+# Keys whose value is fixed for the file (a knob's bound, a list of stores or modes): never drawn per seed either.
+_FIXED = frozenset({"offset_max", "drift_max_ppm", "stores", "modes"})
 
 
 def _read(table: Any, schema: Mapping[str, Callable[[Any], Any]], *, required: tuple[str, ...] = (),
@@ -280,7 +346,7 @@ def _read(table: Any, schema: Mapping[str, Callable[[Any], Any]], *, required: t
     out = {}
     for key, value in table.items():
         try:
-            out[key] = (_switched(schema[key]) if switched and key not in _NAMING else schema[key])(value)
+            out[key] = (_switched(schema[key]) if switched and key not in _NAMING | _FIXED else schema[key])(value)
         except _Bad as error:
             raise _Bad(f"{key}: {error}") from None
     return out
@@ -293,12 +359,17 @@ class Kind:
     """A workload kind: its parameters (``schema``; ``required``), which of
     them name another workload (``refs``: parameter -> the kinds it may
     name; the default is the one workload of those kinds), and its builder
-    ``build(params, by_name, run)``."""
+    ``build(params, by_name, run)`` (a workload, or a list of them: a fault
+    family's, none when the run has none of it). ``check(params, kinds)``:
+    the parameters against the workloads they name (name -> kind), once
+    the references are resolved. ``one``: a stack has at most one of it."""
 
     schema: Mapping[str, Callable[[Any], Any]]
-    build: Callable[[dict[str, Any], dict[str, Workload], Run], Workload]
+    build: Callable[[dict[str, Any], dict[str, Workload], Run], Any]
     required: tuple[str, ...] = ()
     refs: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    check: Callable[[dict[str, Any], dict[str, str]], None] | None = None
+    one: bool = False
 
 
 def _new(cls: Any, name: str, *args: Any, **kwargs: Any) -> Workload:
@@ -354,6 +425,49 @@ def _pauses(p: dict, by: dict, run: Run) -> Workload:
     pause_ms = tuple(tuple(b.ms(lease_ms) if isinstance(b, _PastLease) else b for b in r) for r in v["pause_ms"])
     busy = getattr(target, "busy", dict)
     return _new(chaos.NodePauses, p["name"], _targets(p, by), every_ms=v["every_ms"], pause_ms=pause_ms, busy=busy)
+
+
+# The stores (port names) the processes of a workload kind call: what a
+# partition of its processes may cut (``tests/test_stackfile_faults.py``
+# holds the workers' list to a run's port calls).
+CALLED_STORES = {
+    "sentinels": ("ledger", "log", "ds", "kernel", "schedules", "content", "pins", "findings", "pager"),
+    "workers": ("ledger", "log", "checkpoints"),
+    "agent-workers": ("ledger", "log", "checkpoints", "tools", "model"),
+}
+
+
+def _partition_stores(p: dict, kinds: dict[str, str]) -> None:
+    target = p["targets"]
+    called = CALLED_STORES[kinds[target]]
+    for store in p["stores"]:
+        if store not in called:
+            raise _Bad(f"stores: {target} does not call {store!r} (it calls: {', '.join(called)})")
+
+
+def _partitions(p: dict, by: dict, run: Run) -> Workload:
+    v = {key: _value(val, run) for key, val in p.items()}
+    target = by[p["targets"]]
+    lease_ms = getattr(target, "lease_ms", 0)
+    cut_ms = []
+    for low, high in v["cut_ms"]:
+        low, high = (b.ms(lease_ms) if isinstance(b, _PastLease) else b for b in (low, high))
+        if low <= 0:
+            raise SetupError(f"partitions {p['name']!r}: a cut of {low} ms (a cut lasts more than 0 ms)")
+        cut_ms.append((low, max(low, high)))  # a bound relative to a short lease may fall under a fixed one
+    modes = {"modes": p["modes"]} if "modes" in p else {}
+    return _new(Partitions, p["name"], (target,), stores=p["stores"], every_ms=v["every_ms"], cut_ms=tuple(cut_ms),
+                busy=getattr(target, "busy", dict), **modes)
+
+
+def _clocks(p: dict, by: dict, run: Run) -> list[Workload]:
+    """The family's timed steps (in the contract and beyond); its skew, knobs
+    and oracle are the file's (``_with_families``, ``_builder``)."""
+    return clock_workloads()
+
+
+def _disk_faults(p: dict, by: dict, run: Run) -> list[Workload]:
+    return disk_faults(run, restart_ms=_value(p["restart_ms"], run))
 
 
 def _duplicates(p: dict, by: dict, run: Run) -> Workload:
@@ -479,10 +593,17 @@ WORKLOADS: dict[str, Kind] = {
     "watchers": Kind({**_NAME, "following": text, "slots": _positive, "conversation_lifetime": duration,
                       "reconnect": duration}, _watchers, required=("slots", "conversation_lifetime", "reconnect"),
                      refs={"following": ("agent-submitters", "submitters")}),
+    "partitions": Kind({**_NAME, "targets": text, "stores": unique_names, "every": span, "cut": cuts,
+                        "modes": partition_modes}, _partitions, required=("stores", "every", "cut"),
+                       refs={"targets": tuple(CALLED_STORES)}, check=_partition_stores),
+    "clocks": Kind({"offset_max": clock_offset, "drift_max_ppm": clock_drift}, _clocks, one=True),
+    "disk-faults": Kind({"restart": span}, _disk_faults, required=("restart",), one=True),
 }
+# The swarm's fault kinds a workload kind brings (in this order, after the file's own).
+FAMILY_KINDS = {"clocks": (CLOCK_SKEW, CLOCK_JUMP), "partitions": (PARTITION,)}
 # A duration parameter is passed to its constructor in ms: ``every`` -> ``every_ms``.
 _DURATION_KEYS = {"lease", "poll", "retry", "step_delay", "project_every", "every", "conversation_lifetime", "ttl",
-                  "restart", "outage", "pause", "slow_tool", "abort_late", "delay", "reconnect"}
+                  "restart", "outage", "pause", "slow_tool", "abort_late", "delay", "reconnect", "cut"}
 
 
 def _param_name(key: str) -> str:
@@ -532,7 +653,8 @@ OWNED = {"exactly-once-wake": "sentinels", "fifo-one-active": "workers and agent
          "recovery-decisions": "workers and agent-workers", "unknown-never-replayed": "agent-workers",
          "approval-precedes-effect": "agent-workers", "child-before-parent": "agent-workers",
          "joined-settles-once": "agent-workers", "run-clock": "agent-workers", "canonical-events": "agent-workers",
-         "progress-waits": "watchers"}
+         "progress-waits": "watchers", "effect-under-lease": "workers", "clock-tolerance": "clocks",
+         "storage-integrity": "disk-faults"}
 _FLEET = {"workload": text}
 CHECKS: dict[str, Check] = {
     **{cls.name: _plain(cls) for cls in (inv.AbortHonoured, inv.AdoptOwnWrite, inv.CasLinear, inv.CheckpointConsistency,
@@ -631,6 +753,7 @@ def from_text(name: str, body: str, *, where: str | None = None) -> FileScenario
         place = "[system]"
         _check_refs(system, knobs, switches)
         workloads = _workloads(data.get("workload", []), knobs, switches)
+        space = _with_families(space, workloads)
         place = "[scenario]"
         checks = _checks(head["checks"], workloads, switches)
         for key in ("heal", "settle"):
@@ -674,6 +797,40 @@ def _swarm(table: Any, faults: dict) -> tuple[dict, SwarmSpace | None]:
                              failpoint_boosts=tuple(boosts.items()))
 
 
+def _with_families(space: SwarmSpace | None, workloads: list[tuple[str, str, dict]]) -> SwarmSpace | None:
+    """The file's swarm with the fault kinds (``FAMILY_KINDS``) and knobs its
+    fault workloads bring, each after the file's own (each drawn by its
+    name: the file's other choices of a seed do not move)."""
+    kinds = {kind for _, kind, _ in workloads}
+    for i, (_, kind, params) in enumerate(workloads, 1):
+        if kind == "clocks" and space is None:
+            raise _Bad(f"[workload {i}] clocks: a node's skew and steps are drawn per seed by the swarm: "
+                       "the file needs a [swarm] table (fault_kinds may be empty)")
+    if space is None:
+        return None
+    knobs = space.knobs
+    if "clocks" in kinds:
+        params = next(params for _, kind, params in workloads if kind == "clocks")
+        for knob in space.knobs:
+            if knob.name in (OFFSET_KNOB, DRIFT_KNOB):
+                option = "offset_max" if knob.name == OFFSET_KNOB else "drift_max_ppm"
+                raise _Bad(f"[swarm] knob {knob.name} comes with the clocks workload: bound it there ({option})")
+        bounds = {OFFSET_KNOB: params.get("offset_max", CLOCK_OFFSET_MS_MAX),
+                  DRIFT_KNOB: params.get("drift_max_ppm", CLOCK_DRIFT_PPM_MAX)}
+        # At their own bounds the knobs are the built-in scenarios' (values and all).
+        knobs += tuple(attrs.evolve(knob, default=bounds[knob.name], maximum=bounds[knob.name],
+                                    values=tuple(dict.fromkeys(min(v, bounds[knob.name]) for v in knob.values)))
+                       for knob in clock_knobs())
+    else:
+        for kind in space.fault_kinds:
+            if kind in CLOCK_FAULT_KINDS:
+                raise _Bad(f'[swarm] fault_kinds: {kind} comes with a clocks workload: add one (kind = "clocks") '
+                           "or leave it out")
+    added = tuple(kind for family, family_kinds in FAMILY_KINDS.items() if family in kinds
+                  for kind in family_kinds if kind not in space.fault_kinds)
+    return attrs.evolve(space, fault_kinds=(*space.fault_kinds, *added), knobs=knobs)
+
+
 def _known(names: set[str]) -> str:
     return ", ".join(sorted(names)) or "none"
 
@@ -709,6 +866,8 @@ def _workloads(items: Any, knobs: set[str], switches: set[str]) -> list[tuple[st
             if kind not in WORKLOADS:
                 raise _Bad(f"unknown kind {kind!r} (known: {', '.join(WORKLOADS)})")
             spec = WORKLOADS[kind]
+            if spec.one and any(other_kind == kind for _, other_kind, _ in read):
+                raise _Bad(f"a stack has one {kind} workload")
             params = _read({k: v for k, v in item.items() if k != "kind"}, spec.schema, required=spec.required,
                            switched=True)
             _check_refs(params, knobs, switches)
@@ -742,6 +901,8 @@ def _workloads(items: Any, knobs: set[str], switches: set[str]) -> list[tuple[st
                 if named_when is not None and named_when != params.get("when"):
                     raise _Bad(f"{key}: {params[key]!r} is in the stack only when {named_when!r} is on: "
                                f"give this one when = {named_when!r} too")
+            if WORKLOADS[kind].check is not None:
+                WORKLOADS[kind].check(params, {n: k for n, k, _ in read})
             out.append((name, kind, {_param_name(k): v for k, v in params.items()}))
         except _Bad as error:
             raise _Bad(f"[workload {i}] {error}") from None
@@ -807,8 +968,8 @@ def _checks(items: Any, workloads: list[tuple[str, str, dict]], switches: set[st
 def _builder(system: dict, workloads: list[tuple[str, str, dict]], faults: dict, checks: list[tuple[str, dict]],
              heal_ms: int, settle_ms: int) -> Callable[[Run], Stack]:
     def build(run: Run) -> Stack:
-        by_name: dict[str, Workload] = {}
-        built: dict[int, tuple[str, str, Workload]] = {}
+        by_name: dict[str, Any] = {}
+        built: dict[int, list[tuple[str, str, Workload]]] = {}
         for i in _build_order(workloads):  # each after the workloads it names
             name, kind, params = workloads[i]
             when = params.get("when")
@@ -816,10 +977,13 @@ def _builder(system: dict, workloads: list[tuple[str, str, dict]], faults: dict,
                 continue
             by_name[name] = WORKLOADS[kind].build({**{k: v for k, v in params.items() if k != "when"}, "name": name},
                                                   by_name, run)
-            built[i] = (name, kind, by_name[name])
-        stack = [built[i] for i in sorted(built)]  # the file's order
+            family = by_name[name] if isinstance(by_name[name], list) else [by_name[name]]
+            built[i] = [(name, kind, workload) for workload in family]
+        stack = [entry for i in sorted(built) for entry in built[i]]  # the file's order
         made = [CHECKS[name].make(options, stack, run) for name, options in checks
                 if options.get("when") is None or run.does(options["when"])]
+        if any(kind == "clocks" for _, kind, _ in workloads):
+            made += clock_checks(run)  # in a run whose nodes have clocks of their own
         return Stack(
             system=System(restart_ms=_value(system["restart"], run), file_name=system.get("db_file", "loomsim.db"),
                           damaged_reads=_value(system.get("damaged_reads", False), run),

@@ -75,12 +75,9 @@ def test_agent_conversations_as_a_file_is_the_built_in_stack(seed, duration_ms, 
     knobs, pauses past the lease, SQLite-only rates): the same trace."""
     toml = registry.get(str(REPO / "tests" / "fixtures" / "agent_conversations.toml"))
     digests = []
-    # A stack file cannot name node clocks yet (their jumps, oracle and
-    # knobs): the built-in runs with its clock kinds off, which is its run
-    # without them, digest for digest.
-    for scenario, off in ((toml, ()), (registry.get("agent-conversations"), ("clock-skew", "clock-jump"))):
-        result = run(scenario, ScenarioOptions(seed=seed, duration_ms=duration_ms, store=store, swarm=True,
-                                               faults_disable=off))
+    # Node clocks (their knobs, jumps and oracle), partitions and disk faults too.
+    for scenario in (toml, registry.get("agent-conversations")):
+        result = run(scenario, ScenarioOptions(seed=seed, duration_ms=duration_ms, store=store, swarm=True))
         assert result.passed, result.violations
         digests.append(result.trace_digest)
     assert digests[0] == digests[1]
@@ -119,6 +116,14 @@ ERRORS = [
     ('"cas-linear", ', '"cas-linear", "cas-linear", ', "[scenario] checks: a check is named twice"),
     ('"cas-linear", ', '"exactly-once-wake", "cas-linear", ',
      "[scenario] checks: exactly-once-wake comes with its workload (sentinels): remove it from checks"),
+    ('[faults]', '[[workload]]\nkind = "clocks"\n\n[faults]',
+     "[workload 3] clocks: a node's skew and steps are drawn per seed by the swarm: the file needs a [swarm] table"),
+    ('[faults]', '[[workload]]\nkind = "partitions"\nstores = ["ledger", "tools"]\nevery = ["1h", "2h"]\n'
+                 'cut = [["1s", "lease"]]\n\n[faults]', "[workload 3] stores: sentinels does not call 'tools'"),
+    ('[faults]', '[[workload]]\nkind = "partitions"\nstores = ["ledger"]\nevery = ["1h", "2h"]\n'
+                 'cut = [["1s", "lease * 2"]]\n\n[faults]', "[workload 3] cut: bad duration 'lease * 2'"),
+    ('[faults]', '[[workload]]\nkind = "disk-faults"\nrestart = ["1s"]\n\n[faults]',
+     '[workload 3] restart: expected a range like ["1s", "20s"], got [\'1s\']'),
 ]
 
 
