@@ -71,7 +71,8 @@ class LedgerEpisodes(ProcessCore):
         if first is None:
             return
         sid = first.submission_id
-        again = await self.call("ledger", "admit", conv, PRINCIPAL, key, value, self.now() + 1)
+        again = await self.call("ledger", "admit", conv, PRINCIPAL, key, value,
+                              self.chosen_ms("ledger", "admit", self.now() + 1))
         if self.expect(again.ok and again.value.replayed and (again.value.submission_id, again.value.receipt,
                                                               again.value.queue_seq, again.value.input_digest) == (
                            first.submission_id, first.receipt, first.queue_seq, first.input_digest),
@@ -167,7 +168,8 @@ class LedgerEpisodes(ProcessCore):
             return
         if outcome == "failed":
             self.w.edge("finalize_failed_diagnostic")
-        replay = await self.call("ledger", "finalize_settlement", sid, self.now() + 1_000)
+        replay = await self.call("ledger", "finalize_settlement", sid,
+                               self.chosen_ms("ledger", "finalize_settlement", self.now() + 1_000))
         if self.expect(replay.ok and replay.value == attrs.evolve(final.value, replayed=True)
                        and replay.value.settlement_id is not None, f"finalize({sid}) again answered {replay.show()}, "
                                                                   f"first {final.value!r}", conv):
