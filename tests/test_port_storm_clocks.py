@@ -144,3 +144,13 @@ def test_an_adversary_whose_clock_leaves_the_tolerance_is_detected(site):
     assert result.status == DETECTED, (result.status, result.violations[:1])
     assert result.violations[0].invariant == "clock-tolerance"
     assert result.faults.get(CLOCK_JUMP_BEYOND) == 1
+
+
+def test_every_adversarial_client_runs_on_its_node_clock():
+    # A node's clock is made (and its skew recorded) when code on it first reads it.
+    result = run(registry.get("port-storm"), _opts(1, "5m", faults_enable=(CLOCK_SKEW,),
+                                                   knobs={"clock_offset_ms_max": 500}))
+    assert result.passed, result.violations
+    skewed = {e.node.split("#", 1)[0].rsplit("-", 1)[0] for e in result.fault_script
+              if isinstance(e, FaultEvent) and e.kind == CLOCK_SKEW}
+    assert {"adversary", "state", "ports", "values", "kernel"} <= skewed, skewed

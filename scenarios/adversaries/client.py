@@ -124,6 +124,21 @@ class ClientProcess:
     def now(self) -> int:
         return self.runtime.now_ms()
 
+    async def sleep_to(self, target_ms: int) -> None:
+        """Sleep until this node's clock reads ``target_ms`` (an instant the
+        process predicts on its own clock, e.g. a lease's expiry). Sleeps
+        are true durations: a drifting clock is approached in steps, the
+        last ones a millisecond each, so the instant is met, not jumped
+        over (a step forward of the clock itself may still jump it)."""
+        left_ms = target_ms - self.now()
+        if self.world.clocks is None:  # the true clock: one sleep lands on it
+            if left_ms > 0:
+                await self.runtime.sleep_ms(left_ms)
+            return
+        while left_ms > 0:
+            await self.runtime.sleep_ms(max(1, left_ms - left_ms // 2_000 - 1))
+            left_ms = target_ms - self.now()
+
     def chosen_ms(self, port: str, method: str, value: int) -> int:
         """``value``, a timestamp this process hands ``port.method`` on
         purpose (a replay at another time, an integer past SQLite's), not a

@@ -366,8 +366,7 @@ class LedgerEpisodes(ProcessCore):
         if not self.expect_ok(mat, f"materialize({conv})", conv):
             return
         expires_ms = token.lease_expires_ms
-        if self.now() < expires_ms - 1:
-            await self.runtime.sleep_ms(expires_ms - 1 - self.now())
+        await self.sleep_to(expires_ms - 1)  # on this node's clock, which the ledger decides by
         if self.now() != expires_ms - 1:
             self.w.edge("lease_instant_missed")  # paused past it: the instant is gone
         else:
@@ -375,7 +374,10 @@ class LedgerEpisodes(ProcessCore):
             if self.expect(early.ok and early.value is None,
                            f"claim of {conv} 1 ms before the lease expires answered {early.show()}", conv):
                 self.w.edge("claim_blocked_before_expiry")
-            await self.runtime.sleep_ms(1)
+            if self.world.clocks is None:
+                await self.runtime.sleep_ms(1)
+            else:
+                await self.sleep_to(expires_ms)
         if self.now() != expires_ms:
             self.w.edge("lease_instant_missed")
             return
@@ -410,8 +412,7 @@ class LedgerEpisodes(ProcessCore):
         self.expect_rejected(older, ("FenceRejected",), f"materialize at the superseded epoch of {conv}", conv)
         # The new owner's lease lapses with nobody claiming since: it renews
         # (same epoch, the lease from now on), as the peer's ledger does.
-        if self.now() <= taken.lease_expires_ms:
-            await self.runtime.sleep_ms(taken.lease_expires_ms + 1 - self.now())
+        await self.sleep_to(taken.lease_expires_ms + 1)
         now = self.now()
         lapsed = await self.call("ledger", "renew_ownership", taken, self.lease_ms, now)
         if self.expect(lapsed.ok and lapsed.value.epoch == taken.epoch

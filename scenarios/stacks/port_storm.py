@@ -8,7 +8,12 @@ edges (non-ASCII keys, float and integer extremes, logs past one page,
 payloads on the size caps, claims at the lease-expiry instant, identical and
 conflicting retries, aborts racing settlement), under kills, pauses past the
 lease, every port fault kind (``reply-lost`` included: the adversary retries
-the same call, as a production client would) and damaged log reads. Its own
+the same call, as a production client would), damaged log reads, clock skew
+and steps (every client on its node's clock: its predictions are made from
+the ``now_ms`` it hands each call, never from true time) and partitions that
+cut an adversary node from some of the stores it calls (a refused or hung
+call is retried as a transient one; a reply held past the timeout is a
+committed call unheard, like ``reply-lost``). Its own
 expectations fail ``adversary-expectations``; the reference model checks
 every answer against an independent model. Beside it, clients of the
 durable-state *handle* (``scenarios.adversaries.state_handle``) race on shared keys
