@@ -30,7 +30,6 @@ NEW_IN_CONTRACT = (CLOCK_SKEW, CLOCK_JUMP, PARTITION)
 # Computed on the commit before port-storm had clocks and partitions (swarm on).
 BEFORE = {
     (2, "30m", "memory"): "771855a54cb8180dc3d20768bab0f6ef50b25aaf76c32bec2919b37391f14b56",
-    (5, "1h", "memory"): "4e188b43d89fe8fc6a2da7d0d3057d96945e26ca2ca237cdd29d656c5f7ffadf",
     (3, "10m", "sqlite"): "7a3be3529d1d236b71871c8e737c6ff5e0bba2369b9a03b26b757401a3e91d04",
     (4, "30m", "sqlite"): "cbabc65ba3d1fa2ac3b5515cfc3563f29522ee6185a544521b95cca3553108ec",
 }
