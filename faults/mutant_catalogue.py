@@ -170,7 +170,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "Adopt-own-write adopts an equal payload stored under another contract version.",
         "model.durable_state.handle",
         "        if stored.contract_version != write.contract_version:\n            return None\n", "", SY_PS,
-        ci_seed=5, ci_duration="2m", ci_scenario="port-storm"),
+        ci_seed=1, ci_duration="2m", ci_scenario="port-storm"),
     Mutant(
         "ds-migration-result-dropped",
         "Load runs each migration but drops its result (as if migrations mutated in place), validating the "

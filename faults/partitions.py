@@ -64,13 +64,16 @@ class StoreUnreachable(Exception):
     name = "StoreUnreachable"
     retryable = True
 
-    def __init__(self, site: str, reason: str) -> None:
+    def __init__(self, site: str, reason: str, committed: bool = False) -> None:
         super().__init__(f"{site}: store unreachable ({reason}, partition injected)")
         self.site = site
         self.reason = reason
+        # The call reached the store and did its work; only its reply was
+        # lost (a held reply past the timeout): what a retry meets is its replay.
+        self.committed = committed
 
     def __reduce__(self):
-        return (type(self), (self.site, self.reason))
+        return (type(self), (self.site, self.reason, self.committed))
 
 
 class PartitionReplyLost(ProbeEvent):
@@ -165,7 +168,7 @@ async def hold_reply(world: World, node: Any, cut: Cut, site: str, start_ms: int
     if runtime.now_ms() < cut.heal_ms:
         world.trace.emit(node.label, PartitionReplyLost.kind, {PartitionReplyLost.site: site,
                                                                PartitionReplyLost.held_ms: runtime.now_ms() - start_ms})
-        raise StoreUnreachable(site, f"reply held past the {CALL_TIMEOUT_MS} ms timeout")
+        raise StoreUnreachable(site, f"reply held past the {CALL_TIMEOUT_MS} ms timeout", committed=True)
 
 
 class Partitions(Workload):

@@ -144,7 +144,7 @@ EDGES = (
 # promised by every sweep.
 INCIDENTAL = ("replies_lost_retried", "ds_adopted_after_reply_lost", "damaged_reads_reread",
               "recovered_leftover_work", "unready_head_aborted", "lease_instant_missed", "recovered_awaited_child",
-              "handoff_reply_lost", "observe_resumed_after_restart")
+              "handoff_reply_lost", "observe_resumed_after_restart", "unreachable_retried")
 EDGE_STATS = tuple(f"edge_{name}" for name in EDGES)
 
 
@@ -203,6 +203,11 @@ class Adversary(Workload):
         self.retries = 0
         self.episodes = 0
         self.processes: dict[str, "_Process"] = {}  # node name -> its live incarnation's process
+        # (process label, port, method, timestamp): the timestamps handed a store on purpose, never
+        # read from a clock (``chosen_ms``); the clock-tolerance oracle does not judge them.
+        self.chosen: set[tuple[str, str, str, int]] = set()
+        # process label -> the lease expiry (its clock) of the claim it took or renewed last.
+        self.leases: dict[str, int] = {}
 
     # -- phases ------------------------------------------------------------------
 
@@ -245,6 +250,24 @@ class Adversary(Workload):
         stats.update({stat: self.calls.get(stat, 0) for stat in CALL_STATS})
         stats["adversary_untraced_methods"] = ",".join(self.untraced) or "none"
         return stats
+
+    def busy(self) -> dict[str, int]:
+        """The processes holding a claim now, by their clock (a partition
+        prefers them): label -> its lease's expiry."""
+        held = {}
+        for name in self.names:
+            process = self.processes.get(name)
+            node = self.world.nodes.get(name)
+            if process is None or node is None or not node.alive or process.node is not node:
+                continue
+            expires_ms = self.leases.get(node.label)
+            if expires_ms is not None and process.now() < expires_ms:
+                held[node.label] = expires_ms
+        return held
+
+    def chose(self, call: Any, value: Any) -> bool:
+        """Whether ``value``, a timestamp ``call`` carried, was chosen on purpose (``chosen_ms``)."""
+        return (call.node, call.port, call.method, value) in self.chosen
 
     # -- counting ------------------------------------------------------------------
 
@@ -322,7 +345,8 @@ class _Process(DurableStateEpisodes, LedgerEpisodes, LedgerWaitEpisodes, LogEpis
         # 2. Arguments past SQLite's INTEGER: typed answers, not OverflowError.
         for port, method, args in (("log", "read", (conv, 2 ** 63, 1)), ("log", "digest_at", (conv, 2 ** 63)),
                                    ("checkpoints", "load_latest", (conv, 2 ** 63)),
-                                   ("ledger", "admit", (conv, PRINCIPAL, self.uid("k"), {}, 2 ** 63))):
+                                   ("ledger", "admit", (conv, PRINCIPAL, self.uid("k"), {},
+                                                         self.chosen_ms("ledger", "admit", 2 ** 63)))):
             got = await self.call(port, method, *args)
             self.expect(got.ok or _typed(got.error), f"{port}.{method}{args!r:.80} answered {got.show()}", conv)
         # 3. Deleting a conversation deletes a content blob someone else put.

@@ -19,6 +19,25 @@ from sim.node import NodeDeadError
 # fault rate leaves (the plan caps a boosted rate at 0.5).
 RETRIES_MAX = 200
 RETRY_WAIT_MS = (5, 500)
+# A store the caller cannot reach (a network partition: ``StoreUnreachable``)
+# is waited for longer between tries, as a client backs off a dead link: the
+# retries then outlast the longest cut (several leases).
+UNREACHABLE_WAIT_MS = (1_000, 5_000)
+UNREACHABLE = "StoreUnreachable"
+
+
+def committed_unheard(error: BaseException) -> bool:
+    """A retryable failure of a call that reached its store and did its
+    work, only its answer never came back: an injected ``ReplyLost``, or a
+    partition's reply held past the caller's timeout (``committed``). A
+    refused or hung call did nothing."""
+    name = error_name(error)
+    return name == "ReplyLost" or name == UNREACHABLE and getattr(error, "committed", False) is True
+
+
+def retry_wait_ms(error: BaseException, rng: Any) -> int:
+    """How long a client waits before it sends a retryable call again."""
+    return rng.between(*(UNREACHABLE_WAIT_MS if error_name(error) == UNREACHABLE else RETRY_WAIT_MS))
 
 
 class Outcome:
@@ -66,7 +85,7 @@ async def attempt(fn: Callable[[], Awaitable[Any]], sleep_ms: Callable[[int], Aw
         except Exception as error:  # noqa: BLE001 - classified: retried, or the answer
             if not is_retryable(error):
                 return Outcome(None, error, lost, tries)
-            if error_name(error) == "ReplyLost":
+            if committed_unheard(error):
                 lost += 1
             await sleep_ms(wait_ms())
     raise AssertionError(f"{RETRIES_MAX} retryable failures in a row")
@@ -93,7 +112,7 @@ class ClientProcess:
         self.world = world
         self.node = node
         self.label = node.label
-        self.runtime = world.runtime
+        self.runtime = world.runtime_for(node)  # its machine's clock (the true clock without clock faults)
         self.ports = world.system.ports_for(node)
         self.rng = world.streams.fork(f"{stream}/{node.label}")
         self._serial = 0
@@ -104,6 +123,30 @@ class ClientProcess:
 
     def now(self) -> int:
         return self.runtime.now_ms()
+
+    async def sleep_to(self, target_ms: int) -> None:
+        """Sleep until this node's clock reads ``target_ms`` (an instant the
+        process predicts on its own clock, e.g. a lease's expiry). Sleeps
+        are true durations: a drifting clock is approached in steps, the
+        last ones a millisecond each, so the instant is met, not jumped
+        over (a step forward of the clock itself may still jump it)."""
+        left_ms = target_ms - self.now()
+        if self.world.clocks is None:  # the true clock: one sleep lands on it
+            if left_ms > 0:
+                await self.runtime.sleep_ms(left_ms)
+            return
+        while left_ms > 0:
+            await self.runtime.sleep_ms(max(1, left_ms - left_ms // 2_000 - 1))
+            left_ms = target_ms - self.now()
+
+    def chosen_ms(self, port: str, method: str, value: int) -> int:
+        """``value``, a timestamp this process hands ``port.method`` on
+        purpose (a replay at another time, an integer past SQLite's), not a
+        reading of its clock: the clock-tolerance oracle leaves it out."""
+        chosen = getattr(self.w, "chosen", None)
+        if chosen is not None:
+            chosen.add((self.label, port, method, value))
+        return value
 
     def expect(self, ok: bool, message: str, *related: str) -> bool:
         return self.w.checker.expect(ok, f"{self.label}: {message}", related)

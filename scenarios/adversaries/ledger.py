@@ -71,7 +71,8 @@ class LedgerEpisodes(ProcessCore):
         if first is None:
             return
         sid = first.submission_id
-        again = await self.call("ledger", "admit", conv, PRINCIPAL, key, value, self.now() + 1)
+        again = await self.call("ledger", "admit", conv, PRINCIPAL, key, value,
+                              self.chosen_ms("ledger", "admit", self.now() + 1))
         if self.expect(again.ok and again.value.replayed and (again.value.submission_id, again.value.receipt,
                                                               again.value.queue_seq, again.value.input_digest) == (
                            first.submission_id, first.receipt, first.queue_seq, first.input_digest),
@@ -167,7 +168,8 @@ class LedgerEpisodes(ProcessCore):
             return
         if outcome == "failed":
             self.w.edge("finalize_failed_diagnostic")
-        replay = await self.call("ledger", "finalize_settlement", sid, self.now() + 1_000)
+        replay = await self.call("ledger", "finalize_settlement", sid,
+                               self.chosen_ms("ledger", "finalize_settlement", self.now() + 1_000))
         if self.expect(replay.ok and replay.value == attrs.evolve(final.value, replayed=True)
                        and replay.value.settlement_id is not None, f"finalize({sid}) again answered {replay.show()}, "
                                                                   f"first {final.value!r}", conv):
@@ -364,8 +366,7 @@ class LedgerEpisodes(ProcessCore):
         if not self.expect_ok(mat, f"materialize({conv})", conv):
             return
         expires_ms = token.lease_expires_ms
-        if self.now() < expires_ms - 1:
-            await self.runtime.sleep_ms(expires_ms - 1 - self.now())
+        await self.sleep_to(expires_ms - 1)  # on this node's clock, which the ledger decides by
         if self.now() != expires_ms - 1:
             self.w.edge("lease_instant_missed")  # paused past it: the instant is gone
         else:
@@ -373,7 +374,10 @@ class LedgerEpisodes(ProcessCore):
             if self.expect(early.ok and early.value is None,
                            f"claim of {conv} 1 ms before the lease expires answered {early.show()}", conv):
                 self.w.edge("claim_blocked_before_expiry")
-            await self.runtime.sleep_ms(1)
+            if self.world.clocks is None:
+                await self.runtime.sleep_ms(1)
+            else:
+                await self.sleep_to(expires_ms)
         if self.now() != expires_ms:
             self.w.edge("lease_instant_missed")
             return
@@ -408,8 +412,7 @@ class LedgerEpisodes(ProcessCore):
         self.expect_rejected(older, ("FenceRejected",), f"materialize at the superseded epoch of {conv}", conv)
         # The new owner's lease lapses with nobody claiming since: it renews
         # (same epoch, the lease from now on), as the peer's ledger does.
-        if self.now() <= taken.lease_expires_ms:
-            await self.runtime.sleep_ms(taken.lease_expires_ms + 1 - self.now())
+        await self.sleep_to(taken.lease_expires_ms + 1)
         now = self.now()
         lapsed = await self.call("ledger", "renew_ownership", taken, self.lease_ms, now)
         if self.expect(lapsed.ok and lapsed.value.epoch == taken.epoch

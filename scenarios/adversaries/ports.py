@@ -137,6 +137,12 @@ class PortsAdversary(Workload):
         self.typed_rejections = 0
         self.receipts: dict[str, str] = {}  # submission -> its admission's receipt (a settlement names it)
         self.episodes = 0
+        # The timestamps handed a store on purpose (``ClientProcess.chosen_ms``), not read from a clock.
+        self.chosen: set[tuple[str, str, str, int]] = set()
+
+    def chose(self, call: Any, value: Any) -> bool:
+        """Whether ``value``, a timestamp ``call`` carried, was chosen on purpose."""
+        return (call.node, call.port, call.method, value) in self.chosen
 
     def setup(self, world: World) -> None:
         self.world = world
@@ -259,7 +265,8 @@ class _Process(ClientProcess):
         first = out.value.record
         again = await self.call("kernel", "start_execution", run_id, **start)
         self.edge_if(again.ok and again.value.replayed and again.value.record == first, "kernel_start_replayed")
-        other = dict(start, flow_version=start["flow_version"] + 1, input={"other": True}, started_at_ms=0)
+        other = dict(start, flow_version=start["flow_version"] + 1, input={"other": True},
+                     started_at_ms=self.chosen_ms("kernel", "start_execution", 0))
         clash = await self.call("kernel", "start_execution", run_id, **other)
         self.edge_if(clash.ok and clash.value.replayed and clash.value.record == first,
                      "kernel_start_conflicting_replayed")

@@ -18,7 +18,8 @@ from model.conversation.records import FencedAppendRequest, RecordEnvelope
 from model.conversation.sqlite_store import SPILL_THRESHOLD_BYTES_DEFAULT
 from model.ledger.records import Claim
 from model.retry import error_name, is_retryable
-from scenarios.adversaries.client import RETRIES_MAX, RETRY_WAIT_MS, ClientProcess, Outcome
+from scenarios.adversaries.client import (RETRIES_MAX, UNREACHABLE, ClientProcess, Outcome, committed_unheard,
+                                          retry_wait_ms)
 from scenarios.adversaries.common import _drained, _is_envelope, _matches, _outcome_of, _typed, digest_of
 from sim.node import Node, NodeDeadError
 from sim.world import World
@@ -116,15 +117,20 @@ class ProcessCore(ClientProcess):
                 raise
             except Exception as error:  # noqa: BLE001 - classified below, never swallowed silently
                 if is_retryable(error):
-                    if error_name(error) == "ReplyLost":
+                    if committed_unheard(error):
                         lost += 1
                         self.w.edge("replies_lost_retried")
+                    if error_name(error) == UNREACHABLE:
+                        self.w.edge("unreachable_retried")
                     self.w.retries += 1
-                    await self.runtime.sleep_ms(self.rng.between(*RETRY_WAIT_MS))
+                    await self.runtime.sleep_ms(retry_wait_ms(error, self.rng))
                     continue
                 return Outcome(None, error, lost, attempt)
             if method == "admit" and type(getattr(value, "receipt", None)) is str:
                 self.w.receipts[value.submission_id] = value.receipt
+            leases = getattr(self.w, "leases", None)  # which processes hold a claim (partitions prefer them)
+            if leases is not None and port == "ledger" and method in ("claim", "renew_ownership") and value is not None:
+                leases[self.label] = getattr(value, "lease_expires_ms", 0)
             return Outcome(value, None, lost, attempt)
         raise AssertionError(f"{port}.{method}: {RETRIES_MAX} retryable failures in a row")
 
@@ -139,7 +145,8 @@ class ProcessCore(ClientProcess):
                 if not is_retryable(error):
                     raise
                 self.w.retries += 1
-                await self.runtime.sleep_ms(self.rng.between(5, 500))
+                await self.runtime.sleep_ms(self.rng.between(5, 500) if error_name(error) != UNREACHABLE
+                                            else retry_wait_ms(error, self.rng))
         raise AssertionError(f"{what}: {RETRIES_MAX} retryable failures in a row")
 
     async def sleep(self, low_ms: int, high_ms: int) -> None:

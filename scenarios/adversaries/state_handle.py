@@ -71,6 +71,7 @@ from typing import Any, Callable, Mapping
 
 import attrs
 
+from faults.clocks import CLOCK_SKEW_MS_MAX
 from faults.content_reads import DamagedBlobs, DamagedCheckpoints, respell_state
 from faults.describe import CHECKPOINT_DESCRIBERS, CONTENT_DESCRIBERS
 from faults.ports import BoundPort
@@ -344,7 +345,7 @@ class _Process:
         self.world = world
         self.node = node
         self.label = node.label
-        self.runtime = world.runtime
+        self.runtime = world.runtime_for(node)  # its machine's clock (the true clock without clock faults)
         self.rng = world.streams.fork(f"workload/adversary-state/{node.label}")
         # The build this process runs, and how it spells a reading: redrawn
         # each era (a rolling deploy, rolled back and forward again; the
@@ -530,8 +531,12 @@ class _Process:
         value = recorded.value
         ref = value["ref"]
         blob = await self.attempt(lambda: self.ports.pins.blob(ref))
+        # Stamped by this node's clock between the two readings; a clock the
+        # contract tolerates (within 1 s of true time) may read up to twice
+        # that less later than earlier (a sync, a step back): that far, no further.
+        slack_ms = 0 if self.world.clocks is None else CLOCK_SKEW_MS_MAX
         if self.expect(blob.ok and blob.value is not None and blob.value.size_bytes == value["size"]
-                       and started_ms <= blob.value.stored_at_ms <= self.now(),
+                       and started_ms - slack_ms <= blob.value.stored_at_ms <= self.now() + slack_ms,
                        f"the pin index holds {blob.show()} for claim-checked {ref} ({value['size']} bytes, stored "
                        f"between {started_ms} and {self.now()} ms): retention works from that record", ref):
             self.w.count("claimcheck_indexed")

@@ -29,7 +29,7 @@ live claim.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from faults.clocks import CLOCK_TOLERANCE_MS
 from sim.clock import MS_PER_MINUTE
@@ -55,10 +55,18 @@ def _arg(call: Any, index: int, name: str) -> Any:
 class ClockTolerance(Checker):
     name = "clock-tolerance"
 
-    def __init__(self, tolerance_ms: int = CLOCK_TOLERANCE_MS) -> None:
+    def __init__(self, tolerance_ms: int = CLOCK_TOLERANCE_MS, *, chosen: Callable[[Any, Any], bool] | None = None,
+                 occurrences: bool = True) -> None:
         super().__init__()
         assert tolerance_ms > 0, tolerance_ms
         self.tolerance_ms = tolerance_ms
+        # ``chosen(call, timestamp)``: a timestamp a client handed the store on
+        # purpose (an adversary's replay at another instant), not a reading
+        # of its clock: not judged. ``occurrences``: whether a run's
+        # occurrences are due by a schedule at all (off where clients make
+        # them up and no scheduler decides by its clock that one is due).
+        self._chosen = chosen
+        self.occurrences = occurrences
         # conversation -> (submission, owner, the lease expiry the ledger holds for it)
         self._leases: dict[str, tuple[str, str, int]] = {}
         self.worst_offset_ms = 0
@@ -76,14 +84,14 @@ class ClockTolerance(Checker):
             self._ledger(call)
         elif call.port == "kernel" and call.method == "start_execution":
             self._timestamp(call, call.kwargs.get("started_at_ms"), "started_at_ms")
-            occurrence_ms = call.kwargs.get("occurrence_ms")
+            occurrence_ms = call.kwargs.get("occurrence_ms") if self.occurrences else None
             if type(occurrence_ms) is int and call.time_ms < occurrence_ms - self.tolerance_ms:
                 self.fail(f"{call.node} started {_arg(call, 0, 'run_id')} at {call.time_ms} ms (true time), "
                           f"{occurrence_ms - call.time_ms} ms before its occurrence is due: further than the "
                           f"clocks' tolerance ({self.tolerance_ms} ms)", (call.node,))
 
     def _timestamp(self, call: Any, now_ms: Any, what: str) -> None:
-        if type(now_ms) is not int:
+        if type(now_ms) is not int or self._chosen is not None and self._chosen(call, now_ms):
             return
         self.checks += 1
         self.last_reading_ms[call.node.split("#", 1)[0]] = call.time_ms
@@ -150,10 +158,10 @@ def _conversation_of(submission_id: str) -> str:
     return submission_id[4:].rsplit("-", 1)[0]
 
 
-def clock_checks(run: Any) -> list[Checker]:
-    """The oracle, in a run whose nodes have clocks of their own (skew,
-    jumps or a run beyond the contract); none otherwise (no port call pays
-    for it)."""
+def clock_checks(run: Any, **options: Any) -> list[Checker]:
+    """The oracle (``options``: ``ClockTolerance``'s), in a run whose nodes
+    have clocks of their own (skew, jumps or a run beyond the contract);
+    none otherwise (no port call pays for it)."""
     from faults.clocks import clocks_wanted
 
-    return [ClockTolerance()] if any(clocks_wanted(run.opts, run.choices)) else []
+    return [ClockTolerance(**options)] if any(clocks_wanted(run.opts, run.choices)) else []

@@ -8,7 +8,12 @@ edges (non-ASCII keys, float and integer extremes, logs past one page,
 payloads on the size caps, claims at the lease-expiry instant, identical and
 conflicting retries, aborts racing settlement), under kills, pauses past the
 lease, every port fault kind (``reply-lost`` included: the adversary retries
-the same call, as a production client would) and damaged log reads. Its own
+the same call, as a production client would), damaged log reads, clock skew
+and steps (every client on its node's clock: its predictions are made from
+the ``now_ms`` it hands each call, never from true time) and partitions that
+cut an adversary node from some of the stores it calls (a refused or hung
+call is retried as a transient one; a reply held past the timeout is a
+committed call unheard, like ``reply-lost``). Its own
 expectations fail ``adversary-expectations``; the reference model checks
 every answer against an independent model. Beside it, clients of the
 durable-state *handle* (``scenarios.adversaries.state_handle``) race on shared keys
@@ -28,9 +33,10 @@ end as a restarted process would.
 """
 from __future__ import annotations
 
+from faults.clocks import clock_knobs, clock_workloads
 from faults.disk import disk_faults
 
-from faults.kinds import PORT_FAULT_KINDS
+from faults.kinds import CLOCK_JUMP, CLOCK_SKEW, PARTITION, PORT_FAULT_KINDS
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
 from scenarios import api as inv
 from scenarios.adversaries.adversary import CALL_STATS, EDGE_STATS, Adversary
@@ -43,8 +49,9 @@ from scenarios.adversaries.values import SOMETIMES as VALUES_SOMETIMES
 from scenarios.adversaries.values import ValuesAdversary
 from scenarios.api import (ACK_LOST, CORRUPT_ROW, CRASH_BEFORE_CALL, LATENCY, MINUTE, NODE_KILL, NODE_PAUSE,
                            REPLY_LOST, SECOND, SEQUENCE_GAP, SHORT_PAGE, TRANSIENT_ERROR, WRITE_CONTENTION, Knob,
-                           NodeKills, NodePauses, Param, PortFaults, Run, Stack, SwarmSpace, System,
+                           NodeKills, NodePauses, Param, Partitions, PortFaults, Run, Stack, SwarmSpace, System,
                            fault_intensity_knob, scenario)
+from scenarios.invariants.clock_tolerance import clock_checks
 
 # Every port fault kind there is (a kind added later fires here at the
 # default rate), the damaged read answers, and these rates.
@@ -61,11 +68,16 @@ RARE_SITES = ("checkpoints.save", "checkpoints.load_latest", "log.digest_at", "l
               "log.lookup_batch", "content.delete", "content.has", "ledger.purge_conversation",
               "ledger.load_recovery_snapshot", "ledger.scan_nonterminal", "ledger.get_by_idempotency_key")
 SWARM = SwarmSpace(
-    fault_kinds=(*PORT_FAULT_KINDS, NODE_KILL, NODE_PAUSE, SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW),
+    fault_kinds=(*PORT_FAULT_KINDS, NODE_KILL, NODE_PAUSE, SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW,
+                 CLOCK_SKEW, CLOCK_JUMP, PARTITION),
     workload=(RACES, LATE_ABORTS, CLAIM_CHECK),
     knobs=(Knob("lease_ms", 10 * SECOND, 1 * SECOND, 30 * SECOND, "claim lease"),
            Knob("busy_timeout_ms", BUSY_MS, 100, 10_000, "SQLite busy timeout"),
-           Knob("adversaries", 3, 2, 3, "adversary processes"), fault_intensity_knob(values=(1, 1, 3, 10))))
+           Knob("adversaries", 3, 2, 3, "adversary processes"), fault_intensity_knob(values=(1, 1, 3, 10)),
+           # Drawn last: the largest clock offset and drift a node draws under clock-skew.
+           *clock_knobs()))
+# The stores the adversary calls, which a partition may cut one of its nodes from.
+ADVERSARY_STORES = ("ds", "ledger", "log", "checkpoints", "content")
 # Every edge and every port method, across a sweep; plus what the faults must cause.
 SOMETIMES = EDGE_STATS + CALL_STATS + ("adversary_typed_rejections", "adversary_retries", "worker_crashes",
                                        "edge_replies_lost_retried", "stale_writes_fenced") + STATE_SOMETIMES + (
@@ -101,11 +113,21 @@ def port_storm(run: Run) -> Stack:
             # Pauses past the lease: a claim held across one lapses while its owner sleeps.
             NodePauses(adversary.names, every_ms=(5 * MINUTE, 30 * MINUTE),
                        pause_ms=((lease_ms + SECOND, 2 * lease_ms), (100, lease_ms))),
+            # Every node on its own clock (skew and steps within the tolerance; beyond it, --beyond-contract).
+            *clock_workloads(),
+            # An adversary node cut from some of its stores while it runs on (one holding a claim when
+            # one does): some cuts heal inside the lease, others outlive it several times.
+            Partitions(adversary.names, stores=ADVERSARY_STORES, every_ms=(5 * MINUTE, 30 * MINUTE),
+                       busy=adversary.busy, cut_ms=((SECOND, max(SECOND, lease_ms // 2)), (lease_ms, 4 * lease_ms))),
             *disk_faults(run, restart_ms=RESTART_MS),  # SQLite beyond the contract: the file's own faults
         ],
         faults=PortFaults(run.rates(RATES), boosted_sites=RARE_SITES, boost=4),
         checks=[adversary.checker, inv.ReferenceModel(), inv.Fencing(), inv.LogChain(), state.checker, ports.checker,
                 values.checker, kernel.checker,
                 inv.AdoptOwnWrite(), inv.ContractSafety(state.contracts_for_key, damage=state.is_forger),
-                *([inv.ColdReopen()] if run.opts.store == "sqlite" else [])],
+                *([inv.ColdReopen()] if run.opts.store == "sqlite" else []), 
+                # Its clients make their occurrences up (no schedule is due by a clock here), and the
+                # adversary hands some timestamps on purpose (a replay at another instant): not readings.
+                *clock_checks(run, chosen=lambda call, ms: adversary.chose(call, ms) or ports.chose(call, ms),
+                              occurrences=False)],
         heal_ms_max=20 * MINUTE, settle_ms=5 * MINUTE)
