@@ -253,6 +253,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "        existing_id = self._by_key.get((conversation_id, idempotency_key, principal_id))\n", ALL,
         ci_seed=0, ci_duration="1d", ci_scenario="ledger-storm"),
     Mutant(
+        "ledger-admit-key-ignores-principal",
+        "Admission looks an earlier admission up by conversation and idempotency key, whichever principal made "
+        "it: another principal's request under a key already used replays the first principal's submission.",
+        "model.ledger.memory_store", "        existing_id = self._by_key.get(key)\n",
+        "        existing_id = next((sid for (c, _p, k), sid in self._by_key.items()\n"
+        "                            if (c, k) == (conversation_id, idempotency_key)), None)\n", LS_PS,
+        ci_seed=2, ci_duration="5m", ci_scenario="ledger-storm"),
+    Mutant(
         "ledger-admit-new-receipt",
         "An idempotent admission replay answers with a receipt minted for this request (salted with its time) "
         "instead of the one the ledger issued.",
@@ -1640,7 +1648,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    row = check_token(row, token)  # a lapsed lease renews until another owner claims\n",
         "    row = row if row is not None and row.lease_expires_ms is not None and row.lease_expires_ms > now_ms \\\n"
         "        else check_token(row, token)  # a live lease renews\n",
-        LS_PS, ci_seed=2, ci_duration="1h"),
+        LS_PS, ci_seed=2, ci_duration="3h"),
     Mutant(
         "renew-on-own-clock",
         "A renewal is accepted while the caller's own token has not expired by the caller's clock, without "

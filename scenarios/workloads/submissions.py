@@ -6,7 +6,11 @@ to one of ``conversations`` conversation slots (a slot moves to a new
 conversation every ``conversation_lifetime_ms``, so a log's length does not
 grow with the run), retries an unreceipted request with the same
 idempotency key until it sees a receipt, and aborts some right after
-admission. A drawn share of requests (``defer_share``) asks its worker to
+admission. A drawn share of requests (``second_principal_share``) is sent
+again by a second principal (``SECOND_PRINCIPAL``) under the same
+idempotency key: the ledger scopes a key by conversation *and* principal,
+so each must be its own submission (the client's expectation,
+``admission-per-principal``). A drawn share of requests (``defer_share``) asks its worker to
 defer it once its input is applied, and comes with the next request to
 the same conversation right behind it: the work the lane is handed to
 (itself deferred at the same share: a chain of deferred heads). New work stops at the heal instant.
@@ -28,6 +32,7 @@ from typing import Any, Callable
 from model.retention import retire_conversation
 from model.retry import error_name, is_retryable
 from model.submissions import PAGE_SIZE_MAX, SubmissionClient, SubmissionWorker, worker_loop
+from scenarios.adversaries.client import Expectations
 from scenarios.invariants.effect_under_lease import EffectUnderLease
 from scenarios.invariants.queue_order import QueueOrder
 from scenarios.invariants.recovery_decisions import RecoveryDecisions
@@ -48,6 +53,18 @@ ABORT_LATE_MS = (200, 8_000)
 # The client's retry queue never holds more than this (it is drained before
 # anything new is sent, so it holds one request at a time in practice).
 PENDING_MAX = 1_000
+# The principal every request is admitted under, and the one that sends a
+# drawn share of them again under the same idempotency key.
+PRINCIPAL, SECOND_PRINCIPAL = "client", "client-2"
+
+
+class AdmissionPerPrincipal(Expectations):
+    """``admission-per-principal``: the client's expectation that one
+    idempotency key sent by two principals to one conversation admits two
+    submissions (the key is scoped by conversation and principal), one
+    check per key both sent."""
+
+    name = "admission-per-principal"
 
 
 class WorkFailed(Exception):
@@ -85,10 +102,11 @@ class Submitters(Workload):
     def __init__(self, *, conversations: int = 8, every_ms: tuple[int, int] = (1_000, 40_000),
                  conversation_lifetime_ms: int = 3_600_000, retry_ms: int = 2_000, abort_every: int = 0,
                  abort_late_ms: tuple[int, int] = ABORT_LATE_MS, group_share: float = 0.0, groups: int = 1,
-                 defer_share: float = 0.0, name: str | None = None) -> None:
+                 defer_share: float = 0.0, second_principal_share: float = 0.0, name: str | None = None) -> None:
         assert conversations >= 1 and every_ms[0] > 0 and conversation_lifetime_ms > 0 and retry_ms > 0
         assert 0.0 <= group_share <= 1.0 and groups >= 1
         assert 0.0 <= defer_share <= 1.0, defer_share
+        assert 0.0 <= second_principal_share <= 1.0, second_principal_share
         if name is not None:
             self.named(name)
         # The share of requests that ask their worker to defer them once
@@ -101,7 +119,10 @@ class Submitters(Workload):
         self.retry_ms = retry_ms
         self.abort_every = abort_every
         self.abort_late_ms = abort_late_ms
-        self.pending: list[tuple[str, str, Any]] = []  # the outside world's unreceipted requests
+        # The outside world's unreceipted requests: (conversation, key,
+        # request), and a fourth member, the principal, for a second
+        # principal's (absent: ``PRINCIPAL``).
+        self.pending: list[tuple] = []
         self.submitted = 0
         # Conversation -> when the client closes it (its slot moves on), in
         # order of first use; kept only for a ``ConversationRetention``,
@@ -120,6 +141,16 @@ class Submitters(Workload):
         self.policies: dict[str, tuple[str, Any]] = {}
         self.grouped = 0  # admitted under a group
         self.group_refused = 0  # refused while the group's holder was open: given up, the expected answer
+        # A drawn share of requests (each from its own stream,
+        # ``{instance}/second-principal/{n}``: no other draw moves) is sent
+        # again by ``SECOND_PRINCIPAL`` under the same key, right behind
+        # the first; (conversation, key) -> {principal: submission} until
+        # both are receipted and judged (bounded by the pending requests).
+        self.second_principal_share = second_principal_share
+        self.second_principal_sent = 0
+        self.second_principal_judged = 0
+        self._receipts: dict[tuple[str, str], dict[str, str]] = {}
+        self.expectations = AdmissionPerPrincipal() if second_principal_share else None
 
     def setup(self, world: World) -> None:
         self.world = world
@@ -134,10 +165,17 @@ class Submitters(Workload):
         """Whether ``conversation_id`` is one of this instance's (what its workers serve)."""
         return conversation_id.startswith(f"{self.name}/")
 
+    def checks(self) -> list[Checker]:
+        return [] if self.expectations is None else [self.expectations]
+
     def metrics(self) -> dict[str, Any]:
-        if not self.group_share:
-            return {"submitted": self.submitted}
-        return {"submitted": self.submitted, "grouped": self.grouped, "group_refused": self.group_refused}
+        found: dict[str, Any] = {"submitted": self.submitted}
+        if self.group_share:
+            found.update(grouped=self.grouped, group_refused=self.group_refused)
+        if self.second_principal_share:
+            found.update(second_principal_sent=self.second_principal_sent,
+                         second_principal_judged=self.second_principal_judged)
+        return found
 
     def _start(self, node: Node) -> None:
         self.node = node
@@ -159,10 +197,12 @@ class Submitters(Workload):
             try:
                 while self.pending:
                     assert len(self.pending) <= PENDING_MAX, len(self.pending)
-                    conversation_id, key, request = self.pending[0]
-                    policy = self.policies.get(key)
-                    if policy is None:
-                        admission = await client.submit(conversation_id, "client", key, request)
+                    conversation_id, key, request, *second = self.pending[0]
+                    policy = None if second else self.policies.get(key)
+                    if second:
+                        admission = await client.submit(conversation_id, second[0], key, request)
+                    elif policy is None:
+                        admission = await client.submit(conversation_id, PRINCIPAL, key, request)
                     else:
                         admission = await self._submit_grouped(client, conversation_id, key, request, *policy)
                         if admission is None:
@@ -175,9 +215,11 @@ class Submitters(Workload):
                         self._hold(conversation_id, 1)
                         runtime.spawn_on(self.node, f"abort:{sid}",
                                          self._late_abort(client, conversation_id, sid, delay_ms))
+                    if self.second_principal_share:
+                        self._receipted(conversation_id, key, second[0] if second else PRINCIPAL, admission)
                     self.admitted(client, conversation_id, key, request, admission)
                     self.pending.pop(0)
-                    if self.policies.pop(key, None) is not None:  # kept until receipted: a retry is its replay
+                    if not second and self.policies.pop(key, None) is not None:  # kept until receipted
                         self.grouped += 1
             except Exception as error:
                 if not is_retryable(error):
@@ -201,6 +243,31 @@ class Submitters(Workload):
                 self.submitted += 1
                 request = self.request(self.submitted, conversation_id)
             self._enqueue(world, conversation_id, request)
+            if (self.second_principal_share
+                    and self.stream_for(world, f"second-principal/{self.submitted}").chance(self.second_principal_share)):
+                # The same request from another principal, under the same
+                # key: its own submission, not a replay of the first.
+                self.pending.append((conversation_id, f"req-{self.submitted}", request, SECOND_PRINCIPAL))
+                self._receipts[(conversation_id, f"req-{self.submitted}")] = {}
+                self.second_principal_sent += 1
+
+    def _receipted(self, conversation_id: str, key: str, principal: str, admission: Any) -> None:
+        """A receipt of a key a second principal also sends: once both
+        principals hold one, each must name its own submission."""
+        receipts = self._receipts.get((conversation_id, key))
+        if receipts is None:
+            return
+        receipts[principal] = admission.submission_id
+        if len(receipts) < 2:
+            return
+        del self._receipts[(conversation_id, key)]
+        self.second_principal_judged += 1
+        first, second = receipts[PRINCIPAL], receipts[SECOND_PRINCIPAL]
+        self.expectations.expect(
+            first != second,
+            f"{conversation_id}: key {key!r} admitted by {PRINCIPAL!r} as {first} and by {SECOND_PRINCIPAL!r} as "
+            f"{second}: one principal's admission answered another's (a key is scoped by principal too)",
+            (first, second))
 
     def _enqueue(self, world: Any, conversation_id: str, request: Any) -> None:
         key = f"req-{self.submitted}"
@@ -226,6 +293,7 @@ class Submitters(Workload):
             self.group_refused += 1
             self.pending.pop(0)
             del self.policies[key]
+            self._receipts.pop((conversation_id, key), None)  # nothing of the first principal's to compare
             return None
         return admission
 
@@ -241,7 +309,7 @@ class Submitters(Workload):
         """The conversations closed at least ``ttl_ms`` before ``now_ms`` that
         the client no longer writes to, in order of first use."""
         done = []
-        writing = {conversation_id for conversation_id, _, _ in self.pending}
+        writing = {entry[0] for entry in self.pending}
         for conversation_id, closes_ms in self.closes_ms.items():
             if closes_ms + ttl_ms > now_ms:
                 break  # first use order is close order: the rest closed later

@@ -1,0 +1,87 @@
+"""What the default sweep must exercise so that a bug of each of these
+classes is caught by a scenario run, not only by a unit test:
+
+- a second principal: in some of ledger-storm's seeds (the knob
+  ``second_principal``) one request in N is sent a second time, by another
+  principal, under the same idempotency key; each must be its own submission.
+
+A run with the new knobs off is the run it was before they existed
+(same trace digest, computed on the commit before them).
+"""
+from __future__ import annotations
+
+import pytest
+
+from faults import mutants as mx
+from faults.mutant_catalogue import MUTANTS
+from scenarios import registry
+from sim.clock import parse_duration_ms
+from sim.runner import run
+from sim.scenario import ScenarioOptions
+
+CATALOGUE = {m.name: m for m in MUTANTS}
+SECOND_PRINCIPAL = "second_principal"
+
+# Swarm on, memory store, every new knob off: the digests of the commit
+# before them.
+BEFORE = {
+    ("ledger-storm", 1, "30m"): "7527b223dd7d3b29d5516979565d15d8cbac495ee0a27ac33ea28f74ce3ceb58",
+    ("ledger-storm", 6, "1h"): "1ca6ccc6432dddbace3ebfd90d7a532ed13b6532d37ca23dd9ac39ead4469545",
+    ("sentinel-year", 0, "1d"): "b53ce5800425dd0a61d10e985f034d61abcc40e36d4a4756a101d6ac4f546571",
+}
+# The knobs each scenario gained, off (for the digests above).
+NEW_KNOBS_OFF = {"ledger-storm": {SECOND_PRINCIPAL: 0}}
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    mx.revert()
+    yield
+    mx.revert()
+
+
+def _run(name: str, seed: int, duration: str, **options):
+    return run(registry.get(name), ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration),
+                                                   store="memory", swarm=True, **options))
+
+
+@pytest.mark.parametrize("key", sorted(BEFORE), ids=lambda key: "-".join(map(str, key)))
+def test_a_run_with_the_new_knobs_off_keeps_its_digest(key):
+    name, seed, duration = key
+    result = _run(name, seed, duration, knobs=NEW_KNOBS_OFF.get(name, {}))
+    assert result.passed, result.violations
+    assert result.trace_digest == BEFORE[key]
+
+
+# -- a second principal ------------------------------------------------------------------
+
+
+def test_second_principal_is_a_knob_some_sweep_seeds_draw_on():
+    from faults.swarm import choose
+    from sim.rng import Streams
+
+    space = registry.get("ledger-storm").swarm_space
+    assert space.knob(SECOND_PRINCIPAL).default == 0  # without the swarm: off, the runs as they were
+    drawn = [dict(choose(space, Streams(seed)["swarm"], swarm=True, seed=seed).knobs)[SECOND_PRINCIPAL]
+             for seed in range(40)]
+    assert 3 <= sum(1 for n in drawn if n) <= 20, drawn
+
+
+def test_a_second_principal_reuses_keys_and_gets_its_own_submissions():
+    result = _run("ledger-storm", 1, "2h", knobs={SECOND_PRINCIPAL: 8})
+    assert result.passed, result.violations
+    stats = result.stats
+    assert stats["second_principal_sent"] >= 3, stats
+    # Each was judged: its submission is not the first principal's.
+    assert result.invariants["admission-per-principal"] == stats["second_principal_judged"] >= 3
+
+
+def test_an_idempotency_key_scoped_by_conversation_only_is_caught():
+    mutant = CATALOGUE["ledger-admit-key-ignores-principal"]
+    clean = _run("ledger-storm", mutant.ci_seed, mutant.ci_duration)
+    assert clean.passed, clean.violations
+    with mx.applied(mutant):
+        result = _run("ledger-storm", mutant.ci_seed, mutant.ci_duration)
+    assert not result.passed
+    names = {v.invariant for v in result.violations}
+    assert names & {"admission-per-principal", "reference-model"}, names
