@@ -1650,6 +1650,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "        else check_token(row, token)  # a live lease renews\n",
         LS_PS, ci_seed=2, ci_duration="3h"),
     Mutant(
+        "ledger-renew-trusts-token-lease",
+        "Renewal trusts the lease time its token carries: a token whose lease still runs renews without the row's "
+        "ownership checked, so an owner that released the submission (or was superseded) renews it anyway.",
+        "model.ledger.rules",
+        "    row = check_token(row, token)  # a lapsed lease renews until another owner claims\n",
+        "    row = row if row is not None and token.lease_expires_ms > now_ms else check_token(row, token)\n",
+        LS_PS, ci_seed=10, ci_duration="30m", ci_scenario="ledger-storm"),
+    Mutant(
         "renew-on-own-clock",
         "A renewal is accepted while the caller's own token has not expired by the caller's clock, without "
         "checking its epoch: an owner whose clock runs behind its successor's renews a lane already taken "

@@ -3,7 +3,11 @@ classes is caught by a scenario run, not only by a unit test:
 
 - a second principal: in some of ledger-storm's seeds (the knob
   ``second_principal``) one request in N is sent a second time, by another
-  principal, under the same idempotency key; each must be its own submission.
+  principal, under the same idempotency key; each must be its own submission;
+- a renewal from a token whose ownership ended: in some of ledger-storm's
+  seeds (the knob ``stale_renewals``) a worker that deferred a head renews
+  with the token it just released, while its lease time still runs; the
+  ledger must refuse it (``OwnershipLost``).
 
 A run with the new knobs off is the run it was before they existed
 (same trace digest, computed on the commit before them).
@@ -30,7 +34,8 @@ BEFORE = {
     ("sentinel-year", 0, "1d"): "b53ce5800425dd0a61d10e985f034d61abcc40e36d4a4756a101d6ac4f546571",
 }
 # The knobs each scenario gained, off (for the digests above).
-NEW_KNOBS_OFF = {"ledger-storm": {SECOND_PRINCIPAL: 0}}
+STALE_RENEWALS = "stale_renewals"
+NEW_KNOBS_OFF = {"ledger-storm": {SECOND_PRINCIPAL: 0, STALE_RENEWALS: 0}}
 
 
 @pytest.fixture(autouse=True)
@@ -85,3 +90,35 @@ def test_an_idempotency_key_scoped_by_conversation_only_is_caught():
     assert not result.passed
     names = {v.invariant for v in result.violations}
     assert names & {"admission-per-principal", "reference-model"}, names
+
+
+# -- a renewal from a token whose ownership ended ------------------------------------------
+
+
+def test_stale_renewals_is_a_knob_some_sweep_seeds_draw_on():
+    from faults.swarm import choose
+    from sim.rng import Streams
+
+    space = registry.get("ledger-storm").swarm_space
+    assert space.knob(STALE_RENEWALS).default == 0
+    drawn = [dict(choose(space, Streams(seed)["swarm"], swarm=True, seed=seed).knobs)[STALE_RENEWALS]
+             for seed in range(40)]
+    assert 3 <= sum(1 for n in drawn if n) <= 20, drawn
+
+
+def test_a_worker_renews_with_a_released_token_and_is_refused():
+    result = _run("ledger-storm", 1, "2h", knobs={STALE_RENEWALS: 1})
+    assert result.passed, result.violations
+    assert result.stats["stale_renewals_refused"] >= 3, result.stats
+    assert result.invariants["stale-renewal-refused"] >= result.stats["stale_renewals_refused"]
+
+
+def test_a_renewal_that_trusts_the_tokens_lease_is_caught():
+    mutant = CATALOGUE["ledger-renew-trusts-token-lease"]
+    clean = _run("ledger-storm", mutant.ci_seed, mutant.ci_duration)
+    assert clean.passed, clean.violations
+    with mx.applied(mutant):
+        result = _run("ledger-storm", mutant.ci_seed, mutant.ci_duration)
+    assert not result.passed
+    names = {v.invariant for v in result.violations}
+    assert names & {"stale-renewal-refused", "reference-model"}, names

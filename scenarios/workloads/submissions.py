@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from model.ledger.records import Claim
 from model.retention import retire_conversation
 from model.retry import error_name, is_retryable
 from model.submissions import PAGE_SIZE_MAX, SubmissionClient, SubmissionWorker, worker_loop
@@ -65,6 +66,15 @@ class AdmissionPerPrincipal(Expectations):
     check per key both sent."""
 
     name = "admission-per-principal"
+
+
+class StaleRenewalRefused(Expectations):
+    """``stale-renewal-refused``: a renewal with a token its owner gave up
+    (released), made while that token's lease time still runs, is refused
+    as ``OwnershipLost``: the lease's time is not ownership. One check per
+    such renewal answered."""
+
+    name = "stale-renewal-refused"
 
 
 class WorkFailed(Exception):
@@ -433,10 +443,14 @@ class Workers(Workload):
     def __init__(self, count: int, *, lease_ms: int = 30_000, poll_ms: int = 2_000, retry_ms: int = 2_000,
                  step_delay_ms: tuple[int, int] = (50, 3_000), work: Callable[[Any, int, str, int], Any] | None = None,
                  steps: int = 2, checkpoints: bool = False, recovery_page_size: int = PAGE_SIZE_MAX,
-                 serving: Any = None, name: str | None = None) -> None:
+                 serving: Any = None, stale_renewals: bool = False, name: str | None = None) -> None:
         """``serving``: the client workload whose conversations these workers
         serve (its ``serves(conversation_id)``); None: every conversation in
-        the ledger (a stack with one kind of work)."""
+        the ledger (a stack with one kind of work). ``stale_renewals``: a
+        process that deferred a head (released it unsettled) renews with the
+        token it gave up at once, while that token's lease time still runs,
+        as a late renewal of a careless owner would: the ledger must refuse
+        it (``OwnershipLost``), judged by ``stale-renewal-refused``."""
         assert count >= 1 and lease_ms > 0 and steps >= 1, (count, lease_ms, steps)
         if name is not None:
             self.named(name)
@@ -457,6 +471,15 @@ class Workers(Workload):
         self.deferrals = 0  # heads released unsettled once their input was applied (``submission.deferred``)
         self.handoffs = 0  # claims a cooperative handoff granted
         self._effects: EffectUnderLease | None = None  # set by ``own_checks``
+        self.stale_renewals = stale_renewals
+        self.stale_checker = StaleRenewalRefused() if stale_renewals else None
+        # With ``stale_renewals``: (owner, submission, epoch) -> the lease its
+        # claim granted, until it is given up or settled (bounded by the
+        # claims alive); owner -> its process's (node, ports, clock).
+        self._claims: dict[tuple[str, str, int], int] = {}
+        self._processes: dict[str, tuple[Node, Any, Any]] = {}
+        self.stale_renewals_refused = 0
+        self.stale_renewals_unanswered = 0  # a retryable failure: nothing to judge
 
     def setup(self, world: World) -> None:
         self.world = world
@@ -478,10 +501,11 @@ class Workers(Workload):
     def own_checks(self) -> list[Checker]:
         """What judges the workers' own conduct: queue order (one active
         head, handoffs) and the recovery passes' decisions."""
+        stale = [] if self.stale_checker is None else [self.stale_checker]
         if not self.JUDGES_EFFECTS:
-            return [QueueOrder(), RecoveryDecisions()]
+            return [QueueOrder(), RecoveryDecisions(), *stale]
         self._effects = EffectUnderLease()
-        return [QueueOrder(), RecoveryDecisions(), self._effects]
+        return [QueueOrder(), RecoveryDecisions(), self._effects, *stale]
 
     def checks(self) -> list[Checker]:
         """``own_checks``, scoped to the conversations the workers serve."""
@@ -489,8 +513,10 @@ class Workers(Workload):
         return [checker.scoped(self.serving.name) for checker in mine] if self.serving is not None else mine
 
     def metrics(self) -> dict[str, Any]:
+        stale = {} if not self.stale_renewals else {"stale_renewals_refused": self.stale_renewals_refused,
+                                                      "stale_renewals_unanswered": self.stale_renewals_unanswered}
         return {"recoveries_from_checkpoint": self.recoveries_from_checkpoint,
-                "deferrals": self.deferrals, "handoffs": self.handoffs,
+                "deferrals": self.deferrals, "handoffs": self.handoffs, **stale,
                 # The recovery passes' decisions (``model.recovery_decisions``), by name and by disposition.
                 "recovery_decisions": dict(sorted(self.recovery_decisions.items())),
                 "recovery_dispositions": dict(sorted(self.recovery_dispositions.items()))}
@@ -525,6 +551,8 @@ class Workers(Workload):
                                   recovery_page_size=self.recovery_page_size,
                                   serves=self.serving.serves if self.serving is not None else None)
         runtime.spawn_on(node, "worker", worker_loop(worker, runtime, poll_ms=self.poll_ms, retry_ms=self.retry_ms))
+        if self.stale_renewals:
+            self._processes[node.label] = (node, ports, runtime)
 
     def make_worker(self, node: Node, ports: Any, **settings: Any) -> SubmissionWorker:
         """The worker a process runs (a workload of other workers overrides it)."""
@@ -541,6 +569,44 @@ class Workers(Workload):
     def _on_deferred(self, event: tuple) -> None:
         if self.emitted_by_me(event):
             self.deferrals += 1
+            if self.stale_renewals:
+                self._renew_released(event.fields)
+
+    def _renew_released(self, fields: dict) -> None:
+        """The deferring process renews with the token it just released,
+        while the lease its claim granted still runs by its clock."""
+        owner, submission, epoch = fields["owner"], fields["submission"], fields["epoch"]
+        lease_expires_ms = self._claims.pop((owner, submission, epoch), None)
+        process = self._processes.get(owner)
+        if lease_expires_ms is None or process is None:
+            return
+        node, ports, runtime = process
+        if not node.alive or runtime.now_ms() >= lease_expires_ms:
+            return
+        token = Claim(submission, owner, epoch, lease_expires_ms)
+        self.world.runtime.spawn_on(node, f"stale-renew:{submission}#{epoch}",
+                                    self._stale_renew(ports.ledger, runtime, token))
+
+    async def _stale_renew(self, ledger: Any, runtime: Any, token: Claim) -> None:
+        try:
+            renewal = await ledger.renew_ownership(token, self.lease_ms, runtime.now_ms())
+        except Exception as error:
+            if error_name(error) == "OwnershipLost":
+                self.stale_renewals_refused += 1
+                self.stale_checker.expect(True, "")
+                return
+            if is_retryable(error):
+                self.stale_renewals_unanswered += 1
+                return
+            self.stale_checker.expect(False, f"a renewal with {token.submission_id}'s released token (owner "
+                                             f"{token.owner_id}, epoch {token.epoch}) failed with "
+                                             f"{error_name(error)}: {error}; expected OwnershipLost",
+                                      (token.submission_id,))
+            return
+        self.stale_checker.expect(False, f"a renewal with {token.submission_id}'s released token (owner "
+                                         f"{token.owner_id}, epoch {token.epoch}, its lease until "
+                                         f"{token.lease_expires_ms} ms) was granted: {renewal!r}; expected "
+                                         f"OwnershipLost", (token.submission_id,))
 
     def _on_recovery(self, event: tuple) -> None:
         if event.fields.get("from_checkpoint") and self.emitted_by_me(event):
@@ -555,6 +621,11 @@ class Workers(Workload):
                 self.owners[fields["owner"]] = fields["submission"]
                 if fields.get("handoff") is not None:
                     self.handoffs += 1
+                if self.stale_renewals:
+                    self._claims[(fields["owner"], fields["submission"], fields["epoch"])] = fields["lease_expires_ms"]
         else:
             for owner in [o for o, sid in self.owners.items() if sid == fields["submission"]]:
                 del self.owners[owner]
+            if self._claims:
+                for claim in [c for c in self._claims if c[1] == fields["submission"]]:
+                    del self._claims[claim]
