@@ -253,6 +253,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "        existing_id = self._by_key.get((conversation_id, idempotency_key, principal_id))\n", ALL,
         ci_seed=0, ci_duration="1d", ci_scenario="ledger-storm"),
     Mutant(
+        "ds-load-records-unmigrated",
+        "A load records the stored payload as its step output while it reports the migrated one: the migration "
+        "reaches the load's report but not the record, so the run (and every replay of it) goes on with state "
+        "its contract version never accepted.",
+        "model.durable_state.handle",
+        '        result: dict[str, Any] = {"revision": record.revision, "contractVersion": current, "payload": payload}\n',
+        '        result: dict[str, Any] = {"revision": record.revision, "contractVersion": current,\n'
+        '                                  "payload": record.payload}\n', SY_PS,
+        ci_seed=0, ci_duration="30m", ci_scenario="sentinel-year"),
+    Mutant(
         "ledger-admit-key-ignores-principal",
         "Admission looks an earlier admission up by conversation and idempotency key, whichever principal made "
         "it: another principal's request under a key already used replays the first principal's submission.",

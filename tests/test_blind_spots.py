@@ -7,7 +7,9 @@ classes is caught by a scenario run, not only by a unit test:
 - a renewal from a token whose ownership ended: in some of ledger-storm's
   seeds (the knob ``stale_renewals``) a worker that deferred a head renews
   with the token it just released, while its lease time still runs; the
-  ledger must refuse it (``OwnershipLost``).
+  ledger must refuse it (``OwnershipLost``);
+- ``contract-safety`` judges a load's step output as the run recorded it
+  (what a replay folds), not only the model's report of the load.
 
 A run with the new knobs off is the run it was before they existed
 (same trace digest, computed on the commit before them).
@@ -122,3 +124,43 @@ def test_a_renewal_that_trusts_the_tokens_lease_is_caught():
     assert not result.passed
     names = {v.invariant for v in result.violations}
     assert names & {"stale-renewal-refused", "reference-model"}, names
+
+
+# -- contract-safety reads the recorded step output ------------------------------------------
+
+
+def test_contract_safety_judges_every_recorded_load():
+    result = _run("sentinel-year", 0, "1d")
+    assert result.passed, result.violations
+    assert result.stats["recorded_loads_checked"] >= 100, result.stats
+    assert result.stats["migrations_applied"] >= 1
+
+
+def test_a_migration_missing_from_the_record_is_caught():
+    mutant = CATALOGUE["ds-load-records-unmigrated"]
+    clean = _run("sentinel-year", mutant.ci_seed, mutant.ci_duration)
+    assert clean.passed, clean.violations
+    with mx.applied(mutant):
+        result = _run("sentinel-year", mutant.ci_seed, mutant.ci_duration)
+    assert [v.invariant for v in result.violations] == ["contract-safety"]
+    assert "recorded" in result.violations[0].message
+
+
+def test_a_recorded_load_that_differs_from_the_contract_fails_contract_safety():
+    from model.durable_state.contracts import StateContract
+    from scenarios.invariants.contract_safety import ContractSafety
+    from sim.trace import Trace
+
+    contract = StateContract("s.state", 2, lambda p: None if "b" in p else "no b", {1: lambda p: {"b": p["a"]}})
+    trace = Trace(lambda: 0)
+    violations = []
+    checker = ContractSafety(lambda key: {2: contract} if key == "k" else {})
+    checker.attach(trace, lambda: 0, violations.append)
+    trace.emit("n", "ds.load", {"key": "k", "found": True, "revision": 3, "version": 1, "payload": {"a": 1}})
+    trace.emit("n", "ds.loaded", {"key": "k", "found": True, "current": 2, "stored_version": 1, "revision": 3,
+                                  "payload": {"b": 1}, "migrated": True})
+    assert violations == []
+    step = {"seq": 1, "stepId": "s.state.load", "kind": "STEP_COMPLETED",
+            "output": {"revision": 3, "contractVersion": 2, "payload": {"a": 1}}}
+    trace.emit("n", "log.append", {"conversation": "c", "envelopes": ({"family": "tool-call", "payload": step},)})
+    assert [v.invariant for v in violations] == ["contract-safety"]
