@@ -986,6 +986,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if len(records) == total - start_seq and recomputed != tail.tail_digest:\n", LS_PS,
         ci_seed=4, ci_duration="30m", ci_scenario="port-storm"),
     Mutant(
+        "log-short-last-page-accepted",
+        "The recovery read takes a short last page for the log's end (only an earlier page must be full), so a "
+        "damaged last page is not refused at the page: the read fails later, at the chain check, for another "
+        "reason.",
+        "model.conversation.recovery",
+        "        if len(got) != want:\n            expected = after_seq + len(got) + 1\n",
+        "        if len(got) > want or (len(got) < want and after_seq + want < total):\n"
+        "            expected = after_seq + len(got) + 1\n", LS_PS,
+        ci_seed=11, ci_duration="5m", ci_scenario="ledger-storm"),
+    Mutant(
         "log-gap-accepted",
         "The recovery read's page check looks only at the last sequence number a page reaches, so a page "
         "missing a record in the middle passes it.",

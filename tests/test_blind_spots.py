@@ -164,3 +164,67 @@ def test_a_recorded_load_that_differs_from_the_contract_fails_contract_safety():
             "output": {"revision": 3, "contractVersion": 2, "payload": {"a": 1}}}
     trace.emit("n", "log.append", {"conversation": "c", "envelopes": ({"family": "tool-call", "payload": step},)})
     assert [v.invariant for v in violations] == ["contract-safety"]
+
+
+# -- recovery refusals name their reason ----------------------------------------------------
+
+
+@pytest.mark.parametrize("fault, reason, expected_seq", [
+    ({"drop_seq": 8}, "short-page", 8),  # the last page, one short: seq 8 was due
+    ({"skip_seq": 6}, "gap", 6),         # a record missing in the middle of the page
+])
+def test_a_damaged_page_is_refused_with_its_reason_at_that_page(fault, reason, expected_seq):
+    from model.conversation.records import HistoryCorrupted
+    from model.conversation.recovery import read_recovery_prefix
+    from tests.test_conversation_log import CountingStore, _filled, run as run_log
+
+    async def main():
+        store = CountingStore(await _filled(8), **fault)
+        with pytest.raises(HistoryCorrupted) as caught:
+            await read_recovery_prefix(store, "c1", page_size=4)
+        return caught.value
+
+    refused = run_log(main)
+    assert (refused.reason, refused.expected_seq, refused.page_after_seq) == (reason, expected_seq, 4)
+
+
+def test_a_chain_that_does_not_recompute_is_refused_as_such():
+    from model.conversation.records import HistoryCorrupted
+    from model.conversation.recovery import read_recovery_prefix
+    from tests.test_conversation_log import WrongDigestChain, _filled, run as run_log
+
+    async def main():
+        store = await _filled(1500, WrongDigestChain())
+        with pytest.raises(HistoryCorrupted) as caught:
+            await read_recovery_prefix(store, "c1")
+        return caught.value
+
+    assert run_log(main).reason == "chain-mismatch"
+
+
+def test_fail_closed_pagination_requires_the_refusal_of_the_damaged_page():
+    from scenarios.invariants.fail_closed_pagination import FailClosedPagination
+    from sim.trace import Trace
+
+    def judged(failure):
+        trace = Trace(lambda: 0)
+        violations = []
+        FailClosedPagination().attach(trace, lambda: 0, violations.append)
+        trace.emit("w", "fault", {"kind": "short-page", "site": "log.read.answer"})
+        trace.emit("w", "log.read", {"conversation": "c", "after_seq": 4, "limit": 4, "seqs": (5, 6, 7)})
+        trace.emit("w", "recovery.failed", {"owner": "w", "error": "HistoryCorrupted", **failure})
+        return [v.invariant for v in violations]
+
+    assert judged({"conversation": "c", "reason": "short-page", "expected_seq": 8, "page": 4}) == []
+    assert judged({"conversation": "c", "reason": "chain-mismatch", "expected_seq": 8, "page": 8}) == [
+        "fail-closed-pagination"]
+    assert judged({}) == ["fail-closed-pagination"]
+
+
+def test_a_recovery_reader_that_accepts_a_short_last_page_is_caught():
+    mutant = CATALOGUE["log-short-last-page-accepted"]
+    clean = _run(mutant.ci_scenario or mutant.scenarios[0], mutant.ci_seed, mutant.ci_duration)
+    assert clean.passed, clean.violations
+    with mx.applied(mutant):
+        result = _run(mutant.ci_scenario or mutant.scenarios[0], mutant.ci_seed, mutant.ci_duration)
+    assert "fail-closed-pagination" in {v.invariant for v in result.violations}

@@ -5,7 +5,13 @@ corrupt row always ends in a typed corruption failure, never in a "complete"
 history. A short or gapped page is refused at that page: the read that met it
 asks for no later page of that conversation before it fails (a corrupt row
 is different: only the digest chain over the whole prefix can tell, so the
-read goes on to its end).
+read goes on to its end). And the refusal is that page's, with its reason:
+the read's failure (``recovery.failed``) names the conversation, the reason
+the damaged answer itself shows (``short-page``: fewer records than asked;
+``gap``: one out of sequence), the record it expected and the page, all
+worked out here from the seqs the damaged answer held. A read that let the
+page through and failed later (its chain check, say) fails with another
+reason, at no page: the page check did not do its work.
 """
 from __future__ import annotations
 
@@ -28,9 +34,10 @@ class FailClosedPagination(Checker):
         super().__init__()
         self._damaged: dict[str, int] = {}  # node -> damaged reads not yet answered by a failure
         self._answer: dict[str, str] = {}  # node -> the damage of the read answer its next log.read event shows
-        # node -> (conversation, after_seq) of the first short or gapped page of
-        # its current recovery read, until that read ends.
-        self._refused: dict[str, tuple[str, int]] = {}
+        # node -> (conversation, after_seq, reason, expected seq) of the
+        # first short or gapped page of its current recovery read, until
+        # that read ends.
+        self._refused: dict[str, tuple[str, int, str | None, int | None]] = {}
         self.caught = 0
 
     def metrics(self) -> dict:
@@ -50,10 +57,12 @@ class FailClosedPagination(Checker):
             self._on_read(node, fields)
             return
         self.checks += 1
-        self._refused.pop(node, None)
+        refused = self._refused.pop(node, None)
         if kind == RecoveryFailed.kind:
             if self._damaged.pop(node, 0):
                 self.caught += 1
+            if refused is not None and refused[2] is not None:
+                self._judge_refusal(refused, fields)
             return
         conversation = fields[RecoveryRead.conversation]
         if self._damaged.get(node):
@@ -78,4 +87,28 @@ class FailClosedPagination(Checker):
                           f"{refused[1]} (the page check let it through)", (conversation,))
                 del self._refused[node]
         elif damage in _PAGE_VISIBLE and refused is None and LogRead.error not in fields:
-            self._refused[node] = (conversation, after_seq)
+            self._refused[node] = (conversation, after_seq, *_page_refusal(after_seq, fields[LogRead.limit],
+                                                                          fields[LogRead.seqs]))
+
+    def _judge_refusal(self, refused: tuple, fields: dict) -> None:
+        conversation, after_seq, reason, expected_seq = refused
+        got = (fields.get(RecoveryFailed.conversation), fields.get(RecoveryFailed.reason),
+               fields.get(RecoveryFailed.expected_seq), fields.get(RecoveryFailed.page))
+        if got != (conversation, reason, expected_seq, after_seq):
+            self.fail(f"{conversation}: the page after seq {after_seq} was damaged ({reason}, seq {expected_seq} "
+                      f"due) but the recovery read failed with {fields[RecoveryFailed.error]} naming "
+                      f"{got[1] or 'no reason'} (seq {got[2]}, page {got[3]}, conversation {got[0]}): it was not "
+                      "refused at that page", (conversation,))
+
+
+def _page_refusal(after_seq: int, limit: int, seqs: tuple) -> tuple[str | None, int | None]:
+    """Why a page's own check must refuse the answer ``seqs`` to a read of
+    ``limit`` records after ``after_seq``, and the record it expected."""
+    for offset, seq in enumerate(seqs[:limit]):
+        if seq != after_seq + offset + 1:
+            return ("gap", after_seq + offset + 1)
+    if len(seqs) < limit:
+        return ("short-page", after_seq + len(seqs) + 1)
+    if len(seqs) > limit:
+        return ("long-page", after_seq + limit + 1)
+    return (None, None)
