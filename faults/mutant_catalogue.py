@@ -978,6 +978,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            raise HistoryCorrupted(\n                conversation_id, expected if len(got) < want else after_seq + want + 1,\n"
         "                None if len(got) < want else got[want].seq,\n"
         '                f"page after seq {after_seq} returned {len(got)} records, expected {want}",\n'
+        "                HistoryCorrupted.SHORT_PAGE if len(got) < want else HistoryCorrupted.LONG_PAGE, after_seq,\n"
         "            )\n        records.extend(got)\n"
         "    recomputed = recompute_chain(conversation_id, records, start_seq + 1, after_digest)\n"
         "    if recomputed != tail.tail_digest:\n",
@@ -1002,7 +1003,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "model.conversation.recovery",
         "        for offset, record in enumerate(got[:want]):\n            expected = after_seq + offset + 1\n"
         "            if record.seq != expected:\n"
-        '                raise HistoryCorrupted(conversation_id, expected, record.seq, "non-contiguous page")\n'
+        '                raise HistoryCorrupted(conversation_id, expected, record.seq, "non-contiguous page",\n'
+        "                                       HistoryCorrupted.GAP, after_seq)\n"
         "        if len(got) != want:\n",
         "        if not got or got[-1].seq != after_seq + want:\n", LS_PS,
         ci_seed=2, ci_duration="1h"),
