@@ -228,3 +228,17 @@ def test_a_recovery_reader_that_accepts_a_short_last_page_is_caught():
     with mx.applied(mutant):
         result = _run(mutant.ci_scenario or mutant.scenarios[0], mutant.ci_seed, mutant.ci_duration)
     assert "fail-closed-pagination" in {v.invariant for v in result.violations}
+
+
+def test_a_damaged_answer_whose_reply_was_lost_is_not_judged_as_the_pages_refusal():
+    from scenarios.invariants.fail_closed_pagination import FailClosedPagination
+    from sim.trace import Trace
+
+    trace = Trace(lambda: 0)
+    violations = []
+    FailClosedPagination().attach(trace, lambda: 0, violations.append)
+    trace.emit("w", "fault", {"kind": "sequence-gap", "site": "log.read.answer"})
+    trace.emit("w", "log.read", {"conversation": "c", "after_seq": 72, "limit": 8, "seqs": (73, 74, 75, 76, 78, 79, 80)})
+    trace.emit("w", "fault", {"kind": "reply-lost", "site": "log.read"})
+    trace.emit("w", "recovery.failed", {"owner": "w", "error": "ReplyLost"})
+    assert violations == []

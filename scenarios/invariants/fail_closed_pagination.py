@@ -11,7 +11,8 @@ the damaged answer itself shows (``short-page``: fewer records than asked;
 ``gap``: one out of sequence), the record it expected and the page, all
 worked out here from the seqs the damaged answer held. A read that let the
 page through and failed later (its chain check, say) fails with another
-reason, at no page: the page check did not do its work.
+reason, at no page: the page check did not do its work. (A damaged answer
+whose reply was then lost never reached the reader: not judged so.)
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ _DAMAGED_READS = (SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW)
 # What a page's own check sees (fewer records, one out of sequence): refused at the page.
 _PAGE_VISIBLE = (SHORT_PAGE, SEQUENCE_GAP)
 _READ_ANSWER_SITE = "log.read.answer"
+_READ_SITE = "log.read"
+_CORRUPT = "HistoryCorrupted"  # the error a recovery read refuses damaged history with
 
 
 class FailClosedPagination(Checker):
@@ -39,9 +42,10 @@ class FailClosedPagination(Checker):
         # that read ends.
         self._refused: dict[str, tuple[str, int, str | None, int | None]] = {}
         self.caught = 0
+        self.refused_at_page = 0  # damaged pages refused at the page, with their own reason
 
     def metrics(self) -> dict:
-        return {"damaged_reads_caught": self.caught}
+        return {"damaged_reads_caught": self.caught, "damaged_pages_refused_with_reason": self.refused_at_page}
 
     def on_event(self, event: tuple) -> None:
         kind = event.kind
@@ -52,6 +56,12 @@ class FailClosedPagination(Checker):
                 self._damaged[node] = self._damaged.get(node, 0) + 1
                 if fields[Fault.site] == _READ_ANSWER_SITE:
                     self._answer[node] = fields[Fault.kind_]
+            elif fields[Fault.site] == _READ_SITE and node in self._refused:
+                # The damaged answer's reply was lost (or the process died
+                # with it): the reader never saw the page, so its failure
+                # is not that page's refusal.
+                conversation, after_seq, _, _ = self._refused[node]
+                self._refused[node] = (conversation, after_seq, None, None)
             return
         if kind == LogRead.kind:
             self._on_read(node, fields)
@@ -61,7 +71,9 @@ class FailClosedPagination(Checker):
         if kind == RecoveryFailed.kind:
             if self._damaged.pop(node, 0):
                 self.caught += 1
-            if refused is not None and refused[2] is not None:
+            # A read that failed as corrupt; one that failed otherwise (a
+            # partition, a lost reply) never had the page to judge.
+            if refused is not None and refused[2] is not None and fields[RecoveryFailed.error] == _CORRUPT:
                 self._judge_refusal(refused, fields)
             return
         conversation = fields[RecoveryRead.conversation]
@@ -94,7 +106,9 @@ class FailClosedPagination(Checker):
         conversation, after_seq, reason, expected_seq = refused
         got = (fields.get(RecoveryFailed.conversation), fields.get(RecoveryFailed.reason),
                fields.get(RecoveryFailed.expected_seq), fields.get(RecoveryFailed.page))
-        if got != (conversation, reason, expected_seq, after_seq):
+        if got == (conversation, reason, expected_seq, after_seq):
+            self.refused_at_page += 1
+        else:
             self.fail(f"{conversation}: the page after seq {after_seq} was damaged ({reason}, seq {expected_seq} "
                       f"due) but the recovery read failed with {fields[RecoveryFailed.error]} naming "
                       f"{got[1] or 'no reason'} (seq {got[2]}, page {got[3]}, conversation {got[0]}): it was not "
