@@ -594,7 +594,12 @@ class LogAppend(PortEvent):
 # again by the trace. A refused append has no batch digest and is hashed
 # whole.
 COVERED_FIELDS = {LogAppend.kind: ((LogAppend.record_ids, LogAppend.envelopes, LogAppend.sizes),
-                                   LogAppend.batch_digest)}
+                                   LogAppend.batch_digest),
+                  # A refused recovery read is hashed by its error's name, as
+                  # before refusals named their reason: the reason, the record
+                  # expected and the page are for the oracles, the JSON
+                  # stream and the excerpts, so a run keeps its digest.
+                  "recovery.failed": (("conversation", "reason", "expected_seq", "page"), "error")}
 
 
 class LogInspectTail(PortEvent):
@@ -993,6 +998,14 @@ class RecoveryFailed(ProbeEvent):
     kind = "recovery.failed"
     owner: str
     error: str
+    # A refused recovery read (``HistoryCorrupted.reason``): the conversation,
+    # why (short-page, long-page, gap, chain-mismatch, behind-checkpoint),
+    # the record it expected and the page (the seq it was read after; None
+    # for a refusal of the whole read).
+    conversation: str = OPTIONAL
+    reason: str = OPTIONAL
+    expected_seq: int = OPTIONAL
+    page: int | None = OPTIONAL
 
 
 class AgentStep(ProbeEvent):

@@ -253,6 +253,24 @@ MUTANTS: tuple[Mutant, ...] = (
         "        existing_id = self._by_key.get((conversation_id, idempotency_key, principal_id))\n", ALL,
         ci_seed=0, ci_duration="1d", ci_scenario="ledger-storm"),
     Mutant(
+        "ds-load-records-unmigrated",
+        "A load records the stored payload as its step output while it reports the migrated one: the migration "
+        "reaches the load's report but not the record, so the run (and every replay of it) goes on with state "
+        "its contract version never accepted.",
+        "model.durable_state.handle",
+        '        result: dict[str, Any] = {"revision": record.revision, "contractVersion": current, "payload": payload}\n',
+        '        result: dict[str, Any] = {"revision": record.revision, "contractVersion": current,\n'
+        '                                  "payload": record.payload}\n', SY_PS,
+        ci_seed=0, ci_duration="30m", ci_scenario="sentinel-year"),
+    Mutant(
+        "ledger-admit-key-ignores-principal",
+        "Admission looks an earlier admission up by conversation and idempotency key, whichever principal made "
+        "it: another principal's request under a key already used replays the first principal's submission.",
+        "model.ledger.memory_store", "        existing_id = self._by_key.get(key)\n",
+        "        existing_id = next((sid for (c, _p, k), sid in self._by_key.items()\n"
+        "                            if (c, k) == (conversation_id, idempotency_key)), None)\n", LS_PS,
+        ci_seed=2, ci_duration="5m", ci_scenario="ledger-storm"),
+    Mutant(
         "ledger-admit-new-receipt",
         "An idempotent admission replay answers with a receipt minted for this request (salted with its time) "
         "instead of the one the ledger issued.",
@@ -960,6 +978,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            raise HistoryCorrupted(\n                conversation_id, expected if len(got) < want else after_seq + want + 1,\n"
         "                None if len(got) < want else got[want].seq,\n"
         '                f"page after seq {after_seq} returned {len(got)} records, expected {want}",\n'
+        "                HistoryCorrupted.SHORT_PAGE if len(got) < want else HistoryCorrupted.LONG_PAGE, after_seq,\n"
         "            )\n        records.extend(got)\n"
         "    recomputed = recompute_chain(conversation_id, records, start_seq + 1, after_digest)\n"
         "    if recomputed != tail.tail_digest:\n",
@@ -968,13 +987,24 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if len(records) == total - start_seq and recomputed != tail.tail_digest:\n", LS_PS,
         ci_seed=4, ci_duration="30m", ci_scenario="port-storm"),
     Mutant(
+        "log-short-last-page-accepted",
+        "The recovery read takes a short last page for the log's end (only an earlier page must be full), so a "
+        "damaged last page is not refused at the page: the read fails later, at the chain check, for another "
+        "reason.",
+        "model.conversation.recovery",
+        "        if len(got) != want:\n            expected = after_seq + len(got) + 1\n",
+        "        if len(got) > want or (len(got) < want and after_seq + want < total):\n"
+        "            expected = after_seq + len(got) + 1\n", LS_PS,
+        ci_seed=11, ci_duration="5m", ci_scenario="ledger-storm"),
+    Mutant(
         "log-gap-accepted",
         "The recovery read's page check looks only at the last sequence number a page reaches, so a page "
         "missing a record in the middle passes it.",
         "model.conversation.recovery",
         "        for offset, record in enumerate(got[:want]):\n            expected = after_seq + offset + 1\n"
         "            if record.seq != expected:\n"
-        '                raise HistoryCorrupted(conversation_id, expected, record.seq, "non-contiguous page")\n'
+        '                raise HistoryCorrupted(conversation_id, expected, record.seq, "non-contiguous page",\n'
+        "                                       HistoryCorrupted.GAP, after_seq)\n"
         "        if len(got) != want:\n",
         "        if not got or got[-1].seq != after_seq + want:\n", LS_PS,
         ci_seed=2, ci_duration="1h"),
@@ -1640,7 +1670,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "    row = check_token(row, token)  # a lapsed lease renews until another owner claims\n",
         "    row = row if row is not None and row.lease_expires_ms is not None and row.lease_expires_ms > now_ms \\\n"
         "        else check_token(row, token)  # a live lease renews\n",
-        LS_PS, ci_seed=2, ci_duration="1h"),
+        LS_PS, ci_seed=2, ci_duration="3h"),
+    Mutant(
+        "ledger-renew-trusts-token-lease",
+        "Renewal trusts the lease time its token carries: a token whose lease still runs renews without the row's "
+        "ownership checked, so an owner that released the submission (or was superseded) renews it anyway.",
+        "model.ledger.rules",
+        "    row = check_token(row, token)  # a lapsed lease renews until another owner claims\n",
+        "    row = row if row is not None and token.lease_expires_ms > now_ms else check_token(row, token)\n",
+        LS_PS, ci_seed=10, ci_duration="30m", ci_scenario="ledger-storm"),
     Mutant(
         "renew-on-own-clock",
         "A renewal is accepted while the caller's own token has not expired by the caller's clock, without "

@@ -801,7 +801,12 @@ async def worker_loop(worker: SubmissionWorker, runtime: Any, *, poll_ms: int, r
         except Exception as error:
             if not is_retryable(error, reread=True):
                 raise
-            probe.emit("recovery.failed", owner=worker.owner_id, error=error_name(error))
+            # A refusal of the recovery read names its reason, the record it
+            # expected and, for a page's own check, the page.
+            refusal = {} if getattr(error, "reason", None) is None else {
+                "conversation": error.conversation_id, "reason": error.reason, "expected_seq": error.expected_seq,
+                "page": error.page_after_seq}
+            probe.emit("recovery.failed", owner=worker.owner_id, error=error_name(error), **refusal)
             await runtime.sleep_ms(retry_ms)
     # The worker process's forever loop: it never ends by itself; the process
     # ends when its node is killed (every poll waits ``poll_ms``).

@@ -312,18 +312,33 @@ class HistoryCorrupted(ConversationStoreError):
     """Stored history is not what the log guarantees: a short page or a gap
     (``expected_seq`` was due, ``got`` arrived — None for nothing), a row that
     does not decode, a spilled payload whose digest does not match, or a
-    digest chain that does not recompute."""
+    digest chain that does not recompute.
 
-    def __init__(self, conversation_id: str, expected_seq: int | None, got: int | None, detail: str = "") -> None:
+    A recovery read's refusal names its ``reason`` (``SHORT_PAGE``,
+    ``LONG_PAGE``, ``GAP``, ``CHAIN_MISMATCH``, ``BEHIND_CHECKPOINT``) and,
+    for a page's own check, the page (``page_after_seq``: the seq the page
+    was read after); ``expected_seq`` is the record it expected. Other
+    refusals leave ``reason`` None."""
+
+    SHORT_PAGE = "short-page"  # fewer records than asked: ``expected_seq`` never came
+    LONG_PAGE = "long-page"  # more records than asked
+    GAP = "gap"  # a record out of sequence: ``expected_seq`` was due, ``got`` came
+    CHAIN_MISMATCH = "chain-mismatch"  # the digest chain does not recompute to the tail's
+    BEHIND_CHECKPOINT = "behind-checkpoint"  # the log's tail is behind a checkpoint
+
+    def __init__(self, conversation_id: str, expected_seq: int | None, got: int | None, detail: str = "",
+                 reason: str | None = None, page_after_seq: int | None = None) -> None:
         self.conversation_id = conversation_id
         self.expected_seq = expected_seq
         self.got = got
         self.detail = detail
+        self.reason = reason
+        self.page_after_seq = page_after_seq
         super().__init__(
             f"history of conversation {conversation_id!r} is corrupted: expected seq {expected_seq!r}, "
             f"got {got!r}{': ' + detail if detail else ''}"
         )
-        self._args = (conversation_id, expected_seq, got, detail)
+        self._args = (conversation_id, expected_seq, got, detail, reason, page_after_seq)
 
 
 class AcknowledgedWriteLost(HistoryCorrupted):

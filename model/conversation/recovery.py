@@ -5,7 +5,9 @@ exactly the prefix 1..T in ceil(T / 1024) pages of PAGE_SIZE_MAX (page i
 asks for seqs i*1024+1 .. min((i+1)*1024, T), so appends racing the pass are
 never read into it). Pagination is fail-closed: a page with fewer (or more)
 records than asked, or a record out of sequence, is ``HistoryCorrupted`` —
-never a shorter "complete" history. The prefix's digest chain must then
+never a shorter "complete" history. Each refusal names its reason and the
+record it expected (``HistoryCorrupted.reason``, ``expected_seq``, and the
+page, ``page_after_seq``, for a page's own check). The prefix's digest chain must then
 recompute to the captured tail digest (records carry ``batch_id``, which is
 all the chain needs; see ``rules``).
 
@@ -57,7 +59,8 @@ async def read_recovery_suffix(store, conversation_id: str, *, after_seq: int, a
     total = tail.tail_seq
     if total < start_seq:
         raise HistoryCorrupted(conversation_id, start_seq, total,
-                               f"the log's tail {total} is behind a checkpoint at {start_seq}")
+                               f"the log's tail {total} is behind a checkpoint at {start_seq}",
+                               HistoryCorrupted.BEHIND_CHECKPOINT)
     records: list[CanonicalRecord] = []
     for page in range(recovery_page_count(total - start_seq, page_size)):
         after_seq = start_seq + page * page_size
@@ -67,16 +70,19 @@ async def read_recovery_suffix(store, conversation_id: str, *, after_seq: int, a
         for offset, record in enumerate(got[:want]):
             expected = after_seq + offset + 1
             if record.seq != expected:
-                raise HistoryCorrupted(conversation_id, expected, record.seq, "non-contiguous page")
+                raise HistoryCorrupted(conversation_id, expected, record.seq, "non-contiguous page",
+                                       HistoryCorrupted.GAP, after_seq)
         if len(got) != want:
             expected = after_seq + len(got) + 1
             raise HistoryCorrupted(
                 conversation_id, expected if len(got) < want else after_seq + want + 1,
                 None if len(got) < want else got[want].seq,
                 f"page after seq {after_seq} returned {len(got)} records, expected {want}",
+                HistoryCorrupted.SHORT_PAGE if len(got) < want else HistoryCorrupted.LONG_PAGE, after_seq,
             )
         records.extend(got)
     recomputed = recompute_chain(conversation_id, records, start_seq + 1, after_digest)
     if recomputed != tail.tail_digest:
-        raise HistoryCorrupted(conversation_id, total, total, "digest chain does not recompute to the tail digest")
+        raise HistoryCorrupted(conversation_id, total, total, "digest chain does not recompute to the tail digest",
+                               HistoryCorrupted.CHAIN_MISMATCH)
     return RecoveryPrefix(tail, tuple(records), requests)

@@ -9,7 +9,15 @@ so a bug there cannot hide from it. For every load:
 - the store's answer (``ds.load`` event) gives the stored envelope;
 - the model's verdict (``ds.loaded`` or ``ds.load.rejected``) must match the
   oracle: same payload and migration record on success, same mismatch kind on
-  rejection.
+  rejection;
+- the load's step output as the run recorded it (the step record
+  ``{contract}.load`` that node appends next: a ``tool-call`` record of the
+  run's log, or ``kernel.append_step(s)`` and the steps a
+  ``kernel.finish_execution`` carries), which a replay folds instead of
+  loading again, must be what the oracle's load gives: the same revision,
+  the reader's version, the migrated payload and the migration, or nothing
+  for an absent key. The report and the record are judged apart: a
+  migration that reaches one and not the other is caught.
 For every committed save: the written version is a version the oracle knows,
 its payload validates under that version, and versions never go backwards
 (a ``ds.clear`` starts the key over). Keys the scenario gives no contracts
@@ -22,8 +30,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from faults.events import DsClear, DsLoad, DsLoaded, DsLoadRejected, DsSave
+from faults.events import (DsClear, DsLoad, DsLoaded, DsLoadRejected, DsSave, KernelAppendStep, KernelAppendSteps,
+                           KernelFinish, LogAppend)
 from model.canonical import json_equal
+from model.kernel.records import STEP_COMPLETED
 from model.durable_state.contracts import (
     FUTURE_VERSION,
     MIGRATION_FAILED,
@@ -37,6 +47,8 @@ if TYPE_CHECKING:
     from scenarios.system import AuditView
 
 ContractsForKey = Callable[[str], Mapping[int, StateContract]]
+# The persistence family of a run's durable step records in its log.
+STEP_RECORD_FAMILY = "tool-call"
 
 
 def expected_load(contracts: Mapping[int, StateContract], reader_version: int,
@@ -62,7 +74,8 @@ def expected_load(contracts: Mapping[int, StateContract], reader_version: int,
 
 class ContractSafety(Checker):
     name = "contract-safety"
-    kinds = (DsLoad.kind, DsLoaded.kind, DsLoadRejected.kind, DsSave.kind, DsClear.kind)
+    kinds = (DsLoad.kind, DsLoaded.kind, DsLoadRejected.kind, DsSave.kind, DsClear.kind, KernelAppendStep.kind,
+             KernelAppendSteps.kind, KernelFinish.kind, LogAppend.kind)
 
     def __init__(self, contracts_for_key: ContractsForKey, *, out_of_band: Callable[[str], bool] = lambda node: False,
                  every_contract_for_key: ContractsForKey | None = None,
@@ -78,14 +91,21 @@ class ContractSafety(Checker):
         self._out_of_band = out_of_band
         self._every_contract_for_key = every_contract_for_key or contracts_for_key
         self._damage = damage
-        self._pending: dict[str, tuple[str, int, Any]] = {}  # node -> (key, stored version, payload)
+        self._pending: dict[str, tuple[str, int, Any, int]] = {}  # node -> (key, stored version, payload, revision)
+        # (node, load step id) -> (key, the step output the oracle's load
+        # gives), until that node records the step (bounded by nodes x keys:
+        # a load that never got recorded, its process dead, is replaced by
+        # the node's next load of the key).
+        self._due: dict[tuple[str, str], tuple[str, Any]] = {}
+        self.recorded_loads = 0
         self._versions: dict[str, int] = {}  # key -> last committed version
         self._damaged: dict[str, None] = {}  # keys a damage writer wrote last (membership only)
         self.migrations = 0
         self.rejections = 0
 
     def metrics(self) -> dict:
-        return {"migrations_applied": self.migrations, "contract_rejections": self.rejections}
+        return {"migrations_applied": self.migrations, "contract_rejections": self.rejections,
+                "recorded_loads_checked": self.recorded_loads}
 
     def on_event(self, event: tuple) -> None:
         kind = event.kind
@@ -93,9 +113,24 @@ class ContractSafety(Checker):
         fields = event.fields
         if kind == DsLoad.kind:
             if fields.get(DsLoad.found):
-                self._pending[node] = (fields[DsLoad.key], fields[DsLoad.version], fields[DsLoad.payload])
+                self._pending[node] = (fields[DsLoad.key], fields[DsLoad.version], fields[DsLoad.payload],
+                                       fields[DsLoad.revision])
             else:
                 self._pending.pop(node, None)
+        elif kind == KernelAppendStep.kind:
+            if self._due and KernelAppendStep.error not in fields:
+                self._check_recorded(node, fields[KernelAppendStep.step], fields[KernelAppendStep.step_kind],
+                                     fields[KernelAppendStep.output])
+        elif kind == LogAppend.kind:
+            if self._due and LogAppend.error not in fields:
+                for envelope in fields[LogAppend.envelopes]:
+                    if envelope.get("family") == STEP_RECORD_FAMILY:
+                        step = envelope.get("payload") or {}
+                        self._check_recorded(node, step.get("stepId"), step.get("kind"), step.get("output"))
+        elif kind == KernelAppendSteps.kind or kind == KernelFinish.kind:
+            if self._due and KernelAppendSteps.error not in fields:
+                for step_id, step_kind, output in fields[KernelAppendSteps.steps]:
+                    self._check_recorded(node, step_id, step_kind, output)
         elif kind == DsSave.kind:
             if DsSave.revision in fields:
                 if self._damage(node):
@@ -113,6 +148,10 @@ class ContractSafety(Checker):
     def _check_load(self, node: str, kind: str, fields: dict) -> None:
         pending = self._pending.pop(node, None)
         if not fields.get(DsLoaded.found, True):  # a rejection has no "found": it found something
+            contracts = self._contracts_for_key(fields[DsLoaded.key])
+            reader = contracts.get(fields[DsLoaded.current])
+            if reader is not None:
+                self._due[(node, f"{reader.contract_id}.load")] = (fields[DsLoaded.key], None)
             return
         loaded = kind == DsLoaded.kind
         key = fields[DsLoaded.key if loaded else DsLoadRejected.key]
@@ -123,9 +162,15 @@ class ContractSafety(Checker):
         if pending is None or pending[0] != key:
             self.fail(f"{key}: model reported a load the store never answered", (key,))
             return
-        _, stored_version, stored_payload = pending
+        _, stored_version, stored_payload, revision = pending
         current = fields[DsLoaded.current if loaded else DsLoadRejected.current]
         verdict, value = expected_load(contracts, current, stored_version, stored_payload)
+        if verdict == "ok":
+            # What the load's step must record (the handle's output shape).
+            output: dict[str, Any] = {"revision": revision, "contractVersion": current, "payload": value}
+            if stored_version != current:
+                output["migrated"] = {"from": stored_version, "to": current}
+            self._due[(node, f"{contracts[current].contract_id}.load")] = (key, output)
         if loaded:
             migrated = fields.get(DsLoaded.migrated)
             if migrated:
@@ -147,6 +192,20 @@ class ContractSafety(Checker):
                           f"{mismatch}, but the contract accepts it", (key,))
             elif value != mismatch:
                 self.fail(f"{key}: load rejected as {mismatch}, the contract says {value}", (key,))
+
+    def _check_recorded(self, node: str, step_id: str, step_kind: str, output: Any) -> None:
+        """A step record of ``node``: a load step the oracle expects is judged."""
+        if step_kind != STEP_COMPLETED:
+            return
+        due = self._due.pop((node, step_id), None)
+        if due is None:
+            return
+        key, expected = due
+        self.checks += 1
+        self.recorded_loads += 1
+        if not json_equal(output, expected):
+            self.fail(f"{key}: the load's step {step_id!r} recorded {output!r}; the store's answer under the "
+                      f"contract gives {expected!r} (a replay folds the record)", (key,))
 
     def audit(self, view: AuditView) -> None:
         """Every stored envelope validates under the version it claims (any

@@ -54,13 +54,26 @@ KNOBS = (Knob("lease_ms", 20 * SECOND, 5 * SECOND, 60 * SECOND, "claim lease"),
               values=(0, 0, SECOND, MINUTE, HOUR, HOUR, HOUR, HOUR)),
          # Drawn last: the largest clock offset and drift a node draws under clock-skew.
          *clock_knobs())
+# One in this many of the client's requests is sent again by a second
+# principal under the same idempotency key (0: none), each its own
+# submission. A seed draws it on rarely (one seed in eight): the extra
+# submissions change the whole run, so most seeds keep the run they had.
+SECOND_PRINCIPAL_KNOB = Knob("second_principal", 0, 0, 64,
+                             "one request in N is sent again by a second principal under its key (0: none)",
+                             values=(0, 0, 0, 0, 0, 0, 0, 8))
+# 1: a worker that deferred a head renews with the token it released while
+# the token's lease time still runs (the ledger must refuse it). Drawn on in
+# one seed in eight, as the second principal is.
+STALE_RENEWALS_KNOB = Knob("stale_renewals", 0, 0, 1,
+                           "a deferring worker renews with the token it released (0: never)",
+                           values=(0, 0, 0, 0, 0, 0, 0, 1))
 # A client's abort of a queued submission passes abort:after-intent a few
 # times a seed: activated, it fires this many times as often (so that a
 # sweep fires it; a boost changes no draw).
 ABORT_INTENT_BOOST = 25
 SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=SUBMISSION_CRASH_POINTS + ABORT_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
                    failpoint_boosts=((ABORT_INTENT_STORED, ABORT_INTENT_BOOST),),
-                   workload=(ABORTS, FAILING_WORK, CHECKPOINTS), knobs=KNOBS)
+                   workload=(ABORTS, FAILING_WORK, CHECKPOINTS), knobs=(*KNOBS, SECOND_PRINCIPAL_KNOB, STALE_RENEWALS_KNOB))
 SOMETIMES = ("stale_writes_fenced", "damaged_reads_caught", "worker_crashes", "settled", "recoveries_from_checkpoint",
              "aborted_queued", "aborted_running", "conversations_retired", "retirements_held_open", "handoffs")
 # The stores a submission worker talks to, which a partition may cut it from.
@@ -88,10 +101,12 @@ def ledger_storm(run: Run) -> Stack:
     submitters = Submitters(conversations=run.param("conversations"), every_ms=(1 * SECOND, 40 * SECOND),
                             conversation_lifetime_ms=lifetime_ms, retry_ms=2 * SECOND,
                             abort_every=25 if run.does(ABORTS) else 0, group_share=GROUP_SHARE, groups=GROUPS,
-                            defer_share=DEFER_SHARE)
+                            defer_share=DEFER_SHARE,
+                            second_principal_share=1 / run.knob("second_principal") if run.knob("second_principal") else 0.0)
     workers = Workers(run.knob("workers"), serving=submitters, lease_ms=lease_ms, poll_ms=2 * SECOND, retry_ms=2 * SECOND,
                       step_delay_ms=(50, 3 * SECOND), work=work(fail_every=20 if run.does(FAILING_WORK) else 0),
-                      checkpoints=run.does(CHECKPOINTS), recovery_page_size=run.knob("recovery_page_size"))
+                      checkpoints=run.does(CHECKPOINTS), recovery_page_size=run.knob("recovery_page_size"),
+                      stale_renewals=bool(run.knob("stale_renewals")))
     ttl_ms = run.knob("retention_ttl_ms")
     return Stack(
         system=System(file_name="ledger-storm.db", restart_ms=RESTART_MS, damaged_reads=True),

@@ -6,7 +6,11 @@ to one of ``conversations`` conversation slots (a slot moves to a new
 conversation every ``conversation_lifetime_ms``, so a log's length does not
 grow with the run), retries an unreceipted request with the same
 idempotency key until it sees a receipt, and aborts some right after
-admission. A drawn share of requests (``defer_share``) asks its worker to
+admission. A drawn share of requests (``second_principal_share``) is sent
+again by a second principal (``SECOND_PRINCIPAL``) under the same
+idempotency key: the ledger scopes a key by conversation *and* principal,
+so each must be its own submission (the client's expectation,
+``admission-per-principal``). A drawn share of requests (``defer_share``) asks its worker to
 defer it once its input is applied, and comes with the next request to
 the same conversation right behind it: the work the lane is handed to
 (itself deferred at the same share: a chain of deferred heads). New work stops at the heal instant.
@@ -25,9 +29,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from model.ledger.records import Claim
 from model.retention import retire_conversation
 from model.retry import error_name, is_retryable
 from model.submissions import PAGE_SIZE_MAX, SubmissionClient, SubmissionWorker, worker_loop
+from scenarios.adversaries.client import Expectations
 from scenarios.invariants.effect_under_lease import EffectUnderLease
 from scenarios.invariants.queue_order import QueueOrder
 from scenarios.invariants.recovery_decisions import RecoveryDecisions
@@ -48,6 +54,27 @@ ABORT_LATE_MS = (200, 8_000)
 # The client's retry queue never holds more than this (it is drained before
 # anything new is sent, so it holds one request at a time in practice).
 PENDING_MAX = 1_000
+# The principal every request is admitted under, and the one that sends a
+# drawn share of them again under the same idempotency key.
+PRINCIPAL, SECOND_PRINCIPAL = "client", "client-2"
+
+
+class AdmissionPerPrincipal(Expectations):
+    """``admission-per-principal``: the client's expectation that one
+    idempotency key sent by two principals to one conversation admits two
+    submissions (the key is scoped by conversation and principal), one
+    check per key both sent."""
+
+    name = "admission-per-principal"
+
+
+class StaleRenewalRefused(Expectations):
+    """``stale-renewal-refused``: a renewal with a token its owner gave up
+    (released), made while that token's lease time still runs, is refused
+    as ``OwnershipLost``: the lease's time is not ownership. One check per
+    such renewal answered."""
+
+    name = "stale-renewal-refused"
 
 
 class WorkFailed(Exception):
@@ -85,10 +112,11 @@ class Submitters(Workload):
     def __init__(self, *, conversations: int = 8, every_ms: tuple[int, int] = (1_000, 40_000),
                  conversation_lifetime_ms: int = 3_600_000, retry_ms: int = 2_000, abort_every: int = 0,
                  abort_late_ms: tuple[int, int] = ABORT_LATE_MS, group_share: float = 0.0, groups: int = 1,
-                 defer_share: float = 0.0, name: str | None = None) -> None:
+                 defer_share: float = 0.0, second_principal_share: float = 0.0, name: str | None = None) -> None:
         assert conversations >= 1 and every_ms[0] > 0 and conversation_lifetime_ms > 0 and retry_ms > 0
         assert 0.0 <= group_share <= 1.0 and groups >= 1
         assert 0.0 <= defer_share <= 1.0, defer_share
+        assert 0.0 <= second_principal_share <= 1.0, second_principal_share
         if name is not None:
             self.named(name)
         # The share of requests that ask their worker to defer them once
@@ -101,7 +129,10 @@ class Submitters(Workload):
         self.retry_ms = retry_ms
         self.abort_every = abort_every
         self.abort_late_ms = abort_late_ms
-        self.pending: list[tuple[str, str, Any]] = []  # the outside world's unreceipted requests
+        # The outside world's unreceipted requests: (conversation, key,
+        # request), and a fourth member, the principal, for a second
+        # principal's (absent: ``PRINCIPAL``).
+        self.pending: list[tuple] = []
         self.submitted = 0
         # Conversation -> when the client closes it (its slot moves on), in
         # order of first use; kept only for a ``ConversationRetention``,
@@ -120,6 +151,16 @@ class Submitters(Workload):
         self.policies: dict[str, tuple[str, Any]] = {}
         self.grouped = 0  # admitted under a group
         self.group_refused = 0  # refused while the group's holder was open: given up, the expected answer
+        # A drawn share of requests (each from its own stream,
+        # ``{instance}/second-principal/{n}``: no other draw moves) is sent
+        # again by ``SECOND_PRINCIPAL`` under the same key, right behind
+        # the first; (conversation, key) -> {principal: submission} until
+        # both are receipted and judged (bounded by the pending requests).
+        self.second_principal_share = second_principal_share
+        self.second_principal_sent = 0
+        self.second_principal_judged = 0
+        self._receipts: dict[tuple[str, str], dict[str, str]] = {}
+        self.expectations = AdmissionPerPrincipal() if second_principal_share else None
 
     def setup(self, world: World) -> None:
         self.world = world
@@ -134,10 +175,17 @@ class Submitters(Workload):
         """Whether ``conversation_id`` is one of this instance's (what its workers serve)."""
         return conversation_id.startswith(f"{self.name}/")
 
+    def checks(self) -> list[Checker]:
+        return [] if self.expectations is None else [self.expectations]
+
     def metrics(self) -> dict[str, Any]:
-        if not self.group_share:
-            return {"submitted": self.submitted}
-        return {"submitted": self.submitted, "grouped": self.grouped, "group_refused": self.group_refused}
+        found: dict[str, Any] = {"submitted": self.submitted}
+        if self.group_share:
+            found.update(grouped=self.grouped, group_refused=self.group_refused)
+        if self.second_principal_share:
+            found.update(second_principal_sent=self.second_principal_sent,
+                         second_principal_judged=self.second_principal_judged)
+        return found
 
     def _start(self, node: Node) -> None:
         self.node = node
@@ -159,10 +207,12 @@ class Submitters(Workload):
             try:
                 while self.pending:
                     assert len(self.pending) <= PENDING_MAX, len(self.pending)
-                    conversation_id, key, request = self.pending[0]
-                    policy = self.policies.get(key)
-                    if policy is None:
-                        admission = await client.submit(conversation_id, "client", key, request)
+                    conversation_id, key, request, *second = self.pending[0]
+                    policy = None if second else self.policies.get(key)
+                    if second:
+                        admission = await client.submit(conversation_id, second[0], key, request)
+                    elif policy is None:
+                        admission = await client.submit(conversation_id, PRINCIPAL, key, request)
                     else:
                         admission = await self._submit_grouped(client, conversation_id, key, request, *policy)
                         if admission is None:
@@ -175,9 +225,11 @@ class Submitters(Workload):
                         self._hold(conversation_id, 1)
                         runtime.spawn_on(self.node, f"abort:{sid}",
                                          self._late_abort(client, conversation_id, sid, delay_ms))
+                    if self.second_principal_share:
+                        self._receipted(conversation_id, key, second[0] if second else PRINCIPAL, admission)
                     self.admitted(client, conversation_id, key, request, admission)
                     self.pending.pop(0)
-                    if self.policies.pop(key, None) is not None:  # kept until receipted: a retry is its replay
+                    if not second and self.policies.pop(key, None) is not None:  # kept until receipted
                         self.grouped += 1
             except Exception as error:
                 if not is_retryable(error):
@@ -201,6 +253,31 @@ class Submitters(Workload):
                 self.submitted += 1
                 request = self.request(self.submitted, conversation_id)
             self._enqueue(world, conversation_id, request)
+            if (self.second_principal_share
+                    and self.stream_for(world, f"second-principal/{self.submitted}").chance(self.second_principal_share)):
+                # The same request from another principal, under the same
+                # key: its own submission, not a replay of the first.
+                self.pending.append((conversation_id, f"req-{self.submitted}", request, SECOND_PRINCIPAL))
+                self._receipts[(conversation_id, f"req-{self.submitted}")] = {}
+                self.second_principal_sent += 1
+
+    def _receipted(self, conversation_id: str, key: str, principal: str, admission: Any) -> None:
+        """A receipt of a key a second principal also sends: once both
+        principals hold one, each must name its own submission."""
+        receipts = self._receipts.get((conversation_id, key))
+        if receipts is None:
+            return
+        receipts[principal] = admission.submission_id
+        if len(receipts) < 2:
+            return
+        del self._receipts[(conversation_id, key)]
+        self.second_principal_judged += 1
+        first, second = receipts[PRINCIPAL], receipts[SECOND_PRINCIPAL]
+        self.expectations.expect(
+            first != second,
+            f"{conversation_id}: key {key!r} admitted by {PRINCIPAL!r} as {first} and by {SECOND_PRINCIPAL!r} as "
+            f"{second}: one principal's admission answered another's (a key is scoped by principal too)",
+            (first, second))
 
     def _enqueue(self, world: Any, conversation_id: str, request: Any) -> None:
         key = f"req-{self.submitted}"
@@ -226,6 +303,7 @@ class Submitters(Workload):
             self.group_refused += 1
             self.pending.pop(0)
             del self.policies[key]
+            self._receipts.pop((conversation_id, key), None)  # nothing of the first principal's to compare
             return None
         return admission
 
@@ -241,7 +319,7 @@ class Submitters(Workload):
         """The conversations closed at least ``ttl_ms`` before ``now_ms`` that
         the client no longer writes to, in order of first use."""
         done = []
-        writing = {conversation_id for conversation_id, _, _ in self.pending}
+        writing = {entry[0] for entry in self.pending}
         for conversation_id, closes_ms in self.closes_ms.items():
             if closes_ms + ttl_ms > now_ms:
                 break  # first use order is close order: the rest closed later
@@ -365,10 +443,14 @@ class Workers(Workload):
     def __init__(self, count: int, *, lease_ms: int = 30_000, poll_ms: int = 2_000, retry_ms: int = 2_000,
                  step_delay_ms: tuple[int, int] = (50, 3_000), work: Callable[[Any, int, str, int], Any] | None = None,
                  steps: int = 2, checkpoints: bool = False, recovery_page_size: int = PAGE_SIZE_MAX,
-                 serving: Any = None, name: str | None = None) -> None:
+                 serving: Any = None, stale_renewals: bool = False, name: str | None = None) -> None:
         """``serving``: the client workload whose conversations these workers
         serve (its ``serves(conversation_id)``); None: every conversation in
-        the ledger (a stack with one kind of work)."""
+        the ledger (a stack with one kind of work). ``stale_renewals``: a
+        process that deferred a head (released it unsettled) renews with the
+        token it gave up at once, while that token's lease time still runs,
+        as a late renewal of a careless owner would: the ledger must refuse
+        it (``OwnershipLost``), judged by ``stale-renewal-refused``."""
         assert count >= 1 and lease_ms > 0 and steps >= 1, (count, lease_ms, steps)
         if name is not None:
             self.named(name)
@@ -389,6 +471,15 @@ class Workers(Workload):
         self.deferrals = 0  # heads released unsettled once their input was applied (``submission.deferred``)
         self.handoffs = 0  # claims a cooperative handoff granted
         self._effects: EffectUnderLease | None = None  # set by ``own_checks``
+        self.stale_renewals = stale_renewals
+        self.stale_checker = StaleRenewalRefused() if stale_renewals else None
+        # With ``stale_renewals``: (owner, submission, epoch) -> the lease its
+        # claim granted, until it is given up or settled (bounded by the
+        # claims alive); owner -> its process's (node, ports, clock).
+        self._claims: dict[tuple[str, str, int], int] = {}
+        self._processes: dict[str, tuple[Node, Any, Any]] = {}
+        self.stale_renewals_refused = 0
+        self.stale_renewals_unanswered = 0  # a retryable failure: nothing to judge
 
     def setup(self, world: World) -> None:
         self.world = world
@@ -410,10 +501,11 @@ class Workers(Workload):
     def own_checks(self) -> list[Checker]:
         """What judges the workers' own conduct: queue order (one active
         head, handoffs) and the recovery passes' decisions."""
+        stale = [] if self.stale_checker is None else [self.stale_checker]
         if not self.JUDGES_EFFECTS:
-            return [QueueOrder(), RecoveryDecisions()]
+            return [QueueOrder(), RecoveryDecisions(), *stale]
         self._effects = EffectUnderLease()
-        return [QueueOrder(), RecoveryDecisions(), self._effects]
+        return [QueueOrder(), RecoveryDecisions(), self._effects, *stale]
 
     def checks(self) -> list[Checker]:
         """``own_checks``, scoped to the conversations the workers serve."""
@@ -421,8 +513,10 @@ class Workers(Workload):
         return [checker.scoped(self.serving.name) for checker in mine] if self.serving is not None else mine
 
     def metrics(self) -> dict[str, Any]:
+        stale = {} if not self.stale_renewals else {"stale_renewals_refused": self.stale_renewals_refused,
+                                                      "stale_renewals_unanswered": self.stale_renewals_unanswered}
         return {"recoveries_from_checkpoint": self.recoveries_from_checkpoint,
-                "deferrals": self.deferrals, "handoffs": self.handoffs,
+                "deferrals": self.deferrals, "handoffs": self.handoffs, **stale,
                 # The recovery passes' decisions (``model.recovery_decisions``), by name and by disposition.
                 "recovery_decisions": dict(sorted(self.recovery_decisions.items())),
                 "recovery_dispositions": dict(sorted(self.recovery_dispositions.items()))}
@@ -457,6 +551,8 @@ class Workers(Workload):
                                   recovery_page_size=self.recovery_page_size,
                                   serves=self.serving.serves if self.serving is not None else None)
         runtime.spawn_on(node, "worker", worker_loop(worker, runtime, poll_ms=self.poll_ms, retry_ms=self.retry_ms))
+        if self.stale_renewals:
+            self._processes[node.label] = (node, ports, runtime)
 
     def make_worker(self, node: Node, ports: Any, **settings: Any) -> SubmissionWorker:
         """The worker a process runs (a workload of other workers overrides it)."""
@@ -473,6 +569,44 @@ class Workers(Workload):
     def _on_deferred(self, event: tuple) -> None:
         if self.emitted_by_me(event):
             self.deferrals += 1
+            if self.stale_renewals:
+                self._renew_released(event.fields)
+
+    def _renew_released(self, fields: dict) -> None:
+        """The deferring process renews with the token it just released,
+        while the lease its claim granted still runs by its clock."""
+        owner, submission, epoch = fields["owner"], fields["submission"], fields["epoch"]
+        lease_expires_ms = self._claims.pop((owner, submission, epoch), None)
+        process = self._processes.get(owner)
+        if lease_expires_ms is None or process is None:
+            return
+        node, ports, runtime = process
+        if not node.alive or runtime.now_ms() >= lease_expires_ms:
+            return
+        token = Claim(submission, owner, epoch, lease_expires_ms)
+        self.world.runtime.spawn_on(node, f"stale-renew:{submission}#{epoch}",
+                                    self._stale_renew(ports.ledger, runtime, token))
+
+    async def _stale_renew(self, ledger: Any, runtime: Any, token: Claim) -> None:
+        try:
+            renewal = await ledger.renew_ownership(token, self.lease_ms, runtime.now_ms())
+        except Exception as error:
+            if error_name(error) == "OwnershipLost":
+                self.stale_renewals_refused += 1
+                self.stale_checker.expect(True, "")
+                return
+            if is_retryable(error):
+                self.stale_renewals_unanswered += 1
+                return
+            self.stale_checker.expect(False, f"a renewal with {token.submission_id}'s released token (owner "
+                                             f"{token.owner_id}, epoch {token.epoch}) failed with "
+                                             f"{error_name(error)}: {error}; expected OwnershipLost",
+                                      (token.submission_id,))
+            return
+        self.stale_checker.expect(False, f"a renewal with {token.submission_id}'s released token (owner "
+                                         f"{token.owner_id}, epoch {token.epoch}, its lease until "
+                                         f"{token.lease_expires_ms} ms) was granted: {renewal!r}; expected "
+                                         f"OwnershipLost", (token.submission_id,))
 
     def _on_recovery(self, event: tuple) -> None:
         if event.fields.get("from_checkpoint") and self.emitted_by_me(event):
@@ -487,6 +621,11 @@ class Workers(Workload):
                 self.owners[fields["owner"]] = fields["submission"]
                 if fields.get("handoff") is not None:
                     self.handoffs += 1
+                if self.stale_renewals:
+                    self._claims[(fields["owner"], fields["submission"], fields["epoch"])] = fields["lease_expires_ms"]
         else:
             for owner in [o for o, sid in self.owners.items() if sid == fields["submission"]]:
                 del self.owners[owner]
+            if self._claims:
+                for claim in [c for c in self._claims if c[1] == fields["submission"]]:
+                    del self._claims[claim]
