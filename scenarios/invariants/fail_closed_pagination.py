@@ -25,7 +25,7 @@ _DAMAGED_READS = (SHORT_PAGE, SEQUENCE_GAP, CORRUPT_ROW)
 # What a page's own check sees (fewer records, one out of sequence): refused at the page.
 _PAGE_VISIBLE = (SHORT_PAGE, SEQUENCE_GAP)
 _READ_ANSWER_SITE = "log.read.answer"
-_READ_SITE = "log.read"
+_READ_SITE = LogRead.kind  # the port site log.read, named as its event is
 _CORRUPT = "HistoryCorrupted"  # the error a recovery read refuses damaged history with
 
 
