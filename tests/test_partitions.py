@@ -233,3 +233,27 @@ def test_a_hand_written_partition_needs_its_duration_and_fires_at_its_time():
                                                      script_must_fire=True))
     assert result.passed, result.violations
     assert result.faults == {PARTITION: 1}
+
+
+def test_a_claim_whose_reply_a_partition_held_past_the_timeout_is_not_the_callers_to_take_over():
+    # sentinel-year seed 1 (365d, the README's run), day 67: a worker's claim
+    # committed at epoch 2, its reply held past the timeout; the worker, which
+    # never heard of epoch 2, read the log and claimed again (epoch 3).
+    # claim-fences-log took the read for a stale owner's use of the log.
+    from faults.partitions import PartitionReplyLost
+    from scenarios.invariants.claim_fences_log import ClaimFencesLog
+    from sim.trace import Event
+
+    def judge(lost_kind: str) -> list:
+        checker, failures = ClaimFencesLog(), []
+        checker._sink = failures.append
+        node = "sentinels/worker-1#7"
+        claim = {"conversation": "c", "owner": node, "submission": "sub-c-1", "epoch": 2}
+        checker.on_event(Event(1, 10, node, "ledger.claim", claim))
+        if lost_kind == PartitionReplyLost.kind:
+            checker.on_event(Event(2, 30_010, node, lost_kind, {"site": "ledger.claim", "held_ms": 30_000}))
+        checker.on_event(Event(3, 30_011, node, "log.read", {"conversation": "c", "after_seq": 0}))
+        return failures
+
+    assert judge(PartitionReplyLost.kind) == []
+    assert len(judge("none")) == 1  # a claim the caller heard of still fences the log

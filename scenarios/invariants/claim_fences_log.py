@@ -24,6 +24,7 @@ from faults.events import (
     NodeCrash,
     NodeStart,
 )
+from faults.partitions import PartitionReplyLost
 from sim.invariants import Checker
 
 NODE_CRASH, NODE_START = NodeCrash.kind, NodeStart.kind
@@ -33,7 +34,8 @@ LOG_USES = (LogAppend.kind, LogInspectTail.kind, LogRead.kind, LogLookupBatch.ki
 
 class ClaimFencesLog(Checker):
     name = "claim-fences-log"
-    kinds = (LedgerClaim.kind, LogMaterialize.kind, *LOG_USES, NODE_CRASH, NODE_START, Fault.kind)
+    kinds = (LedgerClaim.kind, LogMaterialize.kind, *LOG_USES, NODE_CRASH, NODE_START, Fault.kind,
+             PartitionReplyLost.kind)
 
     def __init__(self) -> None:
         super().__init__()
@@ -55,8 +57,13 @@ class ClaimFencesLog(Checker):
                     del self._untaken[key]
             return
         fields = event.fields
-        if kind == Fault.kind:
-            if fields[Fault.kind_] == REPLY_LOST and fields[Fault.site] == LedgerClaim.kind:
+        if kind == Fault.kind or kind == PartitionReplyLost.kind:
+            # A claim that committed but whose caller never heard of it (a
+            # lost reply; a reply a partition held past the caller's timeout):
+            # the process does not own what it does not know it claimed.
+            lost = (fields[Fault.kind_] == REPLY_LOST and fields[Fault.site] == LedgerClaim.kind
+                    if kind == Fault.kind else fields[PartitionReplyLost.site] == LedgerClaim.kind)
+            if lost:
                 key = self._last_claim.pop(node, None)
                 if key is not None:
                     self._untaken.pop(key, None)
