@@ -25,6 +25,7 @@
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Mapping
 
 import attrs
@@ -211,6 +212,12 @@ class BoundPort:
         # ``faults.partitions``: node name -> its partition now; only a
         # faulted port meets one (an operator's out-of-band port never does).
         cuts = world.cuts if plan is not None else {}
+        # Stores on their own clock (``faults.clocks``, store-clock mode):
+        # where this method takes its caller's time, found once; None (off,
+        # or a method without one) costs a call one check.
+        clocks = world.clocks
+        at = now_parameter(fn) if clocks is not None and getattr(clocks, "store_clock", False) else None
+        store_now_ms = clocks.store_now_ms if at is not None else None
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             if not node.alive:
@@ -265,6 +272,10 @@ class BoundPort:
                     delay_ms = plan.restart_delay_ms(site, hit, restart_after)
                     world.record_fault(node, site, CRASH_BEFORE_CALL, hit, restart_after_ms=delay_ms)
                     world.crash(node, restart_after_ms=delay_ms)
+            if at is not None:
+                # The store reads its own clock as the call reaches it: what
+                # the store, the trace and the observers see from here on.
+                args, kwargs = with_store_time(at, args, kwargs, store_now_ms())
             token = surgery.before(method, args, kwargs) if fault in BEYOND_CONTRACT_KINDS else None
             fired_before = world.faults_fired
             try:
@@ -329,6 +340,35 @@ class BoundPort:
 
         call.__name__ = site
         return call
+
+
+def now_parameter(fn: Callable) -> tuple[int | None, str] | None:
+    """Where ``fn`` takes its caller's time (``faults.clocks.NOW_PARAMETER``):
+    (its position, or None if keyword-only; its name), or None."""
+    from faults.clocks import NOW_PARAMETER
+
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    for index, parameter in enumerate(parameters):
+        if parameter.name == NOW_PARAMETER:
+            if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
+                return None, parameter.name
+            if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+                return index, parameter.name
+    return None
+
+
+def with_store_time(at: tuple[int | None, str], args: tuple, kwargs: dict, now_ms: int) -> tuple[tuple, dict]:
+    """The call's arguments with its time replaced by ``now_ms`` (where the
+    caller passed it: by position or by name)."""
+    index, name = at
+    if index is not None and index < len(args):
+        return (*args[:index], now_ms, *args[index + 1:]), kwargs
+    if name in kwargs:
+        return args, {**kwargs, name: now_ms}
+    return args, kwargs
 
 
 def _drained(stream: Callable) -> Callable:
