@@ -539,9 +539,15 @@ class Workers(Workload):
 
         work = self.work
 
+        # The effect is judged on the clock that granted the lease: the
+        # worker's own, whose readings the ledger took (its caller's clock),
+        # or the store machine's (stores on their own clock).
+        clocks = world.clocks
+        lease_clock = clocks.store_now_ms if getattr(clocks, "store_clock", False) else runtime.now_ms
+
         def attempt(request: Any, index: int) -> Any:
             if self._effects is not None:
-                self._effects.effect(node.label, None, runtime.now_ms())
+                self._effects.effect(node.label, None, lease_clock())
             return work(request, index, node.label, runtime.now_ms())
 
         worker = self.make_worker(node, ports, lease_ms=self.lease_ms, now_ms=runtime.now_ms,
