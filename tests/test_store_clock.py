@@ -211,3 +211,75 @@ def test_describe_says_which_clock_the_stores_decide_on(capsys):
     assert cli_main(["describe", "ledger-storm"]) == 0
     out = capsys.readouterr().out
     assert "store_clock" in out and "own clock" in out
+
+
+# -- the worker's lease on a store with its own clock -----------------------------------
+
+
+def _drive(coro):
+    """Run a coroutine whose awaits are fakes that answer at once."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError("the coroutine suspended")
+
+
+def _step_on_two_clocks(store_ahead_ms: int, step_ms: int, lease_ms: int = 5_000):
+    """A worker renews at 100 000 ms by its clock; the ledger, on a clock
+    ``store_ahead_ms`` ahead of it, grants ``lease_ms`` from its own reading;
+    the step then takes ``step_ms``. What the work saw, or what was raised."""
+    from types import SimpleNamespace
+
+    from model.submissions import SubmissionWorker
+
+    clock = {"worker": 100_000}
+
+    class Ledger:
+        async def renew_ownership(self, claim, lease, at_ms):
+            store_ms = clock["worker"] + store_ahead_ms  # the store reads its own clock, not ``at_ms``
+            return SimpleNamespace(submission_id=claim.submission_id, owner_id="w", epoch=claim.epoch,
+                                   lease_expires_ms=store_ms + lease)
+
+    async def step_delay(submission_id, index):
+        clock["worker"] += step_ms
+
+    effects = []
+    worker = SubmissionWorker(Ledger(), None, "w", lease_ms=lease_ms, now_ms=lambda: clock["worker"],
+                              work=lambda request, index: effects.append(index) or {"step": index},
+                              step_delay=step_delay)
+    claim = SimpleNamespace(submission_id="sub-c-1", epoch=3)
+    record = SimpleNamespace(submission_id="sub-c-1", input={"n": 1})
+    try:
+        return _drive(worker.run_step("c", claim, record, 0)), effects
+    except Exception as error:  # noqa: BLE001 - the test looks at it
+        return error, effects
+
+
+def test_a_worker_behind_the_stores_clock_stops_when_its_own_lease_is_over():
+    """The store's lease ran from the store's reading; the worker's clock
+    is 1.5 s behind it, so the expiry the ledger granted reads 1.5 s later
+    on the worker's clock than the lease really lasts. The worker measures
+    the lease from when it asked for it, on its own clock: a step that
+    outlasts it by half a second does nothing."""
+    error, effects = _step_on_two_clocks(store_ahead_ms=1_500, step_ms=5_500)
+    assert effects == [] and error.name == "LeaseExpired"
+    assert (error.lease_expires_ms, error.now_ms) == (105_000, 105_500)
+
+
+def test_a_worker_ahead_of_the_stores_clock_keeps_to_the_granted_expiry():
+    """A worker whose clock runs ahead of the store's stops at the expiry the
+    ledger granted, read on its own clock: earlier than the lease really
+    ends, never later."""
+    error, effects = _step_on_two_clocks(store_ahead_ms=-1_500, step_ms=3_600)
+    assert effects == [] and error.name == "LeaseExpired"
+    assert (error.lease_expires_ms, error.now_ms) == (103_500, 103_600)
+    answer, effects = _step_on_two_clocks(store_ahead_ms=-1_500, step_ms=3_400)
+    assert answer == {"step": 0} and effects == [0]
+
+
+def test_on_the_callers_clock_the_worker_acts_until_the_granted_expiry():
+    answer, effects = _step_on_two_clocks(store_ahead_ms=0, step_ms=4_999)
+    assert answer == {"step": 0} and effects == [0]
+    error, effects = _step_on_two_clocks(store_ahead_ms=0, step_ms=5_000)
+    assert effects == [] and error.name == "LeaseExpired"
