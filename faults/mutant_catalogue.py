@@ -775,8 +775,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "A worker trusts its renew once it is answered: it does the step's effect however late the answer came "
         "(held by a partition, delayed by a slow store) or however long it stalled after, its lease over by "
         "its own clock and the lane perhaps another owner's.",
-        "model.submissions", "            self.require_lease(claim, renewal.lease_expires_ms)\n", "", LS,
+        "model.submissions", "            self.require_lease(claim, renewal.lease_expires_ms, asked_ms)\n", "", LS,
         ci_seed=1, ci_duration="30m"),
+    Mutant(
+        "worker-trusts-the-stores-expiry",
+        "A worker checks its lease against the expiry the ledger granted only, read on its own clock: a ledger "
+        "on its own clock, ahead of the worker's, granted it from a later reading, so the worker believes its "
+        "lease lasts longer than it does and acts after the lane may be another owner's.",
+        "model.submissions", "            self.require_lease(claim, renewal.lease_expires_ms, asked_ms)\n",
+        "            self.require_lease(claim, renewal.lease_expires_ms)\n", LS),
     Mutant(
         "worker-defers-before-marking-input",
         "A worker asked to defer its head releases it and hands the lane over right after appending its input, "
