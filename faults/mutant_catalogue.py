@@ -1690,12 +1690,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "renew-on-own-clock",
         "A renewal is accepted while the caller's own token has not expired by the caller's clock, without "
         "checking its epoch: an owner whose clock runs behind its successor's renews a lane already taken "
-        "from it, its renewal outliving the fence.",
+        "from it, its renewal outliving the fence (on a ledger that decides on its callers' clocks: one on "
+        "its own clock reads the same clock for both owners).",
         "model.ledger.rules",
         "    row = check_token(row, token)  # a lapsed lease renews until another owner claims\n",
         "    row = row if row is not None and token.lease_expires_ms > now_ms \\\n"
         "        else check_token(row, token)  # its own lease is live\n",
-        LS_PS, ci_seed=39, ci_duration="6h"),
+        LS_PS, ci_seed=116, ci_duration="4h"),
     Mutant(
         "occurrence-id-from-clock",
         "A woken schedule names its run by the node's clock rounded down to the period instead of by the "
