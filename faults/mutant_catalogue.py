@@ -666,7 +666,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "A client whose conversation a recovering owner materialized and claimed between its look at the log and "
         "its own materialize at epoch 0 fails on the stale-epoch refusal instead of marking the submission ready.",
         "model.lifecycle", '            if error_name(error) != "FenceRejected":\n',
-        "            if True:\n", ("ledger-storm", "agent-conversations"), ci_seed=8, ci_duration="1d"),
+        "            if True:\n", ("ledger-storm", "agent-conversations")),
     Mutant(
         "settlement-retry-conflicts-with-itself",
         "A settlement retried after its reservation's reply was lost builds a new envelope (created later) and "
