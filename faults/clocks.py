@@ -133,7 +133,7 @@ def tolerance_line() -> str:
             f"between syncs every {CLOCK_SYNC_MS // MS_PER_MINUTE} min, jumps summing to <= "
             f"{CLOCK_JUMP_SUM_MS_MAX} ms; safety rests on the epoch fence, not on clocks; beyond it "
             f"({CLOCK_JUMP_BEYOND}) the clock-tolerance oracle must detect; the stores decide on their "
-            f"caller's clock, or ({STORE_CLOCK_KNOB}=1, half the seeds with {CLOCK_SKEW}) on their own clock "
+            f"caller's clock, or ({STORE_CLOCK_KNOB}=1, one seed in two with {CLOCK_SKEW}) on their own clock "
             f"(machine {STORE_MACHINE!r}, skewed like any node)")
 
 

@@ -782,7 +782,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # as the worker reads it: a window as wide as the two clocks' offset
     # (under a second in nearly every seed), while the pauses end a second
     # or more past the lease and the partitions' held replies rarely land
-    # there. No seed drawing the store's clock detected it (seeds 0..395 at
+    # there. No seed drawing the store's clock detected it (every one from 0 to 395 at
     # 2h, 19 of them at 6h): what the sweep lacks is a stall aimed at the
     # end of a lease as the store reads it.
     Mutant(

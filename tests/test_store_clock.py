@@ -150,7 +150,7 @@ def test_the_knob_is_drawn_last(name):
     assert (space.knobs[-1].minimum, space.knobs[-1].maximum, space.knobs[-1].default) == (0, 1, 0)
 
 
-def test_half_the_seeds_draw_the_store_clock():
+def test_one_seed_in_two_draws_the_store_clock():
     space = registry.get("ledger-storm").swarm_space
     from sim.rng import Streams
     from faults.swarm import choose
