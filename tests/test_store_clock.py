@@ -143,7 +143,7 @@ def _opts(seed: int, duration: str, **changes) -> ScenarioOptions:
     return ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), swarm=True, **changes)
 
 
-@pytest.mark.parametrize("name", ["ledger-storm", "agent-conversations", "secret-agents", "sentinel-year"])
+@pytest.mark.parametrize("name", ["ledger-storm", "agent-conversations", "secret-agents"])
 def test_the_knob_is_drawn_last(name):
     space = registry.get(name).swarm_space
     assert space.knobs[-1].name == STORE_CLOCK_KNOB
@@ -201,10 +201,18 @@ BEFORE = {
 @pytest.mark.parametrize("key", sorted(BEFORE), ids=lambda key: "-".join(map(str, key)))
 def test_on_the_callers_clocks_a_skewed_run_keeps_its_digest(key):
     name, seed, duration = key
-    result = run(registry.get(name), _opts(seed, duration, faults_enable=(CLOCK_SKEW,),
-                                           knobs={STORE_CLOCK_KNOB: 0}))
+    knobs = {STORE_CLOCK_KNOB: 0} if name != "sentinel-year" else {}  # sentinel-year: always the callers'
+    result = run(registry.get(name), _opts(seed, duration, faults_enable=(CLOCK_SKEW,), knobs=knobs))
     assert result.passed, result.violations
     assert result.trace_digest == BEFORE[key]
+
+
+def test_sentinel_year_keeps_its_stores_on_the_callers_clocks():
+    """Its wake oracle judges a start at the admission's time, the driver's
+    own reading only when the ledger takes its caller's clock."""
+    assert STORE_CLOCK_KNOB not in [k.name for k in registry.get("sentinel-year").swarm_space.knobs]
+    result = run(registry.get("sentinel-year"), _opts(2, "1h", faults_enable=(CLOCK_SKEW,)))
+    assert "store_clock" not in result.config
 
 
 def test_describe_says_which_clock_the_stores_decide_on(capsys):
