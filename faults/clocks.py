@@ -114,9 +114,9 @@ CALLER_CLOCK = "caller"
 NOW_PARAMETER = "now_ms"
 
 
-def clock_knobs(*, store_clock: bool = True) -> tuple[Any, ...]:
+def clock_knobs() -> tuple[Any, ...]:
     """The knobs bounding a seed's skew, each legal up to the tolerance's
-    part, and (``store_clock``) the one choosing the stores' clock."""
+    part, and the one choosing the stores' clock."""
     from faults.swarm import Knob
 
     return (Knob(OFFSET_KNOB, CLOCK_OFFSET_MS_MAX, 0, CLOCK_OFFSET_MS_MAX,
@@ -124,7 +124,7 @@ def clock_knobs(*, store_clock: bool = True) -> tuple[Any, ...]:
             Knob(DRIFT_KNOB, CLOCK_DRIFT_PPM_MAX, 0, CLOCK_DRIFT_PPM_MAX,
                  "largest clock drift a node draws under clock-skew (ppm)", values=(0, 10, 50, CLOCK_DRIFT_PPM_MAX)),
             Knob(STORE_CLOCK_KNOB, 0, 0, 1, "under clock-skew, the stores decide on their own machine's clock "
-                 f"({STORE_MACHINE!r}, 1) or on their caller's (0)", values=(0, 1)))[:3 if store_clock else 2]
+                 f"({STORE_MACHINE!r}, 1) or on their caller's (0)", values=(0, 1)))
 
 
 def tolerance_line() -> str:

@@ -201,18 +201,82 @@ BEFORE = {
 @pytest.mark.parametrize("key", sorted(BEFORE), ids=lambda key: "-".join(map(str, key)))
 def test_on_the_callers_clocks_a_skewed_run_keeps_its_digest(key):
     name, seed, duration = key
-    knobs = {STORE_CLOCK_KNOB: 0} if name != "sentinel-year" else {}  # sentinel-year: always the callers'
+    knobs = {STORE_CLOCK_KNOB: 0}
     result = run(registry.get(name), _opts(seed, duration, faults_enable=(CLOCK_SKEW,), knobs=knobs))
     assert result.passed, result.violations
     assert result.trace_digest == BEFORE[key]
 
 
-def test_sentinel_year_keeps_its_stores_on_the_callers_clocks():
-    """Its wake oracle judges a start at the admission's time, the driver's
-    own reading only when the ledger takes its caller's clock."""
-    assert STORE_CLOCK_KNOB not in [k.name for k in registry.get("sentinel-year").swarm_space.knobs]
-    result = run(registry.get("sentinel-year"), _opts(2, "1h", faults_enable=(CLOCK_SKEW,)))
-    assert "store_clock" not in result.config
+def test_the_trace_keeps_the_callers_own_reading_beside_the_stores():
+    """Just before a call's own event (which carries the store's reading),
+    ``store.now`` says what the caller handed the store: its own clock's
+    reading, the instant it decided."""
+    world = _world(True)
+    store = _StampStore()
+    _skewed_apart(world)
+    got: list = []
+    world.trace.subscribe(["store.now", "fake.stamp", "fake.close_before", "fake.plain"], got.append)
+    _, readings = _calls(world, store, _three_calls)
+    caller_ms, store_ms = readings["caller"], readings["store"]
+    now = {"site": None, "caller_ms": caller_ms, "store_ms": store_ms}
+    assert [(e.kind, e.fields if e.kind == "store.now" else None) for e in got] == [
+        ("store.now", {**now, "site": "fake.stamp"}), ("fake.stamp", None),
+        ("store.now", {**now, "site": "fake.stamp"}), ("fake.stamp", None),
+        ("store.now", {**now, "site": "fake.close_before"}), ("fake.close_before", None),
+        ("fake.plain", None)]
+
+
+def test_on_the_callers_clock_the_trace_has_no_store_reading():
+    world = _world(False)
+    got: list = []
+    world.trace.subscribe(["store.now"], got.append)
+    _calls(world, _StampStore(), _three_calls)
+    assert got == []
+
+
+def _admit(trace, occurrence_ms: int, admitted_ms: int) -> None:
+    trace.emit("w", "ledger.admit", {"conversation": f"s@{occurrence_ms}", "principal": "s",
+                                     "key": f"s@{occurrence_ms}", "admitted_ms": admitted_ms, "parent": None,
+                                     "group": None, "fence": None, "metadata": None,
+                                     "submission": f"sub-{occurrence_ms}", "queue_seq": 1, "replayed": False})
+    trace.emit("w", "ledger.finalize_settlement", {"submission": f"sub-{occurrence_ms}"})
+
+
+def test_the_wake_oracle_judges_a_start_at_the_drivers_reading_not_the_stores():
+    """On its own clock the ledger stamps an admission with its own reading,
+    which may already be past the next occurrence when the driver's was
+    not: the driver chose the latest occurrence due by its own clock, and
+    that is the instant ``exactly-once-wake`` judges (``store.now``)."""
+    from model.schedules import Schedule
+    from scenarios.invariants.exactly_once_wake import ExactlyOnceWake
+    from sim.trace import Trace
+
+    trace = Trace(clock=lambda: 0)
+    found = []
+    checker = ExactlyOnceWake({"s": Schedule("s", 10, end_ms=100)}, end_ms=100)
+    checker.attach(trace, lambda: 0, found.append)
+    _admit(trace, 0, 0)
+    # The driver decided at 12 (occurrence 10 the latest due); the store read 21.
+    trace.emit("w", "store.now", {"site": "ledger.admit", "caller_ms": 12, "store_ms": 21})
+    _admit(trace, 10, 21)
+    assert found == []
+    # Another site's reading is not the admission's: judged at the admission's own time.
+    trace.emit("w", "store.now", {"site": "ledger.mark_ready", "caller_ms": 22, "store_ms": 22})
+    trace.emit("w", "wake.skipped", {"schedule": "s", "first_ms": 20, "last_ms": 20})
+    _admit(trace, 30, 41)
+    # The rule is kept: a driver whose own clock had a later occurrence due fails it.
+    trace.emit("w", "store.now", {"site": "ledger.admit", "caller_ms": 52, "store_ms": 52})
+    trace.emit("w", "wake.skipped", {"schedule": "s", "first_ms": 40, "last_ms": 40})
+    _admit(trace, 50, 52)
+    trace.emit("w", "store.now", {"site": "ledger.admit", "caller_ms": 71, "store_ms": 69})
+    _admit(trace, 60, 69)
+    assert [v.message for v in found] == [
+        "s@30: catch-up policy 'latest' starts the latest due occurrence (40), not 30",
+        "s@60: catch-up policy 'latest' starts the latest due occurrence (70), not 60"]
+
+
+def test_sentinel_year_offers_the_store_clock():
+    assert STORE_CLOCK_KNOB in [k.name for k in registry.get("sentinel-year").swarm_space.knobs]
 
 
 def test_describe_says_which_clock_the_stores_decide_on(capsys):
@@ -291,3 +355,4 @@ def test_on_the_callers_clock_the_worker_acts_until_the_granted_expiry():
     assert answer == {"step": 0} and effects == [0]
     error, effects = _step_on_two_clocks(store_ahead_ms=0, step_ms=5_000)
     assert effects == [] and error.name == "LeaseExpired"
+
