@@ -777,21 +777,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "its own clock and the lane perhaps another owner's.",
         "model.submissions", "            self.require_lease(claim, renewal.lease_expires_ms, asked_ms)\n", "", LS,
         ci_seed=1, ci_duration="30m"),
-    # Shown only with the stores on their own clock, and only when a step's
-    # effect lands between the lease's end on the store's clock and its end
-    # as the worker reads it: a window as wide as the two clocks' offset
-    # (under a second in nearly every seed), while the pauses end a second
-    # or more past the lease and the partitions' held replies rarely land
-    # there. No seed drawing the store's clock detected it (every one from 0 to 395 at
-    # 2h, 19 of them at 6h): what the sweep lacks is a stall aimed at the
-    # end of a lease as the store reads it.
+    # Shown only with the stores on their own clock ahead of the worker's,
+    # when a step's effect lands between the lease's end as the worker
+    # measures it and the expiry the store granted: the workers aim one step
+    # in 32 there (``scenarios.workloads.submissions.LEASE_EDGE_ONE_IN``).
     Mutant(
         "worker-trusts-the-stores-expiry",
         "A worker checks its lease against the expiry the ledger granted only, read on its own clock: a ledger "
         "on its own clock, ahead of the worker's, granted it from a later reading, so the worker believes its "
         "lease lasts longer than it does and acts after the lane may be another owner's.",
         "model.submissions", "            self.require_lease(claim, renewal.lease_expires_ms, asked_ms)\n",
-        "            self.require_lease(claim, renewal.lease_expires_ms)\n", LS),
+        "            self.require_lease(claim, renewal.lease_expires_ms)\n", LS, ci_seed=6, ci_duration="5m"),
     Mutant(
         "worker-defers-before-marking-input",
         "A worker asked to defer its head releases it and hands the lane over right after appending its input, "

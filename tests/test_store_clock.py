@@ -356,3 +356,24 @@ def test_on_the_callers_clock_the_worker_acts_until_the_granted_expiry():
     error, effects = _step_on_two_clocks(store_ahead_ms=0, step_ms=5_000)
     assert effects == [] and error.name == "LeaseExpired"
 
+
+def _workers_metrics(result) -> dict:
+    (workers,) = [m for name, m in result.stats["workloads"].items() if name.endswith("workers")]
+    return workers
+
+
+def test_with_the_store_ahead_some_steps_outlast_the_lease_into_the_stores_window():
+    """A stall aimed at the gap between a lease's end as its worker measures
+    it and as the store's clock (ahead of the worker's) reads it: a step
+    lasts the lease plus less than the lead. The worker must stop there; a
+    worker that trusted the granted expiry would act past the lease."""
+    opts = _opts(5, "30m", faults_enable=(CLOCK_SKEW,), knobs={STORE_CLOCK_KNOB: 1})
+    result = run(registry.get("ledger-storm"), opts)
+    assert result.passed, result.violations
+    assert _workers_metrics(result)["lease_edge_stalls"] > 0
+
+
+def test_on_the_callers_clock_no_step_is_aimed_at_the_lease_edge():
+    result = run(registry.get("ledger-storm"), _opts(5, "30m", faults_enable=(CLOCK_SKEW,),
+                                                      knobs={STORE_CLOCK_KNOB: 0}))
+    assert "lease_edge_stalls" not in _workers_metrics(result)

@@ -51,6 +51,13 @@ FAIL_REMAINDER = 7
 ABORT_REMAINDER = 3
 ABORT_LATE_REMAINDER = 11
 ABORT_LATE_MS = (200, 8_000)
+# Stores on their own clock (``faults.clocks``), ahead of a worker's: one
+# step in ``LEASE_EDGE_ONE_IN`` lasts its worker's lease plus less than the
+# store's lead (a slow tool call, drawn from its own stream): it ends where
+# the lease is over as the worker measures it from when it asked, but not
+# yet by the expiry the store granted, read on the worker's clock. The
+# worker must stop there (``effect-under-lease`` judges it on the store's clock).
+LEASE_EDGE_ONE_IN = 32
 # The client's retry queue never holds more than this (it is drained before
 # anything new is sent, so it holds one request at a time in practice).
 PENDING_MAX = 1_000
@@ -480,6 +487,8 @@ class Workers(Workload):
         self._processes: dict[str, tuple[Node, Any, Any]] = {}
         self.stale_renewals_refused = 0
         self.stale_renewals_unanswered = 0  # a retryable failure: nothing to judge
+        self.lease_edge_stalls = 0  # steps aimed past the lease, into the store clock's lead
+        self._store_clock = False
 
     def setup(self, world: World) -> None:
         self.world = world
@@ -515,8 +524,9 @@ class Workers(Workload):
     def metrics(self) -> dict[str, Any]:
         stale = {} if not self.stale_renewals else {"stale_renewals_refused": self.stale_renewals_refused,
                                                       "stale_renewals_unanswered": self.stale_renewals_unanswered}
+        edge = {"lease_edge_stalls": self.lease_edge_stalls} if self._store_clock else {}
         return {"recoveries_from_checkpoint": self.recoveries_from_checkpoint,
-                "deferrals": self.deferrals, "handoffs": self.handoffs, **stale,
+                "deferrals": self.deferrals, "handoffs": self.handoffs, **stale, **edge,
                 # The recovery passes' decisions (``model.recovery_decisions``), by name and by disposition.
                 "recovery_decisions": dict(sorted(self.recovery_decisions.items())),
                 "recovery_dispositions": dict(sorted(self.recovery_dispositions.items()))}
@@ -532,18 +542,33 @@ class Workers(Workload):
         streams = world.streams
         prefix = self.name
         step_delay_ms = self.step_delay_ms
+        clocks = world.clocks
+        store_clock = self._store_clock = bool(getattr(clocks, "store_clock", False))
+        lease_ms = self.lease_ms
+
+        steps_here = [0]  # this process's steps so far: a retried step draws afresh
 
         async def step_delay(submission_id: str, index: int) -> None:
             rng = streams.fork(f"{prefix}/{submission_id}/{index}")
-            await runtime.sleep_ms(rng.between(*step_delay_ms))
+            delay_ms = rng.between(*step_delay_ms)
+            if store_clock:
+                # Its own stream (a run on its callers' clocks draws nothing
+                # here), per process and step: the step retried after the
+                # stall cost its claim is not aimed again by the same draw.
+                steps_here[0] += 1
+                aim = streams.fork(f"{prefix}/{node.label}/{steps_here[0]}/lease-edge")
+                lead_ms = clocks.store_now_ms() - runtime.now_ms()
+                if aim.below(LEASE_EDGE_ONE_IN) == 0 and lead_ms > 0:
+                    delay_ms = lease_ms + aim.below(lead_ms)
+                    self.lease_edge_stalls += 1
+            await runtime.sleep_ms(delay_ms)
 
         work = self.work
 
         # The effect is judged on the clock that granted the lease: the
         # worker's own, whose readings the ledger took (its caller's clock),
         # or the store machine's (stores on their own clock).
-        clocks = world.clocks
-        lease_clock = clocks.store_now_ms if getattr(clocks, "store_clock", False) else runtime.now_ms
+        lease_clock = clocks.store_now_ms if store_clock else runtime.now_ms
 
         def attempt(request: Any, index: int) -> Any:
             if self._effects is not None:
