@@ -37,6 +37,7 @@ from scenarios.adversaries.client import Expectations
 from scenarios.invariants.effect_under_lease import EffectUnderLease
 from scenarios.invariants.queue_order import QueueOrder
 from scenarios.invariants.recovery_decisions import RecoveryDecisions
+from faults.clocks import CLOCK_DRIFT_PPM_MAX, CLOCK_JUMP_SUM_MS_MAX, CLOCK_SYNC_MS, PPM
 from sim.invariants import Checker
 from sim.node import Node
 from sim.workload import Workload
@@ -57,7 +58,20 @@ ABORT_LATE_MS = (200, 8_000)
 # the lease is over as the worker measures it from when it asked, but not
 # yet by the expiry the store granted, read on the worker's clock. The
 # worker must stop there (``effect-under-lease`` judges it on the store's clock).
+# It is aimed past the lease's end by more than the contract lets the
+# worker's clock lose over it (every jump, and two clocks' drift over the
+# stall), and never across a sync of the clocks (a drifted clock steps
+# back): landing on the very edge would judge the clocks' rates, not the
+# worker's rule.
 LEASE_EDGE_ONE_IN = 32
+
+
+def lease_edge_margin_ms(stall_ms: int) -> int:
+    """How much of a stall of ``stall_ms`` the contract lets a worker's
+    clock lose against the store's: its jumps, and both clocks' drift."""
+    return CLOCK_JUMP_SUM_MS_MAX + -(-2 * CLOCK_DRIFT_PPM_MAX * stall_ms // PPM) + 1
+
+
 # The client's retry queue never holds more than this (it is drained before
 # anything new is sent, so it holds one request at a time in practice).
 PENDING_MAX = 1_000
@@ -558,9 +572,13 @@ class Workers(Workload):
                 steps_here[0] += 1
                 aim = streams.fork(f"{prefix}/{node.label}/{steps_here[0]}/lease-edge")
                 lead_ms = clocks.store_now_ms() - runtime.now_ms()
-                if aim.below(LEASE_EDGE_ONE_IN) == 0 and lead_ms > 0:
-                    delay_ms = lease_ms + aim.below(lead_ms)
-                    self.lease_edge_stalls += 1
+                if aim.below(LEASE_EDGE_ONE_IN) == 0:
+                    margin_ms = lease_edge_margin_ms(lease_ms + lead_ms)
+                    true_ms = world.runtime.now_ms()
+                    stall_ms = lease_ms + margin_ms + (aim.below(lead_ms - margin_ms) if lead_ms > margin_ms else 0)
+                    if lead_ms > margin_ms and true_ms // CLOCK_SYNC_MS == (true_ms + stall_ms) // CLOCK_SYNC_MS:
+                        delay_ms = stall_ms
+                        self.lease_edge_stalls += 1
             await runtime.sleep_ms(delay_ms)
 
         work = self.work
