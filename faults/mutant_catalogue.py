@@ -770,7 +770,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "The worker appends the input record of a submission whose abort intent was already durable when it "
         "claimed it (aborted before its input ever reached the log).",
         "model.submissions", "        if not record.input_applied and not aborted:\n",
-        "        if not record.input_applied:\n", LS, ci_seed=6, ci_duration="2h"),
+        "        if not record.input_applied:\n", LS, ci_seed=31, ci_duration="30m"),
     Mutant(
         "worker-skips-takeover",
         "The worker never takes the log over at its claim's epoch (its first append would), so until then a "
