@@ -67,6 +67,7 @@ from typing import Any, Callable
 from faults.kinds import CLOCK_JUMP, CLOCK_JUMP_BEYOND, CLOCK_SKEW
 from model.clocks import MAX_CLOCK_OFFSET_MS
 from sim.clock import MS_PER_HOUR, MS_PER_MINUTE
+from sim.node import Node
 from sim.workload import Workload
 from sim.world import FaultEvent, World
 
@@ -100,16 +101,30 @@ CLOCK_FAULT_KINDS = (CLOCK_SKEW, CLOCK_JUMP, CLOCK_JUMP_BEYOND)
 # The swarm knobs (added last to a scenario's knobs: drawn by name).
 OFFSET_KNOB = "clock_offset_ms_max"
 DRIFT_KNOB = "clock_drift_ppm_max"
+# Which clock the stores decide on (``STORE_CLOCK_KNOB``, drawn after the
+# two above, in effect only with ``clock-skew``): 0, the caller's (the
+# ``now_ms`` it hands the store, as an embedded SQLite adapter must take
+# it); 1, their own machine's, ``STORE_MACHINE`` (a store on its own
+# server: a Durable Object's SQLite). The run's config says which
+# (``store_clock``: ``STORE_MACHINE`` or ``CALLER_CLOCK``).
+STORE_CLOCK_KNOB = "store_clock"
+STORE_MACHINE = "store"
+CALLER_CLOCK = "caller"
+# The parameter a port method takes its caller's time in.
+NOW_PARAMETER = "now_ms"
 
 
 def clock_knobs() -> tuple[Any, ...]:
-    """The knobs bounding a seed's skew, each legal up to the tolerance's part."""
+    """The knobs bounding a seed's skew, each legal up to the tolerance's
+    part, and the one choosing the stores' clock."""
     from faults.swarm import Knob
 
     return (Knob(OFFSET_KNOB, CLOCK_OFFSET_MS_MAX, 0, CLOCK_OFFSET_MS_MAX,
                  "largest clock offset a node draws under clock-skew (ms)", values=(10, 100, 250, CLOCK_OFFSET_MS_MAX)),
             Knob(DRIFT_KNOB, CLOCK_DRIFT_PPM_MAX, 0, CLOCK_DRIFT_PPM_MAX,
-                 "largest clock drift a node draws under clock-skew (ppm)", values=(0, 10, 50, CLOCK_DRIFT_PPM_MAX)))
+                 "largest clock drift a node draws under clock-skew (ppm)", values=(0, 10, 50, CLOCK_DRIFT_PPM_MAX)),
+            Knob(STORE_CLOCK_KNOB, 0, 0, 1, "under clock-skew, the stores decide on their own machine's clock "
+                 f"({STORE_MACHINE!r}, 1) or on their caller's (0)", values=(0, 1)))
 
 
 def tolerance_line() -> str:
@@ -118,7 +133,9 @@ def tolerance_line() -> str:
             f"{CLOCK_SKEW_MS_MAX} ms): offset <= {CLOCK_OFFSET_MS_MAX} ms, drift <= {CLOCK_DRIFT_PPM_MAX} ppm "
             f"between syncs every {CLOCK_SYNC_MS // MS_PER_MINUTE} min, jumps summing to <= "
             f"{CLOCK_JUMP_SUM_MS_MAX} ms; safety rests on the epoch fence, not on clocks; beyond it "
-            f"({CLOCK_JUMP_BEYOND}) the clock-tolerance oracle must detect")
+            f"({CLOCK_JUMP_BEYOND}) the clock-tolerance oracle must detect; the stores decide on their "
+            f"caller's clock, or ({STORE_CLOCK_KNOB}=1, one seed in two with {CLOCK_SKEW}) on their own clock "
+            f"(machine {STORE_MACHINE!r}, skewed like any node)")
 
 
 class NodeClock:
@@ -204,10 +221,19 @@ class NodeClocks:
     and every node reads the true clock."""
 
     def __init__(self, world: Any, *, skew: bool, offset_ms_max: int = CLOCK_OFFSET_MS_MAX,
-                 drift_ppm_max: int = CLOCK_DRIFT_PPM_MAX, scripted: bool = False) -> None:
+                 drift_ppm_max: int = CLOCK_DRIFT_PPM_MAX, scripted: bool = False,
+                 store_clock: bool = False) -> None:
+        """``store_clock``: the stores decide on their own machine's clock
+        (``STORE_MACHINE``'s, made at the first call that carries a time:
+        ``faults.ports`` reads ``store_now_ms`` then), not their caller's."""
         assert 0 <= offset_ms_max <= CLOCK_OFFSET_MS_MAX and 0 <= drift_ppm_max <= CLOCK_DRIFT_PPM_MAX
         self._world = world
         self.skew = skew
+        self.store_clock = store_clock
+        # The store's machine: not one of the run's nodes (nothing crashes,
+        # pauses or cuts it; no task runs on it), but its clock's skew is a
+        # recorded fault of it, so a script replays it and shrinking can drop it.
+        self._store_node = Node(STORE_MACHINE, role="store") if store_clock else None
         self.scripted = scripted
         self.offset_ms_max = offset_ms_max
         self.drift_ppm_max = drift_ppm_max
@@ -231,6 +257,8 @@ class NodeClocks:
                 drift_ppm = stream.between(-self.drift_ppm_max, self.drift_ppm_max)
             clock = self._clocks[name] = NodeClock(name, world.runtime.now_ms, offset_ms, drift_ppm)
             node = world.nodes.get(name)
+            if node is None and name == STORE_MACHINE:
+                node = self._store_node
             if (offset_ms or drift_ppm) and node is not None:
                 # A fault of the machine, recorded when its clock is made:
                 # in the script (the entry that skews it on replay), the
@@ -250,6 +278,10 @@ class NodeClocks:
 
     def now_ms(self, name: str) -> int:
         return self.clock(name).now_ms()
+
+    def store_now_ms(self) -> int:
+        """What the stores' own machine's clock reads now (store-clock mode)."""
+        return self.clock(STORE_MACHINE).now_ms()
 
     def error_ms(self, name: str) -> int:
         return self.clock(name).error_ms()
@@ -272,15 +304,35 @@ def clocks_wanted(opts: Any, choices: Any) -> tuple[bool, bool]:
     return enabled(CLOCK_SKEW), enabled(CLOCK_JUMP) or bool(opts.beyond_contract)
 
 
+def store_clock_wanted(opts: Any, choices: Any, skew: bool) -> bool:
+    """Do the stores decide on their own clock in this run? Only a run with
+    skewed clocks (``skew``: the seed's swarm enabled ``clock-skew``, or its
+    script skews a clock) that drew (or pinned) the ``store_clock`` knob: a
+    run without skew keeps its stores on their callers' clocks, so its trace
+    is the one it had before the mode existed. Not beyond the contract: a
+    clock stepped past the tolerance is judged by the readings its node
+    hands the stores (``clock-tolerance``), which a store on its own clock
+    never takes."""
+    return (skew and choices is not None and not opts.beyond_contract
+            and choices.knob_or(STORE_CLOCK_KNOB, 0) == 1)
+
+
 def install_clocks(world: Any, opts: Any, choices: Any) -> None:
-    """Give the run its node clocks if it has skew or jumps (else none)."""
+    """Give the run its node clocks if it has skew or jumps (else none), and
+    say in its config which clock the stores decide on."""
     skew, jumps = clocks_wanted(opts, choices)
+    store_clock = store_clock_wanted(opts, choices, skew)
+    if choices is not None and STORE_CLOCK_KNOB in dict(choices.knobs):
+        world.config_extra["store_clock"] = STORE_MACHINE if store_clock else CALLER_CLOCK
+        if store_clock and "swarm_line" in world.config_extra:
+            world.config_extra["swarm_line"] = (f"{world.config_extra['swarm_line']}; the stores decide on their "
+                                                f"own clock ({STORE_MACHINE!r})")
     if not (skew or jumps):
         return
     knob = (lambda name, default: default) if choices is None else choices.knob_or
     world.clocks = NodeClocks(world, skew=skew, offset_ms_max=knob(OFFSET_KNOB, CLOCK_OFFSET_MS_MAX),
                               drift_ppm_max=knob(DRIFT_KNOB, CLOCK_DRIFT_PPM_MAX),
-                              scripted=opts.fault_script is not None)
+                              scripted=opts.fault_script is not None, store_clock=store_clock)
 
 
 # The oracle whose judged readings say whether a stepped clock was ever seen
@@ -380,4 +432,5 @@ def clock_workloads() -> list[Workload]:
 
 
 __all__ = ["CLOCK_TOLERANCE_MS", "CLOCK_SKEW_MS_MAX", "ClockJumps", "NodeClock", "NodeClocks", "NodeRuntime",
-           "clock_knobs", "clock_workloads", "install_clocks", "tolerance_line"]
+           "STORE_CLOCK_KNOB", "STORE_MACHINE", "clock_knobs", "clock_workloads", "install_clocks",
+           "store_clock_wanted", "tolerance_line"]

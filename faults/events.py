@@ -1041,6 +1041,18 @@ class DiskDamage(ProbeEvent):
     torn: str = OPTIONAL  # how its commit frame tore: "cut" or "overwritten"
 
 
+class StoreNow(ProbeEvent):
+    """``faults.ports``, stores on their own clock: a call's time as its
+    caller handed it (``caller_ms``, the caller's own clock) and as the
+    store read it on arrival (``store_ms``, what the call carries from
+    there). Emitted just before the call's own event, by the same node."""
+
+    kind = "store.now"
+    site: str
+    caller_ms: int
+    store_ms: int
+
+
 class Deploy(ProbeEvent):
     """A scenario deploying a build."""
 

@@ -25,11 +25,12 @@
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Mapping
 
 import attrs
 
-from faults.events import COVERED_FIELDS, DETAIL, ERROR
+from faults.events import COVERED_FIELDS, DETAIL, ERROR, StoreNow
 from faults.kinds import (
     ACK_LOST,
     BEYOND_CONTRACT_KINDS,
@@ -211,6 +212,12 @@ class BoundPort:
         # ``faults.partitions``: node name -> its partition now; only a
         # faulted port meets one (an operator's out-of-band port never does).
         cuts = world.cuts if plan is not None else {}
+        # Stores on their own clock (``faults.clocks``, store-clock mode):
+        # where this method takes its caller's time, found once; None (off,
+        # or a method without one) costs a call one check.
+        clocks = world.clocks
+        at = now_parameter(fn) if clocks is not None and getattr(clocks, "store_clock", False) else None
+        store_now_ms = clocks.store_now_ms if at is not None else None
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             if not node.alive:
@@ -265,6 +272,15 @@ class BoundPort:
                     delay_ms = plan.restart_delay_ms(site, hit, restart_after)
                     world.record_fault(node, site, CRASH_BEFORE_CALL, hit, restart_after_ms=delay_ms)
                     world.crash(node, restart_after_ms=delay_ms)
+            read = None
+            if at is not None:
+                # The store reads its own clock as the call reaches it: what
+                # the store, the trace and the observers see from here on.
+                # The caller's own reading is traced beside it (``store.now``).
+                caller_ms = time_passed(at, args, kwargs)
+                if caller_ms is not None:
+                    read = {"site": site, "caller_ms": caller_ms, "store_ms": store_now_ms()}
+                    args, kwargs = with_store_time(at, args, kwargs, read["store_ms"])
             token = surgery.before(method, args, kwargs) if fault in BEYOND_CONTRACT_KINDS else None
             fired_before = world.faults_fired
             try:
@@ -281,6 +297,8 @@ class BoundPort:
                 name = getattr(type(error), "name", None)
                 fields[ERROR] = name if isinstance(name, str) and name else type(error).__name__
                 fields[DETAIL] = str(error)
+                if read is not None:
+                    trace.emit(label, StoreNow.kind, read)
                 trace.emit(label, site, fields)
                 # Refused at the held lock: nothing committed, as with the
                 # injected error (which never reaches the store's observers).
@@ -301,6 +319,8 @@ class BoundPort:
                     await partitions.hold_reply(world, node, held, site, start_ms)
                 raise
             note_call(after)
+            if read is not None:
+                trace.emit(label, StoreNow.kind, read)
             trace.emit(label, site, describe(args, kwargs, result))
             if observers:
                 seen = PortCall(now_ms(), label, port, method, args, kwargs, result, None,
@@ -329,6 +349,43 @@ class BoundPort:
 
         call.__name__ = site
         return call
+
+
+def now_parameter(fn: Callable) -> tuple[int | None, str] | None:
+    """Where ``fn`` takes its caller's time (``faults.clocks.NOW_PARAMETER``):
+    (its position, or None if keyword-only; its name), or None."""
+    from faults.clocks import NOW_PARAMETER
+
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    for index, parameter in enumerate(parameters):
+        if parameter.name == NOW_PARAMETER:
+            if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
+                return None, parameter.name
+            if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+                return index, parameter.name
+    return None
+
+
+def time_passed(at: tuple[int | None, str], args: tuple, kwargs: dict) -> int | None:
+    """The time the caller passed (by position or by name), or None."""
+    index, name = at
+    if index is not None and index < len(args):
+        return args[index]
+    return kwargs.get(name)
+
+
+def with_store_time(at: tuple[int | None, str], args: tuple, kwargs: dict, now_ms: int) -> tuple[tuple, dict]:
+    """The call's arguments with its time replaced by ``now_ms`` (where the
+    caller passed it: by position or by name)."""
+    index, name = at
+    if index is not None and index < len(args):
+        return (*args[:index], now_ms, *args[index + 1:]), kwargs
+    if name in kwargs:
+        return args, {**kwargs, name: now_ms}
+    return args, kwargs
 
 
 def _drained(stream: Callable) -> Callable:

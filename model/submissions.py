@@ -375,21 +375,33 @@ class SubmissionWorker:
             # Renew, then spend the effect's time. A pause longer than the
             # lease lands here: the owner wakes and writes with its old
             # epoch, and the log and ledger must fence it.
-            renewal = await self.ledger.renew_ownership(claim, self.lease_ms, self.now_ms())
+            asked_ms = self.now_ms()
+            renewal = await self.ledger.renew_ownership(claim, self.lease_ms, asked_ms)
             await self.step_delay(record.submission_id, index)
             # The effect is done on the strength of the lease, so the lease
             # must still hold now, by this process's clock: a renew answered
             # after its own lease ran out, or a stall after it, means another
             # owner may run this step too.
-            self.require_lease(claim, renewal.lease_expires_ms)
+            self.require_lease(claim, renewal.lease_expires_ms, asked_ms)
         try:
             return self.work(record.input, index)
         except Exception as error:
             raise WorkFailure(error) from error
 
-    def require_lease(self, claim: Claim, lease_expires_ms: int) -> None:
+    def require_lease(self, claim: Claim, lease_expires_ms: int, asked_ms: int | None = None) -> None:
         """Raise ``LeaseExpired`` unless the lease (as the ledger last
-        granted it to ``claim``) is still live by this process's clock."""
+        granted it to ``claim``, asked for at ``asked_ms`` by this process's
+        clock) is still live by this process's clock.
+
+        A ledger on its own server grants the lease from its own clock's
+        reading, which this process's clock may trail by up to the claimed
+        offset (``model.clocks``): the granted expiry would then read later
+        here than the lease really ends. So the lease is also measured here,
+        from the instant it was asked for (the ledger granted it no earlier):
+        this process acts until the earlier of the two. On a ledger that
+        decides on its caller's clock both are the same instant."""
+        if asked_ms is not None:
+            lease_expires_ms = min(lease_expires_ms, asked_ms + self.lease_ms)
         now_ms = self.now_ms()
         if now_ms >= lease_expires_ms:
             raise LeaseExpired(claim.submission_id, claim.epoch, lease_expires_ms, now_ms)

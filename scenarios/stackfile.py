@@ -818,9 +818,10 @@ def _with_families(space: SwarmSpace | None, workloads: list[tuple[str, str, dic
         bounds = {OFFSET_KNOB: params.get("offset_max", CLOCK_OFFSET_MS_MAX),
                   DRIFT_KNOB: params.get("drift_max_ppm", CLOCK_DRIFT_PPM_MAX)}
         # At their own bounds the knobs are the built-in scenarios' (values and all).
+        # Not the stores' own clock (``store_clock``): a file's stores stay on their callers' clocks.
         knobs += tuple(attrs.evolve(knob, default=bounds[knob.name], maximum=bounds[knob.name],
                                     values=tuple(dict.fromkeys(min(v, bounds[knob.name]) for v in knob.values)))
-                       for knob in clock_knobs())
+                       for knob in clock_knobs() if knob.name in bounds)
     else:
         for kind in space.fault_kinds:
             if kind in CLOCK_FAULT_KINDS:

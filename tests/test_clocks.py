@@ -105,7 +105,7 @@ def test_the_kinds_are_registered_where_they_belong():
         space = registry.get(name).swarm_space
         assert CLOCK_SKEW in space.fault_kinds and CLOCK_JUMP in space.fault_kinds, name
         # Each knob is drawn from its own stream (knob/<name>): where it sits in the list moves no draw.
-        assert {"clock_offset_ms_max", "clock_drift_ppm_max"} <= {k.name for k in space.knobs}, name
+        assert {"clock_offset_ms_max", "clock_drift_ppm_max", "store_clock"} <= {k.name for k in space.knobs}, name
 
 
 # -- digests and replay -----------------------------------------------------------

@@ -1,5 +1,9 @@
 """``effect-under-lease``: a worker does a step's effect only while the
-lease of the claim it works under is live, by its own clock.
+lease of the claim it works under is live, on the clock that granted it:
+its own when the ledger decides on its caller's clock, the store
+machine's when the stores keep their own (``faults.clocks``: a lease is
+the store's promise, read on the store's clock, whatever the worker's
+clock says).
 
 Fencing keeps a stale owner's *writes* out of the stores; it cannot take
 back what a step did outside them (a call to a model, a tool, a payment).
@@ -12,9 +16,10 @@ The oracle keeps, per worker process, the lease of the last claim or
 renewal the ledger granted it (as the stores answered, seen at the port:
 ``faults.ports.PortCall``, never the worker's own bookkeeping), and the
 workers' harness reports each step's effect as it happens (``effect``: the
-process and its clock). An effect at or after the expiry of its process's
-lease is a violation. One entry per process name (a restarted process's
-first claim replaces its predecessor's): memory flat in simulated time.
+process, and the instant read on the lease's clock). An effect at or after
+the expiry of its process's lease is a violation. One entry per process
+name (a restarted process's first claim replaces its predecessor's): memory
+flat in simulated time.
 """
 from __future__ import annotations
 
@@ -48,8 +53,9 @@ class EffectUnderLease(Checker):
                                              granted.lease_expires_ms)
 
     def effect(self, owner: str, submission: str | None, now_ms: int) -> None:
-        """``owner`` (a process label) does a step's effect at ``now_ms`` by
-        its own clock, for ``submission`` (None: the worker did not say)."""
+        """``owner`` (a process label) does a step's effect at ``now_ms`` on
+        the clock its lease was granted on, for ``submission`` (None: the
+        worker did not say)."""
         lease = self._leases.get(_process(owner))
         if lease is None or lease[0] != owner:
             self.fail(f"{owner} did a step's effect at {now_ms} ms holding no claim the ledger granted it")

@@ -13,7 +13,10 @@ replayed admission is a duplicate alarm; it ends when it is finalized):
 - every occurrence between the previous accounted one and this one was
   recorded as skipped (``wake.skipped``) — nothing vanishes silently;
 - under the ``latest`` policy the started occurrence is the latest one due at
-  the instant it starts (the admission's ``now_ms``: when the driver chose);
+  the instant it starts: when the driver chose, by its own clock (the
+  admission's ``now_ms``; with the stores on their own clock, which stamp
+  the admission with their reading, the caller's reading ``store.now``
+  traced just before it);
 - at most one occurrence of a schedule is live at a time;
 - retention archives a started occurrence as a run (summary or hold), never
   as one that never ran, and never archives an occurrence that did not start
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
 
-from faults.events import LedgerAdmit, LedgerFinalizeSettlement, SchedulesRetire, WakeSkipped
+from faults.events import LedgerAdmit, LedgerFinalizeSettlement, SchedulesRetire, StoreNow, WakeSkipped
 from model.schedules import Schedule, parse_run_id
 from sim.invariants import Checker
 
@@ -51,7 +54,8 @@ class _ScheduleState:
 
 class ExactlyOnceWake(Checker):
     name = "exactly-once-wake"
-    kinds = (LedgerAdmit.kind, WakeSkipped.kind, LedgerFinalizeSettlement.kind, SchedulesRetire.kind)
+    kinds = (LedgerAdmit.kind, WakeSkipped.kind, LedgerFinalizeSettlement.kind, SchedulesRetire.kind,
+             StoreNow.kind)
 
     def __init__(self, schedules: Mapping[str, Schedule], *, end_ms: int) -> None:
         super().__init__()
@@ -59,6 +63,9 @@ class ExactlyOnceWake(Checker):
         self.end_ms = end_ms
         self._state = {sid: _ScheduleState() for sid in self.schedules}
         self._live_runs: dict[str, str] = {}  # run id -> schedule id
+        # Stores on their own clock: (node, the caller's reading) of the
+        # admission whose event comes next (``store.now`` precedes it).
+        self._caller_read: tuple[str, int] | None = None
 
     @property
     def started(self) -> int:
@@ -74,6 +81,11 @@ class ExactlyOnceWake(Checker):
     def on_event(self, event: tuple) -> None:
         kind = event.kind
         fields = event.fields
+        if kind == StoreNow.kind:
+            site = fields[StoreNow.site]
+            self._caller_read = (event.node, fields[StoreNow.caller_ms]) if site == LedgerAdmit.kind else None
+            return
+        caller_read, self._caller_read = self._caller_read, None
         if kind == LedgerAdmit.kind:
             # A run starts when the ledger admits its id for the first time
             # (a replayed admission is a duplicate delivery, not a start).
@@ -85,10 +97,15 @@ class ExactlyOnceWake(Checker):
                     return  # not a schedule's run: another workload's conversation
                 if schedule_id not in self.schedules:
                     return  # another fleet's schedule: its own check judges it
-                # Judged at the instant the driver decided (the admission's
-                # own ``now_ms``): a slow admit commits later, when a newer
-                # occurrence may be due, and that is no fault of the choice.
-                self._started(fields[LedgerAdmit.admitted_ms], {"run": run_id, "schedule": schedule_id,
+                # Judged at the instant the driver decided, on its own clock
+                # (the admission's ``now_ms`` as the driver handed it): a slow
+                # admit commits later, when a newer occurrence may be due, and
+                # a store on its own clock stamps it with its reading; neither
+                # is a fault of the choice.
+                decided_ms = fields[LedgerAdmit.admitted_ms]
+                if caller_read is not None and caller_read[0] == event.node:
+                    decided_ms = caller_read[1]
+                self._started(decided_ms, {"run": run_id, "schedule": schedule_id,
                                          "occurrence_ms": occurrence_ms,
                                          "submission": fields[LedgerAdmit.submission]})
         elif kind == WakeSkipped.kind:

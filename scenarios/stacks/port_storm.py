@@ -33,7 +33,7 @@ end as a restarted process would.
 """
 from __future__ import annotations
 
-from faults.clocks import clock_knobs, clock_workloads
+from faults.clocks import STORE_CLOCK_KNOB, clock_knobs, clock_workloads
 from faults.disk import disk_faults
 
 from faults.kinds import CLOCK_JUMP, CLOCK_SKEW, PARTITION, PORT_FAULT_KINDS
@@ -75,7 +75,9 @@ SWARM = SwarmSpace(
            Knob("busy_timeout_ms", BUSY_MS, 100, 10_000, "SQLite busy timeout"),
            Knob("adversaries", 3, 2, 3, "adversary processes"), fault_intensity_knob(values=(1, 1, 3, 10)),
            # Drawn last: the largest clock offset and drift a node draws under clock-skew.
-           *clock_knobs()))
+           # Not the stores' own clock: an adversary expects a store's times to
+           # be the ones it handed it (its own node's clock).
+           *(knob for knob in clock_knobs() if knob.name != STORE_CLOCK_KNOB)))
 # The stores the adversary calls, which a partition may cut one of its nodes from.
 ADVERSARY_STORES = ("ds", "ledger", "log", "checkpoints", "content")
 # Every edge and every port method, across a sweep; plus what the faults must cause.

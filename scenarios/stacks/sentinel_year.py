@@ -61,6 +61,8 @@ SWARM = SwarmSpace(
            Knob("retire_audit_every", RETIRE_AUDIT_EVERY, 1, 64, "audit 1 in n calm runs before retention "
                 "deletes them (every recovered run always)", values=(1, RETIRE_AUDIT_EVERY, RETIRE_AUDIT_EVERY, 4)),
            # Drawn last: the largest clock offset and drift a node draws under clock-skew.
+           # With the stores' own clock: the wake oracle judges a start at the
+           # driver's own reading (``store.now``), not the store's.
            *clock_knobs()))
 # A deploy lands inside a wake, just after its save: one deploy in two finds
 # the worker already down, crashed at that save by one of these (its write

@@ -37,6 +37,7 @@ from scenarios.adversaries.client import Expectations
 from scenarios.invariants.effect_under_lease import EffectUnderLease
 from scenarios.invariants.queue_order import QueueOrder
 from scenarios.invariants.recovery_decisions import RecoveryDecisions
+from faults.clocks import CLOCK_DRIFT_PPM_MAX, CLOCK_JUMP_SUM_MS_MAX, CLOCK_SYNC_MS, PPM
 from sim.invariants import Checker
 from sim.node import Node
 from sim.workload import Workload
@@ -51,6 +52,26 @@ FAIL_REMAINDER = 7
 ABORT_REMAINDER = 3
 ABORT_LATE_REMAINDER = 11
 ABORT_LATE_MS = (200, 8_000)
+# Stores on their own clock (``faults.clocks``), ahead of a worker's: one
+# step in ``LEASE_EDGE_ONE_IN`` lasts its worker's lease plus less than the
+# store's lead (a slow tool call, drawn from its own stream): it ends where
+# the lease is over as the worker measures it from when it asked, but not
+# yet by the expiry the store granted, read on the worker's clock. The
+# worker must stop there (``effect-under-lease`` judges it on the store's clock).
+# It is aimed past the lease's end by more than the contract lets the
+# worker's clock lose over it (every jump, and two clocks' drift over the
+# stall), and never across a sync of the clocks (a drifted clock steps
+# back): landing on the very edge would judge the clocks' rates, not the
+# worker's rule.
+LEASE_EDGE_ONE_IN = 32
+
+
+def lease_edge_margin_ms(stall_ms: int) -> int:
+    """How much of a stall of ``stall_ms`` the contract lets a worker's
+    clock lose against the store's: its jumps, and both clocks' drift."""
+    return CLOCK_JUMP_SUM_MS_MAX + -(-2 * CLOCK_DRIFT_PPM_MAX * stall_ms // PPM) + 1
+
+
 # The client's retry queue never holds more than this (it is drained before
 # anything new is sent, so it holds one request at a time in practice).
 PENDING_MAX = 1_000
@@ -480,6 +501,8 @@ class Workers(Workload):
         self._processes: dict[str, tuple[Node, Any, Any]] = {}
         self.stale_renewals_refused = 0
         self.stale_renewals_unanswered = 0  # a retryable failure: nothing to judge
+        self.lease_edge_stalls = 0  # steps aimed past the lease, into the store clock's lead
+        self._store_clock = False
 
     def setup(self, world: World) -> None:
         self.world = world
@@ -515,8 +538,9 @@ class Workers(Workload):
     def metrics(self) -> dict[str, Any]:
         stale = {} if not self.stale_renewals else {"stale_renewals_refused": self.stale_renewals_refused,
                                                       "stale_renewals_unanswered": self.stale_renewals_unanswered}
+        edge = {"lease_edge_stalls": self.lease_edge_stalls} if self._store_clock else {}
         return {"recoveries_from_checkpoint": self.recoveries_from_checkpoint,
-                "deferrals": self.deferrals, "handoffs": self.handoffs, **stale,
+                "deferrals": self.deferrals, "handoffs": self.handoffs, **stale, **edge,
                 # The recovery passes' decisions (``model.recovery_decisions``), by name and by disposition.
                 "recovery_decisions": dict(sorted(self.recovery_decisions.items())),
                 "recovery_dispositions": dict(sorted(self.recovery_dispositions.items()))}
@@ -532,16 +556,41 @@ class Workers(Workload):
         streams = world.streams
         prefix = self.name
         step_delay_ms = self.step_delay_ms
+        clocks = world.clocks
+        store_clock = self._store_clock = bool(getattr(clocks, "store_clock", False))
+        lease_ms = self.lease_ms
+
+        steps_here = [0]  # this process's steps so far: a retried step draws afresh
 
         async def step_delay(submission_id: str, index: int) -> None:
             rng = streams.fork(f"{prefix}/{submission_id}/{index}")
-            await runtime.sleep_ms(rng.between(*step_delay_ms))
+            delay_ms = rng.between(*step_delay_ms)
+            if store_clock:
+                # Its own stream (a run on its callers' clocks draws nothing
+                # here), per process and step: the step retried after the
+                # stall cost its claim is not aimed again by the same draw.
+                steps_here[0] += 1
+                aim = streams.fork(f"{prefix}/{node.label}/{steps_here[0]}/lease-edge")
+                lead_ms = clocks.store_now_ms() - runtime.now_ms()
+                if aim.below(LEASE_EDGE_ONE_IN) == 0:
+                    margin_ms = lease_edge_margin_ms(lease_ms + lead_ms)
+                    true_ms = world.runtime.now_ms()
+                    stall_ms = lease_ms + margin_ms + (aim.below(lead_ms - margin_ms) if lead_ms > margin_ms else 0)
+                    if lead_ms > margin_ms and true_ms // CLOCK_SYNC_MS == (true_ms + stall_ms) // CLOCK_SYNC_MS:
+                        delay_ms = stall_ms
+                        self.lease_edge_stalls += 1
+            await runtime.sleep_ms(delay_ms)
 
         work = self.work
 
+        # The effect is judged on the clock that granted the lease: the
+        # worker's own, whose readings the ledger took (its caller's clock),
+        # or the store machine's (stores on their own clock).
+        lease_clock = clocks.store_now_ms if store_clock else runtime.now_ms
+
         def attempt(request: Any, index: int) -> Any:
             if self._effects is not None:
-                self._effects.effect(node.label, None, runtime.now_ms())
+                self._effects.effect(node.label, None, lease_clock())
             return work(request, index, node.label, runtime.now_ms())
 
         worker = self.make_worker(node, ports, lease_ms=self.lease_ms, now_ms=runtime.now_ms,
