@@ -143,6 +143,8 @@ class ClocksSeam(Protocol):
 
     # Whether the nodes' clocks are skewed (offsets and drifts drawn), or only stepped.
     skew: bool
+    # Whether the stores decide on their own machine's clock, not their callers'.
+    store_clock: bool
 
     def runtime_for(self, name: str) -> Any: ...
 
@@ -153,6 +155,10 @@ class ClocksSeam(Protocol):
     def jump(self, name: str, amount_ms: int) -> None: ...
 
     def clock(self, name: str) -> Any: ...
+
+    def store_now_ms(self) -> int: ...
+
+
 class CutSeam(Protocol):
     """A partition cutting one process from some of its stores until it
     heals (``faults.partitions.Cut``)."""
