@@ -9,6 +9,7 @@ import model.ledger.rules as ledger_rules
 # import: import them before any test monkeypatches one of those methods (a
 # test run alone would otherwise build them from the planted replacement).
 import faults.describe  # noqa: F401
+from tests import _split
 
 
 _BACKGROUND: list = []  # the session's background detection child, if it started one
@@ -19,12 +20,16 @@ def pytest_collection_finish(session) -> None:
     small part of the session (``test_mutants.Background``)."""
     detecting = [item for item in session.items
                  if getattr(item, "originalname", None) == "test_the_sweep_detects_the_mutant"]
-    if not detecting or 2 * len(detecting) >= len(session.items):
-        return
-    module = detecting[0].module
-    names = module.selected_detections(detecting)
-    if names:
-        _BACKGROUND.append(module.Background.start(names))
+    if detecting and 2 * len(detecting) < len(session.items):
+        module = detecting[0].module
+        names = module.selected_detections(detecting)
+        if names:
+            _BACKGROUND.append(module.Background.start(names))
+
+
+def pytest_configure(config) -> None:
+    """A full run shares its test files with a second process (``tests._split``)."""
+    config.pluginmanager.register(_split.Plugin(), "loomsim-split")
 
 
 def pytest_unconfigure(config) -> None:

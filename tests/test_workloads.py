@@ -4,6 +4,7 @@ user's scenario module runs, sweeps and replays like a built-in one."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -96,6 +97,10 @@ def _main(argv: list[str], capsys) -> tuple[int, str]:
 
 def test_the_documented_example_runs_and_sweeps(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # artifacts land here; the example is importable from the checkout
+    # Registered for this test only: a later test that sweeps every registered
+    # scenario runs children that do not load the example.
+    monkeypatch.setattr(registry, "_SCENARIOS", dict(registry._SCENARIOS))
+    monkeypatch.delitem(sys.modules, "examples.two_cadences", raising=False)
     code, out = _main(["--scenarios", "examples.two_cadences", "run", "two-cadences", "--seed", "1",
                        "--duration", "6h", "--json"], capsys)
     result = json.loads(out)
