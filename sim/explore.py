@@ -6,7 +6,7 @@ corpus entries: a fresh seed, one knob moved to another legal value, or the
 duration doubled (capped at ``max_duration_ms``). A run's feedback is a set
 of feature names read from its result: fault kinds fired, (port, fault kind)
 pairs fired, failpoints fired, ``sometimes`` properties reached, invariants
-that made checks. An input whose feedback adds a feature joins the corpus;
+that made checks, trace event kinds emitted. An input whose feedback adds a feature joins the corpus;
 the entry to mutate is drawn weighting each by the sum of 1/count of its
 features (rare feedback first).
 
@@ -83,9 +83,30 @@ class Outcome:
                              for f in self.findings]}
 
 
-def features(result: RunResult) -> frozenset[str]:
-    """The feedback of one run, as feature names."""
-    found: set[str] = set()
+class EventKinds:
+    """A trace sink (``run(trace_stream=...)``) that keeps the kinds of the
+    events it is given (JSON lines) and nothing else; it changes no digest."""
+
+    def __init__(self) -> None:
+        self.kinds: set[str] = set()
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()
+        for line in lines:
+            if line:
+                self.kinds.add(json.loads(line)["kind"])
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def features(result: RunResult, event_kinds: Iterable[str] = ()) -> frozenset[str]:
+    """The feedback of one run, as feature names (``event_kinds``: the
+    trace event kinds it emitted, from an ``EventKinds`` sink)."""
+    found: set[str] = {f"event:{kind}" for kind in event_kinds}
     for kind, count in (result.faults or {}).items():
         if count:
             found.add(f"fault:{kind}")
@@ -165,9 +186,10 @@ def explore(scenario: Any, *, runs: int, seed: int, duration_ms: int, store: str
                             max_duration_ms)
         opts = ScenarioOptions(seed=chosen.seed, duration_ms=chosen.duration_ms, store=store, swarm=True,
                                knobs=dict(chosen.knobs))
-        result = run(scenario, opts)
+        sink = EventKinds()
+        result = run(scenario, opts, trace_stream=sink)
         outcome.runs += 1
-        reached = features(result)
+        reached = features(result, sink.kinds)
         for name in reached:
             outcome.counts[name] = outcome.counts.get(name, 0) + 1
         if not result.passed:

@@ -102,6 +102,19 @@ def test_features_name_what_fired():
     assert "invariant:fencing" in names and "fault:node-kill" not in names
 
 
+def test_event_kinds_are_feedback_and_leave_the_digest_alone():
+    from sim.explore import EventKinds
+    from sim.runner import run
+    from sim.scenario import ScenarioOptions
+
+    opts = ScenarioOptions(seed=1, duration_ms=300_000, swarm=True)
+    sink = EventKinds()
+    with_sink = run(registry.get(SCENARIO), opts, trace_stream=sink)
+    without = run(registry.get(SCENARIO), opts)
+    assert with_sink.trace_digest == without.trace_digest
+    assert "ledger.admit" in sink.kinds and "event:ledger.admit" in features(with_sink, sink.kinds)
+
+
 def test_the_search_does_not_depend_on_the_hash_seed(tmp_path):
     import subprocess
     import sys
