@@ -29,7 +29,7 @@ import os
 import sys
 from typing import Sequence
 
-from sim.face import bench, describe, determinism, discovery, listing, merge, mutants, repro, run, shrink, sweep
+from sim.face import bench, describe, determinism, discovery, explore, listing, merge, mutants, repro, run, shrink, sweep
 from sim.face.children import Interrupted, sigterm_interrupts
 from sim.face.options import Parser, UsageError, parse, root_parser
 from sim.face.repro_file import ReproFileError
@@ -40,7 +40,8 @@ EXIT_USAGE = 2
 EXIT_ERROR = 3  # infrastructure: a child of a sweep crashed or printed no result
 # Each command's module, in the order ``loomsim --help`` lists them.
 COMMANDS = {"list": listing, "repro": repro, "shrink": shrink, "bench": bench, "run": run, "mutants": mutants,
-            "sweep": sweep, "merge": merge, "check-determinism": determinism, "describe": describe}
+            "sweep": sweep, "merge": merge, "check-determinism": determinism, "describe": describe,
+            "explore": explore}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
