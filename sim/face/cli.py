@@ -79,8 +79,8 @@ def _main(argv: list[str]) -> int:
         print(f"loomsim {version()}")
         return EXIT_PASS
     if args.command is None:
-        raise UsageError("no command given: expected one of list, run, sweep, merge, check-determinism, describe, "
-                         "mutants, repro, shrink, bench (see loomsim --help)")
+        raise UsageError("no command given: expected one of list, run, sweep, explore, merge, check-determinism, "
+                         "describe, mutants, repro, shrink, bench (see loomsim --help)")
     return COMMANDS[args.command].command(args)
 
 
