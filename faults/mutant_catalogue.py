@@ -661,19 +661,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "                              schema_version=entry[\"schemaVersion\"], created_at_ms=entry[\"createdAt\"],\n",
         "                              schema_version=entry[\"schemaVersion\"], created_at_ms=created_at_ms,\n",
         BOTH, ci_seed=0, ci_duration="30m", ci_scenario="ledger-storm"),
-    # No ci run: a race of a client's materialize with a recovery that
-    # completed its admission and claimed meanwhile. Its old seed (8, 1d) now
-    # draws the stores' own clock and no longer shows it; nor does any
-    # ledger-storm seed 0..95 at 2h or 6h (nor 0..31 at 12h), nor
-    # agent-conversations 0..31 at 30m or 0..15 at 2h. A survivor until a
-    # workload aims a stall between the client's look at the log and its
-    # materialize.
+    # A race of a client's materialize with a recovery that completed its
+    # admission and claimed meanwhile: ledger-storm's ``held_admissions``
+    # (one seed in eight) pauses the client between its look at the log and
+    # its materialize until a worker took the conversation over.
     Mutant(
         "admission-materialize-stale-fails",
         "A client whose conversation a recovering owner materialized and claimed between its look at the log and "
         "its own materialize at epoch 0 fails on the stale-epoch refusal instead of marking the submission ready.",
         "model.lifecycle", '            if error_name(error) != "FenceRejected":\n',
-        "            if True:\n", ("ledger-storm", "agent-conversations")),
+        "            if True:\n", ("ledger-storm", "agent-conversations"), ci_seed=50, ci_duration="5m",
+        ci_scenario="ledger-storm"),
     Mutant(
         "settlement-retry-conflicts-with-itself",
         "A settlement retried after its reservation's reply was lost builds a new envelope (created later) and "

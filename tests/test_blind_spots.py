@@ -9,7 +9,11 @@ classes is caught by a scenario run, not only by a unit test:
   with the token it just released, while its lease time still runs; the
   ledger must refuse it (``OwnershipLost``);
 - ``contract-safety`` judges a load's step output as the run recorded it
-  (what a replay folds), not only the model's report of the load.
+  (what a replay folds), not only the model's report of the load;
+- a client paused between its look at a fresh conversation's log and its
+  own materialize (the knob ``held_admissions``) while a recovering worker
+  completes the admission and claims: its late materialize at epoch 0 is
+  refused as stale, and admission must take that for "it exists".
 
 A run with the new knobs off is the run it was before they existed
 (same trace digest, computed on the commit before them).
@@ -39,7 +43,7 @@ BEFORE = {
 # their callers' clocks, as they all were then (seeds 1 and 6 now draw the
 # stores' own clock).
 STALE_RENEWALS = "stale_renewals"
-NEW_KNOBS_OFF = {"ledger-storm": {SECOND_PRINCIPAL: 0, STALE_RENEWALS: 0, "store_clock": 0}}
+NEW_KNOBS_OFF = {"ledger-storm": {SECOND_PRINCIPAL: 0, STALE_RENEWALS: 0, "store_clock": 0, "held_admissions": 0}}
 
 
 @pytest.fixture(autouse=True)
@@ -244,3 +248,25 @@ def test_a_damaged_answer_whose_reply_was_lost_is_not_judged_as_the_pages_refusa
     trace.emit("w", "fault", {"kind": "reply-lost", "site": "log.read"})
     trace.emit("w", "recovery.failed", {"owner": "w", "error": "ReplyLost"})
     assert violations == []
+
+
+# -- a client paused before its admission's materialize -------------------------------------
+
+ADMISSION_HOLDS = "held_admissions"
+
+
+def test_admission_holds_is_a_knob_some_sweep_seeds_draw_on():
+    knob = registry.get("ledger-storm").swarm_space.knob(ADMISSION_HOLDS)
+    assert knob.default == 0 and 1 in knob.values and knob.values.count(0) > knob.values.count(1)
+
+
+def test_a_held_admission_is_overtaken_and_the_stale_materialize_is_taken_for_existence():
+    mutant = CATALOGUE["admission-materialize-stale-fails"]
+    assert mutant.ci_scenario == "ledger-storm"
+    clean = _run("ledger-storm", mutant.ci_seed, mutant.ci_duration)
+    assert clean.passed, clean.violations
+    assert clean.stats["admissions_held_overtaken"] >= 1, clean.stats
+    with mx.applied(mutant):
+        result = _run("ledger-storm", mutant.ci_seed, mutant.ci_duration)
+    assert [v.invariant for v in result.violations] == ["no-uncaught-errors"]
+    assert "FenceRejected" in result.violations[0].message

@@ -22,7 +22,7 @@ from sim.scenario import ScenarioOptions
 
 NEW_IN_CONTRACT = (CLOCK_SKEW, CLOCK_JUMP, PARTITION)
 # Knobs added since, by scenario, at their "off" value: a run leaves them out too.
-NEW_KNOBS_OFF = {"ledger-storm": {"second_principal": 0}}
+NEW_KNOBS_OFF = {"ledger-storm": {"second_principal": 0, "held_admissions": 0}}
 
 BEFORE = {
     ("ledger-storm", 3, "10m", "memory"): "e249969e343b61c6516e27f25021d8070535cc90f7ef5d8c712cb6a6e0ad6f9d",

@@ -67,13 +67,19 @@ SECOND_PRINCIPAL_KNOB = Knob("second_principal", 0, 0, 64,
 STALE_RENEWALS_KNOB = Knob("stale_renewals", 0, 0, 1,
                            "a deferring worker renews with the token it released (0: never)",
                            values=(0, 0, 0, 0, 0, 0, 0, 1))
+# 1: the client pauses between its look at a fresh conversation's log and its
+# own materialize at epoch 0 until a recovering worker has taken the
+# conversation over (``Submitters(admission_holds=...)``). One seed in eight.
+HELD_ADMISSIONS_KNOB = Knob("held_admissions", 0, 0, 1,
+                            "the client pauses before its admission's materialize until a worker took over (0: never)",
+                            values=(0, 0, 0, 0, 0, 0, 0, 1))
 # A client's abort of a queued submission passes abort:after-intent a few
 # times a seed: activated, it fires this many times as often (so that a
 # sweep fires it; a boost changes no draw).
 ABORT_INTENT_BOOST = 25
 SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=SUBMISSION_CRASH_POINTS + ABORT_CRASH_POINTS, failpoint_rate=RATES[FAILPOINT_CRASH],
                    failpoint_boosts=((ABORT_INTENT_STORED, ABORT_INTENT_BOOST),),
-                   workload=(ABORTS, FAILING_WORK, CHECKPOINTS), knobs=(*KNOBS, SECOND_PRINCIPAL_KNOB, STALE_RENEWALS_KNOB))
+                   workload=(ABORTS, FAILING_WORK, CHECKPOINTS), knobs=(*KNOBS, SECOND_PRINCIPAL_KNOB, STALE_RENEWALS_KNOB, HELD_ADMISSIONS_KNOB))
 SOMETIMES = ("stale_writes_fenced", "damaged_reads_caught", "worker_crashes", "settled", "recoveries_from_checkpoint",
              "aborted_queued", "aborted_running", "conversations_retired", "retirements_held_open", "handoffs")
 # The stores a submission worker talks to, which a partition may cut it from.
@@ -102,7 +108,8 @@ def ledger_storm(run: Run) -> Stack:
                             conversation_lifetime_ms=lifetime_ms, retry_ms=2 * SECOND,
                             abort_every=25 if run.does(ABORTS) else 0, group_share=GROUP_SHARE, groups=GROUPS,
                             defer_share=DEFER_SHARE,
-                            second_principal_share=1 / run.knob("second_principal") if run.knob("second_principal") else 0.0)
+                            second_principal_share=1 / run.knob("second_principal") if run.knob("second_principal") else 0.0,
+                            admission_holds=bool(run.knob("held_admissions")))
     workers = Workers(run.knob("workers"), serving=submitters, lease_ms=lease_ms, poll_ms=2 * SECOND, retry_ms=2 * SECOND,
                       step_delay_ms=(50, 3 * SECOND), work=work(fail_every=20 if run.does(FAILING_WORK) else 0),
                       checkpoints=run.does(CHECKPOINTS), recovery_page_size=run.knob("recovery_page_size"),

@@ -78,6 +78,44 @@ PENDING_MAX = 1_000
 # The principal every request is admitted under, and the one that sends a
 # drawn share of them again under the same idempotency key.
 PRINCIPAL, SECOND_PRINCIPAL = "client", "client-2"
+# With ``held_admissions``: a client whose look at a conversation's log found
+# it not materialized is paused before its own materialize at epoch 0 (a GC
+# pause between two calls) until another process has taken the conversation
+# over (materialized it at a claimed epoch: a recovery pass completed the
+# admission's first half, a worker claimed it), polling every
+# ``HOLD_POLL_MS``, for at most ``HOLD_MS_MAX``. Its late materialize is then
+# refused as stale, which admission must take for "the conversation exists".
+HOLD_POLL_MS = 1_000
+HOLD_MS_MAX = 10 * 60_000
+
+
+class HeldMaterializeLog:
+    """The client's log port, its admission materialize held (above): a
+    harness-side pause of the client process between two of its calls,
+    never a change of what a call does."""
+
+    def __init__(self, log: Any, runtime: Any, workload: "Submitters") -> None:
+        self._log = log
+        self._runtime = runtime
+        self._workload = workload
+        self._looked: set[str] = set()  # conversations its last look found unmaterialized (a few at most)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    async def inspect_tail(self, conversation_id: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await self._log.inspect_tail(conversation_id, *args, **kwargs)
+        except Exception as error:
+            if error_name(error) == "NotMaterialized":
+                self._looked.add(conversation_id)
+            raise
+
+    async def materialize(self, conversation_id: str, producer_id: str, epoch: int, *args: Any, **kwargs: Any) -> Any:
+        if epoch == 0 and conversation_id in self._looked:
+            self._looked.discard(conversation_id)
+            await self._workload.hold(conversation_id, self._runtime)
+        return await self._log.materialize(conversation_id, producer_id, epoch, *args, **kwargs)
 
 
 class AdmissionPerPrincipal(Expectations):
@@ -133,7 +171,8 @@ class Submitters(Workload):
     def __init__(self, *, conversations: int = 8, every_ms: tuple[int, int] = (1_000, 40_000),
                  conversation_lifetime_ms: int = 3_600_000, retry_ms: int = 2_000, abort_every: int = 0,
                  abort_late_ms: tuple[int, int] = ABORT_LATE_MS, group_share: float = 0.0, groups: int = 1,
-                 defer_share: float = 0.0, second_principal_share: float = 0.0, name: str | None = None) -> None:
+                 defer_share: float = 0.0, second_principal_share: float = 0.0, admission_holds: bool = False,
+                 name: str | None = None) -> None:
         assert conversations >= 1 and every_ms[0] > 0 and conversation_lifetime_ms > 0 and retry_ms > 0
         assert 0.0 <= group_share <= 1.0 and groups >= 1
         assert 0.0 <= defer_share <= 1.0, defer_share
@@ -182,10 +221,34 @@ class Submitters(Workload):
         self.second_principal_judged = 0
         self._receipts: dict[tuple[str, str], dict[str, str]] = {}
         self.expectations = AdmissionPerPrincipal() if second_principal_share else None
+        self.admission_holds = admission_holds
+        self.held = 0  # admissions held before their materialize (``HeldMaterializeLog``)
+        self.held_overtaken = 0  # ... whose conversation another process took over meanwhile
+        self._holding: dict[str, bool] = {}  # conversation held -> taken over yet (one at a time: one client)
 
     def setup(self, world: World) -> None:
         self.world = world
         world.add_node(self.node_name(self.NODE), self._start, role="client")
+        if self.admission_holds:
+            world.trace.subscribe(("log.materialize",), self._on_materialize)
+
+    def _on_materialize(self, event: Any) -> None:
+        fields = event.fields
+        if fields["conversation"] in self._holding and fields["epoch"] >= 1:
+            self._holding[fields["conversation"]] = True
+
+    async def hold(self, conversation_id: str, runtime: Any) -> None:
+        """Pause until ``conversation_id`` is taken over, or ``HOLD_MS_MAX``."""
+        self.held += 1
+        self._holding[conversation_id] = False
+        try:
+            for _ in range(HOLD_MS_MAX // HOLD_POLL_MS):
+                if self._holding[conversation_id]:
+                    self.held_overtaken += 1
+                    return
+                await runtime.sleep_ms(HOLD_POLL_MS)
+        finally:
+            del self._holding[conversation_id]
 
     def conversation_id(self, slot: int, generation: int) -> str:
         """The conversation of ``slot`` in its ``generation``, in this instance's
@@ -206,6 +269,8 @@ class Submitters(Workload):
         if self.second_principal_share:
             found.update(second_principal_sent=self.second_principal_sent,
                          second_principal_judged=self.second_principal_judged)
+        if self.admission_holds:
+            found.update(admissions_held=self.held, admissions_held_overtaken=self.held_overtaken)
         return found
 
     def _start(self, node: Node) -> None:
@@ -214,7 +279,8 @@ class Submitters(Workload):
         ports = self.world.system.ports_for(node)
         # The client's machine's clock: what it stamps its admissions with.
         self.clock = self.world.runtime_for(node)
-        client = SubmissionClient(ports.ledger, ports.log, now_ms=self.clock.now_ms, failpoints=ports.failpoints,
+        log = HeldMaterializeLog(ports.log, runtime, self) if self.admission_holds else ports.log
+        client = SubmissionClient(ports.ledger, log, now_ms=self.clock.now_ms, failpoints=ports.failpoints,
                                   probe=self.world.probe_for(node))
         runtime.spawn_on(node, "client", self._loop(client))
 
