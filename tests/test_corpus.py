@@ -113,3 +113,119 @@ def test_merge_of_shard_files_is_unchanged_without_corpus(capsys, tmp_path):
     not_shard.write_text("{}")
     code, _, err = _cli(capsys, "merge", str(not_shard))
     assert code == 2 and "is not a loomsim shard file" in err
+
+
+# -- ``loomsim sweep ... --corpus DIR``: the corpus replays first ----------------------------
+
+_SWEEP = ("sweep", "ledger-storm", "--seeds", "0:1", "--duration", "30s", "--store", "memory", "--failure-db", "none")
+
+
+def _entry(directory, seed, *, knobs=None, duration_ms=30_000, fault_script=None, scenario="ledger-storm"):
+    body = corpus.entry_json(scenario=scenario, store="memory", seed=seed, knobs=knobs or {},
+                             duration_ms=duration_ms, fault_script=fault_script, added=("event:x",))
+    path = corpus.write_entry(str(directory), body)
+    assert path is not None
+    return os.path.basename(path)
+
+
+def test_sweep_replays_the_corpus_first_and_counts_what_passes(capsys, tmp_path):
+    os.chdir(tmp_path)
+    entries = tmp_path / "corpus"
+    entries.mkdir()
+    _entry(entries, 3)
+    _entry(entries, 4, duration_ms=60_000)
+    _entry(entries, 5, scenario="sentinel-year")  # another scenario's: not this sweep's to replay
+    code, text, _ = _cli(capsys, *_SWEEP, "--corpus", str(entries))
+    assert code == 0
+    lines = text.splitlines()
+    done = [i for i, line in enumerate(lines) if line.startswith("[corpus]")]
+    seed_lines = [i for i, line in enumerate(lines) if line.startswith("[1/1]")]
+    assert len(done) == 2 and done[-1] < seed_lines[0]  # replayed before any seed ran
+    assert "corpus: 2 entries replayed, all pass" in lines
+    code, out, _ = _cli(capsys, *_SWEEP, "--corpus", str(entries), "--json")
+    body = json.loads(out)
+    assert code == 0 and body["exit_code"] == 0
+    replays = body["corpus_replays"]
+    assert sorted((r["seed"], r["outcome"]) for r in replays) == [(3, "pass"), (4, "pass")]
+    assert [r["file"] for r in replays] == sorted(r["file"] for r in replays)  # in file name order
+
+
+def test_sweep_reports_entries_that_no_longer_apply_and_never_counts_them_as_passing(capsys, tmp_path):
+    os.chdir(tmp_path)
+    entries = tmp_path / "corpus"
+    entries.mkdir()
+    unknown = _entry(entries, 3, knobs={"no_such_knob": 1})
+    unparsable = _entry(entries, 4, fault_script=[{"site": 5, "kind": "no-such-kind"}])
+    code, out, _ = _cli(capsys, *_SWEEP, "--corpus", str(entries), "--json")
+    body = json.loads(out)
+    replays = {r["file"]: r for r in body["corpus_replays"]}
+    assert set(replays) == {unknown, unparsable}
+    assert all(r["outcome"] == "not-applicable" for r in replays.values())
+    assert "no_such_knob" in replays[unknown]["detail"]
+    assert "script" in replays[unparsable]["detail"]
+    assert code == 0  # not a failure, and not a pass either
+    code, text, _ = _cli(capsys, *_SWEEP, "--corpus", str(entries))
+    assert "corpus: 2 entries replayed: 0 fail, 0 pass, 2 not applicable" in text
+    assert text.count("NOT APPLICABLE") >= 2 and "all pass" not in text
+
+
+def test_a_corpus_entry_that_fails_fails_the_sweep_with_a_new_repro_file(capsys, tmp_path):
+    from faults import mutants as mx
+    from faults.mutant_catalogue import MUTANTS
+
+    os.chdir(tmp_path)
+    entries, repros = tmp_path / "corpus", tmp_path / "repros"
+    entries.mkdir(), repros.mkdir()
+    _entry(entries, 3)
+    failing = _entry(entries, 2)  # fails under the planted bug within 30s
+    taken = repros / "ledger-storm-seed2.json"
+    taken.write_text("an earlier artifact\n")
+    mutant = {m.name: m for m in MUTANTS}["settlement-receipt-is-the-key"]
+    with mx.applied(mutant):
+        code, out, _ = _cli(capsys, *_SWEEP, "--corpus", str(entries), "--repro-dir", str(repros), "--json")
+        text_code, text, _ = _cli(capsys, *_SWEEP, "--corpus", str(entries), "--repro-dir", str(repros))
+    body = json.loads(out)
+    assert code == text_code == 1 and body["exit_code"] == 1 and body["status"] == "fail"
+    bad = [r for r in body["corpus_replays"] if r["outcome"] == "fail"]
+    assert [r["file"] for r in bad] == [failing]
+    assert bad[0]["invariant"] == "exactly-once-settlement"
+    assert "--mutant settlement-receipt-is-the-key" in bad[0]["repro_command"]
+    assert bad[0]["repro_file"] and os.path.exists(bad[0]["repro_file"])
+    assert taken.read_text() == "an earlier artifact\n"  # never written over
+    assert bad[0]["repro_file"] != str(taken)
+    lines = text.splitlines()
+    summary_at = next(i for i, line in enumerate(lines) if line.startswith("corpus: "))
+    assert lines[summary_at] == "corpus: 2 entries replayed: 1 fail, 1 pass, 0 not applicable"
+    assert lines[summary_at + 1].startswith("  FAIL ledger-storm seed 2 (corpus entry")
+    assert lines[summary_at + 2].strip().startswith("reproduce: loomsim run ledger-storm --seed 2")
+    assert lines[-1].startswith("FAIL (exit 1)") and "corpus entr" in lines[-1]
+
+
+def test_a_corpus_that_cannot_be_read_is_a_usage_error_before_anything_runs(capsys, tmp_path):
+    os.chdir(tmp_path)
+    entries = tmp_path / "corpus"
+    entries.mkdir()
+    (entries / "junk.json").write_text("[]")
+    for path, message in ((entries, "junk.json"), (tmp_path / "missing", "does not exist")):
+        code, text, err = _cli(capsys, *_SWEEP, "--corpus", str(path))
+        assert code == 2 and text == "" and message in err and err.count("\n") == 1
+
+
+def test_merged_shards_list_the_corpus_replays_once(capsys, tmp_path):
+    os.chdir(tmp_path)
+    entries = tmp_path / "corpus"
+    entries.mkdir()
+    _entry(entries, 3)
+    _entry(entries, 4, knobs={"no_such_knob": 1})
+    shards = []
+    for index in (1, 2):
+        shard = tmp_path / f"shard-{index}.json"
+        code, _, _ = _cli(capsys, "sweep", "ledger-storm", "--seeds", "0:2", "--duration", "30s", "--store", "memory",
+                          "--failure-db", "none", "--corpus", str(entries), "--shard", f"{index}/2",
+                          "--out", str(shard), "--json")
+        assert code == 0
+        shards.append(str(shard))
+    code, out, _ = _cli(capsys, "merge", *shards, "--json")
+    merged = json.loads(out)
+    assert code == 0
+    assert sorted((r["seed"], r["outcome"]) for r in merged["corpus_replays"]) == [(3, "pass"), (4, "not-applicable")]

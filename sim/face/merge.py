@@ -117,6 +117,14 @@ def merge_shards(paths: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
             for replay in s.get("saved_failures") or ():
                 saved.setdefault(json.dumps(replay, sort_keys=True), replay)
         summary["saved_failures"] = list(saved.values())
+    if any("corpus_replays" in s for s in summaries):
+        # So are the corpus's entries (``sim.face.corpus_replay``): every shard replayed them; each once.
+        entries: dict[str, Any] = {}
+        for s in summaries:
+            for replay in s.get("corpus_replays") or ():
+                entries.setdefault(json.dumps({k: v for k, v in replay.items() if k not in ("repro_file",)},
+                                              sort_keys=True), replay)
+        summary["corpus_replays"] = list(entries.values())
     # Each seed's record as its shard's sweep made it (``sweep.seed_record``: what a report draws
     # of a failing seed included), in the unsharded sweep's order: seed-major.
     records = {(r["scenario"], r["seed"]): r for s in summaries for r in s.get("runs", ())}
