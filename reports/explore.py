@@ -140,6 +140,10 @@ def _parent(entry: Mapping[str, Any]) -> str:
     return f"#{parent}" if isinstance(parent, int) else "-"
 
 
+def _seconds(value: Any) -> str:
+    return f"{value:.1f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
 def _share(reached: Any, universe: Any) -> str:
     if isinstance(universe, int) and universe > 0 and isinstance(reached, int):
         return f"{100 * reached / universe:.0f}%"
@@ -163,11 +167,12 @@ def markdown(summary: Mapping[str, Any]) -> str:
     measured = summary.get("measured") if isinstance(summary.get("measured"), Mapping) else None
     took = ""
     if measured and measured.get("cpu_s") is not None:
-        took = f"; this machine took {measured.get('cpu_s')} CPU-s ({measured.get('wall_s')} s wall, measured)"
+        took = (f"; this machine took {_seconds(measured.get('cpu_s'))} CPU-s "
+                f"({_seconds(measured.get('wall_s'))} s wall, measured)")
     lines.append(f"{cell(summary.get('scenario'))} on {cell(summary.get('store'))}, search seed {summary.get('seed')}: "
                  f"{summary.get('runs')} runs in batches of {summary.get('batch')}, corpus of "
-                 f"{summary.get('corpus_size')}, {len(summary.get('features') or {})} features reached, "
-                 f"{len(found)} failures{took}")
+                 f"{summary.get('corpus_size')}, {_plural(len(summary.get('features') or {}), 'feature')} reached, "
+                 f"{_plural(len(found), 'failure')}{took}")
     if found:
         lines += ["", "## Failures", ""]
         for failure in found[:CORPUS_ROWS_MAX]:
@@ -335,7 +340,8 @@ def html(summary: Mapping[str, Any]) -> str:
             ("corpus", summary.get("corpus_size")), ("features reached", len(summary.get("features") or {})),
             ("failures", len(found))]
     if measured:
-        meta += [("CPU (measured)", f"{measured.get('cpu_s')} s"), ("wall (measured)", f"{measured.get('wall_s')} s")]
+        meta += [("CPU (measured)", f"{_seconds(measured.get('cpu_s'))} s"),
+                 ("wall (measured)", f"{_seconds(measured.get('wall_s'))} s")]
     parts.append('<p class="meta">' + "".join(f"<span>{_e(k)}: <b>{_e(v)}</b></span>" for k, v in meta
                                               if v is not None) + "</p>")
     if found:
