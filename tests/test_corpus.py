@@ -169,35 +169,56 @@ def test_sweep_reports_entries_that_no_longer_apply_and_never_counts_them_as_pas
     assert text.count("NOT APPLICABLE") >= 2 and "all pass" not in text
 
 
+def _seeds_under(mutant, count=20):
+    """The first seed that fails and the first that passes, 30s of ledger-storm with ``mutant`` applied."""
+    from scenarios import registry
+    from sim.runner import run
+    from sim.scenario import ScenarioOptions
+
+    scenario = registry.get("ledger-storm")
+    failing = passing = None
+    for seed in range(count):
+        passed = run(scenario, ScenarioOptions(seed=seed, duration_ms=30_000, swarm=True)).passed
+        if passed and passing is None:
+            passing = seed
+        if not passed and failing is None:
+            failing = seed
+        if failing is not None and passing is not None:
+            return failing, passing
+    raise AssertionError(f"no failing and passing seed among {count} under {mutant.name}")
+
+
 def test_a_corpus_entry_that_fails_fails_the_sweep_with_a_new_repro_file(capsys, tmp_path):
     from faults import mutants as mx
     from faults.mutant_catalogue import MUTANTS
+    from sim.face.repro_file import repro_filename
 
     os.chdir(tmp_path)
     entries, repros = tmp_path / "corpus", tmp_path / "repros"
     entries.mkdir(), repros.mkdir()
-    _entry(entries, 3)
-    failing = _entry(entries, 2)  # fails under the planted bug within 30s
-    taken = repros / "ledger-storm-seed2.json"
-    taken.write_text("an earlier artifact\n")
     mutant = {m.name: m for m in MUTANTS}["settlement-receipt-is-the-key"]
     with mx.applied(mutant):
+        bad_seed, good_seed = _seeds_under(mutant)
+        _entry(entries, good_seed)
+        failing = _entry(entries, bad_seed)
+        taken = repros / repro_filename("ledger-storm", bad_seed)
+        taken.write_text("an earlier artifact\n")
         code, out, _ = _cli(capsys, *_SWEEP, "--corpus", str(entries), "--repro-dir", str(repros), "--json")
         text_code, text, _ = _cli(capsys, *_SWEEP, "--corpus", str(entries), "--repro-dir", str(repros))
     body = json.loads(out)
     assert code == text_code == 1 and body["exit_code"] == 1 and body["status"] == "fail"
     bad = [r for r in body["corpus_replays"] if r["outcome"] == "fail"]
     assert [r["file"] for r in bad] == [failing]
-    assert bad[0]["invariant"] == "exactly-once-settlement"
+    assert bad[0]["invariant"] and bad[0]["seed"] == bad_seed
     assert "--mutant settlement-receipt-is-the-key" in bad[0]["repro_command"]
     assert bad[0]["repro_file"] and os.path.exists(bad[0]["repro_file"])
     assert taken.read_text() == "an earlier artifact\n"  # never written over
-    assert bad[0]["repro_file"] != str(taken)
+    assert os.path.basename(bad[0]["repro_file"]) == repro_filename("ledger-storm", bad_seed)[:-5] + "-2.json"
     lines = text.splitlines()
     summary_at = next(i for i, line in enumerate(lines) if line.startswith("corpus: "))
     assert lines[summary_at] == "corpus: 2 entries replayed: 1 fail, 1 pass, 0 not applicable"
-    assert lines[summary_at + 1].startswith("  FAIL ledger-storm seed 2 (corpus entry")
-    assert lines[summary_at + 2].strip().startswith("reproduce: loomsim run ledger-storm --seed 2")
+    assert lines[summary_at + 1].startswith(f"  FAIL ledger-storm seed {bad_seed} (corpus entry {failing})")
+    assert lines[summary_at + 2].strip().startswith(f"reproduce: loomsim run ledger-storm --seed {bad_seed}")
     assert lines[-1].startswith("FAIL (exit 1)") and "corpus entr" in lines[-1]
 
 
