@@ -203,7 +203,8 @@ def test_a_corpus_entry_that_fails_fails_the_sweep_with_a_new_repro_file(capsys,
         failing = _entry(entries, bad_seed)
         taken = repros / repro_filename("ledger-storm", bad_seed)
         taken.write_text("an earlier artifact\n")
-        code, out, _ = _cli(capsys, *_SWEEP, "--corpus", str(entries), "--repro-dir", str(repros), "--json")
+        code, out, _ = _cli(capsys, *_SWEEP, "--corpus", str(entries), "--repro-dir", str(repros), "--json",
+                            "--report", str(tmp_path / "report"))
         text_code, text, _ = _cli(capsys, *_SWEEP, "--corpus", str(entries), "--repro-dir", str(repros))
     body = json.loads(out)
     assert code == text_code == 1 and body["exit_code"] == 1 and body["status"] == "fail"
@@ -220,6 +221,11 @@ def test_a_corpus_entry_that_fails_fails_the_sweep_with_a_new_repro_file(capsys,
     assert lines[summary_at + 1].startswith(f"  FAIL ledger-storm seed {bad_seed} (corpus entry {failing})")
     assert lines[summary_at + 2].strip().startswith(f"reproduce: loomsim run ledger-storm --seed {bad_seed}")
     assert lines[-1].startswith("FAIL (exit 1)") and "corpus entr" in lines[-1]
+    # The reports read the same verdict: the failing entry is a failure in each.
+    md = (tmp_path / "report" / "loomsim-report.md").read_text(encoding="utf-8")
+    assert md.startswith("# ❌ loomsim FAIL (exit 1)") and f"corpus entry {failing} fails" in md
+    junit = (tmp_path / "report" / "loomsim-junit.xml").read_text(encoding="utf-8")
+    assert f'name="corpus entry {failing}"' in junit and junit.count("<failure") == 1
 
 
 def test_a_corpus_that_cannot_be_read_is_a_usage_error_before_anything_runs(capsys, tmp_path):
