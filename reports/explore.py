@@ -448,14 +448,27 @@ def render(summary: Mapping[str, Any], path: str) -> str:
 def main(argv: Sequence[str]) -> int:
     """``python -m reports.explore SUMMARY.json REPORT.(md|html)``."""
     if len(argv) != 2:
-        print("usage: python -m reports.explore SUMMARY.json REPORT.md|REPORT.html", file=sys.stderr)
+        print("loomsim: error: expected two arguments: python -m reports.explore SUMMARY.json REPORT.md|REPORT.html",
+              file=sys.stderr)
         return 2
     try:
         with open(argv[0], encoding="utf-8") as handle:
             summary = json.load(handle)
+    except OSError as error:
+        print(f"loomsim: error: cannot read {argv[0]}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        print(f"loomsim: error: {argv[0]} is not JSON: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    try:
+        check(summary)
+    except ExploreReportError as error:
+        print(f"loomsim: error: {argv[0]}: {error}", file=sys.stderr)
+        return 2
+    try:
         written = render(summary, argv[1])
-    except (OSError, ValueError) as error:  # JSONDecodeError and ExploreReportError are ValueErrors
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+    except (OSError, ValueError) as error:  # ExploreReportError is a ValueError
+        reason = f"cannot write {argv[1]}: {error.strerror}" if isinstance(error, OSError) and error.strerror else error
         print(f"loomsim: error: {' '.join(str(reason).split())}", file=sys.stderr)
         return 2
     print(f"report: {written}")

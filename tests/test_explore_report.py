@@ -154,3 +154,21 @@ def test_a_body_that_is_not_an_explore_summary_is_refused():
             report.markdown(body)
         with pytest.raises(ValueError, match="loomsim-explore/2"):
             report.html(body)
+
+
+def test_the_module_renders_a_saved_summary_and_refuses_bad_input_in_one_line(capsys, tmp_path):
+    import json
+
+    saved = tmp_path / "summary.json"
+    saved.write_text(json.dumps(_summary(failures=[_FAILURE])), encoding="utf-8")
+    assert report.main([str(saved), str(tmp_path / "r.html")]) == 0
+    assert capsys.readouterr().out == f"report: {tmp_path / 'r.html'}\n"
+    assert (tmp_path / "r.html").read_text(encoding="utf-8") == report.html(_summary(failures=[_FAILURE]))
+    (tmp_path / "sweep.json").write_text(json.dumps({"format": "loomsim-sweep/1"}), encoding="utf-8")
+    for argv in ([str(saved), str(tmp_path / "r.pdf")], [str(tmp_path / "sweep.json"), str(tmp_path / "s.md")],
+                 [str(tmp_path / "missing.json"), str(tmp_path / "m.md")]):
+        assert report.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("loomsim: error: ") and err.count("\n") == 1, err
+        assert os.path.basename(argv[0]) in err or ".pdf" in err
+    assert sorted(os.listdir(tmp_path)) == ["r.html", "summary.json", "sweep.json"]
