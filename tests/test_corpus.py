@@ -226,6 +226,8 @@ def test_a_corpus_entry_that_fails_fails_the_sweep_with_a_new_repro_file(capsys,
     assert md.startswith("# ❌ loomsim FAIL (exit 1)") and f"corpus entry {failing} fails" in md
     junit = (tmp_path / "report" / "loomsim-junit.xml").read_text(encoding="utf-8")
     assert f'name="corpus entry {failing}"' in junit and junit.count("<failure") == 1
+    page = (tmp_path / "report" / "loomsim-report.html").read_text(encoding="utf-8")
+    assert "corpus entries replayed: <b>2 (1 fail, 1 pass)</b>" in page and f"corpus entry {failing} fails" in page
 
 
 def test_a_corpus_that_cannot_be_read_is_a_usage_error_before_anything_runs(capsys, tmp_path):
