@@ -248,6 +248,7 @@ def _sweep_parts(body: Mapping[str, Any]) -> list[str]:
              + (f", {body['not_exercised']} not exercised" if body.get("not_exercised") else "")
              if body.get("beyond_seeds") else None),
             ("saved failures still failing", len(still_failing(body)) or None),
+            ("corpus entries replayed", _corpus_counts(body.get("corpus_replays"))),
             ("wall", f"{body.get('wall_s')}s"), ("jobs", body.get("jobs"))]
     parts = ['<p class="meta">' + "".join(f"<span>{_e(k)}: <b>{_e(v)}</b></span>" for k, v in meta if v is not None)
              + "</p>"]
@@ -290,6 +291,16 @@ def _sweep_parts(body: Mapping[str, Any]) -> list[str]:
     parts.append("<h2>Coverage gaps</h2>")
     parts.append(_gap_list(coverage_gaps(body)))
     return parts
+
+
+def _corpus_counts(replays: Any) -> str | None:
+    """``sweep --corpus``: how its entries ended (None without a corpus)."""
+    if not replays:
+        return None
+    counts: dict[str, int] = {}
+    for replay in replays:
+        counts[str(replay.get("outcome"))] = counts.get(str(replay.get("outcome")), 0) + 1
+    return f"{len(replays)} (" + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ")"
 
 
 def _scenario_coverage(name: str, s: Mapping[str, Any]) -> list[str]:

@@ -2,7 +2,9 @@
 
 One ``testsuite`` per scenario, one ``testcase`` per seed (a run is one
 seed) and one per saved failure of the failure database that still fails
-(``saved failure FILE``). A seed beyond the contract in which no promise
+(``saved failure FILE``), and one per corpus entry a sweep replayed first
+(``corpus entry FILE``: failed, passed, or ``skipped`` when it does not
+apply to this code). A seed beyond the contract in which no promise
 broke is ``skipped`` (it tested nothing). A failing seed carries a ``failure`` whose
 ``type`` is the invariant and whose text holds the simulated time, the
 message and the command that reproduces it; a seed that could not run is an
@@ -20,8 +22,9 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, Iterable, Mapping
 
-from reports.verdict import (ERROR, NOT_EXERCISED, beyond_not_exercised, coverage_gaps, decide, failures, kind_of,
-                             not_exercised_why, saved_failure, short, still_failing)
+from reports.verdict import (CORPUS_FAIL, CORPUS_NOT_APPLICABLE, ERROR, NOT_EXERCISED, beyond_not_exercised,
+                             corpus_failure, coverage_gaps, decide, failures, kind_of, not_exercised_why,
+                             saved_failure, short, still_failing)
 from sim.runner import FAIL
 
 SUITE_PREFIX = "loomsim."
@@ -136,6 +139,13 @@ def _sweep_cases(body: Mapping[str, Any]) -> tuple[dict[str, list[dict[str, Any]
         suites.setdefault(replay.get("scenario") or "?", []).append({
             "name": f"saved failure {replay.get('file')}", "seed": replay.get("seed"), "wall_s": 0,
             "failure": saved_failure(replay), "error": None, "props": [("saved_failure", replay.get("path"))]})
+    for replay in body.get("corpus_replays") or ():  # ``sweep --corpus``: each entry a test of its own
+        outcome = replay.get("outcome")
+        suites.setdefault(replay.get("scenario") or "?", []).append({
+            "name": f"corpus entry {replay.get('file')}", "seed": replay.get("seed"), "wall_s": 0,
+            "failure": corpus_failure(replay) if outcome == CORPUS_FAIL else None, "error": None,
+            "skipped": f"not applicable: {replay.get('detail')}" if outcome == CORPUS_NOT_APPLICABLE else None,
+            "props": [("corpus_entry", replay.get("file"))]})
     gaps_by: dict[str, list[str]] = {}
     for gap in body.get("coverage_gaps") or ():
         gaps_by.setdefault(gap.get("scenario") or "?", []).append(f"{gap.get('what')} {gap.get('name')}: "

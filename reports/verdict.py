@@ -31,6 +31,8 @@ INTERRUPTED = "interrupted"
 NOT_EXERCISED = "not-exercised"
 # A saved failure of the failure database that still fails (``sim.face.failures``).
 STILL_FAILS = "still-fails"
+# A corpus entry replayed first by ``sweep --corpus`` (``sim.face.corpus_replay``): how it ended.
+CORPUS_FAIL, CORPUS_NOT_APPLICABLE = "fail", "not-applicable"
 # The exit codes a body's verdict means (the README's table; 2, a usage
 # error, never has a body): 1 a failure, 3 a seed that could not run or a
 # missing shard, 128 + the signal for an interrupted sweep.
@@ -68,7 +70,8 @@ def decide(body: Mapping[str, Any]) -> Verdict:
     the harness failed) 3; anything else is ``fail``, 1.
     A sweep, from its whole body: stopped by a signal, ``interrupted``
     (128 + the signal); else a failing seed, a saved failure that still
-    fails, or (``require_coverage``) a coverage gap: ``fail``, 1; else a
+    fails, a corpus entry replayed first that fails, or
+    (``require_coverage``) a coverage gap: ``fail``, 1; else a
     seed that could not run or a shard missing from a merge: ``error``, 3
     (a failure outranks it); else ``pass``, 0."""
     if kind_of(body) == "run":
@@ -85,7 +88,7 @@ def decide_sweep(body: Mapping[str, Any]) -> Verdict:
     if body.get("interrupted"):
         signum = signal.Signals.__members__.get(str(body["interrupted"]))
         return Verdict(INTERRUPTED, EXIT_ERROR if signum is None else 128 + signum.value)
-    if (body.get("failed") or still_failing(body)
+    if (body.get("failed") or still_failing(body) or corpus_failing(body)
             or (body.get("require_coverage") and body.get("coverage_gaps"))):
         return Verdict(FAIL, EXIT_VIOLATION)
     if body.get("errors") or missing_shards(body):
@@ -96,6 +99,11 @@ def decide_sweep(body: Mapping[str, Any]) -> Verdict:
 def still_failing(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """A sweep's saved failures (``saved_failures``) that still fail."""
     return [r for r in body.get("saved_failures") or () if r.get("outcome") == STILL_FAILS]
+
+
+def corpus_failing(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A sweep's corpus entries (``corpus_replays``) that failed."""
+    return [r for r in body.get("corpus_replays") or () if r.get("outcome") == CORPUS_FAIL]
 
 
 def missing_shards(body: Mapping[str, Any]) -> list[int]:
@@ -149,6 +157,12 @@ def verdict(body: Mapping[str, Any]) -> str:
     still = len(still_failing(body))
     if still:
         counts += f", {still} saved failure{' still fails' if still == 1 else 's still fail'}"
+    replays = body.get("corpus_replays")
+    if replays:
+        bad = len(corpus_failing(body))
+        stale = sum(1 for r in replays if r.get("outcome") == CORPUS_NOT_APPLICABLE)
+        counts += (f", {len(replays)} corpus entr{'y' if len(replays) == 1 else 'ies'} replayed: {bad} failed"
+                   + (f", {stale} not applicable" if stale else ""))
     gaps = len(body.get("coverage_gaps") or ())
     line = f"{word}: sweep of {what}: {counts}; {gaps} coverage gap{'s' if gaps != 1 else ''}"
     if missing_shards(body):
@@ -183,7 +197,8 @@ def failures(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     repro_command, repro_file}``: a run's violations (the first is the
     failure, the others follow it), a sweep's failing seeds."""
     if kind_of(body) == "sweep":
-        return [*(dict(f) for f in body.get("failing") or ()), *(saved_failure(r) for r in still_failing(body))]
+        return [*(corpus_failure(r) for r in corpus_failing(body)), *(dict(f) for f in body.get("failing") or ()),
+                *(saved_failure(r) for r in still_failing(body))]
     if status_of(body) == PASS:
         return []
     return [{"scenario": body.get("scenario"), "seed": body.get("seed"), "invariant": v.get("name"),
@@ -202,6 +217,14 @@ def saved_failure(replay: Mapping[str, Any]) -> dict[str, Any]:
                        f"{replay.get('message') or replay.get('detail')}",
             "repro_command": replay.get("repro_command"), "repro_file": replay.get("path"),
             "saved": replay.get("file")}
+
+
+def corpus_failure(replay: Mapping[str, Any]) -> dict[str, Any]:
+    """A corpus entry that failed (a sweep's ``corpus_replays`` entry) as a failure."""
+    return {"scenario": replay.get("scenario"), "seed": replay.get("seed"), "invariant": replay.get("invariant"),
+            "simulated_time": replay.get("simulated_time") or "its replay",
+            "message": f"corpus entry {replay.get('file')} fails: {replay.get('message') or replay.get('detail')}",
+            "repro_command": replay.get("repro_command"), "repro_file": replay.get("repro_file")}
 
 
 def coverage_gaps(body: Mapping[str, Any]) -> list[str]:

@@ -1,4 +1,5 @@
-"""``loomsim merge FILE...``: the shard files of a sharded sweep combined into the sweep's summary.
+"""``loomsim merge FILE...``: the shard files of a sharded sweep combined into the sweep's summary;
+``loomsim merge --corpus OUT DIR...``: corpus directories folded into one.
 
 The merge recomputes the summary with the sweep's own
 ``summarize_scenario``/``summarize_sweep`` from the per-seed child results
@@ -7,18 +8,26 @@ what its file holds), so the merged verdict cannot drift from an unsharded
 one; missing shards are named (exit 3), a file that is not a shard, shards
 of different sweeps or a shard given twice are usage errors.
 
+With ``--corpus OUT`` the arguments are corpus directories (``loomsim
+explore --corpus DIR``, e.g. one per CI shard): ``sim.face.corpus.merge``
+folds their entries into OUT, each input one file named by the input, so
+an entry found on two shards is kept once and nothing in OUT is rewritten.
+Every directory is read, and every entry checked, before OUT is touched: a
+bad one is a usage error and nothing is written.
+
 Part of the face: it reads no clock; nothing simulated runs here.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any, Mapping, Sequence
 
 import attrs
 
-from sim.face import model_coverage
-from sim.face.options import check_report_option, write_report_or_warn
+from sim.face import corpus, model_coverage
+from sim.face.options import UsageError, check_report_option, write_report_or_warn
 from sim.face.shards import SHARD_FORMAT, ShardError
 from sim.face.sweep import render, seal, seed_record, summarize_scenario, summarize_sweep
 
@@ -108,6 +117,14 @@ def merge_shards(paths: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
             for replay in s.get("saved_failures") or ():
                 saved.setdefault(json.dumps(replay, sort_keys=True), replay)
         summary["saved_failures"] = list(saved.values())
+    if any("corpus_replays" in s for s in summaries):
+        # So are the corpus's entries (``sim.face.corpus_replay``): every shard replayed them; each once.
+        entries: dict[str, Any] = {}
+        for s in summaries:
+            for replay in s.get("corpus_replays") or ():
+                entries.setdefault(json.dumps({k: v for k, v in replay.items() if k not in ("repro_file",)},
+                                              sort_keys=True), replay)
+        summary["corpus_replays"] = list(entries.values())
     # Each seed's record as its shard's sweep made it (``sweep.seed_record``: what a report draws
     # of a failing seed included), in the unsharded sweep's order: seed-major.
     records = {(r["scenario"], r["seed"]): r for s in summaries for r in s.get("runs", ())}
@@ -140,8 +157,13 @@ def render_merge(summary: Mapping[str, Any]) -> str:
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """``loomsim merge``'s arguments."""
     p = sub.add_parser("merge", help="combine the shard files of a sharded sweep (sweep --shard I/N --out FILE) "
-                                     "into the sweep's summary and exit code")
-    p.add_argument("files", nargs="+", metavar="FILE", help="the shard files, e.g. shard-*.json")
+                                     "into the sweep's summary and exit code; with --corpus OUT, fold corpus "
+                                     "directories into OUT")
+    p.add_argument("files", nargs="+", metavar="FILE", help="the shard files, e.g. shard-*.json (with --corpus: "
+                                                            "the corpus directories)")
+    p.add_argument("--corpus", default=None, metavar="OUT",
+                   help="fold the corpus directories given (explore --corpus DIR) into OUT (made if missing); "
+                        "entries already in OUT are kept as they are")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object (as sweep --json)")
     p.add_argument("--require-coverage", action="store_true",
                    help="exit 1 on a coverage gap (also when the shards were swept with it)")
@@ -151,6 +173,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def command(args: Any) -> int:
     """``loomsim merge``."""
+    if args.corpus is not None:
+        given = [flag for flag, on in (("--json", args.json), ("--require-coverage", args.require_coverage),
+                                       ("--report", args.report is not None)) if on]
+        if given:
+            raise UsageError(f"merge --corpus folds corpus directories and takes no {', '.join(given)}")
+        return merge_corpus_command(args.corpus, args.files)
     return merge_command(args.files, json_output=args.json, require_coverage=args.require_coverage,
                          report_dir=args.report)
 
@@ -167,6 +195,23 @@ def merge_command(paths: Sequence[str], *, json_output: bool, require_coverage: 
     if report_dir is not None:
         _write_report(report_dir, summary, to_stderr=json_output)
     return code
+
+
+def merge_corpus_command(out_directory: str, directories: Sequence[str]) -> int:
+    """``loomsim merge --corpus OUT DIR...``: one line, ``merged N entries
+    into OUT (M already there)`` (N written now, M whose input OUT held)."""
+    for directory in directories:  # a shard file given by mistake says so before any entry is read
+        if os.path.exists(directory) and not os.path.isdir(directory):
+            raise UsageError(f"corpus {directory!r} is not a directory (merge --corpus takes corpus directories)")
+    try:
+        added, present = corpus.merge(out_directory, directories)
+    except corpus.CorpusError as error:
+        raise UsageError(str(error)) from None
+    except OSError as error:
+        raise UsageError(f"cannot write into corpus {out_directory!r}: {error.strerror or error}") from None
+    print(f"merged {added} entr{'y' if added == 1 else 'ies'} into {out_directory} ({present} already there)",
+          flush=True)
+    return 0
 
 
 def _check_report_dir(directory: str) -> None:

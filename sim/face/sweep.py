@@ -69,7 +69,7 @@ import attrs
 
 from reports.verdict import EXIT_ERROR, NOT_EXERCISED, decide_sweep, not_exercised_why, verdict
 from sim.clock import format_duration_ms
-from sim.face import failures, model_coverage
+from sim.face import corpus_replay, failures, model_coverage
 from sim.face.children import (POLL_S, Interrupted, Job, check_interrupted, child_result, forwarding_signals, reap,
                                spawning, start_child)
 from sim.face.options import (NAMED_STORES, UsageError, add_run_options, check_new_file, check_report_option,
@@ -119,6 +119,7 @@ class SweepOptions:
     all_saved: bool = False
     saved_stores: tuple[str, ...] | None = None  # the stores whose saved failures replay (None: any)
     report_dir: str | None = None             # --report DIR: ``reports.write_report`` of the summary
+    corpus: Any = None  # --corpus DIR: its entries replay first (``sim.face.corpus_replay.CorpusPlan``)
 
     def __attrs_post_init__(self) -> None:
         assert self.jobs >= 1, self.jobs
@@ -191,6 +192,8 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
     db = None if opts.failure_db is None else failures.FailureDb(opts.failure_db)
     replays = failures.replay_saved(db, None if opts.all_saved else names, stores=opts.saved_stores, on_replay=None if opts.json else (
         lambda r: print(failures.progress_line(r), flush=True)))
+    corpus_replays = corpus_replay.replay_corpus(opts.corpus, {s.name: s for s in scenarios}, on_replay=None if opts.json
+                                                 else lambda r: print(corpus_replay.progress_line(r), flush=True))
     upcoming = next(pending, None)  # the next job to start (None: none left)
     begun: list[Job] = []  # the jobs started, in order (seed-major)
     running: list[tuple[Job, subprocess.Popen, str | None]] = []
@@ -254,6 +257,8 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
                               time_budget_s=opts.time_budget_s, budget_stopped_s=budget_stopped_s)
     failures.save_sweep_failures(db, [r for r in results.values() if outcome(r) == "fail"])
     summary["saved_failures"] = [r.to_json() for r in replays]
+    if opts.corpus is not None:
+        summary["corpus_replays"] = [r.to_json() for r in corpus_replays]
     summary["runs"] = [seed_record(result) for result in finished]
     if opts.model_coverage:
         summary["model_coverage"] = {**model_coverage.report(executed), "tracing_lost_seeds": lost_seeds}
@@ -638,6 +643,7 @@ def render(summary: Mapping[str, Any]) -> str:
     totals, the budget, every coverage gap, the model coverage, and last
     the verdict (``reports.verdict.verdict``)."""
     lines = failures.render(summary.get("saved_failures") or [])  # replayed first: listed first
+    lines += corpus_replay.render(summary.get("corpus_replays"))  # then the corpus, replayed next
     for s in summary["scenarios"].values():
         lines.extend(render_scenario(s))
     many = len(summary["scenarios"]) > 1
@@ -702,6 +708,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                               "beyond-the-contract seeds); combine the shards with loomsim merge")
     sweep_p.add_argument("--out", default=None, metavar="FILE",
                          help="write the shard file (loomsim-shard/1) loomsim merge reads; a new file only")
+    sweep_p.add_argument("--corpus", default=None, metavar="DIR",
+                         help="an explore corpus (explore --corpus DIR): its entries of the swept scenario(s) "
+                              "replay first; a failing one fails the sweep")
     add_run_options(sweep_p)
     # A sweep without --store mixes the stores (--sqlite-every); one with it runs that store only.
     sweep_p.set_defaults(store=None)
@@ -748,7 +757,10 @@ def command(args: argparse.Namespace) -> int:
                         model_coverage_out=args.model_coverage_out, require_coverage=args.require_coverage,
                         failure_db=failures.db_root(args.failure_db), all_saved=args.scenario is None,
                         saved_stores=NAMED_STORES if args.store is None else (args.store,),
-                        report_dir=args.report)
+                        report_dir=args.report,
+                        corpus=corpus_replay.plan(args.corpus, None if args.scenario is None else [s.name for s in scenarios],
+                                                  store=args.store, repro_dir=args.repro_dir,
+                                                  scenario_modules=args.scenarios or ()))
     child_args = {s.name: _child_args(s, args) for s in scenarios}
     # --shard I/N, --out FILE: the shard's seeds and its file
     opts, writer = plan_shard(args.shard, args.out, scenarios, opts, child_args, scenarios_argv(args.scenarios))
