@@ -156,3 +156,126 @@ def test_existing_runs_keep_their_digest(name, duration_ms, digest):
     from sim.scenario import ScenarioOptions
 
     assert run(registry.get(name), ScenarioOptions(seed=1, duration_ms=duration_ms, swarm=True)).trace_digest == digest
+
+
+# --- fault-script mutations ---------------------------------------------------------
+
+def _script():
+    from sim.interleave import Deviation
+    from sim.world import FaultEvent
+
+    return (FaultEvent(1_000, "workers/worker-1", "ledger.claim", "ack-lost", 3, restart_after_ms=5_000),
+            FaultEvent(2_000, "workers/worker-2", "ledger.claim", "transient-error", 7),
+            Deviation(2_500, 2_500, "worker", "workers/worker-1", "worker", "workers/worker-2", "worker_loop"),
+            FaultEvent(3_000, "workers/worker-1", "process", "node-kill", None, restart_after_ms=1_000),
+            FaultEvent(9_000, "workers/worker-3", "log.append", "latency", 2, duration_ms=40))
+
+
+def _valid(script):
+    from faults.script import parse_script, script_to_json
+
+    return parse_script(json.loads(json.dumps(script_to_json(list(script))))) == tuple(script)
+
+
+@pytest.mark.parametrize("move", ["script-add", "script-drop", "script-shift", "script-move-hit", "script-splice",
+                                  "schedule-add", "schedule-drop", "schedule-shift"])
+def test_each_script_mutation_makes_a_valid_script_that_differs_as_named(move):
+    from sim.explore import HIT_MOVE_MAX, TIMED_KINDS, mutate_script
+    from sim.interleave import Deviation
+    from sim.rng import Streams
+    from sim.world import FaultEvent
+
+    base = _script()
+    other = (FaultEvent(500, "workers/worker-2", "ledger.reserve_settlement", "crash-before-call", 1),
+             FaultEvent(8_000, "workers/worker-2", "ledger.finalize_settlement", "ack-lost", 4))
+    kinds_at = {"ledger.claim": ["ack-lost", "reply-lost", "transient-error"]}
+    changed = 0
+    for n in range(12):
+        out = mutate_script(Streams(n)["t"], move, base, 10_000, kinds_at, other)
+        assert _valid(out) and len(out) <= 64 and [e.time_ms for e in out] == sorted(e.time_ms for e in out)
+        assert all(0 <= e.time_ms < 10_000 for e in out)
+        added = [e for e in out if e not in base]
+        gone = [e for e in base if e not in out]
+        changed += out != base
+        if move == "script-drop":
+            assert len(gone) == 1 and not added and isinstance(gone[0], FaultEvent)
+        elif move == "schedule-drop":
+            assert len(gone) == 1 and not added and isinstance(gone[0], Deviation)
+        elif move == "script-add":
+            assert len(added) == 1 and not gone and isinstance(added[0], FaultEvent)
+            new = added[0]
+            if new.kind not in TIMED_KINDS:  # a point fault fires at the first hit at/after its new time
+                assert new.hit is None
+                assert new.site != "ledger.claim" or new.kind in kinds_at["ledger.claim"]
+        elif move == "schedule-add":
+            assert len(added) == 1 and not gone and isinstance(added[0], Deviation) and added[0].step is None
+        elif move in ("script-shift", "schedule-shift"):
+            assert len(added) <= 1 and len(gone) == len(added)
+            if added:
+                old, new = gone[0], added[0]
+                assert (new.site, new.kind) == (old.site, old.kind) if isinstance(new, FaultEvent) else True
+                assert new.time_ms != old.time_ms or getattr(new, "hit", 0) != getattr(old, "hit", 0) or (
+                    isinstance(new, Deviation))
+                if isinstance(new, FaultEvent) and new.kind not in TIMED_KINDS:
+                    assert new.hit is None
+                if isinstance(new, Deviation):
+                    assert new.step is None
+        elif move == "script-move-hit":
+            assert len(added) == len(gone) == 1
+            old, new = gone[0], added[0]
+            assert (new.site, new.time_ms, new.kind) == (old.site, old.time_ms, old.kind)
+            assert new.hit != old.hit and abs(new.hit - old.hit) <= HIT_MOVE_MAX and new.hit >= 1
+        else:  # a splice: the first's entries before a time, the second's after it
+            cut = next((e.time_ms for e in out if e in other), 10_000)
+            assert all(e in base for e in out if e.time_ms < cut)
+            assert [e for e in out if e in other] == [e for e in other if e.time_ms >= cut]
+    assert changed
+
+
+def test_a_script_never_grows_past_its_bound():
+    from sim.explore import SCRIPT_EVENTS_MAX, mutate_script
+    from sim.rng import Streams
+    from sim.world import FaultEvent
+
+    long = tuple(FaultEvent(t, "workers/worker-1", "ledger.claim", "transient-error", t + 1) for t in range(100))
+    out = mutate_script(Streams(1)["t"], "script-add", long, 10_000, {})
+    assert len(out) == SCRIPT_EVENTS_MAX
+
+
+def test_the_engine_knows_the_timed_kinds():
+    from faults.kinds import TIMED_FAULT_KINDS
+    from sim.explore import TIMED_KINDS
+
+    assert TIMED_KINDS == frozenset(TIMED_FAULT_KINDS)
+
+
+def _fake_execute(asked):
+    """A batch runner that runs nothing: each input's features and fired script follow from it."""
+    from sim.explore import Observed
+    from sim.world import FaultEvent
+
+    def execute(items):
+        out = []
+        for item in items:
+            asked.append(item)
+            script = item.fault_script if item.fault_script is not None else tuple(
+                FaultEvent(1_000 * k, "workers/worker-1", "ledger.claim", "ack-lost", item.seed % 50 + k)
+                for k in range(1, 4))
+            reached = frozenset({f"fake:seed{item.seed % 13}", f"fake:script{len(script)}",
+                                 *(f"fake:t{e.time_ms // 7_000}" for e in script)})
+            out.append(Observed(reached, "pass", True, (), tuple(script)))
+        return out
+    return execute
+
+
+def test_a_search_pins_scripts_mutated_from_each_entrys_recorded_script():
+    asked = []
+    outcome = explore(registry.get(SCENARIO), runs=40, seed=2, duration_ms=60_000, execute=_fake_execute(asked))
+    assert len(asked) == 40 and outcome.runs == 40
+    scripted = [e for e in outcome.corpus if e.input.fault_script is not None]
+    assert scripted and {e.mutation for e in scripted} <= {"script-add", "script-drop", "script-shift",
+                                                         "script-move-hit", "script-splice"}
+    for entry in scripted:  # mutated from an earlier entry's recorded script
+        assert entry.parent is not None and entry.parent < outcome.corpus.index(entry)
+        assert entry.input.fault_script != outcome.corpus[entry.parent].script
+    assert all(e.script for e in outcome.corpus)
