@@ -87,9 +87,10 @@ class Entry:
     mutation: str = "fresh"
     parent: int | None = None
     file: str | None = None
+    run: int = 0  # the index of the run that found it
 
     def as_json(self) -> dict[str, Any]:
-        return {**self.input.as_json(), "mutation": self.mutation, "parent": self.parent,
+        return {"run": self.run, **self.input.as_json(), "mutation": self.mutation, "parent": self.parent,
                 "added": list(self.added), "file": self.file}
 
 
@@ -419,19 +420,21 @@ def explore(scenario: Any, *, runs: int, seed: int, duration_ms: int, store: str
             observers: Callable[[], Sequence[Observer]] = lambda: (),
             execute: Callable[[Sequence[Input]], list[Observed]] | None = None,
             cpu_clock: Callable[[], float] | None = None,
-            stop: Callable[[Outcome], bool] | None = None) -> Outcome:
+            stop: Callable[[Outcome], bool] | None = None, into: Outcome | None = None) -> Outcome:
     """Run the ``replay`` inputs (an earlier corpus), then ``runs`` explored
     inputs of ``scenario``, ``BATCH`` at a time. ``on_failure`` reports a
     failing run and returns its repro command and file; ``on_entry`` sees each
     new corpus entry and returns the file it was saved in (or None);
     ``execute`` runs a batch (default: here, one after the other); ``stop``,
-    asked after each batch, ends the search early (a budget spent)."""
+    asked after each batch, ends the search early (a budget spent);
+    ``into``: the outcome to fill (the caller keeps what finished if a batch
+    is interrupted)."""
     root = Streams(seed)["explore"]
     space = scenario.swarm_space
     knobs = list(space.knobs) if space is not None else []
     max_duration_ms = duration_ms * DURATION_FACTOR_CAP
     execute = execute or _serial(scenario, store, observers, cpu_clock)
-    outcome = Outcome()
+    outcome = into if into is not None else Outcome()
     seen: set[str] = set()
     queue = [Candidate(item, "replay") for item in replay]
     total = len(queue) + runs
@@ -481,7 +484,8 @@ def _fold(outcome: Outcome, seen: set[str], candidate: Candidate, observed: Obse
         added = tuple(sorted(reached - seen))
         if added:
             seen |= reached
-            entry = Entry(chosen, reached, added, observed.script, candidate.mutation, candidate.parent)
+            entry = Entry(chosen, reached, added, observed.script, candidate.mutation, candidate.parent,
+                          run=outcome.runs - 1)
             if on_entry is not None:
                 entry = attrs.evolve(entry, file=on_entry(entry))
             outcome.corpus.append(entry)
