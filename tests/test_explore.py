@@ -16,9 +16,12 @@ SCENARIO = "ledger-storm"
 CATALOGUE = {m.name: m for m in MUTANTS}
 
 
-def _explore_json(capsys, *argv):
-    code = cli_main(["explore", SCENARIO, *argv, "--json"])
-    return code, json.loads(capsys.readouterr().out)
+def _explore_json(capsys, *argv, scenarios=(SCENARIO,)):
+    code = cli_main(["explore", *scenarios, *argv, "--json"])
+    body = json.loads(capsys.readouterr().out)
+    for summary in body.get("scenarios", [body]):
+        assert summary.pop("measured")["wall_s"] >= 0  # what this machine took: the one part that may differ
+    return code, body
 
 
 def test_the_same_runs_and_seed_give_the_same_corpus_and_summary(capsys, tmp_path):
@@ -71,7 +74,10 @@ def test_the_corpus_directory_is_written_and_replayed(capsys, tmp_path):
     files = sorted(os.listdir(corpus))
     assert code == 0 and len(files) == body["corpus_size"]
     entry = json.loads((corpus / files[0]).read_text())
-    assert set(entry) == {"seed", "knobs", "duration_ms", "added"}
+    assert entry["format"] == "loomsim-corpus/1" and entry["scenario"] == SCENARIO
+    assert {"seed", "knobs", "duration_ms", "added"} <= set(entry)
+    assert [e["file"] for e in body["corpus"]] == [str(corpus / name) for name in files] or (
+        sorted(e["file"] for e in body["corpus"]) == [str(corpus / name) for name in files])
     code, again = _explore_json(capsys, "--runs", "1", "--seed", "5", "--duration", "2m", "--corpus", str(corpus))
     assert again["runs"] == len(files) + 1  # the saved corpus ran first
     assert again["corpus"][0]["seed"] == body["corpus"][0]["seed"]
@@ -79,6 +85,11 @@ def test_the_corpus_directory_is_written_and_replayed(capsys, tmp_path):
 
 @pytest.mark.parametrize("argv", [
     ["explore", SCENARIO, "--seed", "1"],
+    ["explore", SCENARIO, "--runs", "2", "--budget", "1m", "--seed", "1"],
+    ["explore", SCENARIO, "--budget", "never", "--seed", "1"],
+    ["explore", SCENARIO, "--runs", "2", "--jobs", "0", "--seed", "1"],
+    ["explore", SCENARIO, "port-storm", "--runs", "1", "--seed", "1"],
+    ["explore", SCENARIO, SCENARIO, "--runs", "2", "--seed", "1"],
     ["explore", SCENARIO, "--runs", "0", "--seed", "1"],
     ["explore", SCENARIO, "--runs", "x", "--seed", "1"],
     ["explore", "no-such-scenario", "--runs", "1", "--seed", "1"],
@@ -102,17 +113,69 @@ def test_features_name_what_fired():
     assert "invariant:fencing" in names and "fault:node-kill" not in names
 
 
-def test_event_kinds_are_feedback_and_leave_the_digest_alone():
-    from sim.explore import EventKinds
+def test_an_observed_run_has_the_digest_of_the_same_run_made_by_loomsim_run(capsys, tmp_path):
+    from sim.explore import Input, run_input
+    from sim.face.explore import observers_for
+
+    os.chdir(tmp_path)
+    item = Input(seed=1, duration_ms=300_000)
+    observed = run_input(registry.get(SCENARIO), item, "memory", observers_for())
+    assert cli_main(["run", SCENARIO, "--seed", "1", "--duration", "5m", "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert observed.passed
+    # The digest is not in Observed: rerun with the observers and compare the result itself.
+    from sim.runner import run
+
+    made = observers_for()()
+    result = run(registry.get(SCENARIO), item.options("memory"), on_world=lambda w: [o.attach(w) for o in made])
+    for o in made:
+        o.features()
+        o.close()
+    assert result.trace_digest == plain["trace_digest"]
+    names = observed.features
+    assert "event:ledger.admit" in names and any(n.startswith("shape:ledger.admit/") for n in names)
+    assert "transition:ready/claim/applied" in names and "transition:admitted/mark_ready/applied" in names
+    assert any(n.startswith("port:ledger.") and n.count("/") == 2 for n in names)  # a fault with the state it hit
+
+
+def test_transitions_name_the_state_before_the_call_and_the_answer_class():
+    from model.ledger.states import TRANSITIONS
+    from sim.face.explore_feedback import TRANSITION_UNIVERSE, LedgerTransitions
     from sim.runner import run
     from sim.scenario import ScenarioOptions
 
-    opts = ScenarioOptions(seed=1, duration_ms=300_000, swarm=True)
-    sink = EventKinds()
-    with_sink = run(registry.get(SCENARIO), opts, trace_stream=sink)
-    without = run(registry.get(SCENARIO), opts)
-    assert with_sink.trace_digest == without.trace_digest
-    assert "ledger.admit" in sink.kinds and "event:ledger.admit" in features(with_sink, sink.kinds)
+    watcher = LedgerTransitions()
+    run(registry.get(SCENARIO), ScenarioOptions(seed=3, duration_ms=120_000, swarm=True), on_world=watcher.attach)
+    found = set(watcher.features())
+    assert found and all(n.startswith("transition:") and n.count("/") == 2 for n in found)
+    for name in found:
+        state, operation, answer = name.split(":", 1)[1].split("/")
+        if answer == "applied" and state in TRANSITIONS:  # an applied call is one the table allows
+            assert operation in TRANSITIONS[state], name
+    assert found & set(TRANSITION_UNIVERSE)
+    assert len(TRANSITION_UNIVERSE) == len(set(TRANSITION_UNIVERSE)) > 50
+
+
+@pytest.mark.skipif(not hasattr(__import__("sys"), "monitoring"), reason="sys.monitoring: Python 3.12+")
+def test_model_arcs_are_feedback_on_312_and_leave_nothing_switched_on():
+    import sys
+
+    from sim.arcs import TOOL_IDS, ArcObserver
+    from sim.runner import run
+    from sim.scenario import ScenarioOptions
+
+    opts = ScenarioOptions(seed=1, duration_ms=60_000, swarm=True)
+    plain = run(registry.get(SCENARIO), opts).trace_digest
+    observer = ArcObserver(os.path.join(os.path.dirname(os.path.dirname(__file__)), "model"))
+    watched = run(registry.get(SCENARIO), opts, on_world=observer.attach)
+    arcs = observer.features()
+    observer.close()
+    assert watched.trace_digest == plain
+    assert arcs and all(a.startswith("arc:model/") and "->" in a for a in arcs)
+    assert all(sys.monitoring.get_tool(t) is None for t in TOOL_IDS)
+    again = ArcObserver(os.path.join(os.path.dirname(os.path.dirname(__file__)), "model"))
+    run(registry.get(SCENARIO), opts, on_world=again.attach)
+    assert again.features() == arcs  # restarted between runs: the same run reports the same arcs
 
 
 def test_the_search_does_not_depend_on_the_hash_seed(tmp_path):
@@ -126,7 +189,9 @@ def test_the_search_does_not_depend_on_the_hash_seed(tmp_path):
                                "--duration", "2m", "--json"], capture_output=True, text=True, env=env,
                               cwd=tmp_path, check=False)
         assert done.returncode == 0, done.stderr
-        outputs.add(done.stdout)
+        body = json.loads(done.stdout)
+        body.pop("measured")  # what this machine took
+        outputs.add(json.dumps(body, sort_keys=True))
     assert len(outputs) == 1
 
 
@@ -135,9 +200,9 @@ def test_a_knob_mutation_moves_one_knob_to_another_legal_value():
     from sim.rng import Streams
 
     space = registry.get(SCENARIO).swarm_space
-    stream = Streams(1)["test"]
     base = Input(seed=5, duration_ms=4 * 60_000)  # at the cap: no doubling
-    moved = [mutate(stream, base, space.knobs, 4 * 60_000) for _ in range(40)]
+    # Each mutation draws from named children of its own stream: one stream per input.
+    moved = [mutate(Streams(n)["test"], base, space.knobs, 4 * 60_000) for n in range(40)]
     knobbed = [m for m in moved if m.knobs]
     assert knobbed and all(m.seed == base.seed and len(m.knobs) == 1 for m in knobbed)
     for m in knobbed:
@@ -279,3 +344,109 @@ def test_a_search_pins_scripts_mutated_from_each_entrys_recorded_script():
         assert entry.parent is not None and entry.parent < outcome.corpus.index(entry)
         assert entry.input.fault_script != outcome.corpus[entry.parent].script
     assert all(e.script for e in outcome.corpus)
+
+
+# --- the summary, --jobs, --budget, several scenarios ------------------------------------
+
+
+def test_the_json_summary_has_format_2(capsys, tmp_path):
+    os.chdir(tmp_path)
+    code = cli_main(["explore", SCENARIO, "--runs", "3", "--seed", "4", "--duration", "30s", "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 0 and body["format"] == "loomsim-explore/2"
+    assert set(body) == {"format", "scenario", "seed", "store", "runs", "batch", "corpus_size", "corpus", "features",
+                         "families", "timeline", "never_taken", "rarest", "failures", "measured"}
+    assert body["batch"] == 8 and body["runs"] == 3 and len(body["timeline"]) == 3
+    assert [t["run"] for t in body["timeline"]] == [0, 1, 2]
+    assert body["timeline"][-1] == {"run": 2, "features": len(body["features"]), "corpus": body["corpus_size"]}
+    entry = body["corpus"][0]
+    assert set(entry) == {"run", "seed", "knobs", "duration_ms", "script_entries", "mutation", "parent", "added",
+                          "file"}
+    assert entry["mutation"] == "fresh" and entry["parent"] is None and entry["file"] is None
+    families = body["families"]
+    assert families["transition"]["universe"] > 50 and families["event"]["universe"] is None
+    assert sum(f["reached"] for f in families.values()) == len(body["features"])
+    assert body["never_taken"] and all(n.startswith("transition:") and n not in body["features"]
+                                       for n in body["never_taken"])
+    assert body["rarest"] == sorted(body["rarest"], key=lambda r: (r[1], r[0]))[:20]
+    measured = body["measured"]
+    assert len(measured["cpu_s_after_run"]) == 3 and measured["cpu_s"] > 0
+    assert measured["cpu_s_after_run"] == sorted(measured["cpu_s_after_run"])
+
+
+def test_the_search_is_the_same_with_any_number_of_jobs(capsys, tmp_path):
+    os.chdir(tmp_path)
+    argv = ("--runs", "10", "--seed", "6", "--duration", "30s")
+    one = _explore_json(capsys, *argv, "--jobs", "1")
+    two = _explore_json(capsys, *argv, "--jobs", "2")
+    assert one == two and one[1]["runs"] == 10
+
+
+def test_a_budget_stops_at_a_batch_end_and_names_the_runs_command_that_replays_it(capsys, tmp_path):
+    os.chdir(tmp_path)
+    code = cli_main(["explore", SCENARIO, "--budget", "1ms", "--seed", "9", "--duration", "30s", "--jobs", "2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    line = next(l for l in out.splitlines() if "the same search, replayed:" in l)
+    command = line.split("replayed: ", 1)[1].split()
+    assert command[:2] == ["loomsim", "explore"] and command[command.index("--runs") + 1] == "8"  # one batch
+    budgeted = _explore_json(capsys, "--budget", "1ms", "--seed", "9", "--duration", "30s", "--jobs", "2")
+    replayed = _explore_json(capsys, *command[3:])
+    assert budgeted == replayed
+
+
+def test_several_scenarios_split_the_runs_one_summary_each(capsys, tmp_path):
+    os.chdir(tmp_path)
+    code, body = _explore_json(capsys, "--runs", "3", "--seed", "2", "--duration", "30s",
+                               scenarios=(SCENARIO, "port-storm"))
+    assert code == 0 and body["format"] == "loomsim-explore/2"
+    assert [(s["scenario"], s["runs"]) for s in body["scenarios"]] == [(SCENARIO, 2), ("port-storm", 1)]
+
+
+def test_a_failing_input_with_a_script_writes_a_repro_file_that_replays_the_failure(capsys, tmp_path):
+    from faults.script import script_to_json
+    from sim.face.corpus import entry_json, write_entry
+    from sim.runner import run
+    from sim.scenario import ScenarioOptions
+
+    mutant = CATALOGUE["settlement-receipt-is-the-key"]
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    with mx.applied(mutant):
+        failed = run(registry.get(SCENARIO), ScenarioOptions(seed=1, duration_ms=60_000, swarm=True))
+        assert not failed.passed
+        write_entry(str(corpus), entry_json(scenario=SCENARIO, store="memory", seed=1, knobs={}, duration_ms=60_000,
+                                            fault_script=script_to_json(failed.fault_script)))
+        code = cli_main(["explore", SCENARIO, "--runs", "1", "--seed", "1", "--duration", "1m", "--corpus",
+                         str(corpus), "--repro-dir", str(tmp_path), "--json"])
+        body = json.loads(capsys.readouterr().out)
+    assert code == 1
+    scripted = [f for f in body["failures"] if f["script_entries"] is not None]
+    assert scripted, body["failures"]
+    path = scripted[0]["repro_file"]
+    assert path and f"--faults {path}" in scripted[0]["repro_command"]
+    with open(path, encoding="utf-8") as handle:
+        assert json.load(handle)["fault_script"] == script_to_json(failed.fault_script)
+    capsys.readouterr()
+    try:
+        assert cli_main(["repro", path]) == 1
+    finally:
+        mx.revert()
+
+
+def test_a_signal_stops_the_workers_and_the_summary_of_the_finished_batches_is_printed(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "sim", "explore", SCENARIO, "--runs", "400", "--seed", "3",
+                             "--duration", "30s", "--jobs", "2", "--json"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(12)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    body = json.loads(out)
+    assert body["runs"] % 8 == 0 and body["runs"] < 400
+    assert "interrupted by SIGINT" in err and "Traceback" not in err
