@@ -149,6 +149,12 @@ def _worker(scenario: Any, items: Sequence[tuple[int, Input]], store: str, obser
         os._exit(code)
 
 
+class WorkerFailed(RuntimeError):
+    """A worker process of ``--jobs`` ended without writing its results (the harness failed: exit 3)."""
+
+    name = "WorkerFailed"
+
+
 class ForkedBatches:
     """Runs a batch's inputs in ``jobs`` forked processes, each taking every
     ``jobs``-th input; answers in input order. Polls for a signal
@@ -184,7 +190,8 @@ class ForkedBatches:
                         continue
                     path = running.pop(pid)
                     if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0 or not os.path.exists(path):
-                        raise RuntimeError(f"an explore worker process failed (status {status})")
+                        raise WorkerFailed(f"an explore worker process ended without its results "
+                                           f"(wait status {status})")
                     with open(path, "rb") as handle:
                         answers.update(pickle.load(handle))
                 if running:
@@ -271,12 +278,17 @@ def command(args: argparse.Namespace) -> int:
     budget_s = None if args.budget is None else args.budget / 1000.0 / len(scenarios)
     summaries: list[dict[str, Any]] = []
     interrupted: Interrupted | None = None
-    with forwarding_signals():
-        for scenario, scenario_runs in zip(scenarios, runs):
-            summary, interrupted = _search(scenario, args, scenario_runs, budget_s, replays[scenario.name], mutant)
-            summaries.append(summary)
-            if interrupted is not None:
-                break
+    try:
+        with forwarding_signals():
+            for scenario, scenario_runs in zip(scenarios, runs):
+                summary, interrupted = _search(scenario, args, scenario_runs, budget_s, replays[scenario.name],
+                                               mutant)
+                summaries.append(summary)
+                if interrupted is not None:
+                    break
+    except WorkerFailed as error:  # the harness failed, not the system: exit 3, as a sweep's broken child
+        print(f"loomsim: {error}", file=sys.stderr)
+        return 3
     if args.json:
         commands = [s.pop("replay_command") for s in summaries if "replay_command" in s]
         body = summaries[0] if len(summaries) == 1 and len(scenarios) == 1 else {
@@ -366,7 +378,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         knobs = "".join(f" {k}={v}" for k, v in entry["knobs"].items())
         script = "" if entry["script_entries"] is None else f", script of {entry['script_entries']}"
         origin = entry["mutation"] + ("" if entry["parent"] is None else f" of #{entry['parent']}")
-        added = ", ".join(entry["added"][:ADDED_PRINTED]) + (
+        shown = sorted(entry["added"], key=lambda name: (name.startswith("arc:"), name))  # arcs are many: last
+        added = ", ".join(shown[:ADDED_PRINTED]) + (
             f", +{len(entry['added']) - ADDED_PRINTED} more" if len(entry["added"]) > ADDED_PRINTED else "")
         print(f"  #{index} run {entry.get('run', '?')} {origin}: seed {entry['seed']} {entry['duration_ms']}ms"
               f"{knobs}{script}: +{len(entry['added'])} ({added})")
