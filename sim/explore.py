@@ -114,6 +114,7 @@ class Observed:
     script: tuple[Any, ...]
     cpu_s: float = 0.0
     result: RunResult | None = None  # kept for a failing run only (its repro file)
+    trace_digest: str = ""
 
 
 @attrs.define
@@ -241,7 +242,7 @@ def run_input(scenario: Any, item: Input, store: str,
     reached = features(result, seen[0] if seen else None, states) | extra
     return Observed(reached, result.status, result.passed, tuple(v.invariant for v in result.violations),
                     tuple(result.fault_script), round((cpu_clock() - started_s) if cpu_clock else 0.0, 6),
-                    None if result.passed else result)
+                    None if result.passed else result, result.trace_digest)
 
 
 # --- choosing inputs -----------------------------------------------------------------
