@@ -11,7 +11,9 @@ at its first event. ``start`` re-enables every location
 id, so nothing is left on after a run.
 
 It only observes: the run reads nothing it records, so a monitored run has
-the trace digest of one without. On Python 3.11 (no ``sys.monitoring``)
+the trace digest of one without. ``start`` empties the monitored modules'
+memos (``_MEMOS``), which only save work, so a run's arcs do not depend on
+what ran before it in the process. On Python 3.11 (no ``sys.monitoring``)
 ``available()`` is False and the family is simply absent.
 """
 from __future__ import annotations
@@ -54,10 +56,22 @@ class ArcMonitor:
         else:
             return False
         self.arcs = set()
+        self._drop_memos()
         monitoring.register_callback(self._tool, monitoring.events.BRANCH, self._branch)
         monitoring.set_events(self._tool, monitoring.events.BRANCH)
         monitoring.restart_events()
         return True
+
+    def _drop_memos(self) -> None:
+        """Empty the memos of the modules under ``root`` (``_MEMOS``: what their
+        code keeps between calls, e.g. ``model.canonical``'s member-order
+        plans), so the arcs of a run do not depend on the runs made before
+        it in this process. A memo only saves work: no digest changes."""
+        for module in list(sys.modules.values()):
+            path = getattr(module, "__file__", None) or ""
+            if path.startswith(self.root):
+                for memo in getattr(module, "_MEMOS", ()):
+                    memo.clear()
 
     def stop(self) -> frozenset[str]:
         """Switch the events off, free the tool id; the arcs recorded."""

@@ -133,13 +133,13 @@ def _entry_writer(directory: str | None, scenario: str, store: str) -> Callable[
 # --- running a batch in processes ---------------------------------------------------------
 
 
-def _worker(scenario: Any, items: Sequence[tuple[int, Input]], store: str, observers: Any, path: str) -> None:
-    """In a forked child: run ``items``, pickle ``[(index, Observed), ...]`` to ``path``; never returns."""
+def _worker(scenario: Any, index: int, item: Input, store: str, observers: Any, path: str) -> None:
+    """In a forked child: run ``item``, pickle ``(index, Observed)`` to ``path``; never returns."""
     code = 0
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # finally blocks run (temporary databases go)
         signal.signal(signal.SIGTERM, signal.default_int_handler)
-        done = [(index, run_input(scenario, item, store, observers, time.process_time)) for index, item in items]
+        done = (index, run_input(scenario, item, store, observers, time.process_time))
         with open(path, "wb") as handle:
             pickle.dump(done, handle, protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException:  # noqa: BLE001 - a child never returns into the parent's code
@@ -150,50 +150,54 @@ def _worker(scenario: Any, items: Sequence[tuple[int, Input]], store: str, obser
 
 
 class WorkerFailed(RuntimeError):
-    """A worker process of ``--jobs`` ended without writing its results (the harness failed: exit 3)."""
+    """A worker process ended without writing its result (the harness failed: exit 3)."""
 
     name = "WorkerFailed"
 
 
 class ForkedBatches:
-    """Runs a batch's inputs in ``jobs`` forked processes, each taking every
-    ``jobs``-th input; answers in input order. Polls for a signal
-    (``check_interrupted``) while it waits; on the way out, by any path, no
-    child is left (``_reap``)."""
+    """Runs each input of a batch in a process of its own, forked from this
+    one (which runs no simulation itself), at most ``jobs`` at once; answers
+    in input order. Every run so starts from the same process state,
+    whatever ran before it and however many jobs there are: what a module
+    of the model keeps between calls (a memo) cannot make one run's
+    feedback depend on another's. Polls for a signal (``check_interrupted``)
+    while it waits; on the way out, by any path, no child is left
+    (``_reap``)."""
 
     def __init__(self, scenario: Any, store: str, observers: Any, jobs: int) -> None:
         self.scenario, self.store, self.observers, self.jobs = scenario, store, observers, jobs
-        self.stopped = 0
 
     def __call__(self, items: Sequence[Input]) -> list[Observed]:
         workdir = tempfile.mkdtemp(prefix="loomsim-explore-")
         running: dict[int, str] = {}
         error: BaseException | None = None
         try:
-            shares = [[(i, item) for i, item in enumerate(items) if i % self.jobs == j]
-                      for j in range(min(self.jobs, len(items)))]
-            for number, share in enumerate(shares):
-                path = os.path.join(workdir, f"{number}.pickle")
-                with spawning():
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    pid = os.fork()
-                    if pid == 0:
-                        _worker(self.scenario, share, self.store, self.observers, path)
-                    running[pid] = path
+            upcoming = list(enumerate(items))
             answers: dict[int, Observed] = {}
-            while running:
+            while upcoming or running:
                 check_interrupted()
+                while upcoming and len(running) < self.jobs:
+                    index, item = upcoming.pop(0)
+                    path = os.path.join(workdir, f"{index}.pickle")
+                    with spawning():
+                        sys.stdout.flush()
+                        sys.stderr.flush()
+                        pid = os.fork()
+                        if pid == 0:
+                            _worker(self.scenario, index, item, self.store, self.observers, path)
+                        running[pid] = path
                 for pid in list(running):
                     done, status = os.waitpid(pid, os.WNOHANG)
                     if done == 0:
                         continue
                     path = running.pop(pid)
                     if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0 or not os.path.exists(path):
-                        raise WorkerFailed(f"an explore worker process ended without its results "
+                        raise WorkerFailed(f"an explore worker process ended without its result "
                                            f"(wait status {status})")
                     with open(path, "rb") as handle:
-                        answers.update(pickle.load(handle))
+                        index, observed = pickle.load(handle)
+                    answers[index] = observed
                 if running:
                     time.sleep(POLL_S)
             return [answers[i] for i in range(len(items))]
@@ -206,7 +210,8 @@ class ForkedBatches:
                 os.remove(os.path.join(workdir, name))
             os.rmdir(workdir)
 
-    def _reap(self, running: dict[int, str], error: BaseException | None) -> None:
+    @staticmethod
+    def _reap(running: dict[int, str], error: BaseException | None) -> None:
         signum = error.signum if isinstance(error, Interrupted) else signal.SIGKILL
         for pid in running:
             try:
@@ -226,7 +231,6 @@ class ForkedBatches:
                 time.sleep(POLL_S)
         if isinstance(error, Interrupted):
             error.stopped += len(running)
-            self.stopped += len(running)
 
 
 def _serial(scenario: Any, store: str, observers: Any) -> Callable[[Sequence[Input]], list[Observed]]:
@@ -324,8 +328,9 @@ def _search(scenario: Any, args: argparse.Namespace, runs: int | None, budget_s:
         path = write_repro_or_warn(result, cmd, args.repro_dir)
         return (cmd if isinstance(cmd, str) else cmd(path or "REPRO_FILE")), path
 
-    execute = (_serial(scenario, args.store, observers) if args.jobs == 1
-               else ForkedBatches(scenario, args.store, observers, args.jobs))
+    # Without fork (not a POSIX system): one run after the other, here.
+    execute = (ForkedBatches(scenario, args.store, observers, args.jobs) if hasattr(os, "fork")
+               else _serial(scenario, args.store, observers))
     started_s, cpu_started_s = time.perf_counter(), _cpu_s()
 
     def spent(_outcome: Outcome) -> bool:
