@@ -267,7 +267,7 @@ def command(args: argparse.Namespace) -> int:
     if args.runs is not None and args.runs < len(scenarios):
         raise UsageError(f"--runs {args.runs}: expected at least 1 per scenario ({len(scenarios)})")
     if args.budget is not None and args.budget <= 0:
-        raise UsageError(f"--budget: expected a positive duration")
+        raise UsageError("--budget: expected a positive duration")
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: expected at least 1")
     if args.store not in STORES:
