@@ -106,7 +106,8 @@ def run_config(scenario: Scenario, opts: ScenarioOptions) -> dict[str, Any]:
 def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | None = None,
         wall_clock: Callable[[], float] | None = None, cpu_clock: Callable[[], float] | None = None,
         on_start: Callable[[dict[str, Any]], None] | None = None,
-        on_progress: Callable[[int, int], None] | None = None) -> RunResult:
+        on_progress: Callable[[int, int], None] | None = None,
+        on_world: Callable[[World], None] | None = None) -> RunResult:
     """Run ``scenario``; the runner owns the phases. ``wall_clock`` and
     ``cpu_clock`` (the face passes ``time.perf_counter`` and
     ``time.process_time``) only measure; nothing simulated reads them.
@@ -145,6 +146,8 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
         # A checker with ``on_port_call`` sees every store call as it
         # commits (``faults.ports.PortCall``): the reference-model oracle.
         world.port_observers.extend(c.on_port_call for c in checks if hasattr(c, "on_port_call"))
+        if on_world is not None:
+            on_world(world)
         for workload in stack.workloads:
             workload.setup(world)
         for workload in stack.workloads:
