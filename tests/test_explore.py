@@ -450,3 +450,23 @@ def test_a_signal_stops_the_workers_and_the_summary_of_the_finished_batches_is_p
     body = json.loads(out)
     assert body["runs"] % 8 == 0 and 8 <= body["runs"] < 400
     assert "interrupted by SIGINT" in err and "Traceback" not in err
+
+
+def test_report_writes_the_searchs_markdown_and_html_as_new_files(capsys, tmp_path):
+    directory = tmp_path / "reports" / "explore"  # made when missing
+    argv = ["explore", SCENARIO, "--runs", "2", "--seed", "4", "--duration", "30s", "--report", str(directory)]
+    assert cli_main(argv) == 0
+    assert cli_main(argv) == 0  # a second search never overwrites the first one's report
+    names = sorted(os.listdir(directory))
+    assert names == ["explore-ledger-storm-seed4-2.html", "explore-ledger-storm-seed4-2.md",
+                     "explore-ledger-storm-seed4.html", "explore-ledger-storm-seed4.md"]
+    text = (directory / "explore-ledger-storm-seed4.md").read_text(encoding="utf-8")
+    assert text.startswith("# ✅ loomsim explore PASS (exit 0)")
+    assert "<svg" in (directory / "explore-ledger-storm-seed4.html").read_text(encoding="utf-8")
+    assert f"report: {directory / 'explore-ledger-storm-seed4.md'}" in capsys.readouterr().out
+
+
+def test_report_into_a_file_is_a_usage_error(capsys, tmp_path):
+    (tmp_path / "taken").write_text("x")
+    code = cli_main(["explore", SCENARIO, "--runs", "1", "--seed", "4", "--report", str(tmp_path / "taken")])
+    assert code == 2 and "--report" in capsys.readouterr().err

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 from sim.explore import BATCH, Entry, Input, Observed, Outcome, explore, run_input
 from sim.face.children import POLL_S, Interrupted, check_interrupted, forwarding_signals, spawning
-from sim.face.options import UsageError, check_repro_dir, parse_count, parse_duration, parse_seed
+from sim.face.options import UsageError, check_repro_dir, check_report_option, parse_count, parse_duration, parse_seed
 from sim.face.repro_file import repro_command
 from sim.face.run import write_repro_or_warn
 
@@ -57,6 +57,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="keep the corpus in DIR as JSON files (an existing corpus there is replayed first)")
     p.add_argument("--repro-dir", default=".", metavar="DIR", help="where a failure's repro file is written")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--report", default=None, metavar="DIR",
+                   help="write the search's report into DIR (Markdown and HTML: the feedback curve, the corpus by "
+                        "what each entry added, the rarest features, the transitions never taken)")
     return p
 
 
@@ -273,6 +276,7 @@ def command(args: argparse.Namespace) -> int:
     if args.store not in STORES:
         raise UsageError(f"--store {args.store!r}: expected memory or sqlite")
     check_repro_dir(args.repro_dir)
+    check_report_option(args.report)
     replays = {s.name: (_corpus_inputs(args.corpus, s, args.store) if args.corpus is not None else [])
                for s in scenarios}
     from faults import mutants as mx
@@ -303,6 +307,8 @@ def command(args: argparse.Namespace) -> int:
     else:
         for summary in summaries:
             _print_summary(summary)
+    if args.report is not None:
+        _write_reports(args.report, summaries, to_stderr=args.json)
     if interrupted is not None:
         stopped = f"; stopped {interrupted.stopped} running worker(s)" if interrupted.stopped else ""
         print(f"loomsim: interrupted by {signal.Signals(interrupted.signum).name}{stopped}; the summary is of "
@@ -369,6 +375,31 @@ def replay_command(name: str, args: argparse.Namespace, runs: int, duration_ms: 
 def _cpu_s() -> float:
     times = os.times()
     return times.user + times.system + times.children_user + times.children_system
+
+
+def _write_reports(directory: str, summaries: list[dict[str, Any]], *, to_stderr: bool) -> None:
+    """Each scenario's search report, Markdown and HTML, as new files in
+    ``directory``; one that cannot be written is a warning (the summary and
+    any repro file are out already)."""
+    from reports.explore import render
+
+    out = sys.stderr if to_stderr else sys.stdout
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        print(f"loomsim: warning: could not make the report directory {directory!r}: {error.strerror or error}",
+              file=sys.stderr)
+        return
+    for summary in summaries:
+        stem = os.path.join(directory, f"explore-{summary['scenario']}-seed{summary['seed']}")
+        for suffix in (".md", ".html"):
+            try:
+                path = render(summary, stem + suffix)
+            except (OSError, ValueError) as error:
+                print(f"loomsim: warning: could not write the explore report {stem + suffix!r}: "
+                      f"{getattr(error, 'strerror', None) or error}", file=sys.stderr)
+                continue
+            print(f"report: {path}", file=out, flush=True)
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
