@@ -57,6 +57,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="keep the corpus in DIR as JSON files (an existing corpus there is replayed first)")
     p.add_argument("--repro-dir", default=".", metavar="DIR", help="where a failure's repro file is written")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--mutant", default=None, metavar="NAME",
+                   help="search with the planted bug NAME of the mutant catalogue (see loomsim mutants --list)")
+    p.add_argument("--mutants", default=None, metavar="MODULE",
+                   help="also know the mutants of MODULE's MUTANTS list (a user's, for --mutant)")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="write the search's report into DIR (Markdown and HTML: the feedback curve, the corpus by "
                         "what each entry added, the rarest features, the transitions never taken)")
@@ -280,8 +284,10 @@ def command(args: argparse.Namespace) -> int:
     replays = {s.name: (_corpus_inputs(args.corpus, s, args.store) if args.corpus is not None else [])
                for s in scenarios}
     from faults import mutants as mx
+    from sim.face.mutants import apply_mutant
 
-    mutant = mx.current()
+    args.db = None  # explore runs on a fresh store per run: no --db
+    mutant = apply_mutant(args) or mx.current()
     runs = _split(args.runs, len(scenarios)) if args.runs is not None else [None] * len(scenarios)
     budget_s = None if args.budget is None else args.budget / 1000.0 / len(scenarios)
     summaries: list[dict[str, Any]] = []
