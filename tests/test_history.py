@@ -364,3 +364,97 @@ def test_the_log_graph_orders_appends_by_sequence_number():
     names = _names(history)
     assert names == ["G-single-realtime"]
     assert check_history(history, spec_of).outcome == "violation"
+
+
+# --- in simulation: the durable-state keys as their callers saw them -------------
+
+from faults.plan import PortFaults  # noqa: E402
+from faults.ports import PortCall  # noqa: E402
+from faults.script import parse_script  # noqa: E402
+from model.durable_state.store import DurableStateRecord, DurableStateWrite  # noqa: E402
+from scenarios.invariants.history_linearizable import HistoryLinearizable  # noqa: E402
+from scenarios.system import System  # noqa: E402
+from sim.clock import parse_duration_ms  # noqa: E402
+from sim.runner import DETECTED, PASS, run  # noqa: E402
+from sim.scenario import Scenario, ScenarioOptions  # noqa: E402
+from sim.trace import Event  # noqa: E402
+from sim.workload import Stack, Workload  # noqa: E402
+
+HOUR_MS = parse_duration_ms("1h")
+
+
+class _Saver(Workload):
+    """One process saving a counter every hour, reading it back first."""
+
+    def setup(self, world) -> None:
+        def start(node) -> None:
+            ds = world.system.ports_for(node).ds
+
+            async def loop() -> None:
+                while True:  # ends when the process dies
+                    await world.runtime.sleep_ms(HOUR_MS)
+                    current = await ds.load("counter")
+                    revision = 0 if current is None else current.revision
+                    await ds.save("counter", DurableStateWrite(1, {"n": revision + 1}), revision)
+
+            world.runtime.spawn_on(node, "saver", loop())
+
+        world.add_node("saver-1", start)
+
+
+def _saver() -> Scenario:
+    def build(run) -> Stack:
+        return Stack(system=System(restart_ms=(1_000, 1_000)), workloads=[_Saver()], faults=PortFaults({}),
+                     checks=[HistoryLinearizable()])
+
+    return Scenario("saver", "test", build, parse_duration_ms("6h"))
+
+
+def test_in_simulation_a_lost_acknowledged_save_is_a_stale_read_to_its_caller():
+    lose = parse_script([{"time_ms": 3 * HOUR_MS, "node": "saver-1", "site": "ds.save", "kind": "lost-write"}])
+    result = run(_saver(), ScenarioOptions(seed=1, duration_ms=parse_duration_ms("6h"), fault_script=lose))
+    assert result.status == DETECTED
+    [violation] = result.violations
+    assert violation.invariant == "history-linearizable"
+    assert "'counter' is not linearizable" in violation.message and "counter.read" in violation.message
+
+
+def test_in_simulation_a_calm_counter_is_linearizable_and_counted():
+    result = run(_saver(), ScenarioOptions(seed=1, duration_ms=parse_duration_ms("6h")))
+    assert result.status == PASS
+    assert result.invariants["history-linearizable"] == 1
+    assert result.stats["history_keys_too_costly"] == 0 and result.stats["history_search_steps"] > 0
+
+
+def _save(time_ms: int, expected: int, answer) -> PortCall:
+    write = DurableStateWrite(1, {"n": expected + 1})
+    result = DurableStateRecord(1, expected + 1, {"n": expected + 1}) if answer is None else None
+    return PortCall(time_ms, "w#1", "ds", "save", ("k", write, expected), {}, result, answer)
+
+
+def _load(time_ms: int, record) -> PortCall:
+    return PortCall(time_ms, "r#1", "ds", "load", ("k",), {}, record, None)
+
+
+def _judge(calls) -> list[str]:
+    checker = HistoryLinearizable()
+    failures = []
+    checker._sink = failures.append  # the audit's verdicts, without a run
+    for call in calls:
+        if isinstance(call, Event):
+            checker.on_event(call)
+        else:
+            checker.on_port_call(call)
+    checker.audit(None)
+    return [f.message for f in failures]
+
+
+def test_the_recorder_keeps_what_the_caller_saw_not_what_the_store_committed():
+    committed_then_unread = [_save(10, 0, None), _load(20, None)]
+    assert len(_judge(committed_then_unread)) == 1  # the caller saw r1, the next read saw nothing
+    lost = Event(0, 10, "w#1", "fault", {"site": "ds.save", "kind": "reply-lost", "hit": 1})
+    # the caller never saw the answer: the save may not have happened
+    assert _judge([_save(10, 0, None), lost, _load(20, None)]) == []
+    # a fault on another site names no durable-state call
+    other = Event(0, 10, "w#1", "fault", {"site": "log.append", "kind": "ack-lost", "hit": 1})
+    assert len(_judge([_save(10, 0, None), other, _load(20, None)])) == 1
