@@ -19,22 +19,22 @@ from scenarios.reference.history import (
     UNKNOWN,
     anomalies_in,
     Failed,
-    LogSpec,
+    LogModel,
     Op,
-    RegisterSpec,
+    RegisterModel,
     check_history,
     check_object,
     dependency_graph,
     find_anomalies,
 )
 
-REGISTER = RegisterSpec()
-LOG = LogSpec()
+REGISTER = RegisterModel()
+LOG = LogModel()
 CONFLICT = Failed("RevisionConflictError")
 APPEND_CONFLICT = Failed("AppendConflict")
 
 
-def spec_of(key: str):
+def model_of(key: str):
     return LOG if key.startswith("log") else REGISTER
 
 
@@ -65,9 +65,9 @@ def brute_force_linearizable(history: list[Op]) -> bool:
             if any(_precedes(other, candidate) and other.op_id not in done and other.op_id not in left_out
                    for other in history):
                 continue
-            spec = spec_of(candidate.key)
-            state = states.get(candidate.key, spec.init())
-            after = spec.step(state, candidate)
+            model = model_of(candidate.key)
+            state = states.get(candidate.key, model.init())
+            after = model.step(state, candidate)
             if after is not None:
                 if extend(done | {candidate.op_id}, left_out, {**states, candidate.key: after}):
                     return True
@@ -155,7 +155,7 @@ def histories(draw) -> list[Op]:
 @settings(max_examples=200, deadline=None)
 @given(histories())
 def test_the_search_agrees_with_the_brute_force_on_small_histories(history):
-    verdict = check_history(history, spec_of)
+    verdict = check_history(history, model_of)
     assert verdict.outcome in ("ok", "violation"), verdict.describe()
     assert (verdict.outcome == "ok") == brute_force_linearizable(history), verdict.describe()
 
@@ -170,7 +170,7 @@ def test_a_stale_read_after_a_completed_write_is_a_violation_naming_its_window()
         op(2, "p2", "x", "read", (), 5, 6, (1, "a")),  # revision 2 was acknowledged before this began
         op(3, "p2", "x", "read", (), 7, 8, (2, "b")),
     ]
-    verdict = check_history(history, spec_of)
+    verdict = check_history(history, model_of)
     assert verdict.outcome == "violation"
     [bad] = [v for v in verdict.objects if v.outcome == "violation"]
     assert bad.key == "x"
@@ -186,8 +186,8 @@ def test_concurrent_reads_may_see_either_side_of_a_write():
         op(1, "p2", "x", "read", (), 1, 2, (1, "a")),
         op(2, "p3", "x", "read", (), 3, 4, None),  # sees the old value after p2 saw the new: not linearizable
     ]
-    assert check_history(history, spec_of).outcome == "violation"
-    assert check_history(history[:2] + [op(2, "p3", "x", "read", (), 3, 4, (1, "a"))], spec_of).outcome == "ok"
+    assert check_history(history, model_of).outcome == "violation"
+    assert check_history(history[:2] + [op(2, "p3", "x", "read", (), 3, 4, (1, "a"))], model_of).outcome == "ok"
 
 
 def test_a_lost_update_two_cas_from_one_revision_both_succeed():
@@ -196,10 +196,10 @@ def test_a_lost_update_two_cas_from_one_revision_both_succeed():
         op(1, "p1", "x", "cas", (1, "b"), 2, 5, 2),
         op(2, "p2", "x", "cas", (1, "c"), 2, 5, 2),
     ]
-    verdict = check_history(history, spec_of)
+    verdict = check_history(history, model_of)
     assert verdict.outcome == "violation"
     assert {o.op_id for o in verdict.objects[0].window} == {0, 1, 2}
-    [anomaly] = [a for a in find_anomalies(history, spec_of) if a.name == "lost-update"]
+    [anomaly] = [a for a in find_anomalies(history, model_of) if a.name == "lost-update"]
     assert {o.op_id for o in anomaly.ops} == {1, 2}
     assert "#1" in anomaly.describe() and "#2" in anomaly.describe()
 
@@ -209,8 +209,8 @@ def test_a_read_of_a_value_never_written_is_a_violation():
         op(0, "p1", "x", "cas", (0, "a"), 0, 1, 1),
         op(1, "p2", "x", "read", (), 2, 3, (1, "zzz")),
     ]
-    assert check_history(history, spec_of).outcome == "violation"
-    unwritten = [a for a in find_anomalies([op(1, "p2", "x", "read", (), 2, 3, (3, "zzz"))], spec_of)]
+    assert check_history(history, model_of).outcome == "violation"
+    unwritten = [a for a in find_anomalies([op(1, "p2", "x", "read", (), 2, 3, (3, "zzz"))], model_of)]
     assert [a.name for a in unwritten] == ["unwritten-read"]
 
 
@@ -218,14 +218,14 @@ def test_an_unknown_write_may_have_happened_or_not():
     write = op(0, "p1", "x", "cas", (0, "a"), 0, None, UNKNOWN)
     happened = [write, op(1, "p2", "x", "read", (), 5, 6, (1, "a"))]
     did_not = [write, op(1, "p2", "x", "read", (), 5, 6, None)]
-    assert check_history(happened, spec_of).outcome == "ok"
-    assert check_history(did_not, spec_of).outcome == "ok"
+    assert check_history(happened, model_of).outcome == "ok"
+    assert check_history(did_not, model_of).outcome == "ok"
     # but once seen, it cannot un-happen
     flip = [write, op(1, "p2", "x", "read", (), 5, 6, (1, "a")), op(2, "p2", "x", "read", (), 7, 8, None)]
-    assert check_history(flip, spec_of).outcome == "violation"
+    assert check_history(flip, model_of).outcome == "violation"
     # and it cannot take effect before it was invoked
     early = [op(1, "p2", "x", "read", (), 0, 1, (1, "a")), op(0, "p1", "x", "cas", (0, "a"), 2, None, UNKNOWN)]
-    assert check_history(early, spec_of).outcome == "violation"
+    assert check_history(early, model_of).outcome == "violation"
 
 
 def test_the_log_appends_by_expected_tail():
@@ -236,9 +236,9 @@ def test_the_log_appends_by_expected_tail():
         op(3, "p1", "log", "read", (0, 8), 6, 7, ("a", "b", "c")),
         op(4, "p1", "log", "read", (1, 1), 8, 9, ("b",)),
     ]
-    assert check_history(history, spec_of).outcome == "ok"
+    assert check_history(history, model_of).outcome == "ok"
     gap = history[:3] + [op(3, "p1", "log", "read", (0, 8), 6, 7, ("a", "c"))]
-    assert check_history(gap, spec_of).outcome == "violation"
+    assert check_history(gap, model_of).outcome == "violation"
 
 
 def test_the_same_operations_linearized_can_leave_different_states():
@@ -250,7 +250,7 @@ def test_the_same_operations_linearized_can_leave_different_states():
         op(1, "p2", "log", "append", (0, ("a",)), 1, 1, 1),
         op(2, "p2", "log", "read", (0, 8), 2, 2, ("a", "a")),
     ]
-    assert check_history(history, spec_of).outcome == "ok"
+    assert check_history(history, model_of).outcome == "ok"
     assert brute_force_linearizable(history)
 
 
@@ -261,14 +261,14 @@ def test_a_history_beyond_the_step_budget_is_unknown_never_ok():
     verdict = check_object(history, LOG, "log", budget_steps=10)
     assert verdict.outcome == "unknown"
     assert "too costly" in verdict.describe()
-    assert check_history(history, spec_of, budget_steps=10).outcome == "unknown"
+    assert check_history(history, model_of, budget_steps=10).outcome == "unknown"
 
 
 # --- cycles across two objects ---------------------------------------------------
 
 
 def _names(history):
-    return sorted(a.name for a in find_anomalies(history, spec_of))
+    return sorted(a.name for a in find_anomalies(history, model_of))
 
 
 def test_a_write_cycle_across_two_keys_is_g0():
@@ -279,18 +279,18 @@ def test_a_write_cycle_across_two_keys_is_g0():
         op(2, "p2", "y", "cas", (1, "c"), 0, 1, 2),
         op(3, "p2", "x", "cas", (0, "d"), 2, 3, 1),
     ]
-    graph, _ = dependency_graph(history, spec_of)
+    graph, _ = dependency_graph(history, model_of)
     # the cycle across both keys: a -rt-> b -ww-> c -rt-> d -ww-> a
     assert graph[0][1]["kinds"] == {"rt"} and graph[1][2]["kinds"] == {"ww"}
     assert graph[2][3]["kinds"] == {"rt"} and "ww" in graph[3][0]["kinds"]
     # Single-key operations: linearizability is local, so a cycle across keys
     # always comes with a shorter one on one key (here y: c finished before b
     # began, yet b's revision came first); each short cycle is named.
-    anomalies = find_anomalies(history, spec_of)
+    anomalies = find_anomalies(history, model_of)
     assert [a.name for a in anomalies] == ["G0-realtime", "G0-realtime"]
     assert sorted(sorted(o.op_id for o in a.ops) for a in anomalies) == [[0, 3], [1, 2]]
     assert any(a.describe().startswith("G0-realtime: #1 -ww-> #2 -rt-> #1\n") for a in anomalies)
-    assert check_history(history, spec_of).outcome == "violation"
+    assert check_history(history, model_of).outcome == "violation"
 
 
 def test_a_read_cycle_across_two_keys_is_g1c():
@@ -315,7 +315,7 @@ def test_write_skew_across_two_keys_is_an_anti_dependency_cycle():
         op(3, "p2", "y", "cas", (0, "b"), 4, 5, 1),
     ]
     # plain write skew is linearizable for single-key operations: no cycle
-    assert check_history(history, spec_of).outcome == "ok"
+    assert check_history(history, model_of).outcome == "ok"
     assert _names(history) == []
     # with the writes acknowledged before the reads began it is one
     skewed = [
@@ -326,9 +326,9 @@ def test_write_skew_across_two_keys_is_an_anti_dependency_cycle():
     ]
     names = _names(skewed)
     assert names == ["G-single-realtime", "G-single-realtime"]  # one per key: each read missed a write
-    anomaly = find_anomalies(skewed, spec_of)[0]
+    anomaly = find_anomalies(skewed, model_of)[0]
     assert any(kind == "rw" for _, _, kind in anomaly.edges)
-    assert check_history(skewed, spec_of).outcome == "violation"
+    assert check_history(skewed, model_of).outcome == "violation"
 
 
 def test_cycles_are_classed_by_their_weakest_edges():
@@ -363,7 +363,7 @@ def test_the_log_graph_orders_appends_by_sequence_number():
     ]
     names = _names(history)
     assert names == ["G-single-realtime"]
-    assert check_history(history, spec_of).outcome == "violation"
+    assert check_history(history, model_of).outcome == "violation"
 
 
 # --- in simulation: the durable-state keys as their callers saw them -------------

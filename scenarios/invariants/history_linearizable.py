@@ -33,7 +33,7 @@ from typing import Any
 import attrs
 
 from faults.kinds import ACK_LOST, REPLY_LOST
-from scenarios.reference.history import BUDGET_STEPS_DEFAULT, UNKNOWN, Failed, Op, RegisterSpec, check_object
+from scenarios.reference.history import BUDGET_STEPS_DEFAULT, UNKNOWN, Failed, Op, RegisterModel, check_object
 from sim.invariants import Checker
 
 OPS_PER_KEY_MAX = 4_096
@@ -59,7 +59,7 @@ class HistoryLinearizable(Checker):
         assert ops_per_key_max > 0 and budget_steps > 0, (ops_per_key_max, budget_steps)
         self._ops_per_key_max = ops_per_key_max
         self._budget_steps = budget_steps
-        self._spec = RegisterSpec()
+        self._model = RegisterModel()
         self._ops: dict[str, list[Op]] = {}
         self._full: dict[str, int] = {}  # key -> operations left out past the bound
         # (node, site) -> (key, index, time) of the last call there: a lost reply names it next.
@@ -88,7 +88,7 @@ class HistoryLinearizable(Checker):
                 answer = call.result.revision
             else:
                 label = getattr(type(error), "name", None) or type(error).__name__
-                answer = Failed(label, getattr(error, "actual", None) if label == RegisterSpec.CONFLICT else None)
+                answer = Failed(label, getattr(error, "actual", None) if label == RegisterModel.CONFLICT else None)
         else:
             name, args = "clear", ()
             answer = Failed(type(error).__name__) if error is not None else None
@@ -116,7 +116,7 @@ class HistoryLinearizable(Checker):
 
     def audit(self, view: Any) -> None:
         for key in sorted(self._ops):
-            verdict = check_object(self._ops[key], self._spec, key, self._budget_steps)
+            verdict = check_object(self._ops[key], self._model, key, self._budget_steps)
             left_out = self._full.get(key, 0)
             self._steps += verdict.steps
             if verdict.outcome == "unknown":

@@ -12,13 +12,13 @@ invocation). A store whose committed answers look right can still be
 wrong to its clients (a stale read served from a cache, an ack for a write
 that was never applied); only this view sees that.
 
-- A **sequential specification** is a small class per object kind:
+- A **sequential model** is a small class per object kind:
   ``init()`` the initial state, ``step(state, op)`` the state after ``op``
   when ``op`` with its observed answer is possible there, else ``None``
   (with ``UNKNOWN`` the answer is not checked). States are hashable
   (tuples) so the search can remember them. The two here —
-  ``RegisterSpec`` (a durable-state key: read, compare-and-set by
-  revision, clear) and ``LogSpec`` (the conversation log: append by
+  ``RegisterModel`` (a durable-state key: read, compare-and-set by
+  revision, clear) and ``LogModel`` (the conversation log: append by
   expected tail, read a page, the tail) — are written apart from the
   stores and from the reference models beside this module.
 - ``check_history`` partitions the history by object key (linearizability
@@ -63,11 +63,11 @@ __all__ = [
     "Anomaly",
     "Failed",
     "HistoryVerdict",
-    "LogSpec",
+    "LogModel",
     "ObjectVerdict",
     "Op",
-    "RegisterSpec",
-    "SequentialSpec",
+    "RegisterModel",
+    "SequentialModel",
     "anomalies_in",
     "check_history",
     "check_object",
@@ -143,8 +143,8 @@ def _describe_ops(ops: Iterable[Op]) -> str:
     return "\n".join(lines)
 
 
-class SequentialSpec(Protocol):
-    """One object kind's sequential specification (see the module docstring).
+class SequentialModel(Protocol):
+    """One object kind's sequential model (see the module docstring).
 
     ``installs(op)``: the versions ``(before, after]`` a write installed as
     its caller saw it (None: not a write, or it did not take effect);
@@ -173,7 +173,7 @@ def _refused(answer: object, error: str) -> bool:
     return isinstance(answer, Failed) and answer.error != error
 
 
-class RegisterSpec:
+class RegisterModel:
     """A durable-state key: ``(revision, value)``, revision 0 when absent.
 
     ``read()`` answers None (absent) or ``(revision, value)``;
@@ -229,7 +229,7 @@ class RegisterSpec:
         return None
 
 
-class LogSpec:
+class LogModel:
     """A conversation log: the tuple of its entries (seq n is entry n-1).
 
     ``append(expected_tail_seq, entries)`` answers the first seq
@@ -322,7 +322,7 @@ class ObjectVerdict:
 _CALL, _RETURN = 0, 1
 
 
-def _search(ops: Sequence[Op], spec: SequentialSpec, budget_steps: int) -> tuple[str, int, tuple[int, ...]]:
+def _search(ops: Sequence[Op], model: SequentialModel, budget_steps: int) -> tuple[str, int, tuple[int, ...]]:
     """Wing–Gong–Lowe over the call/return entries in time order, kept in a
     doubly linked list so that linearizing an operation lifts its two
     entries out and backtracking puts them back (dancing links). Returns
@@ -343,7 +343,7 @@ def _search(ops: Sequence[Op], spec: SequentialSpec, budget_steps: int) -> tuple
             return_node[i] = node
     known = [o.answer is not UNKNOWN for o in ops]
     known_left = sum(known)
-    state = spec.init()
+    state = model.init()
     linearized = 0
     seen: set[tuple[int, Hashable]] = set()
     stack: list[tuple[int, Hashable]] = []
@@ -356,7 +356,7 @@ def _search(ops: Sequence[Op], spec: SequentialSpec, budget_steps: int) -> tuple
         assert node != end, "a known operation's return is always ahead of the end"
         _, half, i = events[node - 1]
         if half == _CALL:
-            after = spec.step(state, ops[i])
+            after = model.step(state, ops[i])
             if after is not None:
                 bits = linearized | (1 << i)
                 if (bits, after) not in seen:
@@ -399,27 +399,27 @@ def _prefix(ops: Sequence[Op], by_completion: Sequence[Op], count: int) -> list[
     return prefix
 
 
-def check_object(ops: Sequence[Op], spec: SequentialSpec, key: str,
+def check_object(ops: Sequence[Op], model: SequentialModel, key: str,
                  budget_steps: int = BUDGET_STEPS_DEFAULT) -> ObjectVerdict:
     """One object's verdict. A violation's window is found by bisecting on
     the prefixes (a prefix that is not linearizable stays so as answers
     are added), each search within the same budget."""
     assert budget_steps > 0, budget_steps
     ops = sorted(ops, key=lambda o: (o.invoke_ms, o.op_id))
-    outcome, steps, order = _search(ops, spec, budget_steps)
+    outcome, steps, order = _search(ops, model, budget_steps)
     if outcome != "violation":
-        return ObjectVerdict(key, spec.kind, outcome, len(ops), steps, order=order)
+        return ObjectVerdict(key, model.kind, outcome, len(ops), steps, order=order)
     by_completion = sorted((o for o in ops if o.complete_ms is not None), key=lambda o: (o.complete_ms, o.op_id))
     low, high = 1, len(by_completion)  # the whole history fails; find the first prefix that does
     while low < high:
         middle = (low + high) // 2
-        if _search(_prefix(ops, by_completion, middle), spec, budget_steps)[0] == "violation":
+        if _search(_prefix(ops, by_completion, middle), model, budget_steps)[0] == "violation":
             high = middle
         else:
             low = middle + 1
     answered = {o.op_id for o in by_completion[:low]}
     window = tuple(o for o in ops if o.op_id in answered)
-    return ObjectVerdict(key, spec.kind, "violation", len(ops), steps, window=window)
+    return ObjectVerdict(key, model.kind, "violation", len(ops), steps, window=window)
 
 
 @attrs.frozen
@@ -444,11 +444,11 @@ class HistoryVerdict:
         return "\n".join(lines) if lines else f"linearizable ({len(self.objects)} objects)"
 
 
-SpecOf = Callable[[str], SequentialSpec]
+ModelOf = Callable[[str], SequentialModel]
 
 
-def _spec_lookup(specs: SpecOf | Mapping[str, SequentialSpec]) -> SpecOf:
-    return specs.__getitem__ if isinstance(specs, Mapping) else specs
+def _model_lookup(models: ModelOf | Mapping[str, SequentialModel]) -> ModelOf:
+    return models.__getitem__ if isinstance(models, Mapping) else models
 
 
 def _by_key(history: Iterable[Op]) -> dict[str, list[Op]]:
@@ -458,15 +458,15 @@ def _by_key(history: Iterable[Op]) -> dict[str, list[Op]]:
     return {key: groups[key] for key in sorted(groups)}
 
 
-def check_history(history: Sequence[Op], specs: SpecOf | Mapping[str, SequentialSpec],
+def check_history(history: Sequence[Op], models: ModelOf | Mapping[str, SequentialModel],
                   budget_steps: int = BUDGET_STEPS_DEFAULT, anomalies: bool = False) -> HistoryVerdict:
     """Each object alone (by key, in key order); ``anomalies``: also the
     dependency graph's."""
     ids = [o.op_id for o in history]
     assert len(set(ids)) == len(ids), "op ids are unique"
-    spec_of = _spec_lookup(specs)
-    verdicts = tuple(check_object(ops, spec_of(key), key, budget_steps) for key, ops in _by_key(history).items())
-    found = tuple(find_anomalies(history, spec_of)) if anomalies else ()
+    model_of = _model_lookup(models)
+    verdicts = tuple(check_object(ops, model_of(key), key, budget_steps) for key, ops in _by_key(history).items())
+    found = tuple(find_anomalies(history, model_of)) if anomalies else ()
     return HistoryVerdict(verdicts, found)
 
 
@@ -502,23 +502,23 @@ def _add(graph: nx.DiGraph, a: int, b: int, kind: str) -> None:
         graph.add_edge(a, b, kinds=frozenset({kind}))
 
 
-def dependency_graph(history: Sequence[Op], specs: SpecOf | Mapping[str, SequentialSpec]
+def dependency_graph(history: Sequence[Op], models: ModelOf | Mapping[str, SequentialModel]
                      ) -> tuple[nx.DiGraph, list[Anomaly]]:
     """The graph over op ids (edge attribute ``kinds``), and the anomalies
     seen while building it (``lost-update``, ``unwritten-read``)."""
-    spec_of = _spec_lookup(specs)
+    model_of = _model_lookup(models)
     graph = nx.DiGraph()
     found: list[Anomaly] = []
     for o in history:
         graph.add_node(o.op_id)
     for key, ops in _by_key(history).items():
-        spec = spec_of(key)
-        if any(o.name in spec.resets for o in ops):
+        model = model_of(key)
+        if any(o.name in model.resets for o in ops):
             continue
         writers: dict[int, list[Op]] = {}  # the version before -> the writes that installed from it
         ranges: list[tuple[int, int, Op]] = []
         for o in ops:
-            span = spec.installs(o)
+            span = model.installs(o)
             if span is not None:
                 writers.setdefault(span[0], []).append(o)
                 ranges.append((span[0], span[1], o))
@@ -528,9 +528,9 @@ def dependency_graph(history: Sequence[Op], specs: SpecOf | Mapping[str, Sequent
         for before, after, o in ranges:  # ww: the write whose version this one replaced
             for previous in (w for w in ranges if w[1] == before):
                 _add(graph, previous[2].op_id, o.op_id, _WW)
-        possible = [(span[0], span[1], o) for o in ops if (span := spec.could_install(o)) is not None]
+        possible = [(span[0], span[1], o) for o in ops if (span := model.could_install(o)) is not None]
         for o in ops:
-            seen = spec.observes(o)
+            seen = model.observes(o)
             if seen is None:
                 continue
             version, exact = seen
@@ -651,8 +651,8 @@ def anomalies_in(graph: nx.DiGraph, ops: Mapping[int, Op],
     return found
 
 
-def find_anomalies(history: Sequence[Op], specs: SpecOf | Mapping[str, SequentialSpec]) -> list[Anomaly]:
+def find_anomalies(history: Sequence[Op], models: ModelOf | Mapping[str, SequentialModel]) -> list[Anomaly]:
     """The dependency graph's anomalies: version anomalies, then cycles."""
-    graph, found = dependency_graph(history, specs)
+    graph, found = dependency_graph(history, models)
     ops = {o.op_id: o for o in history}
     return found + anomalies_in(graph, ops)
