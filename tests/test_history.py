@@ -19,6 +19,7 @@ from scenarios.reference.history import (
     UNKNOWN,
     anomalies_in,
     Failed,
+    LeaseModel,
     LogModel,
     Op,
     RegisterModel,
@@ -30,12 +31,14 @@ from scenarios.reference.history import (
 
 REGISTER = RegisterModel()
 LOG = LogModel()
+LEASE = LeaseModel()
 CONFLICT = Failed("RevisionConflictError")
 APPEND_CONFLICT = Failed("AppendConflict")
+LOST = Failed("OwnershipLost")
 
 
 def model_of(key: str):
-    return LOG if key.startswith("log") else REGISTER
+    return LOG if key.startswith("log") else LEASE if key.startswith("sub") else REGISTER
 
 
 def op(op_id, process, key, name, args, invoke_ms, complete_ms, answer):
@@ -84,6 +87,10 @@ VALUES = ("a", "b", "c")
 
 
 def _random_answer(draw, key: str, name: str, args: tuple):
+    if key == "sub":
+        if name == "claim":
+            return draw(st.sampled_from((None, 1, 2, 3)))
+        return None if draw(st.booleans()) else LOST
     if key == "x":
         if name == "read":
             revision = draw(st.integers(0, 3))
@@ -95,7 +102,18 @@ def _random_answer(draw, key: str, name: str, args: tuple):
 
 
 def _run(state, key: str, name: str, args: tuple):
-    """(answer, state after): the third spelling of the two contracts, for the generator."""
+    """(answer, state after): the third spelling of the contracts, for the generator."""
+    if key == "sub":
+        epoch, owner, expires_ms, released, settled = state
+        if name == "claim":
+            if settled or not (owner is None or released or args[2] >= expires_ms or owner == args[0]):
+                return None, state
+            return epoch + 1, (epoch + 1, args[0], args[2] + args[1], False, False)
+        if (args[0], args[1]) != (owner, epoch) or released:
+            return LOST, state
+        if name == "renew":
+            return None, (epoch, owner, args[3] + args[2], False, settled)
+        return None, (epoch, owner, expires_ms, name == "release", settled or name == "settle")
     if key == "x":
         revision, value = state
         if name == "read":
@@ -123,9 +141,21 @@ def histories(draw) -> list[Op]:
         process = draw(st.sampled_from(live))
         invoke_ms = next_ms[process] + draw(st.integers(0, 3))
         duration_ms = draw(st.integers(0, 4))
-        key = draw(st.sampled_from(("x", "log")))
-        name = draw(st.sampled_from(("read", "cas" if key == "x" else "append")))
-        if key == "x":
+        key = draw(st.sampled_from(("x", "log", "sub")))
+        if key == "sub":
+            name = draw(st.sampled_from(("claim", "renew", "release", "settle")))
+        else:
+            name = draw(st.sampled_from(("read", "cas" if key == "x" else "append")))
+        owner = f"p{process}"
+        if key == "sub":
+            lease_ms = draw(st.sampled_from((2, 5)))
+            if name == "claim":
+                args = (owner, lease_ms, invoke_ms)
+            elif name == "renew":
+                args = (owner, draw(st.integers(1, 3)), lease_ms, invoke_ms)
+            else:
+                args = (owner, draw(st.integers(1, 3)))
+        elif key == "x":
             args = () if name == "read" else (draw(st.integers(0, 3)), draw(st.sampled_from(VALUES)))
         else:
             args = (0, 8) if name == "read" else (draw(st.integers(0, 3)), (draw(st.sampled_from(VALUES)),))
@@ -135,7 +165,7 @@ def histories(draw) -> list[Op]:
         shapes.append((op_id, process, key, name, args, invoke_ms, duration_ms, unknown, effect_ms, happened))
         next_ms[process] = None if unknown else invoke_ms + duration_ms + 1
     answers = {}
-    states = {"x": (0, None), "log": ()}
+    states = {"x": (0, None), "log": (), "sub": LEASE.init()}
     for shape in sorted((s for s in shapes if s[9]), key=lambda s: (s[8], draw(st.integers(0, 3)), s[0])):
         answers[shape[0]], states[shape[2]] = _run(states[shape[2]], shape[2], shape[3], shape[4])
     mode = draw(st.sampled_from(("true", "one-changed", "random")))
@@ -252,6 +282,33 @@ def test_the_same_operations_linearized_can_leave_different_states():
     ]
     assert check_history(history, model_of).outcome == "ok"
     assert brute_force_linearizable(history)
+
+
+def test_a_submission_lease_is_fenced_by_its_token():
+    claimed = op(0, "a", "sub", "claim", ("a", 5, 0), 0, 1, 1)
+    taken_over = op(1, "b", "sub", "claim", ("b", 5, 10), 10, 11, 2)  # a's lease lapsed at 5
+    history = [claimed, taken_over, op(2, "a", "sub", "renew", ("a", 1, 5, 12), 12, 13, LOST)]
+    assert check_history(history, model_of).outcome == "ok"
+    # a renewal of the old token accepted after the takeover was acknowledged
+    stale = history[:2] + [op(2, "a", "sub", "renew", ("a", 1, 5, 12), 12, 13, None)]
+    assert check_history(stale, model_of).outcome == "violation"
+    assert [a.name for a in find_anomalies(stale, model_of)] == ["G-single-realtime"]
+    # a claim granted while another owner's lease is live
+    early = [claimed, op(1, "b", "sub", "claim", ("b", 5, 3), 3, 4, 2)]
+    assert check_history(early, model_of).outcome == "violation"
+    # two owners both granted epoch 2
+    twice = [claimed, taken_over, op(2, "c", "sub", "claim", ("c", 5, 10), 10, 11, 2)]
+    assert check_history(twice, model_of).outcome == "violation"
+    assert "lost-update" in [a.name for a in find_anomalies(twice, model_of)]
+    # an unanswered claim may explain a refusal naming its epoch; nothing else can
+    unanswered = [claimed, op(1, "b", "sub", "claim", ("b", 5, 10), 10, None, UNKNOWN),
+                  op(2, "a", "sub", "renew", ("a", 1, 5, 12), 12, 13, Failed("OwnershipLost", 2))]
+    assert check_history(unanswered, model_of).outcome == "ok"
+    assert check_history(unanswered[::2], model_of).outcome == "violation"
+    # a settled submission is claimable by no one; settling again replays
+    settled = [claimed, op(1, "a", "sub", "settle", ("a", 1), 2, 3, None),
+               op(2, "a", "sub", "settle", ("a", 1), 4, 5, None), op(3, "b", "sub", "claim", ("b", 5, 10), 10, 11, None)]
+    assert check_history(settled, model_of).outcome == "ok"
 
 
 def test_a_history_beyond_the_step_budget_is_unknown_never_ok():

@@ -18,9 +18,11 @@ that was never applied); only this view sees that.
   (with ``UNKNOWN`` the answer is not checked). States are hashable
   (tuples) so the search can remember them. The two here —
   ``RegisterModel`` (a durable-state key: read, compare-and-set by
-  revision, clear) and ``LogModel`` (the conversation log: append by
-  expected tail, read a page, the tail) — are written apart from the
-  stores and from the reference models beside this module.
+  revision, clear), ``LogModel`` (the conversation log: append by
+  expected tail, read a page, the tail) and ``LeaseModel`` (one
+  submission's ownership in the ledger: claim, renew, release, settle by
+  epoch) — are written apart from the stores and from the reference models
+  beside this module.
 - ``check_history`` partitions the history by object key (linearizability
   is local: the whole is linearizable when each object is) and decides each
   object with the Wing–Gong–Lowe search, remembering every (set of
@@ -63,6 +65,7 @@ __all__ = [
     "Anomaly",
     "Failed",
     "HistoryVerdict",
+    "LeaseModel",
     "LogModel",
     "ObjectVerdict",
     "Op",
@@ -288,6 +291,76 @@ class LogModel:
             return (op.answer, True)
         if op.name == "append" and isinstance(op.answer, Failed) and op.answer.actual is not None:
             return (op.answer.actual, True)
+        return None
+
+
+class LeaseModel:
+    """One submission's ownership in the ledger: ``(epoch, owner,
+    lease_expires_ms, released, settled)``, epoch 0 before any claim.
+
+    ``claim(owner, lease_ms, now_ms)`` answers the new epoch when the
+    submission is claimable — unsettled, and never claimed, released, its
+    lease lapsed (live while ``now_ms < lease_expires_ms``), or held by the
+    same owner — else None (nothing claimable). ``renew(owner, epoch,
+    lease_ms, now_ms)``, ``release(owner, epoch)`` and ``settle(owner,
+    epoch)`` are fenced by the token alone, not by the clock: with the
+    current owner and epoch, not released, they answer None (renew extends
+    the lease; settle marks it settled, and settling again replays), else
+    ``Failed("OwnershipLost", actual)`` and change nothing. The clock is
+    the caller's ``now_ms`` argument, so the model stays a function of
+    its operations."""
+
+    kind = "submission-lease"
+    LOST = "OwnershipLost"
+    resets = frozenset()
+
+    def init(self) -> tuple:
+        return (0, None, 0, False, False)
+
+    def step(self, state: tuple, op: Op) -> tuple | None:
+        epoch, owner, expires_ms, released, settled = state
+        answer = op.answer
+        if op.name == "claim":
+            claimer, lease_ms, now_ms = op.args
+            claimable = not settled and (owner is None or released or now_ms >= expires_ms or owner == claimer)
+            after = (epoch + 1, claimer, now_ms + lease_ms, False, False) if claimable else state
+            if answer is UNKNOWN:
+                return after
+            if answer is None:
+                return state if not claimable else None
+            return after if claimable and answer == epoch + 1 else None
+        if op.name in ("renew", "release", "settle"):
+            holder, held_epoch = op.args[:2]
+            current = holder == owner and held_epoch == epoch and epoch > 0 and not released
+            if op.name == "renew":
+                after = (epoch, owner, op.args[3] + op.args[2], False, settled)
+            elif op.name == "release":
+                after = (epoch, owner, expires_ms, True, settled)
+            else:
+                after = (epoch, owner, expires_ms, False, True)
+            if answer is UNKNOWN:
+                return after if current else state
+            if _refused(answer, self.LOST):
+                return state
+            if isinstance(answer, Failed):
+                return state if not current and answer.actual in (None, epoch) else None
+            return after if current and answer is None else None
+        raise ValueError(f"submission-lease has no operation {op.name!r}")
+
+    def installs(self, op: Op) -> tuple[int, int] | None:
+        if op.name == "claim" and isinstance(op.answer, int) and not isinstance(op.answer, bool):
+            return (op.answer - 1, op.answer)
+        return None
+
+    def could_install(self, op: Op) -> tuple[int, int] | None:
+        return None  # an unanswered claim's epoch is unknown
+
+    def observes(self, op: Op) -> tuple[int, bool] | None:
+        if op.name in ("renew", "release", "settle") and op.answer is not UNKNOWN:
+            if op.answer is None:
+                return (op.args[1], True)  # the token's epoch was the current one
+            if isinstance(op.answer, Failed) and op.answer.actual is not None:
+                return (op.answer.actual, True)
         return None
 
 
