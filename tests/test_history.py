@@ -258,6 +258,21 @@ def test_an_unknown_write_may_have_happened_or_not():
     assert check_history(early, model_of).outcome == "violation"
 
 
+def test_a_refused_call_changed_nothing_and_saw_nothing():
+    refused = Failed("StorageCorrupted")
+    history = [
+        op(0, "p1", "x", "cas", (0, "a"), 0, 1, 1),
+        op(1, "p2", "x", "read", (), 2, 3, refused),
+        op(2, "p2", "x", "cas", (1, "b"), 4, 5, refused),
+        op(3, "p2", "x", "clear", (), 6, 7, refused),
+        op(4, "p1", "log", "read", (0, 8), 0, 1, refused),
+        op(5, "p1", "log", "tail", (), 2, 3, refused),
+        op(7, "p3", "sub", "claim", ("p3", 5, 0), 0, 1, refused),
+        op(6, "p2", "x", "read", (), 8, 9, (1, "a")),
+    ]
+    assert check_history(history, model_of).outcome == "ok"
+
+
 def test_the_log_appends_by_expected_tail():
     history = [
         op(0, "p1", "log", "append", (0, ("a",)), 0, 1, 1),

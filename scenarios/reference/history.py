@@ -104,7 +104,9 @@ UNKNOWN = _Unknown()
 @attrs.frozen
 class Failed:
     """A typed error the caller saw, by name. ``actual``: the version the
-    error reported (a conflict's stored revision or tail), when it did."""
+    error reported (a conflict's stored revision or tail), when it did. An
+    error other than the one a model's rule names (a conflict, a lost
+    ownership) is a refusal: the call changed nothing and saw nothing."""
 
     error: str
     actual: int | None = None
@@ -170,12 +172,6 @@ class SequentialModel(Protocol):
     def observes(self, op: Op) -> tuple[int, bool] | None: ...
 
 
-def _refused(answer: object, error: str) -> bool:
-    """A typed error other than the rule's own: the call was refused and
-    changed nothing (argument errors, a retryable contention)."""
-    return isinstance(answer, Failed) and answer.error != error
-
-
 class RegisterModel:
     """A durable-state key: ``(revision, value)``, revision 0 when absent.
 
@@ -195,14 +191,14 @@ class RegisterModel:
     def step(self, state: tuple, op: Op) -> tuple | None:
         revision, value = state
         answer = op.answer
+        if isinstance(answer, Failed) and answer.error != self.CONFLICT:
+            return state  # refused (a typed error not the rule's own): changed nothing, saw nothing
         if op.name == "read":
             if answer is UNKNOWN:
                 return state
             return state if answer == (None if revision == 0 else (revision, value)) else None
         if op.name == "cas":
             expected, new_value = op.args
-            if _refused(answer, self.CONFLICT):
-                return state
             if answer is UNKNOWN:
                 return (expected + 1, new_value) if expected == revision else state
             if isinstance(answer, Failed):
@@ -250,6 +246,8 @@ class LogModel:
 
     def step(self, state: tuple, op: Op) -> tuple | None:
         answer = op.answer
+        if isinstance(answer, Failed) and answer.error != self.CONFLICT:
+            return state  # refused: changed nothing, saw nothing
         if op.name == "read":
             after_seq, limit = op.args
             if answer is UNKNOWN:
@@ -260,8 +258,6 @@ class LogModel:
         if op.name == "append":
             expected, entries = op.args
             assert entries, op
-            if _refused(answer, self.CONFLICT):
-                return state
             if answer is UNKNOWN:
                 return state + tuple(entries) if expected == len(state) else state
             if isinstance(answer, Failed):
@@ -320,6 +316,8 @@ class LeaseModel:
     def step(self, state: tuple, op: Op) -> tuple | None:
         epoch, owner, expires_ms, released, settled = state
         answer = op.answer
+        if isinstance(answer, Failed) and answer.error != self.LOST:
+            return state  # refused: changed nothing, saw nothing
         if op.name == "claim":
             claimer, lease_ms, now_ms = op.args
             claimable = not settled and (owner is None or released or now_ms >= expires_ms or owner == claimer)
@@ -340,8 +338,6 @@ class LeaseModel:
                 after = (epoch, owner, expires_ms, False, True)
             if answer is UNKNOWN:
                 return after if current else state
-            if _refused(answer, self.LOST):
-                return state
             if isinstance(answer, Failed):
                 return state if not current and answer.actual in (None, epoch) else None
             return after if current and answer is None else None
