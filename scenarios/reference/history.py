@@ -282,6 +282,10 @@ class LogModel:
             return None
         if op.name == "read":
             after_seq, limit = op.args
+            if not op.answer:
+                # nothing after after_seq: the tail is at most there, which
+                # names a version only when the read began at the start
+                return (0, True) if after_seq == 0 else None
             return (after_seq + len(op.answer), len(op.answer) < limit)
         if op.name == "tail":
             return (op.answer, True)
