@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import attrs
+
 import networkx as nx
 
 from hypothesis import given, settings
@@ -447,6 +449,7 @@ from faults.plan import PortFaults  # noqa: E402
 from faults.ports import PortCall  # noqa: E402
 from faults.script import parse_script  # noqa: E402
 from model.durable_state.store import DurableStateRecord, DurableStateWrite  # noqa: E402
+from scenarios import registry  # noqa: E402
 from scenarios.invariants.history_linearizable import HistoryLinearizable  # noqa: E402
 from scenarios.system import System  # noqa: E402
 from sim.clock import parse_duration_ms  # noqa: E402
@@ -533,3 +536,19 @@ def test_the_recorder_keeps_what_the_caller_saw_not_what_the_store_committed():
     # a fault on another site names no durable-state call
     other = Event(0, 10, "w#1", "fault", {"site": "log.append", "kind": "ack-lost", "hit": 1})
     assert len(_judge([_save(10, 0, None), other, _load(20, None)])) == 1
+
+
+def test_in_sentinel_year_a_save_whose_reply_was_lost_is_unknown_and_the_key_still_linearizable():
+    base = registry.get("sentinel-year")
+
+    def build(run_):
+        stack = base.build(run_)
+        return attrs.evolve(stack, checks=[*stack.checks, HistoryLinearizable()])
+
+    lose = parse_script([{"time_ms": 2 * HOUR_MS, "node": "sentinels/worker-1", "site": "ds.save",
+                          "kind": "reply-lost"}])
+    result = run(attrs.evolve(base, build=build),
+                 ScenarioOptions(seed=0, duration_ms=parse_duration_ms("3h"), fault_script=lose))
+    assert result.faults == {"reply-lost": 1}
+    assert result.stats["history_ops_unknown"] == 1
+    assert result.status == PASS and result.invariants["history-linearizable"] == 1

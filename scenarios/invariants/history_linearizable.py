@@ -23,7 +23,7 @@ past it is judged on its first ones) and a step
 budget per key for the search; a key whose search runs out is not judged
 and never counts as a check. The run's stats say how many of each
 (``metrics``: ``history_keys_too_costly``, ``history_ops_left_out``,
-``history_search_steps``).
+``history_ops_unknown``, ``history_search_steps``).
 """
 from __future__ import annotations
 
@@ -66,6 +66,7 @@ class HistoryLinearizable(Checker):
         self._last: dict[tuple[str, str], tuple[str, int, int]] = {}
         self._next_id = 0
         self._too_costly = 0
+        self._unknown = 0
         self._steps = 0
 
     def on_port_call(self, call: Any) -> None:
@@ -113,6 +114,7 @@ class HistoryLinearizable(Checker):
         key, index, _ = last
         ops = self._ops[key]
         ops[index] = attrs.evolve(ops[index], complete_ms=None, answer=UNKNOWN)
+        self._unknown += 1
 
     def audit(self, view: Any) -> None:
         for key in sorted(self._ops):
@@ -129,5 +131,5 @@ class HistoryLinearizable(Checker):
                                                 f"{left_out} more left out)" if left_out else ""), related=(key,))
 
     def metrics(self) -> dict[str, Any]:
-        return {"history_keys_too_costly": self._too_costly,
+        return {"history_keys_too_costly": self._too_costly, "history_ops_unknown": self._unknown,
                 "history_ops_left_out": sum(self._full.values()), "history_search_steps": self._steps}
