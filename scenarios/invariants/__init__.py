@@ -15,6 +15,7 @@ from scenarios.invariants.exactly_once_settlement import ExactlyOnceSettlement
 from scenarios.invariants.exactly_once_wake import ExactlyOnceWake
 from scenarios.invariants.fail_closed_pagination import FailClosedPagination
 from scenarios.invariants.fencing import Fencing
+from scenarios.invariants.history_linearizable import HistoryLinearizable
 from scenarios.invariants.joins import JoinedSettlesOnce
 from scenarios.invariants.runs import CanonicalEvents, RunClock
 from scenarios.invariants.secrets import CredentialsAccepted, NoSecretLeak, SealedUnderLiveKey
@@ -31,5 +32,5 @@ from scenarios.invariants.subagents import ChildBeforeParent
 from scenarios.invariants.unknown_outcomes import UnknownNeverReplayed
 
 __all__ = ["AbortHonoured", "AdoptOwnWrite", "ApprovalPrecedesEffect", "CanonicalEvents", "RunClock", "ChildBeforeParent", "JoinedSettlesOnce", "UnknownNeverReplayed", "AtMostOnceEffect", "BoundedRun", "BrokenDeploys", "CasLinear", "CheckpointConsistency", "ClaimCheckInvariant", "ClaimFencesLog", "ColdReopen", "CredentialsAccepted", "ContractSafety", "ExactlyOnceSettlement", "ExactlyOnceWake",
-           "FailClosedPagination", "Fencing", "FindingsProjection", "Liveness", "LogChain", "NoSecretLeak", "PinsSurvive", "ProgressWaits", "QueueOrder", "RecoveryDecisions", "ReferenceModel",
+           "FailClosedPagination", "Fencing", "HistoryLinearizable", "FindingsProjection", "Liveness", "LogChain", "NoSecretLeak", "PinsSurvive", "ProgressWaits", "QueueOrder", "RecoveryDecisions", "ReferenceModel",
            "ReplayDeterminism", "SealedUnderLiveKey"]
