@@ -470,3 +470,16 @@ def test_report_into_a_file_is_a_usage_error(capsys, tmp_path):
     (tmp_path / "taken").write_text("x")
     code = cli_main(["explore", SCENARIO, "--runs", "1", "--seed", "4", "--report", str(tmp_path / "taken")])
     assert code == 2 and "--report" in capsys.readouterr().err
+
+
+def test_mutant_option_searches_with_the_planted_bug_and_names_it_in_the_repro(capsys, tmp_path):
+    try:
+        code = cli_main(["explore", SCENARIO, "--runs", "2", "--seed", "1", "--duration", "1m",
+                         "--mutant", "settlement-receipt-is-the-key", "--repro-dir", str(tmp_path), "--json"])
+    finally:
+        mx.revert()
+    body = json.loads(capsys.readouterr().out)
+    assert code == 1 and body["failures"]
+    assert "--mutant settlement-receipt-is-the-key" in body["failures"][0]["repro_command"]
+    assert cli_main(["explore", SCENARIO, "--runs", "1", "--seed", "1", "--mutant", "no-such-bug"]) == 2
+    assert "unknown mutant" in capsys.readouterr().err
