@@ -175,3 +175,86 @@ def test_a_failing_branch_writes_a_repro_file_that_replays_and_shrinks(tmp_path)
     assert parse_duration_ms(small["config"]["duration"]) > 60_000
     again = _cli(["repro", str(shrunk_path), "--json"], tmp_path)
     assert again.returncode == 1 and json.loads(again.stdout)["replay"]["reproduced"]
+
+
+# -- the forking sweep (sim.face.branches) ---------------------------------------------
+
+
+def _sweep_json(args: list[str], cwd: Path) -> tuple[int, dict]:
+    out = _cli(["sweep", SCENARIO, *args, "--json"], cwd)
+    lines = out.stdout.strip().splitlines()
+    assert lines, out.stderr
+    return out.returncode, json.loads(lines[-1])
+
+
+def test_a_forked_branch_is_the_branch_run_alone(tmp_path):
+    code, summary = _sweep_json(["--seeds", "3:4", "--duration", "5m", "--fork-at", "1m", "--branches", "3",
+                                 "--jobs", "2", "--failure-db", "none"], tmp_path)
+    assert code == 0, summary
+    runs = summary["runs"]
+    assert [(r["seed"], r["branch"]) for r in runs] == [(3, 0), (3, 1), (3, 2)]
+    assert summary["branches"] == {"fork_at": "1m", "fork_at_ms": 60_000, "per_seed": 3}
+    alone = [run(registry.get(SCENARIO), _opts(_branch(k, "1m"), duration="5m")).trace_digest for k in range(3)]
+    assert [r["trace_digest"] for r in runs] == alone
+    assert len(set(alone)) == 3
+
+
+def test_a_failing_forked_branch_leaves_a_repro_file_and_a_saved_failure_that_replay(tmp_path):
+    # A scenario module that plants the bug in every process that loads it (the sweep's seed processes too).
+    (tmp_path / "planted.py").write_text("from sim.face.mutants import apply_named\n"
+                                         f"apply_named({MUTANT!r}, None, 'memory')\n", encoding="utf-8")
+    out = _cli(["--scenarios", "planted", "sweep", SCENARIO, "--seeds", "2:3", "--duration", "5m", "--fork-at", "1m",
+                "--branches", "2", "--jobs", "2", "--failure-db", str(tmp_path / "db")], tmp_path)
+    assert out.returncode == 1, out.stderr
+    assert "FAIL seed 2 branch 1: reference-model" in out.stdout
+    assert "--fork-at 1m --branch 1" in out.stdout
+    saved = sorted(os.listdir(tmp_path / "db" / "failures"))
+    assert len(saved) == 2
+    replay = _cli(["--scenarios", "planted", "repro", str(tmp_path / "loomsim-repro-ledger-storm-2-branch1.json"),
+                   "--json"], tmp_path)
+    body = json.loads(replay.stdout)
+    assert replay.returncode == 1 and body["replay"]["reproduced"] and not body["replay"]["diverged"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--fork-at", "1m"], "--fork-at T needs --branches K"),
+    (["--branches", "2"], "--branches K needs --fork-at T"),
+    (["--fork-at", "1m", "--branches", "0"], "--branches must be between 1"),
+    (["--fork-at", "5m", "--branches", "2"], "is not before the run's end"),
+    (["--fork-at", "1m", "--branches", "2", "--store", "sqlite"], "only the in-memory store forks"),
+    (["--fork-at", "1m", "--branches", "2", "--shard", "1/2"], "--shard does not combine with --fork-at"),
+])
+def test_bad_sweep_branch_options_are_one_usage_line(args, says, capsys):
+    code = main(["sweep", SCENARIO, "--seeds", "0:1", "--duration", "5m", "--failure-db", "none", *args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith("loomsim: error: ") and says in err, err
+
+
+def test_a_signalled_seed_process_stops_its_branches_and_keeps_what_finished(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.Popen([sys.executable, "-m", "sim.face.branches", "--branches", "3", "--jobs", "1", "--",
+                             "run", SCENARIO, "--seed", "3", "--duration", "1d", "--fork-at", "1m",
+                             "--repro-dir", str(tmp_path), "--json"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        import time
+
+        deadline = time.monotonic() + 120
+        children: list[str] = []
+        while not children and time.monotonic() < deadline:  # a branch is running
+            time.sleep(0.1)
+            path = f"/proc/{proc.pid}/task/{proc.pid}/children"
+            children = open(path).read().split() if os.path.exists(path) else []
+        assert children, "no branch started"
+        proc.send_signal(2)  # SIGINT
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert out.strip() == ""  # no branch of a day's run finished in that time; none is reported
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)  # nothing of its group is left running

@@ -73,7 +73,8 @@ from sim.face import failures, model_coverage
 from sim.face.children import (POLL_S, Interrupted, Job, check_interrupted, child_result, forwarding_signals, reap,
                                spawning, start_child)
 from sim.face.options import (NAMED_STORES, UsageError, add_run_options, check_new_file, check_report_option,
-                              check_repro_dir, check_schedule, parse_count, parse_names, parse_seed_range,
+                              check_repro_dir, check_schedule, parse_count, parse_duration, parse_names,
+                              parse_seed_range,
                               parse_time_budget, scenario_params, selected_scenarios, write_report_or_warn)
 from sim.face.repro_file import param_flag, scenarios_argv
 from sim.face.run import enabled_in, format_wall_s
@@ -456,6 +457,7 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
                 total[name] = total.get(name, 0) + count
         if status == "fail":
             failing.append({"scenario": scenario.name, "seed": result["seed"], "beyond": bool(result.get("beyond")),
+                            **({"branch": result["branch"]} if "branch" in result else {}),
                             **_first_failure(result), "repro_command": result["repro_command"],
                             "repro_file": result.get("repro_file")})
     ran = len(results) - counts["error"]
@@ -606,7 +608,8 @@ def render_scenario(s: Mapping[str, Any]) -> list[str]:
     lines = [f"{s['scenario']}: {_counts(s)}"]
     for fail in s["failing"]:
         beyond = " (beyond the contract)" if fail["beyond"] else ""
-        lines.append(f"  FAIL seed {fail['seed']}{beyond}: {fail['invariant']} at {fail['simulated_time']}: "
+        branch = f" branch {fail['branch']}" if "branch" in fail else ""  # a forked future (sim.face.branches)
+        lines.append(f"  FAIL seed {fail['seed']}{branch}{beyond}: {fail['invariant']} at {fail['simulated_time']}: "
                      f"{fail['message'][:120]}")
         lines.append(f"    reproduce: {fail['repro_command']}"
                      + (f"  (repro file {fail['repro_file']})" if fail["repro_file"] else ""))
@@ -702,6 +705,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                               "beyond-the-contract seeds); combine the shards with loomsim merge")
     sweep_p.add_argument("--out", default=None, metavar="FILE",
                          help="write the shard file (loomsim-shard/1) loomsim merge reads; a new file only")
+    sweep_p.add_argument("--fork-at", type=parse_duration, default=None, metavar="T",
+                         help="run each seed once to simulated time T, then fork it into --branches futures "
+                              "(sim.face.branches; in-memory store only)")
+    sweep_p.add_argument("--branches", type=parse_count, default=None, metavar="K",
+                         help="with --fork-at: K branches per seed, --jobs at a time, each a result of its own")
     add_run_options(sweep_p)
     # A sweep without --store mixes the stores (--sqlite-every); one with it runs that store only.
     sweep_p.set_defaults(store=None)
@@ -750,6 +758,12 @@ def command(args: argparse.Namespace) -> int:
                         saved_stores=NAMED_STORES if args.store is None else (args.store,),
                         report_dir=args.report)
     child_args = {s.name: _child_args(s, args) for s in scenarios}
+    if args.fork_at is not None or args.branches is not None:  # one prefix per seed, forked (sim.face.branches)
+        from sim.face.branches import check_branch_options, sweep_branches
+
+        for scenario in scenarios:
+            check_branch_options(args, args.duration or scenario.sweep_ms)
+        return sweep_branches(scenarios, opts, child_args, scenarios_argv(args.scenarios), args.fork_at, args.branches)
     # --shard I/N, --out FILE: the shard's seeds and its file
     opts, writer = plan_shard(args.shard, args.out, scenarios, opts, child_args, scenarios_argv(args.scenarios))
     return sweep(scenarios, opts, child_args, scenarios_argv(args.scenarios), shard_writer=writer)
