@@ -258,3 +258,32 @@ def test_a_signalled_seed_process_stops_its_branches_and_keeps_what_finished(tmp
     assert out.strip() == ""  # no branch of a day's run finished in that time; none is reported
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)  # nothing of its group is left running
+
+
+# -- the bench figure -----------------------------------------------------------------
+
+
+def _branch_figures(ratio: float) -> dict:
+    return {"seed": 1, "quick": True,
+            "scheduler": {"sleeps": 10, "floor_s": 1.0, "simruntime_s": 1.2, "ratio": 1.2, "budget_ratio": 1.5},
+            "runs": {},
+            "branches": {"scenario": "sentinel-year", "fork_at": "20d", "duration": "36d 12h", "branches": 8,
+                         "jobs": 2, "statuses": ["pass"], "wall_s": 60.0, "prefix_cpu_s": 10.0,
+                         "suffix_cpu_s": 80.0, "total_cpu_s": 90.0 * ratio, "ratio": ratio, "budget_ratio": 1.1,
+                         "projected_full_cpu_s": 160.0, "saving": round(160 / (90 * ratio), 2)}}
+
+
+def test_the_branches_figure_is_judged_and_shown():
+    from sim.face.bench import render, verdicts
+
+    assert ("branches: total CPU <= 1.1x prefix + suffixes", True) in verdicts(_branch_figures(1.02))
+    assert ("branches: total CPU <= 1.1x prefix + suffixes", False) in verdicts(_branch_figures(1.3))
+    shown = render(_branch_figures(1.02))
+    assert "branches, 8 of sentinel-year 36d 12h forked at 20d" in shown and "160.0s projected" in shown
+
+
+@pytest.mark.parametrize("shape", ["20d:10d:8", "20d:36d:0", "20d:36d", "soon:36d:8"])
+def test_a_bad_branch_shape_is_one_usage_line(shape, capsys):
+    assert main(["bench", "--branch-shape", shape]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "invalid branch shape" in err, err

@@ -53,6 +53,7 @@ from sim.face.children import POLL_S, REAP_S, Interrupted, child_env
 
 BRANCHES_MAX = 4096  # a bound on K: more is a typo, not a sweep
 EXIT_CHILD_ERROR = 3
+CPU_FORMAT = "loomsim-branches-cpu/1"  # the last line of ``--cpu``
 
 
 class Forked(BaseException):
@@ -280,6 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.face.branches")
     parser.add_argument("--branches", type=int, required=True)
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--cpu", action="store_true",
+                        help="last, print the CPU of the prefix and of the branches (loomsim bench)")
     parser.add_argument("loomsim_argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     rest = args.loomsim_argv[1:] if args.loomsim_argv[:1] == ["--"] else args.loomsim_argv
@@ -288,7 +291,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(body, ensure_ascii=False), flush=True)
 
     try:
-        seed_process(args.branches, args.jobs, rest, emit=emit)
+        done = seed_process(args.branches, args.jobs, rest, emit=emit)
+        if args.cpu:
+            emit({"format": CPU_FORMAT, "prefix_cpu_s": round(done["prefix_cpu_s"], 3),
+                  "children_cpu_s": round(done["children_cpu_s"], 3),
+                  "branch_cpu_s": [b.get("branch_cpu_s") for b in done["bodies"]]})
     except UsageError as error:
         print(f"loomsim: error: {error}", file=sys.stderr)
         return 2
