@@ -12,12 +12,12 @@ and leaves by ``os._exit``. A forked branch is exactly the run ``loomsim
 run SCENARIO --seed S --fork-at T --branch k`` makes without a fork (its
 repro command): same trace digest. The prefix never reads the key.
 
-The sweep (``sweep_branches``) runs one seed process at a time (the
-process itself idles while its children run, so ``--jobs`` children are
-the cores used), prints a line per branch as its seed finishes, and sums
-up with the sweep's own functions (``sim.face.sweep``): each branch is a
-result of its own, ``seed S branch k``; failures are saved to the failure
-database and replay by re-running the prefix.
+The sweep (``run_branches``, summed up by ``sim.face.sweep.sweep_forked``)
+runs one seed process at a time (the process itself idles while its
+children run, so ``--jobs`` children are the cores used); each branch is a
+result of its own, ``seed S branch k``, printed as its seed finishes;
+failures are saved to the failure database and replay by re-running the
+prefix.
 
 The seed process is ``python -m sim.face.branches --branches K --jobs J
 -- LOOMSIM-ARGV`` (``LOOMSIM-ARGV``: ``[--scenarios M] run SCENARIO --seed
@@ -49,7 +49,7 @@ from typing import Any, Mapping, Sequence
 
 import attrs
 
-from sim.face.children import POLL_S, REAP_S, Interrupted, child_env
+from sim.face.children import POLL_S, REAP_S, Interrupted, fork, start_module
 
 BRANCHES_MAX = 4096  # a bound on K: more is a typo, not a sweep
 EXIT_CHILD_ERROR = 3
@@ -104,7 +104,7 @@ class Forker:
                     raise Interrupted(self._signal)
                 while pending and len(running) < self.jobs:
                     key = pending.pop(0)
-                    pid = os.fork()
+                    pid = fork()
                     if pid == 0:  # the branch: from here this process lives key's future
                         self.key = key
                         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -123,10 +123,10 @@ class Forker:
                     self.on_body(body)
         finally:
             if self.key is None:  # never in a child: its siblings are not its to stop
+                gc.unfreeze()
                 _stop(running, self._signal)
                 for signum, handler in previous.items():
                     signal.signal(signum, handler)
-        gc.unfreeze()
         raise Forked(bodies, prefix_cpu_s, children_cpu_s)
 
     def _record_signals(self) -> dict[int, Any]:
@@ -345,14 +345,6 @@ def _seed_argv(global_args: Sequence[str], name: str, seed: int, child_args: Seq
             "--json"]
 
 
-def _start_seed(branches: int, jobs: int, argv: Sequence[str]) -> subprocess.Popen:
-    out, err = tempfile.TemporaryFile("w+", encoding="utf-8"), tempfile.TemporaryFile("w+", encoding="utf-8")
-    proc = subprocess.Popen([sys.executable, "-m", "sim.face.branches", "--branches", str(branches), "--jobs",
-                             str(jobs), "--", *argv], stdout=out, stderr=err, text=True, env=child_env())
-    proc.output_files = (out, err)  # type: ignore[attr-defined]
-    return proc
-
-
 def _stop_seed(proc: subprocess.Popen, error: BaseException | None) -> None:
     """A seed process told the signal that stopped the sweep (it stops its
     branches and exits), given ``REAP_S``, then killed; waited for."""
@@ -392,28 +384,19 @@ def _seed_results(proc: subprocess.Popen, name: str, seed: int, beyond: bool, br
     return results
 
 
-def sweep_branches(scenarios: Sequence[Any], opts: Any, child_args: Mapping[str, Sequence[str]],
-                   global_args: Sequence[str], fork_at_ms: int, branches: int) -> int:
-    """The forking sweep: per seed (and scenario), one seed process that
-    forks ``branches`` branches at ``fork_at_ms``, ``opts.jobs`` at a time;
-    summarized as a sweep whose results are the branches."""
+def run_branches(names: Sequence[str], opts: Any, child_args: Mapping[str, Sequence[str]],
+                 global_args: Sequence[str], fork_at_ms: int, branches: int,
+                 on_result: Any = None) -> tuple[list[dict[str, Any]], Interrupted | None]:
+    """The forking sweep's runs: per seed (and scenario), one seed process
+    that forks ``branches`` branches at ``fork_at_ms``, ``opts.jobs`` at a
+    time; returns every branch's result (tagged ``scenario``, ``seed``,
+    ``branch``, ``beyond``; ``on_result`` told of each) and the signal that
+    stopped it (None: it ran every seed). ``sim.face.sweep`` sums them up."""
     from sim.clock import format_duration_ms
-    from sim.face import failures
-    from sim.face import sweep as sweep_face
     from sim.face.children import check_interrupted, forwarding_signals
-    from sim.face.options import write_report_or_warn
-    from sim.face.run import format_wall_s
 
-    names = [s.name for s in scenarios]
     fork_at = format_duration_ms(fork_at_ms)
-    started_s = time.perf_counter()
-    db = None if opts.failure_db is None else failures.FailureDb(opts.failure_db)
-    replays = failures.replay_saved(db, None if opts.all_saved else names, stores=opts.saved_stores,
-                                    on_replay=None if opts.json else (
-                                        lambda r: print(failures.progress_line(r), flush=True)))
-    planned = len(opts.seeds) * len(names) * branches
     results: list[dict[str, Any]] = []
-    interrupted: Interrupted | None = None
     proc: subprocess.Popen | None = None
     failure: BaseException | None = None
     try:
@@ -424,16 +407,16 @@ def sweep_branches(scenarios: Sequence[Any], opts: Any, child_args: Mapping[str,
                         check_interrupted()
                         beyond = opts.beyond(seed)
                         argv = _seed_argv(global_args, name, seed, child_args[name], beyond, fork_at)
-                        proc = _start_seed(branches, opts.jobs, argv)
+                        proc = start_module(["sim.face.branches", "--branches", str(branches), "--jobs",
+                                             str(opts.jobs), "--", *argv])
                         while proc.poll() is None:  # ends: the seed process's children end, and so does it
                             check_interrupted()
                             time.sleep(POLL_S)
                         done, proc = _seed_results(proc, name, seed, beyond, branches), None
-                        results.extend(done)
-                        if not opts.json:
-                            for result in done:
-                                print(progress_line(len(results) - len(done) + done.index(result) + 1, planned,
-                                                    result, len(names) > 1), flush=True)
+                        for result in done:
+                            results.append(result)
+                            if on_result is not None:
+                                on_result(result)
             except BaseException as error:
                 failure = error
                 raise
@@ -443,45 +426,8 @@ def sweep_branches(scenarios: Sequence[Any], opts: Any, child_args: Mapping[str,
                     results.extend(r for r in _seed_results(proc, name, seed, beyond, branches)
                                    if r["status"] != "error")
     except Interrupted as error:
-        interrupted = error
-    per_scenario = [sweep_face.summarize_scenario(scenario, [r for r in results if r["scenario"] == scenario.name],
-                                                  planned=len(opts.seeds) * branches) for scenario in scenarios]
-    summary = sweep_face.summarize_sweep(per_scenario, wall_s=time.perf_counter() - started_s, jobs=opts.jobs)
-    summary["branches"] = {"fork_at": fork_at, "fork_at_ms": fork_at_ms, "per_seed": branches}
-    failures.save_sweep_failures(db, [r for r in results if sweep_face.outcome(r) == "fail"])
-    summary["saved_failures"] = [r.to_json() for r in replays]
-    summary["runs"] = [{**sweep_face.seed_record(r), "branch": r["branch"]} for r in results]
-    code = sweep_face.seal(summary, require_coverage=opts.require_coverage,
-                           interrupted=None if interrupted is None else signal.Signals(interrupted.signum).name)
-    if opts.json:
-        print(json.dumps(summary, ensure_ascii=False), flush=True)
-    else:
-        print(sweep_face.render(summary), flush=True)
-        print(f"branches: {branches} per seed, forked at {fork_at}; {len(results)} branch run(s) in "
-              f"{format_wall_s(time.perf_counter() - started_s)}")
-    if opts.report_dir is not None:
-        write_report_or_warn(opts.report_dir, summary, to_stderr=opts.json)
-    if interrupted is not None:
-        print(f"loomsim: interrupted by {summary['interrupted']}; the summary is of the {len(results)} branch "
-              "run(s) that finished", file=sys.stderr, flush=True)
-    return code
-
-
-def progress_line(done: int, total: int, result: Mapping[str, Any], named: bool) -> str:
-    """``[3/8] seed 2 branch 1: FAIL reference-model at 2026-01-01 00:01:08``."""
-    from sim.face import sweep as sweep_face
-
-    status = sweep_face.outcome(result)
-    if status in ("fail", "detected") and result.get("violations"):
-        first = result["violations"][0]
-        detail = f"{first['name']} at {first['simulated_time']}"
-    elif status == "error":
-        detail = result.get("error", "")
-    else:
-        detail = f"{result.get('wall_s', 0):.1f}s"
-    who = f"{result['scenario']} seed {result['seed']}" if named else f"seed {result['seed']}"
-    beyond = " (beyond the contract)" if result.get("beyond") else ""
-    return f"[{done}/{total}] {who} branch {result['branch']}{beyond}: {status.upper()} {detail}"
+        return results, error
+    return results, None
 
 
 if __name__ == "__main__":
