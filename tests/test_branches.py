@@ -238,7 +238,7 @@ def test_a_signalled_seed_process_stops_its_branches_and_keeps_what_finished(tmp
                              "run", SCENARIO, "--seed", "3", "--duration", "1d", "--fork-at", "1m",
                              "--repro-dir", str(tmp_path), "--json"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            process_group=0)  # its own group: what is left of it can be asked for
     try:
         import time
 
