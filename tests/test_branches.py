@@ -27,8 +27,8 @@ from sim.scenario import Branch, ScenarioOptions
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = "ledger-storm"
 SEED = 3
-DURATION = "20m"
-FORK_AT = "8m"
+DURATION = "10m"
+FORK_AT = "4m"
 # A planted bug that fails ledger-storm seed 2 within 5 minutes, after a fork at 1m, in every branch tried.
 MUTANT = "ledger-admit-key-ignores-principal"
 
@@ -125,6 +125,14 @@ def test_a_branch_shares_its_prefix_and_lives_its_own_future():
     after_one = [(e["kind"], e["fields"]) for e in one if e["t_ms"] > fork_ms]
     after_two = [(e["kind"], e["fields"]) for e in two if e["t_ms"] > fork_ms]
     assert after_one != after_two
+
+
+def test_a_branch_with_progress_lines_is_the_same_run():
+    seen = []
+    quiet = run(registry.get(SCENARIO), _opts(_branch(2)))
+    observed = run(registry.get(SCENARIO), _opts(_branch(2)), on_progress=lambda now, end: seen.append((now, end)))
+    assert observed.trace_digest == quiet.trace_digest
+    assert seen and seen[-1][0] == seen[-1][1] and all(end == seen[0][1] for _, end in seen)
 
 
 def test_the_branch_is_in_the_config():
