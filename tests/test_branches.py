@@ -295,3 +295,58 @@ def test_a_bad_branch_shape_is_one_usage_line(shape, capsys):
     assert main(["bench", "--branch-shape", shape]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "invalid branch shape" in err, err
+
+
+@pytest.mark.parametrize("branch, says", [
+    ({"fork_at_ms": 60_000, "key": "x"}, "branch.key must be a non-negative integer"),
+    ({"fork_at_ms": 600_000, "key": 1}, "branch.fork_at_ms must be before the run's end (5m)"),
+    ([1], "branch must be an object"),
+])
+def test_a_hand_edited_branch_in_a_repro_file_is_one_usage_line(tmp_path, branch, says, capsys):
+    path = tmp_path / "loomsim-repro-ledger-storm-2-branch1.json"
+    config = {"scenario": SCENARIO, "seed": 2, "duration": "5m", "store": "memory", "branch": branch}
+    path.write_text(json.dumps({"format": "loomsim-repro/1", "config": config, "fault_script": []}), encoding="utf-8")
+    assert main(["repro", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and says in err, err
+
+
+def test_an_interrupted_forking_sweep_stops_everything_and_sums_up_what_finished(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.Popen([sys.executable, "-m", "sim", "sweep", SCENARIO, "--seeds", "0:2", "--duration", "1d",
+                             "--fork-at", "1m", "--branches", "2", "--jobs", "1", "--failure-db", "none"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            process_group=0)
+    try:
+        import time
+
+        def grandchildren() -> list[str]:
+            found = []
+            for child in _children(proc.pid):
+                found.extend(_children(int(child)))
+            return found
+
+        deadline = time.monotonic() + 120
+        while not grandchildren() and time.monotonic() < deadline:  # a branch of the first seed is running
+            time.sleep(0.1)
+        assert grandchildren(), "no branch started"
+        proc.send_signal(2)  # SIGINT
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted by SIGINT" in err and "0 branch run(s) that finished" in err
+    assert "sweep: 0 of 4 seeds" in out  # the summary, of what finished
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)
+
+
+def _children(pid: int) -> list[str]:
+    path = f"/proc/{pid}/task/{pid}/children"
+    try:
+        with open(path, encoding="ascii") as handle:
+            return handle.read().split()
+    except OSError:
+        return []
