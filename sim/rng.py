@@ -13,6 +13,8 @@ module-level global state exists to leak between runs.
 from __future__ import annotations
 
 import hashlib
+import weakref
+from typing import Iterable
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -24,19 +26,52 @@ def derive_seed64(seed: int, name: str) -> int:
     return int.from_bytes(hashlib.sha256(material).digest()[:8], "big")
 
 
+def branched_seed64(seed64: int, draws: int, branch_key: int) -> int:
+    """The 64-bit seed a stream continues from in branch ``branch_key`` when
+    it had ``draws`` draws from ``seed64`` at the fork instant: a pure
+    function of the three, so a branch replayed without a process fork (or
+    a stream first made after the fork, with 0 draws) gets the same one."""
+    assert branch_key >= 0, branch_key
+    material = f"{seed64}/{draws}/branch/{branch_key}".encode("utf-8")
+    return int.from_bytes(hashlib.sha256(material).digest()[:8], "big")
+
+
+# The streams a branch does NOT re-key, by the first part of their name: the
+# run's configuration (``swarm``: which fault kinds, failpoints and knobs the
+# seed chose, drawn once at the start), each machine's clock (``clock/<node>``:
+# its offset and drift belong to the machine, not to what happens next; a
+# node first seen after the fork gets the clock it would have had), and where
+# a store's rot starts (``beyond/...``: a function of a row's name that must
+# answer the same before and after the fork). Every other stream (workloads,
+# faults, chaos, scheduling, latency, restarts, disk damage, and their
+# children and forks) shapes the future, and is re-keyed.
+KEPT_AT_BRANCH = frozenset({"swarm", "clock", "beyond"})
+
+
+def rekeyed_at_branch(name: str) -> bool:
+    """Whether the stream ``name`` gets a new state when a run branches."""
+    return name.split("/", 1)[0] not in KEPT_AT_BRANCH
+
+
 REJECTIONS_MAX = 256
 
 
 class Stream:
     """A SplitMix64 stream. Not thread-safe; nothing here uses threads."""
 
-    __slots__ = ("name", "_state", "draws", "seed64")
+    # ``_family``: the ``Streams`` that tracks this stream for a branch
+    # (None: nobody does, the case of every run without one); weakly
+    # referenced there, so a dead stream is never kept alive for it.
+    __slots__ = ("name", "_state", "draws", "seed64", "_family", "__weakref__")
 
-    def __init__(self, seed64: int, name: str = "") -> None:
+    def __init__(self, seed64: int, name: str = "", family: "Streams | None" = None) -> None:
         self.name = name
         self.seed64 = seed64 & _MASK64
         self._state = self.seed64
         self.draws = 0
+        self._family = family
+        if family is not None:
+            family._born(self)
 
     def child(self, name: str) -> "Stream":
         """A stream of its own for one named choice, depending only on this
@@ -44,7 +79,14 @@ class Stream:
         other child was drawn): a choice drawn by name keeps its value when
         choices are added, removed or reordered around it."""
         material = f"{self.seed64}/{name}".encode("utf-8")
-        return Stream(int.from_bytes(hashlib.sha256(material).digest()[:8], "big"), f"{self.name}/{name}")
+        return Stream(int.from_bytes(hashlib.sha256(material).digest()[:8], "big"), f"{self.name}/{name}",
+                      self._family)
+
+    def rekey(self, branch_key: int) -> None:
+        """Continue as branch ``branch_key`` (``branched_seed64``): a new
+        seed, from which its next draws and its children come."""
+        self.seed64 = branched_seed64(self.seed64, self.draws, branch_key)
+        self._state = self.seed64
 
     def next_u64(self) -> int:
         self.draws += 1
@@ -112,21 +154,78 @@ class Stream:
         return int(probability * 18446744073709551616.0)
 
 
-class Streams:
-    """The run's named streams, created on first use."""
+class BranchError(Exception):
+    """A run's streams were asked to branch twice, or with a negative key."""
 
-    __slots__ = ("seed", "_streams")
+
+class Streams:
+    """The run's named streams, created on first use.
+
+    A run that will branch (``sim.runner``: ``ScenarioOptions.branch``)
+    calls ``track()`` before its first draw; at the fork instant
+    ``branch(key)`` re-keys every live stream that ``rekeyed_at_branch``
+    (``Stream.rekey``), and every stream made afterwards starts re-keyed
+    (as a stream made before it with no draws would be). Order plays no
+    part: each stream's new seed depends on its own seed, draws and the
+    key only, so the weak set's order (by address) reaches nothing."""
+
+    __slots__ = ("seed", "_streams", "_live", "branch_key")
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
         self._streams: dict[str, Stream] = {}
+        # Streams made since ``track()`` (weakly: a year-long run makes
+        # hundreds of thousands of short-lived forks); None: not tracking.
+        self._live: weakref.WeakSet[Stream] | None = None
+        self.branch_key: int | None = None
+
+    def track(self) -> None:
+        """From now on, keep (weakly) every stream made from these, so
+        ``branch`` can reach each one still alive."""
+        if self._live is None:
+            self._live = weakref.WeakSet()
+            for stream in self._streams.values():
+                stream._family = self
+                self._live.add(stream)
+
+    def _born(self, stream: Stream) -> None:
+        if self.branch_key is None and self._live is not None:
+            self._live.add(stream)
+
+    def branch(self, branch_key: int) -> int:
+        """Re-key every live stream that ``rekeyed_at_branch`` by
+        ``branch_key``; return how many. Once per run."""
+        if self.branch_key is not None:
+            raise BranchError(f"the run already branched (key {self.branch_key})")
+        if branch_key < 0:
+            raise BranchError(f"a branch key is a non-negative integer, got {branch_key}")
+        live: Iterable[Stream] = list(self._live) if self._live is not None else list(self._streams.values())
+        rekeyed = 0
+        for stream in live:  # each one's new state depends on itself alone: order reaches nothing
+            if rekeyed_at_branch(stream.name):
+                stream.rekey(branch_key)
+                rekeyed += 1
+        self.branch_key = branch_key
+        self._live = None  # nothing made from here on needs reaching again
+        return rekeyed
+
+    def _seed64(self, name: str) -> int:
+        seed64 = derive_seed64(self.seed, name)
+        if self.branch_key is not None and rekeyed_at_branch(name):
+            seed64 = branched_seed64(seed64, 0, self.branch_key)
+        return seed64
+
+    def _family(self) -> "Streams | None":
+        return self if self._live is not None else None
 
     def __getitem__(self, name: str) -> Stream:
         stream = self._streams.get(name)
         if stream is None:
-            stream = self._streams[name] = Stream(derive_seed64(self.seed, name), name)
+            stream = self._streams[name] = Stream(self._seed64(name), name, self._family())
         return stream
 
     def fork(self, name: str) -> Stream:
         """A fresh stream that depends only on (seed, name), never on order of use."""
-        return Stream(derive_seed64(self.seed, name), name)
+        if self._live is None and self.branch_key is None:  # the common case (no branch): as cheap as before
+            return Stream(derive_seed64(self.seed, name), name)
+        return Stream(self._seed64(name), name, self._family())

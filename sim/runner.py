@@ -11,7 +11,7 @@ from sim.interleave import Deviation, FifoPolicy, ScriptedPolicy, parse_schedule
 from sim.invariants import Violation
 from sim.redact import NO_SECRET_IN_VERDICT, Redactor, collect_secret_values
 from sim.runtime import TaskFailed
-from sim.scenario import Run, Scenario, ScenarioOptions
+from sim.scenario import Branch, Run, Scenario, ScenarioOptions
 from sim.timeline import BEYOND_FAULT_KINDS, Timeline
 from sim.trace import Event
 from sim.workload import Stack, Workload, owned_checks
@@ -33,6 +33,8 @@ LOOMSIM_VERSION = "0.1.0"
 # time, the observer told ``(now_ms, end_ms)`` after each: slicing changes
 # nothing simulated (``Runtime.run`` leaves the clock where one call would).
 PROGRESS_SLICES = 1000
+# The trace event at a branch's fork instant (``ScenarioOptions.branch``).
+BRANCH_EVENT = "run.branch"
 
 
 @attrs.frozen
@@ -98,21 +100,34 @@ def run_config(scenario: Scenario, opts: ScenarioOptions) -> dict[str, Any]:
         **({"beyond_contract": True} if opts.beyond_contract else {}),
         **({"rates": dict(sorted(opts.rates.items()))} if opts.rates is not None else {}),
         **({"script_must_fire": True} if opts.script_must_fire and opts.fault_script is not None else {}),
+        **({"branch": branch_config(opts.branch)} if opts.branch is not None else {}),
         "loomsim": LOOMSIM_VERSION,
         "python": platform.python_version(),
     }
+
+
+def branch_config(branch: Branch) -> dict[str, Any]:
+    """A branch as a run's config (and so its repro file) records it."""
+    return {"fork_at": format_duration_ms(branch.fork_at_ms), "fork_at_ms": branch.fork_at_ms, "key": branch.key}
 
 
 def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | None = None,
         wall_clock: Callable[[], float] | None = None, cpu_clock: Callable[[], float] | None = None,
         on_start: Callable[[dict[str, Any]], None] | None = None,
         on_progress: Callable[[int, int], None] | None = None,
-        on_world: Callable[[World], None] | None = None) -> RunResult:
+        on_world: Callable[[World], None] | None = None,
+        at_fork: Callable[[], int] | None = None) -> RunResult:
     """Run ``scenario``; the runner owns the phases. ``wall_clock`` and
     ``cpu_clock`` (the face passes ``time.perf_counter`` and
     ``time.process_time``) only measure; nothing simulated reads them.
     ``on_progress(now_ms, end_ms)``, if given, is called
     ``PROGRESS_SLICES`` times along the way; it only observes.
+
+    With ``opts.branch``: the run goes to its fork instant, re-keys its
+    streams by the branch key (``branch_at``) and goes on to its end.
+    ``at_fork`` (the face's forking sweep, ``sim.face.branches``), if
+    given, is called at the fork instant and returns the key this process
+    lives (``opts.branch.key`` is then not read); it may fork the process.
 
     setup -> run with faults -> heal (faults stop at ``world.heal_at_ms``,
     computed here once) -> settle -> check (the audit, every checker's and
@@ -122,6 +137,8 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
     audit_cpu_s = 0.0
     secrets: dict[str, str] = {}
     world = World(opts.seed, trace_stream=trace_stream, schedule=schedule_policy(opts))
+    if opts.branch is not None:
+        world.streams.track()  # before any draw: the fork re-keys every stream alive then
     timeline = Timeline()  # observes only: subscribed before anything emits, it emits nothing
     timeline.subscribe(world.trace)
     space = scenario.swarm_space
@@ -158,10 +175,12 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
             on_start(world.config_extra)
         progress = on_progress
         try:
-            if progress is None:
-                world.run_until(end_ms)
-            else:
-                _run_observed(world, end_ms, progress)
+            if opts.branch is not None:
+                _run_to(world, opts.branch.fork_at_ms, progress, end_ms)
+                key = at_fork() if at_fork is not None else opts.branch.key
+                config["branch"] = branch_config(attrs.evolve(opts.branch, key=key))
+                branch_at(world, key)
+            _run_to(world, end_ms, progress, end_ms)
         except TaskFailed as failure:
             if world.trace.subscriber_failure is None:
                 world.invariants._record(Violation(
@@ -279,13 +298,36 @@ def _merged(first: Any, second: Any) -> Any:
     return first
 
 
-def _run_observed(world: World, end_ms: int, progress: Callable[[int, int], None]) -> None:
-    """``world.run_until(end_ms)`` in slices, ``progress`` told after each."""
+def branch_at(world: World, key: int) -> None:
+    """The fork instant of branch ``key``: the run's streams re-keyed
+    (``sim.rng.Streams.branch``) and the branch traced, so its digest
+    parts from its prefix's here. A run stopped before it (a violation in
+    the prefix) does neither: every branch of it is that prefix."""
+    if world.runtime.stop_requested:
+        return
+    # How many streams it re-keyed is not traced: the weak set may still
+    # hold dead ones the collector has not reached, and a replay from a
+    # script makes fewer fault streams; neither changes a draw.
+    world.streams.branch(key)
+    world.emit(BRANCH_EVENT, key=key)
+
+
+def _run_to(world: World, t_ms: int, progress: Callable[[int, int], None] | None, end_ms: int) -> None:
+    if progress is None:
+        world.run_until(t_ms)
+    else:
+        _run_observed(world, t_ms, progress, end_ms)
+
+
+def _run_observed(world: World, until_ms: int, progress: Callable[[int, int], None], end_ms: int | None = None) -> None:
+    """``world.run_until(until_ms)`` in slices, ``progress(now_ms, end_ms)``
+    told after each (``end_ms``: the run's end, default ``until_ms``)."""
+    end_ms = until_ms if end_ms is None else end_ms
     start_ms = world.runtime.now_ms()
     slice_ms = max(1, (end_ms - start_ms) // PROGRESS_SLICES)
     t_ms = start_ms
-    while t_ms < end_ms and not world.runtime.stop_requested:
-        t_ms = min(end_ms, t_ms + slice_ms)
+    while t_ms < until_ms and not world.runtime.stop_requested:
+        t_ms = min(until_ms, t_ms + slice_ms)
         world.run_until(t_ms)
         progress(world.runtime.now_ms(), end_ms)
 

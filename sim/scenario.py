@@ -33,6 +33,21 @@ class Param:
 
 
 @attrs.frozen
+class Branch:
+    """Run to ``fork_at_ms``, then live branch ``key``'s future: the run's
+    random streams are re-keyed by the key there (``sim.rng.Streams.branch``).
+    The prefix never reads the key, so every branch of a seed shares it,
+    event for event; a forked process and this option alone run the same."""
+
+    fork_at_ms: int
+    key: int
+
+    def __attrs_post_init__(self) -> None:
+        assert self.fork_at_ms >= 0, self.fork_at_ms
+        assert self.key >= 0, self.key
+
+
+@attrs.frozen
 class ScenarioOptions:
     seed: int
     duration_ms: int
@@ -61,10 +76,13 @@ class ScenarioOptions:
     # instead of passing a test that tested nothing. A recorded script (a
     # repro file's) replays without it: after a fix, divergence is expected.
     script_must_fire: bool = False
+    # Branching from a deep state (``Branch``): None, the run as it always was.
+    branch: Branch | None = None
 
     def __attrs_post_init__(self) -> None:
         assert self.store in STORES or ":" in self.store, self.store  # or a user adapter, MODULE:FACTORY
         assert self.duration_ms > 0
+        assert self.branch is None or self.branch.fork_at_ms < self.duration_ms, (self.branch, self.duration_ms)
 
 
 @attrs.frozen

@@ -95,6 +95,8 @@ class _Judge:
         self.best = (opts, result)
 
     def fails(self, opts: ScenarioOptions) -> bool:
+        if opts.branch is not None and opts.duration_ms <= opts.branch.fork_at_ms:
+            return False  # a branch's run must reach its fork instant: no shorter run is that branch
         if self.runs >= self.runs_max:
             raise BudgetSpent()
         self.runs += 1
@@ -186,6 +188,8 @@ def _shorten(judge: _Judge, opts: ScenarioOptions) -> None:
     # (the settle phase after the end may still). One found after the run's
     # end (settling, the audit) may show in any length.
     low = max(0, failed_at_ms // MS_PER_MINUTE - 1) if failed_at_ms < opts.duration_ms else 0
+    if opts.branch is not None:  # a branch ends after its fork instant (a run up to it is not the branch)
+        low = max(low, opts.branch.fork_at_ms // MS_PER_MINUTE)
     past = failed_at_ms // MS_PER_MINUTE + 1  # the first whole minute after the failure
     if failed_at_ms < opts.duration_ms and low < past < high:
         if judge.fails(attrs.evolve(opts, duration_ms=past * MS_PER_MINUTE)):

@@ -102,6 +102,10 @@ def verdicts(figures: dict[str, Any]) -> list[tuple[str, bool]]:
         out.append((f"memory flatness <= {flat['budget_ratio']}x", flat["ratio"] <= flat["budget_ratio"]))
         out.append((f"peak RSS <= {flat['budget_mb']} MB", flat["year_rss_mb"] <= flat["budget_mb"]))
     out.extend(ledger_storm_verdicts(figures))
+    forked = figures.get("branches")
+    if forked:
+        out.append((f"branches: total CPU <= {forked['budget_ratio']}x prefix + suffixes", 
+                    forked["ratio"] <= forked["budget_ratio"]))
     sweep = figures.get("sweep_throughput")
     if sweep:
         out.append((f"sweep --jobs 2 >= {sweep['budget_ratio']}x the throughput of --jobs 1",
@@ -262,7 +266,8 @@ def checked_floor(judged: list[dict[str, Any]], overhead: dict[str, Any], wakes_
             "year_budget_s": year_budget_s}
 
 
-def bench(*, quick: bool = False, seed: int = 1, runs_each: int = 1) -> dict[str, Any]:
+def bench(*, quick: bool = False, seed: int = 1, runs_each: int = 1,
+          branch_shape: tuple[str, str, int] | None = None) -> dict[str, Any]:
     year = "30d" if quick else "365d"
     month = "3d" if quick else "30d"
     figures: dict[str, Any] = {"seed": seed, "quick": quick, "runs_each": runs_each}
@@ -326,7 +331,71 @@ def bench(*, quick: bool = False, seed: int = 1, runs_each: int = 1) -> dict[str
                                       "budget_mb": 300}
     figures["ledger_storm_memory"] = ledger_storm_memory(quick=quick, seed=seed)
     figures["sweep_throughput"] = sweep_throughput(quick=quick, seed=seed)
+    figures["branches"] = branches_figure(seed=seed, shape=branch_shape or (BRANCHES_QUICK if quick else BRANCHES))
     return figures
+
+
+# Branching from a deep state (ARCHITECTURE §8): K branches forked at T of a
+# sentinel-year run of D, each living its own future (``sim.face.branches``).
+# Forking must cost what its parts cost: the CPU of the whole (the seed
+# process and every branch child) <= 1.1x the prefix plus the branches'
+# suffixes; what it saves is the K-1 prefixes it did not run (the
+# projection: K full runs at the prefix's and the mean suffix's CPU).
+# The target claim is 32 branches at day 200 of 365 (``--branch-shape
+# 200d:365d:32``); the default is that shape scaled down to a tenth of the
+# days and a quarter of the branches, so ``bench`` stays minutes long.
+BRANCHES = ("20d", "36d 12h", 8)
+BRANCHES_QUICK = ("2d", "3d 15h", 4)
+BRANCHES_BUDGET_RATIO = 1.1
+BRANCHES_JOBS = 2
+
+
+def parse_branch_shape(text: str) -> tuple[str, str, int]:
+    """``T:D:K`` (fork at T of a D-long run, K branches) for ``--branch-shape``."""
+    from sim.clock import DurationError, parse_duration_ms
+
+    parts = text.split(":")
+    try:
+        if len(parts) != 3:
+            raise ValueError
+        fork_at, duration, count = parts[0], parts[1], int(parts[2])
+        if not (0 < parse_duration_ms(fork_at) < parse_duration_ms(duration)) or not 1 <= count <= 4096:
+            raise ValueError
+    except (ValueError, DurationError):
+        raise argparse.ArgumentTypeError(f"invalid branch shape {text!r}: expected T:D:K with T before D and "
+                                         "K in 1..4096, e.g. 200d:365d:32") from None
+    return fork_at, duration, count
+
+
+def branches_figure(*, seed: int, shape: tuple[str, str, int], jobs: int = BRANCHES_JOBS) -> dict[str, Any]:
+    """One seed process of a forking sweep, measured: the prefix's CPU, each
+    branch's suffix, the whole (``RUSAGE_CHILDREN`` around it: the seed
+    process and every child it waited for), their ratio, and the projected
+    CPU of running the K histories in full."""
+    fork_at, duration, count = shape
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = run_child(["sim.face.branches", "--branches", str(count), "--jobs", str(jobs), "--cpu", "--",
+                      "run", "sentinel-year", "--seed", str(seed), "--duration", duration, "--no-swarm",
+                      "--fork-at", fork_at, "--json"])
+    wall_s = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench branches failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    cpu = lines[-1]
+    bodies = lines[:-1]
+    if len(bodies) != count or any(b.get("status") == "error" for b in bodies):
+        raise RuntimeError(f"bench branches ran {len(bodies)} of {count} branches")
+    total_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    suffix_s = sum(cpu["branch_cpu_s"])
+    parts_s = cpu["prefix_cpu_s"] + suffix_s
+    full_s = count * (cpu["prefix_cpu_s"] + suffix_s / count)
+    return {"scenario": "sentinel-year", "fork_at": fork_at, "duration": duration, "branches": count, "jobs": jobs,
+            "statuses": sorted({b["status"] for b in bodies}), "wall_s": round(wall_s, 2),
+            "prefix_cpu_s": cpu["prefix_cpu_s"], "suffix_cpu_s": round(suffix_s, 3), "total_cpu_s": round(total_s, 3),
+            "ratio": round(total_s / parts_s, 3), "budget_ratio": BRANCHES_BUDGET_RATIO,
+            "projected_full_cpu_s": round(full_s, 2), "saving": round(full_s / total_s, 2)}
 
 
 # ARCHITECTURE §8: ``sweep --jobs 2`` >= 1.8x the throughput of ``--jobs 1``
@@ -523,6 +592,14 @@ def render(figures: dict[str, Any]) -> str:
                      f"--jobs 1 {one['wall_s']:.2f}s wall ({one['seeds_per_s']} seeds/s), --jobs 2 "
                      f"{two['wall_s']:.2f}s ({two['seeds_per_s']} seeds/s) = {sweep['ratio']}x "
                      f"(budget >= {sweep['budget_ratio']}x)")
+    forked = figures.get("branches")
+    if forked:
+        lines.append(f"  branches, {forked['branches']} of {forked['scenario']} {forked['duration']} forked at "
+                     f"{forked['fork_at']} (--jobs {forked['jobs']}): prefix {forked['prefix_cpu_s']:.2f}s CPU + "
+                     f"suffixes {forked['suffix_cpu_s']:.2f}s; total {forked['total_cpu_s']:.2f}s = "
+                     f"{forked['ratio']}x (budget <= {forked['budget_ratio']}x); the {forked['branches']} histories "
+                     f"in full: {forked['projected_full_cpu_s']:.1f}s projected ({forked['saving']}x the forked "
+                     f"total), {forked['wall_s']:.1f}s wall")
     for budget, met in verdicts(figures):
         lines.append(f"  {'met   ' if met else 'MISSED'} {budget}")
     return "\n".join(lines)
@@ -540,6 +617,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     bench_p.add_argument("--check", action="store_true", help="exit 1 if any budget is missed")
     bench_p.add_argument("--runs", type=parse_count, default=1, metavar="N",
                          help="run each measured scenario N times and report the median (default 1)")
+    bench_p.add_argument("--branch-shape", type=parse_branch_shape, default=None, metavar="T:D:K",
+                         help=f"the branches figure: K branches forked at T of a D-long sentinel-year run (default "
+                              f"{':'.join(map(str, BRANCHES))}; the target claim: 200d:365d:32)")
     return bench_p
 
 
@@ -548,7 +628,7 @@ def command(args: argparse.Namespace) -> int:
     exit 1 when a budget is missed."""
     if not 1 <= args.runs <= BENCH_RUNS_MAX:
         raise UsageError(f"--runs {args.runs}: expected 1 to {BENCH_RUNS_MAX}")
-    figures = bench(quick=args.quick, seed=args.seed, runs_each=args.runs)
+    figures = bench(quick=args.quick, seed=args.seed, runs_each=args.runs, branch_shape=args.branch_shape)
     print(json.dumps(figures) if args.json else render(figures))
     missed = args.check and not all(met for _, met in verdicts(figures))
     return EXIT_VIOLATION if missed else EXIT_PASS

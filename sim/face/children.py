@@ -1,6 +1,7 @@
 """The children of the face's commands that run seeds in processes
 (``sweep``, ``mutants``, ``check-determinism``; ``bench``'s measured runs:
-``run_child``): a ``Job`` (a seed of a
+``run_child``; a forking sweep's seed processes, ``start_module``, and their
+branches, ``fork``): a ``Job`` (a seed of a
 scenario as a ``loomsim run`` command line), its process
 (``start_child``), what the process printed (``child_output``) and its
 result (``child_result``); and a signal's way through the parent:
@@ -203,6 +204,23 @@ def start_child(job: Job, lines_file: str | None, env_extra: Mapping[str, str] |
     proc = subprocess.Popen([sys.executable, *head, *job.argv], stdout=out, stderr=err, text=True, env=env)
     proc.output_files = (out, err)  # type: ignore[attr-defined]
     return proc
+
+
+def start_module(module_argv: Sequence[str]) -> subprocess.Popen:
+    """``python -m MODULE ARGS...`` started, its output to unnamed temporary
+    files (read with ``child_output`` once it exited): a forking sweep's
+    seed process (``python -m sim.face.branches``)."""
+    out, err = tempfile.TemporaryFile("w+", encoding="utf-8"), tempfile.TemporaryFile("w+", encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, "-m", *module_argv], stdout=out, stderr=err, text=True, env=child_env())
+    proc.output_files = (out, err)  # type: ignore[attr-defined]
+    return proc
+
+
+def fork() -> int:
+    """``os.fork``: a branch of a seed process (``sim.face.branches``), a
+    copy-on-write copy of its simulation at the fork instant. 0 in the
+    child; the child's pid in the parent, which must wait for it."""
+    return os.fork()
 
 
 def child_output(proc: subprocess.Popen) -> tuple[str, str]:

@@ -78,12 +78,22 @@ def _file_part(scenario: str) -> str:
     return re.sub(r"[^\w.-]", "_", title)
 
 
-def repro_filename(scenario: str, seed: int) -> str:
-    return f"loomsim-repro-{_file_part(scenario)}-{seed}.json"
+def _branch_part(branch: int | None) -> str:
+    return "" if branch is None else f"-branch{branch}"
 
 
-def shrunk_filename(scenario: str, seed: int) -> str:
-    return f"loomsim-shrunk-{_file_part(scenario)}-{seed}.json"
+def repro_filename(scenario: str, seed: int, branch: int | None = None) -> str:
+    return f"loomsim-repro-{_file_part(scenario)}-{seed}{_branch_part(branch)}.json"
+
+
+def shrunk_filename(scenario: str, seed: int, branch: int | None = None) -> str:
+    return f"loomsim-shrunk-{_file_part(scenario)}-{seed}{_branch_part(branch)}.json"
+
+
+def branch_key(config: Any) -> int | None:
+    """The branch key a run's config records (None: a run without a branch)."""
+    branch = config.get("branch") if isinstance(config, dict) else None
+    return branch.get("key") if isinstance(branch, dict) else None
 
 
 def embedded_stack(scenario: str) -> dict[str, Any] | None:
@@ -186,7 +196,7 @@ def write_repro(result: Any, command: str | Callable[[str], str], directory: str
     the function that makes it from the name the file gets (a command that
     names the file itself, such as ``loomsim repro FILE``, must name the
     file written, not the one found taken). Raises ``OSError``."""
-    path = path or os.path.join(directory, repro_filename(result.scenario, result.seed))
+    path = path or os.path.join(directory, repro_filename(result.scenario, result.seed, branch_key(result.config)))
     body = {
         "format": FORMAT,
         "config": result.config,
@@ -261,6 +271,9 @@ def repro_argv(path: str, *, json_output: bool, scenario_modules: Iterable[str] 
             argv += [param_flag(key), str(int(value))]
         if config.get("beyond_contract"):
             argv.append("--beyond-contract")
+        branch = config.get("branch")
+        if branch is not None:  # a branch's failure replays its prefix, then the branch
+            argv += ["--fork-at", format_duration_ms(int(branch["fork_at_ms"])), "--branch", str(int(branch["key"]))]
         if config.get("mutant"):  # a run with a planted bug (``loomsim run --mutant``) replays with it
             argv += ["--mutant", str(config["mutant"])]
             if config.get("mutants_module"):
@@ -334,6 +347,15 @@ def check_config(config: Any, path: str) -> None:
     for field in ("mutant", "mutants_module"):
         if config.get(field) is not None and (type(config[field]) is not str or not _NAME.fullmatch(config[field])):
             raise fail(field, "a mutant name" if field == "mutant" else "a module name", config[field])
+    branch = config.get("branch")
+    if branch is not None:
+        if not isinstance(branch, dict):
+            raise fail("branch", 'an object {"fork_at_ms": T, "key": K}', branch)
+        for field in ("fork_at_ms", "key"):
+            if not _is_int(branch.get(field)) or branch[field] < 0:
+                raise fail(f"branch.{field}", "a non-negative integer", branch.get(field))
+        if branch["fork_at_ms"] >= parse_duration_ms(duration):
+            raise fail("branch.fork_at_ms", f"before the run's end ({duration})", branch["fork_at_ms"])
     if "loomsim" in config and type(config["loomsim"]) is not str:
         raise fail("loomsim", "a version text", config["loomsim"])
     swarm = config.get("swarm")
@@ -431,6 +453,8 @@ def repro_command(name: str, opts: ScenarioOptions, *, explicit_duration: bool =
         parts += ["--no-swarm"]
     if opts.beyond_contract:
         parts += ["--beyond-contract"]
+    if opts.branch is not None:
+        parts += ["--fork-at", format_duration_ms(opts.branch.fork_at_ms), "--branch", str(opts.branch.key)]
     if opts.schedule != "fifo" and not faults_path:
         parts += ["--schedule", opts.schedule]
     if opts.faults_enable:

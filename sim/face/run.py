@@ -24,6 +24,8 @@ import sys
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+import attrs
+
 from faults.kinds import FAILPOINT_CRASH, TIMED_FAULT_KINDS
 from faults.script import script_to_json
 from reports.verdict import decide, not_exercised_note
@@ -31,18 +33,20 @@ from sim.artifacts import ArtifactWriteError, NewFileStream
 from sim.clock import format_calendar, format_duration_ms, format_span_ms
 from sim.face.mutants import MUTANT_UNEXECUTED, apply_mutant, unexecuted_note
 from sim.face.options import (PROGRESS_EVERY_S, UsageError, add_run_options, check_new_file, check_report_option,
-                              check_repro_dir, parse, parse_names, parse_progress_every, parse_seed, root_parser,
-                              run_options, write_report_or_warn)
-from sim.face.repro_file import (NOT_REPRODUCED, is_repro_file, read_repro, replay_check, repro_argv, repro_command,
-                                 repro_filename, write_repro)
+                              check_repro_dir, parse, parse_duration, parse_names, parse_progress_every, parse_seed,
+                              root_parser, run_options, write_report_or_warn)
+from sim.face.repro_file import (NOT_REPRODUCED, branch_key, is_repro_file, read_repro, replay_check, repro_argv,
+                                 repro_command, repro_filename, write_repro)
 from sim.interleave import Deviation
 from sim.runner import DETECTED, PASS, RunResult, run
-from sim.scenario import ScenarioOptions, SetupError
+from sim.numbers import NumberError, parse_whole
+from sim.scenario import Branch, ScenarioOptions, SetupError
 from sim.trace import event_json, field_text
 
 DEVIATIONS_SHOWN = 3  # scheduling deviations a failure report lists
 RESULT_FORMAT = "loomsim-result/1"  # the ``format`` of ``run --json`` (a sweep's: sweep.SWEEP_FORMAT)
 EXCERPT_LINES = 14  # the full excerpt is in the repro file
+BRANCH_KEY_MAX = 2**31 - 1  # a branch key is a small index; this only bounds a typo
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -65,8 +69,46 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     run_p.add_argument("--progress-every", type=parse_progress_every, default=None, metavar="S",
                        help="... every S wall seconds instead (implies --progress)")
     run_p.add_argument("--no-progress", action="store_true", help="no progress lines, even on a terminal")
+    run_p.add_argument("--fork-at", type=parse_duration, default=None, metavar="T",
+                       help="branch the run at simulated time T (e.g. 200d; with --branch): the history up to T "
+                            "is the seed's, the future after it branch K's")
+    run_p.add_argument("--branch", type=parse_branch_key, default=None, metavar="K",
+                       help="the branch to live after --fork-at (0, 1, ...): its random streams are re-keyed by K "
+                            "there; what `loomsim sweep --fork-at T --branches N` forks")
     add_run_options(run_p)
     return run_p
+
+
+def parse_branch_key(text: str) -> int:
+    try:
+        value = parse_whole(text)
+    except NumberError:
+        raise argparse.ArgumentTypeError(f"invalid branch {text!r}: expected a whole number, e.g. --branch 3") from None
+    if not 0 <= value <= BRANCH_KEY_MAX:
+        raise argparse.ArgumentTypeError(f"invalid branch {text!r}: must be between 0 and {BRANCH_KEY_MAX}")
+    return value
+
+
+def with_branch(opts: ScenarioOptions, args: argparse.Namespace) -> ScenarioOptions:
+    """``opts`` with the branch ``--fork-at T --branch K`` names (both or
+    neither; T before the run's end), checked as a usage error."""
+    fork_at_ms, key = getattr(args, "fork_at", None), getattr(args, "branch", None)
+    if fork_at_ms is None and key is None:
+        return opts
+    if fork_at_ms is None:
+        raise UsageError("--branch K needs --fork-at T: the simulated instant the branch parts from the seed's run")
+    if key is None:
+        raise UsageError("--fork-at T needs --branch K: which branch's future to run after T "
+                         "(a sweep forks many: loomsim sweep --fork-at T --branches N)")
+    check_fork_at(fork_at_ms, opts.duration_ms)
+    return attrs.evolve(opts, branch=Branch(fork_at_ms, key))
+
+
+def check_fork_at(fork_at_ms: int, duration_ms: int) -> None:
+    """A fork instant must lie before the run's end."""
+    if fork_at_ms >= duration_ms:
+        raise UsageError(f"--fork-at {format_duration_ms(fork_at_ms)} is not before the run's end "
+                         f"(duration {format_duration_ms(duration_ms)}): branch earlier or run longer")
 
 
 def parse_line(argv: Sequence[str]) -> argparse.Namespace:
@@ -204,7 +246,7 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str], *, replaying:
     args = _adopt_repro_config(scenario, args, argv)
     scenario = registry.get(scenario.name)  # a repro file's stack file: the copy it embeds, adopted just now
     mutant = apply_mutant(args)
-    opts = run_options(scenario, args)
+    opts = with_branch(run_options(scenario, args), args)
     # Created at the run's first event (a run refused before it creates
     # nothing), at a free name: an existing trace is never overwritten.
     trace_file = None if not args.trace else NewFileStream(check_new_file("--trace", args.trace))
@@ -227,20 +269,7 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str], *, replaying:
     finally:
         if trace_file is not None:
             trace_file.close()
-    if mutant is not None:  # the repro file's config carries it: a replay runs the same bug
-        result.config["mutant"] = mutant.name
-        if args.mutants:
-            result.config["mutants_module"] = args.mutants
-    command = repro_command(scenario.name, opts, explicit_duration=args.duration is not None,
-                            faults_path=args.faults, scenario_modules=args.scenarios,
-                            mutant=None if mutant is None else mutant.name, mutants_module=args.mutants)
-    repro_path = None
-    if not result.passed:
-        if args.faults and is_repro_file(args.faults):
-            repro_path = args.faults  # a replay of a repro file: it is the repro file, nothing new is written
-        else:  # a new file, never over an existing one (write_repro takes the next free name)
-            repro_path = write_repro_or_warn(result, command, args.repro_dir, scenario_modules=args.scenarios)
-    body = result_json(result, command, repro_path)
+    command, repro_path, body = recorded(scenario, args, opts, result, mutant)
     untested = None
     if mutant is not None:
         body["mutant"] = mutant.name
@@ -269,6 +298,28 @@ def _run(scenario: Any, args: argparse.Namespace, argv: list[str], *, replaying:
     if args.report:  # after the repro file: a report that cannot be written costs only itself
         write_report_or_warn(args.report, body, to_stderr=args.json)
     return decide(body).exit_code  # the verdict the report shows
+
+
+def recorded(scenario: Any, args: argparse.Namespace, opts: ScenarioOptions, result: RunResult,
+             mutant: Any) -> tuple[str, str | None, dict[str, Any]]:
+    """What a finished run leaves: its repro command, its repro file (a
+    failure's, new, never over an existing one; a replay's is the file it
+    replays) and its ``--json`` object. ``opts`` as the command must name
+    them (a forked branch: with its own key)."""
+    if mutant is not None:  # the repro file's config carries it: a replay runs the same bug
+        result.config["mutant"] = mutant.name
+        if args.mutants:
+            result.config["mutants_module"] = args.mutants
+    command = repro_command(scenario.name, opts, explicit_duration=args.duration is not None,
+                            faults_path=args.faults, scenario_modules=args.scenarios,
+                            mutant=None if mutant is None else mutant.name, mutants_module=args.mutants)
+    repro_path = None
+    if not result.passed:
+        if args.faults and is_repro_file(args.faults):
+            repro_path = args.faults  # a replay of a repro file: it is the repro file, nothing new is written
+        else:  # a new file, never over an existing one (write_repro takes the next free name)
+            repro_path = write_repro_or_warn(result, command, args.repro_dir, scenario_modules=args.scenarios)
+    return command, repro_path, result_json(result, command, repro_path)
 
 
 def result_json(result: RunResult, command: str, repro_path: str | None) -> dict[str, Any]:
@@ -323,7 +374,8 @@ def write_repro_or_warn(result: RunResult, command: str | Callable[[str], str], 
     try:
         return write_repro(result, command, directory, **kwargs)
     except OSError as error:
-        path = kwargs.get("path") or os.path.join(directory, repro_filename(result.scenario, result.seed))
+        path = kwargs.get("path") or os.path.join(directory, repro_filename(result.scenario, result.seed,
+                                                                            branch_key(result.config)))
         print(f"loomsim: warning: could not write repro file {path!r}: {error.strerror or error}", file=sys.stderr)
         return None
 

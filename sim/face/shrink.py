@@ -54,8 +54,9 @@ def command(args: argparse.Namespace) -> int:
     run_args = run.parse_line(repro_argv(args.file, json_output=False, scenario_modules=args.scenarios))
     mutant = apply_mutant(run_args)  # a repro of a planted bug shrinks with the bug in place
     scenario = registry.get(run_args.scenario)
-    opts = run_options(scenario, run_args)
-    out = _shrink_out(args.out, args.file, shrunk_filename(scenario.name, opts.seed))
+    opts = run.with_branch(run_options(scenario, run_args), run_args)  # a branch's repro shrinks as that branch
+    out = _shrink_out(args.out, args.file, shrunk_filename(scenario.name, opts.seed,
+                                                          None if opts.branch is None else opts.branch.key))
     started_s = time.perf_counter()
     print(f"shrinking {args.file}: {len(opts.fault_script or ())} script entries, "
           f"duration {format_duration_ms(opts.duration_ms)}", flush=True)

@@ -73,7 +73,8 @@ from sim.face import corpus_replay, failures, model_coverage
 from sim.face.children import (POLL_S, Interrupted, Job, check_interrupted, child_result, forwarding_signals, reap,
                                spawning, start_child)
 from sim.face.options import (NAMED_STORES, UsageError, add_run_options, check_new_file, check_report_option,
-                              check_repro_dir, check_schedule, parse_count, parse_names, parse_seed_range,
+                              check_repro_dir, check_schedule, parse_count, parse_duration, parse_names,
+                              parse_seed_range,
                               parse_time_budget, scenario_params, selected_scenarios, write_report_or_warn)
 from sim.face.repro_file import param_flag, scenarios_argv
 from sim.face.run import enabled_in, format_wall_s
@@ -285,6 +286,45 @@ def sweep(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str,
     return code
 
 
+def sweep_forked(scenarios: Sequence[Any], opts: SweepOptions, child_args: Mapping[str, Sequence[str]],
+                 global_args: Sequence[str], fork_at_ms: int, branches: int) -> int:
+    """``sweep --fork-at T --branches K`` (``sim.face.branches.run_branches``):
+    each branch a result of its own (``seed S branch k``), summed up,
+    saved and judged as a sweep's seeds are."""
+    from sim.face.branches import run_branches
+
+    names = [s.name for s in scenarios]
+    started_s = time.perf_counter()
+    db = None if opts.failure_db is None else failures.FailureDb(opts.failure_db)
+    replays = failures.replay_saved(db, None if opts.all_saved else names, stores=opts.saved_stores, on_replay=None if opts.json else (
+        lambda r: print(failures.progress_line(r), flush=True)))
+    planned = len(opts.seeds) * len(names) * branches
+    done = [0]
+
+    def progress(result: Mapping[str, Any]) -> None:
+        done[0] += 1
+        if not opts.json:
+            _progress(done[0], planned, result, len(names) > 1)
+
+    results, interrupted = run_branches(names, opts, child_args, global_args, fork_at_ms, branches, progress)
+    per_scenario = [summarize_scenario(s, [r for r in results if r["scenario"] == s.name],
+                                       planned=len(opts.seeds) * branches) for s in scenarios]
+    summary = summarize_sweep(per_scenario, wall_s=time.perf_counter() - started_s, jobs=opts.jobs)
+    summary["branches"] = {"fork_at": format_duration_ms(fork_at_ms), "fork_at_ms": fork_at_ms, "per_seed": branches}
+    failures.save_sweep_failures(db, [r for r in results if outcome(r) == "fail"])
+    summary["saved_failures"] = [r.to_json() for r in replays]
+    summary["runs"] = [seed_record(result) for result in results]
+    code = seal(summary, require_coverage=opts.require_coverage,
+                interrupted=None if interrupted is None else signal.Signals(interrupted.signum).name)
+    print(json.dumps(summary, ensure_ascii=False) if opts.json else render(summary), flush=True)
+    if opts.report_dir is not None:
+        write_report_or_warn(opts.report_dir, summary, to_stderr=opts.json)
+    if interrupted is not None:
+        print(f"loomsim: interrupted by {summary['interrupted']}; the summary is of the {len(results)} branch "
+              "run(s) that finished", file=sys.stderr, flush=True)
+    return code
+
+
 def seal(summary: dict[str, Any], *, require_coverage: bool, interrupted: str | None = None) -> int:
     """Record in ``summary`` what its verdict depends on beyond its seeds
     (``require_coverage``; ``interrupted``: the name of the signal that
@@ -345,6 +385,7 @@ def seed_record(result: Mapping[str, Any]) -> dict[str, Any]:
         "repro_command": result.get("repro_command"),
         "repro_file": result.get("repro_file"),
         "error": result.get("error"),
+        **({"branch": result["branch"]} if "branch" in result else {}),
         # What a report draws of a failing seed (its timeline, the related
         # events); only for failures, to keep the sweep's JSON small.
         **({key: result[key] for key in ("timeline", "excerpt") if key in result} if status == "fail" else {}),
@@ -399,6 +440,7 @@ def _progress(done: int, total: int, result: Mapping[str, Any], named: bool, eta
     else:
         detail = result["error"]
     who = f"{result['scenario']} seed {result['seed']}" if named else f"seed {result['seed']}"
+    who += f" branch {result['branch']}" if "branch" in result else ""  # a forked future (sim.face.branches)
     beyond = " (beyond the contract)" if result.get("beyond") else ""
     store = f" [{result['store']}]" if result.get("store") not in (None, "memory") else ""
     eta = "" if eta_s is None or done == total else f"  (ETA {format_wall_s(eta_s)})"
@@ -461,6 +503,7 @@ def summarize_scenario(scenario: Any, results: Sequence[Mapping[str, Any]], plan
                 total[name] = total.get(name, 0) + count
         if status == "fail":
             failing.append({"scenario": scenario.name, "seed": result["seed"], "beyond": bool(result.get("beyond")),
+                            **({"branch": result["branch"]} if "branch" in result else {}),
                             **_first_failure(result), "repro_command": result["repro_command"],
                             "repro_file": result.get("repro_file")})
     ran = len(results) - counts["error"]
@@ -611,7 +654,8 @@ def render_scenario(s: Mapping[str, Any]) -> list[str]:
     lines = [f"{s['scenario']}: {_counts(s)}"]
     for fail in s["failing"]:
         beyond = " (beyond the contract)" if fail["beyond"] else ""
-        lines.append(f"  FAIL seed {fail['seed']}{beyond}: {fail['invariant']} at {fail['simulated_time']}: "
+        branch = f" branch {fail['branch']}" if "branch" in fail else ""  # a forked future (sim.face.branches)
+        lines.append(f"  FAIL seed {fail['seed']}{branch}{beyond}: {fail['invariant']} at {fail['simulated_time']}: "
                      f"{fail['message'][:120]}")
         lines.append(f"    reproduce: {fail['repro_command']}"
                      + (f"  (repro file {fail['repro_file']})" if fail["repro_file"] else ""))
@@ -711,6 +755,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     sweep_p.add_argument("--corpus", default=None, metavar="DIR",
                          help="an explore corpus (explore --corpus DIR): its entries of the swept scenario(s) "
                               "replay first; a failing one fails the sweep")
+    sweep_p.add_argument("--fork-at", type=parse_duration, default=None, metavar="T",
+                         help="run each seed once to simulated time T, then fork it into --branches futures "
+                              "(sim.face.branches; in-memory store only)")
+    sweep_p.add_argument("--branches", type=parse_count, default=None, metavar="K",
+                         help="with --fork-at: K branches per seed, --jobs at a time, each a result of its own")
     add_run_options(sweep_p)
     # A sweep without --store mixes the stores (--sqlite-every); one with it runs that store only.
     sweep_p.set_defaults(store=None)
@@ -762,6 +811,12 @@ def command(args: argparse.Namespace) -> int:
                                                   store=args.store, repro_dir=args.repro_dir,
                                                   scenario_modules=args.scenarios or ()))
     child_args = {s.name: _child_args(s, args) for s in scenarios}
+    if args.fork_at is not None or args.branches is not None:  # one prefix per seed, forked (sim.face.branches)
+        from sim.face.branches import check_branch_options
+
+        for scenario in scenarios:
+            check_branch_options(args, args.duration or scenario.sweep_ms)
+        return sweep_forked(scenarios, opts, child_args, scenarios_argv(args.scenarios), args.fork_at, args.branches)
     # --shard I/N, --out FILE: the shard's seeds and its file
     opts, writer = plan_shard(args.shard, args.out, scenarios, opts, child_args, scenarios_argv(args.scenarios))
     return sweep(scenarios, opts, child_args, scenarios_argv(args.scenarios), shard_writer=writer)
