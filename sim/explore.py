@@ -18,6 +18,14 @@ transitions, model branch arcs). An input whose feedback adds a feature
 joins the corpus; the entry to mutate is drawn weighting each by the sum of
 1/count of its features (rare feedback first).
 
+Fresh inputs are a sweep's seeds, in a sweep's order from the search's own
+seed (``explore --seed 0`` runs seeds 0, 1, 2, ... as ``sweep --seeds 0:N``
+does): the first batch is all fresh, and each later batch begins with the
+next fresh seed (``FRESH_PER_BATCH``). So a search runs the seeds a sweep
+of its first inputs would run, and spends the rest of its runs on
+mutations of what reached new behaviour; a fresh seed is never a random
+one, whose failures a sweep could not have found.
+
 Inputs go in batches of ``BATCH``: a batch is chosen from the corpus as it
 stands, run (by the face's ``execute``, in processes or not), then folded in
 input order, so the search does not depend on how many processes ran it.
@@ -42,6 +50,7 @@ from sim.world import FaultEvent
 SEED_BOUND = 2 ** 32  # fresh scenario seeds are drawn below this
 DURATION_FACTOR_CAP = 4  # a mutated duration is at most this many times the base duration
 BATCH = 8  # inputs chosen per batch from the corpus as it stands (never depends on --jobs)
+FRESH_PER_BATCH = 1  # fresh sweep-order seeds at the start of each batch after the first
 SCRIPT_EVENTS_MAX = 64  # entries a pinned fault script holds at most (a longer base is cut, by time)
 HIT_MOVE_MAX = 8  # a fault moved to another hit of its site moves by at most this many hits
 SHIFT_DIVISOR = 4  # a shifted entry moves by at most duration / SHIFT_DIVISOR
@@ -147,6 +156,7 @@ class Outcome:
     findings: list[Finding] = attrs.field(factory=list)
     timeline: list[dict[str, int]] = attrs.field(factory=list)
     cpu_s_after_run: list[float] = attrs.field(factory=list)
+    fresh: int = 0  # fresh inputs made so far: the next one is the search seed + this
 
     def as_json(self, universes: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
         universes = universes or {}
@@ -451,9 +461,10 @@ def explore(scenario: Any, *, runs: int, seed: int, duration_ms: int, store: str
                 batch.append(queue.pop(0))
                 continue
             stream = root.child(f"input-{position}")
-            if not outcome.corpus:
-                batch.append(Candidate(Input(seed=stream.child("seed").below(SEED_BOUND), duration_ms=duration_ms),
+            if not outcome.corpus or offset < FRESH_PER_BATCH:
+                batch.append(Candidate(Input(seed=(seed + outcome.fresh) % SEED_BOUND, duration_ms=duration_ms),
                                        "fresh"))
+                outcome.fresh += 1
             else:
                 batch.append(choose(stream, outcome, knobs, max_duration_ms, kinds_at))
         observed = execute([c.input for c in batch])

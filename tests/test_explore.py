@@ -80,7 +80,8 @@ def test_the_corpus_directory_is_written_and_replayed(capsys, tmp_path):
         sorted(e["file"] for e in body["corpus"]) == [str(corpus / name) for name in files])
     code, again = _explore_json(capsys, "--runs", "1", "--seed", "5", "--duration", "2m", "--corpus", str(corpus))
     assert again["runs"] == len(files) + 1  # the saved corpus ran first
-    assert again["corpus"][0]["seed"] == body["corpus"][0]["seed"]
+    first = again["corpus"][0]
+    assert first["mutation"] == "replay" and first["seed"] in {e["seed"] for e in body["corpus"]}
 
 
 @pytest.mark.parametrize("argv", [
@@ -483,3 +484,11 @@ def test_mutant_option_searches_with_the_planted_bug_and_names_it_in_the_repro(c
     assert "--mutant settlement-receipt-is-the-key" in body["failures"][0]["repro_command"]
     assert cli_main(["explore", SCENARIO, "--runs", "1", "--seed", "1", "--mutant", "no-such-bug"]) == 2
     assert "unknown mutant" in capsys.readouterr().err
+
+
+def test_fresh_inputs_are_a_sweeps_seeds_in_order_from_the_search_seed():
+    scenario = registry.get(SCENARIO)
+    outcome = explore(scenario, runs=10, seed=3, duration_ms=30_000)
+    fresh = [e.input.seed for e in outcome.corpus if e.mutation == "fresh"]
+    assert fresh and fresh == sorted(fresh) and set(fresh) <= set(range(3, 3 + outcome.fresh))
+    assert outcome.fresh == 8 + 1  # the whole first batch, then one at the start of the second
