@@ -149,3 +149,36 @@ def test_the_live_runtime_matches_the_model_runtime_protocol_exactly():
             theirs = getattr(protocol, name)
             assert inspect.iscoroutinefunction(ours) == inspect.iscoroutinefunction(theirs), name
             assert list(inspect.signature(ours).parameters) == list(inspect.signature(theirs).parameters), name
+
+
+def test_a_port_call_runs_in_a_thread_on_its_own_connection_and_counts_busy_answers(tmp_path):
+    from model.retry import is_retryable
+    from model.sqlite_db import open_database
+    from sim.face.live_runtime import StoreCounts, is_busy_answer, open_process_stores
+
+    path = str(tmp_path / "live.db")
+    counts = StoreCounts()
+    stores = open_process_stores(path, busy_timeout_ms=50, counts=counts)
+    other = open_database(path)
+    found = {}
+
+    async def main():
+        admitted = await stores.ledger.admit("c-1", "p", "k-1", {"n": 1}, 0)
+        found["admitted"] = admitted.submission_id
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        try:
+            await stores.ledger.admit("c-1", "p", "k-2", {"n": 2}, 0)
+        except Exception as error:  # the ledger's own error, the contention its cause
+            found["busy"] = error
+        finally:
+            other.execute("ROLLBACK")
+        found["read"] = await stores.ledger.get(found["admitted"])
+
+    try:
+        trio.run(main)
+    finally:
+        stores.close()
+        other.close()
+    assert found["read"] is not None and found["read"].submission_id == found["admitted"]
+    assert is_busy_answer(found["busy"]) and is_retryable(found["busy"])
+    assert (counts.busy_answers, counts.store_calls) == (1, 3)

@@ -11,10 +11,17 @@ a determinism check.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Coroutine
 
+import attrs
 import trio
+
+from model.conversation.sqlite_store import SqliteConversationStore
+from model.ledger.sqlite_store import SqliteSubmissionLedger
+from model.sqlite_db import CheckedConnection, SqliteWriteContention, open_database
+from scenarios.storage import run_sync
 
 # ``sleep_until_ms`` re-sleeps when float rounding woke it a hair early:
 # at most this many times (each adds at least one model millisecond).
@@ -108,3 +115,101 @@ class LiveRuntime:
 
     def event(self) -> LiveEvent:
         return LiveEvent(self.clock)
+
+
+# -- store calls on a process's own connection, in a thread ------------------
+
+
+class ThreadedConnection(CheckedConnection):
+    """``CheckedConnection`` usable from trio's worker threads: a live
+    process's connection is used by one thread at a time (its port's
+    ``CapacityLimiter``), not always the same thread."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["check_same_thread"] = False
+        super().__init__(*args, **kwargs)
+
+
+@attrs.define
+class StoreCounts:
+    """What a live run's ports met, across every process."""
+
+    store_calls: int = 0
+    # SQLITE_BUSY / "database is locked" answers past the busy timeout
+    # (``SqliteWriteContention``), handed to the model, which retries them.
+    busy_answers: int = 0
+
+
+class LivePort:
+    """A store as one live process sees it: each of its ``async`` methods
+    runs in a thread (``trio.to_thread.run_sync``), one at a time per
+    connection (``limiter``), on the process's own SQLite connection; the
+    store's call is synchronous underneath (it never suspends). Any other
+    attribute is the store's own."""
+
+    def __init__(self, store: Any, limiter: trio.CapacityLimiter, counts: StoreCounts) -> None:
+        self._store = store
+        self._limiter = limiter
+        self._counts = counts
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._store, name)
+        if not inspect.iscoroutinefunction(attribute):
+            return attribute
+        limiter, counts = self._limiter, self._counts
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            counts.store_calls += 1
+            try:
+                # Not abandoned on cancel: a store call, once begun, ends
+                # (committed or rolled back) before its process goes.
+                return await trio.to_thread.run_sync(lambda: run_sync(attribute(*args, **kwargs)), limiter=limiter)
+            except Exception as error:
+                if is_busy_answer(error):
+                    counts.busy_answers += 1
+                raise
+
+        return call
+
+
+# How deep ``is_busy_answer`` follows an error's causes.
+_CAUSES_MAX = 8
+
+
+def is_busy_answer(error: BaseException | None) -> bool:
+    """Whether ``error`` is SQLite's busy answer: ``SqliteWriteContention``
+    itself, or a store's error caused by it (the ledger's
+    ``LedgerStoreError``, the log's ``ConversationStoreError``)."""
+    for _ in range(_CAUSES_MAX):
+        if error is None:
+            return False
+        if isinstance(error, SqliteWriteContention):
+            return True
+        error = getattr(error, "cause", None) or error.__cause__
+    return False
+
+
+@attrs.frozen
+class ProcessStores:
+    """One live process's connection and its ports (ledger, log)."""
+
+    conn: Any
+    ledger: LivePort
+    log: LivePort
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def open_process_stores(path: str, *, busy_timeout_ms: int, counts: StoreCounts) -> ProcessStores:
+    """A new connection to ``path`` (WAL, ``BEGIN IMMEDIATE``, the busy
+    timeout real) and the ledger and log adapters on it, as ports. Blocking:
+    call it in a thread."""
+    conn = open_database(path, busy_timeout_ms=busy_timeout_ms, factory=ThreadedConnection)
+    try:
+        ledger, log = SqliteSubmissionLedger(conn), SqliteConversationStore(conn)
+    except BaseException:
+        conn.close()
+        raise
+    limiter = trio.CapacityLimiter(1)
+    return ProcessStores(conn, LivePort(ledger, limiter, counts), LivePort(log, limiter, counts))
