@@ -182,3 +182,83 @@ def test_a_port_call_runs_in_a_thread_on_its_own_connection_and_counts_busy_answ
     assert found["read"] is not None and found["read"].submission_id == found["admitted"]
     assert is_busy_answer(found["busy"]) and is_retryable(found["busy"])
     assert (counts.busy_answers, counts.store_calls) == (1, 3)
+
+
+# -- loomsim live ----------------------------------------------------------------
+
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import pytest  # noqa: E402
+
+from sim.face.cli import main  # noqa: E402
+
+
+def _loomsim(*argv: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sim", *argv], capture_output=True, text=True, timeout=timeout_s)
+
+
+def test_a_short_live_ledger_storm_run_passes_and_reports_its_counts(tmp_path):
+    db = tmp_path / "live.db"
+    done = _loomsim("live", "ledger-storm", "--duration", "5s", "--workers", "3", "--time-scale", "60",
+                    "--db", str(db), "--json", timeout_s=30.0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "pass" and result["mode"] == "live"
+    assert result["deterministic"] is False and result["trace_digest"] is None
+    stats = result["stats"]
+    assert 1 <= stats["settled"] <= stats["submitted"]
+    for count in ("submitted", "settled", "busy_answers_retried", "worker_restarts", "store_calls"):
+        assert isinstance(stats[count], int) and stats[count] >= 0, count
+    assert stats["store_calls"] > stats["settled"]
+    # The audit ran over what the file holds.
+    assert result["invariants"]["exactly-once-settlement"] >= stats["settled"]
+    assert result["invariants"]["log-chain"] >= 1
+    assert result["violations"] == []
+    assert result["config"]["workers"] == 3 and result["config"]["time_scale"] == 60.0
+    assert db.exists()  # --db names the file the run kept
+
+
+def test_the_text_result_says_pass_and_that_a_live_run_is_not_deterministic(capsys):
+    code = main(["live", "ledger-storm", "--duration", "2s", "--workers", "2", "--time-scale", "60"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "not deterministic" in out and "trace digest" not in out.lower().replace("no trace digest", "")
+    assert "PASS" in out.splitlines()[-1]
+    for count in ("submitted=", "settled=", "busy_answers_retried=", "worker_restarts="):
+        assert count in out, count
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["live", "sentinel-year"], "live mode supports: ledger-storm"),
+    (["live", "no-such-scenario"], "live mode supports: ledger-storm"),
+    (["live", "ledger-storm", "--workers", "0"], "--workers"),
+    (["live", "ledger-storm", "--duration", "soon"], "duration"),
+    (["live", "ledger-storm", "--duration", "0s"], "--duration"),
+    (["live", "ledger-storm", "--time-scale", "0"], "--time-scale"),
+    (["live", "ledger-storm", "--time-scale", "-3"], "--time-scale"),
+    (["live", "ledger-storm", "--time-scale", "fast"], "--time-scale"),
+    (["live", "ledger-storm", "--db", "/no/such/dir/live.db"], "does not exist"),
+])
+def test_bad_live_input_is_one_usage_line_and_exit_2(argv, words, capsys):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("loomsim: error: ") and words in lines[0], captured.err
+    assert captured.out == ""
+
+
+def test_a_used_database_file_is_refused_and_kept_as_it_was(tmp_path, capsys):
+    import sqlite3
+
+    db = tmp_path / "used.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE mine (x)")
+    conn.commit()
+    conn.close()
+    before = db.read_bytes()
+    assert main(["live", "ledger-storm", "--db", str(db)]) == 2
+    assert "already holds tables" in capsys.readouterr().err
+    assert db.read_bytes() == before and not os.path.exists(str(db) + "-wal")

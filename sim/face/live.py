@@ -1,0 +1,422 @@
+"""``loomsim live SCENARIO``: the model's own code on trio and real time,
+against one real SQLite WAL file.
+
+A simulated run makes concurrency abstract: one task at a time, each store
+call atomic. A live run runs the same model code (``model.submissions``:
+the client and ``worker_loop``) on ``sim.face.live_runtime.LiveRuntime``,
+each live process (the client, each worker) a trio task group with its own
+connection to the one database file, every store call in a thread on that
+connection. SQLite's locks, busy timeouts and WAL visibility are real, and
+so is the contention: no fault is injected. Time is trio's clock scaled by
+``--time-scale``, so leases and periods shrink with it.
+
+At the end (``--duration`` of wall time, the client stopped, the workers
+given a bounded settle to drain) the end-of-run audit of the simulated
+``ledger-storm`` that reads the stores directly runs on a fresh
+connection to the file: ``exactly-once-settlement`` (one canonical
+settlement record per settled submission, the ledger's digest its own, a
+ledger rebuilt from the log agrees), ``log-chain`` (gap-free logs whose
+chain recomputes to the stored tail) and ``liveness`` (nothing left
+unsettled). The checks that judge a run event by event (fencing, queue
+order, the reference model) need its trace: a live run has none.
+
+A live run is not deterministic: thread and trio scheduling and the real
+clock decide it. It has no trace digest, a seed does not reproduce it, and
+no determinism check runs it. The seed only names the streams the client
+and the step delays draw from (which conversation, how long a step takes).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+import attrs
+import trio
+
+from model.conversation.sqlite_store import SqliteConversationStore
+from model.ledger.sqlite_store import SqliteSubmissionLedger
+from model.ledger.rules import submission_id_for
+from model.retry import error_name, is_retryable
+from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT
+from model.submissions import SubmissionClient, SubmissionWorker, worker_loop
+from scenarios.invariants.exactly_once_settlement import ExactlyOnceSettlement
+from scenarios.invariants.liveness import Liveness
+from scenarios.invariants.log_chain import LogChain
+from scenarios.storage import RunDatabase, run_sync
+from scenarios.system import System
+from scenarios.workloads.submissions import work
+from sim.clock import format_span_ms
+from sim.face.live_runtime import LiveClock, LiveRuntime, StoreCounts, open_process_stores
+from sim.face.options import UsageError, check_db, parse_count, parse_duration, parse_seed
+from sim.invariants import InvariantSet
+from sim.rng import Streams
+from sim.runner import FAIL, PASS
+from sim.scenario import SetupError
+from sim.trace import Trace
+
+RESULT_FORMAT = "loomsim-result/1"  # the fields of ``run --json`` that apply, and ``mode``/``deterministic``
+SUPPORTED = ("ledger-storm",)
+DURATION_DEFAULT = "60s"
+# ledger-storm's workload, as its stack sets it (``scenarios.stacks.ledger_storm``), in model ms.
+CONVERSATIONS = 8
+EVERY_MS = (1_000, 40_000)
+CONVERSATION_LIFETIME_MS = 3_600_000
+DEFER_SHARE = 1 / 8
+LEASE_MS = 20_000
+POLL_MS = 2_000
+RETRY_MS = 2_000
+STEP_DELAY_MS = (50, 3_000)
+STEPS = 2
+# The client's unreceipted requests: at most this many (each is retried
+# until receipted; the client sends nothing new meanwhile).
+PENDING_MAX = 64
+# A worker process that failed is started again after this long (real s),
+# at most this many times a run.
+RESTART_S = 0.05
+RESTARTS_MAX = 100
+# The settle after the client stopped: the workers drain for at most this
+# long (real s), the stores polled every SETTLE_POLL_S for unsettled work.
+SETTLE_S_MAX = 10.0
+SETTLE_POLL_S = 0.05
+# Errors of failed worker processes the result keeps (the rest are counted).
+ERRORS_KEPT = 5
+# Time scale bounds: a real second is at least a thousandth of a model
+# second and at most a model day.
+TIME_SCALE_MIN, TIME_SCALE_MAX = 1e-3, 86_400.0
+
+
+def parse_time_scale(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid time scale {text!r}: expected a number > 0, e.g. 60") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"invalid time scale {text!r}: must be > 0")
+    if not TIME_SCALE_MIN <= value <= TIME_SCALE_MAX:
+        raise argparse.ArgumentTypeError(f"invalid time scale {text!r}: must be between {TIME_SCALE_MIN:g} and "
+                                         f"{TIME_SCALE_MAX:g}")
+    return value
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """``loomsim live``'s arguments."""
+    p = sub.add_parser("live", help="run a scenario's model code on real time and threads against one SQLite "
+                                    "file (not deterministic)")
+    p.add_argument("scenario", help=f"scenario name (live mode supports: {', '.join(SUPPORTED)})")
+    p.add_argument("--duration", type=parse_duration, default=None, metavar="DURATION",
+                   help=f"wall time the client submits for (default {DURATION_DEFAULT}); then a settle of at "
+                        f"most {SETTLE_S_MAX:g}s")
+    p.add_argument("--workers", type=parse_count, default=3, metavar="N", help="worker processes (default 3)")
+    p.add_argument("--db", default=None, metavar="PATH",
+                   help="the SQLite file (new or empty; kept after the run); default: a temporary one")
+    p.add_argument("--time-scale", type=parse_time_scale, default=1.0, metavar="X",
+                   help="one real second is X model seconds (default 1): leases and periods shrink by X")
+    p.add_argument("--seed", type=parse_seed, default=0,
+                   help="names the client's and the step delays' random streams (default 0); it does not "
+                        "reproduce a live run")
+    p.add_argument("--busy-timeout-ms", type=parse_count, default=BUSY_TIMEOUT_MS_DEFAULT, metavar="MS",
+                   help=f"each connection's SQLite busy timeout, real ms (default {BUSY_TIMEOUT_MS_DEFAULT})")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    return p
+
+
+@attrs.define
+class LiveTotals:
+    """What the live processes did, across the run."""
+
+    stores: StoreCounts = attrs.field(factory=StoreCounts)
+    submitted: int = 0  # requests the client saw receipted
+    worker_restarts: int = 0  # worker processes started again after they failed
+    worker_errors: list[str] = attrs.field(factory=list)  # the first ERRORS_KEPT failures, named
+
+
+@attrs.frozen
+class LiveConfig:
+    scenario: str
+    duration_ms: int
+    workers: int
+    time_scale: float
+    seed: int
+    busy_timeout_ms: int
+    db_path: str | None
+
+
+def command(args: argparse.Namespace) -> int:
+    """``loomsim live``."""
+    config = _config(args)
+    try:
+        database = RunDatabase(config.db_path, file_name=f"{config.scenario}-live.db",
+                               busy_timeout_ms=config.busy_timeout_ms)
+    except SetupError as error:
+        raise UsageError(str(error)) from None
+    try:
+        # The schema, once, before the processes open their connections.
+        SqliteSubmissionLedger(database.conn)
+        SqliteConversationStore(database.conn)
+        database.conn.close()
+        database.conn = None
+        totals = LiveTotals()
+        end_ms, wall_s = trio.run(_live, config, database.path, totals)
+        result = _audit(config, database.path, totals, end_ms, wall_s)
+    finally:
+        database.close()
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        _print_result(result)
+    return 0 if result["status"] == PASS else 1
+
+
+def _config(args: argparse.Namespace) -> LiveConfig:
+    if args.scenario not in SUPPORTED:
+        raise UsageError(f"scenario {args.scenario!r}: live mode supports: {', '.join(SUPPORTED)}")
+    duration_ms = args.duration if args.duration is not None else parse_duration(DURATION_DEFAULT)
+    if duration_ms <= 0:
+        raise UsageError(f"--duration must be above 0s (got {duration_ms} ms)")
+    if args.workers < 1:
+        raise UsageError(f"--workers {args.workers}: at least 1")
+    if args.db is not None:
+        check_db(args.db, sqlite=True)
+    return LiveConfig(args.scenario, duration_ms, args.workers, args.time_scale, args.seed, args.busy_timeout_ms,
+                      args.db)
+
+
+# -- the live processes ---------------------------------------------------------
+
+
+async def _live(config: LiveConfig, path: str, totals: LiveTotals) -> tuple[int, float]:
+    """The client for ``duration_ms`` of wall time and the workers until the
+    work settled (at most ``SETTLE_S_MAX`` more): the model time it ended
+    at, and the real seconds it took (trio's clock: the face measures)."""
+    clock = LiveClock(config.time_scale)
+    started_s = trio.current_time()
+    streams = Streams(config.seed)
+    stop = trio.Event()
+    async with trio.open_nursery() as everything:
+        for index in range(config.workers):
+            everything.start_soon(_worker_process, index + 1, clock, streams, path, config, totals,
+                                  name=f"worker-{index + 1}")
+        async with trio.open_nursery() as client:
+            client.start_soon(_client_process, clock, streams, path, config, totals, stop, name="client")
+            await trio.sleep(config.duration_ms / 1_000)
+            stop.set()  # the client finishes its unreceipted requests, then ends
+        await _settle(path, config, totals)
+        everything.cancel_scope.cancel()
+    return clock.now_ms(), trio.current_time() - started_s
+
+
+async def _settle(path: str, config: LiveConfig, totals: LiveTotals) -> None:
+    """Until no submission is unsettled in the file, at most ``SETTLE_S_MAX``."""
+    reader = await trio.to_thread.run_sync(
+        lambda: open_process_stores(path, busy_timeout_ms=config.busy_timeout_ms, counts=StoreCounts()))
+    try:
+        with trio.move_on_after(SETTLE_S_MAX):
+            for _ in range(int(SETTLE_S_MAX / SETTLE_POLL_S) + 1):
+                if not await reader.ledger.scan_nonterminal():
+                    return
+                await trio.sleep(SETTLE_POLL_S)
+    finally:
+        reader.close()
+
+
+async def _client_process(clock: LiveClock, streams: Streams, path: str, config: LiveConfig, totals: LiveTotals,
+                          stop: trio.Event) -> None:
+    """ledger-storm's client (``scenarios.workloads.submissions.Submitters``,
+    without aborts, admission groups or second principals): a request every
+    ``EVERY_MS`` to one of ``CONVERSATIONS`` conversations, at least once."""
+    stores = await trio.to_thread.run_sync(
+        lambda: open_process_stores(path, busy_timeout_ms=config.busy_timeout_ms, counts=totals.stores))
+    try:
+        async with trio.open_nursery() as nursery:
+            runtime = LiveRuntime(clock, nursery)
+            client = SubmissionClient(stores.ledger, stores.log, now_ms=runtime.now_ms)
+            await _submit_until_stopped(client, runtime, streams, totals, stop)
+    finally:
+        stores.close()
+
+
+async def _submit_until_stopped(client: SubmissionClient, runtime: LiveRuntime, streams: Streams,
+                                totals: LiveTotals, stop: trio.Event) -> None:
+    workload = streams["submitters"]
+    pending: list[tuple[str, str, Any]] = []
+    sent = 0
+    while True:  # bounded: it ends at ``stop`` once every request is receipted
+        while pending:
+            conversation_id, key, request = pending[0]
+            try:
+                await client.submit(conversation_id, "client", key, request)
+            except Exception as error:
+                if not is_retryable(error):
+                    raise
+                await runtime.sleep_ms(RETRY_MS)  # the request stays pending: same key again
+                continue
+            pending.pop(0)
+            totals.submitted += 1
+        if stop.is_set():
+            return
+        with trio.move_on_after(runtime.clock.real_s(workload.between(*EVERY_MS))):
+            await stop.wait()
+        if stop.is_set():
+            return
+        sent += 1
+        generation = runtime.now_ms() // CONVERSATION_LIFETIME_MS
+        conversation_id = f"submitters/conv-{workload.below(CONVERSATIONS)}-g{generation}"
+        # A drawn share asks its worker to defer it, and the next request to
+        # the same conversation comes right behind it (as ledger-storm's).
+        if streams.fork(f"submitters/defer/{sent}").chance(DEFER_SHARE):
+            pending.append((conversation_id, f"req-{sent}", {"n": sent, "defer": True}))
+            sent += 1
+        pending.append((conversation_id, f"req-{sent}", {"n": sent}))
+        assert len(pending) <= PENDING_MAX, len(pending)
+
+
+async def _worker_process(index: int, clock: LiveClock, streams: Streams, path: str, config: LiveConfig,
+                          totals: LiveTotals) -> None:
+    """Worker ``index``: recover, then claim and settle until cancelled; a
+    failed incarnation is counted, named and started again (``worker-1#2``)."""
+    for incarnation in range(1, RESTARTS_MAX + 2):
+        owner = f"worker-{index}" if incarnation == 1 else f"worker-{index}#{incarnation}"
+        try:
+            await _worker_incarnation(owner, clock, streams, path, config, totals)
+        except Exception as error:  # noqa: BLE001 - a failed process: named in the result, then restarted
+            if len(totals.worker_errors) < ERRORS_KEPT:
+                totals.worker_errors.append(f"{owner}: {_named(error)}")
+            totals.worker_restarts += 1
+            await trio.sleep(RESTART_S)
+    raise AssertionError(f"worker-{index} failed {RESTARTS_MAX + 1} times")
+
+
+async def _worker_incarnation(owner: str, clock: LiveClock, streams: Streams, path: str, config: LiveConfig,
+                              totals: LiveTotals) -> None:
+    stores = await trio.to_thread.run_sync(
+        lambda: open_process_stores(path, busy_timeout_ms=config.busy_timeout_ms, counts=totals.stores))
+    try:
+        async with trio.open_nursery() as nursery:
+            runtime = LiveRuntime(clock, nursery)
+            step = work()
+
+            async def step_delay(submission_id: str, index: int) -> None:
+                await runtime.sleep_ms(streams.fork(f"workers/{submission_id}/{index}").between(*STEP_DELAY_MS))
+
+            worker = SubmissionWorker(stores.ledger, stores.log, owner, lease_ms=LEASE_MS, now_ms=runtime.now_ms,
+                                      work=lambda request, index: step(request, index, owner, runtime.now_ms()),
+                                      steps=STEPS, step_delay=step_delay)
+            runtime.spawn("worker", worker_loop(worker, runtime, poll_ms=POLL_MS, retry_ms=RETRY_MS))
+    finally:
+        stores.close()
+
+
+def _named(error: BaseException) -> str:
+    """``Name: message`` of ``error`` (the first of a group's)."""
+    for _ in range(8):  # nested task groups
+        if not isinstance(error, BaseExceptionGroup):
+            break
+        error = error.exceptions[0]
+    return f"{error_name(error)}: {error}"
+
+
+# -- the audit --------------------------------------------------------------------
+
+
+class LiveAuditView:
+    """The audit view (``scenarios.system.AuditView``) of a live run's file,
+    on fresh connections: the conversations and submissions are listed
+    from the stores themselves (a live run has no trace to observe them
+    from); the reads are ``System``'s own, so the audit reads the file as
+    a simulated run's audit does."""
+
+    log_records = System.log_records
+    log_tail = System.log_tail
+    submissions = System.submissions
+    nonterminal_submissions = System.nonterminal_submissions
+    rebuild_mismatches = System.rebuild_mismatches
+    conversation_ids = System.conversation_ids
+    scoped = System.scoped
+
+    def __init__(self, path: str, end_ms: int) -> None:
+        self.log = SqliteConversationStore.open(path, verify_on_open=True)
+        self.ledger = SqliteSubmissionLedger.open(path)
+        self._scope = None
+        # ``rebuild_mismatches`` reads the run's end time from its world.
+        self._world = _Ended(end_ms)
+        rows = self.ledger.connection.execute(
+            "SELECT conversation_id, last_queue_seq FROM ledger_conversations ORDER BY conversation_id").fetchall()
+        self._conversations = {conversation: [submission_id_for(conversation, seq) for seq in range(1, last + 1)]
+                               for conversation, last in rows}
+        logged = self.ledger.connection.execute(  # the same file: the log's table
+            "SELECT conversation_id FROM conv_conversations ORDER BY conversation_id").fetchall()
+        for (conversation,) in logged:
+            self._conversations.setdefault(conversation, [])
+
+    def close(self) -> None:
+        self.log.close()
+        self.ledger.close()
+
+
+@attrs.frozen
+class _EndedRuntime:
+    end_ms: int
+
+    def now_ms(self) -> int:
+        return self.end_ms
+
+
+class _Ended:
+    def __init__(self, end_ms: int) -> None:
+        self.runtime = _EndedRuntime(end_ms)
+
+
+def _audit(config: LiveConfig, path: str, totals: LiveTotals, end_ms: int, wall_s: float) -> dict[str, Any]:
+    trace = Trace(lambda: end_ms)
+    invariants = InvariantSet(trace, lambda: end_ms, on_violation=lambda violation: None)
+    invariants.add(ExactlyOnceSettlement(), LogChain(), Liveness())
+    view = LiveAuditView(path, end_ms)
+    try:
+        invariants.audit(view)
+        settled = sum(1 for conversation in view.conversation_ids()
+                      for row in view.submissions(conversation) if row.outcome is not None)
+    finally:
+        view.close()
+    violations = [{"name": v.invariant, "message": v.message} for v in invariants.violations]
+    for error in totals.worker_errors:
+        violations.append({"name": "worker-failed", "message": f"a worker process failed: {error}"})
+    return {
+        "format": RESULT_FORMAT,
+        "mode": "live",
+        "deterministic": False,
+        "scenario": config.scenario,
+        "seed": config.seed,
+        "store": "sqlite",
+        "status": PASS if not violations else FAIL,
+        "trace_digest": None,
+        "simulated_ms": end_ms,
+        "wall_s": round(wall_s, 3),
+        "invariants": {checker.name: checker.checks for checker in invariants.checkers},
+        "violations": violations,
+        "stats": {"submitted": totals.submitted, "settled": settled,
+                  "busy_answers_retried": totals.stores.busy_answers, "worker_restarts": totals.worker_restarts,
+                  "store_calls": totals.stores.store_calls},
+        "config": {"workers": config.workers, "duration_ms": config.duration_ms, "time_scale": config.time_scale,
+                   "busy_timeout_ms": config.busy_timeout_ms, "db": config.db_path},
+    }
+
+
+def _print_result(result: dict[str, Any]) -> None:
+    config, stats = result["config"], result["stats"]
+    db = config["db"] or "a temporary file"
+    print(f"live {result['scenario']}: {result['wall_s']:.2f}s wall, {format_span_ms(result['simulated_ms'])} of "
+          f"model time at {config['time_scale']:g}x, {config['workers']} workers, SQLite {db}")
+    print("not deterministic: real time, threads and SQLite's own locking decide this run; it has no trace "
+          "digest and its seed does not reproduce it")
+    print("system: " + ", ".join(f"{name}={value}" for name, value in stats.items()))
+    print("invariant checks: " + ", ".join(f"{name}={count}" for name, count in result["invariants"].items()))
+    if result["status"] == PASS:
+        print("PASS: every invariant the audit reads from the file held")
+        return
+    first = result["violations"][0]
+    print(f"FAIL: invariant {first['name']} violated")
+    print(f"  {first['message']}")
+    for extra in result["violations"][1:5]:
+        print(f"also: {extra['name']}: {extra['message']}")
