@@ -262,3 +262,35 @@ def test_a_used_database_file_is_refused_and_kept_as_it_was(tmp_path, capsys):
     assert main(["live", "ledger-storm", "--db", str(db)]) == 2
     assert "already holds tables" in capsys.readouterr().err
     assert db.read_bytes() == before and not os.path.exists(str(db) + "-wal")
+
+
+def test_real_contention_is_met_answered_busy_and_retried_by_the_model(tmp_path):
+    # A 1 ms busy timeout and many writers: SQLite answers "database is
+    # locked" for real; the model retries and every submission still settles.
+    done = _loomsim("live", "ledger-storm", "--duration", "3s", "--workers", "6", "--time-scale", "200",
+                    "--busy-timeout-ms", "1", "--json", timeout_s=30.0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    stats = json.loads(done.stdout)["stats"]
+    assert stats["busy_answers_retried"] >= 1
+    assert 1 <= stats["settled"] == stats["submitted"]
+
+
+def test_the_audit_fails_a_file_whose_ledger_disagrees_with_its_log(tmp_path):
+    import sqlite3
+
+    from sim.face.live import LiveConfig, LiveTotals, _audit
+
+    db = tmp_path / "live.db"
+    done = _loomsim("live", "ledger-storm", "--duration", "2s", "--workers", "2", "--time-scale", "60",
+                    "--db", str(db), "--json", timeout_s=30.0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    conn = sqlite3.connect(db)
+    changed = conn.execute("UPDATE ledger_submissions SET reserved_digest = 'feed' WHERE submission_id = "
+                           "(SELECT MIN(submission_id) FROM ledger_submissions WHERE outcome IS NOT NULL)").rowcount
+    conn.commit()
+    conn.close()
+    assert changed == 1
+    config = LiveConfig("ledger-storm", 2_000, 2, 60.0, 0, 5_000, str(db))
+    result = _audit(config, str(db), LiveTotals(), 120_000, 2.0)
+    assert result["status"] == "fail"
+    assert "exactly-once-settlement" in {v["name"] for v in result["violations"]}

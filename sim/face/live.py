@@ -48,7 +48,7 @@ from scenarios.storage import RunDatabase, run_sync
 from scenarios.system import System
 from scenarios.workloads.submissions import work
 from sim.clock import format_span_ms
-from sim.face.live_runtime import LiveClock, LiveRuntime, StoreCounts, open_process_stores
+from sim.face.live_runtime import LiveClock, LiveRuntime, StoreCounts, open_stores
 from sim.face.options import UsageError, check_db, parse_count, parse_duration, parse_seed
 from sim.invariants import InvariantSet
 from sim.rng import Streams
@@ -209,8 +209,7 @@ async def _live(config: LiveConfig, path: str, totals: LiveTotals) -> tuple[int,
 
 async def _settle(path: str, config: LiveConfig, totals: LiveTotals) -> None:
     """Until no submission is unsettled in the file, at most ``SETTLE_S_MAX``."""
-    reader = await trio.to_thread.run_sync(
-        lambda: open_process_stores(path, busy_timeout_ms=config.busy_timeout_ms, counts=StoreCounts()))
+    reader = await open_stores(path, busy_timeout_ms=config.busy_timeout_ms, counts=totals.stores)
     try:
         with trio.move_on_after(SETTLE_S_MAX):
             for _ in range(int(SETTLE_S_MAX / SETTLE_POLL_S) + 1):
@@ -226,8 +225,7 @@ async def _client_process(clock: LiveClock, streams: Streams, path: str, config:
     """ledger-storm's client (``scenarios.workloads.submissions.Submitters``,
     without aborts, admission groups or second principals): a request every
     ``EVERY_MS`` to one of ``CONVERSATIONS`` conversations, at least once."""
-    stores = await trio.to_thread.run_sync(
-        lambda: open_process_stores(path, busy_timeout_ms=config.busy_timeout_ms, counts=totals.stores))
+    stores = await open_stores(path, busy_timeout_ms=config.busy_timeout_ms, counts=totals.stores)
     try:
         async with trio.open_nursery() as nursery:
             runtime = LiveRuntime(clock, nursery)
@@ -290,8 +288,7 @@ async def _worker_process(index: int, clock: LiveClock, streams: Streams, path: 
 
 async def _worker_incarnation(owner: str, clock: LiveClock, streams: Streams, path: str, config: LiveConfig,
                               totals: LiveTotals) -> None:
-    stores = await trio.to_thread.run_sync(
-        lambda: open_process_stores(path, busy_timeout_ms=config.busy_timeout_ms, counts=totals.stores))
+    stores = await open_stores(path, busy_timeout_ms=config.busy_timeout_ms, counts=totals.stores)
     try:
         async with trio.open_nursery() as nursery:
             runtime = LiveRuntime(clock, nursery)

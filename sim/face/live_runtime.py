@@ -213,3 +213,25 @@ def open_process_stores(path: str, *, busy_timeout_ms: int, counts: StoreCounts)
         raise
     limiter = trio.CapacityLimiter(1)
     return ProcessStores(conn, LivePort(ledger, limiter, counts), LivePort(log, limiter, counts))
+
+
+# Opening a process's stores writes (each adapter creates its tables if
+# missing, in a write transaction), so it may meet the busy answer too: it
+# is tried again after OPEN_RETRY_S, at most OPEN_ATTEMPTS_MAX times.
+OPEN_ATTEMPTS_MAX = 200
+OPEN_RETRY_S = 0.01
+
+
+async def open_stores(path: str, *, busy_timeout_ms: int, counts: StoreCounts) -> ProcessStores:
+    """``open_process_stores`` in a thread, again after a busy answer (counted)."""
+    for _ in range(OPEN_ATTEMPTS_MAX - 1):
+        try:
+            return await trio.to_thread.run_sync(
+                lambda: open_process_stores(path, busy_timeout_ms=busy_timeout_ms, counts=counts))
+        except Exception as error:
+            if not is_busy_answer(error):
+                raise
+            counts.busy_answers += 1
+            await trio.sleep(OPEN_RETRY_S)
+    return await trio.to_thread.run_sync(
+        lambda: open_process_stores(path, busy_timeout_ms=busy_timeout_ms, counts=counts))
