@@ -294,3 +294,24 @@ def test_the_audit_fails_a_file_whose_ledger_disagrees_with_its_log(tmp_path):
     result = _audit(config, str(db), LiveTotals(), 120_000, 2.0)
     assert result["status"] == "fail"
     assert "exactly-once-settlement" in {v["name"] for v in result["violations"]}
+
+
+def test_a_worker_process_that_fails_is_named_restarted_and_fails_the_run(monkeypatch, capsys):
+    import sim.face.live as live
+
+    incarnation = live._worker_incarnation
+    failed = []
+
+    async def failing_once(owner, *args, **kwargs):
+        if owner == "worker-1" and not failed:
+            failed.append(owner)
+            raise ValueError("planted failure")
+        await incarnation(owner, *args, **kwargs)
+
+    monkeypatch.setattr(live, "_worker_incarnation", failing_once)
+    code = main(["live", "ledger-storm", "--duration", "1s", "--workers", "2", "--time-scale", "60", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 1 and result["status"] == "fail"
+    assert result["stats"]["worker_restarts"] == 1
+    assert result["violations"] == [{"name": "worker-failed",
+                                     "message": "a worker process failed: worker-1: ValueError: planted failure"}]

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from typing import Any
 
 import attrs
@@ -56,6 +57,7 @@ from sim.runner import FAIL, PASS
 from sim.scenario import SetupError
 from sim.trace import Trace
 
+EXIT_ERROR = 3  # as ``sim.face.cli``'s: the harness itself failed (not the system under test)
 RESULT_FORMAT = "loomsim-result/1"  # the fields of ``run --json`` that apply, and ``mode``/``deterministic``
 SUPPORTED = ("ledger-storm",)
 DURATION_DEFAULT = "60s"
@@ -130,6 +132,7 @@ class LiveTotals:
     submitted: int = 0  # requests the client saw receipted
     worker_restarts: int = 0  # worker processes started again after they failed
     worker_errors: list[str] = attrs.field(factory=list)  # the first ERRORS_KEPT failures, named
+    client_error: str | None = None  # the client's failure, named (it sends nothing more)
 
 
 @attrs.frozen
@@ -158,7 +161,11 @@ def command(args: argparse.Namespace) -> int:
         database.conn.close()
         database.conn = None
         totals = LiveTotals()
-        end_ms, wall_s = trio.run(_live, config, database.path, totals)
+        try:
+            end_ms, wall_s = trio.run(_live, config, database.path, totals)
+        except Exception as error:  # noqa: BLE001 - the harness's own failure: one line, exit 3
+            print(f"loomsim: error: the live run stopped: {_named(error)}", file=sys.stderr)
+            return EXIT_ERROR
         result = _audit(config, database.path, totals, end_ms, wall_s)
     finally:
         database.close()
@@ -199,7 +206,7 @@ async def _live(config: LiveConfig, path: str, totals: LiveTotals) -> tuple[int,
             everything.start_soon(_worker_process, index + 1, clock, streams, path, config, totals,
                                   name=f"worker-{index + 1}")
         async with trio.open_nursery() as client:
-            client.start_soon(_client_process, clock, streams, path, config, totals, stop, name="client")
+            client.start_soon(_client_until_failed, clock, streams, path, config, totals, stop, name="client")
             await trio.sleep(config.duration_ms / 1_000)
             stop.set()  # the client finishes its unreceipted requests, then ends
         await _settle(path, config, totals)
@@ -218,6 +225,15 @@ async def _settle(path: str, config: LiveConfig, totals: LiveTotals) -> None:
                 await trio.sleep(SETTLE_POLL_S)
     finally:
         reader.close()
+
+
+async def _client_until_failed(clock: LiveClock, streams: Streams, path: str, config: LiveConfig,
+                               totals: LiveTotals, stop: trio.Event) -> None:
+    """The client process; an error no retry clears ends it, named (the run fails)."""
+    try:
+        await _client_process(clock, streams, path, config, totals, stop)
+    except Exception as error:  # noqa: BLE001 - a failed process: named in the result
+        totals.client_error = f"client: {_named(error)}"
 
 
 async def _client_process(clock: LiveClock, streams: Streams, path: str, config: LiveConfig, totals: LiveTotals,
@@ -377,6 +393,8 @@ def _audit(config: LiveConfig, path: str, totals: LiveTotals, end_ms: int, wall_
     finally:
         view.close()
     violations = [{"name": v.invariant, "message": v.message} for v in invariants.violations]
+    if totals.client_error is not None:
+        violations.append({"name": "client-failed", "message": f"the client process failed: {totals.client_error}"})
     for error in totals.worker_errors:
         violations.append({"name": "worker-failed", "message": f"a worker process failed: {error}"})
     return {
