@@ -241,6 +241,11 @@ def test_the_text_result_says_pass_and_that_a_live_run_is_not_deterministic(caps
     (["live", "ledger-storm", "--time-scale", "-3"], "--time-scale"),
     (["live", "ledger-storm", "--time-scale", "fast"], "--time-scale"),
     (["live", "ledger-storm", "--db", "/no/such/dir/live.db"], "does not exist"),
+    (["live", "ledger-storm", "--processes", "0"], "--processes"),
+    (["live", "ledger-storm", "--workers", "2", "--processes", "2"], "not both"),
+    (["live", "ledger-storm", "--kill-every", "1s"], "--kill-every needs --processes"),
+    (["live", "ledger-storm", "--processes", "2", "--kill-every", "0s"], "--kill-every"),
+    (["live", "ledger-storm", "--processes", "2", "--kill-every", "often"], "duration"),
 ])
 def test_bad_live_input_is_one_usage_line_and_exit_2(argv, words, capsys):
     assert main(argv) == 2
@@ -290,7 +295,7 @@ def test_the_audit_fails_a_file_whose_ledger_disagrees_with_its_log(tmp_path):
     conn.commit()
     conn.close()
     assert changed == 1
-    config = LiveConfig("ledger-storm", 2_000, 2, 60.0, 0, 5_000, str(db))
+    config = LiveConfig("ledger-storm", 2_000, 2, False, None, 60.0, 0, 5_000, str(db))
     result = _audit(config, str(db), LiveTotals(), 120_000, 2.0)
     assert result["status"] == "fail"
     assert "exactly-once-settlement" in {v["name"] for v in result["violations"]}
@@ -315,3 +320,28 @@ def test_a_worker_process_that_fails_is_named_restarted_and_fails_the_run(monkey
     assert result["stats"]["worker_restarts"] == 1
     assert result["violations"] == [{"name": "worker-failed",
                                      "message": "a worker process failed: worker-1: ValueError: planted failure"}]
+
+
+def test_a_clock_may_start_at_a_given_model_time():
+    async def main():
+        clock = LiveClock(10.0, start_ms=90_000)
+        first = clock.now_ms()
+        await trio.sleep(1.0)
+        return first, clock.now_ms()
+
+    first, later = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert first == 90_000 and 100_000 <= later <= 100_001
+
+
+def test_workers_as_os_processes_survive_sigkills_and_every_submission_settles(tmp_path):
+    # Each worker a `python -m` child on the same file; one SIGKILLed every
+    # 1.5 s of wall time (mid-transaction or not) and started again.
+    done = _loomsim("live", "ledger-storm", "--duration", "5s", "--processes", "3", "--kill-every", "1500ms",
+                    "--time-scale", "60", "--json", timeout_s=30.0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "pass" and result["config"]["processes"] is True
+    stats = result["stats"]
+    assert stats["worker_kills"] >= 1 and stats["worker_restarts"] == 0
+    assert 1 <= stats["settled"] == stats["submitted"]
+    assert result["wall_s"] <= 15.0

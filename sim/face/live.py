@@ -30,6 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
+import subprocess
 import sys
 from typing import Any
 
@@ -60,6 +62,8 @@ from sim.trace import Trace
 EXIT_ERROR = 3  # as ``sim.face.cli``'s: the harness itself failed (not the system under test)
 RESULT_FORMAT = "loomsim-result/1"  # the fields of ``run --json`` that apply, and ``mode``/``deterministic``
 SUPPORTED = ("ledger-storm",)
+WORKERS_DEFAULT = 3
+WORKERS_MAX = 64
 DURATION_DEFAULT = "60s"
 # ledger-storm's workload, as its stack sets it (``scenarios.stacks.ledger_storm``), in model ms.
 CONVERSATIONS = 8
@@ -110,7 +114,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--duration", type=parse_duration, default=None, metavar="DURATION",
                    help=f"wall time the client submits for (default {DURATION_DEFAULT}); then a settle of at "
                         f"most {SETTLE_S_MAX:g}s")
-    p.add_argument("--workers", type=parse_count, default=3, metavar="N", help="worker processes (default 3)")
+    p.add_argument("--workers", type=parse_count, default=None, metavar="N",
+                   help="workers, each a task group of this process (default 3)")
+    p.add_argument("--processes", type=parse_count, default=None, metavar="N",
+                   help="N workers, each an OS process of its own on the same file (instead of --workers)")
+    p.add_argument("--kill-every", type=parse_duration, default=None, metavar="DURATION",
+                   help="with --processes: SIGKILL a worker process drawn from --seed's stream every DURATION "
+                        "of wall time, and start it again")
     p.add_argument("--db", default=None, metavar="PATH",
                    help="the SQLite file (new or empty; kept after the run); default: a temporary one")
     p.add_argument("--time-scale", type=parse_time_scale, default=1.0, metavar="X",
@@ -131,6 +141,7 @@ class LiveTotals:
     stores: StoreCounts = attrs.field(factory=StoreCounts)
     submitted: int = 0  # requests the client saw receipted
     worker_restarts: int = 0  # worker processes started again after they failed
+    worker_kills: int = 0  # worker OS processes SIGKILLed (``--kill-every``), each started again
     worker_errors: list[str] = attrs.field(factory=list)  # the first ERRORS_KEPT failures, named
     client_error: str | None = None  # the client's failure, named (it sends nothing more)
 
@@ -140,6 +151,8 @@ class LiveConfig:
     scenario: str
     duration_ms: int
     workers: int
+    processes: bool  # the workers are OS processes (``--processes``)
+    kill_every_ms: int | None  # wall ms between SIGKILLs of a worker process
     time_scale: float
     seed: int
     busy_timeout_ms: int
@@ -182,12 +195,22 @@ def _config(args: argparse.Namespace) -> LiveConfig:
     duration_ms = args.duration if args.duration is not None else parse_duration(DURATION_DEFAULT)
     if duration_ms <= 0:
         raise UsageError(f"--duration must be above 0s (got {duration_ms} ms)")
-    if args.workers < 1:
-        raise UsageError(f"--workers {args.workers}: at least 1")
+    if args.workers is not None and args.processes is not None:
+        raise UsageError("give --workers (tasks) or --processes (OS processes), not both")
+    flag, workers = ("--processes", args.processes) if args.processes is not None else ("--workers", args.workers)
+    workers = WORKERS_DEFAULT if workers is None else workers
+    if workers < 1:
+        raise UsageError(f"{flag} {workers}: at least 1")
+    if workers > WORKERS_MAX:
+        raise UsageError(f"{flag} {workers}: at most {WORKERS_MAX}")
+    if args.kill_every is not None and args.processes is None:
+        raise UsageError("--kill-every needs --processes (only an OS process can be killed)")
+    if args.kill_every is not None and args.kill_every <= 0:
+        raise UsageError(f"--kill-every must be above 0s (got {args.kill_every} ms)")
     if args.db is not None:
         check_db(args.db, sqlite=True)
-    return LiveConfig(args.scenario, duration_ms, args.workers, args.time_scale, args.seed, args.busy_timeout_ms,
-                      args.db)
+    return LiveConfig(args.scenario, duration_ms, workers, args.processes is not None, args.kill_every,
+                      args.time_scale, args.seed, args.busy_timeout_ms, args.db)
 
 
 # -- the live processes ---------------------------------------------------------
@@ -202,12 +225,22 @@ async def _live(config: LiveConfig, path: str, totals: LiveTotals) -> tuple[int,
     streams = Streams(config.seed)
     stop = trio.Event()
     async with trio.open_nursery() as everything:
+        children = _Children(config.workers)
         for index in range(config.workers):
-            everything.start_soon(_worker_process, index + 1, clock, streams, path, config, totals,
-                                  name=f"worker-{index + 1}")
+            if config.processes:
+                everything.start_soon(_worker_os_process, index + 1, clock, path, config, totals, children,
+                                      name=f"worker-{index + 1}")
+            else:
+                everything.start_soon(_worker_process, index + 1, clock, streams, path, config, totals,
+                                      name=f"worker-{index + 1}")
         async with trio.open_nursery() as client:
             client.start_soon(_client_until_failed, clock, streams, path, config, totals, stop, name="client")
-            await trio.sleep(config.duration_ms / 1_000)
+            async with trio.open_nursery() as kills:
+                if config.kill_every_ms is not None:
+                    # Kills stop with the client, before the settle (as a simulated run's faults heal).
+                    kills.start_soon(_kill_every, config.kill_every_ms, streams, children, totals, name="killer")
+                await trio.sleep(config.duration_ms / 1_000)
+                kills.cancel_scope.cancel()
             stop.set()  # the client finishes its unreceipted requests, then ends
         await _settle(path, config, totals)
         everything.cancel_scope.cancel()
@@ -412,8 +445,10 @@ def _audit(config: LiveConfig, path: str, totals: LiveTotals, end_ms: int, wall_
         "violations": violations,
         "stats": {"submitted": totals.submitted, "settled": settled,
                   "busy_answers_retried": totals.stores.busy_answers, "worker_restarts": totals.worker_restarts,
+                  "worker_kills": totals.worker_kills,
                   "store_calls": totals.stores.store_calls},
-        "config": {"workers": config.workers, "duration_ms": config.duration_ms, "time_scale": config.time_scale,
+        "config": {"workers": config.workers, "processes": config.processes,
+                   "kill_every_ms": config.kill_every_ms, "duration_ms": config.duration_ms, "time_scale": config.time_scale,
                    "busy_timeout_ms": config.busy_timeout_ms, "db": config.db_path},
     }
 
@@ -422,7 +457,8 @@ def _print_result(result: dict[str, Any]) -> None:
     config, stats = result["config"], result["stats"]
     db = config["db"] or "a temporary file"
     print(f"live {result['scenario']}: {result['wall_s']:.2f}s wall, {format_span_ms(result['simulated_ms'])} of "
-          f"model time at {config['time_scale']:g}x, {config['workers']} workers, SQLite {db}")
+          f"model time at {config['time_scale']:g}x, {config['workers']} workers "
+          f"({'OS processes' if config['processes'] else 'tasks'}), SQLite {db}")
     print("not deterministic: real time, threads and SQLite's own locking decide this run; it has no trace "
           "digest and its seed does not reproduce it")
     print("system: " + ", ".join(f"{name}={value}" for name, value in stats.items()))
@@ -435,3 +471,146 @@ def _print_result(result: dict[str, Any]) -> None:
     print(f"  {first['message']}")
     for extra in result["violations"][1:5]:
         print(f"also: {extra['name']}: {extra['message']}")
+
+
+# -- workers as OS processes (``--processes``, ``--kill-every``) --------------------
+#
+# A worker process is ``python -m sim.face.live --child ...``: it says
+# ``ready`` on its stdout, reads its parent's model time on its stdin (so
+# every process reads the same model time, give or take a pipe's latency),
+# then runs one worker incarnation, reporting ``counts STORE_CALLS BUSY``
+# every CHILD_REPORT_S and, if it fails, ``error NAME: MESSAGE`` before it
+# exits 1. Its stderr goes where the parent's goes.
+
+CHILD_REPORT_S = 0.1
+CHILD_LINE_MAX = 4_096  # bytes of one line a child writes
+CHILD_START_S_MAX = 30.0  # a child that has not said ready by then failed
+
+
+class _Children:
+    """The live worker OS processes, by worker index: the one running now."""
+
+    def __init__(self, count: int) -> None:
+        self.running: dict[int, Any] = {}
+        self.killed: set[Any] = set()
+        self.count = count
+
+
+async def _kill_every(every_ms: int, streams: Streams, children: _Children, totals: LiveTotals) -> None:
+    """SIGKILL a worker process drawn from the seed's ``kills`` stream every
+    ``every_ms`` of wall time (its supervisor starts it again)."""
+    draws = streams["kills"]
+    while True:  # ends when the run cancels it
+        await trio.sleep(every_ms / 1_000)
+        index = draws.below(children.count) + 1
+        process = children.running.get(index)
+        if process is None or process.returncode is not None:
+            continue  # between incarnations: nothing to kill this time
+        children.killed.add(process)
+        process.send_signal(signal.SIGKILL)
+        totals.worker_kills += 1
+
+
+async def _worker_os_process(index: int, clock: LiveClock, path: str, config: LiveConfig, totals: LiveTotals,
+                             children: _Children) -> None:
+    """Worker ``index`` as an OS process, started again when it is killed or fails."""
+    for incarnation in range(1, RESTARTS_MAX + 2):
+        owner = f"worker-{index}" if incarnation == 1 else f"worker-{index}#{incarnation}"
+        argv = [sys.executable, "-m", "sim.face.live", "--child", path, owner, repr(config.time_scale),
+                str(config.seed), str(config.busy_timeout_ms)]
+        process = await trio.lowlevel.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        children.running[index] = process
+        counts = [0, 0]
+        error: str | None = None
+        try:
+            lines = _lines(process.stdout)
+            with trio.fail_after(CHILD_START_S_MAX):
+                first = await anext(lines, None)
+            if first == "ready":
+                await process.stdin.send_all(f"{clock.now_ms()}\n".encode())
+                async for line in lines:
+                    kind, _, rest = line.partition(" ")
+                    if kind == "counts":
+                        counts = [int(part) for part in rest.split()]
+                    elif kind == "error":
+                        error = rest
+            elif first is not None:
+                error = f"said {first!r}, not ready"
+            await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                with trio.CancelScope(shield=True):
+                    await process.wait()
+            children.running.pop(index, None)
+            totals.stores.store_calls += counts[0]
+            totals.stores.busy_answers += counts[1]
+        if process in children.killed:
+            children.killed.discard(process)
+        elif process.returncode != 0 or error is not None:
+            if len(totals.worker_errors) < ERRORS_KEPT:
+                totals.worker_errors.append(f"{owner}: {error or f'exited with {process.returncode}'}")
+            totals.worker_restarts += 1
+        await trio.sleep(RESTART_S)
+    raise AssertionError(f"worker-{index} ended {RESTARTS_MAX + 1} times")
+
+
+class ChildFailed(Exception):
+    """A worker process broke the protocol above."""
+
+    name = "ChildFailed"
+
+
+async def _lines(stream: Any) -> Any:
+    """The lines of ``stream`` (UTF-8, without their newline) until it ends."""
+    buffered = b""
+    while True:  # ends with the stream
+        chunk = await stream.receive_some(CHILD_LINE_MAX)
+        if not chunk:
+            return
+        buffered += chunk
+        while b"\n" in buffered:
+            line, buffered = buffered.split(b"\n", 1)
+            yield line.decode("utf-8", "replace")
+        if len(buffered) > CHILD_LINE_MAX:
+            raise ChildFailed(f"a line of over {CHILD_LINE_MAX} bytes from a worker process")
+
+
+def child_main(argv: list[str]) -> int:
+    """A worker OS process (``python -m sim.face.live --child PATH OWNER
+    TIME_SCALE SEED BUSY_TIMEOUT_MS``): the protocol above."""
+    path, owner, time_scale, seed, busy_timeout_ms = argv
+    print("ready", flush=True)
+    start_ms = int(sys.stdin.readline())
+    config = LiveConfig(SUPPORTED[0], 1, 1, True, None, float(time_scale), int(seed), int(busy_timeout_ms), path)
+    totals = LiveTotals()
+
+    async def main() -> None:
+        clock = LiveClock(config.time_scale, start_ms=start_ms)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_report, totals)
+            await _worker_incarnation(owner, clock, Streams(config.seed), path, config, totals)
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    except Exception as error:  # noqa: BLE001 - reported to the parent, which names it
+        _report_once(totals)
+        print(f"error {_named(error)}".replace("\n", " ")[:CHILD_LINE_MAX - 1], flush=True)
+        return 1
+    return 0
+
+
+async def _report(totals: LiveTotals) -> None:
+    while True:  # ends when the process does
+        _report_once(totals)
+        await trio.sleep(CHILD_REPORT_S)
+
+
+def _report_once(totals: LiveTotals) -> None:
+    print(f"counts {totals.stores.store_calls} {totals.stores.busy_answers}", flush=True)
+
+
+if __name__ == "__main__":
+    assert sys.argv[1:2] == ["--child"], sys.argv
+    sys.exit(child_main(sys.argv[2:]))

@@ -30,12 +30,15 @@ _WAKE_RETRIES_MAX = 4
 
 class LiveClock:
     """Model milliseconds on trio's clock, from when this was made (in a
-    running trio task), ``time_scale`` model seconds per real second."""
+    running trio task), ``time_scale`` model seconds per real second.
+    ``start_ms``: the model time it reads when made (a worker process
+    started by ``loomsim live --processes`` takes its parent's reading)."""
 
-    def __init__(self, time_scale: float) -> None:
+    def __init__(self, time_scale: float, *, start_ms: int = 0) -> None:
         assert time_scale > 0 and math.isfinite(time_scale), time_scale
+        assert start_ms >= 0, start_ms
         self.time_scale = time_scale
-        self._origin_s = trio.current_time()
+        self._origin_s = trio.current_time() - start_ms / 1_000 / time_scale
 
     def now_ms(self) -> int:
         return int((trio.current_time() - self._origin_s) * 1_000 * self.time_scale)
