@@ -345,3 +345,24 @@ def test_workers_as_os_processes_survive_sigkills_and_every_submission_settles(t
     assert stats["worker_kills"] >= 1 and stats["worker_restarts"] == 0
     assert 1 <= stats["settled"] == stats["submitted"]
     assert result["wall_s"] <= 15.0
+
+
+def test_a_file_whose_log_chain_does_not_verify_on_reopen_fails_the_audit(tmp_path):
+    import sqlite3
+
+    from sim.face.live import LiveConfig, LiveTotals, _audit
+
+    db = tmp_path / "live.db"
+    done = _loomsim("live", "ledger-storm", "--duration", "2s", "--workers", "1", "--time-scale", "60",
+                    "--db", str(db), "--json", timeout_s=30.0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    conn = sqlite3.connect(db)
+    changed = conn.execute("UPDATE conv_conversations SET tail_digest = 'feed' WHERE conversation_id = "
+                           "(SELECT MIN(conversation_id) FROM conv_conversations)").rowcount
+    conn.commit()
+    conn.close()
+    assert changed == 1
+    config = LiveConfig("ledger-storm", 2_000, 1, False, None, 60.0, 0, 5_000, str(db))
+    result = _audit(config, str(db), LiveTotals(), 120_000, 2.0)
+    assert result["status"] == "fail", result
+    assert result["violations"][0]["name"] in ("reopen", "log-chain"), result["violations"]

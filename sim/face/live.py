@@ -382,8 +382,13 @@ class LiveAuditView:
     scoped = System.scoped
 
     def __init__(self, path: str, end_ms: int) -> None:
+        # Every chain verified as the log opens (as a restarted process would open it).
         self.log = SqliteConversationStore.open(path, verify_on_open=True)
-        self.ledger = SqliteSubmissionLedger.open(path)
+        try:
+            self.ledger = SqliteSubmissionLedger.open(path)
+        except BaseException:
+            self.log.close()
+            raise
         self._scope = None
         # ``rebuild_mismatches`` reads the run's end time from its world.
         self._world = _Ended(end_ms)
@@ -418,14 +423,21 @@ def _audit(config: LiveConfig, path: str, totals: LiveTotals, end_ms: int, wall_
     trace = Trace(lambda: end_ms)
     invariants = InvariantSet(trace, lambda: end_ms, on_violation=lambda violation: None)
     invariants.add(ExactlyOnceSettlement(), LogChain(), Liveness())
-    view = LiveAuditView(path, end_ms)
+    settled, reopen_error = 0, None
     try:
-        invariants.audit(view)
-        settled = sum(1 for conversation in view.conversation_ids()
-                      for row in view.submissions(conversation) if row.outcome is not None)
-    finally:
-        view.close()
+        view = LiveAuditView(path, end_ms)
+    except Exception as error:  # noqa: BLE001 - a file that does not reopen (a chain that does not verify) is the finding
+        view, reopen_error = None, _named(error)
+    if view is not None:
+        try:
+            invariants.audit(view)
+            settled = sum(1 for conversation in view.conversation_ids()
+                          for row in view.submissions(conversation) if row.outcome is not None)
+        finally:
+            view.close()
     violations = [{"name": v.invariant, "message": v.message} for v in invariants.violations]
+    if reopen_error is not None:
+        violations.append({"name": "reopen", "message": f"the run's file does not reopen: {reopen_error}"})
     if totals.client_error is not None:
         violations.append({"name": "client-failed", "message": f"the client process failed: {totals.client_error}"})
     for error in totals.worker_errors:
