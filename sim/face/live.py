@@ -552,7 +552,10 @@ async def _worker_os_process(index: int, clock: LiveClock, path: str, config: Li
             with trio.fail_after(CHILD_START_S_MAX):
                 first = await anext(lines, None)
             if first == "ready":
-                await process.stdin.send_all(f"{clock.now_ms()}\n".encode())
+                try:
+                    await process.stdin.send_all(f"{clock.now_ms()}\n".encode())
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass  # killed just after it said ready: its output ends, and it is waited for below
                 async for line in lines:
                     kind, _, rest = line.partition(" ")
                     if kind == "counts":
