@@ -8,7 +8,9 @@ each live process (the client, each worker) a trio task group with its own
 connection to the one database file, every store call in a thread on that
 connection. SQLite's locks, busy timeouts and WAL visibility are real, and
 so is the contention: no fault is injected. Time is trio's clock scaled by
-``--time-scale``, so leases and periods shrink with it.
+``--time-scale``, so leases and periods shrink with it. With
+``--processes`` each worker is an OS process of its own instead, and
+``--kill-every`` SIGKILLs one now and then (the end of this module).
 
 At the end (``--duration`` of wall time, the client stopped, the workers
 given a bounded settle to drain) the end-of-run audit of the simulated
@@ -23,7 +25,8 @@ order, the reference model) need its trace: a live run has none.
 A live run is not deterministic: thread and trio scheduling and the real
 clock decide it. It has no trace digest, a seed does not reproduce it, and
 no determinism check runs it. The seed only names the streams the client
-and the step delays draw from (which conversation, how long a step takes).
+and the step delays draw from (which conversation, how long a step takes,
+which worker process a kill takes).
 """
 from __future__ import annotations
 
