@@ -56,6 +56,7 @@ FILE_SECONDS = {
     "test_planted_bugs.py": 11, "test_adversary_ports.py": 11, "test_sentinel_retirement_audit.py": 10,
     "test_canonical.py": 10, "test_digests_kept.py": 9, "test_verdict_trust.py": 8, "test_partitions.py": 8,
     "test_issue_defects.py": 8, "test_clocks.py": 8, "test_adversary_values.py": 8, "test_adversary_state.py": 8,
+    "test_explore.py": 45, "test_branches.py": 30, "test_live.py": 25, "test_corpus.py": 12, "test_history.py": 8,
 }
 
 

@@ -218,8 +218,9 @@ def start_module(module_argv: Sequence[str]) -> subprocess.Popen:
 
 def fork() -> int:
     """``os.fork``: a branch of a seed process (``sim.face.branches``), a
-    copy-on-write copy of its simulation at the fork instant. 0 in the
-    child; the child's pid in the parent, which must wait for it."""
+    copy-on-write copy of its simulation at the fork instant, or an explore
+    input's own process (``sim.face.explore``). 0 in the child; the child's
+    pid in the parent, which must wait for it."""
     return os.fork()
 
 

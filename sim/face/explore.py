@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from sim.explore import BATCH, Entry, Input, Observed, Outcome, explore, run_input
-from sim.face.children import POLL_S, Interrupted, check_interrupted, forwarding_signals, spawning
+from sim.face.children import POLL_S, Interrupted, check_interrupted, fork, forwarding_signals, spawning
 from sim.face.options import UsageError, check_repro_dir, check_report_option, parse_count, parse_duration, parse_seed
 from sim.face.repro_file import repro_command
 from sim.face.run import write_repro_or_warn
@@ -190,7 +190,7 @@ class ForkedBatches:
                     with spawning():
                         sys.stdout.flush()
                         sys.stderr.flush()
-                        pid = os.fork()
+                        pid = fork()
                         if pid == 0:
                             _worker(self.scenario, index, item, self.store, self.observers, path)
                         running[pid] = path
