@@ -441,12 +441,18 @@ def test_a_signal_stops_the_workers_and_the_summary_of_the_finished_batches_is_p
     corpus = tmp_path / "corpus"
     proc = subprocess.Popen([sys.executable, "-m", "sim", "explore", SCENARIO, "--runs", "400", "--seed", "3",
                              "--duration", "10s", "--jobs", "2", "--corpus", str(corpus), "--json"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # SIGINT at its default, whatever the runner was started with (a background job ignores it)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not (corpus.is_dir() and any(corpus.iterdir())) and time.monotonic() < deadline:  # a batch folded
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == 130, err
     body = json.loads(out)
     assert body["runs"] % 8 == 0 and 8 <= body["runs"] < 400

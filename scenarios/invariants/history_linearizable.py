@@ -32,12 +32,13 @@ from typing import Any
 
 import attrs
 
+from faults.events import DsClear, DsLoad, DsSave, Fault
 from faults.kinds import ACK_LOST, REPLY_LOST
 from scenarios.reference.history import BUDGET_STEPS_DEFAULT, UNKNOWN, Failed, Op, RegisterModel, check_object
 from sim.invariants import Checker
 
 OPS_PER_KEY_MAX = 4_096
-_SITES = {"load": "ds.load", "save": "ds.save", "clear": "ds.clear"}
+_SITES = {"load": DsLoad.kind, "save": DsSave.kind, "clear": DsClear.kind}
 _LOST = (ACK_LOST, REPLY_LOST)
 
 
@@ -52,7 +53,7 @@ def _value(record: Any) -> tuple:
 
 class HistoryLinearizable(Checker):
     name = "history-linearizable"
-    kinds = ("fault",)
+    kinds = (Fault.kind,)
 
     def __init__(self, ops_per_key_max: int = OPS_PER_KEY_MAX, budget_steps: int = BUDGET_STEPS_DEFAULT) -> None:
         super().__init__()
