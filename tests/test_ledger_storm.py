@@ -27,9 +27,9 @@ def storm(seed: int, duration: str = "6h", store: str = "memory"):
                ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration), store=store))
 
 
-def first_caught(duration: str = "6h"):
+def first_caught(duration: str = "6h", seeds=SEEDS):
     result = None
-    for seed in SEEDS:
+    for seed in seeds:
         result = storm(seed, duration)
         if not result.passed:
             return result
@@ -42,11 +42,11 @@ def assert_caught(result, *invariants: str) -> None:
     assert result.violations[0].invariant in invariants, result.violations
 
 
-# A seed that shows every kind (a damaged page among them) on each store:
-# SQLite runs also meet overtaking commits (faults/sqlite_overtake.py).
-@pytest.mark.parametrize("store, seed", [("memory", 1), ("sqlite", 1)])
+# A seed that shows every kind (a damaged page among them) on each store in
+# 2h: SQLite runs also meet overtaking commits (faults/sqlite_overtake.py).
+@pytest.mark.parametrize("store, seed", [("memory", 4), ("sqlite", 4)])
 def test_clean_storm_passes_and_is_not_quiet(store, seed):
-    result = storm(seed, "6h", store)
+    result = storm(seed, "2h", store)
     assert result.passed, result.violations
     # Every request settles but those their admission group refused (given up).
     assert result.stats["settled"] == result.stats["submitted"] - result.stats["group_refused"] > 100
@@ -62,7 +62,7 @@ def test_memory_and_sqlite_storms_are_the_same_history():
     overtaking commits only SQLite can meet)."""
     def pinned(store: str):
         return run(registry.get("ledger-storm"), ScenarioOptions(
-            seed=2, duration_ms=parse_duration_ms("2h"), store=store, rates=dict(ledger_storm.RATES)))
+            seed=2, duration_ms=parse_duration_ms("1h"), store=store, rates=dict(ledger_storm.RATES)))
 
     memory = pinned("memory")
     assert memory.passed and memory.trace_digest == pinned("sqlite").trace_digest
@@ -110,7 +110,8 @@ def test_fail_open_pagination_is_caught(monkeypatch):
         return RecoveryPrefix(tail, tuple(records), requests)
 
     monkeypatch.setattr(recovery, "read_recovery_prefix", fail_open)
-    assert_caught(first_caught("1d"), "fail-closed-pagination")
+    # Seed 4 at 2h: a damaged page met early (seeds 0-3 pass at 2h: they need a day).
+    assert_caught(first_caught("2h", seeds=(4,)), "fail-closed-pagination")
 
 
 def test_claim_out_of_fifo_order_is_caught(monkeypatch, without_reference_model):
@@ -137,7 +138,7 @@ def test_lease_that_never_expires_is_caught(monkeypatch, without_reference_model
         return real(conversation, head, owner_id, lease_ms, now_ms)
 
     monkeypatch.setattr(ledger_memory, "decide_claim", sticky)
-    result = first_caught("2h")
+    result = first_caught("30m")  # liveness is checked after the faults stop: a short run shows it
     assert result is not None and not result.passed, "the planted bug went unnoticed"
     # An owner that died between its settlement's append and its finalize
     # (terminalize:after-canonical-append) is never succeeded either: the
@@ -162,7 +163,7 @@ def test_log_that_cannot_rebuild_the_ledger_is_caught(monkeypatch):
 
 
 def test_failed_and_aborted_settlements_have_their_exact_shapes():
-    result = storm(3, "3h")
+    result = storm(3, "1h")
     assert result.passed, result.violations
     outcomes = result.stats["outcomes"]
     assert outcomes.get("failed", 0) > 0 and outcomes.get("aborted", 0) > 0 and outcomes.get("completed", 0) > 0
