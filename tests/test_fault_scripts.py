@@ -57,12 +57,13 @@ _STALE_TOKEN_FAILURE: dict = {}
 
 
 def _stale_token_failure():
-    """(options, result) of the first ledger-storm seed (2h, the full mix)
-    that the stale-token bug fails with a pause in its script. Searched once
+    """(options, result) of a ledger-storm seed (2h, the full mix) that the
+    stale-token bug fails with a pause in its script: seed 39, the first of
+    32-39 that does (the others pass, or fail without a pause). Run once
     for the four tests that need it, each of which runs under the planted
     bug (``stale_tokens_accepted``) and replays it there."""
     if not _STALE_TOKEN_FAILURE:
-        _STALE_TOKEN_FAILURE["first"] = first_failing("ledger-storm", "2h", range(32, 40), _paused)
+        _STALE_TOKEN_FAILURE["first"] = first_failing("ledger-storm", "2h", range(39, 40), _paused)
     return _STALE_TOKEN_FAILURE["first"]
 
 
@@ -121,14 +122,14 @@ def test_fail_open_pagination_replays_with_its_damaged_reads(monkeypatch):
         return RecoveryPrefix(tail, tuple(records), requests)
 
     monkeypatch.setattr(recovery, "read_recovery_prefix", fail_open)
-    opts, first = first_failing("ledger-storm", "6h", range(4))
+    opts, first = first_failing("ledger-storm", "2h", range(4, 6))  # seeds 0-3 pass 2h: seed 4 fails at 32m
     assert first.violations[0].invariant == "fail-closed-pagination"
     again = replay("ledger-storm", opts, first.fault_script)
     assert_same_failure(first, again)
 
 
 def test_a_clean_run_replays_to_the_same_digest():
-    opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("2d"))
+    opts = ScenarioOptions(seed=7, duration_ms=parse_duration_ms("12h"))  # a duplicate wake among its faults
     first = run(registry.get("sentinel-year"), opts)
     assert first.passed and first.fault_script
     kinds = {e.kind for e in first.fault_script}
@@ -139,7 +140,7 @@ def test_a_clean_run_replays_to_the_same_digest():
 
 
 def test_an_empty_script_means_no_faults_at_all():
-    opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("2d"))
+    opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("12h"))
     quiet = replay("sentinel-year", opts, ())
     assert quiet.passed and quiet.faults == {} and quiet.stats["worker_crashes"] == quiet.stats["deploys"]
 
@@ -149,7 +150,7 @@ def test_a_hand_written_fault_fires_at_the_first_hit_after_its_time():
     day_ms = parse_duration_ms("1d")
     script = parse_script([{"time_ms": day_ms, "node": "sentinels/worker-1", "site": "ledger.reserve_settlement",
                             "kind": "ack-lost", "restart_after_ms": 2_000}])
-    opts = ScenarioOptions(seed=4, duration_ms=parse_duration_ms("2d"), script_must_fire=True)
+    opts = ScenarioOptions(seed=4, duration_ms=parse_duration_ms("1d 1h"), script_must_fire=True)
     result = replay("sentinel-year", opts, script)
     assert result.passed, result.violations
     (fired,) = result.fault_script
@@ -193,7 +194,7 @@ def test_cli_runs_a_script_file_and_refuses_a_malformed_one(tmp_path):
     script.write_text(json.dumps({"fault_script": [
         {"time_ms": 3_600_000, "node": "sentinels/worker-1", "site": "log.append", "kind": "crash-before-call",
          "restart_after_ms": 1_000}]}))
-    ok = _cli("run", "sentinel-year", "--seed", "2", "--duration", "1d", "--faults", str(script), "--json",
+    ok = _cli("run", "sentinel-year", "--seed", "2", "--duration", "2h", "--faults", str(script), "--json",
               cwd=str(tmp_path))
     assert ok.returncode == 0, ok.stderr
     body = json.loads(ok.stdout)
