@@ -47,8 +47,19 @@ def test_list_names_sentinel_year(tmp_path):
     assert "sentinel-year" in names
 
 
-def test_run_json_prints_one_object_with_the_result(tmp_path):
-    proc = _cli(["run", "sentinel-year", "--seed", "1", "--duration", "1d", "--json"], tmp_path)
+RUN_ONE_DAY = ["run", "sentinel-year", "--seed", "1", "--duration", "1d"]
+
+
+@pytest.fixture(scope="module")
+def one_day_json(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """``python -m sim run ... --json`` for one day, once: the JSON test reads
+    it, and the human-output test compares its own run's digest with it."""
+    cwd = tmp_path_factory.mktemp("run-json")
+    return _cli(RUN_ONE_DAY + ["--json"], cwd), cwd
+
+
+def test_run_json_prints_one_object_with_the_result(one_day_json):
+    proc, tmp_path = one_day_json
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1
@@ -77,8 +88,8 @@ def test_run_json_prints_one_object_with_the_result(tmp_path):
     assert not list(tmp_path.glob("loomsim-repro-*"))  # a passing run writes no repro file
 
 
-def test_human_output_prints_configuration_first_and_pass_last(capsys):
-    code = main(["run", "sentinel-year", "--seed", "1", "--duration", "1d"])
+def test_human_output_prints_configuration_first_and_pass_last(capsys, one_day_json):
+    code = main(RUN_ONE_DAY)
     out = capsys.readouterr().out
     assert code == 0
     lines = [line for line in out.splitlines() if line.strip()]
@@ -88,14 +99,15 @@ def test_human_output_prints_configuration_first_and_pass_last(capsys):
         assert part in first, part
     assert last.startswith("PASS")
     assert "FAIL" not in out
-    code, result = _main_json(["run", "sentinel-year", "--seed", "1", "--duration", "1d"], capsys)
-    assert code == 0
+    proc, _ = one_day_json  # the same run with --json
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
     assert f"trace digest: {result['trace_digest']}" in out  # human and JSON agree
 
 
 def test_db_runs_on_sqlite_and_leaves_a_valid_sqlite_file(tmp_path, capsys):
     db = tmp_path / "run.db"
-    code, result = _main_json(["run", "sentinel-year", "--seed", "2", "--duration", "1d", "--db", str(db)], capsys)
+    code, result = _main_json(["run", "sentinel-year", "--seed", "2", "--duration", "2h", "--db", str(db)], capsys)
     assert code == 0
     assert result["store"] == "sqlite" and result["status"] == "pass"
     assert db.read_bytes()[:16] == b"SQLite format 3\x00"
@@ -110,7 +122,7 @@ def test_db_runs_on_sqlite_and_leaves_a_valid_sqlite_file(tmp_path, capsys):
     assert str(db) in result["repro_command"]
 
 
-TRACE_RUN = ["run", "sentinel-year", "--seed", "3", "--duration", "2d"]  # two days with faults in it
+TRACE_RUN = ["run", "sentinel-year", "--seed", "3", "--duration", "12h"]  # half a day with faults in it
 
 
 @pytest.fixture(scope="module")
@@ -196,13 +208,33 @@ BAD_INPUTS = {
 }
 
 
+# Through ``python -m sim`` (a process of its own); the others call ``main``
+# in process, as ``python -m sim`` does (``sys.exit(main())``).
+BAD_INPUT_IN_A_PROCESS = "corrupt-db"
+
+
+def _main_in_process(args: list[str], cwd: Path, capsys, monkeypatch) -> subprocess.CompletedProcess:
+    """``python -m sim ARGS`` run in this process: its exit status and output."""
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    try:
+        code = main(args)
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, captured.out, captured.err)
+
+
 @pytest.mark.parametrize("name", sorted(BAD_INPUTS))
-def test_bad_input_is_one_line_and_exit_2(name, tmp_path):
+def test_bad_input_is_one_line_and_exit_2(name, tmp_path, capsys, monkeypatch):
     args, mention = BAD_INPUTS[name]
     garbage = _garbage_db(tmp_path)
     before = Path(garbage).read_bytes()
     args = [garbage if a == "<garbage>" else a for a in args]
-    proc = _cli(args, tmp_path)
+    if name == BAD_INPUT_IN_A_PROCESS:
+        proc = _cli(args, tmp_path)
+    else:
+        proc = _main_in_process(args, tmp_path, capsys, monkeypatch)
     assert proc.returncode == 2, (proc.returncode, proc.stdout[-1000:], proc.stderr[-2000:])
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
     lines = proc.stderr.splitlines()
@@ -229,7 +261,7 @@ def test_a_db_that_already_holds_a_run_is_refused(tmp_path, capsys):
     # command) used to continue from the old state and report a spurious
     # cas-linear "lost update". A run starts from empty stores.
     db = tmp_path / "reuse.db"
-    args = ["run", "sentinel-year", "--seed", "1", "--duration", "1d", "--db", str(db), "--repro-dir", str(tmp_path)]
+    args = ["run", "sentinel-year", "--seed", "1", "--duration", "2h", "--db", str(db), "--repro-dir", str(tmp_path)]
     code, first = _main_json(args, capsys)
     assert code == 0
 
