@@ -81,7 +81,7 @@ def test_second_principal_is_a_knob_some_sweep_seeds_draw_on():
 
 
 def test_a_second_principal_reuses_keys_and_gets_its_own_submissions():
-    result = _run("ledger-storm", 1, "2h", knobs={SECOND_PRINCIPAL: 8})
+    result = _run("ledger-storm", 1, "30m", knobs={SECOND_PRINCIPAL: 8})
     assert result.passed, result.violations
     stats = result.stats
     assert stats["second_principal_sent"] >= 3, stats
@@ -115,7 +115,7 @@ def test_stale_renewals_is_a_knob_some_sweep_seeds_draw_on():
 
 
 def test_a_worker_renews_with_a_released_token_and_is_refused():
-    result = _run("ledger-storm", 1, "2h", knobs={STALE_RENEWALS: 1})
+    result = _run("ledger-storm", 1, "30m", knobs={STALE_RENEWALS: 1})
     assert result.passed, result.violations
     assert result.stats["stale_renewals_refused"] >= 3, result.stats
     assert result.invariants["stale-renewal-refused"] >= result.stats["stale_renewals_refused"]
