@@ -121,7 +121,7 @@ def test_small_recovery_pages_make_a_short_log_paginate_and_damage_is_still_caug
     import json
 
     trace = io.StringIO()
-    opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("6h"), knobs={"recovery_page_size": 8},
+    opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("2h"), knobs={"recovery_page_size": 8},
                            faults_enable=CHECKPOINTS)
     result = run(registry.get("ledger-storm"), opts, trace_stream=trace)
     assert result.passed, result.violations
