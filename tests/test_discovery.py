@@ -71,6 +71,10 @@ def build(run):
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A user's checkout: ``userscen/ticks.py`` (the cwd of every run)."""
+    return _project(tmp_path)
+
+
+def _project(tmp_path: Path) -> Path:
     package = tmp_path / "userscen"
     package.mkdir()
     (package / "__init__.py").write_text("")
@@ -161,8 +165,16 @@ def test_sweep_loads_the_modules_in_its_child_processes(project):
 # -- repro files: the modules recorded, repro and shrink load them ----------------------
 
 
-@pytest.fixture
-def failing_repro(project) -> Path:
+@pytest.fixture(scope="module")
+def repro_project(tmp_path_factory) -> Path:
+    """A checkout of its own for the tests that read the one failing run's
+    repro file (none of them changes the file or the checkout's modules)."""
+    return _project(tmp_path_factory.mktemp("repro-project"))
+
+
+@pytest.fixture(scope="module")
+def failing_repro(repro_project) -> Path:
+    project = repro_project
     proc = _loomsim(["--scenarios", MODULE, "run", "tiny-ticks", "--seed", "3", "--duration", "30m",
                      "--repro-dir", str(project)], project)
     assert proc.returncode == 1, proc.stderr
@@ -171,7 +183,8 @@ def failing_repro(project) -> Path:
     return path
 
 
-def test_the_repro_file_records_the_modules_and_repro_replays_it(failing_repro, project):
+def test_the_repro_file_records_the_modules_and_repro_replays_it(failing_repro, repro_project):
+    project = repro_project
     body = json.loads(failing_repro.read_text(encoding="utf-8"))
     assert body["format"] == "loomsim-repro/1"
     assert body["scenario_modules"] == [MODULE]
@@ -184,7 +197,8 @@ def test_the_repro_file_records_the_modules_and_repro_replays_it(failing_repro, 
     assert replayed["repro_command"].startswith(f"loomsim --scenarios {MODULE} run tiny-ticks --seed 3 ")
 
 
-def test_shrink_loads_the_modules_and_the_shrunk_file_records_them(failing_repro, project):
+def test_shrink_loads_the_modules_and_the_shrunk_file_records_them(failing_repro, repro_project):
+    project = repro_project
     out = project / "small.json"
     proc = _loomsim(["shrink", str(failing_repro), "--out", str(out)], project)
     assert proc.returncode == 1, proc.stderr  # the shrunk run fails, as its report says
@@ -202,11 +216,12 @@ def test_a_repro_file_whose_module_is_gone_is_one_line(failing_repro, tmp_path_f
     assert "No module named 'userscen'" in line
 
 
-def test_a_malformed_scenario_modules_field_is_one_line(failing_repro, project):
+def test_a_malformed_scenario_modules_field_is_one_line(failing_repro, repro_project):
     body = json.loads(failing_repro.read_text(encoding="utf-8"))
     body["scenario_modules"] = "userscen.ticks"
-    failing_repro.write_text(json.dumps(body))
-    line = _one_error_line(_loomsim(["repro", str(failing_repro)], project))
+    malformed = repro_project / "malformed-repro.json"  # the shared file stays as it was
+    malformed.write_text(json.dumps(body))
+    line = _one_error_line(_loomsim(["repro", str(malformed)], repro_project))
     assert "malformed scenario_modules" in line
 
 
