@@ -28,7 +28,7 @@ from sim.scenario import Branch, ScenarioOptions
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = "ledger-storm"
 SEED = 3
-DURATION = "10m"
+DURATION = "6m"
 FORK_AT = "4m"
 # A planted bug that fails ledger-storm seed 2 within 5 minutes, after a fork at 1m, in every branch tried.
 MUTANT = "ledger-admit-key-ignores-principal"
@@ -174,7 +174,7 @@ def test_a_failing_branch_writes_a_repro_file_that_replays_and_shrinks(tmp_path)
     assert replay.returncode == 1, replay.stderr
     replayed = json.loads(replay.stdout)
     assert replayed["trace_digest"] == body["trace_digest"] and not replayed["replay"]["diverged"]
-    shrunk = _cli(["shrink", path, "--max-runs", "20"], tmp_path)
+    shrunk = _cli(["shrink", path, "--max-runs", "6"], tmp_path)
     assert shrunk.returncode == 1, shrunk.stderr
     shrunk_path = tmp_path / "loomsim-shrunk-ledger-storm-2-branch1.json"
     with open(shrunk_path, encoding="utf-8") as handle:
@@ -197,13 +197,13 @@ def _sweep_json(args: list[str], cwd: Path) -> tuple[int, dict]:
 
 
 def test_a_forked_branch_is_the_branch_run_alone(tmp_path):
-    code, summary = _sweep_json(["--seeds", "3:4", "--duration", "5m", "--fork-at", "1m", "--branches", "3",
+    code, summary = _sweep_json(["--seeds", "3:4", "--duration", "2m", "--fork-at", "1m", "--branches", "3",
                                  "--jobs", "2", "--failure-db", "none"], tmp_path)
     assert code == 0, summary
     runs = summary["runs"]
     assert [(r["seed"], r["branch"]) for r in runs] == [(3, 0), (3, 1), (3, 2)]
     assert summary["branches"] == {"fork_at": "1m", "fork_at_ms": 60_000, "per_seed": 3}
-    alone = [run(registry.get(SCENARIO), _opts(_branch(k, "1m"), duration="5m")).trace_digest for k in range(3)]
+    alone = [run(registry.get(SCENARIO), _opts(_branch(k, "1m"), duration="2m")).trace_digest for k in range(3)]
     assert [r["trace_digest"] for r in runs] == alone
     assert len(set(alone)) == 3
 
