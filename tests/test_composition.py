@@ -283,6 +283,6 @@ def test_the_composed_example_and_its_file_are_the_same_stack(composed):
 
     file_stack = registry.get(str(pathlib.Path(__file__).parents[1] / "examples" / "composed.toml"))
     for seed in (0, 1):
-        opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("30m"), swarm=True)
+        opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("15m"), swarm=True)
         python_run, file_run = run(composed, opts), run(file_stack, opts)
         assert python_run.passed and python_run.trace_digest == file_run.trace_digest
