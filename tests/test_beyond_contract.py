@@ -316,7 +316,7 @@ def test_cli_reports_detected_with_exit_zero_and_carries_the_flag(tmp_path):
     script.write_text(json.dumps([{"time_ms": 10 * HOUR_MS, "node": WORKER_1["sentinel-year"], "site": "ds.save",
                                    "kind": "lost-write"}]))
     env = dict(os.environ, PYTHONPATH=ROOT)
-    base = [sys.executable, "-m", "sim", "run", "sentinel-year", "--seed", "3", "--duration", "2d"]
+    base = [sys.executable, "-m", "sim", "run", "sentinel-year", "--seed", "3", "--duration", "1d"]
     shown = subprocess.run([*base, "--faults", str(script)], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "beyond the contract: lost-write at ds.save" in shown.stdout
