@@ -161,6 +161,8 @@ def test_a_deploy_changes_the_definition_the_model_or_the_tools_from_its_own_str
     assert set(deploys(5)) == {"definition", "model", "tools"}
 
 
+# 75 minutes of run; in CI test_agent_worker's test_a_checkpoint_of_another_model_or_tool_configuration_... covers it.
+@pytest.mark.slow
 def test_a_checkpoint_written_under_another_model_or_tool_set_is_rebuilt_from_the_log():
     """After a deploy that changed the model or the tools, a recovery finds
     checkpoints written under the old ones: it reads the log instead
