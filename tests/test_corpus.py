@@ -117,7 +117,7 @@ def test_merge_of_shard_files_is_unchanged_without_corpus(capsys, tmp_path):
 
 # -- ``loomsim sweep ... --corpus DIR``: the corpus replays first ----------------------------
 
-_SWEEP = ("sweep", "ledger-storm", "--seeds", "0:1", "--duration", "10s", "--store", "memory", "--failure-db", "none")
+_SWEEP = ("sweep", "ledger-storm", "--seeds", "0:1", "--duration", "30s", "--store", "memory", "--failure-db", "none")
 
 
 def _entry(directory, seed, *, knobs=None, duration_ms=30_000, fault_script=None, scenario="ledger-storm"):
@@ -249,7 +249,7 @@ def test_merged_shards_list_the_corpus_replays_once(capsys, tmp_path):
     shards = []
     for index in (1, 2):
         shard = tmp_path / f"shard-{index}.json"
-        code, _, _ = _cli(capsys, "sweep", "ledger-storm", "--seeds", "0:2", "--duration", "10s", "--store", "memory",
+        code, _, _ = _cli(capsys, "sweep", "ledger-storm", "--seeds", "0:2", "--duration", "30s", "--store", "memory",
                           "--failure-db", "none", "--corpus", str(entries), "--shard", f"{index}/2",
                           "--out", str(shard), "--json")
         assert code == 0
