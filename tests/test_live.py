@@ -200,12 +200,13 @@ def _loomsim(*argv: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess
     return subprocess.run([sys.executable, "-m", "sim", *argv], capture_output=True, text=True, timeout=timeout_s)
 
 
-def test_a_short_live_ledger_storm_run_passes_and_reports_its_counts(tmp_path):
+def test_a_short_live_ledger_storm_run_passes_and_reports_its_counts(tmp_path, capsys):
     db = tmp_path / "live.db"
-    done = _loomsim("live", "ledger-storm", "--duration", "5s", "--workers", "3", "--time-scale", "60",
-                    "--db", str(db), "--json", timeout_s=30.0)
-    assert done.returncode == 0, done.stdout + done.stderr
-    result = json.loads(done.stdout)
+    code = main(["live", "ledger-storm", "--duration", "5s", "--workers", "3", "--time-scale", "60",
+                 "--db", str(db), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    result = json.loads(out)
     assert result["status"] == "pass" and result["mode"] == "live"
     assert result["deterministic"] is False and result["trace_digest"] is None
     stats = result["stats"]
@@ -311,10 +312,15 @@ def test_real_contention_is_met_answered_busy_and_retried_by_the_model(tmp_path)
 @pytest.fixture(scope="module")
 def passed_live_file(tmp_path_factory):
     """The file a short live run that passed left: each audit test below damages its own copy of it."""
+    import contextlib
+    import io
+
     db = tmp_path_factory.mktemp("live") / "live.db"
-    done = _loomsim("live", "ledger-storm", "--duration", "2s", "--workers", "2", "--time-scale", "60",
-                    "--db", str(db), "--json", timeout_s=30.0)
-    assert done.returncode == 0, done.stdout + done.stderr
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["live", "ledger-storm", "--duration", "2s", "--workers", "2", "--time-scale", "60",
+                     "--db", str(db), "--json"])
+    assert code == 0, out.getvalue()
     return db
 
 
