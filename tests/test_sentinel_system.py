@@ -35,10 +35,10 @@ from sim.trace import Event
 SEEDS = range(4)
 # Unmutated runs shared by the positive checks (seeds 0-2 all pass).
 BASELINE_SEEDS = (0, 1, 2)
-# Seed 0 in CI, 1 and 2 behind ``slow`` (the suite's budget: each is a 7-day run; seed 0's is 4 days).
+# Seed 0 in CI, 1 and 2 behind ``slow`` (the suite's budget: each is a 7-day run; seed 0's is 3 days).
 CI_BASELINE_SEEDS = (BASELINE_SEEDS[0], *(pytest.param(s, marks=pytest.mark.slow) for s in BASELINE_SEEDS[1:]))
 # How long each baseline runs (7 days unless named here).
-BASELINE_DURATION = {0: "4d"}
+BASELINE_DURATION = {0: "3d"}
 
 
 def run_sentinel(seed: int, duration: str = "7d", faults_disable: tuple[str, ...] = (), **params: int):
@@ -69,7 +69,7 @@ def baseline(seed: int):
     Only ever called outside a monkeypatch, so the cache holds clean runs.
     Its node clocks are exact (the clock kinds off): the seeds were measured
     for the deploy timeline they reach, which clock faults would move.
-    Seed 0's first 4 days already reach everything the positive checks ask
+    Seed 0's first 3 days already reach everything the positive checks ask
     for (3 deploys, its broken deploy caught, a run migrated on resume and
     one failed for the missing migration, blobs reclaimed, runs archived)."""
     return run_sentinel(seed, BASELINE_DURATION.get(seed, "7d"), faults_disable=("clock-skew", "clock-jump"))
