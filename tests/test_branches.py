@@ -28,7 +28,7 @@ from sim.scenario import Branch, ScenarioOptions
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = "ledger-storm"
 SEED = 3
-DURATION = "10m"
+DURATION = "6m"
 FORK_AT = "4m"
 # A planted bug that fails ledger-storm seed 2 within 5 minutes, after a fork at 1m, in every branch tried.
 MUTANT = "ledger-admit-key-ignores-principal"
@@ -159,31 +159,44 @@ def test_bad_branch_options_are_one_usage_line(args, says, capsys):
     assert len(err.strip().splitlines()) == 1 and err.startswith("loomsim: error: ") and says in err, err
 
 
-def test_a_failing_branch_writes_a_repro_file_that_replays_and_shrinks(tmp_path):
-    out = _cli(["run", SCENARIO, "--seed", "2", "--duration", "5m", "--fork-at", "1m", "--branch", "1",
-                "--mutant", MUTANT, "--repro-dir", str(tmp_path), "--json"], tmp_path)
-    assert out.returncode == 1, out.stderr
-    body = json.loads(out.stdout)
-    assert body["violations"][0]["simulated_ms"] > parse_duration_ms("1m")  # it failed in the branch's future
-    assert "--fork-at 1m --branch 1" in body["repro_command"]
-    path = body["repro_file"]
-    assert os.path.basename(path) == "loomsim-repro-ledger-storm-2-branch1.json"
-    with open(path, encoding="utf-8") as handle:
-        assert json.load(handle)["config"]["branch"] == {"fork_at": "1m", "fork_at_ms": 60_000, "key": 1}
-    replay = _cli(["repro", path, "--json"], tmp_path)
-    assert replay.returncode == 1, replay.stderr
-    replayed = json.loads(replay.stdout)
-    assert replayed["trace_digest"] == body["trace_digest"] and not replayed["replay"]["diverged"]
-    shrunk = _cli(["shrink", path, "--max-runs", "20"], tmp_path)
-    assert shrunk.returncode == 1, shrunk.stderr
-    shrunk_path = tmp_path / "loomsim-shrunk-ledger-storm-2-branch1.json"
-    with open(shrunk_path, encoding="utf-8") as handle:
-        small = json.load(handle)
-    assert small["config"]["branch"]["key"] == 1
-    assert len(small["fault_script"]) <= len(json.load(open(path, encoding="utf-8"))["fault_script"])
-    assert parse_duration_ms(small["config"]["duration"]) > 60_000
-    again = _cli(["repro", str(shrunk_path), "--json"], tmp_path)
-    assert again.returncode == 1 and json.loads(again.stdout)["replay"]["reproduced"]
+def _in_process(args: list[str], capsys) -> tuple[int, str, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_failing_branch_writes_a_repro_file_that_replays_and_shrinks(tmp_path, capsys, monkeypatch):
+    from faults import mutants as mx
+
+    monkeypatch.chdir(tmp_path)  # in this process: the CLI's own code, without a new interpreter per command
+    try:
+        code, out, err = _in_process(["run", SCENARIO, "--seed", "2", "--duration", "5m", "--fork-at", "1m",
+                                      "--branch", "1", "--mutant", MUTANT, "--repro-dir", str(tmp_path), "--json"],
+                                     capsys)
+        assert code == 1, err
+        body = json.loads(out)
+        assert body["violations"][0]["simulated_ms"] > parse_duration_ms("1m")  # it failed in the branch's future
+        assert "--fork-at 1m --branch 1" in body["repro_command"]
+        path = body["repro_file"]
+        assert os.path.basename(path) == "loomsim-repro-ledger-storm-2-branch1.json"
+        with open(path, encoding="utf-8") as handle:
+            assert json.load(handle)["config"]["branch"] == {"fork_at": "1m", "fork_at_ms": 60_000, "key": 1}
+        code, out, err = _in_process(["repro", path, "--json"], capsys)
+        assert code == 1, err
+        replayed = json.loads(out)
+        assert replayed["trace_digest"] == body["trace_digest"] and not replayed["replay"]["diverged"]
+        code, out, err = _in_process(["shrink", path, "--max-runs", "6"], capsys)
+        assert code == 1, err
+        shrunk_path = tmp_path / "loomsim-shrunk-ledger-storm-2-branch1.json"
+        with open(shrunk_path, encoding="utf-8") as handle:
+            small = json.load(handle)
+        assert small["config"]["branch"]["key"] == 1
+        assert len(small["fault_script"]) <= len(json.load(open(path, encoding="utf-8"))["fault_script"])
+        assert parse_duration_ms(small["config"]["duration"]) > 60_000
+        code, out, _ = _in_process(["repro", str(shrunk_path), "--json"], capsys)
+        assert code == 1 and json.loads(out)["replay"]["reproduced"]
+    finally:
+        mx.revert()  # the CLI applied the mutant in this process
 
 
 # -- the forking sweep (sim.face.branches) ---------------------------------------------
@@ -197,13 +210,13 @@ def _sweep_json(args: list[str], cwd: Path) -> tuple[int, dict]:
 
 
 def test_a_forked_branch_is_the_branch_run_alone(tmp_path):
-    code, summary = _sweep_json(["--seeds", "3:4", "--duration", "5m", "--fork-at", "1m", "--branches", "3",
+    code, summary = _sweep_json(["--seeds", "3:4", "--duration", "2m", "--fork-at", "1m", "--branches", "3",
                                  "--jobs", "2", "--failure-db", "none"], tmp_path)
     assert code == 0, summary
     runs = summary["runs"]
     assert [(r["seed"], r["branch"]) for r in runs] == [(3, 0), (3, 1), (3, 2)]
     assert summary["branches"] == {"fork_at": "1m", "fork_at_ms": 60_000, "per_seed": 3}
-    alone = [run(registry.get(SCENARIO), _opts(_branch(k, "1m"), duration="5m")).trace_digest for k in range(3)]
+    alone = [run(registry.get(SCENARIO), _opts(_branch(k, "1m"), duration="2m")).trace_digest for k in range(3)]
     assert [r["trace_digest"] for r in runs] == alone
     assert len(set(alone)) == 3
 

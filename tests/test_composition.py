@@ -122,7 +122,7 @@ def test_sentinels_and_submission_workers_stack_each_judged_by_its_own_checks():
 
 def test_a_stack_with_two_kill_schedules_replays_from_its_script():
     scenario = _stacked()
-    opts = ScenarioOptions(seed=5, duration_ms=parse_duration_ms("3h"))
+    opts = ScenarioOptions(seed=5, duration_ms=parse_duration_ms("1h"))  # kills from both schedules by then
     generated = run(scenario, opts)
     replayed = run(scenario, attrs.evolve(opts, fault_script=generated.fault_script))
     assert generated.passed and replayed.trace_digest == generated.trace_digest
@@ -283,6 +283,6 @@ def test_the_composed_example_and_its_file_are_the_same_stack(composed):
 
     file_stack = registry.get(str(pathlib.Path(__file__).parents[1] / "examples" / "composed.toml"))
     for seed in (0, 1):
-        opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("1h"), swarm=True)
+        opts = ScenarioOptions(seed=seed, duration_ms=parse_duration_ms("15m"), swarm=True)
         python_run, file_run = run(composed, opts), run(file_stack, opts)
         assert python_run.passed and python_run.trace_digest == file_run.trace_digest

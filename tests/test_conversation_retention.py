@@ -84,9 +84,10 @@ def test_ledger_storm_keeps_only_recent_conversations(monkeypatch):
 
 def test_open_work_is_held_back_not_deleted():
     """A one-second TTL meets conversations whose last submissions are still
-    running (seed 1's swarm draws a backlog: 14 purges held): the purge
-    refuses, and a later pass retires them settled."""
-    result = storm(1, "6h", swarm=True, retention_ttl_ms=1_000)
+    running (seed 1's swarm draws a backlog: 15 purges held): the purge
+    refuses, and a later pass retires them settled (five generations of 8
+    conversations by 5 hours)."""
+    result = storm(1, "5h", swarm=True, retention_ttl_ms=1_000)
     assert result.passed, result.violations
     assert result.stats["retirements_held_open"] > 0
     assert result.stats["conversations_retired"] >= 8 * 5
@@ -95,7 +96,7 @@ def test_open_work_is_held_back_not_deleted():
 def forget_keys_in_the_first_generation(monkeypatch):
     """A planted bug in the first hour only: the input record forgets the
     idempotency key, so those logs no longer rebuild the ledger. Retention
-    deletes them hours before the run ends."""
+    deletes them an hour before the run ends."""
     real = model_submissions.SubmissionWorker._append_once
 
     async def forgetful(self, conversation_id, claim, batch_id, records):
@@ -109,11 +110,11 @@ def forget_keys_in_the_first_generation(monkeypatch):
 
 def test_a_retired_conversation_is_audited_before_it_goes(monkeypatch):
     forget_keys_in_the_first_generation(monkeypatch)
-    result = storm(1, "6h", retention_ttl_ms=3_600_000)
+    result = storm(1, "3h", retention_ttl_ms=3_600_000)
     assert not result.passed
     first = result.violations[0]
     assert first.invariant == "exactly-once-settlement" and "rebuilding the ledger" in first.message, first
-    assert first.time_ms < parse_duration_ms("6h"), first  # at its retirement, not at the run's end
+    assert first.time_ms < parse_duration_ms("3h"), first  # at its retirement, not at the run's end
 
 
 def test_without_the_retirement_audit_the_first_hour_would_go_unchecked(monkeypatch):
@@ -122,7 +123,7 @@ def test_without_the_retirement_audit_the_first_hour_would_go_unchecked(monkeypa
     retiring conversations is for."""
     forget_keys_in_the_first_generation(monkeypatch)
     monkeypatch.setattr(InvariantSet, "audit_retiring", lambda self, view: None)
-    result = storm(1, "6h", retention_ttl_ms=3_600_000)
+    result = storm(1, "3h", retention_ttl_ms=3_600_000)
     assert result.passed, result.violations
 
 
@@ -138,8 +139,8 @@ def test_a_ttl_of_zero_keeps_every_record(monkeypatch):
         return await real(ledger, log, conversation_id)
 
     monkeypatch.setattr(submissions_workload, "retire_conversation", recording)
-    kept = storm(1, "4h", retention_ttl_ms=0)
+    kept = storm(1, "2h", retention_ttl_ms=0)
     assert kept.passed, kept.violations
     assert "conversations_retired" not in kept.stats and deleted == []
-    retained = storm(1, "4h", retention_ttl_ms=60_000)
+    retained = storm(1, "2h", retention_ttl_ms=60_000)
     assert retained.passed and retained.stats["conversations_retired"] == len(deleted) > 0

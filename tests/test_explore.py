@@ -26,11 +26,11 @@ def _explore_json(capsys, *argv, scenarios=(SCENARIO,)):
 
 def test_the_same_runs_and_seed_give_the_same_corpus_and_summary(capsys, tmp_path):
     os.chdir(tmp_path)
-    first = _explore_json(capsys, "--runs", "4", "--seed", "7", "--duration", "2m")
-    second = _explore_json(capsys, "--runs", "4", "--seed", "7", "--duration", "2m")
+    first = _explore_json(capsys, "--runs", "2", "--seed", "7", "--duration", "1m")
+    second = _explore_json(capsys, "--runs", "2", "--seed", "7", "--duration", "1m")
     assert first == second
-    assert first[0] == 0 and first[1]["runs"] == 4 and first[1]["corpus_size"] >= 1
-    other = _explore_json(capsys, "--runs", "4", "--seed", "8", "--duration", "2m")
+    assert first[0] == 0 and first[1]["runs"] == 2 and first[1]["corpus_size"] >= 1
+    other = _explore_json(capsys, "--runs", "2", "--seed", "8", "--duration", "1m")
     assert [e["seed"] for e in other[1]["corpus"]] != [e["seed"] for e in first[1]["corpus"]]
 
 
@@ -70,7 +70,7 @@ def test_a_planted_bug_is_found_and_its_repro_file_replays_as_a_failure(capsys, 
 def test_the_corpus_directory_is_written_and_replayed(capsys, tmp_path):
     corpus = tmp_path / "corpus"
     os.chdir(tmp_path)
-    code, body = _explore_json(capsys, "--runs", "2", "--seed", "5", "--duration", "2m", "--corpus", str(corpus))
+    code, body = _explore_json(capsys, "--runs", "2", "--seed", "5", "--duration", "1m", "--corpus", str(corpus))
     files = sorted(os.listdir(corpus))
     assert code == 0 and len(files) == body["corpus_size"]
     entry = json.loads((corpus / files[0]).read_text())
@@ -78,7 +78,7 @@ def test_the_corpus_directory_is_written_and_replayed(capsys, tmp_path):
     assert {"seed", "knobs", "duration_ms", "added"} <= set(entry)
     assert [e["file"] for e in body["corpus"]] == [str(corpus / name) for name in files] or (
         sorted(e["file"] for e in body["corpus"]) == [str(corpus / name) for name in files])
-    code, again = _explore_json(capsys, "--runs", "1", "--seed", "5", "--duration", "2m", "--corpus", str(corpus))
+    code, again = _explore_json(capsys, "--runs", "1", "--seed", "5", "--duration", "1m", "--corpus", str(corpus))
     assert again["runs"] == len(files) + 1  # the saved corpus ran first
     first = again["corpus"][0]
     assert first["mutation"] == "replay" and first["seed"] in {e["seed"] for e in body["corpus"]}
@@ -184,7 +184,7 @@ def test_the_search_does_not_depend_on_the_hash_seed(tmp_path):
     for hash_seed in ("0", "4242"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
         done = subprocess.run([sys.executable, "-m", "sim", "explore", SCENARIO, "--runs", "3", "--seed", "11",
-                               "--duration", "2m", "--json"], capture_output=True, text=True, env=env,
+                               "--duration", "1m", "--json"], capture_output=True, text=True, env=env,
                               cwd=tmp_path, check=False)
         assert done.returncode == 0, done.stderr
         body = json.loads(done.stdout)
@@ -374,7 +374,7 @@ def test_the_json_summary_has_format_2(capsys, tmp_path):
 
 def test_the_search_is_the_same_with_any_number_of_jobs(capsys, tmp_path):
     os.chdir(tmp_path)
-    argv = ("--runs", "10", "--seed", "6", "--duration", "10s")
+    argv = ("--runs", "10", "--seed", "6", "--duration", "5s")
     one = _explore_json(capsys, *argv, "--jobs", "1")
     two = _explore_json(capsys, *argv, "--jobs", "2")
     assert one == two and one[1]["runs"] == 10
@@ -382,20 +382,20 @@ def test_the_search_is_the_same_with_any_number_of_jobs(capsys, tmp_path):
 
 def test_a_budget_stops_at_a_batch_end_and_names_the_runs_command_that_replays_it(capsys, tmp_path):
     os.chdir(tmp_path)
-    code = cli_main(["explore", SCENARIO, "--budget", "1ms", "--seed", "9", "--duration", "10s", "--jobs", "2"])
+    code = cli_main(["explore", SCENARIO, "--budget", "1ms", "--seed", "9", "--duration", "5s", "--jobs", "2"])
     out = capsys.readouterr().out
     assert code == 0
     line = next(l for l in out.splitlines() if "the same search, replayed:" in l)
     command = line.split("replayed: ", 1)[1].split()
     assert command[:2] == ["loomsim", "explore"] and command[command.index("--runs") + 1] == "8"  # one batch
-    budgeted = _explore_json(capsys, "--budget", "1ms", "--seed", "9", "--duration", "10s", "--jobs", "2")
+    budgeted = _explore_json(capsys, "--budget", "1ms", "--seed", "9", "--duration", "5s", "--jobs", "2")
     replayed = _explore_json(capsys, *command[3:])
     assert budgeted == replayed
 
 
 def test_several_scenarios_split_the_runs_one_summary_each(capsys, tmp_path):
     os.chdir(tmp_path)
-    code, body = _explore_json(capsys, "--runs", "3", "--seed", "2", "--duration", "30s",
+    code, body = _explore_json(capsys, "--runs", "3", "--seed", "2", "--duration", "10s",
                                scenarios=(SCENARIO, "port-storm"))
     assert code == 0 and body["format"] == "loomsim-explore/2"
     assert [(s["scenario"], s["runs"]) for s in body["scenarios"]] == [(SCENARIO, 2), ("port-storm", 1)]
@@ -440,7 +440,7 @@ def test_a_signal_stops_the_workers_and_the_summary_of_the_finished_batches_is_p
 
     corpus = tmp_path / "corpus"
     proc = subprocess.Popen([sys.executable, "-m", "sim", "explore", SCENARIO, "--runs", "400", "--seed", "3",
-                             "--duration", "10s", "--jobs", "2", "--corpus", str(corpus), "--json"], cwd=tmp_path,
+                             "--duration", "5s", "--jobs", "2", "--corpus", str(corpus), "--json"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             # SIGINT at its default, whatever the runner was started with (a background job ignores it)
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -494,7 +494,7 @@ def test_mutant_option_searches_with_the_planted_bug_and_names_it_in_the_repro(c
 
 def test_fresh_inputs_are_a_sweeps_seeds_in_order_from_the_search_seed():
     scenario = registry.get(SCENARIO)
-    outcome = explore(scenario, runs=10, seed=3, duration_ms=30_000)
+    outcome = explore(scenario, runs=10, seed=3, duration_ms=10_000)
     fresh = [e.input.seed for e in outcome.corpus if e.mutation == "fresh"]
     assert fresh and fresh == sorted(fresh) and set(fresh) <= set(range(3, 3 + outcome.fresh))
     assert outcome.fresh == 8 + 1  # the whole first batch, then one at the start of the second

@@ -200,12 +200,13 @@ def _loomsim(*argv: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess
     return subprocess.run([sys.executable, "-m", "sim", *argv], capture_output=True, text=True, timeout=timeout_s)
 
 
-def test_a_short_live_ledger_storm_run_passes_and_reports_its_counts(tmp_path):
+def test_a_short_live_ledger_storm_run_passes_and_reports_its_counts(tmp_path, capsys):
     db = tmp_path / "live.db"
-    done = _loomsim("live", "ledger-storm", "--duration", "5s", "--workers", "3", "--time-scale", "60",
-                    "--db", str(db), "--json", timeout_s=30.0)
-    assert done.returncode == 0, done.stdout + done.stderr
-    result = json.loads(done.stdout)
+    code = main(["live", "ledger-storm", "--duration", "5s", "--workers", "3", "--time-scale", "60",
+                 "--db", str(db), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    result = json.loads(out)
     assert result["status"] == "pass" and result["mode"] == "live"
     assert result["deterministic"] is False and result["trace_digest"] is None
     stats = result["stats"]
@@ -308,15 +309,37 @@ def test_real_contention_is_met_answered_busy_and_retried_by_the_model(tmp_path)
     assert 1 <= stats["settled"] == stats["submitted"]
 
 
-def test_the_audit_fails_a_file_whose_ledger_disagrees_with_its_log(tmp_path):
+@pytest.fixture(scope="module")
+def passed_live_file(tmp_path_factory):
+    """The file a short live run that passed left: each audit test below damages its own copy of it."""
+    import contextlib
+    import io
+
+    db = tmp_path_factory.mktemp("live") / "live.db"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["live", "ledger-storm", "--duration", "2s", "--workers", "2", "--time-scale", "60",
+                     "--db", str(db), "--json"])
+    assert code == 0, out.getvalue()
+    return db
+
+
+def _copy_of(db, tmp_path):
+    import shutil
+
+    copy = tmp_path / db.name
+    for suffix in ("", "-wal", "-shm"):  # the run closed its connections; copy a WAL too if one was left
+        if os.path.exists(str(db) + suffix):
+            shutil.copyfile(str(db) + suffix, str(copy) + suffix)
+    return copy
+
+
+def test_the_audit_fails_a_file_whose_ledger_disagrees_with_its_log(tmp_path, passed_live_file):
     import sqlite3
 
     from sim.face.live import LiveConfig, LiveTotals, _audit
 
-    db = tmp_path / "live.db"
-    done = _loomsim("live", "ledger-storm", "--duration", "2s", "--workers", "2", "--time-scale", "60",
-                    "--db", str(db), "--json", timeout_s=30.0)
-    assert done.returncode == 0, done.stdout + done.stderr
+    db = _copy_of(passed_live_file, tmp_path)
     conn = sqlite3.connect(db)
     changed = conn.execute("UPDATE ledger_submissions SET reserved_digest = 'feed' WHERE submission_id = "
                            "(SELECT MIN(submission_id) FROM ledger_submissions WHERE outcome IS NOT NULL)").rowcount
@@ -375,22 +398,19 @@ def test_workers_as_os_processes_survive_sigkills_and_every_submission_settles(t
     assert result["wall_s"] <= 15.0
 
 
-def test_a_file_whose_log_chain_does_not_verify_on_reopen_fails_the_audit(tmp_path):
+def test_a_file_whose_log_chain_does_not_verify_on_reopen_fails_the_audit(tmp_path, passed_live_file):
     import sqlite3
 
     from sim.face.live import LiveConfig, LiveTotals, _audit
 
-    db = tmp_path / "live.db"
-    done = _loomsim("live", "ledger-storm", "--duration", "2s", "--workers", "1", "--time-scale", "60",
-                    "--db", str(db), "--json", timeout_s=30.0)
-    assert done.returncode == 0, done.stdout + done.stderr
+    db = _copy_of(passed_live_file, tmp_path)
     conn = sqlite3.connect(db)
     changed = conn.execute("UPDATE conv_conversations SET tail_digest = 'feed' WHERE conversation_id = "
                            "(SELECT MIN(conversation_id) FROM conv_conversations)").rowcount
     conn.commit()
     conn.close()
     assert changed == 1
-    config = LiveConfig("ledger-storm", 2_000, 1, False, None, 60.0, 0, 5_000, str(db))
+    config = LiveConfig("ledger-storm", 2_000, 2, False, None, 60.0, 0, 5_000, str(db))
     result = _audit(config, str(db), LiveTotals(), 120_000, 2.0)
     assert result["status"] == "fail", result
     assert result["violations"][0]["name"] in ("reopen", "log-chain"), result["violations"]
