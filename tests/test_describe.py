@@ -15,7 +15,7 @@ from sim.runner import run
 from sim.scenario import ScenarioOptions
 
 # Simulated time per scenario: enough to build and run every checker (port-storm is the costly one).
-RUN_MS = {"port-storm": parse_duration_ms("5m")}
+RUN_MS = {"port-storm": parse_duration_ms("2m")}
 
 
 @pytest.mark.parametrize("name", [s.name for s in registry.all_scenarios()])
@@ -26,7 +26,7 @@ def test_describe_lists_what_a_run_reports(capsys, name):
     assert body["scenario"] == name and body["sometimes"] == list(scenario.sometimes)
     described = {inv["name"] for inv in body["invariants"]}
     assert all(inv["doc"] for inv in body["invariants"]), body["invariants"]
-    result = run(scenario, ScenarioOptions(seed=0, duration_ms=RUN_MS.get(name, parse_duration_ms("1h")), swarm=True))
+    result = run(scenario, ScenarioOptions(seed=0, duration_ms=RUN_MS.get(name, parse_duration_ms("15m")), swarm=True))
     assert set(result.invariants) <= described
     assert set(result.coverage["sometimes"]) == set(body["sometimes"])
     sites = {s["site"] for s in body["fault_sites"]}
