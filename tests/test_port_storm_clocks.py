@@ -54,11 +54,11 @@ def test_the_kinds_and_the_clock_knobs_are_drawn_by_name():
     assert "store_clock" not in names  # the adversaries expect their own clock's times back
 
 
-@pytest.mark.parametrize("kind,seed,store", [(CLOCK_SKEW, 1, "memory"), (CLOCK_JUMP, 3, "memory"),
-                                             (PARTITION, 0, "memory"), (PARTITION, 0, "sqlite")])
-def test_a_short_run_with_the_kind_forced_on_fires_it_and_passes(kind, seed, store, capsys):
+@pytest.mark.parametrize("kind,seed,store,duration", [(CLOCK_SKEW, 1, "memory", "3m"), (CLOCK_JUMP, 3, "memory", "3m"),
+                                                      (PARTITION, 0, "memory", "8m"), (PARTITION, 0, "sqlite", "8m")])
+def test_a_short_run_with_the_kind_forced_on_fires_it_and_passes(kind, seed, store, duration, capsys):
     others = tuple(k for k in NEW_IN_CONTRACT if k != kind)
-    code = main(["run", "port-storm", "--seed", str(seed), "--duration", "8m", "--store", store, "--json",
+    code = main(["run", "port-storm", "--seed", str(seed), "--duration", duration, "--store", store, "--json",
                  "--faults-enable", kind, "--faults-disable", ",".join(others)])
     result = json.loads(capsys.readouterr().out)
     assert code == 0, result.get("violations")
