@@ -74,7 +74,7 @@ def test_a_user_scenario_lists_the_fault_kinds_its_stack_uses(capsys, two_cadenc
     assert cli.main([*modules, "describe", "two-cadences", "--json"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert not body["swarm"] and set(body["fault_kinds"]) == {CRASH_BEFORE_CALL, ACK_LOST, NODE_KILL}
-    fired = run(registry.get("two-cadences"), ScenarioOptions(seed=1, duration_ms=parse_duration_ms("12h"))).faults
+    fired = run(registry.get("two-cadences"), ScenarioOptions(seed=1, duration_ms=parse_duration_ms("6h"))).faults
     assert set(fired) <= set(body["fault_kinds"]), fired  # what a run fires is what describe lists
     assert cli.main([*modules, "describe", "two-cadences"]) == 0
     text = capsys.readouterr().out
