@@ -230,7 +230,7 @@ def test_a_finished_seed_line_carries_an_eta(capsys):
 
 
 def test_run_progress_goes_to_stderr_and_changes_nothing(tmp_path):
-    argv = ["run", "ledger-storm", "--seed", "1", "--duration", "15m", "--repro-dir", str(tmp_path), "--json"]
+    argv = ["run", "ledger-storm", "--seed", "1", "--duration", "5m", "--repro-dir", str(tmp_path), "--json"]
     shown = _cli([*argv, "--progress-every", "0.05"], tmp_path)
     assert shown.returncode == 0, shown.stderr[-2000:]
     lines = shown.stderr.strip().splitlines()
