@@ -43,7 +43,7 @@ SENTINEL_CI_KINDS = (CRASH_BEFORE_CALL, FAILPOINT_CRASH, TRANSIENT_ERROR)
 @pytest.mark.parametrize("kind", [k if k in SENTINEL_CI_KINDS else pytest.param(k, marks=pytest.mark.slow)
                                   for k in sorted(POINT_KINDS_HIGH)])
 def test_sentinel_survives_each_point_fault_kind_alone(kind):
-    opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("2d"), faults_disable=(NODE_KILL,),
+    opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("36h"), faults_disable=(NODE_KILL,),
                            rates={kind: POINT_KINDS_HIGH[kind]})
     result = run(registry.get("sentinel-year"), opts)
     assert result.passed, result.violations
