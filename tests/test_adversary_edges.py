@@ -145,8 +145,15 @@ def _messages(result, checker: str) -> list[str]:
     return [v.message for v in result.violations if v.invariant == checker]
 
 
-def test_the_storm_reaches_the_new_edges_clean():
-    result = _storm(2, "2m", rates={CORRUPT_ROW: 0.3})
+@pytest.fixture(scope="module")
+def damaged_reads_storm():
+    """Seed 2 for two minutes with damaged checkpoint reads: one run shared by
+    the two tests below that run exactly it."""
+    return _storm(2, "2m", rates={CORRUPT_ROW: 0.3})
+
+
+def test_the_storm_reaches_the_new_edges_clean(damaged_reads_storm):
+    result = damaged_reads_storm
     assert result.passed, result.violations[:3]
     for stat in ("checkpoint_mismatch_refused", "checkpoint_damaged_refused", "checkpoint_recovered",
                  "state_invalid_save_refused", "state_cleared", "values_ds_unencodable_refused"):
@@ -219,12 +226,12 @@ def test_forged_state_a_build_accepts_is_caught():
     assert any("state-forger: forged" in m and "it must refuse it" in m for m in messages), messages[:3]
 
 
-def test_a_run_with_damaged_checkpoint_reads_replays_from_its_script_to_the_same_digest():
+def test_a_run_with_damaged_checkpoint_reads_replays_from_its_script_to_the_same_digest(damaged_reads_storm):
     import attrs
 
     from faults.content_reads import CHECKPOINT_SITE
     opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("2m"), rates={CORRUPT_ROW: 0.3})
-    first = run(registry.get("port-storm"), opts)
+    first = damaged_reads_storm  # run(registry.get("port-storm"), opts)
     assert first.passed and any(e.site == CHECKPOINT_SITE for e in first.fault_script)
     again = run(registry.get("port-storm"), attrs.evolve(opts, fault_script=tuple(first.fault_script)))
     assert again.passed and again.trace_digest == first.trace_digest
