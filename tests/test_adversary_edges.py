@@ -145,8 +145,15 @@ def _messages(result, checker: str) -> list[str]:
     return [v.message for v in result.violations if v.invariant == checker]
 
 
-def test_the_storm_reaches_the_new_edges_clean():
-    result = _storm(2, "8m", rates={CORRUPT_ROW: 0.3})
+@pytest.fixture(scope="module")
+def damaged_reads_storm():
+    """Seed 2 for two minutes with damaged checkpoint reads: one run shared by
+    the two tests below that run exactly it."""
+    return _storm(2, "2m", rates={CORRUPT_ROW: 0.3})
+
+
+def test_the_storm_reaches_the_new_edges_clean(damaged_reads_storm):
+    result = damaged_reads_storm
     assert result.passed, result.violations[:3]
     for stat in ("checkpoint_mismatch_refused", "checkpoint_damaged_refused", "checkpoint_recovered",
                  "state_invalid_save_refused", "state_cleared", "values_ds_unencodable_refused"):
@@ -161,7 +168,7 @@ def test_a_recovery_given_another_builds_checkpoint_is_caught(monkeypatch):
         return CheckpointDecision(found, None)
 
     monkeypatch.setattr(adversary_state, "usable_checkpoint", blind)
-    messages = _messages(_storm(1, "12m"), "state-expectations")
+    messages = _messages(_storm(1, "3m"), "state-expectations")
     reasons = ("engine-version", "definition-digest", "model-digest", "tool-digest")
     assert any(f"it must be refused ({reason})" in m for m in messages for reason in reasons), messages[:3]
     assert any("a rebuild from the log reaches" in m for m in messages), messages[:3]
@@ -192,7 +199,7 @@ def test_a_decoder_that_misreads_foreign_text_is_caught(monkeypatch):
         return value if end == len(text) else {}
 
     monkeypatch.setattr(ds_store, "_decode", strict)
-    result = _storm(4, "20m")
+    result = _storm(4, "10m")
     assert result.stats["state_respelled"] > 0
     assert any("respelled with whitespace, a load answered" in m
                for m in _messages(result, "state-expectations")), result.violations[:3]
@@ -206,25 +213,25 @@ def test_a_handle_that_saves_what_its_contract_refuses_is_caught(monkeypatch):
 
 def test_a_payload_check_that_misses_a_cycle_is_caught(monkeypatch):
     monkeypatch.setattr(ds_store, "_find_non_json", lambda payload: None)
-    messages = _messages(_storm(2, "12m"), "values-expectations")
+    messages = _messages(_storm(2, "3m"), "values-expectations")
     assert any("encode_payload of a cycle raised" in m for m in messages), messages[:3]
 
 
 def test_forged_state_a_build_accepts_is_caught():
     from faults import mutants as mx
     with mx.applied(mx.catalogue()["ds-load-skips-validation"]):
-        result = _storm(2, "15m")
+        result = _storm(2, "4m")
     messages = _messages(result, "state-expectations")
     assert result.stats["state_forged"] > 0
     assert any("state-forger: forged" in m and "it must refuse it" in m for m in messages), messages[:3]
 
 
-def test_a_run_with_damaged_checkpoint_reads_replays_from_its_script_to_the_same_digest():
+def test_a_run_with_damaged_checkpoint_reads_replays_from_its_script_to_the_same_digest(damaged_reads_storm):
     import attrs
 
     from faults.content_reads import CHECKPOINT_SITE
-    opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("3m"), rates={CORRUPT_ROW: 0.3})
-    first = run(registry.get("port-storm"), opts)
+    opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("2m"), rates={CORRUPT_ROW: 0.3})
+    first = damaged_reads_storm  # run(registry.get("port-storm"), opts)
     assert first.passed and any(e.site == CHECKPOINT_SITE for e in first.fault_script)
     again = run(registry.get("port-storm"), attrs.evolve(opts, fault_script=tuple(first.fault_script)))
     assert again.passed and again.trace_digest == first.trace_digest

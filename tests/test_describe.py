@@ -15,7 +15,7 @@ from sim.runner import run
 from sim.scenario import ScenarioOptions
 
 # Simulated time per scenario: enough to build and run every checker (port-storm is the costly one).
-RUN_MS = {"port-storm": parse_duration_ms("5m")}
+RUN_MS = {"port-storm": parse_duration_ms("2m")}
 
 
 @pytest.mark.parametrize("name", [s.name for s in registry.all_scenarios()])
@@ -26,7 +26,7 @@ def test_describe_lists_what_a_run_reports(capsys, name):
     assert body["scenario"] == name and body["sometimes"] == list(scenario.sometimes)
     described = {inv["name"] for inv in body["invariants"]}
     assert all(inv["doc"] for inv in body["invariants"]), body["invariants"]
-    result = run(scenario, ScenarioOptions(seed=0, duration_ms=RUN_MS.get(name, parse_duration_ms("1h")), swarm=True))
+    result = run(scenario, ScenarioOptions(seed=0, duration_ms=RUN_MS.get(name, parse_duration_ms("15m")), swarm=True))
     assert set(result.invariants) <= described
     assert set(result.coverage["sometimes"]) == set(body["sometimes"])
     sites = {s["site"] for s in body["fault_sites"]}
@@ -74,7 +74,7 @@ def test_a_user_scenario_lists_the_fault_kinds_its_stack_uses(capsys, two_cadenc
     assert cli.main([*modules, "describe", "two-cadences", "--json"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert not body["swarm"] and set(body["fault_kinds"]) == {CRASH_BEFORE_CALL, ACK_LOST, NODE_KILL}
-    fired = run(registry.get("two-cadences"), ScenarioOptions(seed=1, duration_ms=parse_duration_ms("12h"))).faults
+    fired = run(registry.get("two-cadences"), ScenarioOptions(seed=1, duration_ms=parse_duration_ms("6h"))).faults
     assert set(fired) <= set(body["fault_kinds"]), fired  # what a run fires is what describe lists
     assert cli.main([*modules, "describe", "two-cadences"]) == 0
     text = capsys.readouterr().out

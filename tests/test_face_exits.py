@@ -196,7 +196,7 @@ def test_run_output_says_which_never_fired_kinds_were_switched_off(tmp_path, cap
 
 
 def test_sweep_json_lists_every_seed_with_its_digest(tmp_path, capsys):
-    code = cli.main(["sweep", "ledger-storm", "--seeds", "0:2", "--jobs", "1", "--duration", "5m", "--store",
+    code = cli.main(["sweep", "ledger-storm", "--seeds", "0:2", "--jobs", "1", "--duration", "2m", "--store",
                      "memory", "--repro-dir", str(tmp_path), "--json"])
     summary = json.loads(capsys.readouterr().out)
     assert code in (0, 1) and summary["format"] == "loomsim-sweep/1"
@@ -204,7 +204,7 @@ def test_sweep_json_lists_every_seed_with_its_digest(tmp_path, capsys):
     for record in summary["runs"]:
         assert len(record["trace_digest"]) == 64 and record["status"] in ("pass", "fail", "detected")
         assert set(record) >= {"first_violation", "repro_file", "repro_command", "store", "beyond"}
-    assert cli.main(["run", "ledger-storm", "--seed", "1", "--duration", "5m", "--repro-dir", str(tmp_path),
+    assert cli.main(["run", "ledger-storm", "--seed", "1", "--duration", "2m", "--repro-dir", str(tmp_path),
                      "--json"]) in (0, 1)
     assert json.loads(capsys.readouterr().out)["trace_digest"] == summary["runs"][1]["trace_digest"]
 
@@ -230,7 +230,7 @@ def test_a_finished_seed_line_carries_an_eta(capsys):
 
 
 def test_run_progress_goes_to_stderr_and_changes_nothing(tmp_path):
-    argv = ["run", "ledger-storm", "--seed", "1", "--duration", "1h", "--repro-dir", str(tmp_path), "--json"]
+    argv = ["run", "ledger-storm", "--seed", "1", "--duration", "5m", "--repro-dir", str(tmp_path), "--json"]
     shown = _cli([*argv, "--progress-every", "0.05"], tmp_path)
     assert shown.returncode == 0, shown.stderr[-2000:]
     lines = shown.stderr.strip().splitlines()

@@ -43,7 +43,7 @@ SENTINEL_CI_KINDS = (CRASH_BEFORE_CALL, FAILPOINT_CRASH, TRANSIENT_ERROR)
 @pytest.mark.parametrize("kind", [k if k in SENTINEL_CI_KINDS else pytest.param(k, marks=pytest.mark.slow)
                                   for k in sorted(POINT_KINDS_HIGH)])
 def test_sentinel_survives_each_point_fault_kind_alone(kind):
-    opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("2d"), faults_disable=(NODE_KILL,),
+    opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("36h"), faults_disable=(NODE_KILL,),
                            rates={kind: POINT_KINDS_HIGH[kind]})
     result = run(registry.get("sentinel-year"), opts)
     assert result.passed, result.violations
@@ -53,7 +53,7 @@ def test_sentinel_survives_each_point_fault_kind_alone(kind):
 @pytest.mark.parametrize("kind", [k if k not in SENTINEL_CI_KINDS else pytest.param(k, marks=pytest.mark.slow)
                                   for k in sorted(POINT_KINDS_HIGH)])  # the other three kinds in CI
 def test_ledger_storm_survives_each_point_fault_kind_alone(kind):
-    opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("2h"), faults_disable=(NODE_KILL, NODE_PAUSE),
+    opts = ScenarioOptions(seed=3, duration_ms=parse_duration_ms("1h"), faults_disable=(NODE_KILL, NODE_PAUSE),
                            rates={kind: POINT_KINDS_HIGH[kind]})
     result = run(registry.get("ledger-storm"), opts)
     assert result.passed, result.violations
@@ -79,7 +79,7 @@ def test_ledger_storm_fails_closed_on_each_damaged_read_kind(kind):
 def test_all_kinds_together_at_high_rates_on_both_scenarios():
     rates = {"sentinel-year": dict(POINT_KINDS_HIGH),
              "ledger-storm": dict(POINT_KINDS_HIGH, **{SHORT_PAGE: 0.1, SEQUENCE_GAP: 0.1})}
-    for name, duration, seeds in (("sentinel-year", "2d", range(1)), ("ledger-storm", "2h", range(2))):
+    for name, duration, seeds in (("sentinel-year", "1d", range(1)), ("ledger-storm", "1h", range(2))):
         for seed in seeds:
             result = run(registry.get(name), ScenarioOptions(seed=seed, duration_ms=parse_duration_ms(duration),
                                                              rates=rates[name]))
@@ -90,7 +90,7 @@ def test_all_kinds_together_at_high_rates_on_both_scenarios():
 def test_transient_errors_are_retried_not_settled_as_failures():
     """A transient error inside a wake's effect is nobody's verdict on the
     run: the driver waits it out and resumes, so no run fails of it."""
-    opts = ScenarioOptions(seed=5, duration_ms=parse_duration_ms("2d"), faults_disable=(NODE_KILL,),
+    opts = ScenarioOptions(seed=5, duration_ms=parse_duration_ms("1d"), faults_disable=(NODE_KILL,),
                            rates={TRANSIENT_ERROR: 3e-3})
     result = run(registry.get("sentinel-year"), opts)
     assert result.passed, result.violations

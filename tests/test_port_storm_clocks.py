@@ -54,11 +54,11 @@ def test_the_kinds_and_the_clock_knobs_are_drawn_by_name():
     assert "store_clock" not in names  # the adversaries expect their own clock's times back
 
 
-@pytest.mark.parametrize("kind,seed,store", [(CLOCK_SKEW, 1, "memory"), (CLOCK_JUMP, 3, "memory"),
-                                             (PARTITION, 0, "memory"), (PARTITION, 0, "sqlite")])
-def test_a_short_run_with_the_kind_forced_on_fires_it_and_passes(kind, seed, store, capsys):
+@pytest.mark.parametrize("kind,seed,store,duration", [(CLOCK_SKEW, 1, "memory", "3m"), (CLOCK_JUMP, 3, "memory", "3m"),
+                                                      (PARTITION, 0, "memory", "8m"), (PARTITION, 0, "sqlite", "8m")])
+def test_a_short_run_with_the_kind_forced_on_fires_it_and_passes(kind, seed, store, duration, capsys):
     others = tuple(k for k in NEW_IN_CONTRACT if k != kind)
-    code = main(["run", "port-storm", "--seed", str(seed), "--duration", "20m", "--store", store, "--json",
+    code = main(["run", "port-storm", "--seed", str(seed), "--duration", duration, "--store", store, "--json",
                  "--faults-enable", kind, "--faults-disable", ",".join(others)])
     result = json.loads(capsys.readouterr().out)
     assert code == 0, result.get("violations")
@@ -137,9 +137,10 @@ def test_made_up_occurrences_are_not_judged_where_no_schedule_is_due():
     assert len(failures) == 1 and "before its occurrence is due" in failures[0].message
 
 
-@pytest.mark.parametrize("site, duration", [(CLOCK_SITE_FORWARD, "1h"), (CLOCK_SITE_BACK, "30m")])
-def test_an_adversary_whose_clock_leaves_the_tolerance_is_detected(site, duration):
-    script = (FaultEvent(10 * MS_PER_MINUTE, "adversary-1", site, CLOCK_JUMP_BEYOND, None,
+# The jump's minute: early enough that detection ends the run soon after (a jump back is found later).
+@pytest.mark.parametrize("site, duration, minute", [(CLOCK_SITE_FORWARD, "1h", 2), (CLOCK_SITE_BACK, "30m", 10)])
+def test_an_adversary_whose_clock_leaves_the_tolerance_is_detected(site, duration, minute):
+    script = (FaultEvent(minute * MS_PER_MINUTE, "adversary-1", site, CLOCK_JUMP_BEYOND, None,
                          duration_ms=BEYOND_JUMP_MS[0]),)
     result = run(registry.get("port-storm"), _opts(1, duration, fault_script=script))
     assert result.status == DETECTED, (result.status, result.violations[:1])
@@ -149,7 +150,7 @@ def test_an_adversary_whose_clock_leaves_the_tolerance_is_detected(site, duratio
 
 def test_every_adversarial_client_runs_on_its_node_clock():
     # A node's clock is made (and its skew recorded) when code on it first reads it.
-    result = run(registry.get("port-storm"), _opts(1, "5m", faults_enable=(CLOCK_SKEW,),
+    result = run(registry.get("port-storm"), _opts(1, "3m", faults_enable=(CLOCK_SKEW,),
                                                    knobs={"clock_offset_ms_max": 500}))
     assert result.passed, result.violations
     skewed = {e.node.split("#", 1)[0].rsplit("-", 1)[0] for e in result.fault_script

@@ -5,6 +5,8 @@ history went through recovery, and one in n of the others (the knob
 ``retire_audit_every``)."""
 from __future__ import annotations
 
+import pytest
+
 import model.runs as model_runs
 from scenarios import registry
 from scenarios.system import System
@@ -54,11 +56,8 @@ def test_without_the_audit_at_deletion_the_first_hours_would_go_unchecked(monkey
     assert result.passed, result.violations
 
 
-def test_one_calm_run_in_n_and_every_recovered_run_is_audited(monkeypatch):
-    """``retire_audit_every=64``: of the ~280 runs of the first day, deleted
-    at the second midnight, one calm run in 64 is audited and every run
-    whose history went through recovery is; at 1, every deleted run is."""
-    audited: list[tuple[str, bool]] = []
+def record_audits(patch, audited: list[tuple[str, bool]]) -> None:
+    """Each run audited before its deletion, and whether it went through recovery."""
     real = System._audit_before_delete
 
     def recording(self, conversation_id):
@@ -68,7 +67,26 @@ def test_one_calm_run_in_n_and_every_recovered_run_is_audited(monkeypatch):
         if self.audited_before_delete > before:
             audited.append((conversation_id, recovered))
 
-    monkeypatch.setattr(System, "_audit_before_delete", recording)
+    patch.setattr(System, "_audit_before_delete", recording)
+
+
+@pytest.fixture(scope="module")
+def every_deleted_run_audited():
+    """Seed 3 for 50 hours with every deleted run audited, and the runs it
+    audited: one run shared by the two tests that need it."""
+    audited: list[tuple[str, bool]] = []
+    with pytest.MonkeyPatch.context() as patch:
+        record_audits(patch, audited)
+        result = year(3, "50h", retire_audit_every=1)
+    return result, audited
+
+
+def test_one_calm_run_in_n_and_every_recovered_run_is_audited(monkeypatch, every_deleted_run_audited):
+    """``retire_audit_every=64``: of the ~280 runs of the first day, deleted
+    at the second midnight, one calm run in 64 is audited and every run
+    whose history went through recovery is; at 1, every deleted run is."""
+    audited: list[tuple[str, bool]] = []
+    record_audits(monkeypatch, audited)
     sampled = year(3, "50h", swarm=False, retire_audit_every=64, fault_intensity=100)
     assert sampled.passed, sampled.violations
     recovered = [c for c, r in audited if r]
@@ -77,8 +95,7 @@ def test_one_calm_run_in_n_and_every_recovered_run_is_audited(monkeypatch):
     # The calm ones: the first of every 64 deleted, in order of deletion.
     assert 1 <= len(calm) <= 288 // 64 + 1, len(calm)
     assert sampled.stats["conversations_audited_before_delete"] == len(audited)
-    audited.clear()
-    every = year(3, "50h", swarm=False, retire_audit_every=1)
+    every, audited = every_deleted_run_audited
     assert every.passed, every.violations
     assert every.stats["conversations_audited_before_delete"] == len(audited) >= 280
 
@@ -150,18 +167,18 @@ def test_exactly_once_wake_holds_the_archive_to_the_runs_that_started():
         "s@50: retention archived a run of an occurrence that never started"]
 
 
-def test_the_audits_of_deleted_runs_are_counted_apart_from_the_wakes_work(monkeypatch):
+def test_the_audits_of_deleted_runs_are_counted_apart_from_the_wakes_work(monkeypatch, every_deleted_run_audited):
     """``stats.work`` is the system's work per wake (what bench budgets):
     with every deleted run audited it is what the same run counts with the
     audit switched off, and the audits' own encodings and digests are
     ``stats.audit_work``."""
     from sim.face.bench import work_per_wake
 
-    audited = year(2, "50h", retire_audit_every=1)
+    audited, _ = every_deleted_run_audited
     assert audited.passed, audited.violations
     with monkeypatch.context() as patch:
         patch.setattr(InvariantSet, "audit_retiring", lambda self, view: None)
-        unaudited = year(2, "50h", retire_audit_every=1)
+        unaudited = year(3, "50h", retire_audit_every=1)
     assert unaudited.trace_digest == audited.trace_digest
     assert audited.stats["work"] == unaudited.stats["work"]
     audit = audited.stats["audit_work"]

@@ -63,11 +63,11 @@ def python_two_cadences(monkeypatch):
 def test_the_toml_example_is_the_python_example(seed, python_two_cadences):
     toml = registry.get(str(REPO / "examples" / "two_cadences.toml"))
     assert toml.title == "two-cadences" and toml.default_duration_ms == python_two_cadences.default_duration_ms
-    assert _digest(toml, seed, 2 * MS_PER_HOUR) == _digest(python_two_cadences, seed, 2 * MS_PER_HOUR)
+    assert _digest(toml, seed, MS_PER_HOUR) == _digest(python_two_cadences, seed, MS_PER_HOUR)
 
 
 @pytest.mark.parametrize("seed,duration_ms,store", [
-    (0, MS_PER_HOUR // 4, "memory"), (1, MS_PER_HOUR // 4, "memory"), (2, MS_PER_HOUR // 6, "sqlite"),
+    (0, MS_PER_HOUR // 12, "memory"), (1, MS_PER_HOUR // 12, "memory"), (2, MS_PER_HOUR // 15, "sqlite"),
     pytest.param(0, MS_PER_HOUR, "memory", marks=pytest.mark.slow),
     pytest.param(1, MS_PER_HOUR, "memory", marks=pytest.mark.slow)])
 def test_agent_conversations_as_a_file_is_the_built_in_stack(seed, duration_ms, store):
@@ -181,7 +181,7 @@ def test_a_stack_takes_the_same_kind_twice_under_two_names(tmp_path):
     stack = scenario.build(Run(ScenarioOptions(seed=0, duration_ms=MS_PER_HOUR), None, scenario))
     assert [w.name for w in stack.workloads] == ["sentinels", "node-kills", "rare-kills"]
     assert [w.every_ms for w in stack.workloads[1:]] == [(MS_PER_HOUR, 8 * MS_PER_HOUR), (3 * MS_PER_HOUR, 6 * MS_PER_HOUR)]
-    assert run(scenario, ScenarioOptions(seed=1, duration_ms=12 * MS_PER_HOUR)).passed
+    assert run(scenario, ScenarioOptions(seed=1, duration_ms=7 * MS_PER_HOUR)).passed
 
 
 SWARMED = EXAMPLE.replace('kind = "sentinels"\n', 'kind = "sentinels"\nlease = { knob = "lease_ms" }\n').replace(
@@ -215,7 +215,7 @@ def test_knobs_and_switches_reach_the_workloads(tmp_path):
         stack = scenario.build(Run(opts, choices, scenario))
         assert stack.workloads[0].lease_ms == 12_345
         assert [w.name for w in stack.workloads] == ["sentinels", "node-kills"] + ["operator-edits"] * switched_on
-    assert run(scenario, ScenarioOptions(seed=3, duration_ms=6 * MS_PER_HOUR, swarm=True)).passed
+    assert run(scenario, ScenarioOptions(seed=3, duration_ms=3 * MS_PER_HOUR, swarm=True)).passed
 
 
 # -- every command takes the file ------------------------------------------------------------
@@ -224,13 +224,13 @@ def test_knobs_and_switches_reach_the_workloads(tmp_path):
 def test_run_describe_list_and_sweep_take_the_file(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     shutil.copy(REPO / "examples" / "two_cadences.toml", "two.toml")
-    assert main(["run", "two.toml", "--seed", "1", "--duration", "2h", "--json"]) == 0
+    assert main(["run", "two.toml", "--seed", "1", "--duration", "30m", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["scenario"] == "two.toml"
     assert main(["describe", "two.toml"]) == 0
     assert capsys.readouterr().out.startswith("two.toml: a 1-minute and a 7-minute sentinel")
     assert main(["list", "two.toml"]) == 0
     assert "fault kinds: crash-before-call, ack-lost, node-kill" in capsys.readouterr().out
-    assert main(["sweep", "two.toml", "--seeds", "0:2", "--duration", "30m", "--failure-db", "none", "--json"]) == 0
+    assert main(["sweep", "two.toml", "--seeds", "0:2", "--duration", "10m", "--failure-db", "none", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["scenario"] == "two.toml" and summary["scenarios"]["two.toml"]["passed"] == 2, summary
 
@@ -276,7 +276,7 @@ def test_a_repro_file_whose_embedded_stack_was_edited_is_refused(tmp_path, capsy
 def test_the_failure_database_replays_a_file_stack_as_it_failed(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _file(tmp_path, FAILING, "tight.toml")
-    sweep = ["sweep", "tight.toml", "--duration", "30m", "--failure-db", "db", "--json"]
+    sweep = ["sweep", "tight.toml", "--duration", "10m", "--failure-db", "db", "--json"]
     assert main(sweep + ["--seeds", "0:1"]) == 1
     capsys.readouterr()
     (saved,) = os.listdir("db/failures")
@@ -294,7 +294,7 @@ def test_the_failure_database_replays_a_file_stack_as_it_failed(tmp_path, capsys
 def test_the_pytest_plugin_takes_the_file_and_replays_its_saved_failures_embedded(pytester, monkeypatch):
     monkeypatch.delenv("LOOMSIM_FAILURE_DB", raising=False)
     (pytester.path / "tight.toml").write_text(FAILING)
-    base = ("-p", "no:cacheprovider", "--loomsim-scenario", "tight.toml", "--loomsim-duration", "30m")
+    base = ("-p", "no:cacheprovider", "--loomsim-scenario", "tight.toml", "--loomsim-duration", "10m")
     pytester.runpytest(*base, "--loomsim-seeds", "0").assert_outcomes(failed=1)
     (saved,) = os.listdir(pytester.path / ".loomsim" / "failures")
     (pytester.path / "tight.toml").write_text(EXAMPLE)
@@ -309,7 +309,7 @@ def test_the_documented_stack_file_reads_and_runs(tmp_path):
     text = readme.split("A whole file, every table")[1].split("```toml\n", 1)[1].split("```", 1)[0]
     scenario = registry.get(_file(tmp_path, text))
     assert scenario.title == "fleet-and-kills" and scenario.swarm_space.knob("lease_ms").default == 30_000
-    result = run(scenario, ScenarioOptions(seed=2, duration_ms=6 * MS_PER_HOUR, swarm=True))
+    result = run(scenario, ScenarioOptions(seed=2, duration_ms=3 * MS_PER_HOUR, swarm=True))
     assert result.passed, result.violations
 
 
@@ -318,7 +318,7 @@ def test_a_sweep_of_a_stack_file_by_its_path_counts_the_model_lines_its_seeds_ra
     os.mkdir("stacks")
     path = "stacks/two.toml"  # a relative name with a slash
     shutil.copy(REPO / "examples" / "two_cadences.toml", path)
-    assert main(["sweep", path, "--seeds", "0:1", "--duration", "30m", "--model-coverage", "--failure-db", "none",
+    assert main(["sweep", path, "--seeds", "0:1", "--duration", "10m", "--model-coverage", "--failure-db", "none",
                  "--json"]) == 0
     coverage = json.loads(capsys.readouterr().out)["model_coverage"]
     assert coverage["tracing_lost_seeds"] == 0 and coverage["files"]["model/lifecycle.py"]["executed"] > 0, coverage

@@ -36,14 +36,14 @@ def _sweep_json(argv: list[str], capsys) -> tuple[int, dict]:
 
 def test_a_sweep_without_a_scenario_runs_every_registered_one(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    _, summary = _sweep_json(["--seeds", "0:2", "--duration", "5m", "--store", "memory", "--repro-dir",
+    _, summary = _sweep_json(["--seeds", "0:1", "--duration", "1m", "--store", "memory", "--repro-dir",
                               str(tmp_path)], capsys)
     names = [s.name for s in registry.all_scenarios()]
     assert len(names) >= 2 and list(summary["scenarios"]) == names
     for name in names:
         part = summary["scenarios"][name]
-        assert (part["seeds"], part["ran"], part["errors"]) == (2, 2, 0), part
-    assert (summary["seeds"], summary["ran"], summary["errors"]) == (2 * len(names), 2 * len(names), 0)
+        assert (part["seeds"], part["ran"], part["errors"]) == (1, 1, 0), part
+    assert (summary["seeds"], summary["ran"], summary["errors"]) == (len(names), len(names), 0)
     assert not summary["budget_stopped"]
 
 
@@ -106,7 +106,7 @@ def test_the_cli_mixes_stores_only_when_no_store_is_given(monkeypatch):
 
 def test_a_spent_time_budget_runs_the_first_seed_of_each_scenario_and_says_so(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, summary = _sweep_json(["--seeds", "0:3", "--duration", "5m", "--time-budget", "0.001",
+    code, summary = _sweep_json(["--seeds", "0:3", "--duration", "1m", "--time-budget", "0.001",
                                  "--repro-dir", str(tmp_path)], capsys)
     scenarios = len(registry.all_scenarios())
     assert (summary["seeds"], summary["ran"]) == (3 * scenarios, scenarios)
@@ -224,12 +224,12 @@ def test_beyond_the_contract_a_detection_is_good_and_a_green_pass_a_failure():
 
 @pytest.fixture(scope="module")
 def covered_sweep(tmp_path_factory):
-    """One traced seed, with --require-coverage (half an hour always leaves a gap)."""
+    """One traced seed, with --require-coverage (ten minutes always leave a gap)."""
     tmp = tmp_path_factory.mktemp("sweep-reach")
     out = tmp / "model-coverage.json"
     stream = io.StringIO()
     with contextlib.redirect_stdout(stream):  # module-scoped: capsys is per test
-        code = cli.main(["sweep", "ledger-storm", "--seeds", "0:1", "--duration", "30m", "--model-coverage-out",
+        code = cli.main(["sweep", "ledger-storm", "--seeds", "0:1", "--duration", "10m", "--model-coverage-out",
                          str(out), "--require-coverage", "--json", "--repro-dir", str(tmp)])
     return code, json.loads(stream.getvalue()), json.loads(out.read_text(encoding="utf-8"))
 
@@ -266,7 +266,7 @@ def test_require_coverage_exits_1_on_a_gap(covered_sweep):
 
 
 def test_tracing_does_not_change_the_run(tmp_path, capsys):
-    argv = ["run", "ledger-storm", "--seed", "2", "--duration", "15m", "--json", "--repro-dir", str(tmp_path)]
+    argv = ["run", "ledger-storm", "--seed", "2", "--duration", "5m", "--json", "--repro-dir", str(tmp_path)]
     assert coverage_child.main([str(tmp_path / "lines.json"), "--", *argv]) in (0, 1)
     traced = json.loads(capsys.readouterr().out)
     cli.main(argv)
