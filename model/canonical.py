@@ -150,6 +150,13 @@ def _utf16_units(text: str) -> int:
     return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
 
 
+# Exact types that are leaves of the walk and carry no text: an array of only
+# these (and longer than ``_SCALARS_AT_ONCE``) is counted without walking it.
+_SCALAR_TYPES = frozenset({int, float, bool, type(None)})
+_SCALARS_AT_ONCE = 64
+_INT_ONLY = {int}
+
+
 def check_bounds(value: object, bounds: CanonicalJsonBounds) -> None:
     """Raise :class:`CanonicalJsonBoundsError` when ``value`` is over one of
     ``bounds``. Iterative (no recursion), and it stops at the first
@@ -183,6 +190,14 @@ def check_bounds(value: object, bounds: CanonicalJsonBounds) -> None:
         if max_depth is not None and depth > max_depth:
             raise CanonicalJsonBoundsError("depth", max_depth)
         longest = max(longest, len(item))
+        if children is item and len(item) > _SCALARS_AT_ONCE and _SCALAR_TYPES.issuperset(map(type, item)):
+            # An array of numbers, booleans and nulls (a million zeros): its
+            # elements push nothing, so the walk would pop them next, one
+            # after the other. Counted at once, with the same first error.
+            nodes += len(item)
+            if max_nodes is not None and nodes > max_nodes:
+                raise CanonicalJsonBoundsError("nodes", max_nodes)
+            continue
         for child in children:
             push((child, depth + 1))
     if max_length is not None and longest > max_length:
@@ -358,6 +373,10 @@ def _encode_dict_planning(d: dict) -> str:
 def _encode_array(value: list | tuple) -> str:
     if not value:
         return "[]"
+    if len(value) > _SCALARS_AT_ONCE and set(map(type, value)) == _INT_ONLY:
+        # Exact ints alone (a million zeros): each its repr, once all are in range.
+        if _NEG_SAFE <= min(value) and max(value) <= MAX_SAFE_INTEGER:
+            return "[" + ",".join(map(int.__repr__, value)) + "]"
     return (
         "["
         + ",".join(

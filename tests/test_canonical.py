@@ -906,3 +906,74 @@ def test_bounds_agree_with_the_reference_jcs(value, depth, nodes, collection, te
     except CanonicalJsonBoundsError as refused:
         kind = refused.kind
     assert kind == bounds_kind(value, depth, nodes, collection, text)
+
+
+
+def _walked_bound(value, depth, nodes):
+    """The first of depth or nodes an element-by-element walk (the stack
+    order ``check_bounds`` walks in) goes over, or None."""
+    count, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        count += 1
+        if count > nodes:
+            return "nodes"
+        if isinstance(item, (dict, list, tuple)):
+            if level > depth:
+                return "depth"
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return None
+
+
+def _node_count(value):
+    if isinstance(value, dict):
+        return 1 + sum(map(_node_count, value.values()))
+    if isinstance(value, (list, tuple)):
+        return 1 + sum(map(_node_count, value))
+    return 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.integers(-5, 5), st.none(), st.booleans(), st.floats(allow_nan=False),
+                          st.lists(st.integers(), max_size=3), st.text(max_size=3)), min_size=60, max_size=200),
+       st.booleans(), st.integers(1, 4), st.integers(-3, 3))
+def test_long_scalar_arrays_are_bounded_as_by_the_element_walk(items, scalars_only, depth, slack):
+    """An array of scalars long enough to be counted at once gives the same
+    first error (or none) as the walk of each element, in the model and in
+    the reference encoder's own bounds check."""
+    from model.canonical import CanonicalJsonBounds, CanonicalJsonBoundsError, check_bounds
+    from scenarios.reference.jcs import bounds_kind
+
+    if scalars_only:
+        items = [item for item in items if not isinstance(item, (list, str))] + [0] * 70
+    for value in (items, [items], {"a": items, "b": [0] * 70}, [[items, [[1]]]]):
+        size = _node_count(value)
+        nodes = max(1, size + slack)  # at, just under and just over the bound
+        expected = _walked_bound(value, depth, nodes)
+        try:
+            check_bounds(value, CanonicalJsonBounds(depth=depth, nodes=nodes))
+            bound = None
+        except CanonicalJsonBoundsError as error:
+            bound = error.bound
+        assert bound == expected
+        assert bounds_kind(value, depth=depth, nodes=nodes) == (None if expected is None else "traversal")
+
+
+def test_the_reference_writes_a_long_integer_array_as_each_integer_and_refuses_one_out_of_range():
+    from scenarios.reference.jcs import JcsError, canonical
+
+    items = list(range(-40, 60))
+    assert canonical(items) == "[" + ",".join(canonical(i) for i in items) + "]"
+    assert canonical([True] + items) == "[true," + canonical(items)[1:]  # bool is not an int here
+    with pytest.raises(JcsError, match="exact range"):
+        canonical(items + [2 ** 53])
+
+
+def test_the_model_writes_a_long_integer_array_as_each_integer_and_refuses_one_out_of_range():
+    from model.canonical import CanonicalEncodingError, canonical_json
+
+    items = list(range(-40, 60))
+    assert canonical_json(items) == "[" + ",".join(canonical_json(i) for i in items) + "]"
+    assert canonical_json(items + [True]) == canonical_json(items)[:-1] + ",true]"
+    with pytest.raises(CanonicalEncodingError, match="outside"):
+        canonical_json(items + [-(2 ** 53)])

@@ -69,3 +69,21 @@ def test_the_walker_sees_an_import(tmp_path):
     planted.write_text("import sim.runner\nfrom faults.plan import FaultPlan\n")
     assert _imports(str(planted)) == ["sim.runner", "faults.plan"]
     assert _hits("faults.plan", FORBIDDEN["model"]) and not _hits("simulate", ("sim",))
+
+
+def test_the_command_line_imports_trio_and_networkx_only_when_a_command_uses_them():
+    """Every seed of a sweep is a process: what ``sim.face.cli`` imports is
+    paid per seed. trio (live mode) and networkx (the history checker's
+    graphs) are named lazily (``sim.lazy``) and executed at first use."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, sim.face.cli, scenarios.reference.history as h\n"
+             "print(sorted(n for n in ('trio', 'networkx') if n in sys.modules\n"
+             "             and type(sys.modules[n]).__name__ != '_LazyModule'))\n"
+             "h.nx.DiGraph()\n"
+             "print(type(sys.modules['networkx']).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1])).stdout.split("\n")
+    assert out[0] == "[]", out
+    assert out[1] == "module", out  # loaded in full at its first use

@@ -57,7 +57,9 @@ import math
 from typing import Callable, Hashable, Iterable, Mapping, Protocol, Sequence
 
 import attrs
-import networkx as nx
+from sim.lazy import lazy_import
+
+nx = lazy_import("networkx")  # imported at first use: only the dependency graphs need it
 
 __all__ = [
     "BUDGET_STEPS_DEFAULT",

@@ -215,7 +215,15 @@ _MEMOS = (_PLANS,)  # emptied by a mutant that patches this module (faults.mutan
 
 
 def _array(items: list | tuple) -> str:
+    if len(items) > _INTEGERS_AT_ONCE and set(map(type, items)) == {int}:
+        # Integers only (a million zeros): each is its decimal digits, once
+        # all of them are known to be inside the exact range.
+        if -MAX_SAFE_INTEGER <= min(items) and max(items) <= MAX_SAFE_INTEGER:
+            return "[" + ",".join(map(str, items)) + "]"
     return "[" + ",".join(map(_value, items)) + "]"
+
+
+_INTEGERS_AT_ONCE = 64  # an array longer than this, of exact ints alone, is written in one pass
 
 
 def _literal(value: bool | None) -> str:
@@ -317,6 +325,10 @@ def bounds_kind(value: object, depth: int | None = None, nodes: int | None = Non
             if isinstance(item, dict):
                 longest = max([longest] + [len(_utf16_units(name)) // 2 for name in item if isinstance(name, str)])
                 pending.extend((child, level + 1) for child in item.values())
+            elif not any(issubclass(kind, (str, dict, list, tuple)) for kind in set(map(type, item))):
+                count += len(item)  # leaves without text: nothing to look at but how many
+                if nodes is not None and count > nodes:
+                    return "traversal"
             else:
                 pending.extend((child, level + 1) for child in item)
     if collection is not None and widest > collection:

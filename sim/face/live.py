@@ -39,7 +39,6 @@ import sys
 from typing import Any
 
 import attrs
-import trio
 
 from model.conversation.sqlite_store import SqliteConversationStore
 from model.ledger.sqlite_store import SqliteSubmissionLedger
@@ -61,6 +60,9 @@ from sim.rng import Streams
 from sim.runner import FAIL, PASS
 from sim.scenario import SetupError
 from sim.trace import Trace
+from sim.lazy import lazy_import
+
+trio = lazy_import("trio")  # imported at first use: only `loomsim live` needs it
 
 EXIT_ERROR = 3  # as ``sim.face.cli``'s: the harness itself failed (not the system under test)
 RESULT_FORMAT = "loomsim-result/1"  # the fields of ``run --json`` that apply, and ``mode``/``deterministic``
@@ -611,6 +613,7 @@ def child_main(argv: list[str]) -> int:
     """A worker OS process (``python -m sim.face.live --child PATH OWNER
     TIME_SCALE SEED BUSY_TIMEOUT_MS``): the protocol above."""
     path, owner, time_scale, seed, busy_timeout_ms = argv
+    trio.current_time  # noqa: B018 - trio loaded now, not after the start time: its import takes real time
     print("ready", flush=True)
     start_ms = int(sys.stdin.readline())
     config = LiveConfig(SUPPORTED[0], 1, 1, True, None, float(time_scale), int(seed), int(busy_timeout_ms), path)

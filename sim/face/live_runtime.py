@@ -16,12 +16,14 @@ import math
 from typing import Any, Coroutine
 
 import attrs
-import trio
 
 from model.conversation.sqlite_store import SqliteConversationStore
 from model.ledger.sqlite_store import SqliteSubmissionLedger
 from model.sqlite_db import CheckedConnection, SqliteWriteContention, open_database
 from scenarios.storage import run_sync
+from sim.lazy import lazy_import
+
+trio = lazy_import("trio")  # imported at first use: only `loomsim live` needs it
 
 # ``sleep_until_ms`` re-sleeps when float rounding woke it a hair early:
 # at most this many times (each adds at least one model millisecond).
