@@ -497,4 +497,20 @@ def test_fresh_inputs_are_a_sweeps_seeds_in_order_from_the_search_seed():
     outcome = explore(scenario, runs=10, seed=3, duration_ms=30_000)
     fresh = [e.input.seed for e in outcome.corpus if e.mutation == "fresh"]
     assert fresh and fresh == sorted(fresh) and set(fresh) <= set(range(3, 3 + outcome.fresh))
-    assert outcome.fresh == 8 + 1  # the whole first batch, then one at the start of the second
+    assert outcome.fresh == 8 + 2  # the whole first batch, then the two runs left of the second (half of it)
+
+
+def test_without_duration_a_fresh_seed_runs_for_the_scenarios_sweep_duration(capsys, monkeypatch):
+    import sim.face.explore as face
+
+    asked = []
+
+    def recording(scenario, **kwargs):
+        asked.append(kwargs["duration_ms"])
+        return kwargs["into"]
+
+    monkeypatch.setattr(face, "explore", recording)
+    assert cli_main(["explore", SCENARIO, "--runs", "1", "--seed", "0", "--json"]) == 0
+    capsys.readouterr()
+    scenario = registry.get(SCENARIO)
+    assert asked == [scenario.sweep_ms] and scenario.sweep_ms != scenario.default_duration_ms

@@ -51,7 +51,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=parse_count, default=1, metavar="N",
                    help="worker processes running each batch (default 1; the search is the same with any N)")
     p.add_argument("--duration", type=parse_duration, default=None, metavar="D",
-                   help="base simulated duration of a run (mutations double it, up to 4x; default: the scenario's)")
+                   help="base simulated duration of a run (mutations double it, up to 4x; default: the scenario's "
+                        "sweep duration, so a fresh seed runs as a sweep runs it)")
     p.add_argument("--store", default="memory", metavar="STORE", help="memory or sqlite (default memory)")
     p.add_argument("--corpus", default=None, metavar="DIR",
                    help="keep the corpus in DIR as JSON files (an existing corpus there is replayed first)")
@@ -93,6 +94,7 @@ def universes(outcome: Outcome) -> dict[str, tuple[str, ...]]:
 def _corpus_inputs(directory: str, scenario: Any, store: str) -> list[Input]:
     from faults.script import ScriptError, parse_script
     from sim.face.corpus import CorpusError, check_directory, read_corpus
+    from sim.scenario import Branch
 
     space = scenario.swarm_space
     knob_names = {k.name for k in space.knobs} if space is not None else set()
@@ -115,8 +117,11 @@ def _corpus_inputs(directory: str, scenario: Any, store: str) -> list[Input]:
                 script = parse_script(body["fault_script"])
             except ScriptError as error:
                 raise UsageError(f"--corpus {directory!r}: {error}") from None
+        branch = body.get("branch")
         inputs.append(Input(seed=body["seed"], knobs=tuple(sorted(body["knobs"].items())),
-                            duration_ms=body["duration_ms"], fault_script=script))
+                            duration_ms=body["duration_ms"], fault_script=script,
+                            branch=None if branch is None else Branch(branch["fork_at_ms"], branch["key"],
+                                                                      tuple(branch["streams"]))))
     return inputs
 
 
@@ -130,7 +135,10 @@ def _entry_writer(directory: str | None, scenario: str, store: str) -> Callable[
         item = entry.input
         body = entry_json(scenario=scenario, store=store, seed=item.seed, knobs=dict(item.knobs),
                           duration_ms=item.duration_ms, added=entry.added,
-                          fault_script=None if item.fault_script is None else script_to_json(item.fault_script))
+                          fault_script=None if item.fault_script is None else script_to_json(item.fault_script),
+                          branch=None if item.branch is None else {"fork_at_ms": item.branch.fork_at_ms,
+                                                                   "key": item.branch.key,
+                                                                   "streams": list(item.branch.streams)})
         write_entry(directory, body)  # None: the same input is there already (kept, never rewritten)
         return os.path.join(directory, entry_filename(body))
 
@@ -325,7 +333,7 @@ def command(args: argparse.Namespace) -> int:
 
 def _search(scenario: Any, args: argparse.Namespace, runs: int | None, budget_s: float | None,
             replay: list[Input], mutant: Any) -> tuple[dict[str, Any], Interrupted | None]:
-    duration_ms = args.duration or scenario.default_duration_ms
+    duration_ms = args.duration or scenario.sweep_ms
     observers = observers_for()
 
     def on_failure(item: Input, opts: Any, result: Any) -> tuple[str, str | None]:
