@@ -473,7 +473,8 @@ def explore(scenario: Any, *, runs: int, seed: int, duration_ms: int, store: str
             observers: Callable[[], Sequence[Observer]] = lambda: (),
             execute: Callable[[Sequence[Input]], list[Observed]] | None = None,
             cpu_clock: Callable[[], float] | None = None,
-            stop: Callable[[Outcome], bool] | None = None, into: Outcome | None = None) -> Outcome:
+            stop: Callable[[Outcome], bool] | None = None, into: Outcome | None = None,
+            fresh_only: bool = False) -> Outcome:
     """Run the ``replay`` inputs (an earlier corpus), then ``runs`` explored
     inputs of ``scenario``, ``BATCH`` at a time. ``on_failure`` reports a
     failing run and returns its repro command and file; ``on_entry`` sees each
@@ -481,7 +482,9 @@ def explore(scenario: Any, *, runs: int, seed: int, duration_ms: int, store: str
     ``execute`` runs a batch (default: here, one after the other); ``stop``,
     asked after each batch, ends the search early (a budget spent);
     ``into``: the outcome to fill (the caller keeps what finished if a batch
-    is interrupted)."""
+    is interrupted); ``fresh_only``: no mutation, every input a fresh seed
+    (what a sweep of as many runs reaches: the baseline a search is measured
+    against)."""
     root = Streams(seed)["explore"]
     space = scenario.swarm_space
     knobs = list(space.knobs) if space is not None else []
@@ -503,7 +506,7 @@ def explore(scenario: Any, *, runs: int, seed: int, duration_ms: int, store: str
                 batch.append(queue.pop(0))
                 continue
             stream = root.child(f"input-{position}")
-            if not outcome.corpus or offset < FRESH_PER_BATCH:
+            if fresh_only or not outcome.corpus or offset < FRESH_PER_BATCH:
                 batch.append(Candidate(Input(seed=(seed + outcome.fresh) % SEED_BOUND, duration_ms=duration_ms),
                                        "fresh"))
                 outcome.fresh += 1

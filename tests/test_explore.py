@@ -352,8 +352,8 @@ def test_the_json_summary_has_format_2(capsys, tmp_path):
     code = cli_main(["explore", SCENARIO, "--runs", "3", "--seed", "4", "--duration", "30s", "--json"])
     body = json.loads(capsys.readouterr().out)
     assert code == 0 and body["format"] == "loomsim-explore/2"
-    assert set(body) == {"format", "scenario", "seed", "store", "runs", "batch", "corpus_size", "corpus", "features",
-                         "families", "timeline", "never_taken", "rarest", "failures", "measured"}
+    assert set(body) == {"format", "scenario", "seed", "store", "fresh_only", "runs", "batch", "corpus_size", "corpus",
+                         "features", "families", "timeline", "never_taken", "rarest", "failures", "measured"}
     assert body["batch"] == 8 and body["runs"] == 3 and len(body["timeline"]) == 3
     assert [t["run"] for t in body["timeline"]] == [0, 1, 2]
     assert body["timeline"][-1] == {"run": 2, "features": len(body["features"]), "corpus": body["corpus_size"]}
@@ -514,3 +514,12 @@ def test_without_duration_a_fresh_seed_runs_for_the_scenarios_sweep_duration(cap
     capsys.readouterr()
     scenario = registry.get(SCENARIO)
     assert asked == [scenario.sweep_ms] and scenario.sweep_ms != scenario.default_duration_ms
+
+
+def test_fresh_only_runs_a_sweeps_seeds_and_nothing_else():
+    asked = []
+    outcome = explore(registry.get(SCENARIO), runs=20, seed=4, duration_ms=60_000, execute=_fake_execute(asked),
+                      fresh_only=True)
+    assert [item.seed for item in asked] == list(range(4, 24))
+    assert all(item.fault_script is None and item.branch is None and item.knobs == () for item in asked)
+    assert {e.mutation for e in outcome.corpus} == {"fresh"}

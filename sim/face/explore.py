@@ -62,6 +62,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="search with the planted bug NAME of the mutant catalogue (see loomsim mutants --list)")
     p.add_argument("--mutants", default=None, metavar="MODULE",
                    help="also know the mutants of MODULE's MUTANTS list (a user's, for --mutant)")
+    p.add_argument("--fresh-only", action="store_true",
+                   help="no mutations: every run a fresh seed, as a sweep of as many runs (its feedback is the "
+                        "baseline a search is measured against)")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="write the search's report into DIR (Markdown and HTML: the feedback curve, the corpus by "
                         "what each entry added, the rarest features, the transitions never taken)")
@@ -362,11 +365,12 @@ def _search(scenario: Any, args: argparse.Namespace, runs: int | None, budget_s:
         explore(scenario, runs=runs if runs is not None else 2 ** 62, seed=args.seed, duration_ms=duration_ms,
                 store=args.store, replay=replay, on_failure=on_failure,
                 on_entry=_entry_writer(args.corpus, scenario.name, args.store), observers=observers,
-                execute=execute, stop=spent if budget_s is not None else None, into=outcome)
+                execute=execute, stop=spent if budget_s is not None else None, into=outcome,
+                fresh_only=args.fresh_only)
     except Interrupted as error:
         interrupted = error
     summary = {"format": FORMAT, "scenario": scenario.name, "seed": args.seed, "store": args.store,
-               **outcome.as_json(universes(outcome))}
+               "fresh_only": args.fresh_only, **outcome.as_json(universes(outcome))}
     summary["measured"] = {"cpu_s": round(_cpu_s() - cpu_started_s, 3), "cpu_s_after_run": outcome.cpu_s_after_run,
                            "wall_s": round(time.perf_counter() - started_s, 3)}
     if budget_s is not None:
@@ -381,6 +385,8 @@ def replay_command(name: str, args: argparse.Namespace, runs: int, duration_ms: 
 
     command = (f"loomsim explore {name} --runs {max(1, runs)} --seed {args.seed} "
                f"--duration {format_duration_ms(duration_ms)} --store {args.store}")
+    if args.fresh_only:
+        command += " --fresh-only"
     if replayed:
         command += " --corpus COPY (a copy of the corpus directory as it was before this search)"
     return command
