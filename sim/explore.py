@@ -8,7 +8,10 @@ knob moved to another legal value, the duration doubled (capped at
 ``DURATION_FACTOR_CAP`` times the base), or the entry's recorded script
 (what its run fired) edited: a fault added, dropped, shifted in time or
 moved to another hit of its site, two entries' scripts spliced at a time,
-a scheduling deviation added, dropped or shifted.
+a scheduling deviation added, dropped or shifted, or one stream family
+(its scheduling, its workers' choices, ...) re-keyed from an instant on
+(``rekey``: a ``Branch`` that names the family; the run is ``run --fork-at
+T --branch K --branch-streams F``).
 
 A run's feedback is a set of feature names ``<family>:<detail>`` read from
 its result and its world: fault kinds fired, faults per port site, failpoints
@@ -21,10 +24,13 @@ joins the corpus; the entry to mutate is drawn weighting each by the sum of
 Fresh inputs are a sweep's seeds, in a sweep's order from the search's own
 seed (``explore --seed 0`` runs seeds 0, 1, 2, ... as ``sweep --seeds 0:N``
 does): the first batch is all fresh, and each later batch begins with the
-next fresh seed (``FRESH_PER_BATCH``). So a search runs the seeds a sweep
-of its first inputs would run, and spends the rest of its runs on
-mutations of what reached new behaviour; a fresh seed is never a random
-one, whose failures a sweep could not have found.
+next ``FRESH_PER_BATCH`` fresh seeds (half of it). So a search of N runs
+runs the seeds a sweep of its first N/2 or more inputs would run (every one
+of them at N <= ``BATCH``), and spends the rest of its runs on mutations of
+what reached new behaviour; a fresh seed is never a random one, whose
+failures a sweep could not have found. The face runs a fresh seed as a
+sweep's run of it (``explore --duration`` defaults to the scenario's sweep
+duration): same seed, same run, same verdict.
 
 Inputs go in batches of ``BATCH``: a batch is chosen from the corpus as it
 stands, run (by the face's ``execute``, in processes or not), then folded in
@@ -42,15 +48,18 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 import attrs
 
 from sim.interleave import Deviation
-from sim.rng import Stream, Streams
+from sim.rng import KEPT_AT_BRANCH, Stream, Streams
 from sim.runner import RunResult, run
-from sim.scenario import ScenarioOptions
+from sim.scenario import Branch, ScenarioOptions
 from sim.world import FaultEvent
 
 SEED_BOUND = 2 ** 32  # fresh scenario seeds are drawn below this
 DURATION_FACTOR_CAP = 4  # a mutated duration is at most this many times the base duration
 BATCH = 8  # inputs chosen per batch from the corpus as it stands (never depends on --jobs)
-FRESH_PER_BATCH = 1  # fresh sweep-order seeds at the start of each batch after the first
+# Fresh sweep-order seeds at the start of each batch after the first: half of
+# it, so a search of N runs has run at least the sweep's first N/2 seeds (all
+# N when N <= BATCH) and spends the other half on mutations.
+FRESH_PER_BATCH = BATCH // 2
 SCRIPT_EVENTS_MAX = 64  # entries a pinned fault script holds at most (a longer base is cut, by time)
 HIT_MOVE_MAX = 8  # a fault moved to another hit of its site moves by at most this many hits
 SHIFT_DIVISOR = 4  # a shifted entry moves by at most duration / SHIFT_DIVISOR
@@ -60,6 +69,8 @@ PICK_TRIES = 8  # draws for a value other than the current one, at most
 # may not import faults/): a hit means nothing to them. Kept in step by a test.
 TIMED_KINDS = frozenset({"node-kill", "duplicate-wake", "node-pause", "clock-jump", "clock-jump-beyond", "partition",
                          "latent-sector-error", "lost-tail", "torn-write", "misdirected-write"})
+REKEY_KEY_BOUND = 2 ** 16  # a re-keyed family's branch key is drawn below this
+REKEY_STEP_MS = 1_000  # a re-key instant is a whole second
 SCRIPT_MUTATIONS = ("script-add", "script-drop", "script-shift", "script-move-hit", "script-splice",
                     "schedule-add", "schedule-drop", "schedule-shift")
 
@@ -73,14 +84,20 @@ class Input:
     duration_ms: int = 0
     # A pinned fault script (``FaultEvent``s and ``Deviation``s), or None: faults drawn from the seed.
     fault_script: tuple[Any, ...] | None = None
+    # One stream family re-keyed from an instant on (``Branch`` with ``streams``), or None.
+    branch: Branch | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {"seed": self.seed, "knobs": dict(self.knobs), "duration_ms": self.duration_ms,
-                "script_entries": None if self.fault_script is None else len(self.fault_script)}
+        out = {"seed": self.seed, "knobs": dict(self.knobs), "duration_ms": self.duration_ms,
+               "script_entries": None if self.fault_script is None else len(self.fault_script)}
+        if self.branch is not None:
+            out["branch"] = {"fork_at_ms": self.branch.fork_at_ms, "key": self.branch.key,
+                             "streams": list(self.branch.streams)}
+        return out
 
     def options(self, store: str) -> ScenarioOptions:
         return ScenarioOptions(seed=self.seed, duration_ms=self.duration_ms, store=store, swarm=True,
-                               knobs=dict(self.knobs), fault_script=self.fault_script)
+                               knobs=dict(self.knobs), fault_script=self.fault_script, branch=self.branch)
 
 
 @attrs.frozen
@@ -97,6 +114,7 @@ class Entry:
     parent: int | None = None
     file: str | None = None
     run: int = 0  # the index of the run that found it
+    families: tuple[str, ...] = ()  # the stream families its run drew from (what ``rekey`` may re-key)
 
     def as_json(self) -> dict[str, Any]:
         return {"run": self.run, **self.input.as_json(), "mutation": self.mutation, "parent": self.parent,
@@ -124,6 +142,7 @@ class Observed:
     cpu_s: float = 0.0
     result: RunResult | None = None  # kept for a failing run only (its repro file)
     trace_digest: str = ""
+    families: tuple[str, ...] = ()  # the stream families the run drew from (``Streams.families``)
 
 
 @attrs.define
@@ -236,6 +255,7 @@ def run_input(scenario: Any, item: Input, store: str,
 
     def on_world(world: Any) -> None:
         seen.append(world)
+        world.streams.record_families()  # what a ``rekey`` mutation of this input may re-key
         for observer in made:
             observer.attach(world)
 
@@ -252,7 +272,8 @@ def run_input(scenario: Any, item: Input, store: str,
     reached = features(result, seen[0] if seen else None, states) | extra
     return Observed(reached, result.status, result.passed, tuple(v.invariant for v in result.violations),
                     tuple(result.fault_script), round((cpu_clock() - started_s) if cpu_clock else 0.0, 6),
-                    None if result.passed else result, result.trace_digest)
+                    None if result.passed else result, result.trace_digest,
+                    seen[0].streams.families() if seen else ())
 
 
 # --- choosing inputs -----------------------------------------------------------------
@@ -388,6 +409,23 @@ def mutate_script(stream: Stream, move: str, script: Sequence[Any], duration_ms:
     return _bounded(script)
 
 
+def rekeyable(families: Sequence[str]) -> list[str]:
+    """The families a branch may re-key (never the run's configuration or machines)."""
+    return [family for family in families if family not in KEPT_AT_BRANCH]
+
+
+def rekey(stream: Stream, base: Input, families: Sequence[str]) -> Input:
+    """``base`` with one stream family re-keyed from an instant of its run
+    on (a ``Branch`` with ``streams``): the same seed, knobs and script,
+    another future for that family alone (its scheduling, its workers'
+    choices, its faults' draws). It replaces a re-key ``base`` had."""
+    family = stream.child("family").choice(rekeyable(families))
+    steps = max(1, base.duration_ms // REKEY_STEP_MS)
+    fork_at_ms = stream.child("at").below(steps) * REKEY_STEP_MS
+    key = stream.child("key").below(REKEY_KEY_BOUND)
+    return attrs.evolve(base, branch=Branch(fork_at_ms, key, (family,)))
+
+
 def _kinds_at(corpus: Sequence[Entry]) -> dict[str, list[str]]:
     found: dict[str, set[str]] = {}
     for entry in corpus:
@@ -407,7 +445,11 @@ def choose(stream: Stream, outcome: Outcome, knobs: list[Any], max_duration_ms: 
     scripted = [i for i, e in enumerate(corpus) if e.script and i != parent]
     if base.script and scripted:
         moves.append("script-splice")
+    if rekeyable(base.families):
+        moves.append("rekey")
     move = stream.child("mutation").choice(moves)
+    if move == "rekey":
+        return Candidate(rekey(stream.child("rekey"), base.input, base.families), move, parent)
     if move == "input":
         item, name = _mutate_input(stream.child("input"), base.input, knobs, max_duration_ms)
         return Candidate(item, name, parent)
@@ -431,7 +473,8 @@ def explore(scenario: Any, *, runs: int, seed: int, duration_ms: int, store: str
             observers: Callable[[], Sequence[Observer]] = lambda: (),
             execute: Callable[[Sequence[Input]], list[Observed]] | None = None,
             cpu_clock: Callable[[], float] | None = None,
-            stop: Callable[[Outcome], bool] | None = None, into: Outcome | None = None) -> Outcome:
+            stop: Callable[[Outcome], bool] | None = None, into: Outcome | None = None,
+            fresh_only: bool = False) -> Outcome:
     """Run the ``replay`` inputs (an earlier corpus), then ``runs`` explored
     inputs of ``scenario``, ``BATCH`` at a time. ``on_failure`` reports a
     failing run and returns its repro command and file; ``on_entry`` sees each
@@ -439,7 +482,9 @@ def explore(scenario: Any, *, runs: int, seed: int, duration_ms: int, store: str
     ``execute`` runs a batch (default: here, one after the other); ``stop``,
     asked after each batch, ends the search early (a budget spent);
     ``into``: the outcome to fill (the caller keeps what finished if a batch
-    is interrupted)."""
+    is interrupted); ``fresh_only``: no mutation, every input a fresh seed
+    (what a sweep of as many runs reaches: the baseline a search is measured
+    against)."""
     root = Streams(seed)["explore"]
     space = scenario.swarm_space
     knobs = list(space.knobs) if space is not None else []
@@ -461,7 +506,7 @@ def explore(scenario: Any, *, runs: int, seed: int, duration_ms: int, store: str
                 batch.append(queue.pop(0))
                 continue
             stream = root.child(f"input-{position}")
-            if not outcome.corpus or offset < FRESH_PER_BATCH:
+            if fresh_only or not outcome.corpus or offset < FRESH_PER_BATCH:
                 batch.append(Candidate(Input(seed=(seed + outcome.fresh) % SEED_BOUND, duration_ms=duration_ms),
                                        "fresh"))
                 outcome.fresh += 1
@@ -497,7 +542,7 @@ def _fold(outcome: Outcome, seen: set[str], candidate: Candidate, observed: Obse
         if added:
             seen |= reached
             entry = Entry(chosen, reached, added, observed.script, candidate.mutation, candidate.parent,
-                          run=outcome.runs - 1)
+                          run=outcome.runs - 1, families=observed.families)
             if on_entry is not None:
                 entry = attrs.evolve(entry, file=on_entry(entry))
             outcome.corpus.append(entry)

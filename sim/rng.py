@@ -48,9 +48,21 @@ def branched_seed64(seed64: int, draws: int, branch_key: int) -> int:
 KEPT_AT_BRANCH = frozenset({"swarm", "clock", "beyond"})
 
 
-def rekeyed_at_branch(name: str) -> bool:
-    """Whether the stream ``name`` gets a new state when a run branches."""
-    return name.split("/", 1)[0] not in KEPT_AT_BRANCH
+def family_of(name: str) -> str:
+    """A stream's family: the first part of its name (``workers`` of
+    ``workers/sub-3/0``)."""
+    return name.split("/", 1)[0]
+
+
+def rekeyed_at_branch(name: str, families: frozenset[str] = frozenset()) -> bool:
+    """Whether the stream ``name`` gets a new state when a run branches:
+    with ``families``, only a stream of one of them (a branch that re-keys
+    one part of the run's future, say its scheduling, and keeps the rest);
+    without, every stream but those ``KEPT_AT_BRANCH``."""
+    family = family_of(name)
+    if family in KEPT_AT_BRANCH:
+        return False
+    return not families or family in families
 
 
 REJECTIONS_MAX = 256
@@ -169,7 +181,7 @@ class Streams:
     part: each stream's new seed depends on its own seed, draws and the
     key only, so the weak set's order (by address) reaches nothing."""
 
-    __slots__ = ("seed", "_streams", "_live", "branch_key")
+    __slots__ = ("seed", "_streams", "_live", "branch_key", "branch_families", "_forked_families")
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
@@ -178,6 +190,21 @@ class Streams:
         # hundreds of thousands of short-lived forks); None: not tracking.
         self._live: weakref.WeakSet[Stream] | None = None
         self.branch_key: int | None = None
+        self.branch_families: frozenset[str] = frozenset()  # empty: the branch re-keyed every family
+        # The families of forked streams, once ``record_families()`` asked (None: not recorded).
+        self._forked_families: set[str] | None = None
+
+    def record_families(self) -> None:
+        """From now on, note the family of every forked stream (``families``)."""
+        if self._forked_families is None:
+            self._forked_families = set()
+
+    def families(self) -> tuple[str, ...]:
+        """The families of the named streams made so far, and of the forked
+        ones since ``record_families()``, sorted."""
+        found = {family_of(name) for name in self._streams}
+        found.update(self._forked_families or ())
+        return tuple(sorted(found))
 
     def track(self) -> None:
         """From now on, keep (weakly) every stream made from these, so
@@ -192,26 +219,32 @@ class Streams:
         if self.branch_key is None and self._live is not None:
             self._live.add(stream)
 
-    def branch(self, branch_key: int) -> int:
+    def branch(self, branch_key: int, families: Iterable[str] = ()) -> int:
         """Re-key every live stream that ``rekeyed_at_branch`` by
-        ``branch_key``; return how many. Once per run."""
+        ``branch_key`` (only those of ``families``, if given); return how
+        many. Once per run."""
         if self.branch_key is not None:
             raise BranchError(f"the run already branched (key {self.branch_key})")
         if branch_key < 0:
             raise BranchError(f"a branch key is a non-negative integer, got {branch_key}")
+        chosen = frozenset(families)
+        kept = sorted(chosen & KEPT_AT_BRANCH)
+        if kept:
+            raise BranchError(f"a branch never re-keys {', '.join(kept)} (the run's configuration and machines)")
         live: Iterable[Stream] = list(self._live) if self._live is not None else list(self._streams.values())
         rekeyed = 0
         for stream in live:  # each one's new state depends on itself alone: order reaches nothing
-            if rekeyed_at_branch(stream.name):
+            if rekeyed_at_branch(stream.name, chosen):
                 stream.rekey(branch_key)
                 rekeyed += 1
         self.branch_key = branch_key
+        self.branch_families = chosen
         self._live = None  # nothing made from here on needs reaching again
         return rekeyed
 
     def _seed64(self, name: str) -> int:
         seed64 = derive_seed64(self.seed, name)
-        if self.branch_key is not None and rekeyed_at_branch(name):
+        if self.branch_key is not None and rekeyed_at_branch(name, self.branch_families):
             seed64 = branched_seed64(seed64, 0, self.branch_key)
         return seed64
 
@@ -226,6 +259,8 @@ class Streams:
 
     def fork(self, name: str) -> Stream:
         """A fresh stream that depends only on (seed, name), never on order of use."""
-        if self._live is None and self.branch_key is None:  # the common case (no branch): as cheap as before
-            return Stream(derive_seed64(self.seed, name), name)
+        if self._live is None and self.branch_key is None and self._forked_families is None:
+            return Stream(derive_seed64(self.seed, name), name)  # the common case (no branch): as cheap as before
+        if self._forked_families is not None:
+            self._forked_families.add(family_of(name))
         return Stream(self._seed64(name), name, self._family())

@@ -108,7 +108,10 @@ def run_config(scenario: Scenario, opts: ScenarioOptions) -> dict[str, Any]:
 
 def branch_config(branch: Branch) -> dict[str, Any]:
     """A branch as a run's config (and so its repro file) records it."""
-    return {"fork_at": format_duration_ms(branch.fork_at_ms), "fork_at_ms": branch.fork_at_ms, "key": branch.key}
+    config = {"fork_at": format_duration_ms(branch.fork_at_ms), "fork_at_ms": branch.fork_at_ms, "key": branch.key}
+    if branch.streams:
+        config["streams"] = list(branch.streams)
+    return config
 
 
 def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | None = None,
@@ -179,7 +182,7 @@ def run(scenario: Scenario, opts: ScenarioOptions, *, trace_stream: TextIO | Non
                 _run_to(world, opts.branch.fork_at_ms, progress, end_ms)
                 key = at_fork() if at_fork is not None else opts.branch.key
                 config["branch"] = branch_config(attrs.evolve(opts.branch, key=key))
-                branch_at(world, key)
+                branch_at(world, key, opts.branch.streams)
             _run_to(world, end_ms, progress, end_ms)
         except TaskFailed as failure:
             if world.trace.subscriber_failure is None:
@@ -298,7 +301,7 @@ def _merged(first: Any, second: Any) -> Any:
     return first
 
 
-def branch_at(world: World, key: int) -> None:
+def branch_at(world: World, key: int, families: tuple[str, ...] = ()) -> None:
     """The fork instant of branch ``key``: the run's streams re-keyed
     (``sim.rng.Streams.branch``) and the branch traced, so its digest
     parts from its prefix's here. A run stopped before it (a violation in
@@ -308,8 +311,11 @@ def branch_at(world: World, key: int) -> None:
     # How many streams it re-keyed is not traced: the weak set may still
     # hold dead ones the collector has not reached, and a replay from a
     # script makes fewer fault streams; neither changes a draw.
-    world.streams.branch(key)
-    world.emit(BRANCH_EVENT, key=key)
+    world.streams.branch(key, families)
+    if families:
+        world.emit(BRANCH_EVENT, key=key, streams=",".join(families))
+    else:
+        world.emit(BRANCH_EVENT, key=key)
 
 
 def _run_to(world: World, t_ms: int, progress: Callable[[int, int], None] | None, end_ms: int) -> None:

@@ -37,14 +37,20 @@ class Branch:
     """Run to ``fork_at_ms``, then live branch ``key``'s future: the run's
     random streams are re-keyed by the key there (``sim.rng.Streams.branch``).
     The prefix never reads the key, so every branch of a seed shares it,
-    event for event; a forked process and this option alone run the same."""
+    event for event; a forked process and this option alone run the same.
+    ``streams``: re-key only the streams of these families (``sim.rng.
+    family_of``: ``scheduling``, ``faults``, ``workers``, ...) and keep the
+    others' draws; empty, every family but the run's configuration and
+    machines (``sim.rng.KEPT_AT_BRANCH``)."""
 
     fork_at_ms: int
     key: int
+    streams: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         assert self.fork_at_ms >= 0, self.fork_at_ms
         assert self.key >= 0, self.key
+        assert list(self.streams) == sorted(set(self.streams)), self.streams  # one spelling per set
 
 
 @attrs.frozen

@@ -352,8 +352,8 @@ def test_the_json_summary_has_format_2(capsys, tmp_path):
     code = cli_main(["explore", SCENARIO, "--runs", "3", "--seed", "4", "--duration", "30s", "--json"])
     body = json.loads(capsys.readouterr().out)
     assert code == 0 and body["format"] == "loomsim-explore/2"
-    assert set(body) == {"format", "scenario", "seed", "store", "runs", "batch", "corpus_size", "corpus", "features",
-                         "families", "timeline", "never_taken", "rarest", "failures", "measured"}
+    assert set(body) == {"format", "scenario", "seed", "store", "fresh_only", "runs", "batch", "corpus_size", "corpus",
+                         "features", "families", "timeline", "never_taken", "rarest", "failures", "measured"}
     assert body["batch"] == 8 and body["runs"] == 3 and len(body["timeline"]) == 3
     assert [t["run"] for t in body["timeline"]] == [0, 1, 2]
     assert body["timeline"][-1] == {"run": 2, "features": len(body["features"]), "corpus": body["corpus_size"]}
@@ -497,4 +497,29 @@ def test_fresh_inputs_are_a_sweeps_seeds_in_order_from_the_search_seed():
     outcome = explore(scenario, runs=10, seed=3, duration_ms=10_000)
     fresh = [e.input.seed for e in outcome.corpus if e.mutation == "fresh"]
     assert fresh and fresh == sorted(fresh) and set(fresh) <= set(range(3, 3 + outcome.fresh))
-    assert outcome.fresh == 8 + 1  # the whole first batch, then one at the start of the second
+    assert outcome.fresh == 8 + 2  # the whole first batch, then the two runs left of the second (half of it)
+
+
+def test_without_duration_a_fresh_seed_runs_for_the_scenarios_sweep_duration(capsys, monkeypatch):
+    import sim.face.explore as face
+
+    asked = []
+
+    def recording(scenario, **kwargs):
+        asked.append(kwargs["duration_ms"])
+        return kwargs["into"]
+
+    monkeypatch.setattr(face, "explore", recording)
+    assert cli_main(["explore", SCENARIO, "--runs", "1", "--seed", "0", "--json"]) == 0
+    capsys.readouterr()
+    scenario = registry.get(SCENARIO)
+    assert asked == [scenario.sweep_ms] and scenario.sweep_ms != scenario.default_duration_ms
+
+
+def test_fresh_only_runs_a_sweeps_seeds_and_nothing_else():
+    asked = []
+    outcome = explore(registry.get(SCENARIO), runs=20, seed=4, duration_ms=60_000, execute=_fake_execute(asked),
+                      fresh_only=True)
+    assert [item.seed for item in asked] == list(range(4, 24))
+    assert all(item.fault_script is None and item.branch is None and item.knobs == () for item in asked)
+    assert {e.mutation for e in outcome.corpus} == {"fresh"}

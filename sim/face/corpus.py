@@ -28,7 +28,7 @@ import os
 from typing import Any, Iterable, Mapping
 
 CORPUS_FORMAT = "loomsim-corpus/1"
-INPUT_FIELDS = ("scenario", "store", "seed", "knobs", "duration_ms", "fault_script")
+INPUT_FIELDS = ("scenario", "store", "seed", "knobs", "duration_ms", "fault_script", "branch")
 ENTRY_FILES_MAX = 100_000  # files read from one corpus directory
 SEED_LIMIT = 2 ** 63
 
@@ -40,15 +40,36 @@ class CorpusError(ValueError):
 
 
 def entry_json(*, scenario: str, store: str, seed: int, knobs: Mapping[str, int], duration_ms: int,
-               fault_script: list[dict[str, Any]] | None = None, added: Iterable[str] = ()) -> dict[str, Any]:
-    """A corpus entry's body."""
+               fault_script: list[dict[str, Any]] | None = None, added: Iterable[str] = (),
+               branch: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A corpus entry's body (``branch``: ``{"fork_at_ms", "key", "streams"}``, stream
+    families re-keyed from an instant on, as ``run --fork-at --branch --branch-streams``)."""
     assert duration_ms > 0 and 0 <= seed < SEED_LIMIT, (seed, duration_ms)
     body: dict[str, Any] = {"format": CORPUS_FORMAT, "scenario": scenario, "store": store, "seed": seed,
                             "knobs": {str(k): int(v) for k, v in sorted(knobs.items())},
                             "duration_ms": duration_ms, "added": sorted(added)}
     if fault_script is not None:
         body["fault_script"] = list(fault_script)
+    if branch is not None:
+        body["branch"] = {"fork_at_ms": int(branch["fork_at_ms"]), "key": int(branch["key"]),
+                          "streams": [str(f) for f in branch.get("streams", ())]}
     return body
+
+
+def check_branch(branch: Any, duration_ms: int) -> str | None:
+    """What is wrong with an entry's ``branch`` (None: nothing)."""
+    if not isinstance(branch, dict):
+        return "branch must be an object {fork_at_ms, key, streams}"
+    whole = [branch.get(field) for field in ("fork_at_ms", "key")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in whole):
+        return "branch.fork_at_ms and branch.key must be non-negative integers"
+    if whole[0] >= duration_ms:
+        return "branch.fork_at_ms must be before the run's end"
+    streams = branch.get("streams", [])
+    if (not isinstance(streams, list) or not all(isinstance(f, str) and f and "/" not in f for f in streams)
+            or streams != sorted(set(streams))):
+        return "branch.streams must be a sorted list of stream family names"
+    return None
 
 
 def input_digest(body: Mapping[str, Any]) -> str:
@@ -112,9 +133,13 @@ def _entry(data: Any, path: str, scenario: str | None) -> dict[str, Any]:
     script = data.get("fault_script")
     if script is not None and not isinstance(script, list):
         raise CorpusError(f"{path!r}: fault_script must be a list of fault events")
+    branch = data.get("branch")
+    problem = None if branch is None else check_branch(branch, duration_ms)
+    if problem is not None:
+        raise CorpusError(f"{path!r}: {problem}")
     body = entry_json(scenario=str(data.get("scenario", scenario or "")), store=str(data.get("store", "memory")),
                       seed=seed, knobs=knobs, duration_ms=duration_ms, fault_script=script,
-                      added=[str(a) for a in data.get("added", ())])
+                      added=[str(a) for a in data.get("added", ())], branch=branch)
     if legacy and scenario is None:
         raise CorpusError(f"{path!r} names no scenario (an entry of an early explore corpus): "
                           "explore that scenario with it to rewrite it")

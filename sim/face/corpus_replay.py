@@ -130,7 +130,7 @@ def _file_names(directory: str, scenario: str | None) -> dict[str, str]:
             body = corpus.entry_json(scenario=str(data.get("scenario", scenario or "")),
                                      store=str(data.get("store", "memory")), seed=data["seed"],
                                      knobs=data.get("knobs", {}), duration_ms=data["duration_ms"],
-                                     fault_script=data.get("fault_script"))
+                                     fault_script=data.get("fault_script"), branch=data.get("branch"))
         except (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError):
             continue
         names.setdefault(corpus.input_digest(body), name)
@@ -163,7 +163,7 @@ def replay_entry(corpus_plan: CorpusPlan, body: Mapping[str, Any], scenario: Any
     from sim.face.repro_file import repro_command
     from sim.face.run import write_repro_or_warn
     from sim.runner import run
-    from sim.scenario import ScenarioOptions, SetupError
+    from sim.scenario import Branch, ScenarioOptions, SetupError
 
     script = body.get("fault_script")
     store = corpus_plan.store or str(body.get("store") or "memory")
@@ -190,9 +190,12 @@ def replay_entry(corpus_plan: CorpusPlan, body: Mapping[str, Any], scenario: Any
             events = parse_script(script)
         except ScriptError as error:
             return not_applicable(f"its fault script cannot be parsed: {error}")
+    branch = body.get("branch")
     opts = ScenarioOptions(seed=known.seed, duration_ms=known.duration_ms, store=store, swarm=True,
                            knobs=dict(known.knobs), fault_script=events,
-                           script_must_fire=events is not None)
+                           script_must_fire=events is not None,
+                           branch=None if branch is None else Branch(int(branch["fork_at_ms"]), int(branch["key"]),
+                                                                     tuple(branch.get("streams", ()))))
     mutant = mx.current()
     try:
         result = run(scenario, opts)

@@ -51,7 +51,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=parse_count, default=1, metavar="N",
                    help="worker processes running each batch (default 1; the search is the same with any N)")
     p.add_argument("--duration", type=parse_duration, default=None, metavar="D",
-                   help="base simulated duration of a run (mutations double it, up to 4x; default: the scenario's)")
+                   help="base simulated duration of a run (mutations double it, up to 4x; default: the scenario's "
+                        "sweep duration, so a fresh seed runs as a sweep runs it)")
     p.add_argument("--store", default="memory", metavar="STORE", help="memory or sqlite (default memory)")
     p.add_argument("--corpus", default=None, metavar="DIR",
                    help="keep the corpus in DIR as JSON files (an existing corpus there is replayed first)")
@@ -61,6 +62,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="search with the planted bug NAME of the mutant catalogue (see loomsim mutants --list)")
     p.add_argument("--mutants", default=None, metavar="MODULE",
                    help="also know the mutants of MODULE's MUTANTS list (a user's, for --mutant)")
+    p.add_argument("--fresh-only", action="store_true",
+                   help="no mutations: every run a fresh seed, as a sweep of as many runs (its feedback is the "
+                        "baseline a search is measured against)")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="write the search's report into DIR (Markdown and HTML: the feedback curve, the corpus by "
                         "what each entry added, the rarest features, the transitions never taken)")
@@ -93,6 +97,7 @@ def universes(outcome: Outcome) -> dict[str, tuple[str, ...]]:
 def _corpus_inputs(directory: str, scenario: Any, store: str) -> list[Input]:
     from faults.script import ScriptError, parse_script
     from sim.face.corpus import CorpusError, check_directory, read_corpus
+    from sim.scenario import Branch
 
     space = scenario.swarm_space
     knob_names = {k.name for k in space.knobs} if space is not None else set()
@@ -115,8 +120,11 @@ def _corpus_inputs(directory: str, scenario: Any, store: str) -> list[Input]:
                 script = parse_script(body["fault_script"])
             except ScriptError as error:
                 raise UsageError(f"--corpus {directory!r}: {error}") from None
+        branch = body.get("branch")
         inputs.append(Input(seed=body["seed"], knobs=tuple(sorted(body["knobs"].items())),
-                            duration_ms=body["duration_ms"], fault_script=script))
+                            duration_ms=body["duration_ms"], fault_script=script,
+                            branch=None if branch is None else Branch(branch["fork_at_ms"], branch["key"],
+                                                                      tuple(branch["streams"]))))
     return inputs
 
 
@@ -130,7 +138,10 @@ def _entry_writer(directory: str | None, scenario: str, store: str) -> Callable[
         item = entry.input
         body = entry_json(scenario=scenario, store=store, seed=item.seed, knobs=dict(item.knobs),
                           duration_ms=item.duration_ms, added=entry.added,
-                          fault_script=None if item.fault_script is None else script_to_json(item.fault_script))
+                          fault_script=None if item.fault_script is None else script_to_json(item.fault_script),
+                          branch=None if item.branch is None else {"fork_at_ms": item.branch.fork_at_ms,
+                                                                   "key": item.branch.key,
+                                                                   "streams": list(item.branch.streams)})
         write_entry(directory, body)  # None: the same input is there already (kept, never rewritten)
         return os.path.join(directory, entry_filename(body))
 
@@ -325,7 +336,7 @@ def command(args: argparse.Namespace) -> int:
 
 def _search(scenario: Any, args: argparse.Namespace, runs: int | None, budget_s: float | None,
             replay: list[Input], mutant: Any) -> tuple[dict[str, Any], Interrupted | None]:
-    duration_ms = args.duration or scenario.default_duration_ms
+    duration_ms = args.duration or scenario.sweep_ms
     observers = observers_for()
 
     def on_failure(item: Input, opts: Any, result: Any) -> tuple[str, str | None]:
@@ -354,11 +365,12 @@ def _search(scenario: Any, args: argparse.Namespace, runs: int | None, budget_s:
         explore(scenario, runs=runs if runs is not None else 2 ** 62, seed=args.seed, duration_ms=duration_ms,
                 store=args.store, replay=replay, on_failure=on_failure,
                 on_entry=_entry_writer(args.corpus, scenario.name, args.store), observers=observers,
-                execute=execute, stop=spent if budget_s is not None else None, into=outcome)
+                execute=execute, stop=spent if budget_s is not None else None, into=outcome,
+                fresh_only=args.fresh_only)
     except Interrupted as error:
         interrupted = error
     summary = {"format": FORMAT, "scenario": scenario.name, "seed": args.seed, "store": args.store,
-               **outcome.as_json(universes(outcome))}
+               "fresh_only": args.fresh_only, **outcome.as_json(universes(outcome))}
     summary["measured"] = {"cpu_s": round(_cpu_s() - cpu_started_s, 3), "cpu_s_after_run": outcome.cpu_s_after_run,
                            "wall_s": round(time.perf_counter() - started_s, 3)}
     if budget_s is not None:
@@ -373,6 +385,8 @@ def replay_command(name: str, args: argparse.Namespace, runs: int, duration_ms: 
 
     command = (f"loomsim explore {name} --runs {max(1, runs)} --seed {args.seed} "
                f"--duration {format_duration_ms(duration_ms)} --store {args.store}")
+    if args.fresh_only:
+        command += " --fresh-only"
     if replayed:
         command += " --corpus COPY (a copy of the corpus directory as it was before this search)"
     return command

@@ -274,6 +274,8 @@ def repro_argv(path: str, *, json_output: bool, scenario_modules: Iterable[str] 
         branch = config.get("branch")
         if branch is not None:  # a branch's failure replays its prefix, then the branch
             argv += ["--fork-at", format_duration_ms(int(branch["fork_at_ms"])), "--branch", str(int(branch["key"]))]
+            if branch.get("streams"):
+                argv += ["--branch-streams", ",".join(branch["streams"])]
         if config.get("mutant"):  # a run with a planted bug (``loomsim run --mutant``) replays with it
             argv += ["--mutant", str(config["mutant"])]
             if config.get("mutants_module"):
@@ -356,6 +358,10 @@ def check_config(config: Any, path: str) -> None:
                 raise fail(f"branch.{field}", "a non-negative integer", branch.get(field))
         if branch["fork_at_ms"] >= parse_duration_ms(duration):
             raise fail("branch.fork_at_ms", f"before the run's end ({duration})", branch["fork_at_ms"])
+        families = branch.get("streams", [])
+        if (not isinstance(families, list) or not all(type(f) is str and _NAME.fullmatch(f) for f in families)
+                or families != sorted(set(families))):
+            raise fail("branch.streams", "a sorted list of stream family names", families)
     if "loomsim" in config and type(config["loomsim"]) is not str:
         raise fail("loomsim", "a version text", config["loomsim"])
     swarm = config.get("swarm")
@@ -455,6 +461,8 @@ def repro_command(name: str, opts: ScenarioOptions, *, explicit_duration: bool =
         parts += ["--beyond-contract"]
     if opts.branch is not None:
         parts += ["--fork-at", format_duration_ms(opts.branch.fork_at_ms), "--branch", str(opts.branch.key)]
+        if opts.branch.streams:
+            parts += ["--branch-streams", ",".join(opts.branch.streams)]
     if opts.schedule != "fifo" and not faults_path:
         parts += ["--schedule", opts.schedule]
     if opts.faults_enable:

@@ -75,6 +75,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     run_p.add_argument("--branch", type=parse_branch_key, default=None, metavar="K",
                        help="the branch to live after --fork-at (0, 1, ...): its random streams are re-keyed by K "
                             "there; what `loomsim sweep --fork-at T --branches N` forks")
+    run_p.add_argument("--branch-streams", type=parse_branch_streams, default=None, metavar="A,B",
+                       help="re-key only these stream families at the fork (scheduling, faults, workers, ...; "
+                            "what `loomsim explore` re-keys one at a time); the others keep the seed's draws")
     add_run_options(run_p)
     return run_p
 
@@ -89,11 +92,27 @@ def parse_branch_key(text: str) -> int:
     return value
 
 
+def parse_branch_streams(text: str) -> tuple[str, ...]:
+    from sim.rng import KEPT_AT_BRANCH
+
+    names = [part.strip() for part in text.split(",")]
+    for name in names:
+        if not name or "/" in name or not name.isprintable() or name != name.strip():
+            raise argparse.ArgumentTypeError(f"invalid stream family {name!r}: expected names like scheduling,faults")
+        if name in KEPT_AT_BRANCH:
+            raise argparse.ArgumentTypeError(f"invalid stream family {name!r}: a branch never re-keys "
+                                             f"{', '.join(sorted(KEPT_AT_BRANCH))}")
+    return tuple(sorted(set(names)))
+
+
 def with_branch(opts: ScenarioOptions, args: argparse.Namespace) -> ScenarioOptions:
     """``opts`` with the branch ``--fork-at T --branch K`` names (both or
     neither; T before the run's end), checked as a usage error."""
     fork_at_ms, key = getattr(args, "fork_at", None), getattr(args, "branch", None)
+    streams = getattr(args, "branch_streams", None)
     if fork_at_ms is None and key is None:
+        if streams is not None:
+            raise UsageError("--branch-streams needs --fork-at T --branch K: the branch whose streams it names")
         return opts
     if fork_at_ms is None:
         raise UsageError("--branch K needs --fork-at T: the simulated instant the branch parts from the seed's run")
@@ -101,7 +120,7 @@ def with_branch(opts: ScenarioOptions, args: argparse.Namespace) -> ScenarioOpti
         raise UsageError("--fork-at T needs --branch K: which branch's future to run after T "
                          "(a sweep forks many: loomsim sweep --fork-at T --branches N)")
     check_fork_at(fork_at_ms, opts.duration_ms)
-    return attrs.evolve(opts, branch=Branch(fork_at_ms, key))
+    return attrs.evolve(opts, branch=Branch(fork_at_ms, key, streams or ()))
 
 
 def check_fork_at(fork_at_ms: int, duration_ms: int) -> None:
