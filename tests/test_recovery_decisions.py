@@ -476,14 +476,16 @@ def test_the_sweep_summary_adds_up_the_recovery_decisions_of_its_seeds(tmp_path)
             want[name] = want.get(name, 0) + count
     common = ["sweep", "ledger-storm", "--seeds", "0:2", "--duration", "5m", "--jobs", "1", "--sqlite-every", "0",
               "--beyond-every", "0", "--failure-db", "none"]
-    # Seeds 0 and 1: the two above; the sums are over every seed.
-    summary = run_json(*common, "--report", str(tmp_path / "r"))
+    # Seeds 0 and 1: the two above; the sums are over every seed. One sweep
+    # prints the text and writes the reports: its JSON report is the body
+    # ``--json`` prints.
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        main([*common, "--report", str(tmp_path / "r")])
+    summary = json.loads(next(tmp_path.glob("r*/loomsim-report.json")).read_text())
     assert sum(summary["recovery_decisions"].values()) == sum(summary["recovery_dispositions"].values()) > 0
     assert all(summary["recovery_decisions"].get(name, 0) >= count for name, count in want.items())
     assert summary["scenarios"]["ledger-storm"]["recovery_decisions"] == summary["recovery_decisions"]
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
-        main([*common])
     line = next(line for line in text.getvalue().splitlines() if "recovery decisions:" in line)
     assert all(f"{name}={count}" in line for name, count in summary["recovery_decisions"].items())
     markdown = next(tmp_path.glob("r*/*.md")).read_text()
