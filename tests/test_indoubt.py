@@ -63,8 +63,9 @@ def test_parked_runs_are_resolved_every_way_and_nothing_is_paged_twice():
 
 
 def test_without_the_switch_nothing_pages():
+    # With the switch, the first 12h of this seed park two runs.
     result = run(registry.get("sentinel-year"), ScenarioOptions(
-        seed=SEED, duration_ms=parse_duration_ms(DURATION), faults_disable=("pager",),
+        seed=SEED, duration_ms=parse_duration_ms("12h"), faults_disable=("pager",),
         knobs={"fault_intensity": 100}))
     assert result.passed, result.violations
     assert result.stats["runs_parked_in_doubt"] == 0
