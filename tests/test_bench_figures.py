@@ -112,7 +112,20 @@ def test_bench_assembles_its_figures_from_median_runs(monkeypatch):
         return {"wall_s": 12.0 / jobs, "seeds": 6, "passed": 6}
 
     monkeypatch.setattr(bench_module, "_run_sweep", sweep)
+    # The branches figure measured in a real forking sweep is judged and shown in test_branches.
+    shapes = []
+
+    def branches(*, seed, shape):
+        shapes.append(shape)
+        fork_at, duration, count = shape
+        return {"scenario": "sentinel-year", "fork_at": fork_at, "duration": duration, "branches": count, "jobs": 2,
+                "statuses": ["pass"], "wall_s": 6.0, "prefix_cpu_s": 1.0, "suffix_cpu_s": 8.0, "total_cpu_s": 9.18,
+                "ratio": 1.02, "budget_ratio": 1.1, "projected_full_cpu_s": 12.0, "saving": 1.31}
+
+    monkeypatch.setattr(bench_module, "branches_figure", branches)
     figures = bench_module.bench(quick=True, runs_each=3)
+    assert shapes == [bench_module.BRANCHES_QUICK] and figures["branches"]["branches"] == 4
+    assert "branches, 4 of sentinel-year 3d 15h forked at 2d" in render(figures)
     # The sweep figure: the same seeds at --jobs 1 and 2, 6 seeds in 12 s and in 6 s = 2.0x, met.
     assert [s[s.index("--seeds") + 1] for s in sweeps] == ["1:7", "1:7"] and [s[-1] for s in sweeps] == ["1", "2"]
     assert figures["sweep_throughput"]["ratio"] == 2.0

@@ -63,8 +63,9 @@ def test_parked_runs_are_resolved_every_way_and_nothing_is_paged_twice():
 
 
 def test_without_the_switch_nothing_pages():
+    # With the switch, the first 12h of this seed park two runs.
     result = run(registry.get("sentinel-year"), ScenarioOptions(
-        seed=SEED, duration_ms=parse_duration_ms(DURATION), faults_disable=("pager",),
+        seed=SEED, duration_ms=parse_duration_ms("12h"), faults_disable=("pager",),
         knobs={"fault_intensity": 100}))
     assert result.passed, result.violations
     assert result.stats["runs_parked_in_doubt"] == 0
@@ -75,8 +76,9 @@ def test_a_parked_run_blocks_only_its_own_schedule():
     import io
     import json
     stream = io.StringIO()
+    # 12h: three runs park and are resolved, two of them parked longer than two periods.
     result = run(registry.get("sentinel-year"), ScenarioOptions(
-        seed=SEED, duration_ms=parse_duration_ms(DURATION), faults_enable=("pager",),
+        seed=SEED, duration_ms=parse_duration_ms("12h"), faults_enable=("pager",),
         knobs={"fault_intensity": 100}, params={"sentinels": 2}), trace_stream=stream)
     assert result.passed, result.violations
     events = [json.loads(line) for line in stream.getvalue().splitlines()]
@@ -84,7 +86,7 @@ def test_a_parked_run_blocks_only_its_own_schedule():
     resolved = {e["fields"]["run"]: e["t_ms"] for e in events if e["kind"] == "operator.resolved"}
     admitted = [(e["t_ms"], e["fields"]["conversation"]) for e in events
                 if e["kind"] == "ledger.admit" and "error" not in e["fields"] and not e["fields"]["replayed"]]
-    assert parked
+    assert parked and any(resolved[r] - parked[r] > 2 * EVERY for r in parked)
     for run_id_, parked_ms in parked.items():
         schedule_id = run_id_.split("@")[0]
         during = [r for t, r in admitted if parked_ms < t < resolved[run_id_]]

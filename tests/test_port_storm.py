@@ -33,7 +33,7 @@ def caught(result, *needles: str) -> str:
 
 
 def test_a_storm_runs_clean_and_reaches_every_method_and_most_edges():
-    result = storm(0, "30m")
+    result = storm(0, "10m")  # 156 of 162 edges, every method, ~500 typed rejections
     assert result.passed, result.violations[:3]
     stats = result.stats
     assert [stat for stat in CALL_STATS if stats[stat] == 0] == []

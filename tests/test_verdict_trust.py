@@ -169,7 +169,7 @@ def test_a_signalled_sweep_removes_its_databases_and_reports_the_finished_seeds(
     scratch.mkdir()
     report = tmp_path / "R"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sim", "sweep", "sentinel-year", "--seeds", "0:2", "--jobs", "1", "--duration", "6h",
+        [sys.executable, "-m", "sim", "sweep", "sentinel-year", "--seeds", "0:2", "--jobs", "1", "--duration", "3h",
          "--store", "sqlite", "--failure-db", "none", "--repro-dir", str(tmp_path), "--report", str(report)],
         cwd=tmp_path, env=_env(scratch), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
