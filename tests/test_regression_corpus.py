@@ -1,7 +1,7 @@
 """The regression corpus (ARCHITECTURE §7): repro files of runs that once failed,
 each shrunk (``loomsim shrink``) and kept in ``tests/corpus/`` with a
-``regression`` note saying what was wrong. Every CI run replays them all (those in SLOW only under ``-m slow``)
-(``loomsim repro``); each must now pass. Add one by shrinking a failure's
+``regression`` note saying what was wrong. Every CI run replays them all
+(``loomsim repro``) but those in SLOW (``-m slow``); each must now pass. Add one by shrinking a failure's
 repro file, copying it here and writing its note."""
 from __future__ import annotations
 
