@@ -107,7 +107,7 @@ def test_the_documented_example_runs_and_sweeps(tmp_path, capsys, monkeypatch):
     assert (code, result["status"]) == (0, "pass"), result["violations"]
     assert set(result["invariants"]) == {"exactly-once-wake", "cas-linear", "exactly-once-settlement"}
     assert result["stats"]["wakes"] > 2 * 60  # the fast sentinel alone wakes 120 times
-    code, out = _main(["--scenarios", "examples.two_cadences", "sweep", "two-cadences", "--seeds", "0:4",
+    code, out = _main(["--scenarios", "examples.two_cadences", "sweep", "two-cadences", "--seeds", "0:2",
                        "--duration", "1h", "--jobs", "2"], capsys)
     assert code == 0, out
 
@@ -117,7 +117,7 @@ def test_a_users_adapter_under_simulation_with_a_planted_bug_is_caught_by_a_swee
     reversed, given as ``--store MODULE:FACTORY``; the other stores stay in
     memory and the full fault mix runs."""
     monkeypatch.chdir(tmp_path)
-    code, out = _main(["sweep", "ledger-storm", "--seeds", "0:3", "--duration", "10m", "--jobs", "1",
+    code, out = _main(["sweep", "ledger-storm", "--seeds", "0:1", "--duration", "10m", "--jobs", "1",
                        "--store", "tests.fixtures.buggy:make"], capsys)
     assert code == 1, out
     # The reference model sees the wrong claim first, as the ledger answers
