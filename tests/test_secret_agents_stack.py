@@ -23,7 +23,7 @@ def _run(seed: int, duration: str, **options):
 
 
 def test_a_clean_run_rotates_rewraps_resumes_after_a_kill_and_seals():
-    result = _run(8, "45m")
+    result = _run(8, "40m")
     assert result.passed, result.violations
     stats = result.stats
     assert stats["key_rotations_done"] >= 2 and stats["keys_retired"] == stats["key_rotations_done"]
