@@ -279,7 +279,7 @@ def test_a_mark_forgotten_at_purge_is_caught_in_the_storm(monkeypatch):
 
 
 def test_the_storm_runs_clean_and_reaches_every_ports_method_and_edge():
-    result = storm(1, "15m")
+    result = storm(1, "6m")
     assert result.passed, result.violations[:3]
     stats = result.stats
     assert [stat for stat in CALL_STATS if stats[stat] == 0] == []

@@ -111,18 +111,18 @@ def test_the_kinds_are_registered_where_they_belong():
 # -- digests and replay -----------------------------------------------------------
 
 def test_the_same_seed_with_clocks_gives_the_same_trace():
-    opts = _opts(11, "30m", faults_enable=CLOCK_KINDS)
+    opts = _opts(11, "5m", faults_enable=CLOCK_KINDS)
     first = run(registry.get("ledger-storm"), opts)
     second = run(registry.get("ledger-storm"), opts)
     assert first.passed and first.faults.get(CLOCK_SKEW, 0) > 0
     assert first.trace_digest == second.trace_digest
     # Skew moves the run: the same seed without it is another trace.
-    other = run(registry.get("ledger-storm"), _opts(11, "30m", faults_disable=CLOCK_KINDS))
+    other = run(registry.get("ledger-storm"), _opts(11, "5m", faults_disable=CLOCK_KINDS))
     assert other.trace_digest != first.trace_digest
 
 
 def test_clock_jumps_are_recorded_and_replay_from_the_script():
-    opts = _opts(3, "3h", faults_enable=CLOCK_KINDS)
+    opts = _opts(3, "10m", faults_enable=CLOCK_KINDS)
     first = run(registry.get("ledger-storm"), opts)
     jumps = [e for e in first.fault_script if isinstance(e, FaultEvent) and e.kind == CLOCK_JUMP]
     assert first.passed and jumps, first.faults

@@ -204,7 +204,7 @@ def test_a_torn_write_loses_the_last_transaction_only(tmp_path):
 # -- runs: each kind ends DETECTED ------------------------------------------------------------
 
 
-def _scripted(kind: str, seed: int, *, at: str = "5m", duration: str = "30m"):
+def _scripted(kind: str, seed: int, *, at: str = "5m", duration: str = "8m"):
     restart_ms = 5_000 if kind in (LOST_TAIL, TORN_WRITE) else None
     script = (FaultEvent(parse_duration_ms(at), "harness", "sqlite.file", kind, 1, restart_ms, None),)
     return run(registry.get("ledger-storm"), ScenarioOptions(
@@ -233,7 +233,7 @@ def test_the_trace_says_what_each_disk_fault_did(kind, fields):
     restart_ms = 5_000 if kind in (LOST_TAIL, TORN_WRITE) else None
     script = (FaultEvent(parse_duration_ms("5m"), "harness", "sqlite.file", kind, 1, restart_ms, None),)
     stream = io.StringIO()
-    run(registry.get("ledger-storm"), ScenarioOptions(seed=1, duration_ms=parse_duration_ms("30m"), store="sqlite",
+    run(registry.get("ledger-storm"), ScenarioOptions(seed=1, duration_ms=parse_duration_ms("6m"), store="sqlite",
                                                       swarm=True, fault_script=script), trace_stream=stream)
     events = [json.loads(line) for line in stream.getvalue().splitlines()]
     (damage,) = [e for e in events if e["kind"] == DiskDamage.kind]

@@ -164,7 +164,7 @@ def test_port_storm_observes_logs_and_the_reference_judges_them(store):
     from sim.runner import run
     from sim.scenario import ScenarioOptions
 
-    result = run(registry.get("port-storm"), ScenarioOptions(seed=0, duration_ms=parse_duration_ms("30m"),
+    result = run(registry.get("port-storm"), ScenarioOptions(seed=0, duration_ms=parse_duration_ms("3m"),
                                                              store=store))
     assert result.passed, result.violations
     assert result.stats["calls_log_observe"] > 0

@@ -128,7 +128,7 @@ def _opts(name: str, seed: int, duration: str, **extra) -> ScenarioOptions:
 
 def test_a_ledger_storm_run_where_partitions_fire_passes_and_its_script_replays_it():
     # Clocks off: this seed's partitions, not what its clock coins would add.
-    opts = _opts("ledger-storm", 3, "6h", faults_enable=(PARTITION,), faults_disable=(CLOCK_SKEW, CLOCK_JUMP))
+    opts = _opts("ledger-storm", 12, "160m", faults_enable=(PARTITION,), faults_disable=(CLOCK_SKEW, CLOCK_JUMP))
     first = run(registry.get("ledger-storm"), opts)
     assert first.passed, first.violations
     partitions = [e for e in first.fault_script if isinstance(e, FaultEvent) and e.kind == PARTITION]

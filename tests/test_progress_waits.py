@@ -388,7 +388,7 @@ def test_watchers_follow_every_conversation_through_dropped_notifications(store)
 
     rates = {**RATES, "dropped-notification": 0.3}
     result = run(registry.get("agent-conversations"), ScenarioOptions(
-        seed=3, duration_ms=parse_duration_ms("30m"), store=store, rates=rates))
+        seed=3, duration_ms=parse_duration_ms("10m"), store=store, rates=rates))
     assert result.passed, result.violations
     stats = result.stats
     assert result.faults.get("dropped-notification", 0) > 0, result.faults
@@ -404,7 +404,7 @@ def test_dropped_notifications_are_recorded_and_replay_from_the_script():
 
     from scenarios.stacks.agent_conversations import RATES
 
-    opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("20m"),
+    opts = ScenarioOptions(seed=2, duration_ms=parse_duration_ms("5m"),
                            rates={**RATES, "dropped-notification": 0.3})
     first = run(registry.get("agent-conversations"), opts)
     assert first.passed, first.violations

@@ -23,7 +23,7 @@ def _run(seed: int, duration: str, **options):
 
 
 def test_a_clean_run_rotates_rewraps_resumes_after_a_kill_and_seals():
-    result = _run(8, "1h")
+    result = _run(8, "40m")
     assert result.passed, result.violations
     stats = result.stats
     assert stats["key_rotations_done"] >= 2 and stats["keys_retired"] == stats["key_rotations_done"]
@@ -36,8 +36,8 @@ def test_a_clean_run_rotates_rewraps_resumes_after_a_kill_and_seals():
 
 
 def test_memory_and_sqlite_trace_the_same_history():
-    memory = _run(0, "20m", store="memory")
-    sqlite = _run(0, "20m", store="sqlite")
+    memory = _run(0, "10m", store="memory")
+    sqlite = _run(0, "10m", store="sqlite")
     assert memory.passed and sqlite.passed, (memory.violations, sqlite.violations)
     assert memory.trace_digest == sqlite.trace_digest
 
@@ -91,8 +91,8 @@ def test_canonical_events_opens_a_sealed_tool_output_before_judging_it():
     from faults.mutant_catalogue import MUTANTS
 
     (planted,) = [m for m in MUTANTS if m.name == "agent-no-tool-resolved"]
-    assert _run(2, "10m", swarm=True).passed
+    assert _run(2, "7m", swarm=True).passed
     with mx.applied(planted):
-        result = _run(2, "10m", swarm=True)
+        result = _run(2, "7m", swarm=True)
     assert not result.passed and {v.invariant for v in result.violations} == {"canonical-events"}, \
         result.violations

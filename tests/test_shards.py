@@ -19,7 +19,7 @@ from faults.swarm import ROTATION_SEEDS
 from sim.face import cli, shards
 from sim.face.sweep import render
 
-SWEEP = ["sweep", "--duration", "2h", "--jobs", "2"]
+SWEEP = ["sweep", "--duration", "20m", "--jobs", "2"]
 
 
 def _main(capsys, argv: list[str]) -> tuple[int, str, str]:

@@ -102,13 +102,13 @@ def test_the_documented_example_runs_and_sweeps(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(registry, "_SCENARIOS", dict(registry._SCENARIOS))
     monkeypatch.delitem(sys.modules, "examples.two_cadences", raising=False)
     code, out = _main(["--scenarios", "examples.two_cadences", "run", "two-cadences", "--seed", "1",
-                       "--duration", "6h", "--json"], capsys)
+                       "--duration", "2h", "--json"], capsys)
     result = json.loads(out)
     assert (code, result["status"]) == (0, "pass"), result["violations"]
     assert set(result["invariants"]) == {"exactly-once-wake", "cas-linear", "exactly-once-settlement"}
-    assert result["stats"]["wakes"] > 6 * 60  # the fast sentinel alone wakes 360 times
-    code, out = _main(["--scenarios", "examples.two_cadences", "sweep", "two-cadences", "--seeds", "0:4",
-                       "--duration", "3h", "--jobs", "2"], capsys)
+    assert result["stats"]["wakes"] > 2 * 60  # the fast sentinel alone wakes 120 times
+    code, out = _main(["--scenarios", "examples.two_cadences", "sweep", "two-cadences", "--seeds", "0:2",
+                       "--duration", "1h", "--jobs", "2"], capsys)
     assert code == 0, out
 
 
@@ -117,13 +117,13 @@ def test_a_users_adapter_under_simulation_with_a_planted_bug_is_caught_by_a_swee
     reversed, given as ``--store MODULE:FACTORY``; the other stores stay in
     memory and the full fault mix runs."""
     monkeypatch.chdir(tmp_path)
-    code, out = _main(["sweep", "ledger-storm", "--seeds", "0:3", "--duration", "1h", "--jobs", "1",
+    code, out = _main(["sweep", "ledger-storm", "--seeds", "0:1", "--duration", "10m", "--jobs", "1",
                        "--store", "tests.fixtures.buggy:make"], capsys)
     assert code == 1, out
     # The reference model sees the wrong claim first, as the ledger answers
     # it; the FIFO oracle would see it when the run moves on.
     assert "reference-model" in out or "fifo-one-active" in out
-    code, out = _main(["sweep", "ledger-storm", "--seeds", "0:1", "--duration", "1h", "--jobs", "1", "--store",
+    code, out = _main(["sweep", "ledger-storm", "--seeds", "0:1", "--duration", "10m", "--jobs", "1", "--store",
                        "memory"], capsys)  # the same seed on the adapter it wraps: green
     assert code == 0, out
 
@@ -144,7 +144,7 @@ def test_rates_are_passed_in_pinned_and_recorded(tmp_path, capsys, monkeypatch):
     """``--rate`` replaces the default mix, the seed's swarm turns none of
     it off, and the result and the repro command carry it."""
     monkeypatch.chdir(tmp_path)
-    code, out = _main(["run", "ledger-storm", "--seed", "2", "--duration", "1h", "--rate", "ack-lost=0.01",
+    code, out = _main(["run", "ledger-storm", "--seed", "2", "--duration", "10m", "--rate", "ack-lost=0.01",
                        "--faults-disable", "node-kill,node-pause", "--json"], capsys)
     result = json.loads(out)
     assert code == 0 and set(result["faults"]) == {"ack-lost"}, result["faults"]
