@@ -49,7 +49,7 @@ import attrs
 
 from sim.interleave import Deviation
 from sim.rng import KEPT_AT_BRANCH, Stream, Streams
-from sim.runner import RunResult, run
+from sim.runner import BRANCH_EVENT, RunResult, run
 from sim.scenario import Branch, ScenarioOptions
 from sim.world import FaultEvent
 
@@ -230,9 +230,10 @@ def features(result: RunResult, world: Any = None, fault_states: Mapping[int, st
                     found.add(f"port:{port}/{kind}")
         return frozenset(found)
     trace = world.trace
-    found.update(f"event:{kind}" for kind in trace.counts)
+    # The fork of a ``rekey`` input is how the input was made, not what its run reached.
+    found.update(f"event:{kind}" for kind in trace.counts if kind != BRANCH_EVENT)
     # The trace keeps each (kind, field names) shape it hashed (bounded by the event types).
-    found.update(f"shape:{kind}/{','.join(sorted(names))}" for kind, names in trace._shapes)
+    found.update(f"shape:{kind}/{','.join(sorted(names))}" for kind, names in trace._shapes if kind != BRANCH_EVENT)
     hits = world.site_hits() if world.site_hits is not None else {}
     states = fault_states or {}
     for index, event in enumerate(world.fault_events):

@@ -124,3 +124,11 @@ def test_a_corpus_entry_keeps_its_branch_and_refuses_a_malformed_one(tmp_path):
     assert check_branch({"fork_at_ms": 0, "key": 1, "streams": ["b", "a"]}, 60_000) is not None
     with pytest.raises(CorpusError, match="branch"):
         _entry({**body, "branch": {"fork_at_ms": -1, "key": 0}}, "x.json", SCENARIO)
+
+
+def test_the_fork_of_a_rekeyed_input_is_no_feedback():
+    from sim.explore import run_input
+
+    item = Input(seed=4, duration_ms=120_000, branch=Branch(30_000, 3, ("scheduling",)))
+    reached = run_input(registry.get(SCENARIO), item, "memory").features
+    assert reached and not any("run.branch" in name for name in reached)
