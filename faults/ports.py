@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Any, Callable, Mapping
 
 import attrs
@@ -351,9 +352,28 @@ class BoundPort:
         return call
 
 
+# A store method's answer, by its function: ports are bound afresh at every
+# restart (hundreds a simulated day), and ``inspect.signature`` was an eighth
+# of a sentinel wake's cost. Weak: a mutant's patched classes may go.
+_NOW_PARAMETER_OF_METHOD: weakref.WeakKeyDictionary[Callable, tuple[int | None, str] | None] = (
+    weakref.WeakKeyDictionary())
+
+
 def now_parameter(fn: Callable) -> tuple[int | None, str] | None:
     """Where ``fn`` takes its caller's time (``faults.clocks.NOW_PARAMETER``):
-    (its position, or None if keyword-only; its name), or None."""
+    (its position, or None if keyword-only; its name), or None. A bound
+    method's answer is its function's, found once."""
+    function = getattr(fn, "__func__", None)
+    if function is None or not inspect.ismethod(fn):
+        return _now_parameter(fn)
+    try:
+        return _NOW_PARAMETER_OF_METHOD[function]
+    except KeyError:
+        found = _NOW_PARAMETER_OF_METHOD[function] = _now_parameter(fn)
+        return found
+
+
+def _now_parameter(fn: Callable) -> tuple[int | None, str] | None:
     from faults.clocks import NOW_PARAMETER
 
     try:

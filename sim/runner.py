@@ -7,6 +7,7 @@ from typing import Any, Callable, Sequence, TextIO
 import attrs
 
 from sim.clock import format_calendar, format_duration_ms
+from sim.heap import LongRunHeap
 from sim.interleave import Deviation, FifoPolicy, ScriptedPolicy, parse_schedule
 from sim.invariants import Violation
 from sim.redact import NO_SECRET_IN_VERDICT, Redactor, collect_secret_values
@@ -319,15 +320,17 @@ def branch_at(world: World, key: int, families: tuple[str, ...] = ()) -> None:
 
 
 def _run_to(world: World, t_ms: int, progress: Callable[[int, int], None] | None, end_ms: int) -> None:
-    if progress is None:
-        world.run_until(t_ms)
-    else:
-        _run_observed(world, t_ms, progress, end_ms)
+    with LongRunHeap() as heap:
+        _run_observed(world, t_ms, progress, end_ms, heap)
 
 
-def _run_observed(world: World, until_ms: int, progress: Callable[[int, int], None], end_ms: int | None = None) -> None:
-    """``world.run_until(until_ms)`` in slices, ``progress(now_ms, end_ms)``
-    told after each (``end_ms``: the run's end, default ``until_ms``)."""
+def _run_observed(world: World, until_ms: int, progress: Callable[[int, int], None] | None, end_ms: int | None = None,
+                  heap: LongRunHeap | None = None) -> None:
+    """``world.run_until(until_ms)`` in ``PROGRESS_SLICES`` slices of the run
+    (``end_ms``: the run's end, default ``until_ms``), ``progress(now_ms,
+    end_ms)`` told after each, if given; between slices, ``heap`` (``sim.heap``)
+    sets aside what a full collection has found alive. Slicing changes nothing
+    simulated: ``run_until`` stops between events."""
     end_ms = until_ms if end_ms is None else end_ms
     start_ms = world.runtime.now_ms()
     slice_ms = max(1, (end_ms - start_ms) // PROGRESS_SLICES)
@@ -335,7 +338,10 @@ def _run_observed(world: World, until_ms: int, progress: Callable[[int, int], No
     while t_ms < until_ms and not world.runtime.stop_requested:
         t_ms = min(until_ms, t_ms + slice_ms)
         world.run_until(t_ms)
-        progress(world.runtime.now_ms(), end_ms)
+        if heap is not None:
+            heap.settle()
+        if progress is not None:
+            progress(world.runtime.now_ms(), end_ms)
 
 
 def beyond_status(world: World) -> str:
