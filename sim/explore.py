@@ -247,9 +247,13 @@ def features(result: RunResult, world: Any = None, fault_states: Mapping[int, st
 
 def run_input(scenario: Any, item: Input, store: str,
               observers: Callable[[], Sequence[Observer]] = lambda: (),
-              cpu_clock: Callable[[], float] | None = None) -> Observed:
+              cpu_clock: Callable[[], float] | None = None, at_fork: Callable[[], int] | None = None) -> Observed:
     """Run ``item`` with the feedback ``observers`` make (fresh ones per run)
-    attached; ``cpu_clock`` (the face's) only measures the run's CPU time."""
+    attached; ``cpu_clock`` (the face's) only measures the run's CPU time.
+    ``at_fork`` (a branch input: the runner's, ``sim.runner.run``) may fork
+    the process at the branch's instant and returns the key this process
+    lives: the answer is then that branch's (``Observed.cpu_s`` is this
+    process's CPU since the fork; the face adds the prefix's share)."""
     started_s = cpu_clock() if cpu_clock else 0.0
     made = list(observers())
     seen: list[Any] = []
@@ -261,7 +265,14 @@ def run_input(scenario: Any, item: Input, store: str,
             observer.attach(world)
 
     try:
-        result = run(scenario, item.options(store), on_world=on_world)
+        def forked() -> int:
+            nonlocal started_s
+            assert at_fork is not None
+            key = at_fork()
+            started_s = cpu_clock() if cpu_clock else 0.0  # a forked child's CPU clock starts again
+            return key
+
+        result = run(scenario, item.options(store), on_world=on_world, at_fork=forked if at_fork else None)
         extra: set[str] = set()
         states: dict[int, str] = {}
         for observer in made:
@@ -475,7 +486,7 @@ def explore(scenario: Any, *, runs: int, seed: int, duration_ms: int, store: str
             execute: Callable[[Sequence[Input]], list[Observed]] | None = None,
             cpu_clock: Callable[[], float] | None = None,
             stop: Callable[[Outcome], bool] | None = None, into: Outcome | None = None,
-            fresh_only: bool = False) -> Outcome:
+            fresh_only: bool = False, fork_at_ms: int | None = None, branches: int = 0) -> Outcome:
     """Run the ``replay`` inputs (an earlier corpus), then ``runs`` explored
     inputs of ``scenario``, ``BATCH`` at a time. ``on_failure`` reports a
     failing run and returns its repro command and file; ``on_entry`` sees each
@@ -485,7 +496,10 @@ def explore(scenario: Any, *, runs: int, seed: int, duration_ms: int, store: str
     ``into``: the outcome to fill (the caller keeps what finished if a batch
     is interrupted); ``fresh_only``: no mutation, every input a fresh seed
     (what a sweep of as many runs reaches: the baseline a search is measured
-    against)."""
+    against); ``fork_at_ms`` and ``branches``: fresh inputs are the
+    ``branches`` branches of each seed forked at ``fork_at_ms`` (``fresh_input``)."""
+    assert (fork_at_ms is None) == (branches == 0), (fork_at_ms, branches)
+    assert fork_at_ms is None or 0 < fork_at_ms < duration_ms, (fork_at_ms, duration_ms)
     root = Streams(seed)["explore"]
     space = scenario.swarm_space
     knobs = list(space.knobs) if space is not None else []
@@ -508,8 +522,7 @@ def explore(scenario: Any, *, runs: int, seed: int, duration_ms: int, store: str
                 continue
             stream = root.child(f"input-{position}")
             if fresh_only or not outcome.corpus or offset < FRESH_PER_BATCH:
-                batch.append(Candidate(Input(seed=(seed + outcome.fresh) % SEED_BOUND, duration_ms=duration_ms),
-                                       "fresh"))
+                batch.append(Candidate(fresh_input(seed, outcome.fresh, duration_ms, fork_at_ms, branches), "fresh"))
                 outcome.fresh += 1
             else:
                 batch.append(choose(stream, outcome, knobs, max_duration_ms, kinds_at))
@@ -524,6 +537,27 @@ def explore(scenario: Any, *, runs: int, seed: int, duration_ms: int, store: str
         if stop is not None and index < total and stop(outcome):
             break
     return outcome
+
+
+def fresh_input(seed: int, fresh: int, duration_ms: int, fork_at_ms: int | None = None, branches: int = 0) -> Input:
+    """The search's ``fresh``-th fresh input: the sweep's seed ``seed +
+    fresh``; or, with ``branches`` (``explore --fork-at T --branches K``),
+    branch ``fresh % K`` of seed ``seed + fresh // K`` forked at T: the run
+    ``loomsim run --fork-at T --branch k`` makes, whose K futures of one seed
+    share its prefix (the face runs that prefix once and forks it)."""
+    if fork_at_ms is None:
+        return Input(seed=(seed + fresh) % SEED_BOUND, duration_ms=duration_ms)
+    return Input(seed=(seed + fresh // branches) % SEED_BOUND, duration_ms=duration_ms,
+                 branch=Branch(fork_at_ms, fresh % branches))
+
+
+def prefix_of(item: Input) -> Input | None:
+    """What a branch input shares with every other branch of the same run
+    (the input with its branch key zeroed: the prefix never reads the key),
+    or None for an input that is not a branch."""
+    if item.branch is None:
+        return None
+    return attrs.evolve(item, branch=attrs.evolve(item.branch, key=0))
 
 
 def _fold(outcome: Outcome, seen: set[str], candidate: Candidate, observed: Observed, store: str,

@@ -96,6 +96,10 @@ def test_the_corpus_directory_is_written_and_replayed(capsys, tmp_path):
     ["explore", "no-such-scenario", "--runs", "1", "--seed", "1"],
     ["explore", SCENARIO, "--runs", "1", "--seed", "1", "--store", "cassandra"],
     ["explore", SCENARIO, "--runs", "1", "--seed", "1", "--duration", "soon"],
+    ["explore", SCENARIO, "--runs", "1", "--seed", "1", "--fork-at", "1m"],
+    ["explore", SCENARIO, "--runs", "1", "--seed", "1", "--branches", "4"],
+    ["explore", SCENARIO, "--runs", "1", "--seed", "1", "--duration", "1m", "--fork-at", "1m", "--branches", "4"],
+    ["explore", SCENARIO, "--runs", "1", "--seed", "1", "--fork-at", "1m", "--branches", "4", "--store", "sqlite"],
 ])
 def test_bad_arguments_are_one_error_line_and_exit_2(capsys, argv):
     assert cli_main(argv) == 2
@@ -523,3 +527,44 @@ def test_fresh_only_runs_a_sweeps_seeds_and_nothing_else():
     assert [item.seed for item in asked] == list(range(4, 24))
     assert all(item.fault_script is None and item.branch is None and item.knobs == () for item in asked)
     assert {e.mutation for e in outcome.corpus} == {"fresh"}
+
+
+def test_fresh_inputs_with_fork_at_are_the_branches_of_each_seed_in_order():
+    from sim.explore import fresh_input
+
+    made = [fresh_input(5, f, 600_000, 60_000, 3) for f in range(7)]
+    assert [(i.seed, i.branch.key, i.branch.fork_at_ms) for i in made] == [
+        (5, 0, 60_000), (5, 1, 60_000), (5, 2, 60_000), (6, 0, 60_000), (6, 1, 60_000), (6, 2, 60_000),
+        (7, 0, 60_000)]
+    assert all(i.branch.streams == () and i.duration_ms == 600_000 for i in made)
+    assert fresh_input(5, 3, 600_000) == made[0].__class__(seed=8, duration_ms=600_000)
+
+
+def test_branches_forked_from_one_prefix_answer_as_their_runs_made_in_full():
+    """The face's shared prefix (one process, forked per branch) gives each
+    branch the features, verdict and digest of ``run --fork-at T --branch k``
+    made from the start, and a CPU time that includes a share of the prefix."""
+    from sim.explore import fresh_input, run_input
+    from sim.face.explore import ForkedBatches, observers_for
+
+    scenario = registry.get(SCENARIO)
+    items = [fresh_input(3, f, 60_000, 20_000, 3) for f in range(3)]
+    observers = observers_for()
+    forked = ForkedBatches(scenario, "memory", observers, jobs=2)(items)
+    alone = [run_input(scenario, item, "memory", observers) for item in items]
+    assert [o.trace_digest for o in forked] == [o.trace_digest for o in alone]
+    assert len({o.trace_digest for o in forked}) == 3, "three keys, three futures"
+    assert [o.features for o in forked] == [o.features for o in alone]
+    assert [o.status for o in forked] == [o.status for o in alone]
+    assert all(o.cpu_s > 0 for o in forked)
+
+
+def test_a_forked_search_is_the_same_search_with_any_number_of_jobs(capsys, tmp_path):
+    os.chdir(tmp_path)
+    argv = ("--runs", "12", "--seed", "2", "--duration", "1m", "--fork-at", "30s", "--branches", "6")
+    one = _explore_json(capsys, *argv, "--jobs", "1")
+    two = _explore_json(capsys, *argv, "--jobs", "2")
+    assert one == two and one[1]["runs"] == 12
+    assert one[1]["branches"] == {"fork_at_ms": 30_000, "per_seed": 6}
+    fresh = [e for e in one[1]["corpus"] if e["mutation"] == "fresh"]
+    assert fresh and all(e["branch"]["fork_at_ms"] == 30_000 for e in fresh)

@@ -307,10 +307,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 # -- the sweep ---------------------------------------------------------------------------
 
 
-def check_branch_options(args: argparse.Namespace, duration_ms: int | None) -> None:
-    """``sweep --fork-at T --branches K``: both or neither, T before each
-    run's end, K at least 1, the in-memory store only, and not with the
-    sweep's options that deal seeds to other processes. Usage errors."""
+def check_branch_options(args: argparse.Namespace, duration_ms: int | None, *, sweep: bool = True) -> None:
+    """``sweep`` (or ``explore``, ``sweep=False``) ``--fork-at T --branches
+    K``: both or neither, T before each run's end, K at least 1, the
+    in-memory store only, and (a sweep) not with the sweep's options that
+    deal seeds to other processes. Usage errors."""
     from sim.clock import format_duration_ms
     from sim.face.options import UsageError
 
@@ -330,6 +331,8 @@ def check_branch_options(args: argparse.Namespace, duration_ms: int | None) -> N
         raise UsageError(f"--fork-at forks the process, and only the in-memory store forks safely (--store "
                          f"{args.store}: a forked child must not touch an inherited database); run one branch with "
                          "loomsim run ... --fork-at T --branch K on it")
+    if not sweep:
+        return
     for flag, given in (("--shard", args.shard), ("--out", args.out), ("--model-coverage", args.model_coverage),
                         ("--model-coverage-out", args.model_coverage_out), ("--time-budget", args.time_budget),
                         ("--corpus", getattr(args, "corpus", None))):

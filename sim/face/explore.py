@@ -25,7 +25,9 @@ import tempfile
 import time
 from typing import Any, Callable, Sequence
 
-from sim.explore import BATCH, Entry, Input, Observed, Outcome, explore, run_input
+import attrs
+
+from sim.explore import BATCH, Entry, Input, Observed, Outcome, explore, prefix_of, run_input
 from sim.face.children import POLL_S, Interrupted, check_interrupted, fork, forwarding_signals, spawning
 from sim.face.options import UsageError, check_repro_dir, check_report_option, parse_count, parse_duration, parse_seed
 from sim.face.repro_file import repro_command
@@ -65,6 +67,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--fresh-only", action="store_true",
                    help="no mutations: every run a fresh seed, as a sweep of as many runs (its feedback is the "
                         "baseline a search is measured against)")
+    p.add_argument("--fork-at", type=parse_duration, default=None, metavar="T",
+                   help="with --branches K: fresh inputs are K branches of each seed forked at simulated time T "
+                        "(run --fork-at T --branch k), the seed's prefix run once per batch and forked (in-memory "
+                        "store only)")
+    p.add_argument("--branches", type=parse_count, default=None, metavar="K",
+                   help="with --fork-at: branches per seed (fresh input f is branch f %% K of seed S + f // K)")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="write the search's report into DIR (Markdown and HTML: the feedback curve, the corpus by "
                         "what each entry added, the rarest features, the transitions never taken)")
@@ -167,6 +175,44 @@ def _worker(scenario: Any, index: int, item: Input, store: str, observers: Any, 
         os._exit(code)
 
 
+def _prefix_worker(scenario: Any, items: Sequence[Input], indexes: list[int], store: str, observers: Any,
+                   jobs: int, workdir: str) -> None:
+    """In a forked child: run the branches ``items[i]`` (``i`` in ``indexes``,
+    one prefix) to their fork instant once, then fork a child per branch
+    (``Forker``); each child runs its branch to the end and pickles
+    ``(index, Observed)``; this process writes its own CPU to
+    ``prefix-<first index>.json`` when every branch has ended. Never returns."""
+    from sim.face.branches import Forked, Forker
+
+    code = 0
+    forker = Forker(tuple(range(len(indexes))), jobs, workdir)
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+        def at_fork() -> int:
+            position = forker.at_fork()
+            return items[indexes[position]].branch.key  # type: ignore[union-attr]
+
+        try:
+            observed = run_input(scenario, items[indexes[0]], store, observers, time.process_time, at_fork=at_fork)
+        except Forked as done:  # this process ran the prefix; its children ran the branches
+            with open(os.path.join(workdir, f"prefix-{indexes[0]}.json"), "w", encoding="utf-8") as handle:
+                json.dump({"prefix_cpu_s": done.prefix_cpu_s}, handle)
+        else:
+            assert forker.key is not None, "a branch input ran without forking"
+            index = indexes[forker.key]
+            path = os.path.join(workdir, f"{index}.pickle")
+            with open(path + ".part", "wb") as handle:
+                pickle.dump((index, observed), handle, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(path + ".part", path)
+    except BaseException:  # noqa: BLE001 - a child never returns into the parent's code
+        code = 3
+    finally:
+        sys.stdout.flush()
+        os._exit(code)
+
+
 class WorkerFailed(RuntimeError):
     """A worker process ended without writing its result (the harness failed: exit 3)."""
 
@@ -191,8 +237,19 @@ class ForkedBatches:
         running: dict[int, str] = {}
         error: BaseException | None = None
         try:
-            upcoming = list(enumerate(items))
             answers: dict[int, Observed] = {}
+            # Branches of one run (``explore --fork-at``'s fresh inputs): its
+            # prefix runs once, in a process that forks the branches.
+            groups: dict[Input, list[int]] = {}
+            for index, item in enumerate(items):
+                prefix = prefix_of(item)
+                if prefix is not None and self.store == "memory":
+                    groups.setdefault(prefix, []).append(index)
+            shared = [indexes for indexes in groups.values() if len(indexes) > 1]
+            for indexes in shared:
+                self._run_shared(items, indexes, workdir, answers)
+            in_shared = {index for indexes in shared for index in indexes}
+            upcoming = [(index, item) for index, item in enumerate(items) if index not in in_shared]
             while upcoming or running:
                 check_interrupted()
                 while upcoming and len(running) < self.jobs:
@@ -227,6 +284,46 @@ class ForkedBatches:
             for name in os.listdir(workdir):
                 os.remove(os.path.join(workdir, name))
             os.rmdir(workdir)
+
+    def _run_shared(self, items: Sequence[Input], indexes: list[int], workdir: str,
+                    answers: dict[int, Observed]) -> None:
+        """One process runs the branches' common prefix and forks one child
+        per branch (``sim.face.branches.Forker``, at most ``jobs`` alive);
+        each child's answer is its branch's, with an equal share of the
+        prefix's CPU added. Nothing else runs meanwhile."""
+        paths = [os.path.join(workdir, f"{index}.pickle") for index in indexes]
+        with spawning():
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = fork()
+            if pid == 0:
+                _prefix_worker(self.scenario, items, indexes, self.store, self.observers, self.jobs, workdir)
+        running = {pid: workdir}
+        error: BaseException | None = None
+        try:
+            while True:
+                check_interrupted()
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                time.sleep(POLL_S)
+        except BaseException as failure:
+            error = failure
+            raise
+        finally:
+            if error is not None:
+                self._reap(running, error)
+        prefix_path = os.path.join(workdir, f"prefix-{indexes[0]}.json")
+        missing = [p for p in paths if not os.path.exists(p)]
+        if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0 or missing or not os.path.exists(prefix_path):
+            raise WorkerFailed(f"an explore prefix process ended without its branches' results (wait status "
+                               f"{status}, {len(missing)} of {len(paths)} missing)")
+        with open(prefix_path, encoding="utf-8") as handle:
+            share_s = json.load(handle)["prefix_cpu_s"] / len(indexes)
+        for path in paths:
+            with open(path, "rb") as handle:
+                index, observed = pickle.load(handle)
+            answers[index] = attrs.evolve(observed, cpu_s=round(observed.cpu_s + share_s, 6))
 
     @staticmethod
     def _reap(running: dict[int, str], error: BaseException | None) -> None:
@@ -290,6 +387,10 @@ def command(args: argparse.Namespace) -> int:
         raise UsageError(f"--jobs {args.jobs}: expected at least 1")
     if args.store not in STORES:
         raise UsageError(f"--store {args.store!r}: expected memory or sqlite")
+    from sim.face.branches import check_branch_options
+
+    for scenario in scenarios:
+        check_branch_options(args, args.duration or scenario.sweep_ms, sweep=False)
     check_repro_dir(args.repro_dir)
     check_report_option(args.report)
     replays = {s.name: (_corpus_inputs(args.corpus, s, args.store) if args.corpus is not None else [])
@@ -366,11 +467,13 @@ def _search(scenario: Any, args: argparse.Namespace, runs: int | None, budget_s:
                 store=args.store, replay=replay, on_failure=on_failure,
                 on_entry=_entry_writer(args.corpus, scenario.name, args.store), observers=observers,
                 execute=execute, stop=spent if budget_s is not None else None, into=outcome,
-                fresh_only=args.fresh_only)
+                fresh_only=args.fresh_only, fork_at_ms=args.fork_at, branches=args.branches or 0)
     except Interrupted as error:
         interrupted = error
     summary = {"format": FORMAT, "scenario": scenario.name, "seed": args.seed, "store": args.store,
                "fresh_only": args.fresh_only, **outcome.as_json(universes(outcome))}
+    if args.fork_at is not None:
+        summary["branches"] = {"fork_at_ms": args.fork_at, "per_seed": args.branches}
     summary["measured"] = {"cpu_s": round(_cpu_s() - cpu_started_s, 3), "cpu_s_after_run": outcome.cpu_s_after_run,
                            "wall_s": round(time.perf_counter() - started_s, 3)}
     if budget_s is not None:
@@ -387,6 +490,8 @@ def replay_command(name: str, args: argparse.Namespace, runs: int, duration_ms: 
                f"--duration {format_duration_ms(duration_ms)} --store {args.store}")
     if args.fresh_only:
         command += " --fresh-only"
+    if args.fork_at is not None:
+        command += f" --fork-at {format_duration_ms(args.fork_at)} --branches {args.branches}"
     if replayed:
         command += " --corpus COPY (a copy of the corpus directory as it was before this search)"
     return command
