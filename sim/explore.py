@@ -91,8 +91,7 @@ class Input:
         out = {"seed": self.seed, "knobs": dict(self.knobs), "duration_ms": self.duration_ms,
                "script_entries": None if self.fault_script is None else len(self.fault_script)}
         if self.branch is not None:
-            out["branch"] = {"fork_at_ms": self.branch.fork_at_ms, "key": self.branch.key,
-                             "streams": list(self.branch.streams)}
+            out["branch"] = self.branch.as_json()
         return out
 
     def options(self, store: str) -> ScenarioOptions:

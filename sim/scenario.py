@@ -52,6 +52,15 @@ class Branch:
         assert self.key >= 0, self.key
         assert list(self.streams) == sorted(set(self.streams)), self.streams  # one spelling per set
 
+    def as_json(self) -> dict[str, Any]:
+        """The branch as explore's inputs and corpus files keep it."""
+        return {"fork_at_ms": self.fork_at_ms, "key": self.key, "streams": list(self.streams)}
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Branch:
+        """The inverse of ``as_json`` (a body already checked: ``sim.face.corpus``)."""
+        return cls(int(body["fork_at_ms"]), int(body["key"]), tuple(body.get("streams", ())))
+
 
 @attrs.frozen
 class ScenarioOptions:

@@ -194,8 +194,7 @@ def replay_entry(corpus_plan: CorpusPlan, body: Mapping[str, Any], scenario: Any
     opts = ScenarioOptions(seed=known.seed, duration_ms=known.duration_ms, store=store, swarm=True,
                            knobs=dict(known.knobs), fault_script=events,
                            script_must_fire=events is not None,
-                           branch=None if branch is None else Branch(int(branch["fork_at_ms"]), int(branch["key"]),
-                                                                     tuple(branch.get("streams", ()))))
+                           branch=None if branch is None else Branch.from_json(branch))
     mutant = mx.current()
     try:
         result = run(scenario, opts)

@@ -131,8 +131,7 @@ def _corpus_inputs(directory: str, scenario: Any, store: str) -> list[Input]:
         branch = body.get("branch")
         inputs.append(Input(seed=body["seed"], knobs=tuple(sorted(body["knobs"].items())),
                             duration_ms=body["duration_ms"], fault_script=script,
-                            branch=None if branch is None else Branch(branch["fork_at_ms"], branch["key"],
-                                                                      tuple(branch["streams"]))))
+                            branch=None if branch is None else Branch.from_json(branch)))
     return inputs
 
 
@@ -147,9 +146,7 @@ def _entry_writer(directory: str | None, scenario: str, store: str) -> Callable[
         body = entry_json(scenario=scenario, store=store, seed=item.seed, knobs=dict(item.knobs),
                           duration_ms=item.duration_ms, added=entry.added,
                           fault_script=None if item.fault_script is None else script_to_json(item.fault_script),
-                          branch=None if item.branch is None else {"fork_at_ms": item.branch.fork_at_ms,
-                                                                   "key": item.branch.key,
-                                                                   "streams": list(item.branch.streams)})
+                          branch=None if item.branch is None else item.branch.as_json())
         write_entry(directory, body)  # None: the same input is there already (kept, never rewritten)
         return os.path.join(directory, entry_filename(body))
 
