@@ -29,8 +29,8 @@ import os
 import sys
 from typing import Sequence
 
-from sim.face import (bench, describe, determinism, discovery, explore, listing, live, merge, mutants, repro, run, shrink,
-                      sweep)
+from sim.face import (bench, check_history, describe, determinism, discovery, explore, listing, live, merge, mutants,
+                      repro, run, shrink, sweep)
 from sim.face.children import Interrupted, sigterm_interrupts
 from sim.face.options import Parser, UsageError, parse, root_parser
 from sim.face.repro_file import ReproFileError
@@ -42,7 +42,7 @@ EXIT_ERROR = 3  # infrastructure: a child of a sweep crashed or printed no resul
 # Each command's module, in the order ``loomsim --help`` lists them.
 COMMANDS = {"list": listing, "repro": repro, "shrink": shrink, "bench": bench, "run": run, "mutants": mutants,
             "sweep": sweep, "merge": merge, "check-determinism": determinism, "describe": describe,
-            "explore": explore, "live": live}
+            "explore": explore, "live": live, "check-history": check_history}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -81,7 +81,7 @@ def _main(argv: list[str]) -> int:
         return EXIT_PASS
     if args.command is None:
         raise UsageError("no command given: expected one of list, run, sweep, explore, merge, check-determinism, "
-                         "describe, mutants, repro, shrink, bench, live (see loomsim --help)")
+                         "describe, mutants, repro, shrink, bench, live, check-history (see loomsim --help)")
     return COMMANDS[args.command].command(args)
 
 
