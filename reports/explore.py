@@ -100,6 +100,25 @@ def _knobs(knobs: Any) -> str:
     return " ".join(f"{k}={v}" for k, v in (knobs or {}).items()) or "-"
 
 
+def _seed(item: Mapping[str, Any]) -> str:
+    """An input's seed, and its branch when it has one ("7, branch 3 at 1m";
+    a re-keyed family is named: "7, scheduling re-keyed (3) at 1m")."""
+    branch = item.get("branch")
+    if not isinstance(branch, Mapping):
+        return str(item.get("seed"))
+    streams = ",".join(str(s) for s in branch.get("streams") or ())
+    what = f"{streams} re-keyed ({branch.get('key')})" if streams else f"branch {branch.get('key')}"
+    return f"{item.get('seed')}, {what} at {_span(branch.get('fork_at_ms'))}"
+
+
+def _search_shape(summary: Mapping[str, Any]) -> str:
+    """How fresh inputs were made: "fresh seeds only", "K branches a seed at T", or ""."""
+    branches = summary.get("branches")
+    if isinstance(branches, Mapping):
+        return f"fresh inputs: {branches.get('per_seed')} branches of each seed at {_span(branches.get('fork_at_ms'))}"
+    return "fresh seeds only, no mutation" if summary.get("fresh_only") else ""
+
+
 def _span(duration_ms: Any) -> str:
     return format_span_ms(duration_ms) if isinstance(duration_ms, int) and duration_ms >= 0 else str(duration_ms)
 
@@ -173,11 +192,13 @@ def markdown(summary: Mapping[str, Any]) -> str:
                  f"{summary.get('runs')} runs in batches of {summary.get('batch')}, corpus of "
                  f"{summary.get('corpus_size')}, {_plural(len(summary.get('features') or {}), 'feature')} reached, "
                  f"{_plural(len(found), 'failure')}{took}")
+    if _search_shape(summary):
+        lines.append(f"({_search_shape(summary)})")
     if found:
         lines += ["", "## Failures", ""]
         for failure in found[:CORPUS_ROWS_MAX]:
             violations = ", ".join(str(v) for v in failure.get("violations") or ()) or "-"
-            lines.append(f"- **{cell(failure.get('status'))}** seed {failure.get('seed')} "
+            lines.append(f"- **{cell(failure.get('status'))}** seed {cell(_seed(failure))} "
                          f"(knobs {cell(_knobs(failure.get('knobs')))}, {_span(failure.get('duration_ms'))}): "
                          f"{code(short(violations, 300))}")
             if failure.get("repro_command"):
@@ -210,7 +231,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
             first = ", ".join(_cc(a) for a in shown) + (f" … (+{more} more)" if more else "")
             script = entry.get("script_entries")
             lines.append(f"| #{index} | {entry.get('run')} | {cell(entry.get('mutation'))} | {_parent(entry)} | "
-                         f"{entry.get('seed')} | {cell(_knobs(entry.get('knobs')))} | {_span(entry.get('duration_ms'))} "
+                         f"{cell(_seed(entry))} | {cell(_knobs(entry.get('knobs')))} | {_span(entry.get('duration_ms'))} "
                          f"| {'-' if script is None else script} | {len(entry.get('added') or ())} | {first} |")
         if len(entries) > CORPUS_ROWS_MAX:
             lines.append(f"\n… and {len(entries) - CORPUS_ROWS_MAX} more entries (see the summary's JSON)")
@@ -338,7 +359,7 @@ def html(summary: Mapping[str, Any]) -> str:
     meta = [("scenario", summary.get("scenario")), ("search seed", summary.get("seed")),
             ("store", summary.get("store")), ("runs", summary.get("runs")), ("batch", summary.get("batch")),
             ("corpus", summary.get("corpus_size")), ("features reached", len(summary.get("features") or {})),
-            ("failures", len(found))]
+            ("failures", len(found)), ("inputs", _search_shape(summary) or None)]
     if measured:
         meta += [("CPU (measured)", f"{_seconds(measured.get('cpu_s'))} s"),
                  ("wall (measured)", f"{_seconds(measured.get('wall_s'))} s")]
@@ -350,7 +371,7 @@ def html(summary: Mapping[str, Any]) -> str:
             violations = ", ".join(str(v) for v in failure.get("violations") or ()) or "-"
             parts.append('<div class="failure">'
                          f"<p><b>{_e(failure.get('status'))}: {_e(short(violations, 400))}</b> (seed "
-                         f"{_e(failure.get('seed'))}, knobs {_e(_knobs(failure.get('knobs')))}, "
+                         f"{_e(_seed(failure))}, knobs {_e(_knobs(failure.get('knobs')))}, "
                          f"{_e(_span(failure.get('duration_ms')))})</p>"
                          + (f'<p>reproduce:</p><pre class="repro"><code>{_e(failure["repro_command"])}</code></pre>'
                             if failure.get("repro_command") else "")
@@ -378,7 +399,7 @@ def html(summary: Mapping[str, Any]) -> str:
             first = _codes(shown) + (f" … and {more} more" if more else "")
             script = entry.get("script_entries")
             rows.append((f"#{index}", _e(entry.get("run")), _e(entry.get("mutation")), _e(_parent(entry)),
-                         _e(entry.get("seed")), _e(_knobs(entry.get("knobs"))), _e(_span(entry.get("duration_ms"))),
+                         _e(_seed(entry)), _e(_knobs(entry.get("knobs"))), _e(_span(entry.get("duration_ms"))),
                          "-" if script is None else _e(script), _e(len(entry.get("added") or ())), first,
                          f"<code>{_e(entry['file'])}</code>" if entry.get("file") else ""))
         parts.append(_table(("entry", "run", "mutation", "parent", "seed", "knobs", "duration", "script",

@@ -172,3 +172,25 @@ def test_the_module_renders_a_saved_summary_and_refuses_bad_input_in_one_line(ca
         assert err.startswith("loomsim: error: ") and err.count("\n") == 1, err
         assert os.path.basename(argv[0]) in err or ".pdf" in err
     assert sorted(os.listdir(tmp_path)) == ["r.html", "summary.json", "sweep.json"]
+
+
+def test_branch_inputs_name_their_fork_and_the_search_says_how_fresh_inputs_were_made():
+    corpus = [
+        {"run": 0, "seed": 5, "knobs": {}, "duration_ms": 120_000, "script_entries": None, "mutation": "fresh",
+         "parent": None, "added": ["event:run-settled"], "file": None,
+         "branch": {"fork_at_ms": 60_000, "key": 3, "streams": []}},
+        {"run": 1, "seed": 5, "knobs": {}, "duration_ms": 120_000, "script_entries": None, "mutation": "rekey",
+         "parent": 0, "added": ["fault:ack-lost"], "file": None,
+         "branch": {"fork_at_ms": 30_000, "key": 9, "streams": ["scheduling"]}},
+    ]
+    failure = {"seed": 6, "knobs": {}, "duration_ms": 120_000, "status": "FAIL", "violations": ["fencing"],
+               "repro_command": "loomsim run ledger-storm --seed 6 --fork-at 1m --branch 1", "repro_file": None,
+               "branch": {"fork_at_ms": 60_000, "key": 1, "streams": []}}
+    summary = _summary(corpus=corpus, failures=[failure], branches={"fork_at_ms": 60_000, "per_seed": 4})
+    md = report.markdown(summary)
+    page = report.html(summary)
+    for text in (md, page):
+        assert "5, branch 3 at 1m" in text and "5, scheduling re-keyed (9) at 30s" in text
+        assert "6, branch 1 at 1m" in text and "4 branches of each seed at 1m" in text
+    plain = report.markdown(_summary(fresh_only=True))
+    assert "fresh seeds only, no mutation" in plain and "branch" not in plain
