@@ -115,7 +115,7 @@ def _search_shape(summary: Mapping[str, Any]) -> str:
     """How fresh inputs were made: "fresh seeds only", "K branches a seed at T", or ""."""
     branches = summary.get("branches")
     if isinstance(branches, Mapping):
-        return f"fresh inputs: {branches.get('per_seed')} branches of each seed at {_span(branches.get('fork_at_ms'))}"
+        return f"{branches.get('per_seed')} branches of each seed at {_span(branches.get('fork_at_ms'))}"
     return "fresh seeds only, no mutation" if summary.get("fresh_only") else ""
 
 
@@ -193,7 +193,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
                  f"{summary.get('corpus_size')}, {_plural(len(summary.get('features') or {}), 'feature')} reached, "
                  f"{_plural(len(found), 'failure')}{took}")
     if _search_shape(summary):
-        lines.append(f"({_search_shape(summary)})")
+        lines.append(f"(fresh inputs: {_search_shape(summary)})")
     if found:
         lines += ["", "## Failures", ""]
         for failure in found[:CORPUS_ROWS_MAX]:
@@ -359,7 +359,7 @@ def html(summary: Mapping[str, Any]) -> str:
     meta = [("scenario", summary.get("scenario")), ("search seed", summary.get("seed")),
             ("store", summary.get("store")), ("runs", summary.get("runs")), ("batch", summary.get("batch")),
             ("corpus", summary.get("corpus_size")), ("features reached", len(summary.get("features") or {})),
-            ("failures", len(found)), ("inputs", _search_shape(summary) or None)]
+            ("failures", len(found)), ("fresh inputs", _search_shape(summary) or None)]
     if measured:
         meta += [("CPU (measured)", f"{_seconds(measured.get('cpu_s'))} s"),
                  ("wall (measured)", f"{_seconds(measured.get('wall_s'))} s")]
