@@ -1261,6 +1261,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "                        await pins.pin(ref, finding[\"id\"])\n", SY,
         ci_seed=14, ci_duration="9d"),
     Mutant(
+        "retention-closes-findings-early",
+        "Retention closes findings at half their TTL: evidence a finding cites loses its pin while the finding "
+        "should still be live.",
+        "model.retention",
+        "        closed = await self.findings.close_expired(max(0, now_ms - policy.finding_ttl_ms), now_ms=now_ms,\n",
+        "        closed = await self.findings.close_expired(max(0, now_ms - policy.finding_ttl_ms // 2), now_ms=now_ms,\n",
+        SY, ci_seed=0, ci_duration="2d"),
+    Mutant(
         "findings-drops-first",
         "The in-memory projection skips a run's first finding when applying it (an off-by-one slice).",
         "model.findings", "        opened = 0\n        for row in rows:\n            if row.finding_id in self._live:\n",
