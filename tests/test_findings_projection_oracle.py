@@ -110,3 +110,11 @@ def test_a_finding_the_projection_kept_past_an_answered_close_still_fails():
     _close(checker, midnight, midnight - TTL)  # answered: the projection says it closed it ...
     _pass(checker, midnight + 1_000)           # ... but it is still live
     assert len(found) == 1 and "stale" in found[0].message
+
+
+def test_before_the_first_ttl_a_cutoff_of_zero_is_on_time():
+    checker, view, found = _oracle()
+    _close(checker, DAY, 0)  # max(0, now - TTL): nothing is old enough yet
+    assert found == []
+    _close(checker, DAY, 1)
+    assert len(found) == 1 and "findings closed early" in found[0].message

@@ -100,7 +100,7 @@ class FindingsProjection(Checker):
             if self._maybe_closed_before_ms is None or before_ms > self._maybe_closed_before_ms:
                 self._maybe_closed_before_ms = before_ms
             return
-        latest_ms = event.time_ms - self._finding_ttl_ms + CLOCK_TOLERANCE_MS
+        latest_ms = max(0, event.time_ms - self._finding_ttl_ms + CLOCK_TOLERANCE_MS)  # times are never negative
         if before_ms > latest_ms:
             self.fail(f"findings closed early: close_expired(opened_before_ms={before_ms}) at {event.time_ms} ms "
                       f"closes findings opened up to {before_ms - latest_ms} ms past the TTL of "
