@@ -328,6 +328,13 @@ def test_the_recorder_refuses_a_port_it_cannot_translate_and_keeps_its_bounds():
     capped.on_port_call(claim(1_000, "w1", 1))
     capped.on_port_call(claim(1_000, "w1", 1))
     assert capped.metrics()["history_ops_left_out"] == 1
+    # past the audit's step budget a key is not judged: too costly, never a verdict
+    spent = HistoryLinearizable(ports=("ledger",), steps_max=1)
+    spent._sink = failures.append
+    for call in [claim(1_000, "w1", 1), claim(2_000, "w2", 2)]:  # a violation, had it been judged
+        spent.on_port_call(call)
+    spent.audit(None)
+    assert failures == [] and spent.checks == 0 and spent.metrics()["history_keys_too_costly"] == 1
     # the default judges durable state only: ledger and log calls are not recorded
     default = HistoryLinearizable()
     default.on_port_call(claim(1_000, "w1", 1))

@@ -45,8 +45,9 @@ search tries their orders.
 Cost and memory: the history is kept until the audit (that is the point of
 a history), bounded: at most ``ops_per_key_max`` operations per key (a key
 past it is judged on its first ones), at most ``ops_max`` in all (past it
-every new operation is left out), and a step budget per key for the
-search; a key whose search runs out is not judged and never counts as a
+every new operation is left out), a step budget per key for the search and
+``steps_max`` for the whole audit; a key whose search runs out, or that the
+audit's budget no longer reaches, is not judged and never counts as a
 check. The run's stats say how many of each (``metrics``:
 ``history_keys_too_costly``, ``history_ops_left_out``,
 ``history_ops_unknown``, ``history_search_steps``).
@@ -73,6 +74,10 @@ from scenarios.reference.history import (
 from sim.invariants import Checker
 
 OPS_PER_KEY_MAX = 4_096
+# Search steps of one audit, every key together: past it the keys left are
+# not judged (counted too costly), so an audit's cost is bounded whatever
+# the history.
+STEPS_MAX = 20_000_000
 # Operations kept in all, every key together (an Op is a few hundred bytes).
 OPS_MAX = 200_000
 # ``observe`` reads to the tail: a read with no limit.
@@ -128,9 +133,11 @@ class HistoryLinearizable(Checker):
     kinds = (Fault.kind,)
 
     def __init__(self, ops_per_key_max: int = OPS_PER_KEY_MAX, budget_steps: int = BUDGET_STEPS_DEFAULT,
-                 ports: tuple[str, ...] = ("ds",), ops_max: int = OPS_MAX) -> None:
+                 ports: tuple[str, ...] = ("ds",), ops_max: int = OPS_MAX, steps_max: int = STEPS_MAX) -> None:
         super().__init__()
-        assert ops_per_key_max > 0 and budget_steps > 0 and ops_max > 0, (ops_per_key_max, budget_steps, ops_max)
+        assert min(ops_per_key_max, budget_steps, ops_max, steps_max) > 0, (ops_per_key_max, budget_steps, ops_max,
+                                                                            steps_max)
+        self._steps_max = steps_max
         unknown = sorted(set(ports) - set(PORTS_ALL))
         if unknown:
             raise UnknownPort(f"history-linearizable judges {PORTS_ALL}, not {unknown}")
@@ -303,7 +310,11 @@ class HistoryLinearizable(Checker):
     def audit(self, view: Any) -> None:
         for kind, key in sorted(self._ops):
             ops = self._ops[(kind, key)]
-            verdict = check_object(ops, self._models[kind](), key, self._budget_steps)
+            budget = min(self._budget_steps, self._steps_max - self._steps)
+            if budget <= 0:
+                self._too_costly += 1  # the audit's budget is spent: not judged
+                continue
+            verdict = check_object(ops, self._models[kind](), key, budget)
             left_out = self._full.get((kind, key), 0)
             self._steps += verdict.steps
             if verdict.outcome == "unknown":
