@@ -64,9 +64,10 @@ def tail(t: int, seq: int, epoch: int, node: str = "r#1") -> PortCall:
     return PortCall(t, node, "log", "inspect_tail", (CONV,), {}, ConversationTail(seq, DIGEST, epoch), None)
 
 
-def claim(t: int, owner: str, epoch: int, now_ms: int | None = None, node: str | None = None) -> PortCall:
+def claim(t: int, owner: str, epoch: int, now_ms: int | None = None, node: str | None = None,
+          sub: str = SUB) -> PortCall:
     now_ms = t if now_ms is None else now_ms
-    token = Claim(SUB, owner, epoch, now_ms + LEASE_MS)
+    token = Claim(sub, owner, epoch, now_ms + LEASE_MS)
     return PortCall(t, node or f"{owner}#1", "ledger", "claim", (CONV, owner, LEASE_MS, now_ms), {}, token, None)
 
 
@@ -244,8 +245,20 @@ def test_a_claim_of_a_live_lease_by_another_owner_is_flagged():
     assert "submission-lease 'sub-c1-1' is not linearizable" in message and "claim('w2'" in message
     # the same owner may claim again while its lease is live
     assert judge([claim(1_000, "w1", 1), claim(2_000, "w1", 2)]) == []
-    # and a later epoch than the current one is required
-    assert len(judge([claim(1_000, "w1", 3), claim(1_000 + LEASE_MS, "w2", 2)])) == 1
+    # and a later epoch than the current one is required: the submission's and its lane's
+    lane, lease = judge([claim(1_000, "w1", 3), claim(1_000 + LEASE_MS, "w2", 2)])  # by kind, then key
+    assert "submission-lease 'sub-c1-1'" in lease and "lane-epoch 'c1'" in lane
+
+
+def test_a_lane_grants_each_epoch_once_whichever_submission_it_claims():
+    # the next submission of the lane at a later epoch: correct
+    assert judge([claim(1_000, "w1", 1), claim(2_000, "w2", 2, sub="sub-c1-2")]) == []
+    # the lane's epoch 1 granted twice (epochs counted per submission): the log's fence cannot tell them apart
+    [message] = judge([claim(1_000, "w1", 1), claim(2_000, "w2", 1, sub="sub-c1-2")])
+    assert "lane-epoch 'c1' is not linearizable" in message
+    # a purged conversation's lane starts again
+    assert judge([claim(1_000, "w1", 1), reserve(2_000, "w1", 1), finalize(3_000), purge(4_000),
+                  claim(5_000, "w2", 1, sub="sub-c1-2")]) == []
 
 
 def test_a_renewal_by_a_token_whose_ownership_ended_is_flagged():
@@ -325,16 +338,16 @@ def test_the_recorder_refuses_a_port_it_cannot_translate_and_keeps_its_bounds():
     checker.audit(None)
     assert failures == [] and checker.metrics()["history_ops_left_out"] == 1
     capped = HistoryLinearizable(ports=("ledger",), ops_max=1)
-    capped.on_port_call(claim(1_000, "w1", 1))
-    capped.on_port_call(claim(1_000, "w1", 1))
-    assert capped.metrics()["history_ops_left_out"] == 1
+    capped.on_port_call(claim(1_000, "w1", 1))  # its submission's op kept, its lane's left out
+    capped.on_port_call(claim(1_000, "w1", 1))  # both left out
+    assert capped.metrics()["history_ops_left_out"] == 3
     # past the audit's step budget a key is not judged: too costly, never a verdict
     spent = HistoryLinearizable(ports=("ledger",), steps_max=1)
     spent._sink = failures.append
     for call in [claim(1_000, "w1", 1), claim(2_000, "w2", 2)]:  # a violation, had it been judged
         spent.on_port_call(call)
     spent.audit(None)
-    assert failures == [] and spent.checks == 0 and spent.metrics()["history_keys_too_costly"] == 1
+    assert failures == [] and spent.checks == 0 and spent.metrics()["history_keys_too_costly"] == 2  # lane, lease
     # the default judges durable state only: ledger and log calls are not recorded
     default = HistoryLinearizable()
     default.on_port_call(claim(1_000, "w1", 1))

@@ -16,7 +16,8 @@ it, this oracle keeps what each caller saw and judges it from the outside
   ``(batch_id, record_id, family, created_at_ms, producer_id, epoch)``,
   not its payload: what a record says is ``log-chain``'s to judge; which
   record sits at which seq, and who could write it, is this one's.
-- ``ledger`` (a ``SubmissionLeaseModel`` per submission): a granted
+- ``ledger`` (a ``SubmissionLeaseModel`` per submission, and a
+  ``LaneEpochModel`` per conversation for the epochs its claims grant): a granted
   ``claim`` (a claim answering None names no submission and is left out:
   a head left unclaimed is liveness's to judge), ``renew_ownership``,
   ``release_ownership``, ``reserve_settlement`` (fenced by the token),
@@ -66,6 +67,7 @@ from scenarios.reference.history import (
     UNKNOWN,
     Failed,
     FencedLogModel,
+    LaneEpochModel,
     Op,
     RegisterModel,
     SubmissionLeaseModel,
@@ -90,7 +92,8 @@ _LEDGER_METHODS = frozenset({"claim", "renew_ownership", "release_ownership", "r
                              "mark_unknown", "finalize_settlement", "request_abort", "purge_conversation"})
 _LEDGER_ENDS = {"suspend": "end", "mark_unknown": "end", "release_ownership": "release",
                 "reserve_settlement": "fenced"}
-# A translated call: (model kind, key, op name, args, answer, is a read), or None: not judged.
+# A translated call: (model kind, key, op name, args, answer, is a read), a
+# list of them (a claim is its submission's and its lane's), or None: not judged.
 _Translated = tuple[str, str, str, tuple, object, bool]
 
 
@@ -144,18 +147,18 @@ class HistoryLinearizable(Checker):
         self._ops_per_key_max = ops_per_key_max
         self._ops_max = ops_max
         self._budget_steps = budget_steps
-        self._translate: dict[str, Callable[[Any], _Translated | None]] = {
+        self._translate: dict[str, Callable[[Any], _Translated | list[_Translated] | None]] = {
             port: translate for port, translate in (("ds", self._ds), ("log", self._log), ("ledger", self._ledger))
             if port in ports}
         self._models: dict[str, Callable[[], Any]] = {
             RegisterModel.kind: RegisterModel, FencedLogModel.kind: FencedLogModel,
-            SubmissionLeaseModel.kind: SubmissionLeaseModel}
+            SubmissionLeaseModel.kind: SubmissionLeaseModel, LaneEpochModel.kind: LaneEpochModel}
         # (model kind, key) -> its operations
         self._ops: dict[tuple[str, str], list[Op]] = {}
         self._kept = 0
         self._full: dict[tuple[str, str], int] = {}  # (kind, key) -> operations left out past the bound
-        # (node, site) -> ((kind, key), index, time) of the last call there: a lost reply names it next.
-        self._last: dict[tuple[str, str], tuple[tuple[str, str], int, int]] = {}
+        # (node, site) -> (its ops as ((kind, key), index), time) of the last call there: a lost reply names it next.
+        self._last: dict[tuple[str, str], tuple[tuple[tuple[tuple[str, str], int], ...], int]] = {}
         self._generation: dict[str, int] = {}  # conversation -> its ledger purges so far
         self._next_id = 0
         self._too_costly = 0
@@ -235,7 +238,7 @@ class HistoryLinearizable(Checker):
         generation = self._generation.get(_conversation_of(submission_id), 0)
         return submission_id if not generation else f"{submission_id}@{generation}"
 
-    def _ledger(self, call: Any) -> _Translated | None:
+    def _ledger(self, call: Any) -> _Translated | list[_Translated] | None:
         method = call.method
         if method not in _LEDGER_METHODS:
             return None
@@ -249,9 +252,13 @@ class HistoryLinearizable(Checker):
         if method == "claim":
             if error is not None or result is None:
                 return None  # names no submission
-            return (kind, self._submission_key(result.submission_id), "claim",
-                    (result.owner_id, _argument(call, 2, "lease_ms"), _argument(call, 3, "now_ms"), result.epoch),
-                    result.epoch, False)
+            conversation = _argument(call, 0, "conversation_id")
+            generation = self._generation.get(conversation, 0)
+            lane = conversation if not generation else f"{conversation}@{generation}"
+            return [(kind, self._submission_key(result.submission_id), "claim",
+                     (result.owner_id, _argument(call, 2, "lease_ms"), _argument(call, 3, "now_ms"), result.epoch),
+                     result.epoch, False),
+                    (LaneEpochModel.kind, lane, "claim", (result.epoch,), result.epoch, False)]
         if method == "purge_conversation":
             if error is None and call.result:
                 conversation = _argument(call, 0, "conversation_id")
@@ -279,33 +286,35 @@ class HistoryLinearizable(Checker):
         translated = translate(call)
         if translated is None:
             return
-        kind, key, name, args, answer, is_read = translated
-        if is_read and call.damaged:
-            return
-        ops = self._ops.setdefault((kind, key), [])
-        if len(ops) >= self._ops_per_key_max or self._kept >= self._ops_max:
-            self._full[(kind, key)] = self._full.get((kind, key), 0) + 1
-            return
-        unknown = call.damaged
-        op = Op(self._next_id, call.node, key, name, args, call.time_ms,
-                None if unknown else call.time_ms, UNKNOWN if unknown else answer)
-        self._next_id += 1
-        self._kept += 1
-        self._last[(call.node, f"{call.port}.{call.method}")] = ((kind, key), len(ops), call.time_ms)
-        ops.append(op)
+        placed = []
+        for kind, key, name, args, answer, is_read in (translated if isinstance(translated, list) else [translated]):
+            if is_read and call.damaged:
+                continue
+            ops = self._ops.setdefault((kind, key), [])
+            if len(ops) >= self._ops_per_key_max or self._kept >= self._ops_max:
+                self._full[(kind, key)] = self._full.get((kind, key), 0) + 1
+                continue
+            unknown = call.damaged
+            ops.append(Op(self._next_id, call.node, key, name, args, call.time_ms,
+                          None if unknown else call.time_ms, UNKNOWN if unknown else answer))
+            self._next_id += 1
+            self._kept += 1
+            placed.append(((kind, key), len(ops) - 1))
+        if placed:
+            self._last[(call.node, f"{call.port}.{call.method}")] = (tuple(placed), call.time_ms)
 
     def on_event(self, event: tuple) -> None:
         fields = event.fields
         if fields.get("kind") not in _LOST:
             return
         last = self._last.pop((event.node, fields.get("site")), None)
-        if last is None or last[2] != event.time_ms:
+        if last is None or last[1] != event.time_ms:
             return  # not a judged call, or one this recorder left out
-        where, index, _ = last
-        ops = self._ops[where]
-        if ops[index].answer is not UNKNOWN:
-            ops[index] = attrs.evolve(ops[index], complete_ms=None, answer=UNKNOWN)
-            self._unknown += 1
+        for where, index in last[0]:
+            ops = self._ops[where]
+            if ops[index].answer is not UNKNOWN:
+                ops[index] = attrs.evolve(ops[index], complete_ms=None, answer=UNKNOWN)
+                self._unknown += 1
 
     def audit(self, view: Any) -> None:
         for kind, key in sorted(self._ops):

@@ -28,7 +28,8 @@ that was never applied); only this view sees that.
   ``FencedLogModel`` (epoch fencing, batch replays, record identity,
   deletion; its entries interned in a trie, so a state is small) and
   ``SubmissionLeaseModel`` (a lane's shared epoch counter, renewals that
-  never shorten, idempotent release, unfenced settlement).
+  never shorten, idempotent release, unfenced settlement), with
+  ``LaneEpochModel`` beside it (a lane's claims grant growing epochs).
 - ``check_history`` partitions the history by object key (linearizability
   is local: the whole is linearizable when each object is) and decides each
   object with the Wing–Gong–Lowe search, remembering every (set of
@@ -74,6 +75,7 @@ __all__ = [
     "Failed",
     "FencedLogModel",
     "HistoryVerdict",
+    "LaneEpochModel",
     "LeaseModel",
     "LogModel",
     "ObjectVerdict",
@@ -673,6 +675,42 @@ class SubmissionLeaseModel:
 
     def installs(self, op: Op) -> tuple[int, int] | None:
         return None  # a lane's epochs skip: no total order of versions per submission to draw
+
+    def could_install(self, op: Op) -> tuple[int, int] | None:
+        return None
+
+    def observes(self, op: Op) -> tuple[int, bool] | None:
+        return None
+
+
+class LaneEpochModel:
+    """A conversation's lane in the ledger: the epochs its claims grant,
+    whichever submission each claim grants. State: the last epoch granted
+    (0 before any). ``claim(epoch_if_taken)`` answers an epoch above every
+    one granted before (the lane's counter only grows, so no two claims of
+    a lane ever hold one epoch: the fence the log relies on);
+    ``epoch_if_taken``: for an UNKNOWN claim, the epoch it took had it
+    taken effect."""
+
+    kind = "lane-epoch"
+    resets = frozenset()
+
+    def init(self) -> int:
+        return 0
+
+    def step(self, state: int, op: Op) -> int | None:
+        if op.name != "claim":
+            raise ValueError(f"lane-epoch has no operation {op.name!r}")
+        answer = op.answer
+        if isinstance(answer, Failed):
+            return state  # refused: changed nothing
+        if answer is UNKNOWN:
+            taken = op.args[0]
+            return taken if taken is not None and taken > state else state
+        return answer if answer > state else None
+
+    def installs(self, op: Op) -> tuple[int, int] | None:
+        return None  # epochs skip (one per claim of any submission): no versions to chain
 
     def could_install(self, op: Op) -> tuple[int, int] | None:
         return None
