@@ -23,7 +23,7 @@ from model.conversation.records import (
     NotMaterialized,
     RecordEnvelope,
 )
-from model.ledger.records import AbortIntent, Claim, OwnershipLost, OwnershipRenewal
+from model.ledger.records import AbortIntent, Claim, OwnershipLost, OwnershipRenewal, Readiness
 from scenarios.invariants.history_linearizable import HistoryLinearizable, UnknownPort, _conversation_of
 from scenarios.reference.history import UNKNOWN, FencedLogModel, Failed, Op, SubmissionLeaseModel, check_object
 from sim.trace import Event
@@ -109,11 +109,17 @@ def lost(t: int, site: str, node: str = "w#1") -> Event:
     return Event(0, t, node, "fault", {"site": site, "kind": "reply-lost", "hit": 1})
 
 
-def judge(calls, ports=("log", "ledger")) -> list[str]:
+def mark_ready(t: int, sub: str = SUB) -> PortCall:
+    return PortCall(t, "client#1", "ledger", "mark_ready", (sub, t), {}, Readiness(sub, t), None)
+
+
+def judge(calls, ports=("log", "ledger"), ready=(SUB, "sub-c1-2")) -> list[str]:
+    """The checker's failures on ``calls``, after ``ready``'s submissions
+    were marked ready at 0 (a claim needs it)."""
     checker = HistoryLinearizable(ports=ports)
     failures = []
     checker._sink = failures.append  # the audit's verdicts, without a run
-    for call in calls:
+    for call in [*(mark_ready(0, sub) for sub in ready), *calls]:
         if isinstance(call, Event):
             checker.on_event(call)
         else:
@@ -258,7 +264,7 @@ def test_a_lane_grants_each_epoch_once_whichever_submission_it_claims():
     assert "lane-epoch 'c1' is not linearizable" in message
     # a purged conversation's lane starts again
     assert judge([claim(1_000, "w1", 1), reserve(2_000, "w1", 1), finalize(3_000), purge(4_000),
-                  claim(5_000, "w2", 1, sub="sub-c1-2")]) == []
+                  mark_ready(4_500, "sub-c1-2"), claim(5_000, "w2", 1, sub="sub-c1-2")]) == []
 
 
 def test_a_renewal_by_a_token_whose_ownership_ended_is_flagged():
@@ -287,7 +293,15 @@ def test_a_settled_submission_is_never_claimed_again():
     assert len(judge([abort, claim(2_000, "w1", 1)])) == 1
     # a purge ends the submission's history: a new one of the same id starts afresh
     assert judge([claim(1_000, "w1", 1), reserve(2_000, "w1", 1), finalize(3_000), purge(4_000),
-                  claim(5_000, "w2", 1)]) == []
+                  mark_ready(4_500), claim(5_000, "w2", 1)]) == []
+
+
+def test_a_submission_is_claimed_only_once_ready():
+    assert len(judge([claim(1_000, "w1", 1)], ready=())) == 1
+    assert judge([mark_ready(500), claim(1_000, "w1", 1)], ready=()) == []
+    # a readiness whose reply was lost may have taken effect: the claim shows it did
+    assert judge([mark_ready(500), lost(500, "ledger.mark_ready", node="client#1"), claim(1_000, "w1", 1)],
+                 ready=()) == []
 
 
 def test_a_claim_is_judged_on_the_clock_the_ledger_used():
@@ -316,12 +330,13 @@ def _op(i, name, args, answer, t=None):
 
 def test_the_lease_model_alone():
     lease = SubmissionLeaseModel()
-    ok = [_op(0, "claim", ("a", 10, 0, None), 1), _op(1, "renew", ("a", 1, 10, 5), None),
+    ok = [_op(-1, "ready", (), None), _op(0, "claim", ("a", 10, 0, None), 1), _op(1, "renew", ("a", 1, 10, 5), None),
           _op(2, "end", ("a", 1), None), _op(3, "claim", ("b", 10, 6, None), 7)]
     assert check_object(ok, lease, "k").outcome == "ok"
-    # renewal never shortens: a claim at 12 by another owner is before the renewed expiry 15
-    short = [_op(0, "claim", ("a", 10, 0, None), 1), _op(1, "renew", ("a", 1, 1, 5), None),
-             _op(2, "claim", ("b", 10, 9, None), 2)]
+    assert check_object(ok[1:], lease, "k").outcome == "violation"  # never ready
+    # renewal never shortens: a claim at 9 by another owner is before the lease's expiry 10
+    short = [_op(-1, "ready", (), None), _op(0, "claim", ("a", 10, 0, None), 1),
+             _op(1, "renew", ("a", 1, 1, 5), None), _op(2, "claim", ("b", 10, 9, None), 2)]
     assert check_object(short, lease, "k").outcome == "violation"
     with pytest.raises(ValueError):
         lease.step(lease.init(), _op(0, "steal", (), None))
@@ -330,10 +345,11 @@ def test_the_lease_model_alone():
 def test_the_recorder_refuses_a_port_it_cannot_translate_and_keeps_its_bounds():
     with pytest.raises(UnknownPort):
         HistoryLinearizable(ports=("ds", "kernel"))
-    checker = HistoryLinearizable(ports=("ledger",), ops_per_key_max=2)
+    checker = HistoryLinearizable(ports=("ledger",), ops_per_key_max=3)
     failures = []
     checker._sink = failures.append
-    for call in [claim(1_000, "w1", 1), renew(2_000, "w1", 1), claim(3_000, "w2", 2)]:
+    # the key is judged on its first three: w2's claim over w1's live lease is left out
+    for call in [mark_ready(0), claim(1_000, "w1", 1), renew(2_000, "w1", 1), claim(3_000, "w2", 2)]:
         checker.on_port_call(call)
     checker.audit(None)
     assert failures == [] and checker.metrics()["history_ops_left_out"] == 1

@@ -17,7 +17,8 @@ it, this oracle keeps what each caller saw and judges it from the outside
   not its payload: what a record says is ``log-chain``'s to judge; which
   record sits at which seq, and who could write it, is this one's.
 - ``ledger`` (a ``SubmissionLeaseModel`` per submission, and a
-  ``LaneEpochModel`` per conversation for the epochs its claims grant): a granted
+  ``LaneEpochModel`` per conversation for the epochs its claims grant):
+  ``mark_ready`` (a submission is claimable only once ready), a granted
   ``claim`` (a claim answering None names no submission and is left out:
   a head left unclaimed is liveness's to judge), ``renew_ownership``,
   ``release_ownership``, ``reserve_settlement`` (fenced by the token),
@@ -88,8 +89,9 @@ PORTS_ALL = ("ds", "log", "ledger")
 _SITES = {"load": DsLoad.kind, "save": DsSave.kind, "clear": DsClear.kind}
 _LOST = (ACK_LOST, REPLY_LOST)
 _LOG_METHODS = frozenset({"materialize", "append", "read", "observe", "inspect_tail", "delete_conversation"})
-_LEDGER_METHODS = frozenset({"claim", "renew_ownership", "release_ownership", "reserve_settlement", "suspend",
-                             "mark_unknown", "finalize_settlement", "request_abort", "purge_conversation"})
+_LEDGER_METHODS = frozenset({"mark_ready", "claim", "renew_ownership", "release_ownership", "reserve_settlement",
+                             "suspend", "mark_unknown", "finalize_settlement", "request_abort",
+                             "purge_conversation"})
 _LEDGER_ENDS = {"suspend": "end", "mark_unknown": "end", "release_ownership": "release",
                 "reserve_settlement": "fenced"}
 # A translated call: (model kind, key, op name, args, answer, is a read), a
@@ -264,6 +266,10 @@ class HistoryLinearizable(Checker):
                 conversation = _argument(call, 0, "conversation_id")
                 self._generation[conversation] = self._generation.get(conversation, 0) + 1
             return None
+        if method == "mark_ready":
+            if error is not None:
+                return None  # refused: nothing of ownership seen
+            return kind, self._submission_key(_argument(call, 0, "submission_id")), "ready", (), None, False
         if method in ("finalize_settlement", "request_abort"):
             if error is not None:
                 return None  # refused: nothing of ownership seen

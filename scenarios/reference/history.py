@@ -596,9 +596,9 @@ class FencedLogModel:
 class SubmissionLeaseModel:
     """One submission's ownership as the ledger port answers
     (``SubmissionLeaseModel`` beside the simpler ``LeaseModel``): state
-    ``(epoch, owner, lease_expires_ms, settled)``, epoch 0 and owner None
-    before any claim; owner None after a release or anything else that
-    ends ownership.
+    ``(epoch, owner, lease_expires_ms, settled, ready)``, epoch 0 and owner
+    None before any claim; owner None after a release or anything else that
+    ends ownership; ``ready`` once its receipt went out.
 
     Differences from ``LeaseModel``, each the ledger contract's: the epoch
     counter is the submission's lane's, shared by its submissions, so a
@@ -608,9 +608,11 @@ class SubmissionLeaseModel:
     fence is on the reservation before it) and nothing claims a settled
     submission.
 
+    - ``ready()`` answers None: the submission may be claimed from now on
+      (a repeat replays).
     - ``claim(owner, lease_ms, now_ms, epoch_if_taken)`` answers the new
-      epoch; it is granted only when the submission is unsettled and its
-      owner is none, the claimer, or one whose lease lapsed (``now_ms >=
+      epoch; it is granted only when the submission is ready, unsettled and
+      its owner is none, the claimer, or one whose lease lapsed (``now_ms >=
       lease_expires_ms``). ``epoch_if_taken``: for an UNKNOWN claim, the
       epoch it took had it taken effect (None for an answered one).
     - ``renew(owner, epoch, lease_ms, now_ms)``, ``fenced(owner, epoch)``
@@ -631,25 +633,27 @@ class SubmissionLeaseModel:
     resets = frozenset()
 
     def init(self) -> tuple:
-        return (0, None, 0, False)
+        return (0, None, 0, False, False)
 
     def step(self, state: tuple, op: Op) -> tuple | None:
-        epoch, owner, expires_ms, settled = state
+        epoch, owner, expires_ms, settled, ready = state
         answer = op.answer
         if isinstance(answer, Failed) and answer.error != self.LOST:
             return state  # refused: changed nothing, saw nothing
         name = op.name
         if name == "claim":
             claimer, lease_ms, now_ms, epoch_if_taken = op.args
-            claimable = not settled and (owner is None or owner == claimer or now_ms >= expires_ms)
+            claimable = ready and not settled and (owner is None or owner == claimer or now_ms >= expires_ms)
             if answer is UNKNOWN:
-                return (epoch_if_taken, claimer, now_ms + lease_ms, False) if (
+                return (epoch_if_taken, claimer, now_ms + lease_ms, False, True) if (
                     claimable and epoch_if_taken is not None and epoch_if_taken > epoch) else state
             if isinstance(answer, Failed):
                 return None  # a claim answers an epoch or nothing, never a lost ownership
-            return (answer, claimer, now_ms + lease_ms, False) if claimable and answer > epoch else None
+            return (answer, claimer, now_ms + lease_ms, False, True) if claimable and answer > epoch else None
         if name == "settle":
-            return (epoch, owner, expires_ms, True) if answer is UNKNOWN or answer is None else None
+            return (epoch, owner, expires_ms, True, ready) if answer is UNKNOWN or answer is None else None
+        if name == "ready":
+            return (epoch, owner, expires_ms, settled, True) if answer is UNKNOWN or answer is None else None
         if name not in ("renew", "fenced", "release", "end"):
             raise ValueError(f"submission-lease has no operation {name!r}")
         holder, held_epoch = op.args[:2]
@@ -661,12 +665,12 @@ class SubmissionLeaseModel:
             return state  # ended already: a repeat replays or is refused by what it names, unchecked
         if name in ("release", "end"):
             granted = current or (owner is None and held_epoch == epoch and epoch > 0)
-            after = (epoch, None, 0, settled)
+            after = (epoch, None, 0, settled, ready)
         elif name == "fenced":
             after = state
         else:
             lease_ms, now_ms = op.args[2:4]
-            after = (epoch, owner, max(expires_ms, now_ms + lease_ms), settled) if current else state
+            after = (epoch, owner, max(expires_ms, now_ms + lease_ms), settled, ready) if current else state
         if answer is UNKNOWN:
             return after if granted else state
         if isinstance(answer, Failed):
