@@ -397,9 +397,9 @@ class FencedLogModel:
       ``Failed("FenceRejected", epoch)`` for another epoch; a batch id
       already in the log replays its first seq when the request is the
       same batch from the same expected tail, else is
-      ``Failed("AppendConflict:batch-digest")`` (either answer is
-      accepted when the batch is there: the model keeps no digests, and
-      the digest decides); ``Failed("AppendConflict:tail", tail)`` when
+      ``Failed("AppendConflict:batch-digest")`` (which is accepted for
+      what looks like a replay too: the model keeps no digests, and the
+      digest decides); ``Failed("AppendConflict:tail", tail)`` when
       the expected tail is not the tail (or, at the tail's seq, when its
       digest was not: accepted with the tail unchanged);
       ``Failed("AppendConflict:record-identity")`` for a record id twice
