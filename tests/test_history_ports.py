@@ -8,7 +8,7 @@ another owner, a claim of a settled submission — and their correct
 counterparts, which it must pass. The models alone are checked on the same
 cases, the log model's interned entries against a plain list, and the
 search on the new models against a brute force over every order real time
-allows (random small histories: about 40% of the lease ones and 20% of the
+allows (random small histories: about 60% of the lease ones and 20% of the
 log ones linearizable, measured).
 """
 from __future__ import annotations
