@@ -22,7 +22,14 @@ that was never applied); only this view sees that.
   expected tail, read a page, the tail) and ``LeaseModel`` (one
   submission's ownership in the ledger: claim, renew, release, settle by
   epoch) — are written apart from the stores and from the reference models
-  beside this module.
+  beside this module. Two more follow the ports' own answers where those
+  differ from the small models' (``scenarios.invariants.
+  history_linearizable`` translates the port calls into them):
+  ``FencedLogModel`` (epoch fencing, batch replays, record identity,
+  deletion; its entries interned in a trie, so a state is small) and
+  ``SubmissionLeaseModel`` (a lane's shared epoch counter, renewals that
+  never shorten, idempotent release, unfenced settlement), with
+  ``LaneEpochModel`` beside it (a lane's claims grant growing epochs).
 - ``check_history`` partitions the history by object key (linearizability
   is local: the whole is linearizable when each object is) and decides each
   object with the Wing–Gong–Lowe search, remembering every (set of
@@ -66,13 +73,16 @@ __all__ = [
     "UNKNOWN",
     "Anomaly",
     "Failed",
+    "FencedLogModel",
     "HistoryVerdict",
+    "LaneEpochModel",
     "LeaseModel",
     "LogModel",
     "ObjectVerdict",
     "Op",
     "RegisterModel",
     "SequentialModel",
+    "SubmissionLeaseModel",
     "anomalies_in",
     "check_history",
     "check_object",
@@ -363,6 +373,353 @@ class LeaseModel:
                 return (op.args[1], True)  # the token's epoch was the current one
             if isinstance(op.answer, Failed) and op.answer.actual is not None:
                 return (op.answer.actual, True)
+        return None
+
+
+class FencedLogModel:
+    """The conversation log as its port answers (``FencedLogModel`` beside
+    the simpler ``LogModel``): a producer's epoch fences every append, a
+    batch id names one batch for good (an exact retry replays it), record
+    ids are unique, and the conversation can be deleted whole.
+
+    State ``(producer, epoch, node)``: ``producer`` None while the
+    conversation does not exist; ``node`` the log's entries, interned in
+    this model instance's trie (node 0 is the empty log; each node is one
+    entry ``(batch_id, record_id, value)`` on its parent), so that a state
+    is a small tuple whatever the log's length and two branches of the
+    search share their common prefix. Build one instance per object.
+
+    - ``materialize(producer, epoch)`` answers None: creates the log, or
+      a higher epoch takes it over, or the same producer and epoch is a
+      no-op; else ``Failed("FenceRejected", current epoch)``.
+    - ``append(epoch, expected_tail_seq, batch_id, entries)`` answers the
+      first seq: ``Failed("NotMaterialized")`` with no log;
+      ``Failed("FenceRejected", epoch)`` for another epoch; a batch id
+      already in the log replays its first seq when the request is the
+      same batch from the same expected tail, else is
+      ``Failed("AppendConflict:batch-digest")`` (which is accepted for
+      what looks like a replay too: the model keeps no digests, and the
+      digest decides); ``Failed("AppendConflict:tail", tail)`` when
+      the expected tail is not the tail (or, at the tail's seq, when its
+      digest was not: accepted with the tail unchanged);
+      ``Failed("AppendConflict:record-identity")`` for a record id twice
+      in the batch or already in the log; else ``tail + 1``.
+    - ``read(after_seq, limit)`` answers the entries after ``after_seq``,
+      at most ``limit`` (``Failed("NotMaterialized")`` with no log).
+    - ``tail()`` answers ``(tail_seq, epoch)``.
+    - ``delete()`` answers whether there was a log; there is none after.
+
+    Any other ``Failed`` is a refusal: nothing changed, nothing seen."""
+
+    kind = "conversation-log"
+    NOT_MATERIALIZED = "NotMaterialized"
+    FENCED = "FenceRejected"
+    BATCH_CONFLICT = "AppendConflict:batch-digest"
+    TAIL_CONFLICT = "AppendConflict:tail"
+    IDENTITY_CONFLICT = "AppendConflict:record-identity"
+    CHECKED = frozenset({NOT_MATERIALIZED, FENCED, BATCH_CONFLICT, TAIL_CONFLICT, IDENTITY_CONFLICT})
+    resets = frozenset({"delete"})
+
+    def __init__(self) -> None:
+        # node -> (parent, entry, depth, jump): ``jump`` a skew-binary
+        # ancestor pointer, so the ancestor at a depth is O(log n) away.
+        self._nodes: list[tuple[int, tuple, int, int]] = [(0, (), 0, 0)]
+        self._child: dict[tuple[int, tuple], int] = {}
+        self._batch_nodes: dict[str, list[int]] = {}  # batch id -> the nodes of its first entry
+        self._record_nodes: dict[str, list[int]] = {}  # record id -> the nodes holding it
+
+    def _extend(self, node: int, entry: tuple) -> int:
+        found = self._child.get((node, entry))
+        if found is not None:
+            return found
+        _, _, depth, jump = self._nodes[node]
+        jump_depth = self._nodes[jump][2]
+        if node and depth - jump_depth == jump_depth - self._nodes[self._nodes[jump][3]][2]:
+            jump = self._nodes[jump][3]
+        else:
+            jump = node
+        new = len(self._nodes)
+        self._nodes.append((node, entry, depth + 1, jump))
+        self._child[(node, entry)] = new
+        batch_id, record_id, _ = entry
+        if self._nodes[node][1][:1] != (batch_id,):
+            self._batch_nodes.setdefault(batch_id, []).append(new)
+        self._record_nodes.setdefault(record_id, []).append(new)
+        return new
+
+    def _ancestor(self, node: int, depth: int) -> int:
+        """The ancestor of ``node`` at ``depth`` (<= its own)."""
+        while self._nodes[node][2] > depth:
+            _, _, _, jump = self._nodes[node]
+            node = jump if self._nodes[jump][2] >= depth else self._nodes[node][0]
+        return node
+
+    def _holds(self, node: int, candidate: int) -> bool:
+        depth = self._nodes[candidate][2]
+        return depth <= self._nodes[node][2] and self._ancestor(node, depth) == candidate
+
+    def entries(self, node: int, after_seq: int, limit: int) -> tuple:
+        """The entries after ``after_seq`` in the log at ``node``, at most ``limit``."""
+        depth = self._nodes[node][2]
+        if after_seq >= depth:
+            return ()
+        node = self._ancestor(node, min(depth, after_seq + limit))
+        out = []
+        while self._nodes[node][2] > after_seq:
+            out.append(self._nodes[node][1])
+            node = self._nodes[node][0]
+        return tuple(reversed(out))
+
+    def init(self) -> tuple:
+        return (None, 0, 0)
+
+    def step(self, state: tuple, op: Op) -> tuple | None:
+        producer, epoch, node = state
+        answer = op.answer
+        if isinstance(answer, Failed) and answer.error not in self.CHECKED:
+            return state  # refused: changed nothing, saw nothing
+        tail = self._nodes[node][2]
+        name = op.name
+        if name == "read":
+            after_seq, limit = op.args
+            if answer is UNKNOWN:
+                return state
+            if producer is None:
+                return state if answer == Failed(self.NOT_MATERIALIZED) else None
+            return state if answer == self.entries(node, after_seq, limit) else None
+        if name == "tail":
+            if answer is UNKNOWN:
+                return state
+            if producer is None:
+                return state if answer == Failed(self.NOT_MATERIALIZED) else None
+            return state if answer == (tail, epoch) else None
+        if name == "delete":
+            if answer is UNKNOWN or answer == (producer is not None):
+                return (None, 0, 0)
+            return None
+        if name == "materialize":
+            claimer, claimed = op.args
+            if producer is None or claimed > epoch:
+                after = (claimer, claimed, node if producer is not None else 0)
+            elif claimed == epoch and claimer == producer:
+                after = state
+            else:
+                after = None  # fenced
+            if answer is UNKNOWN:
+                return state if after is None else after
+            if isinstance(answer, Failed):
+                return state if after is None and answer.error == self.FENCED and answer.actual in (
+                    None, epoch) else None
+            return after if after is not None and answer is None else None
+        if name == "append":
+            claimed, expected, batch_id, entries = op.args
+            assert entries, op
+            verdict, after = self._append(state, claimed, expected, batch_id, entries)
+            if answer is UNKNOWN:
+                return after if verdict == "fresh" else state
+            if verdict == "batch":
+                replay = self._replay(node, expected, batch_id, entries)
+                if answer == Failed(self.BATCH_CONFLICT) or (replay is not None and answer == replay):
+                    return state
+                return None
+            if isinstance(answer, Failed):
+                if answer.error == self.TAIL_CONFLICT and verdict == "fresh" and answer.actual == tail:
+                    return state  # at the tail's seq, but not its digest
+                if isinstance(verdict, Failed) and answer.error == verdict.error and answer.actual in (
+                        None, verdict.actual):
+                    return state
+                return None
+            return after if verdict == "fresh" and answer == tail + 1 else None
+        raise ValueError(f"conversation-log has no operation {name!r}")
+
+    def _append(self, state: tuple, claimed: int, expected: int, batch_id: str, entries: tuple
+                ) -> tuple[object, tuple | None]:
+        """(``"fresh"`` and the state after, ``"batch"`` (the batch id is
+        there) and None, or the refusal it must be and None)."""
+        producer, epoch, node = state
+        if producer is None:
+            return Failed(self.NOT_MATERIALIZED), None
+        if claimed != epoch:
+            return Failed(self.FENCED, epoch), None
+        if any(self._holds(node, first) for first in self._batch_nodes.get(batch_id, ())):
+            return "batch", None
+        tail = self._nodes[node][2]
+        if expected != tail:
+            return Failed(self.TAIL_CONFLICT, tail), None
+        ids = [entry[1] for entry in entries]
+        if len(set(ids)) != len(ids) or any(self._holds(node, held) for record_id in ids
+                                            for held in self._record_nodes.get(record_id, ())):
+            return Failed(self.IDENTITY_CONFLICT), None
+        after = node
+        for entry in entries:
+            after = self._extend(after, entry)
+        return "fresh", (producer, epoch, after)
+
+    def _replay(self, node: int, expected: int, batch_id: str, entries: tuple) -> int | None:
+        """The first seq a replay of this batch answers, or None when the
+        request is not the batch in the log (its content or its tail)."""
+        for first in self._batch_nodes.get(batch_id, ()):
+            if not self._holds(node, first):
+                continue
+            first_seq = self._nodes[first][2]
+            if first_seq != expected + 1 or self.entries(node, expected, len(entries)) != tuple(entries):
+                return None
+            following = self.entries(node, expected + len(entries), 1)
+            return first_seq if not following or following[0][0] != batch_id else None
+        return None
+
+    def installs(self, op: Op) -> tuple[int, int] | None:
+        if op.name == "append" and isinstance(op.answer, int) and not isinstance(op.answer, bool):
+            return (op.answer - 1, op.answer - 1 + len(op.args[3]))
+        return None
+
+    def could_install(self, op: Op) -> tuple[int, int] | None:
+        if op.name == "append" and op.answer is UNKNOWN:
+            return (op.args[1], op.args[1] + len(op.args[3]))
+        return None
+
+    def observes(self, op: Op) -> tuple[int, bool] | None:
+        if op.answer is UNKNOWN or isinstance(op.answer, Failed) and op.answer.actual is None:
+            return None
+        if op.name == "read" and not isinstance(op.answer, Failed):
+            after_seq, limit = op.args
+            if not op.answer:
+                return (0, True) if after_seq == 0 else None
+            return (after_seq + len(op.answer), len(op.answer) < limit)
+        if op.name == "tail" and not isinstance(op.answer, Failed):
+            return (op.answer[0], True)
+        if op.name == "append" and isinstance(op.answer, Failed) and op.answer.error == self.TAIL_CONFLICT:
+            return (op.answer.actual, True)
+        return None
+
+
+class SubmissionLeaseModel:
+    """One submission's ownership as the ledger port answers
+    (``SubmissionLeaseModel`` beside the simpler ``LeaseModel``): state
+    ``(epoch, owner, lease_expires_ms, settled, ready)``, epoch 0 and owner
+    None before any claim; owner None after a release or anything else that
+    ends ownership; ``ready`` once its receipt went out.
+
+    Differences from ``LeaseModel``, each the ledger contract's: the epoch
+    counter is the submission's lane's, shared by its submissions, so a
+    claim answers *some* higher epoch, not exactly the next; a renewal
+    never shortens the lease (``max``); a release by the token that
+    released already is an idempotent no-op; settling is not fenced (the
+    fence is on the reservation before it) and nothing claims a settled
+    submission.
+
+    - ``ready()`` answers None: the submission may be claimed from now on
+      (a repeat replays).
+    - ``claim(owner, lease_ms, now_ms, epoch_if_taken)`` answers the new
+      epoch; it is granted only when the submission is ready, unsettled and
+      its owner is none, the claimer, or one whose lease lapsed (``now_ms >=
+      lease_expires_ms``). ``epoch_if_taken``: for an UNKNOWN claim, the
+      epoch it took had it taken effect (None for an answered one).
+    - ``renew(owner, epoch, lease_ms, now_ms)``, ``fenced(owner, epoch)``
+      (a call fenced by the token that changes no ownership) answer None
+      when the token is current (its owner and epoch are the state's), else
+      ``Failed("OwnershipLost", current epoch)``; renew extends the lease to
+      ``max(lease_expires_ms, now_ms + lease_ms)``. No fenced call looks at
+      the clock. ``fenced`` on a submission never claimed is not judged
+      (an aborted queued submission's reservation needs no ownership).
+    - ``release(owner, epoch)`` and ``end(owner, epoch)`` (a call that ends
+      ownership: suspend, mark unknown) answer None when the token is
+      current or was the last one and ownership ended already (a replay);
+      they leave no owner.
+    - ``settle()`` answers None; the submission is settled for good."""
+
+    kind = "submission-lease"
+    LOST = "OwnershipLost"
+    resets = frozenset()
+
+    def init(self) -> tuple:
+        return (0, None, 0, False, False)
+
+    def step(self, state: tuple, op: Op) -> tuple | None:
+        epoch, owner, expires_ms, settled, ready = state
+        answer = op.answer
+        if isinstance(answer, Failed) and answer.error != self.LOST:
+            return state  # refused: changed nothing, saw nothing
+        name = op.name
+        if name == "claim":
+            claimer, lease_ms, now_ms, epoch_if_taken = op.args
+            claimable = ready and not settled and (owner is None or owner == claimer or now_ms >= expires_ms)
+            if answer is UNKNOWN:
+                return (epoch_if_taken, claimer, now_ms + lease_ms, False, True) if (
+                    claimable and epoch_if_taken is not None and epoch_if_taken > epoch) else state
+            if isinstance(answer, Failed):
+                return None  # a claim answers an epoch or nothing, never a lost ownership
+            return (answer, claimer, now_ms + lease_ms, False, True) if claimable and answer > epoch else None
+        if name == "settle":
+            return (epoch, owner, expires_ms, True, ready) if answer is UNKNOWN or answer is None else None
+        if name == "ready":
+            return (epoch, owner, expires_ms, settled, True) if answer is UNKNOWN or answer is None else None
+        if name not in ("renew", "fenced", "release", "end"):
+            raise ValueError(f"submission-lease has no operation {name!r}")
+        holder, held_epoch = op.args[:2]
+        if name == "fenced" and epoch == 0:
+            return state  # never claimed: granted or not by what the call asked (not ownership), unchecked
+        current = owner is not None and holder == owner and held_epoch == epoch and epoch > 0
+        granted = current
+        if name == "end" and owner is None and held_epoch == epoch:
+            return state  # ended already: a repeat replays or is refused by what it names, unchecked
+        if name in ("release", "end"):
+            granted = current or (owner is None and held_epoch == epoch and epoch > 0)
+            after = (epoch, None, 0, settled, ready)
+        elif name == "fenced":
+            after = state
+        else:
+            lease_ms, now_ms = op.args[2:4]
+            after = (epoch, owner, max(expires_ms, now_ms + lease_ms), settled, ready) if current else state
+        if answer is UNKNOWN:
+            return after if granted else state
+        if isinstance(answer, Failed):
+            return state if not granted and answer.actual in (None, epoch) else None
+        return after if granted and answer is None else None
+
+    def installs(self, op: Op) -> tuple[int, int] | None:
+        return None  # a lane's epochs skip: no total order of versions per submission to draw
+
+    def could_install(self, op: Op) -> tuple[int, int] | None:
+        return None
+
+    def observes(self, op: Op) -> tuple[int, bool] | None:
+        return None
+
+
+class LaneEpochModel:
+    """A conversation's lane in the ledger: the epochs its claims grant,
+    whichever submission each claim grants. State: the last epoch granted
+    (0 before any). ``claim(epoch_if_taken)`` answers an epoch above every
+    one granted before (the lane's counter only grows, so no two claims of
+    a lane ever hold one epoch: the fence the log relies on);
+    ``epoch_if_taken``: for an UNKNOWN claim, the epoch it took had it
+    taken effect."""
+
+    kind = "lane-epoch"
+    resets = frozenset()
+
+    def init(self) -> int:
+        return 0
+
+    def step(self, state: int, op: Op) -> int | None:
+        if op.name != "claim":
+            raise ValueError(f"lane-epoch has no operation {op.name!r}")
+        answer = op.answer
+        if isinstance(answer, Failed):
+            return state  # refused: changed nothing
+        if answer is UNKNOWN:
+            taken = op.args[0]
+            return taken if taken is not None and taken > state else state
+        return answer if answer > state else None
+
+    def installs(self, op: Op) -> tuple[int, int] | None:
+        return None  # epochs skip (one per claim of any submission): no versions to chain
+
+    def could_install(self, op: Op) -> tuple[int, int] | None:
+        return None
+
+    def observes(self, op: Op) -> tuple[int, bool] | None:
         return None
 
 

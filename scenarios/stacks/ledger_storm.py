@@ -11,6 +11,7 @@ from model.failpoints import ABORT_CRASH_POINTS, ABORT_INTENT_STORED
 from model.sqlite_db import BUSY_TIMEOUT_MS_DEFAULT as BUSY_MS
 from scenarios import api as inv
 from scenarios.invariants.clock_tolerance import clock_checks
+from scenarios.invariants.history_linearizable import HistoryLinearizable
 from scenarios.api import (ACK_LOST, BOUNDARY_DELAY, CORRUPT_ROW, CRASH_BEFORE_CALL, FAILPOINT_CRASH, HOUR, LATENCY,
                            MINUTE, NODE_KILL, NODE_PAUSE, REPLY_LOST, SECOND, SEQUENCE_GAP, SHORT_PAGE,
                            SUBMISSION_CRASH_POINTS, TRANSIENT_ERROR, WRITE_CONTENTION, ConversationRetention, Knob,
@@ -82,6 +83,9 @@ SWARM = SwarmSpace(fault_kinds=FAULT_KINDS, failpoints=SUBMISSION_CRASH_POINTS +
                    workload=(ABORTS, FAILING_WORK, CHECKPOINTS), knobs=(*KNOBS, SECOND_PRINCIPAL_KNOB, STALE_RENEWALS_KNOB, HELD_ADMISSIONS_KNOB))
 SOMETIMES = ("stale_writes_fenced", "damaged_reads_caught", "worker_crashes", "settled", "recoveries_from_checkpoint",
              "aborted_queued", "aborted_running", "conversations_retired", "retirements_held_open", "handoffs")
+# The ports whose histories ``history-linearizable`` judges (ledger-storm
+# keeps no durable state of its own).
+HISTORY_PORTS = ("log", "ledger")
 # The stores a submission worker talks to, which a partition may cut it from.
 WORKER_STORES = ("ledger", "log", "checkpoints")
 
@@ -141,6 +145,9 @@ def ledger_storm(run: Run) -> Stack:
         checks=[inv.ExactlyOnceSettlement(), inv.Fencing(), inv.ClaimFencesLog(), inv.AbortHonoured(),
                 inv.LogChain(), inv.FailClosedPagination(),
                 inv.Liveness(), inv.ReferenceModel(),
+                # What the callers saw of the log and the ledger, judged from
+                # outside (at the audit: it adds nothing to the trace).
+                HistoryLinearizable(ports=HISTORY_PORTS),
                 *([inv.ColdReopen()] if run.opts.store == "sqlite" else []),
                 *([inv.CheckpointConsistency()] if run.does(CHECKPOINTS) else []), *clock_checks(run)],
         heal_ms_max=HOUR, settle_ms=HOUR)
