@@ -119,6 +119,21 @@ def _search_shape(summary: Mapping[str, Any]) -> str:
     return "fresh seeds only, no mutation" if summary.get("fresh_only") else ""
 
 
+def _moves(summary: Mapping[str, Any]) -> list[tuple[str, int, int, int, str]]:
+    """Each move of the search (``fresh``, a mutation) with its runs, the
+    corpus entries and features it added, and features added a run: what
+    the search's scheduling has to go on."""
+    moves = summary.get("moves")
+    if not isinstance(moves, Mapping):
+        return []
+    rows = []
+    for name, move in sorted(moves.items()):
+        move = move if isinstance(move, Mapping) else {}
+        runs, entries, added = (int(move.get(k) or 0) for k in ("runs", "entries", "added"))
+        rows.append((str(name), runs, entries, added, f"{added / runs:.1f}" if runs else "-"))
+    return rows
+
+
 def _span(duration_ms: Any) -> str:
     return format_span_ms(duration_ms) if isinstance(duration_ms, int) and duration_ms >= 0 else str(duration_ms)
 
@@ -235,6 +250,11 @@ def markdown(summary: Mapping[str, Any]) -> str:
                          f"| {'-' if script is None else script} | {len(entry.get('added') or ())} | {first} |")
         if len(entries) > CORPUS_ROWS_MAX:
             lines.append(f"\n… and {len(entries) - CORPUS_ROWS_MAX} more entries (see the summary's JSON)")
+    moves = _moves(summary)
+    if moves:
+        lines += ["", "## What each move gave", "",
+                  "| move | runs | corpus entries | features added | added a run |", "| --- | ---: | ---: | ---: | ---: |"]
+        lines += [f"| {cell(name)} | {runs} | {entries} | {added} | {rate} |" for name, runs, entries, added, rate in moves]
     families = summary.get("families") or {}
     lines += ["", "## Feature families", ""]
     if families:
@@ -406,6 +426,12 @@ def html(summary: Mapping[str, Any]) -> str:
                              "added", "first added", "file"), rows, cls="corpus", num=(1, 4, 7, 8)))
         if len(entries) > CORPUS_ROWS_MAX:
             parts.append(f'<p class="note">… and {len(entries) - CORPUS_ROWS_MAX} more in the summary\'s JSON.</p>')
+    moves = _moves(summary)
+    if moves:
+        parts.append("<h2>What each move gave</h2>")
+        parts.append(_table(("move", "runs", "corpus entries", "features added", "added a run"),
+                            ((_e(n), _e(r), _e(e), _e(a), _e(rate)) for n, r, e, a, rate in moves), cls="moves",
+                            num=(1, 2, 3, 4)))
     parts.append('<div class="grid"><div>')
     families = summary.get("families") or {}
     parts.append("<h2>Feature families</h2>")

@@ -175,6 +175,8 @@ class Outcome:
     timeline: list[dict[str, int]] = attrs.field(factory=list)
     cpu_s_after_run: list[float] = attrs.field(factory=list)
     fresh: int = 0  # fresh inputs made so far: the next one is the search seed + this
+    # What each move (``fresh``, ``replay``, a mutation's name) gave: [runs, corpus entries, features added].
+    moves: dict[str, list[int]] = attrs.field(factory=dict)
 
     def as_json(self, universes: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
         universes = universes or {}
@@ -193,6 +195,8 @@ class Outcome:
                 "timeline": list(self.timeline),
                 "never_taken": never,
                 "rarest": [[name, count] for name, count in rarest],
+                "moves": {name: {"runs": runs, "entries": entries, "added": added}
+                          for name, (runs, entries, added) in sorted(self.moves.items())},
                 "failures": [{**f.input.as_json(), "status": f.status, "violations": list(f.violations),
                               "repro_command": f.repro_command, "repro_file": f.repro_file}
                              for f in self.findings]}
@@ -564,6 +568,8 @@ def _fold(outcome: Outcome, seen: set[str], candidate: Candidate, observed: Obse
           on_entry: Callable[[Entry], str | None] | None) -> None:
     chosen = candidate.input
     outcome.runs += 1
+    move = outcome.moves.setdefault(candidate.mutation, [0, 0, 0])
+    move[0] += 1
     reached = observed.features
     for name in reached:
         outcome.counts[name] = outcome.counts.get(name, 0) + 1
@@ -574,6 +580,8 @@ def _fold(outcome: Outcome, seen: set[str], candidate: Candidate, observed: Obse
     else:
         added = tuple(sorted(reached - seen))
         if added:
+            move[1] += 1
+            move[2] += len(added)
             seen |= reached
             entry = Entry(chosen, reached, added, observed.script, candidate.mutation, candidate.parent,
                           run=outcome.runs - 1, families=observed.families)

@@ -357,7 +357,7 @@ def test_the_json_summary_has_format_2(capsys, tmp_path):
     body = json.loads(capsys.readouterr().out)
     assert code == 0 and body["format"] == "loomsim-explore/2"
     assert set(body) == {"format", "scenario", "seed", "store", "fresh_only", "runs", "batch", "corpus_size", "corpus",
-                         "features", "families", "timeline", "never_taken", "rarest", "failures", "measured"}
+                         "features", "families", "timeline", "never_taken", "rarest", "moves", "failures", "measured"}
     assert body["batch"] == 8 and body["runs"] == 3 and len(body["timeline"]) == 3
     assert [t["run"] for t in body["timeline"]] == [0, 1, 2]
     assert body["timeline"][-1] == {"run": 2, "features": len(body["features"]), "corpus": body["corpus_size"]}
@@ -568,3 +568,12 @@ def test_a_forked_search_is_the_same_search_with_any_number_of_jobs(capsys, tmp_
     assert one[1]["branches"] == {"fork_at_ms": 30_000, "per_seed": 6}
     fresh = [e for e in one[1]["corpus"] if e["mutation"] == "fresh"]
     assert fresh and all(e["branch"]["fork_at_ms"] == 30_000 for e in fresh)
+
+
+def test_the_summary_counts_what_each_move_gave(capsys, tmp_path):
+    os.chdir(tmp_path)
+    _, body = _explore_json(capsys, "--runs", "12", "--seed", "3", "--duration", "5s")
+    moves = body["moves"]
+    assert sum(m["runs"] for m in moves.values()) == body["runs"] == 12
+    assert moves["fresh"]["runs"] >= 8 and sum(m["entries"] for m in moves.values()) == body["corpus_size"]
+    assert sum(m["added"] for m in moves.values()) == len(body["features"])  # every feature was first added once

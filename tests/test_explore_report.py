@@ -194,3 +194,13 @@ def test_branch_inputs_name_their_fork_and_the_search_says_how_fresh_inputs_were
         assert "6, branch 1 at 1m" in text and "4 branches of each seed at 1m" in text
     plain = report.markdown(_summary(fresh_only=True))
     assert "fresh seeds only, no mutation" in plain and "branch" not in plain
+
+
+def test_what_each_move_gave_is_a_table_in_both_reports():
+    summary = _summary(moves={"fresh": {"runs": 4, "entries": 3, "added": 30},
+                              "script-add": {"runs": 2, "entries": 0, "added": 0}})
+    md = report.markdown(summary)
+    assert "## What each move gave" in md and "| fresh | 4 | 3 | 30 | 7.5 |" in md and "| script-add | 2 | 0 | 0 | 0.0 |" in md
+    page = report.html(summary)
+    assert "What each move gave" in page and "7.5" in page
+    assert "What each move gave" not in report.markdown(_summary())
